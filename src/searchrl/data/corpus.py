@@ -1,0 +1,176 @@
+"""Corpora: read passages from the field's formats, and store them on disk for lazy, memory-mapped access.
+
+Formats (detected per row):
+- FlashRAG / Search-R1 JSONL ``{"id", "contents"}``: the title is the first line of ``contents`` (Search-R1 wraps
+  it in double quotes, which are stripped);
+- JSONL ``{"id", "title", "text"}``;
+- KILT pages ``{"wikipedia_title", "text": [paragraphs]}``: chunked into ~100-word passages that keep the title;
+- parquet files with either column layout.
+
+``PassageStore`` keeps passages as one JSONL file plus an int64 offsets array (numpy memmap), so a 21M-passage
+corpus never sits in Python objects: a lookup is one seek and one JSON parse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Passage:
+    id: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        return f"{self.title}\n{self.text}"
+
+
+class CorpusFormatError(ValueError):
+    """A corpus row that no supported layout fits; the message names file:line and the fix."""
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """``'"Title"\\ntext'`` or ``'Title\\ntext'`` -> (title, text)."""
+    title, _, text = contents.partition("\n")
+    title = title.strip()
+    if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
+        title = title[1:-1]
+    return title, text.strip()
+
+
+def chunk_words(text: str, size: int = 100) -> list[str]:
+    """Split text into consecutive chunks of ``size`` whitespace-separated words (the last may be shorter)."""
+    words = text.split()
+    return [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
+
+
+def chunk_kilt_page(page: dict, size: int = 100, id_prefix: str | None = None) -> list[Passage]:
+    """A KILT page -> ~``size``-word passages carrying the page title (first paragraph = the title is skipped)."""
+    title = str(page["wikipedia_title"]).strip()
+    paragraphs = page["text"]
+    if isinstance(paragraphs, str):
+        paragraphs = [paragraphs]
+    body = [p.strip() for p in paragraphs if p.strip() and p.strip() != title]
+    # Drop KILT section markers ("Section::::History.") but keep their words out of the passage text.
+    body = [p for p in body if not p.startswith("Section::::") and not p.startswith("BULLET::::")] or body
+    prefix = id_prefix if id_prefix is not None else str(page.get("wikipedia_id", title))
+    return [Passage(f"{prefix}-{i}", title, chunk) for i, chunk in enumerate(chunk_words(" ".join(body), size))]
+
+
+def _row_to_passages(row: dict, where: str, chunk_size: int) -> list[Passage]:
+    if "contents" in row:
+        if "id" not in row:
+            raise CorpusFormatError(f"{where}: row has 'contents' but no 'id'; add an id field")
+        title, text = split_contents(str(row["contents"]))
+        return [Passage(str(row["id"]), title, text)]
+    if "wikipedia_title" in row and "text" in row:
+        return chunk_kilt_page(row, chunk_size)
+    if "title" in row and "text" in row:
+        if "id" not in row:
+            raise CorpusFormatError(f"{where}: row has 'title'/'text' but no 'id'; add an id field")
+        return [Passage(str(row["id"]), str(row["title"]).strip(), str(row["text"]).strip())]
+    raise CorpusFormatError(
+        f"{where}: unknown corpus row with fields {sorted(row)}; expected {{id, contents}}, {{id, title, text}} "
+        "or a KILT page {wikipedia_title, text}"
+    )
+
+
+def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
+    """Stream passages from a JSONL or parquet corpus, whatever its layout."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"corpus not found: {path}")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        n = 0
+        for batch in pf.iter_batches(batch_size=10_000):
+            for row in batch.to_pylist():
+                n += 1
+                yield from _row_to_passages(row, f"{path}:row {n}", chunk_size)
+        return
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CorpusFormatError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
+            if not isinstance(row, dict):
+                raise CorpusFormatError(f"{path}:{i}: expected a JSON object per line")
+            yield from _row_to_passages(row, f"{path}:{i}", chunk_size)
+
+
+def file_fingerprint(path: str | Path) -> str:
+    """sha256 over size + first and last MiB: cheap for huge files, changes when the corpus changes."""
+    path = Path(path)
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(-(1 << 20), 2)
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+class PassageStore:
+    """Passages on disk (``passages.jsonl`` + ``offsets.npy``), read lazily through a memory map."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.dir = Path(directory)
+        self._offsets = np.load(self.dir / "offsets.npy", mmap_mode="r")  # (N + 1,) int64 byte offsets
+        # os.pread: positional reads need no shared file position, so concurrent readers are safe.
+        self._fd = os.open(self.dir / "passages.jsonl", os.O_RDONLY)
+        self._id_to_index: dict[str, int] | None = None
+
+    @classmethod
+    def build(cls, passages: Iterable[Passage], directory: str | Path) -> PassageStore:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        offsets = [0]
+        with (directory / "passages.jsonl").open("wb") as f:
+            for p in passages:
+                line = json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n"
+                f.write(line.encode("utf-8"))
+                offsets.append(offsets[-1] + len(line.encode("utf-8")))
+        np.save(directory / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+        return cls(directory)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> Passage:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        start, end = int(self._offsets[i]), int(self._offsets[i + 1])
+        row = json.loads(os.pread(self._fd, end - start, start))
+        return Passage(row["id"], row["title"], row["text"])
+
+    def get_many(self, indices: Iterable[int]) -> list[Passage]:
+        return [self[int(i)] for i in indices]
+
+    def __iter__(self) -> Iterator[Passage]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def index_of(self, passage_id: str) -> int:
+        """Row of a passage id (builds the id map on first use)."""
+        if self._id_to_index is None:
+            self._id_to_index = {p.id: i for i, p in enumerate(self)}
+        return self._id_to_index[passage_id]
+
+    def close(self) -> None:
+        os.close(self._fd)

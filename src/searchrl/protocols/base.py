@@ -1,0 +1,92 @@
+"""What every method's text protocol provides to the rollout engine and to the rewards.
+
+A protocol owns the text conventions of one paper: the prompt (our own wording, the paper's tags and rules), the
+stop strings that end a generation turn at a search call, the parser that turns one turn's text into an action,
+the renderer that turns retrieved hits into the observation text inserted into the rollout, the feedback text for
+an invalid action, and a format checker over a whole response.
+
+Parsers never raise: any text maps to ``Search``, ``Answer`` or ``Invalid``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from searchrl.retrieval.base import Hit
+
+
+@dataclass(frozen=True)
+class Search:
+    queries: tuple[str, ...]  # one for most protocols; up to N for RAG-R1's multi-query mode
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+
+
+@dataclass(frozen=True)
+class Invalid:
+    reason: str
+
+
+Action = Search | Answer | Invalid
+
+
+@dataclass(frozen=True)
+class FormatReport:
+    """Structured result of a format check; format rewards read it, logs show ``problems``."""
+
+    ok: bool
+    has_answer: bool
+    answer: str | None
+    n_searches: int
+    problems: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)  # protocol-specific counts (e.g. internal steps, evidence)
+
+
+class Protocol(ABC):
+    """One paper's text protocol. Subclasses are small: tags, prompt, parser, renderer, checker."""
+
+    name: str
+    #: generation stops right after any of these strings (the end of a search call).
+    stop_strings: tuple[str, ...]
+    #: most queries one search call may carry (RAG-R1 multi-query mode: > 1).
+    max_queries: int = 1
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    @abstractmethod
+    def instruction(self, question: str) -> str:
+        """The prompt text for one question (goes into one user message for chat models, raw for base models)."""
+
+    def system_prompt(self) -> str | None:
+        """Optional system message for chat models; None puts everything in the user turn."""
+        return None
+
+    @abstractmethod
+    def parse(self, turn_text: str) -> Action:
+        """The first action in one generated turn. Never raises."""
+
+    @abstractmethod
+    def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
+        """Text inserted after a search call: retrieved documents wrapped in the protocol's result tags."""
+
+    @abstractmethod
+    def invalid_feedback(self, action: Invalid) -> str:
+        """Text inserted after an invalid action, telling the model how to act correctly."""
+
+    @abstractmethod
+    def check_format(self, response: str) -> FormatReport:
+        """Check a whole response (policy text and inserted observations) against the protocol's format."""
+
+    def extract_answer(self, response: str) -> str | None:
+        """The final answer of a whole response, or None."""
+        return self.check_format(response).answer
+
+    def force_answer_text(self) -> str:
+        """Text appended before the final forced-answer turn, when the search budget is spent."""
+        return ""

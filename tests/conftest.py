@@ -1,0 +1,22 @@
+"""Shared fixtures. Tests that need ../shared/data skip with a clear reason when it is absent (a user's machine)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"../shared/data not found at {SHARED_DATA} (set SEARCHRL_SHARED_DATA to run these tests)")
+    return SHARED_DATA
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_progress() -> None:
+    os.environ.setdefault("SEARCHRL_NO_PROGRESS", "1")

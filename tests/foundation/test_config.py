@@ -1,0 +1,60 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from searchrl.config import ConfigError, dump_config, load_config, recipe_names
+
+
+@pytest.mark.parametrize("name", recipe_names())
+def test_every_shipped_recipe_validates(name: str) -> None:
+    cfg = load_config(name)
+    assert cfg.name == name
+
+
+def test_recipes_include_each_method() -> None:
+    names = set(recipe_names())
+    assert {"search_r1_ppo", "search_r1_grpo", "r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp",
+            "r_search", "rag_r1", "demo"} <= names  # fmt: skip
+
+
+def test_misspelt_key_names_key_and_closest(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"training": {"learning_rate": 1e-6, "stpes": 3}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    msg = str(err.value)
+    assert "training.stpes" in msg and "'steps'" in msg
+    assert "training.learning_rate" in msg
+
+
+def test_misspelt_section_suggests_section(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollot: {group_size: 2}\n")
+    with pytest.raises(ConfigError, match="did you mean 'rollout'"):
+        load_config(bad)
+
+
+def test_nested_reward_component_key_is_checked(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("reward: {components: [{name: answer, wieght: 2}]}\n")
+    with pytest.raises(ConfigError, match="did you mean 'weight'"):
+        load_config(bad)
+
+
+def test_overrides_and_resolved_dump(tmp_path: Path) -> None:
+    cfg = load_config("search_r1_grpo", ["training.lr=3e-6", "rollout.group_size=2"])
+    assert cfg.training.lr == 3e-6 and cfg.rollout.group_size == 2
+    out = dump_config(cfg, tmp_path / "config.yaml")
+    again = load_config(out)
+    assert again == cfg
+
+
+def test_unknown_recipe_suggests_name() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'search_r1_grpo'"):
+        load_config("search_r1_grop")
+
+
+def test_bad_value_is_reported() -> None:
+    with pytest.raises(ConfigError, match="rollout.protocol"):
+        load_config("demo", ["rollout.protocol=nonsense"])

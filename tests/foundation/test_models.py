@@ -1,0 +1,47 @@
+"""The bundled policy and embedder resolve offline-from-hub (the package index is the only source)."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from searchrl.models import ModelResolutionError, load_embedder, load_policy, resolve_policy
+
+
+def test_missing_local_dir_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelResolutionError, match="not found"):
+        resolve_policy(str(tmp_path / "nope" / "model"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelResolutionError, match="config.json"):
+        resolve_policy(str(tmp_path / "empty"))
+
+
+def test_hub_id_passes_through() -> None:
+    assert resolve_policy("Qwen/Qwen2.5-3B-Instruct") == "Qwen/Qwen2.5-3B-Instruct"
+
+
+def test_wrong_alias_kind() -> None:
+    with pytest.raises(ModelResolutionError, match="embedder alias"):
+        resolve_policy("minilm-l6-v2")
+
+
+@pytest.mark.slow
+def test_bundled_policy_answers_capital_of_france() -> None:
+    model, tok = load_policy("smollm2-135m-instruct")  # first call may build the cache
+    t0 = time.perf_counter()
+    model, tok = load_policy("smollm2-135m-instruct")
+    assert time.perf_counter() - t0 < 5.0, "a cached load must be fast"
+    assert tok.chat_template, "the chat template must survive the conversion"
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, return_tensors="pt"
+    )
+    out = model.generate(ids, attention_mask=ids.new_ones(ids.shape), max_new_tokens=20, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1] :])
+
+
+@pytest.mark.slow
+def test_bundled_embedder_encodes() -> None:
+    emb = load_embedder("minilm-l6-v2")
+    vecs = emb.encode(["a cat sat on the mat", "a kitten rested on a rug", "stock markets fell"], normalize_embeddings=True)
+    assert vecs.shape == (3, 384)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]
