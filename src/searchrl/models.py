@@ -123,12 +123,24 @@ def _materialise_gguf_policy(alias: Alias, out: Path) -> None:
             raise ModelResolutionError(f"weights from {gname} do not fit its config: {missing[:3]} {unexpected[:3]}")
         if getattr(cfg, "tie_word_embeddings", False):
             plain.tie_weights()
+        _fix_gguf_tokenizer(tok, cfg)
         staging = out.with_name(out.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         plain.save_pretrained(staging, safe_serialization=True)
         tok.save_pretrained(staging)
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)  # atomic: a half-written cache is never mistaken for a complete one
+
+
+def _fix_gguf_tokenizer(tok, cfg) -> None:
+    """GGUF tokenizer metadata loses two facts of chat models: the end-of-turn token is the EOS (e.g. SmolLM2's
+    ``<|im_end|>``, which the model config names), and no BOS is prepended (byte-level BPE models add none)."""
+    eos_id = cfg.eos_token_id[0] if isinstance(cfg.eos_token_id, list) else cfg.eos_token_id
+    if eos_id is not None and tok.eos_token_id != eos_id:
+        tok.eos_token = tok.convert_ids_to_tokens(eos_id)
+    tok.pad_token = tok.eos_token
+    if hasattr(tok, "add_bos_token"):
+        tok.add_bos_token = False
 
 
 def _materialise_embedder(alias: Alias, out: Path) -> None:

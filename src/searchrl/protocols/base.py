@@ -55,6 +55,12 @@ class Protocol(ABC):
     stop_strings: tuple[str, ...]
     #: most queries one search call may carry (RAG-R1 multi-query mode: > 1).
     max_queries: int = 1
+    #: optional extra stop strings that end a final answer (e.g. "</answer>"), so a model that keeps writing after
+    #: its answer does not run to the token limit; () when the answer has no closing string (``\\boxed{}``).
+    answer_stop_strings: tuple[str, ...] = ()
+    #: text that opens the assistant turn as part of the prompt (never sampled, never in the response), e.g.
+    #: R1-Searcher's code pre-fills "<think>". The engine appends it after the chat template / raw prompt.
+    response_prefix: str = ""
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -66,6 +72,25 @@ class Protocol(ABC):
     def system_prompt(self) -> str | None:
         """Optional system message for chat models; None puts everything in the user turn."""
         return None
+
+    def chat_messages(self, question: str) -> list[dict[str, str]]:
+        """Messages for a chat template (instruct models): the optional system prompt, then the instruction."""
+        system = self.system_prompt()
+        user = {"role": "user", "content": self.instruction(question)}
+        return [{"role": "system", "content": system}, user] if system else [user]
+
+    def raw_prompt(self, question: str) -> str:
+        """Plain prompt text for base models without a chat template."""
+        system = self.system_prompt()
+        return f"{system}\n\n{self.instruction(question)}" if system else self.instruction(question)
+
+    def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
+        """The text of a well-formed search call (scripted models, SFT data, tests); inverse of ``parse``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define format_search")
+
+    def format_answer(self, answer: str) -> str:
+        """The text of a well-formed final answer; inverse of ``parse``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define format_answer")
 
     @abstractmethod
     def parse(self, turn_text: str) -> Action:

@@ -1,0 +1,71 @@
+"""Test doubles: a byte-level tokenizer and a scripted generator that emits given texts as if it had sampled them.
+
+They let the rollout engine, rewards and trainers be tested exactly on CPU without a model (nanochat-style).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+from searchrl.generation.base import Completion, Generator, SamplingParams
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens (ids 3..258); 0 = pad, 1 = bos, 2 = eos. No chat template: prompts are raw text."""
+
+    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+    pad_token, eos_token = "<pad>", "<eos>"
+    chat_template = None
+    padding_side = "left"
+    vocab_size = 259
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [b + 3 for b in text.encode("utf-8")]
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text)}
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        data = bytes(i - 3 for i in ids if i >= 3)
+        text = data.decode("utf-8", errors="replace")
+        if not skip_special_tokens and self.eos_token_id in ids:
+            text += self.eos_token
+        return text
+
+
+class ScriptedGenerator(Generator):
+    """Replies from ``script(context_text) -> reply_text``; honours stop strings and max_new_tokens like a model.
+
+    Every call is recorded in ``self.calls`` (the decoded contexts), and log-probs are deterministic pseudo-random
+    values so tests can check they land on exactly the sampled positions.
+    """
+
+    def __init__(self, tokenizer, script: Callable[[str], str], eos: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.script = script
+        self.eos = eos
+        self.calls: list[list[str]] = []
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        contexts = [self.tokenizer.decode(p, skip_special_tokens=True) for p in prompts]
+        self.calls.append(contexts)
+        out = []
+        for ctx in contexts:
+            reply = self.script(ctx)
+            reason, stop_str = "eos", None
+            cut = [(reply.find(s) + len(s), s) for s in params.stop if s in reply]
+            if cut:
+                end, stop_str = min(cut)
+                reply, reason = reply[:end], "stop"
+            ids = self.tokenizer.encode(reply)
+            if reason == "eos" and self.eos:
+                ids = ids + [self.tokenizer.eos_token_id]
+            if len(ids) > params.max_new_tokens:
+                ids, reason, stop_str = ids[: params.max_new_tokens], "length", None
+            rng = random.Random(hash(ctx) & 0xFFFF)
+            logprobs = [math.log(rng.uniform(0.05, 1.0)) for _ in ids]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            out.append(Completion(ids, logprobs, text, reason, stop_str))
+        return out

@@ -1,0 +1,89 @@
+"""OpenAI-compatible completions backend (vLLM / SGLang / TGI servers, hosted teachers and judges).
+
+Prompts are sent as token ids. With a vLLM server (``return_tokens_as_token_ids``) the sampled ids and log-probs
+come back exactly; with other servers only text comes back, so its ids are re-tokenized: fine for teachers and
+judges, but do not train on such trajectories (``exact_tokens`` is False on their completions' timings).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+
+from searchrl.generation.base import Completion, Generator, SamplingParams
+
+
+class OpenAICompatGenerator(Generator):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        tokenizer,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 120.0,
+        retries: int = 3,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.retries = retries
+        key = os.environ.get(api_key_env, "")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.client = httpx.Client(timeout=timeout_s, headers=headers)
+
+    def _post(self, payload: dict) -> dict:
+        last: Exception | None = None
+        for attempt in range(self.retries):
+            try:
+                r = self.client.post(f"{self.base_url}/completions", json=payload)
+                r.raise_for_status()
+                return r.json()
+            except (httpx.HTTPError, ValueError) as err:
+                last = err
+                time.sleep(0.5 * 2**attempt)
+        raise ConnectionError(
+            f"completions server at {self.base_url} failed after {self.retries} tries ({last}); "
+            "check the URL and that the server is running"
+        )
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        out = []
+        for ids in prompts:
+            t0 = time.perf_counter()
+            payload = {
+                "model": self.model,
+                "prompt": ids,
+                "max_tokens": params.max_new_tokens,
+                "temperature": max(params.temperature, 0.0),
+                "top_p": params.top_p,
+                "stop": list(params.stop) or None,
+                "include_stop_str_in_output": True,
+                "logprobs": 1,
+                "return_tokens_as_token_ids": True,
+            }
+            if params.seed is not None:
+                payload["seed"] = params.seed
+            choice = self._post(payload)["choices"][0]
+            text = choice.get("text", "")
+            stop_str = next((s for s in params.stop if text.endswith(s)), None)
+            if choice.get("finish_reason") == "stop" and params.stop and stop_str is None:
+                # Servers that strip the stop string: put the one that fired back (first stop in the list).
+                stop_str = choice.get("stop_reason") if isinstance(choice.get("stop_reason"), str) else params.stop[0]
+                text += stop_str
+            lp = choice.get("logprobs") or {}
+            tokens = lp.get("tokens") or []
+            exact = bool(tokens) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens)
+            if exact:
+                token_ids = [int(t.split(":", 1)[1]) for t in tokens]
+                logprobs = [float(x) for x in lp.get("token_logprobs", [0.0] * len(token_ids))]
+            else:
+                token_ids = self.tokenizer.encode(text, add_special_tokens=False)
+                logprobs = [0.0] * len(token_ids)
+            reason = {"stop": "stop" if stop_str else "eos", "length": "length"}.get(choice.get("finish_reason"), "eos")
+            out.append(
+                Completion(token_ids, logprobs, text, reason, stop_str,
+                           {"generate_s": time.perf_counter() - t0, "exact_tokens": float(exact)})  # fmt: skip
+            )
+        return out

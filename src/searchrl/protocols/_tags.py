@@ -1,0 +1,335 @@
+"""Shared machinery for the tag-based protocols: action parsing, response scanning, format-check helpers.
+
+Every protocol here marks a search call with an open/close tag pair and receives documents inside a result tag
+pair. Two operations recur:
+
+* ``first_action`` finds the first *complete* action in one generated turn (the earliest closing tag that has an
+  opening tag before it; the content is taken from the *last* opening tag before it, so nested or repeated opening
+  tags yield the innermost text). It is a single linear pass, so huge or adversarial turns stay cheap.
+* ``scan`` splits a whole response into events (tags, text, observations). A result block counts as an inserted
+  observation only when it directly follows (whitespace aside) a search call's closing tag; any other result tag
+  was written by the model itself ("fabricated documents", which R1-Searcher and R1-Searcher++ penalise). The
+  observation body is kept opaque, so tags quoted inside retrieved documents never confuse a checker.
+
+Parsers never raise. Invalid actions carry one of the short reason codes below, which the rollout engine can count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from searchrl.protocols.base import Action, Answer, Invalid, Protocol, Search
+from searchrl.retrieval.base import Hit
+
+# Reason codes carried by ``Invalid``.
+NO_ACTION = "no_action"  # the turn holds neither a complete search call nor a complete final answer
+EMPTY_QUERY = "empty_query"  # a search call with nothing (or only tags) between its tags
+QUERY_TOO_LONG = "query_too_long"  # a query longer than the ``max_query_chars`` option
+BAD_JSON = "bad_json"  # RAG-R1 multi-query: the call looks like JSON but does not parse as a list of strings
+INVALID_REASONS = (NO_ACTION, EMPTY_QUERY, QUERY_TOO_LONG, BAD_JSON)
+
+#: the first sentence of the invalid-action feedback, per reason (first person, as the model's own voice).
+FEEDBACK_LEAD = {
+    NO_ACTION: "My last step was not a valid action: it had neither a complete search call nor a final answer.",
+    EMPTY_QUERY: "My last step was not a valid action: the search call held no query.",
+    QUERY_TOO_LONG: "My last step was not a valid action: the search query was far too long for a search engine.",
+    BAD_JSON: "My last step was not a valid action: the search call was not a plain comma-separated list of queries.",
+}
+
+DEFAULT_MAX_QUERY_CHARS = 500
+
+_WS = re.compile(r"\s+")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+# C0 control characters other than tab / newline / carriage return, and the Unicode replacement character.
+_UNREADABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+# Chat-role markers inside a response mean the model is writing the other side of the dialogue. R1-Searcher's
+# reward code rejects "Assistant:" / "assistant:"; the chat-template tokens are the same failure in other models.
+ROLE_MARKERS = ("Assistant:", "assistant:", "<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|eot_id|>")
+
+
+def hit_contents(hit: Hit) -> str:
+    """``title text`` on one line (the "100-word passages with appended titles" of the papers' corpora)."""
+    return f"{hit.title} {hit.text}" if hit.title else hit.text
+
+
+def collapse_ws(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+# --------------------------------------------------------------------------------------------------- turn parsing
+def _tag_regex(tags: Iterable[str]) -> re.Pattern[str]:
+    # Longest first so that a tag that is a prefix of another (none today) can never shadow it.
+    return re.compile("|".join(re.escape(t) for t in sorted(set(tags), key=len, reverse=True)))
+
+
+@dataclass(frozen=True)
+class Found:
+    kind: str  # a key of the ``pairs`` given to ``first_action``
+    content: str  # raw text between the tags
+    end: int  # index just after the closing tag
+
+
+def first_action(text: str, pairs: dict[str, tuple[str, str]]) -> Found | None:
+    """The earliest-closing complete ``open ... close`` block of any kind in ``pairs``, or None.
+
+    A closing tag with no opening tag of its kind before it is skipped (the scan goes on). The content runs from
+    the last opening tag of the same kind before the closing tag, i.e. the innermost block.
+    """
+    kind_of: dict[str, tuple[str, bool]] = {}
+    for kind, (open_tag, close_tag) in pairs.items():
+        kind_of[open_tag] = (kind, True)
+        kind_of[close_tag] = (kind, False)
+    last_open_end: dict[str, int] = {}
+    for m in _tag_regex(kind_of).finditer(text):
+        kind, is_open = kind_of[m.group(0)]
+        if is_open:
+            last_open_end[kind] = m.end()
+        elif kind in last_open_end:
+            return Found(kind, text[last_open_end[kind] : m.start()], m.end())
+    return None
+
+
+def boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """Every complete ``\\boxed{...}`` as ``(start, end, content)``, braces nested to any depth, in order of end.
+
+    One pass with a stack, so a text full of unclosed ``\\boxed{`` stays linear.
+    """
+    spans: list[tuple[int, int, str]] = []
+    stack: list[tuple[bool, int, int]] = []  # (is_boxed, start of "\boxed{", start of content)
+    for m in re.finditer(r"\\boxed\{|\{|\}", text):
+        token = m.group(0)
+        if token == "}":
+            if stack:
+                is_boxed, start, content_start = stack.pop()
+                if is_boxed:
+                    spans.append((start, m.end(), text[content_start : m.start()]))
+        else:
+            stack.append((token != "{", m.start(), m.end()))
+    return spans
+
+
+# ----------------------------------------------------------------------------------------------- response scanning
+@dataclass(frozen=True)
+class Event:
+    kind: str  # "tag" | "text" | "obs" (an inserted observation; value = its body) | "obs_unclosed"
+    value: str
+
+
+def scan(text: str, tags: Iterable[str], search_close: str, result_open: str, result_close: str) -> list[Event]:
+    """Split a whole response into tag, text and observation events (see the module docstring)."""
+    regex = _tag_regex([*tags, search_close, result_open, result_close])
+    events: list[Event] = []
+    pos = 0
+    while True:
+        m = regex.search(text, pos)
+        if m is None:
+            break
+        if m.start() > pos:
+            events.append(Event("text", text[pos : m.start()]))
+        tag = m.group(0)
+        if tag == result_open and _follows_search(events, search_close):
+            close_at = text.find(result_close, m.end())
+            if close_at < 0:
+                events.append(Event("obs_unclosed", text[m.end() :]))
+                return events
+            events.append(Event("obs", text[m.end() : close_at]))
+            pos = close_at + len(result_close)
+            continue
+        events.append(Event("tag", tag))
+        pos = m.end()
+    if pos < len(text):
+        events.append(Event("text", text[pos:]))
+    return events
+
+
+def _follows_search(events: list[Event], search_close: str) -> bool:
+    for ev in reversed(events):
+        if ev.kind == "text" and not ev.value.strip():
+            continue
+        return ev.kind == "tag" and ev.value == search_close
+    return False
+
+
+def count_tag(events: Sequence[Event], tag: str) -> int:
+    return sum(1 for ev in events if ev.kind == "tag" and ev.value == tag)
+
+
+def model_text(events: Sequence[Event]) -> str:
+    """The response with every inserted observation replaced by a newline: the text the policy wrote."""
+    return "".join("\n" if ev.kind.startswith("obs") else ev.value for ev in events)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    contents: list[str]  # complete blocks, in order; observation bodies inside a block are left out
+    balanced: bool  # every opening tag closed before the next one opens, no stray closing tag
+
+
+def blocks(events: Sequence[Event], open_tag: str, close_tag: str) -> Blocks:
+    contents: list[str] = []
+    balanced = True
+    current: list[str] | None = None
+    for ev in events:
+        if ev.kind == "tag" and ev.value == open_tag:
+            if current is not None:
+                balanced = False  # nested / re-opened: restart at the innermost opening
+            current = []
+        elif ev.kind == "tag" and ev.value == close_tag:
+            if current is None:
+                balanced = False
+            else:
+                contents.append("".join(current))
+                current = None
+        elif current is not None and ev.kind in ("text", "tag"):
+            current.append(ev.value)
+    if current is not None:
+        balanced = False
+    return Blocks(contents, balanced)
+
+
+def unanswered_searches(events: Sequence[Event], search_close: str) -> int:
+    """Search calls whose closing tag is not followed by an inserted observation."""
+    n = 0
+    for i, ev in enumerate(events):
+        if ev.kind == "tag" and ev.value == search_close:
+            nxt = next((e for e in events[i + 1 :] if not (e.kind == "text" and not e.value.strip())), None)
+            if nxt is None or not nxt.kind.startswith("obs"):
+                n += 1
+    return n
+
+
+def garbled_problems(events: Sequence[Event]) -> list[str]:
+    """Operational test for "garbled or unreadable content" in the policy's own text (observations excluded).
+
+    R1-Searcher's reward code (spec 001 §11.3) treats CJK characters and chat-role markers as format errors; we
+    add control characters and U+FFFD (bytes that did not decode). Retrieved documents are never checked.
+    """
+    text = model_text(events)
+    problems = []
+    if _CJK.search(text):
+        problems.append("CJK characters in the policy's text")
+    if _UNREADABLE.search(text):
+        problems.append("control or replacement characters in the policy's text")
+    if any(marker in text for marker in ROLE_MARKERS):
+        problems.append("chat-role marker in the policy's text")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------- the base class
+class TagProtocol(Protocol):
+    """Common parts of the five protocols: options, the parser, query cleaning, inserted-text stripping.
+
+    Subclasses set the tag strings and write the prompt, the observation layout, the feedback wording and the
+    format checker. Options common to all: ``max_query_chars`` (default 500): a longer query (after whitespace
+    is collapsed) makes the action ``Invalid("query_too_long")`` rather than being truncated, because such
+    queries are nearly always reasoning leaking into the search call, and the feedback tells the model so.
+    """
+
+    search_tags: ClassVar[tuple[str, str]]
+    result_tags: ClassVar[tuple[str, str]]
+    #: None when the final answer is not a tag pair (R1-Searcher++ uses ``\\boxed{}``).
+    answer_tags: ClassVar[tuple[str, str] | None] = ("<answer>", "</answer>")
+    #: the protocol's other tags (think, evidence, internal steps): removed from queries, seen by ``scan``.
+    other_tags: ClassVar[tuple[str, ...]] = ()
+    option_defaults: ClassVar[dict[str, Any]] = {"max_query_chars": DEFAULT_MAX_QUERY_CHARS}
+
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self.option_defaults))
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {', '.join(unknown)} for protocol {self.name!r}; "
+                f"valid options: {', '.join(sorted(self.option_defaults))}"
+            )
+        merged = {**self.option_defaults, **options}
+        for key, default in self.option_defaults.items():
+            value = merged[key]
+            if isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise ValueError(f"protocol option {key} must be true or false, got {value!r}")
+            elif isinstance(default, int) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"protocol option {key} must be a positive integer, got {value!r}")
+        super().__init__(**merged)
+        self.max_query_chars: int = merged["max_query_chars"]
+
+    # -------------------------------------------------------------------------------------------- tag lists
+    @property
+    def all_tags(self) -> tuple[str, ...]:
+        answer = self.answer_tags or ()
+        return (*self.search_tags, *self.result_tags, *answer, *self.other_tags)
+
+    def _action_pairs(self) -> dict[str, tuple[str, str]]:
+        pairs = {"search": self.search_tags}
+        if self.answer_tags is not None:
+            pairs["answer"] = self.answer_tags
+        return pairs
+
+    # ---------------------------------------------------------------------------------------------- parsing
+    def parse(self, turn_text: str) -> Action:
+        """The first complete action of the turn (earliest closing tag); ``Invalid`` when there is none."""
+        found = first_action(turn_text, self._action_pairs())
+        if found is None:
+            return Invalid(NO_ACTION)
+        if found.kind == "answer":
+            return Answer(found.content.strip())
+        return self._search_from(found.content)
+
+    def _clean_query(self, raw: str) -> str:
+        """Protocol tags removed (they are never part of a query), whitespace collapsed."""
+        for tag in self.all_tags:
+            raw = raw.replace(tag, " ")
+        return collapse_ws(raw)
+
+    def _split_queries(self, content: str) -> list[str] | Invalid:
+        """The queries of one search call; single-query protocols keep the whole content as one query."""
+        return [content]
+
+    def _search_from(self, content: str) -> Search | Invalid:
+        split = self._split_queries(content)
+        if isinstance(split, Invalid):
+            return split
+        queries = [q for q in (self._clean_query(raw) for raw in split) if q]
+        if not queries:
+            return Invalid(EMPTY_QUERY)
+        if any(len(q) > self.max_query_chars for q in queries):
+            return Invalid(QUERY_TOO_LONG)
+        # More queries than allowed: keep the first ``max_queries`` (documented on RAG-R1's protocol).
+        return Search(tuple(queries[: self.max_queries]))
+
+    # ------------------------------------------------------------------------------------ inserted texts
+    def _feedback_how(self) -> str:
+        """The second part of the invalid-action feedback: how to search and how to answer."""
+        raise NotImplementedError
+
+    def invalid_feedback(self, action: Invalid) -> str:
+        lead = FEEDBACK_LEAD.get(action.reason, FEEDBACK_LEAD[NO_ACTION])
+        return f"\n{lead} {self._feedback_how()} Let me try again.\n"
+
+    def _inserted_texts(self) -> list[str]:
+        texts = {self.invalid_feedback(Invalid(reason)) for reason in INVALID_REASONS}
+        force = self.force_answer_text()
+        if force:
+            texts.add(force)
+        return sorted(texts, key=len, reverse=True)
+
+    def strip_inserted(self, response: str) -> str:
+        """The response without the feedback / forced-answer texts this protocol inserts (they quote tags)."""
+        for text in self._inserted_texts():
+            response = response.replace(text, "\n")
+        return response
+
+    def scan_response(self, response: str) -> list[Event]:
+        return scan(self.strip_inserted(response), self.all_tags, self.search_tags[1], *self.result_tags)
+
+    # ----------------------------------------------------------------------------------------- rendering
+    def _check_hits(self, queries: list[str], hits: list[list[Hit]]) -> None:
+        if len(queries) != len(hits):
+            raise ValueError(f"render_observation got {len(queries)} queries but {len(hits)} hit lists")
+        if not 1 <= len(queries) <= self.max_queries:
+            raise ValueError(f"{self.name} renders 1..{self.max_queries} queries per search call, got {len(queries)}")

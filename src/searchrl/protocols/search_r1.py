@@ -1,0 +1,155 @@
+"""Search-R1 (Jin et al. 2025, arXiv 2503.09516; spec 003): think / search / information / answer.
+
+The model reasons inside ``<think></think>``, calls the search engine with ``<search> query </search>``, receives
+the top documents inside ``<information></information>`` and ends with ``<answer> ... </answer>`` (spec 003 §2.1).
+
+Layouts follow the authors' code (spec 003 §2.4-2.5 [R]):
+
+* observation: ``"\\n\\n<information>" + docs.strip() + "</information>\\n\\n"`` with one
+  ``"Doc {i}(Title: {title}) {text}\\n"`` per document;
+* the prompt is one user message (no system prompt), the same text for base and instruct models;
+* parse: the first complete ``<search>``/``<answer>`` block of the turn, content stripped.
+
+Deviations: the prompt is our own wording (same tags, rules and example answer); queries have their whitespace
+collapsed and protocol tags removed; a query over ``max_query_chars`` is invalid. The paper uses no format reward
+(§4), so ``check_format`` is a structural check, taken from the state machine the authors later added to their
+repository (``qa_em_format.is_valid_sequence``; not part of the paper): see ``SearchR1Protocol.check_format``.
+"""
+
+from __future__ import annotations
+
+from searchrl.protocols._tags import (
+    TagProtocol,
+    blocks,
+    count_tag,
+    unanswered_searches,
+)
+from searchrl.protocols.base import FormatReport
+from searchrl.retrieval.base import Hit
+
+THINK = ("<think>", "</think>")
+SEARCH = ("<search>", "</search>")
+INFORMATION = ("<information>", "</information>")
+ANSWER = ("<answer>", "</answer>")
+
+INSTRUCTION = (
+    "Answer the question below. Every time you receive new information, first reason about it inside <think> and "
+    "</think>. If that reasoning shows you are missing some knowledge, you can query a search engine by writing "
+    "<search> query </search>, and the top results will come back between <information> and </information>. You "
+    "may search as often as you need. When no more outside knowledge is needed, give the answer directly inside "
+    "<answer> and </answer>, without a detailed explanation, e.g. <answer> Beijing </answer>. "
+    "Question: {question}\n"
+)
+
+
+class SearchR1Protocol(TagProtocol):
+    name = "search_r1"
+    stop_strings = ("</search>",)
+    answer_stop_strings = ("</answer>",)
+    search_tags = SEARCH
+    result_tags = INFORMATION
+    answer_tags = ANSWER
+    other_tags = THINK
+
+    def instruction(self, question: str) -> str:
+        return INSTRUCTION.format(question=question.strip())
+
+    def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
+        return f"<search> {queries[0]} </search>"
+
+    def format_answer(self, answer: str) -> str:
+        return f"<answer> {answer} </answer>"
+
+    def _docs(self, hits: list[Hit]) -> str:
+        return "".join(f"Doc {i}(Title: {h.title}) {h.text}\n" for i, h in enumerate(hits, start=1))
+
+    def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
+        self._check_hits(queries, hits)
+        return f"\n\n<information>{self._docs(hits[0]).strip()}</information>\n\n"
+
+    def _feedback_how(self) -> str:
+        return (
+            "To search, I should write the query between <search> and </search>; to give the final answer, I "
+            "should write it between <answer> and </answer>."
+        )
+
+    def force_answer_text(self) -> str:
+        return (
+            "\nI have used up my searches, so after a last bit of reasoning I will give the final answer between "
+            "<answer> and </answer>.\n"
+        )
+
+    # ------------------------------------------------------------------------------------------- format
+    def _sequence_problem(self, events) -> str | None:
+        """Walk the events through the think -> (search -> information -> think)* -> answer state machine.
+
+        Rules (authors' later ``is_valid_sequence``): the response starts with ``<think>``; a think block is
+        followed by a search call or the answer; a search call is followed by its inserted information; after
+        information comes a new think block; only whitespace between blocks; nothing after ``</answer>``.
+        Returns the first violation, or None.
+        """
+        t_open, t_close = THINK
+        s_open, s_close = self.search_tags
+        a_open, a_close = ANSWER
+        moves = {
+            ("start", t_open): "in_think",
+            ("information", t_open): "in_think",
+            ("in_think", t_close): "after_think",
+            ("after_think", s_open): "in_search",
+            ("in_search", s_close): "after_search",
+            ("after_think", a_open): "in_answer",
+            ("in_answer", a_close): "end",
+        }
+        state = "start"
+        for ev in events:
+            if ev.kind == "obs":
+                if state != "after_search":
+                    return f"inserted documents in state {state}"
+                state = "information"
+            elif ev.kind == "obs_unclosed":
+                return f"unclosed {self.result_tags[0]} block"
+            elif ev.kind == "tag":
+                nxt = moves.get((state, ev.value))
+                if nxt is None:
+                    return f"unexpected {ev.value} in state {state}"
+                state = nxt
+            elif ev.value.strip() and state not in ("in_think", "in_search", "in_answer"):
+                return f"text outside any tag in state {state}"
+        if state != "end":
+            return f"response does not end with a complete {a_open} block (state {state})"
+        return None
+
+    def _extra(self, events) -> tuple[dict, list[str]]:
+        """Protocol-specific counts and problems added to the report (none for Search-R1)."""
+        return {}, []
+
+    def check_format(self, response: str) -> FormatReport:
+        """Structural check (Search-R1 has no format reward, spec 003 §4); ``ok`` iff ``_sequence_problem`` is None.
+
+        ``answer`` = content of the last complete ``<answer>`` block written by the policy (stripped), as in the
+        authors' EM scorer (spec 003 §4 [R]); ``n_searches`` = search calls answered by inserted documents.
+        ``extra``: ``n_think`` (complete think blocks), ``n_unanswered_searches``, ``n_fabricated_information``
+        (``<information>`` tags the policy wrote itself).
+        """
+        events = self.scan_response(response)
+        answers = blocks(events, *ANSWER).contents
+        answer = answers[-1].strip() if answers else None
+        problems = []
+        seq = self._sequence_problem(events)
+        if seq:
+            problems.append(seq)
+        extra, more = self._extra(events)
+        problems.extend(more)
+        extra.update(
+            n_think=len(blocks(events, *THINK).contents),
+            n_unanswered_searches=unanswered_searches(events, self.search_tags[1]),
+            n_fabricated_information=count_tag(events, self.result_tags[0]),
+        )
+        return FormatReport(
+            ok=not problems,
+            has_answer=answer is not None,
+            answer=answer,
+            n_searches=sum(1 for ev in events if ev.kind.startswith("obs")),
+            problems=tuple(problems),
+            extra=extra,
+        )

@@ -1,0 +1,254 @@
+"""Dense retrieval: a sentence-transformers encoder and a faiss inner-product index.
+
+Encoders are addressed like every model in SearchRL (an alias such as ``minilm-l6-v2``, a local directory or an HF
+id, resolved by ``searchrl.models``). Pooling comes from the model's own sentence-transformers config (mean for
+E5 and MiniLM, CLS for BGE). What the config does not carry is the query/passage text convention, which we infer
+from the name, as Search-R1's and FlashRAG's retrieval servers do:
+
+- E5 (``intfloat/e5-*``): ``"query: "`` before queries, ``"passage: "`` before passages;
+- BGE English v1.5 (``BAAI/bge-*-en*``): the instruction ``"Represent this sentence for searching relevant
+  passages: "`` before queries only;
+- anything else (MiniLM, MPNet, ...): no prefix.
+
+Embeddings are L2-normalised (so inner product = cosine), except for DPR-style encoders trained for raw inner
+product. All of it can be overridden at build time and is recorded in the index manifest, so queries are always
+encoded the way the passages were.
+
+Index types: exact inner product (``flat``, the default, what Search-R1 ships), ``ivf`` (inverted lists) and
+``hnsw`` (graph). Index files are opened memory-mapped, so a large index starts without reading its vectors.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from searchrl.data.corpus import PassageStore
+from searchrl.retrieval.local import LocalRetriever, Ranking
+
+FAISS_KINDS = ("flat", "ivf", "hnsw")
+BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+
+
+@dataclass(frozen=True)
+class EncoderProfile:
+    """How texts are prepared and embeddings post-processed for one encoder."""
+
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    normalize: bool = True
+
+
+def encoder_profile(name: str) -> EncoderProfile:
+    """Infer the query/passage convention from an encoder's name (alias, path or HF id).
+
+    >>> encoder_profile("intfloat/e5-base-v2").query_prefix
+    'query: '
+    >>> encoder_profile("BAAI/bge-large-en-v1.5").passage_prefix
+    ''
+    >>> encoder_profile("minilm-l6-v2")
+    EncoderProfile(query_prefix='', passage_prefix='', normalize=True)
+    """
+    base = name.rstrip("/").lower()
+    # Match whole name parts, so a directory that merely contains "e5" in a hash is not mistaken for E5.
+    parts = set(re.split(r"[/_\-.]", base))
+    if "e5" in parts:
+        return EncoderProfile("query: ", "passage: ", True)
+    if "bge" in parts and "m3" not in parts:  # BGE-M3 was trained without the instruction
+        return EncoderProfile(BGE_QUERY_INSTRUCTION, "", True)
+    if "dpr" in parts:
+        return EncoderProfile("", "", False)
+    return EncoderProfile("", "", True)
+
+
+@dataclass(frozen=True)
+class DenseOptions:
+    """Everything needed to encode queries like the passages were encoded; stored in the manifest."""
+
+    encoder: str = "minilm-l6-v2"
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    normalize: bool = True
+    faiss: str = "flat"
+    #: IVF: number of inverted lists (None = about 4 * sqrt(N)) and lists probed per query.
+    nlist: int | None = None
+    nprobe: int = 16
+    #: HNSW: neighbours per node and search breadth.
+    hnsw_m: int = 32
+    ef_search: int = 128
+    #: passages longer than this many encoder tokens are truncated (None = the model's own limit).
+    max_length: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.faiss not in FAISS_KINDS:
+            raise ValueError(f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)}")
+
+    @classmethod
+    def for_encoder(cls, encoder: str, **overrides: Any) -> DenseOptions:
+        """Options with the encoder's inferred profile; explicit ``overrides`` (non-None) win."""
+        profile = encoder_profile(encoder)
+        fields = {"query_prefix": profile.query_prefix, "passage_prefix": profile.passage_prefix}
+        fields["normalize"] = profile.normalize
+        fields.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(encoder=encoder, **fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Encoder:
+    """A sentence-transformers model plus its text convention. ``encode`` is one batched forward pass per call."""
+
+    def __init__(self, options: DenseOptions, device: str | None = None) -> None:
+        from searchrl.models import load_embedder
+
+        self.options = options
+        self.model = load_embedder(options.encoder, device=device)
+        if options.max_length is not None:
+            self.model.max_seq_length = options.max_length
+        self.dimension = int(self.model.get_sentence_embedding_dimension())
+        # One forward pass at a time: concurrent callers would only fight over the same CPU cores.
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str], *, is_query: bool, batch_size: int = 64) -> np.ndarray:
+        """Texts -> (N, D) float32, prefixed and (optionally) L2-normalised."""
+        prefix = self.options.query_prefix if is_query else self.options.passage_prefix
+        with self._lock:
+            emb = self.model.encode(
+                [prefix + t for t in texts],
+                batch_size=batch_size,
+                normalize_embeddings=self.options.normalize,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(emb, dtype=np.float32)  # (N, D)
+
+
+def make_faiss_index(vectors: np.ndarray, options: DenseOptions) -> Any:
+    """An inner-product faiss index holding ``vectors`` (N, D) float32."""
+    import faiss
+
+    n, d = vectors.shape
+    if options.faiss == "flat":
+        index = faiss.IndexFlatIP(d)
+    elif options.faiss == "hnsw":
+        index = faiss.IndexHNSWFlat(d, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    else:
+        nlist = options.nlist or max(1, min(int(4 * np.sqrt(n)), n // 39 or 1))  # faiss wants >= 39 points/list
+        quantizer = faiss.IndexFlatIP(d)
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        rng = np.random.default_rng(0)
+        sample = vectors if n <= 256 * nlist else vectors[np.sort(rng.choice(n, 256 * nlist, replace=False))]
+        index.train(np.ascontiguousarray(sample))
+    index.add(vectors)
+    return index
+
+
+def build_dense(
+    texts: Iterable[str],
+    n: int,
+    directory: str | Path,
+    options: DenseOptions,
+    *,
+    batch_size: int = 64,
+    encoder: Encoder | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[str, int]:
+    """Encode ``n`` passage texts (store order) and write ``index.faiss`` in ``directory``. Returns counts."""
+    enc = encoder or Encoder(options)
+    vectors = np.empty((n, enc.dimension), dtype=np.float32)  # (N, D)
+    row = 0
+    chunk: list[str] = []
+    # Encode in chunks of a few batches so progress moves and memory stays bounded by the output array.
+    for text in texts:
+        chunk.append(text)
+        if len(chunk) == batch_size * 8:
+            vectors[row : row + len(chunk)] = enc.encode(chunk, is_query=False, batch_size=batch_size)
+            row += len(chunk)
+            if on_progress is not None:
+                on_progress(len(chunk))
+            chunk = []
+    if chunk:
+        vectors[row : row + len(chunk)] = enc.encode(chunk, is_query=False, batch_size=batch_size)
+        row += len(chunk)
+        if on_progress is not None:
+            on_progress(len(chunk))
+    if row != n:
+        raise RuntimeError(f"expected {n} passages to encode, got {row}")
+    write_vectors(vectors, directory, options)
+    return {"passages": n, "dimension": enc.dimension}
+
+
+def write_vectors(vectors: np.ndarray, directory: str | Path, options: DenseOptions) -> Path:
+    """Write (N, D) float32 ``vectors`` as ``directory/index.faiss`` (also for precomputed vectors)."""
+    import faiss
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    index = make_faiss_index(np.ascontiguousarray(vectors, dtype=np.float32), options)
+    path = directory / "index.faiss"
+    faiss.write_index(index, str(path))
+    return path
+
+
+def read_faiss_index(path: str | Path, options: DenseOptions) -> Any:
+    """Open an index file memory-mapped: flat codes (flat, HNSW storage) or inverted lists (IVF) stay on disk."""
+    import faiss
+
+    flag = faiss.IO_FLAG_MMAP if options.faiss == "ivf" else faiss.IO_FLAG_MMAP_IFC
+    index = faiss.read_index(str(path), flag | faiss.IO_FLAG_READ_ONLY)
+    if options.faiss == "ivf":
+        index.nprobe = options.nprobe
+    elif options.faiss == "hnsw":
+        index.hnsw.efSearch = options.ef_search
+    return index
+
+
+class DenseRetriever(LocalRetriever):
+    """Nearest passages by inner product between the query embedding and the passage embeddings."""
+
+    def __init__(
+        self,
+        index: Any,
+        store: PassageStore,
+        encoder: Encoder,
+        manifest: dict | None = None,
+        *,
+        batch_size: int = 64,
+    ) -> None:
+        if index.ntotal != len(store):
+            raise ValueError(
+                f"faiss index has {index.ntotal} vectors but the passage store has {len(store)}; rebuild the index"
+            )
+        if index.d != encoder.dimension:
+            raise ValueError(
+                f"index vectors are {index.d}-d but encoder '{encoder.options.encoder}' gives {encoder.dimension}-d; "
+                "load the index with the encoder it was built with"
+            )
+        self.index = index
+        self.store = store
+        self.encoder = encoder
+        self.manifest = manifest or {}
+        self.batch_size = batch_size
+
+    @classmethod
+    def load(
+        cls, directory: str | Path, store: PassageStore, options: DenseOptions, manifest: dict | None = None
+    ) -> DenseRetriever:
+        index = read_faiss_index(Path(directory) / "index.faiss", options)
+        return cls(index, store, Encoder(options), manifest)
+
+    def rank(self, queries: list[str], depth: int) -> list[Ranking]:
+        q = self.encoder.encode(queries, is_query=True, batch_size=self.batch_size)  # (Q, D)
+        depth = min(depth, self.index.ntotal)
+        scores, rows = self.index.search(q, depth)  # (Q, depth) each; row -1 = fewer results (IVF/HNSW)
+        return [
+            [(int(r), float(s)) for r, s in zip(rows_q, scores_q, strict=True) if r >= 0]
+            for rows_q, scores_q in zip(rows, scores, strict=True)
+        ]

@@ -1,0 +1,247 @@
+"""Index directories: build them from a corpus file, and load them back as a ``Retriever``.
+
+An index directory describes itself::
+
+    manifest.json      kind, corpus path + fingerprint, encoder, dimension, counts, options, creation time, version
+    passages/          PassageStore (passages.jsonl + offsets.npy), read lazily through a memory map
+    bm25/              bm25s arrays (.npy, loaded with mmap)          -- kind bm25 or hybrid
+    dense/index.faiss  faiss inner-product index (opened memory-mapped) -- kind dense or hybrid
+
+The manifest is written last and the directory is built under a temporary name then renamed, so a directory with a
+manifest is always complete. Loading against a corpus file checks its fingerprint, so an index is never silently
+served next to a corpus it was not built from.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from searchrl import __version__
+from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages
+from searchrl.retrieval.local import LocalRetriever
+from searchrl.utils import atomic_write_text, console, progress
+
+FORMAT = "searchrl-index"
+FORMAT_VERSION = 1
+KINDS = ("bm25", "dense", "hybrid")
+IndexKind = Literal["bm25", "dense", "hybrid"]
+
+
+class IndexMismatchError(ValueError):
+    """The index was built from a different corpus (or by an incompatible version); the message names the fix."""
+
+
+def _rebuild_hint(corpus: str | Path, kind: str, out: str | Path) -> str:
+    return f"searchrl index build --corpus {corpus} --kind {kind} --out {out}"
+
+
+def _passage_texts(store: PassageStore) -> Iterator[str]:
+    """What gets indexed: title and text, as in Search-R1's ``contents`` field."""
+    for p in store:
+        yield p.contents
+
+
+def build_index(
+    corpus: str | Path,
+    kind: IndexKind,
+    out: str | Path,
+    *,
+    encoder: str = "minilm-l6-v2",
+    batch_size: int = 64,
+    stemmer: str | None = "english",
+    stopwords: str | None = "en",
+    k1: float = 0.9,
+    b: float = 0.4,
+    faiss: Literal["flat", "ivf", "hnsw"] = "flat",
+    nlist: int | None = None,
+    nprobe: int = 16,
+    hnsw_m: int = 32,
+    ef_search: int = 128,
+    query_prefix: str | None = None,
+    passage_prefix: str | None = None,
+    normalize: bool | None = None,
+    max_length: int | None = None,
+    vectors: Any = None,
+    overwrite: bool = False,
+) -> Path:
+    """Build a ``kind`` index of ``corpus`` in the directory ``out`` and return ``out``.
+
+    BM25 options: ``stemmer`` (PyStemmer language or None), ``stopwords`` (bm25s list name or None), ``k1``, ``b``.
+    Dense options: ``encoder`` (alias, directory or HF id), ``batch_size``, ``faiss`` index type and its parameters;
+    ``query_prefix`` / ``passage_prefix`` / ``normalize`` override what is inferred from the encoder's name.
+    ``vectors``: precomputed passage embeddings (N, D) in corpus order, used instead of encoding; the manifest
+    records ``"precomputed_vectors": true`` (benchmarks use this for synthetic indexes).
+    """
+    from searchrl.retrieval.bm25 import BM25Options, build_bm25
+    from searchrl.retrieval.dense import DenseOptions
+
+    if kind not in KINDS:
+        raise ValueError(f"unknown index kind '{kind}'; use one of {', '.join(KINDS)}")
+    corpus, out = Path(corpus).resolve(), Path(out)
+    if not corpus.is_file():
+        raise FileNotFoundError(f"corpus not found: {corpus} (give a .jsonl or .parquet passage file)")
+    if (out / "manifest.json").exists() and not overwrite:
+        raise ValueError(f"{out} already holds an index; pass --force (overwrite=True) or choose another --out")
+    if out.exists() and not (out / "manifest.json").exists() and any(out.iterdir()):
+        raise ValueError(f"{out} exists and is not an index directory; choose an empty or new --out")
+    # Validate options before the (possibly long) corpus pass.
+    bm25_opts = BM25Options(k1=k1, b=b, stemmer=stemmer, stopwords=stopwords) if kind != "dense" else None
+    dense_opts = None
+    if kind != "bm25":
+        dense_opts = DenseOptions.for_encoder(
+            encoder, query_prefix=query_prefix, passage_prefix=passage_prefix, normalize=normalize,
+            faiss=faiss, nlist=nlist, nprobe=nprobe, hnsw_m=hnsw_m, ef_search=ef_search, max_length=max_length,
+        )  # fmt: skip
+
+    staging = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    t0 = time.time()
+    counts: dict[str, int] = {}
+    with progress() as bar:
+        task = bar.add_task("reading passages", total=None)
+
+        def counted(it: Iterator[Any]) -> Iterator[Any]:
+            for i, item in enumerate(it, 1):
+                if i % 5000 == 0:
+                    bar.update(task, completed=i)
+                yield item
+
+        store = PassageStore.build(counted(iter_passages(corpus)), staging / "passages")
+        n = len(store)
+        bar.update(task, completed=n, total=n)
+        if n == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ValueError(f"{corpus} holds no passages; check the file's format (see `searchrl data --help`)")
+        counts["passages"] = n
+        if bm25_opts is not None:
+            task = bar.add_task("bm25: tokenising", total=n)
+            stats = build_bm25(
+                _passage_texts(store), staging / "bm25", bm25_opts, on_progress=lambda k: bar.advance(task, k)
+            )
+            counts["vocab"] = stats["vocab"]
+        dimension = None
+        if dense_opts is not None:
+            dimension = _build_dense_part(store, staging / "dense", dense_opts, batch_size, vectors, bar)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "corpus": {"path": str(corpus), "fingerprint": file_fingerprint(corpus), "bytes": corpus.stat().st_size},
+        "counts": counts,
+        "encoder": dense_opts.encoder if dense_opts else None,
+        "dimension": dimension,
+        "precomputed_vectors": vectors is not None and dense_opts is not None,
+        "options": {
+            "bm25": bm25_opts.to_dict() if bm25_opts else None,
+            "dense": dense_opts.to_dict() if dense_opts else None,
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": round(time.time() - t0, 2),
+        "searchrl_version": __version__,
+    }
+    store.close()
+    atomic_write_text(staging / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging.rename(out)
+    return out
+
+
+def _build_dense_part(store: PassageStore, directory: Path, options: Any, batch_size: int, vectors: Any, bar) -> int:
+    import numpy as np
+
+    from searchrl.retrieval.dense import build_dense, write_vectors
+
+    n = len(store)
+    if vectors is not None:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != n:
+            raise ValueError(f"vectors must be (N={n}, D); got shape {vectors.shape}")
+        write_vectors(vectors, directory, options)
+        return int(vectors.shape[1])
+    task = bar.add_task(f"dense: encoding ({options.encoder})", total=n)
+    stats = build_dense(
+        _passage_texts(store), n, directory, options, batch_size=batch_size, on_progress=lambda k: bar.advance(task, k)
+    )
+    return stats["dimension"]
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """The manifest of an index directory; one-line errors when the directory is not a usable index."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"index directory not found: {directory}; build one with "
+            f"`{_rebuild_hint('CORPUS.jsonl', 'bm25', directory)}`"
+        )
+    path = directory / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{directory} has no manifest.json: not a SearchRL index, or its build did not finish; rebuild it with "
+            f"`{_rebuild_hint('CORPUS.jsonl', 'bm25', directory)}`"
+        )
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise ValueError(f"{path} is not valid JSON; rebuild the index") from None
+    if manifest.get("format") != FORMAT or manifest.get("kind") not in KINDS:
+        raise ValueError(f"{path} is not a SearchRL index manifest; rebuild the index")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise IndexMismatchError(
+            f"{directory} uses index format {manifest.get('format_version')}, this SearchRL reads {FORMAT_VERSION}; "
+            f"rebuild it with `{_rebuild_hint(manifest['corpus']['path'], manifest['kind'], directory)}`"
+        )
+    return manifest
+
+
+def check_corpus(manifest: dict[str, Any], corpus: str | Path, directory: str | Path) -> None:
+    """Refuse an index built from a different corpus than ``corpus`` (compared by fingerprint, not by path)."""
+    corpus = Path(corpus)
+    if not corpus.is_file():
+        raise FileNotFoundError(f"corpus not found: {corpus}")
+    built = manifest["corpus"]
+    actual = file_fingerprint(corpus)
+    if actual != built["fingerprint"]:
+        raise IndexMismatchError(
+            f"index {directory} was built from {built['path']} (fingerprint {built['fingerprint']}), but corpus "
+            f"{corpus} has fingerprint {actual}; rebuild with `{_rebuild_hint(corpus, manifest['kind'], directory)}`"
+        )
+
+
+def load_index(directory: str | Path, corpus: str | Path | None = None) -> LocalRetriever:
+    """Open an index directory as a retriever (fast: arrays and vectors are memory-mapped, text is read lazily).
+
+    When ``corpus`` is given, the index must have been built from a file with the same fingerprint.
+    """
+    from searchrl.retrieval.bm25 import BM25Options, BM25Retriever
+
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    if corpus is not None:
+        check_corpus(manifest, corpus, directory)
+    kind = manifest["kind"]
+    if manifest.get("precomputed_vectors"):
+        console.log(f"note: {directory} holds precomputed passage vectors (not produced by {manifest['encoder']})")
+    store = PassageStore(directory / "passages")
+    sparse = dense = None
+    if kind in ("bm25", "hybrid"):
+        sparse = BM25Retriever.load(directory / "bm25", store, BM25Options(**manifest["options"]["bm25"]), manifest)
+    if kind in ("dense", "hybrid"):
+        from searchrl.retrieval.dense import DenseOptions, DenseRetriever
+
+        options = DenseOptions(**manifest["options"]["dense"])
+        dense = DenseRetriever.load(directory / "dense", store, options, manifest)
+    if kind == "bm25":
+        return sparse  # type: ignore[return-value]
+    if kind == "dense":
+        return dense  # type: ignore[return-value]
+    from searchrl.retrieval.hybrid import HybridRetriever
+
+    return HybridRetriever(sparse, dense, manifest=manifest)  # type: ignore[arg-type]

@@ -1,0 +1,300 @@
+"""The retrieval service: a FastAPI app that speaks Search-R1's ``/retrieve`` protocol over any ``Retriever``.
+
+Protocol (Search-R1's ``search_r1/search/retrieval_server.py``, unchanged so its clients work as they are)::
+
+    POST /retrieve  {"queries": ["..."], "topk": 3, "return_scores": true}
+    ->  {"result": [[{"document": {"id": "...", "contents": "Title\\ntext"}, "score": 12.3}, ...], ...]}
+
+With ``"return_scores": false`` (the default, as in Search-R1) each inner list holds the documents themselves.
+``topk`` may be omitted (server default, 3). Beyond Search-R1: unknown fields, empty queries and out-of-range
+``topk`` are rejected with a 4xx and a one-line ``detail`` message instead of a 500; ``GET /health``; ``GET /stats``.
+
+Concurrency: requests that arrive together are merged by a ``MicroBatcher`` into one ``search`` call (one encoder
+forward pass for a dense index), which runs in a worker thread so the event loop keeps answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from searchrl import __version__
+from searchrl.retrieval.base import Hit, Retriever
+
+SearchFn = Callable[[list[str], int], list[list[Hit]]]
+
+
+# ------------------------------------------------------------------------------------------------- micro-batching
+@dataclass
+class _Job:
+    queries: list[str]
+    k: int
+    future: asyncio.Future = field(repr=False)
+
+
+class MicroBatcher:
+    """Merge concurrent ``search`` requests into one call of the underlying (blocking) search function.
+
+    The worker takes the first waiting request, then keeps collecting until ``max_batch_queries`` queries are queued
+    or ``max_wait_ms`` has passed, runs one ``search_fn(all_queries, max_k)`` in a thread, and hands every request
+    its own slice (truncated to its own k: results are best-first, so a top-k is the prefix of a top-K). One batch
+    runs at a time; requests arriving meanwhile form the next batch, so batches grow with load.
+    """
+
+    def __init__(self, search_fn: SearchFn, *, max_batch_queries: int = 256, max_wait_ms: float = 2.0) -> None:
+        self.search_fn = search_fn
+        self.max_batch_queries = max_batch_queries
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.batches = 0
+        self.batched_requests = 0
+        self.batched_queries = 0
+        self._queue: asyncio.Queue[_Job] | None = None
+        self._worker: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _ensure_worker(self) -> asyncio.Queue[_Job]:
+        loop = asyncio.get_running_loop()
+        # (Re)start lazily on the running loop: servers and test clients may each bring their own loop.
+        if self._worker is None or self._worker.done() or self._loop is not loop:
+            self._loop = loop
+            self._queue = asyncio.Queue()
+            self._worker = loop.create_task(self._run(self._queue))
+        assert self._queue is not None
+        return self._queue
+
+    async def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        queue = self._ensure_worker()
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        queue.put_nowait(_Job(list(queries), k, future))
+        return await future
+
+    async def _collect(self, queue: asyncio.Queue[_Job]) -> list[_Job]:
+        jobs = [await queue.get()]
+        n = len(jobs[0].queries)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_s
+        while n < self.max_batch_queries:
+            try:
+                job = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    job = await asyncio.wait_for(queue.get(), remaining)
+                except TimeoutError:
+                    break
+            jobs.append(job)
+            n += len(job.queries)
+        return jobs
+
+    async def _run(self, queue: asyncio.Queue[_Job]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = [j for j in await self._collect(queue) if not j.future.done()]  # done = client went away
+            if not jobs:
+                continue
+            queries = [q for j in jobs for q in j.queries]
+            k = max(j.k for j in jobs)
+            self.batches += 1
+            self.batched_requests += len(jobs)
+            self.batched_queries += len(queries)
+            try:
+                results = await loop.run_in_executor(None, self.search_fn, queries, k)
+                if len(results) != len(queries):
+                    raise RuntimeError(f"retriever returned {len(results)} result lists for {len(queries)} queries")
+            except Exception as err:  # noqa: BLE001 - the error belongs to the requests, not to the worker
+                for j in jobs:
+                    if not j.future.done():
+                        j.future.set_exception(err)
+                continue
+            start = 0
+            for j in jobs:
+                part = [hits[: j.k] for hits in results[start : start + len(j.queries)]]
+                start += len(j.queries)
+                if not j.future.done():
+                    j.future.set_result(part)
+
+    async def aclose(self) -> None:
+        if self._worker is not None and not self._worker.done():
+            self._worker.cancel()
+            try:
+                await self._worker
+            except (asyncio.CancelledError, RuntimeError):
+                pass
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "mean_requests_per_batch": round(self.batched_requests / self.batches, 3) if self.batches else 0.0,
+            "mean_queries_per_batch": round(self.batched_queries / self.batches, 3) if self.batches else 0.0,
+        }
+
+
+# ------------------------------------------------------------------------------------------------------- stats
+class ServiceStats:
+    """Request counters and latency percentiles over the most recent ``window`` answered requests."""
+
+    def __init__(self, window: int = 10_000) -> None:
+        self.started = time.time()
+        self.requests = 0
+        self.queries = 0
+        self.rejected = 0
+        self.errors = 0
+        self._latency_ms: deque[float] = deque(maxlen=window)
+
+    def record(self, n_queries: int, seconds: float) -> None:
+        self.requests += 1
+        self.queries += n_queries
+        self._latency_ms.append(seconds * 1000.0)
+
+    def snapshot(self) -> dict[str, Any]:
+        lat = np.fromiter(self._latency_ms, dtype=np.float64)
+        pct = {f"p{p}": round(float(np.percentile(lat, p)), 3) if len(lat) else None for p in (50, 95, 99)}
+        return {
+            "requests": self.requests,
+            "queries": self.queries,
+            "rejected": self.rejected,
+            "errors": self.errors,
+            "uptime_s": round(time.time() - self.started, 1),
+            "latency_ms": pct | {"window": len(lat)},
+        }
+
+
+# --------------------------------------------------------------------------------------------------------- app
+class RetrieveRequest(BaseModel):
+    """Search-R1's request body. Unknown fields are rejected, so a misspelt ``top_k`` cannot silently default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queries: list[str]
+    topk: int | None = None
+    return_scores: bool = False
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def _one_line(err: RequestValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+        if e.get("type") == "json_invalid":
+            parts.append('request body is not valid JSON; send {"queries": [...], "topk": 3}')
+        elif e.get("type") == "extra_forbidden":
+            parts.append(f"unknown field '{loc}'; allowed fields: queries, topk, return_scores")
+        else:
+            parts.append(f"{loc}: {e.get('msg')}")
+    return "; ".join(parts)
+
+
+def create_app(
+    retriever: Retriever,
+    *,
+    max_queries: int = 4096,
+    max_query_chars: int = 4096,
+    max_topk: int = 100,
+    default_topk: int = 3,
+    max_batch_queries: int = 256,
+    max_wait_ms: float = 2.0,
+) -> FastAPI:
+    """A FastAPI app serving ``retriever``. Limits bound one request: number of queries, characters per query, topk.
+
+    Search-R1 sends every active rollout's query in one request, so ``max_queries`` is generous by default.
+    """
+    if not 1 <= default_topk <= max_topk:
+        raise ValueError(f"default_topk must be in [1, max_topk={max_topk}] (got {default_topk})")
+    stats = ServiceStats()
+    batcher = MicroBatcher(retriever.search, max_batch_queries=max_batch_queries, max_wait_ms=max_wait_ms)
+    manifest = getattr(retriever, "manifest", {}) or {}
+
+    async def lifespan(app: FastAPI):
+        yield
+        await batcher.aclose()
+
+    app = FastAPI(
+        title="SearchRL retrieval service",
+        version=__version__,
+        description="Search-R1-compatible `/retrieve` over a SearchRL index.",
+        lifespan=lifespan,
+    )
+    app.state.stats = stats
+    app.state.batcher = batcher
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        stats.rejected += 1
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg")), "type": e.get("type")} for e in err.errors()
+        ]
+        return JSONResponse(status_code=422, content={"detail": _one_line(err), "errors": errors})
+
+    @app.exception_handler(BadRequest)
+    async def _bad(request: Request, err: BadRequest) -> JSONResponse:
+        stats.rejected += 1
+        return JSONResponse(status_code=err.status, content={"detail": err.message})
+
+    @app.post("/retrieve")
+    async def retrieve(body: RetrieveRequest) -> JSONResponse:
+        """Top-k passages for each query (Search-R1 format)."""
+        t0 = time.perf_counter()
+        topk = default_topk if body.topk is None else body.topk
+        if not body.queries:
+            raise BadRequest("'queries' is empty; send at least one query string")
+        if len(body.queries) > max_queries:
+            raise BadRequest(f"{len(body.queries)} queries in one request; the limit is {max_queries}", 413)
+        for i, q in enumerate(body.queries):
+            if not q.strip():
+                raise BadRequest(f"queries[{i}] is empty; every query needs some text")
+            if len(q) > max_query_chars:
+                raise BadRequest(f"queries[{i}] has {len(q)} characters; the limit is {max_query_chars}", 413)
+        if not 1 <= topk <= max_topk:
+            raise BadRequest(f"topk must be between 1 and {max_topk} (got {topk})")
+        try:
+            results = await batcher.search(body.queries, topk)
+        except Exception as err:  # noqa: BLE001 - reported to the client; the service keeps running
+            stats.errors += 1
+            return JSONResponse(status_code=500, content={"detail": f"search failed: {type(err).__name__}: {err}"})
+        if body.return_scores:
+            payload = [
+                [{"document": {"id": h.id, "contents": h.contents}, "score": h.score} for h in hits]
+                for hits in results
+            ]
+        else:
+            payload = [[{"id": h.id, "contents": h.contents} for h in hits] for hits in results]
+        stats.record(len(body.queries), time.perf_counter() - t0)
+        return JSONResponse(content={"result": payload})
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Liveness plus what is being served."""
+        store = getattr(retriever, "store", None)
+        return {
+            "status": "ok",
+            "kind": manifest.get("kind", type(retriever).__name__),
+            "passages": len(store) if store is not None else None,
+            "encoder": manifest.get("encoder"),
+            "version": __version__,
+        }
+
+    @app.get("/stats")
+    async def service_stats() -> dict[str, Any]:
+        """Request counts, latency percentiles (ms, recent window), batching and limits."""
+        limits = {"max_queries": max_queries, "max_query_chars": max_query_chars, "max_topk": max_topk}
+        return stats.snapshot() | {"batching": batcher.stats(), "limits": limits}
+
+    return app

@@ -1,0 +1,497 @@
+"""Reward components as pure batch functions, and the composer that sums them with the recipe's weights.
+
+Every component has the same shape::
+
+    fn(inputs: Sequence[RewardInput], **params) -> (scores: list[float], metrics: dict[str, float])
+
+``scores`` has one entry per input (unweighted); ``metrics`` are batch statistics. Params are keyword-only, so an
+unknown or misspelt param is rejected when the composer is built, not halfway through a run. Components never
+catch exceptions to return 0: a malformed input is a bug and stays loud.
+
+Components and the papers' values (sources: specs 000-004):
+
+=========  ==================================================================================================
+answer     metric em / f1 / cover_em / cover_em_tokens of the extracted answer against the golds (max over golds);
+           ``max_words`` caps the answer length (R1-Searcher++: over 10 words scores 0, spec 000 §3.2);
+           ``incorrect`` is the score of a wrong answer (R1-Searcher's ±1 ablation, spec 001 §3.3, uses -1).
+format     from the protocol's ``FormatReport``. ``paper`` picks the scheme:
+           ``r1_searcher_stage1`` +``value`` (0.5) if the format is correct, else 0 (spec 001 §3.1 Eq. 2);
+           ``r1_searcher_stage2`` 0 if correct, else ``penalty`` (paper -2; the authors' Llama code uses -1,
+           spec 001 §3.2 and §11.3); ``r1_searcher_pp`` 0 / ``penalty`` = -2 (spec 000 §3.1 Eq. 3);
+           ``r_search`` Eq. 5 of spec 002 §4.3 with gamma_e = gamma_a = 0.2. Search-R1 and RAG-R1 have none.
+retrieval  +``value`` (0.5) when the rollout searched at least once, else 0 (R1-Searcher stage 1, spec 001 §3.1
+           Eq. 1: "0.5 if n >= 1").
+group      R1-Searcher++ Eqs. 5-6 (spec 000 §3.3): among the correct rollouts of a group, those with the fewest
+           searches get min(2 sigma^2, eta), eta = 2. ``sigma_over`` picks the paper's two readings (see
+           :func:`group_reward`).
+evidence   R-Search Eq. 4 (spec 002 §4.2): F1 of the answer a frozen reader gives from the question and the
+           rollout's evidence block alone.
+judge      1 if an LLM judge accepts the answer (:mod:`searchrl.rewards.judge`).
+=========  ==================================================================================================
+
+R-Search's total reward (spec 002 §4.4, Eq. 6: r = r_answer + r_evidence + r_format, with r_answer, r_evidence in
+[0, 1] and r_format in {0, 0.2, 0.4}) is three components with weight 1::
+
+    reward:
+      components:
+        - {name: answer,   weight: 1.0, params: {metric: f1}}
+        - {name: evidence, weight: 1.0, params: {metric: f1}}
+        - {name: format,   weight: 1.0, params: {paper: r_search, gamma: 0.2}}
+
+so a rollout that searched, wrote one evidence block and one answer, with answer F1 0.5 and reader F1 1.0, gets
+0.5 + 1.0 + 0.4 = 1.9 (the maximum is 2.4). R1-Searcher++'s Eq. 7 is likewise format + answer + group, each with
+weight 1.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any, Literal
+
+from searchrl.config import RewardComponent, RewardConfig
+from searchrl.protocols.base import FormatReport, Protocol
+from searchrl.rewards.judge import JudgeVerdict
+from searchrl.rewards.metrics import get_metric, word_count
+
+Scores = tuple[list[float], dict[str, float]]
+#: ``(questions, evidences) -> answers``: any backend that answers a question from an evidence text.
+Reader = Callable[[list[str], list[str]], list[str]]
+
+
+@dataclass(frozen=True)
+class RewardInput:
+    """Everything a reward component may look at for one rollout."""
+
+    question: str
+    golds: Sequence[str]
+    response: str  # the whole response (policy text and inserted observations)
+    answer: str | None  # the extracted final answer; None when the response has none
+    report: FormatReport  # the protocol's format check of ``response``
+    n_searches: int = 0  # search calls actually executed in the rollout
+    group_id: Hashable | None = None  # rollouts of the same question share it (GRPO / R1-Searcher++ groups)
+    evidence: str | None = None  # R-Search's <original_evidence> content, if any
+
+    @classmethod
+    def from_response(
+        cls,
+        protocol: Protocol,
+        question: str,
+        golds: Sequence[str],
+        response: str,
+        *,
+        group_id: Hashable | None = None,
+        n_searches: int | None = None,
+    ) -> RewardInput:
+        """Run the protocol's format check and fill answer, search count and evidence from its report.
+
+        ``n_searches`` defaults to the report's count; pass the rollout engine's own count when you have it.
+        """
+        report = protocol.check_format(response)
+        evidence = report.extra.get("evidence")
+        return cls(
+            question=question,
+            golds=list(golds),
+            response=response,
+            answer=report.answer,
+            report=report,
+            n_searches=report.n_searches if n_searches is None else n_searches,
+            group_id=group_id,
+            evidence=evidence if isinstance(evidence, str) else None,
+        )
+
+
+def _rate(flags: Sequence[bool]) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return fmean(xs) if xs else 0.0
+
+
+# --------------------------------------------------------------------------------------------------- answer
+
+
+def answer_reward(
+    inputs: Sequence[RewardInput],
+    *,
+    metric: str = "em",
+    normalize: str | None = None,
+    boundary: str | None = None,
+    max_words: int | None = None,
+    incorrect: float = 0.0,
+) -> Scores:
+    """The answer's ``metric`` score; 0 (or ``incorrect``) for a missing, wrong, or over-long answer.
+
+    ``normalize`` (``squad``/``r1``) and ``boundary`` (cover_em only) are passed to
+    :func:`searchrl.rewards.metrics.get_metric`. With ``max_words``, an answer of more whitespace-separated words
+    scores as wrong. ``incorrect`` replaces a score of exactly 0 (R1-Searcher's EM/CEM ablation uses -1).
+    """
+    fn = get_metric(metric, normalize=normalize, boundary=boundary)
+    if max_words is not None and max_words < 1:
+        raise ValueError(f"answer max_words must be >= 1 or null, got {max_words}")
+    scores, raw_scores, too_long = [], [], []
+    for inp in inputs:
+        raw = fn(inp.answer, inp.golds)
+        long = max_words is not None and inp.answer is not None and word_count(inp.answer) > max_words
+        score = 0.0 if long else raw
+        raw_scores.append(raw)
+        too_long.append(long)
+        scores.append(incorrect if score == 0.0 else score)
+    metrics = {
+        f"{metric}": _mean(raw_scores),  # the metric before the length cap, for comparison with eval numbers
+        "missing_rate": _rate([inp.answer is None for inp in inputs]),
+    }
+    if max_words is not None:
+        metrics["too_long_rate"] = _rate(too_long)
+    return scores, metrics
+
+
+# --------------------------------------------------------------------------------------------------- format
+
+_FORMAT_PAPERS = ("r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp", "r_search")
+
+
+def _report_flag(report: FormatReport, key: str) -> bool:
+    if key not in report.extra:
+        raise ValueError(
+            f"the r_search format reward needs FormatReport.extra[{key!r}] (set by the r_search protocol's "
+            f"check_format); this report has {sorted(report.extra)}: use rollout.protocol r_search"
+        )
+    return bool(report.extra[key])
+
+
+def format_reward(
+    inputs: Sequence[RewardInput],
+    *,
+    paper: str,
+    value: float = 0.5,
+    penalty: float = -2.0,
+    gamma: float = 0.2,
+    gamma_e: float | None = None,
+    gamma_a: float | None = None,
+    evidence_without_search: Literal["paper", "code"] = "paper",
+) -> Scores:
+    """Each paper's format reward, read from ``RewardInput.report``.
+
+    - ``r1_searcher_stage1``: ``value`` (0.5) if ``report.ok`` else 0.
+    - ``r1_searcher_stage2`` / ``r1_searcher_pp``: 0 if ``report.ok`` else ``penalty`` (-2; R1-Searcher's released
+      Llama stage-2 code uses -1).
+    - ``r_search``: Eq. 5, ``(1 - I_S)(g_e + g_a I_A) + I_S (g_e I_E + g_a I_A)`` with I_S = searched at least
+      once, I_A = ``report.extra["answer_ok"]`` (exactly one non-empty answer block), I_E =
+      ``report.extra["evidence_ok"]`` (exactly one non-empty evidence block). ``gamma`` sets both g_e and g_a
+      unless ``gamma_e``/``gamma_a`` are given. Eq. 5 grants g_e whenever there was no search
+      (``evidence_without_search="paper"``); the authors' code withholds it when an evidence block was written
+      without any search (``"code"``, spec 002 §4.3).
+    """
+    if paper not in _FORMAT_PAPERS:
+        hint = (
+            " (Search-R1 and RAG-R1 have no format reward: drop the component)"
+            if paper in ("search_r1", "rag_r1")
+            else ""
+        )
+        raise ValueError(f"format paper must be one of {', '.join(_FORMAT_PAPERS)}, got {paper!r}{hint}")
+    if evidence_without_search not in ("paper", "code"):
+        raise ValueError(f"format evidence_without_search must be 'paper' or 'code', got {evidence_without_search!r}")
+    ok = [inp.report.ok for inp in inputs]
+    metrics: dict[str, float] = {"ok_rate": _rate(ok)}
+    if paper == "r1_searcher_stage1":
+        return [value if o else 0.0 for o in ok], metrics
+    if paper in ("r1_searcher_stage2", "r1_searcher_pp"):
+        return [0.0 if o else penalty for o in ok], metrics
+
+    g_e = gamma if gamma_e is None else gamma_e
+    g_a = gamma if gamma_a is None else gamma_a
+    scores, answer_ok, evidence_ok = [], [], []
+    for inp in inputs:
+        i_a = _report_flag(inp.report, "answer_ok")
+        i_e = _report_flag(inp.report, "evidence_ok")
+        if inp.n_searches > 0:
+            score = g_e * i_e + g_a * i_a
+        else:
+            wrote_evidence = bool(inp.evidence and inp.evidence.strip())
+            grant_e = evidence_without_search == "paper" or not wrote_evidence
+            score = g_e * grant_e + g_a * i_a
+        scores.append(score)
+        answer_ok.append(i_a)
+        evidence_ok.append(i_e)
+    metrics.update(answer_ok_rate=_rate(answer_ok), evidence_ok_rate=_rate(evidence_ok))
+    return scores, metrics
+
+
+# --------------------------------------------------------------------------------------------------- retrieval
+
+
+def retrieval_reward(inputs: Sequence[RewardInput], *, value: float = 0.5) -> Scores:
+    """``value`` (0.5) if the rollout searched at least once, else 0 (R1-Searcher stage 1, Eq. 1)."""
+    searched = [inp.n_searches >= 1 for inp in inputs]
+    return [value if s else 0.0 for s in searched], {"searched_rate": _rate(searched)}
+
+
+# --------------------------------------------------------------------------------------------------- group
+
+
+def _std(xs: Sequence[int], ddof: int) -> float:
+    if len(xs) <= ddof:
+        return 0.0
+    m = fmean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - ddof))
+
+
+def group_reward(
+    inputs: Sequence[RewardInput],
+    *,
+    metric: str = "cover_em",
+    normalize: str | None = None,
+    boundary: str | None = None,
+    max_words: int | None = 10,
+    scale: float = 2.0,
+    eta: float = 2.0,
+    sigma_over: Literal["all", "correct"] = "all",
+    ddof: int = 0,
+) -> Scores:
+    """R1-Searcher++'s group reward (spec 000 §3.3, Eqs. 5-6).
+
+    A rollout is *correct* when its answer scores exactly 1 under ``metric`` and has at most ``max_words`` words
+    (the answer reward's rule, Eq. 4; the composer copies these params from the answer component when they are
+    not given here). Within each group (same ``group_id``) let t_i be the search counts, t_min the fewest searches
+    among correct rollouts, and sigma a standard deviation of search counts. Every correct rollout with
+    t_i = t_min gets ``min(scale * sigma**2, eta)``; all others get 0.
+
+    The paper defines sigma two ways: its formula takes the std of {t_1..t_n} over *all* rollouts of the group
+    (``sigma_over="all"``, the default), its prose over the *correct* ones (``sigma_over="correct"``; with one
+    correct rollout that sigma is 0, so a lone correct rollout never earns the bonus). Population (``ddof=0``,
+    default) vs sample (``ddof=1``) std is not stated either.
+
+    >>> from searchrl.protocols.base import FormatReport
+    >>> rep = FormatReport(ok=True, has_answer=True, answer=None, n_searches=0)
+    >>> group = [RewardInput("q", ["Paris"], "", a, rep, n, group_id=0)
+    ...          for a, n in [("Paris", 1), ("Paris", 3), ("Lyon", 0), ("Paris", 1)]]
+    >>> group_reward(group)[0]  # t = (1, 3, 0, 1): sigma^2 = 1.1875 over all four, bonus min(2.375, 2) = 2
+    [2.0, 0.0, 0.0, 2.0]
+    """
+    if sigma_over not in ("all", "correct"):
+        raise ValueError(
+            f"group sigma_over must be 'all' (the paper's formula) or 'correct' (its prose), got {sigma_over!r}"
+        )
+    if ddof not in (0, 1):
+        raise ValueError(f"group ddof must be 0 (population std) or 1 (sample std), got {ddof}")
+    fn = get_metric(metric, normalize=normalize, boundary=boundary)
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for i, inp in enumerate(inputs):
+        if inp.group_id is None:
+            raise ValueError("the group reward needs RewardInput.group_id (rollouts of one question share it)")
+        groups[inp.group_id].append(i)
+    correct = [
+        fn(inp.answer, inp.golds) == 1.0
+        and (max_words is None or inp.answer is None or word_count(inp.answer) <= max_words)
+        for inp in inputs
+    ]
+    scores = [0.0] * len(inputs)
+    sigmas = []
+    for members in groups.values():
+        t = [inputs[i].n_searches for i in members]
+        t_correct = [inputs[i].n_searches for i in members if correct[i]]
+        sigma = _std(t if sigma_over == "all" else t_correct, ddof)
+        sigmas.append(sigma)
+        if not t_correct:
+            continue
+        bonus = min(scale * sigma**2, eta)
+        t_min = min(t_correct)
+        for i in members:
+            if correct[i] and inputs[i].n_searches == t_min:
+                scores[i] = bonus
+    metrics = {
+        "bonus_rate": _rate([s > 0 for s in scores]),
+        "sigma_mean": _mean(sigmas),
+        "correct_rate": _rate(correct),
+    }
+    return scores, metrics
+
+
+# --------------------------------------------------------------------------------------------------- evidence
+
+#: The reader's prompt for the evidence reward: our wording of R-Search's Table 5 (spec 002 §2.3).
+READER_PROMPT = (
+    "Use only the passages below to answer the question. Reply with the answer alone, no other words.\n\n"
+    "Passages:\n{evidence}\n\n"
+    "Question: {question}\n"
+    "Answer:"
+)
+
+
+def reader_prompt(question: str, evidence: str) -> str:
+    return READER_PROMPT.format(question=question.strip(), evidence=evidence.strip())
+
+
+def evidence_reward(
+    inputs: Sequence[RewardInput],
+    *,
+    reader: Reader | None = None,
+    metric: str = "f1",
+    normalize: str | None = None,
+    require_search: bool = True,
+) -> Scores:
+    """R-Search's evidence reward: ``metric`` (F1) of ``reader(question, evidence)`` against the golds.
+
+    Only rollouts with a non-empty evidence block are sent to the reader; the others score 0. With
+    ``require_search`` (default, as in the authors' code) evidence written without any search also scores 0; the
+    paper does not say.
+    """
+    if reader is None:
+        raise ValueError(
+            "the evidence reward needs a reader: build the composer with reader=... (see generator_reader)"
+        )
+    fn = get_metric(metric, normalize=normalize)
+    idx = [
+        i
+        for i, inp in enumerate(inputs)
+        if inp.evidence is not None and inp.evidence.strip() and (inp.n_searches > 0 or not require_search)
+    ]
+    scores = [0.0] * len(inputs)
+    if idx:
+        answers = reader([inputs[i].question for i in idx], [inputs[i].evidence or "" for i in idx])
+        if len(answers) != len(idx):
+            raise ValueError(f"the evidence reader returned {len(answers)} answers for {len(idx)} questions")
+        for i, ans in zip(idx, answers, strict=True):
+            scores[i] = fn(ans, inputs[i].golds)
+    metrics = {
+        "scored_rate": len(idx) / len(inputs) if inputs else 0.0,
+        "mean_scored": _mean([scores[i] for i in idx]),
+    }
+    return scores, metrics
+
+
+def generator_reader(generator: Any, tokenizer: Any, *, max_new_tokens: int = 32) -> Reader:
+    """A :data:`Reader` from any ``searchrl.generation`` backend: greedy, :data:`READER_PROMPT`, first line kept.
+
+    Chat models get the prompt as one user message through the tokenizer's chat template; others get it raw.
+    """
+    from searchrl.generation.base import SamplingParams
+
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+
+    def encode(text: str) -> list[int]:
+        if getattr(tokenizer, "chat_template", None):
+            return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    def read(questions: list[str], evidences: list[str]) -> list[str]:
+        prompts = [encode(reader_prompt(q, e)) for q, e in zip(questions, evidences, strict=True)]
+        completions = generator.generate(prompts, params)
+        return [(c.text.strip().splitlines() or [""])[0].strip() for c in completions]
+
+    return read
+
+
+# --------------------------------------------------------------------------------------------------- judge
+
+
+def judge_reward(inputs: Sequence[RewardInput], *, judge: Any = None, unparsed_value: float = 0.0) -> Scores:
+    """1 if the judge accepts the answer, 0 if not; an unreadable reply scores ``unparsed_value`` and is counted.
+
+    ``judge`` is an :class:`searchrl.rewards.judge.LLMJudge` (anything with its ``judge_many``).
+    """
+    if judge is None:
+        raise ValueError("the judge reward needs a judge: build the composer with judge=LLMJudge(url, model)")
+    verdicts: list[JudgeVerdict] = (
+        judge.judge_many([i.question for i in inputs], [list(i.golds) for i in inputs], [i.answer for i in inputs])
+        if inputs
+        else []
+    )
+    scores = [unparsed_value if v.correct is None else float(v.correct) for v in verdicts]
+    parsed = [v.correct for v in verdicts if v.correct is not None]
+    metrics = {"accuracy": _mean([float(p) for p in parsed]), "unparsed": float(len(verdicts) - len(parsed))}
+    return scores, metrics
+
+
+# --------------------------------------------------------------------------------------------------- composer
+
+COMPONENTS: dict[str, Callable[..., Scores]] = {
+    "answer": answer_reward,
+    "format": format_reward,
+    "retrieval": retrieval_reward,
+    "group": group_reward,
+    "evidence": evidence_reward,
+    "judge": judge_reward,
+}
+#: runtime objects (not config) a component takes; the composer passes them in.
+_DEPENDENCIES = {"evidence": "reader", "judge": "judge"}
+#: params the group reward inherits from the answer component, so "correct" means the same in both.
+_SHARED_WITH_ANSWER = ("metric", "normalize", "boundary", "max_words")
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    total: list[float]  # weighted sum per input
+    components: dict[str, list[float]]  # unweighted scores per component name
+    metrics: dict[str, float]  # reward/total, reward/<name>, and <name>/<metric> from each component
+
+
+class RewardComposer:
+    """Sums weighted components; logs each one separately.
+
+    Metrics: ``reward/total`` (mean total), ``reward/<name>`` (mean unweighted component score) and
+    ``<name>/<key>`` for each component's own statistics. A component may appear once.
+    """
+
+    def __init__(
+        self, components: Sequence[RewardComponent], *, reader: Reader | None = None, judge: Any = None
+    ) -> None:
+        if not components:
+            raise ValueError("reward.components is empty: add at least one component (e.g. {name: answer})")
+        names = [c.name for c in components]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"reward component(s) {dupes} listed twice: merge them into one entry")
+        answer = next((c for c in components if c.name == "answer"), None)
+        # The answer component's effective params (its defaults filled in), which the group reward inherits.
+        answer_params: dict[str, Any] = {}
+        if answer is not None:
+            defaults = inspect.signature(answer_reward).parameters
+            answer_params = {k: answer.params.get(k, defaults[k].default) for k in _SHARED_WITH_ANSWER}
+        deps = {"reader": reader, "judge": judge}
+        self._steps: list[tuple[str, float, Callable[..., Scores], dict[str, Any]]] = []
+        for comp in components:
+            fn = COMPONENTS[comp.name]
+            params = dict(comp.params)
+            if comp.name == "group":
+                params = {**answer_params, **params}
+            dep = _DEPENDENCIES.get(comp.name)
+            allowed = [p for p in inspect.signature(fn).parameters if p not in ("inputs", dep)]
+            unknown = sorted(set(params) - set(allowed))
+            if unknown:
+                raise ValueError(
+                    f"reward component {comp.name!r}: unknown param(s) {unknown}; valid params: {', '.join(allowed)}"
+                )
+            if dep is not None:
+                params[dep] = deps[dep]
+            fn([], **params)  # validates params (and dependencies) now rather than mid-run
+            self._steps.append((comp.name, comp.weight, fn, params))
+
+    @classmethod
+    def from_config(cls, cfg: RewardConfig, **deps: Any) -> RewardComposer:
+        return cls(cfg.components, **deps)
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, *_ in self._steps]
+
+    def __call__(self, inputs: Sequence[RewardInput]) -> RewardResult:
+        total = [0.0] * len(inputs)
+        per_component: dict[str, list[float]] = {}
+        metrics: dict[str, float] = {}
+        for name, weight, fn, params in self._steps:
+            scores, comp_metrics = fn(inputs, **params)
+            if len(scores) != len(inputs):
+                raise RuntimeError(f"reward component {name!r} returned {len(scores)} scores for {len(inputs)} inputs")
+            per_component[name] = scores
+            total = [t + weight * s for t, s in zip(total, scores, strict=True)]
+            metrics[f"reward/{name}"] = _mean(scores)
+            metrics.update({f"{name}/{k}": v for k, v in comp_metrics.items()})
+        metrics["reward/total"] = _mean(total)
+        return RewardResult(total=total, components=per_component, metrics=metrics)

@@ -1,0 +1,255 @@
+"""Answer metrics used by the five papers, as small pure functions of ``(prediction, golds) -> float``.
+
+Every metric takes the best score over the gold answers, and scores a missing prediction (``None``, or a string
+that is empty after stripping whitespace) 0. An empty gold list is a data error and raises ``ValueError``.
+
+Two normalisations exist in the papers' code, and they differ on real answers, so both are here:
+
+- :func:`normalize_answer` - SQuAD's (also Search-R1's, RAG-R1's training reward and R-Search's): lower-case,
+  *delete* ASCII punctuation, drop the articles a/an/the, collapse whitespace.
+- :func:`normalize_answer_r1` - R1-Searcher's reward server and evaluation code (spec 001 §11.3): the exact
+  strings ``True``/``False`` become ``yes``/``no``, underscores become spaces, punctuation (ASCII plus the
+  typographic quotes ``‘ ’ ´ ```) is *replaced by a space*, then the same lower-casing, article removal and
+  whitespace collapse. So ``Miller v._California`` is ``miller v california`` here but ``miller vcalifornia``
+  under SQuAD.
+
+Neither normalisation folds accents or Unicode case beyond ``str.lower`` (``Zürich`` stays ``zürich``, not
+``zurich``); this matches the papers' code, so our numbers stay comparable with theirs.
+
+Metrics (all return 0.0 or 1.0 except F1):
+
+- :func:`exact_match` - normalised prediction equals a normalised gold.
+- :func:`f1_score` - bag-of-tokens F1 with HotpotQA's rule: if either side normalises to ``yes``/``no``/``noanswer``
+  and the two differ, the score is 0 (so "yes" vs "yes it is" scores 0, not 0.67).
+- :func:`cover_em` - the normalised gold occurs *contiguously* in the normalised prediction. With
+  ``boundary="word"`` (default) the match must start and end at token boundaries: gold ``1`` does not cover
+  ``1990`` and ``art`` does not cover ``martin``. ``boundary="char"`` is a plain substring test and reproduces
+  Search-R1's ``subem_check`` / FlashRAG's ``acc`` exactly (except for the empty-gold rule below).
+- :func:`cover_em_tokens` - R1-Searcher's ``cover_exact_match_score_1``: every gold *token* appears somewhere among
+  the prediction's tokens; order, contiguity and multiplicity are ignored, and it uses :func:`normalize_answer_r1`.
+
+Cover rule for golds that normalise to the empty string (e.g. ``"The"``): the empty string is a substring of
+everything, which would credit any prediction, so such a gold only matches a prediction that also normalises to
+empty (exact-match semantics). For ``cover_em_tokens`` this is what R1-Searcher's code does anyway.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Literal
+
+Golds = str | Sequence[str]
+Normalizer = Callable[[str], str]
+MetricFn = Callable[[str | None, Golds], float]
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SQUAD_PUNCT = frozenset(string.punctuation)
+# R1-Searcher's code adds typographic quotes to the punctuation set (spec 001 §11.3).
+_R1_PUNCT = frozenset(string.punctuation + "‘’´`")
+_YES_NO = ("yes", "no", "noanswer")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower-case, delete ASCII punctuation, drop a/an/the, collapse whitespace.
+
+    >>> normalize_answer("  The Eiffel Tower! ")
+    'eiffel tower'
+    >>> normalize_answer("Jean-Paul")  # deleted, not spaced: a hyphenated name stays one token
+    'jeanpaul'
+    >>> normalize_answer("Miller v._California")
+    'miller vcalifornia'
+    """
+    text = "".join(ch for ch in text.lower() if ch not in _SQUAD_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def normalize_answer_r1(text: str) -> str:
+    """R1-Searcher's normalisation: True/False -> yes/no, ``_`` and punctuation -> space, then as SQuAD.
+
+    The True/False mapping applies only when the whole (stripped) string is exactly ``True`` or ``False``, as in the
+    authors' ``bool_mapping``.
+
+    >>> normalize_answer_r1("Miller v._California")
+    'miller v california'
+    >>> normalize_answer_r1("True"), normalize_answer_r1("true story")
+    ('yes', 'true story')
+    """
+    stripped = text.strip()
+    if stripped == "True":
+        text = "yes"
+    elif stripped == "False":
+        text = "no"
+    text = text.replace("_", " ").lower()
+    text = "".join(" " if ch in _R1_PUNCT else ch for ch in text)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+NORMALIZERS: dict[str, Normalizer] = {"squad": normalize_answer, "r1": normalize_answer_r1}
+
+
+def _gold_list(golds: Golds) -> list[str]:
+    if isinstance(golds, str):
+        return [golds]
+    out = list(golds)
+    if not out:
+        raise ValueError("no gold answers given; every example needs at least one (check the dataset's answers)")
+    return out
+
+
+def _missing(prediction: str | None) -> bool:
+    return prediction is None or not prediction.strip()
+
+
+def exact_match(prediction: str | None, golds: Golds, *, normalizer: Normalizer = normalize_answer) -> float:
+    """1.0 if the normalised prediction equals any normalised gold, else 0.0.
+
+    >>> exact_match("The Beatles", ["beatles", "Fab Four"])
+    1.0
+    >>> exact_match("Beatles band", "beatles")
+    0.0
+    """
+    golds = _gold_list(golds)
+    if _missing(prediction):
+        return 0.0
+    pred = normalizer(prediction)
+    return float(any(pred == normalizer(g) for g in golds))
+
+
+def _f1_single(pred: str, gold: str) -> float:
+    if (pred in _YES_NO or gold in _YES_NO) and pred != gold:
+        return 0.0
+    pred_toks, gold_toks = pred.split(), gold.split()
+    common = Counter(pred_toks) & Counter(gold_toks)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_toks), same / len(gold_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_score(prediction: str | None, golds: Golds, *, normalizer: Normalizer = normalize_answer) -> float:
+    """Best token-multiset F1 over golds, with HotpotQA's yes/no/noanswer rule.
+
+    >>> round(f1_score("the city of Paris", ["Paris"]), 4)  # P = 1/3, R = 1
+    0.5
+    >>> f1_score("yes it is", ["yes"])
+    0.0
+    """
+    golds = _gold_list(golds)
+    if _missing(prediction):
+        return 0.0
+    pred = normalizer(prediction)
+    return max(_f1_single(pred, normalizer(g)) for g in golds)
+
+
+def cover_em(
+    prediction: str | None,
+    golds: Golds,
+    *,
+    boundary: Literal["word", "char"] = "word",
+    normalizer: Normalizer = normalize_answer,
+) -> float:
+    """1.0 if some normalised gold occurs contiguously in the normalised prediction (see the module docstring).
+
+    >>> cover_em("He was born in 1990 in Paris", ["1990"])
+    1.0
+    >>> cover_em("born in 1990", ["19"]), cover_em("born in 1990", ["19"], boundary="char")
+    (0.0, 1.0)
+    >>> cover_em("Paris, New York", ["New York City"])
+    0.0
+    """
+    if boundary not in ("word", "char"):
+        raise ValueError(f"cover_em boundary must be 'word' or 'char', got {boundary!r}")
+    golds = _gold_list(golds)
+    if _missing(prediction):
+        return 0.0
+    pred = normalizer(prediction)
+    # Normalised strings are single-space separated, so padding both with spaces turns a substring test into a
+    # test for a contiguous run of whole tokens.
+    padded = f" {pred} "
+    for gold in golds:
+        g = normalizer(gold)
+        if not g:
+            hit = pred == g
+        elif boundary == "word":
+            hit = f" {g} " in padded
+        else:
+            hit = g in pred
+        if hit:
+            return 1.0
+    return 0.0
+
+
+def cover_em_tokens(prediction: str | None, golds: Golds, *, normalizer: Normalizer = normalize_answer_r1) -> float:
+    """R1-Searcher's cover EM: every gold token is among the prediction tokens (order and counts ignored).
+
+    >>> cover_em_tokens("California v. Miller", ["Miller v._California"])
+    1.0
+    >>> cover_em_tokens("False", ["no"]), cover_em_tokens("Paris", ["Paris, Texas"])
+    (1.0, 0.0)
+    """
+    golds = _gold_list(golds)
+    if _missing(prediction):
+        return 0.0
+    pred = normalizer(prediction)
+    pred_tokens = set(pred.split())
+    for gold in golds:
+        g = normalizer(gold)
+        gold_tokens = g.split()
+        hit = (pred == g) if not gold_tokens else all(t in pred_tokens for t in gold_tokens)
+        if hit:
+            return 1.0
+    return 0.0
+
+
+METRICS: dict[str, MetricFn] = {
+    "em": exact_match,
+    "f1": f1_score,
+    "cover_em": cover_em,
+    "cover_em_tokens": cover_em_tokens,
+}
+
+
+def get_metric(name: str, *, normalize: str | None = None, boundary: str | None = None) -> MetricFn:
+    """A metric by name, optionally with another normalisation (``squad``/``r1``) or cover_em ``boundary``.
+
+    >>> get_metric("f1", normalize="r1")("Miller v California", ["Miller v._California"])
+    1.0
+    """
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; choose one of: {', '.join(METRICS)}")
+    kwargs: dict[str, object] = {}
+    if normalize is not None:
+        if normalize not in NORMALIZERS:
+            raise ValueError(f"unknown normalisation {normalize!r}; choose one of: {', '.join(NORMALIZERS)}")
+        kwargs["normalizer"] = NORMALIZERS[normalize]
+    if boundary is not None:
+        if name != "cover_em":
+            raise ValueError(f"'boundary' only applies to the cover_em metric, not {name!r}; remove it")
+        if boundary not in ("word", "char"):
+            raise ValueError(f"cover_em boundary must be 'word' or 'char', got {boundary!r}")
+        kwargs["boundary"] = boundary
+    fn = METRICS[name]
+    return partial(fn, **kwargs) if kwargs else fn
+
+
+def compute_metrics(prediction: str | None, golds: Golds, names: Sequence[str] = tuple(METRICS)) -> dict[str, float]:
+    """Several metrics for one prediction, e.g. one row of an evaluation table.
+
+    >>> compute_metrics("Paris", ["Paris"], ["em", "f1"])
+    {'em': 1.0, 'f1': 1.0}
+    """
+    return {name: get_metric(name)(prediction, golds) for name in names}
+
+
+def word_count(text: str) -> int:
+    """Whitespace-separated words of the raw answer, the unit of R1-Searcher++'s 10-word cap.
+
+    >>> word_count("  the  Eiffel Tower ")
+    3
+    """
+    return len(text.split())

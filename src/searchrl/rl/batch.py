@@ -1,0 +1,114 @@
+"""Trajectories -> padded tensors, and per-token log-probs / entropies of the response under a model.
+
+Layout: every row is ``[left pad | prompt | response | right pad]`` with all prompts ending at column ``P`` (the
+longest prompt) so that response token ``t`` of every row sits at column ``P + t``. The model's logits at column
+``c`` predict the token at ``c + 1``, so the response's log-probs come from columns ``P - 1 ... P + T - 2``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from searchrl.rollout.trajectory import Trajectory
+
+
+@dataclass
+class Batch:
+    input_ids: Tensor  # (B, P + T)
+    attention_mask: Tensor  # (B, P + T)
+    position_ids: Tensor  # (B, P + T)
+    prompt_len: int  # P
+    response_ids: Tensor  # (B, T)
+    response_mask: Tensor  # (B, T) 1 on every real response token (policy or inserted)
+    action_mask: Tensor  # (B, T) 1 on policy-sampled tokens only
+    rollout_logp: Tensor  # (B, T) generator's log-probs (0 where action_mask == 0)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, idx: Tensor | list[int]) -> Batch:
+        idx_t = torch.as_tensor(idx, dtype=torch.long)
+        return Batch(
+            self.input_ids[idx_t],
+            self.attention_mask[idx_t],
+            self.position_ids[idx_t],
+            self.prompt_len,
+            self.response_ids[idx_t],
+            self.response_mask[idx_t],
+            self.action_mask[idx_t],
+            self.rollout_logp[idx_t],
+        )
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(
+            *(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids)),
+            self.prompt_len,
+            *(t.to(device) for t in (self.response_ids, self.response_mask, self.action_mask, self.rollout_logp)),
+        )
+
+
+def collate(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    action_masks: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[float]] | None = None,
+    pad_id: int = 0,
+) -> Batch:
+    B = len(prompts)
+    P = max(len(p) for p in prompts)
+    T = max(1, max(len(r) for r in responses))
+    input_ids = torch.full((B, P + T), pad_id, dtype=torch.long)  # (B, P+T)
+    attn = torch.zeros((B, P + T), dtype=torch.long)  # (B, P+T)
+    resp_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    act_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    old_lp = torch.zeros((B, T), dtype=torch.float32)  # (B, T)
+    for i, (p, r, m) in enumerate(zip(prompts, responses, action_masks, strict=True)):
+        input_ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        attn[i, P - len(p) : P] = 1
+        if r:
+            input_ids[i, P : P + len(r)] = torch.tensor(r, dtype=torch.long)
+            attn[i, P : P + len(r)] = 1
+            resp_mask[i, : len(r)] = 1
+            act_mask[i, : len(r)] = torch.tensor(m, dtype=torch.long)
+            if logprobs is not None:
+                old_lp[i, : len(r)] = torch.tensor(logprobs[i], dtype=torch.float32)
+    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, P+T) positions restart at each row's first token
+    return Batch(input_ids, attn, position_ids, P, input_ids[:, P:].clone(), resp_mask, act_mask, old_lp)
+
+
+def collate_trajectories(trajs: Sequence[Trajectory], pad_id: int = 0) -> Batch:
+    return collate(
+        [t.prompt_ids for t in trajs],
+        [t.response_ids for t in trajs],
+        [t.action_mask for t in trajs],
+        [t.logprobs for t in trajs],
+        pad_id=pad_id,
+    )
+
+
+def response_logits(model, batch: Batch) -> Tensor:
+    """Logits predicting each response token: (B, T, V)."""
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
+    P, T = batch.prompt_len, batch.response_ids.shape[1]
+    return out.logits[:, P - 1 : P + T - 1, :]  # (B, T, V)
+
+
+def token_logprobs(logits_BTV: Tensor, ids_BT: Tensor) -> Tensor:
+    """log softmax(logits)[ids] without materialising a second (B, T, V) tensor of log-probs."""
+    logits_BTV = logits_BTV.float()
+    picked_BT = logits_BTV.gather(-1, ids_BT.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return picked_BT - torch.logsumexp(logits_BTV, dim=-1)  # (B, T)
+
+
+@torch.no_grad()
+def compute_logprobs(model, batch: Batch, micro_batch_size: int = 8) -> Tensor:
+    """Per-token log-probs of the response under ``model`` (no grad), micro-batched: (B, T)."""
+    out = []
+    for s in range(0, len(batch), micro_batch_size):
+        mb = batch.select(list(range(s, min(s + micro_batch_size, len(batch)))))
+        out.append(token_logprobs(response_logits(model, mb), mb.response_ids))
+    return torch.cat(out, dim=0)

@@ -1,0 +1,446 @@
+"""The RL loop on accelerate: prompts -> rollouts -> rewards -> log-probs -> advantages -> K epochs of updates.
+
+How this departs from the textbook algorithms (each choice is configurable where the papers disagree):
+- Retrieved / inserted tokens are excluded from the policy loss, KL, entropy and value loss (``mask_observations``);
+  turning it off uses every response token (the Search-R1 masking ablation).
+- Old log-probs are recomputed with the policy after the rollout rather than taken from the generator, so the
+  ratio is exactly 1 on the first mini-batch even when generation ran in another engine or precision.
+- Group ids are ``"s<step>/<question id>"``, globally unique across steps and merged data sets.
+- Loss aggregation divides by the token (or sequence) count of the whole mini-batch, summed over gradient-accumulation
+  micro-batches and processes, so the gradient does not depend on how the mini-batch is split.
+- Under several processes each one rolls out its own shard of the step's prompts (groups never straddle two
+  processes); REINFORCE++ whitening uses the process's shard.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from searchrl.config import RunConfig, dump_config
+from searchrl.data.records import QAExample
+from searchrl.generation.hf import HFGenerator
+from searchrl.protocols.base import Protocol
+from searchrl.rl import algorithms as A
+from searchrl.rl.batch import Batch, collate_trajectories, compute_logprobs, response_logits, token_logprobs
+from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+from searchrl.rollout.trajectory import Trajectory
+from searchrl.utils import console, progress
+
+#: ``(trajectories, protocol) -> (scores, metrics)``; the default composes cfg.reward's components.
+RewardFn = Callable[[Sequence[Trajectory]], tuple[list[float], dict[str, float]]]
+#: ``(step, trajectories) -> list of (prompt_ids, response_ids, loss_mask)`` extra NLL sequences (memorization loss).
+AuxNLLHook = Callable[[int, Sequence[Trajectory]], list[tuple[list[int], list[int], list[int]]]]
+
+
+class ValueModel(nn.Module):
+    """A critic: the policy's transformer body with a scalar head on every position."""
+
+    def __init__(self, causal_lm: nn.Module) -> None:
+        super().__init__()
+        self.body = causal_lm.get_decoder() if hasattr(causal_lm, "get_decoder") else causal_lm.model
+        self.head = nn.Linear(causal_lm.config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        h = self.body(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+        ).last_hidden_state  # (B, P+T, H)
+        P, T = batch.prompt_len, batch.response_ids.shape[1]
+        return self.head(h[:, P - 1 : P + T - 1, :]).squeeze(-1)  # (B, T) value before emitting each token
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    data_epoch: int = 0
+    data_pos: int = 0
+
+
+def default_reward_fn(cfg: RunConfig, protocol: Protocol, tokenizer, reader=None, judge=None) -> RewardFn:
+    from searchrl.rewards import RewardComposer, RewardInput
+
+    composer = RewardComposer.from_config(cfg.reward, reader=reader, judge=judge)
+
+    def fn(trajs: Sequence[Trajectory]) -> tuple[list[float], dict[str, float]]:
+        inputs = [
+            RewardInput.from_response(
+                protocol, t.question, t.golds, t.response_text(tokenizer), group_id=t.group_id, n_searches=t.n_searches
+            )
+            for t in trajs
+        ]
+        res = composer(inputs)
+        return res.total, res.metrics
+
+    return fn
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        model: nn.Module,
+        tokenizer,
+        protocol: Protocol,
+        retriever,
+        train_examples: Sequence[QAExample],
+        reward_fn: RewardFn | None = None,
+        aux_nll_hook: AuxNLLHook | None = None,
+        micro_batch_size: int = 4,
+    ) -> None:
+        from accelerate import Accelerator
+
+        self.cfg = cfg
+        self.alg = cfg.algorithm
+        self.tcfg = cfg.training
+        self.acc = Accelerator(gradient_accumulation_steps=1, cpu=not torch.cuda.is_available())
+        self.tokenizer = tokenizer
+        self.protocol = protocol
+        self.examples = list(train_examples)
+        if not self.examples:
+            raise ValueError("no training questions: check data.train (and data.kinds / data.train_limit)")
+        self.reward_fn = reward_fn or default_reward_fn(cfg, protocol, tokenizer)
+        self.aux_nll_hook = aux_nll_hook
+        self.micro = micro_batch_size
+        self.out_dir = Path(self.tcfg.output_dir)
+        self.state = TrainState()
+        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+        self.ref: nn.Module | None = None
+        needs_ref = self.alg.kl_coef > 0
+        if cfg.model.lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            lc = cfg.model.lora
+            model = get_peft_model(
+                model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules)
+            )
+        elif needs_ref:
+            import copy
+
+            self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        model.train()
+        self.critic: ValueModel | None = None
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=self.tcfg.lr, weight_decay=self.tcfg.weight_decay)
+        warm = max(self.tcfg.warmup_steps, 0)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        self.model, self.opt = self.acc.prepare(model, self.opt)
+        if self.alg.name == "ppo":
+            import copy
+
+            critic = ValueModel(copy.deepcopy(self.acc.unwrap_model(self.model)))
+            self.critic_opt = torch.optim.AdamW(critic.parameters(), lr=self.tcfg.critic_lr)
+            self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
+        self.generator = HFGenerator(self.acc.unwrap_model(self.model), tokenizer)
+        limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+        self.engine = RolloutEngine(self.generator, retriever, protocol, limits, cfg.model.prompt_style)
+        self._log_f = None
+        self._tb = None
+
+    # ------------------------------------------------------------------------------------------------ data
+    def _next_prompts(self) -> list[QAExample]:
+        """The step's prompts for this process: a seeded permutation per data epoch, sharded across processes."""
+        n = self.tcfg.prompts_per_step
+        out: list[QAExample] = []
+        while len(out) < n:
+            order = list(range(len(self.examples)))
+            random.Random(self.tcfg.seed * 1_000_003 + self.state.data_epoch).shuffle(order)
+            take = order[self.state.data_pos : self.state.data_pos + n - len(out)]
+            out.extend(self.examples[i] for i in take)
+            self.state.data_pos += len(take)
+            if self.state.data_pos >= len(order):
+                self.state.data_epoch, self.state.data_pos = self.state.data_epoch + 1, 0
+        return out[self.acc.process_index :: self.acc.num_processes]
+
+    # ------------------------------------------------------------------------------------------------ step
+    def _loss_mask(self, b: Batch) -> torch.Tensor:
+        return b.action_mask if self.alg.mask_observations else b.response_mask  # (B, T)
+
+    def _global_count(self, x: float) -> float:
+        t = torch.tensor([x], dtype=torch.float64, device=self.acc.device)
+        return float(self.acc.reduce(t, reduction="sum").item()) if self.acc.num_processes > 1 else x
+
+    def train_step(self) -> dict[str, float]:
+        cfg, alg = self.cfg, self.alg
+        step = self.state.step
+        t0 = time.perf_counter()
+        prompts = self._next_prompts()
+        trajs = self.engine.run(
+            prompts,
+            group_size=cfg.rollout.group_size,
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            seed=self.tcfg.seed * 7919 + step * 101 + self.acc.process_index,
+            group_prefix=f"s{step}/",
+        )
+        gen_stats = dict(self.engine.stats)
+        scores, reward_metrics = self.reward_fn(trajs)
+        t_reward = time.perf_counter()
+
+        batch = collate_trajectories(trajs, self._pad).to(self.acc.device)
+        mask_BT = self._loss_mask(batch)  # (B, T)
+        scores_B = torch.tensor(scores, dtype=torch.float32, device=self.acc.device)  # (B,)
+        policy = self.acc.unwrap_model(self.model)
+        old_logp_BT = compute_logprobs(policy, batch, self.micro)  # (B, T)
+        ref_logp_BT = None
+        if alg.kl_coef > 0:
+            if self.ref is not None:
+                ref_logp_BT = compute_logprobs(self.ref, batch, self.micro)
+            else:  # LoRA: the base model is the adapter-disabled policy
+                with policy.disable_adapter():
+                    ref_logp_BT = compute_logprobs(policy, batch, self.micro)
+        metrics: dict[str, float] = {}
+        kl_BT = torch.zeros_like(old_logp_BT)
+        if ref_logp_BT is not None:
+            kl_BT, m = A.kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, alg.kl_estimator)
+            metrics.update({f"kl/{k}": v for k, v in m.items()})
+        old_values_BT = returns_BT = None
+        if alg.name == "ppo":
+            assert self.critic is not None
+            with torch.no_grad():
+                old_values_BT = torch.cat(
+                    [self.critic(batch.select(list(range(s, min(s + self.micro, len(batch))))))
+                     for s in range(0, len(batch), self.micro)]  # fmt: skip
+                )
+            rewards_BT = torch.zeros_like(old_logp_BT)
+            last = (mask_BT.cumsum(-1) == mask_BT.sum(-1, keepdim=True)) & (mask_BT > 0)  # (B, T) last counted token
+            first_last = last & (last.cumsum(-1) == 1)
+            rewards_BT = torch.where(first_last, scores_B[:, None].expand_as(rewards_BT), rewards_BT)
+            if alg.kl_in_reward:
+                rewards_BT = rewards_BT - alg.kl_coef * kl_BT
+            (adv_BT, returns_BT), m = A.gae_advantages(rewards_BT, old_values_BT, mask_BT, alg.gamma, alg.lam)
+            adv_BT = A.whiten(adv_BT, mask_BT)
+        elif alg.name == "grpo":
+            adv_BT, m = A.grpo_advantages(scores_B, [t.group_id for t in trajs], mask_BT, alg.norm_adv_by_std)
+        elif alg.name == "rloo":
+            adv_BT, m = A.rloo_advantages(scores_B, [t.group_id for t in trajs], mask_BT)
+        else:  # reinforce_pp
+            kl_coef = alg.kl_coef if alg.kl_in_reward else 0.0
+            adv_BT, m = A.reinforce_pp_returns(scores_B, kl_BT, mask_BT, kl_coef)
+        metrics.update(m)
+        kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
+
+        # ---- K epochs over mini-batches, each accumulated over micro-batches with global normalisers
+        t_update = time.perf_counter()
+        B = len(batch)
+        acc_metrics: dict[str, list[float]] = {}
+        gen = torch.Generator().manual_seed(self.tcfg.seed + step)
+        for _epoch in range(alg.ppo_epochs):
+            perm = torch.randperm(B, generator=gen).tolist()
+            for ms in range(0, B, alg.mini_batch_size):
+                mini = perm[ms : ms + alg.mini_batch_size]
+                g_tok = self._global_count(float(mask_BT[mini].sum()))
+                g_seq = self._global_count(float((mask_BT[mini].sum(-1) > 0).sum()))
+                self.opt.zero_grad(set_to_none=True)
+                if self.critic is not None:
+                    self.critic_opt.zero_grad(set_to_none=True)
+                for cs in range(0, len(mini), self.micro):
+                    idx = mini[cs : cs + self.micro]
+                    mb = batch.select(idx)
+                    mm = mask_BT[idx]
+                    logits_BTV = response_logits(self.model, mb)
+                    logp_BT = token_logprobs(logits_BTV, mb.response_ids)
+                    agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
+                    loss, pm = A.policy_loss(
+                        logp_BT, old_logp_BT[idx], adv_BT[idx], mm, alg.clip_eps, alg.dual_clip, **agg
+                    )
+                    if kl_in_loss:
+                        kl_cur_BT, _ = A.kl_penalty(logp_BT, ref_logp_BT[idx], mm, alg.kl_estimator)
+                        loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, alg.loss_agg, g_tok, g_seq)
+                    if alg.entropy_coef:
+                        ent, em = A.entropy_from_logits(logits_BTV, mm, **agg)
+                        loss = loss - alg.entropy_coef * ent
+                        pm.update({f"entropy/{k}": v for k, v in em.items()})
+                    loss = loss * self.acc.num_processes  # DDP averages gradients; the loss is already global
+                    self.acc.backward(loss)
+                    if self.critic is not None:
+                        values_BT = self.critic(mb)
+                        vl, vm = A.value_loss(
+                            values_BT, old_values_BT[idx], returns_BT[idx], mm, alg.value_clip, **agg
+                        )
+                        self.acc.backward(alg.value_coef * vl * self.acc.num_processes)
+                        pm.update({f"critic/{k}": v for k, v in vm.items()})
+                    for k, v in pm.items():
+                        acc_metrics.setdefault(k, []).append(v)
+                if self.aux_nll_hook is not None and self.tcfg.memorization_coef > 0:
+                    self._aux_nll(step, trajs)
+                gnorm = self.acc.clip_grad_norm_(self.model.parameters(), self.tcfg.max_grad_norm)
+                acc_metrics.setdefault("grad_norm", []).append(float(gnorm))
+                self.opt.step()
+                if self.critic is not None:
+                    self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm)
+                    self.critic_opt.step()
+        self.sched.step()
+        t_end = time.perf_counter()
+
+        metrics.update({k: float(np.mean(v)) for k, v in acc_metrics.items()})
+        metrics.update(reward_metrics)
+        metrics.update(self._rollout_metrics(trajs))
+        metrics.update(
+            {
+                "step": step + 1,
+                "lr": self.sched.get_last_lr()[0],
+                "time/generate_s": gen_stats.get("generate_s", 0.0),
+                "time/retrieve_s": gen_stats.get("retrieve_s", 0.0),
+                "time/reward_s": t_reward - t0 - gen_stats.get("engine_s", 0.0),
+                "time/logprob_s": t_update - t_reward,
+                "time/update_s": t_end - t_update,
+                "time/step_s": t_end - t0,
+            }
+        )
+        self.state.step += 1
+        self.last_trajectories = trajs
+        return metrics
+
+    def _aux_nll(self, step: int, trajs: Sequence[Trajectory]) -> None:
+        """Auxiliary NLL (e.g. R1-Searcher++'s memorization loss) on extra sequences, weighted by its coefficient."""
+        from searchrl.rl.batch import collate
+
+        seqs = self.aux_nll_hook(step, trajs) if self.aux_nll_hook else []
+        if not seqs:
+            return
+        b = collate([s[0] for s in seqs], [s[1] for s in seqs], [s[2] for s in seqs], pad_id=self._pad)
+        b = b.to(self.acc.device)
+        logp_BT = token_logprobs(response_logits(self.model, b), b.response_ids)  # (B, T)
+        nll = -A.aggregate_loss(logp_BT, b.action_mask, "token_mean")
+        self.acc.backward(self.tcfg.memorization_coef * nll)
+
+    def _rollout_metrics(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
+        from searchrl.rewards import exact_match
+
+        n = max(len(trajs), 1)
+        em = [exact_match(t.answer, t.golds) for t in trajs]
+        return {
+            "rollout/em": float(sum(em) / n),
+            "rollout/searches": sum(t.n_searches for t in trajs) / n,
+            "rollout/turns": sum(t.n_turns for t in trajs) / n,
+            "rollout/invalid_rate": sum(t.n_invalid for t in trajs) / max(sum(t.n_turns for t in trajs), 1),
+            "rollout/response_len": sum(len(t.response_ids) for t in trajs) / n,
+            "rollout/policy_tokens": sum(t.n_policy_tokens for t in trajs) / n,
+            "rollout/answered": sum(t.answer is not None for t in trajs) / n,
+        }
+
+    # ------------------------------------------------------------------------------------------- run / io
+    def train(self, steps: int | None = None, resume: bool = False) -> list[dict[str, float]]:
+        total = steps if steps is not None else self.tcfg.steps
+        if resume:
+            self.load_checkpoint(self.out_dir / "checkpoint")
+        if self.acc.is_main_process:
+            dump_config(self.cfg, self.out_dir / "config.yaml")
+        history = []
+        with progress() as bar:
+            task = bar.add_task("rl steps", total=total, completed=self.state.step)
+            while self.state.step < total:
+                m = self.train_step()
+                history.append(m)
+                self._log(m)
+                bar.update(task, advance=1, description=f"rl steps  reward={m.get('reward/total', 0):.3f}")
+                if self.tcfg.save_every and self.state.step % self.tcfg.save_every == 0:
+                    self.save_checkpoint(self.out_dir / "checkpoint")
+        self.save_checkpoint(self.out_dir / "checkpoint")
+        self.save_model(self.out_dir / "final")
+        self._close()
+        return history
+
+    def _log(self, m: dict[str, float]) -> None:
+        if not self.acc.is_main_process:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self._log_f is None:
+            self._log_f = (self.out_dir / "metrics.jsonl").open("a")
+        self._log_f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in m.items()}) + "\n")
+        self._log_f.flush()
+        if self.tcfg.tensorboard:
+            if self._tb is None:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+
+                    self._tb = SummaryWriter(str(self.out_dir / "tb"))
+                except ImportError:
+                    self._tb = False
+            if self._tb:
+                for k, v in m.items():
+                    self._tb.add_scalar(k, v, int(m["step"]))
+        if self.tcfg.wandb:
+            try:
+                import wandb
+
+                if wandb.run is None:
+                    wandb.init(project="searchrl", name=self.cfg.name, config=self.cfg.model_dump())
+                wandb.log(m, step=int(m["step"]))
+            except ImportError:
+                pass
+
+    def _close(self) -> None:
+        if self._log_f:
+            self._log_f.close()
+            self._log_f = None
+        if self._tb:
+            self._tb.close()
+
+    def save_model(self, path: Path) -> None:
+        if self.acc.is_main_process:
+            model = self.acc.unwrap_model(self.model)
+            if hasattr(model, "merge_and_unload") and self.cfg.model.lora is not None:
+                model = model.merge_and_unload()
+            model.save_pretrained(path, safe_serialization=True)
+            self.tokenizer.save_pretrained(path)
+
+    def save_checkpoint(self, path: Path) -> None:
+        """Atomic: written to a sibling temp dir, then renamed over the old checkpoint."""
+        if not self.acc.is_main_process:
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.acc.unwrap_model(self.model).save_pretrained(tmp / "model", safe_serialization=True)
+        self.tokenizer.save_pretrained(tmp / "model")
+        state: dict[str, Any] = {
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "train_state": vars(self.state),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+        }
+        if self.critic is not None:
+            state["critic"] = self.acc.unwrap_model(self.critic).state_dict()
+            state["critic_optimizer"] = self.critic_opt.state_dict()
+        torch.save(state, tmp / "trainer_state.pt")
+        old = path.with_name(path.name + ".old")
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, path: Path) -> None:
+        if not (path / "trainer_state.pt").exists():
+            raise FileNotFoundError(f"no checkpoint at {path}; run without --resume to start fresh")
+        from safetensors.torch import load_file
+
+        model = self.acc.unwrap_model(self.model)
+        weights = load_file(str(path / "model" / "model.safetensors"))
+        model.load_state_dict(weights, strict=False)
+        if getattr(model.config, "tie_word_embeddings", False):
+            model.tie_weights()
+        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.state = TrainState(**state["train_state"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if self.critic is not None and "critic" in state:
+            self.acc.unwrap_model(self.critic).load_state_dict(state["critic"])
+            self.critic_opt.load_state_dict(state["critic_optimizer"])

@@ -1,0 +1,235 @@
+"""Batched multi-turn rollouts: generate until a search call, retrieve for the whole batch at once, insert, continue.
+
+One turn of the state machine, for all active trajectories together:
+
+1. generate (one generator call) until a stop string (end of a search call), EOS, or the turn's token budget;
+2. parse each turn's text into ``Search`` / ``Answer`` / ``Invalid`` with the protocol;
+3. send every query of every searching trajectory to the retriever in ONE batched call (a multi-query call fans out
+   into several queries and is regrouped afterwards);
+4. append the rendered observation (or the invalid-action feedback) as inserted tokens (mask 0);
+5. trajectories that answered, hit EOS, or ran out of room leave the batch.
+
+Limits and truncation policy (documented in docs/rollout.md):
+- ``max_searches``: a search call past the budget is not executed; the force-answer text is inserted instead.
+- ``max_turns``: after the last turn, when ``force_answer`` is on, still-active trajectories get the force-answer
+  text and one final turn (its search calls are not executed).
+- ``max_new_tokens`` per turn; ``max_obs_tokens`` per observation: an over-long observation keeps its head and its
+  last ``_OBS_TAIL`` tokens (so closing tags survive) and drops the middle.
+- ``max_total_tokens`` (prompt + response): the context is never cut from the left, so the question is never
+  dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``.
+- A turn that ends in EOS without an answer ends the trajectory (``"eos"``); an invalid action that did not end in
+  EOS gets the protocol's feedback text and the trajectory continues (as Search-R1's loop does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from searchrl.data.records import QAExample
+from searchrl.generation.base import Generator, SamplingParams
+from searchrl.protocols.base import Answer, Invalid, Protocol, Search
+from searchrl.retrieval.base import Retriever
+from searchrl.rollout.trajectory import Trajectory, Turn
+
+_OBS_TAIL = 16  # tokens kept from the end of a truncated observation
+_MIN_ROOM = 8  # a trajectory with less room than this for new tokens stops with "length"
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    max_turns: int = 4
+    max_searches: int = 4
+    max_new_tokens: int = 128
+    max_obs_tokens: int = 256
+    max_total_tokens: int = 1536
+    force_answer: bool = True
+    topk: int = 3
+
+    @classmethod
+    def from_config(cls, rollout_cfg, topk: int) -> RolloutLimits:
+        return cls(
+            max_turns=rollout_cfg.max_turns,
+            max_searches=rollout_cfg.max_searches,
+            max_new_tokens=rollout_cfg.max_new_tokens,
+            max_obs_tokens=rollout_cfg.max_obs_tokens,
+            max_total_tokens=rollout_cfg.max_total_tokens,
+            force_answer=rollout_cfg.force_answer,
+            topk=topk,
+        )
+
+
+def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
+    """The protocol's prompt, wrapped in the chat template for chat models or as raw text for base models."""
+    use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
+    system = protocol.system_prompt()
+    if use_chat:
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": protocol.instruction(question)}
+        ]
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return (f"{system}\n\n" if system else "") + protocol.instruction(question)
+
+
+class RolloutEngine:
+    def __init__(
+        self,
+        generator: Generator,
+        retriever: Retriever | None,
+        protocol: Protocol,
+        limits: RolloutLimits = RolloutLimits(),
+        prompt_style: str = "auto",
+    ) -> None:
+        self.generator = generator
+        self.retriever = retriever
+        self.protocol = protocol
+        self.limits = limits
+        self.prompt_style = prompt_style
+        self.tokenizer = generator.tokenizer
+        self.stats: dict[str, float] = {}
+
+    # -------------------------------------------------------------------------------------------- helpers
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, question: str) -> list[int]:
+        return self._encode(build_prompt_text(self.protocol, self.tokenizer, question, self.prompt_style))
+
+    def _insert(self, traj: Trajectory, text: str) -> int:
+        ids = self._encode(text)
+        if len(ids) > self.limits.max_obs_tokens:
+            head = max(self.limits.max_obs_tokens - _OBS_TAIL, 0)
+            ids = ids[:head] + ids[-_OBS_TAIL:]
+        room = self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
+        ids = ids[: max(room, 0)]
+        traj.append(ids, sampled=False)
+        return len(ids)
+
+    def _room(self, traj: Trajectory) -> int:
+        return self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
+
+    # ------------------------------------------------------------------------------------------------ run
+    def run(
+        self,
+        examples: Sequence[QAExample],
+        group_size: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        group_prefix: str = "",
+    ) -> list[Trajectory]:
+        """Roll out ``group_size`` trajectories per example. Group ids are ``f"{group_prefix}{example.id}"``;
+        give each dataset / step a distinct prefix so ids stay globally unique when data sets are merged."""
+        trajs: list[Trajectory] = []
+        for ex in examples:
+            pids = self.prompt_ids(ex.question)
+            for j in range(group_size):
+                trajs.append(
+                    Trajectory(
+                        uid=f"{group_prefix}{ex.id}#{j}",
+                        group_id=f"{group_prefix}{ex.id}",
+                        question_id=ex.id,
+                        question=ex.question,
+                        golds=list(ex.answers),
+                        prompt_ids=list(pids),
+                        metadata=dict(ex.metadata),
+                    )
+                )
+        timing = {"generate_s": 0.0, "retrieve_s": 0.0, "engine_s": 0.0, "gen_tokens": 0.0, "retrieve_calls": 0.0}
+        t_start = time.perf_counter()
+        active = list(trajs)
+        lim = self.limits
+        for turn_no in range(lim.max_turns + (1 if lim.force_answer else 0)):
+            forced = turn_no == lim.max_turns
+            if forced:
+                for t in active:
+                    self._insert(t, self.protocol.force_answer_text())
+            for t in active:
+                if self._room(t) < _MIN_ROOM:
+                    self._stop(t, "length")
+            active = [t for t in active if not t.stop_reason]
+            if not active:
+                break
+            max_new = min(lim.max_new_tokens, max(self._room(t) for t in active))
+            params = SamplingParams(
+                max_new_tokens=max_new,
+                temperature=temperature,
+                top_p=top_p,
+                stop=tuple(self.protocol.stop_strings),
+                seed=None if seed is None else seed + turn_no,
+            )
+            t0 = time.perf_counter()
+            completions = self.generator.generate([t.prompt_ids + t.response_ids for t in active], params)
+            timing["generate_s"] += time.perf_counter() - t0
+            # ---- parse
+            searches: list[tuple[Trajectory, Turn, tuple[str, ...]]] = []
+            still: list[Trajectory] = []
+            for traj, comp in zip(active, completions, strict=True):
+                room = self._room(traj)
+                ids, lps, text = comp.token_ids[:room], comp.logprobs[:room], comp.text
+                if len(ids) < len(comp.token_ids):  # cut by the total-length limit
+                    text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                traj.append(ids, sampled=True, logprobs=lps)
+                timing["gen_tokens"] += len(ids)
+                action = self.protocol.parse(text)
+                turn = Turn(text=text, action="none", finish_reason=comp.finish_reason, n_gen_tokens=len(ids))
+                traj.turns.append(turn)
+                if isinstance(action, Answer):
+                    turn.action = "answer"
+                    traj.answer = action.text
+                    self._stop(traj, "answer")
+                elif isinstance(action, Search) and not forced and traj.n_searches < lim.max_searches:
+                    turn.action = "search"
+                    turn.queries = list(action.queries)
+                    searches.append((traj, turn, action.queries))
+                    still.append(traj)
+                elif comp.finish_reason == "eos":
+                    turn.action = "invalid" if isinstance(action, Invalid) else "none"
+                    turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
+                    self._stop(traj, "eos")
+                elif forced:
+                    turn.action = "none"
+                    self._stop(traj, "no_answer")
+                elif isinstance(action, Search):  # over the search budget: not executed, told to answer
+                    turn.action = "search_over_budget"
+                    turn.observation = self.protocol.force_answer_text()
+                    turn.n_obs_tokens = self._insert(traj, turn.observation)
+                    still.append(traj)
+                else:
+                    turn.action = "invalid"
+                    turn.invalid_reason = action.reason
+                    turn.observation = self.protocol.invalid_feedback(action)
+                    turn.n_obs_tokens = self._insert(traj, turn.observation)
+                    still.append(traj)
+            # ---- one batched retrieval call for every query of the turn
+            if searches:
+                flat = [q for _, _, qs in searches for q in qs]
+                t0 = time.perf_counter()
+                if self.retriever is None:
+                    raise ValueError("the policy issued a search but no retriever is configured (pass --index or --url)")
+                hits = self.retriever.search(flat, lim.topk)
+                dt = time.perf_counter() - t0
+                timing["retrieve_s"] += dt
+                timing["retrieve_calls"] += 1
+                pos = 0
+                for traj, turn, qs in searches:
+                    mine = hits[pos : pos + len(qs)]
+                    pos += len(qs)
+                    turn.hit_ids = [[h.id for h in hs] for hs in mine]
+                    turn.observation = self.protocol.render_observation(list(qs), mine)
+                    turn.n_obs_tokens = self._insert(traj, turn.observation)
+                    turn.timings["retrieve_s"] = dt
+            active = [t for t in still if not t.stop_reason]
+            if not active:
+                break
+        for t in active:
+            self._stop(t, "max_turns")
+        timing["engine_s"] = time.perf_counter() - t_start
+        self.stats = timing
+        return trajs
+
+    @staticmethod
+    def _stop(traj: Trajectory, reason: str) -> None:
+        if not traj.stop_reason:
+            traj.stop_reason = reason

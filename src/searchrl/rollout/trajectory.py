@@ -1,0 +1,107 @@
+"""The trajectory record: exact token provenance for every position of a multi-turn rollout.
+
+``response_ids`` is the concatenation, in order, of the token ids the policy sampled and the token ids of the text the
+environment inserted (documents, feedback). Nothing is ever re-tokenized: ``action_mask[i] == 1`` exactly when
+``response_ids[i]`` came out of the generator, and ``logprobs[i]`` is its log-probability (0.0 where the mask is 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    text: str  # the policy's text for this turn
+    action: str  # "search" | "answer" | "invalid" | "none"
+    finish_reason: str  # generator's: "stop" | "eos" | "length"
+    queries: list[str] = field(default_factory=list)
+    hit_ids: list[list[str]] = field(default_factory=list)
+    observation: str = ""  # inserted text after this turn ("" when none)
+    invalid_reason: str = ""
+    n_gen_tokens: int = 0
+    n_obs_tokens: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    uid: str  # globally unique: "<question id>#<sample index>"
+    group_id: str  # rollouts of one question share it (GRPO / RLOO groups)
+    question_id: str
+    question: str
+    golds: list[str]
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)  # 1 = sampled by the policy, 0 = inserted
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    answer: str | None = None
+    stop_reason: str = ""  # "answer" | "eos" | "length" | "max_turns" | "no_answer"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_searches(self) -> int:
+        return sum(1 for t in self.turns if t.action == "search" and t.queries)
+
+    @property
+    def n_queries(self) -> int:
+        return sum(len(t.queries) for t in self.turns)
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def n_invalid(self) -> int:
+        return sum(1 for t in self.turns if t.action == "invalid")
+
+    @property
+    def n_policy_tokens(self) -> int:
+        return sum(self.action_mask)
+
+    def append(self, ids: list[int], sampled: bool, logprobs: list[float] | None = None) -> None:
+        self.response_ids.extend(ids)
+        self.action_mask.extend([1 if sampled else 0] * len(ids))
+        if sampled:
+            assert logprobs is not None and len(logprobs) == len(ids), "every sampled token needs its log-prob"
+            self.logprobs.extend(logprobs)
+        else:
+            self.logprobs.extend([0.0] * len(ids))
+
+    def response_text(self, tokenizer) -> str:
+        return tokenizer.decode(self.response_ids, skip_special_tokens=True)
+
+    def segments(self, tokenizer) -> list[tuple[str, bool]]:
+        """``[(text, sampled_by_policy), ...]``: maximal runs of equal mask, decoded (for viewers)."""
+        out: list[tuple[str, bool]] = []
+        start = 0
+        for i in range(1, len(self.response_ids) + 1):
+            if i == len(self.response_ids) or self.action_mask[i] != self.action_mask[start]:
+                text = tokenizer.decode(self.response_ids[start:i], skip_special_tokens=True)
+                out.append((text, bool(self.action_mask[start])))
+                start = i
+        return out
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "searches": self.n_searches,
+            "queries": self.n_queries,
+            "turns": self.n_turns,
+            "invalid": self.n_invalid,
+            "policy_tokens": self.n_policy_tokens,
+            "inserted_tokens": len(self.response_ids) - self.n_policy_tokens,
+            "prompt_tokens": len(self.prompt_ids),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["counts"] = self.counts()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        d = {k: v for k, v in d.items() if k != "counts"}
+        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        return cls(**d)

@@ -1,0 +1,375 @@
+"""Reward components with the papers' values, the group reward on hand-computed groups, and the composer."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchrl.config import RewardComponent, RunConfig, load_config
+from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol
+from searchrl.rewards.components import (
+    RewardComposer,
+    RewardInput,
+    answer_reward,
+    evidence_reward,
+    format_reward,
+    generator_reader,
+    group_reward,
+    judge_reward,
+    retrieval_reward,
+)
+from searchrl.rewards.judge import JudgeVerdict
+
+
+def make(answer="Paris", golds=("Paris",), n=0, ok=True, group=None, evidence=None, question="q?", **extra):
+    report = FormatReport(ok=ok, has_answer=answer is not None, answer=answer, n_searches=n, extra=extra)
+    return RewardInput(question, list(golds), "response", answer, report, n, group, evidence)
+
+
+# --------------------------------------------------------------------------------------------------- answer
+
+
+def test_answer_metrics_and_missing():
+    inputs = [make("Paris"), make("the city of Paris"), make(None), make("Lyon")]
+    assert answer_reward(inputs, metric="em")[0] == [1.0, 0.0, 0.0, 0.0]
+    assert answer_reward(inputs, metric="cover_em")[0] == [1.0, 1.0, 0.0, 0.0]
+    scores, metrics = answer_reward(inputs, metric="f1")
+    assert scores == pytest.approx([1.0, 0.5, 0.0, 0.0])
+    assert metrics == {"f1": pytest.approx(0.375), "missing_rate": 0.25}
+
+
+def test_answer_ten_word_cap_of_r1_searcher_pp():
+    ten = "Paris " + " ".join(["x"] * 9)  # 10 words: allowed
+    eleven = ten + " y"  # 11 words: scores 0 even though it covers the gold
+    scores, metrics = answer_reward([make(ten), make(eleven)], metric="cover_em", max_words=10)
+    assert scores == [1.0, 0.0]
+    assert metrics["too_long_rate"] == 0.5
+    assert metrics["cover_em"] == 1.0  # the uncapped metric is still reported
+
+
+def test_answer_incorrect_value_for_the_plus_minus_one_ablation():
+    scores, _ = answer_reward([make("Paris"), make("Lyon"), make(None)], metric="em", incorrect=-1.0)
+    assert scores == [1.0, -1.0, -1.0]
+
+
+def test_answer_uses_r1_normalisation_when_asked():
+    inp = [make("Miller v. California", golds=["Miller v._California"])]
+    assert answer_reward(inp, metric="f1")[0] == pytest.approx([0.4])
+    assert answer_reward(inp, metric="f1", normalize="r1")[0] == [1.0]
+
+
+# --------------------------------------------------------------------------------------------------- format
+
+
+@pytest.mark.parametrize(
+    ("params", "ok_score", "bad_score"),
+    [
+        ({"paper": "r1_searcher_stage1"}, 0.5, 0.0),  # spec 001 §3.1 Eq. 2
+        ({"paper": "r1_searcher_stage2"}, 0.0, -2.0),  # spec 001 §3.2 Eq. 3 (paper)
+        ({"paper": "r1_searcher_stage2", "penalty": -1.0}, 0.0, -1.0),  # the authors' Llama code
+        ({"paper": "r1_searcher_pp"}, 0.0, -2.0),  # spec 000 §3.1 Eq. 3
+    ],
+)
+def test_binary_format_rewards(params, ok_score, bad_score):
+    scores, metrics = format_reward([make(ok=True), make(ok=False)], **params)
+    assert scores == [ok_score, bad_score]
+    assert metrics["ok_rate"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("n", "answer_ok", "evidence_ok", "evidence", "paper_value", "code_value"),
+    [
+        (2, True, True, "facts", 0.4, 0.4),  # searched, one evidence block, one answer
+        (2, True, False, None, 0.2, 0.2),  # searched but no (or a duplicated) evidence block
+        (2, False, True, "facts", 0.2, 0.2),  # answer badly formatted
+        (2, False, False, None, 0.0, 0.0),
+        (0, True, False, None, 0.4, 0.4),  # no search, evidence rightly omitted: gamma_e granted
+        (0, False, False, None, 0.2, 0.2),
+        (0, True, True, "made-up facts", 0.4, 0.2),  # evidence without search: Eq. 5 pays, the code does not
+    ],
+)
+def test_r_search_format_eq5(n, answer_ok, evidence_ok, evidence, paper_value, code_value):
+    inp = [make(n=n, evidence=evidence, answer_ok=answer_ok, evidence_ok=evidence_ok)]
+    assert format_reward(inp, paper="r_search")[0] == pytest.approx([paper_value])
+    assert format_reward(inp, paper="r_search", evidence_without_search="code")[0] == pytest.approx([code_value])
+
+
+def test_r_search_format_gammas_and_missing_flags():
+    inp = [make(n=1, answer_ok=True, evidence_ok=True)]
+    assert format_reward(inp, paper="r_search", gamma_e=0.3, gamma_a=0.1)[0] == pytest.approx([0.4])
+    assert format_reward(inp, paper="r_search", gamma=0.5)[0] == pytest.approx([1.0])
+    with pytest.raises(ValueError, match="extra\\['answer_ok'\\]"):
+        format_reward([make(n=1)], paper="r_search")
+
+
+def test_format_rejects_papers_without_one():
+    with pytest.raises(ValueError, match="Search-R1 and RAG-R1 have no format reward"):
+        format_reward([], paper="search_r1")
+    with pytest.raises(ValueError, match="must be one of"):
+        format_reward([], paper="r1searcher")
+
+
+# --------------------------------------------------------------------------------------------------- retrieval
+
+
+def test_retrieval_reward_stage1_rule():
+    scores, metrics = retrieval_reward([make(n=0), make(n=1), make(n=3)])
+    assert scores == [0.0, 0.5, 0.5]
+    assert metrics["searched_rate"] == pytest.approx(2 / 3)
+
+
+# --------------------------------------------------------------------------------------------------- group
+
+
+def group(*rows, gid=0):
+    """rows: (answer, n_searches); gold is Paris."""
+    return [make(a, n=n, group=gid) for a, n in rows]
+
+
+def test_group_none_correct():
+    scores, metrics = group_reward(group(("Lyon", 0), ("Nice", 1), (None, 2)))
+    assert scores == [0.0, 0.0, 0.0]
+    assert metrics["bonus_rate"] == 0.0
+
+
+def test_group_one_correct():
+    rows = group(("Paris", 1), ("Lyon", 0), ("Nice", 3))
+    # t = (1, 0, 3): population variance over all = 14/9, 2 * 14/9 = 3.11 -> capped at eta = 2.
+    assert group_reward(rows)[0] == [2.0, 0.0, 0.0]
+    # Over the correct rollouts only, one rollout has sigma = 0: no bonus.
+    assert group_reward(rows, sigma_over="correct")[0] == [0.0, 0.0, 0.0]
+
+
+def test_group_ties_for_fewest_searches():
+    rows = group(("Paris", 1), ("Paris", 1), ("Paris", 2), ("Lyon", 0))
+    # all: t = (1, 1, 2, 0), mean 1, variance 0.5 -> 2 * 0.5 = 1.0 to both tied correct rollouts.
+    assert group_reward(rows)[0] == pytest.approx([1.0, 1.0, 0.0, 0.0])
+    # correct only: t = (1, 1, 2), variance 2/9 -> 4/9.
+    assert group_reward(rows, sigma_over="correct")[0] == pytest.approx([4 / 9, 4 / 9, 0.0, 0.0])
+    # sample std over all: variance 2/3 -> 4/3.
+    assert group_reward(rows, ddof=1)[0] == pytest.approx([4 / 3, 4 / 3, 0.0, 0.0])
+
+
+def test_group_sigma_zero():
+    scores, metrics = group_reward(group(("Paris", 2), ("Paris", 2), ("Lyon", 2)))
+    assert scores == [0.0, 0.0, 0.0]
+    assert metrics["sigma_mean"] == 0.0
+
+
+def test_group_eta_and_scale():
+    rows = group(("Paris", 0), ("Lyon", 4))  # variance 4
+    assert group_reward(rows)[0] == [2.0, 0.0]
+    assert group_reward(rows, eta=100.0)[0] == [8.0, 0.0]
+    assert group_reward(rows, eta=100.0, scale=1.0)[0] == [4.0, 0.0]
+
+
+def test_groups_are_independent_and_may_interleave():
+    a = group(("Paris", 1), ("Lyon", 3), gid="a")  # variance 1 -> bonus 2
+    b = group(("Paris", 2), ("Paris", 2), gid="b")  # sigma 0 -> no bonus
+    scores, metrics = group_reward([a[0], b[0], a[1], b[1]])
+    assert scores == [2.0, 0.0, 0.0, 0.0]
+    assert metrics["sigma_mean"] == pytest.approx(0.5)
+
+
+def test_group_correctness_follows_the_answer_rule():
+    long_answer = "Paris " + " ".join(["x"] * 10)  # 11 words: not correct under the 10-word cap
+    rows = [make(long_answer, n=0, group=0), make("Paris", n=2, group=0)]
+    # The long answer would be the fewest-searches correct rollout without the cap.
+    assert group_reward(rows)[0] == [0.0, 2.0]
+    assert group_reward(rows, max_words=None)[0] == [2.0, 0.0]
+    assert group_reward(rows, metric="em", max_words=None)[0] == [0.0, 2.0]
+
+
+def test_group_needs_group_ids():
+    with pytest.raises(ValueError, match="group_id"):
+        group_reward([make(group=None)])
+    with pytest.raises(ValueError, match="sigma_over"):
+        group_reward([], sigma_over="paper")
+
+
+# --------------------------------------------------------------------------------------------------- evidence
+
+
+class FakeReader:
+    def __init__(self, answers: dict[str, str]):
+        self.answers, self.calls = answers, []
+
+    def __call__(self, questions, evidences):
+        self.calls.append((list(questions), list(evidences)))
+        return [self.answers.get(e, "no idea") for e in evidences]
+
+
+def test_evidence_reward_scores_the_reader_answer():
+    reader = FakeReader({"Paris is the capital.": "Paris", "France info": "the city of Paris"})
+    inputs = [
+        make(n=1, evidence="Paris is the capital."),
+        make(n=2, evidence="France info"),
+        make(n=0, evidence="written without search"),  # not scored (authors' code rule)
+        make(n=1, evidence="   "),  # empty block: not scored
+        make(n=1, evidence=None),
+    ]
+    scores, metrics = evidence_reward(inputs, reader=reader)
+    assert scores == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.0])
+    assert reader.calls == [(["q?", "q?"], ["Paris is the capital.", "France info"])]  # one batched call
+    assert metrics == {"scored_rate": pytest.approx(0.4), "mean_scored": pytest.approx(0.75)}
+    assert evidence_reward(inputs[2:3], reader=FakeReader({}), require_search=False)[1]["scored_rate"] == 1.0
+
+
+def test_evidence_reward_checks_the_reader():
+    with pytest.raises(ValueError, match="needs a reader"):
+        evidence_reward([make(n=1, evidence="e")])
+    with pytest.raises(ValueError, match="returned 0 answers for 1"):
+        evidence_reward([make(n=1, evidence="e")], reader=lambda q, e: [])
+
+
+def test_generator_reader_with_a_scripted_generator():
+    seen = []
+
+    def script(prompt: str) -> str:
+        seen.append(prompt)
+        return " Paris\nbecause the passage says so"
+
+    reader = generator_reader(ScriptedGenerator(ByteTokenizer(), script), ByteTokenizer())
+    assert reader(["Capital of France?"], ["Paris is the capital of France."]) == ["Paris"]
+    assert "Paris is the capital of France." in seen[0] and seen[0].rstrip().endswith("Answer:")
+
+
+# --------------------------------------------------------------------------------------------------- judge
+
+
+class FakeJudge:
+    def __init__(self, verdicts):
+        self.verdicts = verdicts
+
+    def judge_many(self, questions, golds, predictions):
+        return [JudgeVerdict(v, str(v), "api") for v in self.verdicts]
+
+
+def test_judge_reward_counts_unparsed_separately():
+    scores, metrics = judge_reward([make(), make(), make()], judge=FakeJudge([True, False, None]))
+    assert scores == [1.0, 0.0, 0.0]
+    assert metrics == {"accuracy": 0.5, "unparsed": 1.0}
+    with pytest.raises(ValueError, match="needs a judge"):
+        judge_reward([make()])
+
+
+# --------------------------------------------------------------------------------------------------- composer
+
+
+def test_composer_weights_and_per_component_logging():
+    comps = [
+        RewardComponent(name="answer", weight=1.0, params={"metric": "em"}),
+        RewardComponent(name="retrieval", weight=2.0, params={"value": 0.5}),
+        RewardComponent(name="format", weight=0.5, params={"paper": "r1_searcher_pp"}),
+    ]
+    result = RewardComposer(comps)([make("Paris", n=1, ok=True), make("Lyon", n=0, ok=False)])
+    assert result.components == {"answer": [1.0, 0.0], "retrieval": [0.5, 0.0], "format": [0.0, -2.0]}
+    assert result.total == [1.0 + 2 * 0.5, 0.5 * -2.0]
+    m = result.metrics
+    assert m["reward/answer"] == 0.5 and m["reward/retrieval"] == 0.25 and m["reward/format"] == -1.0
+    assert m["reward/total"] == pytest.approx(0.5)
+    assert m["answer/em"] == 0.5 and m["format/ok_rate"] == 0.5 and m["retrieval/searched_rate"] == 0.5
+
+
+def test_composer_validates_at_construction():
+    with pytest.raises(ValueError, match=r"unknown param\(s\) \['metirc'\]; valid params: metric"):
+        RewardComposer([RewardComponent(name="answer", params={"metirc": "em"})])
+    with pytest.raises(ValueError, match="unknown metric"):
+        RewardComposer([RewardComponent(name="answer", params={"metric": "acc"})])
+    with pytest.raises(ValueError, match="listed twice"):
+        RewardComposer([RewardComponent(name="answer"), RewardComponent(name="answer")])
+    with pytest.raises(ValueError, match="needs a reader"):
+        RewardComposer([RewardComponent(name="evidence")])
+    with pytest.raises(ValueError, match="is empty"):
+        RewardComposer([])
+
+
+def test_group_inherits_the_answer_rule_in_the_composer():
+    comps = [
+        RewardComponent(name="answer", params={"metric": "em"}),  # no word cap, exact match
+        RewardComponent(name="group", params={"eta": 2.0}),
+    ]
+    rows = [make("the city of Paris", n=0, group=0), make("Paris", n=2, group=0)]
+    result = RewardComposer(comps)(rows)
+    # Under em the first rollout is wrong, so the bonus goes to the second (group's own default is cover_em).
+    assert result.components["group"] == [0.0, 2.0]
+    assert result.total == [0.0, 3.0]
+
+
+def test_r1_searcher_pp_total_is_format_plus_answer_plus_group():
+    comps = [
+        RewardComponent(name="format", params={"paper": "r1_searcher_pp"}),
+        RewardComponent(name="answer", params={"metric": "cover_em", "max_words": 10}),
+        RewardComponent(name="group", params={"eta": 2.0}),
+    ]
+    rows = [make("Paris", n=1, group=0), make("Paris", n=3, group=0), make("Lyon", n=0, ok=False, group=0)]
+    # t = (1, 3, 0): variance 14/9 -> bonus 2 for the 1-search correct rollout.
+    assert RewardComposer(comps)(rows).total == [3.0, 1.0, -2.0]
+
+
+def test_r_search_recipe_composes_eq6():
+    cfg = load_config("r_search").reward
+    reader = FakeReader({"facts": "Paris"})
+    composer = RewardComposer.from_config(cfg, reader=reader)
+    rows = [
+        # searched, evidence and answer well formed, answer F1 0.5, reader F1 1 -> 0.5 + 1 + 0.4
+        make("the Paris", n=1, evidence="facts", answer_ok=True, evidence_ok=True, golds=["Paris France"]),
+        # no search, no evidence, correct answer -> 1 + 0 + 0.4 (gamma_e is granted when nothing was retrieved)
+        make("Paris", n=0, evidence=None, answer_ok=True, evidence_ok=False),
+    ]
+    result = composer(rows)
+    assert result.components["answer"] == pytest.approx([2 / 3, 1.0])
+    assert result.components["evidence"] == pytest.approx([2 / 3, 0.0])
+    assert result.total == pytest.approx([2 / 3 + 2 / 3 + 0.4, 1.4])
+
+
+@pytest.mark.parametrize("recipe", ["search_r1_grpo", "rag_r1", "r1_searcher_stage1", "r1_searcher_stage2"])
+def test_paper_recipes_build_a_composer(recipe):
+    composer = RewardComposer.from_config(load_config(recipe).reward)
+    result = composer([make("Paris", n=1, group=0), make(None, n=0, ok=False, group=0)])
+    assert len(result.total) == 2 and "reward/total" in result.metrics
+
+
+def test_stage1_total_takes_the_three_paper_values():
+    composer = RewardComposer.from_config(load_config("r1_searcher_stage1").reward)
+    rows = [make(n=0, ok=False), make(n=1, ok=False), make(n=0, ok=True), make(n=2, ok=True)]
+    assert composer(rows).total == [0.0, 0.5, 0.5, 1.0]
+
+
+def test_default_run_config_composes():
+    composer = RewardComposer.from_config(RunConfig().reward)
+    assert composer.names == ["answer"]
+
+
+# --------------------------------------------------------------------------------------------------- inputs
+
+
+class TinyProtocol(Protocol):
+    name = "tiny"
+    stop_strings = ("</search>",)
+
+    def instruction(self, question):
+        return question
+
+    def parse(self, turn_text):
+        return Answer(turn_text) if turn_text else Invalid("empty")
+
+    def render_observation(self, queries, hits):
+        return ""
+
+    def invalid_feedback(self, action):
+        return ""
+
+    def check_format(self, response):
+        ans = response.split("<answer>")[-1].split("</answer>")[0] if "<answer>" in response else None
+        n = response.count("<search>")
+        return FormatReport(ok=ans is not None, has_answer=ans is not None, answer=ans, n_searches=n,
+                            extra={"evidence": "ev"})
+
+
+def test_reward_input_from_response():
+    inp = RewardInput.from_response(TinyProtocol(), "q?", ["Paris"], "<search>x</search><answer>Paris</answer>",
+                                    group_id=7)
+    assert (inp.answer, inp.n_searches, inp.evidence, inp.group_id) == ("Paris", 1, "ev", 7)
+    assert inp.report.ok
+    assert RewardInput.from_response(TinyProtocol(), "q?", ["Paris"], "no answer", n_searches=3).n_searches == 3

@@ -1,0 +1,192 @@
+"""The LLM judge against a local fake OpenAI-compatible server: parsing, unparsed replies, cache, retries, errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from searchrl.rewards.components import RewardComposer, RewardInput
+from searchrl.config import RewardComponent
+from searchrl.protocols.base import FormatReport
+from searchrl.rewards.judge import JudgeError, LLMJudge, parse_verdict, summarize_verdicts
+
+
+class FakeChat(BaseHTTPRequestHandler):
+    """Replies True when the gold's first word is in the prediction; special predictions script other behaviours."""
+
+    state: dict = {}
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        st = self.state
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        st["requests"].append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        prompt = body["messages"][0]["content"]
+        gold = re.search(r"Golden answer: (.*)", prompt).group(1)
+        pred = re.search(r"Predicted answer: (.*)", prompt).group(1)
+        if body["model"] == "no-such-model":
+            return self._send(404, {"error": {"message": "model not found"}})
+        if pred == "flaky":
+            st["flaky"] = st.get("flaky", 0) + 1
+            if st["flaky"] <= 2:
+                return self._send(503, {"error": "busy"})
+        if pred == "garbage":
+            return self._send(200, {"unexpected": True})
+        if pred == "ramble":
+            reply = "Hard to say; it depends."
+        elif pred == "flaky":
+            reply = "True"
+        else:
+            reply = "True" if any(g.split()[0].lower() in pred.lower() for g in gold.split(" | ")) else "False."
+        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}}]})
+
+    def _send(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def server():
+    FakeChat.state = {"requests": []}
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeChat)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", FakeChat.state
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_verdicts_unparsed_and_skipped(server, tmp_path):
+    url, state = server
+    with LLMJudge(url, "fake-judge", api_key="sk-test", cache_path=tmp_path / "c.json", backoff_s=0) as judge:
+        verdicts = judge.judge_many(
+            ["Capital of France?", "Capital of Italy?", "Who?", "Who?"],
+            [["Paris"], ["Rome", "Roma"], ["Jango Fett"], ["x"]],
+            ["It is Paris", "Milan", "ramble", None],
+        )
+    assert [v.correct for v in verdicts] == [True, False, None, False]
+    assert [v.source for v in verdicts] == ["api", "api", "api", "skipped"]
+    assert summarize_verdicts(verdicts) == {"judge": pytest.approx(1 / 3), "judge_unparsed": 1.0, "judge_n": 4.0}
+    assert len(state["requests"]) == 3  # no request for the missing prediction
+    req = state["requests"][0]
+    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer sk-test"
+    assert req["body"]["model"] == "fake-judge" and req["body"]["temperature"] == 0.0
+    prompts = [r["body"]["messages"][0]["content"] for r in state["requests"]]
+    assert any("Golden answer: Rome | Roma" in p for p in prompts)  # all aliases in one request
+
+
+def test_cache_is_reused_across_instances(server, tmp_path):
+    url, state = server
+    cache = tmp_path / "judge.json"
+    args = (["Capital of France?"], [["Paris"]], ["Paris"])
+    first = LLMJudge(url, "fake-judge", cache_path=cache).judge_many(*args)
+    assert len(state["requests"]) == 1 and json.loads(cache.read_text())
+    again = LLMJudge(url, "fake-judge", cache_path=cache)
+    second = again.judge_many(*args)
+    assert again.n_requests == 0 and len(state["requests"]) == 1
+    assert second[0].correct is first[0].correct is True and second[0].source == "cache"
+    # The key includes the model, the golds and the prediction.
+    LLMJudge(url, "other-judge", cache_path=cache).judge_many(*args)
+    LLMJudge(url, "fake-judge", cache_path=cache).judge_many(["Capital of France?"], [["Paris", "Lutetia"]], ["Paris"])
+    assert len(state["requests"]) == 3
+
+
+def test_duplicates_in_one_batch_share_a_request(server):
+    url, state = server
+    verdicts = LLMJudge(url, "fake-judge").judge_many(["q"] * 3, [["Paris"]] * 3, ["Paris"] * 3)
+    assert [v.correct for v in verdicts] == [True] * 3 and len(state["requests"]) == 1
+
+
+def test_retries_on_server_errors(server):
+    url, state = server
+    judge = LLMJudge(url, "fake-judge", max_retries=3, backoff_s=0)
+    assert judge.judge("q", ["x"], "flaky").correct is True
+    assert state["flaky"] == 3
+    state["flaky"] = 0
+    with pytest.raises(JudgeError, match=r"failed after 2 attempts \(HTTP 503\)"):
+        LLMJudge(url, "fake-judge", max_retries=1, backoff_s=0).judge("q", ["x"], "flaky")
+
+
+def test_client_errors_fail_at_once_with_a_fix(server):
+    url, state = server
+    with pytest.raises(JudgeError, match="HTTP 404.*check the judge model name"):
+        LLMJudge(url, "no-such-model", backoff_s=0).judge("q", ["x"], "y")
+    assert len(state["requests"]) == 1
+    with pytest.raises(JudgeError, match="did not return an OpenAI chat completion"):
+        LLMJudge(url, "fake-judge").judge("q", ["x"], "garbage")
+
+
+def test_unreachable_server_names_the_fix():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = LLMJudge(f"http://127.0.0.1:{port}/v1", "m", max_retries=1, backoff_s=0, timeout_s=2)
+    with pytest.raises(JudgeError, match="failed after 2 attempts.*start the server or fix the judge URL"):
+        judge.judge("q", ["x"], "y")
+
+
+def test_configuration_from_environment(server, monkeypatch):
+    url, state = server
+    monkeypatch.setenv("SEARCHRL_JUDGE_URL", url + "/")
+    monkeypatch.setenv("SEARCHRL_JUDGE_MODEL", "env-model")
+    monkeypatch.setenv("SEARCHRL_JUDGE_API_KEY", "sk-env")
+    judge = LLMJudge()
+    assert judge.judge("q", ["Paris"], "Paris").correct is True
+    assert state["requests"][0]["auth"] == "Bearer sk-env" and state["requests"][0]["body"]["model"] == "env-model"
+    monkeypatch.delenv("SEARCHRL_JUDGE_URL")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ValueError, match="no judge URL"):
+        LLMJudge()
+
+
+def test_corrupt_cache_is_a_clear_error(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="delete it"):
+        LLMJudge("http://127.0.0.1:1/v1", "m", cache_path=bad)
+
+
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        ("True", True),
+        ("False", False),
+        ("  true.", True),
+        ("**False**", False),
+        ("TRUE\n\nThe prediction matches.", True),
+        ("Yes", True),
+        ("No.", False),
+        ("Correct", True),
+        ("Incorrect", False),
+        ("Judgment: Correct", True),
+        ("The predicted answer is not correct.", False),
+        ("The answer is wrong.", False),
+        ("True or False?", None),
+        ("Maybe.", None),
+        ("", None),
+        ("It is correct, although not true in spirit", None),
+    ],
+)
+def test_parse_verdict(reply, verdict):
+    assert parse_verdict(reply) is verdict
+
+
+def test_judge_component_through_the_composer(server):
+    url, _ = server
+    composer = RewardComposer([RewardComponent(name="judge")], judge=LLMJudge(url, "fake-judge"))
+    rep = FormatReport(ok=True, has_answer=True, answer=None, n_searches=0)
+    rows = [RewardInput("q", ["Paris"], "", a, rep) for a in ("Paris", "Lyon", "ramble", None)]
+    result = composer(rows)
+    assert result.total == [1.0, 0.0, 0.0, 0.0]
+    assert result.metrics["judge/unparsed"] == 1.0 and result.metrics["judge/accuracy"] == pytest.approx(1 / 3)
