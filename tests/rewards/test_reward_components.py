@@ -363,13 +363,56 @@ class TinyProtocol(Protocol):
     def check_format(self, response):
         ans = response.split("<answer>")[-1].split("</answer>")[0] if "<answer>" in response else None
         n = response.count("<search>")
-        return FormatReport(ok=ans is not None, has_answer=ans is not None, answer=ans, n_searches=n,
-                            extra={"evidence": "ev"})
+        return FormatReport(
+            ok=ans is not None, has_answer=ans is not None, answer=ans, n_searches=n, extra={"evidence": "ev"}
+        )
 
 
 def test_reward_input_from_response():
-    inp = RewardInput.from_response(TinyProtocol(), "q?", ["Paris"], "<search>x</search><answer>Paris</answer>",
-                                    group_id=7)
+    inp = RewardInput.from_response(
+        TinyProtocol(), "q?", ["Paris"], "<search>x</search><answer>Paris</answer>", group_id=7
+    )
     assert (inp.answer, inp.n_searches, inp.evidence, inp.group_id) == ("Paris", 1, "ev", 7)
     assert inp.report.ok
     assert RewardInput.from_response(TinyProtocol(), "q?", ["Paris"], "no answer", n_searches=3).n_searches == 3
+
+
+# --------------------------------------------------------------------------------------------------- with protocols
+
+
+def _respond(protocol_name: str, before: str, after: str, query: str = "capital of France") -> tuple:
+    from searchrl.protocols import get_protocol
+    from searchrl.retrieval.base import Hit
+
+    protocol = get_protocol(protocol_name)
+    hits = [[Hit("1", "France", "Paris is the capital of France.", 1.0)]]
+    return protocol, before + protocol.render_observation([query], hits) + after
+
+
+def test_r_search_protocol_reports_feed_the_composer():
+    protocol, searched = _respond(
+        "r_search",
+        "I will search. <search> capital of France </search>",
+        "<original_evidence>Paris is the capital of France.</original_evidence>\n<answer> Paris </answer>",
+    )
+    no_evidence = searched.split("<original_evidence>")[0] + "<answer> Paris </answer>"
+    inputs = [RewardInput.from_response(protocol, "Capital of France?", ["Paris"], r) for r in (searched, no_evidence)]
+    assert inputs[0].evidence == "Paris is the capital of France." and inputs[0].n_searches == 1
+    composer = RewardComposer.from_config(load_config("r_search").reward, reader=FakeReader({}))
+    # reader says "no idea" -> evidence 0; first: 1 + 0 + 0.4, second: no evidence block after a search -> 1 + 0.2
+    assert composer(inputs).total == pytest.approx([1.4, 1.2])
+
+
+def test_r1_searcher_protocol_reports_feed_stage_rewards():
+    protocol, good = _respond(
+        "r1_searcher",
+        " I search. <|begin_of_query|> capital France<|end_of_query|>",
+        "So Paris.</think>\n<answer> Paris </answer>",
+    )
+    no_search = " I know it.</think>\n<answer> Paris </answer>"
+    broken = " I know it. <answer> Paris </answer>"
+    inputs = [RewardInput.from_response(protocol, "q", ["Paris"], r) for r in (good, no_search, broken)]
+    stage1 = RewardComposer.from_config(load_config("r1_searcher_stage1").reward)
+    assert stage1(inputs).total == [1.0, 0.5, 0.0]
+    stage2 = RewardComposer.from_config(load_config("r1_searcher_stage2").reward)
+    assert stage2(inputs).total == [1.0, 1.0, -1.0]  # answer F1 1, format penalty -2 on the broken one

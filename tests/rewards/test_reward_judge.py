@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from searchrl.rewards.components import RewardComposer, RewardInput
 from searchrl.config import RewardComponent
 from searchrl.protocols.base import FormatReport
+from searchrl.rewards.components import RewardComposer, RewardInput
 from searchrl.rewards.judge import JudgeError, LLMJudge, parse_verdict, summarize_verdicts
 
 
@@ -60,7 +60,7 @@ class FakeChat(BaseHTTPRequestHandler):
 def server():
     FakeChat.state = {"requests": []}
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeChat)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", FakeChat.state
     httpd.shutdown()

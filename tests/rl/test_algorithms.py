@@ -58,7 +58,8 @@ def with_garbage(x: torch.Tensor, mask: torch.Tensor, value: float) -> torch.Ten
 
 
 def close(a: float | torch.Tensor, b: float | torch.Tensor) -> bool:
-    return abs(float(a) - float(b)) <= TOL * max(1.0, abs(float(b)))
+    a, b = (x.detach().item() if isinstance(x, torch.Tensor) else x for x in (a, b))
+    return abs(a - b) <= TOL * max(1.0, abs(b))
 
 
 def assert_tensor_matches(actual: torch.Tensor, expected: list[list[float]]) -> None:
@@ -179,8 +180,8 @@ def ref_policy_loss(logp, old, adv, mask, clip_eps, dual_clip, mode, global_toke
             rho = torch.exp(logp[b, t] - float(old[b, t]))
             unclipped = -a * rho
             clipped = -a * torch.clamp(rho, 1.0 - clip_eps, 1.0 + clip_eps)
-            loss = unclipped if float(unclipped) >= float(clipped) else clipped
-            if dual_clip is not None and a < 0 and float(loss) > -a * dual_clip:
+            loss = unclipped if unclipped.item() >= clipped.item() else clipped
+            if dual_clip is not None and a < 0 and loss.item() > -a * dual_clip:
                 loss = torch.tensor(-a * dual_clip, dtype=torch.float64)
             per_token[b][t] = loss
     return ref_aggregate(per_token, mask.tolist(), mode, global_tokens, global_seqs)
@@ -199,7 +200,7 @@ def ref_value_loss(values, old, returns, mask, clip, mode):
                 continue
             v_clip = o + torch.clamp(v - o, -clip, clip)
             l2 = (v_clip - r) ** 2
-            per_token[b][t] = 0.5 * (l1 if float(l1) >= float(l2) else l2)
+            per_token[b][t] = 0.5 * (l1 if l1.item() >= l2.item() else l2)
     return ref_aggregate(per_token, mask.tolist(), mode)
 
 
@@ -209,7 +210,7 @@ def ref_entropy(logits, mask, mode):
         for t in range(T):
             if mask[b][t]:
                 z = [logits[b, t, v] for v in range(logits.shape[-1])]
-                zmax = max(float(x) for x in z)
+                zmax = max(x.item() for x in z)
                 exps = [torch.exp(x - zmax) for x in z]
                 total = sum(exps[1:], exps[0])
                 per_token[b][t] = -sum(((e / total) * torch.log(e / total) for e in exps), 0.0)

@@ -62,6 +62,8 @@ class ScriptedGenerator(Generator):
             ids = self.tokenizer.encode(reply)
             if reason == "eos" and self.eos:
                 ids = ids + [self.tokenizer.eos_token_id]
+            elif reason == "eos":  # no EOS emitted: the turn ran out of tokens
+                reason = "length"
             if len(ids) > params.max_new_tokens:
                 ids, reason, stop_str = ids[: params.max_new_tokens], "length", None
             rng = random.Random(hash(ctx) & 0xFFFF)

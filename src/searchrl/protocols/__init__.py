@@ -1,1 +1,56 @@
+"""The five papers' text protocols and a name -> class registry.
 
+``get_protocol("rag_r1", multi_query=True, max_queries=3)`` builds one; options are validated and unknown ones
+raise a one-line ``ValueError`` naming the valid ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from searchrl.protocols._tags import BAD_JSON, EMPTY_QUERY, INVALID_REASONS, NO_ACTION, QUERY_TOO_LONG
+from searchrl.protocols.base import Action, Answer, FormatReport, Invalid, Protocol, Search
+from searchrl.protocols.r1_searcher import R1SearcherProtocol
+from searchrl.protocols.r1_searcher_pp import R1SearcherPPProtocol
+from searchrl.protocols.r_search import RSearchProtocol
+from searchrl.protocols.rag_r1 import RAGR1Protocol
+from searchrl.protocols.search_r1 import SearchR1Protocol
+
+PROTOCOLS: dict[str, type[Protocol]] = {
+    "search_r1": SearchR1Protocol,
+    "r1_searcher": R1SearcherProtocol,
+    "r1_searcher_pp": R1SearcherPPProtocol,
+    "r_search": RSearchProtocol,
+    "rag_r1": RAGR1Protocol,
+}
+
+
+def get_protocol(name: str, **options: Any) -> Protocol:
+    """The protocol called ``name`` built with ``options`` (e.g. ``multi_query=True`` for ``rag_r1``)."""
+    try:
+        cls = PROTOCOLS[name]
+    except KeyError:
+        raise ValueError(f"unknown protocol {name!r}; choose one of: {', '.join(PROTOCOLS)}") from None
+    return cls(**options)
+
+
+__all__ = [
+    "BAD_JSON",
+    "EMPTY_QUERY",
+    "INVALID_REASONS",
+    "NO_ACTION",
+    "PROTOCOLS",
+    "QUERY_TOO_LONG",
+    "Action",
+    "Answer",
+    "FormatReport",
+    "Invalid",
+    "Protocol",
+    "R1SearcherPPProtocol",
+    "R1SearcherProtocol",
+    "RAGR1Protocol",
+    "RSearchProtocol",
+    "Search",
+    "SearchR1Protocol",
+    "get_protocol",
+]

@@ -195,14 +195,16 @@ def blocks(events: Sequence[Event], open_tag: str, close_tag: str) -> Blocks:
 
 
 def unanswered_searches(events: Sequence[Event], search_close: str) -> int:
-    """Search calls whose closing tag is not followed by an inserted observation."""
+    """Search calls whose closing tag is not followed (whitespace aside) by an inserted observation."""
     n = 0
-    for i, ev in enumerate(events):
-        if ev.kind == "tag" and ev.value == search_close:
-            nxt = next((e for e in events[i + 1 :] if not (e.kind == "text" and not e.value.strip())), None)
-            if nxt is None or not nxt.kind.startswith("obs"):
-                n += 1
-    return n
+    pending = False  # a search call closed and nothing but whitespace seen since
+    for ev in events:
+        if ev.kind == "text" and not ev.value.strip():
+            continue
+        if pending and not ev.kind.startswith("obs"):
+            n += 1
+        pending = ev.kind == "tag" and ev.value == search_close
+    return n + pending
 
 
 def garbled_problems(events: Sequence[Event]) -> list[str]:
@@ -324,12 +326,32 @@ class TagProtocol(Protocol):
             response = response.replace(text, "\n")
         return response
 
+    def scan_text(self, text: str) -> list[Event]:
+        """Events of a text that holds no inserted feedback (see ``scan``)."""
+        return scan(text, self.all_tags, self.search_tags[1], *self.result_tags)
+
     def scan_response(self, response: str) -> list[Event]:
-        return scan(self.strip_inserted(response), self.all_tags, self.search_tags[1], *self.result_tags)
+        """Events of a whole response, after removing the feedback / forced-answer texts."""
+        return self.scan_text(self.strip_inserted(response))
 
     # ----------------------------------------------------------------------------------------- rendering
-    def _check_hits(self, queries: list[str], hits: list[list[Hit]]) -> None:
+    def _prepared(self, queries: list[str], hits: list[list[Hit]]) -> list[list[Hit]]:
+        """Check the shapes (a mismatch is a programming error) and blank out the result tags in documents.
+
+        A document that happened to contain the closing result tag would otherwise end the block early, and the
+        rest of it would read as policy text to the format checker and to the model.
+        """
         if len(queries) != len(hits):
             raise ValueError(f"render_observation got {len(queries)} queries but {len(hits)} hit lists")
         if not 1 <= len(queries) <= self.max_queries:
             raise ValueError(f"{self.name} renders 1..{self.max_queries} queries per search call, got {len(queries)}")
+        return [[_without_tags(h, self.result_tags) for h in per_query] for per_query in hits]
+
+
+def _without_tags(hit: Hit, tags: tuple[str, str]) -> Hit:
+    if not any(t in hit.title or t in hit.text for t in tags):
+        return hit
+    title, text = hit.title, hit.text
+    for t in tags:
+        title, text = title.replace(t, " "), text.replace(t, " ")
+    return Hit(hit.id, title, text, hit.score)

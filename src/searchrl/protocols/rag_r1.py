@@ -88,7 +88,7 @@ class RAGR1Protocol(SearchR1Protocol):
         return "".join(f"Doc {i}: {hit_contents(h)}\n" for i, h in enumerate(hits, start=1)).strip()
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
-        self._check_hits(queries, hits)
+        hits = self._prepared(queries, hits)
         if self.multi_query:
             payload = {"query": list(queries), "documents": [self._docs(h) for h in hits]}
             body = json.dumps(payload, indent=2, ensure_ascii=False)

@@ -64,7 +64,7 @@ class SearchR1Protocol(TagProtocol):
         return "".join(f"Doc {i}(Title: {h.title}) {h.text}\n" for i, h in enumerate(hits, start=1))
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
-        self._check_hits(queries, hits)
+        hits = self._prepared(queries, hits)
         return f"\n\n<information>{self._docs(hits[0]).strip()}</information>\n\n"
 
     def _feedback_how(self) -> str:

@@ -1,1 +1,78 @@
+"""Retrieval: one batched interface, ``search(queries, k) -> list[list[Hit]]``, over local indexes (BM25, dense,
+hybrid), remote ``/retrieve`` servers and web search. ``make_retriever`` turns a ``RetrievalConfig`` into one.
 
+Submodules import their heavy dependencies (bm25s, faiss, torch, httpx) only when used, so importing this package
+is cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from searchrl.retrieval.base import Hit, Retriever
+
+if TYPE_CHECKING:
+    from searchrl.config import RetrievalConfig
+
+__all__ = ["Hit", "Retriever", "make_retriever", "build_index", "load_index", "RemoteRetriever", "WebRetriever"]
+
+
+def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Retriever:
+    """The retriever a config asks for.
+
+    - ``bm25`` / ``dense`` / ``hybrid``: load ``cfg.index``; when the directory has no index yet and ``corpus`` is
+      given, build it first (with ``cfg.encoder``). A given ``corpus`` must match the index's fingerprint.
+    - ``remote``: a ``RemoteRetriever`` over ``cfg.urls``.
+    - ``web``: a ``WebRetriever``; provider ``google`` when ``$GOOGLE_API_KEY`` is set and ``$SERPAPI_API_KEY`` is
+      not, else ``serpapi``; ``cfg.urls[0]``, when given, replaces the provider's base URL.
+    """
+    import os
+
+    if cfg.kind == "remote":
+        from searchrl.retrieval.client import RemoteRetriever
+
+        if not cfg.urls:
+            raise ValueError("retrieval.kind=remote needs retrieval.urls, e.g. [http://127.0.0.1:8000]")
+        return RemoteRetriever(cfg.urls, timeout_s=cfg.timeout_s)
+    if cfg.kind == "web":
+        from searchrl.retrieval.web import WebRetriever
+
+        google = bool(os.environ.get("GOOGLE_API_KEY")) and not os.environ.get("SERPAPI_API_KEY")
+        base_url = cfg.urls[0] if cfg.urls else None
+        return WebRetriever("google" if google else "serpapi", base_url=base_url, timeout_s=cfg.timeout_s)
+
+    from searchrl.retrieval.index import build_index, load_index
+
+    if cfg.index is None:
+        raise ValueError(f"retrieval.kind={cfg.kind} needs retrieval.index (an index directory to load or build)")
+    index = Path(cfg.index)
+    if not (index / "manifest.json").exists():
+        if corpus is None:
+            raise FileNotFoundError(
+                f"no index at {index}; build it with "
+                f"`searchrl index build --corpus FILE --kind {cfg.kind} --out {index}`"
+            )
+        build_index(corpus, cfg.kind, index, encoder=cfg.encoder)
+    retriever = load_index(index, corpus)
+    built = retriever.manifest.get("kind")
+    if built != cfg.kind:
+        raise ValueError(f"{index} is a {built} index but retrieval.kind is {cfg.kind}; set kind: {built} or rebuild")
+    return retriever
+
+
+def __getattr__(name: str):
+    # Lazy exports: keep `import searchrl.retrieval` free of bm25s/faiss/httpx imports.
+    if name in ("build_index", "load_index"):
+        from searchrl.retrieval import index
+
+        return getattr(index, name)
+    if name == "RemoteRetriever":
+        from searchrl.retrieval.client import RemoteRetriever
+
+        return RemoteRetriever
+    if name == "WebRetriever":
+        from searchrl.retrieval.web import WebRetriever
+
+        return WebRetriever
+    raise AttributeError(f"module 'searchrl.retrieval' has no attribute {name!r}")

@@ -112,7 +112,9 @@ class Encoder:
         self.model = load_embedder(options.encoder, device=device)
         if options.max_length is not None:
             self.model.max_seq_length = options.max_length
-        self.dimension = int(self.model.get_sentence_embedding_dimension())
+        # sentence-transformers 5 renamed the dimension getter; keep working with both.
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dimension = int(get_dim())
         # One forward pass at a time: concurrent callers would only fight over the same CPU cores.
         self._lock = threading.Lock()
 

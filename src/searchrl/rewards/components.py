@@ -143,7 +143,7 @@ def answer_reward(
         too_long.append(long)
         scores.append(incorrect if score == 0.0 else score)
     metrics = {
-        f"{metric}": _mean(raw_scores),  # the metric before the length cap, for comparison with eval numbers
+        metric: _mean(raw_scores),  # the metric before the length cap, for comparison with eval numbers
         "missing_rate": _rate([inp.answer is None for inp in inputs]),
     }
     if max_words is not None:
@@ -186,7 +186,8 @@ def format_reward(
       ``report.extra["evidence_ok"]`` (exactly one non-empty evidence block). ``gamma`` sets both g_e and g_a
       unless ``gamma_e``/``gamma_a`` are given. Eq. 5 grants g_e whenever there was no search
       (``evidence_without_search="paper"``); the authors' code withholds it when an evidence block was written
-      without any search (``"code"``, spec 002 §4.3).
+      without any search (``"code"``, spec 002 §4.3; read from ``extra["evidence_without_search"]`` when the
+      protocol sets it, else from ``RewardInput.evidence``).
     """
     if paper not in _FORMAT_PAPERS:
         hint = (
@@ -213,7 +214,9 @@ def format_reward(
         if inp.n_searches > 0:
             score = g_e * i_e + g_a * i_a
         else:
-            wrote_evidence = bool(inp.evidence and inp.evidence.strip())
+            # The r_search protocol flags any evidence tag written without a search; fall back to the block text.
+            flag = inp.report.extra.get("evidence_without_search")
+            wrote_evidence = bool(flag) if flag is not None else bool(inp.evidence and inp.evidence.strip())
             grant_e = evidence_without_search == "paper" or not wrote_evidence
             score = g_e * grant_e + g_a * i_a
         scores.append(score)

@@ -11,8 +11,13 @@ The mask
     inserted ``<information>`` / ``<observation>`` / ``<|begin_of_documents|>`` blocks and invalid-action feedback are
     0. For the masking ablation the caller passes the plain attention mask (1 on every non-padding response token)
     instead; nothing in this module changes. Masked positions are excluded from every statistic and receive exactly
-    zero gradient: inputs are selected with ``torch.where`` (not multiplied by the mask), so even non-finite garbage
-    at padding positions cannot leak NaNs into the backward pass.
+    zero gradient: ``(B, T)`` inputs are selected with ``torch.where`` (not multiplied by the mask), so even
+    non-finite garbage at padding positions cannot leak NaNs into the loss or its gradient (entropy needs finite
+    logits, since copying ``(B, T, V)`` to select would cost too much memory).
+
+Metrics keys are already namespaced (``policy/``, ``value/``, ``kl/``, ``entropy/``, ``gae/``, ``grpo/``, ``rloo/``,
+``reinforce_pp/``). Losses are not repeated in the metrics: under global counts a micro-batch's loss is only its
+share of the step's loss, so the caller logs the summed value.
 
 Papers implemented (specs in ``shared/specs``):
     - Search-R1 (Jin et al., arXiv 2503.09516; spec 003 §5): PPO with GAE (gamma = lam = 1, Eq. 1) and GRPO with a
@@ -390,7 +395,6 @@ def policy_loss(
             "policy/ratio_mean": masked_mean(ratio_d, m).item(),
             "policy/ratio_min": torch.where(m, ratio_d, big).min().item() if m.any() else 1.0,
             "policy/ratio_max": torch.where(m, ratio_d, -big).max().item() if m.any() else 1.0,
-            "policy/loss": loss.detach().item(),
         }
     return loss, metrics
 
@@ -427,7 +431,6 @@ def value_loss(
         clip_frac = masked_mean((clipped_BT > unclipped_BT).to(values_BT.dtype), m).item()
     loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs)  # ()
     metrics = {
-        "value/loss": loss.detach().item(),
         "value/clip_frac": clip_frac,
         "value/value_mean": masked_mean(v_BT.detach(), m).item(),
         "value/return_mean": masked_mean(ret_BT, m).item(),

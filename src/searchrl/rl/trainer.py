@@ -397,7 +397,8 @@ class Trainer:
             if hasattr(model, "merge_and_unload") and self.cfg.model.lora is not None:
                 model = model.merge_and_unload()
             model.save_pretrained(path, safe_serialization=True)
-            self.tokenizer.save_pretrained(path)
+            if hasattr(self.tokenizer, "save_pretrained"):
+                self.tokenizer.save_pretrained(path)
 
     def save_checkpoint(self, path: Path) -> None:
         """Atomic: written to a sibling temp dir, then renamed over the old checkpoint."""
@@ -407,7 +408,8 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         self.acc.unwrap_model(self.model).save_pretrained(tmp / "model", safe_serialization=True)
-        self.tokenizer.save_pretrained(tmp / "model")
+        if hasattr(self.tokenizer, "save_pretrained"):
+            self.tokenizer.save_pretrained(tmp / "model")
         state: dict[str, Any] = {
             "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict(),

@@ -61,15 +61,14 @@ class RolloutLimits:
 
 
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
-    """The protocol's prompt, wrapped in the chat template for chat models or as raw text for base models."""
+    """The protocol's prompt, wrapped in the chat template for chat models or as raw text for base models, followed
+    by the protocol's response prefix (pre-filled, never sampled)."""
     use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
-    system = protocol.system_prompt()
     if use_chat:
-        messages = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": protocol.instruction(question)}
-        ]
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return (f"{system}\n\n" if system else "") + protocol.instruction(question)
+        text = tokenizer.apply_chat_template(protocol.chat_messages(question), add_generation_prompt=True, tokenize=False)
+    else:
+        text = protocol.raw_prompt(question)
+    return text + protocol.response_prefix
 
 
 class RolloutEngine:
@@ -156,7 +155,7 @@ class RolloutEngine:
                 max_new_tokens=max_new,
                 temperature=temperature,
                 top_p=top_p,
-                stop=tuple(self.protocol.stop_strings),
+                stop=tuple(self.protocol.stop_strings) + tuple(self.protocol.answer_stop_strings),
                 seed=None if seed is None else seed + turn_no,
             )
             t0 = time.perf_counter()

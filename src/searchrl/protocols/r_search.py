@@ -1,0 +1,153 @@
+"""R-Search (Zhao et al. 2025; spec 002): search / observation, a global evidence block, then the answer.
+
+No ``<think>`` tag: the model explains its thinking in free text before each step (spec 002 §2.1). It searches with
+``<search> query </search>``, gets documents inside ``<observation> ... </observation>``, and when ready writes
+one ``<original_evidence> ... </original_evidence>`` block with the relevant original text from all observations
+(omitted when it never searched), followed by ``<answer> ... </answer>`` (§2.1-2.4). The evidence text feeds the
+evidence reward: a frozen reader of another model family answers from it (§4.2).
+
+Prompt: our own wording of the system template (Table 1), question as the user turn (as in the authors' code,
+§2.2). Observation layout (§2.6 [CODE]): ``"\\n\\n<observation>" + docs + "</observation>\\n\\n"`` with one
+``"(Title: {title}) {text}\\n"`` per document. Parsing as Search-R1 (first complete ``<search>``/``<answer>``).
+"""
+
+from __future__ import annotations
+
+from searchrl.protocols._tags import TagProtocol, blocks, count_tag, unanswered_searches
+from searchrl.protocols.base import FormatReport
+from searchrl.retrieval.base import Hit
+
+SEARCH = ("<search>", "</search>")
+OBSERVATION = ("<observation>", "</observation>")
+EVIDENCE = ("<original_evidence>", "</original_evidence>")
+ANSWER = ("<answer>", "</answer>")
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant that works through the given question step by step. Begin every step by "
+    "explaining your thinking. When you need more information, write a specific query between <search> and "
+    "</search>; the system will return the top search results between <observation> and </observation>. You may "
+    "search as many times as you need. Once you know the final answer, put all the possibly relevant original "
+    "information from the observations between <original_evidence> and </original_evidence>, complete and in its "
+    "original wording, without changes. If you did not search and saw no observations, leave the evidence section "
+    "out. Last, give the final answer between <answer> and </answer>."
+)
+
+
+class RSearchProtocol(TagProtocol):
+    name = "r_search"
+    stop_strings = ("</search>",)
+    answer_stop_strings = ("</answer>",)
+    search_tags = SEARCH
+    result_tags = OBSERVATION
+    answer_tags = ANSWER
+    other_tags = EVIDENCE
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def instruction(self, question: str) -> str:
+        return question.strip()
+
+    def raw_prompt(self, question: str) -> str:
+        return f"{SYSTEM_PROMPT}\n\nQuestion: {question.strip()}\n"
+
+    def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
+        return f"<search> {queries[0]} </search>"
+
+    def format_answer(self, answer: str) -> str:
+        return f"<answer> {answer} </answer>"
+
+    def format_evidence(self, evidence: str) -> str:
+        """The evidence block as the model should write it before its answer."""
+        return f"{EVIDENCE[0]}{evidence}{EVIDENCE[1]}"
+
+    def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
+        hits = self._prepared(queries, hits)
+        docs = "".join(f"(Title: {h.title}) {h.text}\n" for h in hits[0])
+        return f"\n\n{OBSERVATION[0]}{docs}{OBSERVATION[1]}\n\n"
+
+    def _feedback_how(self) -> str:
+        return (
+            "To search, I should write the query between <search> and </search>; to finish, I should give the "
+            "evidence from my searches between <original_evidence> and </original_evidence> (none if I did not "
+            "search) and then the final answer between <answer> and </answer>."
+        )
+
+    def force_answer_text(self) -> str:
+        return (
+            "\n\nI have used up my searches. I will now gather the evidence between <original_evidence> and "
+            "</original_evidence> and then give the final answer between <answer> and </answer>.\n\n"
+        )
+
+    def check_format(self, response: str) -> FormatReport:
+        """The indicators of R-Search's format reward (spec 002 §4.3, Eq. 5).
+
+        r_f = (1 - I_S)(g_e + g_a I_A) + I_S (g_e I_E + g_a I_A), with g_e = g_a = 0.2:
+
+        * ``extra["searched"]`` = I_S: at least one search call answered by an inserted observation.
+        * ``extra["answer_ok"]`` = I_A: exactly one ``<answer>`` and one ``</answer>`` tag in the response,
+          forming one non-empty block ("exactly one box").
+        * ``extra["evidence_ok"]`` = I_E: exactly one ``<original_evidence>`` and one closing tag, forming one
+          non-empty block.
+        * ``extra["evidence_without_search"]``: an evidence tag although nothing was searched. Eq. 5 still grants
+          g_e then; the authors' code withholds it (stricter) — a reward can choose with this flag.
+
+        ``ok`` = full format reward under Eq. 5: I_A and (I_E if I_S). ``extra["evidence"]`` = text of the last
+        complete evidence block (stripped; what the evidence reward's reader sees, as in the code) or None;
+        ``extra["has_evidence"]``, ``extra["evidence_before_answer"]`` (the last evidence block closes before the
+        last answer block opens), ``extra["n_fabricated_observations"]`` (observation tags the policy wrote).
+        ``answer`` = last complete answer block (stripped).
+        """
+        events = self.scan_response(response)
+        n_searches = sum(1 for ev in events if ev.kind.startswith("obs"))
+        searched = n_searches >= 1
+        answers = blocks(events, *ANSWER)
+        evidence_blocks = blocks(events, *EVIDENCE)
+        answer = answers.contents[-1].strip() if answers.contents else None
+        evidence = evidence_blocks.contents[-1].strip() if evidence_blocks.contents else None
+        answer_ok = (
+            count_tag(events, ANSWER[0]) == 1
+            and count_tag(events, ANSWER[1]) == 1
+            and len(answers.contents) == 1
+            and bool(answer)
+        )
+        evidence_ok = (
+            count_tag(events, EVIDENCE[0]) == 1
+            and count_tag(events, EVIDENCE[1]) == 1
+            and len(evidence_blocks.contents) == 1
+            and bool(evidence)
+        )
+        any_evidence_tag = bool(count_tag(events, EVIDENCE[0]) or count_tag(events, EVIDENCE[1]))
+        problems: list[str] = []
+        if not answer_ok:
+            problems.append("the response needs exactly one non-empty <answer> block")
+        if searched and not evidence_ok:
+            problems.append("after searching, the response needs exactly one non-empty <original_evidence> block")
+        return FormatReport(
+            ok=not problems,
+            has_answer=answer is not None,
+            answer=answer,
+            n_searches=n_searches,
+            problems=tuple(problems),
+            extra={
+                "searched": searched,
+                "answer_ok": answer_ok,
+                "evidence_ok": evidence_ok,
+                "has_evidence": evidence is not None,
+                "evidence": evidence,
+                "evidence_without_search": any_evidence_tag and not searched,
+                "evidence_before_answer": _evidence_before_answer(events),
+                "n_unanswered_searches": unanswered_searches(events, SEARCH[1]),
+                "n_fabricated_observations": count_tag(events, OBSERVATION[0]),
+            },
+        )
+
+
+def _evidence_before_answer(events) -> bool:
+    last_evidence_close = last_answer_open = -1
+    for i, ev in enumerate(events):
+        if ev.kind == "tag" and ev.value == EVIDENCE[1]:
+            last_evidence_close = i
+        elif ev.kind == "tag" and ev.value == ANSWER[0]:
+            last_answer_open = i
+    return 0 <= last_evidence_close < last_answer_open

@@ -1,0 +1,195 @@
+"""``RemoteRetriever``: the ``Retriever`` interface over one or more Search-R1-compatible ``/retrieve`` servers.
+
+- several endpoints: each call starts at the next endpoint (round-robin) and fails over to the others;
+- a failed round (connection error, timeout, 5xx or 429 from every endpoint) is retried after an exponential
+  backoff (``backoff_s * 2**round``), ``retries`` times; 4xx answers are the caller's mistake and are not retried;
+- an in-process LRU cache keyed by (query, k, endpoint set): rollouts repeat queries a lot, and a cached answer
+  costs no round trip; only the uncached queries of a batch are sent.
+
+Works against ``searchrl serve`` and against Search-R1's own retrieval server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from searchrl.data.corpus import split_contents
+from searchrl.retrieval.base import Hit
+from searchrl.retrieval.local import check_search_args
+
+
+class RetrievalUnavailableError(ConnectionError):
+    """No endpoint answered; the message names the URLs and how to start a server."""
+
+
+class LRUCache:
+    """A small thread-safe least-recently-used map."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any | None:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return self._data[key]
+            self.misses += 1
+            return None
+
+    def put(self, key: Hashable, value: Any) -> None:
+        if self.maxsize <= 0:
+            return
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def endpoint_url(url: str) -> str:
+    """``http://host:8000`` -> ``http://host:8000/retrieve``; a URL with a path (``/retrieve_hotpotqa``) is kept."""
+    url = url.strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"retrieval URL '{url}' must look like http://127.0.0.1:8000 (or .../retrieve)")
+    return url if parts.path not in ("", "/") else url.rstrip("/") + "/retrieve"
+
+
+def parse_result_item(item: Any) -> Hit:
+    """One element of an inner ``result`` list (with or without scores) -> ``Hit``."""
+    if isinstance(item, dict) and "document" in item:
+        doc, score = item["document"], float(item.get("score", 0.0))
+    else:
+        doc, score = item, 0.0
+    if not isinstance(doc, dict):
+        raise ValueError(f"a result document must be a JSON object, got {type(doc).__name__}")
+    if "contents" in doc:
+        title, text = split_contents(str(doc["contents"]))
+    elif "title" in doc or "text" in doc:
+        title, text = str(doc.get("title", "")), str(doc.get("text", ""))
+    else:
+        raise ValueError(f"a result document needs 'contents' (or title/text); got fields {sorted(doc)}")
+    return Hit(str(doc.get("id", "")), title, text, score)
+
+
+class RemoteRetriever:
+    """Search through HTTP ``/retrieve`` endpoints, with failover, retries and an LRU cache."""
+
+    def __init__(
+        self,
+        urls: list[str] | str,
+        *,
+        timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.2,
+        cache_size: int = 10_000,
+        max_queries_per_request: int = 1024,
+        client: httpx.Client | None = None,
+    ) -> None:
+        urls = [urls] if isinstance(urls, str) else list(urls)
+        if not urls:
+            raise ValueError("RemoteRetriever needs at least one URL (retrieval.urls: [http://127.0.0.1:8000])")
+        self.urls = [endpoint_url(u) for u in urls]
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_queries_per_request = max_queries_per_request
+        self.cache = LRUCache(cache_size)
+        self.requests = 0
+        self.failovers = 0
+        self._cache_scope = tuple(sorted(self.urls))
+        self._next = itertools.count()
+        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s))
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        check_search_args(queries, k)
+        found: dict[str, list[Hit]] = {}
+        missing: list[str] = []
+        for q in dict.fromkeys(queries):  # unique, in order
+            cached = self.cache.get((q, k, self._cache_scope))
+            if cached is None:
+                missing.append(q)
+            else:
+                found[q] = cached
+        step = self.max_queries_per_request
+        for start in range(0, len(missing), step):
+            chunk = missing[start : start + step]
+            for q, hits in zip(chunk, self._post(chunk, k), strict=True):
+                found[q] = hits
+                self.cache.put((q, k, self._cache_scope), hits)
+        return [list(found[q]) for q in queries]
+
+    def _post(self, queries: list[str], k: int) -> list[list[Hit]]:
+        payload = {"queries": queries, "topk": k, "return_scores": True}
+        n = len(self.urls)
+        first = next(self._next) % n
+        last_error = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            for j in range(n):
+                url = self.urls[(first + j) % n]
+                if j:
+                    self.failovers += 1
+                try:
+                    resp = self._client.post(url, json=payload, timeout=self.timeout_s)
+                except httpx.TransportError as err:
+                    last_error = f"{url}: {type(err).__name__}"
+                    continue
+                self.requests += 1
+                if resp.status_code >= 500 or resp.status_code == 429:
+                    last_error = f"{url}: HTTP {resp.status_code}"
+                    continue
+                if resp.status_code >= 400:
+                    raise ValueError(f"retrieval server {url} rejected the request (HTTP {resp.status_code}): "
+                                     f"{_detail(resp)}")  # fmt: skip
+                return self._parse(resp, url, len(queries))
+        raise RetrievalUnavailableError(
+            f"no retrieval server answered at {', '.join(self.urls)} after {self.retries + 1} attempts "
+            f"(last error: {last_error}); start one with `searchrl serve --index DIR` or fix retrieval.urls"
+        )
+
+    @staticmethod
+    def _parse(resp: httpx.Response, url: str, n_queries: int) -> list[list[Hit]]:
+        try:
+            result = resp.json()["result"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{url} did not answer in the /retrieve format ({{'result': [...]}}); is it a "
+                             "retrieval server?") from None  # fmt: skip
+        if not isinstance(result, list) or len(result) != n_queries:
+            raise ValueError(f"{url} returned {len(result) if isinstance(result, list) else 'no'} result lists "
+                             f"for {n_queries} queries")  # fmt: skip
+        return [[parse_result_item(item) for item in hits] for hits in result]
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> RemoteRetriever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _detail(resp: httpx.Response) -> str:
+    try:
+        detail = resp.json().get("detail", resp.text)
+    except ValueError:
+        detail = resp.text
+    return str(detail)[:300]

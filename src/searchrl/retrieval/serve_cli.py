@@ -1,0 +1,58 @@
+"""``searchrl serve``: run the Search-R1-compatible retrieval service over an index directory."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from pathlib import Path
+
+import typer
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    index: Path = typer.Option(..., help="index directory (from `searchrl index build`)"),
+    host: str = typer.Option("127.0.0.1", help="interface to bind; loopback by default"),
+    port: int = typer.Option(8000, help="TCP port"),
+    corpus: Path = typer.Option(None, help="refuse to start unless the index was built from this corpus file"),
+    topk: int = typer.Option(3, help="passages per query when a request gives no topk"),
+    max_topk: int = typer.Option(100, help="largest topk a request may ask for"),
+    max_queries: int = typer.Option(4096, help="most queries in one request"),
+    max_query_chars: int = typer.Option(4096, help="longest query, in characters"),
+    access_log: bool = typer.Option(False, "--access-log", help="log every request"),
+) -> None:
+    """Serve an index over HTTP: POST /retrieve (Search-R1 format), GET /health, GET /stats, /docs.
+
+    Example: searchrl serve --index indexes/bm25 --port 8000
+    """
+    import uvicorn
+
+    from searchrl.retrieval.index import load_index
+    from searchrl.retrieval.server import create_app
+    from searchrl.utils import console
+
+    t0 = time.perf_counter()
+    retriever = load_index(index, corpus)
+    app = create_app(
+        retriever, default_topk=topk, max_topk=max_topk, max_queries=max_queries, max_query_chars=max_query_chars
+    )
+    manifest = retriever.manifest
+    console.print(
+        f"loaded {manifest['kind']} index of {manifest['counts']['passages']:,} passages from {index} in "
+        f"{time.perf_counter() - t0:.2f} s; serving on http://{host}:{port}/retrieve"
+    )
+    if not _is_loopback(host):
+        console.print(f"[yellow]warning:[/yellow] binding {host} exposes the index to the network; it has no auth")
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

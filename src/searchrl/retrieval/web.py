@@ -1,0 +1,161 @@
+"""Web search behind the ``Retriever`` interface (optional backend; it needs an API key and costs money per query).
+
+Providers:
+
+- ``serpapi``: SerpAPI-style JSON (``GET {base}?engine=google&q=...&num=k&api_key=KEY`` ->
+  ``{"organic_results": [{"title", "snippet", "link"}, ...]}``), key from ``$SERPAPI_API_KEY``;
+- ``google``: Google Programmable Search (``GET {base}?q=...&cx=ID&num=k`` with the key in the ``X-goog-api-key``
+  header -> ``{"items": [{"title", "snippet", "link"}, ...]}``), key from ``$GOOGLE_API_KEY``, engine id from
+  ``$GOOGLE_CSE_ID``.
+
+A hit is ``Hit(id=link, title, text=snippet, score=1 / rank)``. The key is read from the environment, sent only to
+the provider, and never logged: error messages are built without the request URL, and a filter redacts it from
+httpx's own request log lines (which print full URLs, query string included). ``base_url`` is configurable, so
+tests run against a local fake server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from searchrl.retrieval.base import Hit
+from searchrl.retrieval.client import LRUCache
+from searchrl.retrieval.local import check_search_args
+
+
+@dataclass(frozen=True)
+class WebProvider:
+    name: str
+    base_url: str
+    key_env: str
+    results_field: str
+    max_num: int  # most results one request may ask for
+
+
+PROVIDERS = {
+    "serpapi": WebProvider("serpapi", "https://serpapi.com/search", "SERPAPI_API_KEY", "organic_results", 100),
+    "google": WebProvider("google", "https://www.googleapis.com/customsearch/v1", "GOOGLE_API_KEY", "items", 10),
+}
+
+
+class _RedactSecret(logging.Filter):
+    """Replace a secret in log records (message and arguments) before any handler formats them."""
+
+    def __init__(self, secret: str) -> None:
+        super().__init__()
+        self.secret = secret
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.secret in message:
+            record.msg, record.args = message.replace(self.secret, "***"), None
+        return True
+
+
+class WebRetriever:
+    """Search the web through a SerpAPI-style or Google Programmable Search HTTP API."""
+
+    def __init__(
+        self,
+        provider: str = "serpapi",
+        *,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        cx: str | None = None,
+        timeout_s: float = 10.0,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        max_workers: int = 4,
+        cache_size: int = 1000,
+    ) -> None:
+        if provider not in PROVIDERS:
+            raise ValueError(f"unknown web search provider '{provider}'; use one of {', '.join(PROVIDERS)}")
+        self.provider = PROVIDERS[provider]
+        self.base_url = base_url or self.provider.base_url
+        self.key_env = api_key_env or self.provider.key_env
+        key = os.environ.get(self.key_env, "").strip()
+        if not key:
+            raise ValueError(f"web search ({provider}) needs an API key in ${self.key_env}; export it and retry")
+        self._key = key
+        self.cx = cx or os.environ.get("GOOGLE_CSE_ID")
+        if provider == "google" and not self.cx:
+            raise ValueError("Google Programmable Search needs a search engine id: set $GOOGLE_CSE_ID or pass cx=")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.cache = LRUCache(cache_size)
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s))
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="web-search")
+        self._redact = _RedactSecret(key)
+        # httpx logs every request URL (query string included) at INFO on the "httpx" logger.
+        logging.getLogger("httpx").addFilter(self._redact)
+
+    def __repr__(self) -> str:  # never show the key
+        return f"WebRetriever(provider={self.provider.name!r}, base_url={self.base_url!r})"
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        check_search_args(queries, k)
+        return list(self._pool.map(lambda q: self._search_one(q, k), queries))
+
+    def _request(self, query: str, k: int) -> httpx.Response:
+        num = min(k, self.provider.max_num)
+        if self.provider.name == "serpapi":
+            params = {"engine": "google", "q": query, "num": num, "api_key": self._key}
+            return self._client.get(self.base_url, params=params, timeout=self.timeout_s)
+        params = {"q": query, "cx": self.cx, "num": num}
+        headers = {"X-goog-api-key": self._key}
+        return self._client.get(self.base_url, params=params, headers=headers, timeout=self.timeout_s)
+
+    def _search_one(self, query: str, k: int) -> list[Hit]:
+        key = (query, k, self.provider.name, self.base_url)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return list(cached)
+        where = f"{self.provider.name} search at {self.base_url}"  # never the full URL: it may carry the key
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                resp = self._request(query, k)
+            except httpx.TransportError as err:
+                last = type(err).__name__
+                continue
+            if resp.status_code >= 500 or resp.status_code == 429:
+                last = f"HTTP {resp.status_code}"
+                continue
+            if resp.status_code in (401, 403):
+                raise ValueError(f"{where} refused the API key (HTTP {resp.status_code}); check ${self.key_env}")
+            if resp.status_code >= 400:
+                raise ValueError(f"{where} rejected the request (HTTP {resp.status_code})")
+            hits = self._parse(resp, k, where)
+            self.cache.put(key, hits)
+            return list(hits)
+        raise ConnectionError(f"{where} did not answer after {self.retries + 1} attempts ({last}); check the network")
+
+    def _parse(self, resp: httpx.Response, k: int, where: str) -> list[Hit]:
+        try:
+            body: dict[str, Any] = resp.json()
+        except ValueError:
+            raise ValueError(f"{where} did not return JSON") from None
+        items = body.get(self.provider.results_field)
+        if items is None:
+            # Both APIs omit the results field when nothing matched; SerpAPI then also sets "error".
+            return []
+        hits = []
+        for rank, item in enumerate(items[:k], start=1):
+            link = str(item.get("link", ""))
+            hits.append(Hit(link, str(item.get("title", "")), str(item.get("snippet", "")), 1.0 / rank))
+        return hits
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        self._client.close()
+        logging.getLogger("httpx").removeFilter(self._redact)

@@ -1,0 +1,141 @@
+"""The rollout engine with a scripted model: exact provenance masks, aligned log-probs, one retrieval call a turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchrl.data.records import QAExample
+from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.protocols import PROTOCOLS, get_protocol
+from searchrl.retrieval.base import Hit
+from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+
+
+class CountingRetriever:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        self.calls.append(list(queries))
+        return [[Hit(f"{q}-{i}", f"Title {i} of {q}", f"text {i} about {q}", 1.0 / (i + 1)) for i in range(k)]
+                for q in queries]  # fmt: skip
+
+
+def options(name: str) -> dict:
+    return {"multi_query": True, "max_queries": 3} if name == "rag_r1" else {}
+
+
+def two_step_script(protocol, n_queries: int = 1):
+    """First turn: some reasoning, a search call, then junk the stop string must cut. Second turn: the answer."""
+
+    def script(context: str) -> str:
+        q = context.split("QUESTION-")[-1].split()[0] if "QUESTION-" in context else "x"
+        if "Title 0 of" not in context:
+            queries = [f"about {q} part {j}" for j in range(n_queries)]
+            return f"I should look up {q}. " + protocol.format_search(queries) + " NEVER-SAMPLED"
+        return f"Found it for {q}. " + protocol.format_answer(f"answer {q}") + " trailing"
+
+    return script
+
+
+def run(name: str, n_questions: int = 3, n_queries: int = 1):
+    tok = ByteTokenizer()
+    protocol = get_protocol(name, **options(name))
+    gen = ScriptedGenerator(tok, two_step_script(protocol, n_queries))
+    retriever = CountingRetriever()
+    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=400, max_obs_tokens=2000,
+                           max_total_tokens=20000, topk=2)  # fmt: skip
+    engine = RolloutEngine(gen, retriever, protocol, limits)
+    examples = [QAExample(f"id{i}", f"QUESTION-{i} what?", [f"answer {i}"]) for i in range(n_questions)]
+    trajs = engine.run(examples, group_size=2, seed=0)
+    return tok, protocol, gen, retriever, trajs
+
+
+@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+def test_masks_give_exactly_sampled_and_inserted_text(name: str) -> None:
+    tok, protocol, gen, retriever, trajs = run(name)
+    assert len(trajs) == 6
+    for t in trajs:
+        assert t.stop_reason == "answer", (t.stop_reason, [turn.text for turn in t.turns])
+        assert len(t.response_ids) == len(t.action_mask) == len(t.logprobs)
+        sampled = tok.decode([i for i, m in zip(t.response_ids, t.action_mask, strict=True) if m],
+                             skip_special_tokens=True)  # fmt: skip
+        inserted = tok.decode([i for i, m in zip(t.response_ids, t.action_mask, strict=True) if not m])
+        assert sampled == "".join(turn.text for turn in t.turns)
+        assert inserted == "".join(turn.observation for turn in t.turns)
+        assert "NEVER-SAMPLED" not in sampled
+        assert t.turns[0].action == "search" and t.turns[-1].action == "answer"
+        assert t.answer is not None and t.answer.strip() == f"answer {t.question_id[2:]}"
+        # Log-probs sit exactly on the sampled positions (the scripted model's are all < 0).
+        for lp, m in zip(t.logprobs, t.action_mask, strict=True):
+            assert (lp < 0) if m else (lp == 0.0)
+        segments = t.segments(tok)
+        assert [s for s, sampled_flag in segments if not sampled_flag] == [
+            turn.observation for turn in t.turns if turn.observation
+        ]
+
+
+@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+def test_one_retriever_call_per_turn(name: str) -> None:
+    _, _, gen, retriever, trajs = run(name, n_questions=4)
+    # Turn 1: all 8 trajectories search -> exactly one call carrying 8 queries; turn 2: all answer -> no call.
+    assert len(gen.calls) == 2 and len(gen.calls[0]) == 8
+    assert len(retriever.calls) == 1 and len(retriever.calls[0]) == 8
+
+
+def test_multi_query_fans_out_and_regroups() -> None:
+    _, _, _, retriever, trajs = run("rag_r1", n_questions=2, n_queries=3)
+    assert len(retriever.calls) == 1 and len(retriever.calls[0]) == 4 * 3
+    for t in trajs:
+        turn = t.turns[0]
+        assert len(turn.queries) == 3 and len(turn.hit_ids) == 3
+        for q, ids in zip(turn.queries, turn.hit_ids, strict=True):
+            assert ids == [f"{q}-0", f"{q}-1"]
+
+
+def test_search_budget_and_force_answer() -> None:
+    tok = ByteTokenizer()
+    protocol = get_protocol("search_r1")
+    gen = ScriptedGenerator(tok, lambda ctx: protocol.format_search(["again"]))  # never answers
+    retriever = CountingRetriever()
+    engine = RolloutEngine(gen, retriever, protocol, RolloutLimits(max_turns=4, max_searches=2, topk=1,
+                                                                    max_total_tokens=50000, max_obs_tokens=500))
+    (t,) = engine.run([QAExample("q", "Q?", ["a"])])
+    assert t.n_searches == 2
+    assert [turn.action for turn in t.turns] == ["search", "search", "search_over_budget", "search_over_budget", "none"]
+    assert t.stop_reason == "no_answer" and t.answer is None
+    assert sum(len(c) for c in retriever.calls) == 2
+
+
+def test_invalid_action_gets_feedback_and_eos_ends() -> None:
+    tok = ByteTokenizer()
+    protocol = get_protocol("search_r1")
+    replies = iter(["I will just ramble"])
+
+    def script(ctx: str) -> str:
+        return next(replies, "still rambling")
+
+    gen = ScriptedGenerator(tok, script, eos=False)
+    limits = RolloutLimits(max_turns=2, max_new_tokens=100, force_answer=False)
+    engine = RolloutEngine(gen, CountingRetriever(), protocol, limits)
+    (t,) = engine.run([QAExample("q", "Q?", ["a"])])
+    first = t.turns[0]
+    assert first.action == "invalid" and first.observation
+    assert first.observation == protocol.invalid_feedback(protocol.parse(first.text))
+    assert t.n_turns == 2 and t.stop_reason == "max_turns"
+    gen_eos = ScriptedGenerator(tok, lambda ctx: "no action here")
+    (t2,) = RolloutEngine(gen_eos, None, protocol).run([QAExample("q", "Q?", ["a"])])
+    assert t2.stop_reason == "eos" and t2.n_turns == 1
+
+
+def test_total_length_never_drops_the_question() -> None:
+    tok = ByteTokenizer()
+    protocol = get_protocol("search_r1")
+    gen = ScriptedGenerator(tok, lambda ctx: protocol.format_search(["more"]))
+    limits = RolloutLimits(max_turns=10, max_searches=10, max_new_tokens=64, max_obs_tokens=100,
+                           max_total_tokens=1200, topk=3)  # fmt: skip
+    (t,) = RolloutEngine(gen, CountingRetriever(), protocol, limits).run([QAExample("q", "QUESTION-0 who?", ["a"])])
+    assert t.stop_reason == "length"
+    assert len(t.prompt_ids) + len(t.response_ids) <= 1200
+    assert "QUESTION-0 who?" in tok.decode(t.prompt_ids)
+    assert max(turn.n_obs_tokens for turn in t.turns) <= 100
