@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench install clean coldstart
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,3 +32,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+coldstart: $(STAMP)
+	$(BIN)/searchrl sft --recipe demo --out runs/coldstart

@@ -56,7 +56,7 @@ class Protocol(ABC):
     #: most queries one search call may carry (RAG-R1 multi-query mode: > 1).
     max_queries: int = 1
     #: optional extra stop strings that end a final answer (e.g. "</answer>"), so a model that keeps writing after
-    #: its answer does not run to the token limit; () when the answer has no closing string (``\\boxed{}``).
+    #: its answer does not run to the token limit; () when the answer has no closing string (``\boxed{}``).
     answer_stop_strings: tuple[str, ...] = ()
     #: text that opens the assistant turn as part of the prompt (never sampled, never in the response), e.g.
     #: R1-Searcher's code pre-fills "<think>". The engine appends it after the chat template / raw prompt.

@@ -124,10 +124,10 @@ def aggregate_loss(
 
     Modes (``m`` = mask, ``L`` = per-token loss, sums over counted positions only):
 
-    - ``token_mean``: ``sum_{b,t} m L / N_tok`` — every counted token weighs the same (Search-R1's PPO, Eq. 1, applied
-      over the batch; DAPO-style).
+    - ``token_mean``: ``sum_{b,t} m L / N_tok`` — every counted token weighs the same (the masked mean over the batch
+      that Search-R1's verl code computes; DAPO).
     - ``seq_mean_token_mean``: ``sum_b (sum_t m L / sum_t m) / N_seq`` — each sequence's masked mean, then the mean
-      over sequences (Search-R1's GRPO Eq. 2; R1-Searcher++'s J_Mask).
+      over sequences (Search-R1's Eqs. 1 and 2 as written; R1-Searcher++'s J_Mask).
     - ``seq_mean_token_sum``: ``sum_b (sum_t m L) / N_seq`` — each sequence's masked sum, then the mean.
 
     ``N_tok`` / ``N_seq`` default to the counted tokens / counted sequences (rows with >= 1 counted token) of *this*

@@ -206,7 +206,7 @@ class Trainer:
         kl_BT = torch.zeros_like(old_logp_BT)
         if ref_logp_BT is not None:
             kl_BT, m = A.kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, alg.kl_estimator)
-            metrics.update({f"kl/{k}": v for k, v in m.items()})
+            metrics.update(m)
         old_values_BT = returns_BT = None
         if alg.name == "ppo":
             assert self.critic is not None
@@ -263,7 +263,7 @@ class Trainer:
                     if alg.entropy_coef:
                         ent, em = A.entropy_from_logits(logits_BTV, mm, **agg)
                         loss = loss - alg.entropy_coef * ent
-                        pm.update({f"entropy/{k}": v for k, v in em.items()})
+                        pm.update(em)
                     loss = loss * self.acc.num_processes  # DDP averages gradients; the loss is already global
                     self.acc.backward(loss)
                     if self.critic is not None:
@@ -272,7 +272,8 @@ class Trainer:
                             values_BT, old_values_BT[idx], returns_BT[idx], mm, alg.value_clip, **agg
                         )
                         self.acc.backward(alg.value_coef * vl * self.acc.num_processes)
-                        pm.update({f"critic/{k}": v for k, v in vm.items()})
+                        pm.update(vm)
+                    pm["loss/policy_total"] = float(loss.detach()) / self.acc.num_processes
                     for k, v in pm.items():
                         acc_metrics.setdefault(k, []).append(v)
                 if self.aux_nll_hook is not None and self.tcfg.memorization_coef > 0:

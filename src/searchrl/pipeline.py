@@ -1,0 +1,74 @@
+"""From a config to the objects a run needs: the world / data files, the retriever, the policy, the protocol.
+
+Kept in one place so `train`, `sft`, `eval`, `ask` and `demo` resolve a recipe the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from searchrl.config import RunConfig
+from searchrl.data.records import QAExample
+from searchrl.models import cache_dir
+from searchrl.protocols import get_protocol
+from searchrl.protocols.base import Protocol
+from searchrl.retrieval.base import Retriever
+from searchrl.utils import console
+
+
+def data_dir(cfg: RunConfig) -> Path:
+    """The directory holding corpus and QA files. ``source: synthetic`` generates the world once into the cache."""
+    if cfg.data.source != "synthetic":
+        path = Path(cfg.data.source)
+        if not path.is_dir():
+            raise FileNotFoundError(f"data.source {path} is not a directory; use 'synthetic' or a dataset directory")
+        return path
+    w = cfg.data.world
+    out = cache_dir() / "worlds" / f"e{w.entities}-s{w.seed}"
+    if not (out / "world.json").exists():
+        from searchrl.data.synth import generate_world, write_world
+
+        console.log(f"generating the synthetic world ({w.entities} entities, seed {w.seed}) in {out}")
+        write_world(generate_world(w.entities, w.seed), out)
+    return out
+
+
+def resolve_file(cfg: RunConfig, name: str) -> str:
+    """A data file named in the config: ``hf:...`` as is, relative paths under the data directory."""
+    if name.startswith("hf:") or Path(name).is_absolute():
+        return name
+    return str(data_dir(cfg) / name)
+
+
+def load_split(cfg: RunConfig, split: str, limit: int | None = None) -> list[QAExample]:
+    from searchrl.data.loaders import load_qa
+
+    name = {"train": cfg.data.train, "dev": cfg.data.dev, "test": cfg.data.test}.get(split, split)
+    examples = load_qa(resolve_file(cfg, name), limit=None)
+    if cfg.data.kinds:
+        examples = [e for e in examples if e.metadata.get("kind") in cfg.data.kinds]
+    return examples[:limit] if limit is not None else examples
+
+
+def make_protocol(cfg: RunConfig) -> Protocol:
+    opts = dict(cfg.rollout.options)
+    if cfg.rollout.protocol == "rag_r1":
+        opts.setdefault("max_queries", cfg.rollout.max_queries_per_call)
+    return get_protocol(cfg.rollout.protocol, **opts)
+
+
+def make_retriever_for(cfg: RunConfig) -> Retriever:
+    """The configured retriever; a local index defaults to ``<data dir>/index-<kind>`` and is built when missing."""
+    from searchrl.retrieval import make_retriever
+
+    r = cfg.retrieval
+    if r.kind in ("remote", "web"):
+        return make_retriever(r)
+    corpus = resolve_file(cfg, cfg.data.corpus)
+    if r.index is None:
+        r = r.model_copy(update={"index": str(Path(corpus).parent / f"index-{r.kind}")})
+    return make_retriever(r, corpus)
+
+
+def policy_spec(cfg: RunConfig) -> str:
+    return cfg.training.init_from or cfg.model.policy

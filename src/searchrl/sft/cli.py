@@ -1,0 +1,47 @@
+"""``searchrl sft``: cold-start supervised fine-tuning with masked observations."""
+
+from __future__ import annotations
+
+import typer
+
+
+def sft(
+    recipe: str = typer.Option(..., "--recipe", "-r", help="recipe name or YAML path (its sft: section)"),
+    overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. sft.epochs=1 sft.limit=250"),
+    out: str = typer.Option(None, help="output dir (default: <training.output_dir>-sft)"),
+) -> None:
+    """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a trajectories JSONL.
+
+    Example: searchrl sft --recipe demo sft.limit=250 --out runs/coldstart
+    """
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from searchrl.config import load_config
+    from searchrl.models import load_policy
+    from searchrl.pipeline import load_split, make_protocol, make_retriever_for
+    from searchrl.rollout.trajectory import Trajectory
+    from searchrl.sft.oracle import oracle_trajectories
+    from searchrl.sft.trainer import SFTTrainer
+    from searchrl.utils import read_jsonl, seed_everything
+
+    cfg = load_config(recipe, overrides or [])
+    seed_everything(cfg.training.seed)
+    model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
+    protocol = make_protocol(cfg)
+    if cfg.sft.data == "oracle":
+        examples = load_split(cfg, "train", cfg.sft.limit)
+        data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
+                                   cfg.model.prompt_style)  # fmt: skip
+    else:
+        path = Path(cfg.sft.data)
+        if not path.exists():
+            raise FileNotFoundError(f"sft.data {path} not found: use 'oracle' or a trajectories JSONL")
+        # Whole trajectories (action_mask) or step-level samples (loss_mask); both carry prompt and response ids.
+        rows = [row for _, row in read_jsonl(path)][: cfg.sft.limit]
+        data = [Trajectory.from_dict(r) if "action_mask" in r else SimpleNamespace(**r) for r in rows]
+    SFTTrainer(cfg, model, tok, data, out or f"{cfg.training.output_dir}-sft").train()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sft")(sft)

@@ -1,0 +1,120 @@
+"""Oracle trajectories for the synthetic world, in any protocol, from each question's recorded reasoning chain.
+
+Per hop: a short reasoning step, one search call with the hop's query, and the documents the configured retriever
+really returns for it (rendered by the protocol, inserted with mask 0); then a final reasoning step and the answer.
+When the retriever misses the hop's passage the trajectory still shows what it returned: the chain's facts stay
+true, and the model learns the format and the search behaviour, not to copy a pasted gold passage.
+
+Protocol-specific pieces (reasoning wrappers, R-Search's evidence block, R1-Searcher++'s internal steps) live in
+``_STYLE``; everything else comes from the protocol's own ``format_search`` / ``format_answer`` / renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from searchrl.data.records import QAExample
+from searchrl.protocols.base import Protocol
+from searchrl.retrieval.base import Hit, Retriever
+from searchrl.rollout.engine import build_prompt_text
+from searchrl.rollout.trajectory import Trajectory, Turn
+
+_THINK = "<think> {} </think>\n"
+#: how each protocol wraps a reasoning sentence (R1-Searcher's response already opens with a pre-filled <think>).
+_STYLE: dict[str, str] = {
+    "search_r1": _THINK,
+    "r_search": _THINK,
+    "rag_r1": _THINK,
+    "r1_searcher": "{} ",
+    "r1_searcher_pp": "{} ",
+}
+
+
+def _reason_before_hop(i: int, hop: dict) -> str:
+    lead = "First," if i == 0 else "Next,"
+    return f"{lead} I need to know: {hop['sub_question']}"
+
+
+def _reason_after_hop(hop: dict) -> str:
+    return f"The documents say the answer to '{hop['sub_question']}' is {hop['answer']}."
+
+
+def oracle_texts(protocol: Protocol, example: QAExample) -> list[tuple[str, list[str]]]:
+    """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn."""
+    chain = example.metadata.get("chain") or []
+    if not chain:
+        raise ValueError(f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world")
+    style = _STYLE.get(protocol.name, _THINK)
+    answer = example.answers[0]
+    turns: list[tuple[str, list[str]]] = []
+    multi = protocol.max_queries > 1 and example.metadata.get("kind") == "comparison"
+    if multi:  # RAG-R1 multi-query: independent hops (comparison) go out in one call
+        qs = [h["query"] for h in chain][: protocol.max_queries]
+        reason = style.format("I need: " + " and ".join(h["sub_question"] for h in chain))
+        turns.append((reason + protocol.format_search(qs), qs))
+        facts = " ".join(_reason_after_hop(h) for h in chain)
+    else:
+        for i, hop in enumerate(chain):
+            prev = _reason_after_hop(chain[i - 1]) + " " if i > 0 else ""
+            if protocol.name == "r1_searcher_pp" and i > 0:
+                prev = f"<|begin_internal_answer|>{prev.strip()}<|end_internal_answer|>\n"
+                text = prev + style.format(_reason_before_hop(i, hop))
+            else:
+                text = style.format(prev + _reason_before_hop(i, hop))
+            turns.append((text + protocol.format_search([hop["query"]]), [hop["query"]]))
+        facts = _reason_after_hop(chain[-1])
+    final = style.format(f"{facts} So the answer is {answer}.")
+    if protocol.name == "r_search":
+        evidence = " ".join(f"{h['sub_question']} {h['answer']}." for h in chain)
+        final = final + protocol.format_evidence(evidence) + "\n"  # type: ignore[attr-defined]
+    turns.append((final + protocol.format_answer(answer), []))
+    return turns
+
+
+def oracle_trajectories(
+    protocol: Protocol,
+    examples: Sequence[QAExample],
+    retriever: Retriever,
+    tokenizer,
+    topk: int = 3,
+    prompt_style: str = "auto",
+) -> list[Trajectory]:
+    """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call."""
+    plans = [oracle_texts(protocol, ex) for ex in examples]
+    queries = [q for plan in plans for _, qs in plan for q in qs]
+    hits = retriever.search(queries, topk) if queries else []
+    pos = 0
+    out = []
+    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    for ex, plan in zip(examples, plans, strict=True):
+        prompt = build_prompt_text(protocol, tokenizer, ex.question, prompt_style)
+        traj = Trajectory(
+            uid=f"oracle/{ex.id}",
+            group_id=f"oracle/{ex.id}",
+            question_id=ex.id,
+            question=ex.question,
+            golds=list(ex.answers),
+            prompt_ids=list(tokenizer.encode(prompt, add_special_tokens=False)),
+            metadata=dict(ex.metadata),
+        )
+        for i, (text, qs) in enumerate(plan):
+            ids = list(tokenizer.encode(text, add_special_tokens=False))
+            last = i == len(plan) - 1
+            if last:
+                ids += eos  # the model learns to stop after its answer
+            traj.append(ids, sampled=True, logprobs=[0.0] * len(ids))
+            turn = Turn(text=text, action="answer" if last else "search", finish_reason="stop", queries=list(qs),
+                        n_gen_tokens=len(ids))  # fmt: skip
+            if qs:
+                mine: list[list[Hit]] = hits[pos : pos + len(qs)]
+                pos += len(qs)
+                turn.hit_ids = [[h.id for h in hs] for hs in mine]
+                turn.observation = protocol.render_observation(list(qs), mine)
+                obs_ids = list(tokenizer.encode(turn.observation, add_special_tokens=False))
+                traj.append(obs_ids, sampled=False)
+                turn.n_obs_tokens = len(obs_ids)
+            traj.turns.append(turn)
+        traj.answer = ex.answers[0]
+        traj.stop_reason = "answer"
+        out.append(traj)
+    return out

@@ -1,0 +1,111 @@
+"""Supervised fine-tuning on multi-turn trajectories with the same record and masks as RL.
+
+The loss is the token-mean NLL over ``loss_mask == 1`` positions only (the policy's own tokens); inserted documents
+and feedback are context, never targets, so their gradient is exactly zero. Accepts trajectories
+(``action_mask`` is the loss mask) or step-level examples with a ``loss_mask``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from searchrl.config import RunConfig, dump_config
+from searchrl.rl.algorithms import aggregate_loss
+from searchrl.rl.batch import collate, response_logits, token_logprobs
+from searchrl.utils import console, progress
+
+
+def _parts(ex: Any) -> tuple[list[int], list[int], list[int]]:
+    mask = getattr(ex, "loss_mask", None)
+    if mask is None:
+        mask = ex.action_mask
+    return list(ex.prompt_ids), list(ex.response_ids), list(mask)
+
+
+def sft_loss(model, examples: Sequence[Any], pad_id: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Token-mean NLL over the loss-mask positions of a batch of examples."""
+    prompts, responses, masks = zip(*(_parts(e) for e in examples), strict=True)
+    b = collate(prompts, responses, masks, pad_id=pad_id).to(device)
+    logp_BT = token_logprobs(response_logits(model, b), b.response_ids)  # (B, T)
+    return -aggregate_loss(logp_BT, b.action_mask, "token_mean")
+
+
+class SFTTrainer:
+    def __init__(self, cfg: RunConfig, model, tokenizer, examples: Sequence[Any], output_dir: str | Path) -> None:
+        self.cfg, self.scfg = cfg, cfg.sft
+        self.tokenizer = tokenizer
+        self.examples = [e for e in examples if sum(_parts(e)[2]) > 0]
+        if not self.examples:
+            raise ValueError("no SFT examples with policy tokens: check the SFT data source")
+        if cfg.model.lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            lc = cfg.model.lora
+            model = get_peft_model(
+                model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules)
+            )
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.out_dir = Path(output_dir)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=self.scfg.lr, weight_decay=0.0)
+        warm = max(self.scfg.warmup_steps, 0)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+
+    def train(self) -> list[dict[str, float]]:
+        dump_config(self.cfg, self.out_dir / "config.yaml")
+        rng = random.Random(self.cfg.training.seed)
+        bs = self.scfg.batch_size
+        n_batches = (len(self.examples) + bs - 1) // bs
+        history: list[dict[str, float]] = []
+        self.model.train()
+        t0 = time.perf_counter()
+        tokens = 0
+        with progress() as bar, (self.out_dir / "metrics.jsonl").open("w") as log:
+            task = bar.add_task("sft", total=self.scfg.epochs * n_batches)
+            step = 0
+            for epoch in range(self.scfg.epochs):
+                order = list(range(len(self.examples)))
+                rng.shuffle(order)
+                for s in range(0, len(order), bs):
+                    batch = [self.examples[i] for i in order[s : s + bs]]
+                    # Similar lengths together inside the batch are not needed: rows are padded to the batch max.
+                    loss = sft_loss(self.model, batch, self.pad, self.device)
+                    self.opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.max_grad_norm)
+                    self.opt.step()
+                    self.sched.step()
+                    step += 1
+                    tokens += sum(len(_parts(e)[0]) + len(_parts(e)[1]) for e in batch)
+                    m = {"step": step, "epoch": epoch, "loss": float(loss), "grad_norm": float(gnorm),
+                         "lr": self.sched.get_last_lr()[0], "tokens_per_s": tokens / (time.perf_counter() - t0)}  # fmt: skip
+                    history.append(m)
+                    log.write(json.dumps(m) + "\n")
+                    log.flush()
+                    bar.update(task, advance=1, description=f"sft loss={m['loss']:.3f}")
+        self.save(self.out_dir / "final")
+        console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
+        return history
+
+    def save(self, path: Path) -> None:
+        """Atomic: write to a temp dir, then rename."""
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model = self.model
+        if hasattr(model, "merge_and_unload") and self.cfg.model.lora is not None:
+            model = model.merge_and_unload()
+        model.save_pretrained(tmp, safe_serialization=True)
+        if hasattr(self.tokenizer, "save_pretrained"):
+            self.tokenizer.save_pretrained(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)

@@ -1,0 +1,47 @@
+"""Training curves from a run's metrics.jsonl: reward, response length and searches over steps (as in the papers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PANELS = [
+    ("reward/total", "reward"),
+    ("rollout/em", "EM (rollouts)"),
+    ("rollout/response_len", "response length (tokens)"),
+    ("rollout/searches", "searches per trajectory"),
+    ("kl/mean", "KL to reference"),
+    ("time/step_s", "seconds per step"),
+]
+
+
+def load_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: point to a run directory written by `searchrl train`")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = load_metrics(run_dir)
+    panels = [(k, t) for k, t in PANELS if any(k in r for r in rows)]
+    if not rows or not panels:
+        raise ValueError(f"{run_dir}/metrics.jsonl has no plottable metrics yet")
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.0), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels, strict=True):
+        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=2, linewidth=1.2)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    out = Path(out) if out else Path(run_dir) / "curves.png"
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -1,0 +1,131 @@
+"""Dense retrieval: encoder conventions, faiss index kinds, memory-mapped loading, hybrid fusion (torch-free)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from searchrl.data.corpus import PassageStore
+from searchrl.retrieval.dense import (
+    BGE_QUERY_INSTRUCTION,
+    DenseOptions,
+    DenseRetriever,
+    Encoder,
+    EncoderProfile,
+    encoder_profile,
+    read_faiss_index,
+)
+from searchrl.retrieval.hybrid import HybridRetriever, rrf_fuse
+from searchrl.retrieval.index import build_index, load_index, read_manifest
+
+
+@pytest.mark.parametrize(
+    ("name", "profile"),
+    [
+        ("intfloat/e5-base-v2", EncoderProfile("query: ", "passage: ", True)),
+        ("intfloat/multilingual-e5-large", EncoderProfile("query: ", "passage: ", True)),
+        ("BAAI/bge-large-en-v1.5", EncoderProfile(BGE_QUERY_INSTRUCTION, "", True)),
+        ("BAAI/bge-m3", EncoderProfile("", "", True)),
+        ("facebook/dpr-question_encoder-single-nq-base", EncoderProfile("", "", False)),
+        ("minilm-l6-v2", EncoderProfile("", "", True)),
+        ("/models/ae5f00/minilm", EncoderProfile("", "", True)),  # "e5" inside a hash is not E5
+    ],
+)
+def test_encoder_profile(name: str, profile: EncoderProfile) -> None:
+    assert encoder_profile(name) == profile
+
+
+def test_options_overrides_win_over_inferred_profile() -> None:
+    o = DenseOptions.for_encoder("intfloat/e5-base-v2", query_prefix="q: ", normalize=None)
+    assert (o.query_prefix, o.passage_prefix, o.normalize) == ("q: ", "passage: ", True)
+    with pytest.raises(ValueError, match="unknown faiss index type"):
+        DenseOptions(faiss="annoy")
+
+
+def test_encoder_applies_prefixes_and_normalisation(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[list[str], bool]] = []
+
+    class FakeST:
+        max_seq_length = 512
+
+        def get_embedding_dimension(self) -> int:
+            return 4
+
+        def encode(self, texts, batch_size, normalize_embeddings, convert_to_numpy, show_progress_bar):
+            seen.append((list(texts), normalize_embeddings))
+            return np.ones((len(texts), 4), dtype=np.float64)
+
+    monkeypatch.setattr("searchrl.models.load_embedder", lambda spec, device=None: FakeST())
+    enc = Encoder(DenseOptions.for_encoder("intfloat/e5-small-v2", max_length=128))
+    out = enc.encode(["who?", "what?"], is_query=True)
+    enc.encode(["A passage."], is_query=False)
+    assert out.dtype == np.float32 and out.shape == (2, 4) and out.flags["C_CONTIGUOUS"]
+    assert seen == [(["query: who?", "query: what?"], True), (["passage: A passage."], True)]
+    assert enc.model.max_seq_length == 128 and enc.dimension == 4
+
+
+def _dense(tiny_corpus: Path, tmp_path: Path, encoder, faiss: str) -> DenseRetriever:
+    from searchrl.data.corpus import iter_passages
+
+    vecs = encoder.encode([p.contents for p in iter_passages(tiny_corpus)], is_query=False)
+    out = build_index(tiny_corpus, "dense", tmp_path / faiss, vectors=vecs, faiss=faiss, nprobe=4)
+    options = DenseOptions(**read_manifest(out)["options"]["dense"])
+    store = PassageStore(out / "passages")
+    return DenseRetriever(read_faiss_index(out / "dense" / "index.faiss", options), store, encoder)
+
+
+@pytest.mark.parametrize("faiss", ["flat", "ivf", "hnsw"])
+def test_faiss_kinds_find_the_right_passage(tiny_corpus: Path, tmp_path: Path, hashing_encoder, faiss: str) -> None:
+    r = _dense(tiny_corpus, tmp_path, hashing_encoder, faiss)
+    queries = ["Turing machine mathematician", "Nepal highest mountain", "honey nectar colonies"]
+    hashing_encoder.calls.clear()
+    results = r.search(queries, 3)
+    assert hashing_encoder.calls == [3], "one encoder call for the whole batch"
+    assert [hits[0].title for hits in results] == ["Alan Turing", "Mount Everest", "Honey bee"]
+    for q, hits in zip(queries, results, strict=True):
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        # the score is the inner product of the query and passage embeddings
+        qv, pv = hashing_encoder.encode([q, hits[0].contents], is_query=True)
+        assert hits[0].score == pytest.approx(float(qv @ pv), rel=1e-5)
+
+
+def test_flat_index_opens_memory_mapped(tiny_corpus: Path, tmp_path: Path, hashing_encoder) -> None:
+    """The memory-mapped flat index gives the same results as a fully read one."""
+    import faiss
+
+    r = _dense(tiny_corpus, tmp_path, hashing_encoder, "flat")
+    plain = faiss.read_index(str(tmp_path / "flat" / "dense" / "index.faiss"))
+    q = hashing_encoder.encode(["volcano lava"], is_query=True)
+    np.testing.assert_array_equal(r.index.search(q, 5)[1], plain.search(q, 5)[1])
+
+
+def test_dimension_and_count_mismatch_are_refused(tiny_corpus: Path, tmp_path: Path, hashing_encoder) -> None:
+    r = _dense(tiny_corpus, tmp_path, hashing_encoder, "flat")
+
+    class Wrong:
+        dimension = 32
+        options = DenseOptions(encoder="other")
+
+    with pytest.raises(ValueError, match="64-d but encoder 'other' gives 32-d"):
+        DenseRetriever(r.index, r.store, Wrong())  # type: ignore[arg-type]
+
+
+def test_rrf_fuse() -> None:
+    a = [(1, 10.0), (2, 9.0), (3, 8.0)]
+    b = [(3, 0.9), (1, 0.8), (4, 0.7)]
+    fused = rrf_fuse([a, b], depth=4, rrf_k=60)
+    assert [row for row, _ in fused] == [1, 3, 2, 4]
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
+    assert rrf_fuse([a, b], depth=2) == fused[:2]
+
+
+def test_hybrid_fuses_bm25_and_dense(tiny_corpus: Path, tiny_bm25: Path, tmp_path: Path, hashing_encoder) -> None:
+    sparse = load_index(tiny_bm25)
+    dense = _dense(tiny_corpus, tmp_path, hashing_encoder, "flat")
+    hybrid = HybridRetriever(sparse, dense, candidates=5)
+    hits = hybrid.search(["board game for two players", "carbon dioxide sugar"], 2)
+    assert [h[0].title for h in hits] == ["Chess", "Photosynthesis"]
+    assert all(len(h) == 2 for h in hits)
+    assert hits[0][0].score == pytest.approx(2 / 61)  # ranked first by both

@@ -1,0 +1,139 @@
+"""Index directories: self-describing manifest, refusal to load against another corpus, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from searchrl.config import RetrievalConfig
+from searchrl.retrieval import make_retriever
+from searchrl.retrieval.index import IndexMismatchError, build_index, load_index, read_manifest
+
+
+def test_manifest_describes_the_index(tiny_bm25: Path, tiny_corpus: Path) -> None:
+    m = read_manifest(tiny_bm25)
+    assert m["kind"] == "bm25"
+    assert m["corpus"]["path"] == str(tiny_corpus.resolve())
+    assert len(m["corpus"]["fingerprint"]) == 16
+    assert m["counts"]["passages"] == 12 and m["counts"]["vocab"] > 50
+    assert m["options"]["bm25"] == {"k1": 0.9, "b": 0.4, "method": "lucene", "stemmer": "english", "stopwords": "en"}
+    assert m["encoder"] is None and m["dimension"] is None
+    assert m["created"].endswith("Z") and m["searchrl_version"]
+    assert sorted(p.name for p in tiny_bm25.iterdir()) == ["bm25", "manifest.json", "passages"]
+
+
+def test_loading_against_the_same_corpus_works(tiny_bm25: Path, tiny_corpus: Path) -> None:
+    assert load_index(tiny_bm25, corpus=tiny_corpus).search(["chess board"], 1)[0][0].title == "Chess"
+
+
+def test_loading_against_another_corpus_is_refused(tiny_bm25: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"id": "x", "contents": "X\nsomething else entirely"}) + "\n")
+    with pytest.raises(IndexMismatchError) as err:
+        load_index(tiny_bm25, corpus=other)
+    message = str(err.value)
+    assert "\n" not in message and "fingerprint" in message
+    assert f"searchrl index build --corpus {other} --kind bm25 --out {tiny_bm25}" in message
+
+
+def test_missing_or_unfinished_index(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="index directory not found.*searchrl index build"):
+        load_index(tmp_path / "nope")
+    (tmp_path / "half").mkdir()
+    with pytest.raises(FileNotFoundError, match="no manifest.json"):
+        load_index(tmp_path / "half")
+
+
+def test_old_format_version_is_refused(tiny_bm25: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_bm25, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    m["format_version"] = 0
+    (copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IndexMismatchError, match="rebuild it"):
+        load_index(copy)
+
+
+def test_build_refuses_to_clobber(tiny_corpus: Path, tmp_path: Path) -> None:
+    out = build_index(tiny_corpus, "bm25", tmp_path / "i")
+    with pytest.raises(ValueError, match="--force"):
+        build_index(tiny_corpus, "bm25", out)
+    build_index(tiny_corpus, "bm25", out, stemmer=None, overwrite=True)
+    assert read_manifest(out)["options"]["bm25"]["stemmer"] is None
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "file.txt").write_text("x")
+    with pytest.raises(ValueError, match="not an index directory"):
+        build_index(tiny_corpus, "bm25", tmp_path / "junk")
+    assert not list(tmp_path.glob(".*.partial")), "staging directories must not be left behind"
+
+
+def test_build_input_errors(tiny_corpus: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="corpus not found"):
+        build_index(tmp_path / "missing.jsonl", "bm25", tmp_path / "i")
+    with pytest.raises(ValueError, match="unknown index kind"):
+        build_index(tiny_corpus, "splade", tmp_path / "i")  # type: ignore[arg-type]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="no passages"):
+        build_index(empty, "bm25", tmp_path / "i")
+
+
+def test_corpus_formats_title_text_and_parquet(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": "a", "title": "Okapi", "text": "The okapi is a giraffid of the Congo."},
+            {"id": "b", "title": "Quokka", "text": "The quokka is a small wallaby from Australia."}]  # fmt: skip
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "c.parquet")
+    for name in ("c.jsonl", "c.parquet"):
+        r = load_index(build_index(tmp_path / name, "bm25", tmp_path / f"i-{name}"))
+        hit = r.search(["wallaby Australia"], 1)[0][0]
+        assert (hit.id, hit.title, hit.text) == ("b", "Quokka", rows[1]["text"])
+
+
+def test_precomputed_vectors_are_flagged(tiny_corpus: Path, tmp_path: Path) -> None:
+    vecs = np.random.default_rng(0).normal(size=(12, 8)).astype(np.float32)
+    out = build_index(tiny_corpus, "dense", tmp_path / "d", vectors=vecs)
+    m = read_manifest(out)
+    assert m["precomputed_vectors"] is True and m["dimension"] == 8 and m["encoder"] == "minilm-l6-v2"
+    with pytest.raises(ValueError, match=r"vectors must be \(N=12, D\)"):
+        build_index(tiny_corpus, "dense", tmp_path / "d2", vectors=vecs[:5])
+
+
+def test_make_retriever_builds_on_demand_and_checks_kind(tiny_corpus: Path, tmp_path: Path) -> None:
+    cfg = RetrievalConfig(kind="bm25", index=str(tmp_path / "auto"))
+    with pytest.raises(FileNotFoundError, match="searchrl index build"):
+        make_retriever(cfg)
+    r = make_retriever(cfg, corpus=tiny_corpus)
+    assert r.search(["honey nectar"], 1)[0][0].title == "Honey bee"
+    assert make_retriever(cfg).search(["honey nectar"], 1)[0][0].title == "Honey bee"  # now loads
+    with pytest.raises(ValueError, match="is a bm25 index but retrieval.kind is dense"):
+        make_retriever(RetrievalConfig(kind="dense", index=str(tmp_path / "auto")))
+    with pytest.raises(ValueError, match="needs retrieval.index"):
+        make_retriever(RetrievalConfig(kind="bm25"))
+    with pytest.raises(ValueError, match="needs retrieval.urls"):
+        make_retriever(RetrievalConfig(kind="remote"))
+
+
+def test_make_retriever_remote_and_web(monkeypatch: pytest.MonkeyPatch) -> None:
+    from searchrl.retrieval.client import RemoteRetriever
+    from searchrl.retrieval.web import WebRetriever
+
+    r = make_retriever(RetrievalConfig(kind="remote", urls=["http://127.0.0.1:9", "http://127.0.0.1:10/retrieve"]))
+    assert isinstance(r, RemoteRetriever)
+    assert r.urls == ["http://127.0.0.1:9/retrieve", "http://127.0.0.1:10/retrieve"]
+    monkeypatch.delenv("SERPAPI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    with pytest.raises(ValueError, match=r"\$SERPAPI_API_KEY"):
+        make_retriever(RetrievalConfig(kind="web"))
+    monkeypatch.setenv("GOOGLE_API_KEY", "k")
+    monkeypatch.setenv("GOOGLE_CSE_ID", "cx")
+    w = make_retriever(RetrievalConfig(kind="web", urls=["http://127.0.0.1:9/search"]))
+    assert isinstance(w, WebRetriever) and w.provider.name == "google" and w.base_url == "http://127.0.0.1:9/search"
+    w.close()
