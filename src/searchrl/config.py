@@ -179,6 +179,17 @@ class EvaluationConfig(_Section):
     judge_url: str | None = None
     judge_model: str | None = None
     output_dir: str = "runs/eval"
+    #: token budget of the answer-only baselines (direct, naive_rag) and of each IRCoT reasoning sentence.
+    max_new_tokens: int = 64
+    #: token budget of the chain-of-thought baseline's whole reasoning plus answer.
+    cot_max_new_tokens: int = 256
+    #: IRCoT: reason-then-retrieve steps before a final answer is asked for.
+    iterative_steps: int = 4
+    #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
+    batch_size: int = 16
+    #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.
+    temperature: float = 0.0
+    seed: int = 0
 
 
 class RunConfig(_Section):

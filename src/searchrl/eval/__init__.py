@@ -1,1 +1,33 @@
+"""Evaluation: baselines and the agent behind one ``answer(examples)`` interface, the harness that scores them on
+datasets, and the reports (markdown / CSV / JSON / PNG)."""
 
+from searchrl.eval.baselines import (
+    METHODS,
+    AgentMethod,
+    CoTMethod,
+    DirectMethod,
+    IterativeRAGMethod,
+    Method,
+    NaiveRAGMethod,
+    Prediction,
+)
+from searchrl.eval.harness import EvalResult, evaluate, rescore_file, run_from_config
+from searchrl.eval.report import aggregate, render_markdown, write_reports
+
+__all__ = [
+    "METHODS",
+    "AgentMethod",
+    "CoTMethod",
+    "DirectMethod",
+    "EvalResult",
+    "IterativeRAGMethod",
+    "Method",
+    "NaiveRAGMethod",
+    "Prediction",
+    "aggregate",
+    "evaluate",
+    "render_markdown",
+    "rescore_file",
+    "run_from_config",
+    "write_reports",
+]

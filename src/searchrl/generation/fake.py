@@ -27,7 +27,7 @@ class ByteTokenizer:
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
         return {"input_ids": self.encode(text)}
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+    def decode(self, ids: list[int], skip_special_tokens: bool = False, **_: object) -> str:
         data = bytes(i - 3 for i in ids if i >= 3)
         text = data.decode("utf-8", errors="replace")
         if not skip_special_tokens and self.eos_token_id in ids:

@@ -111,7 +111,7 @@ class HFGenerator(Generator):
                 Completion(
                     token_ids=kept,
                     logprobs=logp_BN[r, :n].tolist(),
-                    text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                    text=self.tokenizer.decode(kept, skip_special_tokens=True, clean_up_tokenization_spaces=False),
                     finish_reason=reason,
                     stop_string=stop_str,
                     timings={"generate_s": elapsed / new_BN.shape[0]},

@@ -13,7 +13,7 @@ Prompt: our own wording of the system template (Table 1), question as the user t
 
 from __future__ import annotations
 
-from searchrl.protocols._tags import TagProtocol, blocks, count_tag, unanswered_searches
+from searchrl.protocols._tags import Event, TagProtocol, blocks, count_tag, unanswered_searches
 from searchrl.protocols.base import FormatReport
 from searchrl.retrieval.base import Hit
 
@@ -143,7 +143,7 @@ class RSearchProtocol(TagProtocol):
         )
 
 
-def _evidence_before_answer(events) -> bool:
+def _evidence_before_answer(events: list[Event]) -> bool:
     last_evidence_close = last_answer_open = -1
     for i, ev in enumerate(events):
         if ev.kind == "tag" and ev.value == EVIDENCE[1]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from searchrl.protocols._tags import BAD_JSON, blocks, hit_contents
+from searchrl.protocols._tags import BAD_JSON, Event, blocks, hit_contents
 from searchrl.protocols.base import Invalid
 from searchrl.protocols.search_r1 import INSTRUCTION as SINGLE_QUERY_INSTRUCTION
 from searchrl.protocols.search_r1 import SearchR1Protocol
@@ -104,7 +104,7 @@ class RAGR1Protocol(SearchR1Protocol):
             "</search>; to give the final answer, I should write it between <answer> and </answer>."
         )
 
-    def _extra(self, events) -> tuple[dict, list[str]]:
+    def _extra(self, events: list[Event]) -> tuple[dict[str, Any], list[str]]:
         """``n_queries`` (all queries of complete search calls), ``queries_per_call``; problems: calls that do not
         parse (empty / too long / bad JSON) and, in multi-query mode, calls with more than ``max_queries``."""
         per_call: list[int] = []

@@ -18,7 +18,10 @@ repository (``qa_em_format.is_valid_sequence``; not part of the paper): see ``Se
 
 from __future__ import annotations
 
+from typing import Any
+
 from searchrl.protocols._tags import (
+    Event,
     TagProtocol,
     blocks,
     count_tag,
@@ -80,7 +83,7 @@ class SearchR1Protocol(TagProtocol):
         )
 
     # ------------------------------------------------------------------------------------------- format
-    def _sequence_problem(self, events) -> str | None:
+    def _sequence_problem(self, events: list[Event]) -> str | None:
         """Walk the events through the think -> (search -> information -> think)* -> answer state machine.
 
         Rules (authors' later ``is_valid_sequence``): the response starts with ``<think>``; a think block is
@@ -119,7 +122,7 @@ class SearchR1Protocol(TagProtocol):
             return f"response does not end with a complete {a_open} block (state {state})"
         return None
 
-    def _extra(self, events) -> tuple[dict, list[str]]:
+    def _extra(self, events: list[Event]) -> tuple[dict[str, Any], list[str]]:
         """Protocol-specific counts and problems added to the report (none for Search-R1)."""
         return {}, []
 

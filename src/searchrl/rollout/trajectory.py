@@ -11,6 +11,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+def _decode(tokenizer, ids: list[int]) -> str:
+    """Decode exactly: no clean-up of spaces before punctuation (HF's default would alter document text)."""
+    return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
 @dataclass
 class Turn:
     text: str  # the policy's text for this turn
@@ -71,7 +76,7 @@ class Trajectory:
             self.logprobs.extend([0.0] * len(ids))
 
     def response_text(self, tokenizer) -> str:
-        return tokenizer.decode(self.response_ids, skip_special_tokens=True)
+        return _decode(tokenizer, self.response_ids)
 
     def segments(self, tokenizer) -> list[tuple[str, bool]]:
         """``[(text, sampled_by_policy), ...]``: maximal runs of equal mask, decoded (for viewers)."""
@@ -79,7 +84,7 @@ class Trajectory:
         start = 0
         for i in range(1, len(self.response_ids) + 1):
             if i == len(self.response_ids) or self.action_mask[i] != self.action_mask[start]:
-                text = tokenizer.decode(self.response_ids[start:i], skip_special_tokens=True)
+                text = _decode(tokenizer, self.response_ids[start:i])
                 out.append((text, bool(self.action_mask[start])))
                 start = i
         return out

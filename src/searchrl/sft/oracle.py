@@ -23,7 +23,7 @@ _THINK = "<think> {} </think>\n"
 #: how each protocol wraps a reasoning sentence (R1-Searcher's response already opens with a pre-filled <think>).
 _STYLE: dict[str, str] = {
     "search_r1": _THINK,
-    "r_search": _THINK,
+    "r_search": "{} ",  # R-Search has no think tag: free text between calls
     "rag_r1": _THINK,
     "r1_searcher": "{} ",
     "r1_searcher_pp": "{} ",
@@ -49,7 +49,7 @@ def oracle_texts(protocol: Protocol, example: QAExample) -> list[tuple[str, list
     turns: list[tuple[str, list[str]]] = []
     multi = protocol.max_queries > 1 and example.metadata.get("kind") == "comparison"
     if multi:  # RAG-R1 multi-query: independent hops (comparison) go out in one call
-        qs = [h["query"] for h in chain][: protocol.max_queries]
+        qs = [h["query"].replace(",", " ") for h in chain][: protocol.max_queries]
         reason = style.format("I need: " + " and ".join(h["sub_question"] for h in chain))
         turns.append((reason + protocol.format_search(qs), qs))
         facts = " ".join(_reason_after_hop(h) for h in chain)

@@ -1,0 +1,412 @@
+"""Evaluation methods behind one interface: ``answer(examples) -> list[Prediction]``.
+
+Five methods, all batched through the ``Generator`` interface (one generate call per step for the whole batch) and
+the ``Retriever`` interface (at most one retriever call per step):
+
+- ``direct``: the question and a short-answer instruction; the first line of the reply is the answer.
+- ``cot``: the model reasons step by step and writes ``Final answer: ...`` on its last line; we read the last such
+  line (or, when the marker is missing, the last non-empty line).
+- ``naive_rag``: top-k documents retrieved once with the question go into the prompt; then as ``direct``.
+- ``iterative_rag``: IRCoT (Trivedi et al. 2023) in a compact form: retrieve with the question, then alternate
+  "generate one reasoning sentence" and "retrieve with that sentence", accumulating documents, for at most
+  ``max_steps`` sentences; stop as soon as a sentence contains "the answer is". Deviations from IRCoT: zero-shot
+  (no few-shot demonstrations), and a question that has no "the answer is" sentence after ``max_steps`` (or whose
+  model stops talking) gets one extra generation prefilled with "So the answer is:" instead of IRCoT's separate
+  reader step.
+- ``agent``: the rollout engine with any protocol; the prediction is the trajectory's final answer.
+
+Prompts are our own wording. Chat models get one user message through the chat template; base models (or
+``prompt_style="raw"``) get the same text followed by a cue line (``Answer:``). Decoding is greedy by default.
+
+``latency_s`` of a prediction is the wall time of the whole batched call divided by the batch size (amortised per
+question, retrieval included); ``gen_tokens`` counts the tokens the model generated for that question.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from searchrl.data.records import QAExample
+from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.protocols.base import Protocol
+from searchrl.retrieval.base import Hit, Retriever
+from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+
+DIRECT_PROMPT = (
+    "Answer the question below. Reply with the answer only: a name, date, number or short phrase, with no "
+    "explanation.\n\nQuestion: {question}"
+)
+COT_PROMPT = (
+    "Answer the question below. First think it through step by step. Then, on the last line, write "
+    "'Final answer: ' followed by the answer only (a name, date, number or short phrase).\n\nQuestion: {question}"
+)
+RAG_PROMPT = (
+    "Answer the question below using the documents. Reply with the answer only: a name, date, number or short "
+    "phrase, with no explanation.\n\nDocuments:\n{documents}\n\nQuestion: {question}"
+)
+IRCOT_PROMPT = (
+    "Answer the question below using the documents. Reason one short sentence at a time. As soon as you know the "
+    "answer, write a sentence of the form 'So the answer is: <answer>.'\n\nDocuments:\n{documents}\n\n"
+    "Question: {question}"
+)
+FINAL_ANSWER_CUE = "So the answer is:"
+
+_LABEL = re.compile(r"^\s*(?:final answer|the answer is|answer)\s*[:：]?\s*", re.IGNORECASE)
+_FINAL = re.compile(r"final answer\s*[:：]\s*(.*)", re.IGNORECASE)
+_ANSWER_IS = re.compile(r"the answer is\s*[:：]?\s*(.*)", re.IGNORECASE | re.DOTALL)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+#: stop strings that end one IRCoT reasoning sentence (the sentence is cut precisely afterwards).
+SENTENCE_STOPS = (". ", ".\n", "\n")
+
+
+@dataclass
+class Prediction:
+    """One method's output for one question."""
+
+    text: str | None  # the extracted answer; None when the method produced none
+    raw: str = ""  # everything the model generated for this question (decoded)
+    trajectory: dict[str, Any] | None = None  # agent: Trajectory.to_dict(); RAG methods: retrieval trace
+    searches: int = 0  # retriever queries issued for this question
+    gen_tokens: int = 0  # tokens the model generated for this question
+    latency_s: float = 0.0  # batch wall time / batch size
+
+
+def clean_answer(text: str | None) -> str | None:
+    """The short answer in a reply: its first non-empty line, without an ``Answer:`` label, markdown emphasis,
+    surrounding quotes or a final period. None when nothing is left.
+
+    >>> clean_answer("\\n Answer: **Paris**.\\nIt is the capital.")
+    'Paris'
+    >>> clean_answer("   ") is None
+    True
+    """
+    if text is None:
+        return None
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = _LABEL.sub("", line).strip()
+    # Emphasis, quotes and a final period around the answer; the metrics' normalisation drops them anyway, but the
+    # predictions file should show the answer itself.
+    line = line.strip(" \t*_`\"'“”‘’.")
+    return line or None
+
+
+def parse_cot(text: str) -> tuple[str | None, bool]:
+    """(answer, marker_found): the text after the last ``Final answer:`` marker, else the last non-empty line.
+
+    >>> parse_cot("Paris is in France.\\nFinal answer: France")
+    ('France', True)
+    >>> parse_cot("I think it is\\nRome.")
+    ('Rome', False)
+    """
+    found = _FINAL.findall(text)
+    if found:
+        return clean_answer(found[-1]), True
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return (clean_answer(lines[-1]) if lines else None), False
+
+
+def first_sentence(text: str) -> str:
+    """The text up to the first sentence end (``.``/``!``/``?`` followed by whitespace) or newline, stripped.
+
+    >>> first_sentence("Anna was born in Rome. She moved")
+    'Anna was born in Rome.'
+    """
+    m = _SENTENCE_END.search(text)
+    return (text[: m.start()] if m else text).strip()
+
+
+def answer_in_sentence(sentence: str) -> str | None:
+    """The answer of a sentence that contains "the answer is" ("" if nothing follows it); None otherwise.
+
+    >>> answer_in_sentence("So the answer is: Rome."), answer_in_sentence("Anna was born in Rome.")
+    ('Rome', None)
+    """
+    m = _ANSWER_IS.search(sentence)
+    if m is None:
+        return None
+    return clean_answer(m.group(1)) or ""
+
+
+def render_documents(hits: Sequence[Hit]) -> str:
+    """Documents as numbered lines, in the layout Search-R1 uses for its observations."""
+    return "\n".join(f"Doc {i} (Title: {h.title}) {h.text}" for i, h in enumerate(hits, start=1))
+
+
+def render_prompt(tokenizer, user_text: str, style: str = "auto", raw_cue: str = "Answer:", prefill: str = "") -> str:
+    """One user message through the chat template (chat models), or raw text plus a cue line (base models);
+    ``prefill`` opens the model's reply (IRCoT's reasoning so far)."""
+    use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
+    if use_chat:
+        messages = [{"role": "user", "content": user_text}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    else:
+        text = f"{user_text}\n{raw_cue}" + (" " if prefill else "")
+    return text + prefill
+
+
+class Method(ABC):
+    """An evaluation method: a batch of questions in, one prediction per question out (same order)."""
+
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        generator: Generator,
+        *,
+        prompt_style: str = "auto",
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        if max_new_tokens < 1:
+            raise ValueError(f"{self.name}: max_new_tokens must be >= 1 (got {max_new_tokens})")
+        self.generator = generator
+        self.tokenizer = generator.tokenizer
+        self.prompt_style = prompt_style
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.seed = seed
+
+    @abstractmethod
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]: ...
+
+    def _generate(
+        self, texts: list[str], max_new_tokens: int, stop: tuple[str, ...] = (), step: int = 0
+    ) -> list[Completion]:
+        """One generate call for the whole batch (the seed is offset by the step so steps differ when sampling)."""
+        prompts = [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+        params = SamplingParams(
+            max_new_tokens=max_new_tokens, temperature=self.temperature, top_p=1.0, stop=stop, seed=self.seed + step
+        )
+        return self.generator.generate(prompts, params)
+
+    @staticmethod
+    def _stamp(preds: list[Prediction], t0: float) -> list[Prediction]:
+        per_question = (time.perf_counter() - t0) / max(len(preds), 1)
+        for p in preds:
+            p.latency_s = per_question
+        return preds
+
+
+class DirectMethod(Method):
+    """The question alone; the answer is the first line of the reply."""
+
+    name = "direct"
+
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
+        t0 = time.perf_counter()
+        texts = [render_prompt(self.tokenizer, DIRECT_PROMPT.format(question=e.question.strip()), self.prompt_style)
+                 for e in examples]  # fmt: skip
+        comps = self._generate(texts, self.max_new_tokens)
+        preds = [Prediction(clean_answer(c.text), raw=c.text, gen_tokens=len(c.token_ids)) for c in comps]
+        return self._stamp(preds, t0)
+
+
+class CoTMethod(Method):
+    """Step-by-step reasoning, then ``Final answer: ...`` on the last line."""
+
+    name = "cot"
+
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
+        t0 = time.perf_counter()
+        texts = [render_prompt(self.tokenizer, COT_PROMPT.format(question=e.question.strip()), self.prompt_style,
+                               raw_cue="Reasoning:") for e in examples]  # fmt: skip
+        comps = self._generate(texts, self.max_new_tokens)
+        preds = []
+        for c in comps:
+            text, marker = parse_cot(c.text)
+            trace = {"marker_found": marker, "finish_reason": c.finish_reason}
+            preds.append(Prediction(text, raw=c.text, trajectory=trace, gen_tokens=len(c.token_ids)))
+        return self._stamp(preds, t0)
+
+
+class NaiveRAGMethod(Method):
+    """Retrieve top-k once with the question, put the documents in the prompt, answer."""
+
+    name = "naive_rag"
+
+    def __init__(self, generator: Generator, retriever: Retriever, *, topk: int = 3, **kwargs: Any) -> None:
+        super().__init__(generator, **kwargs)
+        if topk < 1:
+            raise ValueError(f"naive_rag: topk must be >= 1 (got {topk})")
+        self.retriever = retriever
+        self.topk = topk
+
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
+        t0 = time.perf_counter()
+        hits = self.retriever.search([e.question for e in examples], self.topk)  # one call for the batch
+        texts = [
+            render_prompt(
+                self.tokenizer,
+                RAG_PROMPT.format(documents=render_documents(hs), question=e.question.strip()),
+                self.prompt_style,
+            )
+            for e, hs in zip(examples, hits, strict=True)
+        ]
+        comps = self._generate(texts, self.max_new_tokens)
+        preds = [
+            Prediction(
+                clean_answer(c.text),
+                raw=c.text,
+                trajectory={"queries": [e.question], "hit_ids": [[h.id for h in hs]]},
+                searches=1,
+                gen_tokens=len(c.token_ids),
+            )
+            for e, hs, c in zip(examples, hits, comps, strict=True)
+        ]
+        return self._stamp(preds, t0)
+
+
+class IterativeRAGMethod(Method):
+    """IRCoT-style interleaving of one reasoning sentence and one retrieval (see the module docstring)."""
+
+    name = "iterative_rag"
+
+    def __init__(
+        self,
+        generator: Generator,
+        retriever: Retriever,
+        *,
+        topk: int = 3,
+        max_steps: int = 4,
+        max_docs: int = 15,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(generator, **kwargs)
+        if topk < 1 or max_steps < 1 or max_docs < 1:
+            raise ValueError("iterative_rag: topk, max_steps and max_docs must all be >= 1")
+        self.retriever = retriever
+        self.topk = topk
+        self.max_steps = max_steps
+        self.max_docs = max_docs  # IRCoT caps the accumulated paragraphs (at 15 in its paper)
+
+    def _add_docs(self, docs: list[Hit], new: Sequence[Hit]) -> None:
+        seen = {d.id for d in docs}
+        for h in new:
+            if h.id not in seen and len(docs) < self.max_docs:
+                docs.append(h)
+                seen.add(h.id)
+
+    def _prompt(self, ex: QAExample, docs: list[Hit], sentences: list[str], cue: str = "") -> str:
+        user = IRCOT_PROMPT.format(documents=render_documents(docs), question=ex.question.strip())
+        prefill = " ".join([*sentences, cue]).strip()
+        if prefill and not cue:
+            prefill += " "  # the next sentence starts after a space
+        return render_prompt(self.tokenizer, user, self.prompt_style, raw_cue="Reasoning:", prefill=prefill)
+
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
+        t0 = time.perf_counter()
+        n = len(examples)
+        docs: list[list[Hit]] = [[] for _ in range(n)]
+        for i, hs in enumerate(self.retriever.search([e.question for e in examples], self.topk)):
+            self._add_docs(docs[i], hs)
+        sentences: list[list[str]] = [[] for _ in range(n)]
+        steps: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        raw = [""] * n
+        answers: list[str | None] = [None] * n
+        done = [False] * n
+        tokens = [0] * n
+        searches = [1] * n
+        active = list(range(n))
+        for step in range(self.max_steps):
+            if not active:
+                break
+            comps = self._generate(
+                [self._prompt(examples[i], docs[i], sentences[i]) for i in active],
+                self.max_new_tokens,
+                stop=SENTENCE_STOPS,
+                step=step,
+            )
+            to_search: list[int] = []
+            for i, c in zip(active, comps, strict=True):
+                tokens[i] += len(c.token_ids)
+                raw[i] += c.text
+                sentence = first_sentence(c.text)
+                steps[i].append({"sentence": sentence, "query": None, "hit_ids": []})
+                if not sentence:  # the model has nothing more to say: go to the final answer
+                    continue
+                sentences[i].append(sentence)
+                found = answer_in_sentence(sentence)
+                if found is not None:
+                    answers[i], done[i] = found or None, True
+                else:
+                    to_search.append(i)
+            if to_search:  # one retriever call for every sentence of this step
+                for i, hs in zip(to_search, self.retriever.search([sentences[i][-1] for i in to_search], self.topk),
+                                 strict=True):  # fmt: skip
+                    steps[i][-1].update(query=sentences[i][-1], hit_ids=[h.id for h in hs])
+                    searches[i] += 1
+                    self._add_docs(docs[i], hs)
+            active = to_search
+        forced = [i for i in range(n) if not done[i]]
+        if forced:  # one last generation, prefilled with the answer cue
+            comps = self._generate(
+                [self._prompt(examples[i], docs[i], sentences[i], cue=FINAL_ANSWER_CUE) for i in forced],
+                self.max_new_tokens,
+                stop=("\n",),
+                step=self.max_steps,
+            )
+            for i, c in zip(forced, comps, strict=True):
+                tokens[i] += len(c.token_ids)
+                raw[i] += f" {FINAL_ANSWER_CUE}{c.text}"
+                answers[i] = clean_answer(c.text)
+        preds = [
+            Prediction(
+                answers[i],
+                raw=raw[i],
+                trajectory={"steps": steps[i], "doc_ids": [d.id for d in docs[i]], "forced_answer": not done[i]},
+                searches=searches[i],
+                gen_tokens=tokens[i],
+            )
+            for i in range(n)
+        ]
+        return self._stamp(preds, t0)
+
+
+class AgentMethod(Method):
+    """The rollout engine with a protocol; the prediction is the trajectory's final answer."""
+
+    name = "agent"
+
+    def __init__(
+        self,
+        generator: Generator,
+        retriever: Retriever | None,
+        protocol: Protocol,
+        *,
+        limits: RolloutLimits = RolloutLimits(),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(generator, max_new_tokens=limits.max_new_tokens, **kwargs)
+        self.protocol = protocol
+        self.engine = RolloutEngine(generator, retriever, protocol, limits, self.prompt_style)
+
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
+        t0 = time.perf_counter()
+        trajs = self.engine.run(examples, group_size=1, temperature=self.temperature, top_p=1.0, seed=self.seed)
+        preds = []
+        for t in trajs:
+            d = t.to_dict()
+            d["protocol"] = self.protocol.name
+            preds.append(
+                Prediction(
+                    t.answer.strip() if t.answer is not None else None,
+                    raw=t.response_text(self.tokenizer),
+                    trajectory=d,
+                    searches=t.n_queries,
+                    gen_tokens=t.n_policy_tokens,
+                )
+            )
+        return self._stamp(preds, t0)
+
+
+METHODS: dict[str, type[Method]] = {
+    m.name: m for m in (DirectMethod, CoTMethod, NaiveRAGMethod, IterativeRAGMethod, AgentMethod)
+}
+#: methods that need a retriever
+RETRIEVAL_METHODS = frozenset({"naive_rag", "iterative_rag", "agent"})

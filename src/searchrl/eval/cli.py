@@ -1,0 +1,158 @@
+"""``searchrl eval``: evaluate methods on datasets (``--config`` and/or flags), and ``searchrl eval rescore``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(
+    help="Evaluate direct / CoT / naive RAG / IRCoT / agent methods on QA datasets, or re-score predictions.",
+    invoke_without_command=True,
+    add_completion=False,
+)
+
+
+def _split_list(value: str | None) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+def build_config(
+    config: str | None,
+    overrides: list[str],
+    *,
+    data: list[str] | None = None,
+    methods: str | None = None,
+    protocol: str | None = None,
+    model: str | None = None,
+    index: str | None = None,
+    url: list[str] | None = None,
+    topk: int | None = None,
+    limit: int | None = None,
+    out: str | None = None,
+    judge_url: str | None = None,
+    judge_model: str | None = None,
+    metrics: str | None = None,
+    max_new_tokens: int | None = None,
+    batch_size: int | None = None,
+):
+    """The run config: the recipe (or defaults), then dotted overrides, then the flags that were given."""
+    from searchrl.config import load_config, validate_dict
+
+    cfg = load_config(config, overrides)
+    raw = cfg.model_dump()
+    ev, ret = raw["evaluation"], raw["retrieval"]
+    if data:
+        ev["datasets"] = list(data)
+    if methods is not None:
+        ev["methods"] = _split_list(methods)
+    if metrics is not None:
+        ev["metrics"] = _split_list(metrics)
+    for key, value in [("limit", limit), ("output_dir", out), ("judge_url", judge_url), ("judge_model", judge_model),
+                       ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)]:  # fmt: skip
+        if value is not None:
+            ev[key] = value
+    if protocol is not None:
+        raw["rollout"]["protocol"] = protocol
+    if model is not None:
+        raw["model"]["policy"] = model
+        raw["training"]["init_from"] = None  # an explicit --model wins over the recipe's checkpoint
+    if topk is not None:
+        ret["topk"] = topk
+    if index is not None and url:
+        raise ValueError("give either --index DIR or --url URL, not both")
+    if index is not None:
+        ret["index"] = index
+        manifest = Path(index) / "manifest.json"
+        if manifest.exists():  # an existing index decides its own kind
+            import json
+
+            ret["kind"] = json.loads(manifest.read_text())["kind"]
+        elif ret["kind"] in ("remote", "web"):
+            ret["kind"] = "bm25"
+    if url:
+        ret["kind"], ret["urls"] = "remote", list(url)
+    return validate_dict(raw, config or "<flags>")
+
+
+@app.callback(invoke_without_command=True)
+def main(
+    ctx: typer.Context,
+    config: str = typer.Option(None, "--config", help="recipe name or YAML file with an evaluation: section"),
+    data: list[str] = typer.Option(None, "--data", help="QA file or hf:NAME[:CONFIG]:SPLIT (repeatable)"),
+    methods: str = typer.Option(None, help="comma-separated: direct,cot,naive_rag,iterative_rag,agent"),
+    protocol: str = typer.Option(
+        None, help="agent protocol: search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1"
+    ),
+    model: str = typer.Option(None, help="policy spec: alias, local directory or HF id"),
+    index: str = typer.Option(None, help="local index directory (built from --corpus when empty)"),
+    url: list[str] = typer.Option(None, "--url", help="retrieval server URL (repeatable)"),
+    corpus: str = typer.Option(None, help="corpus file: checked against --index, or used to build it"),
+    topk: int = typer.Option(None, help="documents per query"),
+    limit: int = typer.Option(None, help="first N questions of each dataset"),
+    out: str = typer.Option(None, help="output directory (default: evaluation.output_dir)"),
+    judge_url: str = typer.Option(None, help="OpenAI-compatible judge endpoint, e.g. http://127.0.0.1:8000/v1"),
+    judge_model: str = typer.Option(None, help="judge model name"),
+    metrics: str = typer.Option(None, help="comma-separated metrics (default: em,f1,cover_em,cover_em_tokens)"),
+    max_new_tokens: int = typer.Option(None, help="token budget of direct / naive_rag answers and IRCoT sentences"),
+    batch_size: int = typer.Option(None, help="questions per batch"),
+    overrides: list[str] = typer.Option(None, "--set", help="dotted config override, e.g. rollout.max_turns=2"),
+) -> None:
+    """Evaluate methods x datasets; write predictions, summary.{md,csv,json,png} and the resolved config.
+
+    Example: searchrl eval --data dev.jsonl --methods direct,naive_rag,agent --index indexes/bm25 --limit 100
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if config is None and not data:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    from searchrl.eval.harness import run_from_config
+
+    cfg = build_config(
+        config, overrides or [], data=data, methods=methods, protocol=protocol, model=model, index=index, url=url,
+        topk=topk, limit=limit, out=out, judge_url=judge_url, judge_model=judge_model, metrics=metrics,
+        max_new_tokens=max_new_tokens, batch_size=batch_size,
+    )  # fmt: skip
+    run_from_config(cfg, corpus=corpus)
+
+
+@app.command("rescore")
+def rescore(
+    files: list[Path] = typer.Argument(
+        ..., help="predictions JSONL: ours, or R1-Searcher's (question/answer/pred_ans)"
+    ),
+    out: Path = typer.Option(None, help="also write re-scored predictions and summary files here"),
+    metrics: str = typer.Option("em,f1,cover_em,cover_em_tokens", help="comma-separated metrics"),
+    judge_url: str = typer.Option(None, help="OpenAI-compatible judge endpoint (adds the judge column)"),
+    judge_model: str = typer.Option(None, help="judge model name"),
+) -> None:
+    """Re-score existing predictions files and print the summary table.
+
+    Example: searchrl eval rescore runs/eval/predictions/dev__agent.jsonl --out runs/rescored
+    """
+    from searchrl.eval.harness import predictions_path, rescore_file
+    from searchrl.eval.report import aggregate, print_summary, write_reports
+    from searchrl.rewards.judge import LLMJudge
+    from searchrl.utils import console, write_jsonl
+
+    names = _split_list(metrics)
+    judge = None
+    if judge_url or judge_model:
+        judge = LLMJudge(judge_url, judge_model, cache_path=(out / "judge_cache.json") if out else None)
+    try:
+        items = [it for f in files for it in rescore_file(f, names, judge)]
+    finally:
+        if judge is not None:
+            judge.close()
+    score_names = [*names, *(["judge"] if judge is not None else [])]
+    rows = aggregate(items, score_names)
+    print_summary(rows, score_names, title="rescore")
+    if out is not None:
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for it in items:
+            groups.setdefault((it["dataset"], it["method"]), []).append(it)
+        for (dataset, method), group in groups.items():
+            write_jsonl(predictions_path(out, dataset, method), group)
+        write_reports(rows, score_names, out, {"rescored": [str(f) for f in files]}, title="Re-scored predictions")
+        console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png")

@@ -1,0 +1,423 @@
+"""The evaluation harness: datasets x methods -> predictions with per-item metrics, and summary reports.
+
+``run_from_config(cfg)`` is what ``searchrl eval`` runs: it resolves the datasets, the retriever and the policy
+from a ``RunConfig``, then calls :func:`evaluate`, which for every dataset x method
+
+1. answers the questions in batches of ``evaluation.batch_size`` (one progress bar with ETA per pair),
+2. scores each prediction with every metric of ``evaluation.metrics`` (and the LLM judge, when configured),
+3. writes ``predictions/<dataset>__<method>.jsonl`` (question, golds, prediction, trajectory, per-item metrics),
+
+and finally writes ``summary.{md,csv,json,png}`` and the resolved ``config.yaml`` and prints the table.
+
+``rescore_file`` re-scores an existing predictions file: ours, or R1-Searcher's released format (``question``,
+``answer`` (gold, a string or a list), ``pred_ans``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from searchrl.config import RunConfig, dump_config
+from searchrl.data.records import QAExample
+from searchrl.eval.baselines import (
+    METHODS,
+    RETRIEVAL_METHODS,
+    AgentMethod,
+    IterativeRAGMethod,
+    Method,
+    NaiveRAGMethod,
+    Prediction,
+)
+from searchrl.eval.report import aggregate, print_summary, write_reports
+from searchrl.generation.base import Generator
+from searchrl.retrieval.base import Retriever
+from searchrl.rewards.judge import LLMJudge
+from searchrl.rewards.metrics import get_metric
+from searchrl.rollout.engine import RolloutLimits
+from searchrl.utils import console, progress, read_jsonl, seed_everything, write_jsonl
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class EvalResult:
+    rows: list[dict[str, Any]]  # summary rows (see searchrl.eval.report)
+    metrics: list[str]  # score columns, "judge" included when a judge ran
+    items: list[dict[str, Any]]  # every per-item row, all datasets and methods
+    paths: dict[str, Path] = field(default_factory=dict)
+    runtime_s: float = 0.0
+
+
+# ------------------------------------------------------------------------------------------------ resolution
+
+
+def dataset_name(source: str) -> str:
+    """A short name for a dataset source: a file's stem, or ``NAME[_CONFIG]_SPLIT`` for ``hf:`` sources.
+
+    >>> dataset_name("data/2wiki-mini/dev.jsonl"), dataset_name("hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev")
+    ('dev', 'hotpotqa_dev')
+    """
+    if source.startswith("hf:"):
+        parts = source[3:].split(":")
+        parts = parts[1:] if len(parts) > 2 else parts  # drop the repository when a config is named
+        return re.sub(r"[^\w.-]+", "_", "_".join(p.split("/")[-1] for p in parts if p))
+    return Path(source).stem if Path(source).suffix else Path(source).name
+
+
+def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
+    """``evaluation.datasets`` -> {name: (source, examples)}, each limited to ``evaluation.limit`` questions.
+
+    An entry is a split name (``dev`` -> ``data.dev`` under the data directory, as training resolves it), an
+    ``hf:NAME[:CONFIG]:SPLIT`` source, or a QA file: an existing path, else a path under ``data.source`` when that
+    is a directory. Names are file stems; clashing names get a numeric suffix.
+    """
+    from searchrl.data.loaders import load_qa
+
+    ev = cfg.evaluation
+    if not ev.datasets:
+        raise ValueError("no datasets to evaluate: pass --data FILE (repeatable) or set evaluation.datasets")
+    out: dict[str, tuple[str, list[QAExample]]] = {}
+    for entry in ev.datasets:
+        if entry in SPLITS:
+            from searchrl.pipeline import load_split, resolve_file
+
+            name, source = entry, resolve_file(cfg, getattr(cfg.data, entry))
+            examples = load_split(cfg, entry, ev.limit)
+        else:
+            source = _resolve_qa_source(cfg, entry)
+            name = dataset_name(entry)
+            examples = load_qa(source, limit=ev.limit)
+        if not examples:
+            raise ValueError(f"dataset {entry} has no questions; check the file (or drop it from --data)")
+        unique, k = name, 2
+        while unique in out:
+            unique, k = f"{name}_{k}", k + 1
+        out[unique] = (source, examples)
+    return out
+
+
+def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
+    if entry.startswith("hf:") or Path(entry).exists():
+        return entry
+    if cfg.data.source != "synthetic":
+        candidate = Path(cfg.data.source) / entry
+        if candidate.exists():
+            return str(candidate)
+    raise FileNotFoundError(
+        f"dataset not found: {entry} (give an existing QA JSONL file, a split name {'/'.join(SPLITS)}, "
+        "or hf:NAME[:CONFIG]:SPLIT)"
+    )
+
+
+def load_retriever(cfg: RunConfig, corpus: str | Path | None = None) -> Retriever:
+    """The configured retriever. With ``retrieval.index`` set it is loaded (built from ``corpus`` when the
+    directory is still empty); without it, the index of the config's data directory is used (built on demand)."""
+    from searchrl.retrieval import make_retriever
+
+    r = cfg.retrieval
+    if r.kind in ("remote", "web") or r.index is not None:
+        return make_retriever(r, corpus)
+    explicit = [d for d in cfg.evaluation.datasets if d not in SPLITS]
+    if explicit and cfg.data.source == "synthetic":
+        raise ValueError(
+            f"methods {sorted(set(cfg.evaluation.methods) & RETRIEVAL_METHODS)} need a retriever for "
+            f"{explicit[0]}: pass --index DIR (with --corpus FILE to build it) or --url URL"
+        )
+    from searchrl.pipeline import make_retriever_for
+
+    return make_retriever_for(cfg)
+
+
+def load_generator(cfg: RunConfig) -> Generator:
+    """An HF generator over the configured policy (``training.init_from`` if set, else ``model.policy``)."""
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.models import load_policy
+    from searchrl.pipeline import policy_spec
+
+    model, tokenizer = load_policy(policy_spec(cfg), dtype=cfg.model.dtype)
+    return HFGenerator(model, tokenizer, max_batch_size=cfg.evaluation.batch_size)
+
+
+def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | None) -> dict[str, Method]:
+    """The methods of ``evaluation.methods``, configured from the run config."""
+    ev = cfg.evaluation
+    common: dict[str, Any] = dict(prompt_style=cfg.model.prompt_style, temperature=ev.temperature, seed=ev.seed)
+    methods: dict[str, Method] = {}
+    for name in ev.methods:
+        if name in RETRIEVAL_METHODS and name != "agent" and retriever is None:
+            raise ValueError(f"method {name} needs a retriever: pass --index DIR or --url URL")
+        if name == "direct":
+            methods[name] = METHODS[name](generator, max_new_tokens=ev.max_new_tokens, **common)
+        elif name == "cot":
+            methods[name] = METHODS[name](generator, max_new_tokens=ev.cot_max_new_tokens, **common)
+        elif name == "naive_rag":
+            assert retriever is not None
+            methods[name] = NaiveRAGMethod(
+                generator, retriever, topk=cfg.retrieval.topk, max_new_tokens=ev.max_new_tokens, **common
+            )
+        elif name == "iterative_rag":
+            assert retriever is not None
+            methods[name] = IterativeRAGMethod(
+                generator,
+                retriever,
+                topk=cfg.retrieval.topk,
+                max_steps=ev.iterative_steps,
+                max_new_tokens=ev.max_new_tokens,
+                **common,
+            )
+        elif name == "agent":
+            from searchrl.pipeline import make_protocol
+
+            limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+            methods[name] = AgentMethod(generator, retriever, make_protocol(cfg), limits=limits, **common)
+    return methods
+
+
+def make_judge(cfg: RunConfig, out_dir: str | Path) -> LLMJudge | None:
+    """An LLM judge when ``evaluation.judge_url`` or ``judge_model`` is set (the other may come from the
+    environment); its replies are cached in ``<out>/judge_cache.json``."""
+    ev = cfg.evaluation
+    if not (ev.judge_url or ev.judge_model):
+        return None
+    return LLMJudge(ev.judge_url, ev.judge_model, cache_path=Path(out_dir) / "judge_cache.json")
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+
+
+def check_metrics(metrics: Sequence[str]) -> list[str]:
+    """Validate metric names (``judge`` is added by the harness, not listed here)."""
+    names = [m for m in metrics if m != "judge"]
+    if not names:
+        raise ValueError("no metrics: set evaluation.metrics, e.g. [em, f1, cover_em, cover_em_tokens]")
+    for m in names:
+        get_metric(m)  # raises a ValueError naming the valid metrics
+    return names
+
+
+def item_row(
+    dataset: str, method: str, example: QAExample, pred: Prediction, metrics: Sequence[str]
+) -> dict[str, Any]:
+    """One line of a predictions file."""
+    return {
+        "id": example.id,
+        "dataset": dataset,
+        "method": method,
+        "question": example.question,
+        "golds": list(example.answers),
+        "prediction": pred.text,
+        "raw": pred.raw,
+        "searches": pred.searches,
+        "gen_tokens": pred.gen_tokens,
+        "latency_s": pred.latency_s,
+        "metrics": {m: get_metric(m)(pred.text, example.answers) for m in metrics},
+        "trajectory": pred.trajectory,
+    }
+
+
+def apply_judge(items: list[dict[str, Any]], judge: LLMJudge) -> None:
+    """Add ``metrics["judge"]``: 1.0 / 0.0, or None when the judge's reply could not be read."""
+    verdicts = judge.judge_many(
+        [it["question"] for it in items], [it["golds"] for it in items], [it["prediction"] for it in items]
+    )
+    for it, v in zip(items, verdicts, strict=True):
+        it["metrics"]["judge"] = None if v.correct is None else float(v.correct)
+
+
+def predictions_path(out_dir: str | Path, dataset: str, method: str) -> Path:
+    return Path(out_dir) / "predictions" / f"{dataset}__{method}.jsonl"
+
+
+def answer_all(
+    method: Method, examples: Sequence[QAExample], batch_size: int, bar=None, task=None
+) -> list[Prediction]:
+    """Run ``method`` over ``examples`` in batches (advancing a progress task per batch)."""
+    preds: list[Prediction] = []
+    for start in range(0, len(examples), batch_size):
+        batch = examples[start : start + batch_size]
+        out = method.answer(batch)
+        if len(out) != len(batch):
+            raise RuntimeError(f"method {method.name} returned {len(out)} predictions for {len(batch)} questions")
+        preds.extend(out)
+        if bar is not None:
+            bar.advance(task, len(batch))
+    return preds
+
+
+def evaluate(
+    datasets: dict[str, list[QAExample]],
+    methods: dict[str, Method],
+    out_dir: str | Path,
+    *,
+    metrics: Sequence[str] = ("em", "f1", "cover_em", "cover_em_tokens"),
+    batch_size: int = 16,
+    judge: LLMJudge | None = None,
+    extra: dict[str, Any] | None = None,
+    show: bool = True,
+) -> EvalResult:
+    """Every method on every dataset; writes predictions and the summary files into ``out_dir``."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+    metrics = check_metrics(metrics)
+    out = Path(out_dir)
+    t0 = time.perf_counter()
+    items: list[dict[str, Any]] = []
+    paths: dict[str, Path] = {}
+    with progress() as bar:
+        for dname, examples in datasets.items():
+            for mname, method in methods.items():
+                task = bar.add_task(f"{dname} / {mname}", total=len(examples))
+                preds = answer_all(method, examples, batch_size, bar, task)
+                rows = [item_row(dname, mname, ex, p, metrics) for ex, p in zip(examples, preds, strict=True)]
+                path = predictions_path(out, dname, mname)
+                write_jsonl(path, rows)  # written before judging: a failing judge does not lose the predictions
+                if judge is not None:
+                    apply_judge(rows, judge)
+                    write_jsonl(path, rows)
+                paths[f"{dname}__{mname}"] = path
+                items.extend(rows)
+    score_names = [*metrics, *(["judge"] if judge is not None else [])]
+    summary = aggregate(items, score_names)
+    runtime = time.perf_counter() - t0
+    info = {
+        "datasets": {d: len(exs) for d, exs in datasets.items()},
+        "methods": list(methods),
+        "runtime_s": round(runtime, 2),
+        **(extra or {}),
+    }
+    paths.update(write_reports(summary, score_names, out, info))
+    if show:
+        print_summary(summary, score_names)
+        console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
+    return EvalResult(summary, score_names, items, paths, runtime)
+
+
+def run_from_config(
+    cfg: RunConfig,
+    *,
+    corpus: str | Path | None = None,
+    generator: Generator | None = None,
+    retriever: Retriever | None = None,
+) -> EvalResult:
+    """Resolve data, retriever and policy from ``cfg`` (or use the ones given) and evaluate.
+
+    Bad inputs fail before any model is loaded: datasets first, then the retriever, then the policy.
+    """
+    ev = cfg.evaluation
+    if not ev.methods:
+        raise ValueError("no methods: pass --methods direct,naive_rag,agent or set evaluation.methods")
+    check_metrics(ev.metrics)
+    seed_everything(ev.seed)
+    data = resolve_datasets(cfg)
+    for name, (source, examples) in data.items():
+        console.log(f"dataset {name}: {len(examples)} questions from {source}")
+    if retriever is None and set(ev.methods) & RETRIEVAL_METHODS:
+        retriever = load_retriever(cfg, corpus)
+    if generator is None:
+        generator = load_generator(cfg)
+    methods = build_methods(cfg, generator, retriever)
+    out = Path(ev.output_dir)
+    dump_config(cfg, out / "config.yaml")
+    judge = make_judge(cfg, out)
+    try:
+        extra = {"sources": {d: s for d, (s, _) in data.items()}, "policy": cfg.training.init_from or cfg.model.policy}
+        return evaluate(
+            {d: exs for d, (_, exs) in data.items()},
+            methods,
+            out,
+            metrics=ev.metrics,
+            batch_size=ev.batch_size,
+            judge=judge,
+            extra=extra,
+        )
+    finally:
+        if judge is not None:
+            judge.close()
+
+
+# ------------------------------------------------------------------------------------------------ rescoring
+
+
+def _read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """JSONL lines, or one JSON array of objects (some released prediction files are plain JSON)."""
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err.msg}); fix the file") from None
+        if not all(isinstance(r, dict) for r in data):
+            raise ValueError(f"{path}: a JSON array of prediction objects was expected")
+        return list(enumerate(data, 1))
+    return list(read_jsonl(path))
+
+
+def _golds(value: Any, where: str) -> list[str]:
+    """Gold answers as strings; booleans become yes/no (as R1-Searcher's evaluation maps them)."""
+    values = value if isinstance(value, list) else [value]
+    out = []
+    for v in values:
+        if isinstance(v, bool):
+            out.append("yes" if v else "no")
+        elif v is not None:
+            out.append(str(v))
+    if not out:
+        raise ValueError(f"{where}: no gold answer; every row needs a non-empty 'golds' or 'answer'")
+    return out
+
+
+def rescore_file(
+    path: str | Path,
+    metrics: Sequence[str] = ("em", "f1", "cover_em", "cover_em_tokens"),
+    judge: LLMJudge | None = None,
+) -> list[dict[str, Any]]:
+    """Per-item rows of a predictions file, re-scored with ``metrics`` (and the judge, when given).
+
+    Accepted rows: ours (``question``, ``golds``, ``prediction``; ``dataset``/``method`` kept) or R1-Searcher's
+    released format (``question``, ``answer``, ``pred_ans``). Rows without a dataset or method take them from the
+    file name: ``<dataset>__<method>.jsonl``, or ``<stem>`` and ``prediction``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"predictions file not found: {path}")
+    metrics = check_metrics(metrics)
+    stem_dataset, _, stem_method = path.stem.partition("__")
+    items = []
+    for line_no, obj in _read_rows(path):
+        where = f"{path}:{line_no}"
+        if "prediction" in obj and "golds" in obj:
+            pred, golds = obj["prediction"], _golds(obj["golds"], where)
+        elif "pred_ans" in obj and "answer" in obj:
+            pred, golds = obj["pred_ans"], _golds(obj["answer"], where)
+        else:
+            raise ValueError(
+                f"{where}: unknown row format (keys: {', '.join(sorted(obj)) or 'none'}); expected ours "
+                "(question, golds, prediction) or R1-Searcher's (question, answer, pred_ans)"
+            )
+        pred = None if pred is None else str(pred)
+        items.append(
+            {
+                "id": str(obj.get("id", obj.get("idx", line_no))),
+                "dataset": obj.get("dataset") or stem_dataset,
+                "method": obj.get("method") or stem_method or "prediction",
+                "question": str(obj.get("question", "")),
+                "golds": golds,
+                "prediction": pred,
+                "searches": obj.get("searches"),
+                "gen_tokens": obj.get("gen_tokens"),
+                "latency_s": obj.get("latency_s"),
+                "metrics": {m: get_metric(m)(pred, golds) for m in metrics},
+                **({"trajectory": obj["trajectory"]} if "trajectory" in obj else {}),
+            }
+        )
+    if not items:
+        raise ValueError(f"{path}: no predictions in the file")
+    if judge is not None:
+        apply_judge(items, judge)
+    return items

@@ -1,0 +1,211 @@
+"""Summaries of an evaluation: aggregation, and the same table as markdown, CSV, JSON, a rich table and a PNG.
+
+A *summary row* is one (dataset, method) pair: ``n``, the mean of every score (``em``, ``f1``, ``cover_em``,
+``cover_em_tokens``, and ``judge`` when a judge ran), and the efficiency figures per question (``searches``,
+``gen_tokens``, ``latency_s``). When there is more than one dataset, each method also gets a row with
+``dataset == "average"``: the unweighted mean over its datasets (the papers' "Avg." column).
+
+Scores are fractions in JSON and CSV, and percentages (one decimal) in the markdown, console and PNG tables. The
+markdown table is wide, paper-style: one row per method, one column per dataset x score, then the average columns,
+then the efficiency columns (averaged over datasets).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from searchrl.utils import atomic_write_text, console
+
+AVERAGE = "average"
+LABELS = {
+    "em": "EM",
+    "f1": "F1",
+    "cover_em": "cover-EM",
+    "cover_em_tokens": "cover-EM (tokens)",
+    "judge": "judge",
+}
+EFFICIENCY = (("searches", "searches/q", 2), ("gen_tokens", "gen tokens/q", 1), ("latency_s", "latency s/q", 3))
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    """Mean of the values that are not None (and not NaN); None when there are none."""
+    kept = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return fmean(kept) if kept else None
+
+
+def aggregate(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """Summary rows from per-item rows (each with ``dataset``, ``method``, ``metrics``, ``searches``,
+    ``gen_tokens``, ``latency_s``), in first-seen order, plus ``average`` rows when there are several datasets.
+
+    A judge score of None (an unreadable judge reply) is left out of the judge mean and counted in
+    ``judge_unparsed``.
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for it in items:
+        groups.setdefault((it["dataset"], it["method"]), []).append(it)
+    rows: list[dict[str, Any]] = []
+    for (dataset, method), group in groups.items():
+        row: dict[str, Any] = {"dataset": dataset, "method": method, "n": len(group)}
+        for m in metrics:
+            row[m] = _mean([it["metrics"].get(m) for it in group])
+        if "judge" in metrics:
+            row["judge_unparsed"] = sum(1 for it in group if it["metrics"].get("judge") is None)
+        for key, _, _ in EFFICIENCY:
+            row[key] = _mean([it.get(key) for it in group])
+        rows.append(row)
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    if len(datasets) > 1:
+        for method in dict.fromkeys(r["method"] for r in rows):
+            mine = [r for r in rows if r["method"] == method]
+            avg: dict[str, Any] = {"dataset": AVERAGE, "method": method, "n": sum(r["n"] for r in mine)}
+            for key in [*metrics, *(["judge_unparsed"] if "judge" in metrics else []), *(k for k, _, _ in EFFICIENCY)]:
+                avg[key] = _mean([r[key] for r in mine])
+            rows.append(avg)
+    return rows
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def _num(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def wide_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """(header, body) of the paper-style table: method | dataset x score ... | average x score | efficiency."""
+    datasets = [d for d in dict.fromkeys(r["dataset"] for r in rows) if d != AVERAGE]
+    columns = [*datasets, AVERAGE] if any(r["dataset"] == AVERAGE for r in rows) else datasets
+    eff_from = AVERAGE if AVERAGE in columns else (datasets[0] if datasets else AVERAGE)
+    header = ["method"] + [f"{d} {LABELS.get(m, m)}" for d in columns for m in metrics]
+    header += [label for _, label, _ in EFFICIENCY]
+    body = []
+    by_key = {(r["dataset"], r["method"]): r for r in rows}
+    for method in dict.fromkeys(r["method"] for r in rows):
+        line = [method]
+        for d in columns:
+            r = by_key.get((d, method), {})
+            line += [_pct(r.get(m)) for m in metrics]
+        eff = by_key.get((eff_from, method), {})
+        line += [_num(eff.get(key), digits) for key, _, digits in EFFICIENCY]
+        body.append(line)
+    return header, body
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title: str = "Evaluation summary") -> str:
+    """A heading, one line on what the numbers are, and the wide table (every row has the header's column count)."""
+    header, body = wide_table(rows, metrics)
+    n_by_dataset: dict[str, int] = {}
+    for r in rows:
+        if r["dataset"] != AVERAGE:
+            n_by_dataset.setdefault(r["dataset"], r["n"])
+    sizes = ", ".join(f"{d}: {n}" for d, n in n_by_dataset.items())
+    lines = [
+        f"# {title}",
+        "",
+        f"Scores in %; efficiency figures per question (averaged over datasets). Questions per dataset: {sizes}.",
+        "",
+        "| " + " | ".join(_md_cell(h) for h in header) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+    ]
+    lines += ["| " + " | ".join(_md_cell(c) for c in line) + " |" for line in body]
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """Long format: one line per (dataset, method), raw fractions."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: "" if r.get(k) is None else r.get(k) for k in keys})
+    return buf.getvalue()
+
+
+def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title: str = "evaluation") -> None:
+    """The markdown table's content as a rich table on the console (stderr)."""
+    from rich.table import Table
+
+    header, body = wide_table(rows, metrics)
+    table = Table(title=f"{title} (scores in %)")
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for line in body:
+        table.add_row(*line)
+    console.print(table)
+
+
+def plot_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], path: str | Path) -> Path:
+    """Grouped bar chart: one panel per score, datasets (and the average) on the x axis, one bar per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; safe in CI and on servers
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    by_key = {(r["dataset"], r["method"]): r for r in rows}
+    panels = list(metrics) or ["em"]
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(max(4.0, 1.2 + 0.5 * len(datasets) * len(methods)) * len(panels), 4.0), squeeze=False
+    )
+    x = np.arange(len(datasets))
+    width = 0.8 / max(len(methods), 1)
+    for ax, metric in zip(axes[0], panels, strict=True):
+        for j, method in enumerate(methods):
+            values = [by_key.get((d, method), {}).get(metric) for d in datasets]
+            heights = [0.0 if v is None else 100 * v for v in values]
+            bars = ax.bar(x - 0.4 + width * (j + 0.5), heights, width, label=method)
+            ax.bar_label(bars, labels=[_pct(v) for v in values], fontsize=7, padding=1)
+        ax.set_title(LABELS.get(metric, metric))
+        ax.set_xticks(x, datasets, rotation=20 if len(datasets) > 3 else 0)
+        ax.set_ylim(0, max(5.0, ax.get_ylim()[1] * 1.1))
+        ax.set_ylabel("%")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def write_reports(
+    rows: Sequence[dict[str, Any]],
+    metrics: Sequence[str],
+    out_dir: str | Path,
+    extra: dict[str, Any] | None = None,
+    title: str = "Evaluation summary",
+) -> dict[str, Path]:
+    """Write ``summary.md``, ``summary.csv``, ``summary.json`` (rows plus ``extra``) and ``summary.png``."""
+    out = Path(out_dir)
+    payload = {
+        "metrics": list(metrics),
+        **(extra or {}),
+        "rows": [{k: _jsonable(v) for k, v in r.items()} for r in rows],
+    }
+    return {
+        "md": atomic_write_text(out / "summary.md", render_markdown(rows, metrics, title)),
+        "csv": atomic_write_text(out / "summary.csv", render_csv(rows)),
+        "json": atomic_write_text(out / "summary.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n"),
+        "png": plot_summary(rows, metrics, out / "summary.png"),
+    }
