@@ -114,5 +114,10 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def dead_url() -> str:
-    return f"http://127.0.0.1:{free_port()}"
+def unused_port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def dead_url(unused_port: int) -> str:
+    return f"http://127.0.0.1:{unused_port}"

@@ -10,7 +10,7 @@ import pytest
 from searchrl.data.synth import generate_world, write_world
 from searchrl.retrieval.index import build_index, load_index
 
-N_ENTITIES = 400
+N_ENTITIES = 300
 MAX_QUESTIONS = 200
 
 
@@ -19,7 +19,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[st
     w = generate_world(N_ENTITIES, seed=0)
     out = tmp_path_factory.mktemp("world")
     write_world(w, out)
-    single = [q for split in ("dev", "test", "train") for q in w.questions[split] if q.metadata["kind"] == "single_hop"]
+    single = [
+        q for split in ("dev", "test", "train") for q in w.questions[split] if q.metadata["kind"] == "single_hop"
+    ]
     pairs = [(q.question, q.metadata["chain"][0]["passage_id"]) for q in single[:MAX_QUESTIONS]]
     assert len(pairs) >= 100
     return out / "corpus.jsonl", pairs

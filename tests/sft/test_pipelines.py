@@ -258,7 +258,7 @@ SR1 = get_protocol("search_r1")
 
 
 def direct_behaviours(name: str, qid: str, a: int) -> list[str]:
-    return [f"<answer> {'gold ' + qid[1:] if name == 'right' else 'wrong'} </answer>"]
+    return [f"<think> Direct. </think>\n<answer> {'gold ' + qid[1:] if name == 'right' else 'wrong'} </answer>"]
 
 
 def plan_from(correct_at: dict[str, set[int]], n: int) -> dict[str, list[str]]:

@@ -53,17 +53,28 @@ def chunk_words(text: str, size: int = 100) -> list[str]:
     return [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
 
 
+#: KILT markup at the start of a paragraph: section headings and list items.
+KILT_MARKERS = ("Section::::", "BULLET::::")
+
+
 def chunk_kilt_page(page: dict, size: int = 100, id_prefix: str | None = None) -> list[Passage]:
-    """A KILT page -> ~``size``-word passages carrying the page title (first paragraph = the title is skipped)."""
+    """A KILT page -> ~``size``-word passages, each carrying the page title.
+
+    Follows the reference chunkers (RAG-R1's ``split_kilt_to_100.py``; R1-Searcher's released KILT passages read the
+    same way): the paragraphs are joined, the ``Section::::`` / ``BULLET::::`` markers are deleted but the heading
+    and list text kept ("Section::::History." -> "History."), and the words are cut into consecutive ``size``-word
+    chunks; only the last chunk of a page is shorter. The first paragraph, the title itself, stays, so the first
+    passage reads "Title Title is ...", as in the released corpora.
+    """
     title = str(page["wikipedia_title"]).strip()
     paragraphs = page["text"]
     if isinstance(paragraphs, str):
         paragraphs = [paragraphs]
-    body = [p.strip() for p in paragraphs if p.strip() and p.strip() != title]
-    # Drop KILT section markers ("Section::::History.") but keep their words out of the passage text.
-    body = [p for p in body if not p.startswith("Section::::") and not p.startswith("BULLET::::")] or body
+    body = " ".join(str(p) for p in paragraphs)
+    for marker in KILT_MARKERS:
+        body = body.replace(marker, " ")
     prefix = id_prefix if id_prefix is not None else str(page.get("wikipedia_id", title))
-    return [Passage(f"{prefix}-{i}", title, chunk) for i, chunk in enumerate(chunk_words(" ".join(body), size))]
+    return [Passage(f"{prefix}-{i}", title, chunk) for i, chunk in enumerate(chunk_words(body, size))]
 
 
 def _row_to_passages(row: dict, where: str, chunk_size: int) -> list[Passage]:

@@ -87,11 +87,11 @@ def clean_answer(text: str | None) -> str | None:
     """
     if text is None:
         return None
+    # Emphasis, quotes and a final period around the label and the answer; the metrics' normalisation drops them
+    # anyway, but the predictions file should show the answer itself.
+    decor = " \t*_`\"'“”‘’."
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = _LABEL.sub("", line).strip()
-    # Emphasis, quotes and a final period around the answer; the metrics' normalisation drops them anyway, but the
-    # predictions file should show the answer itself.
-    line = line.strip(" \t*_`\"'“”‘’.")
+    line = _LABEL.sub("", line.strip(decor)).strip(decor)
     return line or None
 
 

@@ -77,8 +77,6 @@ def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
     ``hf:NAME[:CONFIG]:SPLIT`` source, or a QA file: an existing path, else a path under ``data.source`` when that
     is a directory. Names are file stems; clashing names get a numeric suffix.
     """
-    from searchrl.data.loaders import load_qa
-
     ev = cfg.evaluation
     if not ev.datasets:
         raise ValueError("no datasets to evaluate: pass --data FILE (repeatable) or set evaluation.datasets")
@@ -90,6 +88,8 @@ def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
             name, source = entry, resolve_file(cfg, getattr(cfg.data, entry))
             examples = load_split(cfg, entry, ev.limit)
         else:
+            from searchrl.data.loaders import load_qa
+
             source = _resolve_qa_source(cfg, entry)
             name = dataset_name(entry)
             examples = load_qa(source, limit=ev.limit)
@@ -140,6 +140,7 @@ def load_generator(cfg: RunConfig) -> Generator:
     from searchrl.models import load_policy
     from searchrl.pipeline import policy_spec
 
+    seed_everything(cfg.evaluation.seed)
     model, tokenizer = load_policy(policy_spec(cfg), dtype=cfg.model.dtype)
     return HFGenerator(model, tokenizer, max_batch_size=cfg.evaluation.batch_size)
 
@@ -313,7 +314,6 @@ def run_from_config(
     if not ev.methods:
         raise ValueError("no methods: pass --methods direct,naive_rag,agent or set evaluation.methods")
     check_metrics(ev.metrics)
-    seed_everything(ev.seed)
     data = resolve_datasets(cfg)
     for name, (source, examples) in data.items():
         console.log(f"dataset {name}: {len(examples)} questions from {source}")

@@ -11,6 +11,7 @@ sparse baselines. Scoring a query is a sum over the posting lists of its terms; 
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -65,13 +66,14 @@ def _make_stemmer(language: str | None):
         ) from None
 
 
-def _stopword_set(name: str | None) -> frozenset[str]:
+def stopword_list(name: str | None) -> list[str]:
+    """The words of a bm25s stopword list (``"en"``, ``"english"``, ``"de"``, ...); empty for None."""
     if name is None:
-        return frozenset()
+        return []
     from bm25s.tokenization import _infer_stopwords
 
     try:
-        return frozenset(_infer_stopwords(name))
+        return sorted(_infer_stopwords(name))
     except ValueError:
         raise ValueError(f"unknown stopword list '{name}'; use 'en' (or another bm25s language) or none") from None
 
@@ -79,9 +81,10 @@ def _stopword_set(name: str | None) -> frozenset[str]:
 class Analyzer:
     """Text -> index terms, exactly as bm25s's ``Tokenizer`` produces them at build time."""
 
-    def __init__(self, stemmer: str | None = "english", stopwords: str | None = "en") -> None:
+    def __init__(self, stemmer: str | None = "english", stopwords: str | list[str] | None = "en") -> None:
+        """``stopwords``: a list name (resolved through bm25s) or the words themselves."""
         self._split = re.compile(TOKEN_PATTERN).findall
-        self._stopwords = _stopword_set(stopwords)
+        self._stopwords = frozenset(stopwords if isinstance(stopwords, list) else stopword_list(stopwords))
         self._stemmer = _make_stemmer(stemmer)
         # PyStemmer's Stemmer objects must not be used by two threads at once.
         self._lock = threading.Lock()
@@ -109,11 +112,8 @@ def build_bm25(
     import bm25s
     from bm25s.tokenization import Tokenizer
 
-    tokenizer = Tokenizer(
-        splitter=TOKEN_PATTERN,
-        stopwords=options.stopwords if options.stopwords is not None else [],
-        stemmer=_make_stemmer(options.stemmer),
-    )
+    stopwords = stopword_list(options.stopwords)
+    tokenizer = Tokenizer(splitter=TOKEN_PATTERN, stopwords=stopwords, stemmer=_make_stemmer(options.stemmer))
     token_ids: list[list[int]] = []
     pending = 0
     for ids in tokenizer.streaming_tokenize(texts, update_vocab=True):
@@ -130,38 +130,68 @@ def build_bm25(
     model = bm25s.BM25(k1=options.k1, b=options.b, method=options.method)
     model.index((token_ids, vocab), show_progress=False)
     model.save(str(directory), show_progress=False)
+    # The exact stopwords travel with the index: query analysis then needs neither bm25s nor its list names.
+    (Path(directory) / STOPWORDS_FILE).write_text(json.dumps(stopwords))
     return {"passages": len(token_ids), "vocab": len(model.vocab_dict)}
+
+
+#: the files ``bm25s.BM25.save`` writes (and ``bm25s.BM25.load`` reads): a CSC matrix of precomputed scores.
+BM25S_FILES = {
+    "data": "data.csc.index.npy",
+    "indices": "indices.csc.index.npy",
+    "indptr": "indptr.csc.index.npy",
+    "vocab": "vocab.index.json",
+    "params": "params.index.json",
+}
+STOPWORDS_FILE = "stopwords.json"
 
 
 class BM25Retriever(LocalRetriever):
     """BM25 search over a saved bm25s index and a ``PassageStore`` with the same row order."""
 
-    def __init__(self, model: Any, store: PassageStore, options: BM25Options, manifest: dict | None = None) -> None:
-        self.model = model
+    def __init__(
+        self,
+        data: np.ndarray,
+        indices: np.ndarray,
+        indptr: np.ndarray,
+        vocab: dict[str, int],
+        store: PassageStore,
+        options: BM25Options,
+        manifest: dict | None = None,
+        stopwords: list[str] | None = None,
+    ) -> None:
+        """``stopwords``: the exact list used at build time (default: resolve ``options.stopwords``)."""
+        self._data = data  # (nnz,) float32: precomputed BM25 weight of each posting
+        self._indices = indices  # (nnz,) int: passage row of each posting
+        self._indptr = indptr  # (V + 1,) int: postings of term t are [indptr[t], indptr[t + 1])
+        self._vocab = vocab
         self.store = store
         self.options = options
         self.manifest = manifest or {}
-        self.analyzer = Analyzer(options.stemmer, options.stopwords)
-        self._vocab: dict[str, int] = model.vocab_dict
-        scores = model.scores
-        self._data = scores["data"]  # (nnz,) float32: precomputed BM25 weight of each posting
-        self._indices = scores["indices"]  # (nnz,) int: passage row of each posting
-        self._indptr = scores["indptr"]  # (V + 1,) int: postings of term t are [indptr[t], indptr[t + 1])
-        self._n = int(scores["num_docs"])
-        if self._n != len(store):
-            raise ValueError(
-                f"BM25 index has {self._n} passages but the passage store has {len(store)}; rebuild the index"
-            )
+        self.analyzer = Analyzer(options.stemmer, stopwords if stopwords is not None else options.stopwords)
+        self._n = len(store)
 
     @classmethod
     def load(
         cls, directory: str | Path, store: PassageStore, options: BM25Options, manifest: dict | None = None
     ) -> BM25Retriever:
-        """Load with ``mmap=True``: posting arrays stay on disk and are paged in as queries touch them."""
-        import bm25s
+        """Open a bm25s index memory-mapped: posting arrays stay on disk and are paged in as queries touch them.
 
-        model = bm25s.BM25.load(str(directory), mmap=True, load_corpus=False, show_progress=False)
-        return cls(model, store, options, manifest)
+        We read bm25s's saved files (what ``bm25s.BM25.load(mmap=True)`` reads) with numpy directly, because
+        importing bm25s pulls in scipy and costs about a second of start-up; bm25s is only needed to build.
+        """
+        directory = Path(directory)
+        params = json.loads((directory / BM25S_FILES["params"]).read_text())
+        if params.get("method") not in METHODS:
+            raise ValueError(f"{directory}: BM25 method {params.get('method')!r} is not supported; rebuild the index")
+        if int(params["num_docs"]) != len(store):
+            raise ValueError(
+                f"BM25 index has {params['num_docs']} passages but the passage store has {len(store)}; rebuild it"
+            )
+        arrays = {k: np.load(directory / BM25S_FILES[k], mmap_mode="r") for k in ("data", "indices", "indptr")}
+        vocab = json.loads((directory / BM25S_FILES["vocab"]).read_text(encoding="utf-8"))
+        stopwords = json.loads((directory / STOPWORDS_FILE).read_text())
+        return cls(arrays["data"], arrays["indices"], arrays["indptr"], vocab, store, options, manifest, stopwords)
 
     def term_ids(self, query: str) -> list[int]:
         """Vocabulary ids of the query's terms (unknown terms dropped; repeats kept, as BM25 sums per term)."""

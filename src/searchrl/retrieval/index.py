@@ -146,7 +146,7 @@ def build_index(
         "searchrl_version": __version__,
     }
     store.close()
-    atomic_write_text(staging / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    atomic_write_text(staging / "manifest.json", json.dumps(manifest, indent=2) + "\n").chmod(0o644)  # mkstemp: 0600
     if out.exists():
         shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,198 @@
+"""Benchmark (acceptance 4): 8 concurrent clients x 500 requests against ``searchrl serve`` on loopback.
+
+Each client is a thread with its own plain ``httpx.Client`` sending Search-R1 requests
+(``{"queries": [question], "topk": 3, "return_scores": true}``) one after another; questions cycle through the
+2wiki-mini dev set (or a synthetic world's questions when ``../shared/data`` is absent). The run is bounded
+(exactly clients x requests, each with a timeout) and stops by itself. We record errors (non-200 answers, malformed
+results, exceptions), client-side latency percentiles, throughput (requests/s over the whole run) and the server's
+own ``/stats`` (latency percentiles and how many requests each micro-batch merged).
+
+Indexes: BM25 over 2wiki-mini (built on demand under ``$SEARCHRL_BENCH_DIR``, default ``/tmp/searchrl-bench``), and
+the hybrid (BM25 + MiniLM dense) index of the recall benchmark when it exists (every request then also runs the
+encoder). Results: ``benchmarks/results/retrieval_load.{json,md}``.
+
+Usage: python benchmarks/bench_retrieval_load.py [--clients 8] [--requests 500] [--index DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+BENCH_DIR = Path(os.environ.get("SEARCHRL_BENCH_DIR", "/tmp/searchrl-bench"))
+DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", ROOT.parent / "shared" / "data")) / "2wiki-mini"
+SEARCHRL = Path(sys.executable).with_name("searchrl")
+
+
+def default_indexes() -> tuple[list[Path], list[str]]:
+    """BM25 over 2wiki-mini (or a synthetic world), plus the recall benchmark's hybrid index if built."""
+    from searchrl.retrieval.index import build_index
+
+    if (DATA / "corpus.jsonl").exists():
+        corpus = DATA / "corpus.jsonl"
+        questions = [json.loads(line)["question"] for line in (DATA / "dev.jsonl").open() if line.strip()]
+        name = "2wiki-mini"
+    else:
+        from searchrl.data.synth import generate_world, write_world
+
+        world_dir = BENCH_DIR / "world-2000"
+        if not (world_dir / "corpus.jsonl").exists():
+            write_world(generate_world(2000, seed=0), world_dir)
+        corpus = world_dir / "corpus.jsonl"
+        questions = [json.loads(line)["question"] for line in (world_dir / "dev.jsonl").open() if line.strip()]
+        name = "world-2000"
+    bm25 = BENCH_DIR / f"{name}-bm25"
+    if not (bm25 / "manifest.json").exists():
+        build_index(corpus, "bm25", bm25, overwrite=True)
+    indexes = [bm25]
+    hybrid = BENCH_DIR / f"{name}-hybrid-minilm-l6-v2"
+    if (hybrid / "manifest.json").exists():
+        indexes.append(hybrid)
+    return indexes, questions
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(index: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(SEARCHRL), "serve", "--index", str(index), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"searchrl serve exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("searchrl serve did not come up within 180 s")
+
+
+def run_load(url: str, questions: list[str], clients: int, requests: int, topk: int) -> dict:
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[list[str]] = [[] for _ in range(clients)]
+    barrier = threading.Barrier(clients + 1)
+
+    def client(c: int) -> None:
+        with httpx.Client(timeout=30) as http:
+            barrier.wait()
+            for i in range(requests):
+                q = questions[(c * requests + i) % len(questions)]
+                t0 = time.perf_counter()
+                try:
+                    resp = http.post(f"{url}/retrieve", json={"queries": [q], "topk": topk, "return_scores": True})
+                    ok = resp.status_code == 200 and len(resp.json()["result"]) == 1
+                    ok = ok and all("document" in d and "score" in d for d in resp.json()["result"][0])
+                    if not ok:
+                        errors[c].append(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                except Exception as err:  # noqa: BLE001 - every failure is counted, none stops the run
+                    errors[c].append(f"{type(err).__name__}: {err}")
+                latencies[c].append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    lat_ms = np.array([x for per in latencies for x in per]) * 1000.0
+    all_errors = [e for per in errors for e in per]
+    return {
+        "clients": clients,
+        "requests_per_client": requests,
+        "requests": int(lat_ms.size),
+        "errors": len(all_errors),
+        "error_examples": all_errors[:5],
+        "wall_s": round(wall, 2),
+        "qps": round(lat_ms.size / wall, 1),
+        "latency_ms": {f"p{p}": round(float(np.percentile(lat_ms, p)), 2) for p in (50, 90, 99)}
+        | {"mean": round(float(lat_ms.mean()), 2), "max": round(float(lat_ms.max()), 2)},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=500, help="requests per client")
+    ap.add_argument("--topk", type=int, default=3)
+    ap.add_argument("--index", type=Path, action="append", help="index directories (default: see module doc)")
+    args = ap.parse_args()
+
+    indexes, questions = default_indexes()
+    indexes = args.index or indexes
+    rows = []
+    for index in indexes:
+        manifest = json.loads((index / "manifest.json").read_text())
+        print(f"[{index.name}] {manifest['kind']} index, {manifest['counts']['passages']:,} passages", flush=True)
+        proc, url = start_server(index)
+        try:
+            with httpx.Client(timeout=30) as http:  # warm-up: first requests page in the index
+                for q in questions[:20]:
+                    http.post(f"{url}/retrieve", json={"queries": [q], "topk": args.topk})
+            load = run_load(url, questions, args.clients, args.requests, args.topk)
+            server = httpx.get(f"{url}/stats", timeout=10).json()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        row = {"index": index.name, "kind": manifest["kind"], "passages": manifest["counts"]["passages"]}
+        row |= load | {"server_stats": server}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+
+    result = {
+        "benchmark": "retrieval_load",
+        "what": f"{args.clients} concurrent clients x {args.requests} Search-R1 requests (1 query, topk "
+        f"{args.topk}) against `searchrl serve` on 127.0.0.1",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "load_average_at_end": os.getloadavg(),
+        "rows": rows,
+        "note": "clients, server and any other jobs share the same CPUs; see load_average_at_end",
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "retrieval_load.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        "# Retrieval service under concurrent load",
+        "",
+        f"{args.clients} client threads x {args.requests} requests each (one query per request, topk={args.topk}, "
+        f"Search-R1 format) against `searchrl serve` on loopback; {os.cpu_count()} CPUs shared by clients and "
+        f"server (load average at end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}).",
+        "",
+        "| index | requests | errors | QPS | p50 ms | p90 ms | p99 ms | server p50/p99 ms | requests per batch |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        s = r["server_stats"]
+        lines.append(
+            f"| {r['index']} ({r['kind']}, {r['passages']:,} passages) | {r['requests']} | {r['errors']} | "
+            f"{r['qps']} | {r['latency_ms']['p50']} | {r['latency_ms']['p90']} | {r['latency_ms']['p99']} | "
+            f"{s['latency_ms']['p50']} / {s['latency_ms']['p99']} | {s['batching']['mean_requests_per_batch']} |"
+        )
+    lines += ["", "Client latency includes the HTTP round trip; server latency is measured inside the handler."]
+    (RESULTS / "retrieval_load.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

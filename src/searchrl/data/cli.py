@@ -1,0 +1,217 @@
+"""``searchrl data``: generate a synthetic world and inspect QA files and corpora.
+
+The trajectory-data pipelines (``select-difficulty``, ``rejection-sample``) live in ``pipeline_cli`` and are
+attached to this sub-app too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Datasets and corpora: generate a synthetic world, inspect QA files and corpora.", no_args_is_help=True
+)
+out = Console()  # results go to stdout (logs and progress go to stderr through searchrl.utils.console)
+
+_WORLD_FILES = ("corpus.jsonl", "train.jsonl", "dev.jsonl", "test.jsonl")
+
+
+@app.command("synth")
+def synth(
+    out_dir: Path = typer.Option(
+        ..., "--out", help="directory to write corpus.jsonl, train/dev/test.jsonl, world.json"
+    ),
+    entities: int = typer.Option(600, "--entities", help="number of entities (one passage each)"),
+    seed: int = typer.Option(0, "--seed", help="random seed; the same seed gives byte-identical files"),
+) -> None:
+    """Generate a synthetic multi-hop world: a fictional encyclopedia plus train/dev/test questions.
+
+    Example: searchrl data synth --out data/world --entities 2000 --seed 0
+    """
+    from searchrl.data.synth import generate_world, write_world
+
+    t0 = time.perf_counter()
+    world = generate_world(entities, seed)
+    paths = write_world(world, out_dir)
+    seconds = time.perf_counter() - t0
+    summary = world.summary()
+    table = Table("split", "single_hop", "bridge", "three_hop", "comparison", "total", title="questions")
+    for split, counts in summary["questions"].items():
+        table.add_row(split, *(str(counts[k]) for k in ("single_hop", "bridge", "three_hop", "comparison", "total")))
+    words = summary["passage_words"]
+    out.print(
+        f"world: {summary['entities']} entities {summary['entity_kinds']}, {summary['passages']} passages "
+        f"({words['min']}-{words['max']} words, mean {words['mean']}), seed {seed}, {seconds:.2f} s"
+    )
+    out.print(table)
+    out.print(f"wrote {', '.join(p.name for p in paths.values())} to {Path(out_dir).resolve()}")
+
+
+@dataclass
+class _Range:
+    """Running min / mean / max without keeping the values."""
+
+    n: int = 0
+    total: float = 0.0
+    lo: float = float("inf")
+    hi: float = float("-inf")
+
+    def add(self, x: float) -> None:
+        self.n, self.total, self.lo, self.hi = self.n + 1, self.total + x, min(self.lo, x), max(self.hi, x)
+
+    def __str__(self) -> str:
+        return "-" if not self.n else f"min {self.lo:g} / mean {self.total / self.n:.1f} / max {self.hi:g}"
+
+
+@dataclass
+class _QAStats:
+    count: int = 0
+    question_words: _Range = field(default_factory=_Range)
+    answers: _Range = field(default_factory=_Range)
+    hops: Counter = field(default_factory=Counter)
+    kinds: Counter = field(default_factory=Counter)
+    metadata_keys: Counter = field(default_factory=Counter)
+    duplicate_ids: int = 0
+
+
+def _detect(path: Path) -> str:
+    """'qa' or 'corpus', from the first row's fields."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        fields = set(pq.ParquetFile(path).schema_arrow.names)
+    else:
+        fields = set()
+        with path.open(encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        fields = set(json.loads(line))
+                    except (json.JSONDecodeError, TypeError):
+                        raise ValueError(f"{path}:{i}: not a JSON object; inspect reads JSONL or parquet") from None
+                    break
+    if "question" in fields:
+        return "qa"
+    if fields & {"contents", "wikipedia_title"} or {"title", "text"} <= fields:
+        return "corpus"
+    raise ValueError(
+        f"{path}: cannot tell a QA file (needs 'question') from a corpus (needs 'contents', 'title'+'text' or "
+        f"'wikipedia_title'); first row has fields {sorted(fields)}"
+    )
+
+
+def _inspect_qa(source: str | Path, n: int, limit: int | None) -> None:
+    from searchrl.data.loaders import iter_qa
+
+    stats, seen, samples = _QAStats(), set(), []
+    for ex in iter_qa(source):
+        stats.count += 1
+        stats.duplicate_ids += ex.id in seen
+        seen.add(ex.id)
+        stats.question_words.add(len(ex.question.split()))
+        stats.answers.add(len(ex.answers))
+        if "kind" in ex.metadata:
+            stats.kinds[str(ex.metadata["kind"])] += 1
+        if isinstance(ex.metadata.get("chain"), list):
+            stats.hops[len(ex.metadata["chain"])] += 1
+        stats.metadata_keys.update(ex.metadata.keys())
+        if len(samples) < n:
+            samples.append(ex)
+        if limit is not None and stats.count >= limit:
+            break
+    table = Table("statistic", "value", title=f"QA: {source}" + (f" (first {limit} rows)" if limit else ""))
+    table.add_row("questions", f"{stats.count:,}")
+    table.add_row("duplicate ids", str(stats.duplicate_ids))
+    table.add_row("words per question", str(stats.question_words))
+    table.add_row("answers per question", str(stats.answers))
+    if stats.kinds:
+        table.add_row("kinds", ", ".join(f"{k} {v}" for k, v in sorted(stats.kinds.items())))
+    if stats.hops:
+        table.add_row("hops in chain", ", ".join(f"{k}: {v}" for k, v in sorted(stats.hops.items())))
+    if stats.metadata_keys:
+        table.add_row("metadata fields", ", ".join(f"{k} ({v})" for k, v in stats.metadata_keys.most_common(12)))
+    out.print(table)
+    rows = Table("id", "question", "answers", "kind", title="samples")
+    for ex in samples:
+        rows.add_row(ex.id, ex.question, " | ".join(ex.answers), str(ex.metadata.get("kind", "")))
+    out.print(rows)
+
+
+def _inspect_corpus(path: Path, n: int, limit: int | None) -> None:
+    from searchrl.data.corpus import iter_passages
+
+    count, words, titles, empty_titles, samples = 0, _Range(), Counter(), 0, []
+    for p in iter_passages(path):
+        count += 1
+        words.add(len(p.text.split()))
+        titles[p.title] += 1
+        empty_titles += not p.title
+        if len(samples) < n:
+            samples.append(p)
+        if limit is not None and count >= limit:
+            break
+    per_title = _Range()
+    for c in titles.values():
+        per_title.add(c)
+    table = Table("statistic", "value", title=f"corpus: {path}" + (f" (first {limit} passages)" if limit else ""))
+    table.add_row("passages", f"{count:,}")
+    table.add_row("words per passage", str(words))
+    table.add_row("distinct titles", f"{len(titles):,}")
+    table.add_row("passages per title", str(per_title))
+    table.add_row("passages without a title", str(empty_titles))
+    out.print(table)
+    rows = Table("id", "title", "text", title="samples")
+    for p in samples:
+        rows.add_row(p.id, p.title, p.text if len(p.text) <= 160 else p.text[:157] + "...")
+    out.print(rows)
+
+
+@app.command("inspect")
+def inspect(
+    path: str = typer.Argument(
+        ..., help="a QA file or corpus (JSONL/parquet), a world directory, or hf:NAME[:CONFIG]:SPLIT"
+    ),
+    n: int = typer.Option(3, "--n", help="sample rows to show"),
+    limit: int | None = typer.Option(None, "--limit", help="read at most this many rows (for huge corpora)"),
+) -> None:
+    """Print counts, field statistics and sample rows of a QA file or a corpus (detected from the fields).
+
+    Example: searchrl data inspect data/world/dev.jsonl --n 5
+    """
+    if path.startswith("hf:"):
+        _inspect_qa(path, n, limit)
+        return
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"nothing to inspect at {p}; give a JSONL/parquet file or a world directory")
+    files = [p / f for f in _WORLD_FILES if (p / f).exists()] if p.is_dir() else [p]
+    if not files:
+        raise FileNotFoundError(f"{p} holds none of {', '.join(_WORLD_FILES)}; pass a file instead")
+    for f in files:
+        if _detect(f) == "qa":
+            _inspect_qa(f, n, limit)
+        else:
+            _inspect_corpus(f, n, limit)
+
+
+def _attach_pipelines(target: Any) -> None:
+    """The trajectory-data pipelines register themselves on this sub-app when their module is present."""
+    try:
+        from searchrl.data import pipeline_cli
+    except ModuleNotFoundError as err:
+        if err.name != "searchrl.data.pipeline_cli":
+            raise
+        return
+    pipeline_cli.register(target)
+
+
+_attach_pipelines(app)

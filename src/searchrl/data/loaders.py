@@ -1,0 +1,198 @@
+"""QA loading: the field's dataset layouts -> one record type, :class:`~searchrl.data.records.QAExample`.
+
+Accepted sources:
+
+- a JSONL file (or ``.parquet``) in FlashRAG layout ``{"id", "question", "golden_answers": [...]}`` or R1-Searcher
+  layout ``{"question", "answer": str | [str]}`` (an ``answers`` list is accepted too); rows without an id get
+  ``<file stem>-<line>``;
+- a directory: ``<dir>/<split>.jsonl`` (e.g. a synthetic world), or a dataset saved with ``save_to_disk``;
+- ``hf:NAME[:CONFIG]:SPLIT``, e.g. ``hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev``, read with
+  ``datasets.load_dataset`` (NAME may also be a local dataset directory). Hub downloads use huggingface_hub's
+  timeouts (``HF_HUB_ETAG_TIMEOUT`` / ``HF_HUB_DOWNLOAD_TIMEOUT``, 10 s by default).
+
+Fields other than id/question/answers are kept in ``metadata`` (merged with a ``metadata`` field if there is one).
+A malformed row raises ``ValueError`` naming ``file:line``, the missing field and the layouts that are expected.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from searchrl.data.records import QAExample
+
+_ANSWER_FIELDS = ("golden_answers", "answer", "answers")
+_EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
+
+
+def question_text(question: str) -> str:
+    """Search-R1's question clean-up: strip whitespace and end with a question mark.
+
+    >>> question_text("  who wrote hamlet ")
+    'who wrote hamlet?'
+    """
+    q = question.strip()
+    return q if q.endswith("?") else q + "?"
+
+
+def _answers(value: Any, where: str, field: str) -> list[str]:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(a, str | int | float) for a in value):
+        raise ValueError(f"{where}: field '{field}' must be a string or a list of strings, got {value!r:.80}")
+    answers = [str(a).strip() for a in value if str(a).strip()]
+    if not answers:
+        raise ValueError(f"{where}: field '{field}' is empty; give at least one gold answer")
+    return answers
+
+
+def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: bool = False) -> QAExample:
+    """One dataset row -> QAExample. ``where`` (``file:line``) and ``default_id`` are used for errors and ids."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object per row, got {type(row).__name__}")
+    present = [f for f in ("question", *_ANSWER_FIELDS) if f in row]
+    if "question" not in row:
+        raise ValueError(f"{where}: missing field 'question' ({_EXPECTED}; found fields {sorted(row)})")
+    answer_field = next((f for f in _ANSWER_FIELDS if f in row and row[f] is not None), None)
+    if answer_field is None:
+        raise ValueError(
+            f"{where}: missing field 'golden_answers' (or 'answer') ({_EXPECTED}; found fields {sorted(row)})"
+        )
+    question = row["question"]
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"{where}: field 'question' must be a non-empty string")
+    metadata = dict(row["metadata"]) if isinstance(row.get("metadata"), dict) else {}
+    skip = {"id", "metadata", *present}
+    metadata.update({k: v for k, v in row.items() if k not in skip})
+    if "metadata" in row and not isinstance(row["metadata"], dict) and row["metadata"] is not None:
+        metadata["metadata"] = row["metadata"]
+    rid = row.get("id")
+    return QAExample(
+        id=str(rid) if rid is not None and str(rid) != "" else default_id,
+        question=question_text(question) if normalize else question.strip(),
+        answers=_answers(row[answer_field], where, answer_field),
+        metadata=metadata,
+    )
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
+            yield f"{path}:{i}", i, row
+
+
+def _iter_parquet(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    import pyarrow.parquet as pq
+
+    n = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
+        for row in batch.to_pylist():
+            n += 1
+            yield f"{path}:row {n}", n, row
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    """A directory written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    return (path / "state.json").exists() or (path / "dataset_dict.json").exists()
+
+
+def _iter_hf(name: str, config: str | None, split: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    try:
+        import datasets
+    except ImportError as err:  # pragma: no cover - datasets is a core dependency
+        raise ImportError("reading hf: sources needs the 'datasets' package: pip install datasets") from err
+    local = Path(name).expanduser()
+    if local.is_dir() and _is_saved_dataset(local):
+        ds = datasets.load_from_disk(str(local))
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise ValueError(f"{local} has splits {sorted(ds)}, not '{split}'; pick one of those")
+            ds = ds[split]
+    else:
+        try:
+            ds = datasets.load_dataset(str(local) if local.is_dir() else name, config, split=split)
+        except ValueError as err:  # unknown split or config: datasets' message lists the valid ones
+            raise ValueError(f"hf:{name}{':' + config if config else ''}:{split}: {err}") from None
+    label = f"hf:{name}{':' + config if config else ''}:{split}"
+    for i, row in enumerate(ds, 1):
+        yield f"{label}:row {i}", i, row
+
+
+def parse_hf_source(source: str, split: str | None = None) -> tuple[str, str | None, str]:
+    """``hf:NAME[:CONFIG]:SPLIT`` -> (name, config, split). ``split`` fills in a source written ``hf:NAME``.
+
+    >>> parse_hf_source("hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev")
+    ('RUC-NLPIR/FlashRAG_datasets', 'hotpotqa', 'dev')
+    """
+    parts = source.removeprefix("hf:").split(":")
+    if len(parts) == 1 and split:
+        parts.append(split)
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ValueError(
+            f"bad HF source '{source}'; write hf:NAME[:CONFIG]:SPLIT, e.g. hf:RUC-NLPIR/FlashRAG_datasets:nq:test"
+        )
+    name, config, in_split = (parts[0], None, parts[1]) if len(parts) == 2 else (parts[0], parts[1], parts[2])
+    if split and split != in_split:
+        raise ValueError(f"'{source}' names split '{in_split}' but split='{split}' was also given; keep one")
+    return name, config, in_split
+
+
+def _rows(source: str | Path, split: str | None) -> tuple[Iterable[tuple[str, int, dict[str, Any]]], str]:
+    """(rows as (where, index, row), prefix for default ids)."""
+    if isinstance(source, str) and source.startswith("hf:"):
+        name, config, sp = parse_hf_source(source, split)
+        return _iter_hf(name, config, sp), sp
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if _is_saved_dataset(path):
+            return _iter_hf(str(path), None, split or "train"), split or "train"
+        if split is None:
+            raise ValueError(f"{path} is a directory; pass split= (e.g. 'dev') to read {path}/<split>.jsonl")
+        for ext in (".jsonl", ".parquet"):
+            if (path / f"{split}{ext}").exists():
+                path = path / f"{split}{ext}"
+                break
+        else:
+            raise FileNotFoundError(f"no {split}.jsonl or {split}.parquet in {path}; check the split name")
+    elif not path.exists():
+        raise FileNotFoundError(f"QA file not found: {path} (for Hugging Face datasets write hf:NAME[:CONFIG]:SPLIT)")
+    elif split is not None and path.stem != split:
+        raise ValueError(f"split='{split}' only applies to directories and hf: sources; drop it for the file {path}")
+    if path.suffix == ".parquet":
+        return _iter_parquet(path), path.stem
+    return _iter_jsonl(path), path.stem
+
+
+def iter_qa(source: str | Path, split: str | None = None, normalize: bool = False) -> Iterator[QAExample]:
+    """Stream QA examples from any supported source (see the module docstring)."""
+    rows, prefix = _rows(source, split)
+    for where, index, row in rows:
+        yield row_to_example(row, where, f"{prefix}-{index}", normalize)
+
+
+def load_qa(
+    source: str | Path, split: str | None = None, limit: int | None = None, normalize: bool = False
+) -> list[QAExample]:
+    """Load QA examples from a file, a directory or ``hf:NAME[:CONFIG]:SPLIT``.
+
+    ``limit`` keeps the first N examples (without reading the rest); ``normalize`` applies :func:`question_text`
+    (off by default, so questions stay exactly as the dataset has them).
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    out: list[QAExample] = []
+    if limit == 0:
+        return out
+    for ex in iter_qa(source, split, normalize):
+        out.append(ex)
+        if limit is not None and len(out) >= limit:
+            break
+    return out

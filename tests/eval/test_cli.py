@@ -1,0 +1,171 @@
+"""``searchrl eval`` and ``searchrl eval rescore`` through the real command line (model and retriever faked)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from searchrl import cli
+from searchrl.eval import harness
+from searchrl.eval.cli import build_config
+from searchrl.protocols import get_protocol
+
+runner = CliRunner()
+
+
+def write_jsonl(path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture
+def qa_file(tmp_path):
+    path = tmp_path / "toy.jsonl"
+    write_jsonl(path, [
+        {"id": "q1", "question": "Where was Anna Berg born?", "golden_answers": ["Rome"]},
+        {"id": "q2", "question": "Who directed Blue Lake?", "golden_answers": ["Tom Hale", "T. Hale"]},
+        {"id": "q3", "question": "Is Oslo in Norway?", "golden_answers": ["yes"]},
+    ])  # fmt: skip
+    return path
+
+
+def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) -> None:
+    agent_instruction = get_protocol("search_r1").instruction("x").split("Question:")[0]
+
+    def reply(ctx: str) -> str:
+        if agent_instruction in ctx:  # the agent's prompt
+            if "Doc 1(Title:" not in ctx:
+                return "<think>look</think>\n<search> Anna Berg </search>"
+            return "<answer> Rome </answer>"
+        return "Rome" if "Documents:" in ctx else fakes.direct_reply(ctx)
+
+    retriever = fakes.KeywordRetriever()
+    monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(reply))
+    monkeypatch.setattr(harness, "load_retriever", lambda cfg, corpus=None: retriever)
+    out = tmp_path / "out"
+    res = runner.invoke(cli.app, ["eval", "--data", str(qa_file), "--methods", "direct,naive_rag,agent",
+                                  "--index", str(tmp_path / "idx"), "--topk", "2", "--limit", "2",
+                                  "--out", str(out), "--set", "rollout.max_turns=2"])  # fmt: skip
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    for method in ("direct", "naive_rag", "agent"):
+        lines = (out / "predictions" / f"toy__{method}.jsonl").read_text().splitlines()
+        assert len(lines) == 2  # --limit 2
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {r["method"]: r for r in summary["rows"]}
+    assert rows["direct"]["em"] == pytest.approx(1 / 2) and rows["naive_rag"]["em"] == pytest.approx(1 / 2)
+    assert rows["agent"]["searches"] == 1.0 and rows["agent"]["em"] == pytest.approx(1 / 2)
+    assert summary["datasets"] == {"toy": 2}
+    cfg = yaml.safe_load((out / "config.yaml").read_text())  # the resolved config, beside the outputs
+    assert cfg["evaluation"]["methods"] == ["direct", "naive_rag", "agent"]
+    assert cfg["evaluation"]["limit"] == 2 and cfg["retrieval"]["topk"] == 2 and cfg["rollout"]["max_turns"] == 2
+    assert cfg["evaluation"]["datasets"] == [str(qa_file)]
+    assert {"summary.md", "summary.csv", "summary.png"} <= {p.name for p in out.iterdir()}
+    assert "direct" in res.stderr and "50.0" in res.stderr  # the rich table on the console
+
+
+def test_eval_from_a_recipe_file(tmp_path, qa_file, fakes, monkeypatch) -> None:
+    recipe = tmp_path / "eval.yaml"
+    recipe.write_text(yaml.safe_dump({"evaluation": {"datasets": [str(qa_file)], "methods": ["direct"],
+                                                     "metrics": ["em"], "output_dir": str(tmp_path / "o")}}))  # fmt: skip
+    monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(fakes.direct_reply))
+    res = runner.invoke(cli.app, ["eval", "--config", str(recipe)])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())["rows"]
+    assert row["em"] == pytest.approx(1 / 3) and row["n"] == 3
+
+
+def test_bad_data_path_is_a_one_line_error(tmp_path, monkeypatch, capsys) -> None:
+    res = runner.invoke(cli.app, ["eval", "--data", str(tmp_path / "missing.jsonl"), "--methods", "direct"])
+    assert isinstance(res.exception, FileNotFoundError)
+    msg = str(res.exception)
+    assert "\n" not in msg and "missing.jsonl" in msg and "give an existing QA JSONL file" in msg
+    # through the real entry point: exit code 2, the message, no traceback
+    monkeypatch.setattr(sys, "argv", ["searchrl", "eval", "--data", str(tmp_path / "missing.jsonl")])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "dataset not found" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--methods", "direct,oracle"], "evaluation.methods"),
+        (["--metrics", "em,accuracy"], "unknown metric"),
+        (["--index", "a", "--url", "http://x"], "either --index"),
+    ],
+)
+def test_bad_flags_name_the_fix(qa_file, args, match) -> None:
+    res = runner.invoke(cli.app, ["eval", "--data", str(qa_file), *args])
+    assert isinstance(res.exception, ValueError) and match in str(res.exception)
+
+
+def test_retrieval_method_without_index_on_explicit_data(qa_file) -> None:
+    cfg = build_config(None, [], data=[str(qa_file)], methods="naive_rag")
+    with pytest.raises(ValueError, match="--index DIR"):
+        harness.load_retriever(cfg)
+
+
+def test_no_arguments_prints_help() -> None:
+    res = runner.invoke(cli.app, ["eval"])
+    assert res.exit_code == 0 and "rescore" in res.output and "--data" in res.output
+
+
+# --------------------------------------------------------------------------------------------- rescore
+
+R1_ROWS = [
+    # (gold, pred_ans) -> em, f1, cover_em, cover_em_tokens computed by hand below
+    {"question": "Q1", "answer": "Miller v._California", "pred_ans": "California v. Miller"},
+    {"question": "Q2", "answer": ["Paris", "Paris, France"], "pred_ans": "paris"},
+    {"question": "Q3", "answer": True, "pred_ans": "yes"},
+    {"question": "Q4", "answer": "1990", "pred_ans": None},
+    {"question": "Q5", "answer": "Tom Hale", "pred_ans": "the director Tom Hale"},
+]
+# Q1: SQuAD-normalised "california v miller" vs "miller vcalifornia": EM 0; F1 P=1/3 R=1/2 -> 0.4; not a contiguous
+#     cover; R1 token cover: {miller, v, california} all present -> 1.
+# Q2: 1 everywhere. Q3: gold True -> "yes": 1 everywhere. Q4: no prediction: 0 everywhere.
+# Q5: "director tom hale" vs "tom hale": EM 0, F1 P=2/3 R=1 -> 0.8, both covers 1.
+EXPECTED = {"em": 2 / 5, "f1": (0.4 + 1 + 1 + 0 + 0.8) / 5, "cover_em": 3 / 5, "cover_em_tokens": 4 / 5}
+
+
+def test_rescore_r1_searcher_format(tmp_path) -> None:
+    path = tmp_path / "2wiki_500.jsonl"
+    write_jsonl(path, R1_ROWS)
+    out = tmp_path / "rescored"
+    res = runner.invoke(cli.app, ["eval", "rescore", str(path), "--out", str(out)])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    (row,) = json.loads((out / "summary.json").read_text())["rows"]
+    assert row["dataset"] == "2wiki_500" and row["n"] == 5
+    for metric, value in EXPECTED.items():
+        assert row[metric] == pytest.approx(value), metric
+    assert "40.0" in res.stderr and "64.0" in res.stderr  # EM and F1 in the printed table
+    items = [json.loads(x) for x in (out / "predictions" / "2wiki_500__prediction.jsonl").read_text().splitlines()]
+    assert items[2]["golds"] == ["yes"] and items[3]["prediction"] is None
+
+
+def test_rescore_json_array_and_our_own_files(tmp_path, examples, fakes) -> None:
+    path = tmp_path / "released.json"
+    path.write_text(json.dumps(R1_ROWS))
+    items = harness.rescore_file(path)
+    assert sum(it["metrics"]["f1"] for it in items) / 5 == pytest.approx(EXPECTED["f1"])
+    # our predictions file re-scores to the numbers the harness computed
+    from searchrl.eval.baselines import DirectMethod
+
+    result = harness.evaluate({"toy": examples}, {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))},
+                              tmp_path / "run", show=False)  # fmt: skip
+    again = harness.rescore_file(tmp_path / "run" / "predictions" / "toy__direct.jsonl")
+    assert [it["metrics"] for it in again] == [it["metrics"] for it in result.items]
+    assert {(it["dataset"], it["method"]) for it in again} == {("toy", "direct")}
+
+
+def test_rescore_rejects_unknown_rows(tmp_path) -> None:
+    path = tmp_path / "odd.jsonl"
+    write_jsonl(path, [{"q": "x", "a": "y"}])
+    with pytest.raises(ValueError, match=r"odd.jsonl:1: unknown row format"):
+        harness.rescore_file(path)
+    with pytest.raises(FileNotFoundError, match="predictions file not found"):
+        harness.rescore_file(tmp_path / "nope.jsonl")

@@ -1,0 +1,171 @@
+"""The harness end to end with fakes: predictions files, exact summary numbers, valid markdown, a PNG that opens."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import httpx
+import pytest
+
+from searchrl.eval.baselines import DirectMethod, NaiveRAGMethod
+from searchrl.eval.harness import dataset_name, evaluate
+from searchrl.eval.report import AVERAGE, aggregate, render_markdown
+from searchrl.rewards.judge import LLMJudge
+
+METRICS = ["em", "f1", "cover_em", "cover_em_tokens"]
+
+
+def rag_reply(ctx: str) -> str:
+    if "Anna Berg was born in Rome" in ctx:
+        return "Rome"
+    return "Tom Hale" if "directed by Tom Hale" in ctx else "no"
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """Cells of every table line; asserts the markdown table shape on the way."""
+    lines = [ln for ln in markdown.splitlines() if ln.startswith("|")]
+    assert len(lines) >= 3, "a header, a separator and at least one row"
+    for ln in lines:
+        assert ln.endswith("|"), ln
+    cells = [[c.strip() for c in ln.replace("\\|", "").strip("|").split("|")] for ln in lines]
+    assert len({len(c) for c in cells}) == 1, "every row has the header's column count"
+    assert all(set(c) <= set("-:") and "-" in c for c in cells[1]), "second line is the header separator"
+    # the table is one block: no blank or text line inside it
+    idx = [i for i, ln in enumerate(markdown.splitlines()) if ln.startswith("|")]
+    assert idx == list(range(idx[0], idx[0] + len(idx)))
+    return [cells[0], *cells[2:]]
+
+
+@pytest.fixture
+def run(tmp_path, examples, fakes):
+    retriever = fakes.KeywordRetriever()
+    direct = DirectMethod(fakes.scripted(fakes.direct_reply))
+    rag = NaiveRAGMethod(fakes.scripted(rag_reply), retriever, topk=2)
+    datasets = {"toy": examples, "toy2": examples[:2]}
+    result = evaluate(datasets, {"direct": direct, "naive_rag": rag}, tmp_path, metrics=METRICS, batch_size=2,
+                      show=False)  # fmt: skip
+    return tmp_path, result, retriever
+
+
+def test_predictions_files_hold_question_golds_prediction_and_item_metrics(run) -> None:
+    out, result, retriever = run
+    lines = [json.loads(x) for x in (out / "predictions" / "toy__direct.jsonl").read_text().splitlines()]
+    assert [r["prediction"] for r in lines] == ["Rome", "The director is Tom Hale", "No"]
+    assert lines[1]["golds"] == ["Tom Hale", "T. Hale"] and lines[1]["question"] == "Who directed Blue Lake?"
+    assert lines[1]["metrics"] == {"em": 0.0, "f1": pytest.approx(2 / 3), "cover_em": 1.0, "cover_em_tokens": 1.0}
+    rag = [json.loads(x) for x in (out / "predictions" / "toy__naive_rag.jsonl").read_text().splitlines()]
+    assert [r["trajectory"]["hit_ids"] for r in rag] == [[["d-anna"]], [["d-blue"]], [["d-oslo"]]]
+    assert sorted(p.name for p in (out / "predictions").iterdir()) == [
+        "toy2__direct.jsonl", "toy2__naive_rag.jsonl", "toy__direct.jsonl", "toy__naive_rag.jsonl",
+    ]  # fmt: skip
+    # batch_size=2: the 3 questions of "toy" take two retriever calls, the 2 of "toy2" one
+    assert [len(q) for q, _ in retriever.calls] == [2, 1, 2]
+
+
+def test_summary_numbers_are_exact(run) -> None:
+    _, result, _ = run
+    rows = {(r["dataset"], r["method"]): r for r in result.rows}
+    d = rows[("toy", "direct")]
+    assert d["n"] == 3 and d["em"] == pytest.approx(1 / 3) and d["f1"] == pytest.approx(5 / 9)
+    assert d["cover_em"] == pytest.approx(2 / 3) and d["searches"] == 0
+    d2 = rows[("toy2", "direct")]
+    assert d2["em"] == pytest.approx(1 / 2) and d2["f1"] == pytest.approx(5 / 6)
+    avg = rows[(AVERAGE, "direct")]
+    assert avg["em"] == pytest.approx((1 / 3 + 1 / 2) / 2) and avg["n"] == 5  # unweighted over datasets
+    r = rows[("toy", "naive_rag")]
+    assert r["em"] == pytest.approx(2 / 3) and r["searches"] == 1  # q3 answers "no" to a yes question
+    assert r["gen_tokens"] == pytest.approx((len("Rome") + len("Tom Hale") + len("no") + 3) / 3)
+    assert all(row["latency_s"] > 0 for row in result.rows)
+
+
+def test_summary_markdown_is_a_valid_table(run) -> None:
+    out, result, _ = run
+    md = (out / "summary.md").read_text()
+    rows = table_rows(md)
+    header, body = rows[0], rows[1:]
+    assert header[0] == "method" and [b[0] for b in body] == ["direct", "naive_rag"]
+    assert "toy EM" in header and "average EM" in header and "searches/q" in header
+    direct = dict(zip(header, body[0], strict=True))
+    assert direct["toy EM"] == "33.3" and direct["toy2 F1"] == "83.3" and direct["average EM"] == "41.7"
+    assert md == render_markdown(result.rows, METRICS)
+
+
+def test_summary_csv_and_json_carry_the_same_rows(run) -> None:
+    out, result, _ = run
+    with (out / "summary.csv").open() as f:
+        csv_rows = list(csv.DictReader(f))
+    data = json.loads((out / "summary.json").read_text())
+    assert len(csv_rows) == len(data["rows"]) == len(result.rows) == 6  # 2 datasets x 2 methods + 2 averages
+    for c, j in zip(csv_rows, data["rows"], strict=True):
+        assert (c["dataset"], c["method"]) == (j["dataset"], j["method"])
+        assert float(c["em"]) == pytest.approx(j["em"])
+    assert data["metrics"] == METRICS and data["datasets"] == {"toy": 3, "toy2": 2}
+
+
+def test_summary_png_opens(run) -> None:
+    import matplotlib.image as mpimg
+
+    out, _, _ = run
+    png = out / "summary.png"
+    assert png.stat().st_size > 5_000
+    img = mpimg.imread(png)  # (H, W, 4) floats
+    assert img.ndim == 3 and img.shape[0] >= 200 and img.shape[1] >= 400
+    assert img[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_one_dataset_has_no_average_column(tmp_path, examples, fakes) -> None:
+    result = evaluate({"only": examples}, {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))}, tmp_path,
+                      metrics=["em"], show=False)  # fmt: skip
+    assert [r["dataset"] for r in result.rows] == ["only"]
+    header = table_rows((tmp_path / "summary.md").read_text())[0]
+    assert header == ["method", "only EM", "searches/q", "gen tokens/q", "latency s/q"]
+
+
+def test_judge_column(tmp_path, examples, fakes) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        prompt = json.loads(request.content)["messages"][0]["content"]
+        pred = prompt.split("Predicted answer:")[-1].strip()
+        reply = {"Rome": "True", "No": "hmm"}.get(pred, "False")
+        return httpx.Response(200, json={"choices": [{"message": {"content": reply}}]})
+
+    judge = LLMJudge("http://judge.test/v1", "fake-judge", cache_path=tmp_path / "judge.json")
+    judge._client = httpx.Client(transport=httpx.MockTransport(handler))
+    result = evaluate({"toy": examples}, {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))}, tmp_path,
+                      metrics=["em"], judge=judge, show=False)  # fmt: skip
+    row = result.rows[0]
+    # verdicts: True, False, unreadable -> accuracy over the two readable ones, one unparsed
+    assert row["judge"] == pytest.approx(1 / 2) and row["judge_unparsed"] == 1
+    lines = [json.loads(x) for x in (tmp_path / "predictions" / "toy__direct.jsonl").read_text().splitlines()]
+    assert [r["metrics"]["judge"] for r in lines] == [1.0, 0.0, None]
+    assert "toy judge" in table_rows((tmp_path / "summary.md").read_text())[0]
+    assert judge.n_requests == 3
+
+
+def test_aggregate_keeps_none_out_of_means() -> None:
+    items = [
+        {"dataset": "d", "method": "m", "metrics": {"em": 1.0}, "searches": None, "gen_tokens": 4, "latency_s": 1.0},
+        {"dataset": "d", "method": "m", "metrics": {"em": 0.0}, "searches": None, "gen_tokens": 8, "latency_s": 3.0},
+    ]
+    (row,) = aggregate(items, ["em"])
+    assert row == {"dataset": "d", "method": "m", "n": 2, "em": 0.5, "searches": None, "gen_tokens": 6.0,
+                   "latency_s": 2.0}  # fmt: skip
+    md = render_markdown([row], ["em"])
+    assert table_rows(md)[1] == ["m", "50.0", "-", "6.0", "2.000"]
+
+
+@pytest.mark.parametrize(
+    "source, name",
+    [("data/2wiki-mini/dev.jsonl", "dev"), ("hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev", "hotpotqa_dev"),
+     ("hf:squad:validation", "squad_validation"), ("some/dir", "dir")],
+)  # fmt: skip
+def test_dataset_names(source: str, name: str) -> None:
+    assert dataset_name(source) == name
+
+
+def test_bad_batch_size_and_metric(tmp_path, examples, fakes) -> None:
+    methods = {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))}
+    with pytest.raises(ValueError, match="batch_size"):
+        evaluate({"d": examples}, methods, tmp_path, batch_size=0, show=False)
+    with pytest.raises(ValueError, match="unknown metric"):
+        evaluate({"d": examples}, methods, tmp_path, metrics=["accuracy"], show=False)

@@ -1,0 +1,229 @@
+"""Every evaluation method with a scripted model and a keyword retriever: predictions, counts and metrics exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchrl.data.records import QAExample
+from searchrl.eval.baselines import (
+    FINAL_ANSWER_CUE,
+    AgentMethod,
+    CoTMethod,
+    DirectMethod,
+    IterativeRAGMethod,
+    NaiveRAGMethod,
+    answer_in_sentence,
+    clean_answer,
+    first_sentence,
+    parse_cot,
+)
+from searchrl.eval.harness import item_row
+from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.protocols import get_protocol
+from searchrl.rollout.engine import RolloutLimits
+
+METRICS = ("em", "f1", "cover_em", "cover_em_tokens")
+# The same questions as the conftest's ``examples`` fixture.
+Q_ROME = "Where was Anna Berg born?"
+Q_HALE = "Who directed Blue Lake?"
+Q_OSLO = "Is Oslo in Norway?"
+
+
+def scripted(reply) -> ScriptedGenerator:
+    return ScriptedGenerator(ByteTokenizer(), reply)
+
+
+def n_bytes(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def mean_metrics(examples, preds) -> dict[str, float]:
+    rows = [item_row("d", "m", ex, p, METRICS) for ex, p in zip(examples, preds, strict=True)]
+    return {m: sum(r["metrics"][m] for r in rows) / len(rows) for m in METRICS}
+
+
+# --------------------------------------------------------------------------------------------- parsing helpers
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Rome", "Rome"),
+        ("  \n\nAnswer: Rome.\nmore", "Rome"),
+        ('"Tom Hale"', "Tom Hale"),
+        ("**Final answer:** Oslo", "Oslo"),
+        ("The answer is: 1990.", "1990"),
+        ("", None),
+        ("...", None),
+        (None, None),
+    ],
+)
+def test_clean_answer(text, expected) -> None:
+    assert clean_answer(text) == expected
+
+
+def test_parse_cot_uses_last_marker_else_last_line() -> None:
+    assert parse_cot("a\nFinal answer: maybe\nFinal answer: yes") == ("yes", True)
+    assert parse_cot("reasoning\nFINAL ANSWER: Oslo.") == ("Oslo", True)
+    assert parse_cot("It was Rome.\n\n") == ("It was Rome", False)
+    assert parse_cot("") == (None, False)
+
+
+def test_sentence_helpers() -> None:
+    assert first_sentence("Blue Lake was directed by Tom Hale. He") == "Blue Lake was directed by Tom Hale."
+    assert first_sentence("no end") == "no end"
+    assert first_sentence("\nlater") == ""
+    assert answer_in_sentence("So the answer is: Norway.") == "Norway"
+    assert answer_in_sentence("so THE ANSWER IS 1990") == "1990"
+    assert answer_in_sentence("So the answer is:") == ""
+    assert answer_in_sentence("Tom Hale was born in Oslo.") is None
+
+
+# --------------------------------------------------------------------------------------------- direct / cot
+
+
+def test_direct(examples, direct_generator, fakes) -> None:
+    method = DirectMethod(direct_generator, max_new_tokens=64)
+    preds = method.answer(examples)
+    assert [p.text for p in preds] == ["Rome", "The director is Tom Hale", "No"]
+    assert [p.gen_tokens for p in preds] == [n_bytes(fakes.direct_reply(q)) + 1 for q in (Q_ROME, Q_HALE, Q_OSLO)]  # + EOS
+    assert all(p.searches == 0 and p.trajectory is None and p.latency_s > 0 for p in preds)
+    assert len(direct_generator.calls) == 1 and len(direct_generator.calls[0]) == 3  # one batched call
+    prompt = direct_generator.calls[0][0]
+    assert Q_ROME in prompt and prompt.endswith("\nAnswer:")  # raw style for a tokenizer without chat template
+    # q1 exact; q2: P = 2/4 ("director is tom hale"), R = 1 -> F1 2/3, covered; q3 "no" vs "yes" -> 0
+    m = mean_metrics(examples, preds)
+    assert m["em"] == pytest.approx(1 / 3)
+    assert m["f1"] == pytest.approx((1 + 2 / 3 + 0) / 3)
+    assert m["cover_em"] == pytest.approx(2 / 3)
+    assert m["cover_em_tokens"] == pytest.approx(2 / 3)
+
+
+def test_direct_respects_the_token_budget(examples, direct_generator) -> None:
+    preds = DirectMethod(direct_generator, max_new_tokens=5).answer(examples[:1])
+    assert preds[0].gen_tokens == 5 and preds[0].raw == "Answe"
+
+
+def test_cot(examples) -> None:
+    replies = {
+        Q_ROME: "Anna Berg is a painter.\nShe was born in Rome.\nFinal answer: Rome",
+        Q_HALE: "Blue Lake was directed by Tom Hale.",
+        Q_OSLO: "Oslo is the capital of Norway.\nFinal answer: maybe\nFinal answer: yes",
+    }
+    gen = scripted(lambda ctx: next(r for q, r in replies.items() if q in ctx))
+    preds = CoTMethod(gen, max_new_tokens=256).answer(examples)
+    assert [p.text for p in preds] == ["Rome", "Blue Lake was directed by Tom Hale", "yes"]
+    assert [p.trajectory["marker_found"] for p in preds] == [True, False, True]
+    assert "step by step" in gen.calls[0][0] and "Final answer: " in gen.calls[0][0]
+    m = mean_metrics(examples, preds)
+    assert m["em"] == pytest.approx(2 / 3)
+    # q2: "blue lake was directed by tom hale" (7 tokens) vs "tom hale" -> P 2/7, R 1
+    assert m["f1"] == pytest.approx((1 + 2 * (2 / 7) / (2 / 7 + 1) + 1) / 3)
+    assert m["cover_em"] == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------------------------- naive RAG
+
+
+def test_naive_rag_puts_retrieved_documents_in_the_prompt(examples, retriever) -> None:
+    def reply(ctx: str) -> str:
+        if "Anna Berg was born in Rome" in ctx:
+            return "Rome"
+        if "directed by Tom Hale" in ctx:
+            return "Tom Hale."
+        return "yes" if "capital of Norway" in ctx else "unknown"
+
+    gen = scripted(reply)
+    preds = NaiveRAGMethod(gen, retriever, topk=2).answer(examples)
+    assert retriever.calls == [([Q_ROME, Q_HALE, Q_OSLO], 2)]  # one batched call, with the questions
+    assert [p.text for p in preds] == ["Rome", "Tom Hale", "yes"]
+    assert [p.trajectory["hit_ids"] for p in preds] == [[["d-anna"]], [["d-blue"]], [["d-oslo"]]]
+    assert all(p.searches == 1 for p in preds)
+    assert "Doc 1 (Title: Anna Berg) Anna Berg was born in Rome in 1950." in gen.calls[0][0]
+    assert mean_metrics(examples, preds) == {m: 1.0 for m in METRICS}
+
+
+# --------------------------------------------------------------------------------------------- IRCoT
+
+Q_BRIDGE = "In which country was the director of Blue Lake born?"
+Q_ACME = "Who founded Acme?"
+S1 = "Blue Lake was directed by Tom Hale."
+S2 = "Tom Hale was born in Norway."
+UNSURE = "I am not sure about this."
+
+
+def ircot_reply(ctx: str) -> str:
+    reasoning = ctx.split("\nReasoning:")[-1]
+    if Q_BRIDGE in ctx:
+        if "directed by Tom Hale" not in reasoning:
+            return S1 + " He"
+        if "Tom Hale was born in Oslo" in ctx and "born in Norway" not in reasoning:  # needs the 2nd retrieval
+            return S2 + "\n"
+        if "born in Norway" in reasoning:
+            return "So the answer is: Norway. Done."
+        return "I am lost."
+    if ctx.endswith(FINAL_ANSWER_CUE):
+        return " Jane Roe\nmore"
+    return UNSURE + " Really"
+
+
+def test_iterative_rag_interleaves_sentences_and_retrieval(retriever) -> None:
+    examples = [QAExample("a", Q_BRIDGE, ["Norway"]), QAExample("b", Q_ACME, ["Jane Roe"])]
+    gen = scripted(ircot_reply)
+    preds = IterativeRAGMethod(gen, retriever, topk=3, max_steps=3, max_new_tokens=64).answer(examples)
+    a, b = preds
+    assert a.text == "Norway" and b.text == "Jane Roe"
+    # one retriever call per step: the questions, then each new sentence of the still-reasoning questions
+    assert [q for q, _ in retriever.calls] == [[Q_BRIDGE, Q_ACME], [S1, UNSURE], [S2, UNSURE], [UNSURE]]
+    assert [len(c) for c in gen.calls] == [2, 2, 2, 1]  # 3 steps for both, then the forced answer for b only
+    assert [s["sentence"] for s in a.trajectory["steps"]] == [S1, S2, "So the answer is: Norway."]
+    assert [s["query"] for s in a.trajectory["steps"]] == [S1, S2, None]
+    assert a.trajectory["doc_ids"] == ["d-blue", "d-hale"] and not a.trajectory["forced_answer"]
+    assert b.trajectory["doc_ids"] == ["d-acme"] and b.trajectory["forced_answer"]
+    assert (a.searches, b.searches) == (3, 4)
+    assert a.gen_tokens == n_bytes(S1 + " ") + n_bytes(S2 + "\n") + n_bytes("So the answer is: Norway. ")
+    assert b.gen_tokens == 3 * n_bytes(UNSURE + " ") + n_bytes(" Jane Roe\n")
+    assert gen.calls[-1][0].endswith(f"{UNSURE} {UNSURE} {UNSURE} {FINAL_ANSWER_CUE}")
+    assert mean_metrics(examples, preds)["em"] == 1.0
+
+
+# --------------------------------------------------------------------------------------------- agent
+
+AGENT_QUERIES = {Q_ROME: "Anna Berg birthplace", Q_HALE: "Blue Lake director", Q_OSLO: "Oslo country"}
+TURN1 = "<think>I need to look it up.</think>\n<search> {q} </search>"
+
+
+def agent_reply(ctx: str) -> str:
+    question = next(q for q in AGENT_QUERIES if q in ctx)
+    if "Doc 1(Title:" not in ctx:
+        return TURN1.format(q=AGENT_QUERIES[question]) + " never sampled"
+    answer = "Rome" if "born in Rome" in ctx else "Tom Hale" if "directed by Tom Hale" in ctx else "no"
+    return f"<think>found</think>\n<answer> {answer} </answer> trailing"
+
+
+def test_agent_runs_the_rollout_engine(examples, retriever) -> None:
+    gen = scripted(agent_reply)
+    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=200, max_obs_tokens=500,
+                           max_total_tokens=4000, topk=3)  # fmt: skip
+    preds = AgentMethod(gen, retriever, get_protocol("search_r1"), limits=limits).answer(examples)
+    assert [p.text for p in preds] == ["Rome", "Tom Hale", "no"]
+    assert retriever.calls == [(list(AGENT_QUERIES.values()), 3)]  # one batched call for the turn
+    for p, (question, query) in zip(preds, AGENT_QUERIES.items(), strict=True):
+        assert p.searches == 1
+        assert p.trajectory["protocol"] == "search_r1" and p.trajectory["question"] == question
+        assert p.trajectory["turns"][0]["queries"] == [query]
+        assert p.trajectory["stop_reason"] == "answer"
+        answer = p.text
+        assert p.gen_tokens == n_bytes(TURN1.format(q=query)) + n_bytes(
+            f"<think>found</think>\n<answer> {answer} </answer>"
+        )
+        assert "never sampled" not in p.raw and "<information>" in p.raw
+    m = mean_metrics(examples, preds)
+    assert m["em"] == pytest.approx(2 / 3) and m["f1"] == pytest.approx(2 / 3)
+
+
+def test_retrieval_methods_refuse_bad_sizes(direct_generator, retriever) -> None:
+    with pytest.raises(ValueError, match="topk"):
+        NaiveRAGMethod(direct_generator, retriever, topk=0)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        DirectMethod(direct_generator, max_new_tokens=0)

@@ -1,0 +1,73 @@
+"""``searchrl index build|info`` and ``searchrl serve`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from searchrl.cli import app
+from searchrl.retrieval.index import IndexMismatchError
+
+runner = CliRunner()
+
+
+def test_index_build_and_info(tiny_corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "idx"
+    res = runner.invoke(app, ["index", "build", "--corpus", str(tiny_corpus), "--kind", "bm25", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["index", "info", str(out), "--corpus", str(tiny_corpus)])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    assert info["kind"] == "bm25" and info["counts"]["passages"] == 12 and info["corpus_check"].startswith("ok")
+    res = runner.invoke(app, ["index", "build", "--corpus", str(tiny_corpus), "--out", str(out)])
+    assert isinstance(res.exception, ValueError) and "--force" in str(res.exception)
+    res = runner.invoke(app, ["index", "build", "--corpus", str(tiny_corpus), "--out", str(out), "--force",
+                              "--stemmer", "none", "--stopwords", "none"])  # fmt: skip
+    assert res.exit_code == 0 and json.loads((out / "manifest.json").read_text())["options"]["bm25"]["stemmer"] is None
+
+
+def test_index_info_refuses_another_corpus(tiny_bm25: Path, tmp_path: Path) -> None:
+    other = tmp_path / "c.jsonl"
+    other.write_text('{"id": "1", "contents": "T\\nx"}\n')
+    res = runner.invoke(app, ["index", "info", str(tiny_bm25), "--corpus", str(other)])
+    assert isinstance(res.exception, IndexMismatchError)
+
+
+def test_searchrl_serve_answers_search_r1_requests(tiny_bm25: Path, unused_port: int) -> None:
+    """The real command in a subprocess: starts on loopback, answers /retrieve, exits on SIGTERM."""
+    port = unused_port
+    exe = Path(sys.executable).with_name("searchrl")
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--index", str(tiny_bm25), "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"},
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                resp = httpx.post(
+                    f"http://127.0.0.1:{port}/retrieve", json={"queries": ["chess"], "topk": 1}, timeout=5
+                )
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.time() < deadline, "searchrl serve did not start within 60 s"
+                time.sleep(0.1)
+        assert resp.status_code == 200
+        assert resp.json()["result"][0][0]["contents"].startswith("Chess\n")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert "serving on http://127.0.0.1" in proc.stderr.read().decode()
+
+
+def test_serve_rejects_missing_index(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["serve", "--index", str(tmp_path / "none")])
+    assert isinstance(res.exception, FileNotFoundError) and "searchrl index build" in str(res.exception)

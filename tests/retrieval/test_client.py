@@ -1,0 +1,149 @@
+"""RemoteRetriever: same results as the local index, failover, retries with backoff, LRU cache, clear errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from searchrl.retrieval.client import LRUCache, RemoteRetriever, RetrievalUnavailableError, endpoint_url
+from searchrl.retrieval.index import load_index
+from searchrl.retrieval.server import create_app
+
+
+def test_remote_results_equal_local_results(tiny_bm25: Path, serve_app) -> None:
+    local = load_index(tiny_bm25)
+    queries = ["Turing machine", "honey nectar", "Turing machine", "xyzzy"]
+    with serve_app(create_app(local)) as url, RemoteRetriever(url) as remote:
+        got = remote.search(queries, 3)
+    want = local.search(queries, 3)
+    assert got == want  # ids, titles, texts and scores (JSON round-trips Python floats exactly)
+    assert len(got[0]) == 1 and got[3] == []
+
+
+def test_failover_to_a_live_endpoint(tiny_bm25: Path, serve_app, dead_url: str) -> None:
+    with serve_app(create_app(load_index(tiny_bm25))) as url:
+        remote = RemoteRetriever([dead_url, url], retries=0, cache_size=0)
+        for i in range(4):  # round-robin: half the calls start at the dead endpoint and fail over
+            assert remote.search([f"chess board {i}"], 1)[0][0].title == "Chess"
+        remote.close()
+    assert remote.failovers == 2 and remote.requests == 4
+
+
+def test_every_endpoint_unreachable_is_one_clear_error(dead_url: str) -> None:
+    other = dead_url.replace(dead_url.rsplit(":", 1)[1], "9")  # port 9 (discard): nothing listens on loopback
+    remote = RemoteRetriever([dead_url, other], retries=2, backoff_s=0.01, timeout_s=2)
+    t0 = time.time()
+    with pytest.raises(RetrievalUnavailableError) as err:
+        remote.search(["anything"], 3)
+    message = str(err.value)
+    assert "\n" not in message and "searchrl serve" in message and "after 3 attempts" in message
+    assert f"{dead_url}/retrieve" in message and f"{other}/retrieve" in message
+    assert time.time() - t0 < 10
+
+
+def _mock(handler) -> httpx.Client:
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def _ok(queries: list[str], k: int) -> dict:
+    return {"result": [[{"document": {"id": f"{q}#{i}", "contents": f"T {q}\nbody {i}"}, "score": 1.0 / (i + 1)}
+                       for i in range(k)] for q in queries]}  # fmt: skip
+
+
+def test_retries_with_backoff_after_server_errors() -> None:
+    seen: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(time.monotonic())
+        body = json.loads(request.content)
+        return httpx.Response(503) if len(seen) <= 2 else httpx.Response(200, json=_ok(body["queries"], body["topk"]))
+
+    remote = RemoteRetriever("http://a:1", retries=3, backoff_s=0.05, client=_mock(handler))
+    hits = remote.search(["q"], 2)
+    assert [h.id for h in hits[0]] == ["q#0", "q#1"] and hits[0][0].title == "T q" and hits[0][1].text == "body 1"
+    assert len(seen) == 3
+    assert seen[1] - seen[0] >= 0.045 and seen[2] - seen[1] >= 0.095  # 0.05 then 0.1: exponential
+
+
+def test_client_errors_are_not_retried() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(422, json={"detail": "topk must be between 1 and 100 (got 500)"})
+
+    remote = RemoteRetriever("http://a:1", retries=3, client=_mock(handler))
+    with pytest.raises(ValueError, match=r"rejected the request \(HTTP 422\): topk must be between"):
+        remote.search(["q"], 500)
+    assert len(calls) == 1
+
+
+def test_cache_sends_only_uncached_queries() -> None:
+    payloads: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        payloads.append(body)
+        return httpx.Response(200, json=_ok(body["queries"], body["topk"]))
+
+    remote = RemoteRetriever(["http://a:1", "http://b:2"], client=_mock(handler), cache_size=100)
+    first = remote.search(["a", "b", "a"], 2)
+    assert payloads[-1]["queries"] == ["a", "b"] and payloads[-1]["return_scores"] is True  # deduplicated
+    assert remote.search(["b", "a"], 2) == [first[1], first[0]] and len(payloads) == 1  # all cached
+    remote.search(["a", "c"], 2)
+    assert payloads[-1]["queries"] == ["c"]
+    remote.search(["a"], 3)  # another k is another cache entry
+    assert payloads[-1] == {"queries": ["a"], "topk": 3, "return_scores": True}
+    assert remote.cache.hits == 3 and len(remote.cache) == 4
+
+
+def test_large_batches_are_split_into_requests() -> None:
+    sizes: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        sizes.append(len(body["queries"]))
+        return httpx.Response(200, json=_ok(body["queries"], body["topk"]))
+
+    remote = RemoteRetriever("http://a:1", client=_mock(handler), max_queries_per_request=4)
+    out = remote.search([f"q{i}" for i in range(10)], 1)
+    assert sizes == [4, 4, 2] and [h[0].id for h in out] == [f"q{i}#0" for i in range(10)]
+
+
+def test_wrong_service_and_malformed_answers() -> None:
+    remote = RemoteRetriever("http://a:1", client=_mock(lambda r: httpx.Response(200, text="<html>hi</html>")))
+    with pytest.raises(ValueError, match="did not answer in the /retrieve format"):
+        remote.search(["q"], 1)
+    remote = RemoteRetriever("http://a:1", client=_mock(lambda r: httpx.Response(200, json={"result": [[]]})))
+    with pytest.raises(ValueError, match="1 result lists for 2 queries"):
+        remote.search(["q", "r"], 1)
+
+
+def test_documents_without_scores_and_with_title_text() -> None:
+    from searchrl.retrieval.client import parse_result_item
+
+    assert parse_result_item({"id": "1", "contents": '"Quoted"\nbody'}).title == "Quoted"
+    hit = parse_result_item({"document": {"title": "T", "text": "x"}, "score": 2})
+    assert (hit.id, hit.title, hit.text, hit.score) == ("", "T", "x", 2.0)
+    with pytest.raises(ValueError, match="needs 'contents'"):
+        parse_result_item({"id": "1"})
+
+
+def test_endpoint_url_and_lru() -> None:
+    assert endpoint_url("http://h:8000") == "http://h:8000/retrieve"
+    assert endpoint_url("http://h:8000/") == "http://h:8000/retrieve"
+    assert endpoint_url("http://h:8000/retrieve_hotpotqa") == "http://h:8000/retrieve_hotpotqa"
+    with pytest.raises(ValueError, match="must look like"):
+        endpoint_url("h:8000")
+    with pytest.raises(ValueError, match="at least one URL"):
+        RemoteRetriever([])
+    cache = LRUCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.get("a")
+    cache.put("c", 3)  # evicts b, the least recently used
+    assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3

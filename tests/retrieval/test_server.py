@@ -1,0 +1,218 @@
+"""The retrieval service: Search-R1 wire compatibility, input validation, stats, and request micro-batching."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from searchrl.retrieval.base import Hit
+from searchrl.retrieval.index import load_index
+from searchrl.retrieval.server import MicroBatcher, create_app
+
+
+@pytest.fixture
+def bm25_app(tiny_bm25: Path):
+    return create_app(load_index(tiny_bm25), max_queries=8, max_query_chars=200, max_topk=5)
+
+
+# ----------------------------------------------------------------------------------- Search-R1 compatibility
+def _search_r1_client(url: str, queries: list[str], topk: int, return_scores: bool) -> list:
+    """Written from Search-R1's documented API only (README / retrieval_server.py), with plain httpx."""
+    payload = {"queries": queries, "topk": topk, "return_scores": return_scores}
+    return httpx.post(f"{url}/retrieve", json=payload, timeout=10).json()["result"]
+
+
+def _passages2string(retrieval_result: list) -> str:
+    """Search-R1's own formatting of one query's results (search_r1/llm_agent/generation.py)."""
+    format_reference = ""
+    for idx, doc_item in enumerate(retrieval_result):
+        content = doc_item["document"]["contents"]
+        title = content.split("\n")[0]
+        text = "\n".join(content.split("\n")[1:])
+        format_reference += f"Doc {idx + 1}(Title: {title}) {text}\n"
+    return format_reference
+
+
+def test_search_r1_client_with_scores(bm25_app, serve_app) -> None:
+    with serve_app(bm25_app) as url:
+        result = _search_r1_client(url, ["Turing machine", "Amazon river water"], 3, True)
+    assert len(result) == 2
+    for per_query in result:
+        assert 1 <= len(per_query) <= 3
+        for item in per_query:
+            assert set(item) == {"document", "score"}
+            assert set(item["document"]) == {"id", "contents"}
+            assert isinstance(item["score"], float)
+    assert result[0][0]["document"] == {
+        "id": "0",
+        "contents": "Alan Turing\nAlan Turing was an English mathematician who formalised computation with the "
+        "Turing machine.",
+    }
+    assert _passages2string(result[1]).startswith("Doc 1(Title: Amazon River) The Amazon river")
+
+
+def test_search_r1_client_without_scores(bm25_app, serve_app) -> None:
+    with serve_app(bm25_app) as url:
+        result = _search_r1_client(url, ["chess board", "jazz New Orleans", "radioactivity Nobel"], 2, False)
+        default_topk = httpx.post(f"{url}/retrieve", json={"queries": ["river mountain wall"]}, timeout=10).json()
+    assert [[d["id"] for d in per_query][:1] for per_query in result] == [["11"], ["8"], ["6"]]
+    for per_query in result:
+        for doc in per_query:
+            assert set(doc) == {"id", "contents"}  # documents directly, no "document"/"score" wrapper
+    assert len(default_topk["result"][0]) == 3  # Search-R1's default topk
+
+
+# --------------------------------------------------------------------------------------------- bad input
+BAD_INPUTS = [
+    ({"queries": []}, 422, "empty"),
+    ({"queries": ["ok", "  "]}, 422, "queries[1] is empty"),
+    ({"queries": ["chess"], "topk": 0}, 422, "topk must be between 1 and 5"),
+    ({"queries": ["chess"], "topk": -3}, 422, "topk must be between 1 and 5"),
+    ({"queries": ["chess"], "topk": 6}, 422, "topk must be between 1 and 5"),
+    ({"queries": ["chess"] * 9}, 413, "limit is 8"),
+    ({"queries": ["x" * 201]}, 413, "limit is 200"),
+    ({"queries": ["chess"], "top_k": 3}, 422, "unknown field 'top_k'"),
+    ({"query": "chess"}, 422, "unknown field"),
+    ({"queries": "chess"}, 422, "queries"),
+    ({"queries": [1, 2]}, 422, "queries"),
+    ({"queries": ["chess"], "topk": "three"}, 422, "topk"),
+    ("not json at all{", 422, "not valid JSON"),
+    ("[1, 2, 3]", 422, ""),
+]
+
+
+def test_bad_input_gets_4xx_with_message_and_service_keeps_serving(bm25_app, serve_app) -> None:
+    with serve_app(bm25_app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        for body, status, fragment in BAD_INPUTS:
+            if isinstance(body, str):
+                resp = client.post("/retrieve", content=body, headers={"content-type": "application/json"})
+            else:
+                resp = client.post("/retrieve", json=body)
+            assert resp.status_code == status, (body, resp.text)
+            detail = resp.json()["detail"]
+            assert isinstance(detail, str) and "\n" not in detail and fragment in detail, (body, detail)
+            ok = client.post("/retrieve", json={"queries": ["volcano lava"], "topk": 1})
+            assert ok.status_code == 200 and ok.json()["result"][0][0]["id"] == "10"
+        stats = client.get("/stats").json()
+    assert stats["rejected"] == len(BAD_INPUTS)
+    assert stats["requests"] == len(BAD_INPUTS) and stats["errors"] == 0
+
+
+def test_search_failure_is_a_500_and_service_recovers(serve_app) -> None:
+    class Flaky:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("disk on fire")
+            return [[Hit("a", "T", "x", 1.0)] for _ in queries]
+
+    with serve_app(create_app(Flaky())) as url:
+        bad = httpx.post(f"{url}/retrieve", json={"queries": ["q"]}, timeout=10)
+        good = httpx.post(f"{url}/retrieve", json={"queries": ["q"]}, timeout=10)
+        stats = httpx.get(f"{url}/stats", timeout=10).json()
+    assert bad.status_code == 500 and "disk on fire" in bad.json()["detail"]
+    assert good.status_code == 200 and good.json()["result"] == [[{"id": "a", "contents": "T\nx"}]]
+    assert stats["errors"] == 1 and stats["requests"] == 1
+
+
+# ------------------------------------------------------------------------------------ health, stats, schema
+def test_health_stats_and_openapi(bm25_app, serve_app) -> None:
+    with serve_app(bm25_app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        for _ in range(5):
+            client.post("/retrieve", json={"queries": ["chess", "jazz"], "topk": 2})
+        health = client.get("/health").json()
+        stats = client.get("/stats").json()
+        schema = client.get("/openapi.json").json()
+    assert health["status"] == "ok" and health["kind"] == "bm25" and health["passages"] == 12
+    assert stats["requests"] == 5 and stats["queries"] == 10
+    lat = stats["latency_ms"]
+    assert lat["window"] == 5 and 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+    assert stats["limits"] == {"max_queries": 8, "max_query_chars": 200, "max_topk": 5}
+    assert "/retrieve" in schema["paths"] and "RetrieveRequest" in schema["components"]["schemas"]
+
+
+# ------------------------------------------------------------------------------------------- micro-batching
+class RecordingSearch:
+    """A blocking search that records each call's batch and takes a little time, like an encoder would."""
+
+    def __init__(self, delay_s: float = 0.05) -> None:
+        self.batches: list[list[str]] = []
+        self.delay_s = delay_s
+        self.lock = threading.Lock()
+
+    def __call__(self, queries: list[str], k: int) -> list[list[Hit]]:
+        with self.lock:
+            self.batches.append(list(queries))
+        time.sleep(self.delay_s)
+        return [[Hit(f"{q}-{i}", q, f"rank {i}", float(k - i)) for i in range(k)] for q in queries]
+
+
+def test_micro_batcher_merges_concurrent_requests() -> None:
+    search = RecordingSearch()
+
+    async def main() -> list[list[list[Hit]]]:
+        batcher = MicroBatcher(search, max_batch_queries=64, max_wait_ms=20)
+        jobs = [batcher.search([f"q{i}a", f"q{i}b"], k=1 + i % 3) for i in range(8)]
+        out = await asyncio.gather(*jobs)
+        await batcher.aclose()
+        return out
+
+    results = asyncio.run(main())
+    assert len(search.batches) < 8, f"8 concurrent requests took {len(search.batches)} search calls"
+    assert sum(len(b) for b in search.batches) == 16
+    for i, per_request in enumerate(results):
+        k = 1 + i % 3
+        assert [[h.id for h in hits] for hits in per_request] == [
+            [f"q{i}a-{j}" for j in range(k)],
+            [f"q{i}b-{j}" for j in range(k)],
+        ], "each request gets its own queries' results, truncated to its own k"
+
+
+def test_micro_batcher_respects_batch_size_and_survives_errors() -> None:
+    calls: list[int] = []
+
+    def search(queries: list[str], k: int) -> list[list[Hit]]:
+        calls.append(len(queries))
+        if "boom" in queries:
+            raise ValueError("boom")
+        return [[Hit(q, q, q, 1.0)] for q in queries]
+
+    async def main() -> None:
+        batcher = MicroBatcher(search, max_batch_queries=4, max_wait_ms=20)
+        out = await asyncio.gather(*[batcher.search([f"q{i}", f"r{i}"], 1) for i in range(6)])
+        assert [[h[0].id for h in o] for o in out] == [[f"q{i}", f"r{i}"] for i in range(6)]
+        with pytest.raises(ValueError, match="boom"):
+            await batcher.search(["boom"], 1)
+        assert (await batcher.search(["after"], 1))[0][0].id == "after"
+        await batcher.aclose()
+
+    asyncio.run(main())
+    assert max(calls[:-2]) <= 4, calls  # a batch stops growing at max_batch_queries
+
+
+def test_server_batches_concurrent_http_requests(serve_app) -> None:
+    search = RecordingSearch(delay_s=0.05)
+
+    class Slow:
+        def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+            return search(queries, k)
+
+    app = create_app(Slow(), max_wait_ms=5)
+    with serve_app(app) as url:
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(lambda i: httpx.post(f"{url}/retrieve", json={"queries": [f"q{i}"]}, timeout=10)
+                                  .status_code, range(32)))  # fmt: skip
+        health_during = httpx.get(f"{url}/health", timeout=10).status_code
+        stats = httpx.get(f"{url}/stats", timeout=10).json()
+    assert codes == [200] * 32 and health_during == 200
+    assert stats["batching"]["batches"] < 32
+    assert stats["batching"]["mean_requests_per_batch"] > 1.5
