@@ -33,9 +33,9 @@ def demo(
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
     from searchrl.pipeline import data_dir, load_split, make_protocol, make_retriever_for
-    from searchrl.rewards import exact_match
     from searchrl.rollout.cli import render_trajectory
     from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+    from searchrl.rollout.summary import summarize
     from searchrl.utils import write_jsonl
 
     t0 = time.perf_counter()
@@ -65,15 +65,9 @@ def demo(
     for traj in trajs[:2]:
         console.rule(f"[bold]{traj.question}  [dim](gold: {traj.golds[0]})")
         render_trajectory(traj, tok)
-    em = [exact_match(t.answer, t.golds) for t in trajs]
-    well_formed = [protocol.check_format(t.response_text(tok)).ok for t in trajs]
     summary = {
         "policy": spec,
-        "questions": len(trajs),
-        "em": sum(em) / len(em),
-        "well_formed": sum(well_formed) / len(well_formed),
-        "answered": sum(t.answer is not None for t in trajs) / len(trajs),
-        "searches_per_question": sum(t.n_searches for t in trajs) / len(trajs),
+        **{k: round(v, 3) for k, v in summarize(trajs, protocol, tok).items()},
         "rollout_seconds": round(gen_s, 1),
         "total_seconds": round(time.perf_counter() - t0, 1),
     }

@@ -881,6 +881,15 @@ def _comparison_candidates(w: World, n_wanted: int, rng: random.Random) -> list[
     return out
 
 
+def _quotas(size: int) -> dict[str, int]:
+    """``size`` split over the kinds by ``KIND_SHARES``, summing exactly to ``size`` (largest remainders first)."""
+    exact = {k: size * KIND_SHARES[k] for k in KINDS}
+    quota = {k: int(v) for k, v in exact.items()}
+    for k in sorted(KINDS, key=lambda k: (quota[k] - exact[k], KINDS.index(k)))[: size - sum(quota.values())]:
+        quota[k] += 1
+    return quota
+
+
 def _split_questions(
     cands: list[_Candidate], sizes: dict[str, int], w: World, rng: random.Random
 ) -> dict[str, list[QAExample]]:
@@ -892,20 +901,27 @@ def _split_questions(
         rng.shuffle(by_kind[k])
     used_keys: set[str] = set()
     used_questions: set[str] = set()
-    out: dict[str, list[QAExample]] = {}
-    for split in ("test", "dev", "train"):
-        quota = {k: round(sizes[split] * KIND_SHARES[k]) for k in KINDS}
-        picked: list[_Candidate] = []
-        for k in KINDS:
-            taken = 0
-            while by_kind[k] and taken < quota[k]:
-                c = by_kind[k].pop()
-                if c.key in used_keys or c.question in used_questions:
-                    continue
+
+    def take(kind: str) -> _Candidate | None:
+        while by_kind[kind]:
+            c = by_kind[kind].pop()
+            if c.key not in used_keys and c.question not in used_questions:
                 used_keys.add(c.key)
                 used_questions.add(c.question)
+                return c
+        return None
+
+    out: dict[str, list[QAExample]] = {}
+    for split in ("test", "dev", "train"):
+        picked: list[_Candidate] = []
+        for k, quota in _quotas(sizes[split]).items():
+            while len(picked) < sizes[split] and quota > 0 and (c := take(k)) is not None:
                 picked.append(c)
-                taken += 1
+                quota -= 1
+        # A small world may run out of one kind: top the split up from the others, in KINDS order.
+        for k in KINDS:
+            while len(picked) < sizes[split] and (c := take(k)) is not None:
+                picked.append(c)
         rng.shuffle(picked)
         out[split] = [
             QAExample(

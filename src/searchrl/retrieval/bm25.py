@@ -190,7 +190,8 @@ class BM25Retriever(LocalRetriever):
             )
         arrays = {k: np.load(directory / BM25S_FILES[k], mmap_mode="r") for k in ("data", "indices", "indptr")}
         vocab = json.loads((directory / BM25S_FILES["vocab"]).read_text(encoding="utf-8"))
-        stopwords = json.loads((directory / STOPWORDS_FILE).read_text())
+        stopwords_path = directory / STOPWORDS_FILE
+        stopwords = json.loads(stopwords_path.read_text()) if stopwords_path.exists() else None
         return cls(arrays["data"], arrays["indices"], arrays["indptr"], vocab, store, options, manifest, stopwords)
 
     def term_ids(self, query: str) -> list[int]:

@@ -30,6 +30,7 @@ from torch import nn
 
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
+from searchrl.generation.base import Generator
 from searchrl.generation.hf import HFGenerator
 from searchrl.protocols.base import Protocol
 from searchrl.rl import algorithms as A
@@ -99,6 +100,7 @@ class Trainer:
         reward_fn: RewardFn | None = None,
         aux_nll_hook: AuxNLLHook | None = None,
         micro_batch_size: int = 4,
+        generator: Generator | None = None,
     ) -> None:
         from accelerate import Accelerator
 
@@ -144,7 +146,8 @@ class Trainer:
             critic = ValueModel(copy.deepcopy(self.acc.unwrap_model(self.model)))
             self.critic_opt = torch.optim.AdamW(critic.parameters(), lr=self.tcfg.critic_lr)
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
-        self.generator = HFGenerator(self.acc.unwrap_model(self.model), tokenizer)
+        # The default generator shares the policy's weights; pass another backend (e.g. vLLM) to decouple them.
+        self.generator = generator or HFGenerator(self.acc.unwrap_model(self.model), tokenizer)
         limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
         self.engine = RolloutEngine(self.generator, retriever, protocol, limits, cfg.model.prompt_style)
         self._log_f = None

@@ -37,6 +37,14 @@ _OBS_TAIL = 16  # tokens kept from the end of a truncated observation
 _MIN_ROOM = 8  # a trajectory with less room than this for new tokens stops with "length"
 
 
+def truncate_observation(ids: list[int], max_tokens: int) -> list[int]:
+    """Keep the head and the last ``_OBS_TAIL`` tokens of an over-long observation (closing tags survive)."""
+    if len(ids) <= max_tokens:
+        return ids
+    head = max(max_tokens - _OBS_TAIL, 0)
+    return ids[:head] + ids[-_OBS_TAIL:]
+
+
 @dataclass(frozen=True)
 class RolloutLimits:
     max_turns: int = 4
@@ -96,10 +104,7 @@ class RolloutEngine:
         return self._encode(build_prompt_text(self.protocol, self.tokenizer, question, self.prompt_style))
 
     def _insert(self, traj: Trajectory, text: str) -> int:
-        ids = self._encode(text)
-        if len(ids) > self.limits.max_obs_tokens:
-            head = max(self.limits.max_obs_tokens - _OBS_TAIL, 0)
-            ids = ids[:head] + ids[-_OBS_TAIL:]
+        ids = truncate_observation(self._encode(text), self.limits.max_obs_tokens)
         room = self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
         ids = ids[: max(room, 0)]
         traj.append(ids, sampled=False)

@@ -32,7 +32,7 @@ def sft(
     if cfg.sft.data == "oracle":
         examples = load_split(cfg, "train", cfg.sft.limit)
         data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
-                                   cfg.model.prompt_style)  # fmt: skip
+                                   cfg.model.prompt_style, cfg.rollout.max_obs_tokens)  # fmt: skip
     else:
         path = Path(cfg.sft.data)
         if not path.exists():

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from searchrl.data.records import QAExample
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
-from searchrl.rollout.engine import build_prompt_text
+from searchrl.rollout.engine import build_prompt_text, truncate_observation
 from searchrl.rollout.trajectory import Trajectory, Turn
 
 _THINK = "<think> {} </think>\n"
@@ -78,8 +78,10 @@ def oracle_trajectories(
     tokenizer,
     topk: int = 3,
     prompt_style: str = "auto",
+    max_obs_tokens: int | None = None,
 ) -> list[Trajectory]:
-    """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call."""
+    """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call.
+    ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will."""
     plans = [oracle_texts(protocol, ex) for ex in examples]
     queries = [q for plan in plans for _, qs in plan for q in qs]
     hits = retriever.search(queries, topk) if queries else []
@@ -111,6 +113,8 @@ def oracle_trajectories(
                 turn.hit_ids = [[h.id for h in hs] for hs in mine]
                 turn.observation = protocol.render_observation(list(qs), mine)
                 obs_ids = list(tokenizer.encode(turn.observation, add_special_tokens=False))
+                if max_obs_tokens is not None:
+                    obs_ids = truncate_observation(obs_ids, max_obs_tokens)
                 traj.append(obs_ids, sampled=False)
                 turn.n_obs_tokens = len(obs_ids)
             traj.turns.append(turn)

@@ -1,0 +1,89 @@
+"""Corpora: KILT pages chunked into ~100-word passages that keep their title; every shared corpus file loads."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+from searchrl.data.corpus import PassageStore, chunk_kilt_page, iter_passages
+
+
+def test_kilt_page_chunking_matches_reference_chunker() -> None:
+    page = {
+        "wikipedia_id": "42",
+        "wikipedia_title": "Zed",
+        "text": ["Zed\n", "Zed is a letter. " * 30 + "\n", "Section::::History.\n", "BULLET::::- first item\n"]
+        + ["word " * 90 + "\n"],
+    }
+    chunks = chunk_kilt_page(page, size=100)
+    words = [len(c.text.split()) for c in chunks]
+    total = 1 + 4 * 30 + 1 + 3 + 90  # title paragraph + body + heading + bullet + last paragraph
+    assert sum(words) == total and words == [100, 100, total - 200]
+    assert [c.id for c in chunks] == ["42-0", "42-1", "42-2"]
+    assert all(c.title == "Zed" for c in chunks)
+    joined = " ".join(c.text for c in chunks)
+    assert joined.startswith("Zed Zed is a letter.")  # the title paragraph stays, as in the released corpora
+    assert "History." in joined and "- first item" in joined and "::::" not in joined
+
+
+def test_kilt_sample_chunks_into_titled_100_word_passages(shared_data: Path) -> None:
+    """Acceptance 2: the KILT page sample -> ~100-word passages, each carrying its page title."""
+    path = shared_data / "fixtures" / "kilt_pages_sample.jsonl"
+    pages = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
+    passages = list(iter_passages(path))
+    words = [len(p.text.split()) for p in passages]
+    per_title = Counter(p.title for p in passages)
+    page_words = {  # words once the markup markers are gone ("Section::::History." -> "History.")
+        pg["wikipedia_title"]: len(re.sub(r"(Section|BULLET)::::", " ", " ".join(pg["text"])).split()) for pg in pages
+    }
+    # Every page is present and yields ceil(words / 100) passages; only each page's last passage is short.
+    assert set(per_title) == set(page_words)
+    assert all(per_title[t] == -(-page_words[t] // 100) for t in page_words)
+    assert max(words) == 100 and sum(w == 100 for w in words) >= len(passages) - len(pages)
+    assert all(p.title and p.id for p in passages) and len({p.id for p in passages}) == len(passages)
+    mean = sum(words) / len(words)
+    assert 90 <= mean <= 100
+    print(
+        f"KILT sample: {len(pages)} pages -> {len(passages)} passages; words min {min(words)} / mean {mean:.1f} / "
+        f"max {max(words)}; {sum(w == 100 for w in words)} passages of exactly 100 words"
+    )
+
+
+def test_shared_corpus_files_load(shared_data: Path) -> None:
+    """Acceptance 1 (corpora): every corpus file under ../shared/data streams through iter_passages."""
+    for rel in ["2wiki-mini/corpus.jsonl", "fixtures/search_r1_example_corpus.jsonl"]:
+        path = shared_data / rel
+        rows = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
+        passages = list(iter_passages(path))
+        assert len(passages) == len(rows) > 0, rel
+        assert [p.id for p in passages] == [str(r["id"]) for r in rows]
+        assert all(p.title and p.text for p in passages), rel
+        # Search-R1 wraps the title in double quotes; they are not part of the title.
+        assert not any(p.title.startswith('"') and p.title.endswith('"') for p in passages), rel
+        print(f"{rel}: {len(passages)} passages")
+
+
+def test_every_shared_jsonl_file_is_readable(shared_data: Path) -> None:
+    """No file under ../shared/data is left out: each JSONL is a QA file or a corpus, and loads as one."""
+    from searchrl.data.loaders import load_qa
+
+    files = sorted(shared_data.rglob("*.jsonl"))
+    assert files
+    for f in files:
+        first = json.loads(next(line for line in f.open(encoding="utf-8") if line.strip()))
+        n = len(load_qa(f)) if "question" in first else sum(1 for _ in iter_passages(f))
+        assert n > 0, f
+
+
+def test_passage_store_roundtrip(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"id": f"p{i}", "contents": f'"T{i}"\nbody {i} ünïcode'}) + "\n" for i in range(50))
+    )
+    store = PassageStore.build(iter_passages(corpus), tmp_path / "store")
+    assert len(store) == 50
+    assert store[7].title == "T7" and store[7].text == "body 7 ünïcode"
+    assert store.index_of("p31") == 31
+    store.close()

@@ -1,0 +1,72 @@
+"""``searchrl data synth`` and ``searchrl data inspect`` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from searchrl.data.cli import app
+
+runner = CliRunner()
+
+
+def test_synth_writes_a_world_and_inspect_reads_it(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["synth", "--out", str(tmp_path / "w"), "--entities", "80", "--seed", "4"])
+    assert res.exit_code == 0, res.output
+    for name in ("corpus.jsonl", "train.jsonl", "dev.jsonl", "test.jsonl", "world.json"):
+        assert (tmp_path / "w" / name).exists()
+    assert "80 entities" in res.output
+
+    res = runner.invoke(app, ["inspect", str(tmp_path / "w" / "dev.jsonl"), "--n", "2"])
+    assert res.exit_code == 0, res.output
+    n_dev = sum(1 for _ in (tmp_path / "w" / "dev.jsonl").open())
+    assert "questions" in res.output and str(n_dev) in res.output
+    assert "single_hop" in res.output and "answers per question" in res.output
+
+    res = runner.invoke(app, ["inspect", str(tmp_path / "w" / "corpus.jsonl")])
+    assert res.exit_code == 0, res.output
+    assert "words per passage" in res.output and "80" in res.output
+
+    res = runner.invoke(app, ["inspect", str(tmp_path / "w"), "--limit", "5"])  # a world directory: every file
+    assert res.exit_code == 0 and res.output.count("first 5") == 4, res.output
+
+
+def test_inspect_r1_searcher_and_kilt_files(tmp_path: Path) -> None:
+    qa = tmp_path / "stage.jsonl"
+    qa.write_text(json.dumps({"question": "who?", "answer": "me"}) + "\n")
+    res = runner.invoke(app, ["inspect", str(qa)])
+    assert res.exit_code == 0 and "stage-1" in res.output, res.output
+    kilt = tmp_path / "kilt.jsonl"
+    kilt.write_text(json.dumps({"wikipedia_title": "Zed", "text": ["Zed\n", "word " * 250]}) + "\n")
+    res = runner.invoke(app, ["inspect", str(kilt)])
+    assert res.exit_code == 0, res.output
+    assert "min 51 / mean 83.7 / max 100" in res.output  # 251 words -> 100 + 100 + 51
+
+
+def test_inspect_errors_name_the_fix(tmp_path: Path) -> None:
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text(json.dumps({"foo": 1}) + "\n")
+    res = runner.invoke(app, ["inspect", str(odd)])
+    assert isinstance(res.exception, ValueError) and "cannot tell a QA file" in str(res.exception)
+    res = runner.invoke(app, ["inspect", str(tmp_path / "missing.jsonl")])
+    assert isinstance(res.exception, FileNotFoundError)
+    res = runner.invoke(app, ["synth", "--out", str(tmp_path / "x"), "--entities", "3"])
+    assert isinstance(res.exception, ValueError) and "--entities" in str(res.exception)
+
+
+def test_data_subapp_is_registered() -> None:
+    from searchrl.cli import app as root
+
+    res = CliRunner().invoke(root, ["data", "--help"])
+    assert res.exit_code == 0
+    for command in ("synth", "inspect"):
+        assert command in res.output
+
+
+@pytest.mark.parametrize("name", ["synth", "inspect"])
+def test_commands_have_examples(name: str) -> None:
+    res = runner.invoke(app, [name, "--help"])
+    assert res.exit_code == 0 and "Example:" in res.output

@@ -1,0 +1,173 @@
+"""QA loading: FlashRAG and R1-Searcher layouts, HF datasets (local), errors that name file:line and the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from searchrl.data.loaders import load_qa, parse_hf_source, question_text
+from searchrl.data.records import QAExample
+
+
+def _write(path: Path, rows: list[dict | str]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_flashrag_rows_keep_ids_answers_and_extra_fields(tmp_path: Path) -> None:
+    f = _write(
+        tmp_path / "dev.jsonl",
+        [
+            {"id": "q1", "question": "who wrote it", "golden_answers": ["A", "B"], "metadata": {"type": "bridge"}},
+            {"id": "q2", "question": "where?", "golden_answers": ["C"], "level": "hard"},
+        ],
+    )
+    got = load_qa(f)
+    assert got[0] == QAExample("q1", "who wrote it", ["A", "B"], {"type": "bridge"})
+    assert got[1].metadata == {"level": "hard"}  # extra top-level fields go to metadata
+    assert got[1].to_flashrag() == {
+        "id": "q2",
+        "question": "where?",
+        "golden_answers": ["C"],
+        "metadata": {"level": "hard"},
+    }
+
+
+def test_r1_searcher_rows_string_or_list_answer_and_line_ids(tmp_path: Path) -> None:
+    f = _write(
+        tmp_path / "stage_2.jsonl",
+        [{"question": "q one", "answer": "x"}, "", {"question": "q two", "answer": ["y", 1990]}],
+    )
+    got = load_qa(f)
+    assert [g.answers for g in got] == [["x"], ["y", "1990"]]
+    assert [g.id for g in got] == ["stage_2-1", "stage_2-3"]  # file stem + line number (blank line 2 skipped)
+
+
+def test_limit_and_normalize(tmp_path: Path) -> None:
+    f = _write(tmp_path / "t.jsonl", [{"question": f" q{i} ", "answer": "a"} for i in range(5)])
+    assert len(load_qa(f, limit=2)) == 2
+    assert load_qa(f, limit=0) == []
+    assert load_qa(f, limit=1)[0].question == "q0"  # off by default: only stripped
+    assert load_qa(f, limit=1, normalize=True)[0].question == "q0?"
+    assert question_text("Is it?") == "Is it?"
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"id": "a", "golden_answers": ["x"]}, "'question'"),
+        ({"id": "a", "question": "q"}, "'golden_answers'"),
+        ({"id": "a", "question": "q", "golden_answers": []}, "'golden_answers'"),
+        ({"id": "a", "question": "q", "answer": {"value": "x"}}, "'answer'"),
+        ({"id": "a", "question": "", "answer": "x"}, "'question'"),
+    ],
+)
+def test_malformed_row_names_file_line_and_field(tmp_path: Path, row: dict, field: str) -> None:
+    good = {"id": "ok", "question": "fine", "golden_answers": ["y"]}
+    f = _write(tmp_path / "bad.jsonl", [good, good, row])
+    with pytest.raises(ValueError) as err:
+        load_qa(f)
+    msg = str(err.value)
+    assert f"{f}:3:" in msg and field in msg, msg
+
+
+def test_missing_field_message_lists_expected_layouts(tmp_path: Path) -> None:
+    f = _write(tmp_path / "bad.jsonl", [{"query": "q", "golden_answers": ["y"]}])
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: missing field 'question'.*golden_answers.*found fields"):
+        load_qa(f)
+
+
+def test_invalid_json_line_and_missing_file(tmp_path: Path) -> None:
+    f = _write(tmp_path / "bad.jsonl", [{"question": "q", "answer": "a"}, "{not json"])
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: not valid JSON"):
+        load_qa(f)
+    with pytest.raises(FileNotFoundError, match="hf:NAME"):
+        load_qa(tmp_path / "nope.jsonl")
+    with pytest.raises(ValueError, match="split="):
+        load_qa(f, split="dev")
+
+
+def test_directory_with_split_files_and_parquet(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _write(tmp_path / "dev.jsonl", [{"id": "d1", "question": "q", "golden_answers": ["a"]}])
+    pq.write_table(
+        pa.Table.from_pylist([{"id": "t1", "question": "q", "golden_answers": ["b"]}]), tmp_path / "test.parquet"
+    )
+    assert [e.id for e in load_qa(tmp_path, split="dev")] == ["d1"]
+    assert load_qa(tmp_path, split="test")[0].answers == ["b"]
+    with pytest.raises(ValueError, match="split="):
+        load_qa(tmp_path)
+    with pytest.raises(FileNotFoundError, match="train.jsonl"):
+        load_qa(tmp_path, split="train")
+
+
+def test_parse_hf_source() -> None:
+    assert parse_hf_source("hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev") == (
+        "RUC-NLPIR/FlashRAG_datasets",
+        "hotpotqa",
+        "dev",
+    )
+    assert parse_hf_source("hf:org/name:test") == ("org/name", None, "test")
+    assert parse_hf_source("hf:org/name", split="dev") == ("org/name", None, "dev")
+    for bad in ("hf:org/name", "hf:a:b:c:d", "hf::dev"):
+        with pytest.raises(ValueError, match="hf:NAME"):
+            parse_hf_source(bad)
+    with pytest.raises(ValueError, match="keep one"):
+        parse_hf_source("hf:org/name:dev", split="test")
+
+
+@pytest.fixture()
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Keep datasets' cache inside the test's tmp dir."""
+    import datasets
+
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    return cache
+
+
+def test_hf_saved_dataset_dict_by_split(tmp_path: Path, hf_cache: Path) -> None:
+    import datasets
+
+    rows = [{"id": f"h{i}", "question": f"q{i}", "golden_answers": [f"a{i}"], "type": "comparison"} for i in range(4)]
+    dd = datasets.DatasetDict({"dev": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:1])})
+    dd.save_to_disk(str(tmp_path / "saved"))
+    got = load_qa(f"hf:{tmp_path / 'saved'}:dev", limit=3)
+    assert [g.id for g in got] == ["h0", "h1", "h2"]
+    assert got[0].answers == ["a0"] and got[0].metadata == {"type": "comparison"}
+    assert len(load_qa(tmp_path / "saved", split="test")) == 1  # a saved dataset directory works without hf:
+    with pytest.raises(ValueError, match="not 'train'"):
+        load_qa(f"hf:{tmp_path / 'saved'}:train")
+
+
+def test_hf_load_dataset_with_config_like_flashrag(tmp_path: Path, hf_cache: Path) -> None:
+    """A local copy of the FlashRAG_datasets layout (one config per dataset, declared in the README) goes through
+    the same ``datasets.load_dataset(name, config, split=...)`` call as the hub id."""
+    repo = tmp_path / "FlashRAG_datasets"
+    (repo / "hotpotqa").mkdir(parents=True)
+    _write(
+        repo / "hotpotqa" / "dev.jsonl",
+        [{"id": "hp1", "question": "q?", "golden_answers": ["yes"], "metadata": {"type": "comparison"}}],
+    )  # noqa: E501
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: hotpotqa\n  data_files:\n  - split: dev\n    path: hotpotqa/dev.jsonl\n---\n"
+    )
+    got = load_qa(f"hf:{repo}:hotpotqa:dev")
+    assert got == [QAExample("hp1", "q?", ["yes"], {"type": "comparison"})]
+
+
+def test_shared_qa_files_load(shared_data: Path) -> None:
+    """Every QA file under ../shared/data loads: one example per non-empty line, unique ids, answers present."""
+    files = ["2wiki-mini/dev.jsonl", "r1-searcher-train/stage_1.jsonl", "r1-searcher-train/stage_2.jsonl",
+             "fixtures/flashrag_nq_sample.jsonl"]  # fmt: skip
+    for rel in files:
+        path = shared_data / rel
+        lines = sum(1 for line in path.open(encoding="utf-8") if line.strip())
+        got = load_qa(path)
+        assert len(got) == lines > 0, rel
+        assert len({g.id for g in got}) == lines and all(g.answers and g.question for g in got), rel
+        print(f"{rel}: {len(got)} questions")

@@ -1,0 +1,173 @@
+"""The synthetic world: determinism, speed, the reasoning-chain invariants, disjoint splits, invented names."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from searchrl.data.corpus import iter_passages
+from searchrl.data.loaders import load_qa
+from searchrl.data.synth import (
+    _TITLE_NOUNS,
+    KIND_SHARES,
+    KINDS,
+    MAX_WORDS,
+    MIN_WORDS,
+    World,
+    generate_world,
+    write_world,
+)
+
+HOPS = {"single_hop": 1, "bridge": 2, "three_hop": 3, "comparison": 2}
+
+
+@pytest.fixture(scope="module")
+def big() -> tuple[World, float]:
+    t0 = time.perf_counter()
+    world = generate_world(2000, seed=0)
+    return world, time.perf_counter() - t0
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+def test_2000_entities_generate_fast(big: tuple[World, float]) -> None:
+    world, seconds = big
+    assert len(world.entities) == len(world.passages) == 2000
+    assert seconds < 30, f"2,000-entity world took {seconds:.1f} s"  # generous; the measured figure is in bench_synth
+    sizes = {s: len(q) for s, q in world.questions.items()}
+    assert sizes["train"] == 6000 and 240 <= sizes["dev"] <= 260 and 240 <= sizes["test"] <= 260
+    for split, qs in world.questions.items():
+        for kind in KINDS:  # every split holds every kind at about its share
+            share = sum(q.metadata["kind"] == kind for q in qs) / len(qs)
+            assert abs(share - KIND_SHARES[kind]) < 0.02, (split, kind, share)
+
+
+def test_same_seed_byte_identical_files(tmp_path: Path) -> None:
+    write_world(generate_world(150, seed=7), tmp_path / "a")
+    write_world(generate_world(150, seed=7), tmp_path / "b")
+    a = _digest(tmp_path / "a")
+    assert set(a) == {"corpus.jsonl", "train.jsonl", "dev.jsonl", "test.jsonl", "entities.jsonl", "world.json"}
+    assert a == _digest(tmp_path / "b")
+    write_world(generate_world(150, seed=8), tmp_path / "c")
+    assert _digest(tmp_path / "c")["corpus.jsonl"] != a["corpus.jsonl"]
+
+
+def test_same_seed_identical_across_processes(tmp_path: Path) -> None:
+    """String hashing is randomised per process; output must not depend on it (no set iteration)."""
+    code = "import sys; from searchrl.data.synth import *; write_world(generate_world(150, seed=7), sys.argv[1])"
+    for name, hash_seed in (("p1", "1"), ("p2", "2")):
+        env = os.environ | {"PYTHONHASHSEED": hash_seed}
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], check=True, env=env, timeout=120)
+    assert _digest(tmp_path / "p1") == _digest(tmp_path / "p2")
+
+
+def test_chain_invariants(big: tuple[World, float]) -> None:
+    """Every hop's answer occurs in that hop's passage; the final answer occurs in the last passage of the chain;
+    bridge hops are linked (hop i's answer is the entity of hop i + 1's passage)."""
+    world, _ = big
+    text = {p.id: p.text for p in world.passages}
+    title = {p.id: p.title for p in world.passages}
+    for qs in world.questions.values():
+        for q in qs:
+            kind, chain = q.metadata["kind"], q.metadata["chain"]
+            assert len(chain) == HOPS[kind], q
+            for hop in chain:
+                assert set(hop) >= {"sub_question", "query", "passage_id", "answer"}
+                assert hop["answer"] in text[hop["passage_id"]], (q.question, hop)
+                assert title[hop["passage_id"]] in hop["query"] and title[hop["passage_id"]] in hop["sub_question"]
+            assert q.answers[0] in text[chain[-1]["passage_id"]], q.question
+            assert q.metadata["supporting_ids"] == list(dict.fromkeys(h["passage_id"] for h in chain))
+            if kind in ("bridge", "three_hop"):
+                for prev, nxt in zip(chain, chain[1:], strict=False):
+                    assert prev["answer"] == title[nxt["passage_id"]], q.question
+                assert title[chain[0]["passage_id"]] in q.question
+                # The bridge entities are not named in the question: that is what makes it multi-hop.
+                assert not any(h["answer"] in q.question for h in chain), q.question
+            if kind == "single_hop":
+                assert title[chain[0]["passage_id"]] in q.question and q.question == chain[0]["sub_question"]
+            if kind == "comparison":
+                years = [int(h["answer"]) for h in chain]
+                names = [title[h["passage_id"]] for h in chain]
+                assert years[0] != years[1] and all(n in q.question for n in names)
+                earlier = "first" in q.question or "earlier" in q.question
+                winner = names[years.index(min(years) if earlier else max(years))]
+                assert q.answers[0] == winner, q.question
+
+
+def test_splits_disjoint_and_ids_unique(big: tuple[World, float]) -> None:
+    world, _ = big
+    seen: dict[str, str] = {}
+    ids: set[str] = set()
+    for split, qs in world.questions.items():
+        for q in qs:
+            assert q.question not in seen, f"{q.question!r} in {seen.get(q.question)} and {split}"
+            seen[q.question] = split
+            assert q.id not in ids
+            ids.add(q.id)
+
+
+def test_passages_and_names(big: tuple[World, float]) -> None:
+    world, _ = big
+    names = [e.name for e in world.entities]
+    assert len(set(names)) == len(names)
+    # A person's surname alias is unique too, and never another entity's name.
+    surnames = [e.aliases[-1] for e in world.entities if e.kind == "person"]
+    assert len(set(surnames)) == len(surnames) and not set(surnames) & set(names)
+    for e, p in zip(world.entities, world.passages, strict=True):
+        assert p.id == e.id and p.title == e.name and p.text.startswith(e.name)
+        assert MIN_WORDS <= len(p.text.split()) <= MAX_WORDS, p
+    for e in world.entities:
+        if e.kind == "person":
+            assert e.aliases == [e.name, e.name.split()[-1]]
+
+
+def test_invented_words_are_not_real_words(big: tuple[World, float]) -> None:
+    """Checked against the bundled MiniLM's WordPiece vocabulary (English Wikipedia's common words and names)."""
+    from searchrl.models import alias_dir
+
+    vocab_file = alias_dir("minilm-l6-v2") / "vocab.txt"
+    if not vocab_file.exists():
+        pytest.skip(f"MiniLM vocabulary not cached at {vocab_file} (run `searchrl models fetch minilm-l6-v2`)")
+    vocab = {w for w in vocab_file.read_text(encoding="utf-8").split() if w.isalpha()}
+    world, _ = big
+    fixed = "the of to in a from summer return songs".split()  # template words in work titles
+    invented = set()
+    for e in world.entities:
+        words = re.findall(r"[A-Za-z]+", e.name)
+        if e.kind == "organisation":
+            words = words[:1]  # the stem; the rest is "Press", "Records", ...
+        invented.update(w.lower() for w in words if w.lower() not in fixed and w[0].isupper())
+    invented -= {n.lower() for n in _TITLE_NOUNS}
+    real = sorted(invented & vocab)
+    assert not real, f"invented names that are real words: {real[:20]}"
+
+
+def test_small_world_and_bad_sizes(tmp_path: Path) -> None:
+    world = generate_world(20, seed=1)
+    assert all(world.questions[s] for s in ("train", "dev", "test"))
+    with pytest.raises(ValueError, match="at least 20 entities"):
+        generate_world(5, seed=0)
+    with pytest.raises(ValueError, match="split_sizes"):
+        generate_world(50, seed=0, split_sizes={"val": 3})
+    w = generate_world(100, seed=2, split_sizes={"train": 30, "dev": 10, "test": 0})
+    assert [len(w.questions[s]) for s in ("train", "dev", "test")] == [30, 10, 0]
+
+
+def test_written_world_loads_through_the_loaders(tmp_path: Path) -> None:
+    world = generate_world(120, seed=3)
+    write_world(world, tmp_path)
+    passages = list(iter_passages(tmp_path / "corpus.jsonl"))
+    assert passages == world.passages
+    for split in ("train", "dev", "test"):
+        assert load_qa(tmp_path, split=split) == world.questions[split]
+    summary = (tmp_path / "world.json").read_text()
+    assert '"seed": 3' in summary and '"entities": 120' in summary
