@@ -161,7 +161,8 @@ import sentence_transformers; out["import_sentence_transformers"] = time.perf_co
 from searchrl.models import load_embedder; load_embedder("minilm-l6-v2"); out["load_minilm"] = time.perf_counter() - t
 t = time.perf_counter()
 from searchrl.retrieval.dense import DenseOptions, read_faiss_index
-read_faiss_index({str(index / "dense" / "index.faiss")!r}, DenseOptions()); out["open_faiss_index"] = time.perf_counter() - t
+read_faiss_index({str(index / "dense" / "index.faiss")!r}, DenseOptions())
+out["open_faiss_index"] = time.perf_counter() - t
 print(json.dumps(out))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)

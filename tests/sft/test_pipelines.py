@@ -92,8 +92,10 @@ def pp_behaviours(name: str, qid: str, a: int) -> list[str]:
     internal = INTERNAL.format(f"Attempt {a}: I recall part of it.")
     return {
         "good": [internal + search, "So it is settled. " + PP.format_answer(gold)],
-        "dup": [INTERNAL.format("Attempt 0: I recall part of it.") + search, "So it is settled. "
-                + PP.format_answer(gold)],  # fmt: skip
+        "dup": [
+            INTERNAL.format("Attempt 0: I recall part of it.") + search,
+            "So it is settled. " + PP.format_answer(gold),
+        ],
         "ext_only": [f"Attempt {a}. " + search, "Found it. " + PP.format_answer(gold)],
         "wrong": [internal + search, "Hmm. " + PP.format_answer("something else")],
         "format": [internal + search, "<|end_search_result|> Fine. " + PP.format_answer(gold)],
@@ -133,8 +135,8 @@ def test_rejection_sample_keeps_exactly_the_correct_well_formed_samples(require_
         "duplicate": 1,  # q0#1 repeats q0#0 token for token
         "over_cap": 1,  # q4#2: the cap is 2 per question
     }
-    assert (stats["questions"], stats["sampled"], stats["kept"], stats["questions_with_kept"]) == (5, 15, len(expected),
-                                                                                                    4)  # fmt: skip
+    counts = [stats[key] for key in ("questions", "sampled", "kept", "questions_with_kept")]
+    assert counts == [5, 15, len(expected), 4]
     for t in kept:
         assert t.stop_reason == "answer" and t.answer == f"gold {t.question_id[1:]}"
 
@@ -173,8 +175,13 @@ def fake_vllm(model: PlannedModel, tok: ByteTokenizer):
         end, stop = min(cuts) if cuts else (len(reply), None)
         text = reply[:end]
         ids = tok.encode(text)
-        choice = {"text": text, "finish_reason": "stop" if stop else "length", "stop_reason": stop,
-                  "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-0.5] * len(ids)}}  # fmt: skip
+        logprobs = {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-0.5] * len(ids)}
+        choice = {
+            "text": text,
+            "finish_reason": "stop" if stop else "length",
+            "stop_reason": stop,
+            "logprobs": logprobs,
+        }
         return httpx.Response(200, json={"choices": [choice]})
 
     return handler
@@ -354,7 +361,6 @@ def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, 
     from searchrl.data import pipeline_cli
     from searchrl.retrieval.index import build_index
 
-    pytest.importorskip("searchrl.data.loaders", reason="load_qa (searchrl.data.loaders) is not written yet")
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "contents": f"Page {i}\nFact number {i}."}) + "\n"
                               for i in range(4)))  # fmt: skip

@@ -49,7 +49,7 @@ def _load_generator(model: str, url: str | None, served_model: str | None, timeo
 
 
 def _setup(
-    data: Path, index: Path, protocol: str, options: list[str] | None, model: str, url: str | None,
+    data: str, index: Path, protocol: str, options: list[str] | None, model: str, url: str | None,
     served_model: str | None, limit: int | None, limits: RolloutLimits, prompt_style: str, timeout_s: float,
 ):  # fmt: skip
     from searchrl.data.loaders import load_qa
@@ -76,7 +76,7 @@ _SERVED = typer.Option(None, "--served-model", help="model name on the --url ser
 
 
 def select_difficulty(
-    data: Path = _DATA,
+    data: str = _DATA,
     index: Path = _INDEX,
     protocol: str = _PROTOCOL,
     option: list[str] = _OPTION,
@@ -139,7 +139,7 @@ def select_difficulty(
 
 
 def rejection_sample_cmd(
-    data: Path = _DATA,
+    data: str = _DATA,
     index: Path = _INDEX,
     protocol: str = _PROTOCOL,
     option: list[str] = _OPTION,
@@ -175,7 +175,8 @@ def rejection_sample_cmd(
 
     Example: searchrl data rejection-sample --data world/train.jsonl --index indexes/bm25 --protocol r1_searcher_pp --k 8 --require-internal-and-external --out sft_rs.jsonl
     """  # noqa: E501
-    from searchrl.sft.pipelines import rejection_sample, slice_steps as slice_fn
+    from searchrl.sft.pipelines import rejection_sample
+    from searchrl.sft.pipelines import slice_steps as slice_fn
     from searchrl.utils import console, write_jsonl
 
     limits = RolloutLimits(max_turns=max_turns, max_searches=max_searches, max_new_tokens=max_new_tokens,

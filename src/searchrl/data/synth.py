@@ -171,22 +171,9 @@ class World:
 
 #: Earliest birth year for people in these occupations, and for founders of these organisations (no 1790 films).
 _EARLIEST_BIRTH = {"film director": 1860, "musician": 1850, "film studio": 1850, "record label": 1850}
-_OCCUPATIONS = (
-    "architect",
-    "chemist",
-    "painter",
-    "engineer",
-    "economist",
-    "politician",
-    "physician",
-    "journalist",
-    "botanist",
-    "sculptor",
-    "mathematician",
-    "diplomat",
-    "historian",
-    "photographer",
-    "astronomer",
+_OCCUPATIONS = tuple(
+    "architect chemist painter engineer economist politician physician journalist"
+    " botanist sculptor mathematician diplomat historian photographer astronomer".split()
 )
 _CREATOR_OCCUPATION = {"film": "film director", "book": "novelist", "album": "musician"}
 _CREATOR_NOUN = {"film": "director", "book": "author", "album": "performer"}
@@ -206,25 +193,9 @@ _GENRES = {
     "book": ("historical", "mystery", "adventure", "satirical", "epistolary", "gothic", "pastoral"),
     "album": ("folk", "jazz", "ambient", "rock", "chamber pop", "electronic", "blues"),
 }
-_TITLE_NOUNS = (
-    "Lanterns",
-    "Harbour",
-    "Orchard",
-    "Winter",
-    "Bells",
-    "Ashes",
-    "Tides",
-    "Archive",
-    "Garden",
-    "Mirrors",
-    "Crossing",
-    "Salt",
-    "Embers",
-    "Lighthouse",
-    "Meridian",
-    "Hollow",
-    "Tower",
-    "Letters",
+_TITLE_NOUNS = tuple(
+    "Lanterns Harbour Orchard Winter Bells Ashes Tides Archive Garden"
+    " Mirrors Crossing Salt Embers Lighthouse Meridian Hollow Tower Letters".split()
 )
 _LATER_EDITION = {
     "film": "A restored print was released",
@@ -232,17 +203,9 @@ _LATER_EDITION = {
     "album": "A remastered edition came out",
 }
 _RIVER_WORDS = ("river", "lake", "bay", "valley", "plateau", "delta")
-_CITY_FEATURES = (
-    "covered markets",
-    "stone bridges",
-    "clock towers",
-    "salt works",
-    "canal locks",
-    "terraced vineyards",
-    "tanneries",
-    "glass kilns",
-    "cathedral school",
-    "spring fair",
+_CITY_FEATURES = tuple(
+    "covered markets, stone bridges, clock towers, salt works, canal locks,"
+    " terraced vineyards, tanneries, glass kilns, cathedral school, spring fair".split(", ")
 )
 _LANG_SUFFIX = ("ic", "ese", "ian", "i")
 
@@ -657,6 +620,9 @@ def _passage(e: Entity, w: World, rng: random.Random) -> Passage:
 
 
 # ------------------------------------------------------------------------------------------------------ questions
+_YEAR_ATTRS = ("birth_year", "founding_year", "year")  # the attributes questions ask about (answers are years)
+
+
 @dataclass(frozen=True)
 class _Hop:
     relation: str
@@ -669,9 +635,8 @@ def _follow(e: Entity, relation: str, w: World) -> _Hop | None:
     if relation in e.relations:
         t = w.entity(e.relations[relation])
         return _Hop(relation, e, t.name, t)
-    year_attr = {"birth_year": "birth_year", "founding_year": "founding_year", "year": "year"}.get(relation)
-    if year_attr and year_attr in e.attrs:
-        return _Hop(relation, e, str(e.attrs[year_attr]), None)
+    if relation in _YEAR_ATTRS and relation in e.attrs:
+        return _Hop(relation, e, str(e.attrs[relation]), None)
     return None
 
 
@@ -709,61 +674,46 @@ def _hop_question(h: _Hop) -> tuple[str, str]:
     raise ValueError(f"no question template for relation {h.relation!r}")
 
 
-# Multi-hop templates: (kind, start entity kind, start subtype or None, relations, question format).
-# ``{s}`` is the named start entity; ``{cn}``/``{pn}`` the creator/publisher noun of a work.
-_TEMPLATES: list[tuple[str, str, str | None, tuple[str, ...], str]] = [
-    ("bridge", "person", None, ("born_in", "country"), "In which country was {s} born?"),
-    ("bridge", "person", None, ("spouse", "born_in"), "Where was the spouse of {s} born?"),
-    ("bridge", "person", None, ("employer", "founder"), "Who founded the organisation {s} worked for?"),
-    ("bridge", "person", None, ("employer", "headquarters"), "In which city is {s}'s employer headquartered?"),
-    ("bridge", "organisation", None, ("founder", "born_in"), "Where was the founder of {s} born?"),
-    ("bridge", "organisation", None, ("founder", "birth_year"), "In which year was the founder of {s} born?"),
-    ("bridge", "organisation", None, ("headquarters", "country"), "In which country is {s} headquartered?"),
-    ("bridge", "city", None, ("country", "capital"), "What is the capital of the country where {s} lies?"),
-    ("bridge", "work", None, ("creator", "born_in"), "Where was the {cn} of {s} born?"),
-    ("bridge", "work", None, ("creator", "birth_year"), "In which year was the {cn} of {s} born?"),
-    ("bridge", "work", None, ("creator", "spouse"), "Who was the {cn} of {s} married to?"),
-    ("bridge", "work", None, ("publisher", "founder"), "Who founded the {pn} of {s}?"),
-    ("bridge", "work", None, ("publisher", "headquarters"), "In which city is the {pn} of {s} based?"),
-    ("bridge", "work", None, ("publisher", "founding_year"), "In which year was the {pn} of {s} founded?"),
+# Multi-hop templates: (kind, start entity kind, relations followed, question). ``{s}`` is the named start
+# entity; ``{cn}`` / ``{pn}`` the creator / publisher noun of a work ("director", "label", ...).
+_TEMPLATES: list[tuple[str, str, tuple[str, ...], str]] = [
+    ("bridge", "person", ("born_in", "country"), "In which country was {s} born?"),
+    ("bridge", "person", ("spouse", "born_in"), "Where was the spouse of {s} born?"),
+    ("bridge", "person", ("employer", "founder"), "Who founded the organisation {s} worked for?"),
+    ("bridge", "person", ("employer", "headquarters"), "In which city is {s}'s employer headquartered?"),
+    ("bridge", "organisation", ("founder", "born_in"), "Where was the founder of {s} born?"),
+    ("bridge", "organisation", ("founder", "birth_year"), "In which year was the founder of {s} born?"),
+    ("bridge", "organisation", ("headquarters", "country"), "In which country is {s} headquartered?"),
+    ("bridge", "city", ("country", "capital"), "What is the capital of the country where {s} lies?"),
+    ("bridge", "work", ("creator", "born_in"), "Where was the {cn} of {s} born?"),
+    ("bridge", "work", ("creator", "birth_year"), "In which year was the {cn} of {s} born?"),
+    ("bridge", "work", ("creator", "spouse"), "Who was the {cn} of {s} married to?"),
+    ("bridge", "work", ("publisher", "founder"), "Who founded the {pn} of {s}?"),
+    ("bridge", "work", ("publisher", "headquarters"), "In which city is the {pn} of {s} based?"),
+    ("bridge", "work", ("publisher", "founding_year"), "In which year was the {pn} of {s} founded?"),
     (
         "three_hop",
         "person",
-        None,
         ("born_in", "country", "capital"),
         "What is the capital of the country where {s} was born?",
     ),
-    ("three_hop", "person", None, ("employer", "founder", "born_in"), "Where was the founder of {s}'s employer born?"),
+    ("three_hop", "person", ("employer", "founder", "born_in"), "Where was the founder of {s}'s employer born?"),
     (
         "three_hop",
         "person",
-        None,
         ("employer", "headquarters", "country"),
         "In which country is the organisation {s} worked for headquartered?",
     ),
-    (
-        "three_hop",
-        "organisation",
-        None,
-        ("founder", "born_in", "country"),
-        "In which country was the founder of {s} born?",
-    ),
-    ("three_hop", "work", None, ("creator", "born_in", "country"), "In which country was the {cn} of {s} born?"),
-    ("three_hop", "work", None, ("creator", "spouse", "born_in"), "Where was the spouse of the {cn} of {s} born?"),
+    ("three_hop", "organisation", ("founder", "born_in", "country"), "In which country was the founder of {s} born?"),
+    ("three_hop", "work", ("creator", "born_in", "country"), "In which country was the {cn} of {s} born?"),
+    ("three_hop", "work", ("creator", "spouse", "born_in"), "Where was the spouse of the {cn} of {s} born?"),
     (
         "three_hop",
         "work",
-        None,
         ("publisher", "founder", "birth_year"),
         "In which year was the founder of the {pn} of {s} born?",
     ),
-    (
-        "three_hop",
-        "work",
-        None,
-        ("publisher", "headquarters", "country"),
-        "In which country is the {pn} of {s} based?",
-    ),
+    ("three_hop", "work", ("publisher", "headquarters", "country"), "In which country is the {pn} of {s} based?"),
 ]
 
 _SINGLE_RELATIONS = {
@@ -798,7 +748,7 @@ class _Candidate:
     template: str
 
 
-def _chain(hops: list[_Hop], w: World) -> list[dict[str, str]]:
+def _chain(hops: list[_Hop]) -> list[dict[str, str]]:
     out = []
     for h in hops:
         sub_q, query = _hop_question(h)
@@ -826,7 +776,7 @@ def _path_candidates(w: World) -> list[_Candidate]:
             if hop is not None:
                 q, _ = _hop_question(hop)
                 out.append(_Candidate(f"{e.id}/{rel}", "single_hop", q, _answers_for(hop), [hop], f"single:{rel}"))
-        for kind, start, _sub, rels, fmt in _TEMPLATES:
+        for kind, start, rels, fmt in _TEMPLATES:
             if e.kind != start:
                 continue
             hops, cur = [], e
@@ -890,9 +840,7 @@ def _quotas(size: int) -> dict[str, int]:
     return quota
 
 
-def _split_questions(
-    cands: list[_Candidate], sizes: dict[str, int], w: World, rng: random.Random
-) -> dict[str, list[QAExample]]:
+def _split_questions(cands: list[_Candidate], sizes: dict[str, int], rng: random.Random) -> dict[str, list[QAExample]]:
     """Fill test, dev, then train with each kind at its share; a key and a question string land in one split only."""
     by_kind: dict[str, list[_Candidate]] = {k: [] for k in KINDS}
     for c in cands:
@@ -931,7 +879,7 @@ def _split_questions(
                 {
                     "kind": c.kind,
                     "template": c.template,
-                    "chain": _chain(c.hops, w),
+                    "chain": _chain(c.hops),
                     "supporting_ids": list(dict.fromkeys(h.subject.id for h in c.hops)),
                 },
             )
@@ -966,7 +914,7 @@ def generate_world(n_entities: int, seed: int, split_sizes: dict[str, int] | Non
     cands = _path_candidates(world)
     n_cmp = round(sum(sizes.values()) * KIND_SHARES["comparison"]) + 10
     cands += _comparison_candidates(world, n_cmp, rng)
-    world.questions = _split_questions(cands, sizes, world, rng)
+    world.questions = _split_questions(cands, sizes, rng)
     return world
 
 

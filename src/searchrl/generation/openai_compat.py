@@ -64,14 +64,14 @@ class OpenAICompatGenerator(Generator):
                 "return_tokens_as_token_ids": True,
             }
             if params.seed is not None:
-                payload["seed"] = params.seed
+                payload["seed"] = params.seed + len(out)  # identical prompts (a group) must not share a seed
             choice = self._post(payload)["choices"][0]
             text = choice.get("text", "")
             stop_str = next((s for s in params.stop if text.endswith(s)), None)
-            if choice.get("finish_reason") == "stop" and params.stop and stop_str is None:
-                # Servers that strip the stop string: put the one that fired back (first stop in the list).
-                stop_str = choice.get("stop_reason") if isinstance(choice.get("stop_reason"), str) else params.stop[0]
-                text += stop_str
+            fired = choice.get("stop_reason")  # vLLM: the stop string that fired, None for EOS
+            if choice.get("finish_reason") == "stop" and stop_str is None and isinstance(fired, str):
+                text += fired  # servers that strip the stop string: put back the one that fired
+                stop_str = fired
             lp = choice.get("logprobs") or {}
             tokens = lp.get("tokens") or []
             exact = bool(tokens) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens)

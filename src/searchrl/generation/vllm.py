@@ -22,16 +22,20 @@ class VLLMGenerator(Generator):
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
-        sp = VSP(
-            max_tokens=params.max_new_tokens,
-            temperature=max(params.temperature, 0.0),
-            top_p=params.top_p,
-            stop=list(params.stop),
-            include_stop_str_in_output=True,
-            logprobs=0,
-            seed=params.seed,
-        )
-        results = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+        # One seed per prompt: identical prompts (a GRPO group) must not share a seed, or they sample alike.
+        sps = [
+            VSP(
+                max_tokens=params.max_new_tokens,
+                temperature=max(params.temperature, 0.0),
+                top_p=params.top_p,
+                stop=list(params.stop),
+                include_stop_str_in_output=True,
+                logprobs=0,
+                seed=None if params.seed is None else params.seed + i,
+            )
+            for i in range(len(prompts))
+        ]
+        results = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         out = []
         for r in results:
             o = r.outputs[0]
