@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+_DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", _DEFAULT))
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,9 @@ app = typer.Typer(
 )
 
 # ------------------------------------------------------------------------------------------------------ models
-models_app = typer.Typer(help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).", no_args_is_help=True)
+models_app = typer.Typer(
+    help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).", no_args_is_help=True
+)
 app.add_typer(models_app, name="models")
 
 
@@ -88,7 +90,9 @@ def config_show(
 
 
 @config_app.command("validate")
-def config_validate(recipes: list[str] = typer.Argument(None, help="recipe names or paths; default: all shipped")) -> None:
+def config_validate(
+    recipes: list[str] = typer.Argument(None, help="recipe names or paths; default: all shipped"),
+) -> None:
     """Validate recipes; exits non-zero naming the bad key and the closest valid one.
 
     Example: searchrl config validate my_recipe.yaml

@@ -33,7 +33,9 @@ def test_bundled_policy_answers_capital_of_france() -> None:
     assert time.perf_counter() - t0 < 5.0, "a cached load must be fast"
     assert tok.chat_template, "the chat template must survive the conversion"
     ids = tok.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, return_tensors="pt"
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
     )
     out = model.generate(ids, attention_mask=ids.new_ones(ids.shape), max_new_tokens=20, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids.shape[1] :])
@@ -42,6 +44,8 @@ def test_bundled_policy_answers_capital_of_france() -> None:
 @pytest.mark.slow
 def test_bundled_embedder_encodes() -> None:
     emb = load_embedder("minilm-l6-v2")
-    vecs = emb.encode(["a cat sat on the mat", "a kitten rested on a rug", "stock markets fell"], normalize_embeddings=True)
+    vecs = emb.encode(
+        ["a cat sat on the mat", "a kitten rested on a rug", "stock markets fell"], normalize_embeddings=True
+    )
     assert vecs.shape == (3, 384)
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]

@@ -9,7 +9,6 @@ import pytest
 from searchrl.config import load_config
 from searchrl.data.records import QAExample
 from searchrl.rl.trainer import Trainer
-
 from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
 
 QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(16)]

@@ -98,11 +98,21 @@ def test_search_budget_and_force_answer() -> None:
     protocol = get_protocol("search_r1")
     gen = ScriptedGenerator(tok, lambda ctx: protocol.format_search(["again"]))  # never answers
     retriever = CountingRetriever()
-    engine = RolloutEngine(gen, retriever, protocol, RolloutLimits(max_turns=4, max_searches=2, topk=1,
-                                                                    max_total_tokens=50000, max_obs_tokens=500))
+    engine = RolloutEngine(
+        gen,
+        retriever,
+        protocol,
+        RolloutLimits(max_turns=4, max_searches=2, topk=1, max_total_tokens=50000, max_obs_tokens=500),
+    )
     (t,) = engine.run([QAExample("q", "Q?", ["a"])])
     assert t.n_searches == 2
-    assert [turn.action for turn in t.turns] == ["search", "search", "search_over_budget", "search_over_budget", "none"]
+    assert [turn.action for turn in t.turns] == [
+        "search",
+        "search",
+        "search_over_budget",
+        "search_over_budget",
+        "none",
+    ]
     assert t.stop_reason == "no_answer" and t.answer is None
     assert sum(len(c) for c in retriever.calls) == 2
 

@@ -81,9 +81,17 @@ class OpenAICompatGenerator(Generator):
             else:
                 token_ids = self.tokenizer.encode(text, add_special_tokens=False)
                 logprobs = [0.0] * len(token_ids)
-            reason = {"stop": "stop" if stop_str else "eos", "length": "length"}.get(choice.get("finish_reason"), "eos")
+            reason = {"stop": "stop" if stop_str else "eos", "length": "length"}.get(
+                choice.get("finish_reason"), "eos"
+            )
             out.append(
-                Completion(token_ids, logprobs, text, reason, stop_str,
-                           {"generate_s": time.perf_counter() - t0, "exact_tokens": float(exact)})  # fmt: skip
+                Completion(
+                    token_ids,
+                    logprobs,
+                    text,
+                    reason,
+                    stop_str,
+                    {"generate_s": time.perf_counter() - t0, "exact_tokens": float(exact)},
+                )  # fmt: skip
             )
         return out

@@ -9,7 +9,9 @@ from searchrl.generation.base import Completion, Generator, SamplingParams
 
 
 class VLLMGenerator(Generator):
-    def __init__(self, model_path: str, tokenizer, gpu_memory_utilization: float = 0.6, dtype: str = "bfloat16") -> None:
+    def __init__(
+        self, model_path: str, tokenizer, gpu_memory_utilization: float = 0.6, dtype: str = "bfloat16"
+    ) -> None:
         try:
             from vllm import LLM
         except ImportError as err:  # pragma: no cover - depends on an optional install

@@ -37,7 +37,7 @@ from searchrl.rl import algorithms as A
 from searchrl.rl.batch import Batch, collate_trajectories, compute_logprobs, response_logits, token_logprobs
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
-from searchrl.utils import console, progress
+from searchrl.utils import progress
 
 #: ``(trajectories, protocol) -> (scores, metrics)``; the default composes cfg.reward's components.
 RewardFn = Callable[[Sequence[Trajectory]], tuple[list[float], dict[str, float]]]
@@ -127,7 +127,8 @@ class Trainer:
 
             lc = cfg.model.lora
             model = get_peft_model(
-                model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules)
+                model,
+                LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules),
             )
         elif needs_ref:
             import copy
@@ -215,8 +216,10 @@ class Trainer:
             assert self.critic is not None
             with torch.no_grad():
                 old_values_BT = torch.cat(
-                    [self.critic(batch.select(list(range(s, min(s + self.micro, len(batch))))))
-                     for s in range(0, len(batch), self.micro)]  # fmt: skip
+                    [
+                        self.critic(batch.select(list(range(s, min(s + self.micro, len(batch))))))
+                        for s in range(0, len(batch), self.micro)
+                    ]  # fmt: skip
                 )
             rewards_BT = torch.zeros_like(old_logp_BT)
             last = (mask_BT.cumsum(-1) == mask_BT.sum(-1, keepdim=True)) & (mask_BT > 0)  # (B, T) last counted token
@@ -365,7 +368,9 @@ class Trainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if self._log_f is None:
             self._log_f = (self.out_dir / "metrics.jsonl").open("a")
-        self._log_f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in m.items()}) + "\n")
+        self._log_f.write(
+            json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in m.items()}) + "\n"
+        )
         self._log_f.flush()
         if self.tcfg.tensorboard:
             if self._tb is None:

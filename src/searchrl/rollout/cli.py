@@ -41,11 +41,11 @@ def ask(
 
     Example: searchrl ask "Who founded Skamtilpom Recordings?" --index runs/world/index-bm25
     """
+    from searchrl.data.records import QAExample
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
     from searchrl.protocols import get_protocol
     from searchrl.rollout.engine import RolloutEngine, RolloutLimits
-    from searchrl.data.records import QAExample
 
     if bool(index) == bool(url):
         raise ValueError("give exactly one of --index DIR (local) or --url URL (a running `searchrl serve`)")

@@ -73,7 +73,9 @@ def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str =
     by the protocol's response prefix (pre-filled, never sampled)."""
     use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
     if use_chat:
-        text = tokenizer.apply_chat_template(protocol.chat_messages(question), add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(
+            protocol.chat_messages(question), add_generation_prompt=True, tokenize=False
+        )
     else:
         text = protocol.raw_prompt(question)
     return text + protocol.response_prefix
@@ -211,7 +213,9 @@ class RolloutEngine:
                 flat = [q for _, _, qs in searches for q in qs]
                 t0 = time.perf_counter()
                 if self.retriever is None:
-                    raise ValueError("the policy issued a search but no retriever is configured (pass --index or --url)")
+                    raise ValueError(
+                        "the policy issued a search but no retriever is configured (pass --index or --url)"
+                    )
                 hits = self.retriever.search(flat, lim.topk)
                 dt = time.perf_counter() - t0
                 timing["retrieve_s"] += dt

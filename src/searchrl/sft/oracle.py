@@ -43,7 +43,9 @@ def oracle_texts(protocol: Protocol, example: QAExample) -> list[tuple[str, list
     """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn."""
     chain = example.metadata.get("chain") or []
     if not chain:
-        raise ValueError(f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world")
+        raise ValueError(
+            f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world"
+        )
     style = _STYLE.get(protocol.name, _THINK)
     answer = example.answers[0]
     turns: list[tuple[str, list[str]]] = []

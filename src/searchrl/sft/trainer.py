@@ -50,7 +50,8 @@ class SFTTrainer:
 
             lc = cfg.model.lora
             model = get_peft_model(
-                model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules)
+                model,
+                LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules),
             )
         self.model = model
         self.device = next(model.parameters()).device
@@ -87,8 +88,14 @@ class SFTTrainer:
                     self.sched.step()
                     step += 1
                     tokens += sum(len(_parts(e)[0]) + len(_parts(e)[1]) for e in batch)
-                    m = {"step": step, "epoch": epoch, "loss": float(loss), "grad_norm": float(gnorm),
-                         "lr": self.sched.get_last_lr()[0], "tokens_per_s": tokens / (time.perf_counter() - t0)}  # fmt: skip
+                    m = {
+                        "step": step,
+                        "epoch": epoch,
+                        "loss": float(loss),
+                        "grad_norm": float(gnorm),
+                        "lr": self.sched.get_last_lr()[0],
+                        "tokens_per_s": tokens / (time.perf_counter() - t0),
+                    }
                     history.append(m)
                     log.write(json.dumps(m) + "\n")
                     log.flush()
