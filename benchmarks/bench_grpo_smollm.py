@@ -1,0 +1,64 @@
+"""GRPO on the bundled SmolLM2-135M in the synthetic world (issue 7): N steps on this CPU, the curves and the
+per-step time split (generation / retrieval / reward / log-probs / update).
+
+    python benchmarks/bench_grpo_smollm.py [--steps 20] [--init runs/coldstart/final] [--out runs/grpo-demo]
+
+Writes benchmarks/results/grpo_smollm.{json,md} and <out>/curves.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+TIMES = ["time/generate_s", "time/retrieve_s", "time/reward_s", "time/logprob_s", "time/update_s", "time/step_s"]
+COLS = ["step", "reward/total", "rollout/searches", "rollout/response_len", *TIMES]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--init", default="runs/coldstart/final")
+    ap.add_argument("--out", default="runs/grpo-demo")
+    ap.add_argument("overrides", nargs="*", help="extra dotted overrides for the demo recipe")
+    args = ap.parse_args()
+    init = [f"training.init_from={args.init}"] if Path(args.init, "config.json").exists() else []
+    cmd = [sys.executable, "-m", "searchrl.cli", "train", "--recipe", "demo", f"training.steps={args.steps}",
+           f"training.output_dir={args.out}", "training.save_every=10", *init, *args.overrides]  # fmt: skip
+    subprocess.run(cmd, check=True)
+    from searchrl.viz.plots import load_metrics, plot_run
+
+    rows = load_metrics(args.out)
+    png = plot_run(args.out)
+    mean = {k: sum(r[k] for r in rows) / len(rows) for k in TIMES}
+    first, last = rows[: max(1, len(rows) // 4)], rows[-max(1, len(rows) // 4) :]
+
+    def avg(rs, k):
+        return sum(r.get(k, 0.0) for r in rs) / len(rs)
+
+    result = {
+        "steps": len(rows), "init_from": init[0].split("=", 1)[1] if init else "bundled model",
+        "mean_time_split_s": {k.split("/")[1]: round(v, 2) for k, v in mean.items()},
+        "reward_first_quarter": avg(first, "reward/total"), "reward_last_quarter": avg(last, "reward/total"),
+        "searches_first_quarter": avg(first, "rollout/searches"),
+        "searches_last_quarter": avg(last, "rollout/searches"),
+        "curves": str(png), "per_step": [{k: r.get(k) for k in COLS} for r in rows],
+    }  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "grpo_smollm.json").write_text(json.dumps(result, indent=2))
+    md = [f"# GRPO, SmolLM2-135M, synthetic world: {len(rows)} steps (init: {result['init_from']})", "",
+          "| step | reward | searches | response len | generate s | retrieve s | reward s | logprob s | update s "
+          "| step s |",
+          "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        md.append("| " + " | ".join(f"{r.get(k, 0):.3g}" for k in COLS) + " |")
+    (RESULTS / "grpo_smollm.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
