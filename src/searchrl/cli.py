@@ -114,31 +114,28 @@ def version() -> None:
     print(__version__)
 
 
-def _register_subapps() -> None:
-    """Attach the sub-apps of the packages that exist (kept in one place so the tree stays readable)."""
+def _optional_module(name: str):
+    """Import a CLI module of a sub-package; None when that module does not exist (a partial install)."""
     import importlib
 
-    for module, name in [
-        ("searchrl.data.cli", "data"),
-        ("searchrl.retrieval.cli", "index"),
-        ("searchrl.eval.cli", "eval"),
-    ]:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name == module:
-                continue
-            raise
-        app.add_typer(mod.app, name=name)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name == name:
+            return None
+        raise
+
+
+def _register_subapps() -> None:
+    """Attach the sub-apps of the packages that exist (kept in one place so the tree stays readable)."""
+    subapps = [("searchrl.data.cli", "data"), ("searchrl.retrieval.cli", "index"), ("searchrl.eval.cli", "eval")]
+    for module, name in subapps:
+        if (mod := _optional_module(module)) is not None:
+            app.add_typer(mod.app, name=name)
     for module in ["searchrl.retrieval.serve_cli", "searchrl.rollout.cli", "searchrl.rl.cli", "searchrl.sft.cli",
                    "searchrl.viz.cli", "searchrl.demo"]:  # fmt: skip
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name == module:
-                continue
-            raise
-        mod.register(app)
+        if (mod := _optional_module(module)) is not None:
+            mod.register(app)
 
 
 _register_subapps()
