@@ -68,8 +68,13 @@ def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) 
 
 def test_eval_from_a_recipe_file(tmp_path, qa_file, fakes, monkeypatch) -> None:
     recipe = tmp_path / "eval.yaml"
-    recipe.write_text(yaml.safe_dump({"evaluation": {"datasets": [str(qa_file)], "methods": ["direct"],
-                                                     "metrics": ["em"], "output_dir": str(tmp_path / "o")}}))  # fmt: skip
+    evaluation = {
+        "datasets": [str(qa_file)],
+        "methods": ["direct"],
+        "metrics": ["em"],
+        "output_dir": str(tmp_path / "o"),
+    }
+    recipe.write_text(yaml.safe_dump({"evaluation": evaluation}))
     monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(fakes.direct_reply))
     res = runner.invoke(cli.app, ["eval", "--config", str(recipe)])
     assert res.exit_code == 0, res.output + repr(res.exception)

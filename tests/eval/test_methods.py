@@ -86,7 +86,9 @@ def test_direct(examples, direct_generator, fakes) -> None:
     method = DirectMethod(direct_generator, max_new_tokens=64)
     preds = method.answer(examples)
     assert [p.text for p in preds] == ["Rome", "The director is Tom Hale", "No"]
-    assert [p.gen_tokens for p in preds] == [n_bytes(fakes.direct_reply(q)) + 1 for q in (Q_ROME, Q_HALE, Q_OSLO)]  # + EOS
+    assert [p.gen_tokens for p in preds] == [
+        n_bytes(fakes.direct_reply(q)) + 1 for q in (Q_ROME, Q_HALE, Q_OSLO)
+    ]  # + EOS
     assert all(p.searches == 0 and p.trajectory is None and p.latency_s > 0 for p in preds)
     assert len(direct_generator.calls) == 1 and len(direct_generator.calls[0]) == 3  # one batched call
     prompt = direct_generator.calls[0][0]

@@ -6,11 +6,8 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(
-    help="Evaluate direct / CoT / naive RAG / IRCoT / agent methods on QA datasets, or re-score predictions.",
-    invoke_without_command=True,
-    add_completion=False,
-)
+# No help= here: the callback's docstring (with its Example line) is the group's help.
+app = typer.Typer(invoke_without_command=True, add_completion=False)
 
 
 def _split_list(value: str | None) -> list[str]:
@@ -98,7 +95,10 @@ def main(
     batch_size: int = typer.Option(None, help="questions per batch"),
     overrides: list[str] = typer.Option(None, "--set", help="dotted config override, e.g. rollout.max_turns=2"),
 ) -> None:
-    """Evaluate methods x datasets; write predictions, summary.{md,csv,json,png} and the resolved config.
+    """Evaluate direct / CoT / naive RAG / IRCoT / agent methods on QA datasets, or re-score predictions.
+
+    Writes predictions/<dataset>__<method>.jsonl, summary.{md,csv,json,png} and the resolved config.yaml into
+    --out. Give a recipe (--config) and/or flags; flags win.
 
     Example: searchrl eval --data dev.jsonl --methods direct,naive_rag,agent --index indexes/bm25 --limit 100
     """

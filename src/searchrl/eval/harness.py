@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.progress import Progress, TaskID
+
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.eval.baselines import (
@@ -34,7 +36,7 @@ from searchrl.eval.baselines import (
     NaiveRAGMethod,
     Prediction,
 )
-from searchrl.eval.report import aggregate, print_summary, write_reports
+from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_reports
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
 from searchrl.rewards.judge import LLMJudge
@@ -96,7 +98,7 @@ def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
         if not examples:
             raise ValueError(f"dataset {entry} has no questions; check the file (or drop it from --data)")
         unique, k = name, 2
-        while unique in out:
+        while unique in out or unique == AVERAGE:  # "average" names the summary's mean row
             unique, k = f"{name}_{k}", k + 1
         out[unique] = (source, examples)
     return out
@@ -135,7 +137,8 @@ def load_retriever(cfg: RunConfig, corpus: str | Path | None = None) -> Retrieve
 
 
 def load_generator(cfg: RunConfig) -> Generator:
-    """An HF generator over the configured policy (``training.init_from`` if set, else ``model.policy``)."""
+    """An HF generator over the configured policy (``training.init_from`` if set, else ``model.policy``), after
+    seeding every RNG with ``evaluation.seed``."""
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
     from searchrl.pipeline import policy_spec
@@ -236,9 +239,13 @@ def predictions_path(out_dir: str | Path, dataset: str, method: str) -> Path:
 
 
 def answer_all(
-    method: Method, examples: Sequence[QAExample], batch_size: int, bar=None, task=None
+    method: Method,
+    examples: Sequence[QAExample],
+    batch_size: int,
+    bar: Progress | None = None,
+    task: TaskID | None = None,
 ) -> list[Prediction]:
-    """Run ``method`` over ``examples`` in batches (advancing a progress task per batch)."""
+    """Run ``method`` over ``examples`` in batches, advancing ``task`` of ``bar`` after each batch."""
     preds: list[Prediction] = []
     for start in range(0, len(examples), batch_size):
         batch = examples[start : start + batch_size]
@@ -246,7 +253,7 @@ def answer_all(
         if len(out) != len(batch):
             raise RuntimeError(f"method {method.name} returned {len(out)} predictions for {len(batch)} questions")
         preds.extend(out)
-        if bar is not None:
+        if bar is not None and task is not None:
             bar.advance(task, len(batch))
     return preds
 
