@@ -34,7 +34,7 @@ from searchrl.generation.base import Generator
 from searchrl.generation.hf import HFGenerator
 from searchrl.protocols.base import Protocol
 from searchrl.rl import algorithms as A
-from searchrl.rl.batch import Batch, collate_trajectories, compute_logprobs, response_logits, token_logprobs
+from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories, compute_logprobs, score_tokens
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.utils import progress
@@ -140,15 +140,17 @@ class Trainer:
         self.opt = torch.optim.AdamW(params, lr=self.tcfg.lr, weight_decay=self.tcfg.weight_decay)
         warm = max(self.tcfg.warmup_steps, 0)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-        self.model, self.opt = self.acc.prepare(model, self.opt)
+        # self.model is the (possibly DDP-wrapped) scorer; self.policy the causal LM inside it.
+        self.model, self.opt = self.acc.prepare(TokenScorer(model), self.opt)
+        self.policy = self.acc.unwrap_model(self.model).lm
         if self.alg.name == "ppo":
             import copy
 
-            critic = ValueModel(copy.deepcopy(self.acc.unwrap_model(self.model)))
+            critic = ValueModel(copy.deepcopy(self.policy))
             self.critic_opt = torch.optim.AdamW(critic.parameters(), lr=self.tcfg.critic_lr)
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
         # The default generator shares the policy's weights; pass another backend (e.g. vLLM) to decouple them.
-        self.generator = generator or HFGenerator(self.acc.unwrap_model(self.model), tokenizer)
+        self.generator = generator or HFGenerator(self.policy, tokenizer)
         limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
         self.engine = RolloutEngine(self.generator, retriever, protocol, limits, cfg.model.prompt_style)
         self._log_f = None
@@ -197,15 +199,15 @@ class Trainer:
         batch = collate_trajectories(trajs, self._pad).to(self.acc.device)
         mask_BT = self._loss_mask(batch)  # (B, T)
         scores_B = torch.tensor(scores, dtype=torch.float32, device=self.acc.device)  # (B,)
-        policy = self.acc.unwrap_model(self.model)
-        old_logp_BT = compute_logprobs(policy, batch, self.micro)  # (B, T)
+        scorer = self.acc.unwrap_model(self.model)
+        old_logp_BT = compute_logprobs(scorer, batch, mask_BT, self.micro)  # (B, T)
         ref_logp_BT = None
         if alg.kl_coef > 0:
             if self.ref is not None:
-                ref_logp_BT = compute_logprobs(self.ref, batch, self.micro)
+                ref_logp_BT = compute_logprobs(TokenScorer(self.ref), batch, mask_BT, self.micro)
             else:  # LoRA: the base model is the adapter-disabled policy
-                with policy.disable_adapter():
-                    ref_logp_BT = compute_logprobs(policy, batch, self.micro)
+                with self.policy.disable_adapter():
+                    ref_logp_BT = compute_logprobs(scorer, batch, mask_BT, self.micro)
         metrics: dict[str, float] = {}
         kl_BT = torch.zeros_like(old_logp_BT)
         if ref_logp_BT is not None:
@@ -257,8 +259,7 @@ class Trainer:
                     idx = mini[cs : cs + self.micro]
                     mb = batch.select(idx)
                     mm = mask_BT[idx]
-                    logits_BTV = response_logits(self.model, mb)
-                    logp_BT = token_logprobs(logits_BTV, mb.response_ids)
+                    logp_BT, ent_BT = score_tokens(self.model, mb, mm, entropy=alg.entropy_coef != 0)  # (B, T) each
                     agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
                     loss, pm = A.policy_loss(
                         logp_BT, old_logp_BT[idx], adv_BT[idx], mm, alg.clip_eps, alg.dual_clip, **agg
@@ -267,9 +268,9 @@ class Trainer:
                         kl_cur_BT, _ = A.kl_penalty(logp_BT, ref_logp_BT[idx], mm, alg.kl_estimator)
                         loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, alg.loss_agg, g_tok, g_seq)
                     if alg.entropy_coef:
-                        ent, em = A.entropy_from_logits(logits_BTV, mm, **agg)
+                        ent = A.aggregate_loss(ent_BT, mm, alg.loss_agg, g_tok, g_seq)
                         loss = loss - alg.entropy_coef * ent
-                        pm.update(em)
+                        pm["entropy/mean"] = float(A.masked_mean(ent_BT.detach(), mm))
                     loss = loss * self.acc.num_processes  # DDP averages gradients; the loss is already global
                     self.acc.backward(loss)
                     if self.critic is not None:
@@ -321,7 +322,7 @@ class Trainer:
             return
         b = collate([s[0] for s in seqs], [s[1] for s in seqs], [s[2] for s in seqs], pad_id=self._pad)
         b = b.to(self.acc.device)
-        logp_BT = token_logprobs(response_logits(self.model, b), b.response_ids)  # (B, T)
+        logp_BT, _ = score_tokens(self.model, b, b.action_mask)  # (B, T)
         nll = -A.aggregate_loss(logp_BT, b.action_mask, "token_mean")
         self.acc.backward(self.tcfg.memorization_coef * nll)
 
@@ -402,7 +403,7 @@ class Trainer:
 
     def save_model(self, path: Path) -> None:
         if self.acc.is_main_process:
-            model = self.acc.unwrap_model(self.model)
+            model = self.policy
             if hasattr(model, "merge_and_unload") and self.cfg.model.lora is not None:
                 model = model.merge_and_unload()
             model.save_pretrained(path, safe_serialization=True)
@@ -416,7 +417,7 @@ class Trainer:
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.acc.unwrap_model(self.model).save_pretrained(tmp / "model", safe_serialization=True)
+        self.policy.save_pretrained(tmp / "model", safe_serialization=True)
         if hasattr(self.tokenizer, "save_pretrained"):
             self.tokenizer.save_pretrained(tmp / "model")
         state: dict[str, Any] = {
@@ -440,7 +441,7 @@ class Trainer:
             raise FileNotFoundError(f"no checkpoint at {path}; run without --resume to start fresh")
         from safetensors.torch import load_file
 
-        model = self.acc.unwrap_model(self.model)
+        model = self.policy
         weights = load_file(str(path / "model" / "model.safetensors"))
         model.load_state_dict(weights, strict=False)
         if getattr(model.config, "tie_word_embeddings", False):

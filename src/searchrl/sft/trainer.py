@@ -19,7 +19,7 @@ import torch
 
 from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
-from searchrl.rl.batch import collate, response_logits, token_logprobs
+from searchrl.rl.batch import TokenScorer, collate, score_tokens
 from searchrl.utils import console, progress
 
 
@@ -30,11 +30,11 @@ def _parts(ex: Any) -> tuple[list[int], list[int], list[int]]:
     return list(ex.prompt_ids), list(ex.response_ids), list(mask)
 
 
-def sft_loss(model, examples: Sequence[Any], pad_id: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Token-mean NLL over the loss-mask positions of a batch of examples."""
+def sft_loss(scorer: TokenScorer, examples: Sequence[Any], pad_id: int, device: torch.device | str = "cpu"):
+    """Token-mean NLL over the loss-mask positions of a batch of examples (logits computed only there)."""
     prompts, responses, masks = zip(*(_parts(e) for e in examples), strict=True)
     b = collate(prompts, responses, masks, pad_id=pad_id).to(device)
-    logp_BT = token_logprobs(response_logits(model, b), b.response_ids)  # (B, T)
+    logp_BT, _ = score_tokens(scorer, b, b.action_mask)  # (B, T)
     return -aggregate_loss(logp_BT, b.action_mask, "token_mean")
 
 
@@ -54,6 +54,7 @@ class SFTTrainer:
                 LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules),
             )
         self.model = model
+        self.scorer = TokenScorer(model)
         self.device = next(model.parameters()).device
         self.out_dir = Path(output_dir)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -80,7 +81,7 @@ class SFTTrainer:
                 for s in range(0, len(order), bs):
                     batch = [self.examples[i] for i in order[s : s + bs]]
                     # Similar lengths together inside the batch are not needed: rows are padded to the batch max.
-                    loss = sft_loss(self.model, batch, self.pad, self.device)
+                    loss = sft_loss(self.scorer, batch, self.pad, self.device)
                     self.opt.zero_grad(set_to_none=True)
                     loss.backward()
                     gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.max_grad_norm)
@@ -91,7 +92,7 @@ class SFTTrainer:
                     m = {
                         "step": step,
                         "epoch": epoch,
-                        "loss": float(loss),
+                        "loss": float(loss.detach()),
                         "grad_norm": float(gnorm),
                         "lr": self.sched.get_last_lr()[0],
                         "tokens_per_s": tokens / (time.perf_counter() - t0),
