@@ -144,7 +144,7 @@ _register_subapps()
 def main() -> None:
     try:
         app()
-    except (ConfigError, ModelResolutionError, FileNotFoundError, ValueError) as err:
+    except (ConfigError, ModelResolutionError, FileNotFoundError, ValueError, ConnectionError) as err:
         # User-caused errors: one line naming the fix, no traceback.
         console.print(f"[red]error:[/red] {err}")
         sys.exit(2)
