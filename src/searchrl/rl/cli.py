@@ -24,7 +24,21 @@ def train(
     seed_everything(cfg.training.seed)
     model, tok = load_policy(policy_spec(cfg), cfg.model.dtype)
     examples = load_split(cfg, "train", cfg.data.train_limit)
-    trainer = Trainer(cfg, model, tok, make_protocol(cfg), make_retriever_for(cfg), examples)
+    protocol = make_protocol(cfg)
+    reward_fn = None
+    if any(c.name == "evidence" for c in cfg.reward.components):
+        # R-Search's frozen reader: model.reader, or a frozen copy of the initial policy.
+        import copy
+
+        from searchrl.generation.hf import HFGenerator
+        from searchrl.rewards import generator_reader
+        from searchrl.rl.trainer import default_reward_fn
+
+        reader_model, reader_tok = (load_policy(cfg.model.reader) if cfg.model.reader
+                                    else (copy.deepcopy(model).eval().requires_grad_(False), tok))  # fmt: skip
+        reader = generator_reader(HFGenerator(reader_model, reader_tok), reader_tok)
+        reward_fn = default_reward_fn(cfg, protocol, tok, reader=reader)
+    trainer = Trainer(cfg, model, tok, protocol, make_retriever_for(cfg), examples, reward_fn=reward_fn)
     history = trainer.train(resume=resume)
     if history:
         last = history[-1]
