@@ -42,14 +42,15 @@ def main() -> None:
     ap.add_argument("--dev", type=int, default=50)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--out", default="runs/coldstart")
+    ap.add_argument("overrides", nargs="*", help="extra dotted overrides of the demo recipe")
     args = ap.parse_args()
-    cfg = load_config("demo", [f"sft.limit={args.train}", f"sft.epochs={args.epochs}"])
+    cfg = load_config("demo", [f"sft.limit={args.train}", f"sft.epochs={args.epochs}", *args.overrides])
     seed_everything(cfg.training.seed)
     protocol, retriever = make_protocol(cfg), make_retriever_for(cfg)
     dev = load_split(cfg, "dev", args.dev)
     model, tok = load_policy(cfg.model.policy)
     before = agent_eval(cfg, model, tok, protocol, retriever, dev)
-    train = load_split(cfg, "train", args.train)
+    train = load_split(cfg, "train", cfg.sft.limit, kinds=cfg.sft.kinds or None)
     data = oracle_trajectories(protocol, train, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style,
                                cfg.rollout.max_obs_tokens)  # fmt: skip
     tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in data)

@@ -166,6 +166,8 @@ class SFTConfig(_Section):
     max_length: int = 1024
     #: where SFT data comes from: "oracle" trajectories of the synthetic world, or a JSONL of trajectories.
     data: str = "oracle"
+    #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
+    kinds: list[str] = Field(default_factory=list)
     limit: int | None = None
 
 

@@ -40,13 +40,17 @@ def resolve_file(cfg: RunConfig, name: str) -> str:
     return str(data_dir(cfg) / name)
 
 
-def load_split(cfg: RunConfig, split: str, limit: int | None = None) -> list[QAExample]:
+def load_split(
+    cfg: RunConfig, split: str, limit: int | None = None, kinds: list[str] | None = None
+) -> list[QAExample]:
+    """Questions of a split; ``kinds`` (default: data.kinds for the train split) keeps synthetic kinds only."""
     from searchrl.data.loaders import load_qa
 
     name = {"train": cfg.data.train, "dev": cfg.data.dev, "test": cfg.data.test}.get(split, split)
     examples = load_qa(resolve_file(cfg, name), limit=None)
-    if cfg.data.kinds:
-        examples = [e for e in examples if e.metadata.get("kind") in cfg.data.kinds]
+    kinds = kinds if kinds is not None else (cfg.data.kinds if split == "train" else [])
+    if kinds:
+        examples = [e for e in examples if e.metadata.get("kind") in kinds]
     return examples[:limit] if limit is not None else examples
 
 

@@ -30,7 +30,7 @@ def sft(
     model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
     protocol = make_protocol(cfg)
     if cfg.sft.data == "oracle":
-        examples = load_split(cfg, "train", cfg.sft.limit)
+        examples = load_split(cfg, "train", cfg.sft.limit, kinds=cfg.sft.kinds or None)
         data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
                                    cfg.model.prompt_style, cfg.rollout.max_obs_tokens)  # fmt: skip
     else:

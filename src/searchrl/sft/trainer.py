@@ -76,11 +76,8 @@ class SFTTrainer:
             task = bar.add_task("sft", total=self.scfg.epochs * n_batches)
             step = 0
             for epoch in range(self.scfg.epochs):
-                order = list(range(len(self.examples)))
-                rng.shuffle(order)
-                for s in range(0, len(order), bs):
-                    batch = [self.examples[i] for i in order[s : s + bs]]
-                    # Similar lengths together inside the batch are not needed: rows are padded to the batch max.
+                for idx in self._batches(rng, bs):
+                    batch = [self.examples[i] for i in idx]
                     loss = sft_loss(self.scorer, batch, self.pad, self.device)
                     self.opt.zero_grad(set_to_none=True)
                     loss.backward()
@@ -104,6 +101,19 @@ class SFTTrainer:
         self.save(self.out_dir / "final")
         console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
         return history
+
+    def _batches(self, rng: random.Random, bs: int) -> list[list[int]]:
+        """Shuffled batches of similar lengths: rows are padded to the longest in their batch, so sorting within
+        windows of 8 batches cuts padding a lot while the order stays random."""
+        order = list(range(len(self.examples)))
+        rng.shuffle(order)
+        length = [len(_parts(self.examples[i])[0]) + len(_parts(self.examples[i])[1]) for i in range(len(order))]
+        batches = []
+        for w in range(0, len(order), 8 * bs):
+            window = sorted(order[w : w + 8 * bs], key=length.__getitem__)
+            batches += [window[s : s + bs] for s in range(0, len(window), bs)]
+        rng.shuffle(batches)
+        return batches
 
     def save(self, path: Path) -> None:
         """Atomic: write to a temp dir, then rename."""
