@@ -36,7 +36,7 @@ def main(out: str, algo: str) -> None:
                       micro_batch_size=64, generator=ScriptedGenerator(tok, script))  # fmt: skip
     history = trainer.train()
     if trainer.acc.is_main_process:
-        state = trainer.acc.unwrap_model(trainer.model).state_dict()
+        state = trainer.policy.state_dict()
         torch.save({k: v.detach().cpu() for k, v in state.items()}, f"{out}/weights.pt")
         torch.save(history, f"{out}/history.pt")
 
