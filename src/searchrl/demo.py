@@ -22,7 +22,7 @@ COLDSTART_DIR = Path("runs/coldstart")
 def demo(
     questions: int = typer.Option(20, help="dev questions to answer"),
     model: str = typer.Option(None, help="policy spec; default: the cold-started model if present, else the bundled"),
-    coldstart: bool = typer.Option(False, help="run the SFT cold start first (about 10 min on 2 cores)"),
+    coldstart: bool = typer.Option(False, help="run the SFT cold start first (about 20 min on 2 cores)"),
     out: str = typer.Option("runs/demo", help="where predictions and the resolved config go"),
 ) -> None:
     """Run the agent loop end to end on the embedded defaults and print what the model does.
