@@ -154,8 +154,53 @@ class TrainingConfig(_Section):
     wandb: bool = False
     #: start from this checkpoint / model dir instead of model.policy (e.g. an SFT run's output).
     init_from: str | None = None
-    #: R1-Searcher++ memorization loss weight (0 disables).
-    memorization_coef: float = 0.0
+    #: trajectories per step appended to <output_dir>/rollouts.jsonl (for `searchrl view`); 0 disables.
+    log_rollouts: int = 4
+
+
+class MemorizationConfig(_Section):
+    """R1-Searcher++'s memorization loss (spec 000 §4.2.2, Eq. 8-9): L = -J + coef * NLL(rewritten paths | q).
+
+    A frozen rewriter turns correct, retrieval-using rollouts into internal-only reasoning paths (the rollout's
+    documents sit in the rewriter's prompt); paths that pass the protocol's format check, make no search call and
+    reach a correct answer become NLL targets for the policy, conditioned on the question alone. The paper leaves
+    the choices below open (NOT STATED); the defaults are ours.
+    """
+
+    #: mu, the NLL weight (paper: 0.1); 0 disables the loss and the rewriter.
+    coef: float = 0.0
+    #: rewriter model spec (HF id, local dir, alias); None = a frozen copy of the initial policy. The paper
+    #: fine-tunes a separate model first: `searchrl sft --recipe r1_searcher_pp sft.data=rewriter_oracle`.
+    rewriter: str | None = None
+    max_new_tokens: int = 256
+    #: rewriter decoding (0 = greedy).
+    temperature: float = 0.0
+    #: correctness test of a rollout and of its rewrite (a name in searchrl.rewards.METRICS).
+    metric: str = "cover_em"
+    #: rewrites whose answer has more words fail validation (the answer reward's 10-word cap); null = no cap.
+    max_answer_words: int | None = 10
+    #: also rewrite correct rollouts that made no search (the paper's Fig. 1 shows "Info: None"); off by default.
+    include_no_retrieval: bool = False
+    #: rewrites requested per question per step (correct rollouts of one group are near duplicates).
+    per_question: int = 1
+    #: rewriter calls per step at most (bounds its cost).
+    max_rewrites_per_step: int = 16
+    #: a rewrite that mentions any of these (case-insensitive) reveals the documents and fails validation.
+    reject_phrases: list[str] = Field(
+        default_factory=lambda: [
+            "provided",
+            "given documents",
+            "the documents",
+            "the document",
+            "knowledge matrix",
+            "search result",
+            "according to the",
+        ]  # fmt: skip
+    )
+    #: validated paths are kept in a FIFO pool of this size across steps (0 = only this step's paths).
+    pool_size: int = 256
+    #: paths drawn from the pool for each step's NLL term.
+    batch_size: int = 16
 
 
 class SFTConfig(_Section):
@@ -164,7 +209,8 @@ class SFTConfig(_Section):
     batch_size: int = 4
     warmup_steps: int = 5
     max_length: int = 1024
-    #: where SFT data comes from: "oracle" trajectories of the synthetic world, or a JSONL of trajectories.
+    #: where SFT data comes from: "oracle" trajectories of the synthetic world, "rewriter_oracle" (R1-Searcher++'s
+    #: rewriter: documents in the prompt, internal-only paths as targets), or a JSONL of trajectories.
     data: str = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
@@ -205,6 +251,7 @@ class RunConfig(_Section):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     training: TrainingConfig = TrainingConfig()
     sft: SFTConfig = SFTConfig()
+    memorization: MemorizationConfig = MemorizationConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
 
 

@@ -75,8 +75,12 @@ def demo(
     write_jsonl(out_dir / "trajectories.jsonl", [t.to_dict() for t in trajs])
     dump_config(cfg, out_dir / "config.yaml")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    from searchrl.viz.viewer import write_viewer
+
+    html = write_viewer([out_dir / "trajectories.jsonl"], out_dir / "trajectories.html", title="SearchRL demo")
     console.rule("[bold]summary")
     console.print_json(json.dumps(summary))
+    console.print(f"every trajectory, policy text vs inserted documents: open {html}")
 
 
 def register(app: typer.Typer) -> None:

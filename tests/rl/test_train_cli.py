@@ -24,3 +24,6 @@ def test_train_one_step_from_recipe(tmp_path: Path, recipe: str) -> None:
     assert len(rows) == 1 and rows[0]["step"] == 1
     assert "reward/total" in rows[0] and "time/generate_s" in rows[0]
     assert (out / "final" / "config.json").exists() and (out / "config.yaml").exists()
+    assert (out / "rollouts.jsonl").exists()
+    if recipe == "r1_searcher_pp":  # the memorization hook ran (rewriter = frozen copy of the initial policy)
+        assert "memorization/candidates" in rows[0] and "memorization/pool" in rows[0]

@@ -38,7 +38,14 @@ def train(
                                     else (copy.deepcopy(model).eval().requires_grad_(False), tok))  # fmt: skip
         reader = generator_reader(HFGenerator(reader_model, reader_tok), reader_tok)
         reward_fn = default_reward_fn(cfg, protocol, tok, reader=reader)
-    trainer = Trainer(cfg, model, tok, protocol, make_retriever_for(cfg), examples, reward_fn=reward_fn)
+    memorizer = None
+    if cfg.memorization.coef > 0:
+        # R1-Searcher++: a frozen rewriter turns correct retrieval rollouts into internal-only NLL targets.
+        from searchrl.rl.memorization import make_memorizer
+
+        memorizer = make_memorizer(cfg, protocol, model, tok)
+    trainer = Trainer(cfg, model, tok, protocol, make_retriever_for(cfg), examples, reward_fn=reward_fn,
+                      aux_nll_hook=memorizer)  # fmt: skip
     history = trainer.train(resume=resume)
     if history:
         last = history[-1]

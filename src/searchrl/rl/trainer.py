@@ -115,6 +115,7 @@ class Trainer:
             raise ValueError("no training questions: check data.train (and data.kinds / data.train_limit)")
         self.reward_fn = reward_fn or default_reward_fn(cfg, protocol, tokenizer)
         self.aux_nll_hook = aux_nll_hook
+        self.mem_coef = cfg.memorization.coef
         self.micro = micro_batch_size
         self.out_dir = Path(self.tcfg.output_dir)
         self.state = TrainState()
@@ -194,6 +195,9 @@ class Trainer:
         )
         gen_stats = dict(self.engine.stats)
         scores, reward_metrics = self.reward_fn(trajs)
+        aux_seqs = []
+        if self.aux_nll_hook is not None and self.mem_coef > 0:
+            aux_seqs = self.aux_nll_hook(step, trajs)  # once per step; its NLL joins every optimizer step
         t_reward = time.perf_counter()
 
         batch = collate_trajectories(trajs, self._pad).to(self.acc.device)
@@ -283,8 +287,9 @@ class Trainer:
                     pm["loss/policy_total"] = float(loss.detach()) / self.acc.num_processes
                     for k, v in pm.items():
                         acc_metrics.setdefault(k, []).append(v)
-                if self.aux_nll_hook is not None and self.tcfg.memorization_coef > 0:
-                    self._aux_nll(step, trajs)
+                if aux_seqs:
+                    for k, v in self._aux_nll(aux_seqs).items():
+                        acc_metrics.setdefault(k, []).append(v)
                 gnorm = self.acc.clip_grad_norm_(self.model.parameters(), self.tcfg.max_grad_norm)
                 acc_metrics.setdefault("grad_norm", []).append(float(gnorm))
                 self.opt.step()
@@ -297,6 +302,7 @@ class Trainer:
         metrics.update({k: float(np.mean(v)) for k, v in acc_metrics.items()})
         metrics.update(reward_metrics)
         metrics.update(self._rollout_metrics(trajs))
+        metrics.update(getattr(self.aux_nll_hook, "last_metrics", None) or {})
         metrics.update(
             {
                 "step": step + 1,
@@ -311,20 +317,38 @@ class Trainer:
         )
         self.state.step += 1
         self.last_trajectories = trajs
+        self._log_rollouts(step + 1, trajs, scores)
         return metrics
 
-    def _aux_nll(self, step: int, trajs: Sequence[Trajectory]) -> None:
-        """Auxiliary NLL (e.g. R1-Searcher++'s memorization loss) on extra sequences, weighted by its coefficient."""
+    def _aux_nll(self, seqs: Sequence[tuple[list[int], list[int], list[int]]]) -> dict[str, float]:
+        """Adds ``coef * NLL`` of extra sequences (R1-Searcher++'s memorization loss, Eq. 8) to the gradients.
+
+        Token mean over all counted tokens of all sequences (of all processes), in micro-batches."""
         from searchrl.rl.batch import collate
 
-        seqs = self.aux_nll_hook(step, trajs) if self.aux_nll_hook else []
-        if not seqs:
+        n_tok = self._global_count(float(sum(sum(s[2]) for s in seqs)))
+        total = 0.0
+        for cs in range(0, len(seqs), self.micro):
+            part = seqs[cs : cs + self.micro]
+            b = collate([s[0] for s in part], [s[1] for s in part], [s[2] for s in part], pad_id=self._pad)
+            b = b.to(self.acc.device)
+            logp_BT, _ = score_tokens(self.model, b, b.action_mask)  # (B, T)
+            nll = -A.aggregate_loss(logp_BT, b.action_mask, "token_mean", global_tokens=max(n_tok, 1.0))
+            self.acc.backward(self.mem_coef * nll * self.acc.num_processes)
+            total += float(nll.detach())
+        return {"loss/memorization_nll": total}
+
+    def _log_rollouts(self, step: int, trajs: Sequence[Trajectory], scores: Sequence[float]) -> None:
+        """Append a few of the step's trajectories (evenly spaced) to rollouts.jsonl, for `searchrl view`."""
+        n = self.tcfg.log_rollouts
+        if n <= 0 or not trajs or not self.acc.is_main_process:
             return
-        b = collate([s[0] for s in seqs], [s[1] for s in seqs], [s[2] for s in seqs], pad_id=self._pad)
-        b = b.to(self.acc.device)
-        logp_BT, _ = score_tokens(self.model, b, b.action_mask)  # (B, T)
-        nll = -A.aggregate_loss(logp_BT, b.action_mask, "token_mean")
-        self.acc.backward(self.tcfg.memorization_coef * nll)
+        idx = sorted({round(i * (len(trajs) - 1) / max(n - 1, 1)) for i in range(min(n, len(trajs)))})
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with (self.out_dir / "rollouts.jsonl").open("a") as f:
+            for i in idx:
+                row = {"step": step, "reward": float(scores[i]), "trajectory": trajs[i].to_dict()}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     def _rollout_metrics(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
         from searchrl.rewards import exact_match

@@ -12,6 +12,8 @@ def sft(
 ) -> None:
     """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a trajectories JSONL.
 
+    sft.data=rewriter_oracle trains R1-Searcher++'s rewriter instead (documents in the prompt, internal-only paths).
+
     Example: searchrl sft --recipe demo sft.limit=250 --out runs/coldstart
     """
     from pathlib import Path
@@ -29,14 +31,20 @@ def sft(
     seed_everything(cfg.training.seed)
     model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
     protocol = make_protocol(cfg)
-    if cfg.sft.data == "oracle":
+    if cfg.sft.data in ("oracle", "rewriter_oracle"):
         examples = load_split(cfg, "train", cfg.sft.limit, kinds=cfg.sft.kinds or None)
         data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
                                    cfg.model.prompt_style, cfg.rollout.max_obs_tokens)  # fmt: skip
+        if cfg.sft.data == "rewriter_oracle":  # R1-Searcher++'s rewriter: documents in context -> internal path
+            from searchrl.rl.memorization import rewriter_sft_examples
+
+            data = rewriter_sft_examples(data, protocol, tok, cfg.model.prompt_style)
     else:
         path = Path(cfg.sft.data)
         if not path.exists():
-            raise FileNotFoundError(f"sft.data {path} not found: use 'oracle' or a trajectories JSONL")
+            raise FileNotFoundError(
+                f"sft.data {path} not found: use 'oracle', 'rewriter_oracle' or a trajectories JSONL"
+            )
         # Whole trajectories (action_mask) or step-level samples (loss_mask); both carry prompt and response ids.
         rows = [row for _, row in read_jsonl(path)][: cfg.sft.limit]
         data = [Trajectory.from_dict(r) if "action_mask" in r else SimpleNamespace(**r) for r in rows]

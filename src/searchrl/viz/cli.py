@@ -1,4 +1,4 @@
-"""``searchrl plot``: PNG training curves of a run."""
+"""``searchrl plot``: PNG training curves of a run; ``searchrl view``: an HTML page of trajectories."""
 
 from __future__ import annotations
 
@@ -16,5 +16,34 @@ def plot(run_dir: str = typer.Argument(..., help="a run directory with metrics.j
     print(plot_run(run_dir, out))
 
 
+def view(
+    paths: list[str] = typer.Argument(..., help="JSONL files: trajectories, rollouts.jsonl or eval predictions"),
+    out: str = typer.Option(None, "--out", "-o", help="HTML path (default: <first path stem>.html beside it)"),
+    limit: int = typer.Option(500, help="render at most N records (the first ones); 0 = all"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed rows (counted) instead of failing"),
+    title: str = typer.Option(None, help="page title (default: the file names)"),
+    last: bool = typer.Option(False, "--last", help="render the last N records (a run's latest steps)"),
+) -> None:
+    """Write one self-contained HTML page to browse trajectories: policy text vs inserted documents, queries,
+    invalid turns, correctness, with a filter box and sorting by step or reward.
+
+    Reads raw trajectories (searchrl demo / ask --json), training rollout rows and eval prediction rows.
+
+    Example: searchrl view runs/demo/trajectories.jsonl --out demo.html
+    """
+    from rich.markup import escape
+
+    from searchrl.utils import console
+    from searchrl.viz.viewer import write_viewer
+
+    errors: list[str] = []
+    path = write_viewer(paths, out, limit=limit, skip_bad=skip_bad, title=title, errors=errors,
+                        last=last)  # fmt: skip
+    if errors:
+        console.print(f"[yellow]skipped {len(errors)} malformed row(s)[/yellow]; first: {escape(errors[0])}")
+    print(path)
+
+
 def register(app: typer.Typer) -> None:
     app.command("plot")(plot)
+    app.command("view")(view)

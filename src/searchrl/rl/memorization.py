@@ -1,0 +1,279 @@
+"""R1-Searcher++'s memorization loss (spec 000 §4.2.2, Eq. 8-9): internalise what retrieval found.
+
+Each RL step:
+
+1. **select** rollouts whose answer is correct and that searched at least once (one per question by default);
+2. **extract** the documents their searches returned (the inserted observations, result tags stripped);
+3. **rewrite**: a frozen rewriter model sees the documents as knowledge it "already has" and the question, and writes
+   an internal-only reasoning path in the protocol's format (``<|begin_internal_answer|> ... <|end_internal_answer|>``
+   steps, then ``\\boxed{answer}``);
+4. **validate**: the path passes the protocol's format check, makes no search call, has at least one internal step
+   (when the protocol reports them), gives a correct answer of at most ``max_answer_words`` words and does not say
+   that anything was provided to it;
+5. valid paths join a FIFO pool; the step's NLL term is the token-mean negative log-likelihood of up to
+   ``batch_size`` pool paths under the policy, **conditioned on the question's prompt alone** (no documents), added
+   to the policy loss with weight ``coef`` (mu = 0.1 in the paper).
+
+The rewriter's text is re-tokenized with the policy's tokenizer: it is a training target (like SFT data), not a
+sampled rollout, and the rewriter may be a different model. The paper leaves the rewriter's base model, decoding,
+validation test and the size and refresh of the path set open; ``MemorizationConfig`` documents our choices.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from searchrl.config import MemorizationConfig
+from searchrl.generation.base import Generator, SamplingParams
+from searchrl.protocols.base import Protocol, Search
+from searchrl.rewards.metrics import get_metric, word_count
+from searchrl.rollout.engine import build_prompt_text
+from searchrl.rollout.trajectory import Trajectory
+
+INTERNAL = ("<|begin_internal_answer|>", "<|end_internal_answer|>")
+
+#: Our wording of the paper's "System Prompt for Rewriting only with Internal" (same tags, same rules).
+REWRITER_SYSTEM = (
+    "You are a careful reasoning assistant with a broad store of knowledge. Part of that knowledge, listed below as "
+    "your Activated Knowledge Matrix, bears on the current question. It is fully part of what you know: there is no "
+    "difference between it and the rest of your knowledge. Never say or hint that any of it was given, provided, "
+    "supplied or looked up for this task; state every fact as something you remember.\n"
+    "Reason before you answer: break the question into simple sub-questions and settle them one at a time. Work out "
+    "every sub-question from your own knowledge and write each one as "
+    f"{INTERNAL[0]} your reasoning and answer for it {INTERNAL[1]}. Do not search for anything. "
+    "Finish with the final answer in the form \\boxed{{YOUR_ANSWER}}.\n\n"
+    "Activated Knowledge Matrix:\n{documents}"
+)
+REWRITER_USER = "Now answer the following question.\nQuestion: {question}"
+
+
+def extract_documents(traj: Trajectory, protocol: Protocol) -> list[str]:
+    """The text of every observation a search inserted, result tags removed, in order, without duplicates."""
+    tags = getattr(protocol, "result_tags", ())
+    docs: list[str] = []
+    for turn in traj.turns:
+        if turn.action != "search" or not turn.observation.strip():
+            continue
+        text = turn.observation
+        for tag in tags:
+            text = text.replace(tag, " ")
+        text = re.sub(r"[ \t]+", " ", text).strip()
+        if text and text not in docs:
+            docs.append(text)
+    return docs
+
+
+def rewriter_prompt(tokenizer, question: str, documents: Sequence[str], style: str = "auto") -> str:
+    """The rewriter's prompt: the documents as its knowledge, then the question ("None" when there are none)."""
+    system = REWRITER_SYSTEM.format(documents="\n".join(documents) if documents else "None")
+    user = REWRITER_USER.format(question=question.strip())
+    use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
+    if use_chat:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return f"{system}\n\n{user}\n"
+
+
+@dataclass
+class Rewrite:
+    """One rewriter output and its verdict (kept for logs and tests)."""
+
+    uid: str  # the source rollout's uid
+    question: str
+    golds: list[str]
+    documents: list[str]
+    text: str
+    ok: bool
+    reason: str = ""  # why validation failed ("" when ok)
+
+
+@dataclass
+class MemorizationStats:
+    candidates: int = 0
+    rewritten: int = 0
+    valid: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    def as_metrics(self, pool: int, used: int) -> dict[str, float]:
+        return {
+            "memorization/candidates": float(self.candidates),
+            "memorization/rewritten": float(self.rewritten),
+            "memorization/valid": float(self.valid),
+            "memorization/pool": float(pool),
+            "memorization/used": float(used),
+        }
+
+
+class Memorizer:
+    """The auxiliary-NLL hook of the RL trainer: ``(step, trajectories) -> [(prompt_ids, response_ids, mask)]``."""
+
+    def __init__(
+        self,
+        cfg: MemorizationConfig,
+        rewriter: Generator,
+        protocol: Protocol,
+        policy_tokenizer,
+        prompt_style: str = "auto",
+        rewriter_prompt_style: str = "auto",
+        seed: int = 0,
+    ) -> None:
+        self.cfg = cfg
+        self.rewriter = rewriter
+        self.protocol = protocol
+        self.tok = policy_tokenizer
+        self.prompt_style = prompt_style
+        self.rewriter_prompt_style = rewriter_prompt_style
+        self.metric = get_metric(cfg.metric)
+        self.pool: deque[tuple[list[int], list[int], list[int]]] = deque(maxlen=cfg.pool_size or None)
+        self.rng = random.Random(seed)
+        self.last_rewrites: list[Rewrite] = []
+        self.last_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------------------------------ steps
+    def select(self, trajs: Sequence[Trajectory]) -> list[Trajectory]:
+        """Correct rollouts (that searched, unless ``include_no_retrieval``), at most ``per_question`` each."""
+        taken: dict[str, int] = {}
+        out: list[Trajectory] = []
+        for t in trajs:
+            if t.answer is None or self.metric(t.answer, t.golds) < 1.0:
+                continue
+            if t.n_searches == 0 and not self.cfg.include_no_retrieval:
+                continue
+            if taken.get(t.question_id, 0) >= self.cfg.per_question:
+                continue
+            taken[t.question_id] = taken.get(t.question_id, 0) + 1
+            out.append(t)
+            if len(out) >= self.cfg.max_rewrites_per_step:
+                break
+        return out
+
+    def validate(self, text: str, golds: Sequence[str]) -> str:
+        """``""`` when the rewritten path may be memorised, else the reason it may not."""
+        report = self.protocol.check_format(text)
+        if not report.ok:
+            return "format: " + "; ".join(report.problems)
+        if report.n_searches or report.extra.get("n_external") or isinstance(self.protocol.parse(text), Search):
+            return "searched"
+        if report.extra.get("n_internal", 1) == 0:
+            return "no internal step"
+        if report.answer is None or self.metric(report.answer, list(golds)) < 1.0:
+            return "wrong answer"
+        if self.cfg.max_answer_words is not None and word_count(report.answer) > self.cfg.max_answer_words:
+            return "answer too long"
+        low = text.lower()
+        leaked = next((p for p in self.cfg.reject_phrases if p.lower() in low), None)
+        if leaked is not None:
+            return f"mentions '{leaked}'"
+        return ""
+
+    def rewrite(self, trajs: Sequence[Trajectory], seed: int | None = None) -> list[Rewrite]:
+        if not trajs:
+            return []
+        rtok = self.rewriter.tokenizer
+        docs = [extract_documents(t, self.protocol) for t in trajs]
+        style = self.rewriter_prompt_style
+        texts = [rewriter_prompt(rtok, t.question, d, style) for t, d in zip(trajs, docs, strict=True)]
+        prompts = [list(rtok.encode(x, add_special_tokens=False)) for x in texts]
+        params = SamplingParams(
+            max_new_tokens=self.cfg.max_new_tokens,
+            temperature=self.cfg.temperature,
+            stop=tuple(self.protocol.stop_strings),
+            seed=seed,
+        )
+        outs = self.rewriter.generate(prompts, params)
+        rewrites = []
+        for t, d, c in zip(trajs, docs, outs, strict=True):
+            reason = "no end (length)" if c.finish_reason == "length" else self.validate(c.text, t.golds)
+            rewrites.append(Rewrite(t.uid, t.question, list(t.golds), d, c.text, ok=not reason, reason=reason))
+        return rewrites
+
+    def target(self, question: str, text: str) -> tuple[list[int], list[int], list[int]]:
+        """The NLL sequence: the policy's prompt for the question (no documents) -> the rewritten path + EOS."""
+        prompt = build_prompt_text(self.protocol, self.tok, question, self.prompt_style)
+        prompt_ids = list(self.tok.encode(prompt, add_special_tokens=False))
+        resp = list(self.tok.encode(text.strip(), add_special_tokens=False))
+        eos = getattr(self.tok, "eos_token_id", None)
+        if eos is not None:
+            resp.append(eos)
+        return prompt_ids, resp, [1] * len(resp)
+
+    def __call__(self, step: int, trajs: Sequence[Trajectory]) -> list[tuple[list[int], list[int], list[int]]]:
+        chosen = self.select(trajs)
+        rewrites = self.rewrite(chosen, seed=step)
+        stats = MemorizationStats(candidates=len(chosen), rewritten=len(rewrites))
+        fresh = []
+        for r in rewrites:
+            if r.ok:
+                stats.valid += 1
+                fresh.append(self.target(r.question, r.text))
+            else:
+                key = r.reason.split(":")[0]
+                stats.rejected[key] = stats.rejected.get(key, 0) + 1
+        if self.cfg.pool_size:
+            self.pool.extend(fresh)
+            pool = list(self.pool)
+            used = pool if len(pool) <= self.cfg.batch_size else self.rng.sample(pool, self.cfg.batch_size)
+        else:
+            used = fresh[: self.cfg.batch_size]
+        self.last_rewrites = rewrites
+        self.last_metrics = stats.as_metrics(len(self.pool), len(used))
+        return used
+
+
+def make_memorizer(cfg, protocol: Protocol, policy_model, policy_tokenizer) -> Memorizer:
+    """A Memorizer over the configured rewriter: ``memorization.rewriter``, or a frozen copy of the initial policy."""
+    import copy
+
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.models import load_policy
+
+    m = cfg.memorization
+    if m.rewriter:
+        model, tok = load_policy(m.rewriter, cfg.model.dtype)
+        model.eval().requires_grad_(False)
+    else:
+        model, tok = copy.deepcopy(policy_model).eval().requires_grad_(False), policy_tokenizer
+    return Memorizer(m, HFGenerator(model, tok), protocol, policy_tokenizer, cfg.model.prompt_style,
+                     seed=cfg.training.seed)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ rewriter SFT data
+
+
+def internal_path(example_chain: Sequence[dict], answer: str) -> str:
+    """An internal-only reasoning path for a synthetic question's chain (the rewriter's SFT target)."""
+    steps = "".join(
+        f"{INTERNAL[0]}I recall that the answer to '{h['sub_question']}' is {h['answer']}.{INTERNAL[1]}\n"
+        for h in example_chain
+    )
+    return f"{steps}Therefore, the answer is \\boxed{{{answer}}}."
+
+
+def rewriter_sft_examples(oracle: Sequence[Trajectory], protocol: Protocol, tokenizer, style: str = "auto"):
+    """Rewriter training data from oracle trajectories (spec 000 §2.2; the paper's "pre-processed" form is NOT
+    STATED): the prompt holds the documents the oracle's searches returned and the question; the target is the
+    chain written as internal steps and a boxed answer. Loss on every target token."""
+    from searchrl.sft.types import SFTExample
+
+    out = []
+    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    for t in oracle:
+        chain = t.metadata.get("chain") or []
+        if not chain:
+            raise ValueError(f"trajectory {t.uid} has no metadata.chain; rewriter data needs a synthetic world")
+        prompt = rewriter_prompt(tokenizer, t.question, extract_documents(t, protocol), style)
+        target = list(tokenizer.encode(internal_path(chain, t.golds[0]), add_special_tokens=False)) + eos
+        out.append(
+            SFTExample(
+                prompt_ids=list(tokenizer.encode(prompt, add_special_tokens=False)),
+                response_ids=target,
+                loss_mask=[1] * len(target),
+                kind="rewriter",
+                source_uid=t.uid,
+            )
+        )
+    return out

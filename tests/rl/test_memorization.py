@@ -1,0 +1,179 @@
+"""R1-Searcher++'s memorization loss: which rollouts are rewritten, what a valid rewrite is, what the NLL sees, and
+that the trainer's update really carries coef * NLL (and nothing when coef = 0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from searchrl.config import MemorizationConfig, load_config
+from searchrl.data.loaders import load_qa
+from searchrl.data.records import QAExample
+from searchrl.data.synth import generate_world, write_world
+from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.protocols import get_protocol
+from searchrl.retrieval import build_index, load_index
+from searchrl.rl.batch import TokenScorer, collate, score_tokens
+from searchrl.rl.memorization import (
+    Memorizer,
+    extract_documents,
+    internal_path,
+    rewriter_prompt,
+    rewriter_sft_examples,
+)
+from searchrl.rl.trainer import Trainer
+from searchrl.rollout.engine import build_prompt_text
+from searchrl.rollout.trajectory import Trajectory, Turn
+from searchrl.sft.oracle import oracle_trajectories
+from searchrl.testing import LettersProtocol, tiny_model
+
+PP = get_protocol("r1_searcher_pp")
+GOOD = (
+    "<|begin_internal_answer|>I remember that Lyon lies in France.<|end_internal_answer|>\n"
+    "So the answer is \\boxed{France}."
+)
+
+
+def traj(qid: str, answer: str | None, searches: int, golds=("France",), sample: int = 0) -> Trajectory:
+    t = Trajectory(f"{qid}#{sample}", qid, qid, f"Where is {qid}?", list(golds), prompt_ids=[5, 6])
+    for i in range(searches):
+        obs = f" <|begin_search_result|>\n(1)Doc {qid}-{i}: Lyon is a city in France.\n<|end_search_result|>"
+        t.turns.append(Turn(text=f"<|begin_external_search|>q{i}<|end_external_search|>", action="search",
+                            finish_reason="stop", queries=[f"q{i}"], hit_ids=[["d"]], observation=obs))  # fmt: skip
+    t.turns.append(Turn(text=f"\\boxed{{{answer}}}", action="answer", finish_reason="eos"))
+    t.answer = answer
+    return t
+
+
+def memorizer(script, **cfg) -> Memorizer:
+    tok = ByteTokenizer()
+    return Memorizer(MemorizationConfig(coef=0.1, **cfg), ScriptedGenerator(tok, script), PP, tok)
+
+
+def test_select_takes_correct_searching_rollouts_once_per_question() -> None:
+    m = memorizer(lambda ctx: GOOD)
+    trajs = [
+        traj("a", "France", 1, sample=0),
+        traj("a", "France", 2, sample=1),  # same question: per_question = 1
+        traj("b", "Spain", 1),  # wrong
+        traj("c", "France", 0),  # correct without retrieval
+        traj("d", None, 1),  # no answer
+    ]
+    assert [t.uid for t in m.select(trajs)] == ["a#0"]
+    m2 = memorizer(lambda ctx: GOOD, include_no_retrieval=True, per_question=2)
+    assert [t.uid for t in m2.select(trajs)] == ["a#0", "a#1", "c#0"]
+    m3 = memorizer(lambda ctx: GOOD, max_rewrites_per_step=1, include_no_retrieval=True)
+    assert len(m3.select(trajs)) == 1
+
+
+def test_documents_come_from_observations_without_tags() -> None:
+    docs = extract_documents(traj("a", "France", 2), PP)
+    assert docs == ["(1)Doc a-0: Lyon is a city in France.", "(1)Doc a-1: Lyon is a city in France."]
+    assert not any("<|" in d for d in docs)
+    tok = ByteTokenizer()
+    prompt = rewriter_prompt(tok, "Where is Lyon?", docs)
+    assert "Activated Knowledge Matrix" in prompt and docs[1] in prompt and prompt.rstrip().endswith("Lyon?")
+    assert "<|begin_internal_answer|>" in prompt and "\\boxed{YOUR_ANSWER}" in prompt
+    assert "Activated Knowledge Matrix:\nNone" in rewriter_prompt(tok, "Where is Lyon?", [])
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (GOOD, ""),
+        ("I know it. So the answer is \\boxed{France}.", "no internal step"),
+        (GOOD.replace("France}", "Spain}"), "wrong answer"),
+        (GOOD.replace("\\boxed{France}", "France"), "format"),
+        ("<|begin_external_search|>lyon<|end_external_search|> \\boxed{France}", "searched"),
+        (GOOD.replace("I remember", "The provided text says"), "mentions 'provided'"),
+        (GOOD.replace("{France}", "{France, a big country of western Europe by the sea and Alps}"), "answer too long"),
+    ],
+)
+def test_validation(text: str, reason: str) -> None:
+    got = memorizer(lambda ctx: text).validate(text, ["France"])
+    assert got.startswith(reason) if reason else got == ""
+
+
+def test_hook_rewrites_validates_pools_and_conditions_on_the_question_only() -> None:
+    replies = {"a": GOOD, "b": GOOD.replace("France}", "Spain}")}
+    m = memorizer(lambda ctx: replies["a" if "Where is a?" in ctx else "b"], pool_size=3, batch_size=2)
+    seqs = m(0, [traj("a", "France", 1), traj("b", "France", 1)])
+    rewriter_ctx = m.rewriter.calls[0]
+    assert any("Doc a-0: Lyon is a city in France." in c for c in rewriter_ctx)  # documents reach the rewriter
+    assert [r.ok for r in m.last_rewrites] == [True, False] and m.last_rewrites[1].reason == "wrong answer"
+    assert m.last_metrics["memorization/valid"] == 1 and m.last_metrics["memorization/pool"] == 1
+    assert len(seqs) == 1
+    prompt_ids, resp_ids, mask = seqs[0]
+    tok = ByteTokenizer()
+    assert prompt_ids == tok.encode(build_prompt_text(PP, tok, "Where is a?"))  # the policy's prompt, no documents
+    assert "Doc a-0" not in tok.decode(prompt_ids)
+    assert tok.decode(resp_ids, skip_special_tokens=True) == GOOD and resp_ids[-1] == tok.eos_token_id
+    assert mask == [1] * len(resp_ids)
+    for step in range(1, 4):  # the pool keeps the last 3 valid paths; each step uses at most batch_size = 2
+        assert len(m(step, [traj("a", "France", 1)])) == min(2, step + 1)
+    assert len(m.pool) == 3
+
+
+def test_rewriter_sft_targets_pass_the_memorizer_validation(tmp_path: Path) -> None:
+    write_world(generate_world(120, seed=5), tmp_path)
+    retriever = load_index(build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "bm25"))
+    tok = ByteTokenizer()
+    examples = load_qa(tmp_path / "train.jsonl", limit=12)
+    oracle = oracle_trajectories(PP, examples, retriever, tok, topk=2)
+    data = rewriter_sft_examples(oracle, PP, tok)
+    m = memorizer(lambda ctx: "")
+    for ex, t, d in zip(examples, oracle, data, strict=True):
+        prompt = tok.decode(d.prompt_ids)
+        assert ex.question in prompt and extract_documents(t, PP)[0] in prompt
+        target = tok.decode(d.response_ids, skip_special_tokens=True)
+        assert target == internal_path(ex.metadata["chain"], ex.answers[0])
+        assert m.validate(target, ex.answers) == "", target
+        assert sum(d.loss_mask) == len(d.response_ids)
+
+
+class _ConstantReward:
+    def __call__(self, trajs):
+        return [1.0] * len(trajs), {"reward/total": 1.0}
+
+
+def _target_logp(model, seq) -> float:
+    b = collate([seq[0]], [seq[1]], [seq[2]], pad_id=0)
+    with torch.no_grad():
+        logp, _ = score_tokens(TokenScorer(model), b, b.action_mask)
+    return float(logp.sum())
+
+
+@pytest.mark.parametrize("coef", [0.0, 1.0])
+def test_trainer_update_carries_coef_times_nll(tmp_path: Path, coef: float) -> None:
+    """A constant reward gives GRPO zero advantages, so only the memorization NLL can move the weights."""
+    tok = ByteTokenizer()
+    seq = (tok.encode("Q: where?\nA:"), tok.encode("the answer is lyon") + [2], [1] * 19)
+    calls: list[int] = []
+
+    def hook(step, trajs):
+        calls.append(step)
+        return [seq]
+
+    cfg = load_config(None, [
+        "algorithm.name=grpo", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4", "training.lr=1e-2",
+        "training.steps=3", "training.prompts_per_step=2", f"training.output_dir={tmp_path}",
+        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=4", "rollout.max_new_tokens=6",
+        "rollout.max_turns=1", "rollout.force_answer=false", f"memorization.coef={coef}",
+    ])  # fmt: skip
+    model = tiny_model()
+    before = _target_logp(model, seq)
+    questions = [QAExample(f"q{i}", f"letters {i}", ["x"]) for i in range(4)]
+    trainer = Trainer(cfg, model, tok, LettersProtocol(), None, questions, reward_fn=_ConstantReward(),
+                      aux_nll_hook=hook, micro_batch_size=4)  # fmt: skip
+    history = trainer.train()
+    after = _target_logp(trainer.policy, seq)
+    if coef == 0:
+        assert calls == [] and after == pytest.approx(before, abs=1e-6)
+    else:
+        assert calls == [0, 1, 2]  # once per step, although each step has 2 mini-batches
+        assert after > before + 1.0, (before, after)
+        assert all(h["loss/memorization_nll"] > 0 for h in history)
+    rows = (tmp_path / "rollouts.jsonl").read_text().splitlines()
+    assert len(rows) == 3 * 4  # training.log_rollouts = 4 per step
