@@ -125,6 +125,9 @@ class AlgorithmConfig(_Section):
     entropy_coef: float = 0.0
     norm_adv_by_std: bool = True
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    #: REINFORCE++ only: subtract each group's mean score before the return-to-go and whitening (OpenRLHF's
+    #: ``reinforce_baseline``, R1-Searcher's code); False = plain REINFORCE++ (R1-Searcher++ Eq. 1).
+    group_baseline: bool = False
     #: exclude inserted (retrieved) tokens from every loss term; False only for the masking ablation.
     mask_observations: bool = True
     ppo_epochs: int = 1
@@ -143,6 +146,8 @@ class TrainingConfig(_Section):
     lr: float = 1e-6
     critic_lr: float = 1e-5
     warmup_steps: int = 0
+    #: linear warm-up of the critic's learning rate (PPO), in steps.
+    critic_warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     grad_accum: int = 1
@@ -209,8 +214,9 @@ class SFTConfig(_Section):
     batch_size: int = 4
     warmup_steps: int = 5
     max_length: int = 1024
-    #: where SFT data comes from: "oracle" trajectories of the synthetic world, "rewriter_oracle" (R1-Searcher++'s
-    #: rewriter: documents in the prompt, internal-only paths as targets), or a JSONL of trajectories.
+    #: where SFT data comes from: "oracle" trajectories of the synthetic world, a JSONL of trajectories or
+    #: step-level examples, or R1-Searcher++'s rewriter data (documents in the prompt, internal-only paths as
+    #: targets): "rewriter_oracle" (synthetic world) or "rewriter:FILE" (trajectories, e.g. rejection-sampled).
     data: str = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)

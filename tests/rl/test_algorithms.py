@@ -14,6 +14,7 @@ from searchrl.rl.algorithms import (
     aggregate_loss,
     entropy_from_logits,
     gae_advantages,
+    group_centred,
     grpo_advantages,
     kl_penalty,
     masked_mean,
@@ -342,6 +343,17 @@ def test_reinforce_pp_matches_loop(seed, kl_coef):
     assert_tensor_matches(adv, ref_reinforce_pp(scores.tolist(), kl.tolist(), mask.tolist(), kl_coef))
     assert abs(masked_mean(adv, mask).item()) < 1e-9  # whitened over the counted tokens
     assert metrics["reinforce_pp/empty_rows"] == (1.0 if seed == 2 else 0.0)
+
+
+def test_group_centred_is_reinforce_baseline():
+    """R1-Searcher's ``reinforce_baseline``: each score minus its group's mean; a group of one gets 0."""
+    scores = torch.tensor([1.0, 0.0, 0.5, 2.0, 7.0], dtype=torch.float64)
+    got = group_centred(scores, ["a", "a", "a", "b", "c"]).tolist()
+    assert got == pytest.approx([0.5, -0.5, 0.0, 0.0, 0.0], abs=1e-12)
+    gen = torch.Generator().manual_seed(3)
+    s2, ids = randn(gen, 12), [f"g{i % 3}" for i in range(12)]
+    ref = [s2[i].item() - statistics.fmean(s2[j].item() for j in range(12) if ids[j] == ids[i]) for i in range(12)]
+    assert group_centred(s2, ids).tolist() == pytest.approx(ref, abs=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -20,8 +20,10 @@ from searchrl.rl.memorization import (
     Memorizer,
     extract_documents,
     internal_path,
+    internalize,
     rewriter_prompt,
     rewriter_sft_examples,
+    rewriter_sft_from_trajectories,
 )
 from searchrl.rl.trainer import Trainer
 from searchrl.rollout.engine import build_prompt_text
@@ -66,6 +68,11 @@ def test_select_takes_correct_searching_rollouts_once_per_question() -> None:
     assert [t.uid for t in m2.select(trajs)] == ["a#0", "a#1", "c#0"]
     m3 = memorizer(lambda ctx: GOOD, max_rewrites_per_step=1, include_no_retrieval=True)
     assert len(m3.select(trajs)) == 1
+    # the answer reward's test: the last \boxed{} of the response, at most 10 words
+    long = traj("e", "France, a big country of western Europe by the sea and Alps", 1)
+    late = traj("f", "Spain", 1)
+    late.turns.append(Turn(text="No, \\boxed{France}", action="answer", finish_reason="eos"))
+    assert [t.uid for t in m.select([long, late])] == ["f#0"]
 
 
 def test_documents_come_from_observations_without_tags() -> None:
@@ -131,6 +138,34 @@ def test_rewriter_sft_targets_pass_the_memorizer_validation(tmp_path: Path) -> N
         assert target == internal_path(ex.metadata["chain"], ex.answers[0])
         assert m.validate(target, ex.answers) == "", target
         assert sum(d.loss_mask) == len(d.response_ids)
+
+
+def _retrieval_trajectory(thought: str) -> Trajectory:
+    t = Trajectory("x#0", "x", "x", "Where is Lyon?", ["France"], prompt_ids=[5])
+    obs = " <|begin_search_result|>\n(1)Lyon: Lyon is a city in France.\n<|end_search_result|>"
+    t.turns = [
+        Turn(text="I need the country of Lyon. <|begin_external_search|>Lyon country<|end_external_search|>",
+             action="search", finish_reason="stop", queries=["Lyon country"], observation=obs),
+        Turn(text=f"{thought} So the answer is \\boxed{{France}}.", action="answer", finish_reason="eos"),
+    ]  # fmt: skip
+    return t
+
+
+def test_internalize_turns_searches_into_internal_steps() -> None:
+    text = internalize(_retrieval_trajectory("Lyon is a city in France."), PP)
+    assert text == (
+        "I need the country of Lyon.\n<|begin_internal_answer|>Lyon is a city in France.<|end_internal_answer|>\n"
+        "So the answer is \\boxed{France}."
+    )
+    m = memorizer(lambda ctx: "")
+    assert m.validate(text, ["France"]) == ""
+    tok = ByteTokenizer()
+    good, bad = _retrieval_trajectory("Lyon is in France."), _retrieval_trajectory("The search result says France.")
+    data, rejected = rewriter_sft_from_trajectories([good, bad], Memorizer(MemorizationConfig(), None, PP, tok), tok)
+    assert len(data) == 1 and rejected == {"mentions 'search result'": 1}
+    prompt = tok.decode(data[0].prompt_ids)
+    assert "(1)Lyon: Lyon is a city in France." in prompt and "Where is Lyon?" in prompt
+    assert "<|begin_external_search|>" not in tok.decode(data[0].response_ids)
 
 
 class _ConstantReward:

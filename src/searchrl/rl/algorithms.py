@@ -261,6 +261,14 @@ def grpo_advantages(
 
 
 @torch.no_grad()
+def group_centred(scores_B: Tensor, group_ids_B: GroupIds) -> Tensor:
+    """``r - group mean`` (OpenRLHF's ``reinforce_baseline`` before REINFORCE++ returns); 0 for groups of one."""
+    index_B, n_groups = _group_index(group_ids_B, scores_B.shape[0], scores_B.device)
+    size_B, mean_B, _ = _group_stats(scores_B, index_B, n_groups)  # (B,) each
+    return torch.where(size_B > 1, scores_B - mean_B, torch.zeros_like(scores_B))
+
+
+@torch.no_grad()
 def rloo_advantages(scores_B: Tensor, group_ids_B: GroupIds, mask_BT: Tensor) -> tuple[Tensor, Metrics]:
     """REINFORCE leave-one-out (Ahmadian et al., 2024): ``r_i - mean_{j != i, same group} r_j``, broadcast over the
     counted positions; 0 for groups of size 1 and at masked positions. Returns ``(advantages_BT, metrics)``."""
@@ -284,7 +292,8 @@ def reinforce_pp_returns(
     """REINFORCE++ advantages (Hu, 2025; R1-Searcher++ Eq. 1): token reward ``-kl_coef * kl_t`` on every counted
     token plus the outcome score on the last counted token, undiscounted return-to-go (gamma = 1), then whitened over
     all counted tokens of the batch. ``kl_BT`` is a per-token estimate from :func:`kl_penalty` (R1-Searcher's code
-    uses k1). To reproduce R1-Searcher's ``reinforce_baseline``, pass scores with the group mean already subtracted.
+    uses k1). To reproduce R1-Searcher's ``reinforce_baseline``, pass :func:`group_centred` scores
+    (``algorithm.group_baseline``).
     Rows with no counted token contribute nothing. Returns ``(advantages_BT, metrics)``; 0 at masked positions."""
     m = _bool_mask(mask_BT, kl_BT)  # (B, T)
     if scores_B.shape != (kl_BT.shape[0],):

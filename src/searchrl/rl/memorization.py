@@ -109,12 +109,14 @@ class MemorizationStats:
 
 
 class Memorizer:
-    """The auxiliary-NLL hook of the RL trainer: ``(step, trajectories) -> [(prompt_ids, response_ids, mask)]``."""
+    """The auxiliary-NLL hook of the RL trainer: ``(step, trajectories) -> [(prompt_ids, response_ids, mask)]``.
+
+    ``rewriter=None`` gives a validator only (``validate``, ``is_correct``), e.g. to filter rewriter SFT data."""
 
     def __init__(
         self,
         cfg: MemorizationConfig,
-        rewriter: Generator,
+        rewriter: Generator | None,
         protocol: Protocol,
         policy_tokenizer,
         prompt_style: str = "auto",
@@ -134,12 +136,21 @@ class Memorizer:
         self.last_metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------------ steps
+    def is_correct(self, t: Trajectory) -> bool:
+        """The answer reward's test: the response's final answer (the protocol's ``check_format``, e.g. the last
+        ``\\boxed{}``) is correct under ``metric`` and within ``max_answer_words``."""
+        text = t.response_text(self.tok) if t.response_ids else "".join(x.text + x.observation for x in t.turns)
+        answer = self.protocol.extract_answer(text)
+        if answer is None or self.metric(answer, t.golds) < 1.0:
+            return False
+        return self.cfg.max_answer_words is None or word_count(answer) <= self.cfg.max_answer_words
+
     def select(self, trajs: Sequence[Trajectory]) -> list[Trajectory]:
         """Correct rollouts (that searched, unless ``include_no_retrieval``), at most ``per_question`` each."""
         taken: dict[str, int] = {}
         out: list[Trajectory] = []
         for t in trajs:
-            if t.answer is None or self.metric(t.answer, t.golds) < 1.0:
+            if not self.is_correct(t):
                 continue
             if t.n_searches == 0 and not self.cfg.include_no_retrieval:
                 continue
@@ -173,6 +184,8 @@ class Memorizer:
     def rewrite(self, trajs: Sequence[Trajectory], seed: int | None = None) -> list[Rewrite]:
         if not trajs:
             return []
+        if self.rewriter is None:
+            raise ValueError("this Memorizer has no rewriter model (it was built to validate paths only)")
         rtok = self.rewriter.tokenizer
         docs = [extract_documents(t, self.protocol) for t in trajs]
         style = self.rewriter_prompt_style
@@ -277,3 +290,57 @@ def rewriter_sft_examples(oracle: Sequence[Trajectory], protocol: Protocol, toke
             )
         )
     return out
+
+
+def internalize(traj: Trajectory, protocol: Protocol) -> str:
+    """A retrieval trajectory written as an internal-only path (the rewriter's SFT target from real trajectories).
+
+    Search calls and their documents are dropped; the text the policy wrote after each search (up to its next call
+    or its final answer) becomes an internal step, since it states what the documents gave. The final answer
+    sentence is kept as it is. The paper calls this data "pre-processed" without saying how (spec 000 §2.2).
+    """
+    search_open, search_close = getattr(protocol, "search_tags", ("", ""))
+    parts: list[str] = []
+    after_search = False
+    for turn in traj.turns:
+        text = turn.text
+        call_at = text.find(search_open) if search_open else -1
+        if turn.action == "search" and call_at >= 0:
+            text = text[:call_at]
+        answer_at = text.find("\\boxed")
+        if answer_at >= 0:  # keep the sentence that carries the answer outside the internal step
+            cut = max(text.rfind(". ", 0, answer_at) + 1, text.rfind("\n", 0, answer_at) + 1, 0)
+            body, tail = text[:cut].strip(), text[cut:].strip()
+        else:
+            body, tail = text.strip(), ""
+        if body:
+            parts.append(f"{INTERNAL[0]}{body}{INTERNAL[1]}" if after_search and INTERNAL[0] not in body else body)
+        if tail:
+            parts.append(tail)
+        after_search = turn.action == "search"
+    return "\n".join(parts)
+
+
+def rewriter_sft_from_trajectories(
+    trajs: Sequence[Trajectory], memorizer: Memorizer, tokenizer, style: str = "auto"
+) -> tuple[list, dict[str, int]]:
+    """Rewriter SFT examples from correct retrieval trajectories (e.g. ``searchrl data rejection-sample`` output):
+    the documents their searches returned go in the prompt, :func:`internalize` gives the target, and only targets
+    that pass the memorizer's own validation are kept. Returns ``(examples, rejection counts by reason)``."""
+    from searchrl.sft.types import SFTExample
+
+    out, rejected = [], {}
+    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    for t in trajs:
+        docs = extract_documents(t, memorizer.protocol)
+        target = internalize(t, memorizer.protocol)
+        reason = "no search" if not docs else memorizer.validate(target, t.golds)
+        if reason:
+            key = reason.split(":")[0]
+            rejected[key] = rejected.get(key, 0) + 1
+            continue
+        resp = list(tokenizer.encode(target, add_special_tokens=False)) + eos
+        prompt = rewriter_prompt(tokenizer, t.question, docs, style)
+        out.append(SFTExample(list(tokenizer.encode(prompt, add_special_tokens=False)), resp, [1] * len(resp),
+                              kind="rewriter", source_uid=t.uid))  # fmt: skip
+    return out, rejected

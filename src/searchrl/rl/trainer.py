@@ -150,6 +150,10 @@ class Trainer:
             critic = ValueModel(copy.deepcopy(self.policy))
             self.critic_opt = torch.optim.AdamW(critic.parameters(), lr=self.tcfg.critic_lr)
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
+            cw = max(self.tcfg.critic_warmup_steps, 0)
+            self.critic_sched = torch.optim.lr_scheduler.LambdaLR(
+                self.critic_opt, lambda s: min(1.0, (s + 1) / cw) if cw else 1.0
+            )
         # The default generator shares the policy's weights; pass another backend (e.g. vLLM) to decouple them.
         self.generator = generator or HFGenerator(self.policy, tokenizer)
         limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
@@ -241,6 +245,8 @@ class Trainer:
             adv_BT, m = A.rloo_advantages(scores_B, [t.group_id for t in trajs], mask_BT)
         else:  # reinforce_pp
             kl_coef = alg.kl_coef if alg.kl_in_reward else 0.0
+            if alg.group_baseline:
+                scores_B = A.group_centred(scores_B, [t.group_id for t in trajs])
             adv_BT, m = A.reinforce_pp_returns(scores_B, kl_BT, mask_BT, kl_coef)
         metrics.update(m)
         kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
@@ -297,6 +303,8 @@ class Trainer:
                     self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm)
                     self.critic_opt.step()
         self.sched.step()
+        if self.critic is not None:
+            self.critic_sched.step()
         t_end = time.perf_counter()
 
         metrics.update({k: float(np.mean(v)) for k, v in acc_metrics.items()})
@@ -453,6 +461,7 @@ class Trainer:
         if self.critic is not None:
             state["critic"] = self.acc.unwrap_model(self.critic).state_dict()
             state["critic_optimizer"] = self.critic_opt.state_dict()
+            state["critic_scheduler"] = self.critic_sched.state_dict()
         torch.save(state, tmp / "trainer_state.pt")
         old = path.with_name(path.name + ".old")
         if path.exists():
@@ -480,3 +489,5 @@ class Trainer:
         if self.critic is not None and "critic" in state:
             self.acc.unwrap_model(self.critic).load_state_dict(state["critic"])
             self.critic_opt.load_state_dict(state["critic_optimizer"])
+            if "critic_scheduler" in state:
+                self.critic_sched.load_state_dict(state["critic_scheduler"])

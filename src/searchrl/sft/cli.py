@@ -12,7 +12,8 @@ def sft(
 ) -> None:
     """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a trajectories JSONL.
 
-    sft.data=rewriter_oracle trains R1-Searcher++'s rewriter instead (documents in the prompt, internal-only paths).
+    sft.data=rewriter_oracle (synthetic world) or sft.data=rewriter:TRAJECTORIES.jsonl trains R1-Searcher++'s rewriter
+    instead (documents in the prompt, internal-only paths as targets).
 
     Example: searchrl sft --recipe demo sft.limit=250 --out runs/coldstart
     """
@@ -39,6 +40,20 @@ def sft(
             from searchrl.rl.memorization import rewriter_sft_examples
 
             data = rewriter_sft_examples(data, protocol, tok, cfg.model.prompt_style)
+    elif cfg.sft.data.startswith("rewriter:"):  # R1-Searcher++'s rewriter from real (rejection-sampled) trajectories
+        from searchrl.rl.memorization import Memorizer, rewriter_sft_from_trajectories
+        from searchrl.utils import console
+
+        path = Path(cfg.sft.data.split(":", 1)[1])
+        if not path.exists():
+            raise FileNotFoundError(f"sft.data {cfg.sft.data}: {path} not found (a trajectories JSONL, e.g. from "
+                                    "`searchrl data rejection-sample`)")  # fmt: skip
+        trajs = [Trajectory.from_dict(row) for _, row in read_jsonl(path)][: cfg.sft.limit]
+        validator = Memorizer(cfg.memorization, None, protocol, tok)
+        data, rejected = rewriter_sft_from_trajectories(trajs, validator, tok, cfg.model.prompt_style)
+        console.log(f"rewriter data: {len(data)} of {len(trajs)} trajectories kept; rejected: {rejected}")
+        if not data:
+            raise ValueError(f"no trajectory in {path} gives a valid internal-only path (rejected: {rejected})")
     else:
         path = Path(cfg.sft.data)
         if not path.exists():
