@@ -213,7 +213,12 @@ class SFTConfig(_Section):
     lr: float = 5e-5
     batch_size: int = 4
     warmup_steps: int = 5
-    max_length: int = 1024
+    #: prompt + target tokens at most; longer examples lose the end of their target (counted in the log), and an
+    #: example whose prompt alone is too long is dropped.
+    max_length: int = 2048
+    #: hold out this fraction of the examples as a validation set, scored after every epoch; the saved model
+    #: (``final``) is then the epoch with the lowest validation loss (RAG-R1's checkpoint selection).
+    val_fraction: float = 0.0
     #: where SFT data comes from: "oracle" trajectories of the synthetic world, a JSONL of trajectories or
     #: step-level examples, or R1-Searcher++'s rewriter data (documents in the prompt, internal-only paths as
     #: targets): "rewriter_oracle" (synthetic world) or "rewriter:FILE" (trajectories, e.g. rejection-sampled).
@@ -243,6 +248,12 @@ class EvaluationConfig(_Section):
     batch_size: int = 16
     #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.
     temperature: float = 0.0
+    #: passages per query at evaluation (null = retrieval.topk); some papers evaluate with more than they train.
+    topk: int | None = None
+    #: the agent's limits at evaluation (null = the rollout section's value).
+    max_turns: int | None = None
+    max_searches: int | None = None
+    agent_max_new_tokens: int | None = None
     seed: int = 0
 
 

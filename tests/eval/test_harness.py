@@ -169,3 +169,21 @@ def test_bad_batch_size_and_metric(tmp_path, examples, fakes) -> None:
         evaluate({"d": examples}, methods, tmp_path, batch_size=0, show=False)
     with pytest.raises(ValueError, match="unknown metric"):
         evaluate({"d": examples}, methods, tmp_path, metrics=["accuracy"], show=False)
+
+
+def test_evaluation_section_overrides_topk_limits_and_temperature(fakes) -> None:
+    """Papers evaluate with other settings than they train with (R-Search: top-5, T = 0.1; RAG-R1: 5 searches)."""
+    from searchrl.config import load_config
+    from searchrl.eval.harness import build_methods
+
+    gen = fakes.scripted(fakes.direct_reply)
+    cfg = load_config("rag_r1", ["evaluation.methods=[naive_rag,agent]", "evaluation.topk=7"])
+    methods = build_methods(cfg, gen, fakes.KeywordRetriever())
+    assert methods["naive_rag"].topk == 7 and methods["agent"].engine.limits.topk == 7
+    lim = methods["agent"].engine.limits
+    assert (lim.max_searches, lim.max_turns, lim.max_new_tokens) == (5, 5, 1024)  # not the training 4 / 4 / 500
+    assert methods["agent"].temperature == 0.7
+    plain = build_methods(load_config("demo", ["evaluation.methods=[agent]"]), gen, fakes.KeywordRetriever())
+    demo = load_config("demo")
+    assert plain["agent"].engine.limits.max_searches == demo.rollout.max_searches
+    assert plain["agent"].engine.limits.topk == demo.retrieval.topk

@@ -70,3 +70,33 @@ def test_sft_trainer_lowers_loss_and_saves(world, tmp_path: Path) -> None:
     hist = SFTTrainer(cfg, tiny_model(), tok, trajs, tmp_path).train()
     assert hist[-1]["loss"] < 0.7 * hist[0]["loss"]
     assert (tmp_path / "final" / "config.json").exists() and (tmp_path / "metrics.jsonl").exists()
+
+
+def test_max_length_cuts_targets_and_drops_examples_without_room() -> None:
+    from searchrl.sft.trainer import fit_length
+    from searchrl.sft.types import SFTExample
+
+    ex = SFTExample([1] * 6, [2, 3, 4, 5], [1, 0, 1, 1])
+    assert fit_length(ex, 10) is ex
+    cut = fit_length(ex, 8)
+    assert (cut.prompt_ids, cut.response_ids, cut.loss_mask) == ([1] * 6, [2, 3], [1, 0])
+    assert fit_length(ex, 6) is None
+
+
+def test_validation_split_keeps_the_best_epoch(world, tmp_path: Path) -> None:
+    d, retriever = world
+    tok = ByteTokenizer()
+    trajs = oracle_trajectories(get_protocol("search_r1"), load_qa(d / "train.jsonl", limit=10), retriever, tok)
+    cfg = load_config(None, ["sft.lr=3e-3", "sft.epochs=3", "sft.batch_size=4", "sft.warmup_steps=0",
+                             "sft.val_fraction=0.2", "sft.max_length=900"])  # fmt: skip
+    trainer = SFTTrainer(cfg, tiny_model(), tok, trajs, tmp_path)
+    assert len(trainer.val) == 2 and len(trainer.examples) == 8
+    assert trainer.n_truncated == sum(len(t.prompt_ids) + len(t.response_ids) > 900 for t in trajs)
+    hist = trainer.train()
+    vals = [h["val_loss"] for h in hist if "val_loss" in h]
+    assert len(vals) == 3 and trainer.best_val == min(vals) and trainer.best_epoch == vals.index(min(vals))
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    trainer.model.load_state_dict(saved.state_dict())
+    assert trainer.validation_loss() == pytest.approx(min(vals), rel=1e-5)  # final = the best epoch's weights

@@ -152,6 +152,7 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
     """The methods of ``evaluation.methods``, configured from the run config."""
     ev = cfg.evaluation
     common: dict[str, Any] = dict(prompt_style=cfg.model.prompt_style, temperature=ev.temperature, seed=ev.seed)
+    topk = ev.topk or cfg.retrieval.topk
     methods: dict[str, Method] = {}
     for name in ev.methods:
         if name in RETRIEVAL_METHODS and name != "agent" and retriever is None:
@@ -162,15 +163,13 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
             methods[name] = METHODS[name](generator, max_new_tokens=ev.cot_max_new_tokens, **common)
         elif name == "naive_rag":
             assert retriever is not None
-            methods[name] = NaiveRAGMethod(
-                generator, retriever, topk=cfg.retrieval.topk, max_new_tokens=ev.max_new_tokens, **common
-            )
+            methods[name] = NaiveRAGMethod(generator, retriever, topk=topk, max_new_tokens=ev.max_new_tokens, **common)
         elif name == "iterative_rag":
             assert retriever is not None
             methods[name] = IterativeRAGMethod(
                 generator,
                 retriever,
-                topk=cfg.retrieval.topk,
+                topk=topk,
                 max_steps=ev.iterative_steps,
                 max_new_tokens=ev.max_new_tokens,
                 **common,
@@ -178,7 +177,10 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
         elif name == "agent":
             from searchrl.pipeline import make_protocol
 
-            limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+            over = {"max_turns": ev.max_turns, "max_searches": ev.max_searches,
+                    "max_new_tokens": ev.agent_max_new_tokens}  # fmt: skip
+            rollout = cfg.rollout.model_copy(update={k: v for k, v in over.items() if v is not None})
+            limits = RolloutLimits.from_config(rollout, topk)
             methods[name] = AgentMethod(generator, retriever, make_protocol(cfg), limits=limits, **common)
     return methods
 

@@ -12,6 +12,7 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,23 @@ def _parts(ex: Any) -> tuple[list[int], list[int], list[int]]:
     return list(ex.prompt_ids), list(ex.response_ids), list(mask)
 
 
+@dataclass(frozen=True)
+class _Example:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+
+
+def fit_length(ex: Any, max_length: int) -> Any | None:
+    """``ex`` itself when prompt + target fit in ``max_length``; else a copy whose target is cut at the end, or None
+    when the prompt alone does not leave room for a single target token."""
+    p, r, m = _parts(ex)
+    if len(p) + len(r) <= max_length:
+        return ex if getattr(ex, "loss_mask", None) is not None else _Example(p, r, m)
+    room = max_length - len(p)
+    return _Example(p, r[:room], m[:room]) if room > 0 else None
+
+
 def sft_loss(scorer: TokenScorer, examples: Sequence[Any], pad_id: int, device: torch.device | str = "cpu"):
     """Token-mean NLL over the loss-mask positions of a batch of examples (logits computed only there)."""
     prompts, responses, masks = zip(*(_parts(e) for e in examples), strict=True)
@@ -42,9 +60,27 @@ class SFTTrainer:
     def __init__(self, cfg: RunConfig, model, tokenizer, examples: Sequence[Any], output_dir: str | Path) -> None:
         self.cfg, self.scfg = cfg, cfg.sft
         self.tokenizer = tokenizer
-        self.examples = [e for e in examples if sum(_parts(e)[2]) > 0]
-        if not self.examples:
-            raise ValueError("no SFT examples with policy tokens: check the SFT data source")
+        fitted = [fit_length(e, self.scfg.max_length) for e in examples]
+        self.n_truncated = sum(1 for e, f in zip(examples, fitted, strict=True) if f is not None and f is not e)
+        self.n_dropped = sum(1 for f in fitted if f is None)
+        if self.n_truncated or self.n_dropped:
+            console.log(f"sft.max_length={self.scfg.max_length}: {self.n_truncated} examples truncated, "
+                        f"{self.n_dropped} dropped (prompt alone too long)")  # fmt: skip
+        kept = [e for e in fitted if e is not None and sum(e.loss_mask) > 0]
+        if not kept:
+            raise ValueError("no SFT examples with policy tokens: check the SFT data source (and sft.max_length)")
+        self.val: list[Any] = []
+        if self.scfg.val_fraction > 0:
+            if not 0 < self.scfg.val_fraction < 1:
+                raise ValueError(f"sft.val_fraction must be in (0, 1), got {self.scfg.val_fraction}")
+            order = list(range(len(kept)))
+            random.Random(cfg.training.seed + 1).shuffle(order)
+            n_val = max(1, round(len(kept) * self.scfg.val_fraction))
+            if n_val >= len(kept):
+                raise ValueError(f"sft.val_fraction={self.scfg.val_fraction} leaves no training example")
+            self.val = [kept[i] for i in order[:n_val]]
+            kept = [kept[i] for i in sorted(order[n_val:])]
+        self.examples = kept
         if cfg.model.lora is not None:
             from peft import LoraConfig, get_peft_model
 
@@ -98,9 +134,36 @@ class SFTTrainer:
                     log.write(json.dumps(m) + "\n")
                     log.flush()
                     bar.update(task, advance=1, description=f"sft loss={m['loss']:.3f}")
-        self.save(self.out_dir / "final")
+                if self.val:
+                    val_loss = self.validation_loss()
+                    history[-1]["val_loss"] = val_loss
+                    log.write(json.dumps({"step": step, "epoch": epoch, "val_loss": val_loss}) + "\n")
+                    log.flush()
+                    if val_loss < self.best_val:
+                        self.best_val, self.best_epoch = val_loss, epoch
+                        self.save(self.out_dir / "final")
+                    self.model.train()
+        if not self.val:
+            self.save(self.out_dir / "final")
+        else:
+            console.log(f"kept epoch {self.best_epoch} (lowest validation loss {self.best_val:.4f}) as final")
         console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
         return history
+
+    best_val: float = float("inf")
+    best_epoch: int = -1
+
+    @torch.no_grad()
+    def validation_loss(self) -> float:
+        """Token-mean NLL over every validation example's target tokens."""
+        self.model.eval()
+        total, count = 0.0, 0
+        for s in range(0, len(self.val), self.scfg.batch_size):
+            batch = self.val[s : s + self.scfg.batch_size]
+            n = sum(sum(_parts(e)[2]) for e in batch)
+            total += float(sft_loss(self.scorer, batch, self.pad, self.device)) * n
+            count += n
+        return total / max(count, 1)
 
     def _batches(self, rng: random.Random, bs: int) -> list[list[int]]:
         """Shuffled batches of similar lengths: rows are padded to the longest in their batch, so sorting within
