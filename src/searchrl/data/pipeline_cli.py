@@ -94,8 +94,8 @@ def select_difficulty(
     top_p: float = typer.Option(1.0, help="nucleus sampling"),
     seed: int = typer.Option(0, help="sampling and easy-subset seed"),
     limit: int = typer.Option(None, help="use only the first N questions"),
-    max_turns: int = typer.Option(4, help="generation turns per rollout"),
-    max_searches: int = typer.Option(4, help="searches per rollout (RAG-R1's filter used 10)"),
+    max_turns: int = typer.Option(None, help="generation turns per rollout (default: 4; rag_r1: 10)"),
+    max_searches: int = typer.Option(None, help="searches per rollout (default: 4; rag_r1: 10, RAG-R1's filter)"),
     max_new_tokens: int = typer.Option(256, help="tokens per turn"),
     max_total_tokens: int = typer.Option(2048, help="prompt + response tokens"),
     topk: int = typer.Option(3, help="passages per query"),
@@ -114,8 +114,9 @@ def select_difficulty(
 
     if rule not in _RULES:
         raise ValueError(f"unknown --rule {rule!r}; choose r1_searcher or rag_r1")
-    limits = RolloutLimits(max_turns=max_turns, max_searches=max_searches, max_new_tokens=max_new_tokens,
-                           max_total_tokens=max_total_tokens, topk=topk)  # fmt: skip
+    budget = 10 if rule == "rag_r1" else 4  # RAG-R1's answerability filter allowed up to 10 retrievals
+    limits = RolloutLimits(max_turns=max_turns or budget, max_searches=max_searches or budget,
+                           max_new_tokens=max_new_tokens, max_total_tokens=max_total_tokens, topk=topk)  # fmt: skip
     examples, engine = _setup(data, index, protocol, option, model, url, served_model, limit, limits, prompt_style,
                               timeout_s)  # fmt: skip
     records = records or out.with_name(out.stem + ".records.jsonl")
