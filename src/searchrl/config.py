@@ -212,6 +212,9 @@ class SFTConfig(_Section):
     epochs: int = 1
     lr: float = 5e-5
     batch_size: int = 4
+    #: examples per forward/backward pass; a batch is accumulated over micro-batches (bounds activation memory for
+    #: long sequences; the loss is the same token mean over the whole batch). null = batch_size.
+    micro_batch_size: int | None = None
     warmup_steps: int = 5
     #: prompt + target tokens at most; longer examples lose the end of their target (counted in the log), and an
     #: example whose prompt alone is too long is dropped.

@@ -100,3 +100,28 @@ def test_validation_split_keeps_the_best_epoch(world, tmp_path: Path) -> None:
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
     trainer.model.load_state_dict(saved.state_dict())
     assert trainer.validation_loss() == pytest.approx(min(vals), rel=1e-5)  # final = the best epoch's weights
+
+
+def test_micro_batches_give_the_batch_gradient(world) -> None:
+    """Accumulating micro-batches with the batch's token count gives the same gradient as one pass."""
+    from searchrl.rl.batch import TokenScorer
+    from searchrl.sft.trainer import sft_loss
+
+    d, retriever = world
+    tok = ByteTokenizer()
+    trajs = oracle_trajectories(get_protocol("search_r1"), load_qa(d / "train.jsonl", limit=5), retriever, tok)
+    model = tiny_model()
+    scorer = TokenScorer(model)
+    sft_loss(scorer, trajs, 0).backward()
+    full = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    n_tok = float(sum(sum(t.action_mask) for t in trajs))
+    total = sum(float(_backward(sft_loss(scorer, trajs[s : s + 2], 0, "cpu", n_tok))) for s in range(0, 5, 2))
+    for g, p in zip(full, model.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+    assert total == pytest.approx(float(sft_loss(scorer, trajs, 0)), rel=1e-5)
+
+
+def _backward(loss):
+    loss.backward()
+    return loss.detach()

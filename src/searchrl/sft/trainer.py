@@ -48,12 +48,19 @@ def fit_length(ex: Any, max_length: int) -> Any | None:
     return _Example(p, r[:room], m[:room]) if room > 0 else None
 
 
-def sft_loss(scorer: TokenScorer, examples: Sequence[Any], pad_id: int, device: torch.device | str = "cpu"):
-    """Token-mean NLL over the loss-mask positions of a batch of examples (logits computed only there)."""
+def sft_loss(
+    scorer: TokenScorer,
+    examples: Sequence[Any],
+    pad_id: int,
+    device: torch.device | str = "cpu",
+    global_tokens: float | None = None,
+):
+    """Token-mean NLL over the loss-mask positions of a batch of examples (logits computed only there). With
+    ``global_tokens`` (the target-token count of the whole batch) micro-batch losses add up to the batch's loss."""
     prompts, responses, masks = zip(*(_parts(e) for e in examples), strict=True)
     b = collate(prompts, responses, masks, pad_id=pad_id).to(device)
     logp_BT, _ = score_tokens(scorer, b, b.action_mask)  # (B, T)
-    return -aggregate_loss(logp_BT, b.action_mask, "token_mean")
+    return -aggregate_loss(logp_BT, b.action_mask, "token_mean", global_tokens=global_tokens)
 
 
 class SFTTrainer:
@@ -114,9 +121,14 @@ class SFTTrainer:
             for epoch in range(self.scfg.epochs):
                 for idx in self._batches(rng, bs):
                     batch = [self.examples[i] for i in idx]
-                    loss = sft_loss(self.scorer, batch, self.pad, self.device)
+                    n_tok = float(sum(sum(_parts(e)[2]) for e in batch))
+                    micro = self.scfg.micro_batch_size or bs
                     self.opt.zero_grad(set_to_none=True)
-                    loss.backward()
+                    loss = torch.zeros(())
+                    for ms in range(0, len(batch), micro):
+                        part = sft_loss(self.scorer, batch[ms : ms + micro], self.pad, self.device, n_tok)
+                        part.backward()
+                        loss = loss + part.detach()
                     gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.max_grad_norm)
                     self.opt.step()
                     self.sched.step()
