@@ -57,7 +57,8 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="extra dotted overrides of the r1_searcher_pp recipe")
     args = ap.parse_args()
     base = ["sft.data=rewriter_oracle", f"sft.limit={args.train}", "sft.epochs=1", "sft.batch_size=8",
-            "sft.micro_batch_size=2", "sft.lr=1e-4", "retrieval.topk=3", "rollout.max_obs_tokens=200", "memorization.max_new_tokens=96"]  # fmt: skip
+            "sft.micro_batch_size=2", "sft.lr=1e-4", "retrieval.topk=3", "rollout.max_obs_tokens=200",
+            "memorization.max_new_tokens=96"]  # fmt: skip
     cfg = load_config("r1_searcher_pp", [*base, *args.overrides])
     seed_everything(cfg.training.seed)
     protocol, retriever = make_protocol(cfg), make_retriever_for(cfg)
