@@ -233,7 +233,7 @@ class SFTConfig(_Section):
 
 class EvaluationConfig(_Section):
     datasets: list[str] = Field(default_factory=lambda: ["dev"])
-    methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "agent"]] = Field(
+    methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "agent"]] = Field(
         default_factory=lambda: ["direct", "naive_rag", "agent"]
     )
     limit: int | None = 100
@@ -247,6 +247,8 @@ class EvaluationConfig(_Section):
     cot_max_new_tokens: int = 256
     #: IRCoT: reason-then-retrieve steps before a final answer is asked for.
     iterative_steps: int = 4
+    #: ITER-RETGEN: retrieval-generation rounds (FlashRAG's default is 3).
+    iter_retgen_iterations: int = 3
     #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
     batch_size: int = 16
     #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.

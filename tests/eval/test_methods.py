@@ -11,6 +11,7 @@ from searchrl.eval.baselines import (
     CoTMethod,
     DirectMethod,
     IterativeRAGMethod,
+    IterRetGenMethod,
     NaiveRAGMethod,
     answer_in_sentence,
     clean_answer,
@@ -187,6 +188,28 @@ def test_iterative_rag_interleaves_sentences_and_retrieval(retriever) -> None:
     assert b.gen_tokens == 3 * n_bytes(UNSURE + " ") + n_bytes(" Jane Roe\n")
     assert gen.calls[-1][0].endswith(f"{UNSURE} {UNSURE} {UNSURE} {FINAL_ANSWER_CUE}")
     assert mean_metrics(examples, preds)["em"] == 1.0
+
+
+def test_iter_retgen_retrieves_with_the_previous_output(retriever) -> None:
+    """Round 1 retrieves with the question (Blue Lake -> the film page); the model names the director, so round 2's
+    query (question + round-1 output) also finds Tom Hale's page, and the last round's final answer is read."""
+
+    def reply(ctx: str) -> str:
+        if "Tom Hale was born in Oslo, Norway." in ctx:
+            return "Tom Hale was born in Oslo, Norway.\nFinal answer: Norway"
+        return "The film was directed by Tom Hale.\nFinal answer: Tom Hale"
+
+    ex = [QAExample("a", Q_BRIDGE, ["Norway"])]
+    gen = scripted(reply)
+    (pred,) = IterRetGenMethod(gen, retriever, topk=3, iterations=2, max_new_tokens=64).answer(ex)
+    assert pred.text == "Norway" and pred.searches == 2
+    q1, q2 = (calls[0][0] for calls in retriever.calls)
+    assert q1 == Q_BRIDGE and q2 == f"{Q_BRIDGE} The film was directed by Tom Hale. Final answer: Tom Hale"
+    rounds = pred.trajectory["rounds"]
+    assert [r["hit_ids"] for r in rounds] == [["d-blue"], ["d-blue", "d-hale"]]
+    assert len(gen.calls) == 2 and "Tom Hale was born in Oslo" not in gen.calls[0][0]
+    with pytest.raises(ValueError, match="iterations"):
+        IterRetGenMethod(gen, retriever, iterations=0)
 
 
 # --------------------------------------------------------------------------------------------- agent

@@ -1,6 +1,6 @@
 """Evaluation methods behind one interface: ``answer(examples) -> list[Prediction]``.
 
-Five methods, all batched through the ``Generator`` interface (one generate call per step for the whole batch) and
+Six methods, all batched through the ``Generator`` interface (one generate call per step for the whole batch) and
 the ``Retriever`` interface (at most one retriever call per step):
 
 - ``direct``: the question and a short-answer instruction; the first line of the reply is the answer.
@@ -13,6 +13,9 @@ the ``Retriever`` interface (at most one retriever call per step):
   (no few-shot demonstrations), and a question that has no "the answer is" sentence after ``max_steps`` (or whose
   model stops talking) gets one extra generation prefilled with "So the answer is:" instead of IRCoT's separate
   reader step.
+- ``iter_retgen``: ITER-RETGEN (Shao et al. 2023), a baseline of R1-Searcher++ and R-Search: ``iterations`` rounds
+  of "retrieve with the question plus the previous round's output, then answer with reasoning from those
+  documents" (chain-of-thought with ``Final answer:``); the last round's answer is the prediction. Zero-shot.
 - ``agent``: the rollout engine with any protocol; the prediction is the trajectory's final answer.
 
 Prompts are our own wording. Chat models get one user message through the chat template; base models (or
@@ -368,6 +371,57 @@ class IterativeRAGMethod(Method):
         return self._stamp(preds, t0)
 
 
+ITER_RETGEN_PROMPT = (
+    "Answer the question below using the documents. Think it through step by step. Then, on the last line, write "
+    "'Final answer: ' followed by the answer only (a name, date, number or short phrase).\n\nDocuments:\n"
+    "{documents}\n\nQuestion: {question}"
+)
+
+
+class IterRetGenMethod(Method):
+    """ITER-RETGEN: retrieval and generation in turns, each retrieval conditioned on the last generation."""
+
+    name = "iter_retgen"
+
+    def __init__(
+        self, generator: Generator, retriever: Retriever, *, topk: int = 3, iterations: int = 3, **kwargs: Any
+    ) -> None:
+        super().__init__(generator, **kwargs)
+        if topk < 1 or iterations < 1:
+            raise ValueError("iter_retgen: topk and iterations must both be >= 1")
+        self.retriever = retriever
+        self.topk = topk
+        self.iterations = iterations
+
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
+        t0 = time.perf_counter()
+        n = len(examples)
+        outputs = [""] * n
+        rounds: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        tokens = [0] * n
+        comps: list[Completion] = []
+        for it in range(self.iterations):
+            queries = [f"{e.question.strip()} {outputs[i]}".strip() for i, e in enumerate(examples)]
+            hits = self.retriever.search(queries, self.topk)  # one call per round for the batch
+            texts = [
+                render_prompt(self.tokenizer, ITER_RETGEN_PROMPT.format(documents=render_documents(hs),
+                              question=e.question.strip()), self.prompt_style, raw_cue="Reasoning:")
+                for e, hs in zip(examples, hits, strict=True)
+            ]  # fmt: skip
+            comps = self._generate(texts, self.max_new_tokens, step=it)
+            for i, (c, hs) in enumerate(zip(comps, hits, strict=True)):
+                outputs[i] = " ".join(c.text.split())
+                tokens[i] += len(c.token_ids)
+                rounds[i].append({"query": queries[i], "hit_ids": [h.id for h in hs], "output": c.text})
+        preds = []
+        for i, c in enumerate(comps):
+            text, marker = parse_cot(c.text)
+            trace = {"rounds": rounds[i], "marker_found": marker}
+            n_search = self.iterations
+            preds.append(Prediction(text, raw=c.text, trajectory=trace, searches=n_search, gen_tokens=tokens[i]))
+        return self._stamp(preds, t0)
+
+
 class AgentMethod(Method):
     """The rollout engine with a protocol; the prediction is the trajectory's final answer."""
 
@@ -406,7 +460,7 @@ class AgentMethod(Method):
 
 
 METHODS: dict[str, type[Method]] = {
-    m.name: m for m in (DirectMethod, CoTMethod, NaiveRAGMethod, IterativeRAGMethod, AgentMethod)
+    m.name: m for m in (DirectMethod, CoTMethod, NaiveRAGMethod, IterativeRAGMethod, IterRetGenMethod, AgentMethod)
 }
 #: methods that need a retriever
-RETRIEVAL_METHODS = frozenset({"naive_rag", "iterative_rag", "agent"})
+RETRIEVAL_METHODS = frozenset({"naive_rag", "iterative_rag", "iter_retgen", "agent"})

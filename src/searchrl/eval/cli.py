@@ -77,7 +77,7 @@ def main(
     ctx: typer.Context,
     config: str = typer.Option(None, "--config", help="recipe name or YAML file with an evaluation: section"),
     data: list[str] = typer.Option(None, "--data", help="QA file or hf:NAME[:CONFIG]:SPLIT (repeatable)"),
-    methods: str = typer.Option(None, help="comma-separated: direct,cot,naive_rag,iterative_rag,agent"),
+    methods: str = typer.Option(None, help="comma-separated: direct,cot,naive_rag,iterative_rag,iter_retgen,agent"),
     protocol: str = typer.Option(
         None, help="agent protocol: search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1"
     ),

@@ -32,6 +32,7 @@ from searchrl.eval.baselines import (
     RETRIEVAL_METHODS,
     AgentMethod,
     IterativeRAGMethod,
+    IterRetGenMethod,
     Method,
     NaiveRAGMethod,
     Prediction,
@@ -174,6 +175,10 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
                 max_new_tokens=ev.max_new_tokens,
                 **common,
             )
+        elif name == "iter_retgen":
+            assert retriever is not None
+            methods[name] = IterRetGenMethod(generator, retriever, topk=topk, iterations=ev.iter_retgen_iterations,
+                                             max_new_tokens=ev.cot_max_new_tokens, **common)  # fmt: skip
         elif name == "agent":
             from searchrl.pipeline import make_protocol
 
