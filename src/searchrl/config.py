@@ -130,6 +130,9 @@ class AlgorithmConfig(_Section):
     group_baseline: bool = False
     #: exclude inserted (retrieved) tokens from every loss term; False only for the masking ablation.
     mask_observations: bool = True
+    #: PPO critic: value loss and GAE on the policy's tokens only (True) or on every response token, retrieved ones
+    #: included (False, as in RAG-R1's code); the policy loss follows ``mask_observations`` either way.
+    critic_mask_observations: bool = True
     ppo_epochs: int = 1
     mini_batch_size: int = 8
 

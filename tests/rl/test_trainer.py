@@ -58,3 +58,34 @@ def test_resume_matches_straight_run(tmp_path: Path) -> None:
     for a, b in zip(straight[2:], resumed, strict=True):
         for key in ("reward/total", "rollout/response_len", "grad_norm"):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+
+
+class _OneDocRetriever:
+    def search(self, queries, k):
+        from searchrl.retrieval.base import Hit
+
+        return [[Hit("d1", "Lyon", "Lyon is a city in France.", 1.0)] for _ in queries]
+
+
+@pytest.mark.parametrize("critic_masked", [True, False])
+def test_ppo_critic_mask_choice_runs_with_inserted_documents(tmp_path: Path, critic_masked: bool) -> None:
+    """RAG-R1's code trains the critic on every response token (documents included); the default masks them."""
+    from searchrl.generation.fake import ScriptedGenerator
+    from searchrl.protocols import get_protocol
+
+    def script(ctx: str) -> str:
+        return "<answer> France </answer>" if "Lyon is a city" in ctx else "<search> lyon </search>"
+
+    tok = tokenizer()
+    cfg = load_config(None, [
+        "algorithm.name=ppo", "algorithm.kl_coef=0.0", f"algorithm.critic_mask_observations={critic_masked}",
+        "training.steps=1", "training.prompts_per_step=2", f"training.output_dir={tmp_path}", "training.save_every=0",
+        "training.tensorboard=false", "rollout.max_turns=2", "rollout.max_total_tokens=1024",
+    ])  # fmt: skip
+    qs = [QAExample(f"q{i}", "Where is Lyon?", ["France"]) for i in range(2)]
+    trainer = Trainer(cfg, tiny_model(), tok, get_protocol("search_r1"), _OneDocRetriever(), qs,
+                      generator=ScriptedGenerator(tok, script), micro_batch_size=1)  # fmt: skip
+    (m,) = trainer.train()
+    traj = trainer.last_trajectories[0]
+    assert 0 < sum(traj.action_mask) < len(traj.action_mask)  # documents were inserted
+    assert m["rollout/searches"] == 1 and m["value/return_mean"] == m["value/return_mean"]  # finite

@@ -231,13 +231,16 @@ class Trainer:
                         for s in range(0, len(batch), self.micro)
                     ]  # fmt: skip
                 )
+            # The critic's positions: the policy's tokens, or every response token (RAG-R1's code) when
+            # critic_mask_observations is off; the policy loss always uses mask_BT.
+            cmask_BT = mask_BT if alg.critic_mask_observations else batch.response_mask.to(mask_BT.dtype)  # (B, T)
             rewards_BT = torch.zeros_like(old_logp_BT)
-            last = (mask_BT.cumsum(-1) == mask_BT.sum(-1, keepdim=True)) & (mask_BT > 0)  # (B, T) last counted token
+            last = (cmask_BT.cumsum(-1) == cmask_BT.sum(-1, keepdim=True)) & (cmask_BT > 0)  # (B, T) last counted
             first_last = last & (last.cumsum(-1) == 1)
             rewards_BT = torch.where(first_last, scores_B[:, None].expand_as(rewards_BT), rewards_BT)
             if alg.kl_in_reward:
                 rewards_BT = rewards_BT - alg.kl_coef * kl_BT
-            (adv_BT, returns_BT), m = A.gae_advantages(rewards_BT, old_values_BT, mask_BT, alg.gamma, alg.lam)
+            (adv_BT, returns_BT), m = A.gae_advantages(rewards_BT, old_values_BT, cmask_BT, alg.gamma, alg.lam)
             adv_BT = A.whiten(adv_BT, mask_BT)
         elif alg.name == "grpo":
             adv_BT, m = A.grpo_advantages(scores_B, [t.group_id for t in trajs], mask_BT, alg.norm_adv_by_std)
@@ -262,6 +265,11 @@ class Trainer:
                 mini = perm[ms : ms + alg.mini_batch_size]
                 g_tok = self._global_count(float(mask_BT[mini].sum()))
                 g_seq = self._global_count(float((mask_BT[mini].sum(-1) > 0).sum()))
+                c_agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
+                if self.critic is not None and not alg.critic_mask_observations:
+                    rm = batch.response_mask[mini]
+                    c_agg = dict(agg=alg.loss_agg, global_tokens=self._global_count(float(rm.sum())),
+                                 global_seqs=self._global_count(float((rm.sum(-1) > 0).sum())))  # fmt: skip
                 self.opt.zero_grad(set_to_none=True)
                 if self.critic is not None:
                     self.critic_opt.zero_grad(set_to_none=True)
@@ -285,8 +293,9 @@ class Trainer:
                     self.acc.backward(loss)
                     if self.critic is not None:
                         values_BT = self.critic(mb)
+                        cm = mm if alg.critic_mask_observations else mb.response_mask.to(mm.dtype)
                         vl, vm = A.value_loss(
-                            values_BT, old_values_BT[idx], returns_BT[idx], mm, alg.value_clip, **agg
+                            values_BT, old_values_BT[idx], returns_BT[idx], cm, alg.value_clip, **c_agg
                         )
                         self.acc.backward(alg.value_coef * vl * self.acc.num_processes)
                         pm.update(vm)
