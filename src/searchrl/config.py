@@ -77,7 +77,7 @@ class RetrievalConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    protocol: Literal["search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1"] = "search_r1"
+    protocol: Literal["search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1", "search_o1"] = "search_r1"
     backend: Literal["hf", "vllm", "openai"] = "hf"
     #: rollouts per question (the GRPO/RLOO group size; 1 for PPO).
     group_size: int = 1
@@ -236,7 +236,7 @@ class SFTConfig(_Section):
 
 class EvaluationConfig(_Section):
     datasets: list[str] = Field(default_factory=lambda: ["dev"])
-    methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "agent"]] = Field(
+    methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent"]] = Field(
         default_factory=lambda: ["direct", "naive_rag", "agent"]
     )
     limit: int | None = 100
@@ -252,13 +252,17 @@ class EvaluationConfig(_Section):
     iterative_steps: int = 4
     #: ITER-RETGEN: retrieval-generation rounds (FlashRAG's default is 3).
     iter_retgen_iterations: int = 3
+    #: Search-o1: token budget of each Reason-in-Documents call (analysis plus "Final Information"); its reasoning
+    #: turns use the agent's limits below.
+    refine_max_new_tokens: int = 512
     #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
     batch_size: int = 16
     #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.
     temperature: float = 0.0
     #: passages per query at evaluation (null = retrieval.topk); some papers evaluate with more than they train.
     topk: int | None = None
-    #: the agent's limits at evaluation (null = the rollout section's value).
+    #: the agent's (and Search-o1's) limits at evaluation (null = the rollout section's value); max_searches is
+    #: Search-o1's search limit (10 in its paper).
     max_turns: int | None = None
     max_searches: int | None = None
     agent_max_new_tokens: int | None = None

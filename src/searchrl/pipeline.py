@@ -58,6 +58,8 @@ def make_protocol(cfg: RunConfig) -> Protocol:
     opts = dict(cfg.rollout.options)
     if cfg.rollout.protocol == "rag_r1":
         opts.setdefault("max_queries", cfg.rollout.max_queries_per_call)
+    if cfg.rollout.protocol == "search_o1":  # its prompt states the search limit
+        opts.setdefault("max_searches", cfg.rollout.max_searches)
     return get_protocol(cfg.rollout.protocol, **opts)
 
 

@@ -77,9 +77,11 @@ def main(
     ctx: typer.Context,
     config: str = typer.Option(None, "--config", help="recipe name or YAML file with an evaluation: section"),
     data: list[str] = typer.Option(None, "--data", help="QA file or hf:NAME[:CONFIG]:SPLIT (repeatable)"),
-    methods: str = typer.Option(None, help="comma-separated: direct,cot,naive_rag,iterative_rag,iter_retgen,agent"),
+    methods: str = typer.Option(
+        None, help="comma-separated: direct,cot,naive_rag,iterative_rag,iter_retgen,search_o1,agent"
+    ),
     protocol: str = typer.Option(
-        None, help="agent protocol: search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1"
+        None, help="agent protocol: search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1, search_o1"
     ),
     model: str = typer.Option(None, help="policy spec: alias, local directory or HF id"),
     index: str = typer.Option(None, help="local index directory (built from --corpus when empty)"),
@@ -95,7 +97,8 @@ def main(
     batch_size: int = typer.Option(None, help="questions per batch"),
     overrides: list[str] = typer.Option(None, "--set", help="dotted config override, e.g. rollout.max_turns=2"),
 ) -> None:
-    """Evaluate direct / CoT / naive RAG / IRCoT / agent methods on QA datasets, or re-score predictions.
+    """Evaluate the baselines (direct, CoT, naive RAG, IRCoT, ITER-RETGEN, Search-o1) and the agent on QA datasets,
+    or re-score predictions.
 
     Writes predictions/<dataset>__<method>.jsonl, summary.{md,csv,json,png} and the resolved config.yaml into
     --out. Give a recipe (--config) and/or flags; flags win.

@@ -36,6 +36,7 @@ from searchrl.eval.baselines import (
     Method,
     NaiveRAGMethod,
     Prediction,
+    SearchO1Method,
 )
 from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_reports
 from searchrl.generation.base import Generator
@@ -179,14 +180,19 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
             assert retriever is not None
             methods[name] = IterRetGenMethod(generator, retriever, topk=topk, iterations=ev.iter_retgen_iterations,
                                              max_new_tokens=ev.cot_max_new_tokens, **common)  # fmt: skip
-        elif name == "agent":
+        elif name in ("agent", "search_o1"):
             from searchrl.pipeline import make_protocol
 
             over = {"max_turns": ev.max_turns, "max_searches": ev.max_searches,
                     "max_new_tokens": ev.agent_max_new_tokens}  # fmt: skip
             rollout = cfg.rollout.model_copy(update={k: v for k, v in over.items() if v is not None})
             limits = RolloutLimits.from_config(rollout, topk)
-            methods[name] = AgentMethod(generator, retriever, make_protocol(cfg), limits=limits, **common)
+            if name == "agent":
+                methods[name] = AgentMethod(generator, retriever, make_protocol(cfg), limits=limits, **common)
+            else:
+                assert retriever is not None
+                methods[name] = SearchO1Method(generator, retriever, limits=limits,
+                                               refine_max_new_tokens=ev.refine_max_new_tokens, **common)  # fmt: skip
     return methods
 
 

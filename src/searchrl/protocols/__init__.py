@@ -1,4 +1,4 @@
-"""The five papers' text protocols and a name -> class registry.
+"""The papers' text protocols (five trained methods and the prompted Search-o1 baseline) and a name -> class registry.
 
 ``get_protocol("rag_r1", multi_query=True, max_queries=3)`` builds one; options are validated and unknown ones
 raise a one-line ``ValueError`` naming the valid ones.
@@ -14,6 +14,7 @@ from searchrl.protocols.r1_searcher import R1SearcherProtocol
 from searchrl.protocols.r1_searcher_pp import R1SearcherPPProtocol
 from searchrl.protocols.r_search import RSearchProtocol
 from searchrl.protocols.rag_r1 import RAGR1Protocol
+from searchrl.protocols.search_o1 import SearchO1Protocol
 from searchrl.protocols.search_r1 import SearchR1Protocol
 
 PROTOCOLS: dict[str, type[Protocol]] = {
@@ -22,6 +23,7 @@ PROTOCOLS: dict[str, type[Protocol]] = {
     "r1_searcher_pp": R1SearcherPPProtocol,
     "r_search": RSearchProtocol,
     "rag_r1": RAGR1Protocol,
+    "search_o1": SearchO1Protocol,
 }
 
 
@@ -51,6 +53,7 @@ __all__ = [
     "RAGR1Protocol",
     "RSearchProtocol",
     "Search",
+    "SearchO1Protocol",
     "SearchR1Protocol",
     "get_protocol",
 ]

@@ -26,7 +26,9 @@ def render_trajectory(traj, tokenizer) -> None:
 
 def ask(
     question: str = typer.Argument(..., help="the question to answer"),
-    protocol: str = typer.Option("search_r1", help="search_r1 | r1_searcher | r1_searcher_pp | r_search | rag_r1"),
+    protocol: str = typer.Option(
+        "search_r1", help="search_r1 | r1_searcher | r1_searcher_pp | r_search | rag_r1 | search_o1"
+    ),
     index: str = typer.Option(None, help="a local index directory (searchrl index build ...)"),
     url: list[str] = typer.Option(None, help="retrieval server URL(s) (searchrl serve ...); repeatable"),
     model: str = typer.Option("smollm2-135m-instruct", help="policy: alias, local dir or HF id"),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
-from searchrl.retrieval.base import Retriever
+from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.trajectory import Trajectory, Turn
 
 _OBS_TAIL = 16  # tokens kept from the end of a truncated observation
@@ -210,24 +210,7 @@ class RolloutEngine:
                     still.append(traj)
             # ---- one batched retrieval call for every query of the turn
             if searches:
-                flat = [q for _, _, qs in searches for q in qs]
-                t0 = time.perf_counter()
-                if self.retriever is None:
-                    raise ValueError(
-                        "the policy issued a search but no retriever is configured (pass --index or --url)"
-                    )
-                hits = self.retriever.search(flat, lim.topk)
-                dt = time.perf_counter() - t0
-                timing["retrieve_s"] += dt
-                timing["retrieve_calls"] += 1
-                pos = 0
-                for traj, turn, qs in searches:
-                    mine = hits[pos : pos + len(qs)]
-                    pos += len(qs)
-                    turn.hit_ids = [[h.id for h in hs] for hs in mine]
-                    turn.observation = self.protocol.render_observation(list(qs), mine)
-                    turn.n_obs_tokens = self._insert(traj, turn.observation)
-                    turn.timings["retrieve_s"] = dt
+                self._observe(searches, timing)
             active = [t for t in still if not t.stop_reason]
             if not active:
                 break
@@ -236,6 +219,33 @@ class RolloutEngine:
         timing["engine_s"] = time.perf_counter() - t_start
         self.stats = timing
         return trajs
+
+    def _retrieve(self, queries: list[str], timing: dict[str, float]) -> tuple[list[list[Hit]], float]:
+        """ONE batched retriever call for ``queries``; returns the hits and the call's wall time (also added to
+        ``timing``)."""
+        if self.retriever is None:
+            raise ValueError("the policy issued a search but no retriever is configured (pass --index or --url)")
+        t0 = time.perf_counter()
+        hits = self.retriever.search(queries, self.limits.topk)
+        dt = time.perf_counter() - t0
+        timing["retrieve_s"] += dt
+        timing["retrieve_calls"] += 1
+        return hits, dt
+
+    def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:
+        """Run this turn's search calls (every query in one retriever call) and insert each observation.
+
+        The one place where retrieved documents become inserted text; an engine subclass may process them first
+        (Search-o1's Reason-in-Documents, ``searchrl.eval.baselines.SearchO1Engine``)."""
+        hits, dt = self._retrieve([q for _, _, qs in searches for q in qs], timing)
+        pos = 0
+        for traj, turn, qs in searches:
+            mine = hits[pos : pos + len(qs)]
+            pos += len(qs)
+            turn.hit_ids = [[h.id for h in hs] for hs in mine]
+            turn.observation = self.protocol.render_observation(list(qs), mine)
+            turn.n_obs_tokens = self._insert(traj, turn.observation)
+            turn.timings["retrieve_s"] = dt
 
     @staticmethod
     def _stop(traj: Trajectory, reason: str) -> None:

@@ -27,6 +27,7 @@ _STYLE: dict[str, str] = {
     "rag_r1": _THINK,
     "r1_searcher": "{} ",
     "r1_searcher_pp": "{} ",
+    "search_o1": "{} ",
 }
 
 

@@ -1,0 +1,5 @@
+"""``python -m searchrl`` = the ``searchrl`` command."""
+
+from searchrl.cli import main
+
+main()
