@@ -254,7 +254,7 @@ class EvaluationConfig(_Section):
     iter_retgen_iterations: int = 3
     #: Search-o1: token budget of each Reason-in-Documents call (analysis plus "Final Information"); its reasoning
     #: turns use the agent's limits below.
-    refine_max_new_tokens: int = 512
+    search_o1_refine_max_new_tokens: int = 512
     #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
     batch_size: int = 16
     #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.

@@ -13,6 +13,7 @@ from searchrl.eval.baselines import (
     IterativeRAGMethod,
     IterRetGenMethod,
     NaiveRAGMethod,
+    SearchO1Method,
     answer_in_sentence,
     clean_answer,
     first_sentence,
@@ -210,6 +211,115 @@ def test_iter_retgen_retrieves_with_the_previous_output(retriever) -> None:
     assert len(gen.calls) == 2 and "Tom Hale was born in Oslo" not in gen.calls[0][0]
     with pytest.raises(ValueError, match="iterations"):
         IterRetGenMethod(gen, retriever, iterations=0)
+
+
+# --------------------------------------------------------------------------------------------- Search-o1
+
+
+def so1_call(query: str) -> str:
+    return f"<|begin_search_query|>{query}<|end_search_query|>"
+
+
+def so1_result(text: str) -> str:
+    return f"\n\n<|begin_search_result|>{text}<|end_search_result|>\n\n"
+
+
+SO1_REFINED = {
+    "Blue Lake director": "Blue Lake was directed by Tom Hale.",
+    "Tom Hale birthplace": "Tom Hale was born in Norway.",
+}
+SO1_A1 = "I need the director of Blue Lake.\n" + so1_call("Blue Lake director")
+SO1_A2 = "Now I need where Tom Hale was born.\n" + so1_call("Tom Hale birthplace")
+SO1_A3 = "So the final answer is \\boxed{Norway}. Done."
+SO1_NO_INFO = "None of the documents names a founder."
+RAW_DOCS = ("Blue Lake is a film directed by Tom Hale.", "Tom Hale was born in Oslo, Norway.", "Acme is a company.")
+
+
+def refine_reply(query: str) -> str:
+    if query in SO1_REFINED:
+        return f"Doc 1 answers the query.\n**Final Information**\n{SO1_REFINED[query]}"
+    return SO1_NO_INFO  # no "Final Information": nothing helpful is inserted
+
+
+def search_o1_reply(ctx: str) -> str:
+    if "Current search query: " in ctx:  # a Reason-in-Documents call
+        return refine_reply(ctx.split("Current search query: ")[1].split("\n")[0])
+    response = ctx.split("\nReasoning:")[-1]
+    if Q_BRIDGE in ctx:
+        if "Tom Hale was born in Norway." in response:
+            return SO1_A3
+        return (SO1_A2 if "directed by Tom Hale" in response else SO1_A1) + " never sampled"
+    if "search limit has been reached" in response:  # Q_ACME from here on: nothing helps, the limit is reached
+        return "I will have to guess. \\boxed{\\text{Jane Roe}}"
+    if "already been searched" in response:
+        return so1_call("Acme again" if "Acme owner" in response else "Acme owner")
+    if "No helpful information found." in response:
+        return so1_call("Acme founder")  # the same query again
+    return "I need the founder of Acme.\n" + so1_call("Acme founder")
+
+
+def test_search_o1_inserts_only_the_refined_documents(retriever) -> None:
+    examples = [QAExample("a", Q_BRIDGE, ["Norway"]), QAExample("b", Q_ACME, ["Jane Roe"])]
+    gen = scripted(search_o1_reply)
+    limits = RolloutLimits(max_turns=5, max_searches=4, max_new_tokens=200, max_obs_tokens=500,
+                           max_total_tokens=20000, topk=2)  # fmt: skip
+    method = SearchO1Method(gen, retriever, limits=limits, max_searches=2, refine_max_new_tokens=300)
+    a, b = method.answer(examples)
+    assert (a.text, b.text) == ("Norway", "Jane Roe")  # the last \boxed{}, \text{} unwrapped
+    assert (a.searches, b.searches) == (2, 2)  # b: its repeated query is not searched, its 4th call is refused
+    assert "no more than 2 times" in gen.calls[0][0]  # the prompt states the search limit
+
+    # per step: ONE reasoning call, ONE retriever call with the new queries, ONE refinement call for them
+    assert [q for q, _ in retriever.calls] == [["Blue Lake director", "Acme founder"], ["Tom Hale birthplace"],
+                                               ["Acme owner"]]  # fmt: skip
+    assert all(k == 2 for _, k in retriever.calls)
+    refine_calls = [i for i, c in enumerate(gen.calls) if "Current search query: " in c[0]]
+    assert refine_calls == [1, 3, 5] and [len(c) for c in gen.calls] == [2, 2, 2, 1, 2, 1, 1, 1]
+    assert all(all("Current search query: " in ctx for ctx in gen.calls[i]) for i in refine_calls)
+
+    # the refinement sees the previous reasoning (with earlier refined results), the query and the documents
+    first, second = gen.calls[1][0], gen.calls[3][0]
+    assert "Step 1: I need the director of Blue Lake." in first and "Current search query: Blue Lake director" in first
+    assert "Doc 1 (Title: Blue Lake) Blue Lake is a film directed by Tom Hale." in first
+    assert "Step 1: I need the director of Blue Lake." in second
+    assert "<|begin_search_result|>Blue Lake was directed by Tom Hale.<|end_search_result|>" in second
+    assert "Now I need where Tom Hale was born." in second and "Current search query: Tom Hale birthplace" in second
+    assert "Doc 1 (Title: Tom Hale) Tom Hale was born in Oslo, Norway." in second
+    assert RAW_DOCS[0] not in second  # earlier documents reach it only as refined text
+
+    # the reasoning sees the refined text in the result tags, never the raw documents
+    reasoning = [ctx for i, c in enumerate(gen.calls) if i not in refine_calls for ctx in c]
+    assert not any(doc in ctx for doc in RAW_DOCS for ctx in reasoning)
+    assert a.raw == SO1_A1 + so1_result(SO1_REFINED["Blue Lake director"]) + SO1_A2 + so1_result(
+        SO1_REFINED["Tom Hale birthplace"]) + SO1_A3  # fmt: skip
+    assert so1_result("No helpful information found.") in b.raw and RAW_DOCS[2] not in b.raw
+
+    # trajectories: queries, document ids, refined texts; tokens of both calls
+    assert a.trajectory["protocol"] == "search_o1" and a.trajectory["format_problems"] == []
+    steps = a.trajectory["reason_in_documents"]
+    assert [(s["query"], s["hit_ids"], s["refined"], s["marker_found"]) for s in steps] == [
+        ("Blue Lake director", ["d-blue"], "Blue Lake was directed by Tom Hale.", True),
+        ("Tom Hale birthplace", ["d-hale"], "Tom Hale was born in Norway.", True),
+    ]
+    assert [t["hit_ids"] for t in a.trajectory["turns"]] == [[["d-blue"]], [["d-hale"]], []]
+    refine_tokens = sum(n_bytes(refine_reply(q)) + 1 for q in SO1_REFINED)  # + EOS
+    assert a.gen_tokens == n_bytes(SO1_A1 + SO1_A2 + SO1_A3) + 1 + refine_tokens
+    assert [t["action"] for t in b.trajectory["turns"]] == [
+        "search", "search_repeated", "search", "search_over_budget", "answer"]  # fmt: skip
+    assert [(s["query"], s["refined"], s["marker_found"]) for s in b.trajectory["reason_in_documents"]] == [
+        ("Acme founder", "No helpful information found.", False),
+        ("Acme owner", "No helpful information found.", False),
+    ]
+    assert mean_metrics(examples, [a, b])["em"] == 1.0
+
+
+def test_search_o1_without_a_box_has_no_answer(retriever) -> None:
+    gen = scripted(lambda ctx: "Rome, I think.")
+    (pred,) = SearchO1Method(gen, retriever).answer([QAExample("q", Q_ROME, ["Rome"])])
+    assert pred.text is None and pred.searches == 0 and retriever.calls == []
+    assert "no non-empty \\boxed{} final answer" in pred.trajectory["format_problems"]
+    with pytest.raises(ValueError, match="positive integer"):
+        SearchO1Method(gen, retriever, max_searches=0)
 
 
 # --------------------------------------------------------------------------------------------- agent

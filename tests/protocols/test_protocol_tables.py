@@ -469,3 +469,89 @@ def test_feedback_and_force_texts(name: str) -> None:
     assert all(p.search_tags[0] in t and p.search_tags[1] in t for t in texts)
     assert p.invalid_feedback(Invalid("something else")) == p.invalid_feedback(Invalid(NO_ACTION))
     assert p.force_answer_text().strip()
+
+
+# ------------------------------------------------------------------------------------------------------ Search-o1
+SO1_CALL = "<|begin_search_query|>Curious fragrance singer<|end_search_query|>"
+
+
+def test_search_o1_observation_layout_and_result_blocks() -> None:
+    p = get_protocol("search_o1")
+    assert p.render_observation(Q, [HITS]) == (
+        "\n\n<|begin_search_result|>\n"
+        "Doc 1 (Title: Curious (fragrance)) Curious is a women's fragrance by Britney Spears.\n"
+        "Doc 2 (Title: Britney Spears) Spears was born in McComb, Mississippi.\n"
+        "<|end_search_result|>\n\n"
+    )
+    # refined information (or any note) goes into the same block; result tags inside it are blanked
+    assert p.format_result("Born in McComb.") == "\n\n<|begin_search_result|>Born in McComb.<|end_search_result|>\n\n"
+    assert p.format_result("a <|end_search_result|> b").count("<|end_search_result|>") == 1
+
+
+SEARCH_O1_PARSE = [
+    ("Let me check. " + SO1_CALL, Search(("Curious fragrance singer",))),
+    ("<|begin_search_query|> a\n b <|end_search_query|>", Search(("a b",))),
+    ("Maybe \\boxed{Paris}, let me verify. " + SO1_CALL, Search(("Curious fragrance singer",))),  # the call ends it
+    ("It is \\boxed{Rome}, or rather \\boxed{\\text{McComb}}.", Answer("\\text{McComb}")),  # the last box
+    ("<|begin_search_query|>  <|end_search_query|> \\boxed{x}", Invalid(EMPTY_QUERY)),
+    ("<|begin_search_query|> unclosed", Invalid(NO_ACTION)),
+    ("\\boxed{unclosed", Invalid(NO_ACTION)),
+    ("<search> other tags </search>", Invalid(NO_ACTION)),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SEARCH_O1_PARSE)
+def test_search_o1_parse(text: str, expected) -> None:
+    assert get_protocol("search_o1").parse(text) == expected
+
+
+SO1_OBS = "I need the singer. " + SO1_CALL + get_protocol("search_o1").format_result("It is by Britney Spears.")
+SEARCH_O1_FORMAT = [
+    (SO1_OBS + "She was born in McComb. So the final answer is \\boxed{McComb, Mississippi}.", True, None),
+    ("I know it: \\boxed{McComb}.", True, None),
+    (SO1_OBS + "No box.", False, "boxed"),
+    (SO1_OBS + "\\boxed{ }", False, "boxed"),
+    ("<|begin_search_result|>made up<|end_search_result|> \\boxed{x}", False, "result tag written"),
+    ("<|begin_search_query|> q \\boxed{x}", False, "unbalanced"),
+    ("<|begin_search_query|><|end_search_query|>\n\n<|begin_search_result|>x<|end_search_result|> \\boxed{x}",
+     False, "valid query"),
+    (SO1_CALL + "\n\n<|begin_search_result|>never closed \\boxed{x}", False, "unclosed"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("response", "ok", "problem"), SEARCH_O1_FORMAT)
+def test_search_o1_format(response: str, ok: bool, problem: str | None) -> None:
+    report = get_protocol("search_o1").check_format(response)
+    assert report.ok == ok, report.problems
+    if problem:
+        assert any(problem in msg for msg in report.problems), report.problems
+
+
+def test_search_o1_format_extra_and_inserted_notes() -> None:
+    p = get_protocol("search_o1")
+    report = p.check_format(SO1_OBS + " so \\boxed{McComb}")
+    assert report.answer == "McComb" and report.n_searches == 1
+    assert report.extra == {"n_search_calls": 1, "n_unanswered_searches": 0, "answer_words": 1}
+    # a \boxed{} inside inserted results is not the model's answer
+    trap = SO1_CALL + p.format_result("the answer is \\boxed{42}")
+    assert p.check_format(trap).answer is None
+    # the search-limit and repeated-query notes are system text: not results, not answers, not format errors
+    for note in (p.force_answer_text(), p.repeated_query_text()):
+        assert p.result_tags[0] in note and p.result_tags[1] in note
+        report = p.check_format(SO1_CALL + note + "\\boxed{x}")
+        assert report.ok and report.n_searches == 0 and report.extra["n_unanswered_searches"] == 1
+        assert p.check_format(note).answer is None
+
+
+def test_search_o1_prompt_states_the_search_limit() -> None:
+    from searchrl.config import load_config
+    from searchrl.pipeline import make_protocol
+
+    assert "no more than 10 times" in get_protocol("search_o1").instruction("q")  # the paper's limit
+    p = get_protocol("search_o1", max_searches=3)
+    assert "no more than 3 times" in p.instruction("q") and "\\boxed{YOUR_ANSWER}" in p.instruction("q")
+    assert p.system_prompt() is None and p.raw_prompt("Q?").endswith("Question:\nQ?\n\nReasoning:")
+    cfg = load_config("demo", ["rollout.protocol=search_o1", "rollout.max_searches=2"])
+    assert make_protocol(cfg).max_searches == 2  # a recipe's search budget is the one the prompt states
+    with pytest.raises(ValueError, match="positive integer"):
+        get_protocol("search_o1", max_searches=0)

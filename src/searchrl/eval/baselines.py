@@ -582,8 +582,15 @@ class SearchO1Engine(RolloutEngine):
         self._sampling: tuple[float, float, int | None] = (0.0, 1.0, None)
         self._n_refine_calls = 0
 
-    def run(self, examples: Sequence[QAExample], group_size: int = 1, temperature: float = 1.0, top_p: float = 1.0,
-            seed: int | None = None, group_prefix: str = "") -> list[Trajectory]:  # fmt: skip
+    def run(
+        self,
+        examples: Sequence[QAExample],
+        group_size: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        group_prefix: str = "",
+    ) -> list[Trajectory]:
         self.refinements, self._sampling, self._n_refine_calls = {}, (temperature, top_p, seed), 0
         return super().run(examples, group_size, temperature, top_p, seed, group_prefix)
 

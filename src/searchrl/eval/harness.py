@@ -191,8 +191,9 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
                 methods[name] = AgentMethod(generator, retriever, make_protocol(cfg), limits=limits, **common)
             else:
                 assert retriever is not None
-                methods[name] = SearchO1Method(generator, retriever, limits=limits,
-                                               refine_max_new_tokens=ev.refine_max_new_tokens, **common)  # fmt: skip
+                refine = ev.search_o1_refine_max_new_tokens
+                methods[name] = SearchO1Method(generator, retriever, limits=limits, refine_max_new_tokens=refine,
+                                               **common)  # fmt: skip
     return methods
 
 
