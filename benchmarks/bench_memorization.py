@@ -54,6 +54,7 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=120)
     ap.add_argument("--dev", type=int, default=40)
     ap.add_argument("--out", default="runs/rewriter")
+    ap.add_argument("--reuse", action="store_true", help="evaluate the rewriter already in --out/final (no SFT)")
     ap.add_argument("overrides", nargs="*", help="extra dotted overrides of the r1_searcher_pp recipe")
     args = ap.parse_args()
     base = ["sft.data=rewriter_oracle", f"sft.limit={args.train}", "sft.epochs=1", "sft.batch_size=8",
@@ -66,6 +67,14 @@ def main() -> None:
     dev = load_split(cfg, "dev", args.dev)
     dev_oracle = oracle_trajectories(protocol, dev, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style,
                                      cfg.rollout.max_obs_tokens)  # fmt: skip
+    if args.reuse:
+        trained, _ = load_policy(str(Path(args.out) / "final"))
+        result = {"rewriter": str(Path(args.out) / "final"), "dev_questions": len(dev),
+                  "max_new_tokens": cfg.memorization.max_new_tokens,
+                  "after": rewrite_eval(cfg, trained.eval(), tok, protocol, dev_oracle)}  # fmt: skip
+        (RESULTS / "memorization_reuse.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps({k: v for k, v in result["after"].items() if k != "examples"}, indent=2))
+        return
     model.eval()
     before = rewrite_eval(cfg, model, tok, protocol, dev_oracle)
     train = load_split(cfg, "train", cfg.sft.limit)

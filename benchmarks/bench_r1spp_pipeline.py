@@ -48,7 +48,7 @@ def main() -> None:
     rl = out / "rl"
     train_args = [
         "train", "--recipe", "r1_searcher_pp", f"training.init_from={out / 'sft' / 'final'}",
-        f"memorization.rewriter={args.rewriter}", "memorization.max_new_tokens=96", f"training.steps={args.steps}",
+        f"memorization.rewriter={args.rewriter}", "memorization.max_new_tokens=224", f"training.steps={args.steps}",
         "training.prompts_per_step=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_searches=1",
         "rollout.max_new_tokens=48", "algorithm.mini_batch_size=8", "training.lr=1e-5", "data.kinds=[single_hop]",
         "training.save_every=0", "training.tensorboard=false", f"training.output_dir={rl}", *small,
