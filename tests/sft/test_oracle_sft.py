@@ -87,11 +87,15 @@ def test_validation_split_keeps_the_best_epoch(world, tmp_path: Path) -> None:
     d, retriever = world
     tok = ByteTokenizer()
     trajs = oracle_trajectories(get_protocol("search_r1"), load_qa(d / "train.jsonl", limit=10), retriever, tok)
+    cut = sorted(len(t.prompt_ids) + len(t.response_ids) for t in trajs)[5]  # about half the examples are longer
     cfg = load_config(None, ["sft.lr=3e-3", "sft.epochs=3", "sft.batch_size=4", "sft.warmup_steps=0",
-                             "sft.val_fraction=0.2", "sft.max_length=900"])  # fmt: skip
+                             "sft.val_fraction=0.2", f"sft.max_length={cut}"])  # fmt: skip
     trainer = SFTTrainer(cfg, tiny_model(), tok, trajs, tmp_path)
     assert len(trainer.val) == 2 and len(trainer.examples) == 8
-    assert trainer.n_truncated == sum(len(t.prompt_ids) + len(t.response_ids) > 900 for t in trajs)
+    n_long = sum(len(t.prompt_ids) + len(t.response_ids) > cut for t in trajs)
+    assert trainer.n_truncated == n_long and 0 < n_long < len(trajs)
+    assert SFTTrainer(cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"max_length": 10**6})}), tiny_model(),
+                      tok, trajs, tmp_path / "x").n_truncated == 0  # fmt: skip
     hist = trainer.train()
     vals = [h["val_loss"] for h in hist if "val_loss" in h]
     assert len(vals) == 3 and trainer.best_val == min(vals) and trainer.best_epoch == vals.index(min(vals))

@@ -68,7 +68,10 @@ class SFTTrainer:
         self.cfg, self.scfg = cfg, cfg.sft
         self.tokenizer = tokenizer
         fitted = [fit_length(e, self.scfg.max_length) for e in examples]
-        self.n_truncated = sum(1 for e, f in zip(examples, fitted, strict=True) if f is not None and f is not e)
+        kept_len = [len(f.response_ids) if f is not None else 0 for f in fitted]
+        self.n_truncated = sum(
+            1 for e, f, n in zip(examples, fitted, kept_len, strict=True) if f is not None and n < len(_parts(e)[1])
+        )
         self.n_dropped = sum(1 for f in fitted if f is None)
         if self.n_truncated or self.n_dropped:
             console.log(f"sft.max_length={self.scfg.max_length}: {self.n_truncated} examples truncated, "
