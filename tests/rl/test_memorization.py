@@ -39,7 +39,8 @@ GOOD = (
 
 
 def traj(qid: str, answer: str | None, searches: int, golds=("France",), sample: int = 0) -> Trajectory:
-    t = Trajectory(f"{qid}#{sample}", qid, qid, f"Where is {qid}?", list(golds), prompt_ids=[5, 6])
+    prompt_ids = ByteTokenizer().encode(build_prompt_text(PP, ByteTokenizer(), f"Where is {qid}?"))  # as the engine
+    t = Trajectory(f"{qid}#{sample}", qid, qid, f"Where is {qid}?", list(golds), prompt_ids=prompt_ids)
     for i in range(searches):
         obs = f" <|begin_search_result|>\n(1)Doc {qid}-{i}: Lyon is a city in France.\n<|end_search_result|>"
         t.turns.append(Turn(text=f"<|begin_external_search|>q{i}<|end_external_search|>", action="search",

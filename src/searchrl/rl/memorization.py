@@ -31,7 +31,6 @@ from searchrl.config import MemorizationConfig
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.protocols.base import Protocol, Search
 from searchrl.rewards.metrics import get_metric, word_count
-from searchrl.rollout.engine import build_prompt_text
 from searchrl.rollout.trajectory import Trajectory
 
 INTERNAL = ("<|begin_internal_answer|>", "<|end_internal_answer|>")
@@ -89,6 +88,7 @@ class Rewrite:
     text: str
     ok: bool
     reason: str = ""  # why validation failed ("" when ok)
+    prompt_ids: list[int] = field(default_factory=list)  # the source rollout's prompt: the policy's view of q
 
 
 @dataclass
@@ -120,15 +120,13 @@ class Memorizer:
         protocol: Protocol,
         policy_tokenizer,
         prompt_style: str = "auto",
-        rewriter_prompt_style: str = "auto",
         seed: int = 0,
     ) -> None:
         self.cfg = cfg
         self.rewriter = rewriter
         self.protocol = protocol
         self.tok = policy_tokenizer
-        self.prompt_style = prompt_style
-        self.rewriter_prompt_style = rewriter_prompt_style
+        self.prompt_style = prompt_style  # the rewriter's prompt (chat template or raw); NLL targets reuse rollout ids
         self.metric = get_metric(cfg.metric)
         self.pool: deque[tuple[list[int], list[int], list[int]]] = deque(maxlen=cfg.pool_size or None)
         self.rng = random.Random(seed)
@@ -188,7 +186,7 @@ class Memorizer:
             raise ValueError("this Memorizer has no rewriter model (it was built to validate paths only)")
         rtok = self.rewriter.tokenizer
         docs = [extract_documents(t, self.protocol) for t in trajs]
-        style = self.rewriter_prompt_style
+        style = self.prompt_style
         texts = [rewriter_prompt(rtok, t.question, d, style) for t, d in zip(trajs, docs, strict=True)]
         prompts = [list(rtok.encode(x, add_special_tokens=False)) for x in texts]
         params = SamplingParams(
@@ -201,13 +199,12 @@ class Memorizer:
         rewrites = []
         for t, d, c in zip(trajs, docs, outs, strict=True):
             reason = "no end (length)" if c.finish_reason == "length" else self.validate(c.text, t.golds)
-            rewrites.append(Rewrite(t.uid, t.question, list(t.golds), d, c.text, ok=not reason, reason=reason))
+            rewrites.append(Rewrite(t.uid, t.question, list(t.golds), d, c.text, ok=not reason, reason=reason,
+                                    prompt_ids=list(t.prompt_ids)))  # fmt: skip
         return rewrites
 
-    def target(self, question: str, text: str) -> tuple[list[int], list[int], list[int]]:
-        """The NLL sequence: the policy's prompt for the question (no documents) -> the rewritten path + EOS."""
-        prompt = build_prompt_text(self.protocol, self.tok, question, self.prompt_style)
-        prompt_ids = list(self.tok.encode(prompt, add_special_tokens=False))
+    def target(self, prompt_ids: list[int], text: str) -> tuple[list[int], list[int], list[int]]:
+        """The NLL sequence: the rollout's own prompt ids (the question, no documents) -> the rewritten path + EOS."""
         resp = list(self.tok.encode(text.strip(), add_special_tokens=False))
         eos = getattr(self.tok, "eos_token_id", None)
         if eos is not None:
@@ -222,7 +219,7 @@ class Memorizer:
         for r in rewrites:
             if r.ok:
                 stats.valid += 1
-                fresh.append(self.target(r.question, r.text))
+                fresh.append(self.target(r.prompt_ids, r.text))
             else:
                 key = r.reason.split(":")[0]
                 stats.rejected[key] = stats.rejected.get(key, 0) + 1

@@ -12,7 +12,6 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch
 from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, score_tokens
+from searchrl.sft.types import SFTExample
 from searchrl.utils import console, progress
 
 
@@ -31,21 +31,14 @@ def _parts(ex: Any) -> tuple[list[int], list[int], list[int]]:
     return list(ex.prompt_ids), list(ex.response_ids), list(mask)
 
 
-@dataclass(frozen=True)
-class _Example:
-    prompt_ids: list[int]
-    response_ids: list[int]
-    loss_mask: list[int]
-
-
 def fit_length(ex: Any, max_length: int) -> Any | None:
     """``ex`` itself when prompt + target fit in ``max_length``; else a copy whose target is cut at the end, or None
     when the prompt alone does not leave room for a single target token."""
     p, r, m = _parts(ex)
     if len(p) + len(r) <= max_length:
-        return ex if getattr(ex, "loss_mask", None) is not None else _Example(p, r, m)
+        return ex if getattr(ex, "loss_mask", None) is not None else SFTExample(p, r, m)
     room = max_length - len(p)
-    return _Example(p, r[:room], m[:room]) if room > 0 else None
+    return SFTExample(p, r[:room], m[:room]) if room > 0 else None
 
 
 def sft_loss(
@@ -91,6 +84,7 @@ class SFTTrainer:
             self.val = [kept[i] for i in order[:n_val]]
             kept = [kept[i] for i in sorted(order[n_val:])]
         self.examples = kept
+        self.best_val, self.best_epoch = float("inf"), -1  # the validation set's best epoch so far
         if cfg.model.lora is not None:
             from peft import LoraConfig, get_peft_model
 
@@ -164,9 +158,6 @@ class SFTTrainer:
             console.log(f"kept epoch {self.best_epoch} (lowest validation loss {self.best_val:.4f}) as final")
         console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
         return history
-
-    best_val: float = float("inf")
-    best_epoch: int = -1
 
     @torch.no_grad()
     def validation_loss(self) -> float:
