@@ -78,7 +78,9 @@ class RetrievalConfig(_Section):
 
 class RolloutConfig(_Section):
     protocol: Literal["search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1", "search_o1"] = "search_r1"
-    backend: Literal["hf", "vllm", "openai"] = "hf"
+    #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
+    #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
+    backend: Literal["hf", "hf_generate", "vllm"] = "hf"
     #: rollouts per question (the GRPO/RLOO group size; 1 for PPO).
     group_size: int = 1
     max_turns: int = 4
@@ -134,7 +136,12 @@ class AlgorithmConfig(_Section):
     #: included (False, as in RAG-R1's code); the policy loss follows ``mask_observations`` either way.
     critic_mask_observations: bool = True
     ppo_epochs: int = 1
+    #: trajectories per optimizer step (per process).
     mini_batch_size: int = 8
+    #: where the old log-probs of the ratio come from: "rollout" (the generator's own), "recompute" (a forward pass
+    #: after the rollout), or "auto": the rollout's when the step makes exactly one on-policy update (one epoch, one
+    #: mini-batch) and the generator runs the policy's own weights, else recomputed.
+    old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> AlgorithmConfig:
@@ -153,7 +160,11 @@ class TrainingConfig(_Section):
     critic_warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    grad_accum: int = 1
+    #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches).
+    micro_batch_size: int = 8
+    #: padded tokens (rows x longest row) per micro-batch at most; rows are length-bucketed. No-grad scoring passes
+    #: use 4x this. Bounds activation memory whatever the rollout lengths.
+    micro_batch_tokens: int = 2048
     seed: int = 0
     output_dir: str = "runs/default"
     save_every: int = 10

@@ -215,8 +215,49 @@ def load_policy(spec: str, dtype: str = "float32", device: str | None = None):
     model = AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype))
     if device:
         model.to(device)
+    use_fast_attention(model)
     model.eval()
     return model, tok
+
+
+def _sdpa_gqa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kw):
+    """transformers' SDPA attention, except that grouped-query keys/values are never copied to every head.
+
+    transformers repeats K/V per query head whenever there is a mask (left padding, multi-turn caches): on a CPU
+    that copy dominates a decode step's attention (4x slower per layer, measured at batch 16). SDPA's own
+    ``enable_gqa`` gives identical results without it. Other devices keep transformers' function."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.device.type != "cpu" or query.shape[1] == key.shape[1]:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kw)
+    import torch
+
+    if attention_mask is not None and attention_mask.ndim == 4:
+        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+    if is_causal is None:
+        is_causal = query.shape[2] > 1 and attention_mask is None and getattr(module, "is_causal", True)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=is_causal,
+        enable_gqa=True,
+    )  # fmt: skip
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_fast_attention(model) -> None:
+    """Switch a model that uses transformers' SDPA attention to :func:`_sdpa_gqa_forward` (same math)."""
+    import torch
+
+    if getattr(model.config, "_attn_implementation", None) != "sdpa" or torch.__version__ < "2.5":
+        return
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+        AttentionInterface.register("searchrl_sdpa", _sdpa_gqa_forward)
+        AttentionMaskInterface.register("searchrl_sdpa", ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+        model.set_attn_implementation("searchrl_sdpa")
+    except (ImportError, AttributeError, ValueError):  # an older transformers: keep its SDPA
+        pass
 
 
 def load_embedder(spec: str, device: str | None = None):

@@ -31,6 +31,42 @@ def progress(transient: bool = False) -> Progress:
     )
 
 
+_ALLOCATOR_TUNED = False
+
+
+def tune_allocator() -> None:
+    """Keep freed memory in the process instead of returning it to the OS (glibc only; a no-op elsewhere).
+
+    A training step allocates and frees the same large activation buffers every micro-batch. glibc hands big blocks
+    back to the kernel on free, so each step page-faults them in again (zero-filled): measured on a 2-core CPU, the
+    first passes at a shape run at ~60% of the steady-state matmul rate and a fifth of the CPU time goes to the
+    kernel. Raising the mmap and trim thresholds makes freed blocks reusable. Set ``SEARCHRL_MALLOC_TUNING=0`` to
+    keep glibc's defaults."""
+    global _ALLOCATOR_TUNED
+    if _ALLOCATOR_TUNED or os.environ.get("SEARCHRL_MALLOC_TUNING") == "0":
+        return
+    _ALLOCATOR_TUNED = True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of free heap
+        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: big blocks come from the heap, so they are reused
+    except (OSError, AttributeError):
+        pass
+
+
+def make_adamw(params, lr: float, weight_decay: float = 0.0):
+    """AdamW with the fused kernel where torch has one for the parameters' device (CPU included since torch 2.4)."""
+    import torch
+
+    params = list(params)
+    try:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     try:

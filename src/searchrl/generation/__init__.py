@@ -1,1 +1,27 @@
+"""Generator backends; :func:`make_generator` picks one from ``rollout.backend``."""
 
+from __future__ import annotations
+
+from searchrl.generation.base import Completion, Generator, SamplingParams
+
+__all__ = ["Completion", "Generator", "SamplingParams", "make_generator"]
+
+
+def make_generator(backend: str, model, tokenizer, model_path: str | None = None, **kwargs) -> Generator:
+    """The generator for ``backend``: "hf" (our decode loop on ``model``'s own weights), "hf_generate"
+    (transformers' ``generate``), or "vllm" (a separate engine loaded from ``model_path``)."""
+    if backend == "hf":
+        from searchrl.generation.hf import HFGenerator
+
+        return HFGenerator(model, tokenizer, **kwargs)
+    if backend == "hf_generate":
+        from searchrl.generation.hf import HFGenerateGenerator
+
+        return HFGenerateGenerator(model, tokenizer, **kwargs)
+    if backend == "vllm":
+        if model_path is None:
+            raise ValueError("rollout.backend=vllm needs the policy's directory (model_path) to start the engine")
+        from searchrl.generation.vllm import VLLMGenerator
+
+        return VLLMGenerator(model_path, tokenizer, **kwargs)
+    raise ValueError(f"unknown rollout.backend '{backend}' (choose hf, hf_generate or vllm)")

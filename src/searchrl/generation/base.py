@@ -42,3 +42,6 @@ class Generator(ABC):
 
     def load_weights(self, state_dict: dict) -> None:  # noqa: B027 - optional hook
         """Replace the policy weights (used by trainers whose generator is a separate engine, e.g. vLLM)."""
+
+    def reset(self) -> None:  # noqa: B027 - optional hook
+        """Forget state kept between calls (e.g. cached prefixes); the rollout engine calls it after each run."""

@@ -1,17 +1,32 @@
-"""HF transformers generator: batched ``generate`` with KV cache and stop strings, on CPU or GPU.
+"""HF transformers generators: our own decode loop (``hf``, the default) and ``model.generate`` (``hf_generate``).
 
-The returned ids are exactly the sampled tokens, trimmed after the token that completed a stop string (HF keeps
-decoding a finished row with pad tokens until the whole batch is done; those are dropped). Log-probs are taken from
-the raw logits (temperature 1, no top-p), i.e. log pi(token | context) of the policy itself.
+Both return exactly the sampled tokens, trimmed after the token that completed a stop string, with the log-prob of
+each under the raw logits (temperature 1, no top-p), i.e. log pi(token | context) of the policy itself.
+
+``HFGenerator`` is the fast path for RL on small machines. Per call it:
+
+- prefills each distinct context once (a GRPO group shares its prompt) and copies the cache to the group's rows;
+- reuses the keys/values of contexts the previous call finished with (the next turn of a multi-turn rollout is that
+  context plus an observation), so only new tokens are prefilled (:class:`~searchrl.generation.kvcache.PrefixStore`);
+- decodes into a cache that grows in place (no per-step concatenation) and asks the model for last-position logits
+  only;
+- keeps only the sampled token's log-prob per step (never a ``(B, N, V)`` stack of logits);
+- detects stop strings incrementally from per-token text pieces, then checks each finished row's full text once,
+  so a tokenizer whose pieces do not concatenate exactly still gets the exact rule;
+- drops finished rows from the batch as they accumulate;
+- samples with its own ``torch.Generator``: the global RNG is never touched.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import torch
+from torch import Tensor
 
 from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.generation.kvcache import BufferedCache, PrefixStore, weights_version
 
 
 def _first_stop(tokenizer, ids: list[int], stops: tuple[str, ...]) -> tuple[int, str] | None:
@@ -31,26 +46,261 @@ def _first_stop(tokenizer, ids: list[int], stops: tuple[str, ...]) -> tuple[int,
     return lo, hit
 
 
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = list(eos) if isinstance(eos, list | tuple) else [eos]
+    ids.append(getattr(tokenizer, "eos_token_id", None))
+    return {i for i in ids if i is not None}
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _stop_at_end(tokenizer, ids: list[int], stops: tuple[str, ...]) -> tuple[int, str] | None:
+    """``(len(ids), stop)`` when the last token completes the first stop string, checked on the full text."""
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    if not any(s in text for s in stops):
+        return None
+    before = tokenizer.decode(ids[:-1], skip_special_tokens=False)
+    if any(s in before for s in stops):
+        return None
+    return len(ids), min((s for s in stops if s in text), key=text.find)
+
+
+def _finish(
+    tokenizer, ids: list[int], lps: list[float], eos_ids: set[int], stops: tuple[str, ...], t: float,
+    stopped: bool = False,
+) -> Completion:  # fmt: skip
+    """The completion of one row: stop-string trim (exact rule), else EOS (kept), else length.
+
+    ``stopped``: incremental detection saw the last token complete a stop string; two decodes confirm it (else the
+    exact search over prefixes decides)."""
+    eos_at = next((j for j, x in enumerate(ids) if x in eos_ids), None)
+    searchable = ids if eos_at is None else ids[:eos_at]
+    stop = None
+    if stops and searchable:
+        stop = (_stop_at_end(tokenizer, searchable, stops) if stopped else None) or _first_stop(
+            tokenizer, searchable, stops
+        )
+    if stop is not None:
+        n, reason, stop_str = stop[0], "stop", stop[1]
+    elif eos_at is not None:
+        n, reason, stop_str = eos_at + 1, "eos", None
+    else:
+        n, reason, stop_str = len(ids), "length", None
+    kept = ids[:n]
+    text = tokenizer.decode(kept, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    return Completion(kept, lps[:n], text, reason, stop_str, {"generate_s": t})
+
+
+def _sample(logits_BV: Tensor, params: SamplingParams, gen: torch.Generator) -> Tensor:
+    """Next token per row: argmax when greedy, else temperature + nucleus (top-p) sampling. Returns (B,).
+
+    Sampling inverts the CDF with one uniform draw per row (``torch.multinomial`` costs ~15x more per step over a
+    49k vocabulary on a CPU)."""
+    if params.temperature <= 0:
+        return logits_BV.argmax(-1)
+    probs_BV = torch.softmax(logits_BV / params.temperature, dim=-1)
+    order_BV = None
+    if params.top_p < 1.0:
+        probs_BV, order_BV = probs_BV.sort(dim=-1, descending=True)
+        drop_BV = probs_BV.cumsum(-1) - probs_BV > params.top_p  # keep the smallest prefix with mass >= top_p
+        probs_BV = probs_BV.masked_fill(drop_BV, 0.0)
+    cdf_BV = probs_BV.cumsum(-1)
+    u_B1 = torch.rand(cdf_BV.shape[0], 1, generator=gen, device=cdf_BV.device) * cdf_BV[:, -1:]
+    pick_B1 = torch.searchsorted(cdf_BV, u_B1).clamp_(max=cdf_BV.shape[1] - 1)
+    return (pick_B1 if order_BV is None else order_BV.gather(-1, pick_B1)).squeeze(-1)
+
+
 class HFGenerator(Generator):
-    """Wraps a causal LM and its tokenizer. ``model`` may be the training policy itself (weights are shared)."""
+    """Batched decoding of a causal LM (the training policy itself: weights are shared, never copied).
+
+    ``stats`` counts, since construction, the tokens prefilled, reused from earlier calls and deduplicated within a
+    call, and the decode row-steps computed (rows still in the batch at each step), for FLOP accounting."""
+
+    def __init__(
+        self, model, tokenizer, max_batch_size: int = 64, reuse_prefixes: bool = True, store_bytes: int = 2 << 30
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.reuse_prefixes = reuse_prefixes
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.store = PrefixStore(store_bytes)
+        self._pieces: dict[int, str] = {}
+        self.stats: Counter[str] = Counter()
+
+    def reset(self) -> None:
+        self.store.clear()
+
+    def _piece(self, token: int) -> str:
+        s = self._pieces.get(token)
+        if s is None:
+            s = self._pieces[token] = self.tokenizer.decode([token], skip_special_tokens=False)
+        return s
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        t0 = time.perf_counter()
+        version = weights_version(self.model)
+        previous = self.store if self.reuse_prefixes and self.store.version == version else None
+        self.store = PrefixStore(self.store.max_bytes)  # entries live until the next call
+        self.store.version = version
+        gen = torch.Generator()
+        if params.seed is not None:
+            gen.manual_seed(params.seed)
+        else:
+            gen.seed()
+        # Distinct contexts, shortest first (less padding per chunk); a chunk holds at most max_batch_size rows.
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, p in enumerate(prompts):
+            groups.setdefault(tuple(p), []).append(i)
+        uniq = sorted(groups, key=len)
+        out: list[Completion | None] = [None] * len(prompts)
+        chunk: list[tuple[int, ...]] = []
+        rows = 0
+        for u in uniq + [None]:
+            if u is None or (chunk and rows + len(groups[u]) > self.max_batch_size):
+                if chunk:
+                    self._run_chunk(chunk, groups, previous, params, gen, out)
+                chunk, rows = [], 0
+            if u is not None:
+                chunk.append(u)
+                rows += len(groups[u])
+        elapsed = time.perf_counter() - t0
+        for c in out:
+            c.timings["generate_s"] = elapsed / max(len(prompts), 1)
+        return [c for c in out if c is not None]
+
+    # ------------------------------------------------------------------------------------------------ chunk
+    def _run_chunk(self, uniq, groups, previous: PrefixStore | None, params, gen, out) -> None:
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            self._decode_chunk(uniq, groups, previous, params, gen, out)
+        finally:
+            model.train(was_training)
+
+    def _decode_chunk(self, uniq, groups, previous: PrefixStore | None, params, gen, out) -> None:
+        device = next(self.model.parameters()).device
+        pad = _pad_id(self.tokenizer)
+        U = len(uniq)
+        # ---- prefill the distinct contexts; a reused prefix is placed right-aligned before a left-padded suffix
+        hits = [previous.longest_prefix(u) if previous is not None else (0, None) for u in uniq]
+        P = max(n for n, _ in hits)
+        suffix = [u[n:] for u, (n, _) in zip(uniq, hits, strict=True)]
+        S = max(len(s) for s in suffix)
+        ids_US = torch.full((U, S), pad, dtype=torch.long)
+        pos_US = torch.zeros((U, S), dtype=torch.long)
+        mask_UL = torch.zeros((U, P + S), dtype=torch.long)  # (U, P+S) 1 on real slots
+        for r, ((n, _), s) in enumerate(zip(hits, suffix, strict=True)):
+            ids_US[r, S - len(s) :] = torch.tensor(s, dtype=torch.long)
+            pos_US[r, S - len(s) :] = torch.arange(n, n + len(s))
+            mask_UL[r, P - n : P] = 1
+            mask_UL[r, P + S - len(s) :] = 1
+        cache = BufferedCache.from_rows([kv for _, kv in hits], P) if P else BufferedCache()
+        logits_UV = self.model(
+            input_ids=ids_US.to(device),
+            attention_mask=mask_UL.to(device),
+            position_ids=pos_US.to(device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        self.stats["prefill_tokens"] += sum(len(s) for s in suffix)
+        self.stats["reused_tokens"] += sum(n for n, _ in hits)
+        # ---- one row per requested completion (duplicates of a context share its prefill)
+        owner = [r for r, u in enumerate(uniq) for _ in groups[u]]
+        slot_of = [i for u in uniq for i in groups[u]]  # row -> index in the caller's prompt list
+        self.stats["dedup_tokens"] += sum(len(uniq[r]) for r in owner) - sum(len(u) for u in uniq)
+        sel = torch.tensor(owner, device=device)
+        if len(owner) != U:
+            cache.batch_select_indices(sel)
+        logits_BV = logits_UV.index_select(0, sel).float()
+        mask_BL = mask_UL.to(device).index_select(0, sel)
+        pos_B = pos_US[:, -1].to(device).index_select(0, sel)
+        contexts = [uniq[r] for r in owner]
+        B = len(owner)
+        toks: list[list[int]] = [[] for _ in range(B)]
+        lps: list[list[float]] = [[] for _ in range(B)]
+        done = [False] * B
+        stopped = [False] * B  # finished by a stop string (a search call): worth keeping for the next call
+        tails = [""] * B
+        stops = tuple(params.stop)
+        L = max((len(s) for s in stops), default=1)
+        live = list(range(B))  # batch position -> row
+        for step in range(params.max_new_tokens):
+            next_B = _sample(logits_BV, params, gen)
+            lp_B = logits_BV.gather(-1, next_B[:, None]).squeeze(-1) - torch.logsumexp(logits_BV, dim=-1)
+            for b, (tok, lp) in enumerate(zip(next_B.tolist(), lp_B.tolist(), strict=True)):
+                row = live[b]
+                if done[row]:
+                    continue
+                toks[row].append(tok)
+                lps[row].append(lp)
+                if tok in self.eos_ids:
+                    done[row] = True
+                elif stops:
+                    text = tails[row] + self._piece(tok)
+                    if any(s in text for s in stops):
+                        done[row] = stopped[row] = True
+                    tails[row] = text[-(L - 1) :] if L > 1 else ""
+            self.stats["decode_row_steps"] += len(live)
+            n_done = sum(done[r] for r in live)
+            if n_done == len(live) or step == params.max_new_tokens - 1:
+                break
+            if n_done >= max(1, len(live) // 4):  # compact: keep the finished rows' caches, drop them
+                self._keep(cache, mask_BL, live, contexts, toks, stopped)
+                keep = [b for b, r in enumerate(live) if not done[r]]
+                idx = torch.tensor(keep, device=device)
+                cache.batch_select_indices(idx)
+                mask_BL, pos_B, next_B = mask_BL[idx], pos_B[idx], next_B[idx]
+                live = [live[b] for b in keep]
+            mask_BL = torch.cat([mask_BL, mask_BL.new_ones(len(live), 1)], dim=1)
+            pos_B = pos_B + 1
+            logits_BV = (
+                self.model(
+                    input_ids=next_B[:, None],
+                    attention_mask=mask_BL,
+                    position_ids=pos_B[:, None],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                .logits[:, -1, :]
+                .float()
+            )
+        self._keep(cache, mask_BL, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
+        for row in range(B):
+            out[slot_of[row]] = _finish(self.tokenizer, toks[row], lps[row], self.eos_ids, stops, 0.0, stopped[row])
+
+    def _keep(self, cache: BufferedCache, mask_BL: Tensor, live, contexts, toks, wanted) -> None:
+        """Store the caches of the live rows in ``wanted`` (context + all sampled tokens but the last, whose
+        keys/values were never computed) for the next call."""
+        if not self.reuse_prefixes:
+            return
+        for b, row in enumerate(live):
+            if not wanted[row] or not toks[row]:
+                continue
+            ctx = list(contexts[row]) + toks[row][:-1]
+            slots = mask_BL[b].nonzero().squeeze(-1)[: len(ctx)]
+            if len(slots) == len(ctx):
+                self.store.put(ctx, cache.row(b, slots))
+
+
+class HFGenerateGenerator(Generator):
+    """The fallback: transformers' ``model.generate`` with its stop-string criterion (slower, fully generic)."""
 
     def __init__(self, model, tokenizer, max_batch_size: int = 32) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
-        self.eos_ids = set(self._eos_ids())
-
-    def _eos_ids(self) -> list[int]:
-        eos = self.model.generation_config.eos_token_id
-        ids = eos if isinstance(eos, list) else [eos]
-        if self.tokenizer.eos_token_id is not None:
-            ids.append(self.tokenizer.eos_token_id)
-        return [i for i in ids if i is not None]
+        self.eos_ids = _eos_ids(model, tokenizer)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         out: list[Completion | None] = [None] * len(prompts)
-        # Similar lengths together: less padding per chunk.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         for start in range(0, len(order), self.max_batch_size):
             chunk = order[start : start + self.max_batch_size]
@@ -61,7 +311,7 @@ class HFGenerator(Generator):
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         t0 = time.perf_counter()
         device = next(self.model.parameters()).device
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        pad = _pad_id(self.tokenizer)
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, L) left-padded
         attn = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, L)
@@ -69,8 +319,6 @@ class HFGenerator(Generator):
             input_ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             attn[r, width - len(p) :] = 1
         greedy = params.temperature <= 0
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
         kwargs = dict(
             max_new_tokens=params.max_new_tokens,
             do_sample=not greedy,
@@ -86,35 +334,19 @@ class HFGenerator(Generator):
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         was_training = self.model.training
         self.model.eval()
-        res = self.model.generate(input_ids=input_ids.to(device), attention_mask=attn.to(device), **kwargs)
-        if was_training:
-            self.model.train()
+        # generate() samples from the global RNG: fork it so a seeded call leaves the caller's stream untouched.
+        with torch.random.fork_rng(devices=[]):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            res = self.model.generate(input_ids=input_ids.to(device), attention_mask=attn.to(device), **kwargs)
+        self.model.train(was_training)
         new_BN = res.sequences[:, width:].cpu()  # (B, N) new tokens (padded after each row finished)
-        logits_BNV = torch.stack(res.logits, dim=1).float()  # (B, N, V) raw logits
-        logp_BN = torch.log_softmax(logits_BNV, dim=-1).gather(-1, new_BN.unsqueeze(-1).to(logits_BNV.device))
-        logp_BN = logp_BN.squeeze(-1).cpu()  # (B, N)
+        logp_BN = torch.stack(
+            [torch.log_softmax(lg.float(), -1).gather(-1, new_BN[:, j : j + 1].to(lg.device)).squeeze(-1).cpu()
+             for j, lg in enumerate(res.logits)], dim=1)  # fmt: skip
         elapsed = time.perf_counter() - t0
-        completions = []
-        for r in range(new_BN.shape[0]):
-            ids = new_BN[r].tolist()
-            eos_at = next((j for j, t in enumerate(ids) if t in self.eos_ids), None)
-            searchable = ids if eos_at is None else ids[:eos_at]
-            stop = _first_stop(self.tokenizer, searchable, params.stop) if params.stop and searchable else None
-            if stop is not None:
-                n, reason, stop_str = stop[0], "stop", stop[1]
-            elif eos_at is not None:
-                n, reason, stop_str = eos_at + 1, "eos", None
-            else:
-                n, reason, stop_str = len(ids), "length", None
-            kept = ids[:n]
-            completions.append(
-                Completion(
-                    token_ids=kept,
-                    logprobs=logp_BN[r, :n].tolist(),
-                    text=self.tokenizer.decode(kept, skip_special_tokens=True, clean_up_tokenization_spaces=False),
-                    finish_reason=reason,
-                    stop_string=stop_str,
-                    timings={"generate_s": elapsed / new_BN.shape[0]},
-                )
-            )
-        return completions
+        return [
+            _finish(self.tokenizer, new_BN[r].tolist(), logp_BN[r].tolist(), self.eos_ids, tuple(params.stop),
+                    elapsed / new_BN.shape[0])  # fmt: skip
+            for r in range(new_BN.shape[0])
+        ]

@@ -31,17 +31,30 @@ class Batch:
         return self.input_ids.shape[0]
 
     def select(self, idx: Tensor | list[int]) -> Batch:
-        idx_t = torch.as_tensor(idx, dtype=torch.long)
+        """Rows ``idx``, with the columns that are padding in every selected row cut off (a micro-batch of short
+        sequences costs what its own longest sequence costs, not the whole batch's)."""
+        idx_t = torch.as_tensor(idx, dtype=torch.long, device=self.input_ids.device)
+        P = self.prompt_len
+        attn = self.attention_mask.index_select(0, idx_t)
+        lo = P - int(attn[:, :P].sum(-1).max())  # first column any selected prompt uses
+        resp = self.response_mask.index_select(0, idx_t)
+        T = max(int(resp.sum(-1).max()), 1)  # longest selected response
+        cols = slice(lo, P + T)
         return Batch(
-            self.input_ids[idx_t],
-            self.attention_mask[idx_t],
-            self.position_ids[idx_t],
-            self.prompt_len,
-            self.response_ids[idx_t],
-            self.response_mask[idx_t],
-            self.action_mask[idx_t],
-            self.rollout_logp[idx_t],
+            self.input_ids.index_select(0, idx_t)[:, cols],
+            attn[:, cols],
+            self.position_ids.index_select(0, idx_t)[:, cols],
+            P - lo,
+            self.response_ids.index_select(0, idx_t)[:, :T],
+            resp[:, :T],
+            self.action_mask.index_select(0, idx_t)[:, :T],
+            self.rollout_logp.index_select(0, idx_t)[:, :T],
         )
+
+    @property
+    def lengths(self) -> list[int]:
+        """Real (non-padding) tokens per row, prompt and response."""
+        return self.attention_mask.sum(-1).tolist()
 
     def to(self, device: torch.device | str) -> Batch:
         return Batch(
@@ -142,11 +155,39 @@ def token_logprobs(logits_BTV: Tensor, ids_BT: Tensor) -> Tensor:
     return picked_BT - torch.logsumexp(logits_BTV, dim=-1)  # (B, T)
 
 
+def plan_micro_batches(lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Length-bucketed micro-batches: rows sorted by length (longest first) and packed while ``rows x longest`` stays
+    within ``max_tokens`` and the row count within ``max_rows`` (a row longer than the budget goes alone).
+
+    Similar lengths share a micro-batch, so little of each forward is padding, and the token budget bounds activation
+    memory whatever the lengths (one budget fits single-turn and long multi-turn rollouts alike)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    plans: list[list[int]] = []
+    for i in order:
+        cur = plans[-1] if plans else None
+        if cur and len(cur) < max_rows and (len(cur) + 1) * lengths[cur[0]] <= max_tokens:
+            cur.append(i)
+        else:
+            plans.append([i])
+    return plans
+
+
+def padded_tokens(batch: Batch, plans: Sequence[Sequence[int]]) -> int:
+    """Tokens a forward over ``plans`` computes, padding included (for FLOP accounting)."""
+    lengths = batch.lengths
+    return sum(len(p) * max(lengths[i] for i in p) for p in plans)
+
+
 @torch.no_grad()
-def compute_logprobs(scorer: nn.Module, batch: Batch, select_BT: Tensor, micro_batch_size: int = 8) -> Tensor:
-    """Per-token log-probs of the response at selected positions (no grad), micro-batched: (B, T)."""
-    out = []
-    for s in range(0, len(batch), micro_batch_size):
-        idx = list(range(s, min(s + micro_batch_size, len(batch))))
-        out.append(score_tokens(scorer, batch.select(idx), select_BT[idx])[0])
-    return torch.cat(out, dim=0)
+def compute_logprobs(
+    scorer: nn.Module, batch: Batch, select_BT: Tensor, micro_batch_size: int = 8, max_tokens: int | None = None
+) -> Tensor:
+    """Per-token log-probs of the response at selected positions (no grad), in length-bucketed micro-batches: (B, T).
+
+    ``max_tokens`` bounds each micro-batch's padded tokens (default: unbounded, ``micro_batch_size`` rows)."""
+    out = torch.zeros(select_BT.shape, dtype=torch.float32, device=select_BT.device)
+    for idx in plan_micro_batches(batch.lengths, micro_batch_size, max_tokens or 1 << 62):
+        mb = batch.select(idx)
+        lp = score_tokens(scorer, mb, select_BT[idx][:, : mb.response_ids.shape[1]])[0]
+        out[idx, : lp.shape[1]] = lp.float()
+    return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 import random
 import shutil
 import time
@@ -31,18 +32,32 @@ from torch import nn
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Generator
-from searchrl.generation.hf import HFGenerator
+from searchrl.generation import make_generator
 from searchrl.protocols.base import Protocol
 from searchrl.rl import algorithms as A
-from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories, compute_logprobs, score_tokens
+from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories, plan_micro_batches, score_tokens
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
-from searchrl.utils import progress
+from searchrl.utils import make_adamw, progress, tune_allocator
 
 #: ``(trajectories, protocol) -> (scores, metrics)``; the default composes cfg.reward's components.
 RewardFn = Callable[[Sequence[Trajectory]], tuple[list[float], dict[str, float]]]
 #: ``(step, trajectories) -> list of (prompt_ids, response_ids, loss_mask)`` extra NLL sequences (memorization loss).
 AuxNLLHook = Callable[[int, Sequence[Trajectory]], list[tuple[list[int], list[int], list[int]]]]
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The policy's weights under the base model's own names (LoRA adapters merged in), for a generation engine
+    that keeps its own copy of the model."""
+    if hasattr(model, "merge_adapter") and hasattr(model, "peft_config"):
+        model.merge_adapter()
+        try:
+            base = model.get_base_model()
+            return {k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items()
+                    if "lora_" not in k}  # fmt: skip
+        finally:
+            model.unmerge_adapter()
+    return {k: v.detach() for k, v in model.state_dict().items()}
 
 
 class ValueModel(nn.Module):
@@ -99,7 +114,7 @@ class Trainer:
         train_examples: Sequence[QAExample],
         reward_fn: RewardFn | None = None,
         aux_nll_hook: AuxNLLHook | None = None,
-        micro_batch_size: int = 4,
+        micro_batch_size: int | None = None,
         generator: Generator | None = None,
     ) -> None:
         from accelerate import Accelerator
@@ -116,7 +131,8 @@ class Trainer:
         self.reward_fn = reward_fn or default_reward_fn(cfg, protocol, tokenizer)
         self.aux_nll_hook = aux_nll_hook
         self.mem_coef = cfg.memorization.coef
-        self.micro = micro_batch_size
+        self.micro = micro_batch_size or self.tcfg.micro_batch_size
+        tune_allocator()
         self.out_dir = Path(self.tcfg.output_dir)
         self.state = TrainState()
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -138,7 +154,7 @@ class Trainer:
         model.train()
         self.critic: ValueModel | None = None
         params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=self.tcfg.lr, weight_decay=self.tcfg.weight_decay)
+        self.opt = make_adamw(params, lr=self.tcfg.lr, weight_decay=self.tcfg.weight_decay)
         warm = max(self.tcfg.warmup_steps, 0)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         # self.model is the (possibly DDP-wrapped) scorer; self.policy the causal LM inside it.
@@ -148,14 +164,18 @@ class Trainer:
             import copy
 
             critic = ValueModel(copy.deepcopy(self.policy))
-            self.critic_opt = torch.optim.AdamW(critic.parameters(), lr=self.tcfg.critic_lr)
+            self.critic_opt = make_adamw(critic.parameters(), lr=self.tcfg.critic_lr)
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
             cw = max(self.tcfg.critic_warmup_steps, 0)
             self.critic_sched = torch.optim.lr_scheduler.LambdaLR(
                 self.critic_opt, lambda s: min(1.0, (s + 1) / cw) if cw else 1.0
             )
-        # The default generator shares the policy's weights; pass another backend (e.g. vLLM) to decouple them.
-        self.generator = generator or HFGenerator(self.policy, tokenizer)
+        # The default generator shares the policy's weights; another backend (e.g. vLLM) keeps its own copy, which
+        # _sync_generator refreshes before each rollout that follows an optimizer step.
+        self.generator = generator or make_generator(cfg.rollout.backend, self.policy, tokenizer)
+        self._weights_version = 0  # optimizer steps (and checkpoint loads) applied to the policy
+        self._generator_version = 0  # the policy version the generator's weights hold
+        self._tokens: Counter[str] = Counter()
         limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
         self.engine = RolloutEngine(self.generator, retriever, protocol, limits, cfg.model.prompt_style)
         self._log_f = None
@@ -184,11 +204,48 @@ class Trainer:
         t = torch.tensor([x], dtype=torch.float64, device=self.acc.device)
         return float(self.acc.reduce(t, reduction="sum").item()) if self.acc.num_processes > 1 else x
 
+    def _old_logprobs_from_rollout(self, n_rows: int) -> bool:
+        """Whether the step's old log-probs can be the generator's own: exactly one on-policy update (one epoch, one
+        mini-batch) and a generator that runs the policy's own weights (so they match a recomputation to ~1e-5)."""
+        mode = self.alg.old_logprobs
+        if mode != "auto":
+            return mode == "rollout"
+        one_update = self.alg.ppo_epochs == 1 and self.alg.mini_batch_size >= n_rows
+        return one_update and getattr(self.generator, "model", None) is self.policy
+
+    def _micro(self, batch: Batch, rows: Sequence[int] | None = None, grad: bool = True) -> list[list[int]]:
+        """Length-bucketed micro-batches over ``rows`` (default all); no-grad passes get 4x the token budget."""
+        rows = list(range(len(batch))) if rows is None else list(rows)
+        lengths = batch.lengths
+        budget = self.tcfg.micro_batch_tokens * (1 if grad else 4)
+        plans = plan_micro_batches([lengths[i] for i in rows], self.micro, budget)
+        return [[rows[j] for j in p] for p in plans]
+
+    @torch.no_grad()
+    def _logprobs(self, scorer: nn.Module, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)  # (B, T)
+        for idx in self._micro(batch, grad=False):
+            mb = batch.select(idx)
+            T = mb.response_ids.shape[1]
+            out[idx, :T] = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
+            self._tokens["scored_padded"] += mb.input_ids.numel()
+        return out
+
+    def _sync_generator(self) -> None:
+        """Push the policy's current weights into a generator that keeps its own copy (e.g. vLLM), once per new
+        optimizer state, before it generates."""
+        if self._generator_version == self._weights_version or getattr(self.generator, "model", None) is self.policy:
+            return
+        self.generator.load_weights(full_state_dict(self.policy))
+        self._generator_version = self._weights_version
+
     def train_step(self) -> dict[str, float]:
         cfg, alg = self.cfg, self.alg
         step = self.state.step
         t0 = time.perf_counter()
         prompts = self._next_prompts()
+        self._sync_generator()
+        gen_before = Counter(getattr(self.generator, "stats", {}))
         trajs = self.engine.run(
             prompts,
             group_size=cfg.rollout.group_size,
@@ -198,24 +255,30 @@ class Trainer:
             group_prefix=f"s{step}/",
         )
         gen_stats = dict(self.engine.stats)
+        gen_counts = Counter(getattr(self.generator, "stats", {}))
+        gen_counts.subtract(gen_before)
         scores, reward_metrics = self.reward_fn(trajs)
         aux_seqs = []
         if self.aux_nll_hook is not None and self.mem_coef > 0:
             aux_seqs = self.aux_nll_hook(step, trajs)  # once per step; its NLL joins every optimizer step
         t_reward = time.perf_counter()
 
+        self._tokens = Counter()
         batch = collate_trajectories(trajs, self._pad).to(self.acc.device)
         mask_BT = self._loss_mask(batch)  # (B, T)
         scores_B = torch.tensor(scores, dtype=torch.float32, device=self.acc.device)  # (B,)
         scorer = self.acc.unwrap_model(self.model)
-        old_logp_BT = compute_logprobs(scorer, batch, mask_BT, self.micro)  # (B, T)
+        if self._old_logprobs_from_rollout(int(self._global_count(float(len(batch))))):
+            old_logp_BT = torch.where(mask_BT.bool(), batch.rollout_logp, 0.0)  # (B, T) the sampler's own
+        else:
+            old_logp_BT = self._logprobs(scorer, batch, mask_BT)  # (B, T)
         ref_logp_BT = None
         if alg.kl_coef > 0:
             if self.ref is not None:
-                ref_logp_BT = compute_logprobs(TokenScorer(self.ref), batch, mask_BT, self.micro)
+                ref_logp_BT = self._logprobs(TokenScorer(self.ref), batch, mask_BT)
             else:  # LoRA: the base model is the adapter-disabled policy
                 with self.policy.disable_adapter():
-                    ref_logp_BT = compute_logprobs(scorer, batch, mask_BT, self.micro)
+                    ref_logp_BT = self._logprobs(scorer, batch, mask_BT)
         metrics: dict[str, float] = {}
         kl_BT = torch.zeros_like(old_logp_BT)
         if ref_logp_BT is not None:
@@ -224,13 +287,11 @@ class Trainer:
         old_values_BT = returns_BT = None
         if alg.name == "ppo":
             assert self.critic is not None
+            old_values_BT = torch.zeros_like(old_logp_BT)  # (B, T)
             with torch.no_grad():
-                old_values_BT = torch.cat(
-                    [
-                        self.critic(batch.select(list(range(s, min(s + self.micro, len(batch))))))
-                        for s in range(0, len(batch), self.micro)
-                    ]  # fmt: skip
-                )
+                for idx in self._micro(batch, grad=False):
+                    v_BT = self.critic(batch.select(idx))
+                    old_values_BT[idx, : v_BT.shape[1]] = v_BT.float()
             # The critic's positions: the policy's tokens, or every response token (RAG-R1's code) when
             # critic_mask_observations is off; the policy loss always uses mask_BT.
             cmask_BT = mask_BT if alg.critic_mask_observations else batch.response_mask.to(mask_BT.dtype)  # (B, T)
@@ -273,17 +334,18 @@ class Trainer:
                 self.opt.zero_grad(set_to_none=True)
                 if self.critic is not None:
                     self.critic_opt.zero_grad(set_to_none=True)
-                for cs in range(0, len(mini), self.micro):
-                    idx = mini[cs : cs + self.micro]
+                for idx in self._micro(batch, mini):
                     mb = batch.select(idx)
-                    mm = mask_BT[idx]
-                    logp_BT, ent_BT = score_tokens(self.model, mb, mm, entropy=alg.entropy_coef != 0)  # (B, T) each
+                    T = mb.response_ids.shape[1]
+                    mm = mask_BT[idx, :T]
+                    self._tokens["scored_padded"] += mb.input_ids.numel()
+                    logp_BT, ent_BT = score_tokens(self.model, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
                     agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
                     loss, pm = A.policy_loss(
-                        logp_BT, old_logp_BT[idx], adv_BT[idx], mm, alg.clip_eps, alg.dual_clip, **agg
+                        logp_BT, old_logp_BT[idx, :T], adv_BT[idx, :T], mm, alg.clip_eps, alg.dual_clip, **agg
                     )
                     if kl_in_loss:
-                        kl_cur_BT, _ = A.kl_penalty(logp_BT, ref_logp_BT[idx], mm, alg.kl_estimator)
+                        kl_cur_BT, _ = A.kl_penalty(logp_BT, ref_logp_BT[idx, :T], mm, alg.kl_estimator)
                         loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, alg.loss_agg, g_tok, g_seq)
                     if alg.entropy_coef:
                         ent = A.aggregate_loss(ent_BT, mm, alg.loss_agg, g_tok, g_seq)
@@ -295,7 +357,7 @@ class Trainer:
                         values_BT = self.critic(mb)
                         cm = mm if alg.critic_mask_observations else mb.response_mask.to(mm.dtype)
                         vl, vm = A.value_loss(
-                            values_BT, old_values_BT[idx], returns_BT[idx], cm, alg.value_clip, **c_agg
+                            values_BT, old_values_BT[idx, :T], returns_BT[idx, :T], cm, alg.value_clip, **c_agg
                         )
                         self.acc.backward(alg.value_coef * vl * self.acc.num_processes)
                         pm.update(vm)
@@ -308,6 +370,7 @@ class Trainer:
                 gnorm = self.acc.clip_grad_norm_(self.model.parameters(), self.tcfg.max_grad_norm)
                 acc_metrics.setdefault("grad_norm", []).append(float(gnorm))
                 self.opt.step()
+                self._weights_version += 1
                 if self.critic is not None:
                     self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm)
                     self.critic_opt.step()
@@ -320,8 +383,15 @@ class Trainer:
         metrics.update(reward_metrics)
         metrics.update(self._rollout_metrics(trajs))
         metrics.update(getattr(self.aux_nll_hook, "last_metrics", None) or {})
+        n_prompt = sum(len(t.prompt_ids) for t in trajs)
+        n_resp = sum(len(t.response_ids) for t in trajs)
+        metrics.update({f"gen/{k}": float(v) for k, v in gen_counts.items()})
         metrics.update(
             {
+                "tokens/prompt": float(n_prompt),
+                "tokens/response": float(n_resp),
+                "tokens/generated": float(sum(t.n_policy_tokens for t in trajs)),
+                "tokens/scored_padded": float(self._tokens["scored_padded"]),
                 "step": step + 1,
                 "lr": self.sched.get_last_lr()[0],
                 "time/generate_s": gen_stats.get("generate_s", 0.0),
@@ -488,6 +558,7 @@ class Trainer:
         model.load_state_dict(weights, strict=False)
         if getattr(model.config, "tie_word_embeddings", False):
             model.tie_weights()
+        self._weights_version += 1
         state = torch.load(path / "trainer_state.pt", weights_only=False)
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])

@@ -13,6 +13,8 @@ Limits and truncation policy (documented in docs/rollout.md):
 - ``max_searches``: a search call past the budget is not executed; the force-answer text is inserted instead.
 - ``max_turns``: after the last turn, when ``force_answer`` is on, still-active trajectories get the force-answer
   text and one final turn (its search calls are not executed).
+- Nothing is inserted after the last turn a trajectory will get (no feedback, no observation, no search run): the
+  policy would never read it, yet it would be scored and trained on.
 - ``max_new_tokens`` per turn; ``max_obs_tokens`` per observation: an over-long observation keeps its head and its
   last ``_OBS_TAIL`` tokens (so closing tags survive) and drops the middle.
 - ``max_total_tokens`` (prompt + response): the context is never cut from the left, so the question is never
@@ -144,10 +146,21 @@ class RolloutEngine:
                 )
         timing = {"generate_s": 0.0, "retrieve_s": 0.0, "engine_s": 0.0, "gen_tokens": 0.0, "retrieve_calls": 0.0}
         t_start = time.perf_counter()
+        try:
+            self._loop(trajs, timing, temperature, top_p, seed)
+        finally:
+            self.generator.reset()  # cached prefixes are only useful within one rollout
+        timing["engine_s"] = time.perf_counter() - t_start
+        self.stats = timing
+        return trajs
+
+    def _loop(self, trajs: list[Trajectory], timing: dict[str, float], temperature, top_p, seed) -> None:
         active = list(trajs)
         lim = self.limits
-        for turn_no in range(lim.max_turns + (1 if lim.force_answer else 0)):
+        n_turns = lim.max_turns + (1 if lim.force_answer else 0)
+        for turn_no in range(n_turns):
             forced = turn_no == lim.max_turns
+            last = turn_no == n_turns - 1  # nothing inserted after this turn: the policy would never read it
             if forced:
                 for t in active:
                     self._insert(t, self.protocol.force_answer_text())
@@ -173,30 +186,32 @@ class RolloutEngine:
             still: list[Trajectory] = []
             for traj, comp in zip(active, completions, strict=True):
                 room = self._room(traj)
-                ids, lps, text = comp.token_ids[:room], comp.logprobs[:room], comp.text
+                ids, lps, text, finish = comp.token_ids[:room], comp.logprobs[:room], comp.text, comp.finish_reason
                 if len(ids) < len(comp.token_ids):  # cut by the total-length limit
                     text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                    finish = "length"
                 traj.append(ids, sampled=True, logprobs=lps)
                 timing["gen_tokens"] += len(ids)
                 action = self.protocol.parse(text)
-                turn = Turn(text=text, action="none", finish_reason=comp.finish_reason, n_gen_tokens=len(ids))
+                turn = Turn(text=text, action="none", finish_reason=finish, n_gen_tokens=len(ids))
                 traj.turns.append(turn)
                 if isinstance(action, Answer):
                     turn.action = "answer"
                     traj.answer = action.text
                     self._stop(traj, "answer")
-                elif isinstance(action, Search) and not forced and traj.n_searches < lim.max_searches:
+                elif isinstance(action, Search) and not last and not forced and traj.n_searches < lim.max_searches:
                     turn.action = "search"
                     turn.queries = list(action.queries)
                     searches.append((traj, turn, action.queries))
                     still.append(traj)
-                elif comp.finish_reason == "eos":
+                elif finish == "eos":
                     turn.action = "invalid" if isinstance(action, Invalid) else "none"
                     turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
                     self._stop(traj, "eos")
-                elif forced:
-                    turn.action = "none"
-                    self._stop(traj, "no_answer")
+                elif last:  # no turn follows: no feedback, no observation, the search is not run
+                    turn.action = "invalid" if isinstance(action, Invalid) and not forced else "none"
+                    turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
+                    self._stop(traj, "no_answer" if forced else "max_turns")
                 elif isinstance(action, Search):  # over the search budget: not executed, told to answer
                     turn.action = "search_over_budget"
                     turn.observation = self.protocol.force_answer_text()
@@ -216,9 +231,6 @@ class RolloutEngine:
                 break
         for t in active:
             self._stop(t, "max_turns")
-        timing["engine_s"] = time.perf_counter() - t_start
-        self.stats = timing
-        return trajs
 
     def _retrieve(self, queries: list[str], timing: dict[str, float]) -> tuple[list[list[Hit]], float]:
         """ONE batched retriever call for ``queries``; returns the hits and the call's wall time (also added to
