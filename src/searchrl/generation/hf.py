@@ -346,7 +346,13 @@ class HFGenerateGenerator(Generator):
              for j, lg in enumerate(res.logits)], dim=1)  # fmt: skip
         elapsed = time.perf_counter() - t0
         return [
-            _finish(self.tokenizer, new_BN[r].tolist(), logp_BN[r].tolist(), self.eos_ids, tuple(params.stop),
-                    elapsed / new_BN.shape[0])  # fmt: skip
+            _finish(
+                self.tokenizer,
+                new_BN[r].tolist(),
+                logp_BN[r].tolist(),
+                self.eos_ids,
+                tuple(params.stop),
+                elapsed / new_BN.shape[0],
+            )  # fmt: skip
             for r in range(new_BN.shape[0])
         ]

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 import random
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +31,8 @@ from torch import nn
 
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
-from searchrl.generation.base import Generator
 from searchrl.generation import make_generator
+from searchrl.generation.base import Generator
 from searchrl.protocols.base import Protocol
 from searchrl.rl import algorithms as A
 from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories, plan_micro_batches, score_tokens
