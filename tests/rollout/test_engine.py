@@ -149,3 +149,33 @@ def test_total_length_never_drops_the_question() -> None:
     assert len(t.prompt_ids) + len(t.response_ids) <= 1200
     assert "QUESTION-0 who?" in tok.decode(t.prompt_ids)
     assert max(turn.n_obs_tokens for turn in t.turns) <= 100
+
+
+@pytest.mark.parametrize("force_answer", [False, True])
+def test_nothing_is_inserted_after_the_last_turn(force_answer: bool) -> None:
+    """The policy never reads text inserted after its last turn, so none is: no feedback, no observation, and the
+    last turn's search call is not run."""
+    tok = ByteTokenizer()
+    protocol = get_protocol("search_r1")
+    retriever = CountingRetriever()
+    replies = {"invalid": "I am not sure what to do", "search": protocol.format_search(["paris"])}
+    for kind, reply in replies.items():
+        gen = ScriptedGenerator(tok, lambda ctx, r=reply: r, eos=False)
+        limits = RolloutLimits(max_turns=1, max_searches=2, max_new_tokens=200, force_answer=force_answer)
+        t = RolloutEngine(gen, retriever, protocol, limits).run([QAExample("q", "Where?", ["Paris"])])[0]
+        last = t.turns[-1]
+        assert last.observation == "" and last.n_obs_tokens == 0, kind
+        assert t.action_mask[-1] == 1, f"{kind}: the response ends with inserted tokens"
+        assert t.stop_reason == ("no_answer" if force_answer else "max_turns")
+    # forced: the first turn's search runs, the forced turn's does not; otherwise the only turn is the last one
+    assert len(retriever.calls) == (1 if force_answer else 0)
+
+
+def test_completion_cut_by_the_total_length_limit_finishes_with_length() -> None:
+    tok = ByteTokenizer()
+    protocol = get_protocol("search_r1")
+    gen = ScriptedGenerator(tok, lambda ctx: "x" * 50 + " <answer> a </answer>")  # ends with EOS when not cut
+    prompt_len = len(RolloutEngine(gen, None, protocol).prompt_ids("Where?"))
+    limits = RolloutLimits(max_turns=1, max_new_tokens=400, max_total_tokens=prompt_len + 20, force_answer=False)
+    t = RolloutEngine(gen, None, protocol, limits).run([QAExample("q", "Where?", ["a"])])[0]
+    assert t.turns[0].finish_reason == "length" and len(t.response_ids) == 20

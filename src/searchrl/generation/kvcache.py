@@ -6,8 +6,9 @@ fifth of a 135M model's decode step).
 
 ``PrefixStore`` keeps, for each context a call finished with, its keys/values (one ``(H, n, D)`` pair per layer),
 so the next call (the next turn of a multi-turn rollout, whose prompt is that context plus an observation) only
-prefills the new tokens. Entries are only valid for the weights that made them: the store is emptied whenever the
-model's parameters change (their autograd version counters move on every in-place optimizer update).
+prefills the new tokens. Entries are only valid for the weights that made them: the generator drops them when the
+parameters' autograd version counters move (``load_state_dict``, plain in-place updates), and the rollout engine
+resets the generator after every rollout, which also covers fused optimizers (they do not bump the counters).
 """
 
 from __future__ import annotations

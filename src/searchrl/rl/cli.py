@@ -44,8 +44,14 @@ def train(
         from searchrl.rl.memorization import make_memorizer
 
         memorizer = make_memorizer(cfg, protocol, model, tok)
+    generator = None
+    if cfg.rollout.backend == "vllm":  # a separate engine: the trainer pushes the new weights before each rollout
+        from searchrl.generation import make_generator
+        from searchrl.models import resolve_policy
+
+        generator = make_generator("vllm", model, tok, model_path=str(resolve_policy(policy_spec(cfg))))
     trainer = Trainer(cfg, model, tok, protocol, make_retriever_for(cfg), examples, reward_fn=reward_fn,
-                      aux_nll_hook=memorizer)  # fmt: skip
+                      aux_nll_hook=memorizer, generator=generator)  # fmt: skip
     history = trainer.train(resume=resume)
     if history:
         last = history[-1]

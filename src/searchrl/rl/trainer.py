@@ -172,6 +172,8 @@ class Trainer:
             )
         # The default generator shares the policy's weights; another backend (e.g. vLLM) keeps its own copy, which
         # _sync_generator refreshes before each rollout that follows an optimizer step.
+        if generator is None and cfg.rollout.backend == "vllm":
+            raise ValueError("rollout.backend=vllm: pass the engine as generator= (searchrl train builds it for you)")
         self.generator = generator or make_generator(cfg.rollout.backend, self.policy, tokenizer)
         self._weights_version = 0  # optimizer steps (and checkpoint loads) applied to the policy
         self._generator_version = 0  # the policy version the generator's weights hold
@@ -268,7 +270,7 @@ class Trainer:
         mask_BT = self._loss_mask(batch)  # (B, T)
         scores_B = torch.tensor(scores, dtype=torch.float32, device=self.acc.device)  # (B,)
         scorer = self.acc.unwrap_model(self.model)
-        if self._old_logprobs_from_rollout(int(self._global_count(float(len(batch))))):
+        if self._old_logprobs_from_rollout(len(batch)):
             old_logp_BT = torch.where(mask_BT.bool(), batch.rollout_logp, 0.0)  # (B, T) the sampler's own
         else:
             old_logp_BT = self._logprobs(scorer, batch, mask_BT)  # (B, T)

@@ -1,0 +1,135 @@
+"""The fast HF decode loop: same tokens and log-probs as ``model.generate``, exact stop rule, cache reuse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from searchrl.generation.base import SamplingParams
+from searchrl.generation.fake import ByteTokenizer
+from searchrl.generation.hf import HFGenerateGenerator, HFGenerator, _finish
+from searchrl.testing import tiny_model
+
+
+def _prompts(tok, texts):
+    return [tok.encode(t) for t in texts]
+
+
+def _same(a, b, tol=1e-4):
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert [c.finish_reason for c in a] == [c.finish_reason for c in b]
+    for x, y in zip(a, b, strict=True):
+        assert max((abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)), default=0.0) < tol
+
+
+TEXTS = ["Q: what is 2+2?\nA:", "Q: name a colour\nA:", "hi", "Q: a much longer question about many things\nA:"]
+
+
+def test_greedy_matches_generate_on_tiny_model_mixed_lengths() -> None:
+    tok, model = ByteTokenizer(), tiny_model()
+    sp = SamplingParams(max_new_tokens=20, temperature=0.0)
+    _same(HFGenerator(model, tok).generate(_prompts(tok, TEXTS), sp),
+          HFGenerateGenerator(model, tok).generate(_prompts(tok, TEXTS), sp))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_greedy_matches_generate_on_bundled_model() -> None:
+    """Token-for-token equal to transformers' generate on SmolLM2 for mixed-length chat prompts; log-probs to 1e-4,
+    with and without stop strings."""
+    from searchrl.models import load_policy
+
+    model, tok = load_policy("smollm2-135m-instruct")
+    questions = ["What is the capital of France?", "Name the author of Hamlet and say one thing about him.",
+                 "Who wrote the novel Dracula, and in which year was it published? Answer briefly.", "2+2?"]  # fmt: skip
+    prompts = [
+        tok.encode(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                           tokenize=False), add_special_tokens=False)
+        for q in questions
+    ]  # fmt: skip
+    assert len({len(p) for p in prompts}) == len(prompts)
+    for stop in [(), (".",)]:
+        sp = SamplingParams(max_new_tokens=24, temperature=0.0, stop=stop)
+        fast, ref = (
+            HFGenerator(model, tok).generate(prompts, sp),
+            HFGenerateGenerator(model, tok).generate(prompts, sp),
+        )
+        _same(fast, ref)
+        if stop:
+            assert any(c.finish_reason == "stop" for c in fast)
+
+
+def test_group_prefill_is_shared_and_rows_sample_independently() -> None:
+    tok, model = ByteTokenizer(), tiny_model()
+    gen = HFGenerator(model, tok)
+    prompts = _prompts(tok, ["Q: abc\nA:"] * 4 + ["Q: xyz\nA:"] * 4)
+    out = gen.generate(prompts, SamplingParams(max_new_tokens=16, temperature=1.0, seed=0))
+    assert gen.stats["prefill_tokens"] == len(prompts[0]) + len(prompts[4])  # each distinct prompt once
+    assert len({tuple(c.token_ids) for c in out[:4]}) > 1  # a group's rows are not copies of each other
+
+
+def test_reused_prefix_gives_the_same_tokens_and_logprobs() -> None:
+    """The second turn (previous context + an observation) reuses the first turn's cache: same result as a fresh
+    prefill, with only the new tokens prefilled."""
+    tok, model = ByteTokenizer(), tiny_model()
+    gen, fresh = HFGenerator(model, tok), HFGenerator(model, tok, reuse_prefixes=False)
+    prompts = _prompts(tok, TEXTS)
+    first = gen.generate(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, seed=1))
+    assert all(c.finish_reason == "length" for c in first)
+    nxt = [p + c.token_ids + tok.encode("<obs>some text</obs>") for p, c in zip(prompts, first, strict=True)]
+    before = gen.stats["prefill_tokens"]
+    sp = SamplingParams(max_new_tokens=10, temperature=0.0)
+    _same(gen.generate(nxt, sp), fresh.generate(nxt, sp), tol=1e-5)
+    assert gen.stats["reused_tokens"] == sum(len(p) + len(c.token_ids) - 1 for p, c in zip(prompts, first))
+    assert gen.stats["prefill_tokens"] - before == sum(len(tok.encode("<obs>some text</obs>")) + 1 for _ in first)
+
+
+def test_weight_change_or_reset_drops_the_cache() -> None:
+    tok, model = ByteTokenizer(), tiny_model()
+    gen = HFGenerator(model, tok)
+    prompts = _prompts(tok, TEXTS[:2])
+    first = gen.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.0))
+    nxt = [p + c.token_ids + [40] for p, c in zip(prompts, first, strict=True)]
+    with torch.no_grad():
+        model.lm_head.weight.add_(0.01)  # an in-place update bumps the version counters
+    gen.generate(nxt, SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert gen.stats["reused_tokens"] == 0
+    gen.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.0))
+    gen.reset()
+    gen.generate(nxt, SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert gen.stats["reused_tokens"] == 0
+
+
+def test_seeded_sampling_is_reproducible_and_leaves_the_global_rng_alone() -> None:
+    tok, model = ByteTokenizer(), tiny_model()
+    gen = HFGenerator(model, tok)
+    sp = SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.9, seed=7)
+    state = torch.get_rng_state()
+    a, b = gen.generate(_prompts(tok, TEXTS), sp), gen.generate(_prompts(tok, TEXTS), sp)
+    assert torch.equal(state, torch.get_rng_state())
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    HFGenerateGenerator(model, tok).generate(_prompts(tok, TEXTS[:1]), sp)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_logprobs_are_the_policy_logprobs_of_the_sampled_tokens() -> None:
+    """Sampling at temperature 0.7 still reports log pi(token) at temperature 1 (a full forward recomputes them)."""
+    tok, model = ByteTokenizer(), tiny_model()
+    p = tok.encode("Q: abc\nA:")
+    c = HFGenerator(model, tok).generate([p], SamplingParams(max_new_tokens=10, temperature=0.7, seed=3))[0]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([p + c.token_ids])).logits[0, len(p) - 1 : -1].float()
+    ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+    assert torch.allclose(ref, torch.tensor(c.logprobs), atol=1e-5)
+
+
+def test_stop_rule_is_exact_when_token_pieces_do_not_concatenate() -> None:
+    """Byte tokens of a multi-byte character decode to replacement characters one by one, so the incremental check
+    cannot see a non-ASCII stop string; the final check on the whole text still trims right after it."""
+    tok = ByteTokenizer()
+    ids = tok.encode("one → two → three")
+    c = _finish(tok, ids, [0.0] * len(ids), {2}, ("→",), 0.0, stopped=False)
+    assert (c.text, c.finish_reason, c.stop_string) == ("one →", "stop", "→")
+    c = _finish(tok, ids, [0.0] * len(ids), {2}, ("two",), 0.0, stopped=True)  # a wrong hint is corrected
+    assert c.text == "one → two" and len(c.logprobs) == len(c.token_ids)
+    eos = ids[:3] + [2]
+    assert _finish(tok, eos, [0.0] * 4, {2}, ("→",), 0.0).finish_reason == "eos"

@@ -1,0 +1,144 @@
+"""What the RL step skips and reuses: old log-probs from the rollout, no reference pass without KL, weight pushes
+into a separate generation engine, and the backend choice."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from searchrl.config import load_config
+from searchrl.data.records import QAExample
+from searchrl.generation.base import Generator
+from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
+from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol, Search
+from searchrl.retrieval.base import Hit
+from searchrl.rl.batch import collate_trajectories
+from searchrl.rl.trainer import Trainer
+from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
+
+QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(8)]
+
+
+def make(tmp: Path, *extra: str, generator: Generator | None = None, protocol=None, retriever=None) -> Trainer:
+    cfg = load_config(None, [
+        "algorithm.name=grpo", "training.lr=1e-3", "training.prompts_per_step=2", f"training.output_dir={tmp}",
+        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=4", "rollout.max_new_tokens=10",
+        "rollout.max_turns=1", "rollout.force_answer=false", "rollout.max_total_tokens=256", *extra,
+    ])  # fmt: skip
+    return Trainer(cfg, tiny_model(), tokenizer(), protocol or LettersProtocol(), retriever, QUESTIONS,
+                   reward_fn=letter_fraction_reward, generator=generator)  # fmt: skip
+
+
+class LetterStopProtocol(Protocol):
+    """A search call ends at any lowercase letter, so the random tiny model makes multi-turn rollouts with inserted
+    documents (and the generator reuses cached prefixes between turns)."""
+
+    name = "letter_stop"
+    stop_strings = tuple("abcdefghijklmnopqrstuvwxyz")
+
+    def instruction(self, question: str) -> str:
+        return f"Q: {question}\nA:"
+
+    def parse(self, turn_text: str):
+        return Search((turn_text[-1:],)) if turn_text[-1:].islower() else Answer(turn_text)
+
+    def render_observation(self, queries, hits) -> str:
+        return " [" + " ".join(h.text for hs in hits for h in hs) + "] "
+
+    def invalid_feedback(self, action: Invalid) -> str:
+        return ""
+
+    def check_format(self, response: str) -> FormatReport:
+        return FormatReport(ok=True, has_answer=True, answer=response, n_searches=0)
+
+
+class EchoRetriever:
+    def search(self, queries, k):
+        return [[Hit(q, q, f"doc about {q}", 1.0)] for q in queries]
+
+
+def test_rollout_logprobs_match_a_recomputation(tmp_path: Path) -> None:
+    """Multi-turn rollouts (documents inserted, cached prefixes reused): the generator's log-probs of the policy's
+    tokens equal a fresh forward pass to 1e-4, so one on-policy update can use them as the old log-probs."""
+    trainer = make(tmp_path, "rollout.max_turns=3", "rollout.max_new_tokens=8", protocol=LetterStopProtocol(),
+                   retriever=EchoRetriever())  # fmt: skip
+    trajs = trainer.engine.run(QUESTIONS[:4], group_size=4, temperature=1.0, seed=0)
+    assert sum(t.n_searches for t in trajs) >= 4 and trainer.generator.stats["reused_tokens"] > 0
+    batch = collate_trajectories(trajs, trainer._pad)
+    mask = batch.action_mask
+    assert 0 < int(mask.sum()) < int(batch.response_mask.sum())  # policy and inserted tokens both present
+    recomputed = trainer._logprobs(trainer.acc.unwrap_model(trainer.model), batch, mask)
+    diff = (recomputed - batch.rollout_logp).abs()[mask.bool()]
+    assert float(diff.max()) < 1e-4
+
+
+@pytest.mark.parametrize(("extra", "passes"), [
+    (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8"), 0),  # one update: old from the rollout, no ref
+    (("algorithm.kl_coef=0.01", "algorithm.mini_batch_size=8"), 1),  # the reference pass only
+    (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4"), 1),  # two updates: old log-probs recomputed
+    (("algorithm.kl_coef=0.0", "algorithm.old_logprobs=recompute"), 1),
+])  # fmt: skip
+def test_scoring_passes_are_only_the_needed_ones(tmp_path: Path, extra, passes: int, monkeypatch) -> None:
+    trainer = make(tmp_path, *extra)
+    calls = []
+    orig = trainer._logprobs
+    monkeypatch.setattr(trainer, "_logprobs", lambda *a: calls.append(1) or orig(*a))
+    m = trainer.train_step()
+    assert len(calls) == passes
+    assert (trainer.ref is None) == ("algorithm.kl_coef=0.0" in extra)
+    assert m["loss/policy_total"] == m["loss/policy_total"]
+
+
+def test_one_update_from_rollout_logprobs_equals_recomputed(tmp_path: Path) -> None:
+    """Same step, old log-probs from the rollout vs recomputed: the same loss and gradient (to float tolerance)."""
+    a = make(tmp_path / "a", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8")
+    b = make(
+        tmp_path / "b", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8", "algorithm.old_logprobs=recompute"
+    )
+    ma, mb = a.train_step(), b.train_step()
+    for key in ("loss/policy_total", "grad_norm", "reward/total"):
+        assert ma[key] == pytest.approx(mb[key], rel=1e-4, abs=1e-7), key
+
+
+class VersionedEngine(Generator):
+    """A stand-in for vLLM: its own copy of the model, refreshed only through load_weights; every generate call
+    records the weight version it ran with and checks those weights equal the policy's."""
+
+    def __init__(self, model, tokenizer, policy_ref: list) -> None:
+        self.copy = copy.deepcopy(model)
+        self.inner = HFGenerator(self.copy, tokenizer)
+        self.tokenizer = tokenizer
+        self.version = 0
+        self.used: list[int] = []
+        self.policy_ref = policy_ref
+
+    def load_weights(self, state_dict: dict) -> None:
+        self.copy.load_state_dict(state_dict)
+        self.version += 1
+
+    def generate(self, prompts, params):
+        policy = self.policy_ref[0]
+        same = all(torch.equal(p, q) for p, q in zip(policy.parameters(), self.copy.parameters(), strict=True))
+        self.used.append(self.version if same else -1)
+        return self.inner.generate(prompts, params)
+
+
+def test_separate_engine_always_generates_with_the_latest_weights(tmp_path: Path) -> None:
+    ref: list = []
+    engine = VersionedEngine(tiny_model(), tokenizer(), ref)
+    trainer = make(tmp_path, "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4", generator=engine)  # 2 opt steps
+    ref.append(trainer.policy)
+    for _ in range(3):
+        trainer.train_step()
+    assert engine.used == [0, 1, 2]  # one push per rollout that follows optimizer steps, never stale (-1)
+    assert trainer._weights_version == 6
+
+
+def test_backend_chooses_the_generator(tmp_path: Path) -> None:
+    assert isinstance(make(tmp_path / "a").generator, HFGenerator)
+    assert isinstance(make(tmp_path / "b", "rollout.backend=hf_generate").generator, HFGenerateGenerator)
+    with pytest.raises(ValueError, match="vllm"):
+        make(tmp_path / "c", "rollout.backend=vllm")
