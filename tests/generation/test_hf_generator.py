@@ -39,8 +39,12 @@ def test_greedy_matches_generate_on_bundled_model() -> None:
     from searchrl.models import load_policy
 
     model, tok = load_policy("smollm2-135m-instruct")
-    questions = ["What is the capital of France?", "Name the author of Hamlet and say one thing about him.",
-                 "Who wrote the novel Dracula, and in which year was it published? Answer briefly.", "2+2?"]  # fmt: skip
+    questions = [
+        "What is the capital of France?",
+        "Name the author of Hamlet and say one thing about him.",
+        "Who wrote the novel Dracula, and in which year was it published? Answer briefly.",
+        "2+2?",
+    ]
     prompts = [
         tok.encode(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                            tokenize=False), add_special_tokens=False)
@@ -79,7 +83,8 @@ def test_reused_prefix_gives_the_same_tokens_and_logprobs() -> None:
     before = gen.stats["prefill_tokens"]
     sp = SamplingParams(max_new_tokens=10, temperature=0.0)
     _same(gen.generate(nxt, sp), fresh.generate(nxt, sp), tol=1e-5)
-    assert gen.stats["reused_tokens"] == sum(len(p) + len(c.token_ids) - 1 for p, c in zip(prompts, first))
+    pairs = zip(prompts, first, strict=True)
+    assert gen.stats["reused_tokens"] == sum(len(p) + len(c.token_ids) - 1 for p, c in pairs)
     assert gen.stats["prefill_tokens"] - before == sum(len(tok.encode("<obs>some text</obs>")) + 1 for _ in first)
 
 
