@@ -270,6 +270,18 @@ class EvaluationConfig(_Section):
     batch_size: int = 16
     #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.
     temperature: float = 0.0
+    #: nucleus sampling at evaluation (matters only when temperature > 0); every method and the agent use it.
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    #: answer normalisation of the metrics: "auto" = the method's own evaluation code, chosen by rollout.protocol
+    #: (r1_searcher: R1-Searcher's script; rag_r1: RAG-R1's; the others: SQuAD's), and cover_em_tokens keeps
+    #: R1-Searcher's; or one of squad / r1_searcher / rag_r1 for every metric (searchrl.rewards.metrics).
+    normalize: Literal["auto", "squad", "r1_searcher", "rag_r1"] = "auto"
+    #: cover_em match: "auto" = the method's code (char, a plain substring test, for search_r1, r1_searcher,
+    #: r1_searcher_pp and r_search, whose scripts test substrings; word otherwise), or word / char.
+    boundary: Literal["auto", "word", "char"] = "auto"
+    #: how latency_s is measured: "batch" = each batch's wall time divided by its size (fast); "single" = every
+    #: question answered alone at batch size 1, its own wall time, retrieval included (RAG-R1's Table 5).
+    timing: Literal["batch", "single"] = "batch"
     #: passages per query at evaluation (null = retrieval.topk); some papers evaluate with more than they train.
     topk: int | None = None
     #: the agent's (and Search-o1's) limits at evaluation (null = the rollout section's value); max_searches is

@@ -130,33 +130,45 @@ R1_ROWS = [
     {"question": "Q4", "answer": "1990", "pred_ans": None},
     {"question": "Q5", "answer": "Tom Hale", "pred_ans": "the director Tom Hale"},
 ]
+# Each metric's default (SQuAD, word-bounded cover, R1-Searcher's normalisation for the token cover):
 # Q1: SQuAD-normalised "california v miller" vs "miller vcalifornia": EM 0; F1 P=1/3 R=1/2 -> 0.4; not a contiguous
-#     cover; R1 token cover: {miller, v, california} all present -> 1.
+#     cover; R1 token cover: {miller, v, california} all present -> 1 (0 with --normalize squad: "vcalifornia").
 # Q2: 1 everywhere. Q3: gold True -> "yes": 1 everywhere. Q4: no prediction: 0 everywhere.
 # Q5: "director tom hale" vs "tom hale": EM 0, F1 P=2/3 R=1 -> 0.8, both covers 1.
 EXPECTED = {"em": 2 / 5, "f1": (0.4 + 1 + 1 + 0 + 0.8) / 5, "cover_em": 3 / 5, "cover_em_tokens": 4 / 5}
+# By default, the authors' way (R1-Searcher normalisation, substring cover): Q1 is "california v miller" vs
+# "miller v california": F1 1 (same tokens), no substring cover; the other rows score as above.
+EXPECTED_AUTHORS = {"em": 2 / 5, "f1": (1 + 1 + 1 + 0 + 0.8) / 5, "cover_em": 3 / 5, "cover_em_tokens": 4 / 5}
+EXPECTED_SQUAD = {**EXPECTED, "cover_em_tokens": 3 / 5}
 
 
-def test_rescore_r1_searcher_format(tmp_path) -> None:
+@pytest.mark.parametrize(
+    "flags, expected, printed",
+    [([], EXPECTED_AUTHORS, ("40.0", "76.0")), (["--normalize", "squad", "--boundary", "word"], EXPECTED_SQUAD,
+                                                 ("40.0", "64.0"))],
+)  # fmt: skip
+def test_rescore_r1_searcher_format(tmp_path, flags, expected, printed) -> None:
     path = tmp_path / "2wiki_500.jsonl"
     write_jsonl(path, R1_ROWS)
     out = tmp_path / "rescored"
-    res = runner.invoke(cli.app, ["eval", "rescore", str(path), "--out", str(out)])
+    res = runner.invoke(cli.app, ["eval", "rescore", str(path), "--out", str(out), *flags])
     assert res.exit_code == 0, res.output + repr(res.exception)
     (row,) = json.loads((out / "summary.json").read_text())["rows"]
     assert row["dataset"] == "2wiki_500" and row["n"] == 5
-    for metric, value in EXPECTED.items():
+    for metric, value in expected.items():
         assert row[metric] == pytest.approx(value), metric
-    assert "40.0" in res.stderr and "64.0" in res.stderr  # EM and F1 in the printed table
+    assert all(p in res.stderr for p in printed)  # EM and F1 in the printed table
     items = [json.loads(x) for x in (out / "predictions" / "2wiki_500__prediction.jsonl").read_text().splitlines()]
     assert items[2]["golds"] == ["yes"] and items[3]["prediction"] is None
+    norm = "r1_searcher" if not flags else "squad"
+    assert f"em: {norm}" in (out / "summary.md").read_text()
 
 
 def test_rescore_json_array_and_our_own_files(tmp_path, examples, fakes) -> None:
     path = tmp_path / "released.json"
     path.write_text(json.dumps(R1_ROWS))
     items = harness.rescore_file(path)
-    assert sum(it["metrics"]["f1"] for it in items) / 5 == pytest.approx(EXPECTED["f1"])
+    assert sum(it["metrics"]["f1"] for it in items) / 5 == pytest.approx(EXPECTED_AUTHORS["f1"])
     # our predictions file re-scores to the numbers the harness computed
     from searchrl.eval.baselines import DirectMethod
 

@@ -88,7 +88,10 @@ def test_summary_markdown_is_a_valid_table(run) -> None:
     assert "toy EM" in header and "average EM" in header and "searches/q" in header
     direct = dict(zip(header, body[0], strict=True))
     assert direct["toy EM"] == "33.3" and direct["toy2 F1"] == "83.3" and direct["average EM"] == "41.7"
-    assert md == render_markdown(result.rows, METRICS)
+    notes = [ln for ln in md.splitlines() if ln.startswith(("Answer normalisation:", "searches/q counts"))]
+    assert notes[0].startswith("Answer normalisation: em: squad; f1: squad; cover_em: squad, word boundary;")
+    assert "batches of 2" in notes[1] and "queries/q" in header
+    assert md == render_markdown(result.rows, METRICS, notes=notes)
 
 
 def test_summary_csv_and_json_carry_the_same_rows(run) -> None:
@@ -119,7 +122,7 @@ def test_one_dataset_has_no_average_column(tmp_path, examples, fakes) -> None:
                       metrics=["em"], show=False)  # fmt: skip
     assert [r["dataset"] for r in result.rows] == ["only"]
     header = table_rows((tmp_path / "summary.md").read_text())[0]
-    assert header == ["method", "only EM", "searches/q", "gen tokens/q", "latency s/q"]
+    assert header == ["method", "only EM", "searches/q", "queries/q", "gen tokens/q", "latency s/q"]
 
 
 def test_judge_column(tmp_path, examples, fakes) -> None:
@@ -148,10 +151,10 @@ def test_aggregate_keeps_none_out_of_means() -> None:
         {"dataset": "d", "method": "m", "metrics": {"em": 0.0}, "searches": None, "gen_tokens": 8, "latency_s": 3.0},
     ]
     (row,) = aggregate(items, ["em"])
-    assert row == {"dataset": "d", "method": "m", "n": 2, "em": 0.5, "searches": None, "gen_tokens": 6.0,
-                   "latency_s": 2.0}  # fmt: skip
+    assert row == {"dataset": "d", "method": "m", "n": 2, "em": 0.5, "searches": None, "queries": None,
+                   "gen_tokens": 6.0, "latency_s": 2.0}  # fmt: skip
     md = render_markdown([row], ["em"])
-    assert table_rows(md)[1] == ["m", "50.0", "-", "6.0", "2.000"]
+    assert table_rows(md)[1] == ["m", "50.0", "-", "-", "6.0", "2.000"]
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,10 @@ from searchrl.rewards.metrics import (
     exact_match,
     f1_score,
     get_metric,
+    get_metrics,
     normalize_answer,
     normalize_answer_r1,
+    normalize_answer_rag_r1,
 )
 
 LONG = " ".join(["word"] * 1000) + " Paris"
@@ -85,6 +87,12 @@ def test_get_metric_options_change_the_result():
     pred, golds = "Miller v. California", ["Miller v._California"]
     assert get_metric("em")(pred, golds) == 0.0
     assert get_metric("em", normalize="r1")(pred, golds) == 1.0
+    assert get_metric("em", normalize="r1_searcher")(pred, golds) == 1.0
+    assert get_metric("em", normalize="rag_r1")(pred, golds) == 1.0
+    fns = get_metrics(["em", "cover_em", "cover_em_tokens"], normalize="squad", boundary="char")
+    assert fns["cover_em"]("1990", ["19"]) == 1.0  # the boundary reaches cover_em only (no error for the others)
+    assert fns["cover_em_tokens"]("Miller v. California", golds) == 0.0  # squad: "vcalifornia" is one token
+    assert get_metrics(["cover_em_tokens"])["cover_em_tokens"]("Miller v. California", golds) == 1.0
     assert get_metric("cover_em", boundary="char")("1990", ["19"]) == 1.0
     with pytest.raises(ValueError, match="unknown metric 'acc'"):
         get_metric("acc")
@@ -105,7 +113,10 @@ def test_empty_gold_list_is_an_error(fn):
 def test_normalisations_differ_as_documented():
     assert normalize_answer("Miller v._California") == "miller vcalifornia"
     assert normalize_answer_r1("Miller v._California") == "miller v california"
-    assert normalize_answer_r1(" False ") == "no"
+    assert normalize_answer_r1("False") == "no"
+    assert normalize_answer_r1(" False ") == "false"  # the authors map the exact string only
+    assert normalize_answer_rag_r1("False") == "false"  # RAG-R1's evaluation has no True/False mapping
+    assert normalize_answer_rag_r1("Miller v._California") == "miller v california"
     assert normalize_answer("‘quoted’") == "‘quoted’"
     assert normalize_answer_r1("‘quoted’") == "quoted"
 

@@ -35,7 +35,10 @@ Prompts are our own wording. Chat models get one user message through the chat t
 ``prompt_style="raw"``) get the same text followed by a cue line (``Answer:``). Decoding is greedy by default.
 
 ``latency_s`` of a prediction is the wall time of the whole batched call divided by the batch size (amortised per
-question, retrieval included); ``gen_tokens`` counts the tokens the model generated for that question.
+question, retrieval included; at batch size 1, ``evaluation.timing: single``, it is the question's own time);
+``gen_tokens`` counts the tokens the model generated for that question. ``searches`` counts search calls and
+``queries`` the queries they held: they differ only for RAG-R1's multi-query calls (several queries in one call,
+which its paper counts as one retrieval). Sampling uses ``temperature`` and ``top_p`` (``evaluation.top_p``).
 """
 
 from __future__ import annotations
@@ -90,7 +93,8 @@ class Prediction:
     text: str | None  # the extracted answer; None when the method produced none
     raw: str = ""  # everything the model generated for this question (decoded)
     trajectory: dict[str, Any] | None = None  # agent: Trajectory.to_dict(); RAG methods: retrieval trace
-    searches: int = 0  # retriever queries issued for this question
+    searches: int = 0  # search calls made for this question (one call may hold several queries)
+    queries: int = 0  # queries those search calls held
     gen_tokens: int = 0  # tokens the model generated for this question
     latency_s: float = 0.0  # batch wall time / batch size
 
@@ -168,6 +172,11 @@ def render_prompt(tokenizer, user_text: str, style: str = "auto", raw_cue: str =
     return text + prefill
 
 
+def executed_queries(traj: Trajectory) -> int:
+    """Queries of the search calls that ran (a refused or repeated call's queries are not counted)."""
+    return sum(len(t.queries) for t in traj.turns if t.action == "search")
+
+
 class Method(ABC):
     """An evaluation method: a batch of questions in, one prediction per question out (same order)."""
 
@@ -180,15 +189,19 @@ class Method(ABC):
         prompt_style: str = "auto",
         max_new_tokens: int = 64,
         temperature: float = 0.0,
+        top_p: float = 1.0,
         seed: int = 0,
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"{self.name}: max_new_tokens must be >= 1 (got {max_new_tokens})")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"{self.name}: top_p must be in (0, 1] (got {top_p})")
         self.generator = generator
         self.tokenizer = generator.tokenizer
         self.prompt_style = prompt_style
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        self.top_p = top_p
         self.seed = seed
 
     @abstractmethod
@@ -200,7 +213,11 @@ class Method(ABC):
         """One generate call for the whole batch (the seed is offset by the step so steps differ when sampling)."""
         prompts = [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
         params = SamplingParams(
-            max_new_tokens=max_new_tokens, temperature=self.temperature, top_p=1.0, stop=stop, seed=self.seed + step
+            max_new_tokens=max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop=stop,
+            seed=self.seed + step,
         )
         return self.generator.generate(prompts, params)
 
@@ -274,6 +291,7 @@ class NaiveRAGMethod(Method):
                 raw=c.text,
                 trajectory={"queries": [e.question], "hit_ids": [[h.id for h in hs]]},
                 searches=1,
+                queries=1,
                 gen_tokens=len(c.token_ids),
             )
             for e, hs, c in zip(examples, hits, comps, strict=True)
@@ -380,6 +398,7 @@ class IterativeRAGMethod(Method):
                 raw=raw[i],
                 trajectory={"steps": steps[i], "doc_ids": [d.id for d in docs[i]], "forced_answer": not done[i]},
                 searches=searches[i],
+                queries=searches[i],
                 gen_tokens=tokens[i],
             )
             for i in range(n)
@@ -433,8 +452,8 @@ class IterRetGenMethod(Method):
         for i, c in enumerate(comps):
             text, marker = parse_cot(c.text)
             trace = {"rounds": rounds[i], "marker_found": marker}
-            n_search = self.iterations
-            preds.append(Prediction(text, raw=c.text, trajectory=trace, searches=n_search, gen_tokens=tokens[i]))
+            n = self.iterations
+            preds.append(Prediction(text, raw=c.text, trajectory=trace, searches=n, queries=n, gen_tokens=tokens[i]))
         return self._stamp(preds, t0)
 
 
@@ -458,7 +477,7 @@ class AgentMethod(Method):
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()
-        trajs = self.engine.run(examples, group_size=1, temperature=self.temperature, top_p=1.0, seed=self.seed)
+        trajs = self.engine.run(examples, group_size=1, temperature=self.temperature, top_p=self.top_p, seed=self.seed)
         preds = []
         for t in trajs:
             d = t.to_dict()
@@ -468,7 +487,8 @@ class AgentMethod(Method):
                     t.answer.strip() if t.answer is not None else None,
                     raw=t.response_text(self.tokenizer),
                     trajectory=d,
-                    searches=t.n_queries,
+                    searches=t.n_searches,
+                    queries=executed_queries(t),
                     gen_tokens=t.n_policy_tokens,
                 )
             )
@@ -662,7 +682,7 @@ class SearchO1Method(Method):
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()
-        trajs = self.engine.run(examples, group_size=1, temperature=self.temperature, top_p=1.0, seed=self.seed)
+        trajs = self.engine.run(examples, group_size=1, temperature=self.temperature, top_p=self.top_p, seed=self.seed)
         preds = []
         for t in trajs:
             response = t.response_text(self.tokenizer)
@@ -678,6 +698,7 @@ class SearchO1Method(Method):
                     raw=response,
                     trajectory=d,
                     searches=t.n_searches,
+                    queries=executed_queries(t),
                     gen_tokens=t.n_policy_tokens + sum(r["gen_tokens"] for r in refinements),
                 )
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -127,24 +128,35 @@ def rescore(
     ),
     out: Path = typer.Option(None, help="also write re-scored predictions and summary files here"),
     metrics: str = typer.Option("em,f1,cover_em,cover_em_tokens", help="comma-separated metrics"),
+    normalize: str = typer.Option(
+        "auto", help="auto (R1-Searcher's files: their normalisation; ours: each metric's), squad, r1_searcher, rag_r1"
+    ),
+    boundary: str = typer.Option("auto", help="cover_em match: auto, word or char"),
     judge_url: str = typer.Option(None, help="OpenAI-compatible judge endpoint (adds the judge column)"),
     judge_model: str = typer.Option(None, help="judge model name"),
 ) -> None:
     """Re-score existing predictions files and print the summary table.
 
+    R1-Searcher's released files (question/answer/pred_ans) are scored as the authors' script scores them, so EM,
+    cover-EM (tokens) = ACC_R and F1 match their paper.
+
     Example: searchrl eval rescore runs/eval/predictions/dev__agent.jsonl --out runs/rescored
     """
-    from searchrl.eval.harness import predictions_path, rescore_file
+    from searchrl.eval.harness import predictions_path, rescore_file, scoring_note
     from searchrl.eval.report import aggregate, print_summary, write_reports
     from searchrl.rewards.judge import LLMJudge
     from searchrl.utils import console, write_jsonl
 
     names = _split_list(metrics)
+    if normalize not in ("auto", "squad", "r1_searcher", "rag_r1", "r1"):
+        raise ValueError(f"unknown --normalize {normalize!r}; choose auto, squad, r1_searcher or rag_r1")
+    if boundary not in ("auto", "word", "char"):
+        raise ValueError(f"unknown --boundary {boundary!r}; choose auto, word or char")
     judge = None
     if judge_url or judge_model:
         judge = LLMJudge(judge_url, judge_model, cache_path=(out / "judge_cache.json") if out else None)
     try:
-        items = [it for f in files for it in rescore_file(f, names, judge)]
+        items = [it for f in files for it in rescore_file(f, names, judge, normalize=normalize, boundary=boundary)]
     finally:
         if judge is not None:
             judge.close()
@@ -157,5 +169,10 @@ def rescore(
             groups.setdefault((it["dataset"], it["method"]), []).append(it)
         for (dataset, method), group in groups.items():
             write_jsonl(predictions_path(out, dataset, method), group)
-        write_reports(rows, score_names, out, {"rescored": [str(f) for f in files]}, title="Re-scored predictions")
+        settings = {}
+        for it in items:  # one line per distinct way of scoring (R1-Searcher's files and ours may differ)
+            settings.setdefault(json.dumps(it["metric_settings"], sort_keys=True), it["metric_settings"])
+        notes = [scoring_note(s, names) for s in settings.values()]
+        extra = {"rescored": [str(f) for f in files], "metric_settings": list(settings.values())}
+        write_reports(rows, score_names, out, extra, title="Re-scored predictions", notes=notes)
         console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png")

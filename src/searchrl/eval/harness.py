@@ -4,13 +4,18 @@
 from a ``RunConfig``, then calls :func:`evaluate`, which for every dataset x method
 
 1. answers the questions in batches of ``evaluation.batch_size`` (one progress bar with ETA per pair),
-2. scores each prediction with every metric of ``evaluation.metrics`` (and the LLM judge, when configured),
+2. scores each prediction with every metric of ``evaluation.metrics`` under the method's own normalisation
+   (``evaluation.normalize`` / ``boundary``, see :func:`metric_settings`) and the LLM judge, when configured,
 3. writes ``predictions/<dataset>__<method>.jsonl`` (question, golds, prediction, trajectory, per-item metrics),
 
 and finally writes ``summary.{md,csv,json,png}`` and the resolved ``config.yaml`` and prints the table.
 
 ``rescore_file`` re-scores an existing predictions file: ours, or R1-Searcher's released format (``question``,
-``answer`` (gold, a string or a list), ``pred_ans``).
+``answer`` (gold, a string or a list), ``pred_ans``); the latter is scored the authors' way by default, which
+reproduces the EM, ACC_R (cover-EM tokens) and F1 of their paper (``benchmarks/rescore_r1_searcher.py``).
+
+``evaluation.timing: single`` answers every question alone (batch size 1), so ``latency_s`` is one question's own
+wall time, as RAG-R1 measures it; ``searches`` counts search calls and ``queries`` the queries they held.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +47,7 @@ from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_report
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
 from searchrl.rewards.judge import LLMJudge
-from searchrl.rewards.metrics import get_metric
+from searchrl.rewards.metrics import MetricFn, get_metric, get_metrics
 from searchrl.rollout.engine import RolloutLimits
 from searchrl.utils import console, progress, read_jsonl, seed_everything, write_jsonl
 
@@ -153,7 +158,9 @@ def load_generator(cfg: RunConfig) -> Generator:
 def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | None) -> dict[str, Method]:
     """The methods of ``evaluation.methods``, configured from the run config."""
     ev = cfg.evaluation
-    common: dict[str, Any] = dict(prompt_style=cfg.model.prompt_style, temperature=ev.temperature, seed=ev.seed)
+    common: dict[str, Any] = dict(
+        prompt_style=cfg.model.prompt_style, temperature=ev.temperature, top_p=ev.top_p, seed=ev.seed
+    )
     topk = ev.topk or cfg.retrieval.topk
     methods: dict[str, Method] = {}
     for name in ev.methods:
@@ -209,6 +216,56 @@ def make_judge(cfg: RunConfig, out_dir: str | Path) -> LLMJudge | None:
 # ------------------------------------------------------------------------------------------------ scoring
 
 
+#: each method's own evaluation code, by protocol: (normalisation, cover_em boundary). Search-R1's ``qa_em.py``:
+#: SQuAD EM and a plain-substring ``subem_check``; R1-Searcher's ``metric_calc_rule.py``: its own normalisation,
+#: token cover (ACC_R) and a substring cover; R1-Searcher++ evaluates with FlashRAG (SQuAD, substring ``acc``);
+#: R-Search's code: SQuAD EM/F1 and a substring Acc; RAG-R1's ``eval.py``: punctuation as spaces, no True/False
+#: mapping, EM only; Search-o1 is a baseline here (SQuAD, word-bounded cover).
+EVAL_CONVENTIONS: dict[str, tuple[str, str]] = {
+    "search_r1": ("squad", "char"),
+    "r1_searcher": ("r1_searcher", "char"),
+    "r1_searcher_pp": ("squad", "char"),
+    "r_search": ("squad", "char"),
+    "rag_r1": ("rag_r1", "word"),
+    "search_o1": ("squad", "word"),
+}
+#: each metric's own normalisation when nothing else is asked for (cover_em_tokens is R1-Searcher's ACC_R).
+_METRIC_DEFAULT_NORMALIZE = {"cover_em_tokens": "r1_searcher"}
+
+
+def metric_settings(
+    metrics: Sequence[str], normalize: str = "auto", boundary: str = "auto", protocol: str | None = None
+) -> dict[str, dict[str, str]]:
+    """``{metric: {"normalize": ..., ["boundary": ...]}}``: what each score of an evaluation table means.
+
+    ``auto`` takes the protocol's entry of :data:`EVAL_CONVENTIONS` (the method's own evaluation code), or each
+    metric's default without a protocol (SQuAD, word-bounded cover, R1-Searcher's for ``cover_em_tokens``). Under
+    ``auto``, ``cover_em_tokens`` keeps R1-Searcher's normalisation, which defines that metric.
+
+    >>> metric_settings(["em", "cover_em", "cover_em_tokens"], protocol="search_r1")
+    {'em': {'normalize': 'squad'}, 'cover_em': {'normalize': 'squad', 'boundary': 'char'}, \
+'cover_em_tokens': {'normalize': 'r1_searcher'}}
+    """
+    if protocol is not None and protocol not in EVAL_CONVENTIONS:
+        raise ValueError(f"no evaluation convention for protocol {protocol!r}; set evaluation.normalize explicitly")
+    conv_norm, conv_boundary = EVAL_CONVENTIONS.get(protocol or "", ("squad", "word"))
+    out: dict[str, dict[str, str]] = {}
+    for m in metrics:
+        if normalize != "auto":
+            norm = normalize
+        else:
+            norm = _METRIC_DEFAULT_NORMALIZE.get(m, conv_norm)
+        out[m] = {"normalize": norm}
+        if m == "cover_em":
+            out[m]["boundary"] = conv_boundary if boundary == "auto" else boundary
+    return out
+
+
+def metric_functions(settings: Mapping[str, Mapping[str, str]]) -> dict[str, MetricFn]:
+    """The scoring functions of :func:`metric_settings`' output."""
+    return {m: get_metric(m, normalize=s["normalize"], boundary=s.get("boundary")) for m, s in settings.items()}
+
+
 def check_metrics(metrics: Sequence[str]) -> list[str]:
     """Validate metric names (``judge`` is added by the harness, not listed here)."""
     names = [m for m in metrics if m != "judge"]
@@ -220,9 +277,14 @@ def check_metrics(metrics: Sequence[str]) -> list[str]:
 
 
 def item_row(
-    dataset: str, method: str, example: QAExample, pred: Prediction, metrics: Sequence[str]
+    dataset: str,
+    method: str,
+    example: QAExample,
+    pred: Prediction,
+    metrics: Sequence[str] | Mapping[str, MetricFn],
 ) -> dict[str, Any]:
-    """One line of a predictions file."""
+    """One line of a predictions file; ``metrics`` are names (each metric's defaults) or scoring functions."""
+    fns = metrics if isinstance(metrics, Mapping) else get_metrics(metrics)
     return {
         "id": example.id,
         "dataset": dataset,
@@ -232,9 +294,10 @@ def item_row(
         "prediction": pred.text,
         "raw": pred.raw,
         "searches": pred.searches,
+        "queries": pred.queries,
         "gen_tokens": pred.gen_tokens,
         "latency_s": pred.latency_s,
-        "metrics": {m: get_metric(m)(pred.text, example.answers) for m in metrics},
+        "metrics": {m: fn(pred.text, example.answers) for m, fn in fns.items()},
         "trajectory": pred.trajectory,
     }
 
@@ -282,11 +345,21 @@ def evaluate(
     judge: LLMJudge | None = None,
     extra: dict[str, Any] | None = None,
     show: bool = True,
+    settings: Mapping[str, Mapping[str, str]] | None = None,
+    timing: str = "batch",
 ) -> EvalResult:
-    """Every method on every dataset; writes predictions and the summary files into ``out_dir``."""
+    """Every method on every dataset; writes predictions and the summary files into ``out_dir``.
+
+    ``settings`` (from :func:`metric_settings`; default: each metric's own) fixes each metric's normalisation;
+    ``timing="single"`` answers one question at a time so that latency is per question at batch size 1."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+    if timing not in ("batch", "single"):
+        raise ValueError(f"timing must be 'batch' or 'single' (got {timing!r})")
     metrics = check_metrics(metrics)
+    settings = dict(settings) if settings is not None else metric_settings(metrics)
+    fns = metric_functions({m: settings[m] for m in metrics})
+    answer_batch = 1 if timing == "single" else batch_size
     out = Path(out_dir)
     t0 = time.perf_counter()
     items: list[dict[str, Any]] = []
@@ -295,8 +368,8 @@ def evaluate(
         for dname, examples in datasets.items():
             for mname, method in methods.items():
                 task = bar.add_task(f"{dname} / {mname}", total=len(examples))
-                preds = answer_all(method, examples, batch_size, bar, task)
-                rows = [item_row(dname, mname, ex, p, metrics) for ex, p in zip(examples, preds, strict=True)]
+                preds = answer_all(method, examples, answer_batch, bar, task)
+                rows = [item_row(dname, mname, ex, p, fns) for ex, p in zip(examples, preds, strict=True)]
                 path = predictions_path(out, dname, mname)
                 write_jsonl(path, rows)  # written before judging: a failing judge does not lose the predictions
                 if judge is not None:
@@ -311,13 +384,38 @@ def evaluate(
         "datasets": {d: len(exs) for d, exs in datasets.items()},
         "methods": list(methods),
         "runtime_s": round(runtime, 2),
+        "metric_settings": {m: dict(settings[m]) for m in metrics},
+        "timing": timing,
+        "latency_batch_size": answer_batch,
         **(extra or {}),
     }
-    paths.update(write_reports(summary, score_names, out, info))
+    notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch)]
+    paths.update(write_reports(summary, score_names, out, info, notes=notes))
     if show:
         print_summary(summary, score_names)
         console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
     return EvalResult(summary, score_names, items, paths, runtime)
+
+
+def scoring_note(settings: Mapping[str, Mapping[str, str]], metrics: Sequence[str]) -> str:
+    """One markdown line saying how each score was normalised (and cover_em's boundary)."""
+    parts = []
+    for m in metrics:
+        s = settings[m]
+        extra = f", {s['boundary']} boundary" if "boundary" in s else ""
+        parts.append(f"{m}: {s['normalize']}{extra}")
+    return "Answer normalisation: " + "; ".join(parts) + "."
+
+
+def timing_note(timing: str, batch_size: int) -> str:
+    """One markdown line saying what the efficiency columns count and how latency was measured."""
+    counts = "searches/q counts search calls, queries/q the queries they held"
+    if timing == "single":
+        return f"{counts}; latency is each question's own wall time at batch size 1, retrieval included."
+    return (
+        f"{counts}; latency is each batch's wall time (batches of {batch_size}) divided by its size; "
+        "evaluation.timing=single times the questions one by one."
+    )
 
 
 def run_from_config(
@@ -356,6 +454,8 @@ def run_from_config(
             batch_size=ev.batch_size,
             judge=judge,
             extra=extra,
+            settings=metric_settings(check_metrics(ev.metrics), ev.normalize, ev.boundary, cfg.rollout.protocol),
+            timing=ev.timing,
         )
     finally:
         if judge is not None:
@@ -397,31 +497,43 @@ def rescore_file(
     path: str | Path,
     metrics: Sequence[str] = ("em", "f1", "cover_em", "cover_em_tokens"),
     judge: LLMJudge | None = None,
+    *,
+    normalize: str = "auto",
+    boundary: str = "auto",
 ) -> list[dict[str, Any]]:
     """Per-item rows of a predictions file, re-scored with ``metrics`` (and the judge, when given).
 
     Accepted rows: ours (``question``, ``golds``, ``prediction``; ``dataset``/``method`` kept) or R1-Searcher's
     released format (``question``, ``answer``, ``pred_ans``). Rows without a dataset or method take them from the
     file name: ``<dataset>__<method>.jsonl``, or ``<stem>`` and ``prediction``.
+
+    ``normalize`` / ``boundary`` as in :func:`metric_settings`; ``auto`` scores R1-Searcher's files the way their
+    script does (``r1_searcher`` normalisation, substring cover) and our files with each metric's default. Every
+    row gets the ``metric_settings`` it was scored with.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"predictions file not found: {path}")
     metrics = check_metrics(metrics)
     stem_dataset, _, stem_method = path.stem.partition("__")
+    fns: dict[bool, tuple[dict[str, dict[str, str]], dict[str, MetricFn]]] = {}
+    for released in (False, True):
+        settings = metric_settings(metrics, normalize, boundary, "r1_searcher" if released else None)
+        fns[released] = (settings, metric_functions(settings))
     items = []
     for line_no, obj in _read_rows(path):
         where = f"{path}:{line_no}"
         if "prediction" in obj and "golds" in obj:
-            pred, golds = obj["prediction"], _golds(obj["golds"], where)
+            pred, golds, released = obj["prediction"], _golds(obj["golds"], where), False
         elif "pred_ans" in obj and "answer" in obj:
-            pred, golds = obj["pred_ans"], _golds(obj["answer"], where)
+            pred, golds, released = obj["pred_ans"], _golds(obj["answer"], where), True
         else:
             raise ValueError(
                 f"{where}: unknown row format (keys: {', '.join(sorted(obj)) or 'none'}); expected ours "
                 "(question, golds, prediction) or R1-Searcher's (question, answer, pred_ans)"
             )
         pred = None if pred is None else str(pred)
+        settings, scorers = fns[released]
         items.append(
             {
                 "id": str(obj.get("id", obj.get("idx", line_no))),
@@ -431,9 +543,11 @@ def rescore_file(
                 "golds": golds,
                 "prediction": pred,
                 "searches": obj.get("searches"),
+                "queries": obj.get("queries"),
                 "gen_tokens": obj.get("gen_tokens"),
                 "latency_s": obj.get("latency_s"),
-                "metrics": {m: get_metric(m)(pred, golds) for m in metrics},
+                "metrics": {m: fn(pred, golds) for m, fn in scorers.items()},
+                "metric_settings": settings,
                 **({"trajectory": obj["trajectory"]} if "trajectory" in obj else {}),
             }
         )

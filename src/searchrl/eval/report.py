@@ -1,9 +1,10 @@
 """Summaries of an evaluation: aggregation, and the same table as markdown, CSV, JSON, a rich table and a PNG.
 
 A *summary row* is one (dataset, method) pair: ``n``, the mean of every score (``em``, ``f1``, ``cover_em``,
-``cover_em_tokens``, and ``judge`` when a judge ran), and the efficiency figures per question (``searches``,
-``gen_tokens``, ``latency_s``). When there is more than one dataset, each method also gets a row with
-``dataset == "average"``: the unweighted mean over its datasets (the papers' "Avg." column).
+``cover_em_tokens``, and ``judge`` when a judge ran), and the efficiency figures per question (``searches``:
+search calls, ``queries``: the queries they held, ``gen_tokens``, ``latency_s``). When there is more than one
+dataset, each method also gets a row with ``dataset == "average"``: the unweighted mean over its datasets (the
+papers' "Avg." column).
 
 Scores are fractions in JSON and CSV, and percentages (one decimal) in the markdown, console and PNG tables. The
 markdown table is wide, paper-style: one row per method, one column per dataset x score, then the average columns,
@@ -31,7 +32,12 @@ LABELS = {
     "cover_em_tokens": "cover-EM (tokens)",
     "judge": "judge",
 }
-EFFICIENCY = (("searches", "searches/q", 2), ("gen_tokens", "gen tokens/q", 1), ("latency_s", "latency s/q", 3))
+EFFICIENCY = (
+    ("searches", "searches/q", 2),
+    ("queries", "queries/q", 2),
+    ("gen_tokens", "gen tokens/q", 1),
+    ("latency_s", "latency s/q", 3),
+)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -41,8 +47,9 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def aggregate(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    """Summary rows from per-item rows (each with ``dataset``, ``method``, ``metrics``, ``searches``,
-    ``gen_tokens``, ``latency_s``), in first-seen order, plus ``average`` rows when there are several datasets.
+    """Summary rows from per-item rows (each with ``dataset``, ``method``, ``metrics``, ``searches``, ``queries``,
+    ``gen_tokens``, ``latency_s``; a missing figure is left out of its mean), in first-seen order, plus
+    ``average`` rows when there are several datasets.
 
     A judge score of None (an unreadable judge reply) is left out of the judge mean and counted in
     ``judge_unparsed``.
@@ -103,8 +110,14 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title: str = "Evaluation summary") -> str:
-    """A heading, one line on what the numbers are, and the wide table (every row has the header's column count)."""
+def render_markdown(
+    rows: Sequence[dict[str, Any]],
+    metrics: Sequence[str],
+    title: str = "Evaluation summary",
+    notes: Sequence[str] = (),
+) -> str:
+    """A heading, one line on what the numbers are (plus ``notes``: how they were scored and timed), and the wide
+    table (every row has the header's column count)."""
     header, body = wide_table(rows, metrics)
     n_by_dataset: dict[str, int] = {}
     for r in rows:
@@ -115,6 +128,7 @@ def render_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], titl
         f"# {title}",
         "",
         f"Scores in %; efficiency figures per question (averaged over datasets). Questions per dataset: {sizes}.",
+        *(line for note in notes for line in ("", note)),
         "",
         "| " + " | ".join(_md_cell(h) for h in header) + " |",
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
@@ -195,6 +209,7 @@ def write_reports(
     out_dir: str | Path,
     extra: dict[str, Any] | None = None,
     title: str = "Evaluation summary",
+    notes: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write ``summary.md``, ``summary.csv``, ``summary.json`` (rows plus ``extra``) and ``summary.png``."""
     out = Path(out_dir)
@@ -204,7 +219,7 @@ def write_reports(
         "rows": [{k: _jsonable(v) for k, v in r.items()} for r in rows],
     }
     return {
-        "md": atomic_write_text(out / "summary.md", render_markdown(rows, metrics, title)),
+        "md": atomic_write_text(out / "summary.md", render_markdown(rows, metrics, title, notes)),
         "csv": atomic_write_text(out / "summary.csv", render_csv(rows)),
         "json": atomic_write_text(out / "summary.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n"),
         "png": plot_summary(rows, metrics, out / "summary.png"),

@@ -24,8 +24,10 @@ from searchrl.rewards.metrics import (
     exact_match,
     f1_score,
     get_metric,
+    get_metrics,
     normalize_answer,
     normalize_answer_r1,
+    normalize_answer_rag_r1,
 )
 
 __all__ = [
@@ -49,10 +51,12 @@ __all__ = [
     "format_reward",
     "generator_reader",
     "get_metric",
+    "get_metrics",
     "group_reward",
     "judge_reward",
     "normalize_answer",
     "normalize_answer_r1",
+    "normalize_answer_rag_r1",
     "parse_verdict",
     "retrieval_reward",
     "summarize_verdicts",

@@ -127,7 +127,7 @@ def answer_reward(
 ) -> Scores:
     """The answer's ``metric`` score; 0 (or ``incorrect``) for a missing, wrong, or over-long answer.
 
-    ``normalize`` (``squad``/``r1``) and ``boundary`` (cover_em only) are passed to
+    ``normalize`` (``squad``/``r1_searcher``/``rag_r1``) and ``boundary`` (cover_em only) are passed to
     :func:`searchrl.rewards.metrics.get_metric`. With ``max_words``, an answer of more whitespace-separated words
     scores as wrong. ``incorrect`` replaces a score of exactly 0 (R1-Searcher's EM/CEM ablation uses -1).
     """

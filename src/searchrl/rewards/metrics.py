@@ -3,17 +3,23 @@
 Every metric takes the best score over the gold answers, and scores a missing prediction (``None``, or a string
 that is empty after stripping whitespace) 0. An empty gold list is a data error and raises ``ValueError``.
 
-Two normalisations exist in the papers' code, and they differ on real answers, so both are here:
+Three normalisations exist in the papers' code, and they differ on real answers, so all are here, by name
+(:data:`NORMALIZERS`):
 
-- :func:`normalize_answer` - SQuAD's (also Search-R1's, RAG-R1's training reward and R-Search's): lower-case,
-  *delete* ASCII punctuation, drop the articles a/an/the, collapse whitespace.
-- :func:`normalize_answer_r1` - R1-Searcher's reward server and evaluation code (spec 001 §11.3): the exact
-  strings ``True``/``False`` become ``yes``/``no``, underscores become spaces, punctuation (ASCII plus the
-  typographic quotes ``‘ ’ ´ ```) is *replaced by a space*, then the same lower-casing, article removal and
-  whitespace collapse. So ``Miller v._California`` is ``miller v california`` here but ``miller vcalifornia``
-  under SQuAD.
+- ``squad`` (:func:`normalize_answer`) - SQuAD's (also Search-R1's, FlashRAG's, R-Search's and RAG-R1's training
+  reward): lower-case, *delete* ASCII punctuation, drop the articles a/an/the, collapse whitespace.
+- ``r1_searcher`` (:func:`normalize_answer_r1`) - R1-Searcher's evaluation script and reward servers (spec 001
+  §11.3), written from their behaviour: the exact strings ``True``/``False`` become ``yes``/``no``, underscores
+  become spaces, punctuation (ASCII plus the typographic quotes ``‘ ’ ´ ```) is *replaced by a space*, then the same
+  lower-casing, article removal and whitespace collapse. So ``Miller v._California`` is ``miller v california`` here
+  but ``miller vcalifornia`` under SQuAD. The True/False mapping looks at the string as given, not stripped: the
+  released predictions hold ``" False "``, which the authors' script does not map (so ``" False "`` does not match
+  the gold ``no``); this one case is the difference between 65.6 and the published 65.4 ACC_R of the Qwen HotpotQA
+  file (``benchmarks/rescore_r1_searcher.py``). ``r1`` is an alias.
+- ``rag_r1`` (:func:`normalize_answer_rag_r1`) - RAG-R1's evaluation script (spec 004 §6.2): as ``r1_searcher``
+  without the True/False mapping.
 
-Neither normalisation folds accents or Unicode case beyond ``str.lower`` (``Zürich`` stays ``zürich``, not
+No normalisation folds accents or Unicode case beyond ``str.lower`` (``Zürich`` stays ``zürich``, not
 ``zurich``); this matches the papers' code, so our numbers stay comparable with theirs.
 
 Metrics (all return 0.0 or 1.0 except F1):
@@ -26,7 +32,8 @@ Metrics (all return 0.0 or 1.0 except F1):
   ``1990`` and ``art`` does not cover ``martin``. ``boundary="char"`` is a plain substring test and reproduces
   Search-R1's ``subem_check`` / FlashRAG's ``acc`` exactly (except for the empty-gold rule below).
 - :func:`cover_em_tokens` - R1-Searcher's ``cover_exact_match_score_1``: every gold *token* appears somewhere among
-  the prediction's tokens; order, contiguity and multiplicity are ignored, and it uses :func:`normalize_answer_r1`.
+  the prediction's tokens; order, contiguity and multiplicity are ignored, and it uses ``r1_searcher``
+  normalisation by default (its ACC_R).
 
 Cover rule for golds that normalise to the empty string (e.g. ``"The"``): the empty string is a substring of
 everything, which would credit any prediction, so such a gold only matches a prediction that also normalises to
@@ -67,28 +74,46 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def normalize_answer_r1(text: str) -> str:
-    """R1-Searcher's normalisation: True/False -> yes/no, ``_`` and punctuation -> space, then as SQuAD.
-
-    The True/False mapping applies only when the whole (stripped) string is exactly ``True`` or ``False``, as in the
-    authors' ``bool_mapping``.
-
-    >>> normalize_answer_r1("Miller v._California")
-    'miller v california'
-    >>> normalize_answer_r1("True"), normalize_answer_r1("true story")
-    ('yes', 'true story')
-    """
-    stripped = text.strip()
-    if stripped == "True":
-        text = "yes"
-    elif stripped == "False":
-        text = "no"
+def _space_punctuation(text: str) -> str:
+    """Underscores and punctuation become spaces, then lower-case, drop a/an/the, collapse whitespace."""
     text = text.replace("_", " ").lower()
     text = "".join(" " if ch in _R1_PUNCT else ch for ch in text)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-NORMALIZERS: dict[str, Normalizer] = {"squad": normalize_answer, "r1": normalize_answer_r1}
+def normalize_answer_r1(text: str) -> str:
+    """R1-Searcher's normalisation: True/False -> yes/no, ``_`` and punctuation -> space, then as SQuAD.
+
+    The True/False mapping applies only when the whole string is exactly ``True`` or ``False`` (not stripped: the
+    authors' script maps ``"False"`` but not ``" False "``).
+
+    >>> normalize_answer_r1("Miller v._California")
+    'miller v california'
+    >>> normalize_answer_r1("True"), normalize_answer_r1("true story"), normalize_answer_r1(" False ")
+    ('yes', 'true story', 'false')
+    """
+    if text == "True":
+        text = "yes"
+    elif text == "False":
+        text = "no"
+    return _space_punctuation(text)
+
+
+def normalize_answer_rag_r1(text: str) -> str:
+    """RAG-R1's evaluation normalisation: R1-Searcher's without the True/False mapping.
+
+    >>> normalize_answer_rag_r1("Miller v._California"), normalize_answer_rag_r1("True")
+    ('miller v california', 'true')
+    """
+    return _space_punctuation(text)
+
+
+NORMALIZERS: dict[str, Normalizer] = {
+    "squad": normalize_answer,
+    "r1_searcher": normalize_answer_r1,
+    "rag_r1": normalize_answer_rag_r1,
+    "r1": normalize_answer_r1,  # alias of r1_searcher
+}
 
 
 def _gold_list(golds: Golds) -> list[str]:
@@ -215,9 +240,10 @@ METRICS: dict[str, MetricFn] = {
 
 
 def get_metric(name: str, *, normalize: str | None = None, boundary: str | None = None) -> MetricFn:
-    """A metric by name, optionally with another normalisation (``squad``/``r1``) or cover_em ``boundary``.
+    """A metric by name, optionally with another normalisation (a name in :data:`NORMALIZERS`) or cover_em
+    ``boundary``.
 
-    >>> get_metric("f1", normalize="r1")("Miller v California", ["Miller v._California"])
+    >>> get_metric("f1", normalize="r1_searcher")("Miller v California", ["Miller v._California"])
     1.0
     """
     if name not in METRICS:
@@ -235,6 +261,22 @@ def get_metric(name: str, *, normalize: str | None = None, boundary: str | None 
         kwargs["boundary"] = boundary
     fn = METRICS[name]
     return partial(fn, **kwargs) if kwargs else fn
+
+
+def get_metrics(
+    names: Sequence[str], *, normalize: str | None = None, boundary: str | None = None
+) -> dict[str, MetricFn]:
+    """The metric functions of one evaluation table: ``normalize`` (None = each metric's default) applies to every
+    metric, ``boundary`` (None = word) only to ``cover_em``.
+
+    >>> fns = get_metrics(["em", "cover_em"], normalize="squad", boundary="char")
+    >>> fns["em"]("1990", ["1990"]), fns["cover_em"]("born in 1990", ["19"])
+    (1.0, 1.0)
+    """
+    return {
+        name: get_metric(name, normalize=normalize, boundary=boundary if name == "cover_em" else None)
+        for name in names
+    }
 
 
 def compute_metrics(prediction: str | None, golds: Golds, names: Sequence[str] = tuple(METRICS)) -> dict[str, float]:
