@@ -1,8 +1,12 @@
-"""``searchrl data select-difficulty`` and ``searchrl data rejection-sample``: the trajectory-data pipelines.
+"""``searchrl data select-difficulty``, ``rejection-sample`` and ``oracle``: the trajectory-data pipelines.
 
-``register(data_app)`` adds both commands to the ``searchrl data`` sub-app. The policy is a local model (``--model``,
-run with transformers) or, with ``--url``, an OpenAI-compatible completions server (a teacher; ``--model`` then only
-names the tokenizer, which must be the served model's).
+``register(data_app)`` adds the commands to the ``searchrl data`` sub-app. With ``--recipe`` (and ``--set``
+overrides) the rollout limits come from the recipe's ``rollout`` section through ``RolloutLimits.from_config``
+(observation cap, turns, searches, token budgets, forced answer), as do the protocol and its options, top-k, the
+policy, the prompt style, the questions (the train split) and the index; a flag that is given wins over the
+recipe. Without a recipe the same config defaults apply (``searchrl config show`` prints them). The policy is a
+local model (``--model``, run with transformers) or, with ``--url``, an OpenAI-compatible completions server (a
+teacher; ``--model`` then only names the tokenizer, which must be the served model's).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 import typer
 
+from searchrl.config import RunConfig
 from searchrl.generation.base import Generator
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 
@@ -31,16 +36,50 @@ def _parse_options(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def run_config(
+    recipe: str | None,
+    overrides: list[str] | None = None,
+    *,
+    protocol: str | None = None,
+    options: list[str] | None = None,
+    model: str | None = None,
+    prompt_style: str | None = None,
+    topk: int | None = None,
+    **rollout: int | None,
+) -> RunConfig:
+    """The recipe (or the defaults) with its ``--set`` overrides, then the flags that were given.
+
+    ``rollout`` takes the ``rollout`` section's limits (``max_turns``, ``max_searches``, ``max_new_tokens``,
+    ``max_obs_tokens``, ``max_total_tokens``); None leaves the recipe's value. A ``--protocol`` other than the
+    recipe's drops the recipe's protocol options (they belong to its protocol); ``--option`` adds to them.
+    """
+    from searchrl.config import load_config, validate_dict
+
+    raw = load_config(recipe, overrides or []).model_dump()
+    ro = raw["rollout"]
+    if protocol is not None and protocol != ro["protocol"]:
+        ro["protocol"], ro["options"] = protocol, {}
+    ro["options"] = {**ro["options"], **_parse_options(options)}
+    for key, value in rollout.items():
+        if key not in ro:
+            raise TypeError(f"unknown rollout limit {key!r}")
+        if value is not None:
+            ro[key] = value
+    if model is not None:
+        raw["model"]["policy"] = model
+    if prompt_style is not None:
+        raw["model"]["prompt_style"] = prompt_style
+    if topk is not None:
+        raw["retrieval"]["topk"] = topk
+    return validate_dict(raw, recipe or "<flags>")
+
+
 def _load_generator(model: str, url: str | None, served_model: str | None, timeout_s: float) -> Generator:
     """A transformers generator for ``model``, or an OpenAI-compatible client of ``url`` with ``model``'s tokenizer."""
     if url:
-        from transformers import AutoTokenizer
-
         from searchrl.generation.openai_compat import OpenAICompatGenerator
-        from searchrl.models import resolve_policy
 
-        tokenizer = AutoTokenizer.from_pretrained(resolve_policy(model))
-        return OpenAICompatGenerator(url, served_model or model, tokenizer, timeout_s=timeout_s)
+        return OpenAICompatGenerator(url, served_model or model, _load_tokenizer(model), timeout_s=timeout_s)
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
 
@@ -48,34 +87,79 @@ def _load_generator(model: str, url: str | None, served_model: str | None, timeo
     return HFGenerator(policy, tokenizer)
 
 
-def _setup(
-    data: str, index: Path, protocol: str, options: list[str] | None, model: str, url: str | None,
-    served_model: str | None, limit: int | None, limits: RolloutLimits, prompt_style: str, timeout_s: float,
-):  # fmt: skip
-    from searchrl.data.loaders import load_qa
-    from searchrl.protocols import get_protocol
-    from searchrl.retrieval.index import load_index
+def _load_tokenizer(model: str):
+    from transformers import AutoTokenizer
 
-    examples = load_qa(data, limit=limit)
+    from searchrl.models import resolve_policy
+
+    return AutoTokenizer.from_pretrained(resolve_policy(model))
+
+
+def _questions(cfg: RunConfig, data: str | None, limit: int | None):
+    """``--data`` when given, else the recipe's train split."""
+    if data is not None:
+        from searchrl.data.loaders import load_qa
+
+        examples = load_qa(data, limit=limit)
+        where = data
+    else:
+        from searchrl.pipeline import load_split
+
+        examples = load_split(cfg, "train", limit)
+        where = f"the train split of {cfg.data.source} ({cfg.data.train})"
     if not examples:
-        raise ValueError(f"{data} holds no questions; check the file (or --limit)")
-    proto = get_protocol(protocol, **_parse_options(options))
-    retriever = load_index(index)
-    generator = _load_generator(model, url, served_model, timeout_s)
-    return examples, RolloutEngine(generator, retriever, proto, limits, prompt_style)
+        raise ValueError(f"{where} holds no questions; check the file (or --limit)")
+    return examples
 
 
-# Options shared by both commands (typer reads defaults from the signature, so they are spelled out in each).
-_DATA = typer.Option(..., "--data", help="QA file (FlashRAG / R1-Searcher JSONL, or hf:NAME[:CONFIG]:SPLIT)")
-_INDEX = typer.Option(..., "--index", help="index directory (from `searchrl index build`)")
-_PROTOCOL = typer.Option("search_r1", "--protocol", help="text protocol: search_r1, r1_searcher, r1_searcher_pp, ...")
+def _retriever(cfg: RunConfig, index: Path | None):
+    """``--index`` when given, else the recipe's retriever (a local index is built from its corpus when missing)."""
+    if index is not None:
+        from searchrl.retrieval.index import load_index
+
+        return load_index(index)
+    from searchrl.pipeline import make_retriever_for
+
+    return make_retriever_for(cfg)
+
+
+def _setup(
+    cfg: RunConfig, data: str | None, index: Path | None, url: str | None, served_model: str | None,
+    limit: int | None, limits: RolloutLimits, timeout_s: float,
+):  # fmt: skip
+    from searchrl.pipeline import make_protocol
+
+    examples = _questions(cfg, data, limit)
+    proto = make_protocol(cfg)
+    retriever = _retriever(cfg, index)
+    generator = _load_generator(cfg.model.policy, url, served_model, timeout_s)
+    return examples, RolloutEngine(generator, retriever, proto, limits, cfg.model.prompt_style)
+
+
+# Options shared by the commands (typer reads defaults from the signature, so they are spelled out in each).
+_RECIPE = typer.Option(
+    None, "--recipe", "-r", help="recipe name or YAML: rollout limits, protocol, top-k, model, data and index"
+)
+_SET = typer.Option(None, "--set", help="dotted recipe override, e.g. rollout.max_obs_tokens=1000 (repeatable)")
+_DATA = typer.Option(
+    None, "--data", help="QA file (FlashRAG / R1-Searcher JSONL, or hf:NAME[:CONFIG]:SPLIT); default: recipe's train"
+)
+_INDEX = typer.Option(None, "--index", help="index directory (from `searchrl index build`); default: recipe's")
+_PROTOCOL = typer.Option(None, "--protocol", help="text protocol: search_r1, r1_searcher, r1_searcher_pp, ...")
 _OPTION = typer.Option(None, "--option", help="protocol option KEY=VALUE, repeatable (e.g. multi_query=true)")
-_MODEL = typer.Option("smollm2-135m-instruct", "--model", help="policy spec; with --url, the tokenizer to use")
+_MODEL = typer.Option(None, "--model", help="policy spec (default: the recipe's model.policy); with --url, tokenizer")
 _URL = typer.Option(None, "--url", help="OpenAI-compatible server base URL (e.g. http://127.0.0.1:8001/v1)")
 _SERVED = typer.Option(None, "--served-model", help="model name on the --url server (default: --model)")
+_MAX_NEW = typer.Option(None, help="tokens per turn (default: rollout.max_new_tokens)")
+_MAX_OBS = typer.Option(None, help="tokens per observation (default: rollout.max_obs_tokens)")
+_MAX_TOTAL = typer.Option(None, help="prompt + response tokens (default: rollout.max_total_tokens)")
+_TOPK = typer.Option(None, help="passages per query (default: retrieval.topk)")
+_STYLE = typer.Option(None, help="auto, chat or raw (default: model.prompt_style)")
 
 
 def select_difficulty(
+    recipe: str = _RECIPE,
+    overrides: list[str] = _SET,
     data: str = _DATA,
     index: Path = _INDEX,
     protocol: str = _PROTOCOL,
@@ -94,12 +178,15 @@ def select_difficulty(
     top_p: float = typer.Option(1.0, help="nucleus sampling"),
     seed: int = typer.Option(0, help="sampling and easy-subset seed"),
     limit: int = typer.Option(None, help="use only the first N questions"),
-    max_turns: int = typer.Option(None, help="generation turns per rollout (default: 4; rag_r1: 10)"),
-    max_searches: int = typer.Option(None, help="searches per rollout (default: 4; rag_r1: 10, RAG-R1's filter)"),
-    max_new_tokens: int = typer.Option(256, help="tokens per turn"),
-    max_total_tokens: int = typer.Option(2048, help="prompt + response tokens"),
-    topk: int = typer.Option(3, help="passages per query"),
-    prompt_style: str = typer.Option("auto", help="auto, chat or raw"),
+    max_turns: int = typer.Option(None, help="generation turns per rollout (default: rollout.max_turns; rag_r1: 10)"),
+    max_searches: int = typer.Option(
+        None, help="searches per rollout (default: rollout.max_searches; rag_r1: 10, RAG-R1's filter)"
+    ),
+    max_new_tokens: int = _MAX_NEW,
+    max_obs_tokens: int = _MAX_OBS,
+    max_total_tokens: int = _MAX_TOTAL,
+    topk: int = _TOPK,
+    prompt_style: str = _STYLE,
     batch_size: int = typer.Option(32, help="questions rolled out together"),
     timeout_s: float = typer.Option(120.0, help="--url request timeout, seconds"),
     out: Path = typer.Option(..., "--out", help="kept questions, FlashRAG JSONL"),
@@ -107,18 +194,20 @@ def select_difficulty(
 ) -> None:
     """Select training questions by difficulty: R1-Searcher's attempt buckets or RAG-R1's answerability filter.
 
-    Example: searchrl data select-difficulty --data world/train.jsonl --index indexes/bm25 --protocol r1_searcher --rule r1_searcher --n 24 --out train_selected.jsonl
+    Example: searchrl data select-difficulty --recipe r1_searcher_stage1 --data world/train.jsonl --index indexes/bm25 --rule r1_searcher --n 24 --out train_selected.jsonl
     """  # noqa: E501
     from searchrl.sft.pipelines import select_answerable, select_by_attempts
     from searchrl.utils import console
 
     if rule not in _RULES:
         raise ValueError(f"unknown --rule {rule!r}; choose r1_searcher or rag_r1")
-    budget = 10 if rule == "rag_r1" else 4  # RAG-R1's answerability filter allowed up to 10 retrievals
-    limits = RolloutLimits(max_turns=max_turns or budget, max_searches=max_searches or budget,
-                           max_new_tokens=max_new_tokens, max_total_tokens=max_total_tokens, topk=topk)  # fmt: skip
-    examples, engine = _setup(data, index, protocol, option, model, url, served_model, limit, limits, prompt_style,
-                              timeout_s)  # fmt: skip
+    if rule == "rag_r1":  # RAG-R1's answerability filter allowed up to 10 retrievals, whatever the recipe says
+        max_turns, max_searches = max_turns or 10, max_searches or 10
+    cfg = run_config(recipe, overrides, protocol=protocol, options=option, model=model, prompt_style=prompt_style,
+                     topk=topk, max_turns=max_turns, max_searches=max_searches, max_new_tokens=max_new_tokens,
+                     max_obs_tokens=max_obs_tokens, max_total_tokens=max_total_tokens)  # fmt: skip
+    limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+    examples, engine = _setup(cfg, data, index, url, served_model, limit, limits, timeout_s)
     records = records or out.with_name(out.stem + ".records.jsonl")
     if rule == "r1_searcher":
         kept, rows = select_by_attempts(
@@ -140,6 +229,8 @@ def select_difficulty(
 
 
 def rejection_sample_cmd(
+    recipe: str = _RECIPE,
+    overrides: list[str] = _SET,
     data: str = _DATA,
     index: Path = _INDEX,
     protocol: str = _PROTOCOL,
@@ -161,12 +252,13 @@ def rejection_sample_cmd(
     top_p: float = typer.Option(1.0, help="nucleus sampling"),
     seed: int = typer.Option(0, help="sampling seed"),
     limit: int = typer.Option(None, help="use only the first N questions"),
-    max_turns: int = typer.Option(4, help="generation turns per rollout"),
-    max_searches: int = typer.Option(4, help="searches per rollout"),
-    max_new_tokens: int = typer.Option(256, help="tokens per turn"),
-    max_total_tokens: int = typer.Option(2048, help="prompt + response tokens"),
-    topk: int = typer.Option(3, help="passages per query"),
-    prompt_style: str = typer.Option("auto", help="auto, chat or raw"),
+    max_turns: int = typer.Option(None, help="generation turns per rollout (default: rollout.max_turns)"),
+    max_searches: int = typer.Option(None, help="searches per rollout (default: rollout.max_searches)"),
+    max_new_tokens: int = _MAX_NEW,
+    max_obs_tokens: int = _MAX_OBS,
+    max_total_tokens: int = _MAX_TOTAL,
+    topk: int = _TOPK,
+    prompt_style: str = _STYLE,
     batch_size: int = typer.Option(32, help="questions rolled out together"),
     timeout_s: float = typer.Option(120.0, help="--url request timeout, seconds"),
     out: Path = typer.Option(..., "--out", help="output JSONL (trajectories, or SFT examples with --slice)"),
@@ -174,16 +266,17 @@ def rejection_sample_cmd(
     """Sample K trajectories per question and keep the correct, well-formed ones (R1-Searcher++ cold start data;
     with --url and --slice, RAG-R1 teacher data cut into step-level samples).
 
-    Example: searchrl data rejection-sample --data world/train.jsonl --index indexes/bm25 --protocol r1_searcher_pp --k 8 --require-internal-and-external --out sft_rs.jsonl
+    Example: searchrl data rejection-sample --recipe r1_searcher_pp --data world/train.jsonl --index indexes/bm25 --k 8 --require-internal-and-external --out sft_rs.jsonl
     """  # noqa: E501
     from searchrl.sft.pipelines import rejection_sample
     from searchrl.sft.pipelines import slice_steps as slice_fn
     from searchrl.utils import console, write_jsonl
 
-    limits = RolloutLimits(max_turns=max_turns, max_searches=max_searches, max_new_tokens=max_new_tokens,
-                           max_total_tokens=max_total_tokens, topk=topk)  # fmt: skip
-    examples, engine = _setup(data, index, protocol, option, model, url, served_model, limit, limits, prompt_style,
-                              timeout_s)  # fmt: skip
+    cfg = run_config(recipe, overrides, protocol=protocol, options=option, model=model, prompt_style=prompt_style,
+                     topk=topk, max_turns=max_turns, max_searches=max_searches, max_new_tokens=max_new_tokens,
+                     max_obs_tokens=max_obs_tokens, max_total_tokens=max_total_tokens)  # fmt: skip
+    limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+    examples, engine = _setup(cfg, data, index, url, served_model, limit, limits, timeout_s)
     kept, stats = rejection_sample(
         engine, examples, k, metric=metric, min_score=min_score,
         require_internal_and_external=require_internal_and_external, max_per_question=max_per_question,
@@ -202,6 +295,62 @@ def rejection_sample_cmd(
     )
 
 
+def oracle_cmd(
+    world: Path = typer.Option(..., "--world", help="synthetic world directory (`searchrl data synth --out DIR`)"),
+    protocol: str = _PROTOCOL,
+    index: Path = typer.Option(
+        None, "--index", help="index directory (default: <world>/index-<retrieval.kind>, built when missing)"
+    ),
+    out: Path = typer.Option(..., "--out", help="output JSONL of trajectories (an sft.data file)"),
+    recipe: str = _RECIPE,
+    overrides: list[str] = _SET,
+    option: list[str] = _OPTION,
+    model: str = typer.Option(None, "--model", help="tokenizer: policy spec (default: the recipe's model.policy)"),
+    split: str = typer.Option("train", help="questions of this split of the world: train, dev or test"),
+    kinds: list[str] = typer.Option(None, "--kind", help="only these question kinds (repeatable), e.g. single_hop"),
+    limit: int = typer.Option(None, help="use only the first N questions"),
+    max_obs_tokens: int = _MAX_OBS,
+    topk: int = _TOPK,
+    prompt_style: str = _STYLE,
+) -> None:
+    """Write oracle trajectories of a synthetic world: each question's recorded reasoning chain played out in a
+    protocol's format, with the documents the index really returns for each hop (observations capped like the
+    rollout engine caps them). The file is SFT data: `searchrl sft --recipe R sft.data=FILE`.
+
+    Example: searchrl data oracle --world runs/world --protocol search_r1 --index runs/world/index-bm25 --out runs/oracle.jsonl
+    """  # noqa: E501
+    from searchrl.pipeline import load_split, make_protocol, make_retriever_for
+    from searchrl.sft.oracle import oracle_trajectories
+    from searchrl.utils import console, write_jsonl
+
+    if not (world / "world.json").exists() and not (world / f"{split}.jsonl").exists():
+        raise FileNotFoundError(f"{world} is not a synthetic world (no world.json); make one with "
+                                f"`searchrl data synth --out {world}`")  # fmt: skip
+    cfg = run_config(recipe, [*(overrides or []), f"data.source={world}"], protocol=protocol, options=option,
+                     model=model, prompt_style=prompt_style, topk=topk, max_obs_tokens=max_obs_tokens)  # fmt: skip
+    if split not in ("train", "dev", "test"):
+        raise ValueError(f"unknown --split {split!r}; choose train, dev or test")
+    examples = load_split(cfg, split, limit, kinds=kinds or [])
+    if not examples:
+        raise ValueError(f"no {split} questions in {world}" + (f" of kinds {kinds}" if kinds else ""))
+    if index is not None:
+        cfg = cfg.model_copy(update={"retrieval": cfg.retrieval.model_copy(update={"index": str(index)})})
+        if (index / "manifest.json").exists():  # an existing index decides its own kind
+            import json
+
+            kind = json.loads((index / "manifest.json").read_text())["kind"]
+            cfg = cfg.model_copy(update={"retrieval": cfg.retrieval.model_copy(update={"kind": kind})})
+    trajs = oracle_trajectories(
+        make_protocol(cfg), examples, make_retriever_for(cfg), _load_tokenizer(cfg.model.policy),
+        cfg.retrieval.topk, cfg.model.prompt_style, cfg.rollout.max_obs_tokens,
+    )  # fmt: skip
+    write_jsonl(out, [t.to_dict() for t in trajs])
+    hops = sum(t.n_searches for t in trajs)
+    console.print(f"wrote {len(trajs)} oracle trajectories ({cfg.rollout.protocol}, {hops} searches, top-"
+                  f"{cfg.retrieval.topk}, observations <= {cfg.rollout.max_obs_tokens} tokens) -> {out}")  # fmt: skip
+
+
 def register(data_app: typer.Typer) -> None:
     data_app.command("select-difficulty")(select_difficulty)
     data_app.command("rejection-sample")(rejection_sample_cmd)
+    data_app.command("oracle")(oracle_cmd)
