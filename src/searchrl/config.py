@@ -65,6 +65,40 @@ class DataConfig(_Section):
     train_limit: int | None = None
 
 
+class WebConfig(_Section):
+    """Online search (``retrieval.kind: web``): a search API, the result pages, an optional summariser model.
+
+    The papers that evaluate online (R1-Searcher, R1-Searcher++, RAG-R1) fetch the result pages and summarise each
+    with GPT-4o-mini; page count, truncation and prompt are not stated. See ``searchrl.retrieval.pages``.
+    """
+
+    #: serpapi or google; auto = google when $GOOGLE_API_KEY is set and $SERPAPI_API_KEY is not, else serpapi.
+    provider: Literal["auto", "serpapi", "google"] = "auto"
+    #: appended to every query, e.g. " site:en.wikipedia.org" (R1-Searcher's online evaluation code).
+    query_suffix: str = ""
+    #: fetch the result pages; their text (or its summary) replaces the search API's snippets.
+    fetch_pages: bool = True
+    #: results per query whose page is fetched (null = all top-k); the others keep their snippet.
+    pages: int | None = Field(default=None, ge=1)
+    #: seconds for one page in all (robots.txt, redirects, body).
+    page_timeout_s: float = Field(default=10.0, gt=0)
+    #: bytes of a page body read at most.
+    max_page_bytes: int = Field(default=2_000_000, ge=1)
+    #: characters of page text kept (R1-Searcher's code: 35,000).
+    max_page_chars: int = Field(default=35_000, ge=1)
+    respect_robots: bool = True
+    user_agent: str = "SearchRL-page-fetcher/0.1"
+    #: summariser model spec (alias, local dir, HF id; with summarizer_url, its tokenizer); null = no summariser.
+    summarizer: str | None = None
+    #: OpenAI-compatible endpoint serving the summariser (e.g. http://127.0.0.1:8001/v1); null = run it locally.
+    summarizer_url: str | None = None
+    #: model name on summarizer_url (null = summarizer).
+    summarizer_served_model: str | None = None
+    summary_max_new_tokens: int = Field(default=256, ge=1)
+    #: page tokens shown to the summariser at most (the head of the page).
+    summary_max_page_tokens: int = Field(default=3000, ge=1)
+
+
 class RetrievalConfig(_Section):
     kind: Literal["bm25", "dense", "hybrid", "remote", "web"] = "bm25"
     #: index directory for local kinds; built on demand when missing.
@@ -74,6 +108,8 @@ class RetrievalConfig(_Section):
     topk: int = 3
     encoder: str = "minilm-l6-v2"
     timeout_s: float = 10.0
+    #: ``kind: web`` only: the search API, page fetching and the summariser.
+    web: WebConfig = WebConfig()
 
 
 class RolloutConfig(_Section):

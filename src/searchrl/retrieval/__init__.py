@@ -24,8 +24,9 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
     - ``bm25`` / ``dense`` / ``hybrid``: load ``cfg.index``; when the directory has no index yet and ``corpus`` is
       given, build it first (with ``cfg.encoder``). A given ``corpus`` must match the index's fingerprint.
     - ``remote``: a ``RemoteRetriever`` over ``cfg.urls``.
-    - ``web``: a ``WebRetriever``; provider ``google`` when ``$GOOGLE_API_KEY`` is set and ``$SERPAPI_API_KEY`` is
-      not, else ``serpapi``; ``cfg.urls[0]``, when given, replaces the provider's base URL.
+    - ``web``: a ``WebRetriever`` with ``cfg.web``'s page fetching and summariser; provider ``google`` when
+      ``$GOOGLE_API_KEY`` is set and ``$SERPAPI_API_KEY`` is not, else ``serpapi`` (or ``cfg.web.provider``);
+      ``cfg.urls[0]``, when given, replaces the provider's base URL.
     """
     import os
 
@@ -36,11 +37,26 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
             raise ValueError("retrieval.kind=remote needs retrieval.urls, e.g. [http://127.0.0.1:8000]")
         return RemoteRetriever(cfg.urls, timeout_s=cfg.timeout_s)
     if cfg.kind == "web":
+        from searchrl.retrieval.pages import FetchOptions, PageFetcher, make_summarizer
         from searchrl.retrieval.web import WebRetriever
 
-        google = bool(os.environ.get("GOOGLE_API_KEY")) and not os.environ.get("SERPAPI_API_KEY")
+        web = cfg.web
+        provider = web.provider
+        if provider == "auto":
+            google = bool(os.environ.get("GOOGLE_API_KEY")) and not os.environ.get("SERPAPI_API_KEY")
+            provider = "google" if google else "serpapi"
         base_url = cfg.urls[0] if cfg.urls else None
-        return WebRetriever("google" if google else "serpapi", base_url=base_url, timeout_s=cfg.timeout_s)
+        fetcher = None
+        if web.fetch_pages:
+            options = FetchOptions(timeout_s=web.page_timeout_s, max_bytes=web.max_page_bytes,
+                                   max_chars=web.max_page_chars, respect_robots=web.respect_robots,
+                                   user_agent=web.user_agent)  # fmt: skip
+            fetcher = PageFetcher(options)
+        elif web.summarizer:
+            raise ValueError("retrieval.web.summarizer needs retrieval.web.fetch_pages: true (it summarises pages)")
+        return WebRetriever(provider, base_url=base_url, timeout_s=cfg.timeout_s, fetcher=fetcher,
+                            summarizer=make_summarizer(web), pages=web.pages,
+                            query_suffix=web.query_suffix)  # fmt: skip
 
     from searchrl.retrieval.index import build_index, load_index
 

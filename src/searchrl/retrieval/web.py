@@ -12,22 +12,33 @@ A hit is ``Hit(id=link, title, text=snippet, score=1 / rank)``. The key is read 
 the provider, and never logged: error messages are built without the request URL, and a filter redacts it from
 httpx's own request log lines (which print full URLs, query string included). ``base_url`` is configurable, so
 tests run against a local fake server.
+
+Online search as the papers evaluate it (``searchrl.retrieval.pages``): with a ``fetcher`` the pages of the top
+``pages`` results of each query are fetched and their text replaces the snippet; with a ``summarizer`` too, each page
+is condensed for its query and the summary is the hit's text, a page the summariser finds irrelevant is dropped,
+and when every page of a query is dropped the snippets are returned instead, so the model always gets something.
+A page that cannot be fetched (robots.txt, type, timeout, HTTP error) keeps its snippet; ``last_pages`` records what
+happened to each page of the last call.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from searchrl.retrieval.base import Hit
 from searchrl.retrieval.client import LRUCache
 from searchrl.retrieval.local import check_search_args
+
+if TYPE_CHECKING:
+    from searchrl.retrieval.pages import PageFetcher, PageSummarizer
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,10 @@ class WebRetriever:
         backoff_s: float = 0.5,
         max_workers: int = 4,
         cache_size: int = 1000,
+        fetcher: PageFetcher | None = None,
+        summarizer: PageSummarizer | None = None,
+        pages: int | None = None,
+        query_suffix: str = "",
     ) -> None:
         if provider not in PROVIDERS:
             raise ValueError(f"unknown web search provider '{provider}'; use one of {', '.join(PROVIDERS)}")
@@ -87,6 +102,13 @@ class WebRetriever:
         self.cx = cx or os.environ.get("GOOGLE_CSE_ID")
         if provider == "google" and not self.cx:
             raise ValueError("Google Programmable Search needs a search engine id: set $GOOGLE_CSE_ID or pass cx=")
+        if summarizer is not None and fetcher is None:
+            raise ValueError("a page summariser needs page fetching; set retrieval.web.fetch_pages: true")
+        if pages is not None and pages < 1:
+            raise ValueError(f"pages (results fetched per query) must be >= 1 or null, got {pages}")
+        self.fetcher, self.summarizer, self.pages = fetcher, summarizer, pages
+        self.query_suffix = query_suffix
+        self.last_pages: list[dict[str, Any]] = []
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
@@ -102,7 +124,39 @@ class WebRetriever:
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         check_search_args(queries, k)
-        return list(self._pool.map(lambda q: self._search_one(q, k), queries))
+        results = list(self._pool.map(lambda q: self._search_one(q + self.query_suffix, k), queries))
+        return results if self.fetcher is None else self._with_pages(queries, results)
+
+    def _with_pages(self, queries: list[str], results: list[list[Hit]]) -> list[list[Hit]]:
+        """Page text (or its summary for the query) in place of each fetched result's snippet (see the module doc)."""
+        assert self.fetcher is not None
+        targets = [(qi, hi) for qi, hits in enumerate(results) for hi in range(len(hits))
+                   if self.pages is None or hi < self.pages]  # fmt: skip
+        pages = self.fetcher.fetch_many([results[qi][hi].id for qi, hi in targets])
+        texts = {key: page.text for key, page in zip(targets, pages, strict=True) if page.ok}
+        summaries: dict[tuple[int, int], str | None] = {}
+        if self.summarizer is not None and texts:
+            keys = list(texts)
+            outs = self.summarizer.summarize([(queries[qi], texts[(qi, hi)]) for qi, hi in keys])
+            summaries = dict(zip(keys, outs, strict=True))
+        self.last_pages = [
+            {"query": queries[qi], "url": page.url, "status": page.status,
+             "seconds": round(page.seconds, 3), "chars": len(page.text), "truncated": page.truncated,
+             **({"summary": summaries.get((qi, hi))} if self.summarizer is not None and page.ok else {})}
+            for (qi, hi), page in zip(targets, pages, strict=True)
+        ]  # fmt: skip
+        out = []
+        for qi, hits in enumerate(results):
+            kept = []
+            for hi, hit in enumerate(hits):
+                if (qi, hi) not in texts:
+                    kept.append(hit)  # not fetched, or the fetch failed: the search API's snippet
+                elif self.summarizer is None:
+                    kept.append(dataclasses.replace(hit, text=texts[(qi, hi)]))
+                elif summaries[(qi, hi)] is not None:
+                    kept.append(dataclasses.replace(hit, text=summaries[(qi, hi)]))
+            out.append(kept or hits)  # every page irrelevant: the snippets rather than nothing
+        return out
 
     def _request(self, query: str, k: int) -> httpx.Response:
         num = min(k, self.provider.max_num)
@@ -158,4 +212,6 @@ class WebRetriever:
     def close(self) -> None:
         self._pool.shutdown(wait=False)
         self._client.close()
+        if self.fetcher is not None:
+            self.fetcher.close()
         logging.getLogger("httpx").removeFilter(self._redact)
