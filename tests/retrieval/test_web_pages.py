@@ -277,3 +277,27 @@ def test_config_errors_name_the_fix(monkeypatch) -> None:
     snippets_only.close()
     with pytest.raises(ValueError, match="timeout_s > 0"):
         PageFetcher(FetchOptions(timeout_s=0))
+
+
+def test_config_builds_a_local_model_summariser(monkeypatch) -> None:
+    """retrieval.web.summarizer loads a model with transformers (here the tiny random Llama) behind a Generator."""
+    import searchrl.models
+    from searchrl.config import WebConfig
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.retrieval.pages import make_summarizer
+    from searchrl.testing import tiny_model, tokenizer
+
+    loaded: list[str] = []
+
+    def load_policy(spec: str, dtype: str = "float32", device=None):
+        loaded.append(spec)
+        return tiny_model(), tokenizer()
+
+    monkeypatch.setattr(searchrl.models, "load_policy", load_policy)
+    assert make_summarizer(WebConfig()) is None
+    summarizer = make_summarizer(WebConfig(summarizer="my-summariser", summary_max_new_tokens=6,
+                                           summary_max_page_tokens=40))  # fmt: skip
+    assert loaded == ["my-summariser"] and isinstance(summarizer.generator, HFGenerator)
+    page = "The Amber Fort was built in 1592. " * 5
+    (summary,) = summarizer.summarize([("amber fort", page)])
+    assert summarizer.cache.get(("amber fort", page)) == (summary or "")  # the model really ran and was cached
