@@ -24,6 +24,7 @@ ORDER = [
     "bench_engine_overhead",
     "bench_grpo_smollm",
     "bench_eval_2wiki",
+    "bench_rescore_r1_searcher",
 ]
 
 

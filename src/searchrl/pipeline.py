@@ -34,10 +34,16 @@ def data_dir(cfg: RunConfig) -> Path:
 
 
 def resolve_file(cfg: RunConfig, name: str) -> str:
-    """A data file named in the config: ``hf:...`` as is, relative paths under the data directory."""
+    """A data file named in the config: ``hf:...`` and absolute paths as they are; a relative path is the data
+    directory's file when that exists, else the file relative to the current directory when that exists (so
+    ``data.train=runs/world/stage1.jsonl`` works from the shell), else the data directory's path (whose absence
+    the loader reports)."""
     if name.startswith("hf:") or Path(name).is_absolute():
         return name
-    return str(data_dir(cfg) / name)
+    in_data = data_dir(cfg) / name
+    if not in_data.exists() and Path(name).exists():
+        return str(Path(name).resolve())
+    return str(in_data)
 
 
 def load_split(

@@ -122,3 +122,21 @@ def test_data_oracle_writes_sft_trajectories(tmp_path, app, monkeypatch) -> None
     # a directory that is not a world gets a one-line error naming the fix
     res = runner.invoke(app, ["oracle", "--world", str(tmp_path / "nope"), "--out", str(out)])
     assert isinstance(res.exception, FileNotFoundError) and "searchrl data synth" in str(res.exception)
+
+
+def test_relative_data_paths_resolve_in_the_data_dir_then_the_current_dir(tmp_path, monkeypatch) -> None:
+    from searchrl.config import load_config
+    from searchrl.pipeline import load_split, resolve_file
+
+    world = tmp_path / "world"
+    world.mkdir()
+    (world / "train.jsonl").write_text(json.dumps({"id": "w", "question": "Q?", "golden_answers": ["a"]}) + "\n")
+    sel = tmp_path / "runs" / "stage1.jsonl"
+    sel.parent.mkdir()
+    sel.write_text(json.dumps({"id": "s", "question": "Q?", "golden_answers": ["a"]}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["data.source=world", "data.train=runs/stage1.jsonl"])
+    assert resolve_file(cfg, "train.jsonl") == str(Path("world") / "train.jsonl")  # the data directory's file
+    assert resolve_file(cfg, "runs/stage1.jsonl") == str(sel)  # not in the data directory: from the shell's cwd
+    assert [e.id for e in load_split(cfg, "train")] == ["s"]
+    assert resolve_file(cfg, "missing.jsonl") == str(Path("world") / "missing.jsonl")  # the loader names it
