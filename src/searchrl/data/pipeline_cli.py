@@ -128,7 +128,13 @@ def _setup(
     limit: int | None, limits: RolloutLimits, timeout_s: float,
 ):  # fmt: skip
     from searchrl.pipeline import make_protocol
+    from searchrl.utils import console
 
+    console.log(
+        f"{cfg.rollout.protocol} rollouts: {limits.max_turns} turns, {limits.max_searches} searches, "
+        f"top-{limits.topk}, {limits.max_new_tokens} tokens per turn, observations <= {limits.max_obs_tokens} tokens, "
+        f"<= {limits.max_total_tokens} tokens in all"
+    )
     examples = _questions(cfg, data, limit)
     proto = make_protocol(cfg)
     retriever = _retriever(cfg, index)
