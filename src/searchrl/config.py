@@ -161,9 +161,10 @@ class TrainingConfig(_Section):
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches).
-    micro_batch_size: int = 8
-    #: padded tokens (rows x longest row) per micro-batch at most; rows are length-bucketed. No-grad scoring passes
-    #: use 4x this. Bounds activation memory whatever the rollout lengths.
+    micro_batch_size: int = 16
+    #: tokens per micro-batch at most: distinct prompts x longest prompt + rows x longest response (rows sharing a
+    #: prompt run it once); rows are length-bucketed. No-grad scoring passes use 4x this and 4x the rows. Bounds
+    #: activation memory whatever the rollout lengths.
     micro_batch_tokens: int = 2048
     seed: int = 0
     output_dir: str = "runs/default"

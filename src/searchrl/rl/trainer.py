@@ -35,7 +35,15 @@ from searchrl.generation import make_generator
 from searchrl.generation.base import Generator
 from searchrl.protocols.base import Protocol
 from searchrl.rl import algorithms as A
-from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories, plan_micro_batches, score_tokens
+from searchrl.rl.batch import (
+    Batch,
+    TokenScorer,
+    collate_trajectories,
+    forward_tokens,
+    plan_micro_batches,
+    prompt_keys,
+    score_tokens,
+)
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.utils import make_adamw, progress, tune_allocator
@@ -216,11 +224,15 @@ class Trainer:
         return one_update and getattr(self.generator, "model", None) is self.policy
 
     def _micro(self, batch: Batch, rows: Sequence[int] | None = None, grad: bool = True) -> list[list[int]]:
-        """Length-bucketed micro-batches over ``rows`` (default all); no-grad passes get 4x the token budget."""
+        """Length-bucketed micro-batches over ``rows`` (default all), rows with one prompt kept together; no-grad
+        passes get 4x the rows and the token budget."""
         rows = list(range(len(batch))) if rows is None else list(rows)
-        lengths = batch.lengths
-        budget = self.tcfg.micro_batch_tokens * (1 if grad else 4)
-        plans = plan_micro_batches([lengths[i] for i in rows], self.micro, budget)
+        resp = batch.response_mask.sum(-1).tolist()
+        prompt = [n - r for n, r in zip(batch.lengths, resp, strict=True)]
+        keys = prompt_keys(batch)
+        scale = 1 if grad else 4
+        plans = plan_micro_batches([prompt[i] for i in rows], [resp[i] for i in rows], self.micro * scale,
+                                   self.tcfg.micro_batch_tokens * scale, [keys[i] for i in rows])  # fmt: skip
         return [[rows[j] for j in p] for p in plans]
 
     @torch.no_grad()
@@ -230,7 +242,7 @@ class Trainer:
             mb = batch.select(idx)
             T = mb.response_ids.shape[1]
             out[idx, :T] = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
-            self._tokens["scored_padded"] += mb.input_ids.numel()
+            self._tokens["scored_padded"] += forward_tokens(mb, scorer.share_prompts)
         return out
 
     def _sync_generator(self) -> None:
@@ -340,7 +352,7 @@ class Trainer:
                     mb = batch.select(idx)
                     T = mb.response_ids.shape[1]
                     mm = mask_BT[idx, :T]
-                    self._tokens["scored_padded"] += mb.input_ids.numel()
+                    self._tokens["scored_padded"] += forward_tokens(mb)
                     logp_BT, ent_BT = score_tokens(self.model, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
                     agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
                     loss, pm = A.policy_loss(
