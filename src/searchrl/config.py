@@ -230,6 +230,8 @@ class SFTConfig(_Section):
     #: examples per forward/backward pass; a batch is accumulated over micro-batches (bounds activation memory for
     #: long sequences; the loss is the same token mean over the whole batch). null = batch_size.
     micro_batch_size: int | None = None
+    #: padded tokens per micro-batch at most (rows x longest row; rows of similar length go together).
+    micro_batch_tokens: int = 4096
     warmup_steps: int = 5
     #: prompt + target tokens at most; longer examples lose the end of their target (counted in the log), and an
     #: example whose prompt alone is too long is dropped.
