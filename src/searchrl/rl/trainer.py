@@ -3,8 +3,12 @@
 How this departs from the textbook algorithms (each choice is configurable where the papers disagree):
 - Retrieved / inserted tokens are excluded from the policy loss, KL, entropy and value loss (``mask_observations``);
   turning it off uses every response token (the Search-R1 masking ablation).
-- Old log-probs are recomputed with the policy after the rollout rather than taken from the generator, so the
-  ratio is exactly 1 on the first mini-batch even when generation ran in another engine or precision.
+- Old log-probs (``algorithm.old_logprobs``): when the step makes exactly one on-policy update (one epoch, one
+  mini-batch) and the generator runs the policy's own weights, they are the generator's (equal to a recomputation
+  to ~1e-5, tested), which saves a forward pass; otherwise they are recomputed after the rollout, so the ratio is 1
+  on the first mini-batch even when generation ran in another engine or precision.
+- No pass the step does not need: no reference forward without KL; rows sharing a prompt run it once
+  (``TokenScorer``); micro-batches are length-bucketed and trimmed to their own longest row, within a token budget.
 - Group ids are ``"s<step>/<question id>"``, globally unique across steps and merged data sets.
 - Loss aggregation divides by the token (or sequence) count of the whole mini-batch, summed over gradient-accumulation
   micro-batches and processes, so the gradient does not depend on how the mini-batch is split.
