@@ -176,6 +176,11 @@ class TrainingConfig(_Section):
     init_from: str | None = None
     #: trajectories per step appended to <output_dir>/rollouts.jsonl (for `searchrl view`); 0 disables.
     log_rollouts: int = 4
+    #: greedy held-out evaluation (data.dev questions) before training, every this many steps and at the end;
+    #: 0 disables. Logged as eval/* in metrics.jsonl; trajectories in <output_dir>/evals/step_<k>.jsonl.
+    eval_every: int = 0
+    #: held-out questions evaluated (the first N of data.dev).
+    eval_limit: int | None = 100
 
 
 class MemorizationConfig(_Section):

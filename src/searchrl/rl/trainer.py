@@ -128,6 +128,7 @@ class Trainer:
         aux_nll_hook: AuxNLLHook | None = None,
         micro_batch_size: int | None = None,
         generator: Generator | None = None,
+        eval_examples: Sequence[QAExample] | None = None,
     ) -> None:
         from accelerate import Accelerator
 
@@ -141,6 +142,7 @@ class Trainer:
         if not self.examples:
             raise ValueError("no training questions: check data.train (and data.kinds / data.train_limit)")
         self.reward_fn = reward_fn or default_reward_fn(cfg, protocol, tokenizer)
+        self.eval_examples = list(eval_examples or [])[: self.tcfg.eval_limit]
         self.aux_nll_hook = aux_nll_hook
         self.mem_coef = cfg.memorization.coef
         self.micro = micro_batch_size or self.tcfg.micro_batch_size
@@ -468,7 +470,25 @@ class Trainer:
             "rollout/response_len": sum(len(t.response_ids) for t in trajs) / n,
             "rollout/policy_tokens": sum(t.n_policy_tokens for t in trajs) / n,
             "rollout/answered": sum(t.answer is not None for t in trajs) / n,
+            "rollout/well_formed": sum(self.protocol.check_format(t.response_text(self.tokenizer)).ok for t in trajs)
+            / n,  # fmt: skip
         }
+
+    def evaluate(self) -> dict[str, float]:
+        """Greedy rollouts on the held-out questions (main process only): ``eval/*`` metrics, and the trajectories
+        in ``<output_dir>/evals/step_<k>.jsonl`` for ``searchrl view``."""
+        if not self.eval_examples or not self.acc.is_main_process:
+            return {}
+        from searchrl.rollout.summary import summarize
+        from searchrl.utils import write_jsonl
+
+        t0 = time.perf_counter()
+        trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
+        summary = summarize(trajs, self.protocol, self.tokenizer)
+        write_jsonl(self.out_dir / "evals" / f"step_{self.state.step}.jsonl", [t.to_dict() for t in trajs])
+        out = {f"eval/{k}": v for k, v in summary.items() if k != "n"}
+        out["time/eval_s"] = time.perf_counter() - t0
+        return out
 
     # ------------------------------------------------------------------------------------------- run / io
     def train(self, steps: int | None = None, resume: bool = False) -> list[dict[str, float]]:
@@ -478,13 +498,21 @@ class Trainer:
         if self.acc.is_main_process:
             dump_config(self.cfg, self.out_dir / "config.yaml")
         history = []
+        every = self.tcfg.eval_every
+        if every and self.state.step == 0 and self.eval_examples:
+            self._log({"step": 0, **self.evaluate()})  # the starting point of the held-out curve
         with progress() as bar:
             task = bar.add_task("rl steps", total=total, completed=self.state.step)
             while self.state.step < total:
                 m = self.train_step()
+                if every and (self.state.step % every == 0 or self.state.step == total):
+                    m.update(self.evaluate())
                 history.append(m)
                 self._log(m)
-                bar.update(task, advance=1, description=f"rl steps  reward={m.get('reward/total', 0):.3f}")
+                desc = f"rl steps  reward={m.get('reward/total', 0):.3f}"
+                if "eval/em" in m:
+                    desc += f"  held-out EM={m['eval/em']:.3f}"
+                bar.update(task, advance=1, description=desc)
                 if self.tcfg.save_every and self.state.step % self.tcfg.save_every == 0:
                     self.save_checkpoint(self.out_dir / "checkpoint")
         self.save_checkpoint(self.out_dir / "checkpoint")
