@@ -197,9 +197,10 @@ class TrainingConfig(_Section):
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches).
-    micro_batch_size: int = 8
-    #: padded tokens (rows x longest row) per micro-batch at most; rows are length-bucketed. No-grad scoring passes
-    #: use 4x this. Bounds activation memory whatever the rollout lengths.
+    micro_batch_size: int = 16
+    #: tokens per micro-batch at most: distinct prompts x longest prompt + rows x longest response (rows sharing a
+    #: prompt run it once); rows are length-bucketed. No-grad scoring passes use 4x this and 4x the rows. Bounds
+    #: activation memory whatever the rollout lengths.
     micro_batch_tokens: int = 2048
     seed: int = 0
     output_dir: str = "runs/default"
@@ -211,6 +212,11 @@ class TrainingConfig(_Section):
     init_from: str | None = None
     #: trajectories per step appended to <output_dir>/rollouts.jsonl (for `searchrl view`); 0 disables.
     log_rollouts: int = 4
+    #: greedy held-out evaluation (data.dev questions) before training, every this many steps and at the end;
+    #: 0 disables. Logged as eval/* in metrics.jsonl; trajectories in <output_dir>/evals/step_<k>.jsonl.
+    eval_every: int = 0
+    #: held-out questions evaluated (the first N of data.dev).
+    eval_limit: int | None = 100
 
 
 class MemorizationConfig(_Section):
@@ -265,6 +271,8 @@ class SFTConfig(_Section):
     #: examples per forward/backward pass; a batch is accumulated over micro-batches (bounds activation memory for
     #: long sequences; the loss is the same token mean over the whole batch). null = batch_size.
     micro_batch_size: int | None = None
+    #: padded tokens per micro-batch at most (rows x longest row; rows of similar length go together).
+    micro_batch_tokens: int = 4096
     warmup_steps: int = 5
     #: prompt + target tokens at most; longer examples lose the end of their target (counted in the log), and an
     #: example whose prompt alone is too long is dropped.

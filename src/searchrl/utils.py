@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +19,47 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 console = Console(stderr=True)
 
 
-def progress(transient: bool = False) -> Progress:
-    """A progress bar with count, elapsed time and ETA, printed to stderr."""
-    return Progress(
+class _LoggedProgress(Progress):
+    """A rich progress bar that, when stderr is not a terminal (a CI log, ``nohup``, a pipe), instead prints one
+    plain line per task every ``every`` percent (and at the end): readable in any log."""
+
+    def __init__(self, *columns, every: float = 5.0, **kwargs) -> None:
+        super().__init__(*columns, **kwargs)
+        self._plain = not self.console.is_terminal and not self.disable
+        self._every = every
+        self._last_pct: dict[int, float] = {}
+        self._t0: dict[int, float] = {}
+        if self._plain:
+            self.disable = True  # no live rendering; lines come from update()
+
+    def add_task(self, description: str, *args, **kwargs):
+        task = super().add_task(description, *args, **kwargs)
+        self._last_pct[task], self._t0[task] = -1e9, time.perf_counter()
+        return task
+
+    def update(self, task_id, *args, **kwargs) -> None:
+        super().update(task_id, *args, **kwargs)
+        if not self._plain:
+            return
+        t = self._tasks[task_id]
+        if not t.total:
+            return
+        pct = 100.0 * t.completed / t.total
+        if pct - self._last_pct[task_id] >= self._every or t.completed >= t.total:
+            if pct == self._last_pct[task_id]:
+                return
+            self._last_pct[task_id] = pct
+            elapsed = time.perf_counter() - self._t0[task_id]
+            eta = elapsed * (t.total - t.completed) / t.completed if t.completed else float("nan")
+            desc = re.sub(r"\[/?[a-z ]*\]", "", str(t.description))
+            print(f"[{time.strftime('%H:%M:%S')}] {desc}: {t.completed:g}/{t.total:g} ({pct:.0f}%) "
+                  f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def progress(transient: bool = False, every: float = 5.0) -> Progress:
+    """A progress bar with count, elapsed time and ETA, printed to stderr; plain lines every ``every`` percent when
+    stderr is not a terminal. ``SEARCHRL_NO_PROGRESS=1`` silences it."""
+    return _LoggedProgress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -28,6 +69,7 @@ def progress(transient: bool = False) -> Progress:
         console=console,
         transient=transient,
         disable=os.environ.get("SEARCHRL_NO_PROGRESS") == "1",
+        every=every,
     )
 
 

@@ -22,3 +22,33 @@ def test_selected_positions_match_full_logits() -> None:
     logp.sum().backward()
     for (name, p1), p2 in zip(full_model.named_parameters(), sel_model.parameters(), strict=True):
         torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_rows_sharing_a_prompt_score_as_separate_rows() -> None:
+    """A group's prompt runs once: same log-probs and parameter gradients as scoring every row in full."""
+    prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    responses = [[20, 21, 22], [23, 24], [25, 26, 27, 28], [29], [30, 31], [32, 33, 34]]
+    masks = [[1, 0, 1], [1, 1], [1, 1, 0, 1], [1], [0, 1], [1, 1, 1]]
+    b = collate(prompts, responses, masks)
+    shared, separate = tiny_model(), tiny_model()
+    lp_shared, _ = score_tokens(TokenScorer(shared), b, b.action_mask)
+    lp_sep, _ = score_tokens(TokenScorer(separate, share_prompts=False), b, b.action_mask)
+    torch.testing.assert_close(lp_shared, lp_sep, rtol=1e-5, atol=1e-6)
+    w = torch.arange(1, lp_sep.shape[1] + 1).float()  # a different weight per position
+    (lp_shared * w).sum().backward()
+    (lp_sep * w).sum().backward()
+    for (name, p1), p2 in zip(separate.named_parameters(), shared.parameters(), strict=True):
+        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_micro_batches_keep_groups_together_within_the_budget() -> None:
+    from searchrl.rl.batch import plan_micro_batches
+
+    prompt = [100] * 8 + [50] * 4
+    resp = [10, 20, 30, 40, 10, 20, 30, 40, 5, 5, 5, 5]
+    keys = ["a"] * 4 + ["b"] * 4 + ["c"] * 4
+    plans = plan_micro_batches(prompt, resp, max_rows=8, max_tokens=400, keys=keys)
+    assert sorted(i for p in plans for i in p) == list(range(12))
+    for p in plans:  # cost = distinct prompts x longest prompt + rows x longest response
+        assert len({keys[i] for i in p}) * max(prompt[i] for i in p) + len(p) * max(resp[i] for i in p) <= 400
+    assert plans[0][:4] == [3, 2, 1, 0]  # the longest group first, its rows together

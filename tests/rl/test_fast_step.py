@@ -142,3 +142,23 @@ def test_backend_chooses_the_generator(tmp_path: Path) -> None:
     assert isinstance(make(tmp_path / "b", "rollout.backend=hf_generate").generator, HFGenerateGenerator)
     with pytest.raises(ValueError, match="vllm"):
         make(tmp_path / "c", "rollout.backend=vllm")
+
+
+def test_held_out_evaluation_at_checkpoints(tmp_path: Path) -> None:
+    """eval_every: a greedy held-out evaluation before training, every k steps and at the end, logged and saved."""
+    import json
+
+    cfg = load_config(None, [
+        "training.steps=3", "training.eval_every=2", "training.prompts_per_step=2", f"training.output_dir={tmp_path}",
+        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=2", "rollout.max_new_tokens=6",
+        "rollout.max_turns=1", "rollout.force_answer=false", "algorithm.kl_coef=0.0",
+    ])  # fmt: skip
+    held = [QAExample(f"h{i}", f"held {i}", ["x"]) for i in range(3)]
+    trainer = Trainer(cfg, tiny_model(), tokenizer(), LettersProtocol(), None, QUESTIONS,
+                      reward_fn=letter_fraction_reward, eval_examples=held)  # fmt: skip
+    trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "eval/em" in r] == [0, 2, 3]
+    assert all(0.0 <= r["eval/well_formed"] <= 1.0 for r in rows if "eval/em" in r)
+    assert sorted(p.name for p in (tmp_path / "evals").iterdir()) == ["step_0.jsonl", "step_2.jsonl", "step_3.jsonl"]
+    assert len((tmp_path / "evals" / "step_3.jsonl").read_text().splitlines()) == 3

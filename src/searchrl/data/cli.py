@@ -56,6 +56,27 @@ def synth(
     out.print(f"wrote {', '.join(p.name for p in paths.values())} to {Path(out_dir).resolve()}")
 
 
+@app.command("split")
+def split(
+    source: str = typer.Argument(..., help="QA file (FlashRAG / R1-Searcher JSONL) or hf:NAME[:CONFIG]:SPLIT"),
+    out_dir: Path = typer.Option(..., "--out", help="directory to write train.jsonl and heldout.jsonl"),
+    heldout: int = typer.Option(100, "--heldout", help="questions to hold out"),
+) -> None:
+    """Split a QA file into train.jsonl and heldout.jsonl by a fixed rule: the questions with the smallest SHA-256 of
+    their id are held out (no seed, independent of row order).
+
+    Example: searchrl data split ../shared/data/2wiki-mini/dev.jsonl --out runs/2wiki --heldout 100
+    """
+    from searchrl.data.loaders import load_qa
+    from searchrl.data.splits import heldout_split
+    from searchrl.utils import write_jsonl
+
+    train, held = heldout_split(load_qa(source), heldout)
+    for name, rows in (("train", train), ("heldout", held)):
+        write_jsonl(out_dir / f"{name}.jsonl", [e.to_flashrag() for e in rows])
+    out.print(f"{len(train)} train, {len(held)} held-out questions in {out_dir}")
+
+
 @dataclass
 class _Range:
     """Running min / mean / max without keeping the values."""

@@ -48,6 +48,21 @@ class VLLMGenerator(Generator):
             out.append(Completion(ids, logprobs, o.text, reason, stop_str))
         return out
 
-    def load_weights(self, state_dict: dict) -> None:  # pragma: no cover
-        model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        model.load_weights(state_dict.items())
+    def load_weights(self, state_dict: dict) -> None:  # pragma: no cover - needs a vLLM install
+        """Load new policy weights into the running engine, then drop its prefix cache (its keys/values came from
+        the old weights). Works with the in-process engine (V0 and V1 with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
+        and, through ``collective_rpc``, with a multi-process V1 engine."""
+        items = [(k, v.detach()) for k, v in state_dict.items()]
+        executor = self.llm.llm_engine.model_executor if hasattr(self.llm.llm_engine, "model_executor") else None
+        worker = getattr(executor, "driver_worker", None)
+        runner = getattr(getattr(worker, "worker", worker), "model_runner", None)
+        if runner is not None and hasattr(runner, "model"):
+            runner.model.load_weights(items)
+        else:
+            self.llm.collective_rpc(_load_weights_rpc, args=(items,))
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()
+
+
+def _load_weights_rpc(worker, items) -> None:  # pragma: no cover - runs inside a vLLM worker process
+    worker.model_runner.model.load_weights(items)

@@ -50,8 +50,9 @@ def train(
         from searchrl.models import resolve_policy
 
         generator = make_generator("vllm", model, tok, model_path=str(resolve_policy(policy_spec(cfg))))
+    held_out = load_split(cfg, "dev", cfg.training.eval_limit) if cfg.training.eval_every else None
     trainer = Trainer(cfg, model, tok, protocol, make_retriever_for(cfg), examples, reward_fn=reward_fn,
-                      aux_nll_hook=memorizer, generator=generator)  # fmt: skip
+                      aux_nll_hook=memorizer, generator=generator, eval_examples=held_out)  # fmt: skip
     history = trainer.train(resume=resume)
     if history:
         last = history[-1]

@@ -3,8 +3,12 @@
 How this departs from the textbook algorithms (each choice is configurable where the papers disagree):
 - Retrieved / inserted tokens are excluded from the policy loss, KL, entropy and value loss (``mask_observations``);
   turning it off uses every response token (the Search-R1 masking ablation).
-- Old log-probs are recomputed with the policy after the rollout rather than taken from the generator, so the
-  ratio is exactly 1 on the first mini-batch even when generation ran in another engine or precision.
+- Old log-probs (``algorithm.old_logprobs``): when the step makes exactly one on-policy update (one epoch, one
+  mini-batch) and the generator runs the policy's own weights, they are the generator's (equal to a recomputation
+  to ~1e-5, tested), which saves a forward pass; otherwise they are recomputed after the rollout, so the ratio is 1
+  on the first mini-batch even when generation ran in another engine or precision.
+- No pass the step does not need: no reference forward without KL; rows sharing a prompt run it once
+  (``TokenScorer``); micro-batches are length-bucketed and trimmed to their own longest row, within a token budget.
 - Group ids are ``"s<step>/<question id>"``, globally unique across steps and merged data sets.
 - Loss aggregation divides by the token (or sequence) count of the whole mini-batch, summed over gradient-accumulation
   micro-batches and processes, so the gradient does not depend on how the mini-batch is split.
@@ -35,7 +39,15 @@ from searchrl.generation import make_generator
 from searchrl.generation.base import Generator
 from searchrl.protocols.base import Protocol
 from searchrl.rl import algorithms as A
-from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories, plan_micro_batches, score_tokens
+from searchrl.rl.batch import (
+    Batch,
+    TokenScorer,
+    collate_trajectories,
+    forward_tokens,
+    plan_micro_batches,
+    prompt_keys,
+    score_tokens,
+)
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.utils import make_adamw, progress, tune_allocator
@@ -116,6 +128,7 @@ class Trainer:
         aux_nll_hook: AuxNLLHook | None = None,
         micro_batch_size: int | None = None,
         generator: Generator | None = None,
+        eval_examples: Sequence[QAExample] | None = None,
     ) -> None:
         from accelerate import Accelerator
 
@@ -129,6 +142,7 @@ class Trainer:
         if not self.examples:
             raise ValueError("no training questions: check data.train (and data.kinds / data.train_limit)")
         self.reward_fn = reward_fn or default_reward_fn(cfg, protocol, tokenizer)
+        self.eval_examples = list(eval_examples or [])[: self.tcfg.eval_limit]
         self.aux_nll_hook = aux_nll_hook
         self.mem_coef = cfg.memorization.coef
         self.micro = micro_batch_size or self.tcfg.micro_batch_size
@@ -216,11 +230,15 @@ class Trainer:
         return one_update and getattr(self.generator, "model", None) is self.policy
 
     def _micro(self, batch: Batch, rows: Sequence[int] | None = None, grad: bool = True) -> list[list[int]]:
-        """Length-bucketed micro-batches over ``rows`` (default all); no-grad passes get 4x the token budget."""
+        """Length-bucketed micro-batches over ``rows`` (default all), rows with one prompt kept together; no-grad
+        passes get 4x the rows and the token budget."""
         rows = list(range(len(batch))) if rows is None else list(rows)
-        lengths = batch.lengths
-        budget = self.tcfg.micro_batch_tokens * (1 if grad else 4)
-        plans = plan_micro_batches([lengths[i] for i in rows], self.micro, budget)
+        resp = batch.response_mask.sum(-1).tolist()
+        prompt = [n - r for n, r in zip(batch.lengths, resp, strict=True)]
+        keys = prompt_keys(batch)
+        scale = 1 if grad else 4
+        plans = plan_micro_batches([prompt[i] for i in rows], [resp[i] for i in rows], self.micro * scale,
+                                   self.tcfg.micro_batch_tokens * scale, [keys[i] for i in rows])  # fmt: skip
         return [[rows[j] for j in p] for p in plans]
 
     @torch.no_grad()
@@ -230,7 +248,7 @@ class Trainer:
             mb = batch.select(idx)
             T = mb.response_ids.shape[1]
             out[idx, :T] = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
-            self._tokens["scored_padded"] += mb.input_ids.numel()
+            self._tokens["scored_padded"] += forward_tokens(mb, scorer.share_prompts)
         return out
 
     def _sync_generator(self) -> None:
@@ -340,7 +358,7 @@ class Trainer:
                     mb = batch.select(idx)
                     T = mb.response_ids.shape[1]
                     mm = mask_BT[idx, :T]
-                    self._tokens["scored_padded"] += mb.input_ids.numel()
+                    self._tokens["scored_padded"] += forward_tokens(mb)
                     logp_BT, ent_BT = score_tokens(self.model, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
                     agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
                     loss, pm = A.policy_loss(
@@ -452,7 +470,25 @@ class Trainer:
             "rollout/response_len": sum(len(t.response_ids) for t in trajs) / n,
             "rollout/policy_tokens": sum(t.n_policy_tokens for t in trajs) / n,
             "rollout/answered": sum(t.answer is not None for t in trajs) / n,
+            "rollout/well_formed": sum(self.protocol.check_format(t.response_text(self.tokenizer)).ok for t in trajs)
+            / n,  # fmt: skip
         }
+
+    def evaluate(self) -> dict[str, float]:
+        """Greedy rollouts on the held-out questions (main process only): ``eval/*`` metrics, and the trajectories
+        in ``<output_dir>/evals/step_<k>.jsonl`` for ``searchrl view``."""
+        if not self.eval_examples or not self.acc.is_main_process:
+            return {}
+        from searchrl.rollout.summary import summarize
+        from searchrl.utils import write_jsonl
+
+        t0 = time.perf_counter()
+        trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
+        summary = summarize(trajs, self.protocol, self.tokenizer)
+        write_jsonl(self.out_dir / "evals" / f"step_{self.state.step}.jsonl", [t.to_dict() for t in trajs])
+        out = {f"eval/{k}": v for k, v in summary.items() if k != "n"}
+        out["time/eval_s"] = time.perf_counter() - t0
+        return out
 
     # ------------------------------------------------------------------------------------------- run / io
     def train(self, steps: int | None = None, resume: bool = False) -> list[dict[str, float]]:
@@ -462,13 +498,21 @@ class Trainer:
         if self.acc.is_main_process:
             dump_config(self.cfg, self.out_dir / "config.yaml")
         history = []
+        every = self.tcfg.eval_every
+        if every and self.state.step == 0 and self.eval_examples:
+            self._log({"step": 0, **self.evaluate()})  # the starting point of the held-out curve
         with progress() as bar:
             task = bar.add_task("rl steps", total=total, completed=self.state.step)
             while self.state.step < total:
                 m = self.train_step()
+                if every and (self.state.step % every == 0 or self.state.step == total):
+                    m.update(self.evaluate())
                 history.append(m)
                 self._log(m)
-                bar.update(task, advance=1, description=f"rl steps  reward={m.get('reward/total', 0):.3f}")
+                desc = f"rl steps  reward={m.get('reward/total', 0):.3f}"
+                if "eval/em" in m:
+                    desc += f"  held-out EM={m['eval/em']:.3f}"
+                bar.update(task, advance=1, description=desc)
                 if self.tcfg.save_every and self.state.step % self.tcfg.save_every == 0:
                     self.save_checkpoint(self.out_dir / "checkpoint")
         self.save_checkpoint(self.out_dir / "checkpoint")

@@ -19,9 +19,9 @@ import torch
 
 from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
-from searchrl.rl.batch import TokenScorer, collate, score_tokens
+from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.sft.types import SFTExample
-from searchrl.utils import console, progress
+from searchrl.utils import console, make_adamw, progress, tune_allocator
 
 
 def _parts(ex: Any) -> tuple[list[int], list[int], list[int]]:
@@ -99,7 +99,8 @@ class SFTTrainer:
         self.out_dir = Path(output_dir)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=self.scfg.lr, weight_decay=0.0)
+        self.opt = make_adamw(params, lr=self.scfg.lr, weight_decay=0.0)
+        tune_allocator()
         warm = max(self.scfg.warmup_steps, 0)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
 
@@ -119,11 +120,10 @@ class SFTTrainer:
                 for idx in self._batches(rng, bs):
                     batch = [self.examples[i] for i in idx]
                     n_tok = float(sum(sum(_parts(e)[2]) for e in batch))
-                    micro = self.scfg.micro_batch_size or bs
                     self.opt.zero_grad(set_to_none=True)
                     loss = torch.zeros(())
-                    for ms in range(0, len(batch), micro):
-                        part = sft_loss(self.scorer, batch[ms : ms + micro], self.pad, self.device, n_tok)
+                    for part_idx in self._micro(batch):
+                        part = sft_loss(self.scorer, [batch[i] for i in part_idx], self.pad, self.device, n_tok)
                         part.backward()
                         loss = loss + part.detach()
                     gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.max_grad_norm)
@@ -170,6 +170,14 @@ class SFTTrainer:
             total += float(sft_loss(self.scorer, batch, self.pad, self.device)) * n
             count += n
         return total / max(count, 1)
+
+    def _micro(self, batch: Sequence[Any]) -> list[list[int]]:
+        """Length-bucketed micro-batches within a batch: at most ``sft.micro_batch_size`` rows and
+        ``sft.micro_batch_tokens`` padded tokens each (bounds activation memory; the loss is unchanged)."""
+        parts = [_parts(e) for e in batch]
+        rows = self.scfg.micro_batch_size or len(batch)
+        return plan_micro_batches([len(p) for p, _, _ in parts], [len(r) for _, r, _ in parts], rows,
+                                  self.scfg.micro_batch_tokens, [tuple(p) for p, _, _ in parts])  # fmt: skip
 
     def _batches(self, rng: random.Random, bs: int) -> list[list[int]]:
         """Shuffled batches of similar lengths: rows are padded to the longest in their batch, so sorting within

@@ -8,8 +8,10 @@ from pathlib import Path
 PANELS = [
     ("reward/total", "reward"),
     ("rollout/em", "EM (rollouts)"),
-    ("rollout/response_len", "response length (tokens)"),
+    ("eval/em", "EM (held-out, greedy)"),
+    ("rollout/well_formed", "well-formed rate"),
     ("rollout/searches", "searches per trajectory"),
+    ("rollout/response_len", "response length (tokens)"),
     ("kl/mean", "KL to reference"),
     ("time/step_s", "seconds per step"),
 ]
@@ -32,8 +34,12 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     panels = [(k, t) for k, t in PANELS if any(k in r for r in rows)]
     if not rows or not panels:
         raise ValueError(f"{run_dir}/metrics.jsonl has no plottable metrics yet")
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.0), squeeze=False)
-    for ax, (key, title) in zip(axes[0], panels, strict=True):
+    ncols = min(4, len(panels))
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (key, title) in zip(axes.flat, panels, strict=False):
         pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=2, linewidth=1.2)
         ax.set_title(title, fontsize=9)
