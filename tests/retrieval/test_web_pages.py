@@ -3,6 +3,7 @@ serves good, slow, trickling, huge, broken, binary, redirecting and robots-forbi
 
 from __future__ import annotations
 
+import gzip
 import threading
 import time
 from collections.abc import Iterator
@@ -55,6 +56,8 @@ class PageHandler(BaseHTTPRequestHandler):
                     self._send(200, b"User-agent: *\nDisallow: /private/\n", "text/plain")
             elif path in ("/good", "/private/secret"):
                 self._send(200, GOOD)
+            elif path == "/gzip":  # most servers compress: the text is read from the inflated body
+                self._send(200, gzip.compress(GOOD), **{"Content-Encoding": "gzip"})
             elif path == "/plain":
                 self._send(200, PLAIN, "text/plain; charset=utf-8")
             elif path == "/redirect":
@@ -120,8 +123,8 @@ def fetcher(**kw) -> PageFetcher:
 
 
 def test_every_kind_of_page_gets_a_status_and_nothing_hangs(pages: str) -> None:
-    names = ["good", "plain", "redirect", "loop", "slow", "trickle", "huge", "broken", "garbled", "pdf", "binary",
-             "error", "missing", "private/secret"]  # fmt: skip
+    names = ["good", "gzip", "plain", "redirect", "loop", "slow", "trickle", "huge", "broken", "garbled", "pdf",
+             "binary", "error", "missing", "private/secret"]  # fmt: skip
     f = fetcher()
     t0 = time.monotonic()
     got = {n: p for n, p in zip(names, f.fetch_many([f"{pages}/{n}" for n in names]), strict=True)}
@@ -129,7 +132,7 @@ def test_every_kind_of_page_gets_a_status_and_nothing_hangs(pages: str) -> None:
     f.close()
     assert elapsed < 2.9  # all concurrently, each within its 1 s deadline (the slow page sleeps 3 s, trickle 10 s)
     assert {n: p.status for n, p in got.items()} == {
-        "good": "ok", "plain": "ok", "redirect": "ok", "loop": "too_many_redirects", "slow": "timeout",
+        "good": "ok", "gzip": "ok", "plain": "ok", "redirect": "ok", "loop": "too_many_redirects", "slow": "timeout",
         "trickle": "timeout", "huge": "ok", "broken": "error", "garbled": "ok", "pdf": "content_type",
         "binary": "content_type", "error": "http_500", "missing": "http_404", "private/secret": "robots",
     }  # fmt: skip

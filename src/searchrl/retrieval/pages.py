@@ -48,6 +48,7 @@ _DROP_TAGS = ("script", "style", "noscript", "template", "svg", "nav", "header",
 _BLOCK_TAGS = ("title", "p", "div", "br", "li", "dd", "dt", "tr", "td", "th", "pre", "blockquote", "section",
                "article", "main", "h1", "h2", "h3", "h4", "h5", "h6", "table", "ul", "ol")  # fmt: skip
 _REDIRECTS = (301, 302, 303, 307, 308)
+_ROBOTS_MAX_BYTES = 500_000  # RFC 9309 asks crawlers to parse at least 500 KiB
 
 
 @dataclass(frozen=True)
@@ -126,20 +127,27 @@ class PageFetcher:
         with self._robots_lock:
             if origin in self._robots:
                 return self._robots[origin]
+        rules: RobotFileParser | bool
         try:
-            resp = self._client.get(f"{origin}/robots.txt", timeout=self._left(deadline))
+            request = self._client.build_request("GET", f"{origin}/robots.txt", timeout=self._left(deadline))
+            resp = self._client.send(request, stream=True, follow_redirects=True)
+            try:
+                status = resp.status_code
+                body = self._read(resp, deadline, cap=_ROBOTS_MAX_BYTES)[0] if status < 300 else b""
+            finally:
+                resp.close()
         except (httpx.HTTPError, _Deadline):
-            rules: RobotFileParser | bool = False  # unreachable: assume complete disallow (RFC 9309 §2.3.1.4)
+            rules = False  # unreachable: assume complete disallow (RFC 9309 §2.3.1.4)
         else:
-            if resp.status_code in (401, 403):
+            if status in (401, 403):
                 rules = False
-            elif 400 <= resp.status_code < 500:
+            elif 400 <= status < 500:
                 rules = True  # "unavailable": no rules
-            elif resp.status_code >= 300:
+            elif status >= 300:
                 rules = False
             else:
                 parser = RobotFileParser()
-                parser.parse(resp.text[:500_000].splitlines())
+                parser.parse(body.decode("utf-8", errors="replace").splitlines())
                 rules = parser
         with self._robots_lock:
             self._robots[origin] = rules
@@ -222,12 +230,13 @@ class PageFetcher:
             return Page(url, "ok", text, current, ctype, truncated)
         return Page(url, "too_many_redirects", final_url=current)
 
-    def _read(self, resp: httpx.Response, deadline: float) -> tuple[bytes, bool]:
-        """The body up to max_bytes, checking the page deadline after every chunk (a trickling server stops)."""
-        cap = self.options.max_bytes
+    def _read(self, resp: httpx.Response, deadline: float, cap: int | None = None) -> tuple[bytes, bool]:
+        """The (decompressed) body up to ``cap`` bytes (default max_bytes), checking the page deadline after every
+        chunk, so a trickling server stops and a compressed bomb is not inflated past the cap."""
+        cap = cap or self.options.max_bytes
         chunks: list[bytes] = []
         size = 0
-        for chunk in resp.iter_raw():  # each network read as it arrives (a chunk_size would wait to fill it)
+        for chunk in resp.iter_bytes():  # each network read as it arrives (a chunk_size would wait to fill it)
             self._left(deadline)
             chunks.append(chunk)
             size += len(chunk)
