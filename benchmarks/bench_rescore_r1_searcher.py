@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,7 +85,8 @@ def main() -> int:
         path = fetch(args.dir, name)
         ours = score(path, "auto")
         squad = score(path, "squad")
-        n_stripped, acc_r_stripped = stripped_bool_variant(path, args.dir / f".{name}.stripped.jsonl")
+        with tempfile.TemporaryDirectory() as tmp:
+            n_stripped, acc_r_stripped = stripped_bool_variant(path, Path(tmp) / f"{name}.jsonl")
         printed = {m: f"{ours[m]:.1f}" for m in METRICS}
         match = {m: printed[m] == f"{published[m]:.1f}" for m in METRICS}
         match["acc_r"] = f"{ours['cover_em_tokens'] / 100:.3f}" == f"{published['acc_r'] / 100:.3f}"
