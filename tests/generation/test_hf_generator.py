@@ -138,3 +138,14 @@ def test_stop_rule_is_exact_when_token_pieces_do_not_concatenate() -> None:
     assert c.text == "one → two" and len(c.logprobs) == len(c.token_ids)
     eos = ids[:3] + [2]
     assert _finish(tok, eos, [0.0] * 4, {2}, ("→",), 0.0).finish_reason == "eos"
+
+
+def test_distinct_prompts_prefill_their_common_opening_once() -> None:
+    tok, model = ByteTokenizer(), tiny_model()
+    opening = "Answer the question below, briefly and with care. Question: "
+    prompts = _prompts(tok, [opening + q for q in ("red?", "what is blue?", "green or not?")])
+    sp = SamplingParams(max_new_tokens=12, temperature=0.0)
+    gen = HFGenerator(model, tok)
+    _same(gen.generate(prompts, sp), HFGenerateGenerator(model, tok).generate(prompts, sp))
+    common = len(tok.encode(opening))
+    assert gen.stats["prefill_tokens"] == common + sum(len(p) - common for p in prompts)

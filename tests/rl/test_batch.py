@@ -52,3 +52,24 @@ def test_micro_batches_keep_groups_together_within_the_budget() -> None:
     for p in plans:  # cost = distinct prompts x longest prompt + rows x longest response
         assert len({keys[i] for i in p}) * max(prompt[i] for i in p) + len(p) * max(resp[i] for i in p) <= 400
     assert plans[0][:4] == [3, 2, 1, 0]  # the longest group first, its rows together
+
+
+def test_distinct_prompts_share_their_common_prefix() -> None:
+    """Distinct prompts that open with the same instruction (SFT data, several questions in one RL step) run the
+    instruction once; log-probs and gradients equal the plain forward's."""
+    instruction = list(range(40, 80))
+    prompts = [instruction + [5, 6, 7], instruction + [8, 9], instruction + [10, 11, 12, 13], instruction + [8, 9]]
+    responses = [[20, 21, 22], [23, 24], [25, 26, 27, 28], [29]]
+    masks = [[1, 0, 1], [1, 1], [1, 1, 0, 1], [1]]
+    b = collate(prompts, responses, masks)
+    from searchrl.rl.batch import _share_plan
+
+    assert _share_plan(b)[2] == 40
+    shared, separate = tiny_model(), tiny_model()
+    lp_shared, _ = score_tokens(TokenScorer(shared), b, b.action_mask)
+    lp_sep, _ = score_tokens(TokenScorer(separate, share_prompts=False), b, b.action_mask)
+    torch.testing.assert_close(lp_shared, lp_sep, rtol=1e-5, atol=1e-6)
+    lp_shared.sum().backward()
+    lp_sep.sum().backward()
+    for (name, p1), p2 in zip(separate.named_parameters(), shared.parameters(), strict=True):
+        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)

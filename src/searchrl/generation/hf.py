@@ -113,6 +113,9 @@ def _sample(logits_BV: Tensor, params: SamplingParams, gen: torch.Generator) -> 
     return (pick_B1 if order_BV is None else order_BV.gather(-1, pick_B1)).squeeze(-1)
 
 
+_MIN_COMMON_PREFIX = 32  # distinct contexts share a common opening only when it is at least this long
+
+
 class HFGenerator(Generator):
     """Batched decoding of a causal LM (the training policy itself: weights are shared, never copied).
 
@@ -189,6 +192,7 @@ class HFGenerator(Generator):
         U = len(uniq)
         # ---- prefill the distinct contexts; a reused prefix is placed right-aligned before a left-padded suffix
         hits = [previous.longest_prefix(u) if previous is not None else (0, None) for u in uniq]
+        self._share_common_prefix(uniq, hits, device)
         P = max(n for n, _ in hits)
         suffix = [u[n:] for u, (n, _) in zip(uniq, hits, strict=True)]
         S = max(len(s) for s in suffix)
@@ -274,6 +278,27 @@ class HFGenerator(Generator):
         self._keep(cache, mask_BL, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
         for row in range(B):
             out[slot_of[row]] = _finish(self.tokenizer, toks[row], lps[row], self.eos_ids, stops, 0.0, stopped[row])
+
+    def _share_common_prefix(self, uniq, hits, device) -> None:
+        """Contexts with no cached prefix that open alike (the protocol's instruction) prefill that common prefix
+        once; it then counts as their cached prefix."""
+        misses = [i for i, (n, _) in enumerate(hits) if n == 0]
+        if len(misses) < 2:
+            return
+        first, shortest = uniq[misses[0]], min(len(uniq[i]) for i in misses)
+        common = 0
+        while common < shortest - 1 and all(uniq[i][common] == first[common] for i in misses):
+            common += 1
+        if common < _MIN_COMMON_PREFIX:
+            return
+        cache = BufferedCache()
+        self.model(input_ids=torch.tensor([first[:common]], device=device), past_key_values=cache, use_cache=True,
+                   logits_to_keep=1)  # fmt: skip
+        kv = cache.row(0, torch.arange(common, device=device))
+        for i in misses:
+            hits[i] = (common, kv)
+        self.stats["prefill_tokens"] += common
+        self.stats["reused_tokens"] -= common  # counted once as prefilled, not as reused
 
     def _keep(self, cache: BufferedCache, mask_BL: Tensor, live, contexts, toks, wanted) -> None:
         """Store the caches of the live rows in ``wanted`` (context + all sampled tokens but the last, whose

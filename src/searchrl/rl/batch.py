@@ -130,35 +130,70 @@ class TokenScorer(nn.Module):
         body = self.lm.get_decoder()
         P, T = batch.prompt_len, batch.response_ids.shape[1]
         if self.share_prompts and P > 0 and len(batch) > 1:
-            key_BK = torch.cat([batch.input_ids[:, :P], batch.attention_mask[:, :P]], dim=1)  # (B, 2P)
-            uniq_UK, inv_B = torch.unique(key_BK, dim=0, return_inverse=True)
-            if len(uniq_UK) < len(batch):
-                return self._shared_prompts(body, batch, uniq_UK, inv_B)
+            plan = _share_plan(batch)
+            if plan is not None:
+                return _shared_forward(body, batch, *plan)
         h_BLH = body(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
         ).last_hidden_state  # (B, P+T, H)
         return h_BLH[:, P - 1 : P + T - 1, :]
 
-    @staticmethod
-    def _shared_prompts(body: nn.Module, batch: Batch, uniq_UK: Tensor, inv_B: Tensor) -> Tensor:
-        from transformers import DynamicCache
 
-        P = batch.prompt_len
-        ids_UP, mask_UP = uniq_UK[:, :P], uniq_UK[:, P:]
-        pos_UP = (mask_UP.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        h_UPH = body(
-            input_ids=ids_UP, attention_mask=mask_UP, position_ids=pos_UP, past_key_values=cache, use_cache=True
-        ).last_hidden_state  # (U, P, H)
-        cache.batch_select_indices(inv_B)  # (U, ...) -> (B, ...), differentiable
-        h_BTH = body(
-            input_ids=batch.input_ids[:, P:],
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids[:, P:],
-            past_key_values=cache,
-            use_cache=True,
-        ).last_hidden_state  # (B, T, H)
-        return torch.cat([h_UPH[inv_B, -1:, :], h_BTH[:, :-1, :]], dim=1)  # (B, T, H)
+_MIN_SHARED_PREFIX = 32  # distinct prompts share their common prefix only when it is at least this long
+
+
+def _share_plan(batch: Batch) -> tuple[list[list[int]], Tensor, int] | None:
+    """``(distinct prompts, row -> prompt index, common prefix length)``, or None when sharing saves nothing."""
+    P = batch.prompt_len
+    key_BK = torch.cat([batch.input_ids[:, :P], batch.attention_mask[:, :P]], dim=1)  # (B, 2P)
+    uniq_UK, inv_B = torch.unique(key_BK, dim=0, return_inverse=True)
+    prompts = [row[:P][row[P:].bool()].tolist() for row in uniq_UK]
+    shortest = min(len(p) for p in prompts)
+    common = 0
+    while common < shortest - 1 and all(p[common] == prompts[0][common] for p in prompts):
+        common += 1  # every prompt keeps >= 1 token of its own: its last state predicts the response
+    if len(prompts) == len(batch) and common < _MIN_SHARED_PREFIX:
+        return None
+    return prompts, inv_B, common
+
+
+def _shared_forward(body: nn.Module, batch: Batch, prompts: list[list[int]], inv_B: Tensor, common: int) -> Tensor:
+    """Three passes sharing keys/values: the prefix common to every prompt once, each distinct prompt's remainder
+    once, then every row's response. Copies of the cache carry gradients back, so values and gradients equal the
+    plain forward's (up to float reassociation)."""
+    from transformers import DynamicCache
+
+    dev = batch.input_ids.device
+    U = len(prompts)
+    cache = DynamicCache()
+    if common:
+        body(input_ids=torch.tensor([prompts[0][:common]], device=dev), attention_mask=torch.ones(1, common,
+             dtype=torch.long, device=dev), position_ids=torch.arange(common, device=dev)[None],
+             past_key_values=cache, use_cache=True)  # fmt: skip
+        cache.batch_repeat_interleave(U)
+    rest = [p[common:] for p in prompts]
+    R = max(len(r) for r in rest)
+    ids_UR = torch.full((U, R), int(batch.input_ids[0, 0]), dtype=torch.long, device=dev)
+    pos_UR = torch.zeros((U, R), dtype=torch.long, device=dev)
+    mask_UL = torch.zeros((U, common + R), dtype=torch.long, device=dev)  # [common prefix | pad | remainder]
+    mask_UL[:, :common] = 1
+    for u, r in enumerate(rest):
+        ids_UR[u, R - len(r) :] = torch.tensor(r, device=dev)
+        pos_UR[u, R - len(r) :] = torch.arange(common, common + len(r), device=dev)
+        mask_UL[u, common + R - len(r) :] = 1
+    h_URH = body(
+        input_ids=ids_UR, attention_mask=mask_UL, position_ids=pos_UR, past_key_values=cache, use_cache=True
+    ).last_hidden_state  # (U, R, H)
+    cache.batch_select_indices(inv_B)  # (U, ...) -> (B, ...), differentiable
+    P = batch.prompt_len
+    h_BTH = body(
+        input_ids=batch.input_ids[:, P:],
+        attention_mask=torch.cat([mask_UL[inv_B], batch.attention_mask[:, P:]], dim=1),
+        position_ids=batch.position_ids[:, P:],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state  # (B, T, H)
+    return torch.cat([h_URH[inv_B, -1:, :], h_BTH[:, :-1, :]], dim=1)  # (B, T, H)
 
 
 def score_tokens(scorer: nn.Module, batch: Batch, select_BT: Tensor, entropy: bool = False) -> tuple[Tensor, Tensor]:
@@ -228,11 +263,14 @@ def plan_micro_batches(
 
 
 def forward_tokens(batch: Batch, share_prompts: bool = True) -> int:
-    """Token positions one forward of ``batch`` computes, padding included: distinct prompts x prompt width + rows x
-    response width when rows share prompts (as :class:`TokenScorer` runs it), else rows x full width."""
+    """Token positions one forward of ``batch`` computes, padding included, as :class:`TokenScorer` runs it: the
+    common prefix once, each distinct prompt's remainder once and every response, or every row in full."""
     P, T = batch.prompt_len, batch.response_ids.shape[1]
-    distinct = len(set(prompt_keys(batch))) if share_prompts else len(batch)
-    return distinct * P + len(batch) * T
+    plan = _share_plan(batch) if share_prompts and P > 0 and len(batch) > 1 else None
+    if plan is None:
+        return len(batch) * (P + T)
+    prompts, _, common = plan
+    return common + len(prompts) * max(len(p) - common for p in prompts) + len(batch) * T
 
 
 def prompt_keys(batch: Batch) -> list[bytes]:
