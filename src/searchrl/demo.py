@@ -149,8 +149,8 @@ def demo(
     render_trajectory(shown, tok)
 
     curves = plot_run(rl_dir)
-    html = write_viewer([out_dir / "before.jsonl", evals[-1]] if (out_dir / "before.jsonl").exists() else [evals[-1]],
-                        out_dir / "trajectories.html", title="SearchRL demo: before (shipped) and after (trained)")  # fmt: skip
+    pages = [p for p in (out_dir / "before.jsonl", evals[-1]) if p.exists()]
+    html = write_viewer(pages, out_dir / "trajectories.html", title="SearchRL demo: before (shipped), after (trained)")
     summary = {
         "questions": len(dev),
         "before": before,
