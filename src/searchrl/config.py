@@ -42,6 +42,10 @@ class ModelConfig(_Section):
     prompt_style: Literal["auto", "chat", "raw"] = "auto"
     #: R-Search's frozen reader for the evidence reward; None means "the initial policy".
     reader: str | None = None
+    #: the reader's decoding (0 = greedy); R-Search's code: temperature 0.1, top-p 0.9, 512 tokens.
+    reader_temperature: float = Field(default=0.0, ge=0.0)
+    reader_top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    reader_max_new_tokens: int = Field(default=32, ge=1)
 
 
 class WorldConfig(_Section):
@@ -123,6 +127,9 @@ class RolloutConfig(_Section):
     max_searches: int = 4
     max_new_tokens: int = 128
     max_obs_tokens: int = 256
+    #: each query's documents cut to this many tokens (head kept) before the observation is built; null = no cap.
+    #: RAG-R1's code (max_obs_length = 1000 per query); only protocols that take ``fit_docs`` (rag_r1) support it.
+    max_obs_tokens_per_query: int | None = Field(default=None, ge=1)
     max_total_tokens: int = 1536
     temperature: float = 1.0
     top_p: float = 1.0

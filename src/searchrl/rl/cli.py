@@ -50,7 +50,10 @@ def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:
 
         reader_model, reader_tok = (load_policy(cfg.model.reader) if cfg.model.reader
                                     else (copy.deepcopy(model).eval().requires_grad_(False), tok))  # fmt: skip
-        reader = generator_reader(HFGenerator(reader_model, reader_tok), reader_tok)
+        m = cfg.model
+        reader = generator_reader(HFGenerator(reader_model, reader_tok), reader_tok,
+                                  max_new_tokens=m.reader_max_new_tokens, temperature=m.reader_temperature,
+                                  top_p=m.reader_top_p)  # fmt: skip
         reward_fn = default_reward_fn(cfg, protocol, tok, reader=reader)
     memorizer = None
     if cfg.memorization.coef > 0:
