@@ -329,9 +329,13 @@ class Trainer:
             adv_BT, m = A.rloo_advantages(scores_B, [t.group_id for t in trajs], mask_BT)
         else:  # reinforce_pp
             kl_coef = alg.kl_coef if alg.kl_in_reward else 0.0
-            if alg.group_baseline:
-                scores_B = A.group_centred(scores_B, [t.group_id for t in trajs])
-            adv_BT, m = A.reinforce_pp_returns(scores_B, kl_BT, mask_BT, kl_coef)
+            group_ids = [t.group_id for t in trajs]
+            if alg.reinforce_estimator == "reinforce_baseline":
+                scores_B = A.group_centred(scores_B, group_ids)
+            elif alg.reinforce_estimator == "group_norm":
+                scores_B = A.group_normalised(scores_B, group_ids)
+            whiten = alg.reinforce_estimator != "group_norm"
+            adv_BT, m = A.reinforce_pp_returns(scores_B, kl_BT, mask_BT, kl_coef, whiten_returns=whiten)
         metrics.update(m)
         kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
 
