@@ -35,7 +35,7 @@ import typer
 from searchrl.config import ConfigError, RunConfig, StageConfig, dump_config, parse_overrides, validate_dict
 from searchrl.utils import atomic_write_text, console
 
-_REF = re.compile(r"\$\{([A-Za-z0-9_-]+)\}")
+_REF = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
 _MODEL_STAGES = ("sft", "rl")
 _NEEDS_MODEL = ("sft", "rl", "eval", "rejection-sample", "select-difficulty")
 
@@ -76,11 +76,23 @@ def stage_output(stage: StageConfig, run_dir: Path) -> Path:
     return d / "data.jsonl"
 
 
-def _subst(value: Any, refs: dict[str, str], stage: str) -> Any:
-    """``${name}`` -> the output path of an earlier stage, in strings, lists and dicts."""
+def _cfg_value(cfg: dict[str, Any], dotted: str, stage: str) -> str:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"stage '{stage}': ${{cfg.{dotted}}} is not a config value")
+        node = node[part]
+    return str(node)
+
+
+def _subst(value: Any, refs: dict[str, str], stage: str, cfg: dict[str, Any] | None = None) -> Any:
+    """``${name}`` -> the output path of an earlier stage; ``${cfg.a.b}`` -> the run config's value (the recipe
+    with the command line's overrides, e.g. ``${cfg.data.source}``); in strings, lists and dicts."""
     if isinstance(value, str):
 
         def one(m: re.Match) -> str:
+            if m.group(1).startswith("cfg.") and cfg is not None:
+                return _cfg_value(cfg, m.group(1)[4:], stage)
             if m.group(1) not in refs:
                 raise ConfigError(f"stage '{stage}': ${{{m.group(1)}}} is not an earlier stage (known: "
                                   f"{', '.join(refs) or 'none'})")  # fmt: skip
@@ -88,9 +100,9 @@ def _subst(value: Any, refs: dict[str, str], stage: str) -> Any:
 
         return _REF.sub(one, value)
     if isinstance(value, list):
-        return [_subst(v, refs, stage) for v in value]
+        return [_subst(v, refs, stage, cfg) for v in value]
     if isinstance(value, dict):
-        return {k: _subst(v, refs, stage) for k, v in value.items()}
+        return {k: _subst(v, refs, stage, cfg) for k, v in value.items()}
     return value
 
 
@@ -189,6 +201,9 @@ def _op_split(ctx: StageContext) -> dict[str, Any]:
     source = ctx.stage.data or resolve_file(ctx.cfg, ctx.cfg.data.train)
     if isinstance(source, list):
         raise ConfigError(f"stage '{ctx.stage.name}': split takes one QA file in data:")
+    if not str(source).startswith("hf:") and not Path(source).exists():
+        raise ConfigError(f"stage '{ctx.stage.name}': QA file {source} not found; give your questions and corpus, "
+                          "e.g. data.source=DIR data.train=questions.jsonl data.corpus=corpus.jsonl")  # fmt: skip
     examples = load_qa(source)
     if "limit" in ctx.stage.args:
         examples = examples[: int(ctx.stage.args["limit"])]
@@ -333,11 +348,12 @@ def run_pipeline(
     _log(run_dir, f"run {recipe or cfg.name} (profile {profile or 'none'}) into {run_dir}: stages {', '.join(names)}"
          + (f"; re-running {', '.join(n for n in names if n in forced)}" if forced else ""))  # fmt: skip
     refs: dict[str, str] = {"run": str(run_dir)}
+    base_values = cfg.model_dump()
     world = index = model = None
     results: list[StageResult] = []
     t_run = time.perf_counter()
     for raw_stage in cfg.pipeline:
-        stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name))
+        stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
         sdir, output = run_dir / stage.name, stage_output(stage, run_dir)
         done = sdir / "DONE"
         skip = (only is not None and stage.name not in forced) or (done.exists() and stage.name not in forced)

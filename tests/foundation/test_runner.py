@@ -145,3 +145,25 @@ def test_real_data_stages_and_eval(tmp_path: Path) -> None:
     assert len(rows) == 3 and all("action_mask" in r for r in rows)
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary and results[-1].result["rows"][0]["method"] == "naive_rag"
+
+
+def test_cfg_references_resolve_from_the_run_config() -> None:
+    from searchrl.config import ConfigError
+    from searchrl.runner import _subst
+
+    cfg = {"data": {"source": "/data/hotpot", "train": "qa.jsonl"}}
+    assert _subst({"data": "${cfg.data.source}/${cfg.data.train}"}, {}, "split", cfg) == {
+        "data": "/data/hotpot/qa.jsonl"
+    }
+    with pytest.raises(ConfigError, match="not a config value"):
+        _subst("${cfg.data.nope}", {}, "split", cfg)
+
+
+def test_multihop_cpu_without_user_data_names_the_fix(tmp_path) -> None:
+    from searchrl.config import ConfigError, load_config
+    from searchrl.runner import run_pipeline
+
+    cfg = load_config("multihop_cpu", ["data.world.entities=120"])
+    cfg = cfg.model_copy(update={"pipeline": [s for s in cfg.pipeline if s.name == "split"]})
+    with pytest.raises(ConfigError, match="data.source=DIR data.train="):
+        run_pipeline(cfg, tmp_path / "run")
