@@ -33,9 +33,9 @@ def demo(
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
     from searchrl.pipeline import data_dir, load_split, make_protocol, make_retriever_for
+    from searchrl.rewards.summary import summarize
     from searchrl.rollout.cli import render_trajectory
     from searchrl.rollout.engine import RolloutEngine, RolloutLimits
-    from searchrl.rollout.summary import summarize
     from searchrl.utils import write_jsonl
 
     t0 = time.perf_counter()

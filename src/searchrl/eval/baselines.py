@@ -53,6 +53,7 @@ from typing import Any, ClassVar
 
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.generation.prompts import render_user_prompt
 from searchrl.protocols.base import Protocol
 from searchrl.protocols.search_o1 import QUERY, RESULT, SearchO1Protocol
 from searchrl.retrieval.base import Hit, Retriever
@@ -160,16 +161,9 @@ def render_documents(hits: Sequence[Hit]) -> str:
     return "\n".join(f"Doc {i} (Title: {h.title}) {h.text}" for i, h in enumerate(hits, start=1))
 
 
-def render_prompt(tokenizer, user_text: str, style: str = "auto", raw_cue: str = "Answer:", prefill: str = "") -> str:
-    """One user message through the chat template (chat models), or raw text plus a cue line (base models);
-    ``prefill`` opens the model's reply (IRCoT's reasoning so far)."""
-    use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
-    if use_chat:
-        messages = [{"role": "user", "content": user_text}]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    else:
-        text = f"{user_text}\n{raw_cue}" + (" " if prefill else "")
-    return text + prefill
+#: One user message through the chat template, or raw text plus a cue line; ``prefill`` opens the model's reply
+#: (IRCoT's reasoning so far). The renderer lives in ``searchrl.generation.prompts``.
+render_prompt = render_user_prompt
 
 
 def executed_queries(traj: Trajectory) -> int:

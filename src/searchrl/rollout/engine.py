@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.prompts import render_prompt, wants_chat
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.trajectory import Trajectory, Turn
@@ -73,14 +74,9 @@ class RolloutLimits:
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
     """The protocol's prompt, wrapped in the chat template for chat models or as raw text for base models, followed
     by the protocol's response prefix (pre-filled, never sampled)."""
-    use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
-    if use_chat:
-        text = tokenizer.apply_chat_template(
-            protocol.chat_messages(question), add_generation_prompt=True, tokenize=False
-        )
-    else:
-        text = protocol.raw_prompt(question)
-    return text + protocol.response_prefix
+    messages = protocol.chat_messages(question)
+    raw = None if wants_chat(tokenizer, style) else protocol.raw_prompt(question)
+    return render_prompt(tokenizer, messages, style, raw, prefill=protocol.response_prefix)
 
 
 class RolloutEngine:
