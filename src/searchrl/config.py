@@ -42,6 +42,10 @@ class ModelConfig(_Section):
     prompt_style: Literal["auto", "chat", "raw"] = "auto"
     #: R-Search's frozen reader for the evidence reward; None means "the initial policy".
     reader: str | None = None
+    #: the reader's decoding (0 = greedy); R-Search's code: temperature 0.1, top-p 0.9, 512 tokens.
+    reader_temperature: float = Field(default=0.0, ge=0.0)
+    reader_top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    reader_max_new_tokens: int = Field(default=32, ge=1)
 
 
 class WorldConfig(_Section):
@@ -124,6 +128,9 @@ class RolloutConfig(_Section):
     max_searches: int = 4
     max_new_tokens: int = 128
     max_obs_tokens: int = 256
+    #: each query's documents cut to this many tokens (head kept) before the observation is built; null = no cap.
+    #: RAG-R1's code (max_obs_length = 1000 per query); only protocols that take ``fit_docs`` (rag_r1) support it.
+    max_obs_tokens_per_query: int | None = Field(default=None, ge=1)
     max_total_tokens: int = 1536
     temperature: float = 1.0
     top_p: float = 1.0
@@ -164,9 +171,11 @@ class AlgorithmConfig(_Section):
     entropy_coef: float = 0.0
     norm_adv_by_std: bool = True
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
-    #: REINFORCE++ only: subtract each group's mean score before the return-to-go and whitening (OpenRLHF's
-    #: ``reinforce_baseline``, R1-Searcher's code); False = plain REINFORCE++ (R1-Searcher++ Eq. 1).
-    group_baseline: bool = False
+    #: REINFORCE++ only, OpenRLHF's advantage_estimator: "reinforce" = plain REINFORCE++ (R1-Searcher++ Eq. 1),
+    #: returns whitened over the batch; "reinforce_baseline" = each score minus its group's mean first (R1-Searcher's
+    #: code); "group_norm" = (score - group mean) / (group std + 1e-9), returns not whitened (R1-Searcher's stage-1
+    #: code).
+    reinforce_estimator: Literal["reinforce", "reinforce_baseline", "group_norm"] = "reinforce"
     #: exclude inserted (retrieved) tokens from every loss term; False only for the masking ablation.
     mask_observations: bool = True
     #: PPO critic: value loss and GAE on the policy's tokens only (True) or on every response token, retrieved ones
@@ -349,6 +358,49 @@ _CRITIC_FIELDS = {
 }
 
 
+_STAGE_OPS = ("synth", "index", "split", "oracle", "rejection-sample", "select-difficulty")
+
+
+class StageConfig(_Section):
+    """One stage of a method's pipeline (``searchrl run``): data building, SFT, RL or evaluation.
+
+    Each stage writes into ``<run dir>/<name>/``. String values may reference an earlier stage's output as
+    ``${stage_name}`` (a data stage's file or directory, an SFT / RL stage's final model, an eval stage's report
+    directory), e.g. ``init_from: ${sft}`` or ``data: ${split}/train.jsonl``. See ``searchrl.runner``.
+    """
+
+    name: str
+    kind: Literal["data", "sft", "rl", "eval"]
+    #: data stages: what to build (synth, index, split, oracle, rejection-sample, select-difficulty).
+    op: Literal["synth", "index", "split", "oracle", "rejection-sample", "select-difficulty"] | None = None
+    description: str = ""
+    #: run this stage with another recipe's config (same profile and overrides), e.g. R1-Searcher's stage 1
+    #: inside the two-stage pipeline; null = the pipeline's own recipe.
+    recipe: str | None = None
+    #: the model a stage starts from / samples with (sft, rl, eval, rejection-sample, select-difficulty); null =
+    #: the previous sft/rl stage's model, else model.policy.
+    init_from: str | None = None
+    #: input: a QA file (rl: the training questions; eval: the questions, a list allowed; rejection-sample /
+    #: select-difficulty / split: the questions), a world directory (oracle) or a corpus file (index).
+    data: str | list[str] | None = None
+    #: index directory (null = the latest index stage's output, else the recipe's retriever).
+    index: str | None = None
+    #: dotted config overrides for this stage only, e.g. {training.steps: 5}; values may use ${stage}.
+    set: dict[str, Any] = Field(default_factory=dict)
+    #: op-specific options (the flags of the matching `searchrl data` command, e.g. {k: 4, heldout: 100}).
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> StageConfig:
+        if self.kind == "data" and self.op is None:
+            raise ValueError(f"data stage '{self.name}' needs op: one of {', '.join(_STAGE_OPS)}")
+        if self.kind != "data" and self.op is not None:
+            raise ValueError(f"stage '{self.name}': op is for data stages only (kind is {self.kind})")
+        if not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"stage name '{self.name}' must be letters, digits, '_' or '-' (it names a directory)")
+        return self
+
+
 class RunConfig(_Section):
     name: str = "default"
     description: str = ""
@@ -362,6 +414,16 @@ class RunConfig(_Section):
     sft: SFTConfig = SFTConfig()
     memorization: MemorizationConfig = MemorizationConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    #: the method's stages for ``searchrl run`` (data building -> SFT -> RL -> evaluation), in order.
+    pipeline: list[StageConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_pipeline(self) -> RunConfig:
+        names = [s.name for s in self.pipeline]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"pipeline: two stages are named '{dup}'; stage names must be unique")
+        return self
 
     @model_validator(mode="after")
     def _check_combinations(self) -> RunConfig:
@@ -411,6 +473,32 @@ def recipe_path(name_or_path: str | Path) -> Path:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"unknown recipe '{name_or_path}'{hint} (available: {', '.join(recipe_names())})")
     return candidate
+
+
+def profile_names() -> list[str]:
+    root = resources.files("searchrl") / "recipes" / "profiles"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
+    """A profile overlay for one recipe: the profile's ``all:`` section, then its ``recipes: {NAME: ...}`` section.
+
+    A profile (``src/searchrl/recipes/profiles/NAME.yaml`` or a path) shrinks a paper-scale recipe to a machine:
+    model, retriever, data and step counts. Lists (e.g. ``pipeline``) replace the recipe's lists.
+    """
+    p = Path(profile)
+    if p.suffix not in (".yaml", ".yml"):
+        p = Path(str(resources.files("searchrl") / "recipes" / "profiles" / f"{profile}.yaml"))
+    if not p.exists():
+        close = difflib.get_close_matches(str(profile), profile_names(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown profile '{profile}'{hint} (available: {', '.join(profile_names())})")
+    raw = yaml.safe_load(p.read_text()) or {}
+    unknown = set(raw) - {"all", "recipes", "description"}
+    if unknown:
+        raise ConfigError(f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes:")
+    out = _merge({}, raw.get("all") or {})
+    return _merge(out, (raw.get("recipes") or {}).get(recipe_name) or {})
 
 
 def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
@@ -481,7 +569,10 @@ def validate_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
         raise ConfigError(f"{source}: " + "; ".join(lines)) from None
 
 
-def load_config(recipe: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+def load_config(
+    recipe: str | Path | None = None, overrides: list[str] | None = None, profile: str | Path | None = None
+) -> RunConfig:
+    """The recipe (or the defaults), then the profile overlay (``--profile``), then dotted overrides."""
     raw: dict[str, Any] = {}
     source = "<defaults>"
     if recipe is not None:
@@ -493,6 +584,10 @@ def load_config(recipe: str | Path | None = None, overrides: list[str] | None = 
             raise ConfigError(f"{path}: not valid YAML ({err.__class__.__name__}); fix the file's syntax") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a recipe must be a mapping of sections (model:, data:, ...)")
+    if profile:
+        name = str(raw.get("name") or (Path(str(recipe)).stem if recipe is not None else "default"))
+        raw = _merge(raw, load_profile(profile, name))
+        source = f"{source} + profile {profile}"
     if overrides:
         raw = _merge(raw, parse_overrides(overrides))
     return validate_dict(raw, source)

@@ -4,7 +4,7 @@ sideways, never up, and no two units of one layer import each other in a cycle.
     foundation (config, utils, models, tuning)
     < data, retrieval, protocols, generation
     < rollout < rewards < rl, sft
-    < applications: eval, viz, pipeline, demo, testing, and every command module (``cli.py`` / ``*_cli.py``)
+    < applications: eval, viz, pipeline, runner, demo, testing, and every command module (``cli.py`` / ``*_cli.py``)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"rollout"},
     {"rewards"},
     {"rl", "sft"},
-    {"eval", "viz", "pipeline", "demo", "testing", "cli", "__main__"},
+    {"eval", "viz", "pipeline", "runner", "demo", "testing", "cli", "__main__"},
 ]
 APPS = len(LAYERS) - 1
 ROOT = Path(searchrl.__file__).parent
@@ -73,7 +73,8 @@ def layering_violations(root: Path = ROOT) -> list[str]:
             dst_layer = layer_of(dst_unit)
             site = f"{rel}:{line} imports {target}"
             if dst_layer > src_layer:
-                problems.append(f"{site}: layer {src_layer} ({src_unit}) may not import layer {dst_layer} ({dst_unit})")
+                problems.append(f"{site}: layer {src_layer} ({src_unit}) may not import layer {dst_layer} "
+                                f"({dst_unit})")  # fmt: skip
             elif dst_layer == src_layer and src_layer != APPS:
                 edges.setdefault((src_unit, dst_unit), site)
     for (a, b), site in edges.items():

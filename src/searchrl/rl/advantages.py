@@ -106,10 +106,16 @@ def reinforce_pp(
     sum_across: A.SumAcross | None = None,
     **_: object,
 ) -> Returns:
-    """REINFORCE++: return-to-go of the score and the per-token KL reward, whitened over the whole step's batch;
-    ``group_baseline`` first subtracts each group's mean score (R1-Searcher's ``reinforce_baseline``)."""
-    if cfg.group_baseline:
-        scores_B = A.group_centred(scores_B, group_ids)
+    """REINFORCE++: return-to-go of the score and the per-token KL reward, whitened over the whole step's batch
+    (all processes). ``reinforce_estimator``: ``reinforce_baseline`` first subtracts each group's mean score,
+    ``group_norm`` normalises scores within each group and skips the whitening (R1-Searcher's code, stages 2 and 1)."""
     kl_coef = cfg.kl_coef if cfg.kl_in_reward else 0.0
-    adv_BT, metrics = A.reinforce_pp_returns(scores_B, kl_BT, mask_BT, kl_coef, sum_across=sum_across)
+    if cfg.reinforce_estimator == "reinforce_baseline":
+        scores_B = A.group_centred(scores_B, group_ids)
+    elif cfg.reinforce_estimator == "group_norm":
+        scores_B = A.group_normalised(scores_B, group_ids)
+    whiten = cfg.reinforce_estimator != "group_norm"
+    adv_BT, metrics = A.reinforce_pp_returns(
+        scores_B, kl_BT, mask_BT, kl_coef, whiten_returns=whiten, sum_across=sum_across
+    )
     return adv_BT, None, metrics

@@ -277,6 +277,15 @@ def group_centred(scores_B: Tensor, group_ids_B: GroupIds) -> Tensor:
 
 
 @torch.no_grad()
+def group_normalised(scores_B: Tensor, group_ids_B: GroupIds, eps: float = 1e-9) -> Tensor:
+    """``(r - group mean) / (group std + eps)`` with the unbiased std (OpenRLHF's ``group_norm``, R1-Searcher's
+    stage-1 code, before the REINFORCE++ returns, which it then does not whiten); 0 for groups of one."""
+    index_B, n_groups = _group_index(group_ids_B, scores_B.shape[0], scores_B.device)
+    size_B, mean_B, std_B = _group_stats(scores_B, index_B, n_groups)  # (B,) each
+    return torch.where(size_B > 1, (scores_B - mean_B) / (std_B + eps), torch.zeros_like(scores_B))
+
+
+@torch.no_grad()
 def rloo_advantages(scores_B: Tensor, group_ids_B: GroupIds, mask_BT: Tensor) -> tuple[Tensor, Metrics]:
     """REINFORCE leave-one-out (Ahmadian et al., 2024): ``r_i - mean_{j != i, same group} r_j``, broadcast over the
     counted positions; 0 for groups of size 1 and at masked positions. Returns ``(advantages_BT, metrics)``."""
@@ -300,13 +309,15 @@ def reinforce_pp_returns(
     mask_BT: Tensor,
     kl_coef: float,
     eps: float = _WHITEN_EPS,
+    whiten_returns: bool = True,
     sum_across: SumAcross | None = None,
 ) -> tuple[Tensor, Metrics]:
     """REINFORCE++ advantages (Hu, 2025; R1-Searcher++ Eq. 1): token reward ``-kl_coef * kl_t`` on every counted
     token plus the outcome score on the last counted token, undiscounted return-to-go (gamma = 1), then whitened over
     all counted tokens of the batch. ``kl_BT`` is a per-token estimate from :func:`kl_penalty` (R1-Searcher's code
-    uses k1). To reproduce R1-Searcher's ``reinforce_baseline``, pass :func:`group_centred` scores
-    (``algorithm.group_baseline``). ``sum_across`` whitens over all processes' rows (see :func:`whiten`).
+    uses k1). To reproduce R1-Searcher's ``reinforce_baseline``, pass :func:`group_centred` scores; for its
+    stage-1 ``group_norm``, :func:`group_normalised` scores and ``whiten_returns=False``
+    (``algorithm.reinforce_estimator``). ``sum_across`` whitens over all processes' rows (see :func:`whiten`).
     Rows with no counted token contribute nothing. Returns ``(advantages_BT, metrics)``; 0 at masked positions."""
     m = _bool_mask(mask_BT, kl_BT)  # (B, T)
     if scores_B.shape != (kl_BT.shape[0],):
@@ -318,7 +329,10 @@ def reinforce_pp_returns(
     is_last_BT = (positions_BT == last_B[:, None]) & m  # (B, T) at most one True per row
     rewards_BT = kl_rewards_BT + torch.where(is_last_BT, scores_B[:, None].to(kl_BT.dtype), zeros_BT)  # (B, T)
     returns_BT = rewards_BT.flip(-1).cumsum(-1).flip(-1)  # (B, T) sum_{t' >= t} r_t'
-    advantages_BT = whiten(returns_BT, m, eps, sum_across)  # (B, T)
+    if whiten_returns:
+        advantages_BT = whiten(returns_BT, m, eps, sum_across)  # (B, T)
+    else:
+        advantages_BT = torch.where(m, returns_BT, zeros_BT)  # (B, T)
     metrics = {
         "reinforce_pp/score_mean": scores_B.mean().item(),
         "reinforce_pp/return_mean": masked_mean(returns_BT, m).item(),

@@ -57,6 +57,8 @@ class RolloutLimits:
     max_total_tokens: int = 1536
     force_answer: bool = True
     topk: int = 3
+    #: each query's documents cut to this many tokens before the protocol builds the observation (RAG-R1).
+    max_obs_tokens_per_query: int | None = None
 
     @classmethod
     def from_config(cls, rollout_cfg, topk: int) -> RolloutLimits:
@@ -68,6 +70,7 @@ class RolloutLimits:
             max_total_tokens=rollout_cfg.max_total_tokens,
             force_answer=rollout_cfg.force_answer,
             topk=topk,
+            max_obs_tokens_per_query=getattr(rollout_cfg, "max_obs_tokens_per_query", None),
         )
 
 
@@ -95,6 +98,14 @@ class RolloutEngine:
         self.prompt_style = prompt_style
         self.tokenizer = generator.tokenizer
         self.stats: dict[str, float] = {}
+        self._render_kwargs: dict = {}
+        if limits.max_obs_tokens_per_query is not None:
+            import inspect
+
+            if "fit_docs" not in inspect.signature(protocol.render_observation).parameters:
+                raise ValueError(f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
+                                 "(only rag_r1 builds observations per query); set it to null")  # fmt: skip
+            self._render_kwargs = {"fit_docs": self._fit_docs}
 
     # -------------------------------------------------------------------------------------------- helpers
     def _encode(self, text: str) -> list[int]:
@@ -109,6 +120,12 @@ class RolloutEngine:
         ids = ids[: max(room, 0)]
         traj.append(ids, sampled=False)
         return len(ids)
+
+    def _fit_docs(self, text: str) -> str:
+        """One query's documents cut to ``max_obs_tokens_per_query`` tokens (the head, as RAG-R1's code)."""
+        cap = self.limits.max_obs_tokens_per_query
+        ids = self._encode(text)
+        return text if cap is None or len(ids) <= cap else self.tokenizer.decode(ids[:cap])
 
     def _room(self, traj: Trajectory) -> int:
         return self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
@@ -251,7 +268,7 @@ class RolloutEngine:
             mine = hits[pos : pos + len(qs)]
             pos += len(qs)
             turn.hit_ids = [[h.id for h in hs] for hs in mine]
-            turn.observation = self.protocol.render_observation(list(qs), mine)
+            turn.observation = self.protocol.render_observation(list(qs), mine, **self._render_kwargs)
             turn.n_obs_tokens = self._insert(traj, turn.observation)
             turn.timings["retrieve_s"] = dt
 
