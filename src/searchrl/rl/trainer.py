@@ -51,6 +51,7 @@ from searchrl.rl.batch import (
     prompt_keys,
     score_tokens,
 )
+from searchrl.rl.update import StepTensors, ValueModel, policy_micro_loss, value_micro_loss
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.tuning import atomic_dir, full_state_dict, linear_warmup, load_policy_weights, save_merged, wrap_lora
@@ -60,37 +61,6 @@ from searchrl.utils import make_adamw, progress, tune_allocator
 RewardFn = Callable[[Sequence[Trajectory]], tuple[list[float], dict[str, float]]]
 #: ``(step, trajectories) -> list of (prompt_ids, response_ids, loss_mask)`` extra NLL sequences (memorization loss).
 AuxNLLHook = Callable[[int, Sequence[Trajectory]], list[tuple[list[int], list[int], list[int]]]]
-
-
-class ValueModel(nn.Module):
-    """A critic: the policy's transformer body with a scalar head on every position."""
-
-    def __init__(self, causal_lm: nn.Module) -> None:
-        super().__init__()
-        self.body = causal_lm.get_decoder() if hasattr(causal_lm, "get_decoder") else causal_lm.model
-        self.head = nn.Linear(causal_lm.config.hidden_size, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, batch: Batch) -> torch.Tensor:
-        h = self.body(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
-        ).last_hidden_state  # (B, P+T, H)
-        P, T = batch.prompt_len, batch.response_ids.shape[1]
-        return self.head(h[:, P - 1 : P + T - 1, :]).squeeze(-1)  # (B, T) value before emitting each token
-
-
-@dataclass
-class _StepTensors:
-    """A step's per-token tensors, fixed before its updates (all ``(B, T)`` over the step's batch)."""
-
-    mask_BT: torch.Tensor  # policy-loss positions
-    cmask_BT: torch.Tensor  # the critic's positions (mask_BT itself unless critic_mask_observations is off)
-    old_logp_BT: torch.Tensor
-    adv_BT: torch.Tensor
-    ref_logp_BT: torch.Tensor | None  # set when the KL term is in the loss
-    old_values_BT: torch.Tensor | None  # critic estimators only
-    returns_BT: torch.Tensor | None
 
 
 @dataclass
@@ -314,7 +284,7 @@ class Trainer:
         )  # fmt: skip
         metrics.update(m)
         kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
-        st = _StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_logp_BT if kl_in_loss else None,
+        st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_logp_BT if kl_in_loss else None,
                           old_values_BT, returns_BT)  # fmt: skip
 
         # ---- K epochs over mini-batches, each accumulated over micro-batches with global normalisers
@@ -411,7 +381,7 @@ class Trainer:
             out[idx, : v_BT.shape[1]] = v_BT.float()
         return out
 
-    def _update_policy(self, batch: Batch, mini: list[int], st: _StepTensors) -> dict[str, list[float]]:
+    def _update_policy(self, batch: Batch, mini: list[int], st: StepTensors) -> dict[str, list[float]]:
         """Gradients of one mini-batch's policy (and value) loss, accumulated over micro-batches.
 
         Every process makes as many passes as the process with the most micro-batches (DDP and FSDP synchronise at
@@ -419,41 +389,22 @@ class Trainer:
         alg = self.alg
         g_tok = self._global_count(float(st.mask_BT[mini].sum()))
         g_seq = self._global_count(float((st.mask_BT[mini].sum(-1) > 0).sum()))
-        agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
-        c_agg = agg
+        c_tok, c_seq = g_tok, g_seq
         if self.critic is not None and st.cmask_BT is not st.mask_BT:
             cm = st.cmask_BT[mini]
-            c_agg = dict(agg=alg.loss_agg, global_tokens=self._global_count(float(cm.sum())),
-                         global_seqs=self._global_count(float((cm.sum(-1) > 0).sum())))  # fmt: skip
+            c_tok, c_seq = self._global_count(float(cm.sum())), self._global_count(float((cm.sum(-1) > 0).sum()))
         units = self._micro(batch, mini) if mini else []
         (n_units,) = self._global_max([len(units)])
         out: dict[str, list[float]] = {}
         for k in range(n_units):
             idx, weight = (units[k], 1.0) if k < len(units) else ([0], 0.0)
             mb = batch.select(idx)
-            T = mb.response_ids.shape[1]
-            mm = st.mask_BT[idx, :T]
             self._tokens["update"] += forward_tokens(mb)
-            logp_BT, ent_BT = score_tokens(self.model, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
-            loss, pm = A.policy_loss(
-                logp_BT, st.old_logp_BT[idx, :T], st.adv_BT[idx, :T], mm, alg.clip_eps, alg.dual_clip, **agg
-            )
-            if st.ref_logp_BT is not None:  # the KL term in the loss
-                kl_cur_BT, _ = A.kl_penalty(logp_BT, st.ref_logp_BT[idx, :T], mm, alg.kl_estimator)
-                loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, alg.loss_agg, g_tok, g_seq)
-            if alg.entropy_coef:
-                ent = A.aggregate_loss(ent_BT, mm, alg.loss_agg, g_tok, g_seq)
-                loss = loss - alg.entropy_coef * ent
-                pm["entropy/mean"] = float(A.masked_mean(ent_BT.detach(), mm))
+            loss, pm = policy_micro_loss(self.model, mb, idx, st, alg, g_tok, g_seq)
             # DDP averages gradients over processes; the loss is already global, so undo the average.
             self.acc.backward(weight * loss * self.acc.num_processes)
             if self.critic is not None:
-                assert st.old_values_BT is not None and st.returns_BT is not None
-                values_BT = self.critic(mb)
-                cm = st.cmask_BT[idx, :T]
-                vl, vm = A.value_loss(
-                    values_BT, st.old_values_BT[idx, :T], st.returns_BT[idx, :T], cm, alg.value_clip, **c_agg
-                )
+                vl, vm = value_micro_loss(self.critic, mb, idx, st, alg, c_tok, c_seq)
                 self.acc.backward(weight * alg.value_coef * vl * self.acc.num_processes)
                 pm.update(vm)
             if weight:
