@@ -58,7 +58,9 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
     if trainer.acc.is_main_process:
         state = trainer.policy.state_dict()
         torch.save({k: v.detach().cpu() for k, v in state.items()}, f"{out}/weights.pt")
-        torch.save({"history": history, "optimizer_steps": opt_steps[0]}, f"{out}/history.pt")
+        info = {"history": history, "optimizer_steps": opt_steps[0], "processes": trainer.acc.num_processes,
+                "distributed_type": str(trainer.acc.distributed_type)}  # fmt: skip
+        torch.save(info, f"{out}/history.pt")
 
 
 if __name__ == "__main__":

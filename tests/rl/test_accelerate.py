@@ -43,7 +43,9 @@ def _one_and_two(tmp_path: Path, *args: str) -> tuple[dict, dict, Path, Path]:
     one, two = tmp_path / "one", tmp_path / "two"
     _run([sys.executable, str(SCRIPT), str(one), *args])
     _run([*_launch_2(), str(SCRIPT), str(two), *args])
-    return torch.load(one / "history.pt"), torch.load(two / "history.pt"), one, two
+    h1, h2 = torch.load(one / "history.pt"), torch.load(two / "history.pt")
+    assert (h1["processes"], h2["processes"]) == (1, 2), "the launch must really run two processes"
+    return h1, h2, one, two
 
 
 @pytest.mark.slow
@@ -73,5 +75,7 @@ def test_uneven_processes_with_memorization_finish(tmp_path: Path) -> None:
     """Process 1 has ~6x longer rollouts (more micro-batches) and no memorization sequences; process 0 has some."""
     out = tmp_path / "uneven"
     _run([*_launch_2(), str(SCRIPT), str(out), "grpo", "8", "uneven"], timeout=300)
-    hist = torch.load(out / "history.pt")["history"]
+    info = torch.load(out / "history.pt")
+    assert info["processes"] == 2
+    hist = info["history"]
     assert [m["step"] for m in hist] == [1, 2] and all(m["loss/memorization_nll"] > 0 for m in hist)

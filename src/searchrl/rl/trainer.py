@@ -210,12 +210,20 @@ class Trainer:
     @torch.no_grad()
     def _logprobs(self, scorer: nn.Module, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)  # (B, T)
-        for idx in self._micro(batch, grad=False):
+        for idx, real in self._equal_passes(self._micro(batch, grad=False)):
             mb = batch.select(idx)
             T = mb.response_ids.shape[1]
-            out[idx, :T] = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
-            self._tokens["logprob"] += forward_tokens(mb, scorer.share_prompts)
+            logp_BT = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
+            if real:
+                out[idx, :T] = logp_BT
+                self._tokens["logprob"] += forward_tokens(mb, scorer.share_prompts)
         return out
+
+    def _equal_passes(self, plans: list[list[int]]) -> list[tuple[list[int], bool]]:
+        """``plans`` padded with ``(row 0, False)`` passes up to the most any process makes: sharded weights (FSDP)
+        are gathered at every forward, so every process must make as many as the others."""
+        (n,) = self._global_max([len(plans)])
+        return [(plans[k], True) if k < len(plans) else ([0], False) for k in range(n)]
 
     def _sync_generator(self) -> None:
         """Push the policy's current weights into a generator that keeps its own copy (e.g. vLLM), once per new
@@ -373,12 +381,13 @@ class Trainer:
 
     @torch.no_grad()
     def _values(self, batch: Batch) -> torch.Tensor:
-        """The critic's values before the update (unwrapped: a no-grad pass needs no collective)."""
+        """The critic's values before the update."""
         critic = self.acc.unwrap_model(self.critic)
         out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)  # (B, T)
-        for idx in self._micro(batch, grad=False):
+        for idx, real in self._equal_passes(self._micro(batch, grad=False)):
             v_BT = critic(batch.select(idx))
-            out[idx, : v_BT.shape[1]] = v_BT.float()
+            if real:
+                out[idx, : v_BT.shape[1]] = v_BT.float()
         return out
 
     def _update_policy(self, batch: Batch, mini: list[int], st: StepTensors) -> dict[str, list[float]]:
@@ -393,11 +402,9 @@ class Trainer:
         if self.critic is not None and st.cmask_BT is not st.mask_BT:
             cm = st.cmask_BT[mini]
             c_tok, c_seq = self._global_count(float(cm.sum())), self._global_count(float((cm.sum(-1) > 0).sum()))
-        units = self._micro(batch, mini) if mini else []
-        (n_units,) = self._global_max([len(units)])
         out: dict[str, list[float]] = {}
-        for k in range(n_units):
-            idx, weight = (units[k], 1.0) if k < len(units) else ([0], 0.0)
+        for idx, real in self._equal_passes(self._micro(batch, mini) if mini else []):
+            weight = 1.0 if real else 0.0
             mb = batch.select(idx)
             self._tokens["update"] += forward_tokens(mb)
             loss, pm = policy_micro_loss(self.model, mb, idx, st, alg, g_tok, g_seq)
