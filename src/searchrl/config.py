@@ -435,20 +435,17 @@ class RunConfig(_Section):
                 f"algorithm.name={alg.name} needs rollout.group_size > 1 (with groups of one every advantage is 0); "
                 f"set rollout.group_size=5, or use algorithm.name=ppo or reinforce_pp"
             )
-        if alg.name not in CRITIC_ALGORITHMS:
-            for section, fields in _CRITIC_FIELDS.items():
-                sec = getattr(self, section)
-                for f in fields:  # a resolved config (dump_config) repeats the defaults: only other values fail
-                    if getattr(sec, f) != type(sec).model_fields[f].default:
-                        raise ValueError(
-                            f"{section}.{f} configures the critic, which only {'/'.join(CRITIC_ALGORITHMS)} trains; "
-                            f"remove it or set algorithm.name=ppo"
-                        )
-            if alg.gamma != 1.0:
-                raise ValueError(
-                    f"algorithm.gamma={alg.gamma} is the discount of PPO's GAE; {alg.name} is undiscounted here: "
-                    "remove it or set algorithm.name=ppo"
-                )
+        if alg.name in CRITIC_ALGORITHMS:
+            return self
+        for section, fields in _CRITIC_FIELDS.items():
+            sec = getattr(self, section)
+            for f in fields:  # a resolved config (dump_config) repeats the defaults: only other values fail
+                if getattr(sec, f) != type(sec).model_fields[f].default:
+                    raise ValueError(f"{section}.{f} configures the critic, which only PPO trains; remove it or set "
+                                     "algorithm.name=ppo")  # fmt: skip
+        if alg.gamma != 1.0:
+            raise ValueError(f"algorithm.gamma={alg.gamma} is the discount of PPO's GAE; {alg.name} is undiscounted "
+                             "here: remove it or set algorithm.name=ppo")  # fmt: skip
         return self
 
 
