@@ -102,3 +102,8 @@ def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     assert any("rollout/engine.py:2 imports searchrl.rewards.metrics: layer 2" in p for p in problems), problems
     assert any(p.startswith("cycle between rl and sft") for p in problems), problems
     assert not any("rewards/metrics.py" in p for p in problems)  # downward is fine
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, f"split these modules (600 lines at most): {long}"
