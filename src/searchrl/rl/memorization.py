@@ -31,10 +31,9 @@ from searchrl.config import MemorizationConfig
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.generation.prompts import render_prompt
 from searchrl.protocols.base import Protocol, Search
+from searchrl.protocols.r1_searcher_pp import INTERNAL  # the rewriter writes R1-Searcher++'s internal steps
 from searchrl.rewards.metrics import get_metric, word_count
 from searchrl.rollout.trajectory import Trajectory
-
-INTERNAL = ("<|begin_internal_answer|>", "<|end_internal_answer|>")
 
 #: Our wording of the paper's "System Prompt for Rewriting only with Internal" (same tags, same rules).
 REWRITER_SYSTEM = (
