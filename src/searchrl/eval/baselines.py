@@ -21,8 +21,9 @@ the ``Retriever`` interface (at most one retriever call per step):
   step's retrieved documents go through Reason-in-Documents, a separate call to the same model that sees the
   previous reasoning steps, the query and the documents and writes an analysis ending in "Final Information"; only
   that refined part is inserted, as ``<|begin_search_result|> ... <|end_search_result|>``, and reasoning goes on;
-  the answer is the last ``\\boxed{}``. It runs on the rollout engine (``SearchO1Engine``), so the limits are the
-  agent's (``max_searches`` is the search limit, 10 in the paper; past it the model is told to answer). Like the
+  the answer is the last ``\\boxed{}``. It runs on the rollout engine with Reason-in-Documents as its document
+  step (``searchrl.eval.search_o1``), so the limits are the agent's (``max_searches`` is the search limit, 10 in
+  the paper; past it the model is told to answer). Like the
   authors' code: the previous steps are the response so far split into lines, keeping the first, the last four and
   every line with a search or result tag ("..." for gaps); an analysis without "Final Information" inserts "No
   helpful information found."; a repeated query is not searched again. Deviations: our corpus passages (top-k)

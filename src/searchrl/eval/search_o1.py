@@ -16,8 +16,8 @@ from searchrl.eval.baselines import Method, Prediction, executed_queries, render
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.protocols.search_o1 import QUERY, RESULT, SearchO1Protocol
 from searchrl.retrieval.base import Hit, Retriever
-from searchrl.rollout.engine import RolloutEngine, RolloutLimits
-from searchrl.rollout.trajectory import Trajectory, Turn
+from searchrl.rollout.engine import RolloutEngine, RolloutLimits, SearchCall
+from searchrl.rollout.trajectory import Trajectory
 
 # --------------------------------------------------------------------------------------------- Search-o1
 
@@ -96,90 +96,66 @@ def unbox(content: str | None) -> str | None:
     return (m.group(1).strip() if m else text) or None
 
 
-class SearchO1Engine(RolloutEngine):
-    """The rollout engine with Search-o1's Reason-in-Documents between retrieval and insertion.
-
-    Per turn, for the whole batch: ONE retriever call with every new query, then ONE generate call that refines
-    each query's documents (prompt: previous reasoning steps, query, documents); the "Final Information" of each
-    reply is inserted in the result tags. Repeated queries are not searched again. Each refinement is recorded in
-    ``refinements[trajectory uid]``.
-    """
+class ReasonInDocuments:
+    """Search-o1's document step (a :data:`~searchrl.rollout.engine.DocumentStep`): per turn, ONE generate call that
+    refines each search call's documents (prompt: previous reasoning steps, query, documents); the "Final
+    Information" of each reply is inserted in the result tags. Each refinement is recorded in
+    ``refinements[trajectory uid]``; :meth:`start` resets them and sets the run's sampling."""
 
     def __init__(
         self,
         generator: Generator,
-        retriever: Retriever | None,
         protocol: SearchO1Protocol,
-        limits: RolloutLimits = RolloutLimits(),
         prompt_style: str = "auto",
         *,
         refine_max_new_tokens: int = 512,
         keep_last_steps: int = 4,
     ) -> None:
-        super().__init__(generator, retriever, protocol, limits, prompt_style)
         if refine_max_new_tokens < 1:
             raise ValueError(f"search_o1: refine_max_new_tokens must be >= 1 (got {refine_max_new_tokens})")
-        self.protocol: SearchO1Protocol = protocol
+        self.generator, self.protocol, self.prompt_style = generator, protocol, prompt_style
+        self.tokenizer = generator.tokenizer
         self.refine_max_new_tokens = refine_max_new_tokens
         self.keep_last_steps = keep_last_steps
+        self.start()
+
+    def start(self, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> None:
         self.refinements: dict[str, list[dict[str, Any]]] = {}
-        self._sampling: tuple[float, float, int | None] = (0.0, 1.0, None)
-        self._n_refine_calls = 0
+        self._sampling: tuple[float, float, int | None] = (temperature, top_p, seed)
+        self._n_calls = 0
 
-    def run(
-        self,
-        examples: Sequence[QAExample],
-        group_size: int = 1,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        group_prefix: str = "",
-    ) -> list[Trajectory]:
-        self.refinements, self._sampling, self._n_refine_calls = {}, (temperature, top_p, seed), 0
-        return super().run(examples, group_size, temperature, top_p, seed, group_prefix)
-
-    def _refine_prompt(self, traj: Trajectory, query: str, hits: list[Hit]) -> list[int]:
+    def _prompt(self, traj: Trajectory, query: str, hits: list[Hit]) -> list[int]:
         previous = previous_steps(traj.response_text(self.tokenizer), self.keep_last_steps)
         user = REASON_IN_DOCUMENTS_PROMPT.format(previous=previous, query=query, documents=render_documents(hits))
-        return self._encode(render_prompt(self.tokenizer, user, self.prompt_style, raw_cue="Analysis:"))
+        text = render_prompt(self.tokenizer, user, self.prompt_style, raw_cue="Analysis:")
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:
-        fresh: list[tuple[Trajectory, Turn, str]] = []
-        for traj, turn, queries in searches:
-            searched = {q for t in traj.turns if t is not turn and t.action == "search" for q in t.queries}
-            if queries[0] in searched:
-                turn.action = "search_repeated"  # not executed, not counted against the search limit
-                turn.observation = self.protocol.repeated_query_text()
-                turn.n_obs_tokens = self._insert(traj, turn.observation)
-            else:
-                fresh.append((traj, turn, queries[0]))
-        if not fresh:
-            return
-        hits, dt = self._retrieve([q for _, _, q in fresh], timing)
-        prompts = [self._refine_prompt(traj, q, hs) for (traj, _, q), hs in zip(fresh, hits, strict=True)]
+    def __call__(self, calls: list[SearchCall], timing: dict[str, float]) -> list[str]:
+        prompts = [self._prompt(c.traj, c.queries[0], c.hits[0]) for c in calls]
         temperature, top_p, seed = self._sampling
         params = SamplingParams(
             max_new_tokens=self.refine_max_new_tokens,
             temperature=temperature,
             top_p=top_p,
-            seed=None if seed is None else seed + 10_000 + self._n_refine_calls,
+            seed=None if seed is None else seed + 10_000 + self._n_calls,
         )
-        self._n_refine_calls += 1
+        self._n_calls += 1
         t0 = time.perf_counter()
         comps = self.generator.generate(prompts, params)  # ONE refinement call for the batch
         dt_refine = time.perf_counter() - t0
         timing["refine_s"] = timing.get("refine_s", 0.0) + dt_refine
         timing["refine_tokens"] = timing.get("refine_tokens", 0.0) + sum(len(c.token_ids) for c in comps)
-        for (traj, turn, q), hs, c in zip(fresh, hits, comps, strict=True):
+        texts = []
+        for call, c in zip(calls, comps, strict=True):
             refined, found = final_information(c.text)
-            turn.hit_ids = [[h.id for h in hs]]
-            turn.observation = self.protocol.format_result(refined)
-            turn.n_obs_tokens = self._insert(traj, turn.observation)
-            turn.timings.update(retrieve_s=dt, refine_s=dt_refine)
-            self.refinements.setdefault(traj.uid, []).append(
-                {"query": q, "hit_ids": turn.hit_ids[0], "refined": refined, "marker_found": found,
-                 "analysis": c.text, "gen_tokens": len(c.token_ids), "finish_reason": c.finish_reason}
+            call.turn.timings["refine_s"] = dt_refine
+            self.refinements.setdefault(call.traj.uid, []).append(
+                {"query": call.queries[0], "hit_ids": [h.id for h in call.hits[0]], "refined": refined,
+                 "marker_found": found, "analysis": c.text, "gen_tokens": len(c.token_ids),
+                 "finish_reason": c.finish_reason}
             )  # fmt: skip
+            texts.append(self.protocol.format_result(refined))
+        return texts
 
 
 class SearchO1Method(Method):
@@ -201,17 +177,21 @@ class SearchO1Method(Method):
             limits = dataclasses.replace(limits, max_searches=max_searches)
         super().__init__(generator, max_new_tokens=limits.max_new_tokens, **kwargs)
         self.protocol = SearchO1Protocol(max_searches=limits.max_searches)  # the prompt states the limit
-        self.engine = SearchO1Engine(generator, retriever, self.protocol, limits, self.prompt_style,
-                                     refine_max_new_tokens=refine_max_new_tokens)  # fmt: skip
+        self.reason_in_documents = ReasonInDocuments(generator, self.protocol, self.prompt_style,
+                                                     refine_max_new_tokens=refine_max_new_tokens)  # fmt: skip
+        self.engine = RolloutEngine(generator, retriever, self.protocol, limits, self.prompt_style,
+                                    document_step=self.reason_in_documents,
+                                    repeated_query_text=self.protocol.repeated_query_text())  # fmt: skip
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()
+        self.reason_in_documents.start(self.temperature, self.top_p, self.seed)
         trajs = self.engine.run(examples, group_size=1, temperature=self.temperature, top_p=self.top_p, seed=self.seed)
         preds = []
         for t in trajs:
             response = t.response_text(self.tokenizer)
             report = self.protocol.check_format(response)  # the answer: the last \boxed{} outside inserted results
-            refinements = self.engine.refinements.get(t.uid, [])
+            refinements = self.reason_in_documents.refinements.get(t.uid, [])
             d = t.to_dict()
             d.update(
                 protocol=self.protocol.name, reason_in_documents=refinements, format_problems=list(report.problems)
