@@ -23,8 +23,9 @@ from searchrl.config import load_config
 from searchrl.generation.hf import HFGenerator
 from searchrl.models import load_policy
 from searchrl.pipeline import load_split, make_protocol, make_retriever_for
-from searchrl.rl.memorization import Memorizer, rewriter_sft_examples
+from searchrl.rl.memorization import Memorizer
 from searchrl.sft.oracle import oracle_trajectories
+from searchrl.sft.rewriter import rewriter_sft_examples
 from searchrl.sft.trainer import SFTTrainer
 from searchrl.utils import seed_everything
 

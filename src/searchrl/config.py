@@ -121,8 +121,9 @@ class RolloutConfig(_Section):
     #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
     backend: Literal["hf", "hf_generate", "vllm"] = "hf"
-    #: rollouts per question (the GRPO/RLOO group size; 1 for PPO).
-    group_size: int = 1
+    #: rollouts per question: the GRPO/RLOO group (must be > 1: a group of one is its own baseline, advantage 0);
+    #: PPO and REINFORCE++ work with any size (Search-R1's PPO uses 1).
+    group_size: int = Field(default=4, ge=1)
     max_turns: int = 4
     max_searches: int = 4
     max_new_tokens: int = 128
@@ -181,8 +182,10 @@ class AlgorithmConfig(_Section):
     #: included (False, as in RAG-R1's code); the policy loss follows ``mask_observations`` either way.
     critic_mask_observations: bool = True
     ppo_epochs: int = 1
-    #: trajectories per optimizer step (per process).
-    mini_batch_size: int = 8
+    #: trajectories per optimizer step, counted over all processes together (a step of P prompts x G rollouts makes
+    #: ceil(P * G / mini_batch_size) optimizer steps per epoch, whatever the number of processes). verl's
+    #: ``ppo_mini_batch_size`` counts prompts: multiply it by the group size.
+    mini_batch_size: int = Field(default=8, ge=1)
     #: where the old log-probs of the ratio come from: "rollout" (the generator's own), "recompute" (a forward pass
     #: after the rollout), or "auto": the rollout's when the step makes exactly one on-policy update (one epoch, one
     #: mini-batch) and the generator runs the policy's own weights, else recomputed.
@@ -197,7 +200,8 @@ class AlgorithmConfig(_Section):
 
 class TrainingConfig(_Section):
     steps: int = 20
-    prompts_per_step: int = 4
+    #: questions per RL step over all processes (must be divisible by the number of processes).
+    prompts_per_step: int = Field(default=4, ge=1)
     lr: float = 1e-6
     critic_lr: float = 1e-5
     warmup_steps: int = 0
@@ -206,15 +210,14 @@ class TrainingConfig(_Section):
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches).
-    micro_batch_size: int = 16
+    micro_batch_size: int = Field(default=16, ge=1)
     #: tokens per micro-batch at most: distinct prompts x longest prompt + rows x longest response (rows sharing a
     #: prompt run it once); rows are length-bucketed. No-grad scoring passes use 4x this and 4x the rows. Bounds
     #: activation memory whatever the rollout lengths.
-    micro_batch_tokens: int = 2048
+    micro_batch_tokens: int = Field(default=2048, ge=1)
     seed: int = 0
     output_dir: str = "runs/default"
     save_every: int = 10
-    log_every: int = 1
     tensorboard: bool = True
     wandb: bool = False
     #: start from this checkpoint / model dir instead of model.policy (e.g. an SFT run's output).
@@ -345,6 +348,16 @@ class EvaluationConfig(_Section):
     seed: int = 0
 
 
+#: Algorithms whose advantage is relative to the other rollouts of the same question.
+GROUP_ALGORITHMS = ("grpo", "rloo")
+#: Algorithms that train a value model (critic).
+CRITIC_ALGORITHMS = ("ppo",)
+_CRITIC_FIELDS = {
+    "algorithm": ("value_clip", "value_coef", "critic_mask_observations", "lam"),
+    "training": ("critic_lr", "critic_warmup_steps"),
+}
+
+
 _STAGE_OPS = ("synth", "index", "split", "oracle", "rejection-sample", "select-difficulty")
 
 
@@ -410,6 +423,29 @@ class RunConfig(_Section):
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
             raise ValueError(f"pipeline: two stages are named '{dup}'; stage names must be unique")
+        return self
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> RunConfig:
+        """Settings that are valid alone but not together; each error names the fix. (That prompts_per_step divides
+        among the processes is checked when the trainer knows the process count.)"""
+        alg = self.algorithm
+        if alg.name in GROUP_ALGORITHMS and self.rollout.group_size < 2:
+            raise ValueError(
+                f"algorithm.name={alg.name} needs rollout.group_size > 1 (with groups of one every advantage is 0); "
+                f"set rollout.group_size=5, or use algorithm.name=ppo or reinforce_pp"
+            )
+        if alg.name in CRITIC_ALGORITHMS:
+            return self
+        for section, fields in _CRITIC_FIELDS.items():
+            sec = getattr(self, section)
+            for f in fields:  # a resolved config (dump_config) repeats the defaults: only other values fail
+                if getattr(sec, f) != type(sec).model_fields[f].default:
+                    raise ValueError(f"{section}.{f} configures the critic, which only PPO trains; remove it or set "
+                                     "algorithm.name=ppo")  # fmt: skip
+        if alg.gamma != 1.0:
+            raise ValueError(f"algorithm.gamma={alg.gamma} is the discount of PPO's GAE; {alg.name} is undiscounted "
+                             "here: remove it or set algorithm.name=ppo")  # fmt: skip
         return self
 
 
@@ -525,7 +561,8 @@ def validate_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
                 hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
                 lines.append(f"unknown key '{where}'{hint}")
             else:
-                lines.append(f"{where}: {e['msg']}")
+                msg = e["msg"].removeprefix("Value error, ")
+                lines.append(f"{where}: {msg}" if where else msg)
         raise ConfigError(f"{source}: " + "; ".join(lines)) from None
 
 

@@ -25,7 +25,7 @@ SUMMARY_KEYS = ("em", "f1", "well_formed", "searches_per_question", "answered")
 
 
 def _evaluate(engine, examples, protocol, tok, seed: int) -> tuple[dict[str, float], list]:
-    from searchrl.rollout.summary import summarize
+    from searchrl.rewards.summary import summarize
 
     trajs = engine.run(examples, temperature=0.0, seed=seed)
     summary = summarize(trajs, protocol, tok)

@@ -195,8 +195,8 @@ def test_evaluation_section_overrides_topk_limits_and_temperature(fakes) -> None
 def test_search_o1_is_built_with_the_agents_limits(fakes) -> None:
     """Search-o1 uses the evaluation top-k and the agent's limits; its search limit is the prompt's."""
     from searchrl.config import load_config
-    from searchrl.eval.baselines import SearchO1Method
     from searchrl.eval.harness import build_methods
+    from searchrl.eval.search_o1 import SearchO1Method
 
     gen = fakes.scripted(fakes.direct_reply)
     over = ["evaluation.methods=[search_o1]", "evaluation.topk=5", "evaluation.max_searches=10",
@@ -204,7 +204,8 @@ def test_search_o1_is_built_with_the_agents_limits(fakes) -> None:
     method = build_methods(load_config("demo", over), gen, fakes.KeywordRetriever())["search_o1"]
     assert isinstance(method, SearchO1Method)
     assert (method.engine.limits.topk, method.engine.limits.max_searches) == (5, 10)
-    assert method.engine.refine_max_new_tokens == 300 and method.protocol.max_searches == 10
+    assert method.reason_in_documents.refine_max_new_tokens == 300 and method.protocol.max_searches == 10
+    assert method.engine.document_step is method.reason_in_documents
     assert "no more than 10 times" in method.protocol.instruction("q")
     with pytest.raises(ValueError, match="needs a retriever"):
         build_methods(load_config("demo", over), gen, None)

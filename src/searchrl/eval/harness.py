@@ -33,17 +33,16 @@ from rich.progress import Progress, TaskID
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.eval.baselines import (
-    METHODS,
-    RETRIEVAL_METHODS,
     AgentMethod,
     IterativeRAGMethod,
     IterRetGenMethod,
     Method,
     NaiveRAGMethod,
     Prediction,
-    SearchO1Method,
 )
+from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
 from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_reports
+from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
 from searchrl.rewards.judge import LLMJudge

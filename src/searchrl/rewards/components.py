@@ -384,13 +384,14 @@ def generator_reader(
     Chat models get the prompt as one user message through the tokenizer's chat template; others get it raw.
     """
     from searchrl.generation.base import SamplingParams
+    from searchrl.generation.prompts import render_prompt
 
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
 
     def encode(text: str) -> list[int]:
-        if getattr(tokenizer, "chat_template", None):
-            return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        return list(
+            tokenizer.encode(render_prompt(tokenizer, [{"role": "user", "content": text}]), add_special_tokens=False)
+        )
 
     def read(questions: list[str], evidences: list[str]) -> list[str]:
         prompts = [encode(reader_prompt(q, e)) for q, e in zip(questions, evidences, strict=True)]

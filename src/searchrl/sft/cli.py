@@ -46,11 +46,12 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
         data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
                                    cfg.model.prompt_style, cfg.rollout.max_obs_tokens)  # fmt: skip
         if cfg.sft.data == "rewriter_oracle":  # R1-Searcher++'s rewriter: documents in context -> internal path
-            from searchrl.rl.memorization import rewriter_sft_examples
+            from searchrl.sft.rewriter import rewriter_sft_examples
 
             data = rewriter_sft_examples(data, protocol, tok, cfg.model.prompt_style)
     elif cfg.sft.data.startswith("rewriter:"):  # R1-Searcher++'s rewriter from real (rejection-sampled) trajectories
-        from searchrl.rl.memorization import Memorizer, rewriter_sft_from_trajectories
+        from searchrl.rl.memorization import Memorizer
+        from searchrl.sft.rewriter import rewriter_sft_from_trajectories
         from searchrl.utils import console
 
         path = Path(cfg.sft.data.split(":", 1)[1])
