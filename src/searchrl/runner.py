@@ -174,6 +174,8 @@ def _op_index(ctx: StageContext) -> dict[str, Any]:
     if kind not in ("bm25", "dense", "hybrid"):
         raise ConfigError(f"stage '{ctx.stage.name}': an index stage builds bm25, dense or hybrid, not {kind}")
     extra = {k: v for k, v in ctx.stage.args.items() if k not in ("kind", "encoder")}
+    if kind != "bm25":
+        extra.setdefault("faiss", ctx.cfg.retrieval.faiss)
     encoder = ctx.stage.args.get("encoder", ctx.cfg.retrieval.encoder)
     path = build_index(corpus, kind, ctx.dir / "index", encoder=encoder, overwrite=True, **extra)
     manifest = json.loads((path / "manifest.json").read_text())
