@@ -459,7 +459,9 @@ def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
     raw = yaml.safe_load(p.read_text()) or {}
     unknown = {k for k in raw if not k.startswith("_")} - {"all", "recipes", "description"}  # _x: YAML anchors
     if unknown:
-        raise ConfigError(f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes: (and _name: anchors)")
+        raise ConfigError(
+            f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes: (and _name: anchors)"
+        )
     out = _merge({}, raw.get("all") or {})
     return _merge(out, (raw.get("recipes") or {}).get(recipe_name) or {})
 
