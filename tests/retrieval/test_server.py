@@ -216,3 +216,42 @@ def test_server_batches_concurrent_http_requests(serve_app) -> None:
     assert codes == [200] * 32 and health_during == 200
     assert stats["batching"]["batches"] < 32
     assert stats["batching"]["mean_requests_per_batch"] > 1.5
+
+
+def test_micro_batcher_lone_client_pays_no_batching_delay() -> None:
+    search = RecordingSearch()
+
+    async def main() -> tuple[float, MicroBatcher]:
+        batcher = MicroBatcher(search, max_wait_ms=1000)  # a wait would show as ~1 s per request
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for i in range(5):
+            assert (await batcher.search([f"q{i}"], 1))[0][0].id == f"q{i}-0"
+        elapsed = loop.time() - t0
+        await batcher.aclose()
+        return elapsed, batcher
+
+    elapsed, batcher = asyncio.run(main())
+    assert elapsed < 0.5 and batcher.waits == 0, (elapsed, batcher.waits)
+    assert search.batches == [[f"q{i}"] for i in range(5)]
+
+
+def test_micro_batcher_regathers_clients_after_a_merged_batch() -> None:
+    """After a batch that merged 4 requests, the next batch waits (bounded) for the 4 clients to come back."""
+    search = RecordingSearch()
+
+    async def main() -> MicroBatcher:
+        batcher = MicroBatcher(search, max_wait_ms=500)
+        await asyncio.gather(*[batcher.search([f"a{i}"], 1) for i in range(4)])
+
+        async def late(i: int) -> None:
+            await asyncio.sleep(0.02 * i)
+            await batcher.search([f"b{i}"], 1)
+
+        await asyncio.gather(*[late(i) for i in range(4)])
+        await batcher.aclose()
+        return batcher
+
+    batcher = asyncio.run(main())
+    assert [len(b) for b in search.batches] == [4, 4], search.batches
+    assert batcher.waits == 3

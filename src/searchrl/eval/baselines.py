@@ -97,6 +97,7 @@ class Prediction:
     queries: int = 0  # queries those search calls held
     gen_tokens: int = 0  # tokens the model generated for this question
     latency_s: float = 0.0  # batch wall time / batch size
+    well_formed: bool | None = None  # agent methods: the protocol's own format check of the whole response; else None
 
 
 def clean_answer(text: str | None) -> str | None:
@@ -482,14 +483,16 @@ class AgentMethod(Method):
         for t in trajs:
             d = t.to_dict()
             d["protocol"] = self.protocol.name
+            raw = t.response_text(self.tokenizer)
             preds.append(
                 Prediction(
                     t.answer.strip() if t.answer is not None else None,
-                    raw=t.response_text(self.tokenizer),
+                    raw=raw,
                     trajectory=d,
                     searches=t.n_searches,
                     queries=executed_queries(t),
                     gen_tokens=t.n_policy_tokens,
+                    well_formed=self.protocol.check_format(raw).ok,
                 )
             )
         return self._stamp(preds, t0)
@@ -700,6 +703,7 @@ class SearchO1Method(Method):
                     searches=t.n_searches,
                     queries=executed_queries(t),
                     gen_tokens=t.n_policy_tokens + sum(r["gen_tokens"] for r in refinements),
+                    well_formed=report.ok,
                 )
             )
         return self._stamp(preds, t0)

@@ -12,10 +12,7 @@ Works against ``searchrl serve`` and against Search-R1's own retrieval server.
 from __future__ import annotations
 
 import itertools
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Hashable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,43 +20,12 @@ import httpx
 
 from searchrl.data.corpus import split_contents
 from searchrl.retrieval.base import Hit
+from searchrl.retrieval.cache import LRUCache
 from searchrl.retrieval.local import check_search_args
 
 
 class RetrievalUnavailableError(ConnectionError):
     """No endpoint answered; the message names the URLs and how to start a server."""
-
-
-class LRUCache:
-    """A small thread-safe least-recently-used map."""
-
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self.hits = 0
-        self.misses = 0
-        self._data: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Any | None:
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                self.hits += 1
-                return self._data[key]
-            self.misses += 1
-            return None
-
-    def put(self, key: Hashable, value: Any) -> None:
-        if self.maxsize <= 0:
-            return
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 def endpoint_url(url: str) -> str:

@@ -30,9 +30,12 @@ from typing import Any
 import numpy as np
 
 from searchrl.data.corpus import PassageStore
+from searchrl.retrieval.cache import LRUCache
 from searchrl.retrieval.local import LocalRetriever, Ranking
 
 FAISS_KINDS = ("flat", "ivf", "hnsw")
+#: how queries are encoded when serving: the exported ONNX graph (``onnx_encoder``) or sentence-transformers.
+QUERY_ENCODERS = ("onnx", "sentence-transformers")
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 
 
@@ -84,10 +87,14 @@ class DenseOptions:
     ef_search: int = 128
     #: passages longer than this many encoder tokens are truncated (None = the model's own limit).
     max_length: int | None = None
+    #: "onnx" when the index holds an exported query encoder (``dense/query_encoder/``); older indexes lack it.
+    query_encoder: str = "sentence-transformers"
 
     def __post_init__(self) -> None:
         if self.faiss not in FAISS_KINDS:
             raise ValueError(f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)}")
+        if self.query_encoder not in QUERY_ENCODERS:
+            raise ValueError(f"unknown query encoder '{self.query_encoder}'; use one of {', '.join(QUERY_ENCODERS)}")
 
     @classmethod
     def for_encoder(cls, encoder: str, **overrides: Any) -> DenseOptions:
@@ -213,16 +220,21 @@ def read_faiss_index(path: str | Path, options: DenseOptions) -> Any:
 
 
 class DenseRetriever(LocalRetriever):
-    """Nearest passages by inner product between the query embedding and the passage embeddings."""
+    """Nearest passages by inner product between the query embedding and the passage embeddings.
+
+    Query embeddings are kept in an LRU cache (``cache_size`` queries; 0 disables it): RL rollouts of one group
+    repeat queries, and a cached query costs no encoder pass. A batch encodes only its distinct uncached queries.
+    """
 
     def __init__(
         self,
         index: Any,
         store: PassageStore,
-        encoder: Encoder,
+        encoder: Any,
         manifest: dict | None = None,
         *,
         batch_size: int = 64,
+        cache_size: int = 10_000,
     ) -> None:
         if index.ntotal != len(store):
             raise ValueError(
@@ -238,16 +250,52 @@ class DenseRetriever(LocalRetriever):
         self.encoder = encoder
         self.manifest = manifest or {}
         self.batch_size = batch_size
+        self.query_cache = LRUCache(cache_size)
 
     @classmethod
     def load(
-        cls, directory: str | Path, store: PassageStore, options: DenseOptions, manifest: dict | None = None
+        cls,
+        directory: str | Path,
+        store: PassageStore,
+        options: DenseOptions,
+        manifest: dict | None = None,
+        *,
+        query_encoder: str | None = None,
     ) -> DenseRetriever:
-        index = read_faiss_index(Path(directory) / "index.faiss", options)
+        """Open ``directory/index.faiss`` with the query encoder the manifest names (or ``query_encoder``)."""
+        directory = Path(directory)
+        index = read_faiss_index(directory / "index.faiss", options)
+        kind = query_encoder or options.query_encoder
+        if kind not in QUERY_ENCODERS:
+            raise ValueError(f"unknown query encoder '{kind}'; use one of {', '.join(QUERY_ENCODERS)}")
+        if kind == "onnx":
+            from searchrl.retrieval.onnx_encoder import OnnxEncoder
+
+            if not (directory / "query_encoder").is_dir():
+                raise FileNotFoundError(f"{directory} has no exported query encoder; rebuild the index, or load it "
+                                        "with query_encoder='sentence-transformers'")  # fmt: skip
+            return cls(index, store, OnnxEncoder(directory / "query_encoder", options), manifest)
         return cls(index, store, Encoder(options), manifest)
 
+    def embed_queries(self, queries: list[str]) -> np.ndarray:
+        """(Q, D) float32 query embeddings: cached ones looked up, the distinct rest encoded in one call."""
+        out = np.empty((len(queries), self.encoder.dimension), dtype=np.float32)  # (Q, D)
+        missing: dict[str, list[int]] = {}
+        for i, q in enumerate(queries):
+            vec = self.query_cache.get(q)
+            if vec is None:
+                missing.setdefault(q, []).append(i)
+            else:
+                out[i] = vec
+        if missing:
+            fresh = self.encoder.encode(list(missing), is_query=True, batch_size=self.batch_size)  # (M, D)
+            for (q, rows), vec in zip(missing.items(), fresh, strict=True):
+                out[rows] = vec
+                self.query_cache.put(q, vec.copy())
+        return out
+
     def rank(self, queries: list[str], depth: int) -> list[Ranking]:
-        q = self.encoder.encode(queries, is_query=True, batch_size=self.batch_size)  # (Q, D)
+        q = self.embed_queries(queries)  # (Q, D)
         depth = min(depth, self.index.ntotal)
         scores, rows = self.index.search(q, depth)  # (Q, depth) each; row -1 = fewer results (IVF/HNSW)
         return [

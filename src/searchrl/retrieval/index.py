@@ -18,6 +18,7 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,6 +68,7 @@ def build_index(
     normalize: bool | None = None,
     max_length: int | None = None,
     vectors: Any = None,
+    query_encoder: Literal["onnx", "sentence-transformers"] | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Build a ``kind`` index of ``corpus`` in the directory ``out`` and return ``out``.
@@ -76,6 +78,9 @@ def build_index(
     ``query_prefix`` / ``passage_prefix`` / ``normalize`` override what is inferred from the encoder's name.
     ``vectors``: precomputed passage embeddings (N, D) in corpus order, used instead of encoding; the manifest
     records ``"precomputed_vectors": true`` (benchmarks use this for synthetic indexes).
+    ``query_encoder``: ``"onnx"`` exports the encoder to ``dense/query_encoder/`` for fast, torch-free serving
+    (see ``searchrl.retrieval.onnx_encoder``); ``"sentence-transformers"`` serves with the reference path. Default:
+    ONNX when the passages are encoded here and the encoder can be exported, else sentence-transformers.
     """
     from searchrl.retrieval.bm25 import BM25Options, build_bm25
     from searchrl.retrieval.dense import DenseOptions
@@ -127,7 +132,9 @@ def build_index(
             counts["vocab"] = stats["vocab"]
         dimension = None
         if dense_opts is not None:
-            dimension = _build_dense_part(store, staging / "dense", dense_opts, batch_size, vectors, bar)
+            dimension, dense_opts = _build_dense_part(
+                store, staging / "dense", dense_opts, batch_size, vectors, query_encoder, bar
+            )
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -154,23 +161,65 @@ def build_index(
     return out
 
 
-def _build_dense_part(store: PassageStore, directory: Path, options: Any, batch_size: int, vectors: Any, bar) -> int:
+def _build_dense_part(
+    store: PassageStore, directory: Path, options: Any, batch_size: int, vectors: Any, query_encoder: Any, bar
+) -> tuple[int, Any]:
+    """Write ``index.faiss`` (and the exported query encoder); returns the dimension and the final options."""
     import numpy as np
 
-    from searchrl.retrieval.dense import build_dense, write_vectors
+    from searchrl.retrieval.dense import Encoder, build_dense, write_vectors
 
     n = len(store)
+    encoder = None
     if vectors is not None:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != n:
             raise ValueError(f"vectors must be (N={n}, D); got shape {vectors.shape}")
         write_vectors(vectors, directory, options)
-        return int(vectors.shape[1])
-    task = bar.add_task(f"dense: encoding ({options.encoder})", total=n)
-    stats = build_dense(
-        _passage_texts(store), n, directory, options, batch_size=batch_size, on_progress=lambda k: bar.advance(task, k)
-    )
-    return stats["dimension"]
+        dimension = int(vectors.shape[1])
+    else:
+        task = bar.add_task(f"dense: encoding ({options.encoder})", total=n)
+        encoder = Encoder(options)
+        stats = build_dense(_passage_texts(store), n, directory, options, batch_size=batch_size, encoder=encoder,
+                            on_progress=lambda k: bar.advance(task, k))  # fmt: skip
+        dimension = stats["dimension"]
+    if query_encoder is None:
+        query_encoder = "onnx" if vectors is None else "sentence-transformers"
+    if query_encoder == "onnx":
+        options = _export_query_encoder(store, directory, options, encoder, required=vectors is not None)
+    else:
+        options = replace(options, query_encoder="sentence-transformers")
+    return dimension, options
+
+
+def _export_query_encoder(store: PassageStore, directory: Path, options: Any, reference: Any, *, required: bool):
+    """Export the encoder to ONNX and check it against ``reference`` (the sentence-transformers encoder) when given.
+
+    An encoder that cannot be exported keeps sentence-transformers (with a note), unless ONNX was asked for.
+    """
+    import numpy as np
+
+    from searchrl.retrieval.onnx_encoder import ExportUnsupported, OnnxEncoder, export_encoder
+
+    target = directory / "query_encoder"
+    try:
+        export_encoder(options.encoder, target, max_length=options.max_length)
+    except (ExportUnsupported, ImportError) as err:
+        shutil.rmtree(target, ignore_errors=True)
+        if required:
+            raise ValueError(f"cannot export encoder '{options.encoder}' to ONNX ({err}); build with "
+                             "query_encoder='sentence-transformers'") from None  # fmt: skip
+        console.log(f"note: queries will be encoded with sentence-transformers ({err})")
+        return replace(options, query_encoder="sentence-transformers")
+    options = replace(options, query_encoder="onnx")
+    if reference is not None:  # the exported graph must agree with the reference on this corpus's own text
+        sample = [p.contents for p in store.get_many(range(min(32, len(store))))]
+        fast = OnnxEncoder(target, options).encode(sample, is_query=False)  # (S, D)
+        ref = reference.encode(sample, is_query=False)  # (S, D)
+        cos = (fast * ref).sum(1) / np.maximum(np.linalg.norm(fast, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
+        if float(cos.min()) < 0.999:
+            raise RuntimeError(f"exported encoder disagrees with sentence-transformers (min cosine {cos.min():.5f})")
+    return options
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
@@ -215,10 +264,13 @@ def check_corpus(manifest: dict[str, Any], corpus: str | Path, directory: str | 
         )
 
 
-def load_index(directory: str | Path, corpus: str | Path | None = None) -> LocalRetriever:
+def load_index(
+    directory: str | Path, corpus: str | Path | None = None, *, query_encoder: str | None = None
+) -> LocalRetriever:
     """Open an index directory as a retriever (fast: arrays and vectors are memory-mapped, text is read lazily).
 
     When ``corpus`` is given, the index must have been built from a file with the same fingerprint.
+    ``query_encoder`` (``"onnx"`` / ``"sentence-transformers"``) overrides the manifest's choice for dense parts.
     """
     from searchrl.retrieval.bm25 import BM25Options, BM25Retriever
 
@@ -237,7 +289,7 @@ def load_index(directory: str | Path, corpus: str | Path | None = None) -> Local
         from searchrl.retrieval.dense import DenseOptions, DenseRetriever
 
         options = DenseOptions(**manifest["options"]["dense"])
-        dense = DenseRetriever.load(directory / "dense", store, options, manifest)
+        dense = DenseRetriever.load(directory / "dense", store, options, manifest, query_encoder=query_encoder)
     if kind == "bm25":
         return sparse  # type: ignore[return-value]
     if kind == "dense":

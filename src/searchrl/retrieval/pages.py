@@ -37,7 +37,7 @@ from urllib.robotparser import RobotFileParser
 import httpx
 
 from searchrl.generation.base import Generator, SamplingParams
-from searchrl.retrieval.client import LRUCache
+from searchrl.retrieval.cache import LRUCache
 
 if TYPE_CHECKING:
     from searchrl.config import WebConfig

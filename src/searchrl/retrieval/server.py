@@ -10,7 +10,8 @@ With ``"return_scores": false`` (the default, as in Search-R1) each inner list h
 ``topk`` are rejected with a 4xx and a one-line ``detail`` message instead of a 500; ``GET /health``; ``GET /stats``.
 
 Concurrency: requests that arrive together are merged by a ``MicroBatcher`` into one ``search`` call (one encoder
-forward pass for a dense index), which runs in a worker thread so the event loop keeps answering.
+forward pass and one faiss search for a dense index), which runs in a worker thread so the event loop keeps
+answering. A lone client is served at once, with no batching delay.
 """
 
 from __future__ import annotations
@@ -45,10 +46,13 @@ class _Job:
 class MicroBatcher:
     """Merge concurrent ``search`` requests into one call of the underlying (blocking) search function.
 
-    The worker takes the first waiting request, then keeps collecting until ``max_batch_queries`` queries are queued
-    or ``max_wait_ms`` has passed, runs one ``search_fn(all_queries, max_k)`` in a thread, and hands every request
-    its own slice (truncated to its own k: results are best-first, so a top-k is the prefix of a top-K). One batch
-    runs at a time; requests arriving meanwhile form the next batch, so batches grow with load.
+    Adaptive: the worker takes the first waiting request plus every request already queued, up to
+    ``max_batch_queries`` queries, and runs one ``search_fn(all_queries, max_k)`` in a thread, handing every
+    request its own slice (truncated to its own k: results are best-first, so a top-k is the prefix of a top-K).
+    One batch runs at a time and requests arriving meanwhile form the next one, so batches grow with load by
+    themselves. It waits for more requests (at most ``max_wait_ms``) only while the previous batch merged several
+    requests and fewer than that many are queued: a lone client never pays a batching delay, and concurrent
+    clients that answer a batch together are gathered again.
     """
 
     def __init__(self, search_fn: SearchFn, *, max_batch_queries: int = 256, max_wait_ms: float = 2.0) -> None:
@@ -58,6 +62,8 @@ class MicroBatcher:
         self.batches = 0
         self.batched_requests = 0
         self.batched_queries = 0
+        self.waits = 0
+        self._last_requests = 1
         self._queue: asyncio.Queue[_Job] | None = None
         self._worker: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -82,16 +88,18 @@ class MicroBatcher:
         jobs = [await queue.get()]
         n = len(jobs[0].queries)
         loop = asyncio.get_running_loop()
+        expected = self._last_requests  # how many requests the previous batch merged
         deadline = loop.time() + self.max_wait_s
         while n < self.max_batch_queries:
             try:
                 job = queue.get_nowait()
             except asyncio.QueueEmpty:
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if len(jobs) >= expected or remaining <= 0:
                     break
                 try:
                     job = await asyncio.wait_for(queue.get(), remaining)
+                    self.waits += 1
                 except TimeoutError:
                     break
             jobs.append(job)
@@ -106,6 +114,7 @@ class MicroBatcher:
                 continue
             queries = [q for j in jobs for q in j.queries]
             k = max(j.k for j in jobs)
+            self._last_requests = len(jobs)
             self.batches += 1
             self.batched_requests += len(jobs)
             self.batched_queries += len(queries)
@@ -138,6 +147,7 @@ class MicroBatcher:
             "batches": self.batches,
             "mean_requests_per_batch": round(self.batched_requests / self.batches, 3) if self.batches else 0.0,
             "mean_queries_per_batch": round(self.batched_queries / self.batches, 3) if self.batches else 0.0,
+            "waits": self.waits,
         }
 
 
@@ -295,6 +305,10 @@ def create_app(
     async def service_stats() -> dict[str, Any]:
         """Request counts, latency percentiles (ms, recent window), batching and limits."""
         limits = {"max_queries": max_queries, "max_query_chars": max_query_chars, "max_topk": max_topk}
-        return stats.snapshot() | {"batching": batcher.stats(), "limits": limits}
+        out = stats.snapshot() | {"batching": batcher.stats(), "limits": limits}
+        dense = getattr(retriever, "dense", retriever)  # a hybrid retriever's dense half holds the cache
+        if (cache := getattr(dense, "query_cache", None)) is not None:
+            out["query_cache"] = cache.stats()
+        return out
 
     return app

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from searchrl.retrieval.base import Hit
-from searchrl.retrieval.client import LRUCache
+from searchrl.retrieval.cache import LRUCache
 from searchrl.retrieval.local import check_search_args
 
 if TYPE_CHECKING:

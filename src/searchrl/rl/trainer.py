@@ -248,7 +248,7 @@ class Trainer:
             mb = batch.select(idx)
             T = mb.response_ids.shape[1]
             out[idx, :T] = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
-            self._tokens["scored_padded"] += forward_tokens(mb, scorer.share_prompts)
+            self._tokens["logprob"] += forward_tokens(mb, scorer.share_prompts)
         return out
 
     def _sync_generator(self) -> None:
@@ -362,7 +362,7 @@ class Trainer:
                     mb = batch.select(idx)
                     T = mb.response_ids.shape[1]
                     mm = mask_BT[idx, :T]
-                    self._tokens["scored_padded"] += forward_tokens(mb)
+                    self._tokens["update"] += forward_tokens(mb)
                     logp_BT, ent_BT = score_tokens(self.model, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
                     agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
                     loss, pm = A.policy_loss(
@@ -415,7 +415,8 @@ class Trainer:
                 "tokens/prompt": float(n_prompt),
                 "tokens/response": float(n_resp),
                 "tokens/generated": float(sum(t.n_policy_tokens for t in trajs)),
-                "tokens/scored_padded": float(self._tokens["scored_padded"]),
+                "tokens/scored_padded": float(sum(self._tokens.values())),  # positions computed, padding included
+                **{f"tokens/scored_{k}": float(v) for k, v in self._tokens.items()},  # per phase
                 "step": step + 1,
                 "lr": self.sched.get_last_lr()[0],
                 "time/generate_s": gen_stats.get("generate_s", 0.0),

@@ -1,0 +1,165 @@
+"""Benchmark (issue 15, item 1): which query-encoding path to serve with, chosen by measurement.
+
+Candidates, all encoding the same 2WikiMultiHopQA dev questions with all-MiniLM-L6-v2 on this CPU:
+
+- ``sentence-transformers``: ``SentenceTransformer.encode`` (the reference path);
+- ``torch inference_mode``: the transformers model called directly under ``torch.inference_mode`` with our own
+  mean pooling, at 1 and at all torch threads;
+- ``onnxruntime fp32``: the graph ``searchrl.retrieval.onnx_encoder.export_encoder`` writes, at 1 and all threads;
+- ``onnxruntime int8``: the same graph after ``onnxruntime.quantization.quantize_dynamic`` (weights int8).
+
+For each: single-query latency (one query per call, median and p90 over the questions), throughput with 32 queries
+per call, the smallest cosine similarity to the reference embeddings over the questions, and the time to import
+what the path needs (in a fresh interpreter). Results: ``benchmarks/results/query_encoder.{json,md}``.
+
+Usage: python benchmarks/bench_query_encoder.py [--questions 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", ROOT.parent / "shared" / "data")) / "2wiki-mini"
+
+IMPORTS = {
+    "sentence-transformers": "import sentence_transformers",
+    "torch inference_mode": "import torch, transformers; from transformers import AutoModel",
+    "onnxruntime": "import onnxruntime, tokenizers",
+}
+
+
+def import_seconds(stmt: str) -> float:
+    code = f"import time; t = time.perf_counter(); {stmt}; print(time.perf_counter() - t)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    return round(float(out.stdout.strip().splitlines()[-1]), 2)
+
+
+def measure(encode, questions: list[str], ref: np.ndarray) -> dict:
+    encode(questions[:4])  # warm-up (allocations, lazy initialisation)
+    lat = []
+    for q in questions:
+        t0 = time.perf_counter()
+        encode([q])
+        lat.append((time.perf_counter() - t0) * 1000)
+    t0 = time.perf_counter()
+    for start in range(0, len(questions), 32):
+        encode(questions[start : start + 32])
+    batch_qps = len(questions) / (time.perf_counter() - t0)
+    emb = encode(questions)
+    cos = (emb * ref).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(ref, axis=1))
+    return {
+        "single_p50_ms": round(float(np.percentile(lat, 50)), 2),
+        "single_p90_ms": round(float(np.percentile(lat, 90)), 2),
+        "batch32_qps": round(batch_qps, 1),
+        "min_cosine": round(float(cos.min()), 6),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--questions", type=int, default=200)
+    args = ap.parse_args()
+    if not (DATA / "dev.jsonl").exists():
+        sys.exit(f"2wiki-mini not found at {DATA}; set SEARCHRL_SHARED_DATA to the folder holding 2wiki-mini/")
+    questions = [json.loads(line)["question"] for line in (DATA / "dev.jsonl").open() if line.strip()]
+    questions = questions[: args.questions]
+
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from transformers import AutoModel, AutoTokenizer
+
+    from searchrl.models import load_embedder, resolve_embedder
+    from searchrl.retrieval.dense import DenseOptions
+    from searchrl.retrieval.onnx_encoder import OnnxEncoder, export_encoder
+
+    all_threads = torch.get_num_threads()
+    st = load_embedder("minilm-l6-v2")
+    ref = st.encode(questions, normalize_embeddings=True, convert_to_numpy=True)
+    rows = []
+
+    def add(name: str, threads: int | None, encode, imports: str) -> None:
+        row = {"path": name, "threads": threads} | measure(encode, questions, ref)
+        row["import_s"] = import_seconds(IMPORTS[imports])
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+
+    add("sentence-transformers", all_threads,
+        lambda x: st.encode(x, normalize_embeddings=True, show_progress_bar=False), "sentence-transformers")  # fmt: skip
+
+    model_dir = resolve_embedder("minilm-l6-v2")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    hf = AutoModel.from_pretrained(model_dir).eval()
+
+    def torch_encode(texts: list[str]) -> np.ndarray:
+        with torch.inference_mode():
+            b = tok(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+            h = hf(**b).last_hidden_state  # (B, T, H)
+            m = b["attention_mask"].unsqueeze(-1).float()  # (B, T, 1)
+            e = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=1)  # (B, H)
+        return e.numpy()
+
+    for threads in sorted({1, all_threads}):
+        torch.set_num_threads(threads)
+        add("torch inference_mode", threads, torch_encode, "torch inference_mode")
+    torch.set_num_threads(all_threads)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = Path(tmp) / "fp32"
+        t0 = time.perf_counter()
+        export_encoder("minilm-l6-v2", fp32)
+        export_s = round(time.perf_counter() - t0, 2)
+        int8 = Path(tmp) / "int8"
+        int8.mkdir()
+        for f in ("tokenizer.json", "encoder.json"):
+            (int8 / f).write_bytes((fp32 / f).read_bytes())
+        quantize_dynamic(str(fp32 / "model.onnx"), str(int8 / "model.onnx"), weight_type=QuantType.QInt8)
+        options = DenseOptions()
+        for name, folder in [("onnxruntime fp32", fp32), ("onnxruntime int8", int8)]:
+            for threads in sorted({1, all_threads}):
+                enc = OnnxEncoder(folder, options, threads=threads)
+                add(name, threads, lambda x, enc=enc: enc.encode(x, is_query=True), "onnxruntime")
+
+    result = {
+        "benchmark": "query_encoder",
+        "model": "all-MiniLM-L6-v2 (minilm-l6-v2)",
+        "questions": len(questions),
+        "onnx_export_s": export_s,
+        "versions": {"torch": torch.__version__, "onnxruntime": ort.__version__},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "load_average_at_end": os.getloadavg(),
+        "rows": rows,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "query_encoder.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        "# Query-encoding paths for MiniLM",
+        "",
+        f"{len(questions)} 2WikiMultiHopQA dev questions, all-MiniLM-L6-v2, {os.cpu_count()} CPUs (load average at "
+        f"end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}). Min cosine is against the sentence-transformers "
+        f"embeddings. ONNX export took {export_s} s.",
+        "",
+        "| path | threads | 1 query: p50 ms | p90 ms | 32 per call: queries/s | min cosine | import s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['path']} | {r['threads']} | {r['single_p50_ms']} | {r['single_p90_ms']} | "
+                     f"{r['batch32_qps']} | {r['min_cosine']} | {r['import_s']} |")  # fmt: skip
+    (RESULTS / "query_encoder.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
