@@ -322,7 +322,9 @@ class Trainer:
             if alg.kl_in_reward:
                 rewards_BT = rewards_BT - alg.kl_coef * kl_BT
             (adv_BT, returns_BT), m = A.gae_advantages(rewards_BT, old_values_BT, cmask_BT, alg.gamma, alg.lam)
-            adv_BT = A.whiten(adv_BT, mask_BT)
+            # whitened over the critic's positions (veRL's masked_whiten over the response mask when they include
+            # retrieved tokens); the policy loss then reads the policy's positions only
+            adv_BT = A.whiten(adv_BT, cmask_BT)
         elif alg.name == "grpo":
             adv_BT, m = A.grpo_advantages(scores_B, [t.group_id for t in trajs], mask_BT, alg.norm_adv_by_std)
         elif alg.name == "rloo":
