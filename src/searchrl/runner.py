@@ -421,7 +421,7 @@ def run_cmd(
         return load_config(name, overrides or [], profile)
 
     cfg = load(recipe)
-    check_fetchable(cfg, profile)
+    check_fetchable(cfg, profile, pipeline=True)
     for stage in cfg.pipeline:
         if stage.recipe:
             check_fetchable(load(stage.recipe), profile)
