@@ -145,3 +145,23 @@ def test_real_data_stages_and_eval(tmp_path: Path) -> None:
     assert len(rows) == 3 and all("action_mask" in r for r in rows)
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary and results[-1].result["rows"][0]["method"] == "naive_rag"
+
+
+def test_a_stage_can_run_with_another_recipe(tmp_path: Path, monkeypatch) -> None:
+    """R1-Searcher's pipeline runs stage 1 with r1_searcher_stage1's config (same profile), stage 2 with its own."""
+    from searchrl.config import load_config
+
+    seen = {}
+
+    def handler(ctx):
+        runner.stage_output(ctx.stage, ctx.run_dir).mkdir(parents=True, exist_ok=True)
+        seen[ctx.stage.name] = ([c.name for c in ctx.cfg.reward.components], ctx.cfg.model.policy, ctx.model)
+        return {}
+
+    for key in runner.HANDLERS:
+        monkeypatch.setitem(runner.HANDLERS, key, handler)
+    cfg = load_config("r1_searcher_stage2", profile="laptop")
+    run_pipeline(cfg, tmp_path, load=lambda name: load_config(name, [], "laptop"))
+    assert seen["stage1"][0] == ["retrieval", "format"] and seen["stage2"][0] == ["answer", "format"]
+    assert seen["stage1"][1] == "smollm2-135m-instruct"  # the profile applies to the other recipe too
+    assert seen["stage2"][2] == str(tmp_path / "stage1" / "final")
