@@ -147,7 +147,7 @@ def main() -> None:
         app()
     except (ConfigError, ModelResolutionError, FileNotFoundError, ValueError, ConnectionError) as err:
         # User-caused errors: one line naming the fix, no traceback.
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         sys.exit(2)
 
 

@@ -111,6 +111,8 @@ class RetrievalConfig(_Section):
     urls: list[str] = Field(default_factory=list)
     topk: int = 3
     encoder: str = "minilm-l6-v2"
+    #: dense / hybrid indexes built on demand: exact inner product (flat), ivf or hnsw.
+    faiss: Literal["flat", "ivf", "hnsw"] = "flat"
     timeout_s: float = 10.0
     #: ``kind: web`` only: the search API, page fetching and the summariser.
     web: WebConfig = WebConfig()
@@ -491,9 +493,11 @@ def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"unknown profile '{profile}'{hint} (available: {', '.join(profile_names())})")
     raw = yaml.safe_load(p.read_text()) or {}
-    unknown = set(raw) - {"all", "recipes", "description"}
+    unknown = {k for k in raw if not k.startswith("_")} - {"all", "recipes", "description"}  # _x: YAML anchors
     if unknown:
-        raise ConfigError(f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes:")
+        raise ConfigError(
+            f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes: (and _name: anchors)"
+        )
     out = _merge({}, raw.get("all") or {})
     return _merge(out, (raw.get("recipes") or {}).get(recipe_name) or {})
 

@@ -292,9 +292,9 @@ def _hub_reason(spec: str) -> str | None:
     return None
 
 
-def models_of(cfg) -> list[tuple[str, str, str]]:
+def models_of(cfg, pipeline: bool = False) -> list[tuple[str, str, str]]:
     """``(role, spec, kind)`` of every model and encoder a run config loads (policy, reader, rewriter, encoder,
-    summariser)."""
+    summariser), and with ``pipeline`` the models its pipeline stages start from."""
     out = [("model.policy", cfg.training.init_from or cfg.model.policy, "policy")]
     if cfg.model.reader and any(c.name == "evidence" for c in cfg.reward.components):
         out.append(("model.reader", cfg.model.reader, "policy"))
@@ -304,16 +304,17 @@ def models_of(cfg) -> list[tuple[str, str, str]]:
         out.append(("retrieval.encoder", cfg.retrieval.encoder, "embedder"))
     if cfg.retrieval.kind == "web" and cfg.retrieval.web.summarizer and not cfg.retrieval.web.summarizer_url:
         out.append(("retrieval.web.summarizer", cfg.retrieval.web.summarizer, "policy"))
-    for stage in cfg.pipeline:
+    for stage in cfg.pipeline if pipeline else []:
         if stage.init_from and "${" not in stage.init_from:
             out.append((f"pipeline.{stage.name}.init_from", stage.init_from, "policy"))
     return out
 
 
-def check_fetchable(cfg, profile: str | None = None) -> None:
-    """Fail early, in one line naming the profile, when a model or encoder of ``cfg`` can be neither found locally
-    nor fetched (a hub id without network). Aliases and local directories always pass (aliases come from PyPI)."""
-    for role, spec, _kind in models_of(cfg):
+def check_fetchable(cfg, profile: str | None = None, pipeline: bool = False) -> None:
+    """Fail early, in one line naming the profile, when a model or encoder of ``cfg`` (and with ``pipeline``, of its
+    stages) can be neither found locally nor fetched (a hub id without network). Aliases and local directories
+    always pass (aliases come from PyPI)."""
+    for role, spec, _kind in models_of(cfg, pipeline):
         if spec in ALIASES or Path(spec).expanduser().exists():
             continue
         if spec.startswith((".", "/", "~")) or spec.count("/") > 1:

@@ -186,6 +186,8 @@ def _op_index(ctx: StageContext) -> dict[str, Any]:
     if kind not in ("bm25", "dense", "hybrid"):
         raise ConfigError(f"stage '{ctx.stage.name}': an index stage builds bm25, dense or hybrid, not {kind}")
     extra = {k: v for k, v in ctx.stage.args.items() if k not in ("kind", "encoder")}
+    if kind != "bm25":
+        extra.setdefault("faiss", ctx.cfg.retrieval.faiss)
     encoder = ctx.stage.args.get("encoder", ctx.cfg.retrieval.encoder)
     path = build_index(corpus, kind, ctx.dir / "index", encoder=encoder, overwrite=True, **extra)
     manifest = json.loads((path / "manifest.json").read_text())
@@ -435,7 +437,7 @@ def run_cmd(
         return load_config(name, overrides or [], profile)
 
     cfg = load(recipe)
-    check_fetchable(cfg, profile)
+    check_fetchable(cfg, profile, pipeline=True)
     for stage in cfg.pipeline:
         if stage.recipe:
             check_fetchable(load(stage.recipe), profile)

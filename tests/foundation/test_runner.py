@@ -167,3 +167,23 @@ def test_multihop_cpu_without_user_data_names_the_fix(tmp_path) -> None:
     cfg = cfg.model_copy(update={"pipeline": [s for s in cfg.pipeline if s.name == "split"]})
     with pytest.raises(ConfigError, match="data.source=DIR data.train="):
         run_pipeline(cfg, tmp_path / "run")
+
+
+def test_a_stage_can_run_with_another_recipe(tmp_path: Path, monkeypatch) -> None:
+    """R1-Searcher's pipeline runs stage 1 with r1_searcher_stage1's config (same profile), stage 2 with its own."""
+    from searchrl.config import load_config
+
+    seen = {}
+
+    def handler(ctx):
+        runner.stage_output(ctx.stage, ctx.run_dir).mkdir(parents=True, exist_ok=True)
+        seen[ctx.stage.name] = ([c.name for c in ctx.cfg.reward.components], ctx.cfg.model.policy, ctx.model)
+        return {}
+
+    for key in runner.HANDLERS:
+        monkeypatch.setitem(runner.HANDLERS, key, handler)
+    cfg = load_config("r1_searcher_stage2", profile="laptop")
+    run_pipeline(cfg, tmp_path, load=lambda name: load_config(name, [], "laptop"))
+    assert seen["stage1"][0] == ["retrieval", "format"] and seen["stage2"][0] == ["answer", "format"]
+    assert seen["stage1"][1] == "smollm2-135m-instruct"  # the profile applies to the other recipe too
+    assert seen["stage2"][2] == str(tmp_path / "stage1" / "final")
