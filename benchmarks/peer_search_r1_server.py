@@ -93,13 +93,19 @@ def load_questions() -> list[str]:
     return questions
 
 
-def prepare_indexes(corpus: Path, big_n: int) -> tuple[Path, Path | None]:
-    """The real dense index of ``corpus`` and a ``big_n``-passage one for start-up (cached under BENCH_DIR)."""
+def prepare_indexes(corpus: Path, big_n: int, small: Path | None = None) -> tuple[Path, Path | None]:
+    """The real dense index of ``corpus`` (``small`` if given) and a ``big_n``-passage one for start-up (cached
+    under BENCH_DIR)."""
     from searchrl.data.corpus import file_fingerprint
-    from searchrl.retrieval.index import build_index
+    from searchrl.retrieval.index import build_index, check_corpus, read_manifest
 
     fp = file_fingerprint(corpus)[:12]
-    small = BENCH_DIR / f"peer-{corpus.stem}-{fp}-dense"
+    if small is not None:
+        manifest = read_manifest(small)
+        check_corpus(manifest, corpus, small)
+        if manifest["kind"] != "dense" or manifest["options"]["dense"]["faiss"] != "flat":
+            sys.exit(f"{small} is not a dense faiss Flat index; build one with `searchrl index build --kind dense`")
+    small = small or BENCH_DIR / f"peer-{corpus.stem}-{fp}-dense"
     if not (small / "manifest.json").exists():
         print(f"building dense MiniLM index of {corpus} -> {small}", flush=True)
         build_index(corpus, "dense", small, overwrite=True)
@@ -311,6 +317,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--search-r1", type=Path, required=True, help="Search-R1 checkout (holds search_r1/search/)")
     ap.add_argument("--corpus", type=Path, default=DATA / "2wiki-mini" / "corpus.jsonl")
+    ap.add_argument("--index", type=Path, help="an existing dense Flat index of --corpus (default: built here)")
     ap.add_argument("--big-passages", type=int, default=200_000, help="start-up index size (0: skip)")
     ap.add_argument("--prepare-only", action="store_true", help="build the indexes and caches, measure nothing")
     ap.add_argument("--smoke", action="store_true", help="tiny loads to check the wiring; writes no results")
@@ -326,7 +333,7 @@ def main() -> None:
     from searchrl.models import resolve_embedder
 
     model = resolve_embedder("minilm-l6-v2")
-    small, big = prepare_indexes(args.corpus.resolve(), args.big_passages)
+    small, big = prepare_indexes(args.corpus.resolve(), args.big_passages, args.index)
     python = python_for_search_r1()
     big_corpus = None
     if big is not None:
