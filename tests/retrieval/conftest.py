@@ -75,6 +75,12 @@ def hashing_encoder() -> HashingEncoder:
     return HashingEncoder()
 
 
+@pytest.fixture(scope="session")
+def make_hashing_encoder() -> Callable[[], HashingEncoder]:
+    """For module- or session-scoped fixtures, which cannot use ``hashing_encoder``."""
+    return HashingEncoder
+
+
 @contextmanager
 def _serve(app) -> Iterator[str]:
     """Run ``app`` with uvicorn on a free loopback port in a daemon thread; yields the base URL."""

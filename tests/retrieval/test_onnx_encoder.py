@@ -142,3 +142,17 @@ print(sorted(m for m in ("torch", "transformers", "sentence_transformers") if m 
     lines = res.stdout.strip().splitlines()
     assert lines[-2] == "OnnxEncoder Python (programming language)"
     assert lines[-1] == "[]", f"serving imported {lines[-1]}"
+
+
+def test_bad_query_encoder_choices_are_one_line_errors(tiny_corpus: Path, tmp_path: Path, hashing_encoder) -> None:
+    from searchrl.data.corpus import iter_passages
+    from searchrl.retrieval.index import load_index
+
+    with pytest.raises(ValueError, match="unknown query encoder 'torch'"):
+        build_index(tiny_corpus, "dense", tmp_path / "x", query_encoder="torch")  # type: ignore[arg-type]
+    vecs = hashing_encoder.encode([p.contents for p in iter_passages(tiny_corpus)], is_query=False)
+    out = build_index(tiny_corpus, "dense", tmp_path / "d", vectors=vecs)
+    with pytest.raises(FileNotFoundError, match="no exported query encoder; rebuild the index"):
+        load_index(out, query_encoder="onnx")
+    with pytest.raises(ValueError, match="unknown query encoder"):
+        load_index(out, query_encoder="bogus")

@@ -33,6 +33,11 @@ def build(
     faiss: FaissKind = typer.Option(FaissKind.flat, help="dense: exact inner product (flat), ivf or hnsw"),
     stemmer: str = typer.Option("english", help="bm25: PyStemmer language, or 'none'"),
     stopwords: str = typer.Option("en", help="bm25: stopword list, or 'none'"),
+    query_encoder: str = typer.Option(
+        None,
+        help="dense: onnx (export the encoder for fast, torch-free serving) or sentence-transformers; "
+        "default: onnx when the encoder can be exported",
+    ),
     force: bool = typer.Option(False, "--force", help="replace an existing index in --out"),
 ) -> None:
     """Build an index directory from a corpus file (shows a progress bar).
@@ -46,7 +51,7 @@ def build(
         corpus, kind.value, out, encoder=encoder, batch_size=batch_size, faiss=faiss.value,
         stemmer=None if stemmer.lower() == "none" else stemmer,
         stopwords=None if stopwords.lower() == "none" else stopwords,
-        overwrite=force,
+        query_encoder=query_encoder, overwrite=force,
     )  # fmt: skip
     manifest = json.loads((path / "manifest.json").read_text())
     console.print(

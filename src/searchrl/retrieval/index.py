@@ -87,6 +87,8 @@ def build_index(
 
     if kind not in KINDS:
         raise ValueError(f"unknown index kind '{kind}'; use one of {', '.join(KINDS)}")
+    if query_encoder not in (None, "onnx", "sentence-transformers"):
+        raise ValueError(f"unknown query encoder '{query_encoder}'; use onnx or sentence-transformers")
     corpus, out = Path(corpus).resolve(), Path(out)
     if not corpus.is_file():
         raise FileNotFoundError(f"corpus not found: {corpus} (give a .jsonl or .parquet passage file)")

@@ -27,6 +27,10 @@ def serve(
     max_topk: int = typer.Option(100, help="largest topk a request may ask for"),
     max_queries: int = typer.Option(4096, help="most queries in one request"),
     max_query_chars: int = typer.Option(4096, help="longest query, in characters"),
+    query_encoder: str = typer.Option(
+        None, help="dense query encoding: onnx | sentence-transformers (default: what the index manifest says)"
+    ),
+    query_cache: int = typer.Option(10_000, help="query embeddings kept in an LRU cache (0: none)"),
     access_log: bool = typer.Option(False, "--access-log", help="log every request"),
 ) -> None:
     """Serve an index over HTTP: POST /retrieve (Search-R1 format), GET /health, GET /stats, /docs.
@@ -40,14 +44,18 @@ def serve(
     from searchrl.utils import console
 
     t0 = time.perf_counter()
-    retriever = load_index(index, corpus)
+    retriever = load_index(index, corpus, query_encoder=query_encoder)
+    dense = getattr(retriever, "dense", retriever)
+    if hasattr(dense, "query_cache"):
+        dense.query_cache.maxsize = query_cache
     app = create_app(
         retriever, default_topk=topk, max_topk=max_topk, max_queries=max_queries, max_query_chars=max_query_chars
     )
     manifest = retriever.manifest
+    encoder = f" (queries: {type(dense.encoder).__name__})" if hasattr(dense, "encoder") else ""
     console.print(
         f"loaded {manifest['kind']} index of {manifest['counts']['passages']:,} passages from {index} in "
-        f"{time.perf_counter() - t0:.2f} s; serving on http://{host}:{port}/retrieve"
+        f"{time.perf_counter() - t0:.2f} s{encoder}; serving on http://{host}:{port}/retrieve"
     )
     if not _is_loopback(host):
         console.print(f"[yellow]warning:[/yellow] binding {host} exposes the index to the network; it has no auth")

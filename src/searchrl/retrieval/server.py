@@ -258,6 +258,19 @@ def create_app(
         stats.rejected += 1
         return JSONResponse(status_code=err.status, content={"detail": err.message})
 
+    def openapi_with_limits() -> dict[str, Any]:
+        # The handler checks these limits itself (413 for size, 422 otherwise, one-line messages); stating them in
+        # the OpenAPI schema too tells clients, and schema-driven fuzzers, what a valid request is.
+        if app.openapi_schema is None:
+            schema = FastAPI.openapi(app)
+            props = schema["components"]["schemas"]["RetrieveRequest"]["properties"]
+            props["queries"] |= {"minItems": 1, "maxItems": max_queries}
+            props["queries"]["items"] |= {"minLength": 1, "maxLength": max_query_chars, "pattern": r"\S"}
+            props["topk"] |= {"minimum": 1, "maximum": max_topk}
+        return app.openapi_schema
+
+    app.openapi = openapi_with_limits  # type: ignore[method-assign]
+
     @app.post("/retrieve")
     async def retrieve(body: RetrieveRequest) -> JSONResponse:
         """Top-k passages for each query (Search-R1 format)."""

@@ -1,0 +1,453 @@
+"""Peer benchmark: Search-R1's dense retrieval server against ``searchrl serve``, same index, encoder and questions.
+
+Inputs: a checkout of Search-R1 (``--search-r1 DIR``, holding ``search_r1/search/retrieval_server.py``) and a
+corpus in Search-R1's format (``--corpus``, default ``../shared/data/2wiki-mini/corpus.jsonl``).
+
+What is shared by both servers:
+
+- one faiss Flat (exact inner product) index file, ``dense/index.faiss`` of an index built by ``searchrl index
+  build --kind dense`` (passages encoded by sentence-transformers' all-MiniLM-L6-v2), which Search-R1's server
+  reads with ``faiss.read_index`` as it would its own ``e5_Flat.index``;
+- the same MiniLM model folder (Search-R1: ``--retriever_model DIR``, mean pooling, max length 256, L2-normalised;
+  SearchRL: the same model exported to ONNX at index-build time);
+- the same questions, k = 3. Questions are 2WikiMultiHopQA dev and HotpotQA/2Wiki training questions from
+  ``../shared/data``, de-duplicated and shuffled once; no question is sent twice to a server within a run, so
+  SearchRL's query-embedding cache never answers from memory here.
+
+Search-R1's server is CUDA-only; it runs unmodified from the checkout under a CPU shim that this script writes to
+a temporary directory (nothing is written into the checkout): ``.cuda()`` returns the module/tensor itself,
+``.half()`` keeps fp32 (their launcher asks for fp16, which a CPU runs as slow emulation), ``torch.cuda.empty_cache``
+does nothing, and ``uvicorn.run`` binds 127.0.0.1 on a free port instead of 0.0.0.0:8000. It runs in this Python
+environment when it has Search-R1's imports (torch, transformers, faiss, datasets, fastapi, uvicorn), else in a
+throwaway virtualenv under ``runs/``. Its ``datasets`` cache of the corpus is built once before timing (a warm
+cache, as on a second start).
+
+Loads, per server: time to first answer (from process launch to the first answered ``/retrieve``), 1 client with 1
+query per request, 8 clients with 1 query per request, 4 clients with 32 queries per request, resident memory
+after the loads (VmRSS, and peak VmHWM). Then each server is started once more on a 200k-passage index for its
+time to first answer: the corpus repeated with distinct ids (real text), and the real passage vectors repeated
+with small Gaussian noise and re-normalised (start-up does not depend on vector content; encoding 200k passages
+on 2 CPU cores takes hours). Results: ``benchmarks/results/peer_search_r1_server.{json,md}``.
+
+Usage: python benchmarks/peer_search_r1_server.py --search-r1 /path/to/Search-R1 [--corpus FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", ROOT.parent / "shared" / "data"))
+BENCH_DIR = Path(os.environ.get("SEARCHRL_BENCH_DIR", "/tmp/searchrl-bench"))
+SEARCHRL = Path(sys.executable).with_name("searchrl")
+TOPK = 3
+
+# The CPU shim: applied before Search-R1's script runs (runpy), so their file stays as it is.
+SHIM = """
+import os, runpy, sys
+import torch
+torch.nn.Module.cuda = lambda self, device=None: self
+torch.Tensor.cuda = lambda self, *args, **kwargs: self
+torch.nn.Module.half = lambda self: self  # fp32 on CPU: fp16 matmuls are emulated there
+torch.cuda.empty_cache = lambda: None
+import uvicorn
+_run = uvicorn.run
+def _run_local(app, *args, **kwargs):
+    kwargs.update(host="127.0.0.1", port=int(os.environ["SEARCH_R1_SHIM_PORT"]), log_level="warning")
+    return _run(app, **kwargs)
+uvicorn.run = _run_local
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(script))
+runpy.run_path(script, run_name="__main__")
+"""
+SEARCH_R1_IMPORTS = ("torch", "transformers", "faiss", "datasets", "fastapi", "uvicorn", "tqdm", "numpy")
+
+
+# --------------------------------------------------------------------------------------------------- inputs
+def load_questions() -> list[str]:
+    files = [DATA / "2wiki-mini" / "dev.jsonl", *sorted((DATA / "r1-searcher-train").glob("stage_*.jsonl"))]
+    seen: dict[str, None] = {}
+    for f in files:
+        if f.exists():
+            for line in f.open():
+                if line.strip():
+                    seen.setdefault(json.loads(line)["question"].strip(), None)
+    questions = [q for q in seen if q]
+    random.Random(0).shuffle(questions)
+    return questions
+
+
+def prepare_indexes(corpus: Path, big_n: int, small: Path | None = None) -> tuple[Path, Path | None]:
+    """The real dense index of ``corpus`` (``small`` if given) and a ``big_n``-passage one for start-up (cached
+    under BENCH_DIR)."""
+    from searchrl.data.corpus import file_fingerprint
+    from searchrl.retrieval.index import build_index, check_corpus, read_manifest
+
+    fp = file_fingerprint(corpus)[:12]
+    if small is not None:
+        manifest = read_manifest(small)
+        check_corpus(manifest, corpus, small)
+        if manifest["kind"] != "dense" or manifest["options"]["dense"]["faiss"] != "flat":
+            sys.exit(f"{small} is not a dense faiss Flat index; build one with `searchrl index build --kind dense`")
+    small = small or BENCH_DIR / f"peer-{corpus.stem}-{fp}-dense"
+    if not (small / "manifest.json").exists():
+        print(f"building dense MiniLM index of {corpus} -> {small}", flush=True)
+        build_index(corpus, "dense", small, overwrite=True)
+    if not big_n:
+        return small, None
+    big = BENCH_DIR / f"peer-{corpus.stem}-{fp}-dense-{big_n}"
+    if not (big / "manifest.json").exists():
+        import faiss
+
+        rows = [json.loads(line) for line in corpus.open() if line.strip()]
+        index = faiss.read_index(str(small / "dense" / "index.faiss"))
+        base = index.reconstruct_n(0, index.ntotal)  # (N, D) real passage vectors
+        copies = -(-big_n // len(rows))
+        big_corpus = BENCH_DIR / f"peer-{corpus.stem}-{fp}-x{copies}.jsonl"
+        with big_corpus.open("w") as f:
+            for c in range(copies):
+                for r in rows:
+                    f.write(json.dumps(r | {"id": f"{r['id']}#{c}"}) + "\n")
+        rng = np.random.default_rng(0)
+        vectors = np.tile(base, (copies, 1)) + rng.normal(0, 0.01, (copies * len(rows), base.shape[1])).astype(
+            np.float32
+        )  # (copies * N, D)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        print(f"building {len(vectors):,}-passage start-up index -> {big}", flush=True)
+        build_index(big_corpus, "dense", big, vectors=vectors, query_encoder="onnx", overwrite=True)
+    return small, big
+
+
+def python_for_search_r1() -> str:
+    """This interpreter when it has Search-R1's imports, else a throwaway venv under runs/ (created once)."""
+    probe = "import importlib.util, sys; sys.exit(any(importlib.util.find_spec(m) is None for m in %r))"
+    if subprocess.run([sys.executable, "-c", probe % (SEARCH_R1_IMPORTS,)], timeout=120).returncode == 0:
+        return sys.executable
+    venv = ROOT / "runs" / "search-r1-venv"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "torch", "transformers", "faiss-cpu", "datasets",
+                        "fastapi", "uvicorn", "tqdm"], check=True, timeout=1800)  # fmt: skip
+    return str(py)
+
+
+# --------------------------------------------------------------------------------------------------- servers
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server process started from ``cmd``; ``start`` returns the seconds until the first answered request."""
+
+    def __init__(self, name: str, cmd: list[str], port: int, env: dict[str, str], log: Path) -> None:
+        self.name, self.cmd, self.port, self.env, self.log = name, cmd, port, env, log
+        self.url = f"http://127.0.0.1:{port}/retrieve"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, question: str, timeout_s: float = 600.0) -> float:
+        t0 = time.perf_counter()
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        with httpx.Client(timeout=60) as http:
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited (code {self.proc.returncode}); see {self.log}")
+                if time.perf_counter() - t0 > timeout_s:
+                    raise RuntimeError(f"{self.name} gave no answer within {timeout_s} s; see {self.log}")
+                try:
+                    resp = http.post(self.url, json={"queries": [question], "topk": TOPK, "return_scores": True})
+                except httpx.TransportError:
+                    time.sleep(0.02)
+                    continue
+                resp.raise_for_status()
+                assert len(resp.json()["result"][0]) == TOPK
+                return time.perf_counter() - t0
+
+    def memory_mb(self) -> dict[str, float]:
+        assert self.proc is not None
+        status = Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+        fields = {line.split(":")[0]: line.split()[1] for line in status if line.startswith(("VmRSS", "VmHWM"))}
+        return {"rss_mb": round(int(fields["VmRSS"]) / 1024, 1), "peak_rss_mb": round(int(fields["VmHWM"]) / 1024, 1)}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self.proc = None
+
+
+def search_r1_server(checkout: Path, python: str, index: Path, corpus: Path, model: str, tmp: Path) -> Server:
+    shim = tmp / "search_r1_cpu_shim.py"
+    shim.write_text(SHIM)
+    port = free_port()
+    env = os.environ | {"SEARCH_R1_SHIM_PORT": str(port), "HF_DATASETS_CACHE": str(BENCH_DIR / "hf-datasets"),
+                        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}  # fmt: skip
+    cmd = [python, str(shim), str(checkout / "search_r1" / "search" / "retrieval_server.py"),
+           "--index_path", str(index / "dense" / "index.faiss"), "--corpus_path", str(corpus), "--topk", str(TOPK),
+           "--retriever_name", "minilm", "--retriever_model", model]  # fmt: skip
+    return Server("Search-R1 retrieval_server.py", cmd, port, env, tmp / "search_r1.log")
+
+
+def searchrl_server(index: Path, tmp: Path) -> Server:
+    port = free_port()
+    cmd = [str(SEARCHRL), "serve", "--index", str(index), "--port", str(port)]
+    return Server("searchrl serve", cmd, port, os.environ | {"SEARCHRL_NO_PROGRESS": "1"}, tmp / "searchrl.log")
+
+
+def warm_datasets_cache(python: str, corpus: Path) -> None:
+    """Build Search-R1's ``datasets`` Arrow cache of the corpus once, outside the timed start."""
+    code = (f"import datasets; datasets.load_dataset('json', data_files={str(corpus)!r}, split='train', "
+            "num_proc=4)")  # fmt: skip
+    env = os.environ | {"HF_DATASETS_CACHE": str(BENCH_DIR / "hf-datasets"), "HF_HUB_OFFLINE": "1"}
+    subprocess.run([python, "-c", code], check=True, timeout=900, env=env, capture_output=True)
+
+
+# ------------------------------------------------------------------------------------------------------ loads
+def run_load(url: str, questions: list[str], clients: int, requests: int, per_request: int) -> dict:
+    """``clients`` threads, each sending ``requests`` requests of ``per_request`` distinct questions."""
+    need = clients * requests * per_request
+    assert len(questions) >= need, f"need {need} questions, have {len(questions)}"
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[list[str]] = [[] for _ in range(clients)]
+    barrier = threading.Barrier(clients + 1)
+
+    def client(c: int) -> None:
+        with httpx.Client(timeout=120) as http:
+            barrier.wait()
+            for i in range(requests):
+                start = (c * requests + i) * per_request
+                batch = questions[start : start + per_request]
+                t0 = time.perf_counter()
+                try:
+                    resp = http.post(url, json={"queries": batch, "topk": TOPK, "return_scores": True})
+                    result = resp.json()["result"] if resp.status_code == 200 else None
+                    if result is None or len(result) != len(batch) or any(len(r) != TOPK for r in result):
+                        errors[c].append(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                except Exception as err:  # noqa: BLE001 - every failure is counted, none stops the run
+                    errors[c].append(f"{type(err).__name__}: {err}")
+                latencies[c].append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    lat_ms = np.array([x for per in latencies for x in per]) * 1000.0
+    all_errors = [e for per in errors for e in per]
+    return {
+        "clients": clients,
+        "queries_per_request": per_request,
+        "requests": int(lat_ms.size),
+        "errors": len(all_errors),
+        "error_examples": all_errors[:3],
+        "wall_s": round(wall, 2),
+        "queries_per_s": round(lat_ms.size * per_request / wall, 1),
+        "latency_ms": {f"p{p}": round(float(np.percentile(lat_ms, p)), 1) for p in (50, 99)},
+    }
+
+
+LOADS = [  # (name, clients, requests per client, queries per request)
+    ("1 client, 1 query/request", 1, 300, 1),
+    ("8 clients, 1 query/request", 8, 60, 1),
+    ("4 clients x 32 queries/request", 4, 8, 32),
+]
+
+
+def measure(server: Server, questions: list[str], big: Path | None, make_big) -> dict:
+    """Start, loads, memory, stop; then time to first answer on the big index."""
+    out: dict = {"server": server.name}
+    q = iter(range(len(questions)))
+    try:
+        out["first_answer_s"] = round(server.start(questions[next(q)]), 2)
+        with httpx.Client(timeout=60) as http:  # warm-up: allocations, first faiss pages, thread pools
+            for _ in range(20):
+                body = {"queries": [questions[next(q)]], "topk": TOPK, "return_scores": True}  # as Search-R1 sends
+                http.post(server.url, json=body).raise_for_status()
+        offset = next(q)
+        out["loads"] = {}
+        for name, clients, requests, per_request in LOADS:
+            need = clients * requests * per_request
+            out["loads"][name] = run_load(server.url, questions[offset : offset + need], clients, requests,
+                                          per_request)  # fmt: skip
+            offset += need
+            print(f"  {server.name}: {name}: {json.dumps(out['loads'][name])}", flush=True)
+        out |= server.memory_mb()
+        if "searchrl" in server.name:
+            out["server_stats"] = httpx.get(server.url.replace("/retrieve", "/stats"), timeout=10).json()
+    finally:
+        server.stop()
+    if big is not None:
+        big_server = make_big()
+        try:
+            out["first_answer_big_s"] = round(big_server.start(questions[0]), 2)
+            out["big"] = big_server.memory_mb()
+        finally:
+            big_server.stop()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--search-r1", type=Path, required=True, help="Search-R1 checkout (holds search_r1/search/)")
+    ap.add_argument("--corpus", type=Path, default=DATA / "2wiki-mini" / "corpus.jsonl")
+    ap.add_argument("--index", type=Path, help="an existing dense Flat index of --corpus (default: built here)")
+    ap.add_argument("--big-passages", type=int, default=200_000, help="start-up index size (0: skip)")
+    ap.add_argument("--prepare-only", action="store_true", help="build the indexes and caches, measure nothing")
+    ap.add_argument("--smoke", action="store_true", help="tiny loads to check the wiring; writes no results")
+    args = ap.parse_args()
+    if args.smoke:
+        LOADS[:] = [(name, clients, 2, per) for name, clients, _, per in LOADS]
+    script = args.search_r1 / "search_r1" / "search" / "retrieval_server.py"
+    if not script.is_file():
+        sys.exit(f"{script} not found; --search-r1 must point to a Search-R1 checkout")
+    if not args.corpus.is_file():
+        sys.exit(f"corpus not found: {args.corpus}; pass --corpus FILE (Search-R1 format: id, contents)")
+
+    from searchrl.models import resolve_embedder
+
+    model = resolve_embedder("minilm-l6-v2")
+    small, big = prepare_indexes(args.corpus.resolve(), args.big_passages, args.index)
+    python = python_for_search_r1()
+    big_corpus = None
+    if big is not None:
+        big_corpus = Path(json.loads((big / "manifest.json").read_text())["corpus"]["path"])
+    for c in [args.corpus.resolve()] + ([big_corpus] if big_corpus else []):
+        warm_datasets_cache(python, c)
+    if args.prepare_only:
+        return
+    questions = load_questions()
+    print(f"{len(questions)} distinct questions; index {small}", flush=True)
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="peer-search-r1-") as tmp:
+        tmpd = Path(tmp)
+        print("Search-R1 server ...", flush=True)
+        corpus = args.corpus.resolve()
+        peer_small = search_r1_server(args.search_r1, python, small, corpus, model, tmpd)
+
+        def peer_big() -> Server:
+            return search_r1_server(args.search_r1, python, big, big_corpus, model, tmpd)
+
+        rows.append(measure(peer_small, questions, big, peer_big))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "loads"}), flush=True)
+        print("searchrl serve ...", flush=True)
+        rows.append(measure(searchrl_server(small, tmpd), questions, big, lambda: searchrl_server(big, tmpd)))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("loads", "server_stats")}), flush=True)
+        logs = {p.name: p.read_text()[-3000:] for p in tmpd.glob("*.log")}
+
+    peer, ours = rows
+    ratios = {name: round(ours["loads"][name]["queries_per_s"] / peer["loads"][name]["queries_per_s"], 2)
+              for name, *_ in LOADS}  # fmt: skip
+    manifest = json.loads((small / "manifest.json").read_text())
+    result = {
+        "benchmark": "peer_search_r1_server",
+        "search_r1_commit": _git_head(args.search_r1),
+        "corpus": str(args.corpus),
+        "passages": manifest["counts"]["passages"],
+        "big_passages": json.loads((big / "manifest.json").read_text())["counts"]["passages"] if big else None,
+        "index": str(small / "dense" / "index.faiss"),
+        "encoder": model,
+        "topk": TOPK,
+        "questions": "2WikiMultiHopQA dev + R1-Searcher HotpotQA/2Wiki training questions, distinct, seed-0 shuffle",
+        "loads": [
+            {"name": n, "clients": c, "requests_per_client": r, "queries_per_request": p} for n, c, r, p in LOADS
+        ],
+        "ratios": ratios,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "load_average_at_end": os.getloadavg(),
+        "rows": rows,
+        "log_tails": logs,
+    }
+    if args.smoke:
+        print(render(result))
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "peer_search_r1_server.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "peer_search_r1_server.md").write_text(render(result))
+    print(render(result))
+
+
+def _git_head(path: Path) -> str | None:
+    res = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+    return res.stdout.strip() or None
+
+
+def render(r: dict) -> str:
+    peer, ours = r["rows"]
+
+    def load_cell(row: dict, name: str) -> str:
+        x = row["loads"][name]
+        err = f", {x['errors']} errors" if x["errors"] else ""
+        return f"{x['queries_per_s']} q/s (p50 {x['latency_ms']['p50']} ms, p99 {x['latency_ms']['p99']} ms{err})"
+
+    lines = [
+        "# Search-R1's retrieval server vs `searchrl serve` (dense, MiniLM, faiss Flat)",
+        "",
+        f"One run, both servers one after the other on {r['machine']['cpus']} CPUs (load average at end: "
+        f"{', '.join(f'{x:.1f}' for x in r['load_average_at_end'])}). Same faiss Flat index file "
+        f"({r['passages']:,} real passages of `{Path(r['corpus']).name}`), same all-MiniLM-L6-v2 files, same "
+        f"distinct questions, k = {r['topk']}. Search-R1 commit `{(r['search_r1_commit'] or '?')[:10]}`, run "
+        "unmodified under a CPU shim (`.cuda()` -> CPU, fp32).",
+        "",
+        "| load | Search-R1 server | `searchrl serve` | ratio |",
+        "|---|---|---|---|",
+        f"| time to first answer ({r['passages']:,} passages) | {peer['first_answer_s']} s | "
+        f"{ours['first_answer_s']} s | {peer['first_answer_s'] / ours['first_answer_s']:.1f}x |",
+    ]
+    if r["big_passages"]:
+        lines.append(
+            f"| time to first answer ({r['big_passages']:,} passages) | {peer['first_answer_big_s']} s | "
+            f"**{ours['first_answer_big_s']} s** | {peer['first_answer_big_s'] / ours['first_answer_big_s']:.1f}x |"
+        )
+    for load in r["loads"]:
+        name = load["name"]
+        lines.append(f"| {name} | {load_cell(peer, name)} | {load_cell(ours, name)} | **{r['ratios'][name]}x** |")
+    lines.append(f"| RSS after the loads (peak) | {peer['rss_mb']:.0f} MB ({peer['peak_rss_mb']:.0f}) | "
+                 f"{ours['rss_mb']:.0f} MB ({ours['peak_rss_mb']:.0f}) | |")  # fmt: skip
+    if r["big_passages"]:
+        lines.append(f"| RSS at first answer, {r['big_passages']:,} passages | {peer['big']['rss_mb']:.0f} MB | "
+                     f"{ours['big']['rss_mb']:.0f} MB | |")  # fmt: skip
+    batching = ours.get("server_stats", {}).get("batching", {})
+    loads = "; ".join(f"{x['name']}: {x['clients']} x {x['requests_per_client']} requests" for x in r["loads"])
+    lines += [
+        "",
+        f"Loads: {loads}. q/s = queries answered per second over the load; latency per request, client side.",
+        f"`searchrl serve` merged {batching.get('mean_requests_per_batch', '?')} requests per batch on average; its "
+        f"query cache answered {ours.get('server_stats', {}).get('query_cache', {}).get('hits', '?')} queries "
+        "(no question repeats).",
+        f"The {r['big_passages'] or 0:,}-passage index for start-up repeats the corpus with distinct ids and its real "
+        "vectors with small noise (start-up does not depend on vector content). Search-R1's `datasets` cache of "
+        "each corpus is built before timing.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
