@@ -191,8 +191,10 @@ def run_child(cmd: list[str], log: Path, env: dict[str, str] | None = None, time
                 break
             time.sleep(0.2)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"exit": proc.returncode, "wall_s": round(time.perf_counter() - t0, 1),
-            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1)}  # fmt: skip
+    wall = time.perf_counter() - t0
+    # cpu_s / wall_s well under the thread count means other processes took the cores (a contended measurement)
+    return {"exit": proc.returncode, "wall_s": round(wall, 1), "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
+            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1), "load_1m_after": round(os.getloadavg()[0], 2)}  # fmt: skip
 
 
 def tail(log: Path, n: int = 1) -> str:
@@ -396,6 +398,15 @@ def write_report(result: dict) -> None:
         row(f"TRL {result['trl']['trl']} GRPOTrainer", t, result["trl"]["process"]),
         "",
         f"Ours / TRL step time: **{acc['ratio_to_trl']:.2f}x** (target <= 0.5x).",
+        "",
+        "Whole process, start-up included (CPU s / wall s; a ratio well under the thread count means other processes "
+        "took cores during the run): "
+        + "; ".join(
+            f"{n} {result[k]['process']['cpu_s']} / {result[k]['process']['wall_s']}, 1-min load after "
+            f"{result[k]['process']['load_1m_after']}"
+            for n, k in (("ours", "ours"), ("TRL", "trl"))
+        )
+        + ".",
         "",
         "| FLOP bound (s, at the measured peak) | generate | log-probs | update | step | measured step / bound |",
         "|---|---|---|---|---|---|",
