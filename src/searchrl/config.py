@@ -261,17 +261,9 @@ class MemorizationConfig(_Section):
     #: rewriter calls per step at most (bounds its cost).
     max_rewrites_per_step: int = 16
     #: a rewrite that mentions any of these (case-insensitive) reveals the documents and fails validation.
-    reject_phrases: list[str] = Field(
-        default_factory=lambda: [
-            "provided",
-            "given documents",
-            "the documents",
-            "the document",
-            "knowledge matrix",
-            "search result",
-            "according to the",
-        ]  # fmt: skip
-    )
+    reject_phrases: list[str] = Field(default_factory=lambda: [
+        "provided", "given documents", "the documents", "the document", "knowledge matrix", "search result",
+        "according to the"])  # fmt: skip
     #: validated paths are kept in a FIFO pool of this size across steps (0 = only this step's paths).
     pool_size: int = 256
     #: paths drawn from the pool for each step's NLL term.
