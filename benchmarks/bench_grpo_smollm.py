@@ -2,11 +2,11 @@
 per-step time split (generation / retrieval / reward / log-probs / update).
 
     python benchmarks/bench_grpo_smollm.py [--steps 20] [--init runs/coldstart/final] [--out runs/grpo-demo]
-                                           [--coldstart N]
+                                           [--coldstart N] [--coldstart-epochs 2]
 
 Without a cold-start model at --init, ``--coldstart N`` first runs a short SFT on N oracle trajectories
-(``searchrl sft --recipe demo sft.limit=N``, into runs/coldstart-quick) so the policy searches; with N = 0 it trains
-the bundled model as it is.
+(``searchrl sft --recipe demo sft.limit=N sft.epochs=E``, into runs/coldstart-quick) so the policy searches; with
+N = 0 it trains the bundled model as it is.
 
 Writes benchmarks/results/grpo_smollm.{json,md} and <out>/curves.png.
 """
@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--init", default="runs/coldstart/final")
     ap.add_argument("--out", default="runs/grpo-demo")
     ap.add_argument("--coldstart", type=int, default=0, help="quick SFT on N oracle trajectories if --init is absent")
+    ap.add_argument("--coldstart-epochs", type=int, default=2)
     ap.add_argument("overrides", nargs="*", help="extra dotted overrides for the demo recipe")
     args = ap.parse_args()
     coldstart = None
@@ -38,8 +39,12 @@ def main() -> None:
         quick = Path("runs/coldstart-quick")
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "searchrl.cli", "sft", "--recipe", "demo", f"sft.limit={args.coldstart}",
-                        "--out", str(quick)], check=True)  # fmt: skip
-        coldstart = {"trajectories": args.coldstart, "seconds": round(time.perf_counter() - t0, 1)}
+                        f"sft.epochs={args.coldstart_epochs}", "--out", str(quick)], check=True)  # fmt: skip
+        coldstart = {
+            "trajectories": args.coldstart,
+            "epochs": args.coldstart_epochs,
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
         args.init = str(quick / "final")
     init = [f"training.init_from={args.init}"] if Path(args.init, "config.json").exists() else []
     cmd = [sys.executable, "-m", "searchrl.cli", "train", "--recipe", "demo", f"training.steps={args.steps}",

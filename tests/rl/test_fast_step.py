@@ -89,6 +89,10 @@ def test_scoring_passes_are_only_the_needed_ones(tmp_path: Path, extra, passes: 
     m = trainer.train_step()
     assert len(calls) == passes
     assert (trainer.ref is None) == ("algorithm.kl_coef=0.0" in extra)
+    # positions computed are counted per phase (the peer benchmark's "executed" FLOPs) and add up
+    assert (m.get("tokens/scored_logprob", 0.0) > 0) == (passes > 0)
+    assert m["tokens/scored_update"] > 0
+    assert m["tokens/scored_padded"] == m.get("tokens/scored_logprob", 0.0) + m["tokens/scored_update"]
     assert m["loss/policy_total"] == m["loss/policy_total"]
 
 
