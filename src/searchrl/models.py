@@ -264,3 +264,64 @@ def load_embedder(spec: str, device: str | None = None):
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(resolve_embedder(spec), device=device or "cpu")
+
+
+def _hub_reason(spec: str) -> str | None:
+    """None when a hub id is in the local HF cache or the hub answers for it; else why it cannot be fetched."""
+    import os
+
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in ("config.json", "modules.json"):
+        try:
+            if isinstance(try_to_load_from_cache(spec, name), str):
+                return None
+        except (ValueError, OSError):  # not a valid repo id
+            return "not a local directory, an alias or a hub id"
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return "not in the local HF cache and HF_HUB_OFFLINE is set"
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi().model_info(spec, timeout=5)
+    except Exception as err:  # noqa: BLE001 -- any failure means "cannot fetch"; the reason is reported
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if "resolve" in msg or "Max retries" in msg or "timed out" in msg.lower():
+            msg = "the hub is unreachable (no network)"
+        return f"not in the local HF cache and {msg[:120]}"
+    return None
+
+
+def models_of(cfg, pipeline: bool = False) -> list[tuple[str, str, str]]:
+    """``(role, spec, kind)`` of every model and encoder a run config loads (policy, reader, rewriter, encoder,
+    summariser), and with ``pipeline`` the models its pipeline stages start from."""
+    out = [("model.policy", cfg.training.init_from or cfg.model.policy, "policy")]
+    if cfg.model.reader and any(c.name == "evidence" for c in cfg.reward.components):
+        out.append(("model.reader", cfg.model.reader, "policy"))
+    if cfg.memorization.coef > 0 and cfg.memorization.rewriter:
+        out.append(("memorization.rewriter", cfg.memorization.rewriter, "policy"))
+    if cfg.retrieval.kind in ("dense", "hybrid"):
+        out.append(("retrieval.encoder", cfg.retrieval.encoder, "embedder"))
+    if cfg.retrieval.kind == "web" and cfg.retrieval.web.summarizer and not cfg.retrieval.web.summarizer_url:
+        out.append(("retrieval.web.summarizer", cfg.retrieval.web.summarizer, "policy"))
+    for stage in cfg.pipeline if pipeline else []:
+        if stage.init_from and "${" not in stage.init_from:
+            out.append((f"pipeline.{stage.name}.init_from", stage.init_from, "policy"))
+    return out
+
+
+def check_fetchable(cfg, profile: str | None = None, pipeline: bool = False) -> None:
+    """Fail early, in one line naming the profile, when a model or encoder of ``cfg`` (and with ``pipeline``, of its
+    stages) can be neither found locally nor fetched (a hub id without network). Aliases and local directories
+    always pass (aliases come from PyPI)."""
+    for role, spec, _kind in models_of(cfg, pipeline):
+        if spec in ALIASES or Path(spec).expanduser().exists():
+            continue
+        if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+            continue  # a local path that does not exist yet (e.g. a later stage's output); loading reports it
+        reason = _hub_reason(spec)
+        if reason is None:
+            continue
+        fix = (f"profile '{profile}' still names it; override it (e.g. {role}=smollm2-135m-instruct)" if profile
+               else "add --profile laptop (bundled model, BM25) or point it at a local model directory")  # fmt: skip
+        raise ModelResolutionError(f"{role} '{spec}' cannot be fetched here: {reason}; {fix}")

@@ -70,7 +70,7 @@ def make_protocol(cfg: RunConfig) -> Protocol:
 
 
 def make_retriever_for(cfg: RunConfig) -> Retriever:
-    """The configured retriever; a local index defaults to ``<data dir>/index-<kind>`` and is built when missing."""
+    """The configured retriever; a local index defaults to :func:`default_index_dir` and is built when missing."""
     from searchrl.retrieval import make_retriever
 
     r = cfg.retrieval
@@ -78,8 +78,23 @@ def make_retriever_for(cfg: RunConfig) -> Retriever:
         return make_retriever(r)
     corpus = resolve_file(cfg, cfg.data.corpus)
     if r.index is None:
-        r = r.model_copy(update={"index": str(Path(corpus).parent / f"index-{r.kind}")})
+        r = r.model_copy(update={"index": str(default_index_dir(corpus, r.kind))})
     return make_retriever(r, corpus)
+
+
+def default_index_dir(corpus: str | Path, kind: str) -> Path:
+    """Where an index built on demand lives. Data directories are read-only inputs: an index of a user's corpus goes
+    into the cache (``<cache>/indexes/<corpus name>-<hash of its path, size and mtime>/index-<kind>``), so a changed
+    corpus gets a new index; a synthetic world, which lives in the cache already, keeps it beside its corpus."""
+    import hashlib
+
+    corpus = Path(corpus).resolve()
+    if corpus.parent.is_relative_to(cache_dir().resolve()):
+        return corpus.parent / f"index-{kind}"
+    st = corpus.stat() if corpus.exists() else None
+    key = f"{corpus}|{st.st_size if st else 0}|{st.st_mtime_ns if st else 0}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_dir() / "indexes" / f"{corpus.parent.name}-{digest}" / f"index-{kind}"
 
 
 def policy_spec(cfg: RunConfig) -> str:

@@ -37,6 +37,9 @@ class _LoggedProgress(Progress):
         self._last_pct[task], self._t0[task] = -1e9, time.perf_counter()
         return task
 
+    def advance(self, task_id, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)  # rich's advance() bypasses update(): route it through the logging
+
     def update(self, task_id, *args, **kwargs) -> None:
         super().update(task_id, *args, **kwargs)
         if not self._plain:

@@ -195,8 +195,8 @@ def test_evaluation_section_overrides_topk_limits_and_temperature(fakes) -> None
 def test_search_o1_is_built_with_the_agents_limits(fakes) -> None:
     """Search-o1 uses the evaluation top-k and the agent's limits; its search limit is the prompt's."""
     from searchrl.config import load_config
-    from searchrl.eval.baselines import SearchO1Method
     from searchrl.eval.harness import build_methods
+    from searchrl.eval.search_o1 import SearchO1Method
 
     gen = fakes.scripted(fakes.direct_reply)
     over = ["evaluation.methods=[search_o1]", "evaluation.topk=5", "evaluation.max_searches=10",
@@ -204,7 +204,23 @@ def test_search_o1_is_built_with_the_agents_limits(fakes) -> None:
     method = build_methods(load_config("demo", over), gen, fakes.KeywordRetriever())["search_o1"]
     assert isinstance(method, SearchO1Method)
     assert (method.engine.limits.topk, method.engine.limits.max_searches) == (5, 10)
-    assert method.engine.refine_max_new_tokens == 300 and method.protocol.max_searches == 10
+    assert method.reason_in_documents.refine_max_new_tokens == 300 and method.protocol.max_searches == 10
+    assert method.engine.document_step is method.reason_in_documents
     assert "no more than 10 times" in method.protocol.instruction("q")
     with pytest.raises(ValueError, match="needs a retriever"):
         build_methods(load_config("demo", over), gen, None)
+
+
+def test_by_kind_scores_each_question_kind_and_well_formed_is_averaged() -> None:
+    from searchrl.eval.harness import by_kind
+    from searchrl.eval.report import aggregate
+
+    def item(kind, em, wf):
+        return {"dataset": "dev", "method": "agent", "kind": kind, "metrics": {"em": em}, "searches": 1,
+                "queries": 1, "gen_tokens": 10, "latency_s": 0.1, "well_formed": wf}  # fmt: skip
+
+    items = [item("bridge", 1.0, True), item("bridge", 0.0, False), item("comparison", 1.0, True)]
+    rows = {r["kind"]: r for r in by_kind(items, ["em"])}
+    assert rows["bridge"]["em"] == 0.5 and rows["bridge"]["n"] == 2 and rows["comparison"]["em"] == 1.0
+    assert all(r["dataset"] == "dev" and r["method"] == "agent" for r in rows.values())
+    assert aggregate(items, ["em"])[0]["well_formed"] == pytest.approx(2 / 3)

@@ -13,13 +13,13 @@ from searchrl.eval.baselines import (
     IterativeRAGMethod,
     IterRetGenMethod,
     NaiveRAGMethod,
-    SearchO1Method,
     answer_in_sentence,
     clean_answer,
     first_sentence,
     parse_cot,
 )
 from searchrl.eval.harness import item_row
+from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
 from searchrl.rollout.engine import RolloutLimits

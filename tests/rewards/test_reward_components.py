@@ -234,6 +234,28 @@ def test_generator_reader_with_a_scripted_generator():
     assert "Paris is the capital of France." in seen[0] and seen[0].rstrip().endswith("Answer:")
 
 
+def test_generator_reader_decodes_with_the_given_settings():
+    """R-Search's reader samples at temperature 0.1, top-p 0.9, up to 512 tokens (model.reader_* in the recipe)."""
+    from searchrl.generation.base import Completion
+
+    class Recording:
+        def __init__(self):
+            self.params = []
+
+        def generate(self, prompts, params):
+            self.params.append(params)
+            return [Completion([], [], "Paris", "eos") for _ in prompts]
+
+    gen = Recording()
+    reader = generator_reader(gen, ByteTokenizer(), max_new_tokens=512, temperature=0.1, top_p=0.9)
+    assert reader(["q"], ["e"]) == ["Paris"]
+    p = gen.params[0]
+    assert (p.max_new_tokens, p.temperature, p.top_p) == (512, 0.1, 0.9)
+    greedy = Recording()
+    generator_reader(greedy, ByteTokenizer())(["q"], ["e"])
+    assert (greedy.params[0].max_new_tokens, greedy.params[0].temperature) == (32, 0.0)
+
+
 # --------------------------------------------------------------------------------------------------- judge
 
 

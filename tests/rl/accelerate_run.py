@@ -1,8 +1,11 @@
-"""Run two RL steps of the tiny task with a deterministic scripted generator; save the final weights.
+"""Run two RL steps of the tiny task with a deterministic scripted generator; save the final weights and history.
 
 Executed by test_accelerate.py both as one process and under `accelerate launch --num_processes 2 --cpu`.
+``mode``: ``same`` (every process sees the same kind of data), ``uneven`` (process 1 writes much longer rollouts, so
+it has more micro-batches, and only process 0 has memorization sequences).
 """
 
+import os
 import sys
 from collections import Counter
 
@@ -15,31 +18,50 @@ from searchrl.rl.trainer import Trainer
 from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
 
 
-def main(out: str, algo: str) -> None:
+def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -> None:
     seen: Counter[str] = Counter()
+    rank = int(os.environ.get("RANK", "0"))
 
     def script(ctx: str) -> str:
         # The n-th sample of a prompt is the same whichever process draws it: groups never straddle processes.
         n = seen[ctx]
         seen[ctx] += 1
-        return ["abc xyz", "ABC 123", "hello", "?!?!", "qwerty", "ZZZ z"][(n + len(ctx)) % 6]
+        text = ["abc xyz", "ABC 123", "hello", "?!?!", "qwerty", "ZZZ z"][(n + len(ctx)) % 6]
+        return text * 6 if mode == "uneven" and rank == 1 else text
 
     tok = tokenizer()
     questions = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(8)]
+    extra = ["training.micro_batch_tokens=64", "memorization.coef=0.1"] if mode == "uneven" else []
     cfg = load_config(None, [
-        f"algorithm.name={algo}", "algorithm.kl_coef=0.01", "algorithm.mini_batch_size=64", "training.lr=1e-2",
-        "training.steps=2", "training.prompts_per_step=4", f"training.output_dir={out}", "training.save_every=0",
-        "training.tensorboard=false", "rollout.group_size=4", "rollout.max_new_tokens=12", "rollout.max_turns=1",
-        "rollout.force_answer=false",
+        f"algorithm.name={algo}", "algorithm.kl_coef=0.01", f"algorithm.mini_batch_size={mini_batch_size}",
+        "training.lr=1e-2", "training.steps=2", "training.prompts_per_step=4", f"training.output_dir={out}",
+        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=4", "rollout.max_new_tokens=48",
+        "rollout.max_turns=1", "rollout.force_answer=false", *extra,
     ])  # fmt: skip
+
+    def memorization_hook(step, trajs):  # only process 0 ever has sequences to memorize
+        seqs = [(list(t.prompt_ids), list(t.response_ids), list(t.action_mask)) for t in trajs[:3]]
+        return seqs if rank == 0 else []
+
     trainer = Trainer(cfg, tiny_model(), tok, LettersProtocol(), None, questions, reward_fn=letter_fraction_reward,
-                      micro_batch_size=64, generator=ScriptedGenerator(tok, script))  # fmt: skip
+                      micro_batch_size=64 if mode == "same" else 2, generator=ScriptedGenerator(tok, script),
+                      aux_nll_hook=memorization_hook if mode == "uneven" else None)  # fmt: skip
+    opt_steps = [0]
+    step_fn = trainer.opt.step
+
+    def counted_step(*a, **k):
+        opt_steps[0] += 1
+        return step_fn(*a, **k)
+
+    trainer.opt.step = counted_step
     history = trainer.train()
     if trainer.acc.is_main_process:
         state = trainer.policy.state_dict()
         torch.save({k: v.detach().cpu() for k, v in state.items()}, f"{out}/weights.pt")
-        torch.save(history, f"{out}/history.pt")
+        info = {"history": history, "optimizer_steps": opt_steps[0], "processes": trainer.acc.num_processes,
+                "distributed_type": str(trainer.acc.distributed_type)}  # fmt: skip
+        torch.save(info, f"{out}/history.pt")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -1,8 +1,11 @@
-"""`accelerate launch --num_processes 2 --cpu` gives the same update as one process (floating-point tolerance)."""
+"""`accelerate launch --num_processes 2 --cpu` gives the same update as one process (floating-point tolerance), the
+same number of optimizer steps, and finishes when the processes' data are uneven."""
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,27 +14,68 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).with_name("accelerate_run.py")
+ACCELERATE = Path(sys.executable).with_name("accelerate")
 
 
-def _run(cmd: list[str]) -> None:
+def _launch_2() -> list[str]:
+    with socket.socket() as s:  # a free port: other test runs may hold accelerate's default one
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return [str(ACCELERATE), "launch", "--num_processes", "2", "--cpu", "--num_machines", "1", "--mixed_precision",
+            "no", "--dynamo_backend", "no", "--main_process_port", str(port)]  # fmt: skip
+
+
+def _run(cmd: list[str], timeout: float = 600) -> None:
+    """Run ``cmd`` in its own process group; on timeout kill the whole group (a hung collective never returns)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "SEARCHRL_NO_PROGRESS": "1"}
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"timed out after {timeout:.0f} s (a collective left waiting?): {' '.join(cmd[-5:])}")
+    assert proc.returncode == 0, err[-3000:]
+
+
+def _one_and_two(tmp_path: Path, *args: str) -> tuple[dict, dict, Path, Path]:
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run([sys.executable, str(SCRIPT), str(one), *args])
+    _run([*_launch_2(), str(SCRIPT), str(two), *args])
+    h1, h2 = torch.load(one / "history.pt"), torch.load(two / "history.pt")
+    assert (h1["processes"], h2["processes"]) == (1, 2), "the launch must really run two processes"
+    return h1, h2, one, two
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["grpo"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo", "reinforce_pp"])
 def test_two_processes_match_one(tmp_path: Path, algo: str) -> None:
-    one, two = tmp_path / "one", tmp_path / "two"
-    _run([sys.executable, str(SCRIPT), str(one), algo])
-    accelerate = Path(sys.executable).with_name("accelerate")
-    _run([str(accelerate), "launch", "--num_processes", "2", "--cpu", "--num_machines", "1", "--mixed_precision", "no",
-          "--dynamo_backend", "no", str(SCRIPT), str(two), algo])  # fmt: skip
+    """ppo and reinforce_pp whiten advantages over the whole step: right only if the statistics span processes."""
+    h1, h2, one, two = _one_and_two(tmp_path, algo)
     w1, w2 = torch.load(one / "weights.pt"), torch.load(two / "weights.pt")
     init = __import__("searchrl.testing", fromlist=["tiny_model"]).tiny_model().state_dict()
     moved = max((w1[k] - init[k]).abs().max().item() for k in w1)
     assert moved > 1e-4, "training must change the weights for the comparison to mean anything"
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], rtol=1e-4, atol=1e-5, msg=k)
-    h1, h2 = torch.load(one / "history.pt"), torch.load(two / "history.pt")
-    assert h1[0]["grad_norm"] == pytest.approx(h2[0]["grad_norm"], rel=1e-4)
+    assert h1["history"][0]["grad_norm"] == pytest.approx(h2["history"][0]["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_mini_batch_size_counts_trajectories_of_all_processes(tmp_path: Path) -> None:
+    """16 trajectories per step, mini-batches of 4: 4 optimizer steps per RL step with one process or two."""
+    h1, h2, _, _ = _one_and_two(tmp_path, "grpo", "4")
+    assert h1["optimizer_steps"] == h2["optimizer_steps"] == 8  # 2 RL steps x 4
+    assert [m["update/optimizer_steps"] for m in h2["history"]] == [4.0, 4.0]
+
+
+@pytest.mark.slow
+def test_uneven_processes_with_memorization_finish(tmp_path: Path) -> None:
+    """Process 1 has ~6x longer rollouts (more micro-batches) and no memorization sequences; process 0 has some."""
+    out = tmp_path / "uneven"
+    _run([*_launch_2(), str(SCRIPT), str(out), "grpo", "8", "uneven"], timeout=300)
+    info = torch.load(out / "history.pt")
+    assert info["processes"] == 2
+    hist = info["history"]
+    assert [m["step"] for m in hist] == [1, 2] and all(m["loss/memorization_nll"] > 0 for m in hist)

@@ -15,6 +15,7 @@ from searchrl.rl.algorithms import (
     entropy_from_logits,
     gae_advantages,
     group_centred,
+    group_normalised,
     grpo_advantages,
     kl_penalty,
     masked_mean,
@@ -354,6 +355,32 @@ def test_group_centred_is_reinforce_baseline():
     s2, ids = randn(gen, 12), [f"g{i % 3}" for i in range(12)]
     ref = [s2[i].item() - statistics.fmean(s2[j].item() for j in range(12) if ids[j] == ids[i]) for i in range(12)]
     assert group_centred(s2, ids).tolist() == pytest.approx(ref, abs=1e-9)
+
+
+def test_group_normalised_is_openrlhf_group_norm():
+    """R1-Searcher's stage-1 ``group_norm``: (r - group mean) / (unbiased group std + 1e-9); a group of one gets 0."""
+    scores = torch.tensor([1.0, 0.0, 0.5, 2.0, 7.0, 7.0], dtype=torch.float64)
+    got = group_normalised(scores, ["a", "a", "a", "b", "c", "c"]).tolist()
+    assert got == pytest.approx([1.0, -1.0, 0.0, 0.0, 0.0, 0.0], abs=1e-6)  # group a: mean 0.5, std 0.5
+    gen = torch.Generator().manual_seed(4)
+    s2, ids = randn(gen, 12), [f"g{i % 3}" for i in range(12)]
+    members = {g: [s2[j].item() for j in range(12) if ids[j] == g] for g in set(ids)}
+    ref = [(s2[i].item() - statistics.fmean(members[ids[i]])) / (statistics.stdev(members[ids[i]]) + 1e-9)
+           for i in range(12)]  # fmt: skip
+    assert group_normalised(s2, ids).tolist() == pytest.approx(ref, abs=1e-9)
+
+
+def test_group_norm_returns_are_not_whitened():
+    """``whiten_returns=False`` (group_norm): the advantage is the raw return-to-go of the normalised score."""
+    mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 0]])
+    kl = torch.full((2, 4), 0.5, dtype=torch.float64)
+    scores = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    adv, _ = reinforce_pp_returns(scores, kl, mask, 0.1, whiten_returns=False)
+    # row 0: counted 0,1,3; rewards -0.05 each, +1 at position 3 -> returns 0.85, 0.9, 0, 0.95
+    assert adv[0].tolist() == pytest.approx([0.85, 0.90, 0.0, 0.95])
+    assert adv[1].tolist() == pytest.approx([-1.15, -1.10, -1.05, 0.0])
+    whitened, _ = reinforce_pp_returns(scores, kl, mask, 0.1)
+    assert abs(masked_mean(whitened, mask).item()) < 1e-9 and not torch.allclose(whitened, adv)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -16,19 +16,12 @@ from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
 from searchrl.retrieval import build_index, load_index
 from searchrl.rl.batch import TokenScorer, collate, score_tokens
-from searchrl.rl.memorization import (
-    Memorizer,
-    extract_documents,
-    internal_path,
-    internalize,
-    rewriter_prompt,
-    rewriter_sft_examples,
-    rewriter_sft_from_trajectories,
-)
+from searchrl.rl.memorization import Memorizer, extract_documents, rewriter_prompt
 from searchrl.rl.trainer import Trainer
 from searchrl.rollout.engine import build_prompt_text
 from searchrl.rollout.trajectory import Trajectory, Turn
 from searchrl.sft.oracle import oracle_trajectories
+from searchrl.sft.rewriter import internal_path, internalize, rewriter_sft_examples, rewriter_sft_from_trajectories
 from searchrl.testing import LettersProtocol, tiny_model
 
 PP = get_protocol("r1_searcher_pp")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from searchrl.config import load_config
 from searchrl.data.records import QAExample
@@ -56,6 +57,27 @@ def test_resume_matches_straight_run(tmp_path: Path) -> None:
     resumed = make_trainer(tmp_path / "b", lr=1e-3, steps=4).train(resume=True)
     assert [m["step"] for m in first + resumed] == [1, 2, 3, 4]
     for a, b in zip(straight[2:], resumed, strict=True):
+        for key in ("reward/total", "rollout/response_len", "grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.slow
+def test_resume_with_lora_restores_the_adapters_exactly(tmp_path: Path) -> None:
+    lora = {"model.lora.r": "4", "model.lora.dropout": "0.0"}
+    straight = make_trainer(tmp_path / "a", lr=1e-2, steps=4, **lora)
+    hist_straight = straight.train()
+    first = make_trainer(tmp_path / "b", lr=1e-2, steps=2, **lora)
+    first.train()
+    resumed = make_trainer(tmp_path / "b", lr=1e-2, steps=4, **lora)
+    before = {n: p.detach().clone() for n, p in resumed.policy.named_parameters() if "lora_B" in n}
+    resumed.load_checkpoint(tmp_path / "b" / "checkpoint")
+    saved = {n: p for n, p in first.policy.named_parameters() if "lora_B" in n}
+    assert max((saved[n] - before[n]).abs().max().item() for n in saved) > 1e-4  # the adapters did train
+    for n, p in resumed.policy.named_parameters():
+        if "lora_" in n:
+            assert torch.equal(p, dict(first.policy.named_parameters())[n]), n
+    hist_resumed = make_trainer(tmp_path / "b", lr=1e-2, steps=4, **lora).train(resume=True)
+    for a, b in zip(hist_straight[2:], hist_resumed, strict=True):
         for key in ("reward/total", "rollout/response_len", "grad_norm"):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
 

@@ -179,3 +179,40 @@ def test_completion_cut_by_the_total_length_limit_finishes_with_length() -> None
     limits = RolloutLimits(max_turns=1, max_new_tokens=400, max_total_tokens=prompt_len + 20, force_answer=False)
     t = RolloutEngine(gen, None, protocol, limits).run([QAExample("q", "Where?", ["a"])])[0]
     assert t.turns[0].finish_reason == "length" and len(t.response_ids) == 20
+
+
+class LongDocRetriever:
+    """Every hit is ~300 bytes long, so each query's documents are ~600 byte tokens at top-2."""
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return [[Hit(f"{q}-{i}", f"T{i}", f"{q} " + "word " * 60, 1.0) for i in range(k)] for q in queries]
+
+
+@pytest.mark.parametrize("multi", [True, False])
+def test_rag_r1_caps_each_querys_documents_not_the_whole_observation(multi: bool) -> None:
+    """RAG-R1's code cuts each query's documents to max_obs_length tokens, then builds the JSON of all queries:
+    three queries keep three capped document strings, far more than one cap in all."""
+    import json
+
+    tok = ByteTokenizer()
+    protocol = get_protocol("rag_r1", multi_query=multi, max_queries=3)
+    cap = 100
+    limits = RolloutLimits(max_turns=2, max_searches=1, max_new_tokens=400, max_obs_tokens=5000,
+                           max_total_tokens=20000, topk=2, max_obs_tokens_per_query=cap)  # fmt: skip
+    engine = RolloutEngine(ScriptedGenerator(tok, two_step_script(protocol, 3 if multi else 1)), LongDocRetriever(),
+                           protocol, limits)  # fmt: skip
+    traj = engine.run([QAExample("id0", "QUESTION-0 what?", ["answer 0"])], group_size=1, seed=0)[0]
+    obs = traj.turns[0].observation
+    body = obs.split("<information>\n", 1)[1].rsplit("\n</information>", 1)[0]
+    docs = json.loads(body)["documents"] if multi else [body]
+    assert len(docs) == (3 if multi else 1)
+    for d in docs:
+        assert len(tok.encode(d, add_special_tokens=False)) == cap and d.startswith("Doc 1: T0 about 0 part")
+    assert traj.turns[0].n_obs_tokens > (3 * cap if multi else cap)  # the wrapper (and JSON) come on top
+
+
+def test_per_query_cap_is_refused_by_other_protocols() -> None:
+    limits = RolloutLimits(max_obs_tokens_per_query=100)
+    with pytest.raises(ValueError, match="only rag_r1"):
+        RolloutEngine(ScriptedGenerator(ByteTokenizer(), lambda c: ""), LongDocRetriever(),
+                      get_protocol("search_r1"), limits)  # fmt: skip

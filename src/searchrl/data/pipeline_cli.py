@@ -45,6 +45,7 @@ def run_config(
     model: str | None = None,
     prompt_style: str | None = None,
     topk: int | None = None,
+    profile: str | None = None,
     **rollout: int | None,
 ) -> RunConfig:
     """The recipe (or the defaults) with its ``--set`` overrides, then the flags that were given.
@@ -55,7 +56,7 @@ def run_config(
     """
     from searchrl.config import load_config, validate_dict
 
-    raw = load_config(recipe, overrides or []).model_dump()
+    raw = load_config(recipe, overrides or [], profile).model_dump()
     ro = raw["rollout"]
     if protocol is not None and protocol != ro["protocol"]:
         ro["protocol"], ro["options"] = protocol, {}
@@ -127,9 +128,11 @@ def _setup(
     cfg: RunConfig, data: str | None, index: Path | None, url: str | None, served_model: str | None,
     limit: int | None, limits: RolloutLimits, timeout_s: float,
 ):  # fmt: skip
+    from searchrl.models import check_fetchable
     from searchrl.pipeline import make_protocol
     from searchrl.utils import console
 
+    check_fetchable(cfg)
     console.log(
         f"{cfg.rollout.protocol} rollouts: {limits.max_turns} turns, {limits.max_searches} searches, "
         f"top-{limits.topk}, {limits.max_new_tokens} tokens per turn, observations <= {limits.max_obs_tokens} tokens, "
@@ -146,6 +149,7 @@ def _setup(
 _RECIPE = typer.Option(
     None, "--recipe", "-r", help="recipe name or YAML: rollout limits, protocol, top-k, model, data and index"
 )
+_PROFILE = typer.Option(None, "--profile", help="profile overlay of --recipe, e.g. laptop (recipes/profiles/)")
 _SET = typer.Option(None, "--set", help="dotted recipe override, e.g. rollout.max_obs_tokens=1000 (repeatable)")
 _DATA = typer.Option(
     None, "--data", help="QA file (FlashRAG / R1-Searcher JSONL, or hf:NAME[:CONFIG]:SPLIT); default: recipe's train"
@@ -166,6 +170,7 @@ _STYLE = typer.Option(None, help="auto, chat or raw (default: model.prompt_style
 def select_difficulty(
     recipe: str = _RECIPE,
     overrides: list[str] = _SET,
+    profile: str = _PROFILE,
     data: str = _DATA,
     index: Path = _INDEX,
     protocol: str = _PROTOCOL,
@@ -209,9 +214,10 @@ def select_difficulty(
         raise ValueError(f"unknown --rule {rule!r}; choose r1_searcher or rag_r1")
     if rule == "rag_r1":  # RAG-R1's answerability filter allowed up to 10 retrievals, whatever the recipe says
         max_turns, max_searches = max_turns or 10, max_searches or 10
-    cfg = run_config(recipe, overrides, protocol=protocol, options=option, model=model, prompt_style=prompt_style,
-                     topk=topk, max_turns=max_turns, max_searches=max_searches, max_new_tokens=max_new_tokens,
-                     max_obs_tokens=max_obs_tokens, max_total_tokens=max_total_tokens)  # fmt: skip
+    cfg = run_config(recipe, overrides, profile=profile, protocol=protocol, options=option, model=model,
+                     prompt_style=prompt_style, topk=topk, max_turns=max_turns, max_searches=max_searches,
+                     max_new_tokens=max_new_tokens, max_obs_tokens=max_obs_tokens,
+                     max_total_tokens=max_total_tokens)  # fmt: skip
     limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
     examples, engine = _setup(cfg, data, index, url, served_model, limit, limits, timeout_s)
     records = records or out.with_name(out.stem + ".records.jsonl")
@@ -237,6 +243,7 @@ def select_difficulty(
 def rejection_sample_cmd(
     recipe: str = _RECIPE,
     overrides: list[str] = _SET,
+    profile: str = _PROFILE,
     data: str = _DATA,
     index: Path = _INDEX,
     protocol: str = _PROTOCOL,
@@ -278,9 +285,10 @@ def rejection_sample_cmd(
     from searchrl.sft.pipelines import slice_steps as slice_fn
     from searchrl.utils import console, write_jsonl
 
-    cfg = run_config(recipe, overrides, protocol=protocol, options=option, model=model, prompt_style=prompt_style,
-                     topk=topk, max_turns=max_turns, max_searches=max_searches, max_new_tokens=max_new_tokens,
-                     max_obs_tokens=max_obs_tokens, max_total_tokens=max_total_tokens)  # fmt: skip
+    cfg = run_config(recipe, overrides, profile=profile, protocol=protocol, options=option, model=model,
+                     prompt_style=prompt_style, topk=topk, max_turns=max_turns, max_searches=max_searches,
+                     max_new_tokens=max_new_tokens, max_obs_tokens=max_obs_tokens,
+                     max_total_tokens=max_total_tokens)  # fmt: skip
     limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
     examples, engine = _setup(cfg, data, index, url, served_model, limit, limits, timeout_s)
     kept, stats = rejection_sample(
@@ -310,6 +318,7 @@ def oracle_cmd(
     out: Path = typer.Option(..., "--out", help="output JSONL of trajectories (an sft.data file)"),
     recipe: str = _RECIPE,
     overrides: list[str] = _SET,
+    profile: str = _PROFILE,
     option: list[str] = _OPTION,
     model: str = typer.Option(None, "--model", help="tokenizer: policy spec (default: the recipe's model.policy)"),
     split: str = typer.Option("train", help="questions of this split of the world: train, dev or test"),
@@ -332,8 +341,9 @@ def oracle_cmd(
     if not (world / "world.json").exists() and not (world / f"{split}.jsonl").exists():
         raise FileNotFoundError(f"{world} is not a synthetic world (no world.json); make one with "
                                 f"`searchrl data synth --out {world}`")  # fmt: skip
-    cfg = run_config(recipe, [*(overrides or []), f"data.source={world}"], protocol=protocol, options=option,
-                     model=model, prompt_style=prompt_style, topk=topk, max_obs_tokens=max_obs_tokens)  # fmt: skip
+    cfg = run_config(recipe, [*(overrides or []), f"data.source={world}"], profile=profile, protocol=protocol,
+                     options=option, model=model, prompt_style=prompt_style, topk=topk,
+                     max_obs_tokens=max_obs_tokens)  # fmt: skip
     if split not in ("train", "dev", "test"):
         raise ValueError(f"unknown --split {split!r}; choose train, dev or test")
     examples = load_split(cfg, split, limit, kinds=kinds or [])

@@ -2,7 +2,6 @@
 datasets, and the reports (markdown / CSV / JSON / PNG)."""
 
 from searchrl.eval.baselines import (
-    METHODS,
     AgentMethod,
     CoTMethod,
     DirectMethod,
@@ -12,6 +11,7 @@ from searchrl.eval.baselines import (
     Prediction,
 )
 from searchrl.eval.harness import EvalResult, evaluate, rescore_file, run_from_config
+from searchrl.eval.methods import METHODS
 from searchrl.eval.report import aggregate, render_markdown, write_reports
 
 __all__ = [

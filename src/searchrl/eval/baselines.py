@@ -21,8 +21,9 @@ the ``Retriever`` interface (at most one retriever call per step):
   step's retrieved documents go through Reason-in-Documents, a separate call to the same model that sees the
   previous reasoning steps, the query and the documents and writes an analysis ending in "Final Information"; only
   that refined part is inserted, as ``<|begin_search_result|> ... <|end_search_result|>``, and reasoning goes on;
-  the answer is the last ``\\boxed{}``. It runs on the rollout engine (``SearchO1Engine``), so the limits are the
-  agent's (``max_searches`` is the search limit, 10 in the paper; past it the model is told to answer). Like the
+  the answer is the last ``\\boxed{}``. It runs on the rollout engine with Reason-in-Documents as its document
+  step (``searchrl.eval.search_o1``), so the limits are the agent's (``max_searches`` is the search limit, 10 in
+  the paper; past it the model is told to answer). Like the
   authors' code: the previous steps are the response so far split into lines, keeping the first, the last four and
   every line with a search or result tag ("..." for gaps); an analysis without "Final Information" inserts "No
   helpful information found."; a repeated query is not searched again. Deviations: our corpus passages (top-k)
@@ -43,7 +44,6 @@ which its paper counts as one retrieval). Sampling uses ``temperature`` and ``to
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from abc import ABC, abstractmethod
@@ -53,11 +53,11 @@ from typing import Any, ClassVar
 
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.generation.prompts import render_user_prompt
 from searchrl.protocols.base import Protocol
-from searchrl.protocols.search_o1 import QUERY, RESULT, SearchO1Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
-from searchrl.rollout.trajectory import Trajectory, Turn
+from searchrl.rollout.trajectory import Trajectory
 
 DIRECT_PROMPT = (
     "Answer the question below. Reply with the answer only: a name, date, number or short phrase, with no "
@@ -97,6 +97,7 @@ class Prediction:
     queries: int = 0  # queries those search calls held
     gen_tokens: int = 0  # tokens the model generated for this question
     latency_s: float = 0.0  # batch wall time / batch size
+    well_formed: bool | None = None  # agent methods: the protocol's own format check of the whole response; else None
 
 
 def clean_answer(text: str | None) -> str | None:
@@ -160,16 +161,9 @@ def render_documents(hits: Sequence[Hit]) -> str:
     return "\n".join(f"Doc {i} (Title: {h.title}) {h.text}" for i, h in enumerate(hits, start=1))
 
 
-def render_prompt(tokenizer, user_text: str, style: str = "auto", raw_cue: str = "Answer:", prefill: str = "") -> str:
-    """One user message through the chat template (chat models), or raw text plus a cue line (base models);
-    ``prefill`` opens the model's reply (IRCoT's reasoning so far)."""
-    use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
-    if use_chat:
-        messages = [{"role": "user", "content": user_text}]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    else:
-        text = f"{user_text}\n{raw_cue}" + (" " if prefill else "")
-    return text + prefill
+#: One user message through the chat template, or raw text plus a cue line; ``prefill`` opens the model's reply
+#: (IRCoT's reasoning so far). The renderer lives in ``searchrl.generation.prompts``.
+render_prompt = render_user_prompt
 
 
 def executed_queries(traj: Trajectory) -> int:
@@ -482,240 +476,16 @@ class AgentMethod(Method):
         for t in trajs:
             d = t.to_dict()
             d["protocol"] = self.protocol.name
+            raw = t.response_text(self.tokenizer)
             preds.append(
                 Prediction(
                     t.answer.strip() if t.answer is not None else None,
-                    raw=t.response_text(self.tokenizer),
+                    raw=raw,
                     trajectory=d,
                     searches=t.n_searches,
                     queries=executed_queries(t),
                     gen_tokens=t.n_policy_tokens,
+                    well_formed=self.protocol.check_format(raw).ok,
                 )
             )
         return self._stamp(preds, t0)
-
-
-# --------------------------------------------------------------------------------------------- Search-o1
-
-REASON_IN_DOCUMENTS_PROMPT = (
-    "You are helping a reasoning assistant that is answering a question step by step and has just run a search. "
-    "Read the documents the search returned and work out what they say that helps with the current search query, "
-    "given the reasoning so far.\n\n"
-    "Guidelines:\n"
-    "1. Go through the documents one by one and note what bears on the current search query.\n"
-    "2. Keep only facts the documents actually state that are accurate, relevant to the query and useful for the "
-    "next reasoning step.\n"
-    "3. End your reply with a line that says Final Information, followed by those facts in a few short sentences. "
-    "If the documents contain nothing useful, write 'No helpful information found.' after that line instead.\n\n"
-    "Previous reasoning steps:\n{previous}\n\n"
-    "Current search query: {query}\n\n"
-    "Retrieved documents:\n{documents}\n\n"
-    'Now analyse the documents for the current search query "{query}", in the light of the previous reasoning '
-    "steps, and finish with the Final Information part."
-)
-NO_HELPFUL_INFORMATION = "No helpful information found."
-_FINAL_INFORMATION = re.compile(r"final information", re.IGNORECASE)
-_TEXT_WRAP = re.compile(r"^\\text\{(.*)\}$", re.DOTALL)
-
-
-def previous_steps(response: str, keep_last: int = 4) -> str:
-    """The reasoning so far for the Reason-in-Documents prompt: one numbered step per non-empty line; when there
-    are more than ``keep_last + 1``, only the first, the last ``keep_last`` and those with a search or result tag
-    are kept, each gap shown as ``...`` (the rule of Search-o1's code).
-
-    >>> previous_steps("a\\nb\\n\\nc")
-    'Step 1: a\\n\\nStep 2: b\\n\\nStep 3: c'
-    >>> previous_steps("a\\nb\\nc\\nd", keep_last=1)
-    'Step 1: a\\n\\n...\\n\\nStep 4: d'
-    """
-    lines = [ln.strip() for ln in response.split("\n") if ln.strip()]
-    steps = [f"Step {i}: {line}" for i, line in enumerate(lines, start=1)]
-    if len(steps) <= keep_last + 1:
-        return "\n\n".join(steps)
-    tags = (*QUERY, *RESULT)
-    kept: list[str] = []
-    for i, step in enumerate(steps):
-        if i == 0 or i >= len(steps) - keep_last or any(tag in step for tag in tags):
-            kept.append(step)
-        elif kept[-1] != "...":
-            kept.append("...")
-    return "\n\n".join(kept)
-
-
-def final_information(analysis: str) -> tuple[str, bool]:
-    """(refined text, marker_found): what follows the last "Final Information" of a Reason-in-Documents reply
-    (markdown emphasis and a colon around the marker dropped, whitespace collapsed); without the marker (or with
-    nothing after it), "No helpful information found.", as in Search-o1's code.
-
-    >>> final_information("Doc 1 is about X.\\n**Final Information**\\n\\nAnna was born in Rome.")
-    ('Anna was born in Rome.', True)
-    >>> final_information("I could not decide.")
-    ('No helpful information found.', False)
-    """
-    found = list(_FINAL_INFORMATION.finditer(analysis))
-    if not found:
-        return NO_HELPFUL_INFORMATION, False
-    text = " ".join(analysis[found[-1].end() :].strip(" \t\r\n*:：#`").split())
-    return (text or NO_HELPFUL_INFORMATION), True
-
-
-def unbox(content: str | None) -> str | None:
-    """A ``\\boxed{}`` answer without a ``\\text{...}`` wrapper; None when empty.
-
-    >>> unbox(" \\\\text{Rome} "), unbox("  ")
-    ('Rome', None)
-    """
-    if content is None:
-        return None
-    text = content.strip()
-    m = _TEXT_WRAP.match(text)
-    return (m.group(1).strip() if m else text) or None
-
-
-class SearchO1Engine(RolloutEngine):
-    """The rollout engine with Search-o1's Reason-in-Documents between retrieval and insertion.
-
-    Per turn, for the whole batch: ONE retriever call with every new query, then ONE generate call that refines
-    each query's documents (prompt: previous reasoning steps, query, documents); the "Final Information" of each
-    reply is inserted in the result tags. Repeated queries are not searched again. Each refinement is recorded in
-    ``refinements[trajectory uid]``.
-    """
-
-    def __init__(
-        self,
-        generator: Generator,
-        retriever: Retriever | None,
-        protocol: SearchO1Protocol,
-        limits: RolloutLimits = RolloutLimits(),
-        prompt_style: str = "auto",
-        *,
-        refine_max_new_tokens: int = 512,
-        keep_last_steps: int = 4,
-    ) -> None:
-        super().__init__(generator, retriever, protocol, limits, prompt_style)
-        if refine_max_new_tokens < 1:
-            raise ValueError(f"search_o1: refine_max_new_tokens must be >= 1 (got {refine_max_new_tokens})")
-        self.protocol: SearchO1Protocol = protocol
-        self.refine_max_new_tokens = refine_max_new_tokens
-        self.keep_last_steps = keep_last_steps
-        self.refinements: dict[str, list[dict[str, Any]]] = {}
-        self._sampling: tuple[float, float, int | None] = (0.0, 1.0, None)
-        self._n_refine_calls = 0
-
-    def run(
-        self,
-        examples: Sequence[QAExample],
-        group_size: int = 1,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        group_prefix: str = "",
-    ) -> list[Trajectory]:
-        self.refinements, self._sampling, self._n_refine_calls = {}, (temperature, top_p, seed), 0
-        return super().run(examples, group_size, temperature, top_p, seed, group_prefix)
-
-    def _refine_prompt(self, traj: Trajectory, query: str, hits: list[Hit]) -> list[int]:
-        previous = previous_steps(traj.response_text(self.tokenizer), self.keep_last_steps)
-        user = REASON_IN_DOCUMENTS_PROMPT.format(previous=previous, query=query, documents=render_documents(hits))
-        return self._encode(render_prompt(self.tokenizer, user, self.prompt_style, raw_cue="Analysis:"))
-
-    def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:
-        fresh: list[tuple[Trajectory, Turn, str]] = []
-        for traj, turn, queries in searches:
-            searched = {q for t in traj.turns if t is not turn and t.action == "search" for q in t.queries}
-            if queries[0] in searched:
-                turn.action = "search_repeated"  # not executed, not counted against the search limit
-                turn.observation = self.protocol.repeated_query_text()
-                turn.n_obs_tokens = self._insert(traj, turn.observation)
-            else:
-                fresh.append((traj, turn, queries[0]))
-        if not fresh:
-            return
-        hits, dt = self._retrieve([q for _, _, q in fresh], timing)
-        prompts = [self._refine_prompt(traj, q, hs) for (traj, _, q), hs in zip(fresh, hits, strict=True)]
-        temperature, top_p, seed = self._sampling
-        params = SamplingParams(
-            max_new_tokens=self.refine_max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=None if seed is None else seed + 10_000 + self._n_refine_calls,
-        )
-        self._n_refine_calls += 1
-        t0 = time.perf_counter()
-        comps = self.generator.generate(prompts, params)  # ONE refinement call for the batch
-        dt_refine = time.perf_counter() - t0
-        timing["refine_s"] = timing.get("refine_s", 0.0) + dt_refine
-        timing["refine_tokens"] = timing.get("refine_tokens", 0.0) + sum(len(c.token_ids) for c in comps)
-        for (traj, turn, q), hs, c in zip(fresh, hits, comps, strict=True):
-            refined, found = final_information(c.text)
-            turn.hit_ids = [[h.id for h in hs]]
-            turn.observation = self.protocol.format_result(refined)
-            turn.n_obs_tokens = self._insert(traj, turn.observation)
-            turn.timings.update(retrieve_s=dt, refine_s=dt_refine)
-            self.refinements.setdefault(traj.uid, []).append(
-                {"query": q, "hit_ids": turn.hit_ids[0], "refined": refined, "marker_found": found,
-                 "analysis": c.text, "gen_tokens": len(c.token_ids), "finish_reason": c.finish_reason}
-            )  # fmt: skip
-
-
-class SearchO1Method(Method):
-    """Search-o1: reasoning with search calls, retrieved documents refined by Reason-in-Documents (see above)."""
-
-    name = "search_o1"
-
-    def __init__(
-        self,
-        generator: Generator,
-        retriever: Retriever,
-        *,
-        limits: RolloutLimits = RolloutLimits(),
-        max_searches: int | None = None,
-        refine_max_new_tokens: int = 512,
-        **kwargs: Any,
-    ) -> None:
-        if max_searches is not None:  # the search limit; by default the rollout limits' max_searches
-            limits = dataclasses.replace(limits, max_searches=max_searches)
-        super().__init__(generator, max_new_tokens=limits.max_new_tokens, **kwargs)
-        self.protocol = SearchO1Protocol(max_searches=limits.max_searches)  # the prompt states the limit
-        self.engine = SearchO1Engine(generator, retriever, self.protocol, limits, self.prompt_style,
-                                     refine_max_new_tokens=refine_max_new_tokens)  # fmt: skip
-
-    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
-        t0 = time.perf_counter()
-        trajs = self.engine.run(examples, group_size=1, temperature=self.temperature, top_p=self.top_p, seed=self.seed)
-        preds = []
-        for t in trajs:
-            response = t.response_text(self.tokenizer)
-            report = self.protocol.check_format(response)  # the answer: the last \boxed{} outside inserted results
-            refinements = self.engine.refinements.get(t.uid, [])
-            d = t.to_dict()
-            d.update(
-                protocol=self.protocol.name, reason_in_documents=refinements, format_problems=list(report.problems)
-            )
-            preds.append(
-                Prediction(
-                    unbox(report.answer),
-                    raw=response,
-                    trajectory=d,
-                    searches=t.n_searches,
-                    queries=executed_queries(t),
-                    gen_tokens=t.n_policy_tokens + sum(r["gen_tokens"] for r in refinements),
-                )
-            )
-        return self._stamp(preds, t0)
-
-
-METHODS: dict[str, type[Method]] = {
-    m.name: m
-    for m in (
-        DirectMethod,
-        CoTMethod,
-        NaiveRAGMethod,
-        IterativeRAGMethod,
-        IterRetGenMethod,
-        SearchO1Method,
-        AgentMethod,
-    )
-}
-#: methods that need a retriever
-RETRIEVAL_METHODS = frozenset({"naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent"})

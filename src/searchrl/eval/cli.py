@@ -33,11 +33,12 @@ def build_config(
     metrics: str | None = None,
     max_new_tokens: int | None = None,
     batch_size: int | None = None,
+    profile: str | None = None,
 ):
-    """The run config: the recipe (or defaults), then dotted overrides, then the flags that were given."""
+    """The run config: the recipe (or defaults) with its profile, then dotted overrides, then the given flags."""
     from searchrl.config import load_config, validate_dict
 
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, overrides, profile)
     raw = cfg.model_dump()
     ev, ret = raw["evaluation"], raw["retrieval"]
     if data:
@@ -97,6 +98,7 @@ def main(
     max_new_tokens: int = typer.Option(None, help="token budget of direct / naive_rag answers and IRCoT sentences"),
     batch_size: int = typer.Option(None, help="questions per batch"),
     overrides: list[str] = typer.Option(None, "--set", help="dotted config override, e.g. rollout.max_turns=2"),
+    profile: str = typer.Option(None, "--profile", help="profile overlay of --config, e.g. laptop"),
 ) -> None:
     """Evaluate the baselines (direct, CoT, naive RAG, IRCoT, ITER-RETGEN, Search-o1) and the agent on QA datasets,
     or re-score predictions.
@@ -116,8 +118,11 @@ def main(
     cfg = build_config(
         config, overrides or [], data=data, methods=methods, protocol=protocol, model=model, index=index, url=url,
         topk=topk, limit=limit, out=out, judge_url=judge_url, judge_model=judge_model, metrics=metrics,
-        max_new_tokens=max_new_tokens, batch_size=batch_size,
+        max_new_tokens=max_new_tokens, batch_size=batch_size, profile=profile,
     )  # fmt: skip
+    from searchrl.models import check_fetchable
+
+    check_fetchable(cfg, profile)
     run_from_config(cfg, corpus=corpus)
 
 

@@ -33,17 +33,16 @@ from rich.progress import Progress, TaskID
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.eval.baselines import (
-    METHODS,
-    RETRIEVAL_METHODS,
     AgentMethod,
     IterativeRAGMethod,
     IterRetGenMethod,
     Method,
     NaiveRAGMethod,
     Prediction,
-    SearchO1Method,
 )
+from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
 from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_reports
+from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
 from searchrl.rewards.judge import LLMJudge
@@ -297,6 +296,8 @@ def item_row(
         "queries": pred.queries,
         "gen_tokens": pred.gen_tokens,
         "latency_s": pred.latency_s,
+        "well_formed": pred.well_formed,
+        "kind": example.metadata.get("kind") or example.metadata.get("type"),
         "metrics": {m: fn(pred.text, example.answers) for m, fn in fns.items()},
         "trajectory": pred.trajectory,
     }
@@ -389,12 +390,24 @@ def evaluate(
         "latency_batch_size": answer_batch,
         **(extra or {}),
     }
+    if any(it.get("kind") for it in items):  # question kinds (synthetic worlds, 2Wiki's types): scored separately
+        info["by_kind"] = by_kind(items, score_names)
     notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch)]
     paths.update(write_reports(summary, score_names, out, info, notes=notes))
     if show:
         print_summary(summary, score_names)
         console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
     return EvalResult(summary, score_names, items, paths, runtime)
+
+
+def by_kind(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """Summary rows per (dataset, method, question kind), for items that carry a ``kind``."""
+
+    keyed = [{**it, "dataset": f"{it['dataset']}\x00{it['kind']}"} for it in items if it.get("kind")]
+    rows = [r for r in aggregate(keyed, metrics) if r["dataset"] != AVERAGE]
+    for r in rows:
+        r["dataset"], r["kind"] = r["dataset"].split("\x00", 1)
+    return rows
 
 
 def scoring_note(settings: Mapping[str, Mapping[str, str]], metrics: Sequence[str]) -> str:

@@ -37,6 +37,7 @@ EFFICIENCY = (
     ("queries", "queries/q", 2),
     ("gen_tokens", "gen tokens/q", 1),
     ("latency_s", "latency s/q", 3),
+    ("well_formed", "well-formed", 2),
 )
 
 
@@ -66,6 +67,8 @@ def aggregate(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[d
             row["judge_unparsed"] = sum(1 for it in group if it["metrics"].get("judge") is None)
         for key, _, _ in EFFICIENCY:
             row[key] = _mean([it.get(key) for it in group])
+        if row["well_formed"] is None:  # only agent methods have a format to check
+            del row["well_formed"]
         rows.append(row)
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     if len(datasets) > 1:
@@ -73,7 +76,8 @@ def aggregate(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[d
             mine = [r for r in rows if r["method"] == method]
             avg: dict[str, Any] = {"dataset": AVERAGE, "method": method, "n": sum(r["n"] for r in mine)}
             for key in [*metrics, *(["judge_unparsed"] if "judge" in metrics else []), *(k for k, _, _ in EFFICIENCY)]:
-                avg[key] = _mean([r[key] for r in mine])
+                if any(key in r for r in mine):
+                    avg[key] = _mean([r.get(key) for r in mine])
             rows.append(avg)
     return rows
 
@@ -92,7 +96,8 @@ def wide_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[
     columns = [*datasets, AVERAGE] if any(r["dataset"] == AVERAGE for r in rows) else datasets
     eff_from = AVERAGE if AVERAGE in columns else (datasets[0] if datasets else AVERAGE)
     header = ["method"] + [f"{d} {LABELS.get(m, m)}" for d in columns for m in metrics]
-    header += [label for _, label, _ in EFFICIENCY]
+    efficiency = [e for e in EFFICIENCY if e[0] != "well_formed" or any("well_formed" in r for r in rows)]
+    header += [label for _, label, _ in efficiency]
     body = []
     by_key = {(r["dataset"], r["method"]): r for r in rows}
     for method in dict.fromkeys(r["method"] for r in rows):
@@ -101,7 +106,7 @@ def wide_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[
             r = by_key.get((d, method), {})
             line += [_pct(r.get(m)) for m in metrics]
         eff = by_key.get((eff_from, method), {})
-        line += [_num(eff.get(key), digits) for key, _, digits in EFFICIENCY]
+        line += [_num(eff.get(key), digits) for key, _, digits in efficiency]
         body.append(line)
     return header, body
 
@@ -155,7 +160,12 @@ def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title:
     header, body = wide_table(rows, metrics)
     table = Table(title=f"{title} (scores in %)")
     for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
+        table.add_column(
+            h,
+            justify="left" if i == 0 else "right",
+            no_wrap=i == 0,
+            min_width=len(max(body, key=lambda b: len(b[0]))[0]) if i == 0 and body else None,
+        )
     for line in body:
         table.add_row(*line)
     console.print(table)

@@ -92,6 +92,19 @@ class Protocol(ABC):
         """The text of a well-formed final answer; inverse of ``parse``."""
         raise NotImplementedError(f"{type(self).__name__} does not define format_answer")
 
+    def format_reasoning(self, text: str) -> str:
+        """Reasoning as the model writes it between actions (oracle / SFT data); free text by default."""
+        return f"{text} "
+
+    def format_recalled(self, text: str) -> str | None:
+        """A step the model answers from its own knowledge, when the protocol marks such steps (R1-Searcher++'s
+        internal answers); None when it does not (the text is then ordinary reasoning)."""
+        return None
+
+    def format_evidence(self, evidence: str) -> str:
+        """The evidence block written before the answer; "" for protocols without one (R-Search has one)."""
+        return ""
+
     @abstractmethod
     def parse(self, turn_text: str) -> Action:
         """The first action in one generated turn. Never raises."""

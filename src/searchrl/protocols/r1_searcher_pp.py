@@ -83,6 +83,9 @@ class R1SearcherPPProtocol(TagProtocol):
     def format_answer(self, answer: str) -> str:
         return f"Therefore, the answer is \\boxed{{{answer}}}."
 
+    def format_recalled(self, text: str) -> str:
+        return f"{INTERNAL[0]}{text}{INTERNAL[1]}\n"
+
     def parse(self, turn_text: str) -> Action:
         """The first of: a complete external search call, a complete ``\\boxed{...}`` (by where it ends)."""
         search = first_action(turn_text, {"search": EXTERNAL})

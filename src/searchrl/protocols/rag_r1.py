@@ -26,6 +26,7 @@ Search-R1's structural check plus the multi-query counts.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from searchrl.protocols._tags import BAD_JSON, Event, blocks, hit_contents
@@ -87,13 +88,18 @@ class RAGR1Protocol(SearchR1Protocol):
     def _docs(self, hits: list[Hit]) -> str:
         return "".join(f"Doc {i}: {hit_contents(h)}\n" for i, h in enumerate(hits, start=1)).strip()
 
-    def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
+    def render_observation(
+        self, queries: list[str], hits: list[list[Hit]], fit_docs: Callable[[str], str] | None = None
+    ) -> str:
+        """``fit_docs`` cuts each query's documents string (the engine's ``rollout.max_obs_tokens_per_query``: the
+        authors' code truncates each query's documents to 1,000 tokens before building the JSON)."""
         hits = self._prepared(queries, hits)
+        fit = fit_docs or (lambda text: text)
         if self.multi_query:
-            payload = {"query": list(queries), "documents": [self._docs(h) for h in hits]}
+            payload = {"query": list(queries), "documents": [fit(self._docs(h)) for h in hits]}
             body = json.dumps(payload, indent=2, ensure_ascii=False)
         else:
-            body = self._docs(hits[0])
+            body = fit(self._docs(hits[0]))
         return f"\n<information>\n{body}\n</information>\n"
 
     def _feedback_how(self) -> str:

@@ -6,7 +6,7 @@ Tags (as in the paper and its code): a search call is ``<|begin_search_query|> q
 
 Search-o1 inserts the output of its Reason-in-Documents step (a separate call to the same model that condenses the
 retrieved documents), not the documents themselves; that step lives in the evaluation method ``search_o1``
-(``searchrl.eval.baselines.SearchO1Engine``). This protocol's ``render_observation`` inserts the raw documents, so
+(``searchrl.eval.search_o1.ReasonInDocuments``). This protocol's ``render_observation`` inserts the raw documents, so
 the plain ``agent`` method with ``rollout.protocol: search_o1`` is the paper's agentic-RAG ablation (RAgent, search
 without Reason-in-Documents); ``format_result`` wraps any text (refined information, notes) in the result tags.
 

@@ -63,6 +63,9 @@ class SearchR1Protocol(TagProtocol):
     def format_answer(self, answer: str) -> str:
         return f"<answer> {answer} </answer>"
 
+    def format_reasoning(self, text: str) -> str:
+        return f"<think> {text} </think>\n"
+
     def _docs(self, hits: list[Hit]) -> str:
         return "".join(f"Doc {i}(Title: {h.title}) {h.text}\n" for i, h in enumerate(hits, start=1))
 

@@ -69,7 +69,7 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
                 f"no index at {index}; build it with "
                 f"`searchrl index build --corpus FILE --kind {cfg.kind} --out {index}`"
             )
-        build_index(corpus, cfg.kind, index, encoder=cfg.encoder)
+        build_index(corpus, cfg.kind, index, encoder=cfg.encoder, faiss=cfg.faiss)
     retriever = load_index(index, corpus)
     built = retriever.manifest.get("kind")
     if built != cfg.kind:

@@ -298,7 +298,7 @@ class PageSummarizer:
         self.cache = LRUCache(1024)
 
     def _prompt(self, query: str, page: str) -> list[int]:
-        from searchrl.eval.baselines import render_prompt
+        from searchrl.generation.prompts import render_user_prompt as render_prompt
 
         ids = list(self.tokenizer.encode(page, add_special_tokens=False))
         if len(ids) > self.max_page_tokens:  # keep the page's head, which holds its title and lead

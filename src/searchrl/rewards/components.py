@@ -369,19 +369,29 @@ def evidence_reward(
     return scores, metrics
 
 
-def generator_reader(generator: Any, tokenizer: Any, *, max_new_tokens: int = 32) -> Reader:
-    """A :data:`Reader` from any ``searchrl.generation`` backend: greedy, :data:`READER_PROMPT`, first line kept.
+def generator_reader(
+    generator: Any,
+    tokenizer: Any,
+    *,
+    max_new_tokens: int = 32,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+) -> Reader:
+    """A :data:`Reader` from any ``searchrl.generation`` backend: :data:`READER_PROMPT`, first line kept; greedy by
+    default (R-Search's code samples at temperature 0.1, top-p 0.9, up to 512 tokens: ``model.reader_*``).
 
     Chat models get the prompt as one user message through the tokenizer's chat template; others get it raw.
     """
     from searchrl.generation.base import SamplingParams
+    from searchrl.generation.prompts import render_prompt
 
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
 
     def encode(text: str) -> list[int]:
-        if getattr(tokenizer, "chat_template", None):
-            return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        return list(
+            tokenizer.encode(render_prompt(tokenizer, [{"role": "user", "content": text}]), add_special_tokens=False)
+        )
 
     def read(questions: list[str], evidences: list[str]) -> list[str]:
         prompts = [encode(reader_prompt(q, e)) for q, e in zip(questions, evidences, strict=True)]

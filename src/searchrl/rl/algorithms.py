@@ -53,7 +53,7 @@ Choices and deviations (the papers leave these open, or the authors' code differ
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Literal, get_args
 
 import torch
@@ -65,6 +65,8 @@ Metrics = dict[str, float]
 #: Group ids: any hashables (prompt uids, tuples of (dataset, index), ...) or a 1-D integer tensor. Must be unique
 #: per prompt across the whole batch: Search-R1's code once merged datasets whose indices restarted at 0.
 GroupIds = Sequence[Hashable] | Tensor
+#: ``tensor -> its sum over every process`` under data parallelism (the identity in one process).
+SumAcross = Callable[[Tensor], Tensor]
 
 _K3_LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: large but finite in float16/bfloat16/float32
 _K3_MAX = 10.0
@@ -105,12 +107,18 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return masked_sum(x, mask, dim) / count.clamp(min=1).to(x.dtype)
 
 
-def whiten(x_BT: Tensor, mask_BT: Tensor, eps: float = _WHITEN_EPS) -> Tensor:
-    """``(x - mean) / sqrt(var + eps)`` with mean and (biased) variance over the counted positions; 0 elsewhere."""
+def whiten(x_BT: Tensor, mask_BT: Tensor, eps: float = _WHITEN_EPS, sum_across: SumAcross | None = None) -> Tensor:
+    """``(x - mean) / sqrt(var + eps)`` with mean and (biased) variance over the counted positions; 0 elsewhere.
+
+    ``sum_across`` sums a tensor over every process (data parallelism): the statistics are then those of the counted
+    positions of all processes' rows, exactly as if the whole batch were in one process."""
     m = _bool_mask(mask_BT, x_BT)  # (B, T)
-    mean = masked_mean(x_BT, m)  # ()
-    var = masked_mean((x_BT - mean) ** 2, m)  # ()
-    return torch.where(m, (x_BT - mean) * torch.rsqrt(var + eps), torch.zeros_like(x_BT))  # (B, T)
+    total = sum_across or (lambda t: t)
+    zero = torch.zeros_like(x_BT)
+    n_sum = total(torch.stack([m.sum().to(x_BT.dtype), torch.where(m, x_BT, zero).sum()]))  # (2,) count, sum
+    mean = n_sum[1] / n_sum[0].clamp(min=1)  # ()
+    var = total(torch.where(m, (x_BT - mean) ** 2, zero).sum()) / n_sum[0].clamp(min=1)  # ()
+    return torch.where(m, (x_BT - mean) * torch.rsqrt(var + eps), zero)  # (B, T)
 
 
 def aggregate_loss(
@@ -269,6 +277,15 @@ def group_centred(scores_B: Tensor, group_ids_B: GroupIds) -> Tensor:
 
 
 @torch.no_grad()
+def group_normalised(scores_B: Tensor, group_ids_B: GroupIds, eps: float = 1e-9) -> Tensor:
+    """``(r - group mean) / (group std + eps)`` with the unbiased std (OpenRLHF's ``group_norm``, R1-Searcher's
+    stage-1 code, before the REINFORCE++ returns, which it then does not whiten); 0 for groups of one."""
+    index_B, n_groups = _group_index(group_ids_B, scores_B.shape[0], scores_B.device)
+    size_B, mean_B, std_B = _group_stats(scores_B, index_B, n_groups)  # (B,) each
+    return torch.where(size_B > 1, (scores_B - mean_B) / (std_B + eps), torch.zeros_like(scores_B))
+
+
+@torch.no_grad()
 def rloo_advantages(scores_B: Tensor, group_ids_B: GroupIds, mask_BT: Tensor) -> tuple[Tensor, Metrics]:
     """REINFORCE leave-one-out (Ahmadian et al., 2024): ``r_i - mean_{j != i, same group} r_j``, broadcast over the
     counted positions; 0 for groups of size 1 and at masked positions. Returns ``(advantages_BT, metrics)``."""
@@ -287,13 +304,20 @@ def rloo_advantages(scores_B: Tensor, group_ids_B: GroupIds, mask_BT: Tensor) ->
 
 @torch.no_grad()
 def reinforce_pp_returns(
-    scores_B: Tensor, kl_BT: Tensor, mask_BT: Tensor, kl_coef: float, eps: float = _WHITEN_EPS
+    scores_B: Tensor,
+    kl_BT: Tensor,
+    mask_BT: Tensor,
+    kl_coef: float,
+    eps: float = _WHITEN_EPS,
+    whiten_returns: bool = True,
+    sum_across: SumAcross | None = None,
 ) -> tuple[Tensor, Metrics]:
     """REINFORCE++ advantages (Hu, 2025; R1-Searcher++ Eq. 1): token reward ``-kl_coef * kl_t`` on every counted
     token plus the outcome score on the last counted token, undiscounted return-to-go (gamma = 1), then whitened over
     all counted tokens of the batch. ``kl_BT`` is a per-token estimate from :func:`kl_penalty` (R1-Searcher's code
-    uses k1). To reproduce R1-Searcher's ``reinforce_baseline``, pass :func:`group_centred` scores
-    (``algorithm.group_baseline``).
+    uses k1). To reproduce R1-Searcher's ``reinforce_baseline``, pass :func:`group_centred` scores; for its
+    stage-1 ``group_norm``, :func:`group_normalised` scores and ``whiten_returns=False``
+    (``algorithm.reinforce_estimator``). ``sum_across`` whitens over all processes' rows (see :func:`whiten`).
     Rows with no counted token contribute nothing. Returns ``(advantages_BT, metrics)``; 0 at masked positions."""
     m = _bool_mask(mask_BT, kl_BT)  # (B, T)
     if scores_B.shape != (kl_BT.shape[0],):
@@ -305,7 +329,10 @@ def reinforce_pp_returns(
     is_last_BT = (positions_BT == last_B[:, None]) & m  # (B, T) at most one True per row
     rewards_BT = kl_rewards_BT + torch.where(is_last_BT, scores_B[:, None].to(kl_BT.dtype), zeros_BT)  # (B, T)
     returns_BT = rewards_BT.flip(-1).cumsum(-1).flip(-1)  # (B, T) sum_{t' >= t} r_t'
-    advantages_BT = whiten(returns_BT, m, eps)  # (B, T)
+    if whiten_returns:
+        advantages_BT = whiten(returns_BT, m, eps, sum_across)  # (B, T)
+    else:
+        advantages_BT = torch.where(m, returns_BT, zeros_BT)  # (B, T)
     metrics = {
         "reinforce_pp/score_mean": scores_B.mean().item(),
         "reinforce_pp/return_mean": masked_mean(returns_BT, m).item(),

@@ -9,18 +9,32 @@ def train(
     recipe: str = typer.Option(..., "--recipe", "-r", help="recipe name (e.g. search_r1_grpo) or YAML path"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.steps=20 rollout.group_size=4"),
     resume: bool = typer.Option(False, help="continue from <output_dir>/checkpoint"),
+    profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
     """Train a policy with RL (PPO / GRPO / REINFORCE++ / RLOO) on a recipe.
 
     Example: searchrl train --recipe demo training.steps=20 training.output_dir=runs/grpo-demo
     """
     from searchrl.config import load_config
+    from searchrl.models import check_fetchable
+    from searchrl.utils import console
+
+    cfg = load_config(recipe, overrides or [], profile)
+    check_fetchable(cfg, profile)
+    history = run_train(cfg, resume=resume)
+    if history:
+        last = history[-1]
+        console.print(f"done: step {int(last['step'])}, reward {last.get('reward/total', 0):.3f}, "
+                      f"outputs in {cfg.training.output_dir}")  # fmt: skip
+
+
+def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:
+    """RL on a resolved config; outputs (metrics, checkpoints, ``final``) in ``training.output_dir``."""
     from searchrl.models import load_policy
     from searchrl.pipeline import load_split, make_protocol, make_retriever_for, policy_spec
     from searchrl.rl.trainer import Trainer
-    from searchrl.utils import console, seed_everything
+    from searchrl.utils import seed_everything
 
-    cfg = load_config(recipe, overrides or [])
     seed_everything(cfg.training.seed)
     model, tok = load_policy(policy_spec(cfg), cfg.model.dtype)
     examples = load_split(cfg, "train", cfg.data.train_limit)
@@ -36,7 +50,10 @@ def train(
 
         reader_model, reader_tok = (load_policy(cfg.model.reader) if cfg.model.reader
                                     else (copy.deepcopy(model).eval().requires_grad_(False), tok))  # fmt: skip
-        reader = generator_reader(HFGenerator(reader_model, reader_tok), reader_tok)
+        m = cfg.model
+        reader = generator_reader(HFGenerator(reader_model, reader_tok), reader_tok,
+                                  max_new_tokens=m.reader_max_new_tokens, temperature=m.reader_temperature,
+                                  top_p=m.reader_top_p)  # fmt: skip
         reward_fn = default_reward_fn(cfg, protocol, tok, reader=reader)
     memorizer = None
     if cfg.memorization.coef > 0:
@@ -53,11 +70,7 @@ def train(
     held_out = load_split(cfg, "dev", cfg.training.eval_limit) if cfg.training.eval_every else None
     trainer = Trainer(cfg, model, tok, protocol, make_retriever_for(cfg), examples, reward_fn=reward_fn,
                       aux_nll_hook=memorizer, generator=generator, eval_examples=held_out)  # fmt: skip
-    history = trainer.train(resume=resume)
-    if history:
-        last = history[-1]
-        console.print(f"done: step {int(last['step'])}, reward {last.get('reward/total', 0):.3f}, "
-                      f"outputs in {cfg.training.output_dir}")  # fmt: skip
+    return trainer.train(resume=resume)
 
 
 def register(app: typer.Typer) -> None:

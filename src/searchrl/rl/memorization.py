@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 
 from searchrl.config import MemorizationConfig
 from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.prompts import render_prompt
 from searchrl.protocols.base import Protocol, Search
+from searchrl.protocols.r1_searcher_pp import INTERNAL  # the rewriter writes R1-Searcher++'s internal steps
 from searchrl.rewards.metrics import get_metric, word_count
 from searchrl.rollout.trajectory import Trajectory
-
-INTERNAL = ("<|begin_internal_answer|>", "<|end_internal_answer|>")
 
 #: Our wording of the paper's "System Prompt for Rewriting only with Internal" (same tags, same rules).
 REWRITER_SYSTEM = (
@@ -70,11 +70,8 @@ def rewriter_prompt(tokenizer, question: str, documents: Sequence[str], style: s
     """The rewriter's prompt: the documents as its knowledge, then the question ("None" when there are none)."""
     system = REWRITER_SYSTEM.format(documents="\n".join(documents) if documents else "None")
     user = REWRITER_USER.format(question=question.strip())
-    use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
-    if use_chat:
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return f"{system}\n\n{user}\n"
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return render_prompt(tokenizer, messages, style, raw=f"{system}\n\n{user}\n")
 
 
 @dataclass
@@ -252,92 +249,3 @@ def make_memorizer(cfg, protocol: Protocol, policy_model, policy_tokenizer) -> M
 
 
 # ------------------------------------------------------------------------------------------ rewriter SFT data
-
-
-def internal_path(example_chain: Sequence[dict], answer: str) -> str:
-    """An internal-only reasoning path for a synthetic question's chain (the rewriter's SFT target)."""
-    steps = "".join(
-        f"{INTERNAL[0]}I recall that the answer to '{h['sub_question']}' is {h['answer']}.{INTERNAL[1]}\n"
-        for h in example_chain
-    )
-    return f"{steps}Therefore, the answer is \\boxed{{{answer}}}."
-
-
-def rewriter_sft_examples(oracle: Sequence[Trajectory], protocol: Protocol, tokenizer, style: str = "auto"):
-    """Rewriter training data from oracle trajectories (spec 000 §2.2; the paper's "pre-processed" form is NOT
-    STATED): the prompt holds the documents the oracle's searches returned and the question; the target is the
-    chain written as internal steps and a boxed answer. Loss on every target token."""
-    from searchrl.sft.types import SFTExample
-
-    out = []
-    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
-    for t in oracle:
-        chain = t.metadata.get("chain") or []
-        if not chain:
-            raise ValueError(f"trajectory {t.uid} has no metadata.chain; rewriter data needs a synthetic world")
-        prompt = rewriter_prompt(tokenizer, t.question, extract_documents(t, protocol), style)
-        target = list(tokenizer.encode(internal_path(chain, t.golds[0]), add_special_tokens=False)) + eos
-        out.append(
-            SFTExample(
-                prompt_ids=list(tokenizer.encode(prompt, add_special_tokens=False)),
-                response_ids=target,
-                loss_mask=[1] * len(target),
-                kind="rewriter",
-                source_uid=t.uid,
-            )
-        )
-    return out
-
-
-def internalize(traj: Trajectory, protocol: Protocol) -> str:
-    """A retrieval trajectory written as an internal-only path (the rewriter's SFT target from real trajectories).
-
-    Search calls and their documents are dropped; the text the policy wrote after each search (up to its next call
-    or its final answer) becomes an internal step, since it states what the documents gave. The final answer
-    sentence is kept as it is. The paper calls this data "pre-processed" without saying how (spec 000 §2.2).
-    """
-    search_open, search_close = getattr(protocol, "search_tags", ("", ""))
-    parts: list[str] = []
-    after_search = False
-    for turn in traj.turns:
-        text = turn.text
-        call_at = text.find(search_open) if search_open else -1
-        if turn.action == "search" and call_at >= 0:
-            text = text[:call_at]
-        answer_at = text.find("\\boxed")
-        if answer_at >= 0:  # keep the sentence that carries the answer outside the internal step
-            cut = max(text.rfind(". ", 0, answer_at) + 1, text.rfind("\n", 0, answer_at) + 1, 0)
-            body, tail = text[:cut].strip(), text[cut:].strip()
-        else:
-            body, tail = text.strip(), ""
-        if body:
-            parts.append(f"{INTERNAL[0]}{body}{INTERNAL[1]}" if after_search and INTERNAL[0] not in body else body)
-        if tail:
-            parts.append(tail)
-        after_search = turn.action == "search"
-    return "\n".join(parts)
-
-
-def rewriter_sft_from_trajectories(
-    trajs: Sequence[Trajectory], memorizer: Memorizer, tokenizer, style: str = "auto"
-) -> tuple[list, dict[str, int]]:
-    """Rewriter SFT examples from correct retrieval trajectories (e.g. ``searchrl data rejection-sample`` output):
-    the documents their searches returned go in the prompt, :func:`internalize` gives the target, and only targets
-    that pass the memorizer's own validation are kept. Returns ``(examples, rejection counts by reason)``."""
-    from searchrl.sft.types import SFTExample
-
-    out, rejected = [], {}
-    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
-    for t in trajs:
-        docs = extract_documents(t, memorizer.protocol)
-        target = internalize(t, memorizer.protocol)
-        reason = "no search" if not docs else memorizer.validate(target, t.golds)
-        if reason:
-            key = reason.split(":")[0]
-            rejected[key] = rejected.get(key, 0) + 1
-            continue
-        resp = list(tokenizer.encode(target, add_special_tokens=False)) + eos
-        prompt = rewriter_prompt(tokenizer, t.question, docs, style)
-        out.append(SFTExample(list(tokenizer.encode(prompt, add_special_tokens=False)), resp, [1] * len(resp),
-                              kind="rewriter", source_uid=t.uid))  # fmt: skip
-    return out, rejected

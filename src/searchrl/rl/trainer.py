@@ -12,8 +12,11 @@ How this departs from the textbook algorithms (each choice is configurable where
 - Group ids are ``"s<step>/<question id>"``, globally unique across steps and merged data sets.
 - Loss aggregation divides by the token (or sequence) count of the whole mini-batch, summed over gradient-accumulation
   micro-batches and processes, so the gradient does not depend on how the mini-batch is split.
-- Under several processes each one rolls out its own shard of the step's prompts (groups never straddle two
-  processes); REINFORCE++ whitening uses the process's shard.
+- Under several processes each one rolls out its own equal shard of the step's prompts (groups never straddle two
+  processes). ``algorithm.mini_batch_size`` counts trajectories of all processes together, so the optimizer steps per
+  RL step do not depend on the process count; PPO and REINFORCE++ whiten over all processes' rows. Every process
+  makes the same number of forward/backward passes (zero-weight ones where it has fewer rows or memorization
+  sequences), so uneven shards never leave a collective waiting.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,12 +35,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from searchrl.config import RunConfig, dump_config
+from searchrl.config import ConfigError, RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.generation import make_generator
 from searchrl.generation.base import Generator
 from searchrl.protocols.base import Protocol
 from searchrl.rl import algorithms as A
+from searchrl.rl.advantages import get_estimator
 from searchrl.rl.batch import (
     Batch,
     TokenScorer,
@@ -48,46 +51,16 @@ from searchrl.rl.batch import (
     prompt_keys,
     score_tokens,
 )
+from searchrl.rl.update import StepTensors, ValueModel, policy_micro_loss, value_micro_loss
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
+from searchrl.tuning import atomic_dir, full_state_dict, linear_warmup, load_policy_weights, save_merged, wrap_lora
 from searchrl.utils import make_adamw, progress, tune_allocator
 
 #: ``(trajectories, protocol) -> (scores, metrics)``; the default composes cfg.reward's components.
 RewardFn = Callable[[Sequence[Trajectory]], tuple[list[float], dict[str, float]]]
 #: ``(step, trajectories) -> list of (prompt_ids, response_ids, loss_mask)`` extra NLL sequences (memorization loss).
 AuxNLLHook = Callable[[int, Sequence[Trajectory]], list[tuple[list[int], list[int], list[int]]]]
-
-
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The policy's weights under the base model's own names (LoRA adapters merged in), for a generation engine
-    that keeps its own copy of the model."""
-    if hasattr(model, "merge_adapter") and hasattr(model, "peft_config"):
-        model.merge_adapter()
-        try:
-            base = model.get_base_model()
-            return {k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items()
-                    if "lora_" not in k}  # fmt: skip
-        finally:
-            model.unmerge_adapter()
-    return {k: v.detach() for k, v in model.state_dict().items()}
-
-
-class ValueModel(nn.Module):
-    """A critic: the policy's transformer body with a scalar head on every position."""
-
-    def __init__(self, causal_lm: nn.Module) -> None:
-        super().__init__()
-        self.body = causal_lm.get_decoder() if hasattr(causal_lm, "get_decoder") else causal_lm.model
-        self.head = nn.Linear(causal_lm.config.hidden_size, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, batch: Batch) -> torch.Tensor:
-        h = self.body(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
-        ).last_hidden_state  # (B, P+T, H)
-        P, T = batch.prompt_len, batch.response_ids.shape[1]
-        return self.head(h[:, P - 1 : P + T - 1, :]).squeeze(-1)  # (B, T) value before emitting each token
 
 
 @dataclass
@@ -136,6 +109,11 @@ class Trainer:
         self.alg = cfg.algorithm
         self.tcfg = cfg.training
         self.acc = Accelerator(gradient_accumulation_steps=1, cpu=not torch.cuda.is_available())
+        if self.tcfg.prompts_per_step % self.acc.num_processes:
+            raise ConfigError(
+                f"training.prompts_per_step={self.tcfg.prompts_per_step} must be divisible by the "
+                f"{self.acc.num_processes} processes (each process rolls out an equal share of the step's prompts)"
+            )
         self.tokenizer = tokenizer
         self.protocol = protocol
         self.examples = list(train_examples)
@@ -145,6 +123,8 @@ class Trainer:
         self.eval_examples = list(eval_examples or [])[: self.tcfg.eval_limit]
         self.aux_nll_hook = aux_nll_hook
         self.mem_coef = cfg.memorization.coef
+        self._aux_on = aux_nll_hook is not None and self.mem_coef > 0
+        self.estimator = get_estimator(self.alg.name)
         self.micro = micro_batch_size or self.tcfg.micro_batch_size
         tune_allocator()
         self.out_dir = Path(self.tcfg.output_dir)
@@ -154,13 +134,7 @@ class Trainer:
         self.ref: nn.Module | None = None
         needs_ref = self.alg.kl_coef > 0
         if cfg.model.lora is not None:
-            from peft import LoraConfig, get_peft_model
-
-            lc = cfg.model.lora
-            model = get_peft_model(
-                model,
-                LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules),
-            )
+            model = wrap_lora(model, cfg.model.lora)
         elif needs_ref:
             import copy
 
@@ -169,21 +143,17 @@ class Trainer:
         self.critic: ValueModel | None = None
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = make_adamw(params, lr=self.tcfg.lr, weight_decay=self.tcfg.weight_decay)
-        warm = max(self.tcfg.warmup_steps, 0)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        self.sched = linear_warmup(self.opt, self.tcfg.warmup_steps)
         # self.model is the (possibly DDP-wrapped) scorer; self.policy the causal LM inside it.
         self.model, self.opt = self.acc.prepare(TokenScorer(model), self.opt)
         self.policy = self.acc.unwrap_model(self.model).lm
-        if self.alg.name == "ppo":
+        if self.estimator.critic:
             import copy
 
             critic = ValueModel(copy.deepcopy(self.policy))
             self.critic_opt = make_adamw(critic.parameters(), lr=self.tcfg.critic_lr)
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
-            cw = max(self.tcfg.critic_warmup_steps, 0)
-            self.critic_sched = torch.optim.lr_scheduler.LambdaLR(
-                self.critic_opt, lambda s: min(1.0, (s + 1) / cw) if cw else 1.0
-            )
+            self.critic_sched = linear_warmup(self.critic_opt, self.tcfg.critic_warmup_steps)
         # The default generator shares the policy's weights; another backend (e.g. vLLM) keeps its own copy, which
         # _sync_generator refreshes before each rollout that follows an optimizer step.
         if generator is None and cfg.rollout.backend == "vllm":
@@ -216,17 +186,13 @@ class Trainer:
     def _loss_mask(self, b: Batch) -> torch.Tensor:
         return b.action_mask if self.alg.mask_observations else b.response_mask  # (B, T)
 
-    def _global_count(self, x: float) -> float:
-        t = torch.tensor([x], dtype=torch.float64, device=self.acc.device)
-        return float(self.acc.reduce(t, reduction="sum").item()) if self.acc.num_processes > 1 else x
-
-    def _old_logprobs_from_rollout(self, n_rows: int) -> bool:
+    def _old_logprobs_from_rollout(self, n_global: int) -> bool:
         """Whether the step's old log-probs can be the generator's own: exactly one on-policy update (one epoch, one
         mini-batch) and a generator that runs the policy's own weights (so they match a recomputation to ~1e-5)."""
         mode = self.alg.old_logprobs
         if mode != "auto":
             return mode == "rollout"
-        one_update = self.alg.ppo_epochs == 1 and self.alg.mini_batch_size >= n_rows
+        one_update = self.alg.ppo_epochs == 1 and self.alg.mini_batch_size >= n_global
         return one_update and getattr(self.generator, "model", None) is self.policy
 
     def _micro(self, batch: Batch, rows: Sequence[int] | None = None, grad: bool = True) -> list[list[int]]:
@@ -244,12 +210,20 @@ class Trainer:
     @torch.no_grad()
     def _logprobs(self, scorer: nn.Module, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)  # (B, T)
-        for idx in self._micro(batch, grad=False):
+        for idx, real in self._equal_passes(self._micro(batch, grad=False)):
             mb = batch.select(idx)
             T = mb.response_ids.shape[1]
-            out[idx, :T] = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
-            self._tokens["scored_padded"] += forward_tokens(mb, scorer.share_prompts)
+            logp_BT = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
+            if real:
+                out[idx, :T] = logp_BT
+                self._tokens["logprob"] += forward_tokens(mb, scorer.share_prompts)
         return out
+
+    def _equal_passes(self, plans: list[list[int]]) -> list[tuple[list[int], bool]]:
+        """``plans`` padded with ``(row 0, False)`` passes up to the most any process makes: sharded weights (FSDP)
+        are gathered at every forward, so every process must make as many as the others."""
+        (n,) = self._global_max([len(plans)])
+        return [(plans[k], True) if k < len(plans) else ([0], False) for k in range(n)]
 
     def _sync_generator(self) -> None:
         """Push the policy's current weights into a generator that keeps its own copy (e.g. vLLM), once per new
@@ -278,17 +252,22 @@ class Trainer:
         gen_counts = Counter(getattr(self.generator, "stats", {}))
         gen_counts.subtract(gen_before)
         scores, reward_metrics = self.reward_fn(trajs)
-        aux_seqs = []
-        if self.aux_nll_hook is not None and self.mem_coef > 0:
-            aux_seqs = self.aux_nll_hook(step, trajs)  # once per step; its NLL joins every optimizer step
+        aux_seqs: list[tuple[list[int], list[int], list[int]]] = []
+        if self._aux_on:
+            assert self.aux_nll_hook is not None
+            aux_seqs = list(self.aux_nll_hook(step, trajs))  # once per step; its NLL joins every optimizer step
         t_reward = time.perf_counter()
 
         self._tokens = Counter()
         batch = collate_trajectories(trajs, self._pad).to(self.acc.device)
-        mask_BT = self._loss_mask(batch)  # (B, T)
+        mask_BT = self._loss_mask(batch)  # (B, T) the policy-loss positions
+        # The critic's positions: the policy's tokens, or every response token (RAG-R1's code) when
+        # critic_mask_observations is off; the policy loss always uses mask_BT.
+        cmask_BT = mask_BT if alg.critic_mask_observations else batch.response_mask.to(mask_BT.dtype)  # (B, T)
         scores_B = torch.tensor(scores, dtype=torch.float32, device=self.acc.device)  # (B,)
+        n_global = int(self._global_count(float(len(batch))))  # the step's trajectories, all processes
         scorer = self.acc.unwrap_model(self.model)
-        if self._old_logprobs_from_rollout(len(batch)):
+        if self._old_logprobs_from_rollout(n_global):
             old_logp_BT = torch.where(mask_BT.bool(), batch.rollout_logp, 0.0)  # (B, T) the sampler's own
         else:
             old_logp_BT = self._logprobs(scorer, batch, mask_BT)  # (B, T)
@@ -304,92 +283,39 @@ class Trainer:
         if ref_logp_BT is not None:
             kl_BT, m = A.kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, alg.kl_estimator)
             metrics.update(m)
-        old_values_BT = returns_BT = None
-        if alg.name == "ppo":
-            assert self.critic is not None
-            old_values_BT = torch.zeros_like(old_logp_BT)  # (B, T)
-            with torch.no_grad():
-                for idx in self._micro(batch, grad=False):
-                    v_BT = self.critic(batch.select(idx))
-                    old_values_BT[idx, : v_BT.shape[1]] = v_BT.float()
-            # The critic's positions: the policy's tokens, or every response token (RAG-R1's code) when
-            # critic_mask_observations is off; the policy loss always uses mask_BT.
-            cmask_BT = mask_BT if alg.critic_mask_observations else batch.response_mask.to(mask_BT.dtype)  # (B, T)
-            rewards_BT = torch.zeros_like(old_logp_BT)
-            last = (cmask_BT.cumsum(-1) == cmask_BT.sum(-1, keepdim=True)) & (cmask_BT > 0)  # (B, T) last counted
-            first_last = last & (last.cumsum(-1) == 1)
-            rewards_BT = torch.where(first_last, scores_B[:, None].expand_as(rewards_BT), rewards_BT)
-            if alg.kl_in_reward:
-                rewards_BT = rewards_BT - alg.kl_coef * kl_BT
-            (adv_BT, returns_BT), m = A.gae_advantages(rewards_BT, old_values_BT, cmask_BT, alg.gamma, alg.lam)
-            adv_BT = A.whiten(adv_BT, mask_BT)
-        elif alg.name == "grpo":
-            adv_BT, m = A.grpo_advantages(scores_B, [t.group_id for t in trajs], mask_BT, alg.norm_adv_by_std)
-        elif alg.name == "rloo":
-            adv_BT, m = A.rloo_advantages(scores_B, [t.group_id for t in trajs], mask_BT)
-        else:  # reinforce_pp
-            kl_coef = alg.kl_coef if alg.kl_in_reward else 0.0
-            if alg.group_baseline:
-                scores_B = A.group_centred(scores_B, [t.group_id for t in trajs])
-            adv_BT, m = A.reinforce_pp_returns(scores_B, kl_BT, mask_BT, kl_coef)
+        old_values_BT = None
+        if self.critic is not None:
+            old_values_BT = self._values(batch)  # (B, T)
+        adv_BT, returns_BT, m = self.estimator.fn(
+            scores_B, kl_BT, old_values_BT, mask_BT, [t.group_id for t in trajs], alg,
+            critic_mask_BT=cmask_BT, sum_across=self._sum_across,
+        )  # fmt: skip
         metrics.update(m)
         kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
+        st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_logp_BT if kl_in_loss else None,
+                          old_values_BT, returns_BT)  # fmt: skip
 
         # ---- K epochs over mini-batches, each accumulated over micro-batches with global normalisers
         t_update = time.perf_counter()
-        B = len(batch)
         acc_metrics: dict[str, list[float]] = {}
+        aux_tokens = self._global_count(float(sum(sum(s[2]) for s in aux_seqs))) if self._aux_on else 0.0
         gen = torch.Generator().manual_seed(self.tcfg.seed + step)
+        n_updates = 0
         for _epoch in range(alg.ppo_epochs):
-            perm = torch.randperm(B, generator=gen).tolist()
-            for ms in range(0, B, alg.mini_batch_size):
-                mini = perm[ms : ms + alg.mini_batch_size]
-                g_tok = self._global_count(float(mask_BT[mini].sum()))
-                g_seq = self._global_count(float((mask_BT[mini].sum(-1) > 0).sum()))
-                c_agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
-                if self.critic is not None and not alg.critic_mask_observations:
-                    rm = batch.response_mask[mini]
-                    c_agg = dict(agg=alg.loss_agg, global_tokens=self._global_count(float(rm.sum())),
-                                 global_seqs=self._global_count(float((rm.sum(-1) > 0).sum())))  # fmt: skip
+            for mini in self._mini_batches(len(batch), n_global, gen):
                 self.opt.zero_grad(set_to_none=True)
                 if self.critic is not None:
                     self.critic_opt.zero_grad(set_to_none=True)
-                for idx in self._micro(batch, mini):
-                    mb = batch.select(idx)
-                    T = mb.response_ids.shape[1]
-                    mm = mask_BT[idx, :T]
-                    self._tokens["scored_padded"] += forward_tokens(mb)
-                    logp_BT, ent_BT = score_tokens(self.model, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
-                    agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
-                    loss, pm = A.policy_loss(
-                        logp_BT, old_logp_BT[idx, :T], adv_BT[idx, :T], mm, alg.clip_eps, alg.dual_clip, **agg
+                for k, v in self._update_policy(batch, mini, st).items():
+                    acc_metrics.setdefault(k, []).extend(v)
+                if aux_tokens > 0:
+                    acc_metrics.setdefault("loss/memorization_nll", []).append(
+                        self._aux_nll(aux_seqs, aux_tokens, batch)
                     )
-                    if kl_in_loss:
-                        kl_cur_BT, _ = A.kl_penalty(logp_BT, ref_logp_BT[idx, :T], mm, alg.kl_estimator)
-                        loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, alg.loss_agg, g_tok, g_seq)
-                    if alg.entropy_coef:
-                        ent = A.aggregate_loss(ent_BT, mm, alg.loss_agg, g_tok, g_seq)
-                        loss = loss - alg.entropy_coef * ent
-                        pm["entropy/mean"] = float(A.masked_mean(ent_BT.detach(), mm))
-                    loss = loss * self.acc.num_processes  # DDP averages gradients; the loss is already global
-                    self.acc.backward(loss)
-                    if self.critic is not None:
-                        values_BT = self.critic(mb)
-                        cm = mm if alg.critic_mask_observations else mb.response_mask.to(mm.dtype)
-                        vl, vm = A.value_loss(
-                            values_BT, old_values_BT[idx, :T], returns_BT[idx, :T], cm, alg.value_clip, **c_agg
-                        )
-                        self.acc.backward(alg.value_coef * vl * self.acc.num_processes)
-                        pm.update(vm)
-                    pm["loss/policy_total"] = float(loss.detach()) / self.acc.num_processes
-                    for k, v in pm.items():
-                        acc_metrics.setdefault(k, []).append(v)
-                if aux_seqs:
-                    for k, v in self._aux_nll(aux_seqs).items():
-                        acc_metrics.setdefault(k, []).append(v)
                 gnorm = self.acc.clip_grad_norm_(self.model.parameters(), self.tcfg.max_grad_norm)
                 acc_metrics.setdefault("grad_norm", []).append(float(gnorm))
                 self.opt.step()
+                n_updates += 1
                 self._weights_version += 1
                 if self.critic is not None:
                     self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm)
@@ -398,6 +324,7 @@ class Trainer:
         if self.critic is not None:
             self.critic_sched.step()
         t_end = time.perf_counter()
+        metrics["update/optimizer_steps"] = float(n_updates)
 
         metrics.update({k: float(np.mean(v)) for k, v in acc_metrics.items()})
         metrics.update(reward_metrics)
@@ -411,7 +338,8 @@ class Trainer:
                 "tokens/prompt": float(n_prompt),
                 "tokens/response": float(n_resp),
                 "tokens/generated": float(sum(t.n_policy_tokens for t in trajs)),
-                "tokens/scored_padded": float(self._tokens["scored_padded"]),
+                "tokens/scored_padded": float(sum(self._tokens.values())),  # positions computed, padding included
+                **{f"tokens/scored_{k}": float(v) for k, v in self._tokens.items()},  # per phase
                 "step": step + 1,
                 "lr": self.sched.get_last_lr()[0],
                 "time/generate_s": gen_stats.get("generate_s", 0.0),
@@ -427,23 +355,92 @@ class Trainer:
         self._log_rollouts(step + 1, trajs, scores)
         return metrics
 
-    def _aux_nll(self, seqs: Sequence[tuple[list[int], list[int], list[int]]]) -> dict[str, float]:
-        """Adds ``coef * NLL`` of extra sequences (R1-Searcher++'s memorization loss, Eq. 8) to the gradients.
+    def _sum_across(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` summed over every process (itself in one process)."""
+        return self.acc.reduce(t, reduction="sum") if self.acc.num_processes > 1 else t
 
-        Token mean over all counted tokens of all sequences (of all processes), in micro-batches."""
+    def _global_count(self, x: float) -> float:
+        return float(self._sum_across(torch.tensor([x], dtype=torch.float64, device=self.acc.device)).item())
+
+    def _global_max(self, xs: Sequence[int]) -> list[int]:
+        """Element-wise maximum over processes (how many forward/backward passes every process must make)."""
+        if self.acc.num_processes == 1:
+            return list(xs)
+        t = torch.tensor(list(xs), dtype=torch.int64, device=self.acc.device)
+        return self.acc.gather(t).view(self.acc.num_processes, -1).amax(0).tolist()
+
+    def _mini_batches(self, n_rows: int, n_global: int, gen: torch.Generator) -> list[list[int]]:
+        """This process's rows, shuffled, in the step's mini-batches.
+
+        ``algorithm.mini_batch_size`` counts trajectories of all processes together, so every process makes the same
+        ``ceil(n_global / mini_batch_size)`` optimizer steps whatever the number of processes, and each mini-batch
+        takes an even share of every process's rows (possibly none: a process then makes zero-weight passes)."""
+        n = max(1, math.ceil(n_global / self.alg.mini_batch_size))
+        perm = torch.randperm(n_rows, generator=gen).tolist()
+        return [perm[round(i * n_rows / n) : round((i + 1) * n_rows / n)] for i in range(n)]
+
+    @torch.no_grad()
+    def _values(self, batch: Batch) -> torch.Tensor:
+        """The critic's values before the update."""
+        critic = self.acc.unwrap_model(self.critic)
+        out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)  # (B, T)
+        for idx, real in self._equal_passes(self._micro(batch, grad=False)):
+            v_BT = critic(batch.select(idx))
+            if real:
+                out[idx, : v_BT.shape[1]] = v_BT.float()
+        return out
+
+    def _update_policy(self, batch: Batch, mini: list[int], st: StepTensors) -> dict[str, list[float]]:
+        """Gradients of one mini-batch's policy (and value) loss, accumulated over micro-batches.
+
+        Every process makes as many passes as the process with the most micro-batches (DDP and FSDP synchronise at
+        every pass); a process short of rows makes zero-weight passes on its first row."""
+        alg = self.alg
+        g_tok = self._global_count(float(st.mask_BT[mini].sum()))
+        g_seq = self._global_count(float((st.mask_BT[mini].sum(-1) > 0).sum()))
+        c_tok, c_seq = g_tok, g_seq
+        if self.critic is not None and st.cmask_BT is not st.mask_BT:
+            cm = st.cmask_BT[mini]
+            c_tok, c_seq = self._global_count(float(cm.sum())), self._global_count(float((cm.sum(-1) > 0).sum()))
+        out: dict[str, list[float]] = {}
+        for idx, real in self._equal_passes(self._micro(batch, mini) if mini else []):
+            weight = 1.0 if real else 0.0
+            mb = batch.select(idx)
+            self._tokens["update"] += forward_tokens(mb)
+            loss, pm = policy_micro_loss(self.model, mb, idx, st, alg, g_tok, g_seq)
+            # DDP averages gradients over processes; the loss is already global, so undo the average.
+            self.acc.backward(weight * loss * self.acc.num_processes)
+            if self.critic is not None:
+                vl, vm = value_micro_loss(self.critic, mb, idx, st, alg, c_tok, c_seq)
+                self.acc.backward(weight * alg.value_coef * vl * self.acc.num_processes)
+                pm.update(vm)
+            if weight:
+                pm["loss/policy_total"] = float(loss.detach())
+                for key, v in pm.items():
+                    out.setdefault(key, []).append(v)
+        return out
+
+    def _aux_nll(self, seqs: Sequence[tuple[list[int], list[int], list[int]]], n_tok: float, batch: Batch) -> float:
+        """Adds ``coef * NLL`` of extra sequences (R1-Searcher++'s memorization loss, Eq. 8) to the gradients:
+        the token mean over the ``n_tok`` counted tokens of all processes' sequences, in micro-batches. A process
+        with fewer micro-batches than another (or no sequence) makes zero-weight passes on its first rollout."""
         from searchrl.rl.batch import collate
 
-        n_tok = self._global_count(float(sum(sum(s[2]) for s in seqs)))
+        parts = [seqs[i : i + self.micro] for i in range(0, len(seqs), self.micro)]
+        (n_parts,) = self._global_max([len(parts)])
         total = 0.0
-        for cs in range(0, len(seqs), self.micro):
-            part = seqs[cs : cs + self.micro]
-            b = collate([s[0] for s in part], [s[1] for s in part], [s[2] for s in part], pad_id=self._pad)
-            b = b.to(self.acc.device)
+        for k in range(n_parts):
+            if k < len(parts):
+                part, weight = parts[k], 1.0
+                b = collate([s[0] for s in part], [s[1] for s in part], [s[2] for s in part], pad_id=self._pad)
+                b = b.to(self.acc.device)
+            else:
+                b, weight = batch.select([0]), 0.0
             logp_BT, _ = score_tokens(self.model, b, b.action_mask)  # (B, T)
-            nll = -A.aggregate_loss(logp_BT, b.action_mask, "token_mean", global_tokens=max(n_tok, 1.0))
-            self.acc.backward(self.mem_coef * nll * self.acc.num_processes)
-            total += float(nll.detach())
-        return {"loss/memorization_nll": total}
+            nll = -A.aggregate_loss(logp_BT, b.action_mask, "token_mean", global_tokens=n_tok)
+            self.acc.backward(weight * self.mem_coef * nll * self.acc.num_processes)
+            total += weight * float(nll.detach())
+        return total
 
     def _log_rollouts(self, step: int, trajs: Sequence[Trajectory], scores: Sequence[float]) -> None:
         """Append a few of the step's trajectories (evenly spaced) to rollouts.jsonl, for `searchrl view`."""
@@ -479,7 +476,7 @@ class Trainer:
         in ``<output_dir>/evals/step_<k>.jsonl`` for ``searchrl view``."""
         if not self.eval_examples or not self.acc.is_main_process:
             return {}
-        from searchrl.rollout.summary import summarize
+        from searchrl.rewards.summary import summarize
         from searchrl.utils import write_jsonl
 
         t0 = time.perf_counter()
@@ -559,51 +556,35 @@ class Trainer:
             self._tb.close()
 
     def save_model(self, path: Path) -> None:
+        """A plain model (LoRA adapters merged into a copy) that ``from_pretrained`` loads."""
         if self.acc.is_main_process:
-            model = self.policy
-            if hasattr(model, "merge_and_unload") and self.cfg.model.lora is not None:
-                model = model.merge_and_unload()
-            model.save_pretrained(path, safe_serialization=True)
-            if hasattr(self.tokenizer, "save_pretrained"):
-                self.tokenizer.save_pretrained(path)
+            save_merged(self.policy, self.tokenizer, path)
 
     def save_checkpoint(self, path: Path) -> None:
-        """Atomic: written to a sibling temp dir, then renamed over the old checkpoint."""
+        """Atomic: written to a sibling temp dir, then renamed over the old checkpoint. A LoRA policy saves its
+        adapters only (``model/adapter_model.safetensors``)."""
         if not self.acc.is_main_process:
             return
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.policy.save_pretrained(tmp / "model", safe_serialization=True)
-        if hasattr(self.tokenizer, "save_pretrained"):
-            self.tokenizer.save_pretrained(tmp / "model")
-        state: dict[str, Any] = {
-            "optimizer": self.opt.state_dict(),
-            "scheduler": self.sched.state_dict(),
-            "train_state": vars(self.state),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-        }
-        if self.critic is not None:
-            state["critic"] = self.acc.unwrap_model(self.critic).state_dict()
-            state["critic_optimizer"] = self.critic_opt.state_dict()
-            state["critic_scheduler"] = self.critic_sched.state_dict()
-        torch.save(state, tmp / "trainer_state.pt")
-        old = path.with_name(path.name + ".old")
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
+        with atomic_dir(path) as tmp:
+            self.policy.save_pretrained(tmp / "model", safe_serialization=True)
+            if hasattr(self.tokenizer, "save_pretrained"):
+                self.tokenizer.save_pretrained(tmp / "model")
+            state: dict[str, Any] = {
+                "optimizer": self.opt.state_dict(),
+                "scheduler": self.sched.state_dict(),
+                "train_state": vars(self.state),
+                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            }
+            if self.critic is not None:
+                state["critic"] = self.acc.unwrap_model(self.critic).state_dict()
+                state["critic_optimizer"] = self.critic_opt.state_dict()
+                state["critic_scheduler"] = self.critic_sched.state_dict()
+            torch.save(state, tmp / "trainer_state.pt")
 
     def load_checkpoint(self, path: Path) -> None:
         if not (path / "trainer_state.pt").exists():
             raise FileNotFoundError(f"no checkpoint at {path}; run without --resume to start fresh")
-        from safetensors.torch import load_file
-
-        model = self.policy
-        weights = load_file(str(path / "model" / "model.safetensors"))
-        model.load_state_dict(weights, strict=False)
-        if getattr(model.config, "tie_word_embeddings", False):
-            model.tie_weights()
+        load_policy_weights(self.policy, path / "model")
         self._weights_version += 1
         state = torch.load(path / "trainer_state.pt", weights_only=False)
         self.opt.load_state_dict(state["optimizer"])

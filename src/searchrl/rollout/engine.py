@@ -26,11 +26,12 @@ Limits and truncation policy (documented in docs/rollout.md):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.prompts import render_prompt, wants_chat
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.trajectory import Trajectory, Turn
@@ -56,6 +57,8 @@ class RolloutLimits:
     max_total_tokens: int = 1536
     force_answer: bool = True
     topk: int = 3
+    #: each query's documents cut to this many tokens before the protocol builds the observation (RAG-R1).
+    max_obs_tokens_per_query: int | None = None
 
     @classmethod
     def from_config(cls, rollout_cfg, topk: int) -> RolloutLimits:
@@ -67,23 +70,39 @@ class RolloutLimits:
             max_total_tokens=rollout_cfg.max_total_tokens,
             force_answer=rollout_cfg.force_answer,
             topk=topk,
+            max_obs_tokens_per_query=getattr(rollout_cfg, "max_obs_tokens_per_query", None),
         )
 
 
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
     """The protocol's prompt, wrapped in the chat template for chat models or as raw text for base models, followed
     by the protocol's response prefix (pre-filled, never sampled)."""
-    use_chat = style == "chat" or (style == "auto" and getattr(tokenizer, "chat_template", None))
-    if use_chat:
-        text = tokenizer.apply_chat_template(
-            protocol.chat_messages(question), add_generation_prompt=True, tokenize=False
-        )
-    else:
-        text = protocol.raw_prompt(question)
-    return text + protocol.response_prefix
+    messages = protocol.chat_messages(question)
+    raw = None if wants_chat(tokenizer, style) else protocol.raw_prompt(question)
+    return render_prompt(tokenizer, messages, style, raw, prefill=protocol.response_prefix)
+
+
+@dataclass
+class SearchCall:
+    """One executed search call of a turn: its trajectory and turn, its queries, and each query's hits."""
+
+    traj: Trajectory
+    turn: Turn
+    queries: tuple[str, ...]
+    hits: list[list[Hit]]
+
+
+#: ``(calls, timing) -> the observation text of each call``: how retrieved documents become inserted text. The
+#: default renders the raw documents with the protocol; Search-o1 passes its Reason-in-Documents step
+#: (``searchrl.eval.search_o1.ReasonInDocuments``), which refines them with a second model call first.
+DocumentStep = Callable[[list[SearchCall], dict[str, float]], list[str]]
 
 
 class RolloutEngine:
+    """``document_step`` replaces how documents become observations (see :data:`DocumentStep`);
+    ``repeated_query_text``, when set, is inserted instead of running a search call whose queries the trajectory
+    already searched (the turn's action becomes ``search_repeated``, not counted against the search limit)."""
+
     def __init__(
         self,
         generator: Generator,
@@ -91,14 +110,27 @@ class RolloutEngine:
         protocol: Protocol,
         limits: RolloutLimits = RolloutLimits(),
         prompt_style: str = "auto",
+        *,
+        document_step: DocumentStep | None = None,
+        repeated_query_text: str | None = None,
     ) -> None:
         self.generator = generator
         self.retriever = retriever
         self.protocol = protocol
         self.limits = limits
         self.prompt_style = prompt_style
+        self.document_step = document_step
+        self.repeated_query_text = repeated_query_text
         self.tokenizer = generator.tokenizer
         self.stats: dict[str, float] = {}
+        self._render_kwargs: dict = {}
+        if limits.max_obs_tokens_per_query is not None:
+            import inspect
+
+            if "fit_docs" not in inspect.signature(protocol.render_observation).parameters:
+                raise ValueError(f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
+                                 "(only rag_r1 builds observations per query); set it to null")  # fmt: skip
+            self._render_kwargs = {"fit_docs": self._fit_docs}
 
     # -------------------------------------------------------------------------------------------- helpers
     def _encode(self, text: str) -> list[int]:
@@ -113,6 +145,12 @@ class RolloutEngine:
         ids = ids[: max(room, 0)]
         traj.append(ids, sampled=False)
         return len(ids)
+
+    def _fit_docs(self, text: str) -> str:
+        """One query's documents cut to ``max_obs_tokens_per_query`` tokens (the head, as RAG-R1's code)."""
+        cap = self.limits.max_obs_tokens_per_query
+        ids = self._encode(text)
+        return text if cap is None or len(ids) <= cap else self.tokenizer.decode(ids[:cap])
 
     def _room(self, traj: Trajectory) -> int:
         return self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
@@ -247,17 +285,35 @@ class RolloutEngine:
     def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:
         """Run this turn's search calls (every query in one retriever call) and insert each observation.
 
-        The one place where retrieved documents become inserted text; an engine subclass may process them first
-        (Search-o1's Reason-in-Documents, ``searchrl.eval.baselines.SearchO1Engine``)."""
+        The one place where retrieved documents become inserted text: the protocol renders them, or
+        ``document_step`` does (Search-o1's Reason-in-Documents)."""
+        if self.repeated_query_text is not None:
+            fresh = []
+            for traj, turn, qs in searches:
+                searched = {q for t in traj.turns if t is not turn and t.action == "search" for q in t.queries}
+                if all(q in searched for q in qs):
+                    turn.action = "search_repeated"  # not executed, not counted against the search limit
+                    turn.observation = self.repeated_query_text
+                    turn.n_obs_tokens = self._insert(traj, turn.observation)
+                else:
+                    fresh.append((traj, turn, qs))
+            searches = fresh
+            if not searches:
+                return
         hits, dt = self._retrieve([q for _, _, qs in searches for q in qs], timing)
-        pos = 0
+        calls, pos = [], 0
         for traj, turn, qs in searches:
-            mine = hits[pos : pos + len(qs)]
+            calls.append(SearchCall(traj, turn, qs, hits[pos : pos + len(qs)]))
             pos += len(qs)
-            turn.hit_ids = [[h.id for h in hs] for hs in mine]
-            turn.observation = self.protocol.render_observation(list(qs), mine)
-            turn.n_obs_tokens = self._insert(traj, turn.observation)
-            turn.timings["retrieve_s"] = dt
+        if self.document_step is not None:
+            texts = self.document_step(calls, timing)
+        else:
+            texts = [self.protocol.render_observation(list(c.queries), c.hits, **self._render_kwargs) for c in calls]
+        for c, text in zip(calls, texts, strict=True):
+            c.turn.hit_ids = [[h.id for h in hs] for hs in c.hits]
+            c.turn.observation = text
+            c.turn.n_obs_tokens = self._insert(c.traj, text)
+            c.turn.timings["retrieve_s"] = dt
 
     @staticmethod
     def _stop(traj: Trajectory, reason: str) -> None:

@@ -9,6 +9,7 @@ def sft(
     recipe: str = typer.Option(..., "--recipe", "-r", help="recipe name or YAML path (its sft: section)"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. sft.epochs=1 sft.limit=250"),
     out: str = typer.Option(None, help="output dir (default: <training.output_dir>-sft)"),
+    profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
     """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a trajectories JSONL.
 
@@ -17,10 +18,19 @@ def sft(
 
     Example: searchrl sft --recipe demo sft.limit=250 --out runs/coldstart
     """
+    from searchrl.config import load_config
+    from searchrl.models import check_fetchable
+
+    cfg = load_config(recipe, overrides or [], profile)
+    check_fetchable(cfg, profile)
+    run_sft(cfg, out or f"{cfg.training.output_dir}-sft")
+
+
+def run_sft(cfg, out: str) -> list[dict[str, float]]:
+    """SFT of ``cfg.model.policy`` on ``cfg.sft.data``; the model is saved in ``<out>/final``. Returns the log."""
     from pathlib import Path
     from types import SimpleNamespace
 
-    from searchrl.config import load_config
     from searchrl.models import load_policy
     from searchrl.pipeline import load_split, make_protocol, make_retriever_for
     from searchrl.rollout.trajectory import Trajectory
@@ -28,7 +38,6 @@ def sft(
     from searchrl.sft.trainer import SFTTrainer
     from searchrl.utils import read_jsonl, seed_everything
 
-    cfg = load_config(recipe, overrides or [])
     seed_everything(cfg.training.seed)
     model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
     protocol = make_protocol(cfg)
@@ -37,11 +46,12 @@ def sft(
         data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
                                    cfg.model.prompt_style, cfg.rollout.max_obs_tokens)  # fmt: skip
         if cfg.sft.data == "rewriter_oracle":  # R1-Searcher++'s rewriter: documents in context -> internal path
-            from searchrl.rl.memorization import rewriter_sft_examples
+            from searchrl.sft.rewriter import rewriter_sft_examples
 
             data = rewriter_sft_examples(data, protocol, tok, cfg.model.prompt_style)
     elif cfg.sft.data.startswith("rewriter:"):  # R1-Searcher++'s rewriter from real (rejection-sampled) trajectories
-        from searchrl.rl.memorization import Memorizer, rewriter_sft_from_trajectories
+        from searchrl.rl.memorization import Memorizer
+        from searchrl.sft.rewriter import rewriter_sft_from_trajectories
         from searchrl.utils import console
 
         path = Path(cfg.sft.data.split(":", 1)[1])
@@ -63,7 +73,7 @@ def sft(
         # Whole trajectories (action_mask) or step-level samples (loss_mask); both carry prompt and response ids.
         rows = [row for _, row in read_jsonl(path)][: cfg.sft.limit]
         data = [Trajectory.from_dict(r) if "action_mask" in r else SimpleNamespace(**r) for r in rows]
-    SFTTrainer(cfg, model, tok, data, out or f"{cfg.training.output_dir}-sft").train()
+    return SFTTrainer(cfg, model, tok, data, out).train()
 
 
 def register(app: typer.Typer) -> None:

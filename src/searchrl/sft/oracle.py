@@ -19,17 +19,6 @@ from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.engine import build_prompt_text, truncate_observation
 from searchrl.rollout.trajectory import Trajectory, Turn
 
-_THINK = "<think> {} </think>\n"
-#: how each protocol wraps a reasoning sentence (R1-Searcher's response already opens with a pre-filled <think>).
-_STYLE: dict[str, str] = {
-    "search_r1": _THINK,
-    "r_search": "{} ",  # R-Search has no think tag: free text between calls
-    "rag_r1": _THINK,
-    "r1_searcher": "{} ",
-    "r1_searcher_pp": "{} ",
-    "search_o1": "{} ",
-}
-
 
 def _reason_before_hop(i: int, hop: dict) -> str:
     lead = "First," if i == 0 else "Next,"
@@ -47,29 +36,29 @@ def oracle_texts(protocol: Protocol, example: QAExample) -> list[tuple[str, list
         raise ValueError(
             f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world"
         )
-    style = _STYLE.get(protocol.name, _THINK)
+    style = protocol.format_reasoning
     answer = example.answers[0]
     turns: list[tuple[str, list[str]]] = []
     multi = protocol.max_queries > 1 and example.metadata.get("kind") == "comparison"
     if multi:  # RAG-R1 multi-query: independent hops (comparison) go out in one call
         qs = [h["query"].replace(",", " ") for h in chain][: protocol.max_queries]
-        reason = style.format("I need: " + " and ".join(h["sub_question"] for h in chain))
+        reason = style("I need: " + " and ".join(h["sub_question"] for h in chain))
         turns.append((reason + protocol.format_search(qs), qs))
         facts = " ".join(_reason_after_hop(h) for h in chain)
     else:
         for i, hop in enumerate(chain):
             prev = _reason_after_hop(chain[i - 1]) + " " if i > 0 else ""
-            if protocol.name == "r1_searcher_pp" and i > 0:
-                prev = f"<|begin_internal_answer|>{prev.strip()}<|end_internal_answer|>\n"
-                text = prev + style.format(_reason_before_hop(i, hop))
+            recalled = protocol.format_recalled(prev.strip()) if i > 0 else None
+            if recalled is not None:  # the protocol marks what the model already knows (R1-Searcher++)
+                text = recalled + style(_reason_before_hop(i, hop))
             else:
-                text = style.format(prev + _reason_before_hop(i, hop))
+                text = style(prev + _reason_before_hop(i, hop))
             turns.append((text + protocol.format_search([hop["query"]]), [hop["query"]]))
         facts = _reason_after_hop(chain[-1])
-    final = style.format(f"{facts} So the answer is {answer}.")
-    if protocol.name == "r_search":
-        evidence = " ".join(f"{h['sub_question']} {h['answer']}." for h in chain)
-        final = final + protocol.format_evidence(evidence) + "\n"  # type: ignore[attr-defined]
+    final = style(f"{facts} So the answer is {answer}.")
+    evidence = protocol.format_evidence(" ".join(f"{h['sub_question']} {h['answer']}." for h in chain))
+    if evidence:  # R-Search writes its evidence block before the answer
+        final = final + evidence + "\n"
     turns.append((final + protocol.format_answer(answer), []))
     return turns
 

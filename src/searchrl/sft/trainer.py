@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.sft.types import SFTExample
+from searchrl.tuning import atomic_dir, linear_warmup, save_merged, wrap_lora
 from searchrl.utils import console, make_adamw, progress, tune_allocator
 
 
@@ -85,14 +85,7 @@ class SFTTrainer:
             kept = [kept[i] for i in sorted(order[n_val:])]
         self.examples = kept
         self.best_val, self.best_epoch = float("inf"), -1  # the validation set's best epoch so far
-        if cfg.model.lora is not None:
-            from peft import LoraConfig, get_peft_model
-
-            lc = cfg.model.lora
-            model = get_peft_model(
-                model,
-                LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules),
-            )
+        model = wrap_lora(model, cfg.model.lora)
         self.model = model
         self.scorer = TokenScorer(model)
         self.device = next(model.parameters()).device
@@ -101,8 +94,7 @@ class SFTTrainer:
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = make_adamw(params, lr=self.scfg.lr, weight_decay=0.0)
         tune_allocator()
-        warm = max(self.scfg.warmup_steps, 0)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        self.sched = linear_warmup(self.opt, self.scfg.warmup_steps)
 
     def train(self) -> list[dict[str, float]]:
         dump_config(self.cfg, self.out_dir / "config.yaml")
@@ -193,14 +185,7 @@ class SFTTrainer:
         return batches
 
     def save(self, path: Path) -> None:
-        """Atomic: write to a temp dir, then rename."""
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model = self.model
-        if hasattr(model, "merge_and_unload") and self.cfg.model.lora is not None:
-            model = model.merge_and_unload()
-        model.save_pretrained(tmp, safe_serialization=True)
-        if hasattr(self.tokenizer, "save_pretrained"):
-            self.tokenizer.save_pretrained(tmp)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
+        """Atomic (a temp dir renamed over ``path``); a LoRA model is saved merged while the live model keeps
+        training its attached adapters."""
+        with atomic_dir(path) as tmp:
+            save_merged(self.model, self.tokenizer, tmp)

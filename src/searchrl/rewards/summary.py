@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from searchrl.protocols.base import Protocol
+from searchrl.rewards.metrics import exact_match, f1_score
 from searchrl.rollout.trajectory import Trajectory
 
 
 def summarize(trajs: Sequence[Trajectory], protocol: Protocol, tokenizer) -> dict[str, float]:
     """Format rate (the protocol's own check), EM / F1 of the final answers, answer rate, searches, tokens."""
-    from searchrl.rewards import exact_match, f1_score
-
     n = max(len(trajs), 1)
     reports = [protocol.check_format(t.response_text(tokenizer)) for t in trajs]
     return {

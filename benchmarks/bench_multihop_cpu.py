@@ -1,0 +1,153 @@
+"""Does training work? The `multihop_cpu` pipeline on real multi-hop questions, reported (issue 16).
+
+    python benchmarks/bench_multihop_cpu.py [--run] [--data ../shared/data/2wiki-mini] [--qa dev.jsonl]
+                                            [--out runs/multihop_cpu]
+
+With ``--run`` it first runs ``searchrl run --recipe multihop_cpu data.source=DATA data.train=QA --out OUT``
+(stages already done are skipped). It then reads what the run measured (nothing here is typed in by hand):
+
+- each stage's wall time (``OUT/<stage>/DONE``);
+- the cold start on the synthetic world: agent EM per question kind on 100 dev questions (``coldstart_eval``);
+- the RL curve: reward, held-out EM / F1, well-formed rate, searches, length and KL per step (``rl/metrics.jsonl``);
+- the final greedy evaluation on the 100 held-out questions: naive RAG vs the trained agent (``eval``), and the
+  RL stage's starting checkpoint on the same questions (the trainer's step-0 held-out evaluation);
+
+and writes ``benchmarks/results/multihop_cpu.{json,md}``, the curve PNG and a viewer page of the held-out
+trajectories (before and after RL) into ``benchmarks/results/multihop_cpu/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+CURVE_KEYS = ("reward/total", "rollout/well_formed", "rollout/searches", "rollout/response_len", "kl/mean")
+
+
+def _rows(summary_path: Path) -> list[dict]:
+    return json.loads(summary_path.read_text())["rows"] if summary_path.exists() else []
+
+
+def _pick(rows: list[dict], method: str) -> dict:
+    return next((r for r in rows if r["method"] == method and r["dataset"] != "average"), {})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", action="store_true", help="run (or resume) the pipeline first")
+    ap.add_argument("--data", default="../shared/data/2wiki-mini")
+    ap.add_argument("--qa", default="dev.jsonl")
+    ap.add_argument("--out", default="runs/multihop_cpu")
+    args = ap.parse_args()
+    out = Path(args.out)
+    command = ["searchrl", "run", "--recipe", "multihop_cpu", f"data.source={args.data}", f"data.train={args.qa}",
+               "--out", str(out)]  # fmt: skip
+    if args.run:
+        subprocess.run([str(Path(sys.executable).parent / "searchrl"), *command[1:]], check=True)
+
+    stages = {}
+    for done in sorted(out.glob("*/DONE")):
+        stages[done.parent.name] = json.loads(done.read_text())["seconds"]
+    metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").open()]
+    steps = [m for m in metrics if "reward/total" in m]
+    evals = [m for m in metrics if "eval/em" in m]
+    final = _rows(out / "eval" / "summary.json")
+    cold = json.loads((out / "coldstart_eval" / "summary.json").read_text())
+    start, end = evals[0], evals[-1]
+    result = {
+        "command": " ".join(command),
+        "stage_seconds": stages,
+        "total_minutes": round(sum(stages.values()) / 60, 1),
+        "coldstart_world_dev": {
+            "all": {k: _pick(cold["rows"], "agent").get(k) for k in ("n", "em", "f1", "well_formed", "searches")},
+            "by_kind": {
+                r["kind"]: {k: r.get(k) for k in ("n", "em", "f1", "searches")} for r in cold.get("by_kind", [])
+            },
+        },
+        "heldout": {
+            "naive_rag": {k: _pick(final, "naive_rag").get(k) for k in ("n", "em", "f1", "searches")},
+            "agent_after_rl": {k: _pick(final, "agent").get(k) for k in ("n", "em", "f1", "well_formed", "searches")},
+            "agent_rl_start": {
+                k: start.get(f"eval/{k}") for k in ("em", "f1", "well_formed", "searches_per_question")
+            },
+            "agent_rl_end": {k: end.get(f"eval/{k}") for k in ("em", "f1", "well_formed", "searches_per_question")},
+        },
+        "rl_curve": [{"step": m["step"], **{k: m.get(k) for k in CURVE_KEYS}} for m in steps],
+        "heldout_curve": [{"step": m["step"], "em": m["eval/em"], "f1": m["eval/f1"]} for m in evals],
+    }
+    h = result["heldout"]
+    result["checks"] = {
+        "agent_minus_naive_rag_em": round(h["agent_after_rl"]["em"] - h["naive_rag"]["em"], 3),
+        "agent_minus_naive_rag_f1": round(h["agent_after_rl"]["f1"] - h["naive_rag"]["f1"], 3),
+        "rl_gain_em": round(h["agent_rl_end"]["em"] - h["agent_rl_start"]["em"], 3),
+    }
+
+    art = RESULTS / "multihop_cpu"
+    art.mkdir(parents=True, exist_ok=True)
+    from searchrl.viz.plots import plot_run
+    from searchrl.viz.viewer import write_viewer
+
+    shutil.copy(plot_run(out / "rl"), art / "rl_curves.png")
+    eval_files = sorted((out / "rl" / "evals").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
+    write_viewer([eval_files[0], eval_files[-1]], art / "heldout_trajectories.html",
+                 title="multihop_cpu: held-out trajectories at the start and end of RL")  # fmt: skip
+    (RESULTS / "multihop_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "multihop_cpu.md").write_text(render(result))
+    print(render(result))
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def render(r: dict) -> str:
+    h = r["heldout"]
+    lines = [
+        "# multihop_cpu: the bundled 135M model trained into a search agent on 2 CPU cores",
+        "",
+        f"Command: `{r['command']}` (then `python benchmarks/bench_multihop_cpu.py`). Same harness for every row:",
+        "greedy, BM25 top-3, the 100 held-out questions of the fixed split (`searchrl data split`).",
+        "",
+        "| held-out (100) | EM | F1 | well-formed | searches/q |",
+        "|---|---|---|---|---|",
+        f"| naive RAG | {_f(h['naive_rag']['em'])} | {_f(h['naive_rag']['f1'])} | - | "
+        f"{_f(h['naive_rag']['searches'])} |",
+        f"| agent, cold start (RL step 0) | {_f(h['agent_rl_start']['em'])} | {_f(h['agent_rl_start']['f1'])} | "
+        f"{_f(h['agent_rl_start']['well_formed'])} | {_f(h['agent_rl_start']['searches_per_question'])} |",
+        f"| agent, after RL | {_f(h['agent_after_rl']['em'])} | {_f(h['agent_after_rl']['f1'])} | "
+        f"{_f(h['agent_after_rl']['well_formed'])} | {_f(h['agent_after_rl']['searches'])} |",
+        "",
+        f"Agent minus naive RAG: EM {r['checks']['agent_minus_naive_rag_em']:+.3f}, "
+        f"F1 {r['checks']['agent_minus_naive_rag_f1']:+.3f}. RL gain (held-out EM, end minus start): "
+        f"{r['checks']['rl_gain_em']:+.3f}.",
+        "",
+        "Cold start on the synthetic world (agent, greedy, 100 dev questions):",
+        "",
+        "| kind | n | EM | F1 | searches/q |",
+        "|---|---|---|---|---|",
+    ]
+    c = r["coldstart_world_dev"]
+    lines.append(
+        f"| all | {c['all']['n']} | {_f(c['all']['em'])} | {_f(c['all']['f1'])} | {_f(c['all']['searches'])} |"
+    )
+    for kind, v in sorted(c["by_kind"].items()):
+        lines.append(f"| {kind} | {v['n']} | {_f(v['em'])} | {_f(v['f1'])} | {_f(v['searches'])} |")
+    lines += ["", "Stage wall times (2 cores):", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.0f} |" for k, v in r["stage_seconds"].items()]
+    lines += [
+        f"| **total** | {r['total_minutes']} min |",
+        "",
+        "Curves: [multihop_cpu/rl_curves.png](multihop_cpu/rl_curves.png); held-out trajectories at the start and end",
+        "of RL: [multihop_cpu/heldout_trajectories.html](multihop_cpu/heldout_trajectories.html).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""The synthetic world's questions: single-hop, bridge, three-hop and comparison questions with their reasoning
+chains, split disjointly into train / dev / test."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from searchrl.data.records import QAExample
+from searchrl.data.synth_world import _CREATOR_NOUN, _PUBLISHER_NOUN, KIND_SHARES, KINDS, SPLITS, Entity, World
+
+# ------------------------------------------------------------------------------------------------------ questions
+_YEAR_ATTRS = ("birth_year", "founding_year", "year")  # the attributes questions ask about (answers are years)
+
+
+@dataclass(frozen=True)
+class _Hop:
+    relation: str
+    subject: Entity
+    answer: str  # entity name or year
+    target: Entity | None  # the entity reached, None for a year
+
+
+def _follow(e: Entity, relation: str, w: World) -> _Hop | None:
+    if relation in e.relations:
+        t = w.entity(e.relations[relation])
+        return _Hop(relation, e, t.name, t)
+    if relation in _YEAR_ATTRS and relation in e.attrs:
+        return _Hop(relation, e, str(e.attrs[relation]), None)
+    return None
+
+
+def _hop_question(h: _Hop) -> tuple[str, str]:
+    """(sub-question, search query) that ask for one hop about a named subject."""
+    s, sub = h.subject.name, h.subject.attrs.get("subtype")
+    match h.relation:
+        case "born_in":
+            return f"In which city was {s} born?", f"{s} birthplace born in"
+        case "birth_year":
+            return f"In which year was {s} born?", f"{s} born year"
+        case "spouse":
+            return f"Who was {s} married to?", f"{s} spouse married to"
+        case "employer":
+            return f"Which organisation did {s} work for?", f"{s} employer worked for"
+        case "founder":
+            return f"Who founded {s}?", f"{s} founder founded by"
+        case "headquarters":
+            return f"In which city is {s} headquartered?", f"{s} headquarters"
+        case "founding_year":
+            return f"In which year was {s} founded?", f"{s} founded year"
+        case "creator":
+            verb = {"film": "directed", "book": "wrote", "album": "recorded"}[sub]
+            return f"Who {verb} {s}?", f"{s} {_CREATOR_NOUN[sub]}"
+        case "publisher":
+            verb = {"film": "produced", "book": "published", "album": "released"}[sub]
+            return f"Which {_PUBLISHER_NOUN[sub]} {verb} {s}?", f"{s} {_PUBLISHER_NOUN[sub]}"
+        case "year":
+            verb = {"film": "released", "book": "published", "album": "released"}[sub]
+            return f"In which year was {s} {verb}?", f"{s} {verb} year"
+        case "country":
+            return f"In which country is {s}?", f"{s} city country"
+        case "capital":
+            return f"What is the capital of {s}?", f"{s} capital city"
+    raise ValueError(f"no question template for relation {h.relation!r}")
+
+
+# Multi-hop templates: (kind, start entity kind, relations followed, question). ``{s}`` is the named start
+# entity; ``{cn}`` / ``{pn}`` the creator / publisher noun of a work ("director", "label", ...).
+_TEMPLATES: list[tuple[str, str, tuple[str, ...], str]] = [
+    ("bridge", "person", ("born_in", "country"), "In which country was {s} born?"),
+    ("bridge", "person", ("spouse", "born_in"), "Where was the spouse of {s} born?"),
+    ("bridge", "person", ("employer", "founder"), "Who founded the organisation {s} worked for?"),
+    ("bridge", "person", ("employer", "headquarters"), "In which city is {s}'s employer headquartered?"),
+    ("bridge", "organisation", ("founder", "born_in"), "Where was the founder of {s} born?"),
+    ("bridge", "organisation", ("founder", "birth_year"), "In which year was the founder of {s} born?"),
+    ("bridge", "organisation", ("headquarters", "country"), "In which country is {s} headquartered?"),
+    ("bridge", "city", ("country", "capital"), "What is the capital of the country where {s} lies?"),
+    ("bridge", "work", ("creator", "born_in"), "Where was the {cn} of {s} born?"),
+    ("bridge", "work", ("creator", "birth_year"), "In which year was the {cn} of {s} born?"),
+    ("bridge", "work", ("creator", "spouse"), "Who was the {cn} of {s} married to?"),
+    ("bridge", "work", ("publisher", "founder"), "Who founded the {pn} of {s}?"),
+    ("bridge", "work", ("publisher", "headquarters"), "In which city is the {pn} of {s} based?"),
+    ("bridge", "work", ("publisher", "founding_year"), "In which year was the {pn} of {s} founded?"),
+    (
+        "three_hop",
+        "person",
+        ("born_in", "country", "capital"),
+        "What is the capital of the country where {s} was born?",
+    ),
+    ("three_hop", "person", ("employer", "founder", "born_in"), "Where was the founder of {s}'s employer born?"),
+    (
+        "three_hop",
+        "person",
+        ("employer", "headquarters", "country"),
+        "In which country is the organisation {s} worked for headquartered?",
+    ),
+    ("three_hop", "organisation", ("founder", "born_in", "country"), "In which country was the founder of {s} born?"),
+    ("three_hop", "work", ("creator", "born_in", "country"), "In which country was the {cn} of {s} born?"),
+    ("three_hop", "work", ("creator", "spouse", "born_in"), "Where was the spouse of the {cn} of {s} born?"),
+    (
+        "three_hop",
+        "work",
+        ("publisher", "founder", "birth_year"),
+        "In which year was the founder of the {pn} of {s} born?",
+    ),
+    ("three_hop", "work", ("publisher", "headquarters", "country"), "In which country is the {pn} of {s} based?"),
+]
+
+_SINGLE_RELATIONS = {
+    "person": ("born_in", "birth_year", "spouse", "employer"),
+    "organisation": ("founder", "headquarters", "founding_year"),
+    "work": ("creator", "publisher", "year"),
+    "city": ("country", "founding_year"),
+    "country": ("capital",),
+}
+
+# Comparison: (entity kind, year attribute, question for "earlier", question for "later").
+_COMPARISONS = [
+    ("person", "birth_year", "Who was born first, {a} or {b}?", "Who was born later, {a} or {b}?"),
+    (
+        "organisation",
+        "founding_year",
+        "Which was founded earlier, {a} or {b}?",
+        "Which was founded later, {a} or {b}?",
+    ),
+    ("work", "year", "Which came out first, {a} or {b}?", "Which came out more recently, {a} or {b}?"),
+    ("city", "founding_year", "Which city was founded earlier, {a} or {b}?", "Which city is younger, {a} or {b}?"),
+]
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    key: str  # identifies the facts asked about; two candidates with one key never go to different splits
+    kind: str
+    question: str
+    answers: list[str]
+    hops: list[_Hop]
+    template: str
+
+
+def _chain(hops: list[_Hop]) -> list[dict[str, str]]:
+    out = []
+    for h in hops:
+        sub_q, query = _hop_question(h)
+        out.append(
+            {
+                "sub_question": sub_q,
+                "query": query,
+                "passage_id": h.subject.id,
+                "answer": h.answer,
+                "relation": h.relation,
+            }
+        )
+    return out
+
+
+def _answers_for(h: _Hop) -> list[str]:
+    return list(h.target.aliases) if h.target is not None else [h.answer]
+
+
+def _path_candidates(w: World) -> list[_Candidate]:
+    out: list[_Candidate] = []
+    for e in w.entities:
+        for rel in _SINGLE_RELATIONS[e.kind]:
+            hop = _follow(e, rel, w)
+            if hop is not None:
+                q, _ = _hop_question(hop)
+                out.append(_Candidate(f"{e.id}/{rel}", "single_hop", q, _answers_for(hop), [hop], f"single:{rel}"))
+        for kind, start, rels, fmt in _TEMPLATES:
+            if e.kind != start:
+                continue
+            hops, cur = [], e
+            for rel in rels:
+                hop = _follow(cur, rel, w) if cur is not None else None
+                if hop is None:
+                    break
+                hops.append(hop)
+                cur = hop.target
+            if len(hops) != len(rels):
+                continue
+            # A chain that loops back (e.g. the spouse of the director is the subject) is not really multi-hop.
+            ids = [h.subject.id for h in hops] + ([hops[-1].target.id] if hops[-1].target else [])
+            if len(set(ids)) != len(ids):
+                continue
+            sub = e.attrs.get("subtype")
+            q = fmt.format(s=e.name, cn=_CREATOR_NOUN.get(sub, ""), pn=_PUBLISHER_NOUN.get(sub, ""))
+            out.append(
+                _Candidate(
+                    f"{e.id}/{'.'.join(rels)}", kind, q, _answers_for(hops[-1]), hops, f"{kind}:{'.'.join(rels)}"
+                )
+            )
+    return out
+
+
+def _comparison_candidates(w: World, n_wanted: int, rng: random.Random) -> list[_Candidate]:
+    out: list[_Candidate] = []
+    seen: set[str] = set()
+    pools = {kind: [e for e in w.entities if e.kind == kind] for kind, *_ in _COMPARISONS}
+    for _ in range(n_wanted * 4):
+        if len(out) >= n_wanted:
+            break
+        kind, attr, q_first, q_later = rng.choice(_COMPARISONS)
+        pool = pools[kind]
+        a, b = rng.sample(pool, 2)
+        if kind == "work" and a.attrs["subtype"] != b.attrs["subtype"]:
+            continue  # comparing a film with an album reads oddly
+        if a.attrs[attr] == b.attrs[attr]:
+            continue
+        key = "cmp/" + "/".join(sorted((a.id, b.id)))
+        if key in seen:
+            continue
+        seen.add(key)
+        later = rng.random() < 0.5
+        ordered = sorted((a, b), key=lambda x: x.attrs[attr])  # earliest first
+        winner = ordered[1] if later else ordered[0]
+        loser = ordered[0] if later else ordered[1]
+        q = (q_later if later else q_first).format(a=a.name, b=b.name)
+        # One hop per entity, the answer's passage last (see the module docstring).
+        hops = [_Hop(attr, x, str(x.attrs[attr]), None) for x in (loser, winner)]
+        out.append(_Candidate(key, "comparison", q, list(winner.aliases), hops, f"comparison:{kind}.{attr}"))
+    return out
+
+
+def _quotas(size: int) -> dict[str, int]:
+    """``size`` split over the kinds by ``KIND_SHARES``, summing exactly to ``size`` (largest remainders first)."""
+    exact = {k: size * KIND_SHARES[k] for k in KINDS}
+    quota = {k: int(v) for k, v in exact.items()}
+    for k in sorted(KINDS, key=lambda k: (quota[k] - exact[k], KINDS.index(k)))[: size - sum(quota.values())]:
+        quota[k] += 1
+    return quota
+
+
+def _split_questions(cands: list[_Candidate], sizes: dict[str, int], rng: random.Random) -> dict[str, list[QAExample]]:
+    """Fill test, dev, then train with each kind at its share; a key and a question string land in one split only."""
+    by_kind: dict[str, list[_Candidate]] = {k: [] for k in KINDS}
+    for c in cands:
+        by_kind[c.kind].append(c)
+    for k in KINDS:
+        rng.shuffle(by_kind[k])
+    used_keys: set[str] = set()
+    used_questions: set[str] = set()
+
+    def take(kind: str) -> _Candidate | None:
+        while by_kind[kind]:
+            c = by_kind[kind].pop()
+            if c.key not in used_keys and c.question not in used_questions:
+                used_keys.add(c.key)
+                used_questions.add(c.question)
+                return c
+        return None
+
+    out: dict[str, list[QAExample]] = {}
+    for split in ("test", "dev", "train"):
+        picked: list[_Candidate] = []
+        for k, quota in _quotas(sizes[split]).items():
+            while len(picked) < sizes[split] and quota > 0 and (c := take(k)) is not None:
+                picked.append(c)
+                quota -= 1
+        # A small world may run out of one kind: top the split up from the others, in KINDS order.
+        for k in KINDS:
+            while len(picked) < sizes[split] and (c := take(k)) is not None:
+                picked.append(c)
+        rng.shuffle(picked)
+        out[split] = [
+            QAExample(
+                f"{split}-{i}",
+                c.question,
+                c.answers,
+                {
+                    "kind": c.kind,
+                    "template": c.template,
+                    "chain": _chain(c.hops),
+                    "supporting_ids": list(dict.fromkeys(h.subject.id for h in c.hops)),
+                },
+            )
+            for i, c in enumerate(picked)
+        ]
+    return {s: out[s] for s in SPLITS}

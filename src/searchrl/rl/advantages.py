@@ -1,0 +1,121 @@
+"""Advantage estimators: one registry, one shape (verl's ``core_algos`` pattern), the math in ``algorithms``.
+
+Every estimator is ``(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg, *, critic_mask_BT, sum_across) ->
+(advantages_BT, returns_BT | None, metrics)``:
+
+- ``scores_B``: the outcome score of each trajectory; ``kl_BT``: the per-token KL estimate to the reference (0 without
+  one); ``values_BT``: the critic's values (None for critic-free estimators); ``mask_BT``: the policy-loss positions;
+  ``group_ids``: one id per row, shared by the rollouts of one prompt (groups never straddle processes);
+  ``cfg``: the ``AlgorithmConfig``.
+- ``critic_mask_BT``: the critic's positions (PPO: ``algorithm.critic_mask_observations``); ``sum_across`` sums a
+  tensor over every process, so a whitening over "the batch" is over the whole step's batch, not one process's shard.
+
+The trainer looks an estimator up by ``algorithm.name`` and knows nothing else about it: a new estimator is a function
+here plus ``@register("name", critic=...)`` (and the name in ``AlgorithmConfig.name``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from searchrl.config import AlgorithmConfig
+from searchrl.rl import algorithms as A
+
+Returns = tuple[Tensor, Tensor | None, A.Metrics]
+EstimatorFn = Callable[..., Returns]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    name: str
+    fn: EstimatorFn
+    #: trains a value model beside the policy (its values are passed in as ``values_BT``).
+    critic: bool = False
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register(name: str, critic: bool = False) -> Callable[[EstimatorFn], EstimatorFn]:
+    def deco(fn: EstimatorFn) -> EstimatorFn:
+        ESTIMATORS[name] = Estimator(name, fn, critic)
+        return fn
+
+    return deco
+
+
+def get_estimator(name: str) -> Estimator:
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown algorithm.name '{name}'; registered estimators: {', '.join(sorted(ESTIMATORS))}")
+    return ESTIMATORS[name]
+
+
+@register("ppo", critic=True)
+def ppo_gae(
+    scores_B: Tensor,
+    kl_BT: Tensor,
+    values_BT: Tensor | None,
+    mask_BT: Tensor,
+    group_ids: A.GroupIds,
+    cfg: AlgorithmConfig,
+    *,
+    critic_mask_BT: Tensor | None = None,
+    sum_across: A.SumAcross | None = None,
+) -> Returns:
+    """PPO: the score on the last critic position, ``-kl_coef * kl`` per token when ``kl_in_reward``, GAE over the
+    critic's positions, advantages whitened over the policy positions of the whole step (all processes)."""
+    if values_BT is None:
+        raise ValueError("ppo needs the critic's values")
+    cm_BT = mask_BT if critic_mask_BT is None else critic_mask_BT  # (B, T)
+    last_BT = (cm_BT.cumsum(-1) == cm_BT.sum(-1, keepdim=True)) & (cm_BT > 0)  # (B, T) at or after the last counted
+    first_last_BT = last_BT & (last_BT.cumsum(-1) == 1)  # (B, T) the last counted position only
+    zeros_BT = torch.zeros_like(values_BT)
+    rewards_BT = torch.where(first_last_BT, scores_B[:, None].to(zeros_BT.dtype).expand_as(zeros_BT), zeros_BT)
+    if cfg.kl_in_reward:
+        rewards_BT = rewards_BT - cfg.kl_coef * kl_BT
+    (adv_BT, returns_BT), metrics = A.gae_advantages(rewards_BT, values_BT, cm_BT, cfg.gamma, cfg.lam)
+    return A.whiten(adv_BT, mask_BT, sum_across=sum_across), returns_BT, metrics
+
+
+@register("grpo")
+def grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
+    """GRPO: ``(r - group mean) / (group std + eps)`` (``norm_adv_by_std``), KL in the loss (or the reward)."""
+    adv_BT, metrics = A.grpo_advantages(scores_B, group_ids, mask_BT, cfg.norm_adv_by_std)
+    return adv_BT, None, metrics
+
+
+@register("rloo")
+def rloo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
+    adv_BT, metrics = A.rloo_advantages(scores_B, group_ids, mask_BT)
+    return adv_BT, None, metrics
+
+
+@register("reinforce_pp")
+def reinforce_pp(
+    scores_B: Tensor,
+    kl_BT: Tensor,
+    values_BT: Tensor | None,
+    mask_BT: Tensor,
+    group_ids: A.GroupIds,
+    cfg: AlgorithmConfig,
+    *,
+    sum_across: A.SumAcross | None = None,
+    **_: object,
+) -> Returns:
+    """REINFORCE++: return-to-go of the score and the per-token KL reward, whitened over the whole step's batch
+    (all processes). ``reinforce_estimator``: ``reinforce_baseline`` first subtracts each group's mean score,
+    ``group_norm`` normalises scores within each group and skips the whitening (R1-Searcher's code, stages 2 and 1)."""
+    kl_coef = cfg.kl_coef if cfg.kl_in_reward else 0.0
+    if cfg.reinforce_estimator == "reinforce_baseline":
+        scores_B = A.group_centred(scores_B, group_ids)
+    elif cfg.reinforce_estimator == "group_norm":
+        scores_B = A.group_normalised(scores_B, group_ids)
+    whiten = cfg.reinforce_estimator != "group_norm"
+    adv_BT, metrics = A.reinforce_pp_returns(
+        scores_B, kl_BT, mask_BT, kl_coef, whiten_returns=whiten, sum_across=sum_across
+    )
+    return adv_BT, None, metrics

@@ -1,0 +1,77 @@
+"""The pieces of one RL update that are not the loop: the step's fixed per-token tensors, the critic model, and the
+loss of one micro-batch (policy, KL and entropy terms; value loss) over global normalisers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from searchrl.config import AlgorithmConfig
+from searchrl.rl import algorithms as A
+from searchrl.rl.batch import Batch, score_tokens
+
+
+@dataclass
+class StepTensors:
+    """A step's per-token tensors, fixed before its updates (all ``(B, T)`` over the step's batch)."""
+
+    mask_BT: torch.Tensor  # policy-loss positions
+    cmask_BT: torch.Tensor  # the critic's positions (mask_BT itself unless critic_mask_observations is off)
+    old_logp_BT: torch.Tensor
+    adv_BT: torch.Tensor
+    ref_logp_BT: torch.Tensor | None  # set when the KL term is in the loss
+    old_values_BT: torch.Tensor | None  # critic estimators only
+    returns_BT: torch.Tensor | None
+
+
+class ValueModel(nn.Module):
+    """A critic: the policy's transformer body with a scalar head on every position."""
+
+    def __init__(self, causal_lm: nn.Module) -> None:
+        super().__init__()
+        self.body = causal_lm.get_decoder() if hasattr(causal_lm, "get_decoder") else causal_lm.model
+        self.head = nn.Linear(causal_lm.config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        h = self.body(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+        ).last_hidden_state  # (B, P+T, H)
+        P, T = batch.prompt_len, batch.response_ids.shape[1]
+        return self.head(h[:, P - 1 : P + T - 1, :]).squeeze(-1)  # (B, T) value before emitting each token
+
+
+def policy_micro_loss(
+    scorer: nn.Module, mb: Batch, idx: list[int], st: StepTensors, alg: AlgorithmConfig, g_tok: float, g_seq: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The policy loss of micro-batch ``mb`` (rows ``idx`` of the step): clipped surrogate, plus the KL term when it
+    is in the loss, minus the entropy bonus; normalised by the whole mini-batch's counts ``g_tok`` / ``g_seq`` (all
+    processes), so micro-batch losses add up to the mini-batch's."""
+    T = mb.response_ids.shape[1]
+    mm = st.mask_BT[idx, :T]  # (b, T)
+    logp_BT, ent_BT = score_tokens(scorer, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
+    agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
+    loss, pm = A.policy_loss(logp_BT, st.old_logp_BT[idx, :T], st.adv_BT[idx, :T], mm, alg.clip_eps, alg.dual_clip,
+                             **agg)  # fmt: skip
+    if st.ref_logp_BT is not None:
+        kl_cur_BT, _ = A.kl_penalty(logp_BT, st.ref_logp_BT[idx, :T], mm, alg.kl_estimator)
+        loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, alg.loss_agg, g_tok, g_seq)
+    if alg.entropy_coef:
+        loss = loss - alg.entropy_coef * A.aggregate_loss(ent_BT, mm, alg.loss_agg, g_tok, g_seq)
+        pm["entropy/mean"] = float(A.masked_mean(ent_BT.detach(), mm))
+    return loss, pm
+
+
+def value_micro_loss(
+    critic: nn.Module, mb: Batch, idx: list[int], st: StepTensors, alg: AlgorithmConfig, c_tok: float, c_seq: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped value loss of micro-batch ``mb`` over the critic's positions, normalised like the policy loss."""
+    assert st.old_values_BT is not None and st.returns_BT is not None
+    T = mb.response_ids.shape[1]
+    values_BT = critic(mb)  # (b, T)
+    cm = st.cmask_BT[idx, :T]
+    return A.value_loss(values_BT, st.old_values_BT[idx, :T], st.returns_BT[idx, :T], cm, alg.value_clip,
+                        agg=alg.loss_agg, global_tokens=c_tok, global_seqs=c_seq)  # fmt: skip

@@ -1,0 +1,452 @@
+"""``searchrl run``: a method end to end, its recipe's ``pipeline:`` stages in order (data -> SFT -> RL -> eval).
+
+Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marker (JSON: seconds, output). A stage
+with a marker is skipped; ``--only NAME`` re-runs one stage (its inputs must exist), ``--from NAME`` re-runs that
+stage and every later one. A stage that runs again starts from an empty directory. ``OUT/run.log`` records each
+stage's start, end and wall time; ``OUT/summary.json`` the stages, their outputs, times and results.
+
+Stage outputs, referenced by later stages as ``${name}``:
+
+- data ``synth``: the world directory (corpus.jsonl, train/dev/test.jsonl); ``index``: ``OUT/<stage>/index``;
+  ``split``: the directory holding train.jsonl and heldout.jsonl; ``oracle``, ``rejection-sample`` and
+  ``select-difficulty``: ``OUT/<stage>/data.jsonl``;
+- ``sft`` and ``rl``: the final model, ``OUT/<stage>/final``; ``eval``: ``OUT/<stage>`` (summary.json inside).
+
+Defaults that chain the stages: after a ``synth`` stage, ``data.source`` is its world; after an ``index`` stage,
+``retrieval.index`` is its index; a stage that needs a model (sft, rl, eval, rejection-sample, select-difficulty)
+starts from the latest sft/rl stage's model unless ``init_from`` says otherwise. A stage's ``set:`` overrides win.
+Stages run in this process: library functions, or the ``searchrl data`` commands called in-process with the
+stage's resolved config as their recipe (so a data stage does exactly what the command does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from searchrl.config import ConfigError, RunConfig, StageConfig, dump_config, parse_overrides, validate_dict
+from searchrl.utils import atomic_write_text, console
+
+_REF = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
+_MODEL_STAGES = ("sft", "rl")
+_NEEDS_MODEL = ("sft", "rl", "eval", "rejection-sample", "select-difficulty")
+
+
+@dataclass
+class StageContext:
+    """What a stage handler gets: its stage, its resolved config, its directory and the run's state."""
+
+    stage: StageConfig
+    cfg: RunConfig
+    dir: Path
+    run_dir: Path
+    model: str  # the model the stage starts from (sft/rl/eval, sampling stages)
+    world: str | None  # the latest synth stage's world directory
+    index: str | None  # the latest index stage's index directory
+
+
+@dataclass
+class StageResult:
+    name: str
+    kind: str
+    op: str | None
+    status: str  # "ran" | "skipped"
+    seconds: float
+    output: str
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def stage_output(stage: StageConfig, run_dir: Path) -> Path:
+    """The path a stage's ``${name}`` stands for."""
+    d = run_dir / stage.name
+    if stage.kind in _MODEL_STAGES:
+        return d / "final"
+    if stage.kind == "eval" or stage.op in ("synth", "split"):
+        return d
+    if stage.op == "index":
+        return d / "index"
+    return d / "data.jsonl"
+
+
+def _cfg_value(cfg: dict[str, Any], dotted: str, stage: str) -> str:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"stage '{stage}': ${{cfg.{dotted}}} is not a config value")
+        node = node[part]
+    return str(node)
+
+
+def _subst(value: Any, refs: dict[str, str], stage: str, cfg: dict[str, Any] | None = None) -> Any:
+    """``${name}`` -> the output path of an earlier stage; ``${cfg.a.b}`` -> the run config's value (the recipe
+    with the command line's overrides, e.g. ``${cfg.data.source}``); in strings, lists and dicts."""
+    if isinstance(value, str):
+
+        def one(m: re.Match) -> str:
+            if m.group(1).startswith("cfg.") and cfg is not None:
+                return _cfg_value(cfg, m.group(1)[4:], stage)
+            if m.group(1) not in refs:
+                raise ConfigError(f"stage '{stage}': ${{{m.group(1)}}} is not an earlier stage (known: "
+                                  f"{', '.join(refs) or 'none'})")  # fmt: skip
+            return refs[m.group(1)]
+
+        return _REF.sub(one, value)
+    if isinstance(value, list):
+        return [_subst(v, refs, stage, cfg) for v in value]
+    if isinstance(value, dict):
+        return {k: _subst(v, refs, stage, cfg) for k, v in value.items()}
+    return value
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _index_kind(index: str) -> str | None:
+    manifest = Path(index) / "manifest.json"
+    return json.loads(manifest.read_text())["kind"] if manifest.exists() else None
+
+
+def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: str | None) -> RunConfig:
+    """The run config a stage runs with: the recipe's, the chaining defaults (world, index), then ``stage.set``."""
+    raw = base.model_dump()
+    raw["pipeline"] = []
+    if world is not None:
+        raw["data"]["source"] = world
+    if index is not None:
+        raw["retrieval"]["index"] = index
+        raw["retrieval"]["kind"] = _index_kind(index) or raw["retrieval"]["kind"]
+    dotted = [f"{k}={json.dumps(v)}" for k, v in stage.set.items()]
+    raw = _merge(raw, parse_overrides(dotted))
+    return validate_dict(raw, f"stage '{stage.name}'")
+
+
+# ------------------------------------------------------------------------------------------------- handlers
+
+
+def _flags(args: dict[str, Any]) -> list[str]:
+    """``{k: 4, require_internal_and_external: true, keep: [medium, hard]}`` -> CLI flags."""
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+        elif isinstance(value, list):
+            for v in value:
+                out += [flag, str(v)]
+        elif value is not None:
+            out += [flag, str(value)]
+    return out
+
+
+def _data_command(name: str, ctx: StageContext, args: list[str]) -> None:
+    """Run ``searchrl data NAME`` in this process with the stage's resolved config as its recipe."""
+    import typer.main
+
+    from searchrl.data.cli import app as data_app
+
+    recipe = dump_config(ctx.cfg, ctx.dir / "config.yaml")
+    cmd = typer.main.get_command(data_app)
+    cmd.main([name, "--recipe", str(recipe), *args], prog_name="searchrl data", standalone_mode=False)
+
+
+def _count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def _op_synth(ctx: StageContext) -> dict[str, Any]:
+    from searchrl.data.synth import generate_world, write_world
+
+    w = ctx.cfg.data.world
+    entities, seed = int(ctx.stage.args.get("entities", w.entities)), int(ctx.stage.args.get("seed", w.seed))
+    world = generate_world(entities, seed)
+    write_world(world, ctx.dir)
+    return {"entities": entities, "seed": seed, "questions": world.summary()["questions"]}
+
+
+def _op_index(ctx: StageContext) -> dict[str, Any]:
+    from searchrl.pipeline import resolve_file
+    from searchrl.retrieval.index import build_index
+
+    corpus = ctx.stage.data or resolve_file(ctx.cfg, ctx.cfg.data.corpus)
+    kind = ctx.stage.args.get("kind", ctx.cfg.retrieval.kind)
+    if kind not in ("bm25", "dense", "hybrid"):
+        raise ConfigError(f"stage '{ctx.stage.name}': an index stage builds bm25, dense or hybrid, not {kind}")
+    extra = {k: v for k, v in ctx.stage.args.items() if k not in ("kind", "encoder")}
+    if kind != "bm25":
+        extra.setdefault("faiss", ctx.cfg.retrieval.faiss)
+    encoder = ctx.stage.args.get("encoder", ctx.cfg.retrieval.encoder)
+    path = build_index(corpus, kind, ctx.dir / "index", encoder=encoder, overwrite=True, **extra)
+    manifest = json.loads((path / "manifest.json").read_text())
+    return {"kind": kind, "corpus": str(corpus), "passages": manifest["counts"]["passages"]}
+
+
+def _op_split(ctx: StageContext) -> dict[str, Any]:
+    from searchrl.data.loaders import load_qa
+    from searchrl.data.splits import heldout_split
+    from searchrl.pipeline import resolve_file
+    from searchrl.utils import write_jsonl
+
+    source = ctx.stage.data or resolve_file(ctx.cfg, ctx.cfg.data.train)
+    if isinstance(source, list):
+        raise ConfigError(f"stage '{ctx.stage.name}': split takes one QA file in data:")
+    if not str(source).startswith("hf:") and not Path(source).exists():
+        raise ConfigError(f"stage '{ctx.stage.name}': QA file {source} not found; give your questions and corpus, "
+                          "e.g. data.source=DIR data.train=questions.jsonl data.corpus=corpus.jsonl")  # fmt: skip
+    examples = load_qa(source)
+    if "limit" in ctx.stage.args:
+        examples = examples[: int(ctx.stage.args["limit"])]
+    train, held = heldout_split(examples, int(ctx.stage.args.get("heldout", 100)))
+    for name, rows in (("train", train), ("heldout", held)):
+        write_jsonl(ctx.dir / f"{name}.jsonl", [e.to_flashrag() for e in rows])
+    return {"source": str(source), "train": len(train), "heldout": len(held)}
+
+
+def _op_oracle(ctx: StageContext) -> dict[str, Any]:
+    world = ctx.stage.data or ctx.world or str(_world_dir(ctx.cfg))
+    args = ["--world", str(world), "--out", str(ctx.dir / "data.jsonl"), "--model", ctx.model]
+    if ctx.index:
+        args += ["--index", ctx.index]
+    _data_command("oracle", ctx, args + _flags(ctx.stage.args))
+    return {"examples": _count_lines(ctx.dir / "data.jsonl")}
+
+
+def _world_dir(cfg: RunConfig) -> Path:
+    from searchrl.pipeline import data_dir
+
+    return data_dir(cfg)
+
+
+def _sampling_args(ctx: StageContext) -> list[str]:
+    args = ["--out", str(ctx.dir / "data.jsonl"), "--model", ctx.model]
+    if ctx.stage.data:
+        args += ["--data", str(ctx.stage.data)]
+    if ctx.index:
+        args += ["--index", ctx.index]
+    return args + _flags(ctx.stage.args)
+
+
+def _op_rejection_sample(ctx: StageContext) -> dict[str, Any]:
+    _data_command("rejection-sample", ctx, _sampling_args(ctx))
+    n = _count_lines(ctx.dir / "data.jsonl")
+    if n == 0:
+        raise ValueError(f"stage '{ctx.stage.name}': rejection sampling kept no sample; raise args.k or the "
+                         "questions (args.limit), or start from a cold-started model")  # fmt: skip
+    return {"examples": n}
+
+
+def _op_select_difficulty(ctx: StageContext) -> dict[str, Any]:
+    _data_command("select-difficulty", ctx, _sampling_args(ctx))
+    n = _count_lines(ctx.dir / "data.jsonl")
+    if n == 0:
+        raise ValueError(f"stage '{ctx.stage.name}': difficulty selection kept no question; widen args.keep "
+                         "or use more questions (args.limit)")  # fmt: skip
+    return {"questions": n}
+
+
+def _sft(ctx: StageContext) -> dict[str, Any]:
+    from searchrl.sft.cli import run_sft
+
+    cfg = ctx.cfg
+    update: dict[str, Any] = {"model": cfg.model.model_copy(update={"policy": ctx.model})}
+    if ctx.stage.data:
+        update["sft"] = cfg.sft.model_copy(update={"data": str(ctx.stage.data)})
+    cfg = cfg.model_copy(update=update)
+    history = run_sft(cfg, str(ctx.dir))
+    return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
+
+
+def _rl(ctx: StageContext) -> dict[str, Any]:
+    from searchrl.rl.cli import run_train
+
+    raw = ctx.cfg.model_dump()
+    raw["training"].update(init_from=ctx.model, output_dir=str(ctx.dir))
+    if ctx.stage.data:
+        raw["data"]["train"] = str(ctx.stage.data)
+    history = run_train(validate_dict(raw, f"stage '{ctx.stage.name}'"))
+    last = history[-1] if history else {}
+    return {k: v for k, v in last.items() if k in ("step", "reward/total") or k.startswith("eval/")}
+
+
+def _eval(ctx: StageContext) -> dict[str, Any]:
+    from searchrl.eval.harness import run_from_config
+
+    raw = ctx.cfg.model_dump()
+    raw["training"]["init_from"] = ctx.model
+    raw["evaluation"]["output_dir"] = str(ctx.dir)
+    if ctx.stage.data:
+        data = ctx.stage.data
+        raw["evaluation"]["datasets"] = [str(d) for d in (data if isinstance(data, list) else [data])]
+    result = run_from_config(validate_dict(raw, f"stage '{ctx.stage.name}'"))
+    return {"rows": result.rows, "runtime_s": round(result.runtime_s, 2)}
+
+
+HANDLERS: dict[str, Callable[[StageContext], dict[str, Any]]] = {
+    "synth": _op_synth, "index": _op_index, "split": _op_split, "oracle": _op_oracle,
+    "rejection-sample": _op_rejection_sample, "select-difficulty": _op_select_difficulty,
+    "sft": _sft, "rl": _rl, "eval": _eval,
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------- runner
+
+
+def _log(run_dir: Path, line: str) -> None:
+    console.log(f"[run] {line}")
+    with (run_dir / "run.log").open("a", encoding="utf-8") as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+
+def _to_run(names: list[str], only: list[str] | None, start: str | None) -> set[str]:
+    """Stages forced to run again: ``--only`` names, or ``--from`` and every later stage."""
+    for n in [*(only or []), *([start] if start else [])]:
+        if n not in names:
+            raise ConfigError(f"no stage '{n}' in this pipeline (stages: {', '.join(names)})")
+    if only and start:
+        raise ConfigError("give --only or --from, not both")
+    if only:
+        return set(only)
+    return set(names[names.index(start) :]) if start else set()
+
+
+def run_pipeline(
+    cfg: RunConfig,
+    out: str | Path,
+    *,
+    only: list[str] | None = None,
+    start: str | None = None,
+    recipe: str = "",
+    profile: str | None = None,
+    load: Callable[[str], RunConfig] | None = None,
+) -> list[StageResult]:
+    """Run ``cfg.pipeline`` into ``out``; returns one result per stage (also in ``out/summary.json``).
+
+    ``load(name)`` gives the config of another recipe for stages with ``recipe:`` (with the run's profile and
+    overrides); default: the recipe alone."""
+    if load is None:
+        from searchrl.config import load_config
+
+        load = load_config
+    if not cfg.pipeline:
+        raise ConfigError(f"recipe {recipe or cfg.name} has no pipeline: section; add stages (see docs/recipes.md)")
+    run_dir = Path(out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    names = [s.name for s in cfg.pipeline]
+    forced = _to_run(names, only, start)
+    dump_config(cfg, run_dir / "config.yaml")
+    _log(run_dir, f"run {recipe or cfg.name} (profile {profile or 'none'}) into {run_dir}: stages {', '.join(names)}"
+         + (f"; re-running {', '.join(n for n in names if n in forced)}" if forced else ""))  # fmt: skip
+    refs: dict[str, str] = {"run": str(run_dir)}
+    base_values = cfg.model_dump()
+    world = index = model = None
+    results: list[StageResult] = []
+    t_run = time.perf_counter()
+    for raw_stage in cfg.pipeline:
+        stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
+        sdir, output = run_dir / stage.name, stage_output(stage, run_dir)
+        done = sdir / "DONE"
+        skip = (only is not None and stage.name not in forced) or (done.exists() and stage.name not in forced)
+        if skip:
+            if only is not None and not done.exists():
+                raise ConfigError(f"--only {','.join(only)}: stage '{stage.name}' has not run yet (no {done}); "
+                                  f"run `searchrl run` without --only first")  # fmt: skip
+            info = json.loads(done.read_text() or "{}")
+            _log(run_dir, f"stage {stage.name}: skipped (DONE, {info.get('seconds', 0):.1f} s when it ran)")
+            results.append(StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output),
+                                       info.get("result", {})))  # fmt: skip
+        else:
+            if sdir.exists():
+                shutil.rmtree(sdir)
+            sdir.mkdir(parents=True)
+            stage_index = stage.index or index
+            scfg = stage_config(load(stage.recipe) if stage.recipe else cfg, stage, world, stage_index)
+            key = stage.op if stage.kind == "data" else stage.kind
+            recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
+            stage_model = stage.init_from or model or recipe_model or scfg.model.policy
+            ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index)
+            _log(run_dir, f"stage {stage.name} ({key}): start" + (f", model {stage_model}" if key in _NEEDS_MODEL
+                                                                   else ""))  # fmt: skip
+            t0 = time.perf_counter()
+            try:
+                result = HANDLERS[key](ctx)
+            except BaseException as err:
+                _log(run_dir, f"stage {stage.name}: FAILED after {time.perf_counter() - t0:.1f} s: "
+                              f"{type(err).__name__}: {err}")  # fmt: skip
+                _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
+                raise
+            seconds = time.perf_counter() - t0
+            atomic_write_text(done, json.dumps({"seconds": round(seconds, 2), "output": str(output),
+                                                "result": result}, default=str))  # fmt: skip
+            _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s -> {output}")
+            results.append(StageResult(stage.name, stage.kind, stage.op, "ran", round(seconds, 2), str(output),
+                                       result))  # fmt: skip
+        refs[stage.name] = str(output)
+        if stage.op == "synth":
+            world = str(output)
+        elif stage.op == "index":
+            index = str(output)
+        elif stage.kind in _MODEL_STAGES:
+            model = str(output)
+    total = time.perf_counter() - t_run
+    _write_summary(run_dir, recipe, profile, results, total)
+    _log(run_dir, f"finished in {total:.1f} s ({sum(r.status == 'ran' for r in results)} stages ran)")
+    return results
+
+
+def _write_summary(run_dir: Path, recipe: str, profile: str | None, results: list[StageResult], total: float,
+                   failed: str | None = None) -> None:  # fmt: skip
+    data = {
+        "recipe": recipe, "profile": profile, "total_seconds": round(total, 2), "failed": failed,
+        "stages": [r.__dict__ for r in results],
+    }  # fmt: skip
+    atomic_write_text(run_dir / "summary.json", json.dumps(data, indent=2, default=str))
+
+
+def run_cmd(
+    recipe: str = typer.Option(..., "--recipe", "-r", help="recipe name or YAML path (its pipeline: section)"),
+    overrides: list[str] = typer.Argument(None, help="dotted overrides for every stage, e.g. training.steps=2"),
+    profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
+    out: str = typer.Option(None, "--out", help="run directory (default: runs/<recipe>[-<profile>])"),
+    only: list[str] = typer.Option(None, "--only", help="re-run only this stage (repeatable); inputs must exist"),
+    start: str = typer.Option(None, "--from", help="re-run this stage and every later one"),
+) -> None:
+    """Run a method end to end: its recipe's pipeline stages (data building, SFT, RL, evaluation) in order.
+
+    Stages with a DONE marker in OUT/<stage>/ are skipped. Logs to OUT/run.log; stage times and results in
+    OUT/summary.json.
+
+    Example: searchrl run --recipe rag_r1 --profile laptop --out runs/rag_r1-laptop
+    """
+    from searchrl.config import load_config
+    from searchrl.models import check_fetchable
+
+    def load(name: str) -> RunConfig:
+        return load_config(name, overrides or [], profile)
+
+    cfg = load(recipe)
+    check_fetchable(cfg, profile, pipeline=True)
+    for stage in cfg.pipeline:
+        if stage.recipe:
+            check_fetchable(load(stage.recipe), profile)
+    name = Path(recipe).stem
+    results = run_pipeline(cfg, out or f"runs/{name}" + (f"-{profile}" if profile else ""), only=only or None,
+                           start=start, recipe=name, profile=profile, load=load)  # fmt: skip
+    for r in results:
+        console.print(f"{r.name:<22} {r.kind:<5} {r.op or '':<18} {r.status:<8} {r.seconds:>9.1f} s  {r.output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_cmd)

@@ -1,0 +1,108 @@
+"""What the RL and SFT trainers share about the model they train: LoRA wrapping, the linear warm-up, the merged
+weights of a LoRA policy, saving a loadable model without touching the live one, and atomic directory writes."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from searchrl.config import LoraConfig
+
+
+def is_peft(model: nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def wrap_lora(model: nn.Module, lora: LoraConfig | None) -> nn.Module:
+    """``model`` with trainable LoRA adapters attached (``model.lora``), or ``model`` itself when ``lora`` is None."""
+    if lora is None:
+        return model
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    cfg = PeftLoraConfig(
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules)
+    )
+    return get_peft_model(model, cfg)
+
+
+def linear_warmup(opt: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning rate rises linearly over ``steps`` optimizer steps (the first step at ``1/steps``), then stays."""
+    warm = max(steps, 0)
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The policy's weights under the base model's own names, LoRA adapters merged in. The live model is left as it
+    was (adapters merged, copied, then unmerged), so training can go on."""
+    if is_peft(model) and hasattr(model, "merge_adapter"):
+        model.merge_adapter()
+        try:
+            base = model.get_base_model()
+            return {k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items()
+                    if "lora_" not in k}  # fmt: skip
+        finally:
+            model.unmerge_adapter()
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def save_merged(model: nn.Module, tokenizer, path: Path) -> None:
+    """Save a plain model (LoRA adapters merged into a copy of the weights) that ``from_pretrained`` loads; the live
+    model keeps its adapters attached and trainable."""
+    if is_peft(model):
+        model.get_base_model().save_pretrained(path, state_dict=full_state_dict(model), safe_serialization=True)
+    else:
+        model.save_pretrained(path, safe_serialization=True)
+    if hasattr(tokenizer, "save_pretrained"):
+        tokenizer.save_pretrained(path)
+
+
+def load_policy_weights(model: nn.Module, model_dir: Path) -> None:
+    """Load weights saved by ``model.save_pretrained(model_dir)``: the adapters of a LoRA policy, all weights
+    otherwise. Every key must match, so a checkpoint of another model fails loudly instead of loading nothing."""
+    from safetensors.torch import load_file
+
+    if is_peft(model):
+        from peft import set_peft_model_state_dict
+
+        adapters = model_dir / "adapter_model.safetensors"
+        if not adapters.exists():
+            raise FileNotFoundError(f"{adapters} missing: the checkpoint was not saved from a LoRA run (model.lora)")
+        res = set_peft_model_state_dict(model, load_file(str(adapters)))
+        bad = [k for k in getattr(res, "unexpected_keys", []) if "lora_" in k]
+        if bad:
+            raise ValueError(f"{adapters}: adapter keys do not fit this model ({bad[:3]}); check model.lora")
+        return
+    weights = model_dir / "model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"{weights} missing: the checkpoint holds LoRA adapters; set model.lora as when saved")
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    res = model.load_state_dict(load_file(str(weights)), strict=False)
+    missing = [k for k in res.missing_keys if not (tied and k.startswith("lm_head."))]
+    if missing or res.unexpected_keys:
+        raise ValueError(
+            f"{weights} does not fit the policy (missing {missing[:3]}, unexpected {res.unexpected_keys[:3]}); "
+            "resume with the model the checkpoint was saved from"
+        )
+    if tied:
+        model.tie_weights()
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield a sibling temp dir to fill; on success it replaces ``path`` (the old one is removed only afterwards)."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    yield tmp
+    old = path.with_name(path.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,299 @@
+"""Trajectory records for the viewer: every accepted JSONL row format (raw trajectory, training rollout row,
+evaluation prediction row) parsed into one :class:`ViewRecord`, and their summary (see ``searchrl.viz.viewer``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from searchrl.rewards import exact_match, f1_score
+
+DEFAULT_LIMIT = 500
+COLLAPSE_CHARS = 600  # observations longer than this (or with more lines than COLLAPSE_LINES) start collapsed
+COLLAPSE_LINES = 12
+_CONTEXT_KEYS = ("context", "contexts", "documents", "docs", "retrieved", "passages")
+
+EXPECTED = (
+    "expected a trajectory (question, turns), a training rollout row (step, reward, trajectory) "
+    "or an eval prediction row (question, golds, prediction)"
+)
+
+
+@dataclass
+class ViewTurn:
+    text: str
+    action: str
+    finish_reason: str = ""
+    queries: list[str] = field(default_factory=list)
+    hit_ids: list[list[str]] = field(default_factory=list)
+    observation: str = ""
+    invalid_reason: str = ""
+    n_gen_tokens: int = 0
+    n_obs_tokens: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ViewRecord:
+    """One row of any accepted format, normalised for display."""
+
+    source: str  # "file:line"
+    kind: str  # "trajectory" | "rollout" | "prediction"
+    question: str
+    golds: list[str]
+    answer: str | None
+    stop_reason: str = ""
+    turns: list[ViewTurn] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # searches, queries, turns, invalid, policy/inserted tokens
+    uid: str = ""
+    step: int | None = None
+    reward: float | None = None
+    reward_components: dict[str, Any] = field(default_factory=dict)
+    dataset: str | None = None
+    method: str | None = None
+    protocol: str | None = None
+    row_metrics: dict[str, Any] = field(default_factory=dict)  # an eval row's own per-item metrics
+    raw: str = ""  # an eval row's model output, shown when there are no turns
+    trace: dict[str, Any] = field(default_factory=dict)  # a non-agent method's retrieval trace
+    context: list[str] = field(default_factory=list)  # documents/context text an eval row carries
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def em(self) -> float | None:
+        """Exact match of the answer against the golds; None when there are no golds (e.g. ``searchrl ask``)."""
+        return exact_match(self.answer, self.golds) if self.golds else None
+
+    @property
+    def f1(self) -> float | None:
+        return f1_score(self.answer, self.golds) if self.golds else None
+
+    @property
+    def answered(self) -> bool:
+        return self.answer is not None and bool(self.answer.strip())
+
+    @property
+    def n_invalid(self) -> int:
+        return self.counts.get("invalid", 0)
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def _str(x: Any) -> str:
+    return "" if x is None else str(x)
+
+
+def _int(x: Any, default: int = 0) -> int:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return default
+
+
+def _opt_float(x: Any) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _str_list(x: Any) -> list[str]:
+    if x is None:
+        return []
+    if isinstance(x, (str, int, float, bool)):
+        x = [x]
+    if not isinstance(x, list):
+        raise ValueError(f"expected a list of strings, got {type(x).__name__}")
+    return [_str(v) for v in x if v is not None]
+
+
+def _timings(x: Any) -> dict[str, float]:
+    if not isinstance(x, dict):
+        return {}
+    return {str(k): v for k, v in ((k, _opt_float(v)) for k, v in x.items()) if v is not None}
+
+
+def _turn(d: Any, i: int) -> ViewTurn:
+    if not isinstance(d, dict):
+        raise ValueError(f"turn {i} is a {type(d).__name__}, not an object")
+    hits = d.get("hit_ids") or []
+    return ViewTurn(
+        text=_str(d.get("text")),
+        action=_str(d.get("action")) or "none",
+        finish_reason=_str(d.get("finish_reason")),
+        queries=_str_list(d.get("queries")),
+        hit_ids=[_str_list(h) for h in hits] if isinstance(hits, list) else [],
+        observation=_str(d.get("observation")),
+        invalid_reason=_str(d.get("invalid_reason")),
+        n_gen_tokens=_int(d.get("n_gen_tokens")),
+        n_obs_tokens=_int(d.get("n_obs_tokens")),
+        timings=_timings(d.get("timings")),
+    )
+
+
+def _is_trajectory(d: Any) -> bool:
+    return isinstance(d, dict) and "turns" in d and "question" in d
+
+
+def _counts(traj: dict[str, Any], turns: list[ViewTurn]) -> dict[str, int]:
+    """The record's counts; computed from the turns for whatever ``counts`` does not give."""
+    computed = {
+        "searches": sum(1 for t in turns if t.action == "search" and t.queries),
+        "queries": sum(len(t.queries) for t in turns),
+        "turns": len(turns),
+        "invalid": sum(1 for t in turns if t.action == "invalid"),
+        "policy_tokens": sum(t.n_gen_tokens for t in turns),
+        "inserted_tokens": sum(t.n_obs_tokens for t in turns),
+    }
+    given = traj.get("counts") if isinstance(traj.get("counts"), dict) else {}
+    out = {**computed, **{k: _int(v) for k, v in given.items() if _int(v, -1) >= 0}}
+    if "policy_tokens" not in given and traj.get("action_mask"):
+        mask = traj["action_mask"]
+        out["policy_tokens"] = sum(1 for m in mask if m)
+        out["inserted_tokens"] = len(mask) - out["policy_tokens"]
+    return out
+
+
+def _from_trajectory(traj: dict[str, Any], source: str, kind: str) -> ViewRecord:
+    turns_raw = traj.get("turns")
+    if not isinstance(turns_raw, list):
+        raise ValueError(f"'turns' must be a list, got {type(turns_raw).__name__}")
+    turns = [_turn(t, i) for i, t in enumerate(turns_raw, 1)]
+    answer = traj.get("answer")
+    meta = traj.get("metadata")
+    return ViewRecord(
+        source=source,
+        kind=kind,
+        question=_str(traj.get("question")),
+        golds=_str_list(traj.get("golds")),
+        answer=None if answer is None else _str(answer),
+        stop_reason=_str(traj.get("stop_reason")),
+        turns=turns,
+        counts=_counts(traj, turns),
+        uid=_str(traj.get("uid")),
+        protocol=_str(traj.get("protocol")) or None,
+        metadata=meta if isinstance(meta, dict) else {},
+    )
+
+
+def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
+    traj = row.get("trajectory")
+    pred = row.get("prediction")
+    if _is_trajectory(traj):
+        rec = _from_trajectory(traj, source, "prediction")
+        rec.answer = None if pred is None else _str(pred)  # the scored prediction (the agent's stripped answer)
+    else:
+        rec = ViewRecord(source=source, kind="prediction", question="", golds=[], answer=None)
+        rec.answer = None if pred is None else _str(pred)
+        rec.raw = _str(row.get("raw"))
+        rec.trace = traj if isinstance(traj, dict) else {}
+        rec.counts = {
+            "searches": _int(row.get("searches")),
+            "queries": _int(row.get("searches")),
+            "turns": 0,
+            "invalid": 0,
+            "policy_tokens": _int(row.get("gen_tokens")),
+            "inserted_tokens": 0,
+        }
+    rec.question = _str(row.get("question")) or rec.question
+    rec.golds = _str_list(row.get("golds")) or rec.golds
+    rec.uid = _str(row.get("id")) or rec.uid
+    rec.dataset = _str(row.get("dataset")) or None
+    rec.method = _str(row.get("method")) or None
+    if isinstance(row.get("metrics"), dict):
+        rec.row_metrics = dict(row["metrics"])
+    for key in _CONTEXT_KEYS:
+        value = row.get(key)
+        if isinstance(value, str) and value:
+            rec.context.append(value)
+        elif isinstance(value, list):
+            rec.context.extend(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value)
+    return rec
+
+
+def _from_rollout(row: dict[str, Any], source: str) -> ViewRecord:
+    rec = _from_trajectory(row["trajectory"], source, "rollout")
+    step = _opt_float(row.get("step"))
+    rec.step = None if step is None else int(step)
+    rec.reward = _opt_float(row.get("reward"))
+    comps = row.get("reward_components")
+    rec.reward_components = dict(comps) if isinstance(comps, dict) else {}
+    return rec
+
+
+def parse_row(row: Any, source: str) -> ViewRecord:
+    """One JSON row -> a :class:`ViewRecord`; ValueError naming ``source`` when it is none of the formats."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{source}: a JSON {type(row).__name__}; {EXPECTED}")
+    try:
+        if "prediction" in row and "question" in row and "golds" in row:
+            return _from_prediction(row, source)
+        if _is_trajectory(row.get("trajectory")):
+            return _from_rollout(row, source)
+        if _is_trajectory(row):
+            return _from_trajectory(row, source, "trajectory")
+    except (ValueError, TypeError, AttributeError) as err:
+        raise ValueError(f"{source}: malformed row ({err}); {EXPECTED}") from None
+    keys = ", ".join(sorted(map(str, row))[:12]) or "none"
+    raise ValueError(f"{source}: unrecognised row (keys: {keys}); {EXPECTED}")
+
+
+def load_records(path: str | Path, *, skip_bad: bool = False, errors: list[str] | None = None) -> list[ViewRecord]:
+    """Every row of a JSONL file as a :class:`ViewRecord` (formats detected per row).
+
+    A row that is not JSON or not one of the formats raises ValueError naming ``file:line``; with ``skip_bad`` it is
+    skipped instead and its message appended to ``errors`` (when given).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trajectory file not found: {path}")
+    out: list[ViewRecord] = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{where}: not valid JSON ({err.msg}); {EXPECTED}") from None
+                out.append(parse_row(row, where))
+            except ValueError as err:
+                if not skip_bad:
+                    raise
+                if errors is not None:
+                    errors.append(str(err))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ summary
+
+
+def _mean(xs: Iterable[float]) -> float | None:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else None
+
+
+def summarize(records: Sequence[ViewRecord]) -> dict[str, Any]:
+    """n, EM / F1 (over records with golds), answered rate, mean searches / turns, invalid rate, mean reward."""
+    scored = [r for r in records if r.golds]
+    rewards = [r.reward for r in records if r.reward is not None]
+    return {
+        "n": len(records),
+        "n_scored": len(scored),
+        "em": _mean(r.em or 0.0 for r in scored),
+        "f1": _mean(r.f1 or 0.0 for r in scored),
+        "answered": _mean(float(r.answered) for r in records),
+        "searches": _mean(r.counts.get("searches", 0) for r in records),
+        "turns": _mean(r.counts.get("turns", 0) for r in records),
+        "invalid": _mean(float(r.n_invalid > 0) for r in records),
+        "reward": _mean(rewards),
+    }

@@ -1,0 +1,69 @@
+"""Whole-config checks: combinations that are valid field by field but not together fail with one line naming the
+fix, and every config field is read somewhere in the package."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+import searchrl
+from searchrl import config as C
+from searchrl.config import ConfigError, load_config
+
+
+def _error(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, list(overrides))
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_defaults_validate() -> None:
+    cfg = load_config(None)
+    assert cfg.algorithm.name in C.GROUP_ALGORITHMS and cfg.rollout.group_size > 1
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo"])
+def test_group_algorithms_need_groups(algo: str) -> None:
+    msg = _error(f"algorithm.name={algo}", "rollout.group_size=1")
+    assert "rollout.group_size > 1" in msg and "set rollout.group_size=" in msg
+    load_config(None, ["algorithm.name=ppo", "rollout.group_size=1"])
+    load_config(None, ["algorithm.name=reinforce_pp", "rollout.group_size=1"])
+
+
+@pytest.mark.parametrize("field", ["algorithm.value_coef=0.1", "algorithm.critic_mask_observations=false",
+                                   "training.critic_lr=3e-5", "training.critic_warmup_steps=3", "algorithm.lam=0.95",
+                                   "algorithm.gamma=0.99"])  # fmt: skip
+def test_critic_fields_are_ppo_only(field: str) -> None:
+    msg = _error("algorithm.name=grpo", field)
+    assert field.split("=")[0] in msg and "algorithm.name=ppo" in msg
+    load_config(None, ["algorithm.name=ppo", field])
+
+
+def test_prompts_per_step_must_divide_among_processes(monkeypatch, tmp_path: Path) -> None:
+    from accelerate import Accelerator
+
+    from searchrl.data.records import QAExample
+    from searchrl.rl.trainer import Trainer
+    from searchrl.testing import LettersProtocol, tiny_model, tokenizer
+
+    monkeypatch.setattr(Accelerator, "num_processes", property(lambda self: 3))
+    cfg = load_config(None, ["training.prompts_per_step=4", f"training.output_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"prompts_per_step=4 must be divisible by the 3 processes"):
+        Trainer(cfg, tiny_model(), tokenizer(), LettersProtocol(), None, [QAExample("q", "q?", ["a"])])
+
+
+def test_every_config_field_is_read_somewhere() -> None:
+    root = Path(searchrl.__file__).parent
+    code = "\n".join(p.read_text() for p in root.rglob("*.py") if p.name != "config.py")
+    unread = []
+    for obj in vars(C).values():
+        if isinstance(obj, type) and issubclass(obj, BaseModel) and obj.__module__ == C.__name__:
+            for name in obj.model_fields:
+                if not re.search(rf"\.{name}\b|[\"']{name}[\"']", code):
+                    unread.append(f"{obj.__name__}.{name}")
+    assert not unread, f"config fields read nowhere (use or delete them): {unread}"

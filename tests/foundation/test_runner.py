@@ -1,0 +1,189 @@
+"""`searchrl run`: stages in order, DONE markers, --only / --from, ${stage} references, run.log and summary.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from searchrl import runner
+from searchrl.config import ConfigError, validate_dict
+from searchrl.runner import run_pipeline
+
+
+def _cfg(stages: list[dict]):
+    return validate_dict({"name": "t", "pipeline": stages})
+
+
+@pytest.fixture
+def fake_handlers(monkeypatch):
+    """Every handler writes its output and records the call (stage, model, world, index, data, set values)."""
+    calls: list[dict] = []
+
+    def handler(ctx):
+        out = runner.stage_output(ctx.stage, ctx.run_dir)
+        if out.suffix:
+            out.write_text("{}\n")
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+        calls.append({"name": ctx.stage.name, "model": ctx.model, "world": ctx.world, "index": ctx.index,
+                      "data": ctx.stage.data, "steps": ctx.cfg.training.steps,
+                      "source": ctx.cfg.data.source})  # fmt: skip
+        return {"ok": 1}
+
+    for key in runner.HANDLERS:
+        monkeypatch.setitem(runner.HANDLERS, key, handler)
+    return calls
+
+
+STAGES = [
+    {"name": "world", "kind": "data", "op": "synth"},
+    {"name": "index", "kind": "data", "op": "index"},
+    {"name": "oracle", "kind": "data", "op": "oracle"},
+    {"name": "sft", "kind": "sft", "data": "${oracle}"},
+    {"name": "rl", "kind": "rl", "set": {"training.steps": 3}},
+    {"name": "eval", "kind": "eval", "data": ["${world}/dev.jsonl"]},
+]
+
+
+def test_stages_run_in_order_and_chain(tmp_path: Path, fake_handlers) -> None:
+    results = run_pipeline(_cfg(STAGES), tmp_path)
+    assert [c["name"] for c in fake_handlers] == ["world", "index", "oracle", "sft", "rl", "eval"]
+    by = {c["name"]: c for c in fake_handlers}
+    assert by["world"]["model"] == "smollm2-135m-instruct" and by["world"]["world"] is None
+    assert by["oracle"]["world"] == str(tmp_path / "world") and by["oracle"]["index"] == str(tmp_path / "index/index")
+    assert by["sft"]["data"] == str(tmp_path / "oracle" / "data.jsonl")
+    assert by["rl"]["model"] == str(tmp_path / "sft" / "final") and by["rl"]["steps"] == 3
+    assert by["sft"]["steps"] == 20  # a stage's set: is its own
+    assert by["rl"]["source"] == str(tmp_path / "world")  # data.source follows the synth stage
+    assert by["eval"]["model"] == str(tmp_path / "rl" / "final")
+    assert by["eval"]["data"] == [str(tmp_path / "world" / "dev.jsonl")]
+    assert all(r.status == "ran" for r in results)
+    assert all((tmp_path / s["name"] / "DONE").exists() for s in STAGES)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == [s["name"] for s in STAGES] and summary["failed"] is None
+    log = (tmp_path / "run.log").read_text()
+    assert "stage rl: done in" in log and "finished in" in log
+
+
+def test_done_stages_are_skipped(tmp_path: Path, fake_handlers) -> None:
+    run_pipeline(_cfg(STAGES), tmp_path)
+    fake_handlers.clear()
+    results = run_pipeline(_cfg(STAGES), tmp_path)
+    assert fake_handlers == [] and all(r.status == "skipped" for r in results)
+    (tmp_path / "rl" / "DONE").unlink()  # an unfinished stage runs again, the others stay
+    run_pipeline(_cfg(STAGES), tmp_path)
+    assert [c["name"] for c in fake_handlers] == ["rl"]
+    assert fake_handlers[0]["model"] == str(tmp_path / "sft" / "final")  # a skipped stage still feeds the next
+
+
+def test_only_and_from(tmp_path: Path, fake_handlers) -> None:
+    run_pipeline(_cfg(STAGES), tmp_path)
+    (tmp_path / "sft" / "stale.txt").write_text("x")
+    fake_handlers.clear()
+    run_pipeline(_cfg(STAGES), tmp_path, only=["sft"])
+    assert [c["name"] for c in fake_handlers] == ["sft"]
+    assert not (tmp_path / "sft" / "stale.txt").exists()  # a re-run stage starts from an empty directory
+    fake_handlers.clear()
+    run_pipeline(_cfg(STAGES), tmp_path, start="rl")
+    assert [c["name"] for c in fake_handlers] == ["rl", "eval"]
+    with pytest.raises(ConfigError, match="no stage 'nope'"):
+        run_pipeline(_cfg(STAGES), tmp_path, only=["nope"])
+
+
+def test_only_needs_its_inputs(tmp_path: Path, fake_handlers) -> None:
+    with pytest.raises(ConfigError, match="has not run yet"):
+        run_pipeline(_cfg(STAGES), tmp_path, only=["rl"])
+
+
+def test_failed_stage_leaves_no_marker(tmp_path: Path, fake_handlers, monkeypatch) -> None:
+    def boom(ctx):
+        raise ValueError("broken stage")
+
+    monkeypatch.setitem(runner.HANDLERS, "rl", boom)
+    with pytest.raises(ValueError, match="broken stage"):
+        run_pipeline(_cfg(STAGES), tmp_path)
+    assert (tmp_path / "sft" / "DONE").exists() and not (tmp_path / "rl" / "DONE").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["failed"] == "rl"
+    assert "stage rl: FAILED" in (tmp_path / "run.log").read_text()
+
+
+def test_bad_pipelines_fail_with_a_named_fix(tmp_path: Path, fake_handlers) -> None:
+    with pytest.raises(ConfigError, match=r"\$\{later\} is not an earlier stage"):
+        run_pipeline(_cfg([{"name": "a", "kind": "sft", "data": "${later}"}, {"name": "later", "kind": "rl"}]),
+                     tmp_path)  # fmt: skip
+    with pytest.raises(ConfigError, match="needs op"):
+        _cfg([{"name": "a", "kind": "data"}])
+    with pytest.raises(ConfigError, match="unique"):
+        _cfg([{"name": "a", "kind": "sft"}, {"name": "a", "kind": "rl"}])
+    with pytest.raises(ConfigError, match="no pipeline"):
+        run_pipeline(validate_dict({}), tmp_path)
+
+
+def test_flags_from_args() -> None:
+    flags = runner._flags({"k": 4, "require_internal_and_external": True, "slice": False, "keep": ["medium", "hard"]})
+    assert flags == ["--k", "4", "--require-internal-and-external", "--keep", "medium", "--keep", "hard"]
+
+
+@pytest.mark.slow
+def test_real_data_stages_and_eval(tmp_path: Path) -> None:
+    """synth -> index -> split -> oracle -> eval with the bundled model: the real handlers, tiny sizes."""
+    stages = [
+        {"name": "world", "kind": "data", "op": "synth", "args": {"entities": 60}},
+        {"name": "index", "kind": "data", "op": "index"},
+        {"name": "split", "kind": "data", "op": "split", "data": "${world}/dev.jsonl", "args": {"heldout": 4}},
+        {"name": "oracle", "kind": "data", "op": "oracle", "args": {"limit": 3, "max_obs_tokens": 120}},
+        {"name": "eval", "kind": "eval", "data": "${split}/heldout.jsonl",
+         "set": {"evaluation.methods": ["naive_rag"], "evaluation.max_new_tokens": 8}},
+    ]  # fmt: skip
+    results = run_pipeline(_cfg(stages), tmp_path)
+    assert [r.status for r in results] == ["ran"] * 5
+    assert (tmp_path / "index" / "index" / "manifest.json").exists()
+    assert len((tmp_path / "split" / "heldout.jsonl").read_text().splitlines()) == 4
+    rows = [json.loads(line) for line in (tmp_path / "oracle" / "data.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all("action_mask" in r for r in rows)
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary and results[-1].result["rows"][0]["method"] == "naive_rag"
+
+
+def test_cfg_references_resolve_from_the_run_config() -> None:
+    from searchrl.config import ConfigError
+    from searchrl.runner import _subst
+
+    cfg = {"data": {"source": "/data/hotpot", "train": "qa.jsonl"}}
+    assert _subst({"data": "${cfg.data.source}/${cfg.data.train}"}, {}, "split", cfg) == {
+        "data": "/data/hotpot/qa.jsonl"
+    }
+    with pytest.raises(ConfigError, match="not a config value"):
+        _subst("${cfg.data.nope}", {}, "split", cfg)
+
+
+def test_multihop_cpu_without_user_data_names_the_fix(tmp_path) -> None:
+    from searchrl.config import ConfigError, load_config
+    from searchrl.runner import run_pipeline
+
+    cfg = load_config("multihop_cpu", ["data.world.entities=120"])
+    cfg = cfg.model_copy(update={"pipeline": [s for s in cfg.pipeline if s.name == "split"]})
+    with pytest.raises(ConfigError, match="data.source=DIR data.train="):
+        run_pipeline(cfg, tmp_path / "run")
+
+
+def test_a_stage_can_run_with_another_recipe(tmp_path: Path, monkeypatch) -> None:
+    """R1-Searcher's pipeline runs stage 1 with r1_searcher_stage1's config (same profile), stage 2 with its own."""
+    from searchrl.config import load_config
+
+    seen = {}
+
+    def handler(ctx):
+        runner.stage_output(ctx.stage, ctx.run_dir).mkdir(parents=True, exist_ok=True)
+        seen[ctx.stage.name] = ([c.name for c in ctx.cfg.reward.components], ctx.cfg.model.policy, ctx.model)
+        return {}
+
+    for key in runner.HANDLERS:
+        monkeypatch.setitem(runner.HANDLERS, key, handler)
+    cfg = load_config("r1_searcher_stage2", profile="laptop")
+    run_pipeline(cfg, tmp_path, load=lambda name: load_config(name, [], "laptop"))
+    assert seen["stage1"][0] == ["retrieval", "format"] and seen["stage2"][0] == ["answer", "format"]
+    assert seen["stage1"][1] == "smollm2-135m-instruct"  # the profile applies to the other recipe too
+    assert seen["stage2"][2] == str(tmp_path / "stage1" / "final")
