@@ -96,8 +96,10 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
 
-    add("sentence-transformers", all_threads,
-        lambda x: st.encode(x, normalize_embeddings=True, show_progress_bar=False), "sentence-transformers")  # fmt: skip
+    def st_encode(texts: list[str]) -> np.ndarray:
+        return st.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+
+    add("sentence-transformers", all_threads, st_encode, "sentence-transformers")
 
     model_dir = resolve_embedder("minilm-l6-v2")
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -317,6 +317,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--search-r1", type=Path, required=True, help="Search-R1 checkout (holds search_r1/search/)")
     ap.add_argument("--corpus", type=Path, default=DATA / "2wiki-mini" / "corpus.jsonl")
+    ap.add_argument("--search-r1-commit", help="commit of the checkout, when it is not a git work tree (git archive)")
     ap.add_argument("--index", type=Path, help="an existing dense Flat index of --corpus (default: built here)")
     ap.add_argument("--big-passages", type=int, default=200_000, help="start-up index size (0: skip)")
     ap.add_argument("--prepare-only", action="store_true", help="build the indexes and caches, measure nothing")
@@ -368,7 +369,7 @@ def main() -> None:
     manifest = json.loads((small / "manifest.json").read_text())
     result = {
         "benchmark": "peer_search_r1_server",
-        "search_r1_commit": _git_head(args.search_r1),
+        "search_r1_commit": _git_head(args.search_r1) or args.search_r1_commit,
         "corpus": str(args.corpus),
         "passages": manifest["counts"]["passages"],
         "big_passages": json.loads((big / "manifest.json").read_text())["counts"]["passages"] if big else None,
@@ -396,7 +397,7 @@ def main() -> None:
 
 def _git_head(path: Path) -> str | None:
     res = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
-    return res.stdout.strip() or None
+    return res.stdout.strip() if res.returncode == 0 else None
 
 
 def render(r: dict) -> str:

@@ -95,6 +95,9 @@ def test_onnx_matches_sentence_transformers_on_real_passages_and_recall(exported
     cos = (ref_p * fast_p).sum(1)  # both unit-norm
     assert float(cos.min()) >= 0.999, f"min cosine over {len(passages)} passages: {cos.min():.6f}"
 
+    # Recall over the 1,000-passage subset, for the questions it can answer (a gold answer occurs in it).
+    questions = [q for q in questions if any(cover_em(p, q["golden_answers"]) for p in passages)]
+    assert len(questions) >= 50, len(questions)
     texts = [q["question"] for q in questions]
     ref_q = ref_enc.encode(texts, is_query=True)  # (Q, D)
     fast_q = fast_enc.encode(texts, is_query=True)  # (Q, D)
@@ -108,9 +111,9 @@ def test_onnx_matches_sentence_transformers_on_real_passages_and_recall(exported
         ]
         return sum(found) / len(found)
 
+    assert recall(ref_q, ref_p, 10) > 0.2, "the comparison must be over questions the retriever can answer"
     for k in (1, 3, 5, 10):
         reference = recall(ref_q, ref_p, k)
-        assert reference > 0.05, "the subset must hold answers for the comparison to mean something"
         assert abs(recall(fast_q, ref_p, k) - reference) <= 0.005, f"serving path (ONNX queries) recall@{k}"
         assert abs(recall(fast_q, fast_p, k) - reference) <= 0.005, f"all-ONNX recall@{k}"
 
