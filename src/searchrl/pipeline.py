@@ -61,12 +61,13 @@ def load_split(
 
 
 def make_protocol(cfg: RunConfig) -> Protocol:
-    opts = dict(cfg.rollout.options)
-    if cfg.rollout.protocol == "rag_r1":
-        opts.setdefault("max_queries", cfg.rollout.max_queries_per_call)
-    if cfg.rollout.protocol == "search_o1":  # its prompt states the search limit
-        opts.setdefault("max_searches", cfg.rollout.max_searches)
-    return get_protocol(cfg.rollout.protocol, **opts)
+    """The configured protocol; options it takes from the rollout config (its own ``options_from_rollout``) give way
+    to ``rollout.options``."""
+    from searchrl.protocols import PROTOCOLS
+
+    cls = PROTOCOLS.get(cfg.rollout.protocol)
+    base = cls.options_from_rollout(cfg.rollout) if cls is not None else {}
+    return get_protocol(cfg.rollout.protocol, **{**base, **cfg.rollout.options})
 
 
 def make_retriever_for(cfg: RunConfig) -> Retriever:

@@ -1,5 +1,5 @@
-"""`accelerate launch --num_processes 2 --cpu` gives the same update as one process (floating-point tolerance), the
-same number of optimizer steps, and finishes when the processes' data are uneven."""
+"""`accelerate launch` with 2 CPU processes (DDP over gloo) gives the same update as one process (floating-point
+tolerance), the same number of optimizer steps, and finishes when the processes' data are uneven."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ def _launch_2() -> list[str]:
     with socket.socket() as s:  # a free port: other test runs may hold accelerate's default one
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return [str(ACCELERATE), "launch", "--num_processes", "2", "--cpu", "--num_machines", "1", "--mixed_precision",
-            "no", "--dynamo_backend", "no", "--main_process_port", str(port)]  # fmt: skip
+    # --multi_gpu starts torchrun; without CUDA the trainer's Accelerator(cpu=True) then runs DDP over gloo. (With
+    # --cpu, accelerate starts ONE process: the comparison would be vacuous, hence the process-count checks.)
+    return [str(ACCELERATE), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port)]  # fmt: skip
 
 
 def _run(cmd: list[str], timeout: float = 600) -> None:
@@ -57,9 +59,11 @@ def test_two_processes_match_one(tmp_path: Path, algo: str) -> None:
     init = __import__("searchrl.testing", fromlist=["tiny_model"]).tiny_model().state_dict()
     moved = max((w1[k] - init[k]).abs().max().item() for k in w1)
     assert moved > 1e-4, "training must change the weights for the comparison to mean anything"
+    # The gradient is the sharp test (every step's norm to 1e-5); Adam at lr 1e-2 turns float noise in near-zero
+    # gradient entries into weight differences of up to ~1e-4, so the weights get a looser tolerance.
+    assert [m["grad_norm"] for m in h2["history"]] == pytest.approx([m["grad_norm"] for m in h1["history"]], rel=1e-5)
     for k in w1:
-        torch.testing.assert_close(w2[k], w1[k], rtol=1e-4, atol=1e-5, msg=k)
-    assert h1["history"][0]["grad_norm"] == pytest.approx(h2["history"][0]["grad_norm"], rel=1e-4)
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-3, atol=3e-4, msg=k)
 
 
 @pytest.mark.slow

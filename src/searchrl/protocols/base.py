@@ -65,6 +65,12 @@ class Protocol(ABC):
     def __init__(self, **options: Any) -> None:
         self.options = options
 
+    @classmethod
+    def options_from_rollout(cls, rollout: Any) -> dict[str, Any]:
+        """Protocol options that follow the rollout config (``RolloutConfig``) unless ``rollout.options`` sets them,
+        e.g. a prompt that states the search limit. None by default."""
+        return {}
+
     @abstractmethod
     def instruction(self, question: str) -> str:
         """The prompt text for one question (goes into one user message for chat models, raw for base models)."""

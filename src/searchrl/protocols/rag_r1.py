@@ -51,6 +51,10 @@ class RAGR1Protocol(SearchR1Protocol):
     name = "rag_r1"
     option_defaults = {**SearchR1Protocol.option_defaults, "multi_query": False, "max_queries": 3}
 
+    @classmethod
+    def options_from_rollout(cls, rollout: Any) -> dict[str, Any]:
+        return {"max_queries": rollout.max_queries_per_call}
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.multi_query: bool = self.options["multi_query"]

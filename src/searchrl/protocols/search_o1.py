@@ -72,6 +72,10 @@ class SearchO1Protocol(TagProtocol):
     answer_tags = None
     option_defaults = {**TagProtocol.option_defaults, "max_searches": 10}
 
+    @classmethod
+    def options_from_rollout(cls, rollout: Any) -> dict[str, Any]:
+        return {"max_searches": rollout.max_searches}  # its prompt states the search limit
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.max_searches: int = self.options["max_searches"]  # stated in the prompt; the engine enforces it
