@@ -93,6 +93,7 @@ def main() -> None:
     from searchrl.viz.viewer import write_viewer
 
     shutil.copy(plot_run(out / "rl"), art / "rl_curves.png")
+    shutil.copy(plot_run(out / "coldstart"), art / "coldstart_curves.png")
     eval_files = sorted((out / "rl" / "evals").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
     write_viewer([eval_files[0], eval_files[-1]], art / "heldout_trajectories.html",
                  title="multihop_cpu: held-out trajectories at the start and end of RL")  # fmt: skip
@@ -142,7 +143,8 @@ def render(r: dict) -> str:
     lines += [
         f"| **total** | {r['total_minutes']} min |",
         "",
-        "Curves: [multihop_cpu/rl_curves.png](multihop_cpu/rl_curves.png); held-out trajectories at the start and end",
+        "Curves: [RL](multihop_cpu/rl_curves.png), [cold start](multihop_cpu/coldstart_curves.png); held-out "
+        "trajectories at the start and end",
         "of RL: [multihop_cpu/heldout_trajectories.html](multihop_cpu/heldout_trajectories.html).",
         "",
     ]

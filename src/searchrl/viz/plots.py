@@ -9,11 +9,14 @@ PANELS = [
     ("reward/total", "reward"),
     ("rollout/em", "EM (rollouts)"),
     ("eval/em", "EM (held-out, greedy)"),
+    ("eval/f1", "F1 (held-out, greedy)"),
     ("rollout/well_formed", "well-formed rate"),
     ("rollout/searches", "searches per trajectory"),
     ("rollout/response_len", "response length (tokens)"),
     ("kl/mean", "KL to reference"),
     ("time/step_s", "seconds per step"),
+    ("loss", "SFT loss"),
+    ("val_loss", "SFT validation loss"),
 ]
 
 
