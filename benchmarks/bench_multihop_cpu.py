@@ -43,16 +43,20 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/2wiki-mini")
     ap.add_argument("--qa", default="dev.jsonl")
     ap.add_argument("--out", default="runs/multihop_cpu")
+    ap.add_argument("--results", default=str(RESULTS), help="where the report goes")
     args = ap.parse_args()
+    results = Path(args.results)
     out = Path(args.out)
     command = ["searchrl", "run", "--recipe", "multihop_cpu", f"data.source={args.data}", f"data.train={args.qa}",
                "--out", str(out)]  # fmt: skip
     if args.run:
         subprocess.run([str(Path(sys.executable).parent / "searchrl"), *command[1:]], check=True)
 
-    stages = {}
-    for done in sorted(out.glob("*/DONE")):
-        stages[done.parent.name] = json.loads(done.read_text())["seconds"]
+    order = [st["name"] for st in json.loads((out / "summary.json").read_text())["stages"]]
+    stages = {}  # pipeline order; the seconds each stage took when it ran (resumed runs skip finished stages)
+    for name in order:
+        if (out / name / "DONE").exists():
+            stages[name] = json.loads((out / name / "DONE").read_text())["seconds"]
     metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").open()]
     steps = [m for m in metrics if "reward/total" in m]
     evals = [m for m in metrics if "eval/em" in m]
@@ -81,13 +85,18 @@ def main() -> None:
         "heldout_curve": [{"step": m["step"], "em": m["eval/em"], "f1": m["eval/f1"]} for m in evals],
     }
     h = result["heldout"]
+
+    def diff(a, b):
+        return None if a is None or b is None else round(a - b, 3)
+
     result["checks"] = {
-        "agent_minus_naive_rag_em": round(h["agent_after_rl"]["em"] - h["naive_rag"]["em"], 3),
-        "agent_minus_naive_rag_f1": round(h["agent_after_rl"]["f1"] - h["naive_rag"]["f1"], 3),
-        "rl_gain_em": round(h["agent_rl_end"]["em"] - h["agent_rl_start"]["em"], 3),
+        "agent_minus_naive_rag_em": diff(h["agent_after_rl"].get("em"), h["naive_rag"].get("em")),
+        "agent_minus_naive_rag_f1": diff(h["agent_after_rl"].get("f1"), h["naive_rag"].get("f1")),
+        "rl_gain_em": diff(h["agent_rl_end"]["em"], h["agent_rl_start"]["em"]),
+        "rl_gain_f1": diff(h["agent_rl_end"]["f1"], h["agent_rl_start"]["f1"]),
     }
 
-    art = RESULTS / "multihop_cpu"
+    art = results / "multihop_cpu"
     art.mkdir(parents=True, exist_ok=True)
     from searchrl.viz.plots import plot_run
     from searchrl.viz.viewer import write_viewer
@@ -97,9 +106,13 @@ def main() -> None:
     eval_files = sorted((out / "rl" / "evals").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
     write_viewer([eval_files[0], eval_files[-1]], art / "heldout_trajectories.html",
                  title="multihop_cpu: held-out trajectories at the start and end of RL")  # fmt: skip
-    (RESULTS / "multihop_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "multihop_cpu.md").write_text(render(result))
+    (results / "multihop_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
+    (results / "multihop_cpu.md").write_text(render(result))
     print(render(result))
+
+
+def _d(x) -> str:
+    return "-" if x is None else f"{x:+.3f}"
 
 
 def _f(x) -> str:
@@ -123,9 +136,9 @@ def render(r: dict) -> str:
         f"| agent, after RL | {_f(h['agent_after_rl']['em'])} | {_f(h['agent_after_rl']['f1'])} | "
         f"{_f(h['agent_after_rl']['well_formed'])} | {_f(h['agent_after_rl']['searches'])} |",
         "",
-        f"Agent minus naive RAG: EM {r['checks']['agent_minus_naive_rag_em']:+.3f}, "
-        f"F1 {r['checks']['agent_minus_naive_rag_f1']:+.3f}. RL gain (held-out EM, end minus start): "
-        f"{r['checks']['rl_gain_em']:+.3f}.",
+        f"Agent minus naive RAG: EM {_d(r['checks']['agent_minus_naive_rag_em'])}, "
+        f"F1 {_d(r['checks']['agent_minus_naive_rag_f1'])}. RL gain on the held-out questions (end minus start): "
+        f"EM {_d(r['checks']['rl_gain_em'])}, F1 {_d(r['checks']['rl_gain_f1'])}.",
         "",
         "Cold start on the synthetic world (agent, greedy, 100 dev questions):",
         "",
