@@ -52,7 +52,9 @@ def main() -> None:
     if args.run:
         subprocess.run([str(Path(sys.executable).parent / "searchrl"), *command[1:]], check=True)
 
-    order = [st["name"] for st in json.loads((out / "summary.json").read_text())["stages"]]
+    import yaml
+
+    order = [st["name"] for st in yaml.safe_load((out / "config.yaml").read_text())["pipeline"]]
     stages = {}  # pipeline order; the seconds each stage took when it ran (resumed runs skip finished stages)
     for name in order:
         if (out / name / "DONE").exists():
