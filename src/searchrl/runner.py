@@ -32,7 +32,7 @@ from typing import Any
 
 import typer
 
-from searchrl.config import ConfigError, RunConfig, StageConfig, dump_config, parse_overrides, validate_dict
+from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
 from searchrl.utils import atomic_write_text, console
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
@@ -104,13 +104,6 @@ def _subst(value: Any, refs: dict[str, str], stage: str, cfg: dict[str, Any] | N
     if isinstance(value, dict):
         return {k: _subst(v, refs, stage, cfg) for k, v in value.items()}
     return value
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _index_kind(index: str) -> str | None:
