@@ -145,10 +145,12 @@ def demo(
     after = {k: round(eval_rows[-1][f"eval/{k}"], 3) for k in SUMMARY_KEYS}
     after_coldstart = {k: round(eval_rows[0][f"eval/{k}"], 3) for k in SUMMARY_KEYS} if len(eval_rows) > 1 else None
 
+    from transformers import AutoTokenizer
+
     from searchrl.rollout.trajectory import Trajectory
     from searchrl.utils import read_jsonl
 
-    _, tok = load_policy(str(rl_dir / "final"))
+    tok = AutoTokenizer.from_pretrained(str(rl_dir / "final"))  # only to render the trajectory: no model reload
     trained = [Trajectory.from_dict(row) for _, row in read_jsonl(evals[-1])]
     shown = next((t_ for t_ in trained if t_.n_searches and t_.answer), trained[0])
     console.rule(f"[bold]a trained trajectory: {shown.question}  [dim](gold: {shown.golds[0]})")

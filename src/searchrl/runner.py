@@ -232,22 +232,23 @@ def _sampling_args(ctx: StageContext) -> list[str]:
     return args + _flags(ctx.stage.args)
 
 
-def _op_rejection_sample(ctx: StageContext) -> dict[str, Any]:
-    _data_command("rejection-sample", ctx, _sampling_args(ctx))
+def _sampling_op(ctx: StageContext, command: str, key: str, empty_hint: str) -> dict[str, Any]:
+    """A sampling data command (rejection-sample, select-difficulty); an empty output is an error naming the fix."""
+    _data_command(command, ctx, _sampling_args(ctx))
     n = _count_lines(ctx.dir / "data.jsonl")
     if n == 0:
-        raise ValueError(f"stage '{ctx.stage.name}': rejection sampling kept no sample; raise args.k or the "
-                         "questions (args.limit), or start from a cold-started model")  # fmt: skip
-    return {"examples": n}
+        raise ValueError(f"stage '{ctx.stage.name}': {empty_hint}")
+    return {key: n}
+
+
+def _op_rejection_sample(ctx: StageContext) -> dict[str, Any]:
+    return _sampling_op(ctx, "rejection-sample", "examples", "rejection sampling kept no sample; raise args.k or the "
+                        "questions (args.limit), or start from a cold-started model")  # fmt: skip
 
 
 def _op_select_difficulty(ctx: StageContext) -> dict[str, Any]:
-    _data_command("select-difficulty", ctx, _sampling_args(ctx))
-    n = _count_lines(ctx.dir / "data.jsonl")
-    if n == 0:
-        raise ValueError(f"stage '{ctx.stage.name}': difficulty selection kept no question; widen args.keep "
-                         "or use more questions (args.limit)")  # fmt: skip
-    return {"questions": n}
+    return _sampling_op(ctx, "select-difficulty", "questions", "difficulty selection kept no question; widen "
+                        "args.keep or use more questions (args.limit)")  # fmt: skip
 
 
 def _sft(ctx: StageContext) -> dict[str, Any]:
