@@ -250,10 +250,11 @@ class MemorizationConfig(_Section):
     max_new_tokens: int = 256
     #: rewriter decoding (0 = greedy).
     temperature: float = 0.0
-    #: correctness test of a rollout and of its rewrite (a name in searchrl.rewards.METRICS).
-    metric: str = "cover_em"
-    #: rewrites whose answer has more words fail validation (the answer reward's 10-word cap); null = no cap.
-    max_answer_words: int | None = 10
+    #: correctness test of a rollout and of its rewrite (a name in searchrl.rewards.METRICS); null = the answer
+    #: reward's own rule (searchrl.rewards.Correctness.from_reward_config), so "correct" means one thing per run.
+    metric: str | None = None
+    #: rewrites whose answer has more words fail validation; null = the answer reward's ``max_words``.
+    max_answer_words: int | None = None
     #: also rewrite correct rollouts that made no search (the paper's Fig. 1 shows "Info: None"); off by default.
     include_no_retrieval: bool = False
     #: rewrites requested per question per step (correct rollouts of one group are near duplicates).

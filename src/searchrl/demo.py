@@ -64,6 +64,8 @@ def demo(
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
     from searchrl.pipeline import data_dir, load_split, make_protocol, make_retriever_for
+    from searchrl.rewards.correctness import Correctness
+    from searchrl.rewards.summary import scored_records
     from searchrl.rl.trainer import Trainer
     from searchrl.rollout.cli import render_trajectory
     from searchrl.rollout.engine import RolloutEngine, RolloutLimits
@@ -104,7 +106,10 @@ def demo(
         policy, tok = load_policy(cfg.model.policy)
         engine = RolloutEngine(HFGenerator(policy, tok), retriever, protocol, limits, cfg.model.prompt_style)
         before, trajs = _evaluate(engine, dev, protocol, tok, cfg.training.seed)
-        write_jsonl(out_dir / "before.jsonl", [t_.to_dict() for t_ in trajs])
+        write_jsonl(
+            out_dir / "before.jsonl",
+            scored_records(trajs, source="demo/before", correctness=Correctness.from_reward_config(cfg.reward)),
+        )
         before_path.write_text(json.dumps(before))
         times["before_eval_s"] = time.perf_counter() - t
         _stage(f"before: the shipped model on {len(dev)} held-out questions: {before}", times["before_eval_s"])
@@ -147,11 +152,10 @@ def demo(
 
     from transformers import AutoTokenizer
 
-    from searchrl.rollout.trajectory import Trajectory
-    from searchrl.utils import read_jsonl
+    from searchrl.rollout.record import read_trajectories
 
     tok = AutoTokenizer.from_pretrained(str(rl_dir / "final"))  # only to render the trajectory: no model reload
-    trained = [Trajectory.from_dict(row) for _, row in read_jsonl(evals[-1])]
+    trained = list(read_trajectories(evals[-1]))
     shown = next((t_ for t_ in trained if t_.n_searches and t_.answer), trained[0])
     console.rule(f"[bold]a trained trajectory: {shown.question}  [dim](gold: {shown.golds[0]})")
     render_trajectory(shown, tok)

@@ -102,6 +102,25 @@ def test_r_search_format_gammas_and_missing_flags():
         format_reward([make(n=1)], paper="r_search")
 
 
+def test_a_protocol_module_owns_its_format_reward():
+    """A new protocol registers its paper's format reward in its own module; the reward component needs no edit."""
+    from searchrl.protocols.base import FORMAT_SCHEMES, format_scheme
+
+    @format_scheme("letters_test")
+    def letters(report, n_searches, evidence, *, per_search: float = 1.0) -> float:
+        return per_search * n_searches if report.ok else -1.0
+
+    try:
+        scores, metrics = format_reward([make(n=2), make(n=3, ok=False, answer_ok=True)], paper="letters_test",
+                                        per_search=0.5)  # fmt: skip
+        assert scores == [1.0, -1.0] and metrics == {"ok_rate": 0.5, "answer_ok_rate": 0.5}
+        with pytest.raises(ValueError, match=r"unknown param\(s\) \['per_serach'\]; valid params: per_search"):
+            RewardComposer([RewardComponent(name="format", params={"paper": "letters_test", "per_serach": 1})])
+    finally:
+        FORMAT_SCHEMES.pop("letters_test")
+    assert {"r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp", "r_search"} <= set(FORMAT_SCHEMES)
+
+
 def test_format_rejects_papers_without_one():
     with pytest.raises(ValueError, match="Search-R1 and RAG-R1 have no format reward"):
         format_reward([], paper="search_r1")

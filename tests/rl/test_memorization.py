@@ -206,3 +206,17 @@ def test_trainer_update_carries_coef_times_nll(tmp_path: Path, coef: float) -> N
         assert all(h["loss/memorization_nll"] > 0 for h in history)
     rows = (tmp_path / "rollouts.jsonl").read_text().splitlines()
     assert len(rows) == 3 * 4  # training.log_rollouts = 4 per step
+
+
+def test_rewriter_formats_come_from_the_protocol() -> None:
+    """The rewriter's step and answer formats, the documents' wrapper tags and the answer marker are the protocol's."""
+    tok = ByteTokenizer()
+    prompt = rewriter_prompt(tok, "Where is Lyon?", ["Lyon is in France."], protocol=PP)
+    assert PP.format_recalled(" your reasoning and answer for it ").strip() in prompt
+    assert PP.format_answer("YOUR_ANSWER") in prompt
+    with pytest.raises(ValueError, match="marks none"):
+        rewriter_prompt(tok, "Where is Lyon?", [], protocol=get_protocol("search_r1"))
+    with pytest.raises(ValueError, match="recalled steps and an answer marker"):
+        internalize(_retrieval_trajectory("Lyon is a city in France."), get_protocol("search_r1"))
+    obs = "<information>Doc 1: Lyon is in France.</information>"
+    assert get_protocol("search_r1").observation_documents(obs).strip() == "Doc 1: Lyon is in France."

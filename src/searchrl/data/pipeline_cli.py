@@ -252,7 +252,9 @@ def rejection_sample_cmd(
     url: str = _URL,
     served_model: str = _SERVED,
     k: int = typer.Option(4, help="samples per question"),
-    metric: str = typer.Option("cover_em", help="correctness metric: em, f1, cover_em, cover_em_tokens"),
+    metric: str = typer.Option(
+        None, help="correctness metric: em, f1, cover_em, cover_em_tokens (default: the recipe's answer reward rule)"
+    ),
     min_score: float = typer.Option(1.0, help="a sample is correct when its metric is at least this"),
     require_internal_and_external: bool = typer.Option(
         False, "--require-internal-and-external", help="r1_searcher_pp: keep only samples with both kinds of step"
@@ -281,6 +283,7 @@ def rejection_sample_cmd(
 
     Example: searchrl data rejection-sample --recipe r1_searcher_pp --data world/train.jsonl --index indexes/bm25 --k 8 --require-internal-and-external --out sft_rs.jsonl
     """  # noqa: E501
+    from searchrl.rewards.correctness import Correctness
     from searchrl.sft.pipelines import rejection_sample
     from searchrl.sft.pipelines import slice_steps as slice_fn
     from searchrl.utils import console, write_jsonl
@@ -291,8 +294,10 @@ def rejection_sample_cmd(
                      max_total_tokens=max_total_tokens)  # fmt: skip
     limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
     examples, engine = _setup(cfg, data, index, url, served_model, limit, limits, timeout_s)
+    rule = (Correctness.from_reward_config(cfg.reward, threshold=min_score) if metric is None
+            else Correctness(metric=metric, threshold=min_score))  # fmt: skip
     kept, stats = rejection_sample(
-        engine, examples, k, metric=metric, min_score=min_score,
+        engine, examples, k, correctness=rule,
         require_internal_and_external=require_internal_and_external, max_per_question=max_per_question,
         temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
     )  # fmt: skip

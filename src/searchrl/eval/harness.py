@@ -284,7 +284,10 @@ def item_row(
 ) -> dict[str, Any]:
     """One line of a predictions file; ``metrics`` are names (each metric's defaults) or scoring functions."""
     fns = metrics if isinstance(metrics, Mapping) else get_metrics(metrics)
-    return {
+    scores = {m: fn(pred.text, example.answers) for m, fn in fns.items()}
+    return {  # a trajectory record (searchrl.rollout.record) with the prediction's own fields
+        "source": f"eval/{dataset}/{method}",
+        "score": next(iter(scores.values()), None),
         "id": example.id,
         "dataset": dataset,
         "method": method,
@@ -298,7 +301,7 @@ def item_row(
         "latency_s": pred.latency_s,
         "well_formed": pred.well_formed,
         "kind": example.metadata.get("kind") or example.metadata.get("type"),
-        "metrics": {m: fn(pred.text, example.answers) for m, fn in fns.items()},
+        "metrics": scores,
         "trajectory": pred.trajectory,
     }
 

@@ -335,6 +335,11 @@ class TagProtocol(Protocol):
         return self.scan_text(self.strip_inserted(response))
 
     # ----------------------------------------------------------------------------------------- rendering
+    def observation_documents(self, observation: str) -> str:
+        for tag in self.result_tags:
+            observation = observation.replace(tag, " ")
+        return observation
+
     def _prepared(self, queries: list[str], hits: list[list[Hit]]) -> list[list[Hit]]:
         """Check the shapes (a mismatch is a programming error) and blank out the result tags in documents.
 

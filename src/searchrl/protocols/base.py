@@ -11,6 +11,7 @@ Parsers never raise: any text maps to ``Search``, ``Answer`` or ``Invalid``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,24 @@ class FormatReport:
     extra: dict[str, Any] = field(default_factory=dict)  # protocol-specific counts (e.g. internal steps, evidence)
 
 
+#: ``scheme(report, n_searches, evidence, **params) -> score``: one paper's format reward over its protocol's
+#: :class:`FormatReport` (``evidence``: the response's evidence block, for protocols that have one).
+FormatScheme = Callable[..., float]
+#: scheme name -> (scheme, params check): filled by the protocol modules (:func:`format_scheme`), read by the format
+#: reward component (``searchrl.rewards.components.format_reward``, param ``paper``).
+FORMAT_SCHEMES: dict[str, tuple[FormatScheme, Callable[..., None] | None]] = {}
+
+
+def format_scheme(name: str, check: Callable[..., None] | None = None) -> Callable[[FormatScheme], FormatScheme]:
+    """Register a paper's format reward under ``name``; ``check(**params)`` validates its params up front."""
+
+    def register(fn: FormatScheme) -> FormatScheme:
+        FORMAT_SCHEMES[name] = (fn, check)
+        return fn
+
+    return register
+
+
 class Protocol(ABC):
     """One paper's text protocol. Subclasses are small: tags, prompt, parser, renderer, checker."""
 
@@ -61,6 +80,8 @@ class Protocol(ABC):
     #: text that opens the assistant turn as part of the prompt (never sampled, never in the response), e.g.
     #: R1-Searcher's code pre-fills "<think>". The engine appends it after the chat template / raw prompt.
     response_prefix: str = ""
+    #: the text that opens the final answer inside a turn (R1-Searcher++: ``\\boxed``); "" when not marked so.
+    answer_marker: str = ""
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -118,6 +139,11 @@ class Protocol(ABC):
     @abstractmethod
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         """Text inserted after a search call: retrieved documents wrapped in the protocol's result tags."""
+
+    def observation_documents(self, observation: str) -> str:
+        """The documents of an inserted observation as plain text, without the protocol's wrapper tags (R1-Searcher++'s
+        rewriter reads them as its own knowledge). The text as given by default."""
+        return observation
 
     @abstractmethod
     def invalid_feedback(self, action: Invalid) -> str:

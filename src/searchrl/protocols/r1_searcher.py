@@ -27,7 +27,7 @@ from searchrl.protocols._tags import (
     unanswered_searches,
     word_count,
 )
-from searchrl.protocols.base import FormatReport
+from searchrl.protocols.base import FormatReport, format_scheme
 from searchrl.retrieval.base import Hit
 
 THINK = ("<think>", "</think>")
@@ -182,3 +182,19 @@ class R1SearcherProtocol(TagProtocol):
                 "n_fabricated_documents": n_fabricated,
             },
         )
+
+
+# ------------------------------------------------------------------------------------------- format rewards
+
+
+@format_scheme("r1_searcher_stage1")
+def stage1_format(report: FormatReport, n_searches: int, evidence: str | None, *, value: float = 0.5) -> float:
+    """Stage 1 (spec 001 §3.1 Eq. 2): ``value`` (0.5) if the format check passes, else 0."""
+    return value if report.ok else 0.0
+
+
+@format_scheme("r1_searcher_stage2")
+def stage2_format(report: FormatReport, n_searches: int, evidence: str | None, *, penalty: float = -2.0) -> float:
+    """Stage 2 (spec 001 §3.2 Eq. 3): 0 if the format check passes, else ``penalty`` (paper -2; the authors'
+    released Llama stage-2 code uses -1, §11.3)."""
+    return 0.0 if report.ok else penalty

@@ -29,7 +29,7 @@ from searchrl.protocols._tags import (
     unanswered_searches,
     word_count,
 )
-from searchrl.protocols.base import Action, Answer, FormatReport, Invalid
+from searchrl.protocols.base import Action, Answer, FormatReport, Invalid, format_scheme
 from searchrl.retrieval.base import Hit
 
 INTERNAL = ("<|begin_internal_answer|>", "<|end_internal_answer|>")
@@ -68,6 +68,7 @@ class R1SearcherPPProtocol(TagProtocol):
     stop_strings = (EXTERNAL[1],)
     search_tags = EXTERNAL
     result_tags = RESULT
+    answer_marker = "\\boxed"
     answer_tags = None
     other_tags = INTERNAL
 
@@ -161,3 +162,9 @@ class R1SearcherPPProtocol(TagProtocol):
                 "answer_words": word_count(answer) if answer is not None else None,
             },
         )
+
+
+@format_scheme("r1_searcher_pp")
+def pp_format(report: FormatReport, n_searches: int, evidence: str | None, *, penalty: float = -2.0) -> float:
+    """R1-Searcher++'s format reward (spec 000 §3.1 Eq. 3): 0 if the format check passes, else ``penalty`` (-2)."""
+    return 0.0 if report.ok else penalty

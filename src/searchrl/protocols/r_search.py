@@ -13,8 +13,10 @@ Prompt: our own wording of the system template (Table 1), question as the user t
 
 from __future__ import annotations
 
+from typing import Literal
+
 from searchrl.protocols._tags import Event, TagProtocol, blocks, count_tag, unanswered_searches
-from searchrl.protocols.base import FormatReport
+from searchrl.protocols.base import FormatReport, format_scheme
 from searchrl.retrieval.base import Hit
 
 SEARCH = ("<search>", "</search>")
@@ -151,3 +153,50 @@ def _evidence_before_answer(events: list[Event]) -> bool:
         elif ev.kind == "tag" and ev.value == ANSWER[0]:
             last_answer_open = i
     return 0 <= last_evidence_close < last_answer_open
+
+
+# -------------------------------------------------------------------------------------------- format reward
+
+
+def _flag(report: FormatReport, key: str) -> bool:
+    if key not in report.extra:
+        raise ValueError(
+            f"the r_search format reward needs FormatReport.extra[{key!r}] (set by the r_search protocol's "
+            f"check_format); this report has {sorted(report.extra)}: use rollout.protocol r_search"
+        )
+    return bool(report.extra[key])
+
+
+def _check(*, gamma: float = 0.2, gamma_e: float | None = None, gamma_a: float | None = None,
+           evidence_without_search: str = "paper") -> None:  # fmt: skip
+    if evidence_without_search not in ("paper", "code"):
+        raise ValueError(f"format evidence_without_search must be 'paper' or 'code', got {evidence_without_search!r}")
+
+
+@format_scheme("r_search", check=_check)
+def r_search_format(
+    report: FormatReport,
+    n_searches: int,
+    evidence: str | None,
+    *,
+    gamma: float = 0.2,
+    gamma_e: float | None = None,
+    gamma_a: float | None = None,
+    evidence_without_search: Literal["paper", "code"] = "paper",
+) -> float:
+    """R-Search's Eq. 5 (spec 002 §4.3): ``(1 - I_S)(g_e + g_a I_A) + I_S (g_e I_E + g_a I_A)``.
+
+    I_S = searched at least once, I_A = ``extra["answer_ok"]`` (exactly one non-empty answer block), I_E =
+    ``extra["evidence_ok"]`` (exactly one non-empty evidence block). ``gamma`` (0.2) sets both g_e and g_a unless
+    ``gamma_e``/``gamma_a`` are given. Eq. 5 grants g_e whenever there was no search
+    (``evidence_without_search="paper"``); the authors' code withholds it when an evidence block was written without
+    any search (``"code"``; read from ``extra["evidence_without_search"]``, else from ``evidence``).
+    """
+    g_e = gamma if gamma_e is None else gamma_e
+    g_a = gamma if gamma_a is None else gamma_a
+    i_a, i_e = _flag(report, "answer_ok"), _flag(report, "evidence_ok")
+    if n_searches > 0:
+        return g_e * i_e + g_a * i_a
+    flag = report.extra.get("evidence_without_search")
+    wrote_evidence = bool(flag) if flag is not None else bool(evidence and evidence.strip())
+    return g_e * (evidence_without_search == "paper" or not wrote_evidence) + g_a * i_a

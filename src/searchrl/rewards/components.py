@@ -55,8 +55,9 @@ from typing import Any, Literal
 
 from searchrl.config import RewardComponent, RewardConfig
 from searchrl.protocols.base import FormatReport, Protocol
+from searchrl.rewards.correctness import CORRECTNESS_PARAMS, Correctness
 from searchrl.rewards.judge import JudgeVerdict
-from searchrl.rewards.metrics import get_metric, word_count
+from searchrl.rewards.metrics import get_metric
 
 Scores = tuple[list[float], dict[str, float]]
 #: ``(questions, evidences) -> answers``: any backend that answers a question from an evidence text.
@@ -131,13 +132,11 @@ def answer_reward(
     :func:`searchrl.rewards.metrics.get_metric`. With ``max_words``, an answer of more whitespace-separated words
     scores as wrong. ``incorrect`` replaces a score of exactly 0 (R1-Searcher's EM/CEM ablation uses -1).
     """
-    fn = get_metric(metric, normalize=normalize, boundary=boundary)
-    if max_words is not None and max_words < 1:
-        raise ValueError(f"answer max_words must be >= 1 or null, got {max_words}")
+    rule = Correctness(metric=metric, normalize=normalize, boundary=boundary, max_words=max_words)
     scores, raw_scores, too_long = [], [], []
     for inp in inputs:
-        raw = fn(inp.answer, inp.golds)
-        long = max_words is not None and inp.answer is not None and word_count(inp.answer) > max_words
+        raw = rule.score(inp.answer, inp.golds)
+        long = rule.too_long(inp.answer)
         score = 0.0 if long else raw
         raw_scores.append(raw)
         too_long.append(long)
@@ -153,76 +152,36 @@ def answer_reward(
 
 # --------------------------------------------------------------------------------------------------- format
 
-_FORMAT_PAPERS = ("r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp", "r_search")
 
-
-def _report_flag(report: FormatReport, key: str) -> bool:
-    if key not in report.extra:
-        raise ValueError(
-            f"the r_search format reward needs FormatReport.extra[{key!r}] (set by the r_search protocol's "
-            f"check_format); this report has {sorted(report.extra)}: use rollout.protocol r_search"
-        )
-    return bool(report.extra[key])
-
-
-def format_reward(
-    inputs: Sequence[RewardInput],
-    *,
-    paper: str,
-    value: float = 0.5,
-    penalty: float = -2.0,
-    gamma: float = 0.2,
-    gamma_e: float | None = None,
-    gamma_a: float | None = None,
-    evidence_without_search: Literal["paper", "code"] = "paper",
-) -> Scores:
-    """Each paper's format reward, read from ``RewardInput.report``.
+def format_reward(inputs: Sequence[RewardInput], *, paper: str, **params: Any) -> Scores:
+    """A paper's format reward over ``RewardInput.report``: the scheme ``paper`` names, registered by its protocol
+    module (``searchrl.protocols.base.FORMAT_SCHEMES``), with that scheme's ``params``.
 
     - ``r1_searcher_stage1``: ``value`` (0.5) if ``report.ok`` else 0.
-    - ``r1_searcher_stage2`` / ``r1_searcher_pp``: 0 if ``report.ok`` else ``penalty`` (-2; R1-Searcher's released
-      Llama stage-2 code uses -1).
-    - ``r_search``: Eq. 5, ``(1 - I_S)(g_e + g_a I_A) + I_S (g_e I_E + g_a I_A)`` with I_S = searched at least
-      once, I_A = ``report.extra["answer_ok"]`` (exactly one non-empty answer block), I_E =
-      ``report.extra["evidence_ok"]`` (exactly one non-empty evidence block). ``gamma`` sets both g_e and g_a
-      unless ``gamma_e``/``gamma_a`` are given. Eq. 5 grants g_e whenever there was no search
-      (``evidence_without_search="paper"``); the authors' code withholds it when an evidence block was written
-      without any search (``"code"``, spec 002 §4.3; read from ``extra["evidence_without_search"]`` when the
-      protocol sets it, else from ``RewardInput.evidence``).
-    """
-    if paper not in _FORMAT_PAPERS:
-        hint = (
-            " (Search-R1 and RAG-R1 have no format reward: drop the component)"
-            if paper in ("search_r1", "rag_r1")
-            else ""
-        )
-        raise ValueError(f"format paper must be one of {', '.join(_FORMAT_PAPERS)}, got {paper!r}{hint}")
-    if evidence_without_search not in ("paper", "code"):
-        raise ValueError(f"format evidence_without_search must be 'paper' or 'code', got {evidence_without_search!r}")
-    ok = [inp.report.ok for inp in inputs]
-    metrics: dict[str, float] = {"ok_rate": _rate(ok)}
-    if paper == "r1_searcher_stage1":
-        return [value if o else 0.0 for o in ok], metrics
-    if paper in ("r1_searcher_stage2", "r1_searcher_pp"):
-        return [0.0 if o else penalty for o in ok], metrics
+    - ``r1_searcher_stage2`` / ``r1_searcher_pp``: 0 if ``report.ok`` else ``penalty`` (-2).
+    - ``r_search``: Eq. 5 with ``gamma`` (0.2), ``gamma_e``, ``gamma_a``, ``evidence_without_search``.
 
-    g_e = gamma if gamma_e is None else gamma_e
-    g_a = gamma if gamma_a is None else gamma_a
-    scores, answer_ok, evidence_ok = [], [], []
-    for inp in inputs:
-        i_a = _report_flag(inp.report, "answer_ok")
-        i_e = _report_flag(inp.report, "evidence_ok")
-        if inp.n_searches > 0:
-            score = g_e * i_e + g_a * i_a
-        else:
-            # The r_search protocol flags any evidence tag written without a search; fall back to the block text.
-            flag = inp.report.extra.get("evidence_without_search")
-            wrote_evidence = bool(flag) if flag is not None else bool(inp.evidence and inp.evidence.strip())
-            grant_e = evidence_without_search == "paper" or not wrote_evidence
-            score = g_e * grant_e + g_a * i_a
-        scores.append(score)
-        answer_ok.append(i_a)
-        evidence_ok.append(i_e)
-    metrics.update(answer_ok_rate=_rate(answer_ok), evidence_ok_rate=_rate(evidence_ok))
+    Metrics: ``ok_rate``, and ``<flag>_rate`` for each boolean ``<name>_ok`` flag the protocol's report carries.
+    """
+    from searchrl.protocols.base import FORMAT_SCHEMES
+
+    if paper not in FORMAT_SCHEMES:
+        none = paper in ("search_r1", "rag_r1")
+        hint = " (Search-R1 and RAG-R1 have no format reward: drop the component)" if none else ""
+        raise ValueError(f"format paper must be one of {', '.join(sorted(FORMAT_SCHEMES))}, got {paper!r}{hint}")
+    scheme, check = FORMAT_SCHEMES[paper]
+    allowed = list(inspect.signature(scheme).parameters)[3:]  # after (report, n_searches, evidence)
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(f"format paper {paper!r}: unknown param(s) {unknown}; valid params: {', '.join(allowed)}")
+    if check is not None:
+        check(**params)
+    scores = [scheme(inp.report, inp.n_searches, inp.evidence, **params) for inp in inputs]
+    metrics: dict[str, float] = {"ok_rate": _rate([inp.report.ok for inp in inputs])}
+    flags = sorted(
+        {k for inp in inputs for k, v in inp.report.extra.items() if k.endswith("_ok") and isinstance(v, bool)}
+    )
+    metrics.update({f"{k}_rate": _rate([bool(inp.report.extra.get(k)) for inp in inputs]) for k in flags})
     return scores, metrics
 
 
@@ -283,17 +242,13 @@ def group_reward(
         )
     if ddof not in (0, 1):
         raise ValueError(f"group ddof must be 0 (population std) or 1 (sample std), got {ddof}")
-    fn = get_metric(metric, normalize=normalize, boundary=boundary)
+    rule = Correctness(metric=metric, normalize=normalize, boundary=boundary, max_words=max_words)
     groups: dict[Hashable, list[int]] = defaultdict(list)
     for i, inp in enumerate(inputs):
         if inp.group_id is None:
             raise ValueError("the group reward needs RewardInput.group_id (rollouts of one question share it)")
         groups[inp.group_id].append(i)
-    correct = [
-        fn(inp.answer, inp.golds) == 1.0
-        and (max_words is None or inp.answer is None or word_count(inp.answer) <= max_words)
-        for inp in inputs
-    ]
+    correct = [rule(inp.answer, inp.golds) for inp in inputs]
     scores = [0.0] * len(inputs)
     sigmas = []
     for members in groups.values():
@@ -435,7 +390,7 @@ COMPONENTS: dict[str, Callable[..., Scores]] = {
 #: runtime objects (not config) a component takes; the composer passes them in.
 _DEPENDENCIES = {"evidence": "reader", "judge": "judge"}
 #: params the group reward inherits from the answer component, so "correct" means the same in both.
-_SHARED_WITH_ANSWER = ("metric", "normalize", "boundary", "max_words")
+_SHARED_WITH_ANSWER = CORRECTNESS_PARAMS
 
 
 @dataclass(frozen=True)
@@ -475,9 +430,10 @@ class RewardComposer:
             if comp.name == "group":
                 params = {**answer_params, **params}
             dep = _DEPENDENCIES.get(comp.name)
-            allowed = [p for p in inspect.signature(fn).parameters if p not in ("inputs", dep)]
+            sig = inspect.signature(fn).parameters
+            allowed = [p for p, v in sig.items() if p not in ("inputs", dep) and v.kind != v.VAR_KEYWORD]
             unknown = sorted(set(params) - set(allowed))
-            if unknown:
+            if unknown and not any(v.kind == v.VAR_KEYWORD for v in sig.values()):  # those check their own
                 raise ValueError(
                     f"reward component {comp.name!r}: unknown param(s) {unknown}; valid params: {', '.join(allowed)}"
                 )

@@ -30,21 +30,21 @@ from dataclasses import dataclass, field
 from searchrl.config import MemorizationConfig
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.generation.prompts import render_prompt
+from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Protocol, Search
-from searchrl.protocols.r1_searcher_pp import INTERNAL  # the rewriter writes R1-Searcher++'s internal steps
-from searchrl.rewards.metrics import get_metric, word_count
+from searchrl.rewards.correctness import Correctness
 from searchrl.rollout.trajectory import Trajectory
 
-#: Our wording of the paper's "System Prompt for Rewriting only with Internal" (same tags, same rules).
+#: Our wording of the paper's "System Prompt for Rewriting only with Internal" (same tags, same rules); the step and
+#: answer formats come from the protocol (:func:`rewriter_system`).
 REWRITER_SYSTEM = (
     "You are a careful reasoning assistant with a broad store of knowledge. Part of that knowledge, listed below as "
     "your Activated Knowledge Matrix, bears on the current question. It is fully part of what you know: there is no "
     "difference between it and the rest of your knowledge. Never say or hint that any of it was given, provided, "
     "supplied or looked up for this task; state every fact as something you remember.\n"
     "Reason before you answer: break the question into simple sub-questions and settle them one at a time. Work out "
-    "every sub-question from your own knowledge and write each one as "
-    f"{INTERNAL[0]} your reasoning and answer for it {INTERNAL[1]}. Do not search for anything. "
-    "Finish with the final answer in the form \\boxed{{YOUR_ANSWER}}.\n\n"
+    "every sub-question from your own knowledge and write each one as {step} Do not search for anything. "
+    "Finish with the final answer written as: {answer}\n\n"
     "Activated Knowledge Matrix:\n{documents}"
 )
 REWRITER_USER = "Now answer the following question.\nQuestion: {question}"
@@ -52,23 +52,32 @@ REWRITER_USER = "Now answer the following question.\nQuestion: {question}"
 
 def extract_documents(traj: Trajectory, protocol: Protocol) -> list[str]:
     """The text of every observation a search inserted, result tags removed, in order, without duplicates."""
-    tags = getattr(protocol, "result_tags", ())
     docs: list[str] = []
     for turn in traj.turns:
         if turn.action != "search" or not turn.observation.strip():
             continue
-        text = turn.observation
-        for tag in tags:
-            text = text.replace(tag, " ")
-        text = re.sub(r"[ \t]+", " ", text).strip()
+        text = re.sub(r"[ \t]+", " ", protocol.observation_documents(turn.observation)).strip()
         if text and text not in docs:
             docs.append(text)
     return docs
 
 
-def rewriter_prompt(tokenizer, question: str, documents: Sequence[str], style: str = "auto") -> str:
-    """The rewriter's prompt: the documents as its knowledge, then the question ("None" when there are none)."""
-    system = REWRITER_SYSTEM.format(documents="\n".join(documents) if documents else "None")
+def rewriter_system(protocol: Protocol, documents: Sequence[str]) -> str:
+    """The rewriter's system text in ``protocol``'s formats: its recalled (internal) step and its final answer."""
+    step = protocol.format_recalled(" your reasoning and answer for it ")
+    if step is None:
+        raise ValueError(f"the memorization rewriter writes internal steps; protocol {protocol.name!r} marks none "
+                         "(use rollout.protocol r1_searcher_pp, or memorization.coef 0)")  # fmt: skip
+    return REWRITER_SYSTEM.format(step=step.strip() + ".", answer=protocol.format_answer("YOUR_ANSWER").strip(),
+                                  documents="\n".join(documents) if documents else "None")  # fmt: skip
+
+
+def rewriter_prompt(
+    tokenizer, question: str, documents: Sequence[str], style: str = "auto", protocol: Protocol | None = None
+) -> str:
+    """The rewriter's prompt: the documents as its knowledge, then the question ("None" when there are none).
+    ``protocol`` (default R1-Searcher++'s) gives the step and answer formats."""
+    system = rewriter_system(protocol or get_protocol("r1_searcher_pp"), documents)
     user = REWRITER_USER.format(question=question.strip())
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     return render_prompt(tokenizer, messages, style, raw=f"{system}\n\n{user}\n")
@@ -118,13 +127,17 @@ class Memorizer:
         policy_tokenizer,
         prompt_style: str = "auto",
         seed: int = 0,
+        correctness: Correctness | None = None,
     ) -> None:
         self.cfg = cfg
         self.rewriter = rewriter
         self.protocol = protocol
         self.tok = policy_tokenizer
         self.prompt_style = prompt_style  # the rewriter's prompt (chat template or raw); NLL targets reuse rollout ids
-        self.metric = get_metric(cfg.metric)
+        #: the run's one correctness rule (:func:`memorizer_correctness`); standalone, R1-Searcher++'s answer rule
+        self.correctness = correctness or Correctness(
+            metric=cfg.metric or "cover_em", max_words=10 if cfg.max_answer_words is None else cfg.max_answer_words
+        )
         self.pool: deque[tuple[list[int], list[int], list[int]]] = deque(maxlen=cfg.pool_size or None)
         self.rng = random.Random(seed)
         self.last_rewrites: list[Rewrite] = []
@@ -133,12 +146,9 @@ class Memorizer:
     # ------------------------------------------------------------------------------------------------ steps
     def is_correct(self, t: Trajectory) -> bool:
         """The answer reward's test: the response's final answer (the protocol's ``check_format``, e.g. the last
-        ``\\boxed{}``) is correct under ``metric`` and within ``max_answer_words``."""
+        ``\\boxed{}``) is correct under the run's :class:`~searchrl.rewards.correctness.Correctness`."""
         text = t.response_text(self.tok) if t.response_ids else "".join(x.text + x.observation for x in t.turns)
-        answer = self.protocol.extract_answer(text)
-        if answer is None or self.metric(answer, t.golds) < 1.0:
-            return False
-        return self.cfg.max_answer_words is None or word_count(answer) <= self.cfg.max_answer_words
+        return self.correctness(self.protocol.extract_answer(text), t.golds)
 
     def select(self, trajs: Sequence[Trajectory]) -> list[Trajectory]:
         """Correct rollouts (that searched, unless ``include_no_retrieval``), at most ``per_question`` each."""
@@ -166,9 +176,10 @@ class Memorizer:
             return "searched"
         if report.extra.get("n_internal", 1) == 0:
             return "no internal step"
-        if report.answer is None or self.metric(report.answer, list(golds)) < 1.0:
+        rule = self.correctness
+        if report.answer is None or rule.score(report.answer, list(golds)) < rule.threshold:
             return "wrong answer"
-        if self.cfg.max_answer_words is not None and word_count(report.answer) > self.cfg.max_answer_words:
+        if rule.too_long(report.answer):
             return "answer too long"
         low = text.lower()
         leaked = next((p for p in self.cfg.reject_phrases if p.lower() in low), None)
@@ -184,7 +195,7 @@ class Memorizer:
         rtok = self.rewriter.tokenizer
         docs = [extract_documents(t, self.protocol) for t in trajs]
         style = self.prompt_style
-        texts = [rewriter_prompt(rtok, t.question, d, style) for t, d in zip(trajs, docs, strict=True)]
+        texts = [rewriter_prompt(rtok, t.question, d, style, self.protocol) for t, d in zip(trajs, docs, strict=True)]
         prompts = [list(rtok.encode(x, add_special_tokens=False)) for x in texts]
         params = SamplingParams(
             max_new_tokens=self.cfg.max_new_tokens,
@@ -245,7 +256,13 @@ def make_memorizer(cfg, protocol: Protocol, policy_model, policy_tokenizer) -> M
     else:
         model, tok = copy.deepcopy(policy_model).eval().requires_grad_(False), policy_tokenizer
     return Memorizer(m, HFGenerator(model, tok), protocol, policy_tokenizer, cfg.model.prompt_style,
-                     seed=cfg.training.seed)  # fmt: skip
+                     seed=cfg.training.seed, correctness=memorizer_correctness(cfg))  # fmt: skip
+
+
+def memorizer_correctness(cfg) -> Correctness:
+    """The reward's answer rule, with ``memorization.metric`` / ``max_answer_words`` overriding when set."""
+    m = cfg.memorization
+    return Correctness.from_reward_config(cfg.reward, metric=m.metric, max_words=m.max_answer_words)
 
 
 # ------------------------------------------------------------------------------------------ rewriter SFT data

@@ -40,6 +40,8 @@ from searchrl.data.records import QAExample
 from searchrl.generation import make_generator
 from searchrl.generation.base import Generator
 from searchrl.protocols.base import Protocol
+from searchrl.rewards.correctness import Correctness
+from searchrl.rewards.summary import rollout_metrics
 from searchrl.rl import algorithms as A
 from searchrl.rl.advantages import get_estimator
 from searchrl.rl.batch import (
@@ -53,6 +55,7 @@ from searchrl.rl.batch import (
 )
 from searchrl.rl.update import StepTensors, ValueModel, policy_micro_loss, value_micro_loss
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+from searchrl.rollout.record import trajectory_record
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.tuning import atomic_dir, full_state_dict, linear_warmup, load_policy_weights, save_merged, wrap_lora
 from searchrl.utils import make_adamw, progress, tune_allocator
@@ -120,6 +123,7 @@ class Trainer:
         if not self.examples:
             raise ValueError("no training questions: check data.train (and data.kinds / data.train_limit)")
         self.reward_fn = reward_fn or default_reward_fn(cfg, protocol, tokenizer)
+        self.correctness = Correctness.from_reward_config(cfg.reward)  # the run's one "is this answer correct"
         self.eval_examples = list(eval_examples or [])[: self.tcfg.eval_limit]
         self.aux_nll_hook = aux_nll_hook
         self.mem_coef = cfg.memorization.coef
@@ -328,7 +332,7 @@ class Trainer:
 
         metrics.update({k: float(np.mean(v)) for k, v in acc_metrics.items()})
         metrics.update(reward_metrics)
-        metrics.update(self._rollout_metrics(trajs))
+        metrics.update(rollout_metrics(trajs, self.protocol, self.tokenizer, self.correctness))
         metrics.update(getattr(self.aux_nll_hook, "last_metrics", None) or {})
         n_prompt = sum(len(t.prompt_ids) for t in trajs)
         n_resp = sum(len(t.response_ids) for t in trajs)
@@ -451,38 +455,24 @@ class Trainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         with (self.out_dir / "rollouts.jsonl").open("a") as f:
             for i in idx:
-                row = {"step": step, "reward": float(scores[i]), "trajectory": trajs[i].to_dict()}
+                correct = float(self.correctness(trajs[i].answer, trajs[i].golds))
+                row = trajectory_record(trajs[i], source="train", score=float(scores[i]), step=step,
+                                        metrics={"reward": float(scores[i]), "correct": correct})  # fmt: skip
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-    def _rollout_metrics(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
-        from searchrl.rewards import exact_match
-
-        n = max(len(trajs), 1)
-        em = [exact_match(t.answer, t.golds) for t in trajs]
-        return {
-            "rollout/em": float(sum(em) / n),
-            "rollout/searches": sum(t.n_searches for t in trajs) / n,
-            "rollout/turns": sum(t.n_turns for t in trajs) / n,
-            "rollout/invalid_rate": sum(t.n_invalid for t in trajs) / max(sum(t.n_turns for t in trajs), 1),
-            "rollout/response_len": sum(len(t.response_ids) for t in trajs) / n,
-            "rollout/policy_tokens": sum(t.n_policy_tokens for t in trajs) / n,
-            "rollout/answered": sum(t.answer is not None for t in trajs) / n,
-            "rollout/well_formed": sum(self.protocol.check_format(t.response_text(self.tokenizer)).ok for t in trajs)
-            / n,  # fmt: skip
-        }
 
     def evaluate(self) -> dict[str, float]:
         """Greedy rollouts on the held-out questions (main process only): ``eval/*`` metrics, and the trajectories
         in ``<output_dir>/evals/step_<k>.jsonl`` for ``searchrl view``."""
         if not self.eval_examples or not self.acc.is_main_process:
             return {}
-        from searchrl.rewards.summary import summarize
+        from searchrl.rewards.summary import scored_records, summarize
         from searchrl.utils import write_jsonl
 
-        t0 = time.perf_counter()
+        t0, step = time.perf_counter(), self.state.step
         trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
-        summary = summarize(trajs, self.protocol, self.tokenizer)
-        write_jsonl(self.out_dir / "evals" / f"step_{self.state.step}.jsonl", [t.to_dict() for t in trajs])
+        summary = summarize(trajs, self.protocol, self.tokenizer, self.correctness)
+        rows = scored_records(trajs, source=f"eval/step_{step}", correctness=self.correctness)
+        write_jsonl(self.out_dir / "evals" / f"step_{step}.jsonl", rows)
         out = {f"eval/{k}": v for k, v in summary.items() if k != "n"}
         out["time/eval_s"] = time.perf_counter() - t0
         return out

@@ -65,7 +65,9 @@ def ask(
     engine = RolloutEngine(HFGenerator(policy, tok), retriever, get_protocol(protocol), limits)
     (traj,) = engine.run([QAExample("ask", question, [])], temperature=temperature, seed=seed)
     if as_json:
-        print(json.dumps(traj.to_dict(), ensure_ascii=False))
+        from searchrl.rollout.record import trajectory_record
+
+        print(json.dumps(trajectory_record(traj, source="ask"), ensure_ascii=False))
     else:
         render_trajectory(traj, tok)
 

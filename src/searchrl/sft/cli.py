@@ -50,7 +50,7 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
 
             data = rewriter_sft_examples(data, protocol, tok, cfg.model.prompt_style)
     elif cfg.sft.data.startswith("rewriter:"):  # R1-Searcher++'s rewriter from real (rejection-sampled) trajectories
-        from searchrl.rl.memorization import Memorizer
+        from searchrl.rl.memorization import Memorizer, memorizer_correctness
         from searchrl.sft.rewriter import rewriter_sft_from_trajectories
         from searchrl.utils import console
 
@@ -59,7 +59,7 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
             raise FileNotFoundError(f"sft.data {cfg.sft.data}: {path} not found (a trajectories JSONL, e.g. from "
                                     "`searchrl data rejection-sample`)")  # fmt: skip
         trajs = [Trajectory.from_dict(row) for _, row in read_jsonl(path)][: cfg.sft.limit]
-        validator = Memorizer(cfg.memorization, None, protocol, tok)
+        validator = Memorizer(cfg.memorization, None, protocol, tok, correctness=memorizer_correctness(cfg))
         data, rejected = rewriter_sft_from_trajectories(trajs, validator, tok, cfg.model.prompt_style)
         console.log(f"rewriter data: {len(data)} of {len(trajs)} trajectories kept; rejected: {rejected}")
         if not data:

@@ -43,7 +43,7 @@ from typing import Any
 
 from searchrl.data.records import QAExample
 from searchrl.protocols.base import FormatReport
-from searchrl.rewards.metrics import get_metric
+from searchrl.rewards.correctness import Correctness
 from searchrl.rollout.engine import RolloutEngine
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.sft.types import DOCUMENTS_ANSWER, DOCUMENTS_SEARCH, QUESTION_ANSWER, QUESTION_SEARCH, SFTExample
@@ -117,26 +117,30 @@ def sample_attempts(
 
 
 class _Judge:
-    """Scores each trajectory once: format report of the whole response, metric of its answer against the golds."""
+    """Scores each trajectory once: format report of the whole response, and the run's :class:`Correctness` of its
+    answer against the golds."""
 
-    def __init__(self, engine: RolloutEngine, metric: str, min_score: float) -> None:
+    def __init__(self, engine: RolloutEngine, rule: Correctness) -> None:
         self.protocol = engine.protocol
         self.tokenizer = engine.tokenizer
-        self.metric = get_metric(metric)
-        self.min_score = min_score
+        self.rule = rule
         self._cache: dict[str, tuple[FormatReport, float]] = {}
 
     def __call__(self, traj: Trajectory) -> tuple[FormatReport, float]:
         if traj.uid not in self._cache:
             report = self.protocol.check_format(traj.response_text(self.tokenizer))
-            self._cache[traj.uid] = (report, self.metric(report.answer, traj.golds))
+            self._cache[traj.uid] = (report, self.rule.score(report.answer, traj.golds))
         return self._cache[traj.uid]
 
     def correct(self, traj: Trajectory) -> bool:
-        return self(traj)[1] >= self.min_score
+        return self.rule(self.answer(traj), traj.golds)
 
     def answer(self, traj: Trajectory) -> str | None:
         return self(traj)[0].answer
+
+
+def _rule(metric: str, min_score: float, correctness: Correctness | None) -> Correctness:
+    return correctness if correctness is not None else Correctness(metric=metric, threshold=min_score)
 
 
 # ----------------------------------------------------------------------------------------- rejection sampling
@@ -147,6 +151,7 @@ def rejection_sample(
     *,
     metric: str = "cover_em",
     min_score: float = 1.0,
+    correctness: Correctness | None = None,
     require_internal_and_external: bool = False,
     max_per_question: int | None = None,
     temperature: float = 1.0,
@@ -157,11 +162,12 @@ def rejection_sample(
     """Sample ``k`` trajectories per question and keep the correct, well-formed ones (R1-Searcher++ cold start).
 
     Kept: ended in an answer; every turn a search or the answer (no invalid or over-budget action); the protocol's
-    ``check_format`` is ok; ``metric(answer, golds) >= min_score``; with ``require_internal_and_external``, at least
-    one complete internal step and one external search (``FormatReport.extra["n_internal"]`` / ``["n_external"]``,
-    only R1-Searcher++ reports them); not identical to a response already kept for the question; at most
-    ``max_per_question`` per question. Returns the kept trajectories (question order, then attempt order) and
-    stats: counts of questions, samples, kept, and ``rejected_<reason>`` for each of ``REJECT_REASONS``.
+    ``check_format`` is ok; the answer is correct (the run's ``correctness``, else ``metric >= min_score``); with
+    ``require_internal_and_external``, at least one complete internal step and one external search
+    (``FormatReport.extra["n_internal"]`` / ``["n_external"]``, only R1-Searcher++ reports them); not identical
+    to a response already kept for the question; at most ``max_per_question`` per question. Returns the kept
+    trajectories (question order, then attempt order) and stats: counts of questions, samples, kept, and
+    ``rejected_<reason>`` for each of ``REJECT_REASONS``.
     """
     if require_internal_and_external:
         extra = engine.protocol.check_format("").extra
@@ -172,7 +178,7 @@ def rejection_sample(
             )
     if max_per_question is not None and max_per_question < 1:
         raise ValueError(f"max_per_question must be >= 1 (or None for no cap), got {max_per_question}")
-    judge = _Judge(engine, metric, min_score)
+    judge = _Judge(engine, _rule(metric, min_score, correctness))
     attempts = sample_attempts(
         engine, examples, k, temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size, tag="rs"
     )
@@ -182,10 +188,10 @@ def rejection_sample(
             return "incomplete"
         if any(turn.action not in ("search", "answer") for turn in traj.turns):
             return "invalid_action"
-        report, score = judge(traj)
+        report, _ = judge(traj)
         if not report.ok:
             return "format"
-        if score < min_score:
+        if not judge.correct(traj):
             return "wrong"
         if require_internal_and_external and (report.extra["n_internal"] < 1 or report.extra["n_external"] < 1):
             return "no_internal_external"
@@ -272,6 +278,7 @@ def teacher_sft_examples(
     *,
     metric: str = "em",
     min_score: float = 1.0,
+    correctness: Correctness | None = None,
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int = 0,
@@ -282,8 +289,8 @@ def teacher_sft_examples(
     into step-level samples by ``slice_steps``. Returns (samples, kept trajectories, stats with ``kind_<kind>``
     counts). The teacher's tokenizer must be the student's: samples carry the teacher's token ids."""
     kept, stats = rejection_sample(
-        engine, examples, k, metric=metric, min_score=min_score, temperature=temperature, top_p=top_p, seed=seed,
-        batch_size=batch_size,
+        engine, examples, k, metric=metric, min_score=min_score, correctness=correctness, temperature=temperature,
+        top_p=top_p, seed=seed, batch_size=batch_size,
     )  # fmt: skip
     samples = [s for traj in kept for s in slice_steps(traj)]
     kinds = Counter(s.kind for s in samples)
@@ -328,6 +335,7 @@ def select_by_attempts(
     keep: Sequence[str] = ("medium", "hard"),
     metric: str = "cover_em",
     min_score: float = 1.0,
+    correctness: Correctness | None = None,
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int = 0,
@@ -355,7 +363,7 @@ def select_by_attempts(
     unknown = set(keep) - set(ATTEMPT_BUCKETS)
     if unknown:
         raise ValueError(f"unknown bucket(s) {sorted(unknown)} to keep; choose from {', '.join(ATTEMPT_BUCKETS)}")
-    judge = _Judge(engine, metric, min_score)
+    judge = _Judge(engine, _rule(metric, min_score, correctness))
     attempts = sample_attempts(
         engine, examples, n, temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
         stop_when=judge.correct if stop_at_first_correct else None, tag="difficulty",
@@ -393,6 +401,7 @@ def select_answerable(
     *,
     metric: str = "em",
     min_score: float = 1.0,
+    correctness: Correctness | None = None,
     initial_temperature: float = 0.0,
     temperature: float = 1.2,
     top_p: float = 1.0,
@@ -409,7 +418,7 @@ def select_answerable(
     """
     if not 0.0 <= easy_fraction <= 1.0:
         raise ValueError(f"easy_fraction must be within [0, 1], got {easy_fraction}")
-    judge = _Judge(engine, metric, min_score)
+    judge = _Judge(engine, _rule(metric, min_score, correctness))
     first_pass = sample_attempts(
         engine, examples, 1, temperature=initial_temperature, top_p=top_p, seed=seed, batch_size=batch_size,
         tag="initial",

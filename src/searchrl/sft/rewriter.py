@@ -8,19 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from searchrl.protocols import get_protocol
+from searchrl.protocols._tags import TagProtocol
 from searchrl.protocols.base import Protocol
-from searchrl.rl.memorization import INTERNAL, Memorizer, extract_documents, rewriter_prompt
+from searchrl.rl.memorization import Memorizer, extract_documents, rewriter_prompt
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.sft.types import SFTExample
 
 
-def internal_path(example_chain: Sequence[dict], answer: str) -> str:
-    """An internal-only reasoning path for a synthetic question's chain (the rewriter's SFT target)."""
+def internal_path(example_chain: Sequence[dict], answer: str, protocol: Protocol | None = None) -> str:
+    """An internal-only reasoning path for a synthetic question's chain (the rewriter's SFT target), in
+    ``protocol``'s recalled-step and answer formats (default R1-Searcher++'s)."""
+    protocol = protocol or get_protocol("r1_searcher_pp")
     steps = "".join(
-        f"{INTERNAL[0]}I recall that the answer to '{h['sub_question']}' is {h['answer']}.{INTERNAL[1]}\n"
+        protocol.format_recalled(f"I recall that the answer to '{h['sub_question']}' is {h['answer']}.") or ""
         for h in example_chain
     )
-    return f"{steps}Therefore, the answer is \\boxed{{{answer}}}."
+    return steps + protocol.format_answer(answer)
 
 
 def rewriter_sft_examples(oracle: Sequence[Trajectory], protocol: Protocol, tokenizer, style: str = "auto"):
@@ -54,22 +58,27 @@ def internalize(traj: Trajectory, protocol: Protocol) -> str:
     or its final answer) becomes an internal step, since it states what the documents gave. The final answer
     sentence is kept as it is. The paper calls this data "pre-processed" without saying how (spec 000 §2.2).
     """
-    search_open, search_close = getattr(protocol, "search_tags", ("", ""))
+    if not isinstance(protocol, TagProtocol) or not protocol.answer_marker or protocol.format_recalled("") is None:
+        raise ValueError(f"internalize needs a protocol with recalled steps and an answer marker (r1_searcher_pp), "
+                         f"got {protocol.name!r}")  # fmt: skip
+    search_open = protocol.search_tags[0]
+    recalled_open = (protocol.format_recalled("\0") or "").split("\0")[0]  # the protocol's own step opening
     parts: list[str] = []
     after_search = False
     for turn in traj.turns:
         text = turn.text
-        call_at = text.find(search_open) if search_open else -1
+        call_at = text.find(search_open)
         if turn.action == "search" and call_at >= 0:
             text = text[:call_at]
-        answer_at = text.find("\\boxed")
+        answer_at = text.find(protocol.answer_marker)
         if answer_at >= 0:  # keep the sentence that carries the answer outside the internal step
             cut = max(text.rfind(". ", 0, answer_at) + 1, text.rfind("\n", 0, answer_at) + 1, 0)
             body, tail = text[:cut].strip(), text[cut:].strip()
         else:
             body, tail = text.strip(), ""
         if body:
-            parts.append(f"{INTERNAL[0]}{body}{INTERNAL[1]}" if after_search and INTERNAL[0] not in body else body)
+            recalled = after_search and recalled_open not in body
+            parts.append((protocol.format_recalled(body) or body).rstrip("\n") if recalled else body)
         if tail:
             parts.append(tail)
         after_search = turn.action == "search"

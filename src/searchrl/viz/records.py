@@ -1,5 +1,6 @@
-"""Trajectory records for the viewer: every accepted JSONL row format (raw trajectory, training rollout row,
-evaluation prediction row) parsed into one :class:`ViewRecord`, and their summary (see ``searchrl.viz.viewer``)."""
+"""Trajectory records for the viewer: the record rows every writer emits (:mod:`searchrl.rollout.record`:
+``{source, score, metrics, trajectory}``, eval prediction rows included) and the older bare-trajectory and
+``{step, reward, trajectory}`` rows, parsed into one :class:`ViewRecord`; and their summary."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.rewards import exact_match, f1_score
+from searchrl.rollout.record import is_record
 
 DEFAULT_LIMIT = 500
 COLLAPSE_CHARS = 600  # observations longer than this (or with more lines than COLLAPSE_LINES) start collapsed
@@ -61,6 +63,8 @@ class ViewRecord:
     trace: dict[str, Any] = field(default_factory=dict)  # a non-agent method's retrieval trace
     context: list[str] = field(default_factory=list)  # documents/context text an eval row carries
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: the writer's verdict (its run's Correctness rule), when the row carries one; else EM decides
+    correct: float | None = None
 
     @property
     def em(self) -> float | None:
@@ -209,6 +213,7 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
     rec.method = _str(row.get("method")) or None
     if isinstance(row.get("metrics"), dict):
         rec.row_metrics = dict(row["metrics"])
+        rec.correct = _opt_float(row["metrics"].get("correct"))
     for key in _CONTEXT_KEYS:
         value = row.get(key)
         if isinstance(value, str) and value:
@@ -219,10 +224,13 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
 
 
 def _from_rollout(row: dict[str, Any], source: str) -> ViewRecord:
-    rec = _from_trajectory(row["trajectory"], source, "rollout")
+    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
+    kind = "trajectory" if is_record(row) and row.get("source") != "train" else "rollout"
+    rec = _from_trajectory(row["trajectory"], source, kind)
     step = _opt_float(row.get("step"))
     rec.step = None if step is None else int(step)
-    rec.reward = _opt_float(row.get("reward"))
+    rec.reward = _opt_float(metrics.get("reward", row.get("reward")))
+    rec.correct = _opt_float(metrics.get("correct"))
     comps = row.get("reward_components")
     rec.reward_components = dict(comps) if isinstance(comps, dict) else {}
     return rec

@@ -1,15 +1,15 @@
 """A static HTML viewer for trajectories: one self-contained file (inline CSS and a little vanilla JS, no network).
 
-Accepted JSONL rows, detected per row:
-
-1. a raw trajectory (``Trajectory.to_dict()``: ``searchrl demo``'s ``trajectories.jsonl``, ``searchrl ask --json``);
-2. a training rollout row ``{"step", "reward", "reward_components"?, "trajectory": {...}}`` (``rollouts.jsonl``);
-3. an evaluation prediction row (``searchrl.eval.harness.item_row``): question, golds, prediction, per-item metrics
-   and a ``trajectory`` that is a full trajectory (agent), a retrieval trace (RAG baselines) or None (direct).
+Every writer emits one record format (:mod:`searchrl.rollout.record`): ``{"source", "score", "metrics",
+"trajectory"}`` plus its own fields (training rollouts add ``step``; evaluation prediction rows,
+``searchrl.eval.harness.item_row``, add question, golds, prediction, and their ``trajectory`` is a full trajectory
+(agent), a retrieval trace (RAG baselines) or None (direct)). Files written by earlier releases hold bare
+trajectories (``Trajectory.to_dict()``) or ``{"step", "reward", "trajectory"}`` rows; they are read as well.
 
 Everything is rendered from the turns' text (no tokenizer needed); model output is untrusted and always escaped.
-Correctness is recomputed from the final answer and the golds with :func:`searchrl.rewards.exact_match` and
-:func:`searchrl.rewards.f1_score`, so the three formats are scored alike.
+A row's verdict is the writer's own ``metrics.correct`` (its run's :class:`searchrl.rewards.correctness.Correctness`)
+when present, else exact match; EM and F1 are recomputed from the final answer and the golds, so every file shows
+them alike.
 
 >>> from searchrl.viz.viewer import write_viewer
 >>> write_viewer(["runs/demo/trajectories.jsonl"])  # doctest: +SKIP
@@ -178,9 +178,9 @@ def _verdict(rec: ViewRecord) -> tuple[str, str]:
     if em is None:
         return "unscored", '<span class="badge na">no golds</span>'
     f1 = rec.f1
-    if em >= 1.0:
-        return "correct", f'<span class="badge ok">correct</span> EM 1 · F1 {_fmt(f1)}'
-    return "wrong", f'<span class="badge bad">wrong</span> EM 0 · F1 {_fmt(f1)}'
+    if (rec.correct if rec.correct is not None else em) >= 1.0:
+        return "correct", f'<span class="badge ok">correct</span> EM {em:g} · F1 {_fmt(f1)}'
+    return "wrong", f'<span class="badge bad">wrong</span> EM {em:g} · F1 {_fmt(f1)}'
 
 
 def _observation(text: str, n_tokens: int, label: str = "inserted") -> str:
