@@ -29,13 +29,13 @@ def sft(
 def run_sft(cfg, out: str) -> list[dict[str, float]]:
     """SFT of ``cfg.model.policy`` on ``cfg.sft.data``; the model is saved in ``<out>/final``. Returns the log."""
     from pathlib import Path
-    from types import SimpleNamespace
 
     from searchrl.models import load_policy
     from searchrl.pipeline import load_split, make_protocol, make_retriever_for
     from searchrl.rollout.trajectory import Trajectory
     from searchrl.sft.oracle import oracle_trajectories
     from searchrl.sft.trainer import SFTTrainer
+    from searchrl.sft.types import as_sft_example
     from searchrl.utils import read_jsonl, seed_everything
 
     seed_everything(cfg.training.seed)
@@ -70,9 +70,9 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
             raise FileNotFoundError(
                 f"sft.data {path} not found: use 'oracle', 'rewriter_oracle' or a trajectories JSONL"
             )
-        # Whole trajectories (action_mask) or step-level samples (loss_mask); both carry prompt and response ids.
+        # Whole trajectories (action_mask) or step-level samples (loss_mask): SFTExample from here on.
         rows = [row for _, row in read_jsonl(path)][: cfg.sft.limit]
-        data = [Trajectory.from_dict(r) if "action_mask" in r else SimpleNamespace(**r) for r in rows]
+        data = [as_sft_example(r) for r in rows]
     return SFTTrainer(cfg, model, tok, data, out).train()
 
 

@@ -19,7 +19,7 @@ import torch
 from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
-from searchrl.sft.types import SFTExample
+from searchrl.sft.types import SFTExample, as_sft_example
 from searchrl.tuning import atomic_dir, linear_warmup, save_merged, wrap_lora
 from searchrl.utils import console, make_adamw, progress, tune_allocator
 
@@ -58,8 +58,10 @@ def sft_loss(
 
 class SFTTrainer:
     def __init__(self, cfg: RunConfig, model, tokenizer, examples: Sequence[Any], output_dir: str | Path) -> None:
+        """``examples``: SFTExamples, trajectories or JSON rows of either (converted by ``as_sft_example``)."""
         self.cfg, self.scfg = cfg, cfg.sft
         self.tokenizer = tokenizer
+        examples = [as_sft_example(e) for e in examples]
         fitted = [fit_length(e, self.scfg.max_length) for e in examples]
         kept_len = [len(f.response_ids) if f is not None else 0 for f in fitted]
         self.n_truncated = sum(

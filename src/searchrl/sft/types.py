@@ -12,6 +12,7 @@ Token ids are always the trajectory's own; nothing is re-tokenized.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -72,3 +73,16 @@ class SFTExample:
                 "(and optionally kind, source_uid, metadata), as written by SFTExample.to_dict"
             )
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def as_sft_example(item: SFTExample | Trajectory | Mapping[str, Any]) -> SFTExample:
+    """The data boundary: a trajectory (its ``action_mask`` is the loss mask), a trajectory row
+    (``Trajectory.to_dict``), an example row (``SFTExample.to_dict``) or an example, as an :class:`SFTExample`."""
+    if isinstance(item, SFTExample):
+        return item
+    if isinstance(item, Trajectory):
+        return SFTExample.from_trajectory(item)
+    if isinstance(item, Mapping):
+        return SFTExample.from_trajectory(Trajectory.from_dict(dict(item))) if "action_mask" in item \
+            else SFTExample.from_dict(dict(item))  # fmt: skip
+    raise TypeError(f"SFT data must be SFTExample, Trajectory or a JSON row of either, got {type(item).__name__}")
