@@ -35,6 +35,17 @@ def test_config_show_with_the_laptop_profile(recipe: str) -> None:
     assert "policy: smollm2-135m-instruct" in res.output
 
 
+@pytest.mark.parametrize("profile", [None, "laptop"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_difficulty_selection_stages_can_see_every_bucket(recipe: str, profile: str | None) -> None:
+    """The select-difficulty stages' args pass the selector's own checks before any model runs (a laptop run once
+    failed after 2.5 minutes on n <= hard_above)."""
+    for stage in load_config(recipe, profile=profile).pipeline:
+        if stage.op == "select-difficulty" and stage.args.get("rule", "r1_searcher") == "r1_searcher":
+            n, easy, hard = stage.args.get("n", 24), stage.args.get("easy_below", 10), stage.args.get("hard_above", 20)
+            assert 1 <= easy <= hard < n, (recipe, profile, stage.name, stage.args)
+
+
 @pytest.mark.parametrize("recipe", METHODS)
 def test_recipes_hold_the_papers_models_and_retrievers(recipe: str) -> None:
     cfg = load_config(recipe)
