@@ -50,8 +50,12 @@ def fetch(directory: Path, name: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     url = RAW.format(name=name)
     print(f"downloading {url}", flush=True)
-    resp = httpx.get(url, timeout=60.0, follow_redirects=True)
-    resp.raise_for_status()
+    try:
+        resp = httpx.get(url, timeout=60.0, follow_redirects=True)
+        resp.raise_for_status()
+    except httpx.HTTPError as err:
+        raise SystemExit(f"cannot download {url} ({type(err).__name__}: {err}); copy data/eval_results/{name}.jsonl "
+                         f"from a checkout of RUCAIBox/R1-Searcher into {directory} (or pass --dir)") from None  # fmt: skip
     path.write_bytes(resp.content)
     return path
 
