@@ -31,8 +31,10 @@ def test_rule_metric_threshold_and_word_cap() -> None:
     assert cover.score("it is in Paris France", ["Paris"]) == 1.0 and cover.too_long("it is in Paris France")
     half = Correctness(metric="f1", threshold=0.5)
     assert half("Paris France", ["Paris"]) and not half("Lyon France", ["Paris"])
+    anything = Correctness(threshold=0.0)  # any answer counts; a missing one does not
+    assert anything("Lyon", ["Paris"]) and not anything(None, ["Paris"])
     with pytest.raises(ValueError, match="threshold"):
-        Correctness(threshold=0.0)
+        Correctness(threshold=1.5)
     with pytest.raises(ValueError, match="max_words"):
         Correctness(max_words=0)
 

@@ -33,15 +33,16 @@ class Correctness:
     boundary: str | None = None
     #: an answer of more whitespace-separated words is not correct (None: no cap).
     max_words: int | None = None
-    #: the metric score an answer must reach (1.0: EM-style "exactly right"; lower for F1 thresholds).
+    #: the metric score an answer must reach (1.0: EM-style "exactly right"; lower for F1 thresholds; 0: any
+    #: answer counts, e.g. the laptop profile's rejection sampling with a model that is rarely right).
     threshold: float = 1.0
     _fn: MetricFn = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_words is not None and self.max_words < 1:
             raise ValueError(f"answer max_words must be >= 1 or null, got {self.max_words}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"correctness threshold must be in (0, 1], got {self.threshold}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"correctness threshold must be in [0, 1], got {self.threshold}")
         object.__setattr__(self, "_fn", get_metric(self.metric, normalize=self.normalize, boundary=self.boundary))
 
     def score(self, answer: str | None, golds: Golds) -> float:
