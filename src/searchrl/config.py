@@ -293,6 +293,8 @@ class SFTConfig(_Section):
     data: str = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
+    #: oracle reasoning states how many searches the question needs and counts them ("Search 2 of 2: ...").
+    oracle_plan: bool = False
     limit: int | None = None
 
 

@@ -121,7 +121,7 @@ def demo(
         policy, tok = load_policy(cfg.model.policy)
         train = load_split(cfg, "train", cfg.sft.limit, kinds=cfg.sft.kinds or None)
         data = oracle_trajectories(protocol, train, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style,
-                                   cfg.rollout.max_obs_tokens)  # fmt: skip
+                                   cfg.rollout.max_obs_tokens, cfg.sft.oracle_plan)  # fmt: skip
         console.log(f"cold start: SFT on {len(data)} oracle trajectories")
         SFTTrainer(cfg, policy, tok, data, sft_dir).train()
         times["coldstart_s"] = time.perf_counter() - t

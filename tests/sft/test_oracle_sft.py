@@ -28,13 +28,14 @@ def world(tmp_path_factory) -> tuple[Path, object]:
     return d, load_index(index)
 
 
+@pytest.mark.parametrize("plan", [False, True])
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
-def test_oracle_trajectories_are_well_formed(world, name: str) -> None:
+def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool) -> None:
     d, retriever = world
     protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))
     examples = load_qa(d / "train.jsonl", limit=40)
     tok = ByteTokenizer()
-    trajs = oracle_trajectories(protocol, examples, retriever, tok, topk=3)
+    trajs = oracle_trajectories(protocol, examples, retriever, tok, topk=3, plan=plan)
     for ex, t in zip(examples, trajs, strict=True):
         response = t.response_text(tok)
         report = protocol.check_format(response)
@@ -44,6 +45,11 @@ def test_oracle_trajectories_are_well_formed(world, name: str) -> None:
         assert all(ids for ids in t.turns[0].hit_ids)  # real retrieved documents were inserted
         inserted = tok.decode([i for i, m in zip(t.response_ids, t.action_mask, strict=True) if not m])
         assert inserted == "".join(turn.observation for turn in t.turns)
+        if plan and not (name == "rag_r1" and ex.metadata.get("kind") == "comparison"):  # the count, in each step
+            n = len(ex.metadata["chain"])
+            assert f"This question needs {n} search" in t.turns[0].text
+            assert [f"Search {i + 1} of {n}:" in turn.text for i, turn in enumerate(t.turns[:-1])] == [True] * n
+            assert f"That was search {n} of {n}. So the answer is" in t.turns[-1].text
 
 
 def test_sft_gradient_is_exactly_zero_on_inserted_tokens(world) -> None:

@@ -363,7 +363,7 @@ def oracle_cmd(
             cfg = cfg.model_copy(update={"retrieval": cfg.retrieval.model_copy(update={"kind": kind})})
     trajs = oracle_trajectories(
         make_protocol(cfg), examples, make_retriever_for(cfg), _load_tokenizer(cfg.model.policy),
-        cfg.retrieval.topk, cfg.model.prompt_style, cfg.rollout.max_obs_tokens,
+        cfg.retrieval.topk, cfg.model.prompt_style, cfg.rollout.max_obs_tokens, cfg.sft.oracle_plan,
     )  # fmt: skip
     write_jsonl(out, [t.to_dict() for t in trajs])
     hops = sum(t.n_searches for t in trajs)

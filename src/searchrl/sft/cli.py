@@ -44,7 +44,8 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
     if cfg.sft.data in ("oracle", "rewriter_oracle"):
         examples = load_split(cfg, "train", cfg.sft.limit, kinds=cfg.sft.kinds or None)
         data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
-                                   cfg.model.prompt_style, cfg.rollout.max_obs_tokens)  # fmt: skip
+                                   cfg.model.prompt_style, cfg.rollout.max_obs_tokens,
+                                   cfg.sft.oracle_plan)  # fmt: skip
         if cfg.sft.data == "rewriter_oracle":  # R1-Searcher++'s rewriter: documents in context -> internal path
             from searchrl.sft.rewriter import rewriter_sft_examples
 

@@ -29,8 +29,17 @@ def _reason_after_hop(hop: dict) -> str:
     return f"The documents say the answer to '{hop['sub_question']}' is {hop['answer']}."
 
 
-def oracle_texts(protocol: Protocol, example: QAExample) -> list[tuple[str, list[str]]]:
-    """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn."""
+def _plan_lead(i: int, n: int) -> str:
+    head = f"This question needs {n} search{'es' if n > 1 else ''}. " if i == 0 else ""
+    return f"{head}Search {i + 1} of {n}:"
+
+
+def oracle_texts(protocol: Protocol, example: QAExample, plan: bool = False) -> list[tuple[str, list[str]]]:
+    """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn.
+
+    With ``plan``, the first reasoning step says how many searches the question needs and every step counts them
+    ("Search 2 of 2: ..."), so when to stop searching is a count the model can copy rather than a comparison of
+    the last sub-question with the question (which small models get wrong: they answer the first hop)."""
     chain = example.metadata.get("chain") or []
     if not chain:
         raise ValueError(
@@ -49,13 +58,17 @@ def oracle_texts(protocol: Protocol, example: QAExample) -> list[tuple[str, list
         for i, hop in enumerate(chain):
             prev = _reason_after_hop(chain[i - 1]) + " " if i > 0 else ""
             recalled = protocol.format_recalled(prev.strip()) if i > 0 else None
+            before = _reason_before_hop(i, hop)
+            if plan:
+                before = f"{_plan_lead(i, len(chain))} {hop['sub_question']}"
             if recalled is not None:  # the protocol marks what the model already knows (R1-Searcher++)
-                text = recalled + style(_reason_before_hop(i, hop))
+                text = recalled + style(before)
             else:
-                text = style(prev + _reason_before_hop(i, hop))
+                text = style(prev + before)
             turns.append((text + protocol.format_search([hop["query"]]), [hop["query"]]))
         facts = _reason_after_hop(chain[-1])
-    final = style(f"{facts} So the answer is {answer}.")
+    done = f" That was search {len(chain)} of {len(chain)}." if plan and not multi else ""
+    final = style(f"{facts}{done} So the answer is {answer}.")
     evidence = protocol.format_evidence(" ".join(f"{h['sub_question']} {h['answer']}." for h in chain))
     if evidence:  # R-Search writes its evidence block before the answer
         final = final + evidence + "\n"
@@ -71,10 +84,12 @@ def oracle_trajectories(
     topk: int = 3,
     prompt_style: str = "auto",
     max_obs_tokens: int | None = None,
+    plan: bool = False,
 ) -> list[Trajectory]:
     """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call.
-    ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will."""
-    plans = [oracle_texts(protocol, ex) for ex in examples]
+    ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will;
+    ``plan``: see :func:`oracle_texts`."""
+    plans = [oracle_texts(protocol, ex, plan) for ex in examples]
     queries = [q for plan in plans for _, qs in plan for q in qs]
     hits = retriever.search(queries, topk) if queries else []
     pos = 0
