@@ -33,8 +33,9 @@ def test_ask_remote_equals_local(tmp_path: Path, serve_app) -> None:
     with serve_app(create_app(load_index(index))) as url:
         remote = runner.invoke(app, [*common, "--url", url])
     assert remote.exit_code == 0, remote.output
-    a = _strip_timings(json.loads(local.stdout.strip().splitlines()[-1]))
-    b = _strip_timings(json.loads(remote.stdout.strip().splitlines()[-1]))
+    rec_a, rec_b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (local, remote))
+    assert rec_a["source"] == rec_b["source"] == "ask"  # the one trajectory record format
+    a, b = _strip_timings(rec_a["trajectory"]), _strip_timings(rec_b["trajectory"])
     assert a["response_ids"] and a == b
 
 
