@@ -29,7 +29,7 @@ def view(
 
     Reads raw trajectories (searchrl demo / ask --json), training rollout rows and eval prediction rows.
 
-    Example: searchrl view runs/demo/trajectories.jsonl --out demo.html
+    Example: searchrl view runs/demo/rl/rollouts.jsonl --out demo.html
     """
     from rich.markup import escape
 

@@ -12,8 +12,8 @@ when present, else exact match; EM and F1 are recomputed from the final answer a
 them alike.
 
 >>> from searchrl.viz.viewer import write_viewer
->>> write_viewer(["runs/demo/trajectories.jsonl"])  # doctest: +SKIP
-PosixPath('runs/demo/trajectories.html')
+>>> write_viewer(["runs/demo/before.jsonl"])  # doctest: +SKIP
+PosixPath('runs/demo/before.html')
 """
 
 from __future__ import annotations
