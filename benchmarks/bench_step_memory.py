@@ -43,6 +43,7 @@ PHASES = ("generate", "logprob", "update", "step")
 
 def export_commit(commit: str, dest: Path) -> Path:
     """``src/`` of ``commit`` (git archive) under ``dest``; the path to put on PYTHONPATH."""
+    dest.mkdir(parents=True, exist_ok=True)
     archive = dest / "src.tar"
     subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "-o", str(archive), commit, "src"], check=True)
     with tarfile.open(archive) as tar:
