@@ -56,10 +56,14 @@ for f in sorted(glob.glob(a["model"] + "/*.safetensors")):
 rows, stops = a["rows"], a["stop"]
 sample = SamplingParams(max_new_tokens=a["max_new_tokens"], temperature=1.0, stop=stops, seed=0)
 greedy = SamplingParams(max_new_tokens=a["max_new_tokens"], temperature=0.0, stop=stops)
-sync_s, gen_s, new_tokens = [], [], []
+sync_s, gen_s, new_tokens, sync_error = [], [], [], None
 for _ in range(a["repeats"] + 1):
     t0 = time.perf_counter()
-    gen.load_weights(state)
+    if sync_error is None:
+        try:
+            gen.load_weights(state)
+        except Exception as e:  # recorded: generation is still timed, without the push
+            sync_error = f"{type(e).__name__}: {e}"[:300]
     sync_s.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     out = gen.generate(rows, sample)
@@ -67,15 +71,17 @@ for _ in range(a["repeats"] + 1):
     new_tokens.append(sum(len(c.token_ids) for c in out))
 distinct = [list(r) for r in dict.fromkeys(tuple(r) for r in rows)]
 greedy_ids = [c.token_ids for c in gen.generate(distinct, greedy)]
-# The push must take effect: zeroed weights change the greedy output, the real ones bring it back.
-gen.load_weights({k: torch.zeros_like(v) for k, v in state.items()})
-zeroed = [c.token_ids for c in gen.generate(distinct, greedy)]
-gen.load_weights(state)
-back = [c.token_ids for c in gen.generate(distinct, greedy)]
+takes_effect = None
+if sync_error is None:  # the push must take effect: zeroed weights change the greedy output, the real ones restore it
+    gen.load_weights({k: torch.zeros_like(v) for k, v in state.items()})
+    zeroed = [c.token_ids for c in gen.generate(distinct, greedy)]
+    gen.load_weights(state)
+    back = [c.token_ids for c in gen.generate(distinct, greedy)]
+    takes_effect = zeroed != greedy_ids and back == greedy_ids
 import vllm
 json.dump({"vllm": vllm.__version__, "torch": torch.__version__, "startup_s": startup,
            "sync_s": sync_s[1:], "generate_s": gen_s[1:], "new_tokens": new_tokens[1:],
-           "greedy_ids": greedy_ids, "sync_takes_effect": zeroed != greedy_ids and back == greedy_ids},
+           "greedy_ids": greedy_ids, "sync_takes_effect": takes_effect, "sync_error": sync_error},
           open(a["out"], "w"))
 '''
 
@@ -203,11 +209,15 @@ def main() -> None:
                             "sync_s": round(statistics.median(v["sync_s"]), 3),
                             "new_tokens": statistics.median(v["new_tokens"]),
                             "greedy_rows_equal_to_ours": f"{same}/{len(ours_greedy)}",
-                            "sync_takes_effect": v["sync_takes_effect"]})  # fmt: skip
+                            "sync_takes_effect": v["sync_takes_effect"], "sync_error": v["sync_error"]})  # fmt: skip
             result["vllm"] = run
             print("vllm:", run, flush=True)
     v = result.get("vllm", {})
-    if v.get("ok"):
+    if v.get("ok") and v.get("sync_error"):
+        result["speedup_without_sync"] = round(result["ours"]["generate_s"] / v["generate_s"], 2)
+        result["verdict"] = ("keep the HF decode loop (vLLM CPU cannot take the per-step weight push: "
+                             f"{v['sync_error']})")  # fmt: skip
+    elif v.get("ok"):
         ours_s = result["ours"]["generate_s"]
         speedup = ours_s / (v["generate_s"] + v["sync_s"])
         # per new token, since the two samplers draw different completions
@@ -226,7 +236,12 @@ def main() -> None:
              "", "| path | generate s | weight sync s | new tokens |", "|---|---|---|---|",
              f"| searchrl HFGenerator | {result['ours']['generate_s']} | 0 (shares the policy) | "
              f"{result['ours']['new_tokens']:.0f} |"]  # fmt: skip
-    if v.get("ok"):
+    if v.get("ok") and v.get("sync_error"):
+        lines.append(f"| {args.package} via VLLMGenerator | {v['generate_s']} | failed | {v['new_tokens']:.0f} |")
+        lines += ["", f"Generation alone (no weight push): {result['speedup_without_sync']}x ours per step. vLLM "
+                  f"start-up: {v['startup_s']} s. Greedy rows equal to ours: {v['greedy_rows_equal_to_ours']}. The "
+                  f"per-step weight push failed: {v['sync_error']}."]  # fmt: skip
+    elif v.get("ok"):
         lines.append(
             f"| {args.package} via VLLMGenerator | {v['generate_s']} | {v['sync_s']} | {v['new_tokens']:.0f} |"
         )
