@@ -20,8 +20,6 @@ from typing import Any
 
 from searchrl.rollout.trajectory import Trajectory
 
-RECORD_KEYS = ("source", "score", "metrics", "trajectory")
-
 
 def trajectory_record(
     trajectory: Trajectory | Mapping[str, Any] | None,
