@@ -6,6 +6,7 @@ it has more micro-batches, and only process 0 has memorization sequences).
 """
 
 import os
+import re
 import sys
 from collections import Counter
 
@@ -27,7 +28,12 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
         n = seen[ctx]
         seen[ctx] += 1
         text = ["abc xyz", "ABC 123", "hello", "?!?!", "qwerty", "ZZZ z"][(n + len(ctx)) % 6]
-        return text * 6 if mode == "uneven" and rank == 1 else text
+        if mode == "uneven":
+            return text * 6 if rank == 1 else text
+        # Question i's completions are i % 3 + 1 copies long: the processes' shards then differ in length and score
+        # statistics, so whitening per process would give other advantages than whitening the whole step.
+        i = int(re.findall(r"letters (\d+)", ctx)[-1])
+        return text * (i % 3 + 1)
 
     tok = tokenizer()
     questions = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(8)]
