@@ -51,6 +51,7 @@ def test_greedy_matches_generate_on_bundled_model() -> None:
         for q in questions
     ]  # fmt: skip
     assert len({len(p) for p in prompts}) == len(prompts)
+    assert HFGenerator(model, tok).step is not None, "the bundled model must take the fast decode step"
     for stop in [(), (".",)]:
         sp = SamplingParams(max_new_tokens=24, temperature=0.0, stop=stop)
         fast, ref = (

@@ -1,0 +1,118 @@
+"""``DecodeStep``: the same next-token logits as the model's own forward, for every supported architecture, with
+LoRA adapters, padded rows and a growing cache; ``None`` (so the caller falls back) for anything else. And the
+two-level inverse-CDF sampler picks what a full-vocabulary cumsum picks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from searchrl.generation.base import SamplingParams
+from searchrl.generation.decode_step import DecodeStep
+from searchrl.generation.fake import ByteTokenizer
+from searchrl.generation.hf import HFGenerator, _inverse_cdf
+from searchrl.generation.kvcache import BufferedCache
+from searchrl.testing import tiny_model
+
+
+def _tiny(kind: str):
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=259, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    if kind == "llama":
+        return tiny_model()
+    if kind == "qwen2":  # q/k/v biases
+        return Qwen2ForCausalLM(Qwen2Config(**common, use_sliding_window=False)).eval()
+    return MistralForCausalLM(MistralConfig(**common, sliding_window=None)).eval()
+
+
+def _check_against_forward(model, steps: int = 4) -> None:
+    """Left-padded prefill of three rows, then ``steps`` decode steps through DecodeStep and through the model."""
+    step = DecodeStep.build(model)
+    assert step is not None
+    lens = [5, 9, 2]
+    L = max(lens)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 259, (3, L), generator=g)
+    mask = torch.zeros(3, L, dtype=torch.long)
+    for r, n in enumerate(lens):
+        mask[r, L - n :] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    caches = [BufferedCache(), BufferedCache()]
+    with torch.inference_mode():
+        for c in caches:
+            model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=c, use_cache=True)
+        nxt, p = torch.randint(3, 259, (3,), generator=g), pos[:, -1]
+        for _ in range(steps):
+            mask, p = torch.cat([mask, mask.new_ones(3, 1)], 1), p + 1
+            out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=p[:, None],
+                        past_key_values=caches[0], use_cache=True)  # fmt: skip
+            ref = out.logits[:, -1].float()
+            got = step(nxt, mask, p, caches[1])
+            torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+            nxt = ref.argmax(-1)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
+def test_decode_step_matches_the_model_forward(kind: str) -> None:
+    _check_against_forward(_tiny(kind))
+
+
+def test_decode_step_runs_lora_adapters() -> None:
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_model(), LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"]))
+    for n, p in model.named_parameters():  # non-zero adapters, so they change the logits
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.5)
+    _check_against_forward(model)
+
+
+def test_unsupported_models_fall_back() -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=259, n_embd=32, n_layer=1, n_head=2))
+    windowed = MistralForCausalLM(MistralConfig(vocab_size=259, hidden_size=32, intermediate_size=64,
+                                                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                                sliding_window=8))  # fmt: skip
+    assert DecodeStep.build(gpt2) is None and DecodeStep.build(windowed) is None
+    tok = ByteTokenizer()
+    sp = SamplingParams(max_new_tokens=6, temperature=0.0)
+    assert HFGenerator(gpt2, tok).step is None
+    assert len(HFGenerator(gpt2, tok).generate([tok.encode("hello")], sp)[0].token_ids) == 6
+
+
+def test_fast_and_plain_steps_sample_the_same_tokens() -> None:
+    tok, model = ByteTokenizer(), tiny_model()
+    prompts = [tok.encode(t) for t in ["Q: 2+2?\nA:", "hi", "a longer prompt here"]] * 2
+    sp = SamplingParams(max_new_tokens=16, temperature=1.0, seed=3)
+    a = HFGenerator(model, tok).generate(prompts, sp)
+    b = HFGenerator(model, tok, fast_step=False).generate(prompts, sp)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    for x, y in zip(a, b, strict=True):
+        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-4
+
+
+def test_inverse_cdf_matches_a_full_cumsum_and_skips_zero_mass() -> None:
+    g = torch.Generator().manual_seed(0)
+    probs = torch.rand(64, 700, generator=g) ** 4  # 700 is not a multiple of the block: the padded path
+    probs[probs < 0.05] = 0.0
+    probs /= probs.sum(-1, keepdim=True)
+    u = torch.rand(64, generator=g)
+    full = torch.searchsorted(probs.cumsum(-1), (u * probs.sum(-1))[:, None], right=True).squeeze(-1)
+    got = _inverse_cdf(probs, u)
+    assert (got == full).float().mean() > 0.95  # rounding may move a draw that sits on a boundary
+    assert bool((probs.gather(-1, got[:, None]) > 0).all())
+    edge = _inverse_cdf(probs, torch.full((64,), 1 - 1e-9))  # the last draw lands on the last non-zero token
+    last_nonzero = (probs > 0).float().cumsum(-1).argmax(-1)
+    assert torch.equal(edge, last_nonzero)
+
+
+def test_inverse_cdf_samples_the_distribution() -> None:
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.2, 0.3] + [0.0] * 300])
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
+    picks = _inverse_cdf(probs.expand(20000, -1).contiguous(), u)
+    freq = torch.bincount(picks, minlength=305)[:5].float() / 20000
+    torch.testing.assert_close(freq, probs[0, :5], atol=0.015, rtol=0)
