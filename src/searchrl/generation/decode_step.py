@@ -87,4 +87,10 @@ class DecodeStep:
             out_BKGD = torch.matmul(probs_BKGL, values_BKLD)
             x_B1C = x_B1C + attn.o_proj(out_BKGD.reshape(B, 1, H * D))
             x_B1C = x_B1C + layer.mlp(layer.post_attention_layernorm(x_B1C))
-        return self.lm.lm_head(self.body.norm(x_B1C))[:, -1, :].float()
+        h_BC = self.body.norm(x_B1C)[:, -1, :]
+        head = self.lm.lm_head
+        if type(head) is nn.Linear and head.bias is None:
+            # (V, C) @ (C, B): MKL's kernel for this layout is 1.1-1.8x faster than x @ W^T at B = 8..16 rows (the
+            # batch shrinks as rows finish), with the same fp32 accumulation
+            return torch.mm(head.weight, h_BC.t().contiguous()).t().float()
+        return head(h_BC).float()
