@@ -78,6 +78,14 @@ def test_unsupported_models_fall_back() -> None:
                                                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                                                 sliding_window=8))  # fmt: skip
     assert DecodeStep.build(gpt2) is None and DecodeStep.build(windowed) is None
+
+    class FullyShardedDataParallel(torch.nn.Module):  # FSDP1's wrapper, by name: parameters gathered in its hooks
+        def __init__(self, module: torch.nn.Module) -> None:
+            super().__init__()
+            self.module = module
+
+    assert DecodeStep.build(tiny_model()) is not None
+    assert DecodeStep.build(FullyShardedDataParallel(tiny_model())) is None
     tok = ByteTokenizer()
     sp = SamplingParams(max_new_tokens=6, temperature=0.0)
     assert HFGenerator(gpt2, tok).step is None

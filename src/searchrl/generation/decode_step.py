@@ -7,8 +7,9 @@ same modules (the norms, projections, MLP and rotary embedding of the model itse
 apply), with the attention of one new token written as two batched matmuls under an additive mask built once per
 step. Prefill stays on the model's own forward.
 
-Supported: ``model_type`` llama (SmolLM, Llama 2/3) and qwen2 / mistral without a sliding window. Anything else, or a
-model whose layout differs, gets ``None`` from :meth:`DecodeStep.build` and the caller uses ``model(...)``.
+Supported: ``model_type`` llama (SmolLM, Llama 2/3) and qwen2 / mistral without a sliding window. Anything else, a
+model whose layout differs, or an FSDP-sharded one, gets ``None`` from :meth:`DecodeStep.build` and the caller uses
+``model(...)``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ def _causal_lm(model: nn.Module) -> nn.Module:
     return get_base() if callable(get_base) else model
 
 
+def _sharded(model: nn.Module) -> bool:
+    """FSDP (1: wrapper modules; 2: DTensor parameters)."""
+    if any(type(m).__name__ == "FullyShardedDataParallel" for m in model.modules()):
+        return True
+    return any(type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor" for p in model.parameters())
+
+
 class DecodeStep:
     """``step(ids_B, mask_BL, pos_B, cache) -> logits_BV`` (float32): the next-token logits after appending one token
     per row to ``cache`` (a :class:`~searchrl.generation.kvcache.BufferedCache` filled by a prefill).
@@ -43,6 +51,8 @@ class DecodeStep:
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:
+        if _sharded(model):  # FSDP gathers parameters in its own forward hooks, which calling submodules skips
+            return None
         lm = _causal_lm(model)
         cfg = getattr(lm, "config", None)
         body = getattr(lm, "model", None)
