@@ -70,7 +70,9 @@ def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:
     held_out = load_split(cfg, "dev", cfg.training.eval_limit) if cfg.training.eval_every else None
     trainer = Trainer(cfg, model, tok, protocol, make_retriever_for(cfg), examples, reward_fn=reward_fn,
                       aux_nll_hook=memorizer, generator=generator, eval_examples=held_out)  # fmt: skip
-    return trainer.train(resume=resume)
+    history = trainer.train(resume=resume)
+    trainer.close()
+    return history
 
 
 def register(app: typer.Typer) -> None:

@@ -478,6 +478,14 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------------------------------- run / io
+    def close(self) -> None:
+        """End a multi-process run cleanly: every process reaches this point, then the process group is destroyed
+        (left to interpreter exit, gloo's threads can abort one process: "terminate called without an active
+        exception"). A no-op with one process."""
+        if self.acc.num_processes > 1:
+            self.acc.wait_for_everyone()
+            self.acc.end_training()
+
     def train(self, steps: int | None = None, resume: bool = False) -> list[dict[str, float]]:
         total = steps if steps is not None else self.tcfg.steps
         if resume:
