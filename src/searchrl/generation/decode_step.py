@@ -58,9 +58,9 @@ class DecodeStep:
         body = getattr(lm, "model", None)
         if cfg is None or body is None or getattr(cfg, "model_type", None) not in _SUPPORTED:
             return None
-        if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
-            if cfg.model_type != "llama":  # a window would drop keys this step keeps
-                return None
+        windowed = getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)
+        if windowed and cfg.model_type != "llama":  # a window would drop keys this step keeps
+            return None
         needed = ("embed_tokens", "layers", "norm", "rotary_emb")
         if not all(hasattr(body, n) for n in needed) or not hasattr(lm, "lm_head"):
             return None
