@@ -11,7 +11,7 @@ from searchrl.generation.base import SamplingParams
 from searchrl.generation.decode_step import DecodeStep
 from searchrl.generation.fake import ByteTokenizer
 from searchrl.generation.hf import HFGenerator, _inverse_cdf
-from searchrl.generation.kvcache import BufferedCache
+from searchrl.generation.kvcache import BufferedCache, SharedPrefixCache
 from searchrl.testing import tiny_model
 
 
@@ -28,36 +28,60 @@ def _tiny(kind: str):
     return MistralForCausalLM(MistralConfig(**common, sliding_window=None)).eval()
 
 
-def _check_against_forward(model, steps: int = 4) -> None:
-    """Left-padded prefill of three rows, then ``steps`` decode steps through DecodeStep and through the model."""
+def _check_against_forward(model, steps: int = 4, owners: tuple[int, ...] = (0, 1, 2)) -> None:
+    """Left-padded prefill of three contexts, then ``steps`` decode steps of rows sharing them (``owners``) through
+    DecodeStep and through the model's forward on a full copy of the cache per row; after two steps rows are
+    dropped, as the generator does when they finish."""
     step = DecodeStep.build(model)
     assert step is not None
     lens = [5, 9, 2]
     L = max(lens)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 259, (3, L), generator=g)
-    mask = torch.zeros(3, L, dtype=torch.long)
+    mask_UL = torch.zeros(3, L, dtype=torch.long)
     for r, n in enumerate(lens):
-        mask[r, L - n :] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    caches = [BufferedCache(), BufferedCache()]
+        mask_UL[r, L - n :] = 1
+    pos = (mask_UL.cumsum(-1) - 1).clamp(min=0)
+    own = torch.tensor(owners)
+    full, prefix = BufferedCache(), BufferedCache()
     with torch.inference_mode():
-        for c in caches:
-            model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=c, use_cache=True)
-        nxt, p = torch.randint(3, 259, (3,), generator=g), pos[:, -1]
-        for _ in range(steps):
-            mask, p = torch.cat([mask, mask.new_ones(3, 1)], 1), p + 1
+        for c in (full, prefix):
+            model(input_ids=ids, attention_mask=mask_UL, position_ids=pos, past_key_values=c, use_cache=True)
+        full.batch_select_indices(own)
+        shared = SharedPrefixCache(prefix, mask_UL, own)
+        mask = mask_UL[own]
+        B = len(owners)
+        nxt, p = torch.randint(3, 259, (B,), generator=g), pos[own, -1]
+        for t in range(steps):
+            if t == 2 and B > 2:  # drop the first and the third row
+                keep = torch.tensor([1] + list(range(3, B)))
+                full.batch_select_indices(keep)
+                shared.select(keep)
+                mask, p, nxt, B = mask[keep], p[keep], nxt[keep], B - 2
+            mask, p = torch.cat([mask, mask.new_ones(B, 1)], 1), p + 1
             out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=p[:, None],
-                        past_key_values=caches[0], use_cache=True)  # fmt: skip
+                        past_key_values=full, use_cache=True)  # fmt: skip
             ref = out.logits[:, -1].float()
-            got = step(nxt, mask, p, caches[1])
+            got = step(nxt, p, shared)
             torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+            for b in range(B):  # each row's slots, as stored for the next turn, are the full cache's
+                n = int(mask[b].sum())
+                kv, kv_ref = shared.row(b, n), full.row(b, mask[b].nonzero().squeeze(-1))
+                for (k, v), (k0, v0) in zip(kv, kv_ref, strict=True):
+                    torch.testing.assert_close(k, k0)
+                    torch.testing.assert_close(v, v0)
             nxt = ref.argmax(-1)
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
 def test_decode_step_matches_the_model_forward(kind: str) -> None:
     _check_against_forward(_tiny(kind))
+
+
+@pytest.mark.parametrize("owners", [(0, 0, 1, 1, 2, 2), (0, 0, 0, 1, 2, 2, 2, 2)])
+def test_rows_sharing_a_context_attend_like_full_copies(owners: tuple[int, ...]) -> None:
+    """GRPO groups: even (then uneven once rows are dropped) and uneven from the start."""
+    _check_against_forward(_tiny("llama"), steps=5, owners=owners)
 
 
 def test_decode_step_runs_lora_adapters() -> None:

@@ -4,8 +4,10 @@ At batch 16 a 135M model's decode step is bound by reading its weights (~12 GB/s
 around the matmuls per step (a 4-D mask built from the 2-D one, ``scaled_dot_product_attention`` with that mask for a
 single query, kwargs plumbing through 30 layers) cost about a fifth of the step on this CPU. ``DecodeStep`` runs the
 same modules (the norms, projections, MLP and rotary embedding of the model itself, so LoRA adapters and biases
-apply), with the attention of one new token written as two batched matmuls under an additive mask built once per
-step. Prefill stays on the model's own forward.
+apply), with the attention of one new token written as batched matmuls over a
+:class:`~searchrl.generation.kvcache.SharedPrefixCache`: the prompt's keys/values once per distinct context (a GRPO
+group of 4 reads them once instead of 4 times), under an additive padding mask built once per call, plus each row's
+own decoded tokens. Prefill stays on the model's own forward.
 
 Supported: ``model_type`` llama (SmolLM, Llama 2/3) and qwen2 / mistral without a sliding window. Anything else, a
 model whose layout differs, or an FSDP-sharded one, gets ``None`` from :meth:`DecodeStep.build` and the caller uses
@@ -16,9 +18,14 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from searchrl.generation.kvcache import SharedPrefixCache
+
 _SUPPORTED = ("llama", "qwen2", "mistral")
+_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
+_MLPS = ("LlamaMLP", "Qwen2MLP", "MistralMLP")
 
 
 def _causal_lm(model: nn.Module) -> nn.Module:
@@ -36,10 +43,9 @@ def _sharded(model: nn.Module) -> bool:
 
 
 class DecodeStep:
-    """``step(ids_B, mask_BL, pos_B, cache) -> logits_BV`` (float32): the next-token logits after appending one token
-    per row to ``cache`` (a :class:`~searchrl.generation.kvcache.BufferedCache` filled by a prefill).
-
-    ``mask_BL`` marks the real slots of the cache including the new token's (1) and the padding (0)."""
+    """``step(ids_B, pos_B, cache) -> logits_BV`` (float32): the next-token logits after appending one token per row
+    (at position ``pos_B``) to ``cache``, a :class:`~searchrl.generation.kvcache.SharedPrefixCache` whose prefix
+    a prefill filled."""
 
     def __init__(self, lm: nn.Module) -> None:
         self.lm = lm
@@ -48,6 +54,15 @@ class DecodeStep:
         self.n_heads = cfg.num_attention_heads
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self._q0 = self.body.layers[0].self_attn.q_proj
+        # per layer: the callables of its pieces, resolved once (a plain module's functional form skips
+        # ``Module.__call__``, ~4 us per call and ~270 calls per step)
+        self.plan = [
+            (_norm(layer.input_layernorm), _linear(layer.self_attn.q_proj), _linear(layer.self_attn.k_proj),
+             _linear(layer.self_attn.v_proj), _linear(layer.self_attn.o_proj), _norm(layer.post_attention_layernorm),
+             _mlp(layer.mlp), layer.self_attn.scaling)
+            for layer in self.body.layers
+        ]  # fmt: skip
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:
@@ -73,30 +88,23 @@ class DecodeStep:
             return None
         return cls(lm)
 
-    def __call__(self, ids_B: Tensor, mask_BL: Tensor, pos_B: Tensor, cache) -> Tensor:
+    def __call__(self, ids_B: Tensor, pos_B: Tensor, cache: SharedPrefixCache) -> Tensor:
+        if self.body.layers[0].self_attn.q_proj is not self._q0:  # modules replaced since (e.g. LoRA injected)
+            self.__init__(self.lm)
         B, H, K, D = ids_B.shape[0], self.n_heads, self.n_kv, self.head_dim
         G = H // K  # query heads per key/value head
         x_B1C = self.body.embed_tokens(ids_B[:, None])  # (B, 1, C)
         cos, sin = self.body.rotary_emb(x_B1C, pos_B[:, None])
-        # additive mask over the cache slots, shared by every layer: (B, 1, 1, L)
-        bias_B11L = torch.zeros(mask_BL.shape, dtype=x_B1C.dtype, device=x_B1C.device)
-        bias_B11L.masked_fill_(mask_BL == 0, torch.finfo(x_B1C.dtype).min)
-        bias_B11L = bias_B11L[:, None, None, :]
-        for i, layer in enumerate(self.body.layers):
-            attn = layer.self_attn
-            h_B1C = layer.input_layernorm(x_B1C)
-            q_BH1D = attn.q_proj(h_B1C).view(B, 1, H, D).transpose(1, 2)
-            k_BK1D = attn.k_proj(h_B1C).view(B, 1, K, D).transpose(1, 2)
-            v_BK1D = attn.v_proj(h_B1C).view(B, 1, K, D).transpose(1, 2)
+        for i, (norm1, q_proj, k_proj, v_proj, o_proj, norm2, mlp, scaling) in enumerate(self.plan):
+            h_B1C = norm1(x_B1C)
+            q_BH1D = q_proj(h_B1C).view(B, 1, H, D).transpose(1, 2)
+            k_BK1D = k_proj(h_B1C).view(B, 1, K, D).transpose(1, 2)
+            v_BK1D = v_proj(h_B1C).view(B, 1, K, D).transpose(1, 2)
             q_BH1D, k_BK1D = apply_rotary_pos_emb(q_BH1D, k_BK1D, cos, sin)
-            keys_BKLD, values_BKLD = cache.layers[i].update(k_BK1D, v_BK1D)
-            # one query per row: group the query heads that share a key/value head -> (B, K, G, L) scores
-            q_BKGD = q_BH1D.reshape(B, K, G, D)
-            scores_BKGL = torch.matmul(q_BKGD, keys_BKLD.transpose(-1, -2)) * attn.scaling + bias_B11L
-            probs_BKGL = torch.softmax(scores_BKGL, dim=-1)
-            out_BKGD = torch.matmul(probs_BKGL, values_BKLD)
-            x_B1C = x_B1C + attn.o_proj(out_BKGD.reshape(B, 1, H * D))
-            x_B1C = x_B1C + layer.mlp(layer.post_attention_layernorm(x_B1C))
+            keys_BKSD, values_BKSD = cache.suffix.update(k_BK1D, v_BK1D, i)
+            out_BKGD = _attend(q_BH1D.reshape(B, K, G, D) * scaling, cache, i, keys_BKSD, values_BKSD)
+            x_B1C = x_B1C + o_proj(out_BKGD.reshape(B, 1, H * D))
+            x_B1C = x_B1C + mlp(norm2(x_B1C))
         h_BC = self.body.norm(x_B1C)[:, -1, :]
         head = self.lm.lm_head
         if type(head) is nn.Linear and head.bias is None:
@@ -104,3 +112,59 @@ class DecodeStep:
             # batch shrinks as rows finish), with the same fp32 accumulation
             return torch.mm(head.weight, h_BC.t().contiguous()).t().float()
         return head(h_BC).float()
+
+
+def _plain(m: nn.Module) -> bool:
+    """No hooks and no per-instance ``forward`` (accelerate's offload hooks replace it)."""
+    return not (m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__ or hasattr(m, "_hf_hook"))
+
+
+def _linear(m: nn.Module):
+    if type(m) is nn.Linear and _plain(m):
+        return lambda x: F.linear(x, m.weight, m.bias)
+    return m  # LoRA layers and anything hooked run their own forward
+
+
+def _norm(m: nn.Module):
+    if type(m).__name__ in _RMS_NORMS and _plain(m) and hasattr(m, "variance_epsilon"):
+        return lambda x: F.rms_norm(x, (x.shape[-1],), m.weight, m.variance_epsilon)
+    return m
+
+
+def _mlp(m: nn.Module):
+    """SwiGLU ``down(act(gate(x)) * up(x))`` with each projection resolved like :func:`_linear`."""
+    if type(m).__name__ not in _MLPS or not _plain(m):
+        return m
+    gate, up, down, act = _linear(m.gate_proj), _linear(m.up_proj), _linear(m.down_proj), m.act_fn
+    return lambda x: down(act(gate(x)) * up(x))
+
+
+def _attend(q_BKGD: Tensor, cache: SharedPrefixCache, i: int, keys_BKSD: Tensor, values_BKSD: Tensor) -> Tensor:
+    """Softmax attention of one (pre-scaled) query per row over its context's shared keys/values and its own decoded
+    ones. The context part runs once per context: the queries of its rows are laid out side by side, ``(U, K,
+    width * G, D)`` against ``(U, K, P, D)`` keys, so the prompt's cache is read once per group, not once per row."""
+    B, K, G, D = q_BKGD.shape
+    prefix = cache.prefix.layers[i]
+    keys_UKPD, values_UKPD = prefix.keys, prefix.values
+    U, P, M = keys_UKPD.shape[0], keys_UKPD.shape[2], cache.width
+    own_B, slot_B = cache.owner_B, cache.slot_B
+    if cache.even:  # the rows are the contexts' rows in order: a view, no scatter
+        q_UMKGD = q_BKGD.view(U, M, K, G, D)
+    else:
+        q_UMKGD = q_BKGD.new_zeros(U, M, K, G, D)
+        q_UMKGD[own_B, slot_B] = q_BKGD
+    q_UKmD = q_UMKGD.permute(0, 2, 1, 3, 4).reshape(U, K, M * G, D)  # m = (row slot, query head in the group)
+    s_UMKGP = torch.matmul(q_UKmD, keys_UKPD.transpose(-1, -2)).view(U, K, M, G, P).permute(0, 2, 1, 3, 4)
+    s_BKGP = (s_UMKGP.reshape(B, K, G, P) if cache.even else s_UMKGP[own_B, slot_B]) + cache.prefix_bias_B11P
+    s_BKGS = torch.matmul(q_BKGD, keys_BKSD.transpose(-1, -2))  # decoded tokens: all real, no mask
+    p_BKGL = torch.softmax(torch.cat([s_BKGP, s_BKGS], dim=-1), dim=-1)
+    p_BKGP, p_BKGS = p_BKGL.split([P, p_BKGL.shape[-1] - P], dim=-1)
+    if cache.even:
+        p_UMKGP = p_BKGP.view(U, M, K, G, P)
+    else:
+        p_UMKGP = p_BKGP.new_zeros(U, M, K, G, P)
+        p_UMKGP[own_B, slot_B] = p_BKGP
+    o_UKmD = torch.matmul(p_UMKGP.permute(0, 2, 1, 3, 4).reshape(U, K, M * G, P), values_UKPD)
+    o_UMKGD = o_UKmD.view(U, K, M, G, D).permute(0, 2, 1, 3, 4)
+    o_BKGD = o_UMKGD.reshape(B, K, G, D) if cache.even else o_UMKGD[own_B, slot_B]
+    return o_BKGD + torch.matmul(p_BKGS, values_BKSD)

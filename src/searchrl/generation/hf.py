@@ -28,7 +28,7 @@ from torch import Tensor
 
 from searchrl.generation.base import Completion, Generator, SamplingParams
 from searchrl.generation.decode_step import DecodeStep
-from searchrl.generation.kvcache import BufferedCache, PrefixStore, weights_version
+from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, weights_version
 
 
 def _first_stop(tokenizer, ids: list[int], stops: tuple[str, ...]) -> tuple[int, str] | None:
@@ -96,22 +96,32 @@ def _finish(
     return Completion(kept, lps[:n], text, reason, stop_str, {"generate_s": t})
 
 
-def _sample(logits_BV: Tensor, params: SamplingParams, gen: torch.Generator) -> Tensor:
-    """Next token per row: argmax when greedy, else temperature + nucleus (top-p) sampling. Returns (B,).
+def _sample(logits_BV: Tensor, params: SamplingParams, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Next token per row and its log-prob under the raw logits (temperature 1, no top-p). Returns ``(B,), (B,)``.
 
-    Sampling inverts the CDF with one uniform draw per row (``torch.multinomial`` costs ~15x more per step over a
-    49k vocabulary on a CPU), in two levels: the block of 256 tokens holding the draw, then the token inside it (a
-    full-vocabulary ``cumsum`` is sequential per row and cost ~3 ms per step on 2 cores)."""
+    Argmax when greedy, else temperature + nucleus (top-p) sampling. Sampling inverts the CDF with one uniform draw
+    per row (``torch.multinomial`` costs ~15x more per step over a 49k vocabulary on a CPU), in two levels: the block
+    of 256 tokens holding the draw, then the token inside it (a full-vocabulary ``cumsum`` is sequential per row and
+    cost ~3 ms per step on 2 cores). At temperature 1 without top-p, the unnormalised ``exp(z - max z)`` that gives
+    the log-normaliser is also the sampling mass: one pass over the vocabulary instead of three."""
+    logits_BV = logits_BV.contiguous()  # reductions along a strided last dim run ~8x slower
+    max_B1 = logits_BV.amax(-1, keepdim=True)
+    mass_BV = (logits_BV - max_B1).exp_()  # proportional to softmax(z)
+    log_z_B = max_B1.squeeze(-1) + mass_BV.sum(-1).log_()
     if params.temperature <= 0:
-        return logits_BV.argmax(-1)
-    probs_BV = torch.softmax(logits_BV / params.temperature if params.temperature != 1 else logits_BV, dim=-1)
-    order_BV = None
-    if params.top_p < 1.0:
-        probs_BV, order_BV = probs_BV.sort(dim=-1, descending=True)
-        drop_BV = probs_BV.cumsum(-1) - probs_BV > params.top_p  # keep the smallest prefix with mass >= top_p
-        probs_BV = probs_BV.masked_fill(drop_BV, 0.0)
-    pick_B = _inverse_cdf(probs_BV, torch.rand(probs_BV.shape[0], generator=gen, device=probs_BV.device))
-    return pick_B if order_BV is None else order_BV.gather(-1, pick_B[:, None]).squeeze(-1)
+        pick_B = logits_BV.argmax(-1)
+    else:
+        order_BV = None
+        if params.temperature != 1 or params.top_p < 1.0:
+            mass_BV = torch.softmax(logits_BV / params.temperature, dim=-1)
+        if params.top_p < 1.0:
+            mass_BV, order_BV = mass_BV.sort(dim=-1, descending=True)
+            drop_BV = mass_BV.cumsum(-1) - mass_BV > params.top_p  # keep the smallest prefix with mass >= top_p
+            mass_BV = mass_BV.masked_fill(drop_BV, 0.0)
+        pick_B = _inverse_cdf(mass_BV, torch.rand(mass_BV.shape[0], generator=gen, device=mass_BV.device))
+        if order_BV is not None:
+            pick_B = order_BV.gather(-1, pick_B[:, None]).squeeze(-1)
+    return pick_B, logits_BV.gather(-1, pick_B[:, None]).squeeze(-1) - log_z_B
 
 
 _BLOCK = 256
@@ -243,11 +253,14 @@ class HFGenerator(Generator):
         slot_of = [i for u in uniq for i in groups[u]]  # row -> index in the caller's prompt list
         self.stats["dedup_tokens"] += sum(len(uniq[r]) for r in owner) - sum(len(u) for u in uniq)
         sel = torch.tensor(owner, device=device)
-        if len(owner) != U:
-            cache.batch_select_indices(sel)
         logits_BV = logits_UV.index_select(0, sel).float()
-        mask_BL = mask_UL.to(device).index_select(0, sel)
         pos_B = pos_US[:, -1].to(device).index_select(0, sel)
+        if self.step is not None:  # rows share their context's keys/values
+            rows = _SharedRows(self.step, SharedPrefixCache(cache, mask_UL.to(device), sel))
+        else:
+            if len(owner) != U:
+                cache.batch_select_indices(sel)
+            rows = _PaddedRows(self.model, cache, mask_UL.to(device).index_select(0, sel))
         contexts = [uniq[r] for r in owner]
         B = len(owner)
         toks: list[list[int]] = [[] for _ in range(B)]
@@ -259,8 +272,7 @@ class HFGenerator(Generator):
         L = max((len(s) for s in stops), default=1)
         live = list(range(B))  # batch position -> row
         for step in range(params.max_new_tokens):
-            next_B = _sample(logits_BV, params, gen)
-            lp_B = logits_BV.gather(-1, next_B[:, None]).squeeze(-1) - torch.logsumexp(logits_BV, dim=-1)
+            next_B, lp_B = _sample(logits_BV, params, gen)
             for b, (tok, lp) in enumerate(zip(next_B.tolist(), lp_B.tolist(), strict=True)):
                 row = live[b]
                 if done[row]:
@@ -279,29 +291,15 @@ class HFGenerator(Generator):
             if n_done == len(live) or step == params.max_new_tokens - 1:
                 break
             if n_done >= max(1, len(live) // 4):  # compact: keep the finished rows' caches, drop them
-                self._keep(cache, mask_BL, live, contexts, toks, stopped)
+                self._keep(rows, live, contexts, toks, stopped)
                 keep = [b for b, r in enumerate(live) if not done[r]]
                 idx = torch.tensor(keep, device=device)
-                cache.batch_select_indices(idx)
-                mask_BL, pos_B, next_B = mask_BL[idx], pos_B[idx], next_B[idx]
+                rows.select(idx)
+                pos_B, next_B = pos_B[idx], next_B[idx]
                 live = [live[b] for b in keep]
-            mask_BL = torch.cat([mask_BL, mask_BL.new_ones(len(live), 1)], dim=1)
             pos_B = pos_B + 1
-            if self.step is not None:
-                logits_BV = self.step(next_B, mask_BL, pos_B, cache)
-            else:
-                logits_BV = (
-                    self.model(
-                        input_ids=next_B[:, None],
-                        attention_mask=mask_BL,
-                        position_ids=pos_B[:, None],
-                        past_key_values=cache,
-                        use_cache=True,
-                    )
-                    .logits[:, -1, :]
-                    .float()
-                )
-        self._keep(cache, mask_BL, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
+            logits_BV = rows.step(next_B, pos_B)
+        self._keep(rows, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
         for row in range(B):
             out[slot_of[row]] = _finish(self.tokenizer, toks[row], lps[row], self.eos_ids, stops, 0.0, stopped[row])
 
@@ -326,7 +324,7 @@ class HFGenerator(Generator):
         self.stats["prefill_tokens"] += common
         self.stats["reused_tokens"] -= common  # counted once as prefilled, not as reused
 
-    def _keep(self, cache: BufferedCache, mask_BL: Tensor, live, contexts, toks, wanted) -> None:
+    def _keep(self, rows, live, contexts, toks, wanted) -> None:
         """Store the caches of the live rows in ``wanted`` (context + all sampled tokens but the last, whose
         keys/values were never computed) for the next call."""
         if not self.reuse_prefixes:
@@ -335,9 +333,46 @@ class HFGenerator(Generator):
             if not wanted[row] or not toks[row]:
                 continue
             ctx = list(contexts[row]) + toks[row][:-1]
-            slots = mask_BL[b].nonzero().squeeze(-1)[: len(ctx)]
-            if len(slots) == len(ctx):
-                self.store.put(ctx, cache.row(b, slots))
+            kv = rows.row(b, len(ctx))
+            if kv is not None:
+                self.store.put(ctx, kv)
+
+
+class _SharedRows:
+    """Decode state of the fast step: rows share their context's keys/values (:class:`SharedPrefixCache`)."""
+
+    def __init__(self, step: DecodeStep, cache: SharedPrefixCache) -> None:
+        self.decode, self.cache = step, cache
+
+    def select(self, idx_B: Tensor) -> None:
+        self.cache.select(idx_B)
+
+    def row(self, b: int, n: int) -> list[tuple[Tensor, Tensor]] | None:
+        return self.cache.row(b, n)
+
+    def step(self, ids_B: Tensor, pos_B: Tensor) -> Tensor:
+        return self.decode(ids_B, pos_B, self.cache)
+
+
+class _PaddedRows:
+    """Decode state of the fallback: one full, left-padded cache row per completion and ``model(...)`` per step."""
+
+    def __init__(self, model, cache: BufferedCache, mask_BL: Tensor) -> None:
+        self.model, self.cache, self.mask_BL = model, cache, mask_BL
+
+    def select(self, idx_B: Tensor) -> None:
+        self.cache.batch_select_indices(idx_B)
+        self.mask_BL = self.mask_BL[idx_B]
+
+    def row(self, b: int, n: int) -> list[tuple[Tensor, Tensor]] | None:
+        slots = self.mask_BL[b].nonzero().squeeze(-1)[:n]
+        return self.cache.row(b, slots) if len(slots) == n else None
+
+    def step(self, ids_B: Tensor, pos_B: Tensor) -> Tensor:
+        self.mask_BL = torch.cat([self.mask_BL, self.mask_BL.new_ones(len(ids_B), 1)], dim=1)
+        out = self.model(input_ids=ids_B[:, None], attention_mask=self.mask_BL, position_ids=pos_B[:, None],
+                         past_key_values=self.cache, use_cache=True)  # fmt: skip
+        return out.logits[:, -1, :].float()
 
 
 class HFGenerateGenerator(Generator):
