@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -49,6 +50,7 @@ def main() -> None:
     init = [f"training.init_from={args.init}"] if Path(args.init, "config.json").exists() else []
     cmd = [sys.executable, "-m", "searchrl.cli", "train", "--recipe", "demo", f"training.steps={args.steps}",
            f"training.output_dir={args.out}", "training.save_every=10", *init, *args.overrides]  # fmt: skip
+    shutil.rmtree(args.out, ignore_errors=True)  # a fresh run: the trainer appends to an existing metrics file
     subprocess.run(cmd, check=True)
     from searchrl.viz.plots import load_metrics, plot_run
 
