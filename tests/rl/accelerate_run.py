@@ -67,7 +67,7 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
         info = {"history": history, "optimizer_steps": opt_steps[0], "processes": trainer.acc.num_processes,
                 "distributed_type": str(trainer.acc.distributed_type)}  # fmt: skip
         torch.save(info, f"{out}/history.pt")
-    trainer.close()
+    trainer.close(exit_process=True)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:
     trainer = Trainer(cfg, model, tok, protocol, make_retriever_for(cfg), examples, reward_fn=reward_fn,
                       aux_nll_hook=memorizer, generator=generator, eval_examples=held_out)  # fmt: skip
     history = trainer.train(resume=resume)
-    trainer.close()
+    trainer.close(exit_process=True)
     return history
 
 

@@ -22,8 +22,11 @@ How this departs from the textbook algorithms (each choice is configurable where
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -478,13 +481,23 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------------------------------- run / io
-    def close(self) -> None:
-        """End a multi-process run cleanly: every process reaches this point, then the process group is destroyed
-        (left to interpreter exit, gloo's threads can abort one process: "terminate called without an active
-        exception"). A no-op with one process."""
+    def close(self, exit_process: bool = False) -> None:
+        """End a multi-process run cleanly: every process reaches this point, then the process group is destroyed.
+        A no-op with one process.
+
+        ``exit_process``: with several processes, then end this process with ``os._exit(0)`` (stdio and logging
+        flushed) instead of leaving torch's gloo objects to interpreter teardown, which can deadlock (the DDP
+        reducer's dealloc holds the GIL while ``~ProcessGroupGloo`` joins a worker thread that needs the GIL to free
+        its last barrier's work; seen in CI) or abort ("terminate called without an active exception"). For entry
+        points whose work is done: ``searchrl train`` passes it."""
         if self.acc.num_processes > 1:
             self.acc.wait_for_everyone()
             self.acc.end_training()
+            if exit_process:
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
 
     def train(self, steps: int | None = None, resume: bool = False) -> list[dict[str, float]]:
         total = steps if steps is not None else self.tcfg.steps
