@@ -79,6 +79,21 @@ def progress(transient: bool = False, every: float = 5.0) -> Progress:
 _ALLOCATOR_TUNED = False
 
 
+def hard_exit(code: int = 0) -> None:
+    """Flush logging and stdio, then end the process with ``os._exit``, skipping interpreter teardown.
+
+    For a multi-process (gloo) run whose work is done: left to teardown, the DDP reducer's dealloc holds the GIL
+    while ``~ProcessGroupGloo`` joins a worker thread that needs the GIL to free its last barrier's work (a deadlock
+    seen in CI), or a process aborts ("terminate called without an active exception")."""
+    import logging
+    import sys
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def tune_allocator() -> None:
     """Keep freed memory in the process instead of returning it to the OS (glibc only; a no-op elsewhere).
 

@@ -22,11 +22,8 @@ How this departs from the textbook algorithms (each choice is configurable where
 from __future__ import annotations
 
 import json
-import logging
 import math
-import os
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -61,7 +58,7 @@ from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.record import trajectory_record
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.tuning import atomic_dir, full_state_dict, linear_warmup, load_policy_weights, save_merged, wrap_lora
-from searchrl.utils import make_adamw, progress, tune_allocator
+from searchrl.utils import hard_exit, make_adamw, progress, tune_allocator
 
 #: ``(trajectories, protocol) -> (scores, metrics)``; the default composes cfg.reward's components.
 RewardFn = Callable[[Sequence[Trajectory]], tuple[list[float], dict[str, float]]]
@@ -482,22 +479,14 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- run / io
     def close(self, exit_process: bool = False) -> None:
-        """End a multi-process run cleanly: every process reaches this point, then the process group is destroyed.
-        A no-op with one process.
-
-        ``exit_process``: with several processes, then end this process with ``os._exit(0)`` (stdio and logging
-        flushed) instead of leaving torch's gloo objects to interpreter teardown, which can deadlock (the DDP
-        reducer's dealloc holds the GIL while ``~ProcessGroupGloo`` joins a worker thread that needs the GIL to free
-        its last barrier's work; seen in CI) or abort ("terminate called without an active exception"). For entry
-        points whose work is done: ``searchrl train`` passes it."""
+        """End a multi-process run: every process reaches this point, then the process group is destroyed; with
+        ``exit_process`` the process then ends (:func:`searchrl.utils.hard_exit`: gloo's teardown at interpreter exit
+        can deadlock or abort). A no-op with one process."""
         if self.acc.num_processes > 1:
             self.acc.wait_for_everyone()
             self.acc.end_training()
             if exit_process:
-                logging.shutdown()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
+                hard_exit()
 
     def train(self, steps: int | None = None, resume: bool = False) -> list[dict[str, float]]:
         total = steps if steps is not None else self.tcfg.steps
