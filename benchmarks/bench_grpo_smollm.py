@@ -30,7 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--init", default="runs/coldstart/final")
-    ap.add_argument("--out", default="runs/grpo-demo")
+    ap.add_argument("--out", default="runs/grpo-demo", help="run directory (deleted and re-created)")
     ap.add_argument("--coldstart", type=int, default=0, help="quick SFT on N oracle trajectories if --init is absent")
     ap.add_argument("--coldstart-epochs", type=int, default=2)
     ap.add_argument("overrides", nargs="*", help="extra dotted overrides for the demo recipe")

@@ -54,6 +54,10 @@ class DecodeStep:
         self.n_heads = cfg.num_attention_heads
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self._resolve()
+
+    def _resolve(self) -> None:
+        """(Re)build the per-layer plan from the model's current modules."""
         self._q0 = self.body.layers[0].self_attn.q_proj
         # per layer: the callables of its pieces, resolved once (a plain module's functional form skips
         # ``Module.__call__``, ~4 us per call and ~270 calls per step)
@@ -90,7 +94,7 @@ class DecodeStep:
 
     def __call__(self, ids_B: Tensor, pos_B: Tensor, cache: SharedPrefixCache) -> Tensor:
         if self.body.layers[0].self_attn.q_proj is not self._q0:  # modules replaced since (e.g. LoRA injected)
-            self.__init__(self.lm)
+            self._resolve()
         B, H, K, D = ids_B.shape[0], self.n_heads, self.n_kv, self.head_dim
         G = H // K  # query heads per key/value head
         x_B1C = self.body.embed_tokens(ids_B[:, None])  # (B, 1, C)

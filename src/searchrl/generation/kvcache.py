@@ -97,7 +97,7 @@ class SharedPrefixCache:
         self.prefix_mask_UP = prefix_mask_UP
         bias_UP = torch.zeros(prefix_mask_UP.shape, dtype=prefix.layers[0].keys.dtype, device=owner_B.device)
         bias_UP.masked_fill_(prefix_mask_UP == 0, torch.finfo(bias_UP.dtype).min)
-        self.prefix_bias_U11P = bias_UP[:, None, None, :]
+        self._bias_U11P = bias_UP[:, None, None, :]
         self.suffix = BufferedCache()
         self._set_owners(owner_B)
 
@@ -106,7 +106,7 @@ class SharedPrefixCache:
         counts_U = torch.bincount(owner_B, minlength=self.prefix_mask_UP.shape[0])
         self.width = int(counts_U.max())
         self.even = bool((counts_U == self.width).all())  # every context has ``width`` rows: rows = (U, width)
-        self.prefix_bias_B11P = self.prefix_bias_U11P[owner_B]
+        self.prefix_bias_B11P = self._bias_U11P[owner_B]  # each row's context's padding mask
         self.slot_B = torch.arange(len(owner_B), device=owner_B.device) - (counts_U.cumsum(0) - counts_U)[owner_B]
 
     def select(self, idx_B: Tensor) -> None:
