@@ -293,8 +293,10 @@ class SFTConfig(_Section):
     data: str = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
-    #: oracle reasoning states how many searches the question needs and counts them ("Search 2 of 2: ...").
-    oracle_plan: bool = False
+    #: oracle reasoning style: "none" (sub-question per hop), "count" (states how many searches the question needs
+    #: and counts them: "Search 2 of 2: ..."; ``true`` means this) or "decompose" (writes the question's
+    #: decomposition first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", and follows it step by step).
+    oracle_plan: bool | Literal["none", "count", "decompose"] = False
     limit: int | None = None
 
 

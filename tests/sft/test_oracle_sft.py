@@ -15,7 +15,7 @@ from searchrl.protocols import PROTOCOLS, get_protocol
 from searchrl.retrieval import build_index, load_index
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import collate_trajectories, response_logits, token_logprobs
-from searchrl.sft.oracle import oracle_trajectories
+from searchrl.sft.oracle import _plan_items, oracle_trajectories, plan_style
 from searchrl.sft.trainer import SFTTrainer
 from searchrl.testing import tiny_model
 
@@ -28,9 +28,9 @@ def world(tmp_path_factory) -> tuple[Path, object]:
     return d, load_index(index)
 
 
-@pytest.mark.parametrize("plan", [False, True])
+@pytest.mark.parametrize("plan", [False, True, "decompose"])
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
-def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool) -> None:
+def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str) -> None:
     d, retriever = world
     protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))
     examples = load_qa(d / "train.jsonl", limit=40)
@@ -45,11 +45,33 @@ def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool) -> No
         assert all(ids for ids in t.turns[0].hit_ids)  # real retrieved documents were inserted
         inserted = tok.decode([i for i, m in zip(t.response_ids, t.action_mask, strict=True) if not m])
         assert inserted == "".join(turn.observation for turn in t.turns)
-        if plan and not (name == "rag_r1" and ex.metadata.get("kind") == "comparison"):  # the count, in each step
-            n = len(ex.metadata["chain"])
+        if name == "rag_r1" and ex.metadata.get("kind") == "comparison":
+            continue  # one multi-query call: no plan
+        n = len(ex.metadata["chain"])
+        if plan == "decompose":  # the plan first, then one step of it per turn; the last step closes it
+            assert t.turns[0].text.count("Plan: (1) ") == 1 and f"({n + 1}) " in t.turns[0].text
+            assert [f"Step ({i + 1}): " in turn.text for i, turn in enumerate(t.turns)] == [True] * (n + 1)
+            closing = "compare #1 and #2: " if ex.metadata["kind"] == "comparison" else f"answer #{n}. So the"
+            assert f"#{n} is " in t.turns[-1].text and closing in t.turns[-1].text
+        elif plan:  # the count, in each step
             assert f"This question needs {n} search" in t.turns[0].text
             assert [f"Search {i + 1} of {n}:" in turn.text for i, turn in enumerate(t.turns[:-1])] == [True] * n
             assert f"That was search {n} of {n}. So the answer is" in t.turns[-1].text
+
+
+def test_decomposition_refers_to_earlier_answers() -> None:
+    chain = [
+        {"sub_question": "Which label released Grafou?", "answer": "Treikfou Sound"},
+        {"sub_question": "In which city is Treikfou Sound headquartered?", "answer": "Isgaholm"},
+        {"sub_question": "In which country is Isgaholm?", "answer": "Stasperun"},
+    ]
+    assert _plan_items(chain, comparison=False) == [
+        "Which label released Grafou?", "In which city is #1 headquartered?", "In which country is #2?", "answer #3.",
+    ]  # fmt: skip
+    assert _plan_items(chain[:1] * 2, comparison=True)[-1] == "compare #1 and #2."
+    assert plan_style(True) == "count" and plan_style(False) == "none" and plan_style("decompose") == "decompose"
+    with pytest.raises(ValueError, match="sft.oracle_plan"):
+        plan_style("steps")
 
 
 def test_sft_gradient_is_exactly_zero_on_inserted_tokens(world) -> None:

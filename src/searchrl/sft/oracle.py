@@ -34,12 +34,62 @@ def _plan_lead(i: int, n: int) -> str:
     return f"{head}Search {i + 1} of {n}:"
 
 
-def oracle_texts(protocol: Protocol, example: QAExample, plan: bool = False) -> list[tuple[str, list[str]]]:
+def _plan_items(chain: list[dict], comparison: bool) -> list[str]:
+    """The decomposition of a chain: each hop's sub-question with earlier answers written as references
+    (``#1`` for the first hop's answer, as in QDMR decompositions), then the closing step."""
+    items = []
+    for i, hop in enumerate(chain):
+        text = hop["sub_question"]
+        for j in range(i - 1, -1, -1):  # the latest answer first (an answer may contain an earlier one)
+            if chain[j]["answer"] and chain[j]["answer"] in text:
+                text = text.replace(chain[j]["answer"], f"#{j + 1}")
+        items.append(text)
+    n = len(chain)
+    items.append(f"compare {' and '.join(f'#{j + 1}' for j in range(n))}." if comparison else f"answer #{n}.")
+    return items
+
+
+def _decomposed(chain: list[dict], answer: str, comparison: bool) -> tuple[list[str], str]:
+    """Reasoning before each hop's search, and the final reasoning, in the ``decompose`` style.
+
+    The first step writes the whole plan ("Plan: (1) Who wrote X? (2) In which city was #1 born? (3) answer #2.");
+    after each hop the model records the answer ("#1 is Y.") and copies the plan's next item ("Step (2): ..."),
+    so when to stop is read off the plan (its next item is "answer #n") instead of being counted or inferred from
+    the documents. The plan is decided right after the question, where a sub-question that asks for something
+    else than the question (a city where the question wants a country) is next to it."""
+    items = _plan_items(chain, comparison)
+    plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
+    before = [f"{plan} Step (1): {chain[0]['sub_question']}"]
+    for i in range(1, len(chain)):
+        before.append(f"#{i} is {chain[i - 1]['answer']}. Step ({i + 1}): {chain[i]['sub_question']}")
+    n = len(chain)
+    last = items[-1]
+    if comparison:
+        last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
+    final = f"#{n} is {chain[-1]['answer']}. Step ({n + 1}): {last} So the answer is {answer}."
+    return before, final
+
+
+#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, or a written decomposition.
+PLAN_STYLES = ("none", "count", "decompose")
+
+
+def plan_style(plan: bool | str) -> str:
+    """``sft.oracle_plan`` as one of :data:`PLAN_STYLES` (``true`` is the count, for older configs)."""
+    style = {True: "count", False: "none"}.get(plan, plan) if isinstance(plan, bool) else str(plan)
+    if style not in PLAN_STYLES:
+        raise ValueError(f"sft.oracle_plan={plan!r}: use one of {', '.join(PLAN_STYLES)} (or true/false)")
+    return style
+
+
+def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = False) -> list[tuple[str, list[str]]]:
     """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn.
 
-    With ``plan``, the first reasoning step says how many searches the question needs and every step counts them
-    ("Search 2 of 2: ..."), so when to stop searching is a count the model can copy rather than a comparison of
-    the last sub-question with the question (which small models get wrong: they answer the first hop)."""
+    ``plan`` (see :data:`PLAN_STYLES`): ``count`` makes the first reasoning step say how many searches the question
+    needs and every step count them ("Search 2 of 2: ..."); ``decompose`` writes the question's decomposition first
+    and follows it step by step (:func:`_decomposed`). Without a plan, when to stop searching is a comparison of
+    the last sub-question with the question, which small models get wrong: they answer the first hop."""
+    mode = plan_style(plan)
     chain = example.metadata.get("chain") or []
     if not chain:
         raise ValueError(
@@ -48,27 +98,39 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool = False) -> 
     style = protocol.format_reasoning
     answer = example.answers[0]
     turns: list[tuple[str, list[str]]] = []
-    multi = protocol.max_queries > 1 and example.metadata.get("kind") == "comparison"
+    comparison = example.metadata.get("kind") == "comparison"
+    multi = protocol.max_queries > 1 and comparison
     if multi:  # RAG-R1 multi-query: independent hops (comparison) go out in one call
         qs = [h["query"].replace(",", " ") for h in chain][: protocol.max_queries]
         reason = style("I need: " + " and ".join(h["sub_question"] for h in chain))
         turns.append((reason + protocol.format_search(qs), qs))
         facts = " ".join(_reason_after_hop(h) for h in chain)
+        final_text = f"{facts} So the answer is {answer}."
     else:
+        decomposed = _decomposed(chain, answer, comparison) if mode == "decompose" else None
         for i, hop in enumerate(chain):
-            prev = _reason_after_hop(chain[i - 1]) + " " if i > 0 else ""
-            recalled = protocol.format_recalled(prev.strip()) if i > 0 else None
-            before = _reason_before_hop(i, hop)
-            if plan:
-                before = f"{_plan_lead(i, len(chain))} {hop['sub_question']}"
+            if decomposed is not None:
+                prev, before = "", decomposed[0][i]
+                recalled = protocol.format_recalled(f"#{i} is {chain[i - 1]['answer']}.") if i > 0 else None
+                if recalled is not None:
+                    before = before.split(". ", 1)[1]  # the recalled block already says "#i is ..."
+            else:
+                prev = _reason_after_hop(chain[i - 1]) + " " if i > 0 else ""
+                recalled = protocol.format_recalled(prev.strip()) if i > 0 else None
+                before = _reason_before_hop(i, hop)
+                if mode == "count":
+                    before = f"{_plan_lead(i, len(chain))} {hop['sub_question']}"
             if recalled is not None:  # the protocol marks what the model already knows (R1-Searcher++)
                 text = recalled + style(before)
             else:
                 text = style(prev + before)
             turns.append((text + protocol.format_search([hop["query"]]), [hop["query"]]))
-        facts = _reason_after_hop(chain[-1])
-    done = f" That was search {len(chain)} of {len(chain)}." if plan and not multi else ""
-    final = style(f"{facts}{done} So the answer is {answer}.")
+        if decomposed is not None:
+            final_text = decomposed[1]
+        else:
+            done = f" That was search {len(chain)} of {len(chain)}." if mode == "count" else ""
+            final_text = f"{_reason_after_hop(chain[-1])}{done} So the answer is {answer}."
+    final = style(final_text)
     evidence = protocol.format_evidence(" ".join(f"{h['sub_question']} {h['answer']}." for h in chain))
     if evidence:  # R-Search writes its evidence block before the answer
         final = final + evidence + "\n"
@@ -84,7 +146,7 @@ def oracle_trajectories(
     topk: int = 3,
     prompt_style: str = "auto",
     max_obs_tokens: int | None = None,
-    plan: bool = False,
+    plan: bool | str = False,
 ) -> list[Trajectory]:
     """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call.
     ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will;
