@@ -1,16 +1,19 @@
 """Does training work? The `multihop_cpu` pipeline on real multi-hop questions, reported (issue 16).
 
-    python benchmarks/bench_multihop_cpu.py [--run] [--data ../shared/data/2wiki-mini] [--qa dev.jsonl]
-                                            [--out runs/multihop_cpu]
+    python benchmarks/bench_multihop_cpu.py [--run] [--baseline] [--data ../shared/data/2wiki-mini]
+                                            [--qa dev.jsonl] [--out runs/multihop_cpu]
 
 With ``--run`` it first runs ``searchrl run --recipe multihop_cpu data.source=DATA data.train=QA --out OUT``
-(stages already done are skipped). It then reads what the run measured (nothing here is typed in by hand):
+(stages already done are skipped). With ``--baseline`` it also evaluates the shipped model (naive RAG and the
+untrained agent) on the same held-out questions and index into ``OUT/eval_shipped`` (skipped when there). It then
+reads what the run measured (nothing here is typed in by hand):
 
 - each stage's wall time (``OUT/<stage>/DONE``);
 - the cold start on the synthetic world: agent EM per question kind on 100 dev questions (``coldstart_eval``);
 - the RL curve: reward, held-out EM / F1, well-formed rate, searches, length and KL per step (``rl/metrics.jsonl``);
-- the final greedy evaluation on the 100 held-out questions: naive RAG vs the trained agent (``eval``), and the
-  RL stage's starting checkpoint on the same questions (the trainer's step-0 held-out evaluation);
+- the final greedy evaluation on the 100 held-out questions: naive RAG vs the trained agent (``eval``), the
+  RL stage's starting checkpoint on the same questions (the trainer's step-0 held-out evaluation) and, when
+  ``OUT/eval_shipped`` exists, the shipped model's naive RAG and agent;
 
 and writes ``benchmarks/results/multihop_cpu.{json,md}``, the curve PNG and a viewer page of the held-out
 trajectories (before and after RL) into ``benchmarks/results/multihop_cpu/``.
@@ -43,6 +46,7 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/2wiki-mini")
     ap.add_argument("--qa", default="dev.jsonl")
     ap.add_argument("--out", default="runs/multihop_cpu")
+    ap.add_argument("--baseline", action="store_true", help="evaluate the shipped model on the held-out questions")
     ap.add_argument("--results", default=str(RESULTS), help="where the report goes")
     args = ap.parse_args()
     results = Path(args.results)
@@ -51,6 +55,14 @@ def main() -> None:
                "--out", str(out)]  # fmt: skip
     if args.run:
         subprocess.run([str(Path(sys.executable).parent / "searchrl"), *command[1:]], check=True)
+
+    shipped_dir = out / "eval_shipped"
+    if args.baseline and not (shipped_dir / "summary.json").exists():
+        subprocess.run([str(Path(sys.executable).parent / "searchrl"), "eval", "--config", "multihop_cpu", "--model",
+                        "smollm2-135m-instruct", "--methods", "naive_rag,agent", "--data",
+                        str(out / "split" / "heldout.jsonl"), "--index", str(out / "index" / "index"), "--limit",
+                        "100", "--out", str(shipped_dir)], check=True)  # fmt: skip
+    shipped = _rows(shipped_dir / "summary.json")
 
     import yaml
 
@@ -67,6 +79,7 @@ def main() -> None:
     start, end = evals[0], evals[-1]
     result = {
         "command": " ".join(command),
+        "out": str(out),
         "stage_seconds": stages,
         "total_minutes": round(sum(stages.values()) / 60, 1),
         "coldstart_world_dev": {
@@ -82,6 +95,8 @@ def main() -> None:
                 k: start.get(f"eval/{k}") for k in ("em", "f1", "well_formed", "searches_per_question")
             },
             "agent_rl_end": {k: end.get(f"eval/{k}") for k in ("em", "f1", "well_formed", "searches_per_question")},
+            "shipped_naive_rag": {k: _pick(shipped, "naive_rag").get(k) for k in ("n", "em", "f1", "searches")},
+            "shipped_agent": {k: _pick(shipped, "agent").get(k) for k in ("n", "em", "f1", "well_formed", "searches")},
         },
         "rl_curve": [{"step": m["step"], **{k: m.get(k) for k in CURVE_KEYS}} for m in steps],
         "heldout_curve": [{"step": m["step"], "em": m["eval/em"], "f1": m["eval/f1"]} for m in evals],
@@ -94,6 +109,8 @@ def main() -> None:
     result["checks"] = {
         "agent_minus_naive_rag_em": diff(h["agent_after_rl"].get("em"), h["naive_rag"].get("em")),
         "agent_minus_naive_rag_f1": diff(h["agent_after_rl"].get("f1"), h["naive_rag"].get("f1")),
+        "agent_minus_shipped_naive_rag_em": diff(h["agent_after_rl"].get("em"), h["shipped_naive_rag"].get("em")),
+        "agent_minus_shipped_naive_rag_f1": diff(h["agent_after_rl"].get("f1"), h["shipped_naive_rag"].get("f1")),
         "rl_gain_em": diff(h["agent_rl_end"]["em"], h["agent_rl_start"]["em"]),
         "rl_gain_f1": diff(h["agent_rl_end"]["f1"], h["agent_rl_start"]["f1"]),
     }
@@ -126,20 +143,33 @@ def render(r: dict) -> str:
     lines = [
         "# multihop_cpu: the bundled 135M model trained into a search agent on 2 CPU cores",
         "",
-        f"Command: `{r['command']}` (then `python benchmarks/bench_multihop_cpu.py`). Same harness for every row:",
+        f"Command: `{r['command']}` (then `python benchmarks/bench_multihop_cpu.py --baseline --out {r['out']}`). "
+        "Same harness for every row:",
         "greedy, BM25 top-3, the 100 held-out questions of the fixed split (`searchrl data split`).",
         "",
         "| held-out (100) | EM | F1 | well-formed | searches/q |",
         "|---|---|---|---|---|",
-        f"| naive RAG | {_f(h['naive_rag']['em'])} | {_f(h['naive_rag']['f1'])} | - | "
+    ]
+    if h["shipped_naive_rag"].get("n"):
+        sa = h["shipped_agent"]
+        lines += [
+            f"| shipped model, naive RAG | {_f(h['shipped_naive_rag']['em'])} | {_f(h['shipped_naive_rag']['f1'])} | - "
+            f"| {_f(h['shipped_naive_rag']['searches'])} |",
+            f"| shipped model, agent | {_f(sa.get('em'))} | {_f(sa.get('f1'))} | {_f(sa.get('well_formed'))} | "
+            f"{_f(sa.get('searches'))} |",
+        ]
+    lines += [
+        f"| trained model, naive RAG | {_f(h['naive_rag']['em'])} | {_f(h['naive_rag']['f1'])} | - | "
         f"{_f(h['naive_rag']['searches'])} |",
         f"| agent, cold start (RL step 0) | {_f(h['agent_rl_start']['em'])} | {_f(h['agent_rl_start']['f1'])} | "
         f"{_f(h['agent_rl_start']['well_formed'])} | {_f(h['agent_rl_start']['searches_per_question'])} |",
         f"| agent, after RL | {_f(h['agent_after_rl']['em'])} | {_f(h['agent_after_rl']['f1'])} | "
         f"{_f(h['agent_after_rl']['well_formed'])} | {_f(h['agent_after_rl']['searches'])} |",
         "",
-        f"Agent minus naive RAG: EM {_d(r['checks']['agent_minus_naive_rag_em'])}, "
-        f"F1 {_d(r['checks']['agent_minus_naive_rag_f1'])}. RL gain on the held-out questions (end minus start): "
+        f"Agent minus naive RAG (trained model): EM {_d(r['checks']['agent_minus_naive_rag_em'])}, "
+        f"F1 {_d(r['checks']['agent_minus_naive_rag_f1'])}; minus naive RAG (shipped model): EM "
+        f"{_d(r['checks']['agent_minus_shipped_naive_rag_em'])}, F1 "
+        f"{_d(r['checks']['agent_minus_shipped_naive_rag_f1'])}. RL gain on the held-out questions (end minus start): "
         f"EM {_d(r['checks']['rl_gain_em'])}, F1 {_d(r['checks']['rl_gain_f1'])}.",
         "",
         "Cold start on the synthetic world (agent, greedy, 100 dev questions):",
