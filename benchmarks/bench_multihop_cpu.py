@@ -151,10 +151,9 @@ def render(r: dict) -> str:
         "|---|---|---|---|---|",
     ]
     if h["shipped_naive_rag"].get("n"):
-        sa = h["shipped_agent"]
+        sn, sa = h["shipped_naive_rag"], h["shipped_agent"]
         lines += [
-            f"| shipped model, naive RAG | {_f(h['shipped_naive_rag']['em'])} | {_f(h['shipped_naive_rag']['f1'])} | - "
-            f"| {_f(h['shipped_naive_rag']['searches'])} |",
+            f"| shipped model, naive RAG | {_f(sn['em'])} | {_f(sn['f1'])} | - | {_f(sn['searches'])} |",
             f"| shipped model, agent | {_f(sa.get('em'))} | {_f(sa.get('f1'))} | {_f(sa.get('well_formed'))} | "
             f"{_f(sa.get('searches'))} |",
         ]

@@ -49,25 +49,32 @@ def _plan_items(chain: list[dict], comparison: bool) -> list[str]:
     return items
 
 
-def _decomposed(chain: list[dict], answer: str, comparison: bool) -> tuple[list[str], str]:
-    """Reasoning before each hop's search, and the final reasoning, in the ``decompose`` style.
+def _steps(chain: list[dict], answer: str, comparison: bool, mode: str) -> tuple[list[tuple[str, str]], str]:
+    """Per hop ``(recorded, before)``: what the model notes about the previous hop's documents ("" on the first
+    hop) and its reasoning before the hop's search; then the final reasoning.
 
-    The first step writes the whole plan ("Plan: (1) Who wrote X? (2) In which city was #1 born? (3) answer #2.");
-    after each hop the model records the answer ("#1 is Y.") and copies the plan's next item ("Step (2): ..."),
-    so when to stop is read off the plan (its next item is "answer #n") instead of being counted or inferred from
-    the documents. The plan is decided right after the question, where a sub-question that asks for something
-    else than the question (a city where the question wants a country) is next to it."""
-    items = _plan_items(chain, comparison)
-    plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
-    before = [f"{plan} Step (1): {chain[0]['sub_question']}"]
-    for i in range(1, len(chain)):
-        before.append(f"#{i} is {chain[i - 1]['answer']}. Step ({i + 1}): {chain[i]['sub_question']}")
+    ``decompose``: the first step writes the whole plan ("Plan: (1) Who wrote X? (2) In which city was #1 born?
+    (3) answer #2."); after each hop the model records the answer ("#1 is Y.") and copies the plan's next item
+    ("Step (2): ..."), so when to stop is read off the plan (its next item is "answer #n") instead of being counted
+    or inferred from the documents. The plan is decided right after the question, where a sub-question that asks
+    for something else than the question (a city where the question wants a country) is next to it."""
     n = len(chain)
-    last = items[-1]
-    if comparison:
-        last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
-    final = f"#{n} is {chain[-1]['answer']}. Step ({n + 1}): {last} So the answer is {answer}."
-    return before, final
+    if mode == "decompose":
+        items = _plan_items(chain, comparison)
+        plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
+        steps = [(f"#{i} is {chain[i - 1]['answer']}." if i else "",
+                  f"{plan if i == 0 else ''} Step ({i + 1}): {hop['sub_question']}".strip())
+                 for i, hop in enumerate(chain)]  # fmt: skip
+        last = items[-1]
+        if comparison:
+            last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
+        return steps, f"#{n} is {chain[-1]['answer']}. Step ({n + 1}): {last} So the answer is {answer}."
+    steps = []
+    for i, hop in enumerate(chain):
+        before = f"{_plan_lead(i, n)} {hop['sub_question']}" if mode == "count" else _reason_before_hop(i, hop)
+        steps.append((_reason_after_hop(chain[i - 1]) if i else "", before))
+    done = f" That was search {n} of {n}." if mode == "count" else ""
+    return steps, f"{_reason_after_hop(chain[-1])}{done} So the answer is {answer}."
 
 
 #: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, or a written decomposition.
@@ -76,7 +83,7 @@ PLAN_STYLES = ("none", "count", "decompose")
 
 def plan_style(plan: bool | str) -> str:
     """``sft.oracle_plan`` as one of :data:`PLAN_STYLES` (``true`` is the count, for older configs)."""
-    style = {True: "count", False: "none"}.get(plan, plan) if isinstance(plan, bool) else str(plan)
+    style = ("count" if plan else "none") if isinstance(plan, bool) else plan
     if style not in PLAN_STYLES:
         raise ValueError(f"sft.oracle_plan={plan!r}: use one of {', '.join(PLAN_STYLES)} (or true/false)")
     return style
@@ -87,7 +94,7 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
 
     ``plan`` (see :data:`PLAN_STYLES`): ``count`` makes the first reasoning step say how many searches the question
     needs and every step count them ("Search 2 of 2: ..."); ``decompose`` writes the question's decomposition first
-    and follows it step by step (:func:`_decomposed`). Without a plan, when to stop searching is a comparison of
+    and follows it step by step (:func:`_steps`). Without a plan, when to stop searching is a comparison of
     the last sub-question with the question, which small models get wrong: they answer the first hop."""
     mode = plan_style(plan)
     chain = example.metadata.get("chain") or []
@@ -107,29 +114,14 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
         facts = " ".join(_reason_after_hop(h) for h in chain)
         final_text = f"{facts} So the answer is {answer}."
     else:
-        decomposed = _decomposed(chain, answer, comparison) if mode == "decompose" else None
-        for i, hop in enumerate(chain):
-            if decomposed is not None:
-                prev, before = "", decomposed[0][i]
-                recalled = protocol.format_recalled(f"#{i} is {chain[i - 1]['answer']}.") if i > 0 else None
-                if recalled is not None:
-                    before = before.split(". ", 1)[1]  # the recalled block already says "#i is ..."
-            else:
-                prev = _reason_after_hop(chain[i - 1]) + " " if i > 0 else ""
-                recalled = protocol.format_recalled(prev.strip()) if i > 0 else None
-                before = _reason_before_hop(i, hop)
-                if mode == "count":
-                    before = f"{_plan_lead(i, len(chain))} {hop['sub_question']}"
+        steps, final_text = _steps(chain, answer, comparison, mode)
+        for hop, (recorded, before) in zip(chain, steps, strict=True):
+            recalled = protocol.format_recalled(recorded) if recorded else None
             if recalled is not None:  # the protocol marks what the model already knows (R1-Searcher++)
                 text = recalled + style(before)
             else:
-                text = style(prev + before)
+                text = style(f"{recorded} {before}".strip())
             turns.append((text + protocol.format_search([hop["query"]]), [hop["query"]]))
-        if decomposed is not None:
-            final_text = decomposed[1]
-        else:
-            done = f" That was search {len(chain)} of {len(chain)}." if mode == "count" else ""
-            final_text = f"{_reason_after_hop(chain[-1])}{done} So the answer is {answer}."
     final = style(final_text)
     evidence = protocol.format_evidence(" ".join(f"{h['sub_question']} {h['answer']}." for h in chain))
     if evidence:  # R-Search writes its evidence block before the answer
