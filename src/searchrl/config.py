@@ -297,6 +297,10 @@ class SFTConfig(_Section):
     #: and counts them: "Search 2 of 2: ..."; ``true`` means this) or "decompose" (writes the question's
     #: decomposition first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", and follows it step by step).
     oracle_plan: bool | Literal["none", "count", "decompose"] = False
+    #: oracle SFT: this many further training questions (after the ``limit`` whole trajectories) contribute their
+    #: first turn only, as a step-level sample (prompt -> reasoning/plan + first search). About a fifth of a whole
+    #: trajectory's compute (no documents in the context); teaches the decomposition on more questions.
+    oracle_first_turns: int = 0
     limit: int | None = None
 
 

@@ -15,7 +15,7 @@ from searchrl.protocols import PROTOCOLS, get_protocol
 from searchrl.retrieval import build_index, load_index
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import collate_trajectories, response_logits, token_logprobs
-from searchrl.sft.oracle import _plan_items, oracle_trajectories, plan_style
+from searchrl.sft.oracle import _plan_items, oracle_trajectories, plan_style, question_order
 from searchrl.sft.trainer import SFTTrainer
 from searchrl.testing import tiny_model
 
@@ -51,8 +51,18 @@ def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str)
         if plan == "decompose":  # the plan first, then one step of it per turn; the last step closes it
             assert t.turns[0].text.count("Plan: (1) ") == 1 and f"({n + 1}) " in t.turns[0].text
             assert [f"Step ({i + 1}): " in turn.text for i, turn in enumerate(t.turns)] == [True] * (n + 1)
-            closing = "compare #1 and #2: " if ex.metadata["kind"] == "comparison" else f"answer #{n}. So the"
+            closing = "of #1 and #2: " if ex.metadata["kind"] == "comparison" else f"answer #{n}. So the"
             assert f"#{n} is " in t.turns[-1].text and closing in t.turns[-1].text
+            if ex.metadata["kind"] == "comparison":  # searched in the question's order, the winner named last
+                names = [h["subject"] for h in ex.metadata["chain"]]
+                searched = [q for turn in t.turns for q in turn.queries]
+                assert sorted(names, key=ex.question.find) == [q[: len(n)] for q, n in zip(searched, sorted(
+                    names, key=ex.question.find), strict=True)]  # fmt: skip
+                years = {h["subject"]: int(h["answer"]) for h in ex.metadata["chain"]}
+                word = "earlier" if years[ex.answers[0]] == min(years.values()) else "later"
+                assert f"pick the {word} of #1 and #2" in t.turns[0].text
+                pick = min(years.values()) if word == "earlier" else max(years.values())
+                assert f"{pick} is {word}. So the answer is {ex.answers[0]}." in t.turns[-1].text
         elif plan:  # the count, in each step
             assert f"This question needs {n} search" in t.turns[0].text
             assert [f"Search {i + 1} of {n}:" in turn.text for i, turn in enumerate(t.turns[:-1])] == [True] * n
@@ -69,9 +79,43 @@ def test_decomposition_refers_to_earlier_answers() -> None:
         "Which label released Grafou?", "In which city is #1 headquartered?", "In which country is #2?", "answer #3.",
     ]  # fmt: skip
     assert _plan_items(chain[:1] * 2, comparison=True)[-1] == "compare #1 and #2."
+    assert _plan_items(chain[:1] * 2, comparison=True, direction="later")[-1] == "pick the later of #1 and #2."
     assert plan_style(True) == "count" and plan_style(False) == "none" and plan_style("decompose") == "decompose"
     with pytest.raises(ValueError, match="sft.oracle_plan"):
         plan_style("steps")
+
+
+def test_question_order_without_recorded_subjects() -> None:
+    """Older worlds record no ``subject``: it is read off the start of the hop's query."""
+    chain = [
+        {"sub_question": "In which year was Bo Li born?", "query": "Bo Li born year", "answer": "1902"},
+        {"sub_question": "In which year was Ana Sol born?", "query": "Ana Sol born year", "answer": "1850"},
+    ]
+    q = "Who was born first, Ana Sol or Bo Li?"
+    assert [h["answer"] for h in question_order(chain, q)] == ["1850", "1902"]
+    assert question_order(chain, "Who was born first?") == chain  # names not found: the recorded order
+
+
+def test_first_turn_samples_extend_the_oracle_data(world) -> None:
+    """sft.oracle_first_turns adds step-level samples: the question's prompt -> its first turn, no documents."""
+    from searchrl.pipeline import load_split, make_protocol
+    from searchrl.sft.cli import oracle_sft_data
+
+    d, _ = world
+    cfg = load_config("demo", [f"data.source={d}", "sft.limit=4", "sft.oracle_first_turns=6",
+                               "sft.oracle_plan=decompose", "retrieval.kind=bm25"])  # fmt: skip
+    tok = ByteTokenizer()
+    data = oracle_sft_data(cfg, make_protocol(cfg), tok)
+    questions = [e.question for e in load_split(cfg, "train", 10, kinds=cfg.sft.kinds or None)]
+    assert len(data) == 10 and [t.question for t in data[:4]] == questions[:4]
+    for q, x in zip(questions[4:], data[4:], strict=True):
+        text = tok.decode(x.response_ids)
+        assert q in tok.decode(x.prompt_ids) and all(x.loss_mask)
+        assert text.startswith("<think> Plan: (1) ") and text.rstrip().endswith("</search>")
+        assert "<information>" not in text
+    with pytest.raises(ValueError, match="sft.limit"):
+        oracle_sft_data(cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"limit": None})}),
+                        make_protocol(cfg), tok)  # fmt: skip
 
 
 def test_sft_gradient_is_exactly_zero_on_inserted_tokens(world) -> None:

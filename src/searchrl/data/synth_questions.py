@@ -146,6 +146,7 @@ def _chain(hops: list[_Hop]) -> list[dict[str, str]]:
             {
                 "sub_question": sub_q,
                 "query": query,
+                "subject": h.subject.name,
                 "passage_id": h.subject.id,
                 "answer": h.answer,
                 "relation": h.relation,

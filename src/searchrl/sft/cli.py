@@ -31,9 +31,8 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
     from pathlib import Path
 
     from searchrl.models import load_policy
-    from searchrl.pipeline import load_split, make_protocol, make_retriever_for
+    from searchrl.pipeline import make_protocol
     from searchrl.rollout.trajectory import Trajectory
-    from searchrl.sft.oracle import oracle_trajectories
     from searchrl.sft.trainer import SFTTrainer
     from searchrl.sft.types import as_sft_example
     from searchrl.utils import read_jsonl, seed_everything
@@ -42,10 +41,7 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
     model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
     protocol = make_protocol(cfg)
     if cfg.sft.data in ("oracle", "rewriter_oracle"):
-        examples = load_split(cfg, "train", cfg.sft.limit, kinds=cfg.sft.kinds or None)
-        data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
-                                   cfg.model.prompt_style, cfg.rollout.max_obs_tokens,
-                                   cfg.sft.oracle_plan)  # fmt: skip
+        data = oracle_sft_data(cfg, protocol, tok)
         if cfg.sft.data == "rewriter_oracle":  # R1-Searcher++'s rewriter: documents in context -> internal path
             from searchrl.sft.rewriter import rewriter_sft_examples
 
@@ -75,6 +71,26 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
         rows = [row for _, row in read_jsonl(path)][: cfg.sft.limit]
         data = [as_sft_example(r) for r in rows]
     return SFTTrainer(cfg, model, tok, data, out).train()
+
+
+def oracle_sft_data(cfg, protocol, tok) -> list:
+    """``sft.limit`` whole oracle trajectories of the training questions, then (``sft.oracle_first_turns``) the
+    first turn of as many further questions as step-level samples (RAG-R1's slicing, spec 004 §2.2)."""
+    from searchrl.pipeline import load_split, make_retriever_for
+    from searchrl.sft.oracle import oracle_trajectories
+    from searchrl.sft.pipelines import slice_steps
+
+    n_first = cfg.sft.oracle_first_turns
+    if n_first and (cfg.sft.limit is None or cfg.sft.data != "oracle"):
+        raise ValueError("sft.oracle_first_turns needs sft.data=oracle and an sft.limit (the whole trajectories; "
+                         "the first-turn samples come from the questions after them)")  # fmt: skip
+    limit = cfg.sft.limit + n_first if n_first else cfg.sft.limit
+    examples = load_split(cfg, "train", limit, kinds=cfg.sft.kinds or None)
+    data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
+                               cfg.model.prompt_style, cfg.rollout.max_obs_tokens, cfg.sft.oracle_plan)  # fmt: skip
+    if n_first:
+        data = data[: cfg.sft.limit] + [slice_steps(t)[0] for t in data[cfg.sft.limit :]]
+    return data
 
 
 def register(app: typer.Typer) -> None:

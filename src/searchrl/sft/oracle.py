@@ -34,9 +34,10 @@ def _plan_lead(i: int, n: int) -> str:
     return f"{head}Search {i + 1} of {n}:"
 
 
-def _plan_items(chain: list[dict], comparison: bool) -> list[str]:
+def _plan_items(chain: list[dict], comparison: bool, direction: str = "") -> list[str]:
     """The decomposition of a chain: each hop's sub-question with earlier answers written as references
-    (``#1`` for the first hop's answer, as in QDMR decompositions), then the closing step."""
+    (``#1`` for the first hop's answer, as in QDMR decompositions), then the closing step (for a comparison with
+    a known ``direction``: "pick the earlier of #1 and #2.")."""
     items = []
     for i, hop in enumerate(chain):
         text = hop["sub_question"]
@@ -45,11 +46,48 @@ def _plan_items(chain: list[dict], comparison: bool) -> list[str]:
                 text = text.replace(chain[j]["answer"], f"#{j + 1}")
         items.append(text)
     n = len(chain)
-    items.append(f"compare {' and '.join(f'#{j + 1}' for j in range(n))}." if comparison else f"answer #{n}.")
+    refs = " and ".join(f"#{j + 1}" for j in range(n))
+    if comparison:
+        items.append(f"pick the {direction} of {refs}." if direction else f"compare {refs}.")
+    else:
+        items.append(f"answer #{n}.")
     return items
 
 
-def _steps(chain: list[dict], answer: str, comparison: bool, mode: str) -> tuple[list[tuple[str, str]], str]:
+def _subject(hop: dict, question: str) -> str:
+    """The entity a hop asks about: recorded as ``subject`` by newer worlds, else the longest start of its search
+    query that the question contains (queries are "<name> <relation words>")."""
+    if hop.get("subject"):
+        return hop["subject"]
+    words = hop["query"].split()
+    for k in range(len(words), 0, -1):
+        if " ".join(words[:k]) in question:
+            return " ".join(words[:k])
+    return ""
+
+
+def question_order(chain: list[dict], question: str) -> list[dict]:
+    """A comparison's hops in the order the question names their entities. The world records the answer's
+    entity last; an oracle that searched in that order would teach the model to look the winner up second, a
+    choice it cannot make before reading the documents."""
+    pos = [question.find(s) if (s := _subject(h, question)) else -1 for h in chain]
+    if any(p < 0 for p in pos):
+        return chain
+    return [chain[i] for i in sorted(range(len(chain)), key=lambda i: (pos[i], i))]
+
+
+def _direction(chain: list[dict], answer: str, question: str) -> str:
+    """"earlier" or "later": whether the comparison's answer is the entity with the smaller year."""
+    years = {_subject(h, question): h["answer"] for h in chain}
+    mine = years.get(answer)
+    if mine is None or not all(y.isdigit() for y in years.values()):
+        return ""
+    return "earlier" if int(mine) == min(int(y) for y in years.values()) else "later"
+
+
+def _steps(
+    chain: list[dict], answer: str, comparison: bool, mode: str, question: str = ""
+) -> tuple[list[tuple[str, str]], str]:
     """Per hop ``(recorded, before)``: what the model notes about the previous hop's documents ("" on the first
     hop) and its reasoning before the hop's search; then the final reasoning.
 
@@ -60,13 +98,18 @@ def _steps(chain: list[dict], answer: str, comparison: bool, mode: str) -> tuple
     for something else than the question (a city where the question wants a country) is next to it."""
     n = len(chain)
     if mode == "decompose":
-        items = _plan_items(chain, comparison)
+        direction = _direction(chain, answer, question) if comparison else ""
+        items = _plan_items(chain, comparison, direction)
         plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
         steps = [(f"#{i} is {chain[i - 1]['answer']}." if i else "",
                   f"{plan if i == 0 else ''} Step ({i + 1}): {hop['sub_question']}".strip())
                  for i, hop in enumerate(chain)]  # fmt: skip
         last = items[-1]
-        if comparison:
+        if comparison and direction:  # the years side by side, then the one the question asks for
+            pick = (min if direction == "earlier" else max)(int(h["answer"]) for h in chain)
+            pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
+            last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
+        elif comparison:
             last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
         return steps, f"#{n} is {chain[-1]['answer']}. Step ({n + 1}): {last} So the answer is {answer}."
     steps = []
@@ -114,7 +157,9 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
         facts = " ".join(_reason_after_hop(h) for h in chain)
         final_text = f"{facts} So the answer is {answer}."
     else:
-        steps, final_text = _steps(chain, answer, comparison, mode)
+        if comparison and mode == "decompose":  # the plan follows the question's order
+            chain = question_order(chain, example.question)
+        steps, final_text = _steps(chain, answer, comparison, mode, example.question)
         for hop, (recorded, before) in zip(chain, steps, strict=True):
             recalled = protocol.format_recalled(recorded) if recorded else None
             if recalled is not None:  # the protocol marks what the model already knows (R1-Searcher++)
