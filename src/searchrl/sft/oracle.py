@@ -77,7 +77,8 @@ def question_order(chain: list[dict], question: str) -> list[dict]:
 
 
 def _direction(chain: list[dict], answer: str, question: str) -> str:
-    """"earlier" or "later": whether the comparison's answer is the entity with the smaller year."""
+    """Whether the comparison's answer is the entity with the smaller year ("earlier") or the larger ("later");
+    "" when the hops' answers are not all years."""
     years = {_subject(h, question): h["answer"] for h in chain}
     mine = years.get(answer)
     if mine is None or not all(y.isdigit() for y in years.values()):
