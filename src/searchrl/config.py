@@ -213,9 +213,8 @@ class TrainingConfig(_Section):
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches).
     micro_batch_size: int = Field(default=16, ge=1)
-    #: tokens per micro-batch at most: distinct prompts x longest prompt + rows x longest response (rows sharing a
-    #: prompt run it once); rows are length-bucketed. No-grad scoring passes use 4x this and 4x the rows. Bounds
-    #: activation memory whatever the rollout lengths.
+    #: tokens per micro-batch at most: distinct prompts x longest prompt + rows x longest response (a shared prompt
+    #: runs once; rows length-bucketed; no-grad scoring uses 4x this and 4x the rows). Bounds activation memory.
     micro_batch_tokens: int = Field(default=2048, ge=1)
     seed: int = 0
     output_dir: str = "runs/default"
@@ -275,14 +274,12 @@ class SFTConfig(_Section):
     epochs: int = 1
     lr: float = 5e-5
     batch_size: int = 4
-    #: examples per forward/backward pass; a batch is accumulated over micro-batches (bounds activation memory for
-    #: long sequences; the loss is the same token mean over the whole batch). null = batch_size.
+    #: examples per forward/backward pass (bounds activation memory; same token-mean loss). null = batch_size.
     micro_batch_size: int | None = None
     #: padded tokens per micro-batch at most (rows x longest row; rows of similar length go together).
     micro_batch_tokens: int = 4096
     warmup_steps: int = 5
-    #: prompt + target tokens at most; longer examples lose the end of their target (counted in the log), and an
-    #: example whose prompt alone is too long is dropped.
+    #: prompt + target tokens at most; longer targets are cut (counted in the log), too-long prompts dropped.
     max_length: int = 2048
     #: hold out this fraction of the examples as a validation set, scored after every epoch; the saved model
     #: (``final``) is then the epoch with the lowest validation loss (RAG-R1's checkpoint selection).
@@ -297,9 +294,8 @@ class SFTConfig(_Section):
     #: and counts them: "Search 2 of 2: ..."; ``true`` means this) or "decompose" (writes the question's
     #: decomposition first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", and follows it step by step).
     oracle_plan: bool | Literal["none", "count", "decompose"] = False
-    #: oracle SFT: this many further training questions (after the ``limit`` whole trajectories) contribute their
-    #: first turn only, as a step-level sample (prompt -> reasoning/plan + first search). About a fifth of a whole
-    #: trajectory's compute (no documents in the context); teaches the decomposition on more questions.
+    #: oracle SFT: this many further questions (after ``limit`` whole trajectories) add only their first turn
+    #: (prompt -> plan + first search), a step-level sample at about a fifth of a trajectory's compute.
     oracle_first_turns: int = 0
     limit: int | None = None
 
