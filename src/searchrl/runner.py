@@ -62,6 +62,8 @@ class StageResult:
     seconds: float
     output: str
     result: dict[str, Any] = field(default_factory=dict)
+    #: CPU time of this process over the stage, all threads (2 busy cores: about twice ``seconds``).
+    cpu_seconds: float = 0.0
 
 
 def stage_output(stage: StageConfig, run_dir: Path) -> Path:
@@ -373,7 +375,7 @@ def run_pipeline(
             ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index)
             _log(run_dir, f"stage {stage.name} ({key}): start" + (f", model {stage_model}" if key in _NEEDS_MODEL
                                                                    else ""))  # fmt: skip
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 result = HANDLERS[key](ctx)
             except BaseException as err:
@@ -381,12 +383,12 @@ def run_pipeline(
                               f"{type(err).__name__}: {err}")  # fmt: skip
                 _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
                 raise
-            seconds = time.perf_counter() - t0
-            atomic_write_text(done, json.dumps({"seconds": round(seconds, 2), "output": str(output),
-                                                "result": result}, default=str))  # fmt: skip
-            _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s -> {output}")
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+            atomic_write_text(done, json.dumps({"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
+                                                "output": str(output), "result": result}, default=str))  # fmt: skip
+            _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s ({cpu:.0f} CPU-s) -> {output}")
             results.append(StageResult(stage.name, stage.kind, stage.op, "ran", round(seconds, 2), str(output),
-                                       result))  # fmt: skip
+                                       result, round(cpu, 2)))  # fmt: skip
         refs[stage.name] = str(output)
         if stage.op == "synth":
             world = str(output)

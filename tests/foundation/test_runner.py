@@ -63,6 +63,8 @@ def test_stages_run_in_order_and_chain(tmp_path: Path, fake_handlers) -> None:
     assert all((tmp_path / s["name"] / "DONE").exists() for s in STAGES)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [s["name"] for s in summary["stages"]] == [s["name"] for s in STAGES] and summary["failed"] is None
+    assert all(s["cpu_seconds"] >= 0 for s in summary["stages"])  # CPU time beside wall time, per stage
+    assert "cpu_seconds" in json.loads((tmp_path / "rl" / "DONE").read_text())
     log = (tmp_path / "run.log").read_text()
     assert "stage rl: done in" in log and "finished in" in log
 
