@@ -160,12 +160,10 @@ class RewardConfig(_Section):
 class AlgorithmConfig(_Section):
     name: Literal["ppo", "grpo", "reinforce_pp", "rloo"] = "grpo"
     clip_eps: float = 0.2
-    #: dual-clip constant c (> 1) for negative advantages; None disables dual clipping.
-    dual_clip: float | None = None
+    dual_clip: float | None = None  # dual-clip constant c (> 1) for negative advantages; None: off
     kl_coef: float = 0.001
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    #: True: KL penalty folded into token rewards (PPO, REINFORCE++); False: KL term in the loss (GRPO).
-    kl_in_reward: bool = False
+    kl_in_reward: bool = False  # True: KL folded into token rewards (PPO, REINFORCE++); False: a loss term (GRPO)
     gamma: float = 1.0
     lam: float = 1.0
     value_clip: float = 0.2
@@ -173,30 +171,32 @@ class AlgorithmConfig(_Section):
     entropy_coef: float = 0.0
     norm_adv_by_std: bool = True
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
-    #: REINFORCE++ only, OpenRLHF's advantage_estimator: "reinforce" = plain REINFORCE++ (R1-Searcher++ Eq. 1),
-    #: returns whitened over the batch; "reinforce_baseline" = each score minus its group's mean first (R1-Searcher's
-    #: code); "group_norm" = (score - group mean) / (group std + 1e-9), returns not whitened (R1-Searcher's stage-1
-    #: code).
+    #: REINFORCE++ only (OpenRLHF's advantage_estimator): "reinforce" = plain (R1-Searcher++ Eq. 1), returns whitened;
+    #: "reinforce_baseline" = score minus group mean first (R1-Searcher's code); "group_norm" = (score - group mean) /
+    #: (group std + 1e-9), returns not whitened (R1-Searcher's stage-1 code).
     reinforce_estimator: Literal["reinforce", "reinforce_baseline", "group_norm"] = "reinforce"
-    #: exclude inserted (retrieved) tokens from every loss term; False only for the masking ablation.
-    mask_observations: bool = True
-    #: PPO critic: value loss and GAE on the policy's tokens only (True) or on every response token, retrieved ones
-    #: included (False, as in RAG-R1's code); the policy loss follows ``mask_observations`` either way.
+    mask_observations: bool = True  # retrieved tokens out of every loss term; False: the masking ablation only
+    #: PPO critic on the policy's tokens only (True) or every response token (False, RAG-R1's code)
     critic_mask_observations: bool = True
     ppo_epochs: int = 1
-    #: trajectories per optimizer step, counted over all processes together (a step of P prompts x G rollouts makes
-    #: ceil(P * G / mini_batch_size) optimizer steps per epoch, whatever the number of processes). verl's
-    #: ``ppo_mini_batch_size`` counts prompts: multiply it by the group size.
+    #: trajectories per optimizer step over all processes (P prompts x G rollouts: ceil(P * G / mini_batch_size)
+    #: optimizer steps per epoch). verl's ``ppo_mini_batch_size`` counts prompts: multiply it by the group size.
     mini_batch_size: int = Field(default=8, ge=1)
-    #: where the old log-probs of the ratio come from: "rollout" (the generator's own), "recompute" (a forward pass
-    #: after the rollout), or "auto": the rollout's when the step makes exactly one on-policy update (one epoch, one
-    #: mini-batch) and the generator runs the policy's own weights, else recomputed.
+    #: old log-probs of the ratio: "rollout" (the generator's), "recompute" (a pass after the rollout), or "auto": the
+    #: rollout's when the step makes one on-policy update with the policy's own weights, else recomputed.
     old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
+    #: DAPO's dynamic-sampling filter, no refill: groups that all scored alike (advantage 0) skip the log-prob and
+    #: update passes and stop diluting the token-mean loss (group-baselined estimators only).
+    drop_uniform_groups: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> AlgorithmConfig:
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError("algorithm.dual_clip must be > 1 (e.g. 3.0) or null to disable it")
+        ungrouped = self.name == "ppo" or (self.name == "reinforce_pp" and self.reinforce_estimator == "reinforce")
+        if self.drop_uniform_groups and ungrouped:
+            raise ValueError("algorithm.drop_uniform_groups needs a group baseline: grpo, rloo, or reinforce_pp with "
+                             "reinforce_estimator=reinforce_baseline or group_norm")  # fmt: skip
         return self
 
 

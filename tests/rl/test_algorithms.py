@@ -17,6 +17,7 @@ from searchrl.rl.algorithms import (
     group_centred,
     group_normalised,
     grpo_advantages,
+    informative_rows,
     kl_penalty,
     masked_mean,
     masked_sum,
@@ -561,3 +562,25 @@ def test_bad_arguments_name_the_fix():
         kl_penalty(x, x, torch.ones(2, 3), "k4")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="shapes differ"):
         policy_loss(x, torch.zeros(2, 4), x, torch.ones(2, 3))
+
+
+def test_informative_rows_keeps_exactly_the_groups_with_nonzero_grpo_advantage():
+    scores = [1, 1, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0.5, 0, 0, 0, 0.7]  # 4 groups of 4 and a singleton
+    gids = [g for g in "abcd" for _ in range(4)] + ["e"]
+    keep, m = informative_rows(scores, gids)
+    adv, _ = grpo_advantages(torch.tensor(scores, dtype=torch.float64), gids, torch.ones(len(scores), 1))
+    assert keep == [i for i in range(len(scores)) if adv[i, 0] != 0] == [0, 1, 2, 3, 12, 13, 14, 15]
+    assert m["filter/informative_group_frac"] == 2 / 5 and m["filter/rows"] == 8.0
+    keep, m = informative_rows([1, 1, 0, 0], ["x", "x", "y", "y"])  # nothing informative: the first group stays
+    assert keep == [0, 1] and m["filter/informative_group_frac"] == 0.0
+
+
+def test_drop_uniform_groups_needs_a_group_baseline():
+    from searchrl.config import ConfigError, load_config
+
+    assert load_config(None, ["algorithm.drop_uniform_groups=true"]).algorithm.drop_uniform_groups
+    load_config(None, ["algorithm.name=reinforce_pp", "algorithm.reinforce_estimator=group_norm",
+                       "algorithm.drop_uniform_groups=true"])  # fmt: skip
+    for bad in (["algorithm.name=ppo"], ["algorithm.name=reinforce_pp"]):
+        with pytest.raises((ConfigError, ValueError), match="group baseline"):
+            load_config(None, [*bad, "algorithm.drop_uniform_groups=true"])

@@ -43,6 +43,29 @@ def test_rl_raises_reward(tmp_path: Path, algo: str) -> None:
 
 
 @pytest.mark.slow
+def test_grpo_learns_with_uniform_groups_dropped(tmp_path: Path) -> None:
+    """DAPO's filter: groups whose samples all score alike (here every even-numbered question's, rewarded with a
+    constant) are left out of the update, and GRPO still learns on the others."""
+    odd_means: list[float] = []
+
+    def half_constant(trajs):
+        scores, _ = letter_fraction_reward(trajs)
+        odd = [int(t.question_id[1:]) % 2 == 1 for t in trajs]
+        odd_means.append(_mean([s for s, o in zip(scores, odd, strict=True) if o] or [odd_means[-1]]))
+        scores = [s if o else 0.5 for s, o in zip(scores, odd, strict=True)]
+        return scores, {"reward/total": _mean(scores), "test/odd_groups": sum(odd) / 8}
+
+    trainer = make_trainer(tmp_path / "drop", lr=3e-3, steps=25, **{"algorithm.drop_uniform_groups": "true"})
+    trainer.reward_fn = half_constant
+    hist = trainer.train()
+    assert _mean(odd_means[-5:]) > _mean(odd_means[:5]) + 0.25, odd_means
+    for m in hist:  # the update saw exactly the odd questions' groups (8 rows each), or one group when none is odd
+        assert m["filter/informative_group_frac"] == m["test/odd_groups"] / 4
+        assert m["filter/rows"] == 8 * (m["test/odd_groups"] or 1)
+        assert m["grpo/zero_std_frac"] == (0.0 if m["test/odd_groups"] else 1.0)
+
+
+@pytest.mark.slow
 def test_same_run_at_lr0_does_not_learn(tmp_path: Path) -> None:
     """The control: the identical GRPO run with learning rate 0 (the update path is shared by all algorithms)."""
     frozen = make_trainer(tmp_path / "frozen", lr=0.0, algo="grpo", steps=25).train()

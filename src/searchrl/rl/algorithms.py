@@ -268,6 +268,21 @@ def grpo_advantages(
     return advantages_BT, metrics
 
 
+def informative_rows(scores: Sequence[float], group_ids: Sequence[Hashable]) -> tuple[list[int], Metrics]:
+    """DAPO's dynamic-sampling filter (Yu et al., 2025), without its refill: the rows of groups whose samples do not
+    all score the same. Under GRPO, RLOO and group-baselined REINFORCE++ a uniform group has advantage 0 everywhere,
+    so its rows only add cost and dilute a token-mean loss. Never empty: with no informative group it keeps the
+    first group (advantage 0, so only its KL term acts), so every process still has rows to pass."""
+    index_B, n_groups = _group_index(list(group_ids), len(scores), torch.device("cpu"))
+    scores_B = torch.tensor(list(scores), dtype=torch.float64)
+    size_B, _, std_B = _group_stats(scores_B, index_B, n_groups)  # (B,) each
+    keep = [i for i in range(len(scores)) if size_B[i] > 1 and std_B[i] > 0]
+    kept_groups = len({int(index_B[i]) for i in keep})
+    if not keep:
+        keep = [i for i in range(len(scores)) if int(index_B[i]) == 0]
+    return keep, {"filter/informative_group_frac": kept_groups / max(n_groups, 1), "filter/rows": float(len(keep))}
+
+
 @torch.no_grad()
 def group_centred(scores_B: Tensor, group_ids_B: GroupIds) -> Tensor:
     """``r - group mean`` (OpenRLHF's ``reinforce_baseline`` before REINFORCE++ returns); 0 for groups of one."""

@@ -1,22 +1,19 @@
 """The RL loop on accelerate: prompts -> rollouts -> rewards -> log-probs -> advantages -> K epochs of updates.
 
 How this departs from the textbook algorithms (each choice is configurable where the papers disagree):
-- Retrieved / inserted tokens are excluded from the policy loss, KL, entropy and value loss (``mask_observations``);
-  turning it off uses every response token (the Search-R1 masking ablation).
-- Old log-probs (``algorithm.old_logprobs``): when the step makes exactly one on-policy update (one epoch, one
-  mini-batch) and the generator runs the policy's own weights, they are the generator's (equal to a recomputation
-  to ~1e-5, tested), which saves a forward pass; otherwise they are recomputed after the rollout, so the ratio is 1
-  on the first mini-batch even when generation ran in another engine or precision.
+- Retrieved tokens are out of the policy loss, KL, entropy and value loss (``mask_observations``; off: the ablation).
+- Old log-probs (``algorithm.old_logprobs``): with one on-policy update per step (one epoch, one mini-batch) and the
+  policy's own weights in the generator, the generator's (a recomputation's to ~1e-5, tested: one pass saved); else
+  recomputed after the rollout, so the ratio is 1 on the first mini-batch whatever engine or precision generated.
 - No pass the step does not need: no reference forward without KL; rows sharing a prompt run it once
-  (``TokenScorer``); micro-batches are length-bucketed and trimmed to their own longest row, within a token budget.
+  (``TokenScorer``); micro-batches are length-bucketed and trimmed to their own longest row, within a token budget;
+  ``algorithm.drop_uniform_groups`` leaves out the groups whose samples all scored alike (advantage 0).
 - Group ids are ``"s<step>/<question id>"``, globally unique across steps and merged data sets.
-- Loss aggregation divides by the token (or sequence) count of the whole mini-batch, summed over gradient-accumulation
-  micro-batches and processes, so the gradient does not depend on how the mini-batch is split.
-- Under several processes each one rolls out its own equal shard of the step's prompts (groups never straddle two
-  processes). ``algorithm.mini_batch_size`` counts trajectories of all processes together, so the optimizer steps per
-  RL step do not depend on the process count; PPO and REINFORCE++ whiten over all processes' rows. Every process
-  makes the same number of forward/backward passes (zero-weight ones where it has fewer rows or memorization
-  sequences), so uneven shards never leave a collective waiting.
+- Losses divide by the whole mini-batch's token (or sequence) count over micro-batches and processes: any split.
+- Several processes each roll out an equal shard of the step's prompts (groups never straddle two). The mini-batch
+  size counts all processes' trajectories, so optimizer steps per RL step do not depend on the process count; PPO and
+  REINFORCE++ whiten over all processes' rows. Every process makes the same number of forward/backward passes
+  (zero-weight ones where it has fewer rows or memorization sequences): uneven shards never leave a collective waiting.
 """
 
 from __future__ import annotations
@@ -263,12 +260,15 @@ class Trainer:
         t_reward = time.perf_counter()
 
         self._tokens = Counter()
-        batch = collate_trajectories(trajs, self._pad).to(self.acc.device)
+        gids = [t.group_id for t in trajs]  # the rows scored and updated: all, or those of informative groups
+        rows, m_filter = A.informative_rows(scores, gids) if alg.drop_uniform_groups else (list(range(len(trajs))), {})
+        upd, upd_scores = [trajs[i] for i in rows], [scores[i] for i in rows]
+        batch = collate_trajectories(upd, self._pad).to(self.acc.device)
         mask_BT = self._loss_mask(batch)  # (B, T) the policy-loss positions
         # The critic's positions: the policy's tokens, or every response token (RAG-R1's code) when
         # critic_mask_observations is off; the policy loss always uses mask_BT.
         cmask_BT = mask_BT if alg.critic_mask_observations else batch.response_mask.to(mask_BT.dtype)  # (B, T)
-        scores_B = torch.tensor(scores, dtype=torch.float32, device=self.acc.device)  # (B,)
+        scores_B = torch.tensor(upd_scores, dtype=torch.float32, device=self.acc.device)  # (B,)
         n_global = int(self._global_count(float(len(batch))))  # the step's trajectories, all processes
         scorer = self.acc.unwrap_model(self.model)
         if self._old_logprobs_from_rollout(n_global):
@@ -291,10 +291,10 @@ class Trainer:
         if self.critic is not None:
             old_values_BT = self._values(batch)  # (B, T)
         adv_BT, returns_BT, m = self.estimator.fn(
-            scores_B, kl_BT, old_values_BT, mask_BT, [t.group_id for t in trajs], alg,
+            scores_B, kl_BT, old_values_BT, mask_BT, [t.group_id for t in upd], alg,
             critic_mask_BT=cmask_BT, sum_across=self._sum_across,
         )  # fmt: skip
-        metrics.update(m)
+        metrics.update({**m, **m_filter})
         kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
         st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_logp_BT if kl_in_loss else None,
                           old_values_BT, returns_BT)  # fmt: skip
