@@ -276,10 +276,9 @@ def informative_rows(scores: Sequence[float], group_ids: Sequence[Hashable]) -> 
     index_B, n_groups = _group_index(list(group_ids), len(scores), torch.device("cpu"))
     scores_B = torch.tensor(list(scores), dtype=torch.float64)
     size_B, _, std_B = _group_stats(scores_B, index_B, n_groups)  # (B,) each
-    keep = [i for i in range(len(scores)) if size_B[i] > 1 and std_B[i] > 0]
-    kept_groups = len({int(index_B[i]) for i in keep})
-    if not keep:
-        keep = [i for i in range(len(scores)) if int(index_B[i]) == 0]
+    informative_B = (size_B > 1) & (std_B > 0)  # (B,)
+    kept_groups = torch.unique(index_B[informative_B]).numel()
+    keep = (informative_B if kept_groups else index_B == 0).nonzero().flatten().tolist()
     return keep, {"filter/informative_group_frac": kept_groups / max(n_groups, 1), "filter/rows": float(len(keep))}
 
 
