@@ -279,14 +279,15 @@ class SFTConfig(_Section):
     #: padded tokens per micro-batch at most (rows x longest row; rows of similar length go together).
     micro_batch_tokens: int = 4096
     warmup_steps: int = 5
+    #: freeze the embeddings and the bottom N transformer blocks (backward stops above them; 0 = full fine-tuning).
+    freeze_layers: int = Field(default=0, ge=0)
     #: prompt + target tokens at most; longer targets are cut (counted in the log), too-long prompts dropped.
     max_length: int = 2048
     #: hold out this fraction of the examples as a validation set, scored after every epoch; the saved model
     #: (``final``) is then the epoch with the lowest validation loss (RAG-R1's checkpoint selection).
     val_fraction: float = 0.0
-    #: where SFT data comes from: "oracle" trajectories of the synthetic world, a JSONL of trajectories or
-    #: step-level examples, or R1-Searcher++'s rewriter data (documents in the prompt, internal-only paths as
-    #: targets): "rewriter_oracle" (synthetic world) or "rewriter:FILE" (trajectories, e.g. rejection-sampled).
+    #: "oracle" (synthetic world), a JSONL of trajectories or step-level examples, or R1-Searcher++'s rewriter
+    #: data (documents in the prompt): "rewriter_oracle" (synthetic world) or "rewriter:FILE" (trajectories).
     data: str = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
@@ -294,8 +295,7 @@ class SFTConfig(_Section):
     #: and counts them: "Search 2 of 2: ..."; ``true`` means this) or "decompose" (writes the question's
     #: decomposition first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", and follows it step by step).
     oracle_plan: bool | Literal["none", "count", "decompose"] = False
-    #: oracle SFT: this many further questions (after ``limit`` whole trajectories) add only their first turn
-    #: (prompt -> plan + first search), a step-level sample at about a fifth of a trajectory's compute.
+    #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (1/5 the cost).
     oracle_first_turns: int = 0
     limit: int | None = None
 

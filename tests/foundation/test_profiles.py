@@ -33,6 +33,8 @@ def test_config_show_with_the_laptop_profile(recipe: str) -> None:
         kinds = [s.kind for s in cfg.pipeline]
         assert kinds[0] == "data" and kinds[-1] == "eval" and "rl" in kinds and "sft" in kinds
     assert "policy: smollm2-135m-instruct" in res.output
+    # a stage's own step count would override the profile's: laptop pipelines leave it to the profile
+    assert not [s.name for s in cfg.pipeline if "training.steps" in s.set]
 
 
 @pytest.mark.parametrize("profile", [None, "laptop"])

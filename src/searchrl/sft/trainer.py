@@ -20,7 +20,7 @@ from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.sft.types import SFTExample, as_sft_example
-from searchrl.tuning import atomic_dir, linear_warmup, save_merged, wrap_lora
+from searchrl.tuning import atomic_dir, freeze_bottom, linear_warmup, save_merged, wrap_lora
 from searchrl.utils import console, make_adamw, progress, tune_allocator
 
 
@@ -87,7 +87,9 @@ class SFTTrainer:
             kept = [kept[i] for i in sorted(order[n_val:])]
         self.examples = kept
         self.best_val, self.best_epoch = float("inf"), -1  # the validation set's best epoch so far
-        model = wrap_lora(model, cfg.model.lora)
+        if self.scfg.freeze_layers and cfg.model.lora is not None:
+            raise ValueError("sft.freeze_layers and model.lora both restrict what trains: set one of them")
+        model = wrap_lora(freeze_bottom(model, self.scfg.freeze_layers), cfg.model.lora)
         self.model = model
         self.scorer = TokenScorer(model)
         self.device = next(model.parameters()).device
