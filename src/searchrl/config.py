@@ -283,20 +283,21 @@ class SFTConfig(_Section):
     freeze_layers: int = Field(default=0, ge=0)
     #: prompt + target tokens at most; longer targets are cut (counted in the log), too-long prompts dropped.
     max_length: int = 2048
-    #: hold out this fraction of the examples as a validation set, scored after every epoch; the saved model
-    #: (``final``) is then the epoch with the lowest validation loss (RAG-R1's checkpoint selection).
+    #: hold out this fraction as a validation set, scored every epoch; ``final`` is then the epoch with the lowest
+    #: validation loss (RAG-R1's checkpoint selection).
     val_fraction: float = 0.0
     #: "oracle" (synthetic world), a JSONL of trajectories or step-level examples, or R1-Searcher++'s rewriter
     #: data (documents in the prompt): "rewriter_oracle" (synthetic world) or "rewriter:FILE" (trajectories).
     data: str = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
-    #: oracle reasoning style: "none" (sub-question per hop), "count" (states how many searches the question needs
-    #: and counts them: "Search 2 of 2: ..."; ``true`` means this) or "decompose" (writes the question's
-    #: decomposition first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", and follows it step by step).
+    #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2: ..."; ``true``) or "decompose"
+    #: (the plan first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", then followed step by step).
     oracle_plan: bool | Literal["none", "count", "decompose"] = False
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (1/5 the cost).
     oracle_first_turns: int = 0
+    #: oracle SFT: take questions round-robin over templates (every question shape about equally often).
+    oracle_balance: bool = False
     limit: int | None = None
 
 
@@ -327,9 +328,8 @@ class EvaluationConfig(_Section):
     temperature: float = 0.0
     #: nucleus sampling at evaluation (matters only when temperature > 0); every method and the agent use it.
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    #: answer normalisation of the metrics: "auto" = the method's own evaluation code, chosen by rollout.protocol
-    #: (r1_searcher: R1-Searcher's script; rag_r1: RAG-R1's; the others: SQuAD's), and cover_em_tokens keeps
-    #: R1-Searcher's; or one of squad / r1_searcher / rag_r1 for every metric (searchrl.rewards.metrics).
+    #: answer normalisation: "auto" = the method's own evaluation code by rollout.protocol (r1_searcher's script,
+    #: rag_r1's, else SQuAD's; cover_em_tokens keeps R1-Searcher's), or squad / r1_searcher / rag_r1 for all.
     normalize: Literal["auto", "squad", "r1_searcher", "rag_r1"] = "auto"
     #: cover_em match: "auto" = the method's code (char, a plain substring test, for search_r1, r1_searcher,
     #: r1_searcher_pp and r_search, whose scripts test substrings; word otherwise), or word / char.

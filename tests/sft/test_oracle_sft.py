@@ -201,3 +201,31 @@ def test_micro_batches_give_the_batch_gradient(world) -> None:
 def _backward(loss):
     loss.backward()
     return loss.detach()
+
+
+def test_balanced_oracle_data_covers_every_template(world) -> None:
+    """sft.oracle_balance takes the questions round-robin over templates: the first n hold every shape ~equally."""
+    import collections
+
+    from searchrl.pipeline import load_split, make_protocol
+    from searchrl.sft.cli import oracle_sft_data
+    from searchrl.sft.oracle import round_robin_by_template
+
+    d, _ = world
+    train = load_split(load_config("demo", [f"data.source={d}", "data.kinds=[]"]), "train")
+    templates = collections.Counter(e.metadata["template"] for e in train)
+    assert len(templates) > 5 and max(templates.values()) > 2 * min(templates.values())
+    order = round_robin_by_template(train)
+    assert sorted(e.id for e in order) == sorted(e.id for e in train)
+    first = collections.Counter(e.metadata["template"] for e in order[: 2 * len(templates)])
+    assert set(first) == set(templates) and set(first.values()) <= {1, 2}
+    for t in templates:  # file order kept within a template
+        assert [e.id for e in order if e.metadata["template"] == t] == [
+            e.id for e in train if e.metadata["template"] == t
+        ]
+    n = len(templates)
+    cfg = load_config("demo", [f"data.source={d}", "sft.limit=3", f"sft.oracle_first_turns={n}", "sft.kinds=[]",
+                               "sft.oracle_balance=true", "retrieval.kind=bm25"])  # fmt: skip
+    data = oracle_sft_data(cfg, make_protocol(cfg), ByteTokenizer())
+    assert [x.question for x in data[:3]] == [e.question for e in order[:3]]
+    assert len(data) == 3 + n

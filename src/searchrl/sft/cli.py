@@ -77,7 +77,7 @@ def oracle_sft_data(cfg, protocol, tok) -> list:
     """``sft.limit`` whole oracle trajectories of the training questions, then (``sft.oracle_first_turns``) the
     first turn of as many further questions as step-level samples (RAG-R1's slicing, spec 004 §2.2)."""
     from searchrl.pipeline import load_split, make_retriever_for
-    from searchrl.sft.oracle import oracle_trajectories
+    from searchrl.sft.oracle import oracle_trajectories, round_robin_by_template
     from searchrl.sft.pipelines import slice_steps
 
     n_first = cfg.sft.oracle_first_turns
@@ -85,7 +85,9 @@ def oracle_sft_data(cfg, protocol, tok) -> list:
         raise ValueError("sft.oracle_first_turns needs sft.data=oracle and an sft.limit (the whole trajectories; "
                          "the first-turn samples come from the questions after them)")  # fmt: skip
     limit = cfg.sft.limit + n_first if n_first else cfg.sft.limit
-    examples = load_split(cfg, "train", limit, kinds=cfg.sft.kinds or None)
+    examples = load_split(cfg, "train", None if cfg.sft.oracle_balance else limit, kinds=cfg.sft.kinds or None)
+    if cfg.sft.oracle_balance:
+        examples = round_robin_by_template(examples)[:limit]
     data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
                                cfg.model.prompt_style, cfg.rollout.max_obs_tokens, cfg.sft.oracle_plan)  # fmt: skip
     if n_first:

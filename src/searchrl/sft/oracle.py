@@ -176,6 +176,17 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
     return turns
 
 
+def round_robin_by_template(examples: Sequence[QAExample]) -> list[QAExample]:
+    """``examples`` reordered to take one question of each template (``metadata.template``, else its kind) in
+    turn, so the first n cover every question shape about equally. File order is kept within a template, and
+    templates come in the order they first appear."""
+    groups: dict[str, list[QAExample]] = {}
+    for ex in examples:
+        groups.setdefault(str(ex.metadata.get("template") or ex.metadata.get("kind") or ""), []).append(ex)
+    queues = list(groups.values())
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
 def oracle_trajectories(
     protocol: Protocol,
     examples: Sequence[QAExample],
