@@ -291,9 +291,9 @@ class SFTConfig(_Section):
     data: str = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
-    #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2: ..."; ``true``) or "decompose"
-    #: (the plan first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", then followed step by step).
-    oracle_plan: bool | Literal["none", "count", "decompose"] = False
+    #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2: ..."; ``true``), "decompose" (the
+    #: plan first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", then followed step by step), "decompose_digits"
+    oracle_plan: bool | Literal["none", "count", "decompose", "decompose_digits"] = False  # (years digit by digit)
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (1/5 the cost).
     oracle_first_turns: int = 0
     #: oracle SFT: take questions round-robin over templates (every question shape about equally often).

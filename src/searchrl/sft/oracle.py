@@ -86,6 +86,16 @@ def _direction(chain: list[dict], answer: str, question: str) -> str:
     return "earlier" if int(mine) == min(int(y) for y in years.values()) else "later"
 
 
+def _digit_steps(a: str, b: str) -> str:
+    """Two years compared digit by digit up to the first difference: "1 = 1, 8 < 9" for 1834 and 1953 ("" when
+    their lengths differ or they are equal). A 135M model picks the larger of two years at chance; one digit
+    against another it learns quickly."""
+    if len(a) != len(b) or a == b:
+        return ""
+    k = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    return ", ".join([f"{x} = {x}" for x in a[:k]] + [f"{a[k]} {'<' if a[k] < b[k] else '>'} {b[k]}"])
+
+
 def _steps(
     chain: list[dict], answer: str, comparison: bool, mode: str, question: str = ""
 ) -> tuple[list[tuple[str, str]], str]:
@@ -98,7 +108,7 @@ def _steps(
     or inferred from the documents. The plan is decided right after the question, where a sub-question that asks
     for something else than the question (a city where the question wants a country) is next to it."""
     n = len(chain)
-    if mode == "decompose":
+    if mode.startswith("decompose"):
         direction = _direction(chain, answer, question) if comparison else ""
         items = _plan_items(chain, comparison, direction)
         plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
@@ -109,7 +119,9 @@ def _steps(
         if comparison and direction:  # the years side by side, then the one the question asks for
             pick = (min if direction == "earlier" else max)(int(h["answer"]) for h in chain)
             pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
-            last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
+            digits = _digit_steps(chain[0]["answer"], chain[1]["answer"]) if mode == "decompose_digits" else ""
+            why = f" Digit by digit: {digits}, so" if digits and n == 2 else ""
+            last = f"{last.rstrip('.')}: {pairs}.{why} {pick} is {direction}."
         elif comparison:
             last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
         return steps, f"#{n} is {chain[-1]['answer']}. Step ({n + 1}): {last} So the answer is {answer}."
@@ -121,8 +133,9 @@ def _steps(
     return steps, f"{_reason_after_hop(chain[-1])}{done} So the answer is {answer}."
 
 
-#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, or a written decomposition.
-PLAN_STYLES = ("none", "count", "decompose")
+#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, a written decomposition, or
+#: the decomposition with a comparison's two years compared digit by digit.
+PLAN_STYLES = ("none", "count", "decompose", "decompose_digits")
 
 
 def plan_style(plan: bool | str) -> str:
@@ -158,7 +171,7 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
         facts = " ".join(_reason_after_hop(h) for h in chain)
         final_text = f"{facts} So the answer is {answer}."
     else:
-        if comparison and mode == "decompose":  # the plan follows the question's order
+        if comparison and mode.startswith("decompose"):  # the plan follows the question's order
             chain = question_order(chain, example.question)
         steps, final_text = _steps(chain, answer, comparison, mode, example.question)
         for hop, (recorded, before) in zip(chain, steps, strict=True):
