@@ -48,7 +48,7 @@ def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str)
         if name == "rag_r1" and ex.metadata.get("kind") == "comparison":
             continue  # one multi-query call: no plan
         n = len(ex.metadata["chain"])
-        if plan == "decompose":  # the plan first, then one step of it per turn; the last step closes it
+        if plan in ("decompose", "decompose_digits"):  # the plan first, one step of it per turn; the last closes it
             assert t.turns[0].text.count("Plan: (1) ") == 1 and f"({n + 1}) " in t.turns[0].text
             assert [f"Step ({i + 1}): " in turn.text for i, turn in enumerate(t.turns)] == [True] * (n + 1)
             closing = "of #1 and #2: " if ex.metadata["kind"] == "comparison" else f"answer #{n}. So the"
