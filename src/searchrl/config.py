@@ -283,8 +283,7 @@ class SFTConfig(_Section):
     freeze_layers: int = Field(default=0, ge=0)
     #: prompt + target tokens at most; longer targets are cut (counted in the log), too-long prompts dropped.
     max_length: int = 2048
-    #: hold out this fraction as a validation set, scored every epoch; ``final`` is then the epoch with the lowest
-    #: validation loss (RAG-R1's checkpoint selection).
+    #: held-out fraction scored every epoch; ``final`` = the lowest-loss epoch (RAG-R1's checkpoint selection).
     val_fraction: float = 0.0
     #: "oracle" (synthetic world), a JSONL of trajectories or step-level examples, or R1-Searcher++'s rewriter
     #: data (documents in the prompt): "rewriter_oracle" (synthetic world) or "rewriter:FILE" (trajectories).
@@ -293,7 +292,8 @@ class SFTConfig(_Section):
     kinds: list[str] = Field(default_factory=list)
     #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2: ..."; ``true``), "decompose" (the
     #: plan first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", then followed step by step), "decompose_digits"
-    oracle_plan: bool | Literal["none", "count", "decompose", "decompose_digits"] = False  # (years digit by digit)
+    #: (years compared digit by digit), "decompose_explicit" (that, and the answer's kind stated before the plan)
+    oracle_plan: bool | Literal["none", "count", "decompose", "decompose_digits", "decompose_explicit"] = False
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (1/5 the cost).
     oracle_first_turns: int = 0
     #: oracle SFT: take questions round-robin over templates (every question shape about equally often).

@@ -28,7 +28,7 @@ def world(tmp_path_factory) -> tuple[Path, object]:
     return d, load_index(index)
 
 
-@pytest.mark.parametrize("plan", [False, True, "decompose", "decompose_digits"])
+@pytest.mark.parametrize("plan", [False, True, "decompose", "decompose_digits", "decompose_explicit"])
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
 def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str) -> None:
     d, retriever = world
@@ -48,7 +48,7 @@ def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str)
         if name == "rag_r1" and ex.metadata.get("kind") == "comparison":
             continue  # one multi-query call: no plan
         n = len(ex.metadata["chain"])
-        if plan in ("decompose", "decompose_digits"):  # the plan first, one step of it per turn; the last closes it
+        if str(plan).startswith("decompose"):  # the plan first, then one step of it per turn; the last closes it
             assert t.turns[0].text.count("Plan: (1) ") == 1 and f"({n + 1}) " in t.turns[0].text
             assert [f"Step ({i + 1}): " in turn.text for i, turn in enumerate(t.turns)] == [True] * (n + 1)
             closing = "of #1 and #2: " if ex.metadata["kind"] == "comparison" else f"answer #{n}. So the"
@@ -252,3 +252,22 @@ def test_decompose_digits_compares_the_years_digit_by_digit(world) -> None:
             assert final.replace(f" Digit by digit: {_digit_steps(*years)}, so", "") == plain
         assert final.endswith(protocol.format_answer(ex.answers[0])) or ex.answers[0] in final
     assert seen >= 5
+
+
+def test_decompose_explicit_states_the_kind_of_answer_before_the_plan(world) -> None:
+    from searchrl.sft.oracle import oracle_texts
+
+    d, _ = world
+    protocol = get_protocol("search_r1")
+    kinds = {"country": "a country", "born_in": "a city", "founding_year": "a year", "founder": "a person"}
+    seen = set()
+    for ex in load_qa(d / "train.jsonl", limit=200):
+        first = oracle_texts(protocol, ex, "decompose_explicit")[0][0]
+        plain = oracle_texts(protocol, ex, "decompose_digits")[0][0]
+        relation = ex.metadata["chain"][-1]["relation"]
+        if ex.metadata["kind"] == "comparison":
+            assert first == plain
+        elif relation in kinds:
+            seen.add(relation)
+            assert first == plain.replace("Plan: ", f"The question asks for {kinds[relation]}. Plan: ", 1)
+    assert seen == set(kinds)

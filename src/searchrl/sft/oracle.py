@@ -86,6 +86,13 @@ def _direction(chain: list[dict], answer: str, question: str) -> str:
     return "earlier" if int(mine) == min(int(y) for y in years.values()) else "later"
 
 
+#: what kind of thing a hop's answer is, by the world's relation names ("decompose_explicit" states it first).
+_ANSWER_KIND = {"birth_year": "a year", "founding_year": "a year", "year": "a year", "born_in": "a city",
+                "headquarters": "a city", "capital": "a city", "country": "a country", "creator": "a person",
+                "founder": "a person", "spouse": "a person", "employer": "an organisation",
+                "publisher": "an organisation"}  # fmt: skip
+
+
 def _digit_steps(a: str, b: str) -> str:
     """Two years compared digit by digit up to the first difference: "1 = 1, 8 < 9" for 1834 and 1953 ("" when
     their lengths differ or they are equal). A 135M model picks the larger of two years at chance; one digit
@@ -112,6 +119,9 @@ def _steps(
         direction = _direction(chain, answer, question) if comparison else ""
         items = _plan_items(chain, comparison, direction)
         plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
+        kind = _ANSWER_KIND.get(chain[-1].get("relation", "")) if mode == "decompose_explicit" else None
+        if kind and not comparison:  # the last sub-question must ask for this (a city is not a country)
+            plan = f"The question asks for {kind}. {plan}"
         steps = [(f"#{i} is {chain[i - 1]['answer']}." if i else "",
                   f"{plan if i == 0 else ''} Step ({i + 1}): {hop['sub_question']}".strip())
                  for i, hop in enumerate(chain)]  # fmt: skip
@@ -119,7 +129,8 @@ def _steps(
         if comparison and direction:  # the years side by side, then the one the question asks for
             pick = (min if direction == "earlier" else max)(int(h["answer"]) for h in chain)
             pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
-            digits = _digit_steps(chain[0]["answer"], chain[1]["answer"]) if mode == "decompose_digits" else ""
+            explicit = mode in ("decompose_digits", "decompose_explicit")
+            digits = _digit_steps(chain[0]["answer"], chain[1]["answer"]) if explicit else ""
             why = f" Digit by digit: {digits}, so" if digits and n == 2 else ""
             last = f"{last.rstrip('.')}: {pairs}.{why} {pick} is {direction}."
         elif comparison:
@@ -133,9 +144,10 @@ def _steps(
     return steps, f"{_reason_after_hop(chain[-1])}{done} So the answer is {answer}."
 
 
-#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, a written decomposition, or
-#: the decomposition with a comparison's two years compared digit by digit.
-PLAN_STYLES = ("none", "count", "decompose", "decompose_digits")
+#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, a written decomposition, the
+#: decomposition with a comparison's two years compared digit by digit, or that plus the kind of answer the question
+#: asks for stated before the plan ("The question asks for a country. Plan: ...").
+PLAN_STYLES = ("none", "count", "decompose", "decompose_digits", "decompose_explicit")
 
 
 def plan_style(plan: bool | str) -> str:
