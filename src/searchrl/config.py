@@ -291,9 +291,9 @@ class SFTConfig(_Section):
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
     #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2: ..."; ``true``), "decompose" (the
-    #: plan first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", then followed step by step), "decompose_digits"
-    #: (years compared digit by digit), "decompose_explicit" (that, and the answer's kind stated before the plan)
-    oracle_plan: bool | Literal["none", "count", "decompose", "decompose_digits", "decompose_explicit"] = False
+    #: plan first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", then followed step by step), "decompose_explicit"
+    #: (the kind of answer the question asks for stated before the plan: "The question asks for a country.")
+    oracle_plan: bool | Literal["none", "count", "decompose", "decompose_explicit"] = False
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (1/5 the cost).
     oracle_first_turns: int = 0
     #: oracle SFT: take questions round-robin over templates (every question shape about equally often).

@@ -93,16 +93,6 @@ _ANSWER_KIND = {"birth_year": "a year", "founding_year": "a year", "year": "a ye
                 "publisher": "an organisation"}  # fmt: skip
 
 
-def _digit_steps(a: str, b: str) -> str:
-    """Two years compared digit by digit up to the first difference: "1 = 1, 8 < 9" for 1834 and 1953 ("" when
-    their lengths differ or they are equal). A 135M model picks the larger of two years at chance; one digit
-    against another it learns quickly."""
-    if len(a) != len(b) or a == b:
-        return ""
-    k = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
-    return ", ".join([f"{x} = {x}" for x in a[:k]] + [f"{a[k]} {'<' if a[k] < b[k] else '>'} {b[k]}"])
-
-
 def _steps(
     chain: list[dict], answer: str, comparison: bool, mode: str, question: str = ""
 ) -> tuple[list[tuple[str, str]], str]:
@@ -129,10 +119,7 @@ def _steps(
         if comparison and direction:  # the years side by side, then the one the question asks for
             pick = (min if direction == "earlier" else max)(int(h["answer"]) for h in chain)
             pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
-            explicit = mode in ("decompose_digits", "decompose_explicit")
-            digits = _digit_steps(chain[0]["answer"], chain[1]["answer"]) if explicit else ""
-            why = f" Digit by digit: {digits}, so" if digits and n == 2 else ""
-            last = f"{last.rstrip('.')}: {pairs}.{why} {pick} is {direction}."
+            last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
         elif comparison:
             last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
         return steps, f"#{n} is {chain[-1]['answer']}. Step ({n + 1}): {last} So the answer is {answer}."
@@ -144,10 +131,9 @@ def _steps(
     return steps, f"{_reason_after_hop(chain[-1])}{done} So the answer is {answer}."
 
 
-#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, a written decomposition, the
-#: decomposition with a comparison's two years compared digit by digit, or that plus the kind of answer the question
-#: asks for stated before the plan ("The question asks for a country. Plan: ...").
-PLAN_STYLES = ("none", "count", "decompose", "decompose_digits", "decompose_explicit")
+#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, a written decomposition, or
+#: the decomposition after the kind of answer the question asks for ("The question asks for a country. Plan: ...").
+PLAN_STYLES = ("none", "count", "decompose", "decompose_explicit")
 
 
 def plan_style(plan: bool | str) -> str:
