@@ -350,7 +350,10 @@ def run_pipeline(
     world = index = model = None
     results: list[StageResult] = []
     t_run = time.perf_counter()
-    for raw_stage in cfg.pipeline:
+    last = max((i for i, n in enumerate(names) if n in forced), default=-1)  # --only: nothing runs after it
+    for i, raw_stage in enumerate(cfg.pipeline):
+        if only is not None and i > last:
+            break
         stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
         sdir, output = run_dir / stage.name, stage_output(stage, run_dir)
         done = sdir / "DONE"

@@ -99,6 +99,13 @@ def test_only_needs_its_inputs(tmp_path: Path, fake_handlers) -> None:
         run_pipeline(_cfg(STAGES), tmp_path, only=["rl"])
 
 
+def test_only_a_first_part_of_a_fresh_pipeline(tmp_path: Path, fake_handlers) -> None:
+    """The stages after the last --only stage are neither needed nor asked for: they do not run, and no error."""
+    run_pipeline(_cfg(STAGES), tmp_path, only=["world", "index", "oracle", "sft"])
+    assert [c["name"] for c in fake_handlers] == ["world", "index", "oracle", "sft"]
+    assert not (tmp_path / "rl").exists()
+
+
 def test_failed_stage_leaves_no_marker(tmp_path: Path, fake_handlers, monkeypatch) -> None:
     def boom(ctx):
         raise ValueError("broken stage")
