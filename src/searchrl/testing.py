@@ -55,3 +55,15 @@ def letter_fraction_reward(trajs):
 
 def tokenizer() -> ByteTokenizer:
     return ByteTokenizer()
+
+
+def letter_sft_examples(n: int = 10) -> list:
+    """``n`` tiny SFT examples ("say i:" -> " letters i abc", every target token trained) over :func:`tokenizer`."""
+    from searchrl.sft.types import SFTExample
+
+    tok = tokenizer()
+    out = []
+    for i in range(n):
+        p, r = tok.encode(f"say {i}:"), tok.encode(f" letters {i} abc")
+        out.append(SFTExample(p, r, [1] * len(r)))
+    return out

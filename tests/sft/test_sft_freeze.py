@@ -9,18 +9,8 @@ import torch
 
 from searchrl.config import load_config
 from searchrl.sft.trainer import SFTTrainer
-from searchrl.sft.types import SFTExample
-from searchrl.testing import tiny_model, tokenizer
+from searchrl.testing import letter_sft_examples, tiny_model, tokenizer
 from searchrl.tuning import freeze_bottom
-
-
-def _examples(n: int = 8) -> list[SFTExample]:
-    tok = tokenizer()
-    out = []
-    for i in range(n):
-        p, r = tok.encode(f"say {i}:"), tok.encode(f" letters {i} abc")
-        out.append(SFTExample(p, r, [1] * len(r)))
-    return out
 
 
 def _blocks(model) -> torch.nn.ModuleList:
@@ -34,7 +24,7 @@ def test_sft_with_frozen_bottom_blocks_trains_only_the_blocks_above(tmp_path: Pa
     overrides = ["sft.lr=1e-2", "sft.batch_size=4", "sft.warmup_steps=0", f"sft.freeze_layers={n_blocks - 1}"]
     cfg = load_config(None, overrides)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = SFTTrainer(cfg, model, tokenizer(), _examples(), tmp_path)
+    trainer = SFTTrainer(cfg, model, tokenizer(), letter_sft_examples(8), tmp_path)
     hist = trainer.train()
     assert len(hist) == 2
     after = dict(trainer.model.named_parameters())
@@ -54,4 +44,4 @@ def test_freeze_layers_rejects_freezing_every_block_and_lora() -> None:
         freeze_bottom(model, len(_blocks(model)))
     cfg = load_config(None, ["sft.freeze_layers=1", "model.lora.r=4"])
     with pytest.raises(ValueError, match="set one of them"):
-        SFTTrainer(cfg, tiny_model(), tokenizer(), _examples(), "unused")
+        SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(8), "unused")

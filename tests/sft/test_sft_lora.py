@@ -8,23 +8,13 @@ import torch
 
 from searchrl.config import load_config
 from searchrl.sft.trainer import SFTTrainer
-from searchrl.sft.types import SFTExample
-from searchrl.testing import tiny_model, tokenizer
-
-
-def _examples(n: int = 10) -> list[SFTExample]:
-    tok = tokenizer()
-    out = []
-    for i in range(n):
-        p, r = tok.encode(f"say {i}:"), tok.encode(f" letters {i} abc")
-        out.append(SFTExample(p, r, [1] * len(r)))
-    return out
+from searchrl.testing import letter_sft_examples, tiny_model, tokenizer
 
 
 def test_lora_sft_keeps_training_attached_adapters_after_a_save(tmp_path: Path) -> None:
     cfg = load_config(None, ["sft.lr=1e-2", "sft.epochs=3", "sft.batch_size=4", "sft.warmup_steps=0",
                              "sft.val_fraction=0.2", "model.lora.r=4", "model.lora.dropout=0.0"])  # fmt: skip
-    trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), _examples(), tmp_path)
+    trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(10), tmp_path)
     lora = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
     assert lora and all("lora_" in n for n in lora)
     snapshots: list[dict[str, torch.Tensor]] = []
