@@ -73,3 +73,41 @@ def test_distinct_prompts_share_their_common_prefix() -> None:
     lp_sep.sum().backward()
     for (name, p1), p2 in zip(separate.named_parameters(), shared.parameters(), strict=True):
         torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_long_masked_attention_in_causal_blocks_changes_nothing(monkeypatch) -> None:
+    """Long left-padded rows (masked causal attention) run in query blocks that skip the masked future: log-probs and
+    gradients equal the one-call attention's, with and without shared prompts; a non-causal mask is not blocked."""
+    import searchrl.models as models
+
+    torch.manual_seed(0)
+    prompts = [[5, 6, 7] + list(range(40, 60)), [8, 9] + list(range(40, 60))]
+    responses = [list(range(60, 130)), list(range(70, 100))]
+    b = collate(prompts, responses, [[1] * len(r) for r in responses])
+    calls: list[bool] = []  # whether each attention call ran in blocks
+    real = models._causal_blocks
+
+    def spy(*args):
+        blocks = real(*args)
+        calls.append(blocks is not None)
+        return blocks
+
+    monkeypatch.setattr(models, "_CAUSAL_BLOCK", 16)
+    monkeypatch.setattr(models, "_causal_blocks", spy)
+    for share in (True, False):
+        blocked, whole = tiny_model(), tiny_model()
+        models.use_fast_attention(blocked)
+        lp_blocked, _ = score_tokens(TokenScorer(blocked, share_prompts=share), b, b.action_mask)
+        n_calls = len(calls)
+        assert any(calls) and real(torch.ones(1, 1, 64, 64, dtype=torch.bool).tril(), 64, 64) == [
+            (0, 16, 16), (16, 32, 32), (32, 48, 48), (48, 64, 64)]  # fmt: skip
+        lp_whole, _ = score_tokens(TokenScorer(whole, share_prompts=share), b, b.action_mask)
+        assert len(calls) == n_calls  # transformers' own SDPA: no blocks
+        torch.testing.assert_close(lp_blocked, lp_whole, rtol=1e-5, atol=1e-6)
+        lp_blocked.sum().backward()
+        lp_whole.sum().backward()
+        for (name, p1), p2 in zip(whole.named_parameters(), blocked.parameters(), strict=True):
+            torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+    bidirectional = torch.ones(1, 1, 64, 64, dtype=torch.bool)
+    assert real(bidirectional, 64, 64) is None and real(None, 64, 64) is None
+    assert real(torch.ones(1, 1, 1, 64, dtype=torch.bool), 64, 64) is None  # a broadcast mask: not blocked
