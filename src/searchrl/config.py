@@ -261,9 +261,9 @@ class MemorizationConfig(_Section):
     #: rewriter calls per step at most (bounds its cost).
     max_rewrites_per_step: int = 16
     #: a rewrite that mentions any of these (case-insensitive) reveals the documents and fails validation.
-    reject_phrases: list[str] = Field(default_factory=lambda: [
-        "provided", "given documents", "the documents", "the document", "knowledge matrix", "search result",
-        "according to the"])  # fmt: skip
+    reject_phrases: list[str] = Field(default_factory=lambda: ["provided", "given documents", "the documents",
+                                      "the document", "knowledge matrix", "search result",
+                                      "according to the"])  # fmt: skip
     #: validated paths are kept in a FIFO pool of this size across steps (0 = only this step's paths).
     pool_size: int = 256
     #: paths drawn from the pool for each step's NLL term.
@@ -274,11 +274,12 @@ class SFTConfig(_Section):
     epochs: int = 1
     lr: float = 5e-5
     batch_size: int = 4
-    #: examples per forward/backward pass (bounds activation memory; same token-mean loss). null = batch_size.
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = None  #: examples per forward/backward pass (null = batch_size)
     #: padded tokens per micro-batch at most (rows x longest row; rows of similar length go together).
     micro_batch_tokens: int = 4096
     warmup_steps: int = 5
+    #: after warm-up: "constant", or "linear" / "cosine" decay to 0 at the last step (a steadier final model).
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     #: freeze the embeddings and the bottom N transformer blocks (backward stops above them; 0 = full fine-tuning).
     freeze_layers: int = Field(default=0, ge=0)
     #: prompt + target tokens at most; longer targets are cut (counted in the log), too-long prompts dropped.
@@ -290,14 +291,15 @@ class SFTConfig(_Section):
     data: str = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
-    #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2: ..."; ``true``), "decompose" (the
-    #: plan first, "Plan: (1) ... (2) ... #1 ... (3) answer #2.", then followed step by step), "decompose_explicit"
-    #: (the kind of answer the question asks for stated before the plan: "The question asks for a country.")
+    #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2"; ``true``), "decompose" (the plan
+    #: first, then one step of it per search) or "decompose_explicit" (sft/oracle.py PLAN_STYLES says more).
     oracle_plan: bool | Literal["none", "count", "decompose", "decompose_explicit"] = False
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (1/5 the cost).
     oracle_first_turns: int = 0
     #: oracle SFT: take questions round-robin over templates (every question shape about equally often).
     oracle_balance: bool = False
+    #: oracle SFT: documents per search (null = retrieval.topk); fewer make a cheaper cold start.
+    oracle_topk: int | None = Field(default=None, ge=1)
     limit: int | None = None
 
 
@@ -319,8 +321,7 @@ class EvaluationConfig(_Section):
     iterative_steps: int = 4
     #: ITER-RETGEN: retrieval-generation rounds (FlashRAG's default is 3).
     iter_retgen_iterations: int = 3
-    #: Search-o1: token budget of each Reason-in-Documents call (analysis plus "Final Information"); its reasoning
-    #: turns use the agent's limits below.
+    #: Search-o1: token budget of each Reason-in-Documents call; its reasoning turns use the agent's limits below.
     search_o1_refine_max_new_tokens: int = 512
     #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
     batch_size: int = 16
@@ -339,8 +340,7 @@ class EvaluationConfig(_Section):
     timing: Literal["batch", "single"] = "batch"
     #: passages per query at evaluation (null = retrieval.topk); some papers evaluate with more than they train.
     topk: int | None = None
-    #: the agent's (and Search-o1's) limits at evaluation (null = the rollout section's value); max_searches is
-    #: Search-o1's search limit (10 in its paper).
+    #: the agent's (and Search-o1's) limits at evaluation (null = rollout's; Search-o1's paper: 10 searches).
     max_turns: int | None = None
     max_searches: int | None = None
     agent_max_new_tokens: int | None = None

@@ -237,13 +237,15 @@ def _sdpa_gqa_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if is_causal is None:
         is_causal = query.shape[2] > 1 and attention_mask is None and getattr(module, "is_causal", True)
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    blocks = _causal_blocks(attention_mask, query.shape[2], key.shape[2]) if getattr(module, "is_causal", True) else None
+    causal = getattr(module, "is_causal", True)
+    blocks = _causal_blocks(attention_mask, query.shape[2], key.shape[2]) if causal else None
     if blocks is None:
         out = sdpa(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=is_causal,
                    enable_gqa=True)  # fmt: skip
     else:  # query block [a, b) sees keys [0, e) only: the masked upper triangle is skipped, not computed
-        out = torch.cat([sdpa(query[:, :, a:b], key[:, :, :e], value[:, :, :e], attn_mask=attention_mask[:, :, a:b, :e],
-                              dropout_p=dropout, scale=scaling, enable_gqa=True) for a, b, e in blocks], dim=2)  # fmt: skip
+        out = torch.cat([sdpa(query[:, :, a:b], key[:, :, :e], value[:, :, :e], dropout_p=dropout, scale=scaling,
+                              attn_mask=attention_mask[:, :, a:b, :e], enable_gqa=True)
+                         for a, b, e in blocks], dim=2)  # fmt: skip
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -1,8 +1,9 @@
-"""What the RL and SFT trainers share about the model they train: LoRA wrapping, the linear warm-up, the merged
+"""What the RL and SFT trainers share about the model they train: LoRA wrapping, the learning-rate schedule, the merged
 weights of a LoRA policy, saving a loadable model without touching the live one, and atomic directory writes."""
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,10 +48,25 @@ def freeze_bottom(model: nn.Module, n_layers: int) -> nn.Module:
     return model
 
 
-def linear_warmup(opt: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """The learning rate rises linearly over ``steps`` optimizer steps (the first step at ``1/steps``), then stays."""
+def warmup_schedule(
+    opt: torch.optim.Optimizer, steps: int, total: int = 0, decay: str = "constant"
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning rate rises linearly over ``steps`` optimizer steps (the first step at ``1/steps``), then stays
+    (``decay="constant"``) or falls to 0 at step ``total``, along a line (``"linear"``) or a half cosine
+    (``"cosine"``); the last of ``total`` steps runs at a small positive rate."""
     warm = max(steps, 0)
-    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    if decay not in ("constant", "linear", "cosine"):
+        raise ValueError(f"learning-rate decay {decay!r}: use constant, linear or cosine")
+
+    def factor(s: int) -> float:
+        if s < warm:
+            return (s + 1) / warm
+        if decay == "constant" or total <= warm:
+            return 1.0
+        p = min(1.0, (s + 1 - warm) / (total + 1 - warm))  # the step after the peak is the first one lower
+        return 1.0 - p if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -58,3 +58,27 @@ def test_unknown_recipe_suggests_name() -> None:
 def test_bad_value_is_reported() -> None:
     with pytest.raises(ConfigError, match="rollout.protocol"):
         load_config("demo", ["rollout.protocol=nonsense"])
+
+
+def test_warmup_schedule_shapes() -> None:
+    """Warm-up to the peak, then constant, or linear / cosine decay that ends near 0 at the last step."""
+    import torch
+
+    from searchrl.tuning import warmup_schedule
+
+    def rates(decay: str, total: int = 12, warm: int = 2) -> list[float]:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched, out = warmup_schedule(opt, warm, total, decay), []
+        for _ in range(total):
+            out.append(sched.get_last_lr()[0])
+            opt.step()
+            sched.step()
+        return out
+
+    assert rates("constant")[:3] == [0.5, 1.0, 1.0] and rates("constant")[-1] == 1.0
+    lin, cos = rates("linear"), rates("cosine")
+    assert lin[:2] == [0.5, 1.0] and abs(lin[2] - 10 / 11) < 1e-9 and abs(lin[-1] - 1 / 11) < 1e-9
+    assert cos[1] == 1.0 and 0 < cos[-1] < lin[-1] and all(a > b for a, b in zip(cos[1:], cos[2:], strict=False))
+    assert abs(cos[6] - 0.5) < 0.1  # about half the peak halfway through the decay
+    with pytest.raises(ValueError, match="constant, linear or cosine"):
+        rates("step")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from searchrl.config import load_config
+from searchrl.config import ConfigError, load_config
 from searchrl.data.loaders import load_qa
 from searchrl.data.synth import generate_world, write_world
 from searchrl.generation.fake import ByteTokenizer
@@ -51,7 +51,7 @@ def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str)
         if str(plan).startswith("decompose"):  # the plan first, then one step of it per turn; the last closes it
             assert t.turns[0].text.count("Plan: (1) ") == 1 and f"({n + 1}) " in t.turns[0].text
             assert [f"Step ({i + 1}): " in turn.text for i, turn in enumerate(t.turns)] == [True] * (n + 1)
-            closing = ("of #1 and #2" if ex.metadata["kind"] == "comparison" else f"answer #{n}. So the")
+            closing = "of #1 and #2" if ex.metadata["kind"] == "comparison" else f"answer #{n}. So the"
             assert f"#{n} is " in t.turns[-1].text and closing in t.turns[-1].text
             if ex.metadata["kind"] == "comparison":  # searched in the question's order, the winner named last
                 names = [h["subject"] for h in ex.metadata["chain"]]
@@ -253,3 +253,18 @@ def test_decompose_explicit_states_the_kind_of_answer_before_the_plan(world) -> 
             seen.add(relation)
             assert first == plain.replace("Plan: ", f"The question asks for {kinds[relation]}. Plan: ", 1)
     assert seen == set(kinds)
+
+
+def test_oracle_topk_sets_the_documents_per_search_of_the_sft_data_only(world) -> None:
+    from searchrl.pipeline import make_protocol
+    from searchrl.sft.cli import oracle_sft_data
+
+    d, _ = world
+    base = [f"data.source={d}", "sft.limit=5", "retrieval.kind=bm25", "retrieval.topk=3"]
+    for extra, k in (([], 3), (["sft.oracle_topk=2"], 2)):
+        cfg = load_config("demo", base + extra)
+        data = oracle_sft_data(cfg, make_protocol(cfg), ByteTokenizer())
+        assert cfg.retrieval.topk == 3 and {len(h) for t in data for turn in t.turns for h in turn.hit_ids} == {k}
+        assert all(t.turns[0].observation.count("Doc ") == k for t in data)
+    with pytest.raises(ConfigError, match="oracle_topk"):
+        load_config("demo", base + ["sft.oracle_topk=0"])

@@ -54,7 +54,7 @@ from searchrl.rl.update import StepTensors, ValueModel, policy_micro_loss, value
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.record import trajectory_record
 from searchrl.rollout.trajectory import Trajectory
-from searchrl.tuning import atomic_dir, full_state_dict, linear_warmup, load_policy_weights, save_merged, wrap_lora
+from searchrl.tuning import atomic_dir, full_state_dict, load_policy_weights, save_merged, warmup_schedule, wrap_lora
 from searchrl.utils import hard_exit, make_adamw, progress, tune_allocator
 
 #: ``(trajectories, protocol) -> (scores, metrics)``; the default composes cfg.reward's components.
@@ -144,7 +144,7 @@ class Trainer:
         self.critic: ValueModel | None = None
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = make_adamw(params, lr=self.tcfg.lr, weight_decay=self.tcfg.weight_decay)
-        self.sched = linear_warmup(self.opt, self.tcfg.warmup_steps)
+        self.sched = warmup_schedule(self.opt, self.tcfg.warmup_steps)
         # self.model is the (possibly DDP-wrapped) scorer; self.policy the causal LM inside it.
         self.model, self.opt = self.acc.prepare(TokenScorer(model), self.opt)
         self.policy = self.acc.unwrap_model(self.model).lm
@@ -154,7 +154,7 @@ class Trainer:
             critic = ValueModel(copy.deepcopy(self.policy))
             self.critic_opt = make_adamw(critic.parameters(), lr=self.tcfg.critic_lr)
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
-            self.critic_sched = linear_warmup(self.critic_opt, self.tcfg.critic_warmup_steps)
+            self.critic_sched = warmup_schedule(self.critic_opt, self.tcfg.critic_warmup_steps)
         # The default generator shares the policy's weights; another backend (e.g. vLLM) keeps its own copy, which
         # _sync_generator refreshes before each rollout that follows an optimizer step.
         if generator is None and cfg.rollout.backend == "vllm":

@@ -88,8 +88,9 @@ def oracle_sft_data(cfg, protocol, tok) -> list:
     examples = load_split(cfg, "train", None if cfg.sft.oracle_balance else limit, kinds=cfg.sft.kinds or None)
     if cfg.sft.oracle_balance:
         examples = round_robin_by_template(examples)[:limit]
-    data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, cfg.retrieval.topk,
-                               cfg.model.prompt_style, cfg.rollout.max_obs_tokens, cfg.sft.oracle_plan)  # fmt: skip
+    topk = cfg.sft.oracle_topk or cfg.retrieval.topk
+    data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, topk, cfg.model.prompt_style,
+                               cfg.rollout.max_obs_tokens, cfg.sft.oracle_plan)  # fmt: skip
     if n_first:
         data = data[: cfg.sft.limit] + [slice_steps(t)[0] for t in data[cfg.sft.limit :]]
     return data

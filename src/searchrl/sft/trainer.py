@@ -20,7 +20,7 @@ from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.sft.types import SFTExample, as_sft_example
-from searchrl.tuning import atomic_dir, freeze_bottom, linear_warmup, save_merged, wrap_lora
+from searchrl.tuning import atomic_dir, freeze_bottom, save_merged, warmup_schedule, wrap_lora
 from searchrl.utils import console, make_adamw, progress, tune_allocator
 
 
@@ -98,7 +98,8 @@ class SFTTrainer:
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = make_adamw(params, lr=self.scfg.lr, weight_decay=0.0)
         tune_allocator()
-        self.sched = linear_warmup(self.opt, self.scfg.warmup_steps)
+        total = self.scfg.epochs * ((len(self.examples) + self.scfg.batch_size - 1) // self.scfg.batch_size)
+        self.sched = warmup_schedule(self.opt, self.scfg.warmup_steps, total, self.scfg.lr_schedule)
 
     def train(self) -> list[dict[str, float]]:
         dump_config(self.cfg, self.out_dir / "config.yaml")
