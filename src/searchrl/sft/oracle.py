@@ -99,11 +99,6 @@ def _steps(
     """Per hop ``(recorded, before)``: what the model notes about the previous hop's documents ("" on the first
     hop) and its reasoning before the hop's search; then the final reasoning.
 
-    ``decompose_explicit`` also states the kind of answer before the plan, and closes a comparison by listing
-    both in time order ("In time order: A (1820), B (1979). The earlier is A."): the one comparison of two years
-    is made once, when the first name is written, and "earlier" is then always the first, "later" the second (a
-    135M model that wrote "1820 is earlier" still named the other entity about half the time).
-
     ``decompose``: the first step writes the whole plan ("Plan: (1) Who wrote X? (2) In which city was #1 born?
     (3) answer #2."); after each hop the model records the answer ("#1 is Y.") and copies the plan's next item
     ("Step (2): ..."), so when to stop is read off the plan (its next item is "answer #n") instead of being counted
@@ -121,11 +116,7 @@ def _steps(
                   f"{plan if i == 0 else ''} Step ({i + 1}): {hop['sub_question']}".strip())
                  for i, hop in enumerate(chain)]  # fmt: skip
         last = items[-1]
-        if comparison and direction and mode == "decompose_explicit":  # sorted first: the pick is then positional
-            ordered = sorted(chain, key=lambda h: int(h["answer"]))
-            pairs = ", ".join(f"{_subject(h, question)} ({h['answer']})" for h in ordered)
-            last = f"{last.rstrip('.')}. In time order: {pairs}. The {direction} is {answer}."
-        elif comparison and direction:  # the years side by side, then the one the question asks for
+        if comparison and direction:  # the years side by side, then the one the question asks for
             pick = (min if direction == "earlier" else max)(int(h["answer"]) for h in chain)
             pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
             last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
