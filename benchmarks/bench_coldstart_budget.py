@@ -25,7 +25,8 @@ import yaml
 from bench_multihop_world import per_kind
 
 RESULTS = Path(__file__).parent / "results"
-SFT_KEYS = ("oracle_plan", "limit", "oracle_first_turns", "batch_size", "lr", "freeze_layers", "oracle_balance")
+SFT_KEYS = ("oracle_plan", "limit", "oracle_first_turns", "batch_size", "lr", "freeze_layers", "oracle_balance",
+            "oracle_topk", "lr_schedule")  # fmt: skip
 
 
 def measure(run: Path) -> dict:
@@ -65,7 +66,8 @@ def render(rows: list[dict], budget: float, target: float) -> str:
         s = r["sft"]
         setting = f"{s['oracle_plan']}, {s['limit']} whole + {s['oracle_first_turns']} first turns"
         setting += f", batch {s['batch_size']}"
-        setting += "".join(f", {k} {s[k]}" for k in ("freeze_layers", "oracle_balance") if s.get(k))
+        setting += "".join(f", {k} {s[k]}" for k in ("freeze_layers", "oracle_balance", "oracle_topk") if s.get(k))
+        setting += f", lr {s['lr_schedule']}" if s.get("lr_schedule", "constant") != "constant" else ""
         met = r["cpu_s"] <= budget and r["em"]["all"] >= target
         lines.append(f"| {Path(r['run']).name} | {setting} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | "
                      f"{r['sft_tokens_per_s']:.0f} | " + " | ".join(f"{r['em'][k]:.2f}" for k in cols)
@@ -79,8 +81,14 @@ def main() -> None:
     ap.add_argument("--budget-cpu-s", type=float, default=1800.0)
     ap.add_argument("--target-em", type=float, default=0.6)
     ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--append", action="store_true", help="keep the rows already in the results file (a row of "
+                    "the same run directory name is replaced)")  # fmt: skip
     args = ap.parse_args()
     rows = [measure(Path(r)) for r in args.runs]
+    old = Path(args.results) / "coldstart_budget.json"
+    if args.append and old.exists():
+        names = {Path(r["run"]).name for r in rows}
+        rows = [r for r in json.loads(old.read_text())["runs"] if Path(r["run"]).name not in names] + rows
     out = {"budget_cpu_s": args.budget_cpu_s, "target_em": args.target_em, "runs": rows}
     results = Path(args.results)
     (results / "coldstart_budget.json").write_text(json.dumps(out, indent=2) + "\n")

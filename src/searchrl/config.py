@@ -293,7 +293,7 @@ class SFTConfig(_Section):
     kinds: list[str] = Field(default_factory=list)
     #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2"; ``true``), "decompose" (the plan
     #: first, then one step of it per search) or "decompose_explicit" (sft/oracle.py PLAN_STYLES says more).
-    oracle_plan: bool | Literal["none", "count", "decompose", "decompose_explicit"] = False
+    oracle_plan: bool | Literal["none", "count", "decompose", "decompose_explicit", "decompose_facts"] = False
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (1/5 the cost).
     oracle_first_turns: int = 0
     #: oracle SFT: take questions round-robin over templates (every question shape about equally often).

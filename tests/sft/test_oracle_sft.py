@@ -28,7 +28,7 @@ def world(tmp_path_factory) -> tuple[Path, object]:
     return d, load_index(index)
 
 
-@pytest.mark.parametrize("plan", [False, True, "decompose", "decompose_explicit"])
+@pytest.mark.parametrize("plan", [False, True, "decompose", "decompose_explicit", "decompose_facts"])
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
 def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str) -> None:
     d, retriever = world
@@ -263,3 +263,29 @@ def test_oracle_topk_sets_the_documents_per_search_of_the_sft_data_only(world) -
         assert all(t.turns[0].observation.count("Doc ") == k for t in data)
     with pytest.raises(ConfigError, match="oracle_topk"):
         load_config("demo", base + ["sft.oracle_topk=0"])
+
+
+def test_decompose_facts_writes_each_finding_about_its_subject(world) -> None:
+    """Each hop's note is the world's fact about the hop's subject, then the reference: "Vramzen was written by
+    Mokpirn Pivveix, so #1 is Mokpirn Pivveix."; otherwise the text is decompose_explicit's."""
+    from searchrl.sft.oracle import oracle_texts
+
+    d, _ = world
+    protocol = get_protocol("search_r1")
+    relations = set()
+    for ex in load_qa(d / "train.jsonl", limit=200):
+        chain = ex.metadata["chain"]
+        facts = oracle_texts(protocol, ex, "decompose_facts")
+        plain = oracle_texts(protocol, ex, "decompose_explicit")
+        if ex.metadata["kind"] == "comparison":
+            chain = [h for h in chain if h["sub_question"] in facts[0][0]]
+            chain = sorted(chain, key=lambda h: facts[0][0].find(h["sub_question"]))
+        for k, hop in enumerate(chain, start=1):
+            relations.add(hop["relation"])
+            assert hop["subject"] in hop["fact"] and hop["fact"].endswith(hop["answer"])
+            assert f"{hop['fact']}, so #{k} is {hop['answer']}." in facts[k][0]
+        undone = [f for f, _ in facts]
+        for hop in chain:
+            undone = [t.replace(hop["fact"] + ", so #", "#") for t in undone]
+        assert undone == [t for t, _ in plain]
+    assert len(relations) >= 10  # every relation the world asks about has its own statement

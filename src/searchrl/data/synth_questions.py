@@ -64,6 +64,27 @@ def _hop_question(h: _Hop) -> tuple[str, str]:
     raise ValueError(f"no question template for relation {h.relation!r}")
 
 
+#: a work's creator / publisher verb and its release verb, by subtype ("directed", "produced", "released")
+_CREATED = {"film": "directed", "book": "written", "album": "recorded"}
+_ISSUED = {"film": "produced", "book": "published", "album": "released"}
+_CAME_OUT = {"film": "released", "book": "published", "album": "released"}
+
+
+def _hop_fact(h: _Hop) -> str:
+    """The hop's answer as a statement about its subject ("Vramzen was written by Mokpirn Pivveix"), the form in
+    which an oracle records what the documents said."""
+    s, a, sub = h.subject.name, h.answer, h.subject.attrs.get("subtype")
+    return {
+        "born_in": f"{s} was born in {a}", "birth_year": f"{s} was born in {a}", "spouse": f"{s} was married to {a}",
+        "employer": f"{s} worked for {a}", "founder": f"{s} was founded by {a}",
+        "headquarters": f"{s} is headquartered in {a}", "founding_year": f"{s} was founded in {a}",
+        "creator": f"{s} was {_CREATED.get(sub, 'made')} by {a}",
+        "publisher": f"{s} was {_ISSUED.get(sub, 'issued')} by {a}",
+        "year": f"{s} was {_CAME_OUT.get(sub, 'released')} in {a}", "country": f"{s} is in {a}",
+        "capital": f"The capital of {s} is {a}",
+    }.get(h.relation, f"{s}: {a}")  # fmt: skip
+
+
 # Multi-hop templates: (kind, start entity kind, relations followed, question). ``{s}`` is the named start
 # entity; ``{cn}`` / ``{pn}`` the creator / publisher noun of a work ("director", "label", ...).
 _TEMPLATES: list[tuple[str, str, tuple[str, ...], str]] = [
@@ -150,6 +171,7 @@ def _chain(hops: list[_Hop]) -> list[dict[str, str]]:
                 "passage_id": h.subject.id,
                 "answer": h.answer,
                 "relation": h.relation,
+                "fact": _hop_fact(h),
             }
         )
     return out

@@ -93,6 +93,15 @@ _ANSWER_KIND = {"birth_year": "a year", "founding_year": "a year", "year": "a ye
                 "publisher": "an organisation"}  # fmt: skip
 
 
+def _recorded(hop: dict, k: int, mode: str) -> str:
+    """What a decomposition notes after hop ``k``'s documents: "#2 is Sakfaeldor.", or with ``decompose_facts``
+    the fact first, about the hop's subject ("Mokpirn Pivveix was born in Sakfaeldor, so #2 is Sakfaeldor."): the
+    subject's name is then written right before the answer is read off the documents."""
+    if mode == "decompose_facts" and hop.get("fact"):
+        return f"{hop['fact']}, so #{k} is {hop['answer']}."
+    return f"#{k} is {hop['answer']}."
+
+
 def _steps(
     chain: list[dict], answer: str, comparison: bool, mode: str, question: str = ""
 ) -> tuple[list[tuple[str, str]], str]:
@@ -109,10 +118,10 @@ def _steps(
         direction = _direction(chain, answer, question) if comparison else ""
         items = _plan_items(chain, comparison, direction)
         plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
-        kind = _ANSWER_KIND.get(chain[-1].get("relation", "")) if mode == "decompose_explicit" else None
+        kind = _ANSWER_KIND.get(chain[-1].get("relation", "")) if mode != "decompose" else None
         if kind and not comparison:  # the last sub-question must ask for this (a city is not a country)
             plan = f"The question asks for {kind}. {plan}"
-        steps = [(f"#{i} is {chain[i - 1]['answer']}." if i else "",
+        steps = [(_recorded(chain[i - 1], i, mode) if i else "",
                   f"{plan if i == 0 else ''} Step ({i + 1}): {hop['sub_question']}".strip())
                  for i, hop in enumerate(chain)]  # fmt: skip
         last = items[-1]
@@ -122,7 +131,7 @@ def _steps(
             last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
         elif comparison:
             last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
-        return steps, f"#{n} is {chain[-1]['answer']}. Step ({n + 1}): {last} So the answer is {answer}."
+        return steps, f"{_recorded(chain[-1], n, mode)} Step ({n + 1}): {last} So the answer is {answer}."
     steps = []
     for i, hop in enumerate(chain):
         before = f"{_plan_lead(i, n)} {hop['sub_question']}" if mode == "count" else _reason_before_hop(i, hop)
@@ -131,9 +140,10 @@ def _steps(
     return steps, f"{_reason_after_hop(chain[-1])}{done} So the answer is {answer}."
 
 
-#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, a written decomposition, or
-#: the decomposition after the kind of answer the question asks for ("The question asks for a country. Plan: ...").
-PLAN_STYLES = ("none", "count", "decompose", "decompose_explicit")
+#: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, a written decomposition,
+#: the decomposition after the kind of answer the question asks for ("The question asks for a country. Plan: ..."),
+#: or that with each hop's finding written as a fact about its subject (worlds that record ``fact`` per hop).
+PLAN_STYLES = ("none", "count", "decompose", "decompose_explicit", "decompose_facts")
 
 
 def plan_style(plan: bool | str) -> str:
