@@ -67,7 +67,7 @@ def render(rows: list[dict], budget: float, target: float) -> str:
         setting = f"{s['oracle_plan']}, {s['limit']} whole + {s['oracle_first_turns']} first turns"
         setting += f", batch {s['batch_size']}"
         setting += "".join(f", {k} {s[k]}" for k in ("freeze_layers", "oracle_balance", "oracle_topk") if s.get(k))
-        setting += f", lr {s['lr_schedule']}" if s.get("lr_schedule", "constant") != "constant" else ""
+        setting += f", lr {s['lr_schedule']}" if (s.get("lr_schedule") or "constant") != "constant" else ""
         met = r["cpu_s"] <= budget and r["em"]["all"] >= target
         lines.append(f"| {Path(r['run']).name} | {setting} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | "
                      f"{r['sft_tokens_per_s']:.0f} | " + " | ".join(f"{r['em'][k]:.2f}" for k in cols)
