@@ -292,9 +292,9 @@ class SFTConfig(_Section):
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
     #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2"; ``true``), "decompose" (the plan
-    #: first, then one step of it per search) or "decompose_explicit" (sft/oracle.py PLAN_STYLES says more).
+    #: first, then one step of it per search) and its variants (sft/oracle.py PLAN_STYLES says more).
     oracle_plan: bool | Literal["none", "count", "decompose", "decompose_explicit", "decompose_facts"] = False
-    #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (1/5 the cost).
+    #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (~1/4 the tokens).
     oracle_first_turns: int = 0
     #: oracle SFT: take questions round-robin over templates (every question shape about equally often).
     oracle_balance: bool = False

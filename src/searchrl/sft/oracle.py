@@ -118,7 +118,8 @@ def _steps(
         direction = _direction(chain, answer, question) if comparison else ""
         items = _plan_items(chain, comparison, direction)
         plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
-        kind = _ANSWER_KIND.get(chain[-1].get("relation", "")) if mode != "decompose" else None
+        explicit = mode in ("decompose_explicit", "decompose_facts")
+        kind = _ANSWER_KIND.get(chain[-1].get("relation", "")) if explicit else None
         if kind and not comparison:  # the last sub-question must ask for this (a city is not a country)
             plan = f"The question asks for {kind}. {plan}"
         steps = [(_recorded(chain[i - 1], i, mode) if i else "",
