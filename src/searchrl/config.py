@@ -146,7 +146,7 @@ class RolloutConfig(_Section):
 
 
 class RewardComponent(_Section):
-    name: Literal["answer", "format", "retrieval", "group", "evidence", "judge"]
+    name: Literal["answer", "format", "retrieval", "group", "evidence", "judge", "hops"]
     weight: float = 1.0
     params: dict[str, Any] = Field(default_factory=dict)
 

@@ -15,6 +15,7 @@ from searchrl.rewards.components import (
     format_reward,
     generator_reader,
     group_reward,
+    hop_reward,
     judge_reward,
     retrieval_reward,
 )
@@ -135,6 +136,60 @@ def test_retrieval_reward_stage1_rule():
     scores, metrics = retrieval_reward([make(n=0), make(n=1), make(n=3)])
     assert scores == [0.0, 0.5, 0.5]
     assert metrics["searched_rate"] == pytest.approx(2 / 3)
+
+
+# --------------------------------------------------------------------------------------------------- hops
+
+CHAIN = [{"answer": "Aesfern Krezher"}, {"answer": "1920"}]  # a bridge question; the last hop is the gold
+
+
+def hop_input(policy_text, chain=CHAIN, golds=("1920",)):
+    report = FormatReport(True, False, None, 0)
+    question = "In which year was the director of Soukarn born?"
+    return RewardInput(question, list(golds), "", None, report, policy_text=policy_text, metadata={"chain": chain})
+
+
+def test_hop_reward_scores_intermediate_answers_in_the_policy_text():
+    right = hop_input("Soukarn was directed by Aesfern Krezher, so #1 is Aesfern Krezher. <answer> 1875 </answer>")
+    wrong = hop_input("Soukarn was directed by Zhylsik Pictures, so #1 is Zhylsik. <answer> 1920 </answer>")
+    partial = hop_input("so #1 is Aesfern Krezherson")  # not the whole words
+    scores, metrics = hop_reward([right, wrong, partial])
+    assert scores == [1.0, 0.0, 0.0]  # the final answer (a gold) is the answer component's business
+    assert metrics == {"hop_rate": pytest.approx(1 / 3), "with_hops_rate": 1.0}
+
+
+def test_hop_reward_counts_each_intermediate_hop_and_skips_single_hop_questions():
+    three = [{"answer": "A. Thervei"}, {"answer": "Lumdexa Symvir"}, {"answer": "Faxnoumza"}]
+    half = hop_input("so #1 is a thervei; then the spouse is unknown", chain=three, golds=["Faxnoumza"])
+    single = hop_input("anything", chain=[{"answer": "1920"}])
+    scores, metrics = hop_reward([half, single])
+    assert scores == [0.5, 0.0]
+    assert metrics == {"hop_rate": 0.5, "with_hops_rate": 0.5}
+
+
+def test_hop_reward_needs_the_chain_and_the_policy_text():
+    with pytest.raises(ValueError, match="no metadata.chain"):
+        hop_reward([hop_input("x", chain=None)])
+    with pytest.raises(ValueError, match="policy_text"):
+        hop_reward([RewardInput("q", ["a"], "", None, FormatReport(True, False, None, 0), metadata={"chain": CHAIN})])
+
+
+def test_trainer_reward_fn_passes_policy_text_and_metadata_to_hops():
+    from searchrl.protocols import get_protocol
+    from searchrl.rl.trainer import default_reward_fn
+    from searchrl.rollout.trajectory import Trajectory, Turn
+
+    cfg = RunConfig.model_validate({"reward": {"components": [{"name": "hops"}]}})
+    tok = ByteTokenizer()
+    policy = "<search> Soukarn director </search>"
+    obs = "<information>Soukarn was directed by Aesfern Krezher.</information>"
+    t = Trajectory("q#0", "q", "q", "In which year was the director of Soukarn born?", ["1920"], [],
+                   turns=[Turn(policy, "search", "stop", observation=obs)], metadata={"chain": CHAIN})  # fmt: skip
+    t.append(tok.encode(policy + obs), sampled=False)
+    fn = default_reward_fn(cfg, get_protocol("search_r1"), tok)
+    assert fn([t])[0] == [0.0]  # the name is only in the inserted document, not in the policy's text
+    t.turns[0].text = "<think> directed by Aesfern Krezher </think>" + policy
+    assert fn([t])[0] == [1.0]
 
 
 # --------------------------------------------------------------------------------------------------- group

@@ -12,6 +12,7 @@ from searchrl.rewards.components import (
     format_reward,
     generator_reader,
     group_reward,
+    hop_reward,
     judge_reward,
     retrieval_reward,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "get_metric",
     "get_metrics",
     "group_reward",
+    "hop_reward",
     "judge_reward",
     "normalize_answer",
     "normalize_answer_r1",

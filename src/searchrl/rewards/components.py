@@ -27,6 +27,9 @@ group      R1-Searcher++ Eqs. 5-6 (spec 000 §3.3): among the correct rollouts o
 evidence   R-Search Eq. 4 (spec 002 §4.2): F1 of the answer a frozen reader gives from the question and the
            rollout's evidence block alone.
 judge      1 if an LLM judge accepts the answer (:mod:`searchrl.rewards.judge`).
+hops       a process reward of ours [O], for data that records each hop's answer (the synthetic world's
+           ``metadata.chain[].answer``): the fraction of the question's intermediate answers the policy's own text
+           states (see :func:`hop_reward`). None of the five papers has it.
 =========  ==================================================================================================
 
 R-Search's total reward (spec 002 §4.4, Eq. 6: r = r_answer + r_evidence + r_format, with r_answer, r_evidence in
@@ -48,8 +51,8 @@ from __future__ import annotations
 import inspect
 import math
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any, Literal
 
@@ -76,6 +79,8 @@ class RewardInput:
     n_searches: int = 0  # search calls actually executed in the rollout
     group_id: Hashable | None = None  # rollouts of the same question share it (GRPO / R1-Searcher++ groups)
     evidence: str | None = None  # R-Search's <original_evidence> content, if any
+    policy_text: str | None = None  # the policy's own text (observations left out); None: not known
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # the question's metadata (e.g. the world's chain)
 
     @classmethod
     def from_response(
@@ -87,6 +92,8 @@ class RewardInput:
         *,
         group_id: Hashable | None = None,
         n_searches: int | None = None,
+        policy_text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RewardInput:
         """Run the protocol's format check and fill answer, search count and evidence from its report.
 
@@ -103,6 +110,8 @@ class RewardInput:
             n_searches=report.n_searches if n_searches is None else n_searches,
             group_id=group_id,
             evidence=evidence if isinstance(evidence, str) else None,
+            policy_text=policy_text,
+            metadata=dict(metadata or {}),
         )
 
 
@@ -192,6 +201,50 @@ def retrieval_reward(inputs: Sequence[RewardInput], *, value: float = 0.5) -> Sc
     """``value`` (0.5) if the rollout searched at least once, else 0 (R1-Searcher stage 1, Eq. 1)."""
     searched = [inp.n_searches >= 1 for inp in inputs]
     return [value if s else 0.0 for s in searched], {"searched_rate": _rate(searched)}
+
+
+# --------------------------------------------------------------------------------------------------- hops
+
+
+def hop_reward(inputs: Sequence[RewardInput], *, chain: str = "chain", key: str = "answer") -> Scores:
+    """Process reward [O]: the fraction of the question's intermediate answers that the policy's own text states.
+
+    The intermediate answers are ``metadata[chain][i][key]`` for the hops whose answer is not one of the golds
+    (the last hop of a bridge question is the final answer, which the answer component scores). A hop counts when
+    its SQuAD-normalized answer occurs as whole words in the normalized policy text (observations left out, so a
+    document that merely contains it does not count). Comparison questions' hops (each entity's year or place) are
+    all intermediate. A question without intermediate hops (single-hop) scores 0 in every rollout, which leaves
+    group-relative advantages unchanged.
+
+    Inputs need ``policy_text`` and ``metadata[chain]`` (the RL trainer fills both; the synthetic world records the
+    chain); a question without the chain is an error: per-hop answers cannot be guessed.
+
+    Metrics: ``hop_rate`` (mean score over questions with intermediate hops), ``with_hops_rate``.
+    """
+    from searchrl.rewards.metrics import normalize_answer
+
+    scores: list[float] = []
+    rated: list[float] = []
+    for inp in inputs:
+        hops = inp.metadata.get(chain)
+        if not isinstance(hops, list) or not all(isinstance(h, Mapping) and key in h for h in hops):
+            raise ValueError(
+                f"reward component 'hops': question {inp.question[:60]!r} has no metadata.{chain}[].{key} "
+                f"(per-hop answers); use data that records them (the synthetic world does) or drop the component"
+            )
+        if inp.policy_text is None:
+            raise ValueError("reward component 'hops' needs RewardInput.policy_text (the policy's own text)")
+        golds = {normalize_answer(g) for g in inp.golds}
+        wanted = [normalize_answer(str(h[key])) for h in hops]
+        wanted = [w for w in dict.fromkeys(wanted) if w and w not in golds]
+        if not wanted:
+            scores.append(0.0)
+            continue
+        text = f" {normalize_answer(inp.policy_text)} "
+        score = sum(f" {w} " in text for w in wanted) / len(wanted)
+        scores.append(score)
+        rated.append(score)
+    return scores, {"hop_rate": _mean(rated), "with_hops_rate": len(rated) / len(inputs) if inputs else 0.0}
 
 
 # --------------------------------------------------------------------------------------------------- group
@@ -386,6 +439,7 @@ COMPONENTS: dict[str, Callable[..., Scores]] = {
     "group": group_reward,
     "evidence": evidence_reward,
     "judge": judge_reward,
+    "hops": hop_reward,
 }
 #: runtime objects (not config) a component takes; the composer passes them in.
 _DEPENDENCIES = {"evidence": "reader", "judge": "judge"}
