@@ -114,6 +114,21 @@ class RewardInput:
             metadata=dict(metadata or {}),
         )
 
+    @classmethod
+    def from_trajectory(cls, protocol: Protocol, traj: Any, tokenizer: Any) -> RewardInput:
+        """:meth:`from_response` for a rollout's :class:`~searchrl.rollout.trajectory.Trajectory`: its whole
+        response, its executed search count, the policy's own text and the question's metadata."""
+        return cls.from_response(
+            protocol,
+            traj.question,
+            traj.golds,
+            traj.response_text(tokenizer),
+            group_id=traj.group_id,
+            n_searches=traj.n_searches,
+            policy_text=traj.policy_text,
+            metadata=traj.metadata,
+        )
+
 
 def _rate(flags: Sequence[bool]) -> float:
     return sum(flags) / len(flags) if flags else 0.0

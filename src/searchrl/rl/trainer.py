@@ -76,19 +76,7 @@ def default_reward_fn(cfg: RunConfig, protocol: Protocol, tokenizer, reader=None
     composer = RewardComposer.from_config(cfg.reward, reader=reader, judge=judge)
 
     def fn(trajs: Sequence[Trajectory]) -> tuple[list[float], dict[str, float]]:
-        inputs = [
-            RewardInput.from_response(
-                protocol,
-                t.question,
-                t.golds,
-                t.response_text(tokenizer),
-                group_id=t.group_id,
-                n_searches=t.n_searches,
-                policy_text="".join(turn.text for turn in t.turns),
-                metadata=t.metadata,
-            )
-            for t in trajs
-        ]
+        inputs = [RewardInput.from_trajectory(protocol, t, tokenizer) for t in trajs]
         res = composer(inputs)
         return res.total, res.metrics
 

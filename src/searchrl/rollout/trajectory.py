@@ -63,6 +63,11 @@ class Trajectory:
         return sum(1 for t in self.turns if t.action == "invalid")
 
     @property
+    def policy_text(self) -> str:
+        """The policy's own text, turn by turn (inserted observations left out)."""
+        return "".join(t.text for t in self.turns)
+
+    @property
     def n_policy_tokens(self) -> int:
         return sum(self.action_mask)
 
