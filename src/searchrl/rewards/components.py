@@ -236,7 +236,7 @@ def hop_reward(inputs: Sequence[RewardInput], *, chain: str = "chain", key: str 
 
     Metrics: ``hop_rate`` (mean score over questions with intermediate hops), ``with_hops_rate``.
     """
-    from searchrl.rewards.metrics import normalize_answer
+    from searchrl.rewards.metrics import cover_em, normalize_answer
 
     scores: list[float] = []
     rated: list[float] = []
@@ -255,8 +255,7 @@ def hop_reward(inputs: Sequence[RewardInput], *, chain: str = "chain", key: str 
         if not wanted:
             scores.append(0.0)
             continue
-        text = f" {normalize_answer(inp.policy_text)} "
-        score = sum(f" {w} " in text for w in wanted) / len(wanted)
+        score = sum(cover_em(inp.policy_text, [w]) for w in wanted) / len(wanted)
         scores.append(score)
         rated.append(score)
     return scores, {"hop_rate": _mean(rated), "with_hops_rate": len(rated) / len(inputs) if inputs else 0.0}
