@@ -188,9 +188,15 @@ class AlgorithmConfig(_Section):
     #: DAPO's dynamic-sampling filter, no refill: groups that all scored alike (advantage 0) skip the log-prob and
     #: update passes and stop diluting the token-mean loss (group-baselined estimators only).
     drop_uniform_groups: bool = False
+    #: With drop_uniform_groups, DAPO's refill ("dynamic sampling"): up to this many rounds of prompts_per_step fresh
+    #: questions per step, stopping once the step holds prompts_per_step informative groups; all of them are kept.
+    max_sampling_rounds: int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> AlgorithmConfig:
+        if self.max_sampling_rounds > 1 and not self.drop_uniform_groups:
+            raise ValueError("algorithm.max_sampling_rounds > 1 refills the groups drop_uniform_groups removes: "
+                             "set algorithm.drop_uniform_groups=true too")  # fmt: skip
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError("algorithm.dual_clip must be > 1 (e.g. 3.0) or null to disable it")
         ungrouped = self.name == "ppo" or (self.name == "reinforce_pp" and self.reinforce_estimator == "reinforce")

@@ -584,3 +584,21 @@ def test_drop_uniform_groups_needs_a_group_baseline():
     for bad in (["algorithm.name=ppo"], ["algorithm.name=reinforce_pp"]):
         with pytest.raises((ConfigError, ValueError), match="group baseline"):
             load_config(None, [*bad, "algorithm.drop_uniform_groups=true"])
+
+
+def test_refill_rounds_need_the_uniform_group_filter():
+    from searchrl.config import ConfigError, load_config
+
+    ok = load_config(None, ["algorithm.drop_uniform_groups=true", "algorithm.max_sampling_rounds=3"])
+    assert ok.algorithm.max_sampling_rounds == 3
+    with pytest.raises((ConfigError, ValueError), match="drop_uniform_groups=true"):
+        load_config(None, ["algorithm.max_sampling_rounds=2"])
+    with pytest.raises((ConfigError, ValueError)):
+        load_config(None, ["algorithm.drop_uniform_groups=true", "algorithm.max_sampling_rounds=0"])
+
+
+def test_informative_group_count():
+    from searchrl.rl.algorithms import informative_group_count
+
+    assert informative_group_count([1, 0, 1, 1, 0.5, 0.5], ["a", "a", "b", "b", "c", "c"]) == 1
+    assert informative_group_count([0.2, 0.3, 0.0, 1.0], ["a", "a", "b", "b"]) == 2

@@ -66,6 +66,32 @@ def test_grpo_learns_with_uniform_groups_dropped(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_dynamic_sampling_refills_until_the_step_holds_enough_informative_groups(tmp_path: Path) -> None:
+    """DAPO's refill: a step samples further rounds of 4 fresh questions until it holds 4 informative groups (here
+    the odd-numbered questions'; even ones score a constant) or 3 rounds are made, and updates on all of them."""
+    calls: list[tuple[int, int]] = []  # (step, odd groups in the round)
+    refill = {"algorithm.drop_uniform_groups": "true", "algorithm.max_sampling_rounds": "3"}
+    trainer = make_trainer(tmp_path / "refill", lr=1e-3, steps=6, **refill)
+
+    def half_constant(trajs):
+        scores, _ = letter_fraction_reward(trajs)
+        odd = [int(t.question_id[1:]) % 2 == 1 for t in trajs]
+        calls.append((trainer.state.step, sum(odd) // 8))
+        return [s if o else 0.5 for s, o in zip(scores, odd, strict=True)], {"reward/total": _mean(scores)}
+
+    trainer.reward_fn = half_constant
+    hist = trainer.train()
+    assert len(calls) > len(hist), "no step needed a second round: the test does not exercise the refill"
+    for m in hist:
+        odd = [n for step, n in calls if step == m["step"] - 1]
+        assert m["sampling/rounds"] == len(odd) <= 3
+        assert all(sum(odd[:k]) < 4 for k in range(1, len(odd)))  # it went on only while short of 4
+        assert sum(odd) >= 4 or len(odd) == 3  # and stopped when it had them, or at the last round
+        assert m["filter/rows"] == 8 * (sum(odd) or 1)  # every informative group of every round was kept
+    assert trainer.state.data_epoch * 16 + trainer.state.data_pos == 4 * len(calls)  # each round took fresh ones
+
+
+@pytest.mark.slow
 def test_same_run_at_lr0_does_not_learn(tmp_path: Path) -> None:
     """The control: the identical GRPO run with learning rate 0 (the update path is shared by all algorithms)."""
     frozen = make_trainer(tmp_path / "frozen", lr=0.0, algo="grpo", steps=25).train()

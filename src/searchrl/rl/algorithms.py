@@ -282,6 +282,14 @@ def informative_rows(scores: Sequence[float], group_ids: Sequence[Hashable]) -> 
     return keep, {"filter/informative_group_frac": kept_groups / max(n_groups, 1), "filter/rows": float(len(keep))}
 
 
+def informative_group_count(scores: Sequence[float], group_ids: Sequence[Hashable]) -> int:
+    """How many groups hold samples that did not all score the same (the groups ``informative_rows`` keeps)."""
+    seen: dict[Hashable, set[float]] = {}
+    for g, s in zip(group_ids, scores, strict=True):
+        seen.setdefault(g, set()).add(float(s))
+    return sum(len(v) > 1 for v in seen.values())
+
+
 @torch.no_grad()
 def group_centred(scores_B: Tensor, group_ids_B: GroupIds) -> Tensor:
     """``r - group mean`` (OpenRLHF's ``reinforce_baseline`` before REINFORCE++ returns); 0 for groups of one."""

@@ -7,7 +7,8 @@ How this departs from the textbook algorithms (each choice is configurable where
   recomputed after the rollout, so the ratio is 1 on the first mini-batch whatever engine or precision generated.
 - No pass the step does not need: no reference forward without KL; rows sharing a prompt run it once
   (``TokenScorer``); micro-batches are length-bucketed and trimmed to their own longest row, within a token budget;
-  ``algorithm.drop_uniform_groups`` leaves out the groups whose samples all scored alike (advantage 0).
+  ``algorithm.drop_uniform_groups`` leaves out the groups whose samples all scored alike (advantage 0), and
+  ``algorithm.max_sampling_rounds`` refills them with fresh questions (DAPO's dynamic sampling).
 - Group ids are ``"s<step>/<question id>"``, globally unique across steps and merged data sets.
 - Losses divide by the whole mini-batch's token (or sequence) count over micro-batches and processes: any split.
 - Several processes each roll out an equal shard of the step's prompts (groups never straddle two). The mini-batch
@@ -50,6 +51,7 @@ from searchrl.rl.batch import (
     prompt_keys,
     score_tokens,
 )
+from searchrl.rl.metrics_log import MetricsWriter
 from searchrl.rl.update import StepTensors, ValueModel, policy_micro_loss, value_micro_loss
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.record import trajectory_record
@@ -160,8 +162,7 @@ class Trainer:
         self._tokens: Counter[str] = Counter()
         limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
         self.engine = RolloutEngine(self.generator, retriever, protocol, limits, cfg.model.prompt_style)
-        self._log_f = None
-        self._tb = None
+        self._writer = MetricsWriter(self.out_dir, self.tcfg.tensorboard, self.tcfg.wandb, cfg.name, cfg.model_dump())
 
     # ------------------------------------------------------------------------------------------------ data
     def _next_prompts(self) -> list[QAExample]:
@@ -229,25 +230,44 @@ class Trainer:
         self.generator.load_weights(full_state_dict(self.policy))
         self._generator_version = self._weights_version
 
+    def _sample(self, step: int) -> tuple[list[Trajectory], list[float], dict[str, float], dict[str, float]]:
+        """The step's scored rollouts. With ``algorithm.max_sampling_rounds`` > 1 (and ``drop_uniform_groups``), DAPO's
+        dynamic sampling: further rounds of ``prompts_per_step`` fresh questions until the step holds that many
+        informative groups (counted over all processes) or the rounds run out; every informative group is kept."""
+        trajs: list[Trajectory] = []
+        scores: list[float] = []
+        per_round: list[dict[str, float]] = []
+        gen_stats: Counter[str] = Counter()
+        for rnd in range(self.alg.max_sampling_rounds):
+            new = self.engine.run(
+                self._next_prompts(),
+                group_size=self.cfg.rollout.group_size,
+                temperature=self.cfg.rollout.temperature,
+                top_p=self.cfg.rollout.top_p,
+                seed=self.tcfg.seed * 7919 + step * 101 + self.acc.process_index + rnd * 1_000_033,
+                group_prefix=f"s{step}/" if rnd == 0 else f"s{step}r{rnd}/",
+            )
+            gen_stats.update(self.engine.stats)
+            new_scores, m = self.reward_fn(new)
+            trajs, scores = trajs + new, scores + list(new_scores)
+            per_round.append(m)
+            if rnd + 1 < self.alg.max_sampling_rounds:
+                informative = A.informative_group_count(scores, [t.group_id for t in trajs])
+                if self._global_count(float(informative)) >= self.tcfg.prompts_per_step:
+                    break
+        reward_metrics = {k: float(np.mean([m[k] for m in per_round if k in m])) for k in per_round[0]}
+        reward_metrics["sampling/rounds"] = float(len(per_round))
+        return trajs, scores, reward_metrics, dict(gen_stats)
+
     def train_step(self) -> dict[str, float]:
-        cfg, alg = self.cfg, self.alg
+        alg = self.alg
         step = self.state.step
         t0 = time.perf_counter()
-        prompts = self._next_prompts()
         self._sync_generator()
         gen_before = Counter(getattr(self.generator, "stats", {}))
-        trajs = self.engine.run(
-            prompts,
-            group_size=cfg.rollout.group_size,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            seed=self.tcfg.seed * 7919 + step * 101 + self.acc.process_index,
-            group_prefix=f"s{step}/",
-        )
-        gen_stats = dict(self.engine.stats)
+        trajs, scores, reward_metrics, gen_stats = self._sample(step)
         gen_counts = Counter(getattr(self.generator, "stats", {}))
         gen_counts.subtract(gen_before)
-        scores, reward_metrics = self.reward_fn(trajs)
         aux_seqs: list[tuple[list[int], list[int], list[int]]] = []
         if self._aux_on:
             assert self.aux_nll_hook is not None
@@ -513,42 +533,11 @@ class Trainer:
         return history
 
     def _log(self, m: dict[str, float]) -> None:
-        if not self.acc.is_main_process:
-            return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        if self._log_f is None:
-            self._log_f = (self.out_dir / "metrics.jsonl").open("a")
-        self._log_f.write(
-            json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in m.items()}) + "\n"
-        )
-        self._log_f.flush()
-        if self.tcfg.tensorboard:
-            if self._tb is None:
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
-
-                    self._tb = SummaryWriter(str(self.out_dir / "tb"))
-                except ImportError:
-                    self._tb = False
-            if self._tb:
-                for k, v in m.items():
-                    self._tb.add_scalar(k, v, int(m["step"]))
-        if self.tcfg.wandb:
-            try:
-                import wandb
-
-                if wandb.run is None:
-                    wandb.init(project="searchrl", name=self.cfg.name, config=self.cfg.model_dump())
-                wandb.log(m, step=int(m["step"]))
-            except ImportError:
-                pass
+        if self.acc.is_main_process:
+            self._writer.write(m)
 
     def _close(self) -> None:
-        if self._log_f:
-            self._log_f.close()
-            self._log_f = None
-        if self._tb:
-            self._tb.close()
+        self._writer.close()
 
     def save_model(self, path: Path) -> None:
         """A plain model (LoRA adapters merged into a copy) that ``from_pretrained`` loads."""
