@@ -185,18 +185,16 @@ class AlgorithmConfig(_Section):
     #: old log-probs of the ratio: "rollout" (the generator's), "recompute" (a pass after the rollout), or "auto": the
     #: rollout's when the step makes one on-policy update with the policy's own weights, else recomputed.
     old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
-    #: DAPO's dynamic-sampling filter, no refill: groups that all scored alike (advantage 0) skip the log-prob and
-    #: update passes and stop diluting the token-mean loss (group-baselined estimators only).
+    #: DAPO's dynamic sampling (group baselines only): groups that all scored alike (advantage 0) skip the log-prob and
+    #: update passes and leave the token-mean loss; max_sampling_rounds > 1 refills them: rounds of prompts_per_step
+    #: fresh questions until the step holds that many informative groups (all of them are kept).
     drop_uniform_groups: bool = False
-    #: With drop_uniform_groups, DAPO's refill ("dynamic sampling"): up to this many rounds of prompts_per_step fresh
-    #: questions per step, stopping once the step holds prompts_per_step informative groups; all of them are kept.
     max_sampling_rounds: int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> AlgorithmConfig:
         if self.max_sampling_rounds > 1 and not self.drop_uniform_groups:
-            raise ValueError("algorithm.max_sampling_rounds > 1 refills the groups drop_uniform_groups removes: "
-                             "set algorithm.drop_uniform_groups=true too")  # fmt: skip
+            raise ValueError("max_sampling_rounds > 1 refills dropped groups: set algorithm.drop_uniform_groups=true")
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError("algorithm.dual_clip must be > 1 (e.g. 3.0) or null to disable it")
         ungrouped = self.name == "ppo" or (self.name == "reinforce_pp" and self.reinforce_estimator == "reinforce")
@@ -213,8 +211,7 @@ class TrainingConfig(_Section):
     lr: float = 1e-6
     critic_lr: float = 1e-5
     warmup_steps: int = 0
-    #: linear warm-up of the critic's learning rate (PPO), in steps.
-    critic_warmup_steps: int = 0
+    critic_warmup_steps: int = 0  #: linear warm-up of the critic's learning rate (PPO), in steps
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches).
@@ -227,15 +224,13 @@ class TrainingConfig(_Section):
     save_every: int = 10
     tensorboard: bool = True
     wandb: bool = False
-    #: start from this checkpoint / model dir instead of model.policy (e.g. an SFT run's output).
-    init_from: str | None = None
+    init_from: str | None = None  #: a checkpoint / model dir to start from instead of model.policy (e.g. an SFT's)
     #: trajectories per step appended to <output_dir>/rollouts.jsonl (for `searchrl view`); 0 disables.
     log_rollouts: int = 4
     #: greedy held-out evaluation (data.dev questions) before training, every this many steps and at the end;
     #: 0 disables. Logged as eval/* in metrics.jsonl; trajectories in <output_dir>/evals/step_<k>.jsonl.
     eval_every: int = 0
-    #: held-out questions evaluated (the first N of data.dev).
-    eval_limit: int | None = 100
+    eval_limit: int | None = 100  #: held-out questions evaluated (the first N of data.dev)
 
 
 class MemorizationConfig(_Section):
@@ -302,8 +297,7 @@ class SFTConfig(_Section):
     oracle_plan: bool | Literal["none", "count", "decompose", "decompose_explicit", "decompose_facts"] = False
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (~1/4 the tokens).
     oracle_first_turns: int = 0
-    #: oracle SFT: take questions round-robin over templates (every question shape about equally often).
-    oracle_balance: bool = False
+    oracle_balance: bool = False  #: oracle SFT: questions round-robin over templates (each shape equally often)
     #: oracle SFT: documents per search (null = retrieval.topk); fewer make a cheaper cold start.
     oracle_topk: int | None = Field(default=None, ge=1)
     limit: int | None = None
@@ -376,7 +370,6 @@ class StageConfig(_Section):
 
     name: str
     kind: Literal["data", "sft", "rl", "eval"]
-    #: data stages: what to build (synth, index, split, oracle, rejection-sample, select-difficulty).
     op: Literal["synth", "index", "split", "oracle", "rejection-sample", "select-difficulty"] | None = None
     description: str = ""
     #: run this stage with another recipe's config (same profile and overrides), e.g. R1-Searcher's stage 1
