@@ -268,26 +268,31 @@ def grpo_advantages(
     return advantages_BT, metrics
 
 
-def informative_rows(scores: Sequence[float], group_ids: Sequence[Hashable]) -> tuple[list[int], Metrics]:
-    """DAPO's dynamic-sampling filter (Yu et al., 2025), without its refill: the rows of groups whose samples do not
-    all score the same. Under GRPO, RLOO and group-baselined REINFORCE++ a uniform group has advantage 0 everywhere,
-    so its rows only add cost and dilute a token-mean loss. Never empty: with no informative group it keeps the
-    first group (advantage 0, so only its KL term acts), so every process still has rows to pass."""
+def _informative(scores: Sequence[float], group_ids: Sequence[Hashable]) -> tuple[Tensor, Tensor, int]:
+    """``(informative_B, index_B, n_groups)``: which rows belong to a group of 2+ samples that did not all score
+    the same."""
     index_B, n_groups = _group_index(list(group_ids), len(scores), torch.device("cpu"))
     scores_B = torch.tensor(list(scores), dtype=torch.float64)
     size_B, _, std_B = _group_stats(scores_B, index_B, n_groups)  # (B,) each
-    informative_B = (size_B > 1) & (std_B > 0)  # (B,)
+    return (size_B > 1) & (std_B > 0), index_B, n_groups
+
+
+def informative_rows(scores: Sequence[float], group_ids: Sequence[Hashable]) -> tuple[list[int], Metrics]:
+    """DAPO's dynamic-sampling filter (Yu et al., 2025): the rows of groups whose samples do not all score the same
+    (the refill is the trainer's ``algorithm.max_sampling_rounds``). Under GRPO, RLOO and group-baselined REINFORCE++
+    a uniform group has advantage 0 everywhere, so its rows only add cost and dilute a token-mean loss. Never empty:
+    with no informative group it keeps the first group (advantage 0, so only its KL term acts), so every process
+    still has rows to pass."""
+    informative_B, index_B, n_groups = _informative(scores, group_ids)
     kept_groups = torch.unique(index_B[informative_B]).numel()
     keep = (informative_B if kept_groups else index_B == 0).nonzero().flatten().tolist()
     return keep, {"filter/informative_group_frac": kept_groups / max(n_groups, 1), "filter/rows": float(len(keep))}
 
 
 def informative_group_count(scores: Sequence[float], group_ids: Sequence[Hashable]) -> int:
-    """How many groups hold samples that did not all score the same (the groups ``informative_rows`` keeps)."""
-    seen: dict[Hashable, set[float]] = {}
-    for g, s in zip(group_ids, scores, strict=True):
-        seen.setdefault(g, set()).add(float(s))
-    return sum(len(v) > 1 for v in seen.values())
+    """How many groups ``informative_rows`` keeps (0 when none is informative)."""
+    informative_B, index_B, _ = _informative(scores, group_ids)
+    return torch.unique(index_B[informative_B]).numel()
 
 
 @torch.no_grad()
