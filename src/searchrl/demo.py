@@ -49,7 +49,7 @@ def _stage(name: str, seconds: float) -> None:
 def demo(
     questions: int = typer.Option(30, help="held-out dev questions evaluated before and after training"),
     sft_examples: int = typer.Option(64, help="oracle trajectories in the cold start"),
-    rl_steps: int = typer.Option(4, help="GRPO steps after the cold start"),
+    rl_steps: int = typer.Option(3, help="GRPO steps after the cold start"),
     out: str = typer.Option("runs/demo", help="run directory: checkpoints, metrics, curves, viewer, summary.json"),
     fresh: bool = typer.Option(False, help="ignore existing checkpoints in --out and train again"),
     overrides: list[str] = typer.Option(
