@@ -29,12 +29,14 @@ class _LoggedProgress(Progress):
         self._every = every
         self._last_pct: dict[int, float] = {}
         self._t0: dict[int, float] = {}
+        self._start: dict[int, float] = {}  # work already done when the task was added (a resumed run)
         if self._plain:
             self.disable = True  # no live rendering; lines come from update()
 
     def add_task(self, description: str, *args, **kwargs):
         task = super().add_task(description, *args, **kwargs)
         self._last_pct[task], self._t0[task] = -1e9, time.perf_counter()
+        self._start[task] = self._tasks[task].completed
         return task
 
     def advance(self, task_id, advance: float = 1) -> None:
@@ -53,7 +55,8 @@ class _LoggedProgress(Progress):
                 return
             self._last_pct[task_id] = pct
             elapsed = time.perf_counter() - self._t0[task_id]
-            eta = elapsed * (t.total - t.completed) / t.completed if t.completed else float("nan")
+            done = t.completed - self._start[task_id]  # the rate comes from this process's work only
+            eta = elapsed * (t.total - t.completed) / done if done > 0 else float("nan")
             desc = re.sub(r"\[/?[a-z ]*\]", "", str(t.description))
             print(f"[{time.strftime('%H:%M:%S')}] {desc}: {t.completed:g}/{t.total:g} ({pct:.0f}%) "
                   f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=sys.stderr, flush=True)  # fmt: skip

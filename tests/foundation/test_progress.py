@@ -23,3 +23,15 @@ def test_plain_progress_lines_in_a_log(monkeypatch, capsys, how: str) -> None:
         "7/8",
         "8/8",
     ]  # the first, then every 25%
+
+
+def test_eta_of_a_resumed_task_counts_only_the_work_done_here(monkeypatch, capsys) -> None:
+    """A run resumed at 12 of 20 steps: the rate comes from the steps this process ran, not from the 12 before."""
+    monkeypatch.delenv("SEARCHRL_NO_PROGRESS", raising=False)
+    clock = iter([100.0, 110.0])  # the task is added at t=100; one step ends at t=110
+    monkeypatch.setattr(utils.time, "perf_counter", lambda: next(clock))
+    with utils.progress() as bar:
+        task = bar.add_task("rl steps", total=20, completed=12)
+        bar.update(task, advance=1)
+    line = next(line for line in capsys.readouterr().err.splitlines() if "rl steps" in line)
+    assert "13/20" in line and "elapsed 10s eta 70s" in line  # 7 steps left at 10 s each
