@@ -2,8 +2,10 @@
 
 Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marker (JSON: seconds, output). A stage
 with a marker is skipped; ``--only NAME`` re-runs one stage (its inputs must exist), ``--from NAME`` re-runs that
-stage and every later one. A stage that runs again starts from an empty directory. ``OUT/run.log`` records each
-stage's start, end and wall time; ``OUT/summary.json`` the stages, their outputs, times and results.
+stage and every later one. A stage that runs again starts from an empty directory, except an RL stage that stopped
+part-way: it goes on from its last checkpoint (``training.save_every``) when its settings are unchanged (a larger
+``training.steps`` allowed), and starts again otherwise or when named by ``--only`` / ``--from``. ``OUT/run.log``
+records each stage's start, end and wall time; ``OUT/summary.json`` the stages, their outputs, times and results.
 
 Stage outputs, referenced by later stages as ``${name}``:
 
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+import yaml
 
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
 from searchrl.utils import atomic_write_text, console
@@ -51,6 +54,7 @@ class StageContext:
     model: str  # the model the stage starts from (sft/rl/eval, sampling stages)
     world: str | None  # the latest synth stage's world directory
     index: str | None  # the latest index stage's index directory
+    resume: bool = False  # an rl stage stopped part-way: go on from OUT/<stage>/checkpoint
 
 
 @dataclass
@@ -272,9 +276,26 @@ def _rl(ctx: StageContext) -> dict[str, Any]:
     raw["training"].update(init_from=ctx.model, output_dir=str(ctx.dir))
     if ctx.stage.data:
         raw["data"]["train"] = str(ctx.stage.data)
-    history = run_train(validate_dict(raw, f"stage '{ctx.stage.name}'"))
+    cfg = validate_dict(raw, f"stage '{ctx.stage.name}'")
+    resume = ctx.resume and _same_run(cfg, ctx.dir / "config.yaml")
+    if ctx.resume and not resume:
+        _log(ctx.run_dir, f"stage {ctx.stage.name}: its settings changed since the checkpoint; starting it again")
+        shutil.rmtree(ctx.dir / "checkpoint", ignore_errors=True)
+    history = run_train(cfg, resume=resume)
     last = history[-1] if history else {}
     return {k: v for k, v in last.items() if k in ("step", "reward/total") or k.startswith("eval/")}
+
+
+def _same_run(cfg: RunConfig, saved: Path) -> bool:
+    """Whether ``cfg`` is the config an interrupted RL stage was started with (``saved``), up to
+    ``training.steps``: a longer run may go on from the checkpoint of a shorter one."""
+    if not saved.exists():
+        return False
+    old = yaml.safe_load(saved.read_text()) or {}
+    new = json.loads(cfg.model_dump_json())
+    for c in (old, new):
+        c.get("training", {}).pop("steps", None)
+    return old == new
 
 
 def _eval(ctx: StageContext) -> dict[str, Any]:
@@ -367,17 +388,21 @@ def run_pipeline(
             results.append(StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output),
                                        info.get("result", {})))  # fmt: skip
         else:
-            if sdir.exists():
+            # An RL stage that stopped part-way (no DONE, a checkpoint) goes on from its checkpoint unless it was
+            # asked to run again (--only / --from); every other stage starts from an empty directory.
+            resume = (stage.kind == "rl" and stage.name not in forced
+                      and (sdir / "checkpoint" / "trainer_state.pt").exists())  # fmt: skip
+            if sdir.exists() and not resume:
                 shutil.rmtree(sdir)
-            sdir.mkdir(parents=True)
+            sdir.mkdir(parents=True, exist_ok=True)
             stage_index = stage.index or index
             scfg = stage_config(load(stage.recipe) if stage.recipe else cfg, stage, world, stage_index)
             key = stage.op if stage.kind == "data" else stage.kind
             recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
             stage_model = stage.init_from or model or recipe_model or scfg.model.policy
-            ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index)
-            _log(run_dir, f"stage {stage.name} ({key}): start" + (f", model {stage_model}" if key in _NEEDS_MODEL
-                                                                   else ""))  # fmt: skip
+            ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index, resume)
+            _log(run_dir, f"stage {stage.name} ({key}): " + ("resuming from its checkpoint" if resume else "start")
+                 + (f", model {stage_model}" if key in _NEEDS_MODEL else ""))  # fmt: skip
             t0, c0 = time.perf_counter(), time.process_time()
             try:
                 result = HANDLERS[key](ctx)
@@ -387,8 +412,13 @@ def run_pipeline(
                 _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
                 raise
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-            atomic_write_text(done, json.dumps({"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
-                                                "output": str(output), "result": result}, default=str))  # fmt: skip
+            marker = {
+                "seconds": round(seconds, 2),
+                "cpu_seconds": round(cpu, 2),
+                "output": str(output),
+                "result": result,
+            } | ({"resumed": True} if resume else {})  # times: this process's part only
+            atomic_write_text(done, json.dumps(marker, default=str))
             _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s ({cpu:.0f} CPU-s) -> {output}")
             results.append(StageResult(stage.name, stage.kind, stage.op, "ran", round(seconds, 2), str(output),
                                        result, round(cpu, 2)))  # fmt: skip

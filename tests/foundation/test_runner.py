@@ -29,7 +29,7 @@ def fake_handlers(monkeypatch):
             out.mkdir(parents=True, exist_ok=True)
         calls.append({"name": ctx.stage.name, "model": ctx.model, "world": ctx.world, "index": ctx.index,
                       "data": ctx.stage.data, "steps": ctx.cfg.training.steps,
-                      "source": ctx.cfg.data.source})  # fmt: skip
+                      "source": ctx.cfg.data.source, "resume": ctx.resume})  # fmt: skip
         return {"ok": 1}
 
     for key in runner.HANDLERS:
@@ -92,6 +92,49 @@ def test_only_and_from(tmp_path: Path, fake_handlers) -> None:
     assert [c["name"] for c in fake_handlers] == ["rl", "eval"]
     with pytest.raises(ConfigError, match="no stage 'nope'"):
         run_pipeline(_cfg(STAGES), tmp_path, only=["nope"])
+
+
+def test_an_rl_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path, fake_handlers) -> None:
+    run_pipeline(_cfg(STAGES), tmp_path)
+    (tmp_path / "rl" / "DONE").unlink()  # stopped after a checkpoint was saved
+    (tmp_path / "rl" / "checkpoint").mkdir()
+    (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    fake_handlers.clear()
+    run_pipeline(_cfg(STAGES), tmp_path)
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True)]  # eval has its DONE
+    assert (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").exists()  # the directory was kept
+    assert json.loads((tmp_path / "rl" / "DONE").read_text())["resumed"] is True
+    assert "stage rl (rl): resuming from its checkpoint" in (tmp_path / "run.log").read_text()
+    (tmp_path / "rl" / "DONE").unlink()
+    fake_handlers.clear()
+    run_pipeline(_cfg(STAGES), tmp_path, start="rl")  # asked to run again: from scratch
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", False), ("eval", False)]
+    assert not (tmp_path / "rl" / "checkpoint").exists()
+
+
+def test_rl_resumes_only_with_the_settings_it_was_started_with(tmp_path: Path, monkeypatch) -> None:
+    """Same settings (a larger training.steps allowed): resume; anything else changed: the stage starts again."""
+    from searchrl.config import dump_config
+    from searchrl.rl import cli
+
+    seen: list[bool] = []
+    monkeypatch.setattr(cli, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
+    cfg = validate_dict({"name": "t", "training": {"steps": 4}})
+    stage = runner.StageConfig.model_validate({"name": "rl", "kind": "rl"})
+    sdir = tmp_path / "rl"
+    for steps, lr, expect in [(8, cfg.training.lr, True), (4, 2 * cfg.training.lr, False)]:
+        (sdir / "checkpoint").mkdir(parents=True, exist_ok=True)
+        (sdir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+        started = cfg.model_copy(update={"training": cfg.training.model_copy(update={"steps": 4})})
+        raw = started.model_dump()
+        raw["training"].update(init_from="m", output_dir=str(sdir))
+        dump_config(validate_dict(raw), sdir / "config.yaml")  # what the interrupted stage's trainer wrote
+        now = cfg.model_copy(update={"training": cfg.training.model_copy(update={"steps": steps, "lr": lr})})
+        runner._rl(runner.StageContext(stage, now, sdir, tmp_path, "m", None, None, resume=True))
+        assert seen[-1] is expect
+        assert (sdir / "checkpoint").exists() is expect  # a stale checkpoint is removed, not loaded
+    runner._rl(runner.StageContext(stage, cfg, tmp_path / "fresh", tmp_path, "m", None, None, resume=True))
+    assert seen[-1] is False  # no saved config: nothing to compare with
 
 
 def test_only_needs_its_inputs(tmp_path: Path, fake_handlers) -> None:
