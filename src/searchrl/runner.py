@@ -280,7 +280,8 @@ def _rl(ctx: StageContext) -> dict[str, Any]:
     resume = ctx.resume and _same_run(cfg, ctx.dir / "config.yaml")
     if ctx.resume and not resume:
         _log(ctx.run_dir, f"stage {ctx.stage.name}: its settings changed since the checkpoint; starting it again")
-        shutil.rmtree(ctx.dir / "checkpoint", ignore_errors=True)
+        shutil.rmtree(ctx.dir, ignore_errors=True)  # the old metrics.jsonl would otherwise be appended to
+        ctx.dir.mkdir(parents=True)
     history = run_train(cfg, resume=resume)
     last = history[-1] if history else {}
     return {k: v for k, v in last.items() if k in ("step", "reward/total") or k.startswith("eval/")}

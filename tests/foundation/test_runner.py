@@ -125,14 +125,15 @@ def test_rl_resumes_only_with_the_settings_it_was_started_with(tmp_path: Path, m
     for steps, lr, expect in [(8, cfg.training.lr, True), (4, 2 * cfg.training.lr, False)]:
         (sdir / "checkpoint").mkdir(parents=True, exist_ok=True)
         (sdir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
-        started = cfg.model_copy(update={"training": cfg.training.model_copy(update={"steps": 4})})
-        raw = started.model_dump()
+        (sdir / "metrics.jsonl").write_text("{}\n")  # the interrupted run's metrics
+        raw = cfg.model_dump()  # started with 4 steps
         raw["training"].update(init_from="m", output_dir=str(sdir))
         dump_config(validate_dict(raw), sdir / "config.yaml")  # what the interrupted stage's trainer wrote
         now = cfg.model_copy(update={"training": cfg.training.model_copy(update={"steps": steps, "lr": lr})})
         runner._rl(runner.StageContext(stage, now, sdir, tmp_path, "m", None, None, resume=True))
         assert seen[-1] is expect
         assert (sdir / "checkpoint").exists() is expect  # a stale checkpoint is removed, not loaded
+        assert (sdir / "metrics.jsonl").exists() is expect  # a restarted run does not append to the old metrics
     runner._rl(runner.StageContext(stage, cfg, tmp_path / "fresh", tmp_path, "m", None, None, resume=True))
     assert seen[-1] is False  # no saved config: nothing to compare with
 
