@@ -231,6 +231,30 @@ def test_balanced_oracle_data_covers_every_template(world) -> None:
     assert len(data) == 3 + n
 
 
+def test_oracle_mix_picks_the_whole_trajectories_per_kind(world) -> None:
+    """sft.oracle_mix: the first n questions of each kind (file order) as whole trajectories, then first turns of
+    the questions not taken; asking for more of a kind than the split holds, or a clashing limit, is an error."""
+    from searchrl.pipeline import load_split, make_protocol
+    from searchrl.sft.cli import oracle_sft_data
+
+    d, _ = world
+    over = [f"data.source={d}", "sft.kinds=[]", "sft.limit=null", "retrieval.kind=bm25", "sft.oracle_plan=decompose"]
+    cfg = load_config("demo", [*over, 'sft.oracle_mix={"comparison": 3, "single_hop": 2}', "sft.oracle_first_turns=5"])
+    train = load_split(cfg, "train", kinds=[])
+    tok = ByteTokenizer()
+    data = oracle_sft_data(cfg, make_protocol(cfg), tok)
+    want = [e for e in train if e.metadata["kind"] == "comparison"][:3]
+    want += [e for e in train if e.metadata["kind"] == "single_hop"][:2]
+    assert [t.question for t in data[:5]] == [e.question for e in want]
+    rest = [e.question for e in train if e not in want][:5]
+    assert len(data) == 10 and all(q in tok.decode(x.prompt_ids) for q, x in zip(rest, data[5:], strict=True))
+    assert all("<information>" not in tok.decode(x.response_ids) for x in data[5:])
+    with pytest.raises(ValueError, match="comparison"):
+        oracle_sft_data(load_config("demo", [*over, 'sft.oracle_mix={"comparison": 100000}']), None, tok)
+    with pytest.raises(ValueError, match="sft.limit"):
+        oracle_sft_data(load_config("demo", [*over, 'sft.oracle_mix={"bridge": 2}', "sft.limit=3"]), None, tok)
+
+
 def test_decompose_explicit_states_the_kind_of_answer_before_the_plan(world) -> None:
     from searchrl.sft.oracle import oracle_texts
 

@@ -200,13 +200,13 @@ def score_tokens(scorer: nn.Module, batch: Batch, select_BT: Tensor, entropy: bo
     """Log-probs of the response tokens (and per-token entropy) at selected positions, 0 elsewhere: (B, T) each."""
     logits_NV = scorer(batch, select_BT).float()  # (N, V)
     sel = select_BT.bool()
-    lse_N = torch.logsumexp(logits_NV, dim=-1)  # (N,)
-    logp_N = logits_NV.gather(-1, batch.response_ids[sel].unsqueeze(-1)).squeeze(-1) - lse_N  # (N,)
+    # cross_entropy: one fused log-softmax backward (half the time of logsumexp's on a 49k vocabulary)
+    logp_N = -torch.nn.functional.cross_entropy(logits_NV, batch.response_ids[sel], reduction="none")  # (N,)
     logp_BT = torch.zeros(select_BT.shape, dtype=logp_N.dtype, device=logp_N.device).masked_scatter(sel, logp_N)
     ent_BT = torch.zeros_like(logp_BT)
     if entropy:
         p_NV = torch.softmax(logits_NV, dim=-1)  # (N, V)
-        ent_N = lse_N - (p_NV * logits_NV).sum(-1)  # (N,)
+        ent_N = torch.logsumexp(logits_NV, dim=-1) - (p_NV * logits_NV).sum(-1)  # (N,)
         ent_BT = ent_BT.masked_scatter(sel, ent_N)
     return logp_BT, ent_BT
 

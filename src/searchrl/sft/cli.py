@@ -75,25 +75,50 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
 
 def oracle_sft_data(cfg, protocol, tok) -> list:
     """``sft.limit`` whole oracle trajectories of the training questions, then (``sft.oracle_first_turns``) the
-    first turn of as many further questions as step-level samples (RAG-R1's slicing, spec 004 §2.2)."""
+    first turn of as many further questions as step-level samples (RAG-R1's slicing, spec 004 §2.2).
+
+    ``sft.oracle_mix`` ({kind: n}) picks the whole trajectories per question kind instead: the first n questions of
+    each kind in file order (their total is the limit); the first turns then come from the remaining questions in
+    file order. A world's file order follows its kind shares, so a small limit can hold few of a rare kind."""
     from searchrl.pipeline import load_split, make_retriever_for
     from searchrl.sft.oracle import oracle_trajectories, round_robin_by_template
     from searchrl.sft.pipelines import slice_steps
 
-    n_first = cfg.sft.oracle_first_turns
-    if n_first and (cfg.sft.limit is None or cfg.sft.data != "oracle"):
+    s = cfg.sft
+    n_first, mix = s.oracle_first_turns, s.oracle_mix
+    n_whole = sum(mix.values()) if mix else s.limit
+    if mix and (s.limit is not None and s.limit != n_whole or s.oracle_balance or s.data != "oracle"):
+        raise ValueError(f"sft.oracle_mix (sums to {n_whole}) sets the whole trajectories itself: leave sft.limit "
+                         "unset (or equal to that sum) and sft.oracle_balance off, with sft.data=oracle")  # fmt: skip
+    if n_first and (n_whole is None or s.data != "oracle"):
         raise ValueError("sft.oracle_first_turns needs sft.data=oracle and an sft.limit (the whole trajectories; "
                          "the first-turn samples come from the questions after them)")  # fmt: skip
-    limit = cfg.sft.limit + n_first if n_first else cfg.sft.limit
-    examples = load_split(cfg, "train", None if cfg.sft.oracle_balance else limit, kinds=cfg.sft.kinds or None)
-    if cfg.sft.oracle_balance:
-        examples = round_robin_by_template(examples)[:limit]
-    topk = cfg.sft.oracle_topk or cfg.retrieval.topk
+    limit = n_whole + n_first if n_first else n_whole
+    if mix:
+        pool = load_split(cfg, "train", None, kinds=s.kinds or None)
+        found = {k: sum(e.metadata.get("kind") == k for e in pool) for k in mix}
+        short = {k: f"{found[k]} of {n}" for k, n in mix.items() if found[k] < n}
+        if short:
+            raise ValueError(f"sft.oracle_mix asks for more questions of a kind than the training split holds "
+                             f"({short}): lower those counts (kinds present: {sorted(_kinds(pool))})")  # fmt: skip
+        picked = {k: [e for e in pool if e.metadata.get("kind") == k][:n] for k, n in mix.items()}
+        whole = [e for k in mix for e in picked[k]]
+        taken = {id(e) for e in whole}
+        examples = whole + [e for e in pool if id(e) not in taken][:n_first]
+    else:
+        examples = load_split(cfg, "train", None if s.oracle_balance else limit, kinds=s.kinds or None)
+        if s.oracle_balance:
+            examples = round_robin_by_template(examples)[:limit]
+    topk = s.oracle_topk or cfg.retrieval.topk
     data = oracle_trajectories(protocol, examples, make_retriever_for(cfg), tok, topk, cfg.model.prompt_style,
-                               cfg.rollout.max_obs_tokens, cfg.sft.oracle_plan)  # fmt: skip
+                               cfg.rollout.max_obs_tokens, s.oracle_plan)  # fmt: skip
     if n_first:
-        data = data[: cfg.sft.limit] + [slice_steps(t)[0] for t in data[cfg.sft.limit :]]
+        data = data[:n_whole] + [slice_steps(t)[0] for t in data[n_whole:]]
     return data
+
+
+def _kinds(examples) -> set[str]:
+    return {str(e.metadata.get("kind")) for e in examples}
 
 
 def register(app: typer.Typer) -> None:
