@@ -26,7 +26,7 @@ from bench_multihop_world import per_kind
 
 RESULTS = Path(__file__).parent / "results"
 SFT_KEYS = ("oracle_plan", "limit", "oracle_first_turns", "batch_size", "lr", "freeze_layers", "oracle_balance",
-            "oracle_topk", "lr_schedule")  # fmt: skip
+            "oracle_topk", "lr_schedule", "oracle_mix")  # fmt: skip
 
 
 def measure(run: Path) -> dict:
@@ -64,7 +64,9 @@ def render(rows: list[dict], budget: float, target: float) -> str:
     ]
     for r in rows:
         s = r["sft"]
-        setting = f"{s['oracle_plan']}, {s['limit']} whole + {s['oracle_first_turns']} first turns"
+        mix = s.get("oracle_mix") or {}
+        whole = f"{sum(mix.values())} whole ({', '.join(f'{k} {n}' for k, n in mix.items())})" if mix else None
+        setting = f"{s['oracle_plan']}, {whole or str(s['limit']) + ' whole'} + {s['oracle_first_turns']} first turns"
         setting += f", batch {s['batch_size']}"
         setting += "".join(f", {k} {s[k]}" for k in ("freeze_layers", "oracle_balance", "oracle_topk") if s.get(k))
         setting += f", lr {s['lr_schedule']}" if (s.get("lr_schedule") or "constant") != "constant" else ""
