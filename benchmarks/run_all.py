@@ -24,6 +24,7 @@ ORDER = [
     "bench_retrieval_startup",
     "bench_world_no_retrieval",
     "bench_sft_coldstart",
+    "bench_sft_step",
     "bench_engine_overhead",
     "bench_grpo_smollm",
     "bench_eval_2wiki",
