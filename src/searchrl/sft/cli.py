@@ -87,7 +87,7 @@ def oracle_sft_data(cfg, protocol, tok) -> list:
     s = cfg.sft
     n_first, mix = s.oracle_first_turns, s.oracle_mix
     n_whole = sum(mix.values()) if mix else s.limit
-    if mix and (s.limit is not None and s.limit != n_whole or s.oracle_balance or s.data != "oracle"):
+    if mix and ((s.limit is not None and s.limit != n_whole) or s.oracle_balance or s.data != "oracle"):
         raise ValueError(f"sft.oracle_mix (sums to {n_whole}) sets the whole trajectories itself: leave sft.limit "
                          "unset (or equal to that sum) and sft.oracle_balance off, with sft.data=oracle")  # fmt: skip
     if n_first and (n_whole is None or s.data != "oracle"):
@@ -96,11 +96,12 @@ def oracle_sft_data(cfg, protocol, tok) -> list:
     limit = n_whole + n_first if n_first else n_whole
     if mix:
         pool = load_split(cfg, "train", None, kinds=s.kinds or None)
-        found = {k: sum(e.metadata.get("kind") == k for e in pool) for k in mix}
+        present = [str(e.metadata.get("kind")) for e in pool]
+        found = {k: present.count(k) for k in mix}
         short = {k: f"{found[k]} of {n}" for k, n in mix.items() if found[k] < n}
         if short:
             raise ValueError(f"sft.oracle_mix asks for more questions of a kind than the training split holds "
-                             f"({short}): lower those counts (kinds present: {sorted(_kinds(pool))})")  # fmt: skip
+                             f"({short}): lower those counts (kinds present: {sorted(set(present))})")  # fmt: skip
         picked = {k: [e for e in pool if e.metadata.get("kind") == k][:n] for k, n in mix.items()}
         whole = [e for k in mix for e in picked[k]]
         taken = {id(e) for e in whole}
@@ -115,10 +116,6 @@ def oracle_sft_data(cfg, protocol, tok) -> list:
     if n_first:
         data = data[:n_whole] + [slice_steps(t)[0] for t in data[n_whole:]]
     return data
-
-
-def _kinds(examples) -> set[str]:
-    return {str(e.metadata.get("kind")) for e in examples}
 
 
 def register(app: typer.Typer) -> None:
