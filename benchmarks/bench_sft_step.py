@@ -5,9 +5,8 @@ world): the first N batches of the recipe's own schedule, timed, against the ari
 
 Appends one row to benchmarks/results/sft_step.{json,md}: real tokens (prompt + target), tokens the passes compute
 (padding included, a shared instruction prefix once per micro-batch), wall and CPU seconds, and the share of the
-matmul bound, the bound being this machine's fp32 matmul rate measured at the start (a 1024^3 product on every
-thread) and the step's FLOPs: 6 x non-embedding parameters per computed token, plus attention and the LM head on
-the target tokens.
+matmul bound: the step's FLOPs (6 x non-embedding parameters per computed token, plus attention and the LM head on
+the target tokens) at this machine's fp32 matmul rate, measured at the start (peer_trl_grpo.matmul_peak, 1024^3).
 """
 
 from __future__ import annotations
@@ -17,19 +16,9 @@ import json
 import time
 from pathlib import Path
 
-import torch
+from peer_trl_grpo import matmul_peak
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def matmul_rate() -> float:
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    for _ in range(3):
-        a @ b
-    t0 = time.perf_counter()
-    for _ in range(20):
-        a @ b
-    return 2 * 1024**3 * 20 / (time.perf_counter() - t0)
 
 
 def computed_tokens(batch) -> tuple[int, float]:
@@ -72,7 +61,7 @@ def main() -> None:
     from searchrl.sft.types import as_sft_example
     from searchrl.utils import seed_everything
 
-    rate = matmul_rate()
+    rate = matmul_peak()["1024x1024x1024"] * 1e9  # best of 5, the shape of the brief's calibration
     cfg = load_config(args.recipe, args.overrides)
     out = Path(args.out)
     data_stages = [s.name for s in cfg.pipeline if s.kind == "data"]

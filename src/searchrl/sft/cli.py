@@ -96,13 +96,12 @@ def oracle_sft_data(cfg, protocol, tok) -> list:
     limit = n_whole + n_first if n_first else n_whole
     if mix:
         pool = load_split(cfg, "train", None, kinds=s.kinds or None)
-        present = [str(e.metadata.get("kind")) for e in pool]
-        found = {k: present.count(k) for k in mix}
-        short = {k: f"{found[k]} of {n}" for k, n in mix.items() if found[k] < n}
-        if short:
-            raise ValueError(f"sft.oracle_mix asks for more questions of a kind than the training split holds "
-                             f"({short}): lower those counts (kinds present: {sorted(set(present))})")  # fmt: skip
         picked = {k: [e for e in pool if e.metadata.get("kind") == k][:n] for k, n in mix.items()}
+        short = {k: f"{len(picked[k])} of {n}" for k, n in mix.items() if len(picked[k]) < n}
+        if short:
+            present = sorted({str(e.metadata.get("kind")) for e in pool})
+            raise ValueError(f"sft.oracle_mix asks for more questions of a kind than the training split holds "
+                             f"({short}): lower those counts (kinds present: {present})")  # fmt: skip
         whole = [e for k in mix for e in picked[k]]
         taken = {id(e) for e in whole}
         examples = whole + [e for e in pool if id(e) not in taken][:n_first]
