@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/multihop_cpu")
     ap.add_argument("--baseline", action="store_true", help="evaluate the shipped model on the held-out questions")
     ap.add_argument("--results", default=str(RESULTS), help="where the report goes")
+    ap.add_argument("--note", default="", help="a line printed under the stage times (the machine, what ran beside)")
     args = ap.parse_args()
     results = Path(args.results)
     out = Path(args.out)
@@ -67,11 +68,16 @@ def main() -> None:
     import yaml
 
     order = [st["name"] for st in yaml.safe_load((out / "config.yaml").read_text())["pipeline"]]
-    stages = {}  # pipeline order; the seconds each stage took when it ran (resumed runs skip finished stages)
+    metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").open()]
+    stages, resumed = {}, []  # pipeline order; the seconds each stage took when it ran (reruns skip finished ones)
     for name in order:
         if (out / name / "DONE").exists():
-            stages[name] = json.loads((out / name / "DONE").read_text())["seconds"]
-    metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").open()]
+            done = json.loads((out / name / "DONE").read_text())
+            stages[name] = done["seconds"]
+            if done.get("resumed") and name == "rl":  # DONE times the last process only: sum every step instead
+                stages[name] = max(done["seconds"], sum(m.get("time/step_s", 0) + m.get("time/eval_s", 0)
+                                                        for m in metrics))  # fmt: skip
+                resumed.append(name)
     steps = [m for m in metrics if "reward/total" in m]
     evals = [m for m in metrics if "eval/em" in m]
     final = _rows(out / "eval" / "summary.json")
@@ -81,6 +87,8 @@ def main() -> None:
         "command": " ".join(command),
         "out": str(out),
         "stage_seconds": stages,
+        "resumed_stages": resumed,
+        "note": args.note,
         "total_minutes": round(sum(stages.values()) / 60, 1),
         "coldstart_world_dev": {
             "all": {k: _pick(cold["rows"], "agent").get(k) for k in ("n", "em", "f1", "well_formed", "searches")},
@@ -183,10 +191,12 @@ def render(r: dict) -> str:
     for kind, v in sorted(c["by_kind"].items()):
         lines.append(f"| {kind} | {v['n']} | {_f(v['em'])} | {_f(v['f1'])} | {_f(v['searches'])} |")
     lines += ["", "Stage wall times (2 cores):", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.0f} |" for k, v in r["stage_seconds"].items()]
+    resumed = r.get("resumed_stages", [])
+    lines += [f"| {k}{' (resumed: its steps and evaluations summed)' if k in resumed else ''} | {v:.0f} |"
+              for k, v in r["stage_seconds"].items()]  # fmt: skip
+    lines += [f"| **total** | {r['total_minutes']} min |", ""]
+    lines += [r["note"], ""] if r.get("note") else []
     lines += [
-        f"| **total** | {r['total_minutes']} min |",
-        "",
         "Curves: [RL](multihop_cpu/rl_curves.png), [cold start](multihop_cpu/coldstart_curves.png); held-out "
         "trajectories at the start and end",
         "of RL: [multihop_cpu/heldout_trajectories.html](multihop_cpu/heldout_trajectories.html).",
