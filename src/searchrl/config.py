@@ -36,7 +36,10 @@ class ModelConfig(_Section):
     """The policy (and optional reference / reader models), as spec strings: HF id, local dir or alias."""
 
     policy: str = "smollm2-135m-instruct"
+    #: the trained policy's weights (fp32 = master weights under bf16 mixed precision; see training.precision).
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    #: auto (CUDA when present, else CPU), cpu, cuda, cuda:N: every model and sampler follows it (searchrl.device).
+    device: str = "auto"
     lora: LoraConfig | None = None
     #: chat template for instruct models, plain text for base models; "auto" asks the tokenizer.
     prompt_style: Literal["auto", "chat", "raw"] = "auto"
@@ -220,6 +223,9 @@ class TrainingConfig(_Section):
     #: runs once; rows length-bucketed; no-grad scoring uses 4x this and 4x the rows). Bounds activation memory.
     micro_batch_tokens: int = Field(default=2048, ge=1)
     seed: int = 0
+    #: compute precision: auto (bf16 mixed on CUDA, fp32 on CPU), fp32, bf16 (autocast; fp32 weights and optimizer).
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    gradient_checkpointing: bool = False  #: recompute activations in the backward pass (long rows, large models)
     output_dir: str = "runs/default"
     save_every: int = 10
     tensorboard: bool = True

@@ -84,6 +84,9 @@ def demo(
                                f"training.output_dir={rl_dir}", f"training.eval_every={rl_steps}",
                                f"training.eval_limit={questions}", *(overrides or [])])  # fmt: skip
     seed_everything(cfg.training.seed)
+    from searchrl.device import configure_from
+
+    configure_from(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out_dir / "config.yaml")
     console.rule("[bold]SearchRL demo: the bundled 135M model learns to search")
@@ -103,7 +106,7 @@ def demo(
         console.log(f"before (reused {before_path}): {before}")
     else:
         t = time.perf_counter()
-        policy, tok = load_policy(cfg.model.policy)
+        policy, tok = load_policy(cfg.model.policy, frozen=True)
         engine = RolloutEngine(HFGenerator(policy, tok), retriever, protocol, limits, cfg.model.prompt_style)
         before, trajs = _evaluate(engine, dev, protocol, tok, cfg.training.seed)
         write_jsonl(

@@ -202,21 +202,34 @@ def resolve_embedder(spec: str) -> str:
     return _resolve(spec, "embedder")
 
 
-def load_policy(spec: str, dtype: str = "float32", device: str | None = None):
-    """Load (model, tokenizer) for a policy spec. Left padding, pad token set, eval mode."""
-    import torch
+def load_policy(spec: str, dtype: str = "float32", device: str | None = None, frozen: bool = False):
+    """Load (model, tokenizer) for a policy spec on ``device`` (default: :func:`searchrl.device.current`). Left
+    padding, pad token set, eval mode. ``frozen`` models (never updated: reader, rewriter, judge, a policy only
+    evaluated) are held in bf16 under mixed precision; trainable ones in ``dtype`` (fp32 master weights).
+
+    ``random:<shape>:<tokenizer dir>`` (e.g. ``random:qwen2.5-3b:tokenizers/qwen3``) builds a randomly initialised
+    model of a published shape on the device directly: real memory and speed without downloading weights."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    where = resolve_policy(spec)
-    tok = AutoTokenizer.from_pretrained(where)
+    from searchrl import device as placement
+
+    dev = placement.resolve_device(device) if device else placement.current().device
+    dt = placement.weights_dtype(dtype, frozen)
+    if spec.startswith("random:"):
+        from searchrl.shapes import random_policy
+
+        model, tok = random_policy(spec, dt, dev)
+    else:
+        where = resolve_policy(spec)
+        tok = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa").to(dev)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype))
-    if device:
-        model.to(device)
     use_fast_attention(model)
     model.eval()
+    if frozen:
+        model.requires_grad_(False)
     return model, tok
 
 
@@ -292,7 +305,9 @@ def use_fast_attention(model) -> None:
 def load_embedder(spec: str, device: str | None = None):
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(resolve_embedder(spec), device=device or "cpu")
+    from searchrl import device as placement
+
+    return SentenceTransformer(resolve_embedder(spec), device=device or str(placement.current().device))
 
 
 def _hub_reason(spec: str) -> str | None:

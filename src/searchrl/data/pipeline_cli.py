@@ -84,7 +84,7 @@ def _load_generator(model: str, url: str | None, served_model: str | None, timeo
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
 
-    policy, tokenizer = load_policy(model)
+    policy, tokenizer = load_policy(model, frozen=True)
     return HFGenerator(policy, tokenizer)
 
 

@@ -149,8 +149,11 @@ def load_generator(cfg: RunConfig) -> Generator:
     from searchrl.models import load_policy
     from searchrl.pipeline import policy_spec
 
+    from searchrl.device import configure_from
+
     seed_everything(cfg.evaluation.seed)
-    model, tokenizer = load_policy(policy_spec(cfg), dtype=cfg.model.dtype)
+    configure_from(cfg)
+    model, tokenizer = load_policy(policy_spec(cfg), dtype=cfg.model.dtype, frozen=True)
     return HFGenerator(model, tokenizer, max_batch_size=cfg.evaluation.batch_size)
 
 

@@ -26,6 +26,7 @@ from collections import Counter
 import torch
 from torch import Tensor
 
+from searchrl import device as placement
 from searchrl.generation.base import Completion, Generator, SamplingParams
 from searchrl.generation.decode_step import DecodeStep
 from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, weights_version
@@ -183,11 +184,7 @@ class HFGenerator(Generator):
         previous = self.store if self.reuse_prefixes and self.store.version == version else None
         self.store = PrefixStore(self.store.max_bytes)  # entries live until the next call
         self.store.version = version
-        gen = torch.Generator()
-        if params.seed is not None:
-            gen.manual_seed(params.seed)
-        else:
-            gen.seed()
+        gen = placement.sampler(placement.model_device(self.model), params.seed)
         # Distinct contexts, shortest first (less padding per chunk); a chunk holds at most max_batch_size rows.
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, p in enumerate(prompts):
@@ -215,7 +212,8 @@ class HFGenerator(Generator):
         was_training = model.training
         model.eval()
         try:
-            self._decode_chunk(uniq, groups, previous, params, gen, out)
+            with placement.autocast(gen.device):
+                self._decode_chunk(uniq, groups, previous, params, gen, out)
         finally:
             model.train(was_training)
 
@@ -424,7 +422,8 @@ class HFGenerateGenerator(Generator):
         with torch.random.fork_rng(devices=[]):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            res = self.model.generate(input_ids=input_ids.to(device), attention_mask=attn.to(device), **kwargs)
+            with placement.autocast(device):
+                res = self.model.generate(input_ids=input_ids.to(device), attention_mask=attn.to(device), **kwargs)
         self.model.train(was_training)
         new_BN = res.sequences[:, width:].cpu()  # (B, N) new tokens (padded after each row finished)
         logp_BN = torch.stack(

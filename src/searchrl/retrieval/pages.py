@@ -360,7 +360,7 @@ def make_summarizer(cfg: WebConfig) -> PageSummarizer | None:
         from searchrl.generation.hf import HFGenerator
         from searchrl.models import load_policy
 
-        model, tokenizer = load_policy(cfg.summarizer)
+        model, tokenizer = load_policy(cfg.summarizer, frozen=True)
         generator = HFGenerator(model, tokenizer)
     return PageSummarizer(generator, max_new_tokens=cfg.summary_max_new_tokens,
                           max_page_tokens=cfg.summary_max_page_tokens)  # fmt: skip

@@ -35,21 +35,25 @@ def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:
     from searchrl.rl.trainer import Trainer
     from searchrl.utils import seed_everything
 
+    from searchrl.device import configure_from
+
     seed_everything(cfg.training.seed)
+    configure_from(cfg)
     model, tok = load_policy(policy_spec(cfg), cfg.model.dtype)
     examples = load_split(cfg, "train", cfg.data.train_limit)
     protocol = make_protocol(cfg)
     reward_fn = None
     if any(c.name == "evidence" for c in cfg.reward.components):
         # R-Search's frozen reader: model.reader, or a frozen copy of the initial policy.
-        import copy
-
+        from searchrl.device import model_device
         from searchrl.generation.hf import HFGenerator
         from searchrl.rewards import generator_reader
-        from searchrl.rl.trainer import default_reward_fn
+        from searchrl.rl.trainer import default_reward_fn, frozen_copy
 
-        reader_model, reader_tok = (load_policy(cfg.model.reader) if cfg.model.reader
-                                    else (copy.deepcopy(model).eval().requires_grad_(False), tok))  # fmt: skip
+        if cfg.model.reader:
+            reader_model, reader_tok = load_policy(cfg.model.reader, frozen=True)
+        else:
+            reader_model, reader_tok = frozen_copy(model, model_device(model)), tok
         m = cfg.model
         reader = generator_reader(HFGenerator(reader_model, reader_tok), reader_tok,
                                   max_new_tokens=m.reader_max_new_tokens, temperature=m.reader_temperature,

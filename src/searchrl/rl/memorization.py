@@ -244,17 +244,16 @@ class Memorizer:
 
 def make_memorizer(cfg, protocol: Protocol, policy_model, policy_tokenizer) -> Memorizer:
     """A Memorizer over the configured rewriter: ``memorization.rewriter``, or a frozen copy of the initial policy."""
-    import copy
-
+    from searchrl.device import model_device
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
+    from searchrl.rl.trainer import frozen_copy
 
     m = cfg.memorization
     if m.rewriter:
-        model, tok = load_policy(m.rewriter, cfg.model.dtype)
-        model.eval().requires_grad_(False)
+        model, tok = load_policy(m.rewriter, cfg.model.dtype, frozen=True)
     else:
-        model, tok = copy.deepcopy(policy_model).eval().requires_grad_(False), policy_tokenizer
+        model, tok = frozen_copy(policy_model, model_device(policy_model)), policy_tokenizer
     return Memorizer(m, HFGenerator(model, tok), protocol, policy_tokenizer, cfg.model.prompt_style,
                      seed=cfg.training.seed, correctness=memorizer_correctness(cfg))  # fmt: skip
 

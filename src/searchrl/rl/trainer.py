@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from searchrl import device as placement
 from searchrl.config import ConfigError, RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.generation import make_generator
@@ -85,6 +86,15 @@ def default_reward_fn(cfg: RunConfig, protocol: Protocol, tokenizer, reader=None
     return fn
 
 
+def frozen_copy(model: nn.Module, device: torch.device) -> nn.Module:
+    """A gradient-free copy of ``model`` on ``device``, in the placement's frozen dtype (bf16 under mixed precision)."""
+    import copy
+
+    ref = copy.deepcopy(model).eval().requires_grad_(False)
+    dtype = placement.current().frozen_dtype
+    return ref.to(device=device, dtype=dtype) if dtype is not None else ref.to(device)
+
+
 class Trainer:
     def __init__(
         self,
@@ -105,7 +115,9 @@ class Trainer:
         self.cfg = cfg
         self.alg = cfg.algorithm
         self.tcfg = cfg.training
-        self.acc = Accelerator(gradient_accumulation_steps=1, cpu=not torch.cuda.is_available())
+        self.place = placement.configure_from(cfg)
+        self.acc = Accelerator(gradient_accumulation_steps=1, cpu=self.place.device.type == "cpu",
+                               mixed_precision="bf16" if self.place.precision == "bf16" else "no")
         if self.tcfg.prompts_per_step % self.acc.num_processes:
             raise ConfigError(
                 f"training.prompts_per_step={self.tcfg.prompts_per_step} must be divisible by the "
@@ -131,12 +143,13 @@ class Trainer:
 
         self.ref: nn.Module | None = None
         needs_ref = self.alg.kl_coef > 0
+        if self.tcfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.config.use_cache = False  # the training forward keeps no cache; generation passes its own
         if cfg.model.lora is not None:
             model = wrap_lora(model, cfg.model.lora)
-        elif needs_ref:
-            import copy
-
-            self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        elif needs_ref:  # a frozen copy on the device, in bf16 under mixed precision (no fp32 second copy)
+            self.ref = frozen_copy(model, self.acc.device)
         model.train()
         self.critic: ValueModel | None = None
         params = [p for p in model.parameters() if p.requires_grad]
@@ -210,7 +223,8 @@ class Trainer:
         for idx, real in self._equal_passes(self._micro(batch, grad=False)):
             mb = batch.select(idx)
             T = mb.response_ids.shape[1]
-            logp_BT = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
+            with self.acc.autocast():
+                logp_BT = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
             if real:
                 out[idx, :T] = logp_BT
                 self._tokens["logprob"] += forward_tokens(mb, scorer.share_prompts)
@@ -263,6 +277,7 @@ class Trainer:
         alg = self.alg
         step = self.state.step
         t0 = time.perf_counter()
+        placement.reset_peak_memory()
         self._sync_generator()
         gen_before = Counter(getattr(self.generator, "stats", {}))
         trajs, scores, reward_metrics, gen_stats = self._sample(step)
@@ -347,6 +362,7 @@ class Trainer:
 
         metrics.update({k: float(np.mean(v)) for k, v in acc_metrics.items()})
         metrics.update(reward_metrics)
+        metrics.update(placement.peak_memory_metrics())  # CUDA: torch's allocated / reserved peaks of the step
         metrics.update(rollout_metrics(trajs, self.protocol, self.tokenizer, self.correctness))
         metrics.update(getattr(self.aux_nll_hook, "last_metrics", None) or {})
         n_prompt = sum(len(t.prompt_ids) for t in trajs)

@@ -59,7 +59,7 @@ def ask(
         from searchrl.retrieval import RemoteRetriever
 
         retriever = RemoteRetriever(list(url))
-    policy, tok = load_policy(model)
+    policy, tok = load_policy(model, frozen=True)
     limits = RolloutLimits(max_turns=max_turns, max_searches=max_turns, max_new_tokens=max_new_tokens, topk=topk,
                            max_total_tokens=4096, max_obs_tokens=512)  # fmt: skip
     engine = RolloutEngine(HFGenerator(policy, tok), retriever, get_protocol(protocol), limits)

@@ -37,7 +37,10 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
     from searchrl.sft.types import as_sft_example
     from searchrl.utils import read_jsonl, seed_everything
 
+    from searchrl.device import configure_from
+
     seed_everything(cfg.training.seed)
+    configure_from(cfg)
     model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
     protocol = make_protocol(cfg)
     if cfg.sft.data in ("oracle", "rewriter_oracle"):

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from searchrl import device as placement
 from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
@@ -90,9 +91,12 @@ class SFTTrainer:
         if self.scfg.freeze_layers and cfg.model.lora is not None:
             raise ValueError("sft.freeze_layers and model.lora both restrict what trains: set one of them")
         model = wrap_lora(freeze_bottom(model, self.scfg.freeze_layers), cfg.model.lora)
+        if cfg.training.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model
         self.scorer = TokenScorer(model)
         self.device = next(model.parameters()).device
+        self.place = placement.current()
         self.out_dir = Path(output_dir)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         params = [p for p in model.parameters() if p.requires_grad]
@@ -118,9 +122,11 @@ class SFTTrainer:
                     batch = [self.examples[i] for i in idx]
                     n_tok = float(sum(sum(_parts(e)[2]) for e in batch))
                     self.opt.zero_grad(set_to_none=True)
-                    loss = torch.zeros(())
+                    loss = torch.zeros((), device=self.device)
+                    placement.reset_peak_memory()
                     for part_idx in self._micro(batch):
-                        part = sft_loss(self.scorer, [batch[i] for i in part_idx], self.pad, self.device, n_tok)
+                        with placement.autocast(self.device):
+                            part = sft_loss(self.scorer, [batch[i] for i in part_idx], self.pad, self.device, n_tok)
                         part.backward()
                         loss = loss + part.detach()
                     gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.max_grad_norm)
@@ -135,6 +141,7 @@ class SFTTrainer:
                         "grad_norm": float(gnorm),
                         "lr": self.sched.get_last_lr()[0],
                         "tokens_per_s": tokens / (time.perf_counter() - t0),
+                        **placement.peak_memory_metrics(),
                     }
                     history.append(m)
                     log.write(json.dumps(m) + "\n")
@@ -164,7 +171,8 @@ class SFTTrainer:
         for s in range(0, len(self.val), self.scfg.batch_size):
             batch = self.val[s : s + self.scfg.batch_size]
             n = sum(sum(_parts(e)[2]) for e in batch)
-            total += float(sft_loss(self.scorer, batch, self.pad, self.device)) * n
+            with placement.autocast(self.device):
+                total += float(sft_loss(self.scorer, batch, self.pad, self.device)) * n
             count += n
         return total / max(count, 1)
 

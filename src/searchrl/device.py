@@ -1,0 +1,135 @@
+"""Where models run and in what precision: the one place that decides, for every command and model.
+
+- ``model.device``: ``auto`` (the process's accelerate device: ``cuda:<local rank>`` when CUDA is present, else the
+  CPU), ``cpu``, ``cuda`` or ``cuda:N``. Every model (policy, reference, critic, reader, rewriter, judge, summariser,
+  dense query encoder) and every sampler's ``torch.Generator`` follows it; faiss indexes stay on the CPU.
+- ``training.precision``: ``auto`` (``bf16`` on CUDA, ``fp32`` on the CPU, where bf16 matmuls are slower), ``fp32``
+  or ``bf16``. ``bf16`` is mixed precision as the field runs it (TRL's ``bf16=True``, verl's FSDP mixed precision):
+  trainable weights and optimizer state stay fp32 (``model.dtype``), matmuls run in bf16 under autocast, log-probs
+  entering a loss are computed in fp32 from the logits; frozen models (reference, reader, rewriter, judge, a policy
+  only evaluated) are held in bf16 outright, with no fp32 copy.
+
+Commands call :func:`configure` once with their run config; library code asks :func:`current` and friends, so a
+function called without a config (a notebook, a test) still lands on the GPU when there is one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: torch.device
+    precision: str  # "fp32" | "bf16"
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The compute dtype of autocast regions, or None for plain fp32."""
+        return torch.bfloat16 if self.precision == "bf16" else None
+
+    @property
+    def frozen_dtype(self) -> torch.dtype | None:
+        """The dtype frozen models are held in (None: as loaded)."""
+        return torch.bfloat16 if self.precision == "bf16" else None
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """``auto`` -> this process's CUDA device (``LOCAL_RANK`` under ``accelerate launch``) or the CPU."""
+    if spec == "auto":
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        import os
+
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"model.device={spec} but this torch build sees no CUDA device; use model.device=cpu "
+                         "(or install a CUDA build of torch)")  # fmt: skip
+    return dev
+
+
+def resolve_precision(spec: str, device: torch.device) -> str:
+    """``auto`` -> ``bf16`` on CUDA, ``fp32`` elsewhere."""
+    if spec == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    if spec not in ("fp32", "bf16"):
+        raise ValueError(f"training.precision={spec}: use auto, fp32 or bf16")
+    return spec
+
+
+_current: Placement | None = None
+
+
+def configure(device: str = "auto", precision: str = "auto") -> Placement:
+    """Set the process-wide placement (commands call this once, from ``model.device`` / ``training.precision``)."""
+    global _current
+    dev = resolve_device(device)
+    _current = Placement(dev, resolve_precision(precision, dev))
+    return _current
+
+
+def configure_from(cfg) -> Placement:
+    return configure(cfg.model.device, cfg.training.precision)
+
+
+def current() -> Placement:
+    """The configured placement, else ``auto`` / ``auto``."""
+    return _current if _current is not None else configure()
+
+
+def reset() -> None:
+    """Forget the configured placement (tests)."""
+    global _current
+    _current = None
+
+
+def weights_dtype(name: str, frozen: bool) -> torch.dtype:
+    """The dtype to load a model's weights in: ``model.dtype`` for trainable weights (fp32 master weights by default),
+    the placement's frozen dtype (bf16 under mixed precision) for models that are never updated."""
+    frozen_dt = current().frozen_dtype
+    return frozen_dt if frozen and frozen_dt is not None else _DTYPES[name]
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def autocast(device: torch.device | None = None, precision: str | None = None) -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` under mixed precision; a no-op context in fp32."""
+    place = current()
+    prec = precision or place.precision
+    dev = device or place.device
+    if prec != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
+
+
+def sampler(device: torch.device, seed: int | None) -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` (CUDA logits need a CUDA generator), seeded or fresh."""
+    gen = torch.Generator(device=device)
+    if seed is not None:
+        gen.manual_seed(seed)
+    else:
+        gen.seed()
+    return gen
+
+
+def reset_peak_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_metrics() -> dict[str, float]:
+    """``mem/peak_allocated_gb`` and ``mem/peak_reserved_gb`` since the last reset (CUDA only; empty on the CPU)."""
+    if not torch.cuda.is_available():
+        return {}
+    return {
+        "mem/peak_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
+        "mem/peak_reserved_gb": torch.cuda.max_memory_reserved() / 2**30,
+    }

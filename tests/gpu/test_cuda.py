@@ -1,0 +1,197 @@
+"""The GPU path: device placement, mixed precision, one step of every algorithm and every recipe's RL stage.
+
+Each test runs twice where it can: on the CPU with a toy body over the real Qwen vocabulary (always, so the code paths
+are checked in CI), and under the ``cuda`` marker on a GPU with the papers' shapes (skipped without CUDA). Policies
+are random-init models of published shapes (``random:<shape>:<tokenizer>``, no download). ``benchmarks/gpu_check.sh``
+runs the ``cuda`` ones on a GPU machine; ``SEARCHRL_GPU_SHAPE`` / ``SEARCHRL_GPU_RECIPE_SHAPE`` pick the shapes there.
+
+Tolerances of the decode-vs-forward log-prob parity: fp32 max |diff| <= 1e-4; bf16 mixed precision mean |diff| <=
+0.02 and max <= 0.25 nats (bf16 keeps 8 bits of mantissa: the decode step and the full forward round differently).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from searchrl import device as placement
+from searchrl.cli import app
+from searchrl.generation.base import SamplingParams
+from searchrl.generation.hf import HFGenerator
+from searchrl.rl.batch import TokenScorer, collate, score_tokens
+from searchrl.shapes import random_policy
+
+CUDA = torch.cuda.is_available()
+cuda_only = [pytest.mark.cuda, pytest.mark.skipif(not CUDA, reason="needs a CUDA device")]
+TOL = {"fp32": (1e-4, 1e-4), "bf16": (0.02, 0.25)}  # (mean, max) |log-prob difference|, nats
+
+DEVICES = [
+    pytest.param("cpu", "qwen2.5-tiny", id="cpu"),
+    pytest.param("cuda", os.environ.get("SEARCHRL_GPU_SHAPE", "qwen2.5-1.5b"), marks=cuda_only, id="cuda"),
+]
+RECIPE_SHAPE = os.environ.get("SEARCHRL_GPU_RECIPE_SHAPE", "qwen2.5-3b")
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(shared_data: Path) -> str:
+    path = shared_data / "tokenizers" / "qwen3"
+    if not path.is_dir():
+        pytest.skip(f"no Qwen tokenizer at {path}")
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_placement():
+    placement.reset()
+    yield
+    placement.reset()
+
+
+def _prompts(tok) -> list[list[int]]:
+    texts = ["Question: who wrote the novel? Answer:", "The capital of the fictional land is", "Search for: river"]
+    return [tok(t)["input_ids"] for t in texts]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize(("device", "shape"), DEVICES)
+def test_decode_logprobs_match_a_forward(tokenizer_dir: str, device: str, shape: str, precision: str) -> None:
+    """The log-prob the decode loop records for each sampled token equals a full forward's, within the tolerance."""
+    place = placement.configure(device, precision)
+    model, tok = random_policy(f"random:{shape}:{tokenizer_dir}", torch.float32, place.device)
+    model.eval()
+    gen = HFGenerator(model, tok)
+    prompts = _prompts(tok)
+    comps = gen.generate(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, seed=3))
+    assert all(c.token_ids for c in comps)
+    batch = collate(prompts, [c.token_ids for c in comps], [[1] * len(c.token_ids) for c in comps], pad_id=0)
+    batch = batch.to(place.device)
+    with torch.no_grad(), placement.autocast(place.device):
+        ref_BT = score_tokens(TokenScorer(model), batch, batch.response_mask)[0].float()
+    diffs = torch.cat(
+        [(ref_BT[b, : len(c.logprobs)].cpu() - torch.tensor(c.logprobs)).abs() for b, c in enumerate(comps)]
+    )
+    mean_tol, max_tol = TOL[precision]
+    assert float(diffs.mean()) <= mean_tol and float(diffs.max()) <= max_tol, (diffs.mean(), diffs.max())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cpu_and_cuda_forward_agree_in_fp32(tokenizer_dir: str) -> None:
+    """The same weights give the same token log-probs on the CPU and on the GPU (fp32, TF32 off)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, tok = random_policy(f"random:qwen2.5-0.5b:{tokenizer_dir}", torch.float32, torch.device("cpu"))
+    prompts = _prompts(tok)
+    responses = [p[::-1][:8] for p in prompts]
+    batch = collate(prompts, responses, [[1] * len(r) for r in responses], pad_id=0)
+    with torch.no_grad():
+        cpu_BT = score_tokens(TokenScorer(model), batch, batch.response_mask)[0]
+        model.to("cuda")
+        gpu_BT = score_tokens(TokenScorer(model), batch.to("cuda"), batch.response_mask.to("cuda"))[0].cpu()
+    assert float((cpu_BT - gpu_BT).abs().max()) <= 1e-4
+
+
+def _train(tmp: Path, recipe: str, spec: str, device: str, *extra: str) -> list[dict]:
+    out = tmp / f"run-{recipe}"
+    args = ["train", "--recipe", recipe, "--profile", "laptop", f"model.policy={spec}", f"model.device={device}",
+            "data.world.entities=120", "training.steps=1", "training.prompts_per_step=2", "rollout.group_size=2",
+            "rollout.max_new_tokens=16", "rollout.max_turns=2", "rollout.max_searches=1",
+            "algorithm.mini_batch_size=4", f"training.output_dir={out}", "training.tensorboard=false",
+            "training.eval_limit=2", *extra]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "reward/total" in r]
+    assert trained and trained[-1]["step"] == 1
+    return rows
+
+
+ALGORITHMS = {"ppo": "search_r1_ppo", "grpo": "search_r1_grpo", "reinforce_pp": "r1_searcher_stage1", "rloo": "demo"}
+#: on the CPU two algorithms (the critic's path and a group baseline) keep the suite short; on a GPU all four
+ALGORITHM_CASES = [pytest.param("cpu", "qwen2.5-tiny", a, id=f"cpu-{a}") for a in ("ppo", "rloo")] + [
+    pytest.param("cuda", DEVICES[1].values[1], a, marks=cuda_only, id=f"cuda-{a}") for a in ALGORITHMS
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("device", "shape", "algorithm"), ALGORITHM_CASES)
+def test_one_step_of_each_algorithm(tmp_path: Path, tokenizer_dir: str, device: str, shape: str, algorithm: str):
+    """One RL step per algorithm (PPO with its critic): finite loss, and the saved policy differs from its init."""
+    spec = f"random:{shape}:{tokenizer_dir}"
+    # an entropy bonus: a random policy's rewards are all alike (zero advantages), the bonus still has a gradient
+    rows = _train(tmp_path, ALGORITHMS[algorithm], spec, device, f"algorithm.name={algorithm}", "training.lr=1e-3",
+                  "algorithm.kl_coef=0.001", "algorithm.entropy_coef=0.01", "training.eval_every=0")  # fmt: skip
+    last = [r for r in rows if "reward/total" in r][-1]
+    losses = {k: v for k, v in last.items() if k.startswith(("loss/", "actor/", "critic/")) and "loss" in k}
+    assert losses and all(math.isfinite(v) for v in losses.values()), last
+    if device == "cuda":
+        assert last["mem/peak_allocated_gb"] > 0
+    from transformers import AutoModelForCausalLM
+
+    init, _ = random_policy(spec, torch.float32, torch.device("cpu"))
+    final = AutoModelForCausalLM.from_pretrained(tmp_path / f"run-{ALGORITHMS[algorithm]}" / "final")
+    changed = [n for n, p in final.named_parameters() if not torch.equal(p, init.state_dict()[n])]
+    assert changed, "no weight changed after one RL step"
+
+
+RECIPES = ["demo", "search_r1_ppo", "search_r1_grpo", "r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp",
+           "r_search", "rag_r1", "multihop_cpu", "multihop_world"]  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_rl_stage_on_cuda(tmp_path_factory, tokenizer_dir: str, recipe: str) -> None:
+    """Each recipe's RL stage (its critic, reader or memorizer included) for one step in bf16 mixed precision, with
+    its held-out evaluation before and after, at a paper shape; peak GPU memory lands in the metrics."""
+    tmp = Path(os.environ.get("SEARCHRL_GPU_TMP", tmp_path_factory.mktemp(recipe)))
+    rows = _train(tmp, recipe, f"random:{RECIPE_SHAPE}:{tokenizer_dir}", "cuda", "training.precision=bf16",
+                  "training.eval_every=1")
+    last = [r for r in rows if "reward/total" in r][-1]
+    assert last["mem/peak_allocated_gb"] > 0 and any(k.startswith("eval/") for r in rows for k in r)
+    record = {"recipe": recipe, "shape": RECIPE_SHAPE, "rl_steps": int(last["step"]),
+              "peak_gb": last["mem/peak_allocated_gb"], "reserved_gb": last["mem/peak_reserved_gb"],
+              "step_s": last["time/step_s"]}  # fmt: skip
+    if log := os.environ.get("SEARCHRL_GPU_LOG"):
+        with open(log, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+@pytest.mark.parametrize(("device", "shape"), DEVICES)
+def test_sft_steps_in_mixed_precision(tmp_path: Path, tokenizer_dir: str, device: str, shape: str, monkeypatch):
+    """SFT on the synthetic world's oracle trajectories: the loss is finite and falls on a repeated batch."""
+    from searchrl.config import load_config
+    from searchrl.sft import trainer as sft_trainer
+    from searchrl.sft.cli import run_sft
+
+    monkeypatch.setattr(sft_trainer.SFTTrainer, "save", lambda self, path: None)  # no multi-GB checkpoint
+    cfg = load_config("demo", [f"model.policy=random:{shape}:{tokenizer_dir}", f"model.device={device}",
+                               "training.precision=bf16" if device == "cuda" else "training.precision=fp32",
+                               "data.world.entities=120", "sft.limit=2", "sft.batch_size=2", "sft.epochs=4",
+                               "sft.lr=1e-3", "sft.val_fraction=0.0", "sft.max_length=512"], "laptop")  # fmt: skip
+    hist = run_sft(cfg, str(tmp_path / "sft"))
+    losses = [h["loss"] for h in hist]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
+    if device == "cuda":
+        assert hist[-1]["mem/peak_allocated_gb"] > 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_7b_lora_grpo_step_fits_one_gpu(tmp_path: Path, tokenizer_dir: str) -> None:
+    """A Qwen2.5-7B-shaped GRPO step with LoRA r=16 (the base model is the reference: no second copy) and
+    gradient checkpointing, on one 80 GB GPU; its peak memory is reported."""
+    rows = _train(tmp_path, "search_r1_grpo", f"random:qwen2.5-7b:{tokenizer_dir}", "cuda", "training.precision=bf16",
+                  'model.lora={"r": 16, "alpha": 32}', "training.gradient_checkpointing=true",
+                  "algorithm.kl_coef=0.001", "training.eval_every=0")  # fmt: skip
+    last = [r for r in rows if "reward/total" in r][-1]
+    assert last["mem/peak_allocated_gb"] < 80
+    if log := os.environ.get("SEARCHRL_GPU_LOG"):
+        with open(log, "a") as f:
+            f.write(json.dumps({"recipe": "7b_lora_grpo", "shape": "qwen2.5-7b", "rl_steps": int(last["step"]),
+                                "peak_gb": last["mem/peak_allocated_gb"], "step_s": last["time/step_s"]}) + "\n")
