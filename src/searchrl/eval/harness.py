@@ -145,11 +145,10 @@ def load_retriever(cfg: RunConfig, corpus: str | Path | None = None) -> Retrieve
 def load_generator(cfg: RunConfig) -> Generator:
     """An HF generator over the configured policy (``training.init_from`` if set, else ``model.policy``), after
     seeding every RNG with ``evaluation.seed``."""
+    from searchrl.device import configure_from
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
     from searchrl.pipeline import policy_spec
-
-    from searchrl.device import configure_from
 
     seed_everything(cfg.evaluation.seed)
     configure_from(cfg)

@@ -30,12 +30,11 @@ def train(
 
 def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:
     """RL on a resolved config; outputs (metrics, checkpoints, ``final``) in ``training.output_dir``."""
+    from searchrl.device import configure_from
     from searchrl.models import load_policy
     from searchrl.pipeline import load_split, make_protocol, make_retriever_for, policy_spec
     from searchrl.rl.trainer import Trainer
     from searchrl.utils import seed_everything
-
-    from searchrl.device import configure_from
 
     seed_everything(cfg.training.seed)
     configure_from(cfg)

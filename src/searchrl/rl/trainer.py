@@ -87,7 +87,7 @@ def default_reward_fn(cfg: RunConfig, protocol: Protocol, tokenizer, reader=None
 
 
 def frozen_copy(model: nn.Module, device: torch.device) -> nn.Module:
-    """A gradient-free copy of ``model`` on ``device``, in the placement's frozen dtype (bf16 under mixed precision)."""
+    """A gradient-free copy of ``model`` on ``device`` in the placement's frozen dtype (bf16 under mixed precision)."""
     import copy
 
     ref = copy.deepcopy(model).eval().requires_grad_(False)

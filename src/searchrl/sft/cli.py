@@ -30,14 +30,13 @@ def run_sft(cfg, out: str) -> list[dict[str, float]]:
     """SFT of ``cfg.model.policy`` on ``cfg.sft.data``; the model is saved in ``<out>/final``. Returns the log."""
     from pathlib import Path
 
+    from searchrl.device import configure_from
     from searchrl.models import load_policy
     from searchrl.pipeline import make_protocol
     from searchrl.rollout.trajectory import Trajectory
     from searchrl.sft.trainer import SFTTrainer
     from searchrl.sft.types import as_sft_example
     from searchrl.utils import read_jsonl, seed_everything
-
-    from searchrl.device import configure_from
 
     seed_everything(cfg.training.seed)
     configure_from(cfg)
