@@ -30,9 +30,18 @@ def qwen2_config(shape: str):
         raise ValueError(f"unknown model shape '{shape}'; choose one of {', '.join(SHAPES)}")
     hidden, inter, layers, heads, kv, vocab, tied = SHAPES[shape]
     return Qwen2Config(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied, max_position_embeddings=32768,
-        rope_theta=1_000_000.0, rms_norm_eps=1e-6, use_sliding_window=False, attn_implementation="sdpa",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        tie_word_embeddings=tied,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        use_sliding_window=False,
+        attn_implementation="sdpa",
     )
 
 
@@ -50,8 +59,10 @@ def random_policy(spec: str, dtype: torch.dtype, device: torch.device, seed: int
 
     shape, tok_dir = parse_spec(spec)
     if not (Path(tok_dir).expanduser() / "tokenizer_config.json").exists():
-        raise FileNotFoundError(f"model spec '{spec}': no tokenizer_config.json in {tok_dir}; point it at a "
-                                "tokenizer directory (e.g. one saved with AutoTokenizer.save_pretrained)")
+        raise FileNotFoundError(
+            f"model spec '{spec}': no tokenizer_config.json in {tok_dir}; point it at a "
+            "tokenizer directory (e.g. one saved with AutoTokenizer.save_pretrained)"
+        )
     cfg = qwen2_config(shape)
     tok = AutoTokenizer.from_pretrained(str(Path(tok_dir).expanduser()))
     state = torch.random.get_rng_state()

@@ -150,8 +150,14 @@ def test_recipe_rl_stage_on_cuda(tmp_path_factory, tokenizer_dir: str, recipe: s
     """Each recipe's RL stage (its critic, reader or memorizer included) for one step in bf16 mixed precision, with
     its held-out evaluation before and after, at a paper shape; peak GPU memory lands in the metrics."""
     tmp = Path(os.environ.get("SEARCHRL_GPU_TMP", tmp_path_factory.mktemp(recipe)))
-    rows = _train(tmp, recipe, f"random:{RECIPE_SHAPE}:{tokenizer_dir}", "cuda", "training.precision=bf16",
-                  "training.eval_every=1")
+    rows = _train(
+        tmp,
+        recipe,
+        f"random:{RECIPE_SHAPE}:{tokenizer_dir}",
+        "cuda",
+        "training.precision=bf16",
+        "training.eval_every=1",
+    )
     last = [r for r in rows if "reward/total" in r][-1]
     assert last["mem/peak_allocated_gb"] > 0 and any(k.startswith("eval/") for r in rows for k in r)
     record = {"recipe": recipe, "shape": RECIPE_SHAPE, "rl_steps": int(last["step"]),
@@ -193,5 +199,15 @@ def test_7b_lora_grpo_step_fits_one_gpu(tmp_path: Path, tokenizer_dir: str) -> N
     assert last["mem/peak_allocated_gb"] < 80
     if log := os.environ.get("SEARCHRL_GPU_LOG"):
         with open(log, "a") as f:
-            f.write(json.dumps({"recipe": "7b_lora_grpo", "shape": "qwen2.5-7b", "rl_steps": int(last["step"]),
-                                "peak_gb": last["mem/peak_allocated_gb"], "step_s": last["time/step_s"]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "recipe": "7b_lora_grpo",
+                        "shape": "qwen2.5-7b",
+                        "rl_steps": int(last["step"]),
+                        "peak_gb": last["mem/peak_allocated_gb"],
+                        "step_s": last["time/step_s"],
+                    }
+                )
+                + "\n"
+            )

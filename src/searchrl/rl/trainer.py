@@ -116,8 +116,11 @@ class Trainer:
         self.alg = cfg.algorithm
         self.tcfg = cfg.training
         self.place = placement.configure_from(cfg)
-        self.acc = Accelerator(gradient_accumulation_steps=1, cpu=self.place.device.type == "cpu",
-                               mixed_precision="bf16" if self.place.precision == "bf16" else "no")
+        self.acc = Accelerator(
+            gradient_accumulation_steps=1,
+            cpu=self.place.device.type == "cpu",
+            mixed_precision="bf16" if self.place.precision == "bf16" else "no",
+        )
         if self.tcfg.prompts_per_step % self.acc.num_processes:
             raise ConfigError(
                 f"training.prompts_per_step={self.tcfg.prompts_per_step} must be divisible by the "
