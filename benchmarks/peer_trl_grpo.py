@@ -1,4 +1,4 @@
-"""Peer benchmark (issue 12): TRL's GRPOTrainer and `searchrl train` on the identical RL work, in one run.
+"""Peer benchmark: TRL's GRPOTrainer and `searchrl train` on the identical RL work, in one run.
 
 Work (both sides): SmolLM2-135M (the bundled model's directory), 16 questions of 2wiki-mini dev rendered with our
 Search-R1 chat prompt, 4 prompts x group 4 per step, one turn, <= 64 new tokens at T = 1, KL coefficient 0.001 (k3),
@@ -24,6 +24,8 @@ two sides). Formula, with N_body = non-embedding parameters and N_head = hidden 
   and B x P_max prefill + B x C_max decode steps in generation.
 
     flock /tmp/searchrl-cpu.lock python benchmarks/peer_trl_grpo.py [--steps 5] [--warmup 1] [--venv DIR]
+    python benchmarks/peer_trl_grpo.py --device cuda --tokenizer QWEN_TOKENIZER_DIR   # the GPU comparison, see
+                                                                                    # benchmarks/peer_trl_gpu.py
 
 Writes benchmarks/results/peer_trl_grpo.{json,md}. Slow: ~10 min on 2 cores plus the venv install on first use.
 """
@@ -457,6 +459,19 @@ def acceptance(o: dict, t: dict) -> dict:
 
 
 def main() -> None:
+    if "--device" in sys.argv:  # --device cuda: the GPU comparison (random-init Qwen2.5 shapes, bf16 mixed precision)
+        i = sys.argv.index("--device")
+        device = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
+        rest = sys.argv[1:i] + sys.argv[i + 2 :]
+        if device == "cuda":
+            sys.path.insert(0, str(Path(__file__).parent))
+            from peer_trl_gpu import main as gpu_main
+
+            gpu_main(rest)
+            return
+        if device != "cpu":
+            raise SystemExit(f"--device {device}: use cpu (the default) or cuda")
+        sys.argv = [sys.argv[0], *rest]
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)

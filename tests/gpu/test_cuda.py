@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -98,11 +99,27 @@ def test_cpu_and_cuda_forward_agree_in_fp32(tokenizer_dir: str) -> None:
 
 def _train(tmp: Path, recipe: str, spec: str, device: str, *extra: str) -> list[dict]:
     out = tmp / f"run-{recipe}"
-    args = ["train", "--recipe", recipe, "--profile", "laptop", f"model.policy={spec}", f"model.device={device}",
-            "data.world.entities=120", "training.steps=1", "training.prompts_per_step=2", "rollout.group_size=2",
-            "rollout.max_new_tokens=16", "rollout.max_turns=2", "rollout.max_searches=1",
-            "algorithm.mini_batch_size=4", f"training.output_dir={out}", "training.tensorboard=false",
-            "training.eval_limit=2", *extra]  # fmt: skip
+    args = [
+        "train",
+        "--recipe",
+        recipe,
+        "--profile",
+        "laptop",
+        f"model.policy={spec}",
+        f"model.device={device}",
+        "data.world.entities=120",
+        "training.steps=1",
+        "training.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=16",
+        "rollout.max_turns=2",
+        "rollout.max_searches=1",
+        "algorithm.mini_batch_size=4",
+        f"training.output_dir={out}",
+        "training.tensorboard=false",
+        "training.eval_limit=2",
+        *extra,
+    ]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output + repr(res.exception)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -124,8 +141,17 @@ def test_one_step_of_each_algorithm(tmp_path: Path, tokenizer_dir: str, device: 
     """One RL step per algorithm (PPO with its critic): finite loss, and the saved policy differs from its init."""
     spec = f"random:{shape}:{tokenizer_dir}"
     # an entropy bonus: a random policy's rewards are all alike (zero advantages), the bonus still has a gradient
-    rows = _train(tmp_path, ALGORITHMS[algorithm], spec, device, f"algorithm.name={algorithm}", "training.lr=1e-3",
-                  "algorithm.kl_coef=0.001", "algorithm.entropy_coef=0.01", "training.eval_every=0")  # fmt: skip
+    rows = _train(
+        tmp_path,
+        ALGORITHMS[algorithm],
+        spec,
+        device,
+        f"algorithm.name={algorithm}",
+        "training.lr=1e-3",
+        "algorithm.kl_coef=0.001",
+        "algorithm.entropy_coef=0.01",
+        "training.eval_every=0",
+    )
     last = [r for r in rows if "reward/total" in r][-1]
     losses = {k: v for k, v in last.items() if k.startswith(("loss/", "actor/", "critic/")) and "loss" in k}
     assert losses and all(math.isfinite(v) for v in losses.values()), last
@@ -139,8 +165,18 @@ def test_one_step_of_each_algorithm(tmp_path: Path, tokenizer_dir: str, device: 
     assert changed, "no weight changed after one RL step"
 
 
-RECIPES = ["demo", "search_r1_ppo", "search_r1_grpo", "r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp",
-           "r_search", "rag_r1", "multihop_cpu", "multihop_world"]  # fmt: skip
+RECIPES = [
+    "demo",
+    "search_r1_ppo",
+    "search_r1_grpo",
+    "r1_searcher_stage1",
+    "r1_searcher_stage2",
+    "r1_searcher_pp",
+    "r_search",
+    "rag_r1",
+    "multihop_cpu",
+    "multihop_world",
+]
 
 
 @pytest.mark.cuda
@@ -160,12 +196,18 @@ def test_recipe_rl_stage_on_cuda(tmp_path_factory, tokenizer_dir: str, recipe: s
     )
     last = [r for r in rows if "reward/total" in r][-1]
     assert last["mem/peak_allocated_gb"] > 0 and any(k.startswith("eval/") for r in rows for k in r)
-    record = {"recipe": recipe, "shape": RECIPE_SHAPE, "rl_steps": int(last["step"]),
-              "peak_gb": last["mem/peak_allocated_gb"], "reserved_gb": last["mem/peak_reserved_gb"],
-              "step_s": last["time/step_s"]}  # fmt: skip
+    record = {
+        "recipe": recipe,
+        "shape": RECIPE_SHAPE,
+        "rl_steps": int(last["step"]),
+        "peak_gb": last["mem/peak_allocated_gb"],
+        "reserved_gb": last["mem/peak_reserved_gb"],
+        "step_s": last["time/step_s"],
+    }
     if log := os.environ.get("SEARCHRL_GPU_LOG"):
         with open(log, "a") as f:
             f.write(json.dumps(record) + "\n")
+    shutil.rmtree(tmp / f"run-{recipe}", ignore_errors=True)  # a 3B checkpoint is 12 GB: one at a time
 
 
 @pytest.mark.parametrize(("device", "shape"), DEVICES)
@@ -176,10 +218,22 @@ def test_sft_steps_in_mixed_precision(tmp_path: Path, tokenizer_dir: str, device
     from searchrl.sft.cli import run_sft
 
     monkeypatch.setattr(sft_trainer.SFTTrainer, "save", lambda self, path: None)  # no multi-GB checkpoint
-    cfg = load_config("demo", [f"model.policy=random:{shape}:{tokenizer_dir}", f"model.device={device}",
-                               "training.precision=bf16" if device == "cuda" else "training.precision=fp32",
-                               "data.world.entities=120", "sft.limit=2", "sft.batch_size=2", "sft.epochs=4",
-                               "sft.lr=1e-3", "sft.val_fraction=0.0", "sft.max_length=512"], "laptop")  # fmt: skip
+    cfg = load_config(
+        "demo",
+        [
+            f"model.policy=random:{shape}:{tokenizer_dir}",
+            f"model.device={device}",
+            "training.precision=bf16" if device == "cuda" else "training.precision=fp32",
+            "data.world.entities=120",
+            "sft.limit=2",
+            "sft.batch_size=2",
+            "sft.epochs=4",
+            "sft.lr=1e-3",
+            "sft.val_fraction=0.0",
+            "sft.max_length=512",
+        ],
+        "laptop",
+    )
     hist = run_sft(cfg, str(tmp_path / "sft"))
     losses = [h["loss"] for h in hist]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
@@ -192,9 +246,17 @@ def test_sft_steps_in_mixed_precision(tmp_path: Path, tokenizer_dir: str, device
 def test_7b_lora_grpo_step_fits_one_gpu(tmp_path: Path, tokenizer_dir: str) -> None:
     """A Qwen2.5-7B-shaped GRPO step with LoRA r=16 (the base model is the reference: no second copy) and
     gradient checkpointing, on one 80 GB GPU; its peak memory is reported."""
-    rows = _train(tmp_path, "search_r1_grpo", f"random:qwen2.5-7b:{tokenizer_dir}", "cuda", "training.precision=bf16",
-                  'model.lora={"r": 16, "alpha": 32}', "training.gradient_checkpointing=true",
-                  "algorithm.kl_coef=0.001", "training.eval_every=0")  # fmt: skip
+    rows = _train(
+        tmp_path,
+        "search_r1_grpo",
+        f"random:qwen2.5-7b:{tokenizer_dir}",
+        "cuda",
+        "training.precision=bf16",
+        'model.lora={"r": 16, "alpha": 32}',
+        "training.gradient_checkpointing=true",
+        "algorithm.kl_coef=0.001",
+        "training.eval_every=0",
+    )
     last = [r for r in rows if "reward/total" in r][-1]
     assert last["mem/peak_allocated_gb"] < 80
     if log := os.environ.get("SEARCHRL_GPU_LOG"):

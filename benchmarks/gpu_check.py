@@ -1,0 +1,155 @@
+"""Assemble ``gpu_check.{json,md}`` from one run of ``benchmarks/gpu_check.sh`` (its output directory).
+
+Reads the cuda tests' JUnit XML, the per-recipe records the tests append (``recipes.jsonl``), the TRL comparison
+(``peer_trl_gpu.json``) and the device line, and writes ``gpu_check.json`` / ``gpu_check.md`` into the run
+directory (and, with ``--results``, into benchmarks/results/ as well). Nothing here is measured: it only reports.
+
+JSON keys: ``device``, ``torch``, ``transformers``, ``cuda_tests`` {``passed``, ``failed``, ``skipped``, ``tests``},
+``recipes`` {name: {``ok``, ``rl_steps``, ``peak_gb``}}, ``peer_trl`` {shape: {``ours_s``, ``trl_s``, ``ratio``}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def junit(path: Path) -> dict:
+    """{passed, failed, skipped, tests: {test id: outcome}} from a pytest JUnit XML file (empty if absent)."""
+    out = {"passed": 0, "failed": 0, "skipped": 0, "tests": {}}
+    if not path.exists():
+        return out
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}".rsplit(".", 1)[-1]
+        if case.find("failure") is not None or case.find("error") is not None:
+            outcome = "failed"
+        elif case.find("skipped") is not None:
+            outcome = "skipped"
+        else:
+            outcome = "passed"
+        out[outcome] += 1
+        out["tests"][name] = outcome
+    return out
+
+
+def recipes(run: Path, tests: dict[str, str]) -> dict:
+    """Per recipe: ``ok`` from its test's outcome, ``rl_steps`` / ``peak_gb`` / ``step_s`` from its record."""
+    records = {}
+    log = run / "recipes.jsonl"
+    if log.exists():
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            records[rec["recipe"]] = rec
+    out = {}
+    for test, outcome in tests.items():
+        if "test_recipe_rl_stage_on_cuda[" in test:
+            name = test.split("[", 1)[1].rstrip("]")
+            rec = records.get(name, {})
+            out[name] = {
+                "ok": outcome == "passed",
+                "rl_steps": rec.get("rl_steps", 0),
+                "peak_gb": rec.get("peak_gb"),
+                "reserved_gb": rec.get("reserved_gb"),
+                "step_s": rec.get("step_s"),
+                "shape": rec.get("shape"),
+            }
+    if "7b_lora_grpo" in records:
+        rec = records["7b_lora_grpo"]
+        out["7b_lora_grpo"] = {
+            "ok": True,
+            "rl_steps": rec["rl_steps"],
+            "peak_gb": rec["peak_gb"],
+            "step_s": rec["step_s"],
+            "shape": rec["shape"],
+        }
+    return out
+
+
+def versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def markdown(res: dict) -> str:
+    lines = [
+        f"# GPU check ({res['date']})",
+        "",
+        f"Device: {res['device']}; torch {res['torch']}, transformers "
+        f"{res['transformers']}; {res['seconds']} s in all (`bash benchmarks/gpu_check.sh`).",
+        "",
+        f"## CUDA tests: {res['cuda_tests']['passed']} passed, {res['cuda_tests']['failed']} failed, "
+        f"{res['cuda_tests']['skipped']} skipped",
+        "",
+        "| test | outcome |",
+        "|---|---|",
+    ]
+    lines += [f"| `{t}` | {o} |" for t, o in sorted(res["cuda_tests"]["tests"].items())]
+    lines += [
+        "",
+        "## Recipes: one RL step with evaluation, bf16 mixed precision",
+        "",
+        "| recipe | shape | ok | RL steps | peak allocated GB | peak reserved GB | step s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in res["recipes"].items():
+        lines.append(
+            f"| {name} | {r.get('shape')} | {r['ok']} | {r['rl_steps']} | {_f(r.get('peak_gb'))} | "
+            f"{_f(r.get('reserved_gb'))} | {_f(r.get('step_s'))} |"
+        )
+    lines += [
+        "",
+        "## GRPO step against TRL on the same GPU",
+        "",
+        "| shape | ours s | TRL s | ours / TRL | ours peak GB | TRL peak GB | work |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for shape, p in res["peer_trl"].items():
+        lines.append(
+            f"| {shape} | {p['ours_s']} | {p['trl_s']} | {p['ratio']} | {_f(p.get('ours_peak_gb'))} | "
+            f"{_f(p.get('trl_peak_gb'))} | {p.get('work', '')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run", help="the output directory of benchmarks/gpu_check.sh")
+    ap.add_argument("--seconds", type=int, default=0, help="the check's wall time")
+    ap.add_argument("--results", action="store_true", help="also copy the report into benchmarks/results/")
+    args = ap.parse_args()
+    run = Path(args.run)
+    tests = junit(run / "cuda_tests.xml")
+    peer_path = run / "peer_trl_gpu.json"
+    peer = json.loads(peer_path.read_text()) if peer_path.exists() else {}
+    device = (run / "device.txt").read_text().strip() if (run / "device.txt").exists() else "unknown"
+    res = {
+        "date": dt.date.today().isoformat(),
+        "device": device,
+        **versions(),
+        "seconds": args.seconds,
+        "cuda_tests": tests,
+        "recipes": recipes(run, tests["tests"]),
+        "peer_trl": peer,
+    }
+    (run / "gpu_check.json").write_text(json.dumps(res, indent=1))
+    (run / "gpu_check.md").write_text(markdown(res))
+    if args.results:
+        for name in ("gpu_check.json", "gpu_check.md"):
+            shutil.copy(run / name, RESULTS / name)
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The whole GPU check in one script: the `cuda` tests (decode/forward log-prob parity, CPU vs CUDA, one step of each
+# algorithm, every recipe's RL stage with its evaluation at the Qwen2.5-3B shape in bf16 mixed precision, SFT, a
+# Qwen2.5-7B LoRA step) and the GRPO step against TRL on the same GPU, then gpu_check.{json,md}.
+#
+#   bash benchmarks/gpu_check.sh --prepare     # on a machine with pip and ../shared: wheels -> .whl/, tokenizer -> .gpu/
+#   bash benchmarks/gpu_check.sh [OUT_DIR]     # on the GPU machine (torch with CUDA preinstalled, no registry needed)
+#
+# The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
+# into /tmp/site, never into the system). Budget: under 8 minutes on one H100/H200. Exit status: non-zero when a
+# cuda test failed or a phase did not finish.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+WHEELS=(pydantic==2.14.4 pydantic_core==2.50.5 annotated_types==0.8.0 typing_inspection==0.4.5 fastapi==0.165.0
+  starlette==1.10.0 uvicorn==0.54.0 bm25s==0.3.16 PyStemmer==3.1.0 gguf==0.19.0 datasets==5.0.1 dill==0.4.1
+  multiprocess==0.70.19 beautifulsoup4==4.15.0 soupsieve==4.1.3 faiss_cpu==1.15.1 trl==1.16.0)
+
+if [[ "${1:-}" == "--prepare" ]]; then
+  set -e
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${WHEELS[@]}"
+  mkdir -p .gpu/tokenizers
+  cp -r "${SEARCHRL_SHARED_DATA:-../shared/data}/tokenizers/qwen3" .gpu/tokenizers/
+  grep -qx "/.whl/" .git/info/exclude 2>/dev/null || echo "/.whl/" >>.git/info/exclude
+  grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >>.git/info/exclude
+  du -sh .whl .gpu
+  echo "prepared: carry .whl and .gpu to the GPU machine"
+  exit 0
+fi
+
+OUT_DIR="${1:-${OUT:-runs/gpu_check}}"
+mkdir -p "$OUT_DIR"
+START=$(date +%s)
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH="$PWD/src:/tmp/site"
+else
+  export PYTHONPATH="$PWD/src"
+fi
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false SEARCHRL_NO_PROGRESS=1
+export SEARCHRL_SHARED_DATA="${SEARCHRL_SHARED_DATA:-$PWD/.gpu}"
+export SEARCHRL_CACHE="${SEARCHRL_CACHE:-/tmp/searchrl-cache}"
+export SEARCHRL_GPU_LOG="$OUT_DIR/recipes.jsonl"
+SHM=/tmp
+[[ -d /dev/shm && -w /dev/shm ]] && SHM=/dev/shm
+export SEARCHRL_GPU_TMP="$SHM/searchrl-gpu-check"
+rm -f "$SEARCHRL_GPU_LOG"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT_DIR/device.txt" 2>&1
+
+status=0
+echo "== cuda tests ($(($(date +%s) - START)) s)"
+timeout "${CUDA_TESTS_TIMEOUT:-330}" python3 -m pytest -m cuda tests/gpu -q -p no:cacheprovider \
+  --junitxml="$OUT_DIR/cuda_tests.xml" 2>&1 | tee "$OUT_DIR/cuda_tests.log" | tail -40
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+rm -rf "$SEARCHRL_GPU_TMP"
+
+echo "== GRPO step vs TRL ($(($(date +%s) - START)) s)"
+timeout "${PEER_TIMEOUT:-240}" python3 benchmarks/peer_trl_grpo.py --device cuda \
+  --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" --steps "${PEER_STEPS:-3}" \
+  --out "$OUT_DIR/peer_trl_gpu.json" 2>&1 | tee "$OUT_DIR/peer_trl_gpu.log" | tail -12
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
+echo "== report ($(($(date +%s) - START)) s)"
+python3 benchmarks/gpu_check.py "$OUT_DIR" --seconds $(($(date +%s) - START)) || status=1
+exit $status
