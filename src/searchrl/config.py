@@ -186,7 +186,7 @@ class AlgorithmConfig(_Section):
     #: optimizer steps per epoch). verl's ``ppo_mini_batch_size`` counts prompts: multiply it by the group size.
     mini_batch_size: int = Field(default=8, ge=1)
     #: old log-probs of the ratio: "rollout" (the generator's), "recompute" (a pass after the rollout), or "auto": the
-    #: rollout's when the step makes one on-policy update with the policy's own weights, else recomputed.
+    #: rollout's when the step makes one on-policy update with the policy's own weights in fp32, else recomputed.
     old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
     #: DAPO's dynamic sampling (group baselines only): groups that all scored alike (advantage 0) skip the log-prob and
     #: update passes and leave the token-mean loss; max_sampling_rounds > 1 refills them: rounds of prompts_per_step

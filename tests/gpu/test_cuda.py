@@ -273,3 +273,45 @@ def test_7b_lora_grpo_step_fits_one_gpu(tmp_path: Path, tokenizer_dir: str) -> N
                 )
                 + "\n"
             )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_accelerate_fsdp_launch_one_process(tmp_path: Path, tokenizer_dir: str) -> None:
+    """`accelerate launch --config_file configs/accelerate/fsdp.yaml` with one process runs two GRPO steps."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "fsdp"
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(root / "configs/accelerate/fsdp.yaml"),
+        "--num_processes",
+        "1",
+        "-m",
+        "searchrl.cli",
+        "train",
+        "--recipe",
+        "demo",
+        "--profile",
+        "laptop",
+        f"model.policy=random:qwen2.5-0.5b:{tokenizer_dir}",
+        "data.world.entities=120",
+        "training.steps=2",
+        "training.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=16",
+        "rollout.max_turns=1",
+        "rollout.max_searches=1",
+        "algorithm.mini_batch_size=4",
+        f"training.output_dir={out}",
+        "training.tensorboard=false",
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [int(r["step"]) for r in rows if "reward/total" in r] == [1, 2]

@@ -206,7 +206,10 @@ class Trainer:
         if mode != "auto":
             return mode == "rollout"
         one_update = self.alg.ppo_epochs == 1 and self.alg.mini_batch_size >= n_global
-        return one_update and getattr(self.generator, "model", None) is self.policy
+        # In bf16 the decode loop and the training forward round differently (docs/gpu.md): recompute, so the
+        # ratio is exactly 1 on the first mini-batch, as in fp32.
+        exact = self.place.precision == "fp32"
+        return one_update and exact and getattr(self.generator, "model", None) is self.policy
 
     def _micro(self, batch: Batch, rows: Sequence[int] | None = None, grad: bool = True) -> list[list[int]]:
         """Length-bucketed micro-batches over ``rows`` (default all), rows with one prompt kept together; no-grad
