@@ -166,7 +166,12 @@ class AlgorithmConfig(_Section):
     dual_clip: float | None = None  # dual-clip constant c (> 1) for negative advantages; None: off
     kl_coef: float = 0.001
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    kl_in_reward: bool = False  # True: KL folded into token rewards (PPO, REINFORCE++); False: a loss term (GRPO)
+    #: True: -kl_coef * KL folded into the reward before the estimator (PPO, REINFORCE++: per token; GRPO, RLOO: the
+    #: sequence's summed KL off its score, as verl does); False: a loss term.
+    kl_in_reward: bool = False
+    kl_ctrl: Literal["fixed", "adaptive"] = "fixed"  #: adaptive: PPO's KL control toward kl_target (rl/kl_control.py)
+    kl_target: float = Field(default=0.1, gt=0)
+    kl_horizon: int = Field(default=10000, ge=1)
     gamma: float = 1.0
     lam: float = 1.0
     value_clip: float = 0.2

@@ -81,16 +81,26 @@ def ppo_gae(
     return A.whiten(adv_BT, mask_BT, sum_across=sum_across), returns_BT, metrics
 
 
+def _kl_shaped(scores_B: Tensor, kl_BT: Tensor, mask_BT: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """Outcome scores less ``kl_coef`` times each sequence's summed KL when ``kl_in_reward`` (verl's token-level
+    rewards ``score - beta * kl_t`` summed over the response, as its outcome estimators read them)."""
+    if not cfg.kl_in_reward:
+        return scores_B
+    return scores_B.to(kl_BT.dtype) - cfg.kl_coef * (kl_BT * mask_BT).sum(-1)
+
+
 @register("grpo")
 def grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
     """GRPO: ``(r - group mean) / (group std + eps)`` (``norm_adv_by_std``), KL in the loss (or the reward)."""
-    adv_BT, metrics = A.grpo_advantages(scores_B, group_ids, mask_BT, cfg.norm_adv_by_std)
+    adv_BT, metrics = A.grpo_advantages(_kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT,
+                                        cfg.norm_adv_by_std)  # fmt: skip
     return adv_BT, None, metrics
 
 
 @register("rloo")
 def rloo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
-    adv_BT, metrics = A.rloo_advantages(scores_B, group_ids, mask_BT)
+    """RLOO: the score less the mean of the group's other scores; KL in the loss (or the reward)."""
+    adv_BT, metrics = A.rloo_advantages(_kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT)
     return adv_BT, None, metrics
 
 

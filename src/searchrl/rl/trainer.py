@@ -52,6 +52,7 @@ from searchrl.rl.batch import (
     prompt_keys,
     score_tokens,
 )
+from searchrl.rl.kl_control import make_kl_controller
 from searchrl.rl.metrics_log import MetricsWriter
 from searchrl.rl.update import StepTensors, ValueModel, policy_micro_loss, value_micro_loss
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
@@ -71,6 +72,7 @@ class TrainState:
     step: int = 0
     data_epoch: int = 0
     data_pos: int = 0
+    kl_coef: float | None = None  # the KL controller's coefficient (adaptive control changes it step by step)
 
 
 def default_reward_fn(cfg: RunConfig, protocol: Protocol, tokenizer, reader=None, judge=None) -> RewardFn:
@@ -138,6 +140,7 @@ class Trainer:
         self.mem_coef = cfg.memorization.coef
         self._aux_on = aux_nll_hook is not None and self.mem_coef > 0
         self.estimator = get_estimator(self.alg.name)
+        self.kl_ctrl = make_kl_controller(self.alg)
         self.micro = micro_batch_size or self.tcfg.micro_batch_size
         tune_allocator()
         self.out_dir = Path(self.tcfg.output_dir)
@@ -280,7 +283,8 @@ class Trainer:
         return trajs, scores, reward_metrics, dict(gen_stats)
 
     def train_step(self) -> dict[str, float]:
-        alg = self.alg
+        # the step's algorithm settings carry the KL controller's current coefficient (fixed: algorithm.kl_coef)
+        self.alg = alg = self.cfg.algorithm.model_copy(update={"kl_coef": self.kl_ctrl.value})
         step = self.state.step
         t0 = time.perf_counter()
         placement.reset_peak_memory()
@@ -391,6 +395,10 @@ class Trainer:
                 "time/step_s": t_end - t0,
             }
         )
+        metrics["kl/coef"] = alg.kl_coef
+        if "kl/mean" in metrics:
+            self.kl_ctrl.update(metrics["kl/mean"], n_global)
+        self.state.kl_coef = self.kl_ctrl.value
         self.state.step += 1
         self.last_trajectories = trajs
         self._log_rollouts(step + 1, trajs, scores)
@@ -596,6 +604,8 @@ class Trainer:
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         self.state = TrainState(**state["train_state"])
+        if self.state.kl_coef is not None:
+            self.kl_ctrl.value = self.state.kl_coef
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
