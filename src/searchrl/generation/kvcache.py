@@ -18,6 +18,7 @@ resets the generator after every rollout, which also covers fused optimizers (th
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -27,15 +28,18 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 _GROW = 64  # spare slots allocated whenever a layer's buffer is (re)built
 
 
+_LAZY_KV = len(inspect.signature(DynamicLayer.lazy_initialization).parameters) > 2
+
+
 class _BufferedLayer(DynamicLayer):
     """A ``DynamicLayer`` that appends into spare capacity; ``keys``/``values`` are views of the filled part."""
 
     _kbuf: Tensor | None = None
     _vbuf: Tensor | None = None
 
-    def update(self, key_states: Tensor, value_states: Tensor, cache_kwargs=None) -> tuple[Tensor, Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states)
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:  # transformers 5 initialises from keys and values, 4.57 from keys alone
+            self.lazy_initialization(*((key_states, value_states) if _LAZY_KV else (key_states,)))
         n_old = self.get_seq_length()
         need = n_old + key_states.shape[-2]
         kb = self._kbuf
