@@ -116,6 +116,24 @@ def markdown(res: dict) -> str:
             f"| {shape} | {p['ours_s']} | {p['trl_s']} | {p['ratio']} | {_f(p.get('ours_peak_gb'))} | "
             f"{_f(p.get('trl_peak_gb'))} | {p.get('work', '')} |"
         )
+    ro = res.get("rollout") or {}
+    if ro:
+        head = f"matmul peak {ro['matmul_peak_tflops']:.1f} TFLOP/s, copy {ro['copy_bandwidth_gbs']:.0f} GB/s"
+        lines += [
+            "",
+            f"## Decode and update against the bound ({head})",
+            "",
+            "| shape | batch | ours ms/step | HF static ms/step | bound ms | ours / bound | rollout tokens/s |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in ro["runs"]:
+            if "batch" in r:
+                lines.append(
+                    f"| {r['shape']} | {r['batch']} | {r['ours_step_ms']:.1f} | {r['hf_static_step_ms']:.1f} "
+                    f"| {r['bound_step_ms']:.2f} | {r['decode_vs_bound']:.1f} | "
+                    f"{r['rollout_tokens_per_s']:.0f} |"
+                )
+        lines += [f"- update MFU {r['shape']}: {r['update_mfu']:.2f}" for r in ro["runs"] if "update_mfu" in r]
     return "\n".join(lines) + "\n"
 
 
@@ -133,6 +151,8 @@ def main() -> None:
     tests = junit(run / "cuda_tests.xml")
     peer_path = run / "peer_trl_gpu.json"
     peer = json.loads(peer_path.read_text()) if peer_path.exists() else {}
+    rollout_path = run / "gpu_rollout.json"
+    rollout = json.loads(rollout_path.read_text()) if rollout_path.exists() else {}
     device = (run / "device.txt").read_text().strip() if (run / "device.txt").exists() else "unknown"
     res = {
         "date": dt.date.today().isoformat(),
@@ -142,6 +162,7 @@ def main() -> None:
         "cuda_tests": tests,
         "recipes": recipes(run, tests["tests"]),
         "peer_trl": peer,
+        "rollout": rollout,
     }
     (run / "gpu_check.json").write_text(json.dumps(res, indent=1))
     (run / "gpu_check.md").write_text(markdown(res))

@@ -6,8 +6,11 @@
 #   bash benchmarks/gpu_check.sh --prepare     # on a machine with pip and ../shared: wheels -> .whl/, tokenizer -> .gpu/
 #   bash benchmarks/gpu_check.sh [OUT_DIR]     # on the GPU machine (torch with CUDA preinstalled, no registry needed)
 #
+# PHASES picks phases ("tests peer rollout", the default, all three; e.g. PHASES=peer), CUDA_TESTS_ARGS adds pytest
+# arguments (e.g. "-k 'not recipe'"); each phase has a timeout (CUDA_TESTS_TIMEOUT 300 s, PEER_TIMEOUT 180 s,
+# ROLLOUT_TIMEOUT 120 s), so a run ends within about 10 minutes whatever happens.
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
-# into /tmp/site, never into the system). Budget: under 8 minutes on one H100/H200. Exit status: non-zero when a
+# into /tmp/site, never into the system). Aim: under 8 minutes on one H100/H200. Exit status: non-zero when a
 # cuda test failed or a phase did not finish.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,17 +54,28 @@ rm -f "$SEARCHRL_GPU_LOG"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT_DIR/device.txt" 2>&1
 
 status=0
-echo "== cuda tests ($(($(date +%s) - START)) s)"
-timeout "${CUDA_TESTS_TIMEOUT:-330}" python3 -m pytest -m cuda tests/gpu -q -p no:cacheprovider \
-  --junitxml="$OUT_DIR/cuda_tests.xml" 2>&1 | tee "$OUT_DIR/cuda_tests.log" | tail -40
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-rm -rf "$SEARCHRL_GPU_TMP"
+if [[ " ${PHASES:-tests peer rollout} " == *" tests "* ]]; then
+  echo "== cuda tests ($(($(date +%s) - START)) s)"
+  timeout "${CUDA_TESTS_TIMEOUT:-300}" python3 -m pytest -m cuda tests/gpu -q -p no:cacheprovider ${CUDA_TESTS_ARGS:-} \
+    --junitxml="$OUT_DIR/cuda_tests.xml" 2>&1 | tee "$OUT_DIR/cuda_tests.log" | tail -40
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  rm -rf "$SEARCHRL_GPU_TMP"
+fi
 
-echo "== GRPO step vs TRL ($(($(date +%s) - START)) s)"
-timeout "${PEER_TIMEOUT:-240}" python3 benchmarks/peer_trl_grpo.py --device cuda \
-  --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" --steps "${PEER_STEPS:-3}" \
-  --out "$OUT_DIR/peer_trl_gpu.json" 2>&1 | tee "$OUT_DIR/peer_trl_gpu.log" | tail -12
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+if [[ " ${PHASES:-tests peer rollout} " == *" peer "* ]]; then
+  echo "== GRPO step vs TRL ($(($(date +%s) - START)) s)"
+  timeout "${PEER_TIMEOUT:-180}" python3 benchmarks/peer_trl_grpo.py --device cuda \
+    --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" --steps "${PEER_STEPS:-3}" \
+    --out "$OUT_DIR/peer_trl_gpu.json" 2>&1 | tee "$OUT_DIR/peer_trl_gpu.log" | tail -12
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+
+if [[ " ${PHASES:-tests peer rollout} " == *" rollout "* ]]; then
+  echo "== decode and update against the bound ($(($(date +%s) - START)) s)"
+  timeout "${ROLLOUT_TIMEOUT:-120}" python3 benchmarks/gpu_rollout.py --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" \
+    --out "$OUT_DIR/gpu_rollout.json" 2>&1 | grep -v '^\[' | tee "$OUT_DIR/gpu_rollout.log" | tail -12
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
 
 echo "== report ($(($(date +%s) - START)) s)"
 python3 benchmarks/gpu_check.py "$OUT_DIR" --seconds $(($(date +%s) - START)) || status=1

@@ -1,0 +1,215 @@
+"""Decode and update speed against the hardware's bound, measured on one device (a GPU; the CPU for a smoke run).
+
+For each shape (random-init Qwen2.5 shapes, the real tokenizer) and batch size:
+
+- decode: our decode loop (``HFGenerator``) on ``batch`` prompts of the synthetic world, ``--new-tokens`` tokens with
+  stop strings off, timed as (generation of N tokens - generation of 1 token) / (N - 1) per step: the prefill is
+  taken out. Beside it HF ``generate`` with a static cache on the same prompts.
+- its bound: the larger of the weight-streaming time (weights' bytes / the measured device-to-device copy bandwidth,
+  bytes read + written per second) and the FLOP time (2 x parameters x batch / the measured matmul peak).
+- multi-turn: the rollout engine with the synthetic world's BM25 index (Search-R1 protocol, up to 3 turns) at the
+  same batch, tokens generated per second.
+- update: one forward + backward in bf16 autocast over ``--update-rows`` rows of ``--update-len`` tokens, MFU =
+  6 x parameters x tokens / time / the measured peak (attention's context term not counted).
+
+Writes ``--out`` (JSON) with per-run records and the keys ``decode_vs_bound_b512_1.5b`` and ``update_mfu_3b`` when
+those runs were made.
+
+    python benchmarks/gpu_rollout.py --tokenizer QWEN_TOKENIZER_DIR [--shapes qwen2.5-1.5b,qwen2.5-3b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, n: int) -> float:
+    """FLOP/s of an n x n x n matmul (best of 5 after warm-up)."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    best = float("inf")
+    for _ in range(5):
+        _sync(device)
+        t = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def copy_bandwidth(device: torch.device, nbytes: int) -> float:
+    """Bytes read + written per second of a device-to-device copy (best of 5)."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(5):
+        _sync(device)
+        t = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * nbytes / best
+
+
+def prompts_for(tok, n: int) -> list[list[int]]:
+    from searchrl.config import load_config
+    from searchrl.pipeline import load_split
+    from searchrl.protocols import get_protocol
+    from searchrl.rollout.engine import build_prompt_text
+
+    cfg = load_config("demo", ["data.source=synthetic", "data.world.entities=600"])
+    qs = load_split(cfg, "train", None)
+    protocol = get_protocol("search_r1")
+    return [tok(build_prompt_text(protocol, tok, qs[i % len(qs)].question))["input_ids"] for i in range(n)]
+
+
+def timed(device: torch.device, fn) -> float:
+    _sync(device)
+    t = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t
+
+
+def decode_run(model, tok, device, batch: int, new_tokens: int, static: bool) -> dict:
+    from searchrl.generation.base import SamplingParams
+    from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
+
+    prompts = prompts_for(tok, batch)
+    gen = HFGenerator(model, tok, max_batch_size=batch, reuse_prefixes=False)
+    n = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
+    one = SamplingParams(max_new_tokens=1, temperature=1.0, seed=0)
+    gen.generate(prompts[: min(batch, 4)], one)  # warm-up
+    t_n, t_1 = timed(device, lambda: gen.generate(prompts, n)), timed(device, lambda: gen.generate(prompts, one))
+    rec = {"ours_step_ms": 1e3 * (t_n - t_1) / (new_tokens - 1), "ours_tokens_per_s": batch * new_tokens / t_n}
+    if static:
+        hf = HFGenerateGenerator(model, tok, max_batch_size=batch)
+        kw = {"cache_implementation": "static"}
+        orig = model.generate
+
+        def generate(*a, **k):
+            return orig(*a, **{**k, **kw})
+
+        model.generate = generate
+        try:
+            h_n, h_1 = timed(device, lambda: hf.generate(prompts, n)), timed(device, lambda: hf.generate(prompts, one))
+        finally:
+            del model.generate
+        rec.update(
+            hf_static_step_ms=1e3 * (h_n - h_1) / (new_tokens - 1), hf_static_tokens_per_s=batch * new_tokens / h_n
+        )
+    return rec
+
+
+def rollout_run(model, tok, batch: int) -> dict:
+    from searchrl.config import load_config
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.pipeline import load_split, make_protocol, make_retriever_for
+    from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+
+    cfg = load_config("demo", ["data.source=synthetic", "data.world.entities=600", "retrieval.kind=bm25"])
+    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=64, max_obs_tokens=256, max_total_tokens=2048)
+    engine = RolloutEngine(
+        HFGenerator(model, tok, max_batch_size=batch), make_retriever_for(cfg), make_protocol(cfg), limits
+    )
+    qs = load_split(cfg, "train", None)
+    examples = [qs[i % len(qs)] for i in range(batch)]
+    t = time.perf_counter()
+    trajs = engine.run(examples, temperature=1.0, seed=0)
+    dt = time.perf_counter() - t
+    gen = sum(sum(t.action_mask) for t in trajs)
+    return {"rollout_s": dt, "rollout_tokens_per_s": gen / dt, "turns_per_row": sum(t.n_turns for t in trajs) / batch}
+
+
+def update_run(model, device, rows: int, length: int, peak: float, n_params: int) -> dict:
+    from searchrl import device as placement
+
+    ids = torch.randint(0, model.config.vocab_size - 1, (rows, length), device=device)
+    model.train()
+
+    def step():
+        with placement.autocast(device, "bf16" if device.type == "cuda" else "fp32"):
+            logits = model(input_ids=ids).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), ids.flatten())
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    step()
+    dt = timed(device, step)
+    model.eval()
+    return {"update_s": dt, "update_tokens": rows * length, "update_mfu": 6 * n_params * rows * length / dt / peak}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--shapes", default="qwen2.5-1.5b,qwen2.5-3b")
+    ap.add_argument("--batches", default="16,128,512")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--update-rows", type=int, default=8)
+    ap.add_argument("--update-len", type=int, default=1024)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu_rollout.json"))
+    args = ap.parse_args(argv)
+    from searchrl import device as placement
+    from searchrl.shapes import n_params, random_policy
+
+    place = placement.configure(args.device)
+    dev = place.device
+    cuda = dev.type == "cuda"
+    peak = matmul_peak(dev, torch.bfloat16 if cuda else torch.float32, 8192 if cuda else 1024)
+    bw = copy_bandwidth(dev, (2 << 30) if cuda else (256 << 20))
+    result: dict = {
+        "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+        "torch": torch.__version__,
+        "matmul_peak_tflops": peak / 1e12,
+        "copy_bandwidth_gbs": bw / 1e9,
+        "runs": [],
+    }
+    for shape in args.shapes.split(","):
+        dtype = torch.bfloat16 if cuda else torch.float32
+        model, tok = random_policy(f"random:{shape}:{args.tokenizer}", dtype, dev)
+        model.eval()
+        N = n_params(shape)
+        wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        for b in [int(x) for x in args.batches.split(",")]:
+            rec = {"shape": shape, "batch": b, **decode_run(model, tok, dev, b, args.new_tokens, static=True)}
+            bound_ms = 1e3 * max(wbytes / bw, 2 * N * b / peak)
+            rec.update(
+                bound_step_ms=bound_ms, decode_vs_bound=rec["ours_step_ms"] / bound_ms, **rollout_run(model, tok, b)
+            )
+            result["runs"].append(rec)
+            print(json.dumps(rec), flush=True)
+            if b == 512 and shape == "qwen2.5-1.5b":
+                result["decode_vs_bound_b512_1.5b"] = rec["decode_vs_bound"]
+        model.float()  # the trainer's layout: fp32 master weights, bf16 autocast on CUDA
+        upd = update_run(model, dev, args.update_rows, args.update_len, peak, N)
+        result["runs"].append({"shape": shape, **upd})
+        print(json.dumps({"shape": shape, **upd}), flush=True)
+        if shape == "qwen2.5-3b":
+            result["update_mfu_3b"] = upd["update_mfu"]
+        del model
+        if cuda:
+            torch.cuda.empty_cache()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
