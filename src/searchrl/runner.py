@@ -121,8 +121,10 @@ def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: 
     """The run config a stage runs with: the recipe's, the chaining defaults (world, index), then ``stage.set``."""
     raw = base.model_dump()
     raw["pipeline"] = []
-    if world is not None:
-        raw["data"]["source"] = world
+    if world is not None:  # a world stage reads the world's own files, never a file name meant for the user's data
+        raw["data"].update(
+            source=world, train="train.jsonl", dev="dev.jsonl", test="test.jsonl", corpus="corpus.jsonl"
+        )
     if index is not None:
         raw["retrieval"]["index"] = index
         raw["retrieval"]["kind"] = _index_kind(index) or raw["retrieval"]["kind"]

@@ -240,3 +240,21 @@ def test_a_stage_can_run_with_another_recipe(tmp_path: Path, monkeypatch) -> Non
     assert seen["stage1"][0] == ["retrieval", "format"] and seen["stage2"][0] == ["answer", "format"]
     assert seen["stage1"][1] == "smollm2-135m-instruct"  # the profile applies to the other recipe too
     assert seen["stage2"][2] == str(tmp_path / "stage1" / "final")
+
+
+def test_a_world_stage_reads_the_worlds_own_files_whatever_the_users_data_override(tmp_path: Path) -> None:
+    """`data.train=dev.jsonl` names the user's question file; the world stages (cold start, its evaluation) must
+    still train on the world's train split and score its dev split, never the reverse."""
+    from searchrl.config import load_config
+    from searchrl.data.synth import generate_world, write_world
+    from searchrl.pipeline import load_split
+
+    world = tmp_path / "world"
+    write_world(generate_world(120, 0), world)
+    base = load_config("multihop_cpu", [f"data.source={tmp_path / 'user'}", "data.train=dev.jsonl"])
+    coldstart = next(s for s in base.pipeline if s.name == "coldstart")
+    cfg = runner.stage_config(base, coldstart, str(world), None)
+    assert (cfg.data.source, cfg.data.train, cfg.data.dev) == (str(world), "train.jsonl", "dev.jsonl")
+    train_q = {ex.question for ex in load_split(cfg, "train", None)}
+    dev_q = {ex.question for ex in load_split(cfg, "dev", None)}
+    assert train_q and dev_q and not train_q & dev_q  # no SFT example comes from the world's dev split
