@@ -26,6 +26,7 @@ from pathlib import Path
 
 from searchrl.eval.harness import rescore_file
 from searchrl.eval.report import aggregate
+from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"
 RAW = "https://raw.githubusercontent.com/RUCAIBox/R1-Searcher/main/data/eval_results/{name}.jsonl"
@@ -109,7 +110,7 @@ def main() -> int:
     seconds = time.perf_counter() - t0
     payload = {"all_match": all_match, "runtime_s": round(seconds, 2), "files": files}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "rescore_r1_searcher.json").write_text(json.dumps(payload, indent=2) + "\n")
+    write_portable(RESULTS / "rescore_r1_searcher.json", json.dumps(payload, indent=2) + "\n")
 
     lines = [
         "# Rescoring R1-Searcher's released predictions",
@@ -154,7 +155,7 @@ def main() -> int:
         )  # fmt: skip
         + ".",
     ]
-    (RESULTS / "rescore_r1_searcher.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "rescore_r1_searcher.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if all_match else 1
 

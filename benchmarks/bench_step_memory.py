@@ -29,6 +29,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
@@ -113,10 +114,10 @@ def main() -> None:
         "met": c["peak_rss_mb"] <= b["peak_rss_mb"],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "step_memory.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "step_memory.json", json.dumps(result, indent=2) + "\n")
     m = result["meta"]
     lines = [
-        "# RL step: peak memory and step time before and after the fast-step work (issue 12)",
+        "# RL step: peak memory and step time before and after the fast-step work",
         "",
         f"{m['cpus']} CPUs ({m['machine']}), Python {m['python']}, {m['date']}. One run: the baseline's code "
         f"(`{m['baseline']}`, before the issue's work) then this checkout (`{m['current']}`), {m['steps']} RL steps "
@@ -142,7 +143,7 @@ def main() -> None:
         c["command"],
         "```",
     ]
-    (RESULTS / "step_memory.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "step_memory.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

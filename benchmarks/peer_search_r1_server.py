@@ -66,6 +66,7 @@ torch.Tensor.cuda = lambda self, *args, **kwargs: self
 torch.nn.Module.half = lambda self: self  # fp32 on CPU: fp16 matmuls are emulated there
 torch.cuda.empty_cache = lambda: None
 import uvicorn
+from searchrl.utils import write_portable
 _run = uvicorn.run
 def _run_local(app, *args, **kwargs):
     kwargs.update(host="127.0.0.1", port=int(os.environ["SEARCH_R1_SHIM_PORT"]), log_level="warning")
@@ -390,8 +391,8 @@ def main() -> None:
         print(render(result))
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "peer_search_r1_server.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "peer_search_r1_server.md").write_text(render(result))
+    write_portable(RESULTS / "peer_search_r1_server.json", json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "peer_search_r1_server.md", render(result))
     print(render(result))
 
 

@@ -253,9 +253,12 @@ def parse_row(row: Any, source: str) -> ViewRecord:
     raise ValueError(f"{source}: unrecognised row (keys: {keys}); {EXPECTED}")
 
 
-def load_records(path: str | Path, *, skip_bad: bool = False, errors: list[str] | None = None) -> list[ViewRecord]:
+def load_records(
+    path: str | Path, *, skip_bad: bool = False, errors: list[str] | None = None, display: str | None = None
+) -> list[ViewRecord]:
     """Every row of a JSONL file as a :class:`ViewRecord` (formats detected per row).
 
+    Each record's ``source`` is ``display:line`` (``display`` defaults to ``path`` as given).
     A row that is not JSON or not one of the formats raises ValueError naming ``file:line``; with ``skip_bad`` it is
     skipped instead and its message appended to ``errors`` (when given).
     """
@@ -267,7 +270,7 @@ def load_records(path: str | Path, *, skip_bad: bool = False, errors: list[str] 
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            where = f"{path}:{line_no}"
+            where = f"{display or path}:{line_no}"
             try:
                 try:
                     row = json.loads(line)

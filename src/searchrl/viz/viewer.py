@@ -19,6 +19,7 @@ PosixPath('runs/demo/before.html')
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
@@ -428,8 +429,9 @@ def write_viewer(
         raise ValueError(f"output {out} is one of the input files; pass --out FILE.html")
     bad: list[str] = []
     records: list[ViewRecord] = []
-    for p in paths:
-        records.extend(load_records(p, skip_bad=skip_bad, errors=bad))
+    for p in paths:  # sources relative to the page, so a page copied with its run directory has no absolute paths
+        shown_as = os.path.relpath(p.resolve(), out.resolve().parent)
+        records.extend(load_records(p, skip_bad=skip_bad, errors=bad, display=shown_as))
     if errors is not None:
         errors.extend(bad)
     shown = (records[-limit:] if last else records[:limit]) if limit > 0 else records
