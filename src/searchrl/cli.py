@@ -94,18 +94,20 @@ def config_show(
 def config_validate(
     recipes: list[str] = typer.Argument(None, help="recipe names or paths; default: all shipped"),
 ) -> None:
-    """Validate recipes; exits non-zero naming the bad key and the closest valid one.
+    """Validate recipes (keys, value ranges, reward params); exits non-zero naming the bad key and the fix.
 
     Example: searchrl config validate my_recipe.yaml
     """
+    from searchrl.preflight import check_recipe_rewards
+
     failed = 0
     for r in recipes or recipe_names():
         try:
-            load_config(r)
-            console.print(f"[green]ok[/green]   {r} ({recipe_path(r)})")
+            check_recipe_rewards(load_config(r), load_config, str(recipe_path(r)))
+            print(f"ok   {r} ({recipe_path(r)})")
         except ConfigError as err:
             failed += 1
-            console.print(f"[red]fail[/red] {err}")
+            console.print(f"[red]fail[/red] {err}", soft_wrap=True)
     raise typer.Exit(1 if failed else 0)
 
 
@@ -134,7 +136,7 @@ def _register_subapps() -> None:
         if (mod := _optional_module(module)) is not None:
             app.add_typer(mod.app, name=name)
     for module in ["searchrl.retrieval.serve_cli", "searchrl.rollout.cli", "searchrl.rl.cli", "searchrl.sft.cli",
-                   "searchrl.viz.cli", "searchrl.demo", "searchrl.runner"]:  # fmt: skip
+                   "searchrl.viz.cli", "searchrl.demo", "searchrl.run_cli"]:  # fmt: skip
         if (mod := _optional_module(module)) is not None:
             mod.register(app)
 

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from searchrl.config_errors import flat_keys, validation_message
+
 
 class ConfigError(ValueError):
     """A user-facing configuration problem; the message names the fix."""
@@ -527,69 +529,13 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _model_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Valid field names at a location of an error inside RunConfig."""
-    cls: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        field = cls.model_fields.get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        args = getattr(ann, "__args__", ()) or ()
-        candidates = [ann, *args]
-        for a in list(candidates):
-            candidates.extend(getattr(a, "__args__", ()) or ())
-        nxt = next((a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)), None)
-        if nxt is None:
-            return []
-        cls = nxt
-    return list(cls.model_fields)
-
-
-def _origin(loc: tuple[Any, ...], origins: dict[str, str]) -> str | None:
-    """The layer (an override, a profile) that set the value at ``loc`` or a section above it."""
-    parts = [str(p) for p in loc]
-    for n in range(len(parts), 0, -1):
-        if (label := origins.get(".".join(parts[:n]))) is not None:
-            return label
-    return None
-
-
 def validate_dict(raw: dict[str, Any], source: str = "<config>", origins: dict[str, str] | None = None) -> RunConfig:
     """Validate a raw config; a ConfigError names the bad key and where its value came from: ``origins`` maps dotted
     keys to the layer that set them (a command-line override, a profile), anything else is blamed on ``source``."""
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
-        lines = []
-        for e in err.errors():
-            loc = tuple(e["loc"])
-            where = ".".join(str(p) for p in loc)
-            origin = _origin(loc, origins or {})
-            if e["type"] == "extra_forbidden":
-                valid = _model_fields(RunConfig, loc)
-                close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-                hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
-                line = f"unknown key '{where}'{hint}"
-            else:
-                msg = e["msg"].removeprefix("Value error, ")
-                line = f"{where}: {msg}" if where else msg
-            lines.append(f"{origin}: {line}" if origin else line)
-        blamed = [ln for ln in lines if not any(ln.startswith(o + ":") for o in (origins or {}).values())]
-        head = f"{source}: " if blamed else ""
-        raise ConfigError(head + "; ".join(lines)) from None
-
-
-def _flat_keys(d: dict[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        out.append(key)
-        if isinstance(v, dict):
-            out += _flat_keys(v, key + ".")
-    return out
+        raise ConfigError(validation_message(err, RunConfig, source, origins or {})) from None
 
 
 def load_config(
@@ -612,7 +558,7 @@ def load_config(
         name = str(raw.get("name") or (Path(str(recipe)).stem if recipe is not None else "default"))
         layer = load_profile(profile, name)
         raw = _merge(raw, layer)
-        origins.update(dict.fromkeys(_flat_keys(layer), f"profile {profile}"))
+        origins.update(dict.fromkeys(flat_keys(layer), f"profile {profile}"))
     if overrides:
         raw = _merge(raw, parse_overrides(overrides))
         for item in overrides:
