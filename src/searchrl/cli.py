@@ -8,23 +8,50 @@ from __future__ import annotations
 import sys
 
 import typer
+from typer.core import TyperOption
 
 from searchrl import __version__
 from searchrl.config import ConfigError, dump_config, load_config, recipe_names, recipe_path
 from searchrl.models import ALIASES, ModelResolutionError, alias_dir, cache_dir, resolve_embedder, resolve_policy
 from searchrl.utils import console
 
+
+def _flag_type(self, ctx):  # noqa: ANN001 - typer's signature
+    """Help pages show a type only for options that take a value: an on/off flag gets no ``<bool>``."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type
+
 app = typer.Typer(
     name="searchrl",
-    help="Train language models to reason with a search engine through reinforcement learning.",
+    help="Train language models to reason with a search engine through reinforcement learning. Results (answers, "
+    "tables, JSON) go to stdout; logs and progress to stderr.\n\nExample: searchrl run --recipe multihop_world --dry-run",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"searchrl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),  # fmt: skip
+) -> None:
+    """The searchrl command: one subcommand per stage of the pipeline."""
+
+
 # ------------------------------------------------------------------------------------------------------ models
 models_app = typer.Typer(
-    help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).", no_args_is_help=True
+    help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).\n\nExample: searchrl models list", no_args_is_help=True
 )
 app.add_typer(models_app, name="models")
 
@@ -35,14 +62,16 @@ def models_list() -> None:
 
     Example: searchrl models list
     """
+    from rich.console import Console
     from rich.table import Table
 
     table = Table("alias", "kind", "cached", "source")
     for a in ALIASES.values():
         cached = (alias_dir(a.name) / "config.json").exists()
         table.add_row(a.name, a.kind, "yes" if cached else "no", a.description)
-    console.print(table)
-    console.print(f"cache: {cache_dir()}  (set SEARCHRL_CACHE to move it)")
+    out = Console()  # the listing is the command's result: stdout
+    out.print(table)
+    out.print(f"cache: {cache_dir()}  (set SEARCHRL_CACHE to move it)")
 
 
 @models_app.command("where")
@@ -68,7 +97,9 @@ def models_fetch(spec: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ config
-config_app = typer.Typer(help="Show and validate recipes.", no_args_is_help=True)
+config_app = typer.Typer(
+    help="Show and validate recipes.\n\nExample: searchrl config show search_r1_grpo --profile laptop", no_args_is_help=True
+)
 app.add_typer(config_app, name="config")
 
 
