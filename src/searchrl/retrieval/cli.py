@@ -46,7 +46,6 @@ def build(
     Example: searchrl index build --corpus corpus.jsonl --kind bm25 --out indexes/bm25
     """
     from searchrl.retrieval.index import build_index
-    from searchrl.utils import console
 
     if kind != Kind.bm25:
         from searchrl.models import check_encoder
@@ -59,10 +58,8 @@ def build(
         query_encoder=query_encoder, overwrite=force,
     )  # fmt: skip
     manifest = json.loads((path / "manifest.json").read_text())
-    console.print(
-        f"[green]built[/green] {kind.value} index of {manifest['counts']['passages']:,} passages in "
-        f"{manifest['build_seconds']} s -> {path}"
-    )
+    print(f"built {kind.value} index of {manifest['counts']['passages']:,} passages in "
+          f"{manifest['build_seconds']} s -> {path}")  # the result: stdout  # fmt: skip
 
 
 @app.command("info")
