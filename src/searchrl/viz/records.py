@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +215,9 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
     if isinstance(row.get("metrics"), dict):
         rec.row_metrics = dict(row["metrics"])
         rec.correct = _opt_float(row["metrics"].get("correct"))
+    rec.step = _row_step(row)
+    # an eval row has no reward: its score (or its correctness) is what the page sorts on
+    rec.reward = _opt_float(row.get("score", rec.row_metrics.get("correct", rec.row_metrics.get("em"))))
     for key in _CONTEXT_KEYS:
         value = row.get(key)
         if isinstance(value, str) and value:
@@ -223,13 +227,26 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
     return rec
 
 
+_STEP_IN_SOURCE = re.compile(r"step_(\d+)")
+
+
+def _row_step(row: dict[str, Any]) -> int | None:
+    """The training step a row belongs to: its ``step`` field, else ``step_<k>`` in its record source (the held-out
+    evaluations a training run writes, ``eval/step_20``)."""
+    step = _opt_float(row.get("step"))
+    if step is not None:
+        return int(step)
+    m = _STEP_IN_SOURCE.search(_str(row.get("source")))
+    return int(m.group(1)) if m else None
+
+
 def _from_rollout(row: dict[str, Any], source: str) -> ViewRecord:
     metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
     kind = "trajectory" if is_record(row) and row.get("source") != "train" else "rollout"
     rec = _from_trajectory(row["trajectory"], source, kind)
-    step = _opt_float(row.get("step"))
-    rec.step = None if step is None else int(step)
-    rec.reward = _opt_float(metrics.get("reward", row.get("reward")))
+    rec.step = _row_step(row)
+    # a training row's reward; an evaluation record's score (its EM), so eval pages sort by it too
+    rec.reward = _opt_float(metrics.get("reward", row.get("reward", row.get("score"))))
     rec.correct = _opt_float(metrics.get("correct"))
     comps = row.get("reward_components")
     rec.reward_components = dict(comps) if isinstance(comps, dict) else {}

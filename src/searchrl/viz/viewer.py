@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
@@ -86,6 +87,9 @@ details.inserted { background:var(--ins); border:1px solid var(--insline); borde
   padding:2px 8px; }
 details.inserted summary { cursor:pointer; color:var(--muted); font-size:12px; }
 pre.inserted { color:#4a5a6a; }
+pre.inserted.doc { border-top:1px solid var(--insline); padding-top:4px; margin-top:4px; }
+pre.inserted.doc:first-of-type { border-top:none; }
+.summary.filtered .stat b { color:var(--warn); }
 details.extra summary { cursor:pointer; color:var(--muted); font-size:12px; }
 """
 
@@ -105,6 +109,34 @@ _JS = """
       a.hidden = !ok; if (ok) n++;
     });
     count.textContent = n + ' of ' + arts.length + ' shown';
+    summarize(needle || oc.checked || ow.checked || oi.checked);
+  }
+  var summary = document.getElementById('summary'), stats = {};
+  summary.querySelectorAll('.stat[data-stat]').forEach(function (s) {
+    var b = s.querySelector('b'); stats[s.dataset.stat] = {b: b, all: b.textContent};
+  });
+  var note = document.createElement('span'); note.className = 'stat'; summary.appendChild(note);
+  function mean(xs) { return xs.length ? xs.reduce(function (a, b) { return a + b; }, 0) / xs.length : NaN; }
+  function fmt(x, pct, digits) {
+    if (isNaN(x)) return '-';
+    return pct ? (100 * x).toFixed(1) + '%' : x.toFixed(digits === undefined ? 3 : digits);
+  }
+  function summarize(filtered) {
+    summary.classList.toggle('filtered', filtered);
+    if (!filtered) {
+      Object.keys(stats).forEach(function (k) { stats[k].b.textContent = stats[k].all; });
+      note.textContent = ''; return;
+    }
+    var vis = arts.filter(function (a) { return !a.hidden; });
+    function col(key) {
+      return vis.map(function (a) { return num(a, key); }).filter(function (x) { return !isNaN(x); });
+    }
+    var values = {n: String(vis.length), em: fmt(mean(col('em'))), f1: fmt(mean(col('f1'))),
+      answered: fmt(mean(col('answered')), true), searches: fmt(mean(col('searches')), false, 2),
+      turns: fmt(mean(col('turns')), false, 2), invalid: fmt(mean(col('invalid')), true),
+      reward: fmt(mean(col('reward')))};
+    Object.keys(stats).forEach(function (k) { if (k in values) stats[k].b.textContent = values[k]; });
+    note.textContent = '(over the ' + vis.length + ' records the filter shows)';
   }
   function num(a, key) { var v = a.dataset[key]; return v === '' || v === undefined ? NaN : parseFloat(v); }
   function reorder() {
@@ -184,13 +216,29 @@ def _verdict(rec: ViewRecord) -> tuple[str, str]:
     return "wrong", f'<span class="badge bad">wrong</span> EM {em:g} · F1 {_fmt(f1)}'
 
 
+#: where a retrieved document starts inside an observation ("Doc 2(Title: ...)", Search-R1's format and ours).
+_DOC_START = re.compile(r"(?=\bDoc \d+\s*\(Title:)")
+
+
+def split_documents(text: str) -> list[str]:
+    """An observation cut at each ``Doc k(Title: ...)``; text without documents is one part.
+
+    >>> split_documents("<information>Doc 1(Title: A) a. Doc 2(Title: B) b.</information>")
+    ['<information>', 'Doc 1(Title: A) a. ', 'Doc 2(Title: B) b.</information>']
+    """
+    return [part for part in _DOC_START.split(text) if part]
+
+
 def _observation(text: str, n_tokens: int, label: str = "inserted") -> str:
     lines = text.count("\n") + 1
     long = len(text) > COLLAPSE_CHARS or lines > COLLAPSE_LINES
     size = f"{n_tokens} tokens, " if n_tokens else ""
+    docs = split_documents(text)
+    n_docs = sum(1 for d in docs if _DOC_START.match(d))
+    body = "".join(f'<pre class="inserted{" doc" if _DOC_START.match(d) else ""}">{_e(d.strip())}</pre>' for d in docs)
     return (
-        f'<details class="inserted"{"" if long else " open"}><summary>{_e(label)} ({size}{len(text)} chars)'
-        f'</summary><pre class="inserted">{_e(text)}</pre></details>'
+        f'<details class="inserted"{"" if long else " open"}><summary>{_e(label)} ({size}{len(text)} chars'
+        f'{f", {n_docs} documents" if n_docs else ""})</summary>{body}</details>'
     )
 
 
@@ -278,6 +326,9 @@ def _record_html(idx: int, rec: ViewRecord) -> str:
         "searches": str(c.get("searches", 0)),
         "correct": {"correct": "1", "wrong": "0"}.get(cls, ""),
         "invalid": "1" if rec.n_invalid > 0 else "0",
+        "em": "" if rec.em is None else repr(rec.em),
+        "answered": "1" if rec.answered else "0",
+        "turns": str(c.get("turns", 0)),
     }
     attrs = " ".join(f'data-{k}="{_e(v)}"' for k, v in data.items())
     meta = [
@@ -364,7 +415,8 @@ def render_html(
         ("with invalid turns", _fmt(s["invalid"], pct=True), "invalid"),
     ]
     if s["reward"] is not None:
-        stats.append(("mean reward", _fmt(s["reward"]), "reward"))
+        training = any(r.kind == "rollout" for r in summary_over)  # else evaluation rows: their score
+        stats.append(("mean reward" if training else "mean score", _fmt(s["reward"]), "reward"))
     stat_html = "".join(
         f'<span class="stat" data-stat="{k}">{_e(label)}: <b>{_e(v)}</b></span>' for label, v, k in stats
     )
@@ -387,7 +439,7 @@ def render_html(
         '<label><input type="checkbox" id="only-invalid"> only with invalid turns</label>'
         '<label>sort <select id="sort"><option value="order:asc">file order</option>'
         '<option value="step:asc">step ↑</option><option value="step:desc">step ↓</option>'
-        '<option value="reward:desc">reward ↓</option><option value="reward:asc">reward ↑</option>'
+        '<option value="reward:desc">reward / score ↓</option><option value="reward:asc">reward / score ↑</option>'
         '<option value="f1:desc">F1 ↓</option><option value="f1:asc">F1 ↑</option>'
         '<option value="searches:desc">searches ↓</option></select></label>'
         '<button type="button" id="expand">expand observations</button>'
@@ -431,7 +483,9 @@ def write_viewer(
     records: list[ViewRecord] = []
     for p in paths:  # sources relative to the page, so a page copied with its run directory has no absolute paths
         shown_as = os.path.relpath(p.resolve(), out.resolve().parent)
-        records.extend(load_records(p, skip_bad=skip_bad, errors=bad, display=shown_as))
+        for rec in load_records(p, skip_bad=skip_bad, errors=bad):  # errors name the file as given
+            rec.source = shown_as + rec.source[len(str(p)) :]
+            records.append(rec)
     if errors is not None:
         errors.extend(bad)
     shown = (records[-limit:] if last else records[:limit]) if limit > 0 else records
