@@ -31,7 +31,8 @@ def view(
     """Write one self-contained HTML page to browse trajectories: policy text vs inserted documents, queries,
     invalid turns, correctness, with a filter box and sorting by step or reward.
 
-    Reads raw trajectories (searchrl demo / ask --json), training rollout rows and eval prediction rows.
+    Reads raw trajectories (searchrl demo / ask --json), training rollout rows and eval prediction rows. The summary
+    follows the filter. A view can be linked: PAGE.html#sort=reward:desc&q=london&only=wrong&expand=1.
 
     Example: searchrl view runs/demo/rl/rollouts.jsonl --out demo.html
     """

@@ -160,6 +160,17 @@ _JS = """
   }
   document.getElementById('expand').addEventListener('click', function () { toggle(true); });
   document.getElementById('collapse').addEventListener('click', function () { toggle(false); });
+  // A view can be linked: page.html#sort=reward:desc&q=london&only=wrong&expand=1
+  var params = {};
+  location.hash.replace(/^#/, '').split('&').forEach(function (kv) {
+    var i = kv.indexOf('='); if (i > 0) params[kv.slice(0, i)] = decodeURIComponent(kv.slice(i + 1));
+  });
+  if (params.q) q.value = params.q;
+  if (params.only === 'correct') oc.checked = true;
+  if (params.only === 'wrong') ow.checked = true;
+  if (params.only === 'invalid') oi.checked = true;
+  if (params.sort && sort.querySelector('option[value="' + params.sort + '"]')) { sort.value = params.sort; reorder(); }
+  if (params.expand === '1') toggle(true);
   apply();
 })();
 """
@@ -351,7 +362,8 @@ def _record_html(idx: int, rec: ViewRecord) -> str:
     if rec.reward is not None:
         comps = ", ".join(f"{_e(k)} {_e(_fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
                           for k, v in rec.reward_components.items())  # fmt: skip
-        meta.append(f"<span><b>reward:</b> {_fmt(rec.reward)}{f' ({comps})' if comps else ''}</span>")
+        label = "reward" if rec.kind == "rollout" else "score"  # an evaluation row's reward is its score
+        meta.append(f"<span><b>{label}:</b> {_fmt(rec.reward)}{f' ({comps})' if comps else ''}</span>")
     for label, value in (("dataset", rec.dataset), ("method", rec.method), ("protocol", rec.protocol)):
         if value:
             meta.append(f"<span><b>{label}:</b> {_e(value)}</span>")
