@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 from bench_multihop_world import per_kind
+
 from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"

@@ -25,6 +25,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+
 from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]

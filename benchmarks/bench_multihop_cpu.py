@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
 from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]

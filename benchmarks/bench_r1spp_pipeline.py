@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
 from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
 from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,6 +24,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+
 from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
 from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,6 +29,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
 from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -50,6 +50,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from searchrl.utils import write_portable
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -66,7 +68,6 @@ torch.Tensor.cuda = lambda self, *args, **kwargs: self
 torch.nn.Module.half = lambda self: self  # fp32 on CPU: fp16 matmuls are emulated there
 torch.cuda.empty_cache = lambda: None
 import uvicorn
-from searchrl.utils import write_portable
 _run = uvicorn.run
 def _run_local(app, *args, **kwargs):
     kwargs.update(host="127.0.0.1", port=int(os.environ["SEARCH_R1_SHIM_PORT"]), log_level="warning")

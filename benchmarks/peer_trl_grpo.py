@@ -15,7 +15,7 @@ FLOP bounds use the fp32 matmul peak measured in this run (best of 1024^3 and 40
 two sides). Formula, with N_body = non-embedding parameters and N_head = hidden x vocab (the output projection):
   a forward pass over S positions that computes logits at L of them costs 2*N_body*S + 2*N_head*L;
   backward is 2x forward (update = 3x forward); attention's context-length term is left out (<10% at these lengths).
-- "nominal" (the usual 2N FLOPs per token count): every row in full. generate = P + G positions, G logits; log-probs = two passes
+- "nominal" (2N FLOPs per token): every row in full. generate = P + G positions, G logits; log-probs = two passes
   (old policy + reference) over P + R positions; update = one forward + backward over P + R. P, G, R = the side's own
   prompt, generated and response tokens summed over rows.
 - "executed": the positions each side actually computes. Ours: the generator's prefill + decode row-steps (group
@@ -503,7 +503,7 @@ def main() -> None:
             "forward FLOPs over S positions with logits at L of them = 2*N_body*S + 2*N_head*L; update = 3x forward "
             "(forward + backward); attention's context term is not counted.",
             "nominal: every row in full (generate P+G positions; log-probs = old-policy + reference passes over "
-            "P+R; update over P+R), the usual 2N FLOPs per token count plus the output projection at response positions.",
+            "P+R; update over P+R), 2N FLOPs per token plus the output projection at response positions.",
             "executed: ours = generator prefill + decode row-steps and the trainer's scored positions per phase "
             "(shared prompt prefixes, old log-probs from the rollout, so one reference pass); TRL = its padded "
             "batches (B x (P_max + C_max) per scoring pass; generation B x P_max prefill + B x C_max decode).",

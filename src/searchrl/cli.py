@@ -27,12 +27,12 @@ TyperOption.display_type_rich = _flag_type
 app = typer.Typer(
     name="searchrl",
     help="Train language models to reason with a search engine through reinforcement learning. Results (answers, "
-    "tables, JSON) go to stdout; logs and progress to stderr.\n\nExample: searchrl run --recipe multihop_world --dry-run",
+    "tables, JSON) go to stdout; logs and progress to stderr.\n\n"
+    "Example: searchrl run --recipe multihop_world --dry-run",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
 
 
 def _print_version(value: bool) -> None:
@@ -43,15 +43,17 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
-                                 help="print the version and exit"),  # fmt: skip
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_print_version, is_eager=True, help="print the version and exit"
+    ),  # fmt: skip
 ) -> None:
     """The searchrl command: one subcommand per stage of the pipeline."""
 
 
 # ------------------------------------------------------------------------------------------------------ models
 models_app = typer.Typer(
-    help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).\n\nExample: searchrl models list", no_args_is_help=True
+    help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).\n\nExample: searchrl models list",
+    no_args_is_help=True,
 )
 app.add_typer(models_app, name="models")
 
@@ -98,7 +100,8 @@ def models_fetch(spec: str) -> None:
 
 # ------------------------------------------------------------------------------------------------------ config
 config_app = typer.Typer(
-    help="Show and validate recipes.\n\nExample: searchrl config show search_r1_grpo --profile laptop", no_args_is_help=True
+    help="Show and validate recipes.\n\nExample: searchrl config show search_r1_grpo --profile laptop",
+    no_args_is_help=True,
 )
 app.add_typer(config_app, name="config")
 

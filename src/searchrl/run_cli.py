@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from searchrl.config import RunConfig
-from searchrl.utils import console
 
 
 def run_cmd(

@@ -4,7 +4,8 @@ sideways, never up, and no two units of one layer import each other in a cycle.
     foundation (config, utils, models, tuning)
     < data, retrieval, protocols, generation
     < rollout < rewards < rl, sft
-    < applications: eval, viz, pipeline, runner, preflight, demo, testing, and every command module (``cli.py`` / ``*_cli.py``)
+    < applications: eval, viz, pipeline, runner, preflight, demo, testing, and every command module
+      (``cli.py`` / ``*_cli.py``)
 """
 
 from __future__ import annotations

@@ -61,6 +61,6 @@ def test_reward_param_typo_rejected_by_validate_and_run(tmp_path: Path) -> None:
 
 
 def test_bad_reward_value_in_a_stage_override_is_rejected(tmp_path: Path) -> None:
-    res = searchrl_cmd("run", "--recipe", "multihop_cpu", "--dry-run",
-                       'reward.components=[{"name": "answer", "params": {"metric": "bleu"}}]', cwd=tmp_path)  # fmt: skip
+    bad = 'reward.components=[{"name": "answer", "params": {"metric": "bleu"}}]'
+    res = searchrl_cmd("run", "--recipe", "multihop_cpu", "--dry-run", bad, cwd=tmp_path)
     assert res.returncode == 2 and "bleu" in res.stderr

@@ -77,7 +77,9 @@ def _help_page(words: list[str]) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("cmd", sorted({c for info, body in blocks() if info.startswith("bash") for c in commands(body)}))
+@pytest.mark.parametrize(
+    "cmd", sorted({c for info, body in blocks() if info.startswith("bash") for c in commands(body)})
+)
 def test_every_readme_command_names_real_options(cmd: str) -> None:
     words = shlex.split(cmd)[1:]
     if words in (["--version"], ["--help"]):

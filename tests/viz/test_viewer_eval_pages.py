@@ -41,11 +41,13 @@ def test_training_eval_files_carry_step_and_score(tmp_path: Path) -> None:
     assert "../run/evals/step_20.jsonl:1" in html and str(tmp_path) not in html  # relative to the page
 
 
+def _pred(qid: str, q: str, answer: str, em: float) -> dict:
+    return {"id": qid, "question": q, "golds": ["London"], "prediction": answer, "method": "agent", "dataset": "dev",
+            "metrics": {"em": em, "f1": em, "correct": em}, "trajectory": _traj(q, answer)}  # fmt: skip
+
+
 def test_prediction_rows_sort_by_their_score(tmp_path: Path) -> None:
-    rows = [{"id": "q1", "question": "Q?", "golds": ["London"], "prediction": "London", "method": "agent",
-             "dataset": "dev", "metrics": {"em": 1.0, "f1": 1.0, "correct": 1.0}, "trajectory": _traj("Q?", "London")},
-            {"id": "q2", "question": "R?", "golds": ["London"], "prediction": "Paris", "method": "agent",
-             "dataset": "dev", "metrics": {"em": 0.0, "f1": 0.0, "correct": 0.0}, "trajectory": _traj("R?", "Paris")}]  # fmt: skip
+    rows = [_pred("q1", "Q?", "London", 1.0), _pred("q2", "R?", "Paris", 0.0)]
     path = tmp_path / "dev__agent.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     html = write_viewer(path).read_text()

@@ -19,7 +19,8 @@ from rich.table import Table
 
 app = typer.Typer(
     help="Datasets and corpora: generate a synthetic world, inspect QA files and corpora.\n\n"
-    "Example: searchrl data inspect hf:RUC-NLPIR/FlashRAG_datasets:nq:test --limit 100", no_args_is_help=True
+    "Example: searchrl data inspect hf:RUC-NLPIR/FlashRAG_datasets:nq:test --limit 100",
+    no_args_is_help=True,
 )
 out = Console()  # results go to stdout (logs and progress go to stderr through searchrl.utils.console)
 

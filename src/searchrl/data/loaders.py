@@ -2,7 +2,8 @@
 
 Accepted sources:
 
-- a JSONL file (``.jsonl.gz`` too, or ``.parquet``) in FlashRAG layout ``{"id", "question", "golden_answers": [...]}`` or R1-Searcher
+- a JSONL file (``.jsonl.gz`` too, or ``.parquet``) in FlashRAG layout ``{"id", "question", "golden_answers": [...]}``
+  or R1-Searcher
   layout ``{"question", "answer": str | [str]}`` (an ``answers`` list is accepted too); rows without an id get
   ``<file stem>-<line>``;
 - a directory: ``<dir>/<split>.jsonl`` (e.g. a synthetic world), or a dataset saved with ``save_to_disk``;

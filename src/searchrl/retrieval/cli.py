@@ -8,8 +8,11 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(help="Build and inspect retrieval indexes (BM25, dense, hybrid).\n\n"
-    "Example: searchrl index build --corpus corpus.jsonl --kind bm25 --out indexes/bm25", no_args_is_help=True)
+app = typer.Typer(
+    help="Build and inspect retrieval indexes (BM25, dense, hybrid).\n\n"
+    "Example: searchrl index build --corpus corpus.jsonl --kind bm25 --out indexes/bm25",
+    no_args_is_help=True,
+)
 
 
 class Kind(StrEnum):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import typer
-
 from rich.console import Console
 
 #: the trajectory and answer are the command's result: stdout (logs and progress stay on stderr).

@@ -169,7 +169,9 @@ _JS = """
   if (params.only === 'correct') oc.checked = true;
   if (params.only === 'wrong') ow.checked = true;
   if (params.only === 'invalid') oi.checked = true;
-  if (params.sort && sort.querySelector('option[value="' + params.sort + '"]')) { sort.value = params.sort; reorder(); }
+  if (params.sort && sort.querySelector('option[value="' + params.sort + '"]')) {
+    sort.value = params.sort; reorder();
+  }
   if (params.expand === '1') toggle(true);
   apply();
 })();
@@ -249,7 +251,7 @@ def _observation(text: str, n_tokens: int, label: str = "inserted") -> str:
     body = "".join(f'<pre class="inserted{" doc" if _DOC_START.match(d) else ""}">{_e(d.strip())}</pre>' for d in docs)
     return (
         f'<details class="inserted"{"" if long else " open"}><summary>{_e(label)} ({size}{len(text)} chars'
-        f'{f", {n_docs} documents" if n_docs else ""})</summary>{body}</details>'
+        f"{f', {n_docs} documents' if n_docs else ''})</summary>{body}</details>"
     )
 
 
