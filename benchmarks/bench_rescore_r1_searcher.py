@@ -2,7 +2,7 @@
 
 The release (github.com/RUCAIBox/R1-Searcher, ``data/eval_results/``) holds five prediction files that are not Git
 LFS pointers: HotpotQA and Bamboogle for both models, 2Wiki for Qwen (the Llama 2Wiki and both MuSiQue files are
-stored in LFS). Each is rescored with ``searchrl.eval.harness.rescore_file``, the function behind
+stored in LFS). Each is rescored with ``searchrl.eval.rescore.rescore_file``, the function behind
 ``searchrl eval rescore``, under its default (R1-Searcher's files are scored the authors' way) and under SQuAD
 normalisation for contrast, and compared with the paper: Table 2's ACC_R (cover exact match) and Table 4's EM /
 CEM / F1, all printed with one decimal (Table 2 as fractions with three).
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from searchrl.eval.harness import rescore_file
+from searchrl.eval.rescore import rescore_file
 from searchrl.eval.report import aggregate
 from searchrl.utils import write_portable
 
