@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from searchrl.eval.rescore import rescore_file
 from searchrl.eval.report import aggregate
+from searchrl.eval.rescore import rescore_file
 from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"
