@@ -110,6 +110,7 @@ app.add_typer(config_app, name="config")
 def config_show(
     recipe: str = typer.Argument(..., help="recipe name (e.g. search_r1_grpo) or path to a YAML file"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.lr=1e-6"),
+    sets: list[str] = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)"),
     profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
     """Print the fully resolved config of a recipe (every default filled in); with --profile, after the overlay.
@@ -119,7 +120,7 @@ def config_show(
     import tempfile
     from pathlib import Path
 
-    cfg = load_config(recipe, overrides or [], profile)
+    cfg = load_config(recipe, [*(overrides or []), *(sets or [])], profile)
     with tempfile.TemporaryDirectory() as tmp:
         print(dump_config(cfg, Path(tmp) / "config.yaml").read_text(), end="")
 

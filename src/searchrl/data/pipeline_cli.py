@@ -147,7 +147,7 @@ def _setup(
 
 # Options shared by the commands (typer reads defaults from the signature, so they are spelled out in each).
 _RECIPE = typer.Option(
-    None, "--recipe", "-r", help="recipe name or YAML: rollout limits, protocol, top-k, model, data and index"
+    None, "--recipe", "--config", "-r", help="recipe name or YAML: rollout limits, protocol, top-k, model, data, index"
 )
 _PROFILE = typer.Option(None, "--profile", help="profile overlay of --recipe, e.g. laptop (recipes/profiles/)")
 _SET = typer.Option(None, "--set", help="dotted recipe override, e.g. rollout.max_obs_tokens=1000 (repeatable)")

@@ -77,7 +77,7 @@ def build_config(
 @app.callback(invoke_without_command=True)
 def main(
     ctx: typer.Context,
-    config: str = typer.Option(None, "--config", help="recipe name or YAML file with an evaluation: section"),
+    config: str = typer.Option(None, "--config", "--recipe", help="recipe name or YAML with an evaluation: section"),
     data: list[str] = typer.Option(None, "--data", help="QA file or hf:NAME[:CONFIG]:SPLIT (repeatable)"),
     methods: str = typer.Option(
         None, help="comma-separated: direct,cot,naive_rag,iterative_rag,iter_retgen,search_o1,agent"
