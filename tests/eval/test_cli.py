@@ -67,7 +67,7 @@ def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) 
     assert cfg["evaluation"]["limit"] == 2 and cfg["retrieval"]["topk"] == 2 and cfg["rollout"]["max_turns"] == 2
     assert cfg["evaluation"]["datasets"] == [str(qa_file)]
     assert {"summary.md", "summary.csv", "summary.png"} <= {p.name for p in out.iterdir()}
-    assert "direct" in res.stderr and "50.0" in res.stderr  # the rich table on the console
+    assert "direct" in res.stdout and "50.0" in res.stdout  # the result table: stdout
 
 
 def test_eval_from_a_recipe_file(tmp_path, qa_file, fakes, monkeypatch) -> None:
@@ -161,7 +161,7 @@ def test_rescore_r1_searcher_format(tmp_path, flags, expected, printed) -> None:
     assert row["dataset"] == "2wiki_500" and row["n"] == 5
     for metric, value in expected.items():
         assert row[metric] == pytest.approx(value), metric
-    assert all(p in res.stderr for p in printed)  # EM and F1 in the printed table
+    assert all(p in res.stdout for p in printed)  # EM and F1 in the result table (stdout)
     items = [json.loads(x) for x in (out / "predictions" / "2wiki_500__prediction.jsonl").read_text().splitlines()]
     assert items[2]["golds"] == ["yes"] and items[3]["prediction"] is None
     norm = "r1_searcher" if not flags else "squad"

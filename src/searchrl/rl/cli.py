@@ -19,7 +19,6 @@ def train(
     """
     from searchrl.config import load_config
     from searchrl.models import check_fetchable
-    from searchrl.utils import console
 
     items = [*(overrides or []), *(sets or [])]
     if out is not None:
@@ -29,8 +28,8 @@ def train(
     history = run_train(cfg, resume=resume)
     if history:
         last = history[-1]
-        console.print(f"done: step {int(last['step'])}, reward {last.get('reward/total', 0):.3f}, "
-                      f"outputs in {cfg.training.output_dir}")  # fmt: skip
+        print(f"done: step {int(last['step'])}, reward {last.get('reward/total', 0):.3f}, "
+              f"outputs in {cfg.training.output_dir}")  # the result: stdout  # fmt: skip
 
 
 def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:
