@@ -108,8 +108,9 @@ app.add_typer(config_app, name="config")
 
 @config_app.command("show")
 def config_show(
-    recipe: str = typer.Argument(..., help="recipe name (e.g. search_r1_grpo) or path to a YAML file"),
+    recipe: str = typer.Argument(None, help="recipe name (e.g. search_r1_grpo) or path to a YAML file"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.lr=1e-6"),
+    named: str = typer.Option(None, "--recipe", "--config", "-r", help="the recipe, as the other commands take it"),
     sets: list[str] = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)"),
     profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
@@ -120,7 +121,13 @@ def config_show(
     import tempfile
     from pathlib import Path
 
-    cfg = load_config(recipe, [*(overrides or []), *(sets or [])], profile)
+    items = [*(overrides or []), *(sets or [])]
+    if named is not None:  # --recipe given: a positional word is an override, not the recipe
+        items = [*([recipe] if recipe else []), *items]
+        recipe = named
+    if recipe is None:
+        raise ConfigError("name a recipe: searchrl config show RECIPE (or --recipe RECIPE)")
+    cfg = load_config(recipe, items, profile)
     with tempfile.TemporaryDirectory() as tmp:
         print(dump_config(cfg, Path(tmp) / "config.yaml").read_text(), end="")
 
