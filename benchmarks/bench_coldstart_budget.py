@@ -24,6 +24,8 @@ from pathlib import Path
 import yaml
 from bench_multihop_world import per_kind
 
+from searchrl.utils import write_portable
+
 RESULTS = Path(__file__).parent / "results"
 SFT_KEYS = ("oracle_plan", "limit", "oracle_first_turns", "batch_size", "lr", "freeze_layers", "oracle_balance",
             "oracle_topk", "lr_schedule", "oracle_mix")  # fmt: skip
@@ -93,8 +95,8 @@ def main() -> None:
         rows = [r for r in json.loads(old.read_text())["runs"] if Path(r["run"]).name not in names] + rows
     out = {"budget_cpu_s": args.budget_cpu_s, "target_em": args.target_em, "runs": rows}
     results = Path(args.results)
-    (results / "coldstart_budget.json").write_text(json.dumps(out, indent=2) + "\n")
-    (results / "coldstart_budget.md").write_text(render(rows, args.budget_cpu_s, args.target_em))
+    write_portable(results / "coldstart_budget.json", json.dumps(out, indent=2) + "\n")
+    write_portable(results / "coldstart_budget.md", render(rows, args.budget_cpu_s, args.target_em))
     print(render(rows, args.budget_cpu_s, args.target_em))
 
 

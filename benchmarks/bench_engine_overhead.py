@@ -25,6 +25,7 @@ from searchrl.generation.hf import HFGenerator
 from searchrl.models import load_policy
 from searchrl.pipeline import load_split, make_protocol, make_retriever_for
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -87,10 +88,10 @@ def main() -> None:
         "overhead": round((engine_wall - pure) / pure, 4), "target": 0.10,
     }  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "engine_overhead.json").write_text(json.dumps(result, indent=2))
+    write_portable(RESULTS / "engine_overhead.json", json.dumps(result, indent=2))
     md = ["# Rollout engine overhead", "", "| metric | value |", "|---|---|"]
     md += [f"| {k} | {v} |" for k, v in result.items()]
-    (RESULTS / "engine_overhead.md").write_text("\n".join(md) + "\n")
+    write_portable(RESULTS / "engine_overhead.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

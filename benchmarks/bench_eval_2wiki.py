@@ -26,6 +26,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from searchrl.utils import write_portable
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 NAME = "eval_2wiki"
@@ -116,7 +118,7 @@ def report(out: Path, meta: dict) -> None:
         },  # fmt: skip
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{NAME}.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    write_portable(RESULTS / f"{NAME}.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
 
     s = meta["settings"]
     table = (out / "summary.md").read_text().split("\n", 2)[2].strip()  # drop the heading
@@ -171,7 +173,7 @@ def report(out: Path, meta: dict) -> None:
         for e in exs:
             cells = [m, e["question"], " / ".join(e["golds"]), str(e["prediction"])]
             lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
-    (RESULTS / f"{NAME}.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / f"{NAME}.md", "\n".join(lines) + "\n")
     print((RESULTS / f"{NAME}.md").read_text())
 
 

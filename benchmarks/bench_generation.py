@@ -25,7 +25,7 @@ from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
 from searchrl.models import load_policy
 from searchrl.protocols import get_protocol
 from searchrl.rollout.engine import build_prompt_text
-from searchrl.utils import tune_allocator
+from searchrl.utils import tune_allocator, write_portable
 
 RESULTS = Path(__file__).parent / "results"
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "2wiki-mini" / "dev.jsonl"
@@ -113,7 +113,7 @@ def main() -> None:
     result["turn2_greedy_equal_to_generate"] = same
     result["turn2_max_logprob_diff"] = max_dlp
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "generation.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "generation.json", json.dumps(result, indent=2) + "\n")
     lines = [
         "# Generation paths on the RL step's work",
         "",
@@ -128,7 +128,7 @@ def main() -> None:
         f"Turn 2, greedy: our loop's tokens equal transformers' generate: {same}; largest log-prob difference "
         f"{max_dlp if max_dlp is None else f'{max_dlp:.1e}'}.",
     ]
-    (RESULTS / "generation.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "generation.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

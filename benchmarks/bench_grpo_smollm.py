@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from searchrl.utils import write_portable
+
 RESULTS = Path(__file__).parent / "results"
 TIMES = ["time/generate_s", "time/retrieve_s", "time/reward_s", "time/logprob_s", "time/update_s", "time/step_s"]
 COLS = ["step", "reward/total", "rollout/searches", "rollout/response_len", *TIMES]
@@ -72,7 +74,7 @@ def main() -> None:
         "curves": str(png), "per_step": [{k: r.get(k) for k in COLS} for r in rows],
     }  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "grpo_smollm.json").write_text(json.dumps(result, indent=2))
+    write_portable(RESULTS / "grpo_smollm.json", json.dumps(result, indent=2))
     how = (
         f", a {coldstart['seconds']:.0f} s SFT on {coldstart['trajectories']} oracle trajectories" if coldstart else ""
     )
@@ -84,7 +86,7 @@ def main() -> None:
           "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         md.append("| " + " | ".join(f"{r.get(k, 0):.3g}" for k in COLS) + " |")
-    (RESULTS / "grpo_smollm.md").write_text("\n".join(md) + "\n")
+    write_portable(RESULTS / "grpo_smollm.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -27,7 +27,7 @@ from searchrl.rl.memorization import Memorizer
 from searchrl.sft.oracle import oracle_trajectories
 from searchrl.sft.rewriter import rewriter_sft_examples
 from searchrl.sft.trainer import SFTTrainer
-from searchrl.utils import seed_everything
+from searchrl.utils import seed_everything, write_portable
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -80,7 +80,7 @@ def main() -> None:
         result = {"rewriter": str(Path(args.out) / "final"), "dev_questions": len(dev),
                   "max_new_tokens": cfg.memorization.max_new_tokens,
                   "after": rewrite_eval(cfg, trained.eval(), tok, protocol, dev_oracle)}  # fmt: skip
-        (RESULTS / "memorization_reuse.json").write_text(json.dumps(result, indent=2))
+        write_portable(RESULTS / "memorization_reuse.json", json.dumps(result, indent=2))
         print(json.dumps({k: v for k, v in result["after"].items() if k != "examples"}, indent=2))
         return
     model.eval()
@@ -101,7 +101,7 @@ def main() -> None:
         "before": before, "after": after,
     }  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "memorization.json").write_text(json.dumps(result, indent=2))
+    write_portable(RESULTS / "memorization.json", json.dumps(result, indent=2))
     md = [f"# R1-Searcher++ rewriter: {cfg.model.policy}, {len(data)} rewriter SFT examples", "",
           f"SFT: 1 epoch, lr {cfg.sft.lr}, batch {cfg.sft.batch_size}, {tokens} tokens, {result['sft_wall_s']} s, "
           f"loss {result['loss_first']:.3f} -> {result['loss_last']:.3f}", "",
@@ -115,7 +115,7 @@ def main() -> None:
     for ex in after["examples"]:
         md += [f"- Q: {ex['question']} (gold {ex['gold']}) -> {'valid' if ex['ok'] else ex['reason']}",
                f"  `{ex['text'].strip()[:400]}`"]  # fmt: skip
-    (RESULTS / "memorization.md").write_text("\n".join(md) + "\n")
+    write_portable(RESULTS / "memorization.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

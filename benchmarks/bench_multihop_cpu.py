@@ -28,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from searchrl.utils import write_portable
+
 RESULTS = Path(__file__).parent / "results"
 CURVE_KEYS = ("reward/total", "rollout/well_formed", "rollout/searches", "rollout/response_len", "kl/mean")
 
@@ -133,8 +135,8 @@ def main() -> None:
     eval_files = sorted((out / "rl" / "evals").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
     write_viewer([eval_files[0], eval_files[-1]], art / "heldout_trajectories.html",
                  title="multihop_cpu: held-out trajectories at the start and end of RL")  # fmt: skip
-    (results / "multihop_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
-    (results / "multihop_cpu.md").write_text(render(result))
+    write_portable(results / "multihop_cpu.json", json.dumps(result, indent=2) + "\n")
+    write_portable(results / "multihop_cpu.md", render(result))
     print(render(result))
 
 

@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from searchrl.utils import write_portable
+
 RESULTS = Path(__file__).parent / "results"
 MULTI_HOP = ("bridge", "comparison", "three_hop")
 KEYS = ("n", "em", "f1", "well_formed", "searches")
@@ -98,8 +100,8 @@ def main() -> None:
     preds = sorted((out / args.eval / "predictions").glob("*agent*.jsonl"))
     if preds:
         write_viewer(preds, art / "dev_trajectories.html", title="multihop_world: world dev trajectories after RL")
-    (results / "multihop_world.json").write_text(json.dumps(result, indent=2) + "\n")
-    (results / "multihop_world.md").write_text(render(result))
+    write_portable(results / "multihop_world.json", json.dumps(result, indent=2) + "\n")
+    write_portable(results / "multihop_world.md", render(result))
     print(render(result))
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from searchrl.utils import write_portable
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", ROOT.parent / "shared" / "data")) / "2wiki-mini"
@@ -145,7 +147,7 @@ def main() -> None:
         "rows": rows,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "query_encoder.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "query_encoder.json", json.dumps(result, indent=2) + "\n")
     lines = [
         "# Query-encoding paths for MiniLM",
         "",
@@ -159,7 +161,7 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['path']} | {r['threads']} | {r['single_p50_ms']} | {r['single_p90_ms']} | "
                      f"{r['batch32_qps']} | {r['min_cosine']} | {r['import_s']} |")  # fmt: skip
-    (RESULTS / "query_encoder.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "query_encoder.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

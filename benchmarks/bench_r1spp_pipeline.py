@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from searchrl.utils import write_portable
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -70,7 +72,7 @@ def main() -> None:
             "memorization/pool", "memorization/used", "loss/memorization_nll", "time/step_s"]  # fmt: skip
     result = {"sft_s": round(sft_s, 1), "rl_s": round(rl_s, 1), "steps": rows}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "r1spp_pipeline.json").write_text(json.dumps(result, indent=2))
+    write_portable(RESULTS / "r1spp_pipeline.json", json.dumps(result, indent=2))
     md = ["# R1-Searcher++ end to end on SmolLM2-135M (CPU)", "",
           f"Cold start: {args.sft} oracle single-hop trajectories ({sft_s:.0f} s; 0 = reused). "
           f"RL: {args.steps} steps x 2 prompts x 4 rollouts, REINFORCE++, rewriter {args.rewriter} ({rl_s:.0f} s).",
@@ -78,7 +80,7 @@ def main() -> None:
           "| step | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]  # fmt: skip
     for r in rows:
         md.append(f"| {r['step']} | " + " | ".join(f"{r.get(k, float('nan')):.3g}" for k in keys) + " |")
-    (RESULTS / "r1spp_pipeline.md").write_text("\n".join(md) + "\n")
+    write_portable(RESULTS / "r1spp_pipeline.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -2,7 +2,7 @@
 
 The release (github.com/RUCAIBox/R1-Searcher, ``data/eval_results/``) holds five prediction files that are not Git
 LFS pointers: HotpotQA and Bamboogle for both models, 2Wiki for Qwen (the Llama 2Wiki and both MuSiQue files are
-stored in LFS). Each is rescored with ``searchrl.eval.harness.rescore_file``, the function behind
+stored in LFS). Each is rescored with ``searchrl.eval.rescore.rescore_file``, the function behind
 ``searchrl eval rescore``, under its default (R1-Searcher's files are scored the authors' way) and under SQuAD
 normalisation for contrast, and compared with the paper: Table 2's ACC_R (cover exact match) and Table 4's EM /
 CEM / F1, all printed with one decimal (Table 2 as fractions with three).
@@ -24,8 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from searchrl.eval.harness import rescore_file
 from searchrl.eval.report import aggregate
+from searchrl.eval.rescore import rescore_file
+from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"
 RAW = "https://raw.githubusercontent.com/RUCAIBox/R1-Searcher/main/data/eval_results/{name}.jsonl"
@@ -109,7 +110,7 @@ def main() -> int:
     seconds = time.perf_counter() - t0
     payload = {"all_match": all_match, "runtime_s": round(seconds, 2), "files": files}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "rescore_r1_searcher.json").write_text(json.dumps(payload, indent=2) + "\n")
+    write_portable(RESULTS / "rescore_r1_searcher.json", json.dumps(payload, indent=2) + "\n")
 
     lines = [
         "# Rescoring R1-Searcher's released predictions",
@@ -154,7 +155,7 @@ def main() -> int:
         )  # fmt: skip
         + ".",
     ]
-    (RESULTS / "rescore_r1_searcher.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "rescore_r1_searcher.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if all_match else 1
 

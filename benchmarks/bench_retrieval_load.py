@@ -30,6 +30,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from searchrl.utils import write_portable
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH_DIR = Path(os.environ.get("SEARCHRL_BENCH_DIR", "/tmp/searchrl-bench"))
@@ -175,7 +177,7 @@ def main() -> None:
         "note": "clients, server and any other jobs share the same CPUs; see load_average_at_end",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "retrieval_load.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "retrieval_load.json", json.dumps(result, indent=2) + "\n")
     lines = [
         "# Retrieval service under concurrent load",
         "",
@@ -196,7 +198,7 @@ def main() -> None:
     lines += ["", "Client latency includes the HTTP round trip; server latency is measured inside the handler. "
               f"Dense query-embedding cache: {args.query_cache} entries (questions cycle through the dev set, so a "
               "cache would answer most of them from memory)."]  # fmt: skip
-    (RESULTS / "retrieval_load.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "retrieval_load.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

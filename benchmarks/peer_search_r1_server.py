@@ -50,6 +50,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from searchrl.utils import write_portable
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -390,8 +392,8 @@ def main() -> None:
         print(render(result))
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "peer_search_r1_server.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "peer_search_r1_server.md").write_text(render(result))
+    write_portable(RESULTS / "peer_search_r1_server.json", json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "peer_search_r1_server.md", render(result))
     print(render(result))
 
 

@@ -15,7 +15,7 @@ FLOP bounds use the fp32 matmul peak measured in this run (best of 1024^3 and 40
 two sides). Formula, with N_body = non-embedding parameters and N_head = hidden x vocab (the output projection):
   a forward pass over S positions that computes logits at L of them costs 2*N_body*S + 2*N_head*L;
   backward is 2x forward (update = 3x forward); attention's context-length term is left out (<10% at these lengths).
-- "nominal" (the issue's count): every row in full. generate = P + G positions, G logits; log-probs = two passes
+- "nominal" (2N FLOPs per token): every row in full. generate = P + G positions, G logits; log-probs = two passes
   (old policy + reference) over P + R positions; update = one forward + backward over P + R. P, G, R = the side's own
   prompt, generated and response tokens summed over rows.
 - "executed": the positions each side actually computes. Ours: the generator's prefill + decode row-steps (group
@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
@@ -366,7 +368,7 @@ def summarise(side: dict, sizes: dict[str, int], peak: float, warmup: int) -> di
 # ------------------------------------------------------------------------------------------------ report
 def write_report(result: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "peer_trl_grpo.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "peer_trl_grpo.json", json.dumps(result, indent=2) + "\n")
     o, t = result["ours"]["summary"], result["trl"]["summary"]
     peak = result["matmul_peak_gflops"]
     acc = result["acceptance"]
@@ -384,7 +386,7 @@ def write_report(result: dict) -> None:
         )
 
     lines = [
-        "# Peer benchmark: searchrl train vs TRL GRPOTrainer (issue 12)",
+        "# Peer benchmark: searchrl train vs TRL GRPOTrainer",
         "",
         f"One run, {result['torch_threads']} torch threads, {result['steps']} steps per side, first "
         f"{result['warmup']} dropped, medians of the rest. Work: {result['work']}.",
@@ -420,7 +422,7 @@ def write_report(result: dict) -> None:
                          f"{s[kind]['step_over_bound']}x |")  # fmt: skip
     lines += [
         "",
-        "## Acceptance (issue 12), ours",
+        "## Targets, ours",
         "",
         "| target | measured | met |",
         "|---|---|---|",
@@ -440,7 +442,7 @@ def write_report(result: dict) -> None:
         result["trl"]["command"],
         "```",
     ]
-    (RESULTS / "peer_trl_grpo.md").write_text("\n".join(lines) + "\n")
+    write_portable(RESULTS / "peer_trl_grpo.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -516,7 +518,7 @@ def main() -> None:
             "forward FLOPs over S positions with logits at L of them = 2*N_body*S + 2*N_head*L; update = 3x forward "
             "(forward + backward); attention's context term is not counted.",
             "nominal: every row in full (generate P+G positions; log-probs = old-policy + reference passes over "
-            "P+R; update over P+R), the issue's count plus the output projection at response positions.",
+            "P+R; update over P+R), 2N FLOPs per token plus the output projection at response positions.",
             "executed: ours = generator prefill + decode row-steps and the trainer's scored positions per phase "
             "(shared prompt prefixes, old log-probs from the rollout, so one reference pass); TRL = its padded "
             "batches (B x (P_max + C_max) per scoring pass; generation B x P_max prefill + B x C_max decode).",

@@ -8,23 +8,52 @@ from __future__ import annotations
 import sys
 
 import typer
+from typer.core import TyperOption
 
 from searchrl import __version__
 from searchrl.config import ConfigError, dump_config, load_config, recipe_names, recipe_path
 from searchrl.models import ALIASES, ModelResolutionError, alias_dir, cache_dir, resolve_embedder, resolve_policy
 from searchrl.utils import console
 
+
+def _flag_type(self, ctx):  # noqa: ANN001 - typer's signature
+    """Help pages show a type only for options that take a value: an on/off flag gets no ``<bool>``."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type
+
 app = typer.Typer(
     name="searchrl",
-    help="Train language models to reason with a search engine through reinforcement learning.",
+    help="Train language models to reason with a search engine through reinforcement learning. Results (answers, "
+    "tables, JSON) go to stdout; logs and progress to stderr.\n\n"
+    "Example: searchrl run --recipe multihop_world --dry-run",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"searchrl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_print_version, is_eager=True, help="print the version and exit"
+    ),  # fmt: skip
+) -> None:
+    """The searchrl command: one subcommand per stage of the pipeline."""
+
+
 # ------------------------------------------------------------------------------------------------------ models
 models_app = typer.Typer(
-    help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).", no_args_is_help=True
+    help="Resolve, fetch and locate models (aliases, local dirs, HF hub ids).\n\nExample: searchrl models list",
+    no_args_is_help=True,
 )
 app.add_typer(models_app, name="models")
 
@@ -35,14 +64,16 @@ def models_list() -> None:
 
     Example: searchrl models list
     """
+    from rich.console import Console
     from rich.table import Table
 
     table = Table("alias", "kind", "cached", "source")
     for a in ALIASES.values():
         cached = (alias_dir(a.name) / "config.json").exists()
         table.add_row(a.name, a.kind, "yes" if cached else "no", a.description)
-    console.print(table)
-    console.print(f"cache: {cache_dir()}  (set SEARCHRL_CACHE to move it)")
+    out = Console()  # the listing is the command's result: stdout
+    out.print(table)
+    out.print(f"cache: {cache_dir()}  (set SEARCHRL_CACHE to move it)")
 
 
 @models_app.command("where")
@@ -68,14 +99,19 @@ def models_fetch(spec: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ config
-config_app = typer.Typer(help="Show and validate recipes.", no_args_is_help=True)
+config_app = typer.Typer(
+    help="Show and validate recipes.\n\nExample: searchrl config show search_r1_grpo --profile laptop",
+    no_args_is_help=True,
+)
 app.add_typer(config_app, name="config")
 
 
 @config_app.command("show")
 def config_show(
-    recipe: str = typer.Argument(..., help="recipe name (e.g. search_r1_grpo) or path to a YAML file"),
+    recipe: str = typer.Argument(None, help="recipe name (e.g. search_r1_grpo) or path to a YAML file"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.lr=1e-6"),
+    named: str = typer.Option(None, "--recipe", "--config", "-r", help="the recipe, as the other commands take it"),
+    sets: list[str] = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)"),
     profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
     """Print the fully resolved config of a recipe (every default filled in); with --profile, after the overlay.
@@ -85,7 +121,13 @@ def config_show(
     import tempfile
     from pathlib import Path
 
-    cfg = load_config(recipe, overrides or [], profile)
+    items = [*(overrides or []), *(sets or [])]
+    if named is not None:  # --recipe given: a positional word is an override, not the recipe
+        items = [*([recipe] if recipe else []), *items]
+        recipe = named
+    if recipe is None:
+        raise ConfigError("name a recipe: searchrl config show RECIPE (or --recipe RECIPE)")
+    cfg = load_config(recipe, items, profile)
     with tempfile.TemporaryDirectory() as tmp:
         print(dump_config(cfg, Path(tmp) / "config.yaml").read_text(), end="")
 
@@ -94,18 +136,20 @@ def config_show(
 def config_validate(
     recipes: list[str] = typer.Argument(None, help="recipe names or paths; default: all shipped"),
 ) -> None:
-    """Validate recipes; exits non-zero naming the bad key and the closest valid one.
+    """Validate recipes (keys, value ranges, reward params); exits non-zero naming the bad key and the fix.
 
     Example: searchrl config validate my_recipe.yaml
     """
+    from searchrl.preflight import check_recipe_rewards
+
     failed = 0
     for r in recipes or recipe_names():
         try:
-            load_config(r)
-            console.print(f"[green]ok[/green]   {r} ({recipe_path(r)})")
+            check_recipe_rewards(load_config(r), load_config, str(recipe_path(r)))
+            print(f"ok   {r} ({recipe_path(r)})")
         except ConfigError as err:
             failed += 1
-            console.print(f"[red]fail[/red] {err}")
+            console.print(f"[red]fail[/red] {err}", soft_wrap=True)
     raise typer.Exit(1 if failed else 0)
 
 
@@ -134,7 +178,7 @@ def _register_subapps() -> None:
         if (mod := _optional_module(module)) is not None:
             app.add_typer(mod.app, name=name)
     for module in ["searchrl.retrieval.serve_cli", "searchrl.rollout.cli", "searchrl.rl.cli", "searchrl.sft.cli",
-                   "searchrl.viz.cli", "searchrl.demo", "searchrl.runner"]:  # fmt: skip
+                   "searchrl.viz.cli", "searchrl.demo", "searchrl.run_cli"]:  # fmt: skip
         if (mod := _optional_module(module)) is not None:
             mod.register(app)
 

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from searchrl.config_errors import flat_keys, validation_message
+
 
 class ConfigError(ValueError):
     """A user-facing configuration problem; the message names the fix."""
@@ -112,7 +114,7 @@ class RetrievalConfig(_Section):
     index: str | None = None
     #: one or more endpoints for ``kind: remote``.
     urls: list[str] = Field(default_factory=list)
-    topk: int = 3
+    topk: int = Field(default=3, ge=1)
     encoder: str = "minilm-l6-v2"
     #: dense / hybrid indexes built on demand: exact inner product (flat), ivf or hnsw.
     faiss: Literal["flat", "ivf", "hnsw"] = "flat"
@@ -129,7 +131,7 @@ class RolloutConfig(_Section):
     #: rollouts per question: the GRPO/RLOO group (must be > 1: a group of one is its own baseline, advantage 0);
     #: PPO and REINFORCE++ work with any size (Search-R1's PPO uses 1).
     group_size: int = Field(default=4, ge=1)
-    max_turns: int = 4
+    max_turns: int = Field(default=4, ge=1)
     max_searches: int = 4
     max_new_tokens: int = 128
     max_obs_tokens: int = 256
@@ -137,7 +139,7 @@ class RolloutConfig(_Section):
     #: RAG-R1's code (max_obs_length = 1000 per query); only protocols that take ``fit_docs`` (rag_r1) support it.
     max_obs_tokens_per_query: int | None = Field(default=None, ge=1)
     max_total_tokens: int = 1536
-    temperature: float = 1.0
+    temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = 1.0
     #: after the last allowed search, give one more turn that must answer.
     force_answer: bool = True
@@ -213,10 +215,10 @@ class AlgorithmConfig(_Section):
 
 
 class TrainingConfig(_Section):
-    steps: int = 20
+    steps: int = Field(default=20, ge=1)
     #: questions per RL step over all processes (must be divisible by the number of processes).
     prompts_per_step: int = Field(default=4, ge=1)
-    lr: float = 1e-6
+    lr: float = Field(default=1e-6, gt=0.0)
     critic_lr: float = 1e-5
     warmup_steps: int = 0
     critic_warmup_steps: int = 0  #: linear warm-up of the critic's learning rate (PPO), in steps
@@ -538,44 +540,13 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _model_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Valid field names at a location of an error inside RunConfig."""
-    cls: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        field = cls.model_fields.get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        args = getattr(ann, "__args__", ()) or ()
-        candidates = [ann, *args]
-        for a in list(candidates):
-            candidates.extend(getattr(a, "__args__", ()) or ())
-        nxt = next((a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)), None)
-        if nxt is None:
-            return []
-        cls = nxt
-    return list(cls.model_fields)
-
-
-def validate_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
+def validate_dict(raw: dict[str, Any], source: str = "<config>", origins: dict[str, str] | None = None) -> RunConfig:
+    """Validate a raw config; a ConfigError names the bad key and where its value came from: ``origins`` maps dotted
+    keys to the layer that set them (a command-line override, a profile), anything else is blamed on ``source``."""
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
-        lines = []
-        for e in err.errors():
-            loc = tuple(e["loc"])
-            where = ".".join(str(p) for p in loc)
-            if e["type"] == "extra_forbidden":
-                valid = _model_fields(RunConfig, loc)
-                close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-                hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
-                lines.append(f"unknown key '{where}'{hint}")
-            else:
-                msg = e["msg"].removeprefix("Value error, ")
-                lines.append(f"{where}: {msg}" if where else msg)
-        raise ConfigError(f"{source}: " + "; ".join(lines)) from None
+        raise ConfigError(validation_message(err, RunConfig, source, origins or {})) from None
 
 
 def load_config(
@@ -593,13 +564,17 @@ def load_config(
             raise ConfigError(f"{path}: not valid YAML ({err.__class__.__name__}); fix the file's syntax") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a recipe must be a mapping of sections (model:, data:, ...)")
+    origins: dict[str, str] = {}
     if profile:
         name = str(raw.get("name") or (Path(str(recipe)).stem if recipe is not None else "default"))
-        raw = _merge(raw, load_profile(profile, name))
-        source = f"{source} + profile {profile}"
+        layer = load_profile(profile, name)
+        raw = _merge(raw, layer)
+        origins.update(dict.fromkeys(flat_keys(layer), f"profile {profile}"))
     if overrides:
         raw = _merge(raw, parse_overrides(overrides))
-    return validate_dict(raw, source)
+        for item in overrides:
+            origins[item.split("=", 1)[0].strip()] = f"command-line override '{item}'"
+    return validate_dict(raw, source, origins)
 
 
 def dump_config(cfg: RunConfig, path: str | Path) -> Path:

@@ -178,11 +178,14 @@ def demo(
         "viewer": str(html),
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    console.rule("[bold]before -> after (greedy, held-out synthetic questions)")
+    from rich.console import Console
+
+    result = Console()  # the before/after table is the command's result: stdout
+    result.rule("[bold]before -> after (greedy, held-out synthetic questions)")
     for k in SUMMARY_KEYS:
         mid = f"  (after cold start {after_coldstart[k]:.3f})" if after_coldstart else ""
-        console.print(f"  {k:<22} {before[k]:>6.3f} -> {after[k]:.3f}{mid}")
-    console.print(f"curves: {curves}\nviewer: {html}\nsummary: {out_dir / 'summary.json'}")
+        result.print(f"  {k:<22} {before[k]:>6.3f} -> {after[k]:.3f}{mid}")
+    result.print(f"curves: {curves}\nviewer: {html}\nsummary: {out_dir / 'summary.json'}")
 
 
 def register(app: typer.Typer) -> None:

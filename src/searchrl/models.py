@@ -307,7 +307,27 @@ def load_embedder(spec: str, device: str | None = None):
 
     from searchrl import device as placement
 
-    return SentenceTransformer(resolve_embedder(spec), device=device or str(placement.current().device))
+    where = resolve_embedder(spec)
+    try:
+        return SentenceTransformer(where, device=device or str(placement.current().device))
+    except OSError as err:  # a hub id that is neither cached nor reachable: one line, not transformers' traceback
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelResolutionError(f"encoder '{spec}' cannot be loaded: {first[:160]}; {_ENCODER_FIX}") from None
+
+
+_ENCODER_FIX = ("download it once with network (it is then read from the HF cache), give a local model directory, "
+                "or use the bundled encoder (--encoder minilm-l6-v2)")  # fmt: skip
+
+
+def check_encoder(spec: str) -> None:
+    """Fail in one line, before any work, when a dense encoder is a hub id that can be neither read from the local
+    HF cache nor fetched. Aliases and local directories pass."""
+    if spec in ALIASES or Path(spec).expanduser().exists():
+        return
+    resolve_embedder(spec)  # a path-like spec that does not exist raises here
+    reason = _hub_reason(spec)
+    if reason is not None:
+        raise ModelResolutionError(f"encoder '{spec}' cannot be fetched here: {reason}; {_ENCODER_FIX}")
 
 
 def _hub_reason(spec: str) -> str | None:

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import typer
 import yaml
 
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
@@ -445,40 +444,3 @@ def _write_summary(run_dir: Path, recipe: str, profile: str | None, results: lis
         "stages": [r.__dict__ for r in results],
     }  # fmt: skip
     atomic_write_text(run_dir / "summary.json", json.dumps(data, indent=2, default=str))
-
-
-def run_cmd(
-    recipe: str = typer.Option(..., "--recipe", "-r", help="recipe name or YAML path (its pipeline: section)"),
-    overrides: list[str] = typer.Argument(None, help="dotted overrides for every stage, e.g. training.steps=2"),
-    profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
-    out: str = typer.Option(None, "--out", help="run directory (default: runs/<recipe>[-<profile>])"),
-    only: list[str] = typer.Option(None, "--only", help="re-run only this stage (repeatable); inputs must exist"),
-    start: str = typer.Option(None, "--from", help="re-run this stage and every later one"),
-) -> None:
-    """Run a method end to end: its recipe's pipeline stages (data building, SFT, RL, evaluation) in order.
-
-    Stages with a DONE marker in OUT/<stage>/ are skipped. Logs to OUT/run.log; stage times and results in
-    OUT/summary.json.
-
-    Example: searchrl run --recipe rag_r1 --profile laptop --out runs/rag_r1-laptop
-    """
-    from searchrl.config import load_config
-    from searchrl.models import check_fetchable
-
-    def load(name: str) -> RunConfig:
-        return load_config(name, overrides or [], profile)
-
-    cfg = load(recipe)
-    check_fetchable(cfg, profile, pipeline=True)
-    for stage in cfg.pipeline:
-        if stage.recipe:
-            check_fetchable(load(stage.recipe), profile)
-    name = Path(recipe).stem
-    results = run_pipeline(cfg, out or f"runs/{name}" + (f"-{profile}" if profile else ""), only=only or None,
-                           start=start, recipe=name, profile=profile, load=load)  # fmt: skip
-    for r in results:
-        console.print(f"{r.name:<22} {r.kind:<5} {r.op or '':<18} {r.status:<8} {r.seconds:>9.1f} s  {r.output}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("run")(run_cmd)

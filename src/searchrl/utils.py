@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -146,20 +147,39 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, object); a line that is not a JSON object raises ValueError naming file:line."""
+def open_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield (line_number, text) of a text file, plain or gzip-compressed (``.gz``), decoded as UTF-8.
+
+    A line that is not UTF-8 raises ValueError naming ``file:line`` and the byte offset, instead of a bare
+    UnicodeDecodeError.
+    """
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
-            yield i, obj
+                yield i, raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{path}:{i}: not UTF-8 text (byte {err.start} of the line is 0x{raw[err.start]:02x}); "
+                    "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line_number, object) of a ``.jsonl`` or ``.jsonl.gz`` file; a line that is not a JSON object (or not
+    UTF-8) raises ValueError naming file:line."""
+    path = Path(path)
+    for i, line in open_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
+        yield i, obj
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
@@ -175,3 +195,31 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         f.write(text)
     os.replace(tmp, path)
     return path
+
+
+def _root() -> Path:
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "pyproject.toml").is_file() else Path.cwd().resolve()
+
+
+def portable_text(text: str) -> str:
+    """``text`` with this machine's absolute paths made portable, for results that are committed or shared.
+
+    The interpreter becomes ``python``, its bin directory is dropped (``.venv/bin/searchrl`` -> ``searchrl``), paths
+    under the repository become relative to it, and paths beside it start with ``../``; the home directory becomes
+    ``~``.
+    """
+    exe = Path(sys.executable)
+    root = _root()
+    pairs = [(str(exe), "python"), (str(exe.resolve()), "python"), (str(exe.parent) + "/", ""),
+             (str(root) + "/", ""), (str(root), "."), (str(root.parent) + "/", "../"),
+             (str(Path.home()) + "/", "~/")]  # fmt: skip
+    for old, new in sorted(pairs, key=lambda p: -len(p[0])):
+        if len(old) > 1:
+            text = text.replace(old, new)
+    return text
+
+
+def write_portable(path: str | Path, text: str) -> Path:
+    """Write a result file (markdown, JSON, HTML) with :func:`portable_text` applied: no absolute paths in it."""
+    return atomic_write_text(path, portable_text(text))

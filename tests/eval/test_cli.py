@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from searchrl import cli
+from searchrl.data.records import QAExample
 from searchrl.eval import harness
+from searchrl.eval.baselines import Prediction
 from searchrl.eval.cli import build_config
+from searchrl.eval.rescore import rescore_file
 from searchrl.protocols import get_protocol
 
 runner = CliRunner()
@@ -63,7 +67,7 @@ def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) 
     assert cfg["evaluation"]["limit"] == 2 and cfg["retrieval"]["topk"] == 2 and cfg["rollout"]["max_turns"] == 2
     assert cfg["evaluation"]["datasets"] == [str(qa_file)]
     assert {"summary.md", "summary.csv", "summary.png"} <= {p.name for p in out.iterdir()}
-    assert "direct" in res.stderr and "50.0" in res.stderr  # the rich table on the console
+    assert "direct" in res.stdout and "50.0" in res.stdout  # the result table: stdout
 
 
 def test_eval_from_a_recipe_file(tmp_path, qa_file, fakes, monkeypatch) -> None:
@@ -157,7 +161,7 @@ def test_rescore_r1_searcher_format(tmp_path, flags, expected, printed) -> None:
     assert row["dataset"] == "2wiki_500" and row["n"] == 5
     for metric, value in expected.items():
         assert row[metric] == pytest.approx(value), metric
-    assert all(p in res.stderr for p in printed)  # EM and F1 in the printed table
+    assert all(p in res.stdout for p in printed)  # EM and F1 in the result table (stdout)
     items = [json.loads(x) for x in (out / "predictions" / "2wiki_500__prediction.jsonl").read_text().splitlines()]
     assert items[2]["golds"] == ["yes"] and items[3]["prediction"] is None
     norm = "r1_searcher" if not flags else "squad"
@@ -167,14 +171,14 @@ def test_rescore_r1_searcher_format(tmp_path, flags, expected, printed) -> None:
 def test_rescore_json_array_and_our_own_files(tmp_path, examples, fakes) -> None:
     path = tmp_path / "released.json"
     path.write_text(json.dumps(R1_ROWS))
-    items = harness.rescore_file(path)
+    items = rescore_file(path)
     assert sum(it["metrics"]["f1"] for it in items) / 5 == pytest.approx(EXPECTED_AUTHORS["f1"])
     # our predictions file re-scores to the numbers the harness computed
     from searchrl.eval.baselines import DirectMethod
 
     result = harness.evaluate({"toy": examples}, {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))},
                               tmp_path / "run", show=False)  # fmt: skip
-    again = harness.rescore_file(tmp_path / "run" / "predictions" / "toy__direct.jsonl")
+    again = rescore_file(tmp_path / "run" / "predictions" / "toy__direct.jsonl")
     assert [it["metrics"] for it in again] == [it["metrics"] for it in result.items]
     assert {(it["dataset"], it["method"]) for it in again} == {("toy", "direct")}
 
@@ -183,6 +187,31 @@ def test_rescore_rejects_unknown_rows(tmp_path) -> None:
     path = tmp_path / "odd.jsonl"
     write_jsonl(path, [{"q": "x", "a": "y"}])
     with pytest.raises(ValueError, match=r"odd.jsonl:1: unknown row format"):
-        harness.rescore_file(path)
+        rescore_file(path)
     with pytest.raises(FileNotFoundError, match="predictions file not found"):
-        harness.rescore_file(tmp_path / "nope.jsonl")
+        rescore_file(tmp_path / "nope.jsonl")
+
+
+def test_rescore_uses_the_cover_em_rule_eval_recorded(tmp_path: Path) -> None:
+    """`eval` under search_r1 scores cover-EM as a plain substring; `eval rescore` of its file must agree."""
+    from searchrl.eval.harness import item_row, metric_functions, metric_settings
+
+    settings = metric_settings(["em", "cover_em"], protocol="search_r1")
+    assert settings["cover_em"]["boundary"] == "char"
+    ex = QAExample("q1", "Which city?", ["York"])
+    row = item_row("toy", "agent", ex, Prediction(text="New Yorker"), metric_functions(settings))
+    row["metric_settings"] = settings  # what the harness writes beside every row
+    path = tmp_path / "toy__agent.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert row["metrics"]["cover_em"] == 1.0  # "york" is a substring of "new yorker"
+    (same,) = rescore_file(path, ["em", "cover_em"])
+    assert (
+        same["metrics"] == {"em": 0.0, "cover_em": 1.0} and same["metric_settings"]["cover_em"]["boundary"] == "char"
+    )
+    (word,) = rescore_file(path, ["em", "cover_em"], protocol="rag_r1")  # a word-bounded convention on request
+    assert word["metrics"]["cover_em"] == 0.0
+    legacy = dict(row)
+    legacy.pop("metric_settings")
+    path.write_text(json.dumps(legacy) + "\n")
+    (old,) = rescore_file(path, ["cover_em"])  # a file without a recorded rule: the metric's default (word)
+    assert old["metrics"]["cover_em"] == 0.0

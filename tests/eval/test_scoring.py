@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from searchrl import cli
 from searchrl.config import load_config
 from searchrl.data.records import QAExample
-from searchrl.eval import harness
+from searchrl.eval import harness, rescore
 from searchrl.eval.baselines import AgentMethod, DirectMethod
 from searchrl.generation.base import Completion, SamplingParams
 from searchrl.protocols import get_protocol
@@ -39,7 +39,7 @@ AUTHORS = {
 
 
 def test_rescoring_an_excerpt_of_the_release_gives_the_authors_scores(tmp_path) -> None:
-    items = harness.rescore_file(EXCERPT, ["em", "f1", "cover_em_tokens"])
+    items = rescore.rescore_file(EXCERPT, ["em", "f1", "cover_em_tokens"])
     for metric, expected in AUTHORS.items():
         assert [it["metrics"][metric] for it in items] == pytest.approx(expected), metric
     out = tmp_path / "rescored"
@@ -54,7 +54,7 @@ def test_rescoring_an_excerpt_of_the_release_gives_the_authors_scores(tmp_path) 
 
 
 def test_squad_normalisation_scores_the_excerpt_differently() -> None:
-    items = harness.rescore_file(EXCERPT, ["em", "cover_em_tokens"], normalize="squad")
+    items = rescore.rescore_file(EXCERPT, ["em", "cover_em_tokens"], normalize="squad")
     # SQuAD deletes punctuation: row 3 becomes "miller vcalifornia" vs "miller v california" (0), row 5 keeps the
     # typographic quotes (0), row 2 has no True/False map (0); only the token covers of rows 4 ("sartre jeanpaul")
     # and 7 survive.

@@ -4,7 +4,8 @@ sideways, never up, and no two units of one layer import each other in a cycle.
     foundation (config, utils, models, tuning)
     < data, retrieval, protocols, generation
     < rollout < rewards < rl, sft
-    < applications: eval, viz, pipeline, runner, demo, testing, and every command module (``cli.py`` / ``*_cli.py``)
+    < applications: eval, viz, pipeline, runner, preflight, demo, testing, and every command module
+      (``cli.py`` / ``*_cli.py``)
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from pathlib import Path
 import searchrl
 
 LAYERS: list[set[str]] = [
-    {"searchrl", "config", "utils", "models", "tuning"},
+    {"searchrl", "config", "config_errors", "utils", "models", "tuning"},
     {"data", "retrieval", "protocols", "generation"},
     {"rollout"},
     {"rewards"},
     {"rl", "sft"},
-    {"eval", "viz", "pipeline", "runner", "demo", "testing", "cli", "__main__"},
+    {"eval", "viz", "pipeline", "runner", "preflight", "demo", "testing", "cli", "__main__"},
 ]
 APPS = len(LAYERS) - 1
 ROOT = Path(searchrl.__file__).parent

@@ -368,7 +368,9 @@ def test_composer_weights_and_per_component_logging():
 
 
 def test_composer_validates_at_construction():
-    with pytest.raises(ValueError, match=r"unknown param\(s\) \['metirc'\]; valid params: metric"):
+    with pytest.raises(
+        ValueError, match=r"unknown param\(s\) \['metirc'\] \(did you mean 'metric'\?\); valid params: metric"
+    ):
         RewardComposer([RewardComponent(name="answer", params={"metirc": "em"})])
     with pytest.raises(ValueError, match="unknown metric"):
         RewardComposer([RewardComponent(name="answer", params={"metric": "acc"})])

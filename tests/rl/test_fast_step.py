@@ -166,3 +166,5 @@ def test_held_out_evaluation_at_checkpoints(tmp_path: Path) -> None:
     assert all(0.0 <= r["eval/well_formed"] <= 1.0 for r in rows if "eval/em" in r)
     assert sorted(p.name for p in (tmp_path / "evals").iterdir()) == ["step_0.jsonl", "step_2.jsonl", "step_3.jsonl"]
     assert len((tmp_path / "evals" / "step_3.jsonl").read_text().splitlines()) == 3
+    saved = [json.loads(line) for line in (tmp_path / "evals" / "step_2.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in saved} == {2}  # the viewer sorts held-out pages by it

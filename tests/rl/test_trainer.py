@@ -93,8 +93,9 @@ def test_dynamic_sampling_refills_until_the_step_holds_enough_informative_groups
 
 @pytest.mark.slow
 def test_same_run_at_lr0_does_not_learn(tmp_path: Path) -> None:
-    """The control: the identical GRPO run with learning rate 0 (the update path is shared by all algorithms)."""
-    frozen = make_trainer(tmp_path / "frozen", lr=0.0, algo="grpo", steps=25).train()
+    """The control: the identical GRPO run with a learning rate too small to move fp32 weights (training.lr must be
+    positive; the update path is shared by all algorithms)."""
+    frozen = make_trainer(tmp_path / "frozen", lr=1e-12, algo="grpo", steps=25).train()
     r_frozen = [m["reward/total"] for m in frozen]
     assert abs(_mean(r_frozen[-5:]) - _mean(r_frozen[:5])) < 0.1, "lr=0 changed the reward"
 

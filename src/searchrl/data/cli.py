@@ -18,7 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(
-    help="Datasets and corpora: generate a synthetic world, inspect QA files and corpora.", no_args_is_help=True
+    help="Datasets and corpora: generate a synthetic world, inspect QA files and corpora.\n\n"
+    "Example: searchrl data inspect hf:RUC-NLPIR/FlashRAG_datasets:nq:test --limit 100",
+    no_args_is_help=True,
 )
 out = Console()  # results go to stdout (logs and progress go to stderr through searchrl.utils.console)
 
@@ -111,15 +113,16 @@ def _detect(path: Path) -> str:
 
         fields = set(pq.ParquetFile(path).schema_arrow.names)
     else:
+        from searchrl.utils import open_lines
+
         fields = set()
-        with path.open(encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        fields = set(json.loads(line))
-                    except (json.JSONDecodeError, TypeError):
-                        raise ValueError(f"{path}:{i}: not a JSON object; inspect reads JSONL or parquet") from None
-                    break
+        for i, line in open_lines(path):  # .jsonl or .jsonl.gz
+            if line.strip():
+                try:
+                    fields = set(json.loads(line))
+                except (json.JSONDecodeError, TypeError):
+                    raise ValueError(f"{path}:{i}: not a JSON object; inspect reads JSONL or parquet") from None
+                break
     if "question" in fields:
         return "qa"
     if fields & {"contents", "wikipedia_title"} or {"title", "text"} <= fields:

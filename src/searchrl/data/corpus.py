@@ -16,11 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from searchrl.utils import open_lines
 
 
 @dataclass(frozen=True)
@@ -95,11 +98,8 @@ def _row_to_passages(row: dict, where: str, chunk_size: int) -> list[Passage]:
     )
 
 
-def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
-    """Stream passages from a JSONL or parquet corpus, whatever its layout."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"corpus not found: {path}")
+def _iter_rows(path: Path, chunk_size: int) -> Iterator[tuple[int, Passage]]:
+    """(line or row number, passage) of every passage in a corpus file."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -108,10 +108,11 @@ def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
         for batch in pf.iter_batches(batch_size=10_000):
             for row in batch.to_pylist():
                 n += 1
-                yield from _row_to_passages(row, f"{path}:row {n}", chunk_size)
+                for p in _row_to_passages(row, f"{path}:row {n}", chunk_size):
+                    yield n, p
         return
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    try:
+        for i, line in open_lines(path):
             if not line.strip():
                 continue
             try:
@@ -120,7 +121,56 @@ def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
                 raise CorpusFormatError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
             if not isinstance(row, dict):
                 raise CorpusFormatError(f"{path}:{i}: expected a JSON object per line")
-            yield from _row_to_passages(row, f"{path}:{i}", chunk_size)
+            for p in _row_to_passages(row, f"{path}:{i}", chunk_size):
+                yield i, p
+    except (OSError, EOFError) as err:  # a truncated or corrupt .gz
+        raise CorpusFormatError(f"{path}: cannot be read ({err}); re-download or re-compress it") from None
+
+
+def _first_duplicate(path: Path, chunk_size: int, hashes: array, lines: array) -> tuple[str, int, int] | None:
+    """(id, first line, second line) of the duplicated id that repeats earliest, or None.
+
+    Ids are compared by 64-bit hash while streaming (16 bytes a passage, not a dict of 21M strings); a candidate is
+    confirmed by re-reading the two lines, so a hash collision is never reported.
+    """
+    h = np.frombuffer(hashes, dtype=np.int64)
+    if len(h) < 2:
+        return None
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    same = np.nonzero(hs[1:] == hs[:-1])[0]
+    if not len(same):
+        return None
+    ln = np.frombuffer(lines, dtype=np.int64)
+    pairs = sorted((int(ln[order[k + 1]]), int(ln[order[k]]), int(order[k]), int(order[k + 1])) for k in same)
+    wanted = {pos for _, _, a, b in pairs for pos in (a, b)}
+    ids = {pos: p.id for pos, (_, p) in enumerate(_iter_rows(path, chunk_size)) if pos in wanted}
+    for second, first, a, b in pairs:
+        if ids.get(a) == ids.get(b):
+            return ids[a], first, second
+    return None
+
+
+def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
+    """Stream passages from a JSONL (``.jsonl.gz`` too) or parquet corpus, whatever its layout.
+
+    A passage id that occurs twice raises :class:`CorpusFormatError` naming the id and its first two lines, once
+    the file has been read (before an index built from it is written).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"corpus not found: {path}")
+    hashes, lines = array("q"), array("q")
+    for line_no, p in _iter_rows(path, chunk_size):
+        hashes.append(hash(p.id))
+        lines.append(line_no)
+        yield p
+    dup = _first_duplicate(path, chunk_size, hashes, lines)
+    if dup is not None:
+        pid, first, second = dup
+        raise CorpusFormatError(
+            f"{path}: passage id {pid!r} occurs twice, at lines {first} and {second}; give every passage its own id"
+        )
 
 
 def file_fingerprint(path: str | Path) -> str:

@@ -2,7 +2,8 @@
 
 Accepted sources:
 
-- a JSONL file (or ``.parquet``) in FlashRAG layout ``{"id", "question", "golden_answers": [...]}`` or R1-Searcher
+- a JSONL file (``.jsonl.gz`` too, or ``.parquet``) in FlashRAG layout ``{"id", "question", "golden_answers": [...]}``
+  or R1-Searcher
   layout ``{"question", "answer": str | [str]}`` (an ``answers`` list is accepted too); rows without an id get
   ``<file stem>-<line>``;
 - a directory: ``<dir>/<split>.jsonl`` (e.g. a synthetic world), or a dataset saved with ``save_to_disk``;
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.data.records import QAExample
+from searchrl.utils import open_lines
 
 _ANSWER_FIELDS = ("golden_answers", "answer", "answers")
 _EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
@@ -78,8 +80,8 @@ def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: 
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    try:
+        for i, line in open_lines(path):  # .jsonl or .jsonl.gz; a non-UTF-8 line names file:line
             if not line.strip():
                 continue
             try:
@@ -87,6 +89,8 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
             yield f"{path}:{i}", i, row
+    except (OSError, EOFError) as err:  # a truncated or corrupt .gz
+        raise ValueError(f"{path}: cannot be read ({err}); re-download or re-compress it") from None
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
@@ -156,19 +160,20 @@ def _rows(source: str | Path, split: str | None) -> tuple[Iterable[tuple[str, in
             return _iter_hf(str(path), None, split or "train"), split or "train"
         if split is None:
             raise ValueError(f"{path} is a directory; pass split= (e.g. 'dev') to read {path}/<split>.jsonl")
-        for ext in (".jsonl", ".parquet"):
+        for ext in (".jsonl", ".jsonl.gz", ".parquet"):
             if (path / f"{split}{ext}").exists():
                 path = path / f"{split}{ext}"
                 break
         else:
-            raise FileNotFoundError(f"no {split}.jsonl or {split}.parquet in {path}; check the split name")
+            raise FileNotFoundError(f"no {split}.jsonl(.gz) or {split}.parquet in {path}; check the split name")
     elif not path.exists():
         raise FileNotFoundError(f"QA file not found: {path} (for Hugging Face datasets write hf:NAME[:CONFIG]:SPLIT)")
-    elif split is not None and path.stem != split:
+    elif split is not None and Path(path.name.removesuffix(".gz")).stem != split:
         raise ValueError(f"split='{split}' only applies to directories and hf: sources; drop it for the file {path}")
+    stem = Path(path.name.removesuffix(".gz")).stem  # dev.jsonl.gz -> dev
     if path.suffix == ".parquet":
-        return _iter_parquet(path), path.stem
-    return _iter_jsonl(path), path.stem
+        return _iter_parquet(path), stem
+    return _iter_jsonl(path), stem
 
 
 def iter_qa(source: str | Path, split: str | None = None, normalize: bool = False) -> Iterator[QAExample]:

@@ -145,9 +145,16 @@ def _setup(
     return examples, RolloutEngine(generator, retriever, proto, limits, cfg.model.prompt_style)
 
 
+def _result(text: str) -> None:
+    """A command's closing summary line: its result, so stdout (progress and logs stay on stderr)."""
+    from rich.console import Console
+
+    Console(soft_wrap=True).print(text)
+
+
 # Options shared by the commands (typer reads defaults from the signature, so they are spelled out in each).
 _RECIPE = typer.Option(
-    None, "--recipe", "-r", help="recipe name or YAML: rollout limits, protocol, top-k, model, data and index"
+    None, "--recipe", "--config", "-r", help="recipe name or YAML: rollout limits, protocol, top-k, model, data, index"
 )
 _PROFILE = typer.Option(None, "--profile", help="profile overlay of --recipe, e.g. laptop (recipes/profiles/)")
 _SET = typer.Option(None, "--set", help="dotted recipe override, e.g. rollout.max_obs_tokens=1000 (repeatable)")
@@ -208,7 +215,6 @@ def select_difficulty(
     Example: searchrl data select-difficulty --recipe r1_searcher_stage1 --data world/train.jsonl --index indexes/bm25 --rule r1_searcher --n 24 --out train_selected.jsonl
     """  # noqa: E501
     from searchrl.sft.pipelines import select_answerable, select_by_attempts
-    from searchrl.utils import console
 
     if rule not in _RULES:
         raise ValueError(f"unknown --rule {rule!r}; choose r1_searcher or rag_r1")
@@ -237,7 +243,7 @@ def select_difficulty(
     for row in rows:
         buckets[row["bucket"]] = buckets.get(row["bucket"], 0) + 1
     summary = ", ".join(f"{b} {c}" for b, c in sorted(buckets.items()))
-    console.print(f"{rule}: {summary}; kept {len(kept)} of {len(rows)} questions -> {out} (records: {records})")
+    _result(f"{rule}: {summary}; kept {len(kept)} of {len(rows)} questions -> {out} (records: {records})")
 
 
 def rejection_sample_cmd(
@@ -286,7 +292,7 @@ def rejection_sample_cmd(
     from searchrl.rewards.correctness import Correctness
     from searchrl.sft.pipelines import rejection_sample
     from searchrl.sft.pipelines import slice_steps as slice_fn
-    from searchrl.utils import console, write_jsonl
+    from searchrl.utils import write_jsonl
 
     cfg = run_config(recipe, overrides, profile=profile, protocol=protocol, options=option, model=model,
                      prompt_style=prompt_style, topk=topk, max_turns=max_turns, max_searches=max_searches,
@@ -308,7 +314,7 @@ def rejection_sample_cmd(
     write_jsonl(out, rows)
     rejected = ", ".join(f"{key[9:]} {int(v)}" for key, v in stats.items() if key.startswith("rejected_") and v)
     what = "step-level examples" if slice_steps else "trajectories"
-    console.print(
+    _result(
         f"kept {int(stats['kept'])} of {int(stats['sampled'])} samples ({int(stats['questions_with_kept'])} of "
         f"{int(stats['questions'])} questions); rejected: {rejected or 'none'}; wrote {len(rows)} {what} -> {out}"
     )
@@ -341,7 +347,7 @@ def oracle_cmd(
     """  # noqa: E501
     from searchrl.pipeline import load_split, make_protocol, make_retriever_for
     from searchrl.sft.oracle import oracle_trajectories
-    from searchrl.utils import console, write_jsonl
+    from searchrl.utils import write_jsonl
 
     if not (world / "world.json").exists() and not (world / f"{split}.jsonl").exists():
         raise FileNotFoundError(f"{world} is not a synthetic world (no world.json); make one with "
@@ -367,7 +373,7 @@ def oracle_cmd(
     )  # fmt: skip
     write_jsonl(out, [t.to_dict() for t in trajs])
     hops = sum(t.n_searches for t in trajs)
-    console.print(f"wrote {len(trajs)} oracle trajectories ({cfg.rollout.protocol}, {hops} searches, top-"
+    _result(f"wrote {len(trajs)} oracle trajectories ({cfg.rollout.protocol}, {hops} searches, top-"
                   f"{cfg.retrieval.topk}, observations <= {cfg.rollout.max_obs_tokens} tokens) -> {out}")  # fmt: skip
 
 

@@ -10,9 +10,10 @@ from searchrl.eval.baselines import (
     NaiveRAGMethod,
     Prediction,
 )
-from searchrl.eval.harness import EvalResult, evaluate, rescore_file, run_from_config
+from searchrl.eval.harness import EvalResult, evaluate, run_from_config
 from searchrl.eval.methods import METHODS
 from searchrl.eval.report import aggregate, render_markdown, write_reports
+from searchrl.eval.rescore import rescore_file
 
 __all__ = [
     "METHODS",

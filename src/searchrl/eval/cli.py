@@ -77,7 +77,7 @@ def build_config(
 @app.callback(invoke_without_command=True)
 def main(
     ctx: typer.Context,
-    config: str = typer.Option(None, "--config", help="recipe name or YAML file with an evaluation: section"),
+    config: str = typer.Option(None, "--config", "--recipe", help="recipe name or YAML with an evaluation: section"),
     data: list[str] = typer.Option(None, "--data", help="QA file or hf:NAME[:CONFIG]:SPLIT (repeatable)"),
     methods: str = typer.Option(
         None, help="comma-separated: direct,cot,naive_rag,iterative_rag,iter_retgen,search_o1,agent"
@@ -137,18 +137,24 @@ def rescore(
         "auto", help="auto (R1-Searcher's files: their normalisation; ours: each metric's), squad, r1_searcher, rag_r1"
     ),
     boundary: str = typer.Option("auto", help="cover_em match: auto, word or char"),
+    protocol: str = typer.Option(
+        None, help="score by this protocol's convention (search_r1, rag_r1, ...); default: the rule each row records"
+    ),
     judge_url: str = typer.Option(None, help="OpenAI-compatible judge endpoint (adds the judge column)"),
     judge_model: str = typer.Option(None, help="judge model name"),
 ) -> None:
     """Re-score existing predictions files and print the summary table.
 
-    R1-Searcher's released files (question/answer/pred_ans) are scored as the authors' script scores them, so EM,
-    cover-EM (tokens) = ACC_R and F1 match their paper.
+    The rule is the one `searchrl eval` used: each row of ours records the normalisation and cover-EM boundary of
+    its protocol, and is re-scored with them (--protocol, --normalize or --boundary choose another). R1-Searcher's
+    released files (question/answer/pred_ans) are scored as the authors' script scores them, so EM, cover-EM
+    (tokens) = ACC_R and F1 match their paper.
 
     Example: searchrl eval rescore runs/eval/predictions/dev__agent.jsonl --out runs/rescored
     """
-    from searchrl.eval.harness import predictions_path, rescore_file, scoring_note
+    from searchrl.eval.harness import predictions_path, scoring_note
     from searchrl.eval.report import aggregate, print_summary, write_reports
+    from searchrl.eval.rescore import rescore_file
     from searchrl.rewards.judge import LLMJudge
     from searchrl.utils import console, write_jsonl
 
@@ -161,7 +167,11 @@ def rescore(
     if judge_url or judge_model:
         judge = LLMJudge(judge_url, judge_model, cache_path=(out / "judge_cache.json") if out else None)
     try:
-        items = [it for f in files for it in rescore_file(f, names, judge, normalize=normalize, boundary=boundary)]
+        items = [
+            it
+            for f in files
+            for it in rescore_file(f, names, judge, normalize=normalize, boundary=boundary, protocol=protocol)
+        ]
     finally:
         if judge is not None:
             judge.close()

@@ -10,7 +10,8 @@ from a ``RunConfig``, then calls :func:`evaluate`, which for every dataset x met
 
 and finally writes ``summary.{md,csv,json,png}`` and the resolved ``config.yaml`` and prints the table.
 
-``rescore_file`` re-scores an existing predictions file: ours, or R1-Searcher's released format (``question``,
+:mod:`searchrl.eval.rescore` re-scores an existing predictions file: ours, or R1-Searcher's released format
+(``question``,
 ``answer`` (gold, a string or a list), ``pred_ans``); the latter is scored the authors' way by default, which
 reproduces the EM, ACC_R (cover-EM tokens) and F1 of their paper (``benchmarks/rescore_r1_searcher.py``).
 
@@ -20,7 +21,6 @@ wall time, as RAG-R1 measures it; ``searches`` counts search calls and ``queries
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -48,7 +48,7 @@ from searchrl.retrieval.base import Retriever
 from searchrl.rewards.judge import LLMJudge
 from searchrl.rewards.metrics import MetricFn, get_metric, get_metrics
 from searchrl.rollout.engine import RolloutLimits
-from searchrl.utils import console, progress, read_jsonl, seed_everything, write_jsonl
+from searchrl.utils import console, progress, seed_everything, write_jsonl
 
 SPLITS = ("train", "dev", "test")
 
@@ -376,6 +376,8 @@ def evaluate(
                 task = bar.add_task(f"{dname} / {mname}", total=len(examples))
                 preds = answer_all(method, examples, answer_batch, bar, task)
                 rows = [item_row(dname, mname, ex, p, fns) for ex, p in zip(examples, preds, strict=True)]
+                for row in rows:  # the rule each score was computed with: `eval rescore` applies the same one
+                    row["metric_settings"] = {m: dict(settings[m]) for m in metrics}
                 path = predictions_path(out, dname, mname)
                 write_jsonl(path, rows)  # written before judging: a failing judge does not lose the predictions
                 if judge is not None:
@@ -478,99 +480,3 @@ def run_from_config(
     finally:
         if judge is not None:
             judge.close()
-
-
-# ------------------------------------------------------------------------------------------------ rescoring
-
-
-def _read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """JSONL lines, or one JSON array of objects (some released prediction files are plain JSON)."""
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON ({err.msg}); fix the file") from None
-        if not all(isinstance(r, dict) for r in data):
-            raise ValueError(f"{path}: a JSON array of prediction objects was expected")
-        return list(enumerate(data, 1))
-    return list(read_jsonl(path))
-
-
-def _golds(value: Any, where: str) -> list[str]:
-    """Gold answers as strings; booleans become yes/no (as R1-Searcher's evaluation maps them)."""
-    values = value if isinstance(value, list) else [value]
-    out = []
-    for v in values:
-        if isinstance(v, bool):
-            out.append("yes" if v else "no")
-        elif v is not None:
-            out.append(str(v))
-    if not out:
-        raise ValueError(f"{where}: no gold answer; every row needs a non-empty 'golds' or 'answer'")
-    return out
-
-
-def rescore_file(
-    path: str | Path,
-    metrics: Sequence[str] = ("em", "f1", "cover_em", "cover_em_tokens"),
-    judge: LLMJudge | None = None,
-    *,
-    normalize: str = "auto",
-    boundary: str = "auto",
-) -> list[dict[str, Any]]:
-    """Per-item rows of a predictions file, re-scored with ``metrics`` (and the judge, when given).
-
-    Accepted rows: ours (``question``, ``golds``, ``prediction``; ``dataset``/``method`` kept) or R1-Searcher's
-    released format (``question``, ``answer``, ``pred_ans``). Rows without a dataset or method take them from the
-    file name: ``<dataset>__<method>.jsonl``, or ``<stem>`` and ``prediction``.
-
-    ``normalize`` / ``boundary`` as in :func:`metric_settings`; ``auto`` scores R1-Searcher's files the way their
-    script does (``r1_searcher`` normalisation, substring cover) and our files with each metric's default. Every
-    row gets the ``metric_settings`` it was scored with.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"predictions file not found: {path}")
-    metrics = check_metrics(metrics)
-    stem_dataset, _, stem_method = path.stem.partition("__")
-    fns: dict[bool, tuple[dict[str, dict[str, str]], dict[str, MetricFn]]] = {}
-    for released in (False, True):
-        settings = metric_settings(metrics, normalize, boundary, "r1_searcher" if released else None)
-        fns[released] = (settings, metric_functions(settings))
-    items = []
-    for line_no, obj in _read_rows(path):
-        where = f"{path}:{line_no}"
-        if "prediction" in obj and "golds" in obj:
-            pred, golds, released = obj["prediction"], _golds(obj["golds"], where), False
-        elif "pred_ans" in obj and "answer" in obj:
-            pred, golds, released = obj["pred_ans"], _golds(obj["answer"], where), True
-        else:
-            raise ValueError(
-                f"{where}: unknown row format (keys: {', '.join(sorted(obj)) or 'none'}); expected ours "
-                "(question, golds, prediction) or R1-Searcher's (question, answer, pred_ans)"
-            )
-        pred = None if pred is None else str(pred)
-        settings, scorers = fns[released]
-        items.append(
-            {
-                "id": str(obj.get("id", obj.get("idx", line_no))),
-                "dataset": obj.get("dataset") or stem_dataset,
-                "method": obj.get("method") or stem_method or "prediction",
-                "question": str(obj.get("question", "")),
-                "golds": golds,
-                "prediction": pred,
-                "searches": obj.get("searches"),
-                "queries": obj.get("queries"),
-                "gen_tokens": obj.get("gen_tokens"),
-                "latency_s": obj.get("latency_s"),
-                "metrics": {m: fn(pred, golds) for m, fn in scorers.items()},
-                "metric_settings": settings,
-                **({"trajectory": obj["trajectory"]} if "trajectory" in obj else {}),
-            }
-        )
-    if not items:
-        raise ValueError(f"{path}: no predictions in the file")
-    if judge is not None:
-        apply_judge(items, judge)
-    return items

@@ -22,7 +22,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from searchrl.utils import atomic_write_text, console
+from searchrl.utils import atomic_write_text
 
 AVERAGE = "average"
 LABELS = {
@@ -154,7 +154,8 @@ def render_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title: str = "evaluation") -> None:
-    """The markdown table's content as a rich table on the console (stderr)."""
+    """The markdown table's content as a rich table on stdout (the command's result; logs stay on stderr)."""
+    from rich.console import Console
     from rich.table import Table
 
     header, body = wide_table(rows, metrics)
@@ -168,7 +169,7 @@ def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title:
         )
     for line in body:
         table.add_row(*line)
-    console.print(table)
+    Console().print(table)
 
 
 def plot_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], path: str | Path) -> Path:

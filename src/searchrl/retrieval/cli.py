@@ -8,7 +8,11 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(help="Build and inspect retrieval indexes (BM25, dense, hybrid).", no_args_is_help=True)
+app = typer.Typer(
+    help="Build and inspect retrieval indexes (BM25, dense, hybrid).\n\n"
+    "Example: searchrl index build --corpus corpus.jsonl --kind bm25 --out indexes/bm25",
+    no_args_is_help=True,
+)
 
 
 class Kind(StrEnum):
@@ -45,8 +49,11 @@ def build(
     Example: searchrl index build --corpus corpus.jsonl --kind bm25 --out indexes/bm25
     """
     from searchrl.retrieval.index import build_index
-    from searchrl.utils import console
 
+    if kind != Kind.bm25:
+        from searchrl.models import check_encoder
+
+        check_encoder(encoder)
     path = build_index(
         corpus, kind.value, out, encoder=encoder, batch_size=batch_size, faiss=faiss.value,
         stemmer=None if stemmer.lower() == "none" else stemmer,
@@ -54,10 +61,8 @@ def build(
         query_encoder=query_encoder, overwrite=force,
     )  # fmt: skip
     manifest = json.loads((path / "manifest.json").read_text())
-    console.print(
-        f"[green]built[/green] {kind.value} index of {manifest['counts']['passages']:,} passages in "
-        f"{manifest['build_seconds']} s -> {path}"
-    )
+    print(f"built {kind.value} index of {manifest['counts']['passages']:,} passages in "
+          f"{manifest['build_seconds']} s -> {path}")  # the result: stdout  # fmt: skip
 
 
 @app.command("info")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import signal
+import socket
 import time
 from pathlib import Path
 
@@ -43,6 +46,8 @@ def serve(
     from searchrl.retrieval.server import create_app
     from searchrl.utils import console
 
+    sock = _bind(host, port)  # before loading the index: a busy port fails at once, and nothing claims to serve
+    port = sock.getsockname()[1]  # the real port when --port 0 asked for any free one
     t0 = time.perf_counter()
     retriever = load_index(index, corpus, query_encoder=query_encoder)
     dense = getattr(retriever, "dense", retriever)
@@ -59,7 +64,25 @@ def serve(
     )
     if not _is_loopback(host):
         console.print(f"[yellow]warning:[/yellow] binding {host} exposes the index to the network; it has no auth")
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log)
+    # uvicorn turns SIGTERM into a graceful shutdown (in-flight requests finish) and then re-raises the signal to
+    # the handler that was in place before it; ours records it, so the process ends with exit status 0, not -15.
+    stopped_by: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopped_by.append(signum))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=access_log))
+    server.run(sockets=[sock])
+    console.print(f"stopped serving on http://{host}:{port}" + (" (SIGTERM)" if stopped_by else ""))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; a one-line error naming the fix when the port is taken or not allowed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise ValueError(f"port {port} on {host} is already in use (another `searchrl serve`?); "
+                             "pick a free one with --port, or stop the process holding it") from None  # fmt: skip
+        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}; check --host and --port") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -48,6 +48,7 @@ weight 1.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 from collections import defaultdict
@@ -502,9 +503,10 @@ class RewardComposer:
             allowed = [p for p, v in sig.items() if p not in ("inputs", dep) and v.kind != v.VAR_KEYWORD]
             unknown = sorted(set(params) - set(allowed))
             if unknown and not any(v.kind == v.VAR_KEYWORD for v in sig.values()):  # those check their own
-                raise ValueError(
-                    f"reward component {comp.name!r}: unknown param(s) {unknown}; valid params: {', '.join(allowed)}"
-                )
+                close = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"reward component {comp.name!r}: unknown param(s) {unknown}{hint}; "
+                                 f"valid params: {', '.join(allowed)}")  # fmt: skip
             if dep is not None:
                 params[dep] = deps[dep]
             fn([], **params)  # validates params (and dependencies) now rather than mid-run

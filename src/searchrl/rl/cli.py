@@ -6,26 +6,30 @@ import typer
 
 
 def train(
-    recipe: str = typer.Option(..., "--recipe", "-r", help="recipe name (e.g. search_r1_grpo) or YAML path"),
+    recipe: str = typer.Option(..., "--recipe", "--config", "-r", help="recipe name (e.g. search_r1_grpo) or YAML"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.steps=20 rollout.group_size=4"),
-    resume: bool = typer.Option(False, help="continue from <output_dir>/checkpoint"),
+    sets: list[str] = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)"),
+    out: str = typer.Option(None, "--out", help="output directory (training.output_dir; default runs/default)"),
+    resume: bool = typer.Option(False, "--resume", help="continue from <output_dir>/checkpoint"),
     profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
     """Train a policy with RL (PPO / GRPO / REINFORCE++ / RLOO) on a recipe.
 
-    Example: searchrl train --recipe demo training.steps=20 training.output_dir=runs/grpo-demo
+    Example: searchrl train --recipe demo --out runs/grpo-demo training.steps=20
     """
     from searchrl.config import load_config
     from searchrl.models import check_fetchable
-    from searchrl.utils import console
 
-    cfg = load_config(recipe, overrides or [], profile)
+    items = [*(overrides or []), *(sets or [])]
+    if out is not None:
+        items.append(f"training.output_dir={out}")
+    cfg = load_config(recipe, items, profile)
     check_fetchable(cfg, profile)
     history = run_train(cfg, resume=resume)
     if history:
         last = history[-1]
-        console.print(f"done: step {int(last['step'])}, reward {last.get('reward/total', 0):.3f}, "
-                      f"outputs in {cfg.training.output_dir}")  # fmt: skip
+        print(f"done: step {int(last['step'])}, reward {last.get('reward/total', 0):.3f}, "
+              f"outputs in {cfg.training.output_dir}")  # the result: stdout  # fmt: skip
 
 
 def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:

@@ -516,7 +516,7 @@ class Trainer:
         t0, step = time.perf_counter(), self.state.step
         trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
         summary = summarize(trajs, self.protocol, self.tokenizer, self.correctness)
-        rows = scored_records(trajs, source=f"eval/step_{step}", correctness=self.correctness)
+        rows = scored_records(trajs, source=f"eval/step_{step}", correctness=self.correctness, step=step)
         write_jsonl(self.out_dir / "evals" / f"step_{step}.jsonl", rows)
         out = {f"eval/{k}": v for k, v in summary.items() if k != "n"}
         out["time/eval_s"] = time.perf_counter() - t0

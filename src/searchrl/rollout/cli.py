@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 
 import typer
+from rich.console import Console
 
-from searchrl.utils import console
+#: the trajectory and answer are the command's result: stdout (logs and progress stay on stderr).
+stdout = Console()
 
 
-def render_trajectory(traj, tokenizer) -> None:
-    """Policy-sampled text in the default colour, inserted documents / feedback dimmed in cyan."""
+def render_trajectory(traj, tokenizer, to: Console | None = None) -> None:
+    """Policy-sampled text in the default colour, inserted documents / feedback dimmed in cyan; on stdout."""
     from rich.text import Text
 
+    console = to or stdout
     out = Text()
     for text, sampled in traj.segments(tokenizer):
         out.append(text, style="" if sampled else "dim cyan")

@@ -6,9 +6,10 @@ import typer
 
 
 def sft(
-    recipe: str = typer.Option(..., "--recipe", "-r", help="recipe name or YAML path (its sft: section)"),
+    recipe: str = typer.Option(..., "--recipe", "--config", "-r", help="recipe name or YAML path (its sft: section)"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. sft.epochs=1 sft.limit=250"),
-    out: str = typer.Option(None, help="output dir (default: <training.output_dir>-sft)"),
+    sets: list[str] = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)"),
+    out: str = typer.Option(None, "--out", help="output dir (default: <training.output_dir>-sft)"),
     profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
     """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a trajectories JSONL.
@@ -21,7 +22,7 @@ def sft(
     from searchrl.config import load_config
     from searchrl.models import check_fetchable
 
-    cfg = load_config(recipe, overrides or [], profile)
+    cfg = load_config(recipe, [*(overrides or []), *(sets or [])], profile)
     check_fetchable(cfg, profile)
     run_sft(cfg, out or f"{cfg.training.output_dir}-sft")
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 import typer
 
 
-def plot(run_dir: str = typer.Argument(..., help="a run directory with metrics.jsonl"),
-         out: str = typer.Option(None, help="PNG path (default: RUN_DIR/curves.png)")) -> None:  # fmt: skip
+def plot(
+    run_dir: str = typer.Argument(..., help="a run directory with metrics.jsonl"),
+    out: str = typer.Option(None, "--out", "-o", help="PNG path (default: RUN_DIR/curves.png)"),
+    smooth: int = typer.Option(0, "--smooth", help="overlay a moving average over this many steps (0: none)"),
+    title: str = typer.Option(None, "--title", help="figure title (default: the run directory's name)"),
+) -> None:
     """Write reward / length / searches curves over steps as a PNG.
 
-    Example: searchrl plot runs/demo-grpo
+    Example: searchrl plot runs/demo/rl --smooth 5
     """
     from searchrl.viz.plots import plot_run
 
-    print(plot_run(run_dir, out))
+    print(plot_run(run_dir, out, smooth=smooth, title=title))
 
 
 def view(
@@ -27,7 +31,8 @@ def view(
     """Write one self-contained HTML page to browse trajectories: policy text vs inserted documents, queries,
     invalid turns, correctness, with a filter box and sorting by step or reward.
 
-    Reads raw trajectories (searchrl demo / ask --json), training rollout rows and eval prediction rows.
+    Reads raw trajectories (searchrl demo / ask --json), training rollout rows and eval prediction rows. The summary
+    follows the filter. A view can be linked: PAGE.html#sort=reward:desc&q=london&only=wrong&expand=1.
 
     Example: searchrl view runs/demo/rl/rollouts.jsonl --out demo.html
     """

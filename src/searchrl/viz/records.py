@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +215,9 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
     if isinstance(row.get("metrics"), dict):
         rec.row_metrics = dict(row["metrics"])
         rec.correct = _opt_float(row["metrics"].get("correct"))
+    rec.step = _row_step(row)
+    # an eval row has no reward: its score (or its correctness) is what the page sorts on
+    rec.reward = _opt_float(row.get("score", rec.row_metrics.get("correct", rec.row_metrics.get("em"))))
     for key in _CONTEXT_KEYS:
         value = row.get(key)
         if isinstance(value, str) and value:
@@ -223,13 +227,26 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
     return rec
 
 
+_STEP_IN_SOURCE = re.compile(r"step_(\d+)")
+
+
+def _row_step(row: dict[str, Any]) -> int | None:
+    """The training step a row belongs to: its ``step`` field, else ``step_<k>`` in its record source (the held-out
+    evaluations a training run writes, ``eval/step_20``)."""
+    step = _opt_float(row.get("step"))
+    if step is not None:
+        return int(step)
+    m = _STEP_IN_SOURCE.search(_str(row.get("source")))
+    return int(m.group(1)) if m else None
+
+
 def _from_rollout(row: dict[str, Any], source: str) -> ViewRecord:
     metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
     kind = "trajectory" if is_record(row) and row.get("source") != "train" else "rollout"
     rec = _from_trajectory(row["trajectory"], source, kind)
-    step = _opt_float(row.get("step"))
-    rec.step = None if step is None else int(step)
-    rec.reward = _opt_float(metrics.get("reward", row.get("reward")))
+    rec.step = _row_step(row)
+    # a training row's reward; an evaluation record's score (its EM), so eval pages sort by it too
+    rec.reward = _opt_float(metrics.get("reward", row.get("reward", row.get("score"))))
     rec.correct = _opt_float(metrics.get("correct"))
     comps = row.get("reward_components")
     rec.reward_components = dict(comps) if isinstance(comps, dict) else {}
@@ -253,9 +270,12 @@ def parse_row(row: Any, source: str) -> ViewRecord:
     raise ValueError(f"{source}: unrecognised row (keys: {keys}); {EXPECTED}")
 
 
-def load_records(path: str | Path, *, skip_bad: bool = False, errors: list[str] | None = None) -> list[ViewRecord]:
+def load_records(
+    path: str | Path, *, skip_bad: bool = False, errors: list[str] | None = None, display: str | None = None
+) -> list[ViewRecord]:
     """Every row of a JSONL file as a :class:`ViewRecord` (formats detected per row).
 
+    Each record's ``source`` is ``display:line`` (``display`` defaults to ``path`` as given).
     A row that is not JSON or not one of the formats raises ValueError naming ``file:line``; with ``skip_bad`` it is
     skipped instead and its message appended to ``errors`` (when given).
     """
@@ -267,7 +287,7 @@ def load_records(path: str | Path, *, skip_bad: bool = False, errors: list[str] 
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            where = f"{path}:{line_no}"
+            where = f"{display or path}:{line_no}"
             try:
                 try:
                     row = json.loads(line)

@@ -19,6 +19,8 @@ PosixPath('runs/demo/before.html')
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
@@ -38,98 +40,9 @@ from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, sum
     parse_row,
     summarize,
 )
+from searchrl.viz.viewer_assets import _CSS, _JS
 
 # ------------------------------------------------------------------------------------------------ rendering
-
-_CSS = """
-:root { --fg:#1d232a; --muted:#5d6b78; --line:#d5dbe1; --bg:#f6f7f9; --card:#fff; --ok:#1a7f37; --bad:#c62828;
-  --warn:#b26a00; --ins:#eef3f8; --insline:#9fb3c8; --q:#fff3b0; }
-* { box-sizing: border-box; }
-body { margin:0; font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif; color:var(--fg); background:var(--bg); }
-[hidden] { display:none !important; }
-header.page { background:var(--card); border-bottom:1px solid var(--line); padding:10px 18px 6px; }
-header.page h1 { font-size:17px; margin:0 0 6px; }
-.summary { display:flex; flex-wrap:wrap; gap:6px 18px; margin:4px 0; }
-.summary .stat b { font-variant-numeric:tabular-nums; }
-.notice { color:var(--warn); margin:4px 0; }
-.controls { position:sticky; top:0; z-index:2; display:flex; flex-wrap:wrap; gap:8px 14px; align-items:center;
-  padding:8px 18px; background:var(--card); border-bottom:1px solid var(--line); }
-.controls input[type=search] { width:280px; padding:4px 6px; }
-table.groups { border-collapse:collapse; margin:6px 0; font-size:13px; }
-table.groups td, table.groups th { border:1px solid var(--line); padding:2px 8px; text-align:right; }
-table.groups td:first-child, table.groups th:first-child { text-align:left; }
-main { padding:12px 18px; max-width:1200px; }
-article.traj { background:var(--card); border:1px solid var(--line); border-left:5px solid var(--line);
-  border-radius:6px; margin:0 0 14px; padding:10px 14px; }
-article.traj.correct { border-left-color:var(--ok); }
-article.traj.wrong { border-left-color:var(--bad); }
-.traj-head h2 { font-size:15px; margin:0 0 4px; }
-.meta { display:flex; flex-wrap:wrap; gap:2px 16px; color:var(--muted); font-size:13px; }
-.meta b { color:var(--fg); font-weight:600; }
-.badge { display:inline-block; padding:0 6px; border-radius:8px; font-size:12px; font-weight:600; color:#fff; }
-.badge.ok { background:var(--ok); } .badge.bad { background:var(--bad); } .badge.na { background:var(--muted); }
-.badge.inv { background:var(--warn); }
-ol.turns { list-style:none; margin:8px 0 0; padding:0; }
-li.turn { border-top:1px dashed var(--line); padding:6px 0; }
-.turn-label { color:var(--muted); font-size:12px; margin-bottom:2px; }
-li.turn.invalid .turn-label { color:var(--warn); font-weight:600; }
-.invalid-reason { color:var(--warn); font-weight:600; margin:2px 0; }
-pre { white-space:pre-wrap; word-break:break-word; margin:2px 0; font:13px/1.4 ui-monospace,Menlo,Consolas,monospace; }
-pre.policy { color:var(--fg); }
-mark.q { background:var(--q); padding:0 1px; }
-.queries { margin:3px 0; }
-.query { display:inline-block; background:var(--q); border:1px solid #e2cc55; border-radius:4px; padding:0 5px;
-  margin:1px 4px 1px 0; font-family:ui-monospace,Menlo,Consolas,monospace; font-size:12.5px; }
-.hits { color:var(--muted); font-size:12px; }
-details.inserted { background:var(--ins); border:1px solid var(--insline); border-radius:4px; margin:4px 0;
-  padding:2px 8px; }
-details.inserted summary { cursor:pointer; color:var(--muted); font-size:12px; }
-pre.inserted { color:#4a5a6a; }
-details.extra summary { cursor:pointer; color:var(--muted); font-size:12px; }
-"""
-
-_JS = """
-(function () {
-  var box = document.getElementById('records');
-  var arts = Array.prototype.slice.call(box.querySelectorAll('article.traj'));
-  var texts = arts.map(function (a) { return a.textContent.toLowerCase(); });
-  var q = document.getElementById('filter'), oc = document.getElementById('only-correct'),
-      ow = document.getElementById('only-wrong'), oi = document.getElementById('only-invalid'),
-      sort = document.getElementById('sort'), count = document.getElementById('visible');
-  function apply() {
-    var needle = q.value.trim().toLowerCase(), n = 0;
-    arts.forEach(function (a, i) {
-      var ok = (!needle || texts[i].indexOf(needle) >= 0) && (!oc.checked || a.dataset.correct === '1') &&
-        (!ow.checked || a.dataset.correct === '0') && (!oi.checked || a.dataset.invalid === '1');
-      a.hidden = !ok; if (ok) n++;
-    });
-    count.textContent = n + ' of ' + arts.length + ' shown';
-  }
-  function num(a, key) { var v = a.dataset[key]; return v === '' || v === undefined ? NaN : parseFloat(v); }
-  function reorder() {
-    var parts = sort.value.split(':'), key = parts[0], dir = parts[1] === 'desc' ? -1 : 1;
-    var order = arts.slice().sort(function (a, b) {
-      if (key === 'order') return num(a, 'order') - num(b, 'order');
-      var x = num(a, key), y = num(b, key);
-      if (isNaN(x) && isNaN(y)) return num(a, 'order') - num(b, 'order');
-      if (isNaN(x)) return 1; if (isNaN(y)) return -1;
-      return (x - y) * dir || num(a, 'order') - num(b, 'order');
-    });
-    order.forEach(function (a) { box.appendChild(a); });
-  }
-  oc.addEventListener('change', function () { if (oc.checked) ow.checked = false; apply(); });
-  ow.addEventListener('change', function () { if (ow.checked) oc.checked = false; apply(); });
-  oi.addEventListener('change', apply);
-  q.addEventListener('input', apply);
-  sort.addEventListener('change', reorder);
-  function toggle(open) {
-    box.querySelectorAll('details.inserted').forEach(function (d) { d.open = open; });
-  }
-  document.getElementById('expand').addEventListener('click', function () { toggle(true); });
-  document.getElementById('collapse').addEventListener('click', function () { toggle(false); });
-  apply();
-})();
-"""
 
 
 def _e(x: Any) -> str:
@@ -183,13 +96,29 @@ def _verdict(rec: ViewRecord) -> tuple[str, str]:
     return "wrong", f'<span class="badge bad">wrong</span> EM {em:g} · F1 {_fmt(f1)}'
 
 
+#: where a retrieved document starts inside an observation ("Doc 2(Title: ...)", Search-R1's format and ours).
+_DOC_START = re.compile(r"(?=\bDoc \d+\s*\(Title:)")
+
+
+def split_documents(text: str) -> list[str]:
+    """An observation cut at each ``Doc k(Title: ...)``; text without documents is one part.
+
+    >>> split_documents("<information>Doc 1(Title: A) a. Doc 2(Title: B) b.</information>")
+    ['<information>', 'Doc 1(Title: A) a. ', 'Doc 2(Title: B) b.</information>']
+    """
+    return [part for part in _DOC_START.split(text) if part]
+
+
 def _observation(text: str, n_tokens: int, label: str = "inserted") -> str:
     lines = text.count("\n") + 1
     long = len(text) > COLLAPSE_CHARS or lines > COLLAPSE_LINES
     size = f"{n_tokens} tokens, " if n_tokens else ""
+    docs = split_documents(text)
+    n_docs = sum(1 for d in docs if _DOC_START.match(d))
+    body = "".join(f'<pre class="inserted{" doc" if _DOC_START.match(d) else ""}">{_e(d.strip())}</pre>' for d in docs)
     return (
-        f'<details class="inserted"{"" if long else " open"}><summary>{_e(label)} ({size}{len(text)} chars)'
-        f'</summary><pre class="inserted">{_e(text)}</pre></details>'
+        f'<details class="inserted"{"" if long else " open"}><summary>{_e(label)} ({size}{len(text)} chars'
+        f"{f', {n_docs} documents' if n_docs else ''})</summary>{body}</details>"
     )
 
 
@@ -277,6 +206,9 @@ def _record_html(idx: int, rec: ViewRecord) -> str:
         "searches": str(c.get("searches", 0)),
         "correct": {"correct": "1", "wrong": "0"}.get(cls, ""),
         "invalid": "1" if rec.n_invalid > 0 else "0",
+        "em": "" if rec.em is None else repr(rec.em),
+        "answered": "1" if rec.answered else "0",
+        "turns": str(c.get("turns", 0)),
     }
     attrs = " ".join(f'data-{k}="{_e(v)}"' for k, v in data.items())
     meta = [
@@ -299,7 +231,8 @@ def _record_html(idx: int, rec: ViewRecord) -> str:
     if rec.reward is not None:
         comps = ", ".join(f"{_e(k)} {_e(_fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
                           for k, v in rec.reward_components.items())  # fmt: skip
-        meta.append(f"<span><b>reward:</b> {_fmt(rec.reward)}{f' ({comps})' if comps else ''}</span>")
+        label = "reward" if rec.kind == "rollout" else "score"  # an evaluation row's reward is its score
+        meta.append(f"<span><b>{label}:</b> {_fmt(rec.reward)}{f' ({comps})' if comps else ''}</span>")
     for label, value in (("dataset", rec.dataset), ("method", rec.method), ("protocol", rec.protocol)):
         if value:
             meta.append(f"<span><b>{label}:</b> {_e(value)}</span>")
@@ -363,7 +296,8 @@ def render_html(
         ("with invalid turns", _fmt(s["invalid"], pct=True), "invalid"),
     ]
     if s["reward"] is not None:
-        stats.append(("mean reward", _fmt(s["reward"]), "reward"))
+        training = any(r.kind == "rollout" for r in summary_over)  # else evaluation rows: their score
+        stats.append(("mean reward" if training else "mean score", _fmt(s["reward"]), "reward"))
     stat_html = "".join(
         f'<span class="stat" data-stat="{k}">{_e(label)}: <b>{_e(v)}</b></span>' for label, v, k in stats
     )
@@ -386,7 +320,7 @@ def render_html(
         '<label><input type="checkbox" id="only-invalid"> only with invalid turns</label>'
         '<label>sort <select id="sort"><option value="order:asc">file order</option>'
         '<option value="step:asc">step ↑</option><option value="step:desc">step ↓</option>'
-        '<option value="reward:desc">reward ↓</option><option value="reward:asc">reward ↑</option>'
+        '<option value="reward:desc">reward / score ↓</option><option value="reward:asc">reward / score ↑</option>'
         '<option value="f1:desc">F1 ↓</option><option value="f1:asc">F1 ↑</option>'
         '<option value="searches:desc">searches ↓</option></select></label>'
         '<button type="button" id="expand">expand observations</button>'
@@ -428,8 +362,11 @@ def write_viewer(
         raise ValueError(f"output {out} is one of the input files; pass --out FILE.html")
     bad: list[str] = []
     records: list[ViewRecord] = []
-    for p in paths:
-        records.extend(load_records(p, skip_bad=skip_bad, errors=bad))
+    for p in paths:  # sources relative to the page, so a page copied with its run directory has no absolute paths
+        shown_as = os.path.relpath(p.resolve(), out.resolve().parent)
+        for rec in load_records(p, skip_bad=skip_bad, errors=bad):  # errors name the file as given
+            rec.source = shown_as + rec.source[len(str(p)) :]
+            records.append(rec)
     if errors is not None:
         errors.extend(bad)
     shown = (records[-limit:] if last else records[:limit]) if limit > 0 else records

@@ -1,0 +1,204 @@
+"""Checks that run before any work: every stage's inputs and every reward component's params.
+
+``searchrl run`` calls :func:`plan_pipeline` before its first stage, so a wrong path in the last stage fails in
+seconds, not after an hour of SFT; ``searchrl run --dry-run`` prints the same plan. Nothing here loads a model,
+reads a dataset or builds an index: a stage's inputs are the paths its handler would open, worked out from its
+resolved config the way :mod:`searchrl.runner` chains them (``${stage}`` references, the latest world and index).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from searchrl.config import ConfigError, RewardComponent, RunConfig, StageConfig
+
+#: splits a config names by key (data.train, ...) rather than by path.
+_SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class StagePlan:
+    """One stage as it will run: what it reads (with the config key that names each input) and what it writes."""
+
+    name: str
+    key: str  # the handler: synth, index, split, oracle, rejection-sample, select-difficulty, sft, rl, eval
+    output: str
+    skipped: bool  # DONE marker present and not forced again
+    inputs: list[tuple[str, str]] = field(default_factory=list)  # (what, path)
+
+
+def check_reward_params(components: Sequence[RewardComponent], where: str) -> None:
+    """Reject unknown or invalid ``reward.components[].params`` (e.g. ``metirc``) without loading any model.
+
+    The composer checks each component's params against its function's signature and calls it on no inputs, so
+    values are checked too; runtime dependencies (the evidence reader, the judge) are stand-ins here.
+    """
+    from searchrl.rewards.components import RewardComposer
+
+    try:
+        RewardComposer(components, reader=_StandIn(), judge=_StandIn())
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: reward.components: {err}") from None
+
+
+def check_recipe_rewards(
+    cfg: RunConfig, load: Callable[[str], RunConfig] | None = None, source: str = "the recipe"
+) -> None:
+    """:func:`check_reward_params` on the recipe's components and on every pipeline stage that changes them (its
+    ``set:`` or its own ``recipe:``); what ``searchrl config validate`` adds to the schema check."""
+    from searchrl.runner import stage_config
+
+    check_reward_params(cfg.reward.components, source)
+    for stage in cfg.pipeline:
+        if stage.recipe and load is not None:
+            check_reward_params(load(stage.recipe).reward.components, f"stage '{stage.name}' (recipe {stage.recipe})")
+        if any(k.startswith("reward") for k in stage.set):
+            scfg = stage_config(cfg, stage, None, None)
+            check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
+
+
+class _StandIn:
+    """A placeholder for a runtime dependency; never called, since the check passes no inputs."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - a check passes no inputs
+        raise RuntimeError("a reward dependency stand-in was called during a config check")
+
+
+def _data_file(cfg: RunConfig, name: str) -> tuple[str, bool]:
+    """(path, produced) for a data file as :func:`searchrl.pipeline.resolve_file` would find it, without its side
+    effect of generating the cached synthetic world (which is then 'produced')."""
+    if name.startswith("hf:") or Path(name).is_absolute():
+        return name, False
+    if cfg.data.source == "synthetic":
+        return f"<synthetic world>/{name}", True
+    in_data = Path(cfg.data.source) / name
+    if not in_data.exists() and Path(name).exists():
+        return str(Path(name).resolve()), False
+    return str(in_data), False
+
+
+def _under(path: str, dirs: Sequence[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def _stage_inputs(key: str, stage: StageConfig, cfg: RunConfig, model: str, index: str | None,
+                  world: str | None, produced: Sequence[str]) -> list[tuple[str, str, bool]]:  # fmt: skip
+    """(what, path, produced elsewhere) for each input the stage's handler opens."""
+    out: list[tuple[str, str, bool]] = []
+
+    def data(what: str, name: str) -> None:
+        if _under(name, produced):  # an earlier stage's output, e.g. data.dev=${split}/heldout.jsonl
+            out.append((what, name, False))
+        else:
+            out.append((what, *_data_file(cfg, name)))
+
+    def given(what: str, value: Any) -> None:
+        for v in value if isinstance(value, list) else [value]:
+            out.append((what, str(v), str(v).startswith("hf:")))
+
+    if key == "index":
+        given("corpus (stage data:)", stage.data) if stage.data else data("corpus (data.corpus)", cfg.data.corpus)
+    elif key == "split":
+        given("questions (stage data:)", stage.data) if stage.data else data("questions (data.train)", cfg.data.train)
+    elif key == "oracle":
+        if stage.data or world:
+            given("world", stage.data or world)
+    elif key in ("rejection-sample", "select-difficulty"):
+        given("questions (stage data:)", stage.data) if stage.data else data("questions (data.train)", cfg.data.train)
+    elif key == "sft":
+        sft_data = str(stage.data or cfg.sft.data)
+        if sft_data not in ("oracle", "rewriter_oracle"):
+            given("SFT data (sft.data)", sft_data.removeprefix("rewriter:"))
+        elif world:
+            given("world", world)
+    elif key == "rl":
+        given("questions (stage data:)", stage.data) if stage.data else data("questions (data.train)", cfg.data.train)
+        if cfg.training.eval_every > 0:
+            data("held-out questions (data.dev)", cfg.data.dev)
+    elif key == "eval":
+        entries = stage.data if stage.data else cfg.evaluation.datasets
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if entry in _SPLITS:
+                data(f"questions (data.{entry})", getattr(cfg.data, entry))
+            else:
+                given("questions (evaluation.datasets)", entry)
+    if key in ("rl", "eval", "rejection-sample", "select-difficulty", "oracle") and cfg.retrieval.kind in (
+        "bm25", "dense", "hybrid"
+    ) and (index or cfg.retrieval.index):  # fmt: skip
+        given("index (retrieval.index)", index or cfg.retrieval.index)
+    if key in ("sft", "rl", "eval", "rejection-sample", "select-difficulty") and Path(model).is_absolute():
+        given("model", model)
+    return out
+
+
+def plan_pipeline(
+    cfg: RunConfig,
+    run_dir: str | Path,
+    *,
+    forced: set[str] | None = None,
+    only: bool = False,
+    load: Callable[[str], RunConfig] | None = None,
+) -> list[StagePlan]:
+    """Every stage of ``cfg.pipeline`` with its inputs; ConfigError naming each input that does not exist (and is
+    not written by an earlier stage), and each stage whose reward params are wrong, before anything runs."""
+    from searchrl.runner import _NEEDS_MODEL, _subst, stage_config, stage_output
+
+    run_dir = Path(run_dir)
+    forced = forced or set()
+    refs: dict[str, str] = {"run": str(run_dir)}
+    produced: list[str] = []
+    base_values = cfg.model_dump()
+    world = index = model = None
+    plans: list[StagePlan] = []
+    problems: list[str] = []
+    check_reward_params(cfg.reward.components, "the run's config")
+    for raw_stage in cfg.pipeline:
+        stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
+        output = stage_output(stage, run_dir)
+        done = (run_dir / stage.name / "DONE").exists()
+        skipped = (only and stage.name not in forced) or (done and stage.name not in forced)
+        key = stage.op if stage.kind == "data" else stage.kind
+        base = load(stage.recipe) if (stage.recipe and load is not None) else cfg
+        scfg = stage_config(base, stage, world, stage.index or index)
+        if stage.kind == "rl" or (stage.kind == "data" and stage.op in _NEEDS_MODEL):
+            check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
+        recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
+        stage_model = stage.init_from or model or recipe_model or scfg.model.policy
+        plan = StagePlan(stage.name, str(key), str(output), skipped)
+        for what, path, elsewhere in _stage_inputs(str(key), stage, scfg, str(stage_model), stage.index or index,
+                                                   world, produced):  # fmt: skip
+            plan.inputs.append((what, path))
+            if not (skipped or elsewhere or _under(path, produced) or Path(path).exists()):
+                problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
+        plans.append(plan)
+        refs[stage.name] = str(output)
+        produced.append(str(output))
+        if stage.op == "synth":
+            world = str(output)
+        elif stage.op == "index":
+            index = str(output)
+        elif stage.kind in ("sft", "rl"):
+            model = str(output)
+    if problems:
+        fix = "fix the path (e.g. data.source=DIR, data.train=FILE) or the stage's data: in the recipe"
+        raise ConfigError("; ".join(problems) + f"; {fix}")
+    return plans
+
+
+def format_plan(plans: Sequence[StagePlan]) -> str:
+    """The plan as text, one stage a block: ``--dry-run``'s output."""
+    lines = []
+    for i, p in enumerate(plans, 1):
+        state = "skip (DONE)" if p.skipped else "run"
+        lines.append(f"{i}. {p.name} [{p.key}] {state} -> {p.output}")
+        for what, path in p.inputs:
+            lines.append(f"     reads {what}: {path}")
+    return "\n".join(lines)
+
+
+def plan_as_json(plans: Sequence[StagePlan]) -> str:
+    return json.dumps([p.__dict__ for p in plans], indent=2)

@@ -1,0 +1,42 @@
+"""Command-line conventions: results on stdout, logs on stderr, --version, help pages with examples, one flag set."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from searchrl import __version__
+from searchrl.cli import app
+
+runner = CliRunner()
+
+
+def test_version_flag_and_command() -> None:
+    for args in (["--version"], ["-V"], ["version"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0 and __version__ in res.stdout and not res.stderr
+
+
+def test_models_list_is_a_result_on_stdout() -> None:
+    res = runner.invoke(app, ["models", "list"])
+    assert res.exit_code == 0 and "smollm2-135m-instruct" in res.stdout and "cache:" in res.stdout
+    assert not res.stderr
+
+
+@pytest.mark.parametrize("group", [[], ["models"], ["config"], ["data"], ["index"], ["eval"]])
+def test_group_help_pages_have_an_example_and_no_bool_metavar(group: list[str]) -> None:
+    res = runner.invoke(app, [*group, "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "Example: searchrl" in res.stdout
+    assert "<bool>" not in res.stdout
+
+
+@pytest.mark.parametrize("command", [["run"], ["train"], ["sft"], ["eval"], ["config", "show"]])
+def test_recipe_and_override_flags_are_the_same_everywhere(command: list[str]) -> None:
+    page = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"}).stdout
+    assert "--recipe" in page and "--config" in page and "--set" in page, command
+    assert "<bool>" not in page
+
+
+def test_train_takes_out() -> None:
+    page = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "--out" in page and "--resume" in page

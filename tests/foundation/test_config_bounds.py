@@ -1,0 +1,48 @@
+"""Config values out of range fail at load time, and the message blames the layer that set them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from searchrl.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("training.steps=0", "greater than or equal to 1"),
+        ("training.steps=-3", "greater than or equal to 1"),
+        ("training.lr=0", "greater than 0"),
+        ("training.lr=-1e-6", "greater than 0"),
+        ("retrieval.topk=0", "greater than or equal to 1"),
+        ("rollout.max_turns=0", "greater than or equal to 1"),
+        ("rollout.temperature=-0.5", "greater than or equal to 0"),
+    ],
+)
+def test_out_of_range_override_is_blamed_on_the_override(override: str, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config("multihop_cpu", [override])
+    msg = str(err.value)
+    assert msg.startswith(f"command-line override '{override}': {override.split('=')[0]}: "), msg
+    assert says in msg and "multihop_cpu.yaml" not in msg  # the recipe file did nothing wrong
+
+
+def test_greedy_temperature_and_one_turn_are_allowed() -> None:
+    cfg = load_config("multihop_cpu", ["rollout.temperature=0", "rollout.max_turns=1", "retrieval.topk=1"])
+    assert (cfg.rollout.temperature, cfg.rollout.max_turns, cfg.retrieval.topk) == (0.0, 1, 1)
+
+
+def test_bad_value_in_the_recipe_file_is_blamed_on_the_file(tmp_path: Path) -> None:
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("training: {steps: 0}\n")
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}/mine\.yaml: training\.steps: "):
+        load_config(recipe, ["training.lr=1e-5"])
+
+
+def test_bad_value_from_a_profile_is_blamed_on_the_profile(tmp_path: Path) -> None:
+    profile = tmp_path / "tiny.yaml"
+    profile.write_text("all: {retrieval: {topk: 0}}\n")
+    with pytest.raises(ConfigError, match=rf"^profile {tmp_path}/tiny\.yaml: retrieval\.topk: "):
+        load_config("demo", [], profile)

@@ -1,0 +1,66 @@
+"""`searchrl run` checks every stage's inputs and the reward params before its first stage does any work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import searchrl
+
+SRC = str(Path(searchrl.__file__).resolve().parents[1])
+
+
+def searchrl_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "searchrl", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_missing_data_path_fails_at_once_naming_it(tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    res = searchrl_cmd("run", "--recipe", "multihop_cpu", "data.source=/nonexistent", "--out", "r", cwd=tmp_path)
+    elapsed = time.perf_counter() - t0
+    assert res.returncode == 2, res.stderr
+    assert "/nonexistent/train.jsonl" in res.stderr and "/nonexistent/corpus.jsonl" in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) <= 3
+    assert not (tmp_path / "r").exists(), "no stage may start (the world stage would have written r/world)"
+    assert elapsed < 5, f"took {elapsed:.1f} s"
+
+
+def test_dry_run_prints_stages_inputs_and_outputs_on_stdout(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "qa.jsonl").write_text('{"id": "1", "question": "Who?", "golden_answers": ["A"]}\n')
+    (data / "corpus.jsonl").write_text('{"id": "p1", "contents": "A\\ntext"}\n')
+    res = searchrl_cmd("run", "--recipe", "multihop_cpu", "--dry-run", "--out", "r", f"data.source={data}",
+                       "data.train=qa.jsonl", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for stage in ("world", "world_index", "coldstart", "coldstart_eval", "split", "index", "rl", "eval"):
+        assert f" {stage} [" in out
+    assert f"reads questions (stage data:): {data}/qa.jsonl" in out
+    assert f"reads corpus (stage data:): {data}/corpus.jsonl" in out
+    assert "reads index (retrieval.index): r/index/index" in out
+    assert not (tmp_path / "r").exists()
+
+
+def test_reward_param_typo_rejected_by_validate_and_run(tmp_path: Path) -> None:
+    recipe = Path(searchrl.__file__).parent / "recipes" / "multihop_cpu.yaml"
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(recipe.read_text().replace("params: {metric: f1}", "params: {metirc: f1}"))
+    assert "metirc" in typo.read_text()
+    val = searchrl_cmd("config", "validate", str(typo), cwd=tmp_path)
+    assert val.returncode == 1 and "metirc" in val.stderr and "did you mean 'metric'" in val.stderr
+    t0 = time.perf_counter()
+    run = searchrl_cmd("run", "--recipe", str(typo), "--out", "r", cwd=tmp_path)
+    assert run.returncode == 2 and "unknown param(s) ['metirc']" in run.stderr
+    assert not (tmp_path / "r").exists() and time.perf_counter() - t0 < 5
+
+
+def test_bad_reward_value_in_a_stage_override_is_rejected(tmp_path: Path) -> None:
+    bad = 'reward.components=[{"name": "answer", "params": {"metric": "bleu"}}]'
+    res = searchrl_cmd("run", "--recipe", "multihop_cpu", "--dry-run", bad, cwd=tmp_path)
+    assert res.returncode == 2 and "bleu" in res.stderr

@@ -1,0 +1,62 @@
+"""`searchrl serve` as a process: a busy port fails before anything claims to serve; SIGTERM shuts it down cleanly."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+import searchrl
+
+SRC = str(Path(searchrl.__file__).resolve().parents[1])
+ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "searchrl", *args]
+
+
+def _index(tmp: Path) -> Path:
+    corpus = tmp / "corpus.jsonl"
+    corpus.write_text('{"id": "p1", "contents": "Zorvex\\nZorvex is a river."}\n'
+                      '{"id": "p2", "contents": "Quellan\\nQuellan is a mountain."}\n')  # fmt: skip
+    subprocess.run(_cmd("index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out", str(tmp / "idx")),
+                   env=ENV, check=True, capture_output=True, timeout=120)  # fmt: skip
+    return tmp / "idx"
+
+
+def test_busy_port_then_sigterm(tmp_path: Path) -> None:
+    idx = _index(tmp_path)
+    first = subprocess.Popen(_cmd("serve", "--index", str(idx), "--port", "0"), env=ENV, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = first.stderr.readline()
+        while "serving on" not in line and first.poll() is None:
+            line += first.stderr.readline()
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/retrieve", line.replace("\n", "")).group(1))
+        for _ in range(50):  # the socket is bound before the line; wait until uvicorn accepts
+            try:
+                r = httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Zorvex river"], "topk": 1})
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert r.status_code == 200 and r.json()["result"][0][0]["id"] == "p1"
+
+        second = subprocess.run(_cmd("serve", "--index", str(idx), "--port", str(port)), env=ENV,
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert second.returncode == 2
+        assert f"port {port} on 127.0.0.1 is already in use" in second.stderr
+        assert "serving on" not in second.stderr + second.stdout and "Traceback" not in second.stderr
+
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=20) == 0
+        assert "stopped serving" in first.stderr.read()
+    finally:
+        if first.poll() is None:
+            first.kill()

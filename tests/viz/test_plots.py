@@ -1,0 +1,53 @@
+"""Curve PNGs: one labelled panel per logged metric, integer step ticks, an optional moving average, the run's name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from searchrl.viz import plots
+from searchrl.viz.plots import moving_average, plot_run
+
+
+def _run(tmp: Path, rows: list[dict]) -> Path:
+    run = tmp / "my-run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_moving_average_is_trailing() -> None:
+    assert moving_average([1.0, 3.0, 5.0, 7.0], 3) == [1.0, 2.0, 3.0, 5.0]
+    assert moving_average([2.0, 4.0], 0) == [2.0, 4.0]
+
+
+def test_panels_have_labels_integer_ticks_and_title(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [{"step": s, "reward/total": 0.1 * s, "kl/mean": 0.01 * s} for s in range(1, 8)]
+    rows.append({"step": 8, "eval/em": float("nan")})  # a metric with no finite value gets no panel
+    run = _run(tmp_path, rows)
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    out = plot_run(run, smooth=3)
+    assert out == run / "curves.png" and out.stat().st_size > 0
+    (fig,) = figures
+    axes = fig.get_axes()
+    assert [a.get_title() for a in axes] == ["reward", "KL to reference"]  # no empty or NaN-only panel
+    assert all(a.get_ylabel() and a.get_xlabel() == "step" for a in axes)
+    assert fig._suptitle.get_text() == "my-run"
+    for a in axes:
+        ticks = [t for t in a.get_xticks() if a.get_xlim()[0] <= t <= a.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks)
+        assert len(a.get_lines()) == 2  # per step + moving average
+
+
+def test_no_plottable_metric_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no plottable metrics"):
+        plot_run(_run(tmp_path, [{"step": 1, "other": 1.0}]))
+    assert plots.PANELS[0][0] == "reward/total"
