@@ -52,6 +52,7 @@ def demo(
     rl_steps: int = typer.Option(3, help="GRPO steps after the cold start"),
     out: str = typer.Option("runs/demo", help="run directory: checkpoints, metrics, curves, viewer, summary.json"),
     fresh: bool = typer.Option(False, help="ignore existing checkpoints in --out and train again"),
+    device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
     overrides: list[str] = typer.Option(
         None, "--set", help="dotted override of the demo recipe, e.g. rollout.max_turns=2"
     ),
@@ -82,7 +83,8 @@ def demo(
     sft_dir, rl_dir = out_dir / "coldstart", out_dir / "rl"
     cfg = load_config("demo", [*DEMO_OVERRIDES, f"sft.limit={sft_examples}", f"training.steps={rl_steps}",
                                f"training.output_dir={rl_dir}", f"training.eval_every={rl_steps}",
-                               f"training.eval_limit={questions}", *(overrides or [])])  # fmt: skip
+                               f"training.eval_limit={questions}", *(overrides or []),
+                               *([f"model.device={device}"] if device else [])])  # fmt: skip
     seed_everything(cfg.training.seed)
     from searchrl.device import configure_from
 

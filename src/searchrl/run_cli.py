@@ -18,6 +18,7 @@ def run_cmd(
     only: list[str] = typer.Option(None, "--only", help="re-run only this stage (repeatable); inputs must exist"),
     start: str = typer.Option(None, "--from", help="re-run this stage and every later one"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the stages, their inputs and outputs; run nothing"),
+    device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
 ) -> None:
     """Run a method end to end: its recipe's pipeline stages (data building, SFT, RL, evaluation) in order.
 
@@ -32,7 +33,7 @@ def run_cmd(
     from searchrl.preflight import format_plan, plan_pipeline
     from searchrl.runner import _to_run, run_pipeline
 
-    overrides = [*(overrides or []), *(sets or [])]
+    overrides = [*(overrides or []), *(sets or []), *([f"model.device={device}"] if device else [])]
 
     def load(name: str) -> RunConfig:
         return load_config(name, overrides, profile)

@@ -315,3 +315,22 @@ def test_accelerate_fsdp_launch_one_process(tmp_path: Path, tokenizer_dir: str) 
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [int(r["step"]) for r in rows if "reward/total" in r] == [1, 2]
+
+
+@pytest.mark.skipif(CUDA, reason="checks the error a CPU-only machine gives")
+@pytest.mark.parametrize("command", [["train", "--recipe", "demo"], ["sft", "--recipe", "demo"]])
+def test_device_flag_reaches_the_placement_and_names_the_fix_without_cuda(command: list[str]) -> None:
+    res = CliRunner().invoke(app, [*command, "--device", "cuda", "--profile", "laptop"])
+    assert res.exit_code != 0
+    assert "model.device=cuda" in str(res.exception) and "model.device=cpu" in str(res.exception)
+
+
+def test_placement_defaults_and_frozen_dtype() -> None:
+    place = placement.configure("cpu", "auto")
+    assert place.precision == "fp32" and place.autocast_dtype is None
+    assert placement.weights_dtype("float32", frozen=True) == torch.float32
+    placement.configure("cpu", "bf16")
+    assert placement.weights_dtype("float32", frozen=True) == torch.bfloat16
+    assert placement.weights_dtype("float32", frozen=False) == torch.float32  # master weights stay fp32
+    with pytest.raises(ValueError, match="training.precision"):
+        placement.configure("cpu", "fp8")

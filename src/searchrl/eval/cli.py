@@ -99,6 +99,7 @@ def main(
     batch_size: int = typer.Option(None, help="questions per batch"),
     overrides: list[str] = typer.Option(None, "--set", help="dotted config override, e.g. rollout.max_turns=2"),
     profile: str = typer.Option(None, "--profile", help="profile overlay of --config, e.g. laptop"),
+    device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
 ) -> None:
     """Evaluate the baselines (direct, CoT, naive RAG, IRCoT, ITER-RETGEN, Search-o1) and the agent on QA datasets,
     or re-score predictions.
@@ -115,10 +116,11 @@ def main(
         raise typer.Exit(0)
     from searchrl.eval.harness import run_from_config
 
+    device_set = [f"model.device={device}"] if device else []
     cfg = build_config(
-        config, overrides or [], data=data, methods=methods, protocol=protocol, model=model, index=index, url=url,
-        topk=topk, limit=limit, out=out, judge_url=judge_url, judge_model=judge_model, metrics=metrics,
-        max_new_tokens=max_new_tokens, batch_size=batch_size, profile=profile,
+        config, [*(overrides or []), *device_set], data=data, methods=methods, protocol=protocol, model=model,
+        index=index, url=url, topk=topk, limit=limit, out=out, judge_url=judge_url, judge_model=judge_model,
+        metrics=metrics, max_new_tokens=max_new_tokens, batch_size=batch_size, profile=profile,
     )  # fmt: skip
     from searchrl.models import check_fetchable
 

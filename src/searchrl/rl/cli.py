@@ -11,6 +11,7 @@ def train(
     sets: list[str] = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)"),
     out: str = typer.Option(None, "--out", help="output directory (training.output_dir; default runs/default)"),
     resume: bool = typer.Option(False, "--resume", help="continue from <output_dir>/checkpoint"),
+    device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
     profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
     """Train a policy with RL (PPO / GRPO / REINFORCE++ / RLOO) on a recipe.
@@ -23,6 +24,8 @@ def train(
     items = [*(overrides or []), *(sets or [])]
     if out is not None:
         items.append(f"training.output_dir={out}")
+    if device is not None:
+        items.append(f"model.device={device}")
     cfg = load_config(recipe, items, profile)
     check_fetchable(cfg, profile)
     history = run_train(cfg, resume=resume)

@@ -41,17 +41,20 @@ def ask(
     temperature: float = typer.Option(0.0, help="0 = greedy"),
     seed: int = typer.Option(0, help="sampling seed"),
     as_json: bool = typer.Option(False, "--json", help="print the full trajectory record as JSON"),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
 ) -> None:
     """Answer one question with search, printing the trajectory (policy text vs inserted documents).
 
     Example: searchrl ask "Who founded Skamtilpom Recordings?" --index runs/world/index-bm25
     """
     from searchrl.data.records import QAExample
+    from searchrl.device import configure
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
     from searchrl.protocols import get_protocol
     from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 
+    configure(device)
     if bool(index) == bool(url):
         raise ValueError("give exactly one of --index DIR (local) or --url URL (a running `searchrl serve`)")
     if index:

@@ -10,6 +10,7 @@ def sft(
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. sft.epochs=1 sft.limit=250"),
     sets: list[str] = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)"),
     out: str = typer.Option(None, "--out", help="output dir (default: <training.output_dir>-sft)"),
+    device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
     profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
     """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a trajectories JSONL.
@@ -22,7 +23,8 @@ def sft(
     from searchrl.config import load_config
     from searchrl.models import check_fetchable
 
-    cfg = load_config(recipe, [*(overrides or []), *(sets or [])], profile)
+    device_set = [f"model.device={device}"] if device else []
+    cfg = load_config(recipe, [*(overrides or []), *(sets or []), *device_set], profile)
     check_fetchable(cfg, profile)
     run_sft(cfg, out or f"{cfg.training.output_dir}-sft")
 
