@@ -52,3 +52,13 @@ def test_adaptive_kl_controller_moves_toward_its_target_with_a_clipped_step() ->
     fixed.update(5.0, 100)
     assert fixed.value == 0.3
     assert isinstance(make_kl_controller(AlgorithmConfig(kl_ctrl="adaptive")), AdaptiveKL)
+
+
+def test_registering_an_estimator_or_format_scheme_twice_raises() -> None:
+    from searchrl.protocols.base import format_scheme
+    from searchrl.rl.advantages import register
+
+    with pytest.raises(ValueError, match="registered twice"):
+        register("grpo")(lambda *a, **k: None)
+    with pytest.raises(ValueError, match="registered twice"):
+        format_scheme("r1_searcher_stage2")(lambda *a, **k: None)

@@ -60,6 +60,8 @@ def format_scheme(name: str, check: Callable[..., None] | None = None) -> Callab
     """Register a paper's format reward under ``name``; ``check(**params)`` validates its params up front."""
 
     def register(fn: FormatScheme) -> FormatScheme:
+        if name in FORMAT_SCHEMES:
+            raise ValueError(f"format scheme '{name}' is registered twice; give the new one another name")
         FORMAT_SCHEMES[name] = (fn, check)
         return fn
 

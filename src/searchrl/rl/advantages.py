@@ -42,6 +42,8 @@ ESTIMATORS: dict[str, Estimator] = {}
 
 def register(name: str, critic: bool = False) -> Callable[[EstimatorFn], EstimatorFn]:
     def deco(fn: EstimatorFn) -> EstimatorFn:
+        if name in ESTIMATORS:
+            raise ValueError(f"estimator '{name}' is registered twice; give the new one another name")
         ESTIMATORS[name] = Estimator(name, fn, critic)
         return fn
 
