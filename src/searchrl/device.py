@@ -133,3 +133,12 @@ def peak_memory_metrics() -> dict[str, float]:
         "mem/peak_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
         "mem/peak_reserved_gb": torch.cuda.max_memory_reserved() / 2**30,
     }
+
+
+def frozen_copy(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """A gradient-free copy of ``model`` on ``device``, in the frozen dtype (bf16 under mixed precision)."""
+    import copy
+
+    ref = copy.deepcopy(model).eval().requires_grad_(False)
+    dtype = current().frozen_dtype
+    return ref.to(device=device, dtype=dtype) if dtype is not None else ref.to(device)

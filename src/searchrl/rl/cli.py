@@ -51,10 +51,10 @@ def run_train(cfg, resume: bool = False) -> list[dict[str, float]]:
     reward_fn = None
     if any(c.name == "evidence" for c in cfg.reward.components):
         # R-Search's frozen reader: model.reader, or a frozen copy of the initial policy.
-        from searchrl.device import model_device
+        from searchrl.device import frozen_copy, model_device
         from searchrl.generation.hf import HFGenerator
         from searchrl.rewards import generator_reader
-        from searchrl.rl.trainer import default_reward_fn, frozen_copy
+        from searchrl.rl.trainer import default_reward_fn
 
         if cfg.model.reader:
             reader_model, reader_tok = load_policy(cfg.model.reader, frozen=True)

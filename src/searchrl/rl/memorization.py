@@ -244,10 +244,9 @@ class Memorizer:
 
 def make_memorizer(cfg, protocol: Protocol, policy_model, policy_tokenizer) -> Memorizer:
     """A Memorizer over the configured rewriter: ``memorization.rewriter``, or a frozen copy of the initial policy."""
-    from searchrl.device import model_device
+    from searchrl.device import frozen_copy, model_device
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
-    from searchrl.rl.trainer import frozen_copy
 
     m = cfg.memorization
     if m.rewriter:

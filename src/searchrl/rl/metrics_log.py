@@ -1,12 +1,16 @@
 """Where an RL run's per-step metrics go: ``<output_dir>/metrics.jsonl`` always (appended, so a resumed run goes on
-in the same file), TensorBoard and Weights & Biases when asked for and installed."""
+in the same file), TensorBoard and Weights & Biases when asked for and installed; sample trajectories go to
+``<output_dir>/rollouts.jsonl``."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from searchrl.rollout.record import trajectory_record
 
 
 class MetricsWriter:
@@ -54,3 +58,17 @@ class MetricsWriter:
         if self._tb:
             self._tb.close()
             self._tb = None
+
+
+def log_rollouts(out_dir: Path, n: int, step: int, trajs: Sequence, scores: Sequence[float], correctness) -> None:
+    """Append ``n`` of the step's trajectories (evenly spaced) to ``out_dir/rollouts.jsonl``, for `searchrl view`."""
+    if n <= 0 or not trajs:
+        return
+    idx = sorted({round(i * (len(trajs) - 1) / max(n - 1, 1)) for i in range(min(n, len(trajs)))})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / "rollouts.jsonl").open("a") as f:
+        for i in idx:
+            correct = float(correctness(trajs[i].answer, trajs[i].golds))
+            metrics = {"reward": float(scores[i]), "correct": correct}
+            row = trajectory_record(trajs[i], source="train", score=float(scores[i]), step=step, metrics=metrics)
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -19,7 +19,6 @@ How this departs from the textbook algorithms (each choice is configurable where
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -53,10 +52,9 @@ from searchrl.rl.batch import (
     score_tokens,
 )
 from searchrl.rl.kl_control import make_kl_controller
-from searchrl.rl.metrics_log import MetricsWriter
+from searchrl.rl.metrics_log import MetricsWriter, log_rollouts
 from searchrl.rl.update import StepTensors, ValueModel, policy_micro_loss, value_micro_loss
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
-from searchrl.rollout.record import trajectory_record
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.tuning import atomic_dir, full_state_dict, load_policy_weights, save_merged, warmup_schedule, wrap_lora
 from searchrl.utils import hard_exit, make_adamw, progress, tune_allocator
@@ -86,15 +84,6 @@ def default_reward_fn(cfg: RunConfig, protocol: Protocol, tokenizer, reader=None
         return res.total, res.metrics
 
     return fn
-
-
-def frozen_copy(model: nn.Module, device: torch.device) -> nn.Module:
-    """A gradient-free copy of ``model`` on ``device`` in the placement's frozen dtype (bf16 under mixed precision)."""
-    import copy
-
-    ref = copy.deepcopy(model).eval().requires_grad_(False)
-    dtype = placement.current().frozen_dtype
-    return ref.to(device=device, dtype=dtype) if dtype is not None else ref.to(device)
 
 
 class Trainer:
@@ -155,7 +144,7 @@ class Trainer:
         if cfg.model.lora is not None:
             model = wrap_lora(model, cfg.model.lora)
         elif needs_ref:  # a frozen copy on the device, in bf16 under mixed precision (no fp32 second copy)
-            self.ref = frozen_copy(model, self.acc.device)
+            self.ref = placement.frozen_copy(model, self.acc.device)
         model.train()
         self.critic: ValueModel | None = None
         params = [p for p in model.parameters() if p.requires_grad]
@@ -492,18 +481,8 @@ class Trainer:
         return total
 
     def _log_rollouts(self, step: int, trajs: Sequence[Trajectory], scores: Sequence[float]) -> None:
-        """Append a few of the step's trajectories (evenly spaced) to rollouts.jsonl, for `searchrl view`."""
-        n = self.tcfg.log_rollouts
-        if n <= 0 or not trajs or not self.acc.is_main_process:
-            return
-        idx = sorted({round(i * (len(trajs) - 1) / max(n - 1, 1)) for i in range(min(n, len(trajs)))})
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        with (self.out_dir / "rollouts.jsonl").open("a") as f:
-            for i in idx:
-                correct = float(self.correctness(trajs[i].answer, trajs[i].golds))
-                row = trajectory_record(trajs[i], source="train", score=float(scores[i]), step=step,
-                                        metrics={"reward": float(scores[i]), "correct": correct})  # fmt: skip
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        if self.acc.is_main_process:
+            log_rollouts(self.out_dir, self.tcfg.log_rollouts, step, trajs, scores, self.correctness)
 
     def evaluate(self) -> dict[str, float]:
         """Greedy rollouts on the held-out questions (main process only): ``eval/*`` metrics, and the trajectories
