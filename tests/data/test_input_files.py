@@ -54,3 +54,13 @@ def test_distinct_ids_pass(tmp_path: Path) -> None:
     path = tmp_path / "corpus.jsonl"
     path.write_bytes(_rows([{"id": f"p{i}", "title": "t", "text": "x"} for i in range(1000)]))
     assert len(list(iter_passages(path))) == 1000
+
+
+def test_index_build_of_a_corpus_with_a_repeated_id_fails_and_leaves_nothing(tmp_path: Path) -> None:
+    from searchrl.retrieval.index import build_index
+
+    path = tmp_path / "corpus.jsonl.gz"
+    path.write_bytes(gzip.compress(_rows([{"id": "a", "contents": "A\nx"}, {"id": "a", "contents": "B\ny"}])))
+    with pytest.raises(CorpusFormatError, match="at lines 1 and 2"):
+        build_index(path, "bm25", tmp_path / "idx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl.gz"]

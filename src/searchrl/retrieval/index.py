@@ -119,7 +119,11 @@ def build_index(
                     bar.update(task, completed=i)
                 yield item
 
-        store = PassageStore.build(counted(iter_passages(corpus)), staging / "passages")
+        try:  # a bad corpus (a repeated id, a non-UTF-8 line) leaves no half-written staging directory behind
+            store = PassageStore.build(counted(iter_passages(corpus)), staging / "passages")
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         n = len(store)
         bar.update(task, completed=n, total=n)
         if n == 0:
