@@ -32,11 +32,10 @@ def test_bundled_policy_answers_capital_of_france() -> None:
     model, tok = load_policy("smollm2-135m-instruct")
     assert time.perf_counter() - t0 < 5.0, "a cached load must be fast"
     assert tok.chat_template, "the chat template must survive the conversion"
-    ids = tok.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}],
-        add_generation_prompt=True,
-        return_tensors="pt",
-    )
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False
+    )  # the text, then ids: transformers 4 and 5 return different types for return_tensors
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
     out = model.generate(ids, attention_mask=ids.new_ones(ids.shape), max_new_tokens=20, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids.shape[1] :])
 
