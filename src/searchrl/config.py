@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -136,8 +136,15 @@ class RolloutConfig(_Section):
     max_total_tokens: int = 1536
     temperature: float = 1.0
     top_p: float = 1.0
-    #: after the last allowed search, give one more turn that must answer.
-    force_answer: bool = True
+    #: at the budget: "hint" (the protocol's answer-now text, then one final turn), "silent" (one final turn, nothing
+    #: inserted, search disabled), "end" (the sample ends; an over-budget search is not run), "off" (no final turn;
+    #: an over-budget search gets the hint). true = hint, false = off. See searchrl.rollout.engine.
+    force_answer: Literal["hint", "silent", "end", "off"] = "hint"
+
+    @field_validator("force_answer", mode="before")
+    @classmethod
+    def _force_mode(cls, v: Any) -> Any:
+        return ("hint" if v else "off") if isinstance(v, bool) else v
     #: RAG-R1 multi-query mode: at most this many queries in one search call.
     max_queries_per_call: int = 3
     #: protocol-specific options (e.g. {"multi_query": true} for rag_r1).
@@ -180,7 +187,9 @@ class AlgorithmConfig(_Section):
     critic_mask_observations: bool = True
     ppo_epochs: int = 1
     #: trajectories per optimizer step over all processes (P prompts x G rollouts: ceil(P * G / mini_batch_size)
-    #: optimizer steps per epoch). verl's ``ppo_mini_batch_size`` counts prompts: multiply it by the group size.
+    #: optimizer steps per epoch). Upstream veRL's ``ppo_mini_batch_size`` counts prompts (multiply it by
+    #: rollout.n); Search-R1's veRL fork (also under R-Search) repeats prompts n_agent times first and does not
+    #: scale the mini-batch, so there it counts trajectories as given.
     mini_batch_size: int = Field(default=8, ge=1)
     #: old log-probs of the ratio: "rollout" (the generator's), "recompute" (a pass after the rollout), or "auto": the
     #: rollout's when the step makes one on-policy update with the policy's own weights, else recomputed.
@@ -304,8 +313,23 @@ class SFTConfig(_Section):
     limit: int | None = None
 
 
+class EvalDataset(_Section):
+    """One entry of ``evaluation.datasets`` written as a mapping; a plain string ``S`` is ``{data: S}``."""
+
+    #: a split name (train / dev / test), a QA file (under data.source when relative) or hf:NAME[:CONFIG]:SPLIT.
+    data: str
+    name: str | None = None  #: the table's column (null = the file's name)
+    #: a random subset of this many questions, seeded by evaluation.seed (null, or more than the file holds = all).
+    sample: int | None = Field(default=None, ge=1)
+    #: this set's own index directory (null = the run's retriever); built from ``corpus`` when empty.
+    index: str | None = None
+    #: this set's own corpus (under data.source when relative); without ``index`` its index is built on demand.
+    corpus: str | None = None
+
+
 class EvaluationConfig(_Section):
-    datasets: list[str] = Field(default_factory=lambda: ["dev"])
+    #: evaluation sets, each scored separately, plus their unweighted average (see EvalDataset).
+    datasets: list[str | EvalDataset] = Field(default_factory=lambda: ["dev"])
     methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent"]] = Field(
         default_factory=lambda: ["direct", "naive_rag", "agent"]
     )
