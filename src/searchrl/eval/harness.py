@@ -406,9 +406,10 @@ def run_from_config(
                       if key != (None, None) and needs}  # fmt: skip
     if generator is None:
         generator = load_generator(cfg)
-    methods = build_methods(cfg, generator, retriever)
+    shared = any(s.retriever_key == (None, None) for s in sets)
     by_key = {key: build_methods(cfg, generator, r) for key, r in own_retrievers.items()}
     by_dataset = {s.name: by_key[s.retriever_key] for s in sets if s.retriever_key in by_key}
+    methods = build_methods(cfg, generator, retriever) if shared or not by_key else next(iter(by_key.values()))
     data = {s.name: (s.source, s.examples) for s in sets}
     out = Path(ev.output_dir)
     dump_config(cfg, out / "config.yaml")
