@@ -28,7 +28,7 @@ def two_worlds(tmp_path):
     for world, answers in facts.items():
         corpus = write_jsonl(tmp_path / f"corpus_{world}.jsonl", [
             {"id": f"{world}-avalon", "contents": f"Avalon\nThe capital of Avalon is {answers['Avalon']}."},
-            {"id": f"{world}-brill", "contents": f"Order of Brill\nThe Order of Brill was founded by {answers['Brill']}."},
+            {"id": f"{world}-brill", "contents": f"Brill\nThe Order of Brill was founded by {answers['Brill']}."},
             *filler,
         ])  # fmt: skip
         data = write_jsonl(tmp_path / f"qa_{world}.jsonl", [
@@ -76,15 +76,15 @@ def test_seeded_subset_and_limit(tmp_path) -> None:
         {"id": f"q{i}", "question": f"Question {i}?", "golden_answers": [str(i)]} for i in range(20)
     ])  # fmt: skip
     entry = {"name": "Q", "data": data, "sample": 5}
-    one = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{json.dumps(entry)}]", "evaluation.limit=null"]))
+    sets = f"evaluation.datasets=[{json.dumps(entry)}]"
+    one = resolve_eval_sets(load_config(None, [sets, "evaluation.limit=null"]))
     ids = [e.id for e in one[0].examples]
     assert len(ids) == 5 and ids == sorted(ids, key=lambda s: int(s[1:]))  # file order kept
     assert ids != [f"q{i}" for i in range(5)]  # not the first five
-    same = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{json.dumps(entry)}]", "evaluation.limit=null"]))
-    other = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{json.dumps(entry)}]", "evaluation.limit=null",
-                                                 "evaluation.seed=1"]))  # fmt: skip
+    same = resolve_eval_sets(load_config(None, [sets, "evaluation.limit=null"]))
+    other = resolve_eval_sets(load_config(None, [sets, "evaluation.limit=null", "evaluation.seed=1"]))
     assert [e.id for e in same[0].examples] == ids and [e.id for e in other[0].examples] != ids
-    limited = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{json.dumps(entry)}]", "evaluation.limit=2"]))
+    limited = resolve_eval_sets(load_config(None, [sets, "evaluation.limit=2"]))
     assert [e.id for e in limited[0].examples] == ids[:2]
     everything = {**entry, "sample": 125}  # more than the file holds: all of it (Bamboogle's 125)
     (s,) = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{json.dumps(everything)}]",

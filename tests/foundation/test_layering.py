@@ -1,7 +1,7 @@
 """The package's layers, enforced: every import in src/searchrl (top-level or inside a function) goes down or
 sideways, never up, and no two units of one layer import each other in a cycle.
 
-    foundation (config, utils, models, tuning)
+    foundation (config, config_eval, utils, models, tuning)
     < data, retrieval, protocols, generation
     < rollout < rewards < rl, sft
     < applications: eval, viz, pipeline, runner, demo, testing, and every command module (``cli.py`` / ``*_cli.py``)
@@ -15,7 +15,7 @@ from pathlib import Path
 import searchrl
 
 LAYERS: list[set[str]] = [
-    {"searchrl", "config", "utils", "models", "tuning"},
+    {"searchrl", "config", "config_eval", "utils", "models", "tuning"},
     {"data", "retrieval", "protocols", "generation"},
     {"rollout"},
     {"rewards"},

@@ -102,7 +102,8 @@ def test_evaluation_sets_and_settings() -> None:
     assert all(r_search[n]["sample"] == 500 for n in ("NQ", "TriviaQA", "PopQA"))
     for r in PAPERS:
         assert shown(r)["evaluation"]["limit"] is None  # sizes come from each set, not the first N of a file
-    assert shown("r1_searcher_stage1")["evaluation"]["topk"] == 5 and shown("r1_searcher_stage1")["retrieval"]["topk"] == 3
+    stage1 = shown("r1_searcher_stage1")
+    assert stage1["evaluation"]["topk"] == 5 and stage1["retrieval"]["topk"] == 3
     assert shown("rag_r1")["evaluation"]["timing"] == "single"
 
 

@@ -8,8 +8,8 @@ from searchrl.config import load_config
 from searchrl.data.records import QAExample
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
-from searchrl.rollout.engine import RolloutEngine, RolloutLimits, force_mode
 from searchrl.retrieval.base import Hit
+from searchrl.rollout.engine import RolloutEngine, RolloutLimits, force_mode
 
 
 class CountingRetriever:

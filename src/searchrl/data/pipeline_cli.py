@@ -332,8 +332,8 @@ def rejection_sample_cmd(
         from searchrl.sft.quotas import apply_quotas, parse_quotas, shortfall, source_of
 
         quotas = parse_quotas(quota)
-        kept, counts = apply_quotas(kept, quotas, source=lambda t: source_of(t.metadata),
-                                    group=lambda t: t.question_id, max_per_group=max_per_question, seed=seed)  # fmt: skip
+        kept, counts = apply_quotas(kept, quotas, source=lambda t: source_of(t.metadata), seed=seed,
+                                    group=lambda t: t.question_id, max_per_group=max_per_question)  # fmt: skip
         short = shortfall(quotas, counts)
         console.print("quotas: " + ", ".join(f"{k} {v}" for k, v in counts.items())
                       + (f"; not filled: {short} (raise --k or the questions)" if short else ""))  # fmt: skip

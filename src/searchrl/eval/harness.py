@@ -31,7 +31,6 @@ from rich.progress import Progress, TaskID
 
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
-from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
 from searchrl.eval.baselines import (
     AgentMethod,
     IterativeRAGMethod,
@@ -40,6 +39,7 @@ from searchrl.eval.baselines import (
     NaiveRAGMethod,
     Prediction,
 )
+from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
 from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
 from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_reports
 from searchrl.eval.search_o1 import SearchO1Method
@@ -415,8 +415,11 @@ def run_from_config(
     dump_config(cfg, out / "config.yaml")
     judge = make_judge(cfg, out)
     try:
-        extra = {"sources": {d: s for d, (s, _) in data.items()}, "policy": cfg.training.init_from or cfg.model.policy,
-                 "indexes": {s.name: s.index or s.corpus for s in sets if s.retriever_key != (None, None)}}
+        extra = {
+            "sources": {d: s for d, (s, _) in data.items()},
+            "policy": cfg.training.init_from or cfg.model.policy,
+            "indexes": {s.name: s.index or s.corpus for s in sets if s.retriever_key != (None, None)},
+        }
         return evaluate(
             {d: exs for d, (_, exs) in data.items()},
             methods,

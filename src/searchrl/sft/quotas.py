@@ -48,7 +48,7 @@ def parse_quotas(items: Sequence[str] | Mapping[str, int] | None) -> dict[tuple[
 def _split(item: str) -> tuple[str, str]:
     key, sep, value = str(item).partition("=")
     if not sep:
-        raise ValueError(f"bad quota {item!r}; write SOURCE/BUCKET=N, SOURCE=N or */BUCKET=N (e.g. hotpotqa/medium=200)")
+        raise ValueError(f"bad quota {item!r}; write SOURCE/BUCKET=N, SOURCE=N or */BUCKET=N (e.g. hotpotqa=720)")
     return key, value
 
 
