@@ -118,3 +118,18 @@ def test_plain_table_pads_columns() -> None:
     lines = text.splitlines()
     assert len({len(line) for line in lines}) == 1 and lines[1].startswith("---------")
     assert lines[3].split() == ["naive_rag", "3.5", "12.0"]
+
+
+def test_unreachable_hf_source_is_a_one_line_error(monkeypatch) -> None:
+    from searchrl.data import loaders
+
+    def offline(source, **_):
+        raise ConnectionError("Couldn't reach the Hub.\nCheck your connection.")
+
+    monkeypatch.setattr(loaders, "load_qa", offline)
+    cfg = load_config(None, ['evaluation.datasets=["hf:RUC-NLPIR/FlashRAG_datasets:musique:dev"]'])
+    with pytest.raises(ValueError) as err:
+        resolve_eval_sets(cfg)
+    msg = str(err.value)
+    assert "\n" not in msg and "ConnectionError" in msg and "--include 'musique/*'" in msg
+    assert "musique/dev.jsonl" in msg

@@ -102,9 +102,9 @@ def _load(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
     source = _resolve_qa_source(cfg, data)
     try:
         return source, load_qa(source)
-    except (FileNotFoundError, ValueError):
-        raise
-    except Exception as err:  # an hf: source that cannot be fetched (offline, unknown name)
+    except Exception as err:  # an hf: source that cannot be fetched (offline, unknown name): one line, the fix
+        if not source.startswith("hf:") or (isinstance(err, ValueError) and "\n" not in str(err)):
+            raise
         raise ValueError(f"cannot load {source} ({type(err).__name__}); {where_to_get(data)}") from None
 
 
