@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from searchrl.config_errors import flat_keys, validation_message
+from searchrl.config_eval import EvalDataset, EvaluationConfig  # noqa: F401  (re-exported: searchrl.config.*)
 
 
 class ConfigError(ValueError):
@@ -141,13 +142,20 @@ class RolloutConfig(_Section):
     max_total_tokens: int = 1536
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = 1.0
-    #: after the last allowed search, give one more turn that must answer.
-    force_answer: bool = True
+    #: at the budget: "hint" (the protocol's answer-now text, then one final turn), "silent" (one final turn, nothing
+    #: inserted, search disabled), "end" (the sample ends; an over-budget search is not run), "off" (no final turn;
+    #: an over-budget search gets the hint). true = hint, false = off. See searchrl.rollout.engine.
+    force_answer: Literal["hint", "silent", "end", "off"] = "hint"
     #: RAG-R1 multi-query mode: at most this many queries in one search call.
     max_queries_per_call: int = 3
     #: protocol-specific options (e.g. {"multi_query": true} for rag_r1).
     options: dict[str, Any] = Field(default_factory=dict)
     seed: int = 0
+
+    @field_validator("force_answer", mode="before")
+    @classmethod
+    def _force_mode(cls, v: Any) -> Any:
+        return ("hint" if v else "off") if isinstance(v, bool) else v
 
 
 class RewardComponent(_Section):
@@ -190,7 +198,9 @@ class AlgorithmConfig(_Section):
     critic_mask_observations: bool = True
     ppo_epochs: int = 1
     #: trajectories per optimizer step over all processes (P prompts x G rollouts: ceil(P * G / mini_batch_size)
-    #: optimizer steps per epoch). verl's ``ppo_mini_batch_size`` counts prompts: multiply it by the group size.
+    #: optimizer steps per epoch). Upstream veRL's ``ppo_mini_batch_size`` counts prompts (multiply it by
+    #: rollout.n); Search-R1's veRL fork (also under R-Search) repeats prompts n_agent times first and does not
+    #: scale the mini-batch, so there it counts trajectories as given.
     mini_batch_size: int = Field(default=8, ge=1)
     #: old log-probs of the ratio: "rollout" (the generator's), "recompute" (a pass after the rollout), or "auto": the
     #: rollout's when the step makes one on-policy update with the policy's own weights in fp32, else recomputed.
@@ -315,50 +325,6 @@ class SFTConfig(_Section):
     #: oracle SFT: documents per search (null = retrieval.topk); fewer make a cheaper cold start.
     oracle_topk: int | None = Field(default=None, ge=1)
     limit: int | None = None
-
-
-class EvaluationConfig(_Section):
-    datasets: list[str] = Field(default_factory=lambda: ["dev"])
-    methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent"]] = Field(
-        default_factory=lambda: ["direct", "naive_rag", "agent"]
-    )
-    limit: int | None = 100
-    metrics: list[str] = Field(default_factory=lambda: ["em", "f1", "cover_em", "cover_em_tokens"])
-    judge_url: str | None = None
-    judge_model: str | None = None
-    output_dir: str = "runs/eval"
-    #: token budget of the answer-only baselines (direct, naive_rag) and of each IRCoT reasoning sentence.
-    max_new_tokens: int = 64
-    #: token budget of the chain-of-thought baseline's whole reasoning plus answer.
-    cot_max_new_tokens: int = 256
-    #: IRCoT: reason-then-retrieve steps before a final answer is asked for.
-    iterative_steps: int = 4
-    #: ITER-RETGEN: retrieval-generation rounds (FlashRAG's default is 3).
-    iter_retgen_iterations: int = 3
-    #: Search-o1: token budget of each Reason-in-Documents call; its reasoning turns use the agent's limits below.
-    search_o1_refine_max_new_tokens: int = 512
-    #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
-    batch_size: int = 16
-    #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.
-    temperature: float = 0.0
-    #: nucleus sampling at evaluation (matters only when temperature > 0); every method and the agent use it.
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    #: answer normalisation: "auto" = the method's own evaluation code by rollout.protocol (r1_searcher's script,
-    #: rag_r1's, else SQuAD's; cover_em_tokens keeps R1-Searcher's), or squad / r1_searcher / rag_r1 for all.
-    normalize: Literal["auto", "squad", "r1_searcher", "rag_r1"] = "auto"
-    #: cover_em match: "auto" = the method's code (char, a plain substring test, for search_r1, r1_searcher,
-    #: r1_searcher_pp and r_search, whose scripts test substrings; word otherwise), or word / char.
-    boundary: Literal["auto", "word", "char"] = "auto"
-    #: how latency_s is measured: "batch" = each batch's wall time divided by its size (fast); "single" = every
-    #: question answered alone at batch size 1, its own wall time, retrieval included (RAG-R1's Table 5).
-    timing: Literal["batch", "single"] = "batch"
-    #: passages per query at evaluation (null = retrieval.topk); some papers evaluate with more than they train.
-    topk: int | None = None
-    #: the agent's (and Search-o1's) limits at evaluation (null = rollout's; Search-o1's paper: 10 searches).
-    max_turns: int | None = None
-    max_searches: int | None = None
-    agent_max_new_tokens: int | None = None
-    seed: int = 0
 
 
 #: Algorithms whose advantage is relative to the other rollouts of the same question.

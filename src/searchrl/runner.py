@@ -209,7 +209,9 @@ def _op_split(ctx: StageContext) -> dict[str, Any]:
     examples = load_qa(source)
     if "limit" in ctx.stage.args:
         examples = examples[: int(ctx.stage.args["limit"])]
-    train, held = heldout_split(examples, int(ctx.stage.args.get("heldout", 100)))
+    frac = ctx.stage.args.get("heldout_fraction")  # e.g. 0.05: RAG-R1's 95 / 5 split of its RL data
+    n_held = round(float(frac) * len(examples)) if frac is not None else int(ctx.stage.args.get("heldout", 100))
+    train, held = heldout_split(examples, n_held)
     for name, rows in (("train", train), ("heldout", held)):
         write_jsonl(ctx.dir / f"{name}.jsonl", [e.to_flashrag() for e in rows])
     return {"source": str(source), "train": len(train), "heldout": len(held)}

@@ -85,9 +85,9 @@ def test_summary_markdown_is_a_valid_table(run) -> None:
     rows = table_rows(md)
     header, body = rows[0], rows[1:]
     assert header[0] == "method" and [b[0] for b in body] == ["direct", "naive_rag"]
-    assert "toy EM" in header and "average EM" in header and "searches/q" in header
+    assert "toy EM" in header and "Average EM" in header and "searches/q" in header
     direct = dict(zip(header, body[0], strict=True))
-    assert direct["toy EM"] == "33.3" and direct["toy2 F1"] == "83.3" and direct["average EM"] == "41.7"
+    assert direct["toy EM"] == "33.3" and direct["toy2 F1"] == "83.3" and direct["Average EM"] == "41.7"
     notes = [ln for ln in md.splitlines() if ln.startswith(("Answer normalisation:", "searches/q counts"))]
     assert notes[0].startswith("Answer normalisation: em: squad; f1: squad; cover_em: squad, word boundary;")
     assert "batches of 2" in notes[1] and "queries/q" in header

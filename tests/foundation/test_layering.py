@@ -1,7 +1,7 @@
 """The package's layers, enforced: every import in src/searchrl (top-level or inside a function) goes down or
 sideways, never up, and no two units of one layer import each other in a cycle.
 
-    foundation (config, utils, models, tuning, device, shapes)
+    foundation (config, config_eval, utils, models, tuning, device, shapes)
     < data, retrieval, protocols, generation
     < rollout < rewards < rl, sft
     < applications: eval, viz, pipeline, runner, preflight, demo, testing, and every command module
@@ -16,7 +16,7 @@ from pathlib import Path
 import searchrl
 
 LAYERS: list[set[str]] = [
-    {"searchrl", "config", "config_errors", "utils", "models", "tuning", "device", "shapes"},
+    {"searchrl", "config", "config_eval", "config_errors", "utils", "models", "tuning", "device", "shapes"},
     {"data", "retrieval", "protocols", "generation"},
     {"rollout"},
     {"rewards"},

@@ -172,6 +172,29 @@ _MAX_OBS = typer.Option(None, help="tokens per observation (default: rollout.max
 _MAX_TOTAL = typer.Option(None, help="prompt + response tokens (default: rollout.max_total_tokens)")
 _TOPK = typer.Option(None, help="passages per query (default: retrieval.topk)")
 _STYLE = typer.Option(None, help="auto, chat or raw (default: model.prompt_style)")
+_QUOTA = typer.Option(
+    None, "--quota", help="at most N per source / bucket, drawn at random: SOURCE/BUCKET=N, SOURCE=N or */BUCKET=N "
+    "(repeatable; the source is each row's source or dataset field; items no quota covers are dropped)",
+)  # fmt: skip
+
+
+def _apply_selection_quotas(kept, rows, quota: list[str], seed: int, out: Path, records: Path):
+    """Difficulty selection under per-source / per-bucket quotas (a question is selected once at most)."""
+    from searchrl.sft.pipelines import _write
+    from searchrl.sft.quotas import apply_quotas, parse_quotas, shortfall, source_of
+    from searchrl.utils import console
+
+    quotas = parse_quotas(quota)
+    kept, counts = apply_quotas(kept, quotas, source=lambda e: source_of(e.metadata),
+                                bucket=lambda e: str(e.metadata.get("difficulty", "")), seed=seed)  # fmt: skip
+    ids = {e.id for e in kept}
+    for row in rows:
+        row["kept"] = row["id"] in ids
+    _write(kept, rows, out, records)
+    short = shortfall(quotas, counts)
+    console.print("quotas: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+                  + (f"; not filled: {short} (more questions or attempts fill them)" if short else ""))  # fmt: skip
+    return kept
 
 
 def select_difficulty(
@@ -194,7 +217,8 @@ def select_difficulty(
     easy_fraction: float = typer.Option(0.25, help="rag_r1: share of the initially correct questions kept"),
     temperature: float = typer.Option(None, help="sampling temperature (default: 1.0 r1_searcher, 1.2 rag_r1)"),
     top_p: float = typer.Option(1.0, help="nucleus sampling"),
-    seed: int = typer.Option(0, help="sampling and easy-subset seed"),
+    seed: int = typer.Option(0, help="sampling, easy-subset and quota seed"),
+    quota: list[str] = _QUOTA,
     limit: int = typer.Option(None, help="use only the first N questions"),
     max_turns: int = typer.Option(None, help="generation turns per rollout (default: rollout.max_turns; rag_r1: 10)"),
     max_searches: int = typer.Option(
@@ -239,6 +263,8 @@ def select_difficulty(
             temperature=1.2 if temperature is None else temperature, top_p=top_p, seed=seed, batch_size=batch_size,
             out=out, records_out=records,
         )  # fmt: skip
+    if quota:
+        kept = _apply_selection_quotas(kept, rows, quota, seed, out, records)
     buckets: dict[str, int] = {}
     for row in rows:
         buckets[row["bucket"]] = buckets.get(row["bucket"], 0) + 1
@@ -266,6 +292,7 @@ def rejection_sample_cmd(
         False, "--require-internal-and-external", help="r1_searcher_pp: keep only samples with both kinds of step"
     ),
     max_per_question: int = typer.Option(None, help="keep at most this many samples per question"),
+    quota: list[str] = _QUOTA,
     slice_steps: bool = typer.Option(
         False, "--slice", help="write RAG-R1 step-level SFT examples instead of whole trajectories"
     ),
@@ -292,7 +319,7 @@ def rejection_sample_cmd(
     from searchrl.rewards.correctness import Correctness
     from searchrl.sft.pipelines import rejection_sample
     from searchrl.sft.pipelines import slice_steps as slice_fn
-    from searchrl.utils import write_jsonl
+    from searchrl.utils import console, write_jsonl
 
     cfg = run_config(recipe, overrides, profile=profile, protocol=protocol, options=option, model=model,
                      prompt_style=prompt_style, topk=topk, max_turns=max_turns, max_searches=max_searches,
@@ -307,6 +334,15 @@ def rejection_sample_cmd(
         require_internal_and_external=require_internal_and_external, max_per_question=max_per_question,
         temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
     )  # fmt: skip
+    if quota:
+        from searchrl.sft.quotas import apply_quotas, parse_quotas, shortfall, source_of
+
+        quotas = parse_quotas(quota)
+        kept, counts = apply_quotas(kept, quotas, source=lambda t: source_of(t.metadata), seed=seed,
+                                    group=lambda t: t.question_id, max_per_group=max_per_question)  # fmt: skip
+        short = shortfall(quotas, counts)
+        console.print("quotas: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+                      + (f"; not filled: {short} (raise --k or the questions)" if short else ""))  # fmt: skip
     if slice_steps:
         rows = [s.to_dict() for t in kept for s in slice_fn(t)]
     else:
@@ -315,7 +351,7 @@ def rejection_sample_cmd(
     rejected = ", ".join(f"{key[9:]} {int(v)}" for key, v in stats.items() if key.startswith("rejected_") and v)
     what = "step-level examples" if slice_steps else "trajectories"
     _result(
-        f"kept {int(stats['kept'])} of {int(stats['sampled'])} samples ({int(stats['questions_with_kept'])} of "
+        f"kept {len(kept)} of {int(stats['sampled'])} samples ({int(stats['questions_with_kept'])} of "
         f"{int(stats['questions'])} questions); rejected: {rejected or 'none'}; wrote {len(rows)} {what} -> {out}"
     )
 

@@ -21,7 +21,6 @@ wall time, as RAG-R1 measures it; ``searches`` counts search calls and ``queries
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from searchrl.eval.baselines import (
     NaiveRAGMethod,
     Prediction,
 )
+from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
 from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
 from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_reports
 from searchrl.eval.search_o1 import SearchO1Method
@@ -50,7 +50,7 @@ from searchrl.rewards.metrics import MetricFn, get_metric, get_metrics
 from searchrl.rollout.engine import RolloutLimits
 from searchrl.utils import console, progress, seed_everything, write_jsonl
 
-SPLITS = ("train", "dev", "test")
+__all__ = ["SPLITS", "dataset_name", "evaluate", "resolve_datasets", "run_from_config"]
 
 
 @dataclass
@@ -65,64 +65,6 @@ class EvalResult:
 # ------------------------------------------------------------------------------------------------ resolution
 
 
-def dataset_name(source: str) -> str:
-    """A short name for a dataset source: a file's stem, or ``NAME[_CONFIG]_SPLIT`` for ``hf:`` sources.
-
-    >>> dataset_name("data/2wiki-mini/dev.jsonl"), dataset_name("hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev")
-    ('dev', 'hotpotqa_dev')
-    """
-    if source.startswith("hf:"):
-        parts = source[3:].split(":")
-        parts = parts[1:] if len(parts) > 2 else parts  # drop the repository when a config is named
-        return re.sub(r"[^\w.-]+", "_", "_".join(p.split("/")[-1] for p in parts if p))
-    return Path(source).stem if Path(source).suffix else Path(source).name
-
-
-def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
-    """``evaluation.datasets`` -> {name: (source, examples)}, each limited to ``evaluation.limit`` questions.
-
-    An entry is a split name (``dev`` -> ``data.dev`` under the data directory, as training resolves it), an
-    ``hf:NAME[:CONFIG]:SPLIT`` source, or a QA file: an existing path, else a path under ``data.source`` when that
-    is a directory. Names are file stems; clashing names get a numeric suffix.
-    """
-    ev = cfg.evaluation
-    if not ev.datasets:
-        raise ValueError("no datasets to evaluate: pass --data FILE (repeatable) or set evaluation.datasets")
-    out: dict[str, tuple[str, list[QAExample]]] = {}
-    for entry in ev.datasets:
-        if entry in SPLITS:
-            from searchrl.pipeline import load_split, resolve_file
-
-            name, source = entry, resolve_file(cfg, getattr(cfg.data, entry))
-            examples = load_split(cfg, entry, ev.limit)
-        else:
-            from searchrl.data.loaders import load_qa
-
-            source = _resolve_qa_source(cfg, entry)
-            name = dataset_name(entry)
-            examples = load_qa(source, limit=ev.limit)
-        if not examples:
-            raise ValueError(f"dataset {entry} has no questions; check the file (or drop it from --data)")
-        unique, k = name, 2
-        while unique in out or unique == AVERAGE:  # "average" names the summary's mean row
-            unique, k = f"{name}_{k}", k + 1
-        out[unique] = (source, examples)
-    return out
-
-
-def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
-    if entry.startswith("hf:") or Path(entry).exists():
-        return entry
-    if cfg.data.source != "synthetic":
-        candidate = Path(cfg.data.source) / entry
-        if candidate.exists():
-            return str(candidate)
-    raise FileNotFoundError(
-        f"dataset not found: {entry} (give an existing QA JSONL file, a split name {'/'.join(SPLITS)}, "
-        "or hf:NAME[:CONFIG]:SPLIT)"
-    )
-
-
 def load_retriever(cfg: RunConfig, corpus: str | Path | None = None) -> Retriever:
     """The configured retriever. With ``retrieval.index`` set it is loaded (built from ``corpus`` when the
     directory is still empty); without it, the index of the config's data directory is used (built on demand)."""
@@ -131,7 +73,8 @@ def load_retriever(cfg: RunConfig, corpus: str | Path | None = None) -> Retrieve
     r = cfg.retrieval
     if r.kind in ("remote", "web") or r.index is not None:
         return make_retriever(r, corpus)
-    explicit = [d for d in cfg.evaluation.datasets if d not in SPLITS]
+    entries = [as_entry(d) for d in cfg.evaluation.datasets]
+    explicit = [e.data for e in entries if e.data not in SPLITS and e.index is None and e.corpus is None]
     if explicit and cfg.data.source == "synthetic":
         raise ValueError(
             f"methods {sorted(set(cfg.evaluation.methods) & RETRIEVAL_METHODS)} need a retriever for "
@@ -353,8 +296,11 @@ def evaluate(
     show: bool = True,
     settings: Mapping[str, Mapping[str, str]] | None = None,
     timing: str = "batch",
+    methods_by_dataset: Mapping[str, dict[str, Method]] | None = None,
 ) -> EvalResult:
     """Every method on every dataset; writes predictions and the summary files into ``out_dir``.
+
+    ``methods_by_dataset`` gives some datasets their own methods (the same names over another retriever).
 
     ``settings`` (from :func:`metric_settings`; default: each metric's own) fixes each metric's normalisation;
     ``timing="single"`` answers one question at a time so that latency is per question at batch size 1."""
@@ -372,7 +318,7 @@ def evaluate(
     paths: dict[str, Path] = {}
     with progress() as bar:
         for dname, examples in datasets.items():
-            for mname, method in methods.items():
+            for mname, method in (methods_by_dataset or {}).get(dname, methods).items():
                 task = bar.add_task(f"{dname} / {mname}", total=len(examples))
                 preds = answer_all(method, examples, answer_batch, bar, task)
                 rows = [item_row(dname, mname, ex, p, fns) for ex, p in zip(examples, preds, strict=True)]
@@ -453,19 +399,31 @@ def run_from_config(
     if not ev.methods:
         raise ValueError("no methods: pass --methods direct,naive_rag,agent or set evaluation.methods")
     check_metrics(ev.metrics)
-    data = resolve_datasets(cfg)
-    for name, (source, examples) in data.items():
-        console.log(f"dataset {name}: {len(examples)} questions from {source}")
-    if retriever is None and set(ev.methods) & RETRIEVAL_METHODS:
+    sets = resolve_eval_sets(cfg)
+    for s in sets:
+        own = f"; its own index {s.index or s.corpus}" if s.retriever_key != (None, None) else ""
+        console.log(f"dataset {s.name}: {len(s.examples)} questions from {s.source}{own}")
+    needs = set(ev.methods) & RETRIEVAL_METHODS
+    if retriever is None and needs and any(s.retriever_key == (None, None) for s in sets):
         retriever = load_retriever(cfg, corpus)
+    own_retrievers = {key: own_retriever(cfg, *key) for key in dict.fromkeys(s.retriever_key for s in sets)
+                      if key != (None, None) and needs}  # fmt: skip
     if generator is None:
         generator = load_generator(cfg)
-    methods = build_methods(cfg, generator, retriever)
+    shared = any(s.retriever_key == (None, None) for s in sets)
+    by_key = {key: build_methods(cfg, generator, r) for key, r in own_retrievers.items()}
+    by_dataset = {s.name: by_key[s.retriever_key] for s in sets if s.retriever_key in by_key}
+    methods = build_methods(cfg, generator, retriever) if shared or not by_key else next(iter(by_key.values()))
+    data = {s.name: (s.source, s.examples) for s in sets}
     out = Path(ev.output_dir)
     dump_config(cfg, out / "config.yaml")
     judge = make_judge(cfg, out)
     try:
-        extra = {"sources": {d: s for d, (s, _) in data.items()}, "policy": cfg.training.init_from or cfg.model.policy}
+        extra = {
+            "sources": {d: s for d, (s, _) in data.items()},
+            "policy": cfg.training.init_from or cfg.model.policy,
+            "indexes": {s.name: s.index or s.corpus for s in sets if s.retriever_key != (None, None)},
+        }
         return evaluate(
             {d: exs for d, (_, exs) in data.items()},
             methods,
@@ -476,6 +434,7 @@ def run_from_config(
             extra=extra,
             settings=metric_settings(check_metrics(ev.metrics), ev.normalize, ev.boundary, cfg.rollout.protocol),
             timing=ev.timing,
+            methods_by_dataset=by_dataset,
         )
     finally:
         if judge is not None:

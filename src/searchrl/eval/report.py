@@ -8,7 +8,8 @@ papers' "Avg." column).
 
 Scores are fractions in JSON and CSV, and percentages (one decimal) in the markdown, console and PNG tables. The
 markdown table is wide, paper-style: one row per method, one column per dataset x score, then the average columns,
-then the efficiency columns (averaged over datasets).
+then the efficiency columns (averaged over datasets). Off a terminal the console gets the same table as plain
+fixed-width text.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def wide_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[
     datasets = [d for d in dict.fromkeys(r["dataset"] for r in rows) if d != AVERAGE]
     columns = [*datasets, AVERAGE] if any(r["dataset"] == AVERAGE for r in rows) else datasets
     eff_from = AVERAGE if AVERAGE in columns else (datasets[0] if datasets else AVERAGE)
-    header = ["method"] + [f"{d} {LABELS.get(m, m)}" for d in columns for m in metrics]
+    header = ["method"] + [f"{'Average' if d == AVERAGE else d} {LABELS.get(m, m)}" for d in columns for m in metrics]
     efficiency = [e for e in EFFICIENCY if e[0] != "well_formed" or any("well_formed" in r for r in rows)]
     header += [label for _, label, _ in efficiency]
     body = []
@@ -153,12 +154,26 @@ def render_csv(rows: Sequence[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+def plain_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    """A fixed-width text table (columns padded to their widest cell): readable in a log file or a pipe."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
+    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths,
+             strict=True))) for line in (header, *body)]  # fmt: skip
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
 def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title: str = "evaluation") -> None:
-    """The markdown table's content as a rich table on stdout (the command's result; logs stay on stderr)."""
+    """The markdown table's content on stdout (the command's result; logs stay on stderr): a rich table on a
+    terminal, else plain fixed-width text (a rich table squeezed to 80 columns would wrap every header in a log)."""
     from rich.console import Console
     from rich.table import Table
 
     header, body = wide_table(rows, metrics)
+    out = Console()
+    if not out.is_terminal:
+        out.print(f"{title} (scores in %)\n{plain_table(header, body)}", markup=False, highlight=False, soft_wrap=True)
+        return
     table = Table(title=f"{title} (scores in %)")
     for i, h in enumerate(header):
         table.add_column(
@@ -169,7 +184,7 @@ def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title:
         )
     for line in body:
         table.add_row(*line)
-    Console().print(table)
+    out.print(table)
 
 
 def plot_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], path: str | Path) -> Path:

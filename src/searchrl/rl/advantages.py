@@ -69,7 +69,9 @@ def ppo_gae(
     sum_across: A.SumAcross | None = None,
 ) -> Returns:
     """PPO: the score on the last critic position, ``-kl_coef * kl`` per token when ``kl_in_reward``, GAE over the
-    critic's positions, advantages whitened over the policy positions of the whole step (all processes)."""
+    critic's positions, advantages whitened over the critic's positions of the whole step (all processes): the
+    policy's tokens by default, every response token with ``critic_mask_observations: false`` (veRL's
+    ``masked_whiten`` over the response mask, as Search-R1's and RAG-R1's code)."""
     if values_BT is None:
         raise ValueError("ppo needs the critic's values")
     cm_BT = mask_BT if critic_mask_BT is None else critic_mask_BT  # (B, T)
@@ -80,7 +82,7 @@ def ppo_gae(
     if cfg.kl_in_reward:
         rewards_BT = rewards_BT - cfg.kl_coef * kl_BT
     (adv_BT, returns_BT), metrics = A.gae_advantages(rewards_BT, values_BT, cm_BT, cfg.gamma, cfg.lam)
-    return A.whiten(adv_BT, mask_BT, sum_across=sum_across), returns_BT, metrics
+    return A.whiten(adv_BT, cm_BT, sum_across=sum_across), returns_BT, metrics
 
 
 def _kl_shaped(scores_B: Tensor, kl_BT: Tensor, mask_BT: Tensor, cfg: AlgorithmConfig) -> Tensor:

@@ -10,9 +10,11 @@ One turn of the state machine, for all active trajectories together:
 5. trajectories that answered, hit EOS, or ran out of room leave the batch.
 
 Limits and truncation policy (documented in docs/rollout.md):
-- ``max_searches``: a search call past the budget is not executed; the force-answer text is inserted instead.
-- ``max_turns``: after the last turn, when ``force_answer`` is on, still-active trajectories get the force-answer
-  text and one final turn (its search calls are not executed).
+- ``force_answer`` says what happens at the budget (a search call past ``max_searches`` is never executed):
+  ``hint``: the protocol's force-answer text is inserted after an over-budget call and before one final turn
+  after ``max_turns``; ``silent``: one final turn with nothing inserted and search disabled, after ``max_turns``
+  or straight after an over-budget call (Search-R1, R-Search, RAG-R1); ``end``: no final turn, an over-budget
+  call ends the sample (R1-Searcher); ``off``: no final turn, an over-budget call gets the hint text.
 - Nothing is inserted after the last turn a trajectory will get (no feedback, no observation, no search run): the
   policy would never read it, yet it would be scored and trained on.
 - ``max_new_tokens`` per turn; ``max_obs_tokens`` per observation: an over-long observation keeps its head and its
@@ -28,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Generator, SamplingParams
@@ -38,6 +41,17 @@ from searchrl.rollout.trajectory import Trajectory, Turn
 
 _OBS_TAIL = 16  # tokens kept from the end of a truncated observation
 _MIN_ROOM = 8  # a trajectory with less room than this for new tokens stops with "length"
+FORCE_MODES = ("hint", "silent", "end", "off")
+ForceMode = Literal["hint", "silent", "end", "off"]
+
+
+def force_mode(value: bool | str) -> str:
+    """``rollout.force_answer`` as a mode name: ``true`` is ``hint``, ``false`` is ``off``."""
+    if isinstance(value, bool):
+        return "hint" if value else "off"
+    if value not in FORCE_MODES:
+        raise ValueError(f"rollout.force_answer must be one of {', '.join(FORCE_MODES)} (got {value!r})")
+    return value
 
 
 def truncate_observation(ids: list[int], max_tokens: int) -> list[int]:
@@ -55,7 +69,7 @@ class RolloutLimits:
     max_new_tokens: int = 128
     max_obs_tokens: int = 256
     max_total_tokens: int = 1536
-    force_answer: bool = True
+    force_answer: bool | str = "hint"  # a mode of FORCE_MODES (true = hint, false = off)
     topk: int = 3
     #: each query's documents cut to this many tokens before the protocol builds the observation (RAG-R1).
     max_obs_tokens_per_query: int | None = None
@@ -195,11 +209,13 @@ class RolloutEngine:
     def _loop(self, trajs: list[Trajectory], timing: dict[str, float], temperature, top_p, seed) -> None:
         active = list(trajs)
         lim = self.limits
-        n_turns = lim.max_turns + (1 if lim.force_answer else 0)
+        mode = force_mode(lim.force_answer)
+        n_turns = lim.max_turns + (1 if mode in ("hint", "silent") else 0)
+        final_next: set[int] = set()  # silent: trajectories whose next turn is their final one (over budget)
         for turn_no in range(n_turns):
-            forced = turn_no == lim.max_turns
+            forced_all = turn_no == lim.max_turns
             last = turn_no == n_turns - 1  # nothing inserted after this turn: the policy would never read it
-            if forced:
+            if forced_all and mode == "hint":
                 for t in active:
                     self._insert(t, self.protocol.force_answer_text())
             for t in active:
@@ -223,6 +239,7 @@ class RolloutEngine:
             searches: list[tuple[Trajectory, Turn, tuple[str, ...]]] = []
             still: list[Trajectory] = []
             for traj, comp in zip(active, completions, strict=True):
+                forced = forced_all or id(traj) in final_next
                 room = self._room(traj)
                 ids, lps, text, finish = comp.token_ids[:room], comp.logprobs[:room], comp.text, comp.finish_reason
                 if len(ids) < len(comp.token_ids):  # cut by the total-length limit
@@ -246,10 +263,17 @@ class RolloutEngine:
                     turn.action = "invalid" if isinstance(action, Invalid) else "none"
                     turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
                     self._stop(traj, "eos")
-                elif last:  # no turn follows: no feedback, no observation, the search is not run
+                elif last or forced:  # no turn follows: no feedback, no observation, the search is not run
                     turn.action = "invalid" if isinstance(action, Invalid) and not forced else "none"
                     turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
                     self._stop(traj, "no_answer" if forced else "max_turns")
+                elif isinstance(action, Search) and mode == "end":  # over the budget: the sample ends here
+                    turn.action = "search_over_budget"
+                    self._stop(traj, "max_searches")
+                elif isinstance(action, Search) and mode == "silent":  # over the budget: one final turn, no text
+                    turn.action = "search_over_budget"
+                    final_next.add(id(traj))
+                    still.append(traj)
                 elif isinstance(action, Search):  # over the search budget: not executed, told to answer
                     turn.action = "search_over_budget"
                     turn.observation = self.protocol.force_answer_text()

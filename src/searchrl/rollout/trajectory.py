@@ -43,7 +43,7 @@ class Trajectory:
     logprobs: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     answer: str | None = None
-    stop_reason: str = ""  # "answer" | "eos" | "length" | "max_turns" | "no_answer"
+    stop_reason: str = ""  # "answer" | "eos" | "length" | "max_turns" | "no_answer" | "max_searches"
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property

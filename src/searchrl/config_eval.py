@@ -1,0 +1,71 @@
+"""The ``evaluation`` section of a run config (``searchrl.config`` re-exports it): which datasets, methods and
+metrics, and how the questions are answered and timed."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EvalDataset(_Section):
+    """One entry of ``evaluation.datasets`` written as a mapping; a plain string ``S`` is ``{data: S}``."""
+
+    #: a split name (train / dev / test), a QA file (under data.source when relative) or hf:NAME[:CONFIG]:SPLIT.
+    data: str
+    name: str | None = None  #: the table's column (null = the file's name)
+    #: a random subset of this many questions, seeded by evaluation.seed (null, or more than the file holds = all).
+    sample: int | None = Field(default=None, ge=1)
+    #: this set's own index directory (null = the run's retriever); built from ``corpus`` when empty.
+    index: str | None = None
+    #: this set's own corpus (under data.source when relative); without ``index`` its index is built on demand.
+    corpus: str | None = None
+
+
+class EvaluationConfig(_Section):
+    #: evaluation sets, each scored separately, plus their unweighted average (see EvalDataset).
+    datasets: list[str | EvalDataset] = Field(default_factory=lambda: ["dev"])
+    methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent"]] = Field(
+        default_factory=lambda: ["direct", "naive_rag", "agent"]
+    )
+    limit: int | None = 100
+    metrics: list[str] = Field(default_factory=lambda: ["em", "f1", "cover_em", "cover_em_tokens"])
+    judge_url: str | None = None
+    judge_model: str | None = None
+    output_dir: str = "runs/eval"
+    #: token budget of the answer-only baselines (direct, naive_rag) and of each IRCoT reasoning sentence.
+    max_new_tokens: int = 64
+    #: token budget of the chain-of-thought baseline's whole reasoning plus answer.
+    cot_max_new_tokens: int = 256
+    #: IRCoT: reason-then-retrieve steps before a final answer is asked for.
+    iterative_steps: int = 4
+    #: ITER-RETGEN: retrieval-generation rounds (FlashRAG's default is 3).
+    iter_retgen_iterations: int = 3
+    #: Search-o1: token budget of each Reason-in-Documents call; its reasoning turns use the agent's limits below.
+    search_o1_refine_max_new_tokens: int = 512
+    #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
+    batch_size: int = 16
+    #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.
+    temperature: float = 0.0
+    #: nucleus sampling at evaluation (matters only when temperature > 0); every method and the agent use it.
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    #: answer normalisation: "auto" = the method's own evaluation code by rollout.protocol (r1_searcher's script,
+    #: rag_r1's, else SQuAD's; cover_em_tokens keeps R1-Searcher's), or squad / r1_searcher / rag_r1 for all.
+    normalize: Literal["auto", "squad", "r1_searcher", "rag_r1"] = "auto"
+    #: cover_em match: "auto" = the method's code (char, a plain substring test, for search_r1, r1_searcher,
+    #: r1_searcher_pp and r_search, whose scripts test substrings; word otherwise), or word / char.
+    boundary: Literal["auto", "word", "char"] = "auto"
+    #: how latency_s is measured: "batch" = each batch's wall time divided by its size (fast); "single" = every
+    #: question answered alone at batch size 1, its own wall time, retrieval included (RAG-R1's Table 5).
+    timing: Literal["batch", "single"] = "batch"
+    #: passages per query at evaluation (null = retrieval.topk); some papers evaluate with more than they train.
+    topk: int | None = None
+    #: the agent's (and Search-o1's) limits at evaluation (null = rollout's; Search-o1's paper: 10 searches).
+    max_turns: int | None = None
+    max_searches: int | None = None
+    agent_max_new_tokens: int | None = None
+    seed: int = 0

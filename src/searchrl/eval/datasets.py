@@ -1,0 +1,171 @@
+"""Evaluation sets: ``evaluation.datasets`` -> questions (all, the first ``limit``, or a seeded random subset),
+each with its own retriever when its entry names an index or a corpus.
+
+The papers report every dataset separately plus their unweighted average, on a random subset of each dev / test
+set (e.g. 500 questions, all 125 of Bamboogle). An entry is a string (a split name, a QA file, or
+``hf:NAME[:CONFIG]:SPLIT``) or a mapping ``{data, name, sample, index, corpus}`` (``searchrl.config.EvalDataset``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from searchrl.config import EvalDataset, RunConfig
+from searchrl.data.records import QAExample
+from searchrl.eval.report import AVERAGE
+
+SPLITS = ("train", "dev", "test")
+FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
+#: FlashRAG's dataset names and the split the papers evaluate on (test where the set has one, else dev).
+FLASHRAG_SPLITS = {"nq": "test", "triviaqa": "test", "popqa": "test", "hotpotqa": "dev", "2wikimultihopqa": "dev",
+                   "musique": "dev", "bamboogle": "test"}  # fmt: skip
+
+
+@dataclass
+class EvalSet:
+    """One resolved evaluation set."""
+
+    name: str
+    source: str
+    examples: list[QAExample]
+    #: this set's own index directory / corpus file (None: the run's retriever).
+    index: str | None = None
+    corpus: str | None = None
+
+    @property
+    def retriever_key(self) -> tuple[str | None, str | None]:
+        return (self.index, self.corpus)
+
+
+def dataset_name(source: str) -> str:
+    """A short name for a dataset source: a file's stem, or ``NAME[_CONFIG]_SPLIT`` for ``hf:`` sources.
+
+    >>> dataset_name("data/2wiki-mini/dev.jsonl"), dataset_name("hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev")
+    ('dev', 'hotpotqa_dev')
+    """
+    if source.startswith("hf:"):
+        parts = source[3:].split(":")
+        parts = parts[1:] if len(parts) > 2 else parts  # drop the repository when a config is named
+        return re.sub(r"[^\w.-]+", "_", "_".join(p.split("/")[-1] for p in parts if p))
+    return Path(source).stem if Path(source).suffix else Path(source).name
+
+
+def as_entry(entry: str | EvalDataset) -> EvalDataset:
+    return entry if isinstance(entry, EvalDataset) else EvalDataset(data=entry)
+
+
+def seeded_subset(examples: list[QAExample], n: int | None, seed: int) -> list[QAExample]:
+    """``n`` questions drawn at random with ``random.Random(seed)``, in file order; all when ``n`` is None or
+    not smaller than the file."""
+    if n is None or n >= len(examples):
+        return list(examples)
+    chosen = sorted(random.Random(seed).sample(range(len(examples)), n))
+    return [examples[i] for i in chosen]
+
+
+def where_to_get(entry: str) -> str:
+    """A hint naming where a missing evaluation file can be had: FlashRAG's copy when the name is one of its sets."""
+    stem = Path(entry.split(":")[-2] if entry.startswith("hf:") and entry.count(":") >= 2 else entry).stem.lower()
+    parent = Path(entry).parent.name.lower()
+    name = next((n for n in FLASHRAG_SPLITS if n in (stem, parent) or stem.startswith(n + "_")), None)
+    if name is None:
+        return f"FlashRAG's copies of the papers' sets: https://huggingface.co/datasets/{FLASHRAG}"
+    split = FLASHRAG_SPLITS[name]
+    return (f"get it with `huggingface-cli download --repo-type dataset {FLASHRAG} --include '{name}/*' "
+            f"--local-dir DIR` and list DIR/{name}/{split}.jsonl")  # fmt: skip
+
+
+def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
+    if entry.startswith("hf:") or Path(entry).exists():
+        return entry
+    if cfg.data.source != "synthetic":
+        candidate = Path(cfg.data.source) / entry
+        if candidate.exists():
+            return str(candidate)
+    raise FileNotFoundError(
+        f"dataset not found: {entry} (give an existing QA JSONL file, a split name {'/'.join(SPLITS)}, "
+        f"or hf:NAME[:CONFIG]:SPLIT; {where_to_get(entry)})"
+    )
+
+
+def _load(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
+    """(source, every question) of one entry's ``data``."""
+    if data in SPLITS:
+        from searchrl.pipeline import load_split, resolve_file
+
+        return resolve_file(cfg, getattr(cfg.data, data)), load_split(cfg, data)
+    from searchrl.data.loaders import load_qa
+
+    source = _resolve_qa_source(cfg, data)
+    try:
+        return source, load_qa(source)
+    except Exception as err:  # an hf: source that cannot be fetched (offline, unknown name): one line, the fix
+        if not source.startswith("hf:") or (isinstance(err, ValueError) and "\n" not in str(err)):
+            raise
+        raise ValueError(f"cannot load {source} ({type(err).__name__}); {where_to_get(data)}") from None
+
+
+def _local(cfg: RunConfig, path: str | None) -> str | None:
+    if path is None:
+        return None
+    from searchrl.pipeline import resolve_file
+
+    return resolve_file(cfg, path)
+
+
+def resolve_eval_sets(cfg: RunConfig) -> list[EvalSet]:
+    """``evaluation.datasets`` -> one :class:`EvalSet` each: its ``sample`` (seeded by ``evaluation.seed``), then at
+    most ``evaluation.limit`` questions. Names are the entry's ``name`` or the file's; clashes get a suffix."""
+    ev = cfg.evaluation
+    if not ev.datasets:
+        raise ValueError("no datasets to evaluate: pass --data FILE (repeatable) or set evaluation.datasets")
+    out: list[EvalSet] = []
+    for raw in ev.datasets:
+        entry = as_entry(raw)
+        source, examples = _load(cfg, entry.data)
+        examples = seeded_subset(examples, entry.sample, ev.seed)
+        if ev.limit is not None:
+            examples = examples[: ev.limit]
+        if not examples:
+            raise ValueError(f"dataset {entry.data} has no questions; check the file (or drop it from --data)")
+        base = entry.name or (entry.data if entry.data in SPLITS else dataset_name(entry.data))
+        unique, k = base, 2
+        while any(s.name == unique for s in out) or unique == AVERAGE:  # "average" names the summary's mean row
+            unique, k = f"{base}_{k}", k + 1
+        out.append(EvalSet(unique, source, examples, _local(cfg, entry.index), _local(cfg, entry.corpus)))
+    return out
+
+
+def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
+    """``evaluation.datasets`` -> {name: (source, examples)} (see :func:`resolve_eval_sets`)."""
+    return {s.name: (s.source, s.examples) for s in resolve_eval_sets(cfg)}
+
+
+def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
+    """The retriever of a set that names its own index directory and / or corpus, with the run's retrieval
+    settings (kind, encoder, top-k). An index directory that holds an index decides its own kind."""
+    import json
+
+    from searchrl.pipeline import default_index_dir
+    from searchrl.retrieval import make_retriever
+
+    r = cfg.retrieval
+    if r.kind in ("remote", "web"):
+        raise ValueError(f"an evaluation set's own index or corpus needs a local retrieval.kind, not {r.kind}; "
+                         "drop index/corpus from the entry or set retrieval.kind=bm25 or dense")  # fmt: skip
+    if index is None:
+        if corpus is None:
+            raise ValueError("own_retriever needs an index directory or a corpus")
+        index = str(default_index_dir(corpus, r.kind))
+    manifest = Path(index) / "manifest.json"
+    kind = json.loads(manifest.read_text())["kind"] if manifest.exists() else r.kind
+    if corpus is None and not manifest.exists():
+        raise FileNotFoundError(f"evaluation index {index} holds no index; build it with `searchrl index build` or "
+                                "give the set's corpus: in its evaluation.datasets entry")  # fmt: skip
+    if corpus is not None and not Path(corpus).exists() and not manifest.exists():
+        raise FileNotFoundError(f"evaluation corpus not found: {corpus} (give the corpus file of this dataset's "
+                                "entry, e.g. the IRCoT corpus of HotpotQA / 2Wiki / MuSiQue)")  # fmt: skip
+    return make_retriever(r.model_copy(update={"index": index, "kind": kind}), corpus)

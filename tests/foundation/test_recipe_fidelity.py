@@ -1,0 +1,132 @@
+"""Each paper recipe writes the values that define its method (with a [P] / [C] / [O] mark on the line), and
+``searchrl config show`` prints the values the papers (or their code) use."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from searchrl.cli import app
+from searchrl.config import load_config, recipe_path
+
+MARK = re.compile(r"#.*\[(P|C|O)\]")
+PAPERS = ["search_r1_ppo", "search_r1_grpo", "r_search", "r1_searcher_stage1", "r1_searcher_stage2",
+          "r1_searcher_pp", "rag_r1"]  # fmt: skip
+#: written in every paper recipe: the update count, the budget behaviour, what and how evaluation measures
+EVERY = ["algorithm.mini_batch_size", "rollout.force_answer", "evaluation.datasets", "evaluation.timing",
+         "evaluation.topk", "evaluation.limit", "evaluation.temperature"]  # fmt: skip
+SFT = ["sft.epochs", "sft.lr", "sft.batch_size", "sft.max_length"]
+MEMORIZATION = ["memorization.coef", "memorization.per_question", "memorization.max_rewrites_per_step",
+                "memorization.max_new_tokens", "memorization.temperature", "memorization.pool_size",
+                "memorization.batch_size"]  # fmt: skip
+REQUIRED = {name: EVERY for name in PAPERS} | {
+    "r1_searcher_pp": EVERY + SFT + MEMORIZATION,
+    "rag_r1": EVERY + SFT + ["sft.val_fraction"],
+}
+
+
+def written_line(text: str, dotted: str) -> str | None:
+    """The recipe line that sets ``section.key`` (top-level section, two-space indented key), or None."""
+    section, key = dotted.split(".")
+    inside = False
+    for line in text.splitlines():
+        if not line.startswith(" ") and line.strip() and not line.startswith("#"):
+            inside = line.startswith(f"{section}:")
+            continue
+        if inside and line.startswith(f"  {key}:"):
+            return line
+    return None
+
+
+@pytest.mark.parametrize("recipe", PAPERS)
+def test_method_defining_values_are_written_with_a_mark(recipe: str) -> None:
+    text = recipe_path(recipe).read_text()
+    raw = yaml.safe_load(text)
+    missing, unmarked = [], []
+    for dotted in REQUIRED[recipe]:
+        section, key = dotted.split(".")
+        line = written_line(text, dotted)
+        if key not in (raw.get(section) or {}) or line is None:
+            missing.append(dotted)
+        elif not MARK.search(line):
+            unmarked.append(dotted)
+    assert not missing, f"{recipe}: left to a default, write them with a mark: {missing}"
+    assert not unmarked, f"{recipe}: written without a [P]/[C]/[O] mark: {unmarked}"
+
+
+def shown(recipe: str) -> dict:
+    """The resolved config as `searchrl config show` prints it."""
+    res = CliRunner().invoke(app, ["config", "show", recipe])
+    assert res.exit_code == 0, res.output
+    return yaml.safe_load(res.stdout)
+
+
+def updates_per_step(cfg) -> int:
+    trajectories = cfg.training.prompts_per_step * cfg.rollout.group_size
+    return -(-trajectories // cfg.algorithm.mini_batch_size) * cfg.algorithm.ppo_epochs
+
+
+def test_grpo_makes_the_authors_number_of_updates() -> None:
+    """Search-R1's veRL fork does not scale ppo_mini_batch_size=256 by n_agent=5."""
+    assert shown("search_r1_grpo")["algorithm"]["mini_batch_size"] == 256
+    assert updates_per_step(load_config("search_r1_grpo")) == 10  # 512 x 5 / 256
+    assert updates_per_step(load_config("r_search")) == 5  # 256 x 5 / 256
+    assert updates_per_step(load_config("search_r1_ppo")) == 2  # 512 x 1 / 256
+
+
+@pytest.mark.parametrize("recipe, mode", [("search_r1_ppo", "silent"), ("search_r1_grpo", "silent"),
+                                          ("r_search", "silent"), ("rag_r1", "silent"),
+                                          ("r1_searcher_stage1", "end"), ("r1_searcher_stage2", "end"),
+                                          ("r1_searcher_pp", "end")])  # fmt: skip
+def test_budget_behaviour(recipe: str, mode: str) -> None:
+    assert shown(recipe)["rollout"]["force_answer"] == mode
+
+
+def test_evaluation_sets_and_settings() -> None:
+    names = {r: [d["name"] for d in shown(r)["evaluation"]["datasets"]] for r in PAPERS}
+    assert names["search_r1_grpo"] == ["NQ", "TriviaQA", "PopQA", "HotpotQA", "2wiki", "Musique", "Bamboogle"]
+    assert names["rag_r1"] == ["NQ", "PopQA", "TriviaQA", "HotpotQA", "2Wiki", "Musique", "Bamboogle"]
+    assert names["r_search"] == ["HotpotQA", "2WikiMQA", "MuSiQue", "Bamboogle", "NQ", "TriviaQA", "PopQA"]
+    for r in ("r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp"):
+        sets = {d["name"]: d for d in shown(r)["evaluation"]["datasets"]}
+        assert list(sets) == ["HotpotQA", "2Wiki", "Bamboogle", "Musique"]
+        assert [sets[n]["sample"] for n in sets] == [500, 500, None, 500]  # Bamboogle: all 125
+        assert all(d["data"].startswith("hf:RUC-NLPIR/FlashRAG_datasets:") for d in sets.values())
+    r_search = {d["name"]: d for d in shown("r_search")["evaluation"]["datasets"]}
+    corpora = {n: d["corpus"] for n, d in r_search.items()}
+    assert len({corpora["HotpotQA"], corpora["2WikiMQA"], corpora["MuSiQue"], corpora["NQ"]}) == 4
+    assert corpora["Bamboogle"] == corpora["NQ"] == corpora["PopQA"] == "wiki-18.jsonl"
+    assert all(r_search[n]["sample"] == 500 for n in ("NQ", "TriviaQA", "PopQA"))
+    for r in PAPERS:
+        assert shown(r)["evaluation"]["limit"] is None  # sizes come from each set, not the first N of a file
+    stage1 = shown("r1_searcher_stage1")
+    assert stage1["evaluation"]["topk"] == 5 and stage1["retrieval"]["topk"] == 3
+    assert shown("rag_r1")["evaluation"]["timing"] == "single"
+
+
+def test_cold_start_sft_and_memorization() -> None:
+    pp = shown("r1_searcher_pp")
+    assert pp["sft"]["max_length"] >= pp["rollout"]["max_total_tokens"]  # targets keep their answer
+    assert (pp["sft"]["lr"], pp["sft"]["batch_size"], pp["sft"]["epochs"]) == (2e-5, 64, 6)
+    mem = pp["memorization"]
+    assert mem["max_rewrites_per_step"] >= pp["training"]["prompts_per_step"] and mem["max_new_tokens"] >= 1024
+    assert mem["pool_size"] == 0
+    rs = next(s for s in pp["pipeline"] if s["name"] == "rs")["args"]
+    assert rs["quota"] == ["hotpotqa=720", "2wikimultihopqa=85"] and rs["max_per_question"] == 1
+    rag = shown("rag_r1")
+    assert (rag["sft"]["lr"], rag["sft"]["batch_size"]) == (1e-5, 64)
+    split = next(s for s in rag["pipeline"] if s["name"] == "heldout")
+    assert split["op"] == "split" and split["args"] == {"heldout_fraction": 0.05}
+    rl = next(s for s in rag["pipeline"] if s["name"] == "rl")
+    assert rl["data"] == "${heldout}/train.jsonl" and rl["set"] == {"data.dev": "${heldout}/heldout.jsonl"}
+
+
+def test_difficulty_quotas() -> None:
+    s1 = next(s for s in shown("r1_searcher_stage1")["pipeline"] if s["name"] == "select")["args"]
+    assert s1["quota"] == ["hotpotqa/medium=200", "2wikimultihopqa/medium=150"]
+    s2 = next(s for s in shown("r1_searcher_stage2")["pipeline"] if s["name"] == "select2")["args"]
+    assert s2["quota"] == ["hotpotqa/medium=2561", "hotpotqa/hard=2000", "2wikimultihopqa/medium=1087",
+                           "2wikimultihopqa/hard=2500"]  # fmt: skip

@@ -1,0 +1,78 @@
+"""Per-source / per-bucket quotas with a per-question cap (R1-Searcher's Table 1, R1-Searcher++'s 720 + 85)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from searchrl.sft.quotas import apply_quotas, parse_quotas, shortfall, source_of
+
+
+def items():
+    """(question id, source, bucket): 10 HotpotQA medium, 6 HotpotQA hard, 8 2Wiki medium; 3 samples per question."""
+    rows = []
+    for i in range(24):
+        source = "hotpotqa" if i < 16 else "2wikimultihopqa"
+        bucket = "hard" if 10 <= i < 16 else "medium"
+        rows += [(f"q{i}", source, bucket)] * 3
+    return rows
+
+
+def test_parse_quotas() -> None:
+    assert parse_quotas(["HotpotQA/medium=200", "2wikimultihopqa=85", "*/hard=3"]) == {
+        ("hotpotqa", "medium"): 200, ("2wikimultihopqa", "*"): 85, ("*", "hard"): 3,
+    }  # fmt: skip
+    assert parse_quotas({"hotpotqa": 720}) == {("hotpotqa", "*"): 720}
+    for bad in (["hotpotqa"], ["hotpotqa=-1"], ["hotpotqa=many"], ["=3"]):
+        with pytest.raises(ValueError, match="SOURCE/BUCKET=N"):
+            parse_quotas(bad)
+
+
+def test_source_and_bucket_quotas_with_a_per_question_cap() -> None:
+    quotas = parse_quotas(["hotpotqa/medium=4", "2wikimultihopqa/medium=5"])
+    kept, counts = apply_quotas(items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0],
+                                max_per_group=1, seed=3)  # fmt: skip
+    assert counts == {"hotpotqa/medium": 4, "2wikimultihopqa/medium": 5}
+    assert Counter((s, b) for _, s, b in kept) == {("hotpotqa", "medium"): 4, ("2wikimultihopqa", "medium"): 5}
+    assert len({q for q, _, _ in kept}) == len(kept)  # one sample per question
+    assert kept == sorted(kept, key=items().index)  # input order
+    again, _ = apply_quotas(items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0],
+                            max_per_group=1, seed=3)  # fmt: skip
+    other, _ = apply_quotas(items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0],
+                            max_per_group=1, seed=4)  # fmt: skip
+    assert again == kept and other != kept  # the seed fixes the draw
+    assert not any(b == "hard" for _, _, b in kept)  # no quota covers the hard bucket: dropped
+
+
+def test_source_quota_counts_samples_and_reports_a_shortfall() -> None:
+    quotas = parse_quotas(["hotpotqa=40", "2wikimultihopqa=5"])
+    kept, counts = apply_quotas(items(), quotas, source=lambda r: r[1], group=lambda r: r[0], max_per_group=2)
+    assert counts == {"hotpotqa/*": 32, "2wikimultihopqa/*": 5}  # 16 questions x cap 2 < 40
+    assert max(Counter(q for q, _, _ in kept).values()) == 2
+    assert shortfall(quotas, counts) == "hotpotqa/* 32 of 40"
+    with pytest.raises(ValueError, match="cap must be >= 1"):
+        apply_quotas(items(), quotas, source=lambda r: r[1], group=lambda r: r[0], max_per_group=0)
+
+
+def test_cap_alone_and_source_fields() -> None:
+    kept, counts = apply_quotas(items(), {}, source=lambda r: r[1], group=lambda r: r[0], max_per_group=1)
+    assert len(kept) == 24 and counts == {}
+    assert source_of({"source": "HotpotQA "}) == "hotpotqa" and source_of({"data_source": "nq"}) == "nq"
+    assert source_of({"kind": "bridge"}) == "all"
+
+
+def test_selection_quotas_rewrite_the_kept_file_and_records(tmp_path) -> None:
+    import json
+
+    from searchrl.data.pipeline_cli import _apply_selection_quotas
+    from searchrl.data.records import QAExample
+
+    kept = [QAExample(f"q{i}", f"Q{i}?", ["a"], metadata={"source": s, "difficulty": b})
+            for i, (_, s, b) in enumerate(items()[::3])]  # fmt: skip
+    rows = [{"id": e.id, "bucket": e.metadata["difficulty"], "kept": True} for e in kept]
+    out, records = tmp_path / "kept.jsonl", tmp_path / "records.jsonl"
+    chosen = _apply_selection_quotas(kept, rows, ["hotpotqa/hard=2", "2wikimultihopqa/medium=3"], 0, out, records)
+    assert [(e.metadata["source"], e.metadata["difficulty"]) for e in chosen].count(("hotpotqa", "hard")) == 2
+    assert len(chosen) == 5 and len(out.read_text().splitlines()) == 5
+    assert sum(json.loads(line)["kept"] for line in records.read_text().splitlines()) == 5
