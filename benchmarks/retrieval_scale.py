@@ -240,6 +240,66 @@ def measure_serving(out: Path, encoder_dir: Path, questions: list[str]) -> dict:
     }
 
 
+# ------------------------------------------------------------------------------------------------- convert
+CONVERT = """import json, resource, sys
+from searchrl.cli import app
+try:
+    app(sys.argv[1:])
+except SystemExit as exit:
+    if exit.code:
+        raise
+print(json.dumps({"convert_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+"""
+
+
+def write_flat_file(vectors: Path, path: Path) -> None:
+    """A faiss IndexFlatIP file of the fp16 vectors (as float32), written by faiss itself in chunks of rows."""
+    import faiss
+
+    from searchrl.retrieval.compressed import RowFile
+
+    rows = RowFile.npy(vectors)
+    flat = faiss.IndexFlatIP(rows.shape[1])
+    for chunk in rows.chunks():
+        flat.add(chunk)
+    faiss.write_index(flat, str(path))
+
+
+def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact: np.ndarray) -> dict:
+    """``searchrl index convert`` of a Flat file of the same vectors: peak RSS vs file size, recall vs the file."""
+    from searchrl.retrieval.dense import DenseOptions, read_faiss_index
+    from searchrl.retrieval.index import read_manifest
+
+    work = args.work
+    flat, out = work / f"flat-{n}.index", work / f"converted-{n}"
+    if not flat.exists():
+        write_flat_file(work / f"vectors-{n}.f16.npy", flat)
+    factory = args.factory or factory_for(n)
+    cmd = [sys.executable, "-c", CONVERT, "index", "convert", "--flat", str(flat), "--corpus",
+           str(work / f"corpus-{n}.jsonl"), "--out", str(out), "--faiss", factory, "--nprobe", str(args.nprobe),
+           "--candidates", str(args.candidates), "--force"]  # fmt: skip
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"}
+    )
+    row = json.loads(done.stdout.strip().splitlines()[-1]) | {"convert_s": round(time.perf_counter() - t0, 1)}
+    row["flat_file_mb"] = round(flat.stat().st_size / 2**20)
+    row["convert_peak_rss_fraction_of_flat"] = round(row["convert_peak_rss_mb"] / row["flat_file_mb"], 4)
+    # The Flat file holds fp32 vectors; its own exact answers are the reference for the converted index.
+    import faiss
+
+    reference = faiss.read_index(str(flat), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
+    truth = reference.search(queries, K)[1]
+    del reference
+    options = DenseOptions(**read_manifest(out)["options"]["dense"])
+    found = read_faiss_index(out / "dense" / "index.faiss", options).search(queries, K)[1]
+    row["convert_recall_at_3_vs_flat"] = round(recall(found, truth, 3), 4)
+    row["convert_recall_at_10_vs_flat"] = round(recall(found, truth, 10), 4)
+    row["flat_vs_fp16_exact_top10_agreement"] = round(recall(truth, exact, 10), 4)
+    print(f"[{n:,}] convert: {json.dumps(row)}", flush=True)
+    return row
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def matmul_gflops() -> float:
     a = np.random.default_rng(0).standard_normal((2048, 2048), dtype=np.float32)
@@ -308,6 +368,8 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact)
     del index
     row |= measure_serving(out, args.encoder_dir, questions)
+    if args.convert:
+        row["convert"] = measure_convert(n, args, queries, exact)
     row["disk_mb"] = {
         p.name: round(p.stat().st_size / 2**20, 1) for p in sorted((out / "dense").iterdir()) if p.is_file()
     }
@@ -357,6 +419,7 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=100)
     ap.add_argument("--components", type=int, default=32)
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
+    ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     args.encoder_dir = args.work / "query_encoder"
