@@ -168,7 +168,7 @@ def build_compressed(
     ivf = _ivf(index)
     if ivf is not None and n < ivf.nlist:
         raise ValueError(f"'{factory}' asks for {ivf.nlist} inverted lists but there are only {n} passages; use "
-                         f"fewer lists, e.g. IVF{max(1, int(4 * np.sqrt(n)) // 39 or 1)}")  # fmt: skip
+                         f"fewer lists, e.g. IVF{max(1, min(int(4 * np.sqrt(n)), n // 39))}")  # fmt: skip
     size = train_size or default_train_size(index, n)
     sample = source.sample(size, seed)
     try:
