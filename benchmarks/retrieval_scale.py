@@ -378,25 +378,6 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     return row
 
 
-def extrapolate(runs: list[dict], n: int = 21_000_000) -> dict:
-    """Linear in N through the measured runs (one run: proportional beyond a fixed part, taken as the 0-N RSS)."""
-    runs = sorted(runs, key=lambda r: r["passages"])
-    xs = np.array([r["passages"] for r in runs], dtype=float)
-    out = {}
-    for key in ("serve_rss_mb", "serve_peak_rss_mb"):
-        ys = np.array([r[key] for r in runs], dtype=float)
-        slope, icpt = np.polyfit(xs, ys, 1) if len(runs) > 1 else (ys[0] / xs[0], 0.0)
-        out[key.replace("_mb", "_gb")] = round((slope * n + icpt) / 1024, 2)
-    last = runs[-1]
-    per = {k: v / last["passages"] for k, v in last["disk_mb"].items()}
-    out["disk_gb"] = {k: round(v * n / 1024, 1) for k, v in per.items()} | {
-        "total": round(sum(per.values()) * n / 1024, 1)
-    }
-    # The compressed index alone (what must stay in RAM for fast search): codes + ids in the inverted lists.
-    out["index_faiss_gb"] = out["disk_gb"].get("index.faiss")
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].startswith("_") else None
@@ -450,12 +431,15 @@ def main() -> None:
         "of one component concatenated (768-d), L2-normalised; queries: real MiniLM dev-question embeddings [q, q]",
         "runs": sorted(runs.values(), key=lambda r: r["passages"]),
     }
+    from retrieval_scale_report import extrapolate, report
+
     ext = extrapolate(result["runs"])
     result["extrapolated_21m"] = ext
     result["extrapolated_21m_ram_gb"] = ext["serve_rss_gb"]
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    (RESULTS / "retrieval_scale.md").write_text(report(result))
+    print(report(result))
 
 
 if __name__ == "__main__":
