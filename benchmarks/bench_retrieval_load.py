@@ -42,7 +42,7 @@ DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", ROOT.parent / "shared" / "dat
 SEARCHRL = Path(sys.executable).with_name("searchrl")
 
 
-def default_indexes(build_dense: bool = False) -> tuple[list[Path], list[str]]:
+def default_indexes(build_dense: bool = False, vectors: Path | None = None) -> tuple[list[Path], list[str]]:
     """BM25 over 2wiki-mini (or a synthetic world), plus MiniLM dense and hybrid indexes if built (or asked for)."""
     from searchrl.retrieval.index import build_index
 
@@ -67,7 +67,9 @@ def default_indexes(build_dense: bool = False) -> tuple[list[Path], list[str]]:
         path = BENCH_DIR / f"{name}-{kind}-minilm-l6-v2"
         if build_dense and not (path / "manifest.json").exists():
             print(f"building {kind} MiniLM index of {corpus} -> {path}", flush=True)
-            build_index(corpus, kind, path, encoder="minilm-l6-v2", overwrite=True)
+            # ``vectors``: MiniLM passage embeddings already computed (corpus order), to skip encoding on a busy box.
+            given = {"vectors": np.load(vectors), "query_encoder": "onnx"} if vectors else {}
+            build_index(corpus, kind, path, encoder="minilm-l6-v2", overwrite=True, **given)
         if (path / "manifest.json").exists():
             indexes.append(path)
     return indexes, questions
@@ -171,13 +173,14 @@ def main() -> None:
     ap.add_argument("--client", choices=["httpx", "remote"], default="httpx", help="plain httpx or RemoteRetriever")
     ap.add_argument("--build-dense", action="store_true", help="build MiniLM dense and hybrid indexes when missing")
     ap.add_argument("--name", default="retrieval_load", help="results file name under benchmarks/results/")
+    ap.add_argument("--passage-vectors", type=Path, help="--build-dense: precomputed MiniLM passage vectors (.npy)")
     ap.add_argument("--index", type=Path, action="append", help="index directories (default: see module doc)")
     ap.add_argument(
         "--query-cache", type=int, default=0, help="server's query-embedding cache; 0: repeated questions re-encoded"
     )
     args = ap.parse_args()
 
-    indexes, questions = default_indexes(args.build_dense)
+    indexes, questions = default_indexes(args.build_dense, args.passage_vectors)
     indexes = args.index or indexes
     rows = []
     for index in indexes:
