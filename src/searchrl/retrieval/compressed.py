@@ -23,8 +23,12 @@ from typing import Any
 import numpy as np
 
 VECTORS_FILE = "vectors.f16.npy"
-#: rows per streamed chunk (65,536 x 768-d float32 = 192 MB).
-CHUNK_ROWS = 65_536
+#: values per streamed chunk: 16M float32 = 64 MB (21,845 rows of 768-d).
+CHUNK_VALUES = 1 << 24
+
+
+def chunk_rows(d: int) -> int:
+    return max(1, CHUNK_VALUES // d)
 
 
 def faiss_error(factory: str, err: Exception) -> ValueError:
@@ -98,7 +102,8 @@ class RowFile:
         del mm
         return out
 
-    def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+    def chunks(self, rows: int | None = None) -> Iterator[np.ndarray]:
+        rows = rows or chunk_rows(self.shape[1])
         for start in range(0, self.shape[0], rows):
             yield self.window(start, min(start + rows, self.shape[0]))
 
@@ -109,11 +114,11 @@ class RowFile:
             return np.concatenate(list(self.chunks()))
         picked = np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
         out = np.empty((size, self.shape[1]), dtype=np.float32)
-        done = 0
-        for start in range(0, n, CHUNK_ROWS):
-            lo, hi = np.searchsorted(picked, [start, start + CHUNK_ROWS])
+        done, step = 0, chunk_rows(self.shape[1])
+        for start in range(0, n, step):
+            lo, hi = np.searchsorted(picked, [start, start + step])
             if hi > lo:
-                out[done : done + hi - lo] = self.window(start, min(start + CHUNK_ROWS, n))[picked[lo:hi] - start]
+                out[done : done + hi - lo] = self.window(start, min(start + step, n))[picked[lo:hi] - start]
                 done += hi - lo
         return out
 

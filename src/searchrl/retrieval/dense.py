@@ -239,7 +239,9 @@ def write_vectors(vectors: np.ndarray, directory: str | Path, options: DenseOpti
 
     directory = Path(directory)
     if options.compressed:
-        step = 65_536
+        from searchrl.retrieval.compressed import chunk_rows
+
+        step = chunk_rows(vectors.shape[1])
         chunks = (vectors[i : i + step] for i in range(0, len(vectors), step))
         write_vector_chunks(chunks, len(vectors), vectors.shape[1], directory, options)
         return directory / "index.faiss"
