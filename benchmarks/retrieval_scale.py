@@ -78,7 +78,8 @@ def fit_mixture(passages: np.ndarray, components: int) -> dict[str, np.ndarray]:
     from sklearn.mixture import GaussianMixture
 
     gm = GaussianMixture(components, covariance_type="tied", random_state=0, max_iter=200).fit(passages)
-    return {"weights": gm.weights_, "means": gm.means_, "chol": np.linalg.cholesky(gm.covariances_)}
+    chol = np.linalg.cholesky(gm.covariances_).astype(np.float32)
+    return {"weights": gm.weights_, "means": gm.means_.astype(np.float32), "chol": chol}
 
 
 def generate(mix: dict[str, np.ndarray], n: int, path: Path, seed: int = 0) -> float:
@@ -92,7 +93,8 @@ def generate(mix: dict[str, np.ndarray], n: int, path: Path, seed: int = 0) -> f
         for start in range(0, n, CHUNK):
             m = min(CHUNK, n - start)
             comp = rng.choice(len(mix["weights"]), m, p=mix["weights"])
-            halves = [mix["means"][comp] + rng.standard_normal((m, d)) @ mix["chol"].T for _ in range(2)]
+            noise = (rng.standard_normal((m, d), dtype=np.float32) @ mix["chol"].T for _ in range(2))
+            halves = [mix["means"][comp] + z for z in noise]
             out.write(lift(*halves))
     return time.perf_counter() - t0
 
