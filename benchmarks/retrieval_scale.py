@@ -381,6 +381,30 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     return row
 
 
+def convert_only(args: argparse.Namespace, queries: np.ndarray) -> None:
+    rows = []
+    for n in args.passages or [2_000_000]:
+        exact, _ = exact_top(args.work / f"vectors-{n}.f16.npy", queries)
+        rows.append({"passages": n, "dim": 768, "factory": args.factory or factory_for(n), "nprobe": args.nprobe,
+                     "candidates": args.candidates} | measure_convert(n, args, queries, exact))  # fmt: skip
+    result = {"benchmark": "retrieval_convert", "date": time.strftime("%Y-%m-%d", time.gmtime()),
+              "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()}, "runs": rows}  # fmt: skip
+    (RESULTS / "retrieval_convert.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"# `searchrl index convert` of a faiss Flat file ({result['date']})", "",
+             "Vectors: those of `retrieval_scale.md` (same N), written as an IndexFlatIP file by faiss. Peak RSS of "
+             f"the convert process (ru_maxrss); recall against the Flat file's own exact answers; {len(queries)} "
+             f"real queries. {os.cpu_count()} CPU cores shared with other jobs (load average at the end "
+             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}).", "",
+             "| passages | Flat file MB | factory | convert s | peak RSS MB | RSS / Flat | recall@3 | recall@10 |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['passages']:,} | {r['flat_file_mb']:,} | `{r['factory']}` | {r['convert_s']} | "
+                     f"{r['convert_peak_rss_mb']} | {100 * r['convert_peak_rss_fraction_of_flat']:.1f}% | "
+                     f"{r['convert_recall_at_3_vs_flat']} | {r['convert_recall_at_10_vs_flat']} |")  # fmt: skip
+    (RESULTS / "retrieval_convert.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].startswith("_") else None
@@ -404,6 +428,8 @@ def main() -> None:
     ap.add_argument("--components", type=int, default=32)
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
     ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")
+    ap.add_argument("--convert-only", action="store_true", help="only the convert measurement (results: "
+                    "retrieval_convert.{json,md}); the vectors and corpus of N must exist in --work")  # fmt: skip
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     args.encoder_dir = args.work / "query_encoder"
@@ -414,6 +440,8 @@ def main() -> None:
     passages, qvecs, questions = real_embeddings(args.work)
     questions = questions[: args.queries]
     queries = lift(qvecs[: args.queries])
+    if args.convert_only:
+        return convert_only(args, queries)
     mix = fit_mixture(passages, args.components)
     path = RESULTS / "retrieval_scale.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
