@@ -457,6 +457,7 @@ def main() -> None:
             "platform": platform.platform(),
             "fp32_matmul_gflops": matmul_gflops(),
             "load_average_at_end": os.getloadavg(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         },  # fmt: skip
         "vectors": f"MiniLM 2wiki-mini passage embeddings -> GaussianMixture({args.components}, tied) -> two draws "
         "of one component concatenated (768-d), L2-normalised; queries: real MiniLM dev-question embeddings [q, q]",
