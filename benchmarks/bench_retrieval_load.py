@@ -1,7 +1,9 @@
-"""Benchmark (acceptance 4): 8 concurrent clients x 500 requests against ``searchrl serve`` on loopback.
+"""Benchmark (acceptance 4): concurrent clients x requests against ``searchrl serve`` on loopback.
 
 Each client is a thread with its own plain ``httpx.Client`` sending Search-R1 requests
-(``{"queries": [question], "topk": 3, "return_scores": true}``) one after another; questions cycle through the
+(``{"queries": [question], "topk": 3, "return_scores": true}``) one after another, or with ``--client remote`` its
+own ``RemoteRetriever`` (what training uses: retries with backoff, honouring ``Retry-After`` when the server's queue
+is full; its cache off, so every query reaches the server); questions cycle through the
 2wiki-mini dev set (or a synthetic world's questions when ``../shared/data`` is absent). The run is bounded
 (exactly clients x requests, each with a timeout) and stops by itself. We record errors (non-200 answers, malformed
 results, exceptions), client-side latency percentiles, throughput (requests/s over the whole run) and the server's
@@ -9,9 +11,12 @@ own ``/stats`` (latency percentiles and how many requests each micro-batch merge
 
 Indexes: BM25 over 2wiki-mini (built on demand under ``$SEARCHRL_BENCH_DIR``, default ``/tmp/searchrl-bench``), and
 the hybrid (BM25 + MiniLM dense) index of the recall benchmark when it exists (every request then also runs the
-encoder). Results: ``benchmarks/results/retrieval_load.{json,md}``.
+encoder); ``--build-dense`` also builds the MiniLM dense and hybrid indexes when missing. Results:
+``benchmarks/results/{--name}.{json,md}`` (default ``retrieval_load``).
 
 Usage: python benchmarks/bench_retrieval_load.py [--clients 8] [--requests 500] [--index DIR ...]
+       python benchmarks/bench_retrieval_load.py --clients 64 --requests 200 --client remote --build-dense \
+           --name retrieval_load_64
 """
 
 from __future__ import annotations
@@ -39,8 +44,8 @@ DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", ROOT.parent / "shared" / "dat
 SEARCHRL = Path(sys.executable).with_name("searchrl")
 
 
-def default_indexes() -> tuple[list[Path], list[str]]:
-    """BM25 over 2wiki-mini (or a synthetic world), plus the recall benchmark's hybrid index if built."""
+def default_indexes(build_dense: bool = False, vectors: Path | None = None) -> tuple[list[Path], list[str]]:
+    """BM25 over 2wiki-mini (or a synthetic world), plus MiniLM dense and hybrid indexes if built (or asked for)."""
     from searchrl.retrieval.index import build_index
 
     if (DATA / "corpus.jsonl").exists():
@@ -60,9 +65,15 @@ def default_indexes() -> tuple[list[Path], list[str]]:
     if not (bm25 / "manifest.json").exists():
         build_index(corpus, "bm25", bm25, overwrite=True)
     indexes = [bm25]
-    hybrid = BENCH_DIR / f"{name}-hybrid-minilm-l6-v2"
-    if (hybrid / "manifest.json").exists():
-        indexes.append(hybrid)
+    for kind in ("dense", "hybrid"):
+        path = BENCH_DIR / f"{name}-{kind}-minilm-l6-v2"
+        if build_dense and not (path / "manifest.json").exists():
+            print(f"building {kind} MiniLM index of {corpus} -> {path}", flush=True)
+            # ``vectors``: MiniLM passage embeddings already computed (corpus order), to skip encoding on a busy box.
+            given = {"vectors": np.load(vectors), "query_encoder": "onnx"} if vectors else {}
+            build_index(corpus, kind, path, encoder="minilm-l6-v2", overwrite=True, **given)
+        if (path / "manifest.json").exists():
+            indexes.append(path)
     return indexes, questions
 
 
@@ -90,12 +101,32 @@ def start_server(index: Path, query_cache: int = 10_000) -> tuple[subprocess.Pop
     raise RuntimeError("searchrl serve did not come up within 180 s")
 
 
-def run_load(url: str, questions: list[str], clients: int, requests: int, topk: int) -> dict:
+def run_load(url: str, questions: list[str], clients: int, requests: int, topk: int, kind: str = "httpx") -> dict:
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[list[str]] = [[] for _ in range(clients)]
+    retried = [0] * clients
     barrier = threading.Barrier(clients + 1)
 
+    def remote_client(c: int) -> None:
+        from searchrl.retrieval.client import RemoteRetriever
+
+        with RemoteRetriever(url, timeout_s=30, retries=10, cache_size=0) as remote:
+            barrier.wait()
+            for i in range(requests):
+                q = questions[(c * requests + i) % len(questions)]
+                t0 = time.perf_counter()
+                try:
+                    hits = remote.search([q], topk)
+                    if len(hits) != 1 or not hits[0]:
+                        errors[c].append(f"no hits for {q!r}")
+                except Exception as err:  # noqa: BLE001 - every failure is counted, none stops the run
+                    errors[c].append(f"{type(err).__name__}: {err}")
+                latencies[c].append(time.perf_counter() - t0)
+            retried[c] = remote.retried
+
     def client(c: int) -> None:
+        if kind == "remote":
+            return remote_client(c)
         with httpx.Client(timeout=30) as http:
             barrier.wait()
             for i in range(requests):
@@ -125,8 +156,10 @@ def run_load(url: str, questions: list[str], clients: int, requests: int, topk: 
         "clients": clients,
         "requests_per_client": requests,
         "requests": int(lat_ms.size),
+        "client": kind,
         "errors": len(all_errors),
         "error_examples": all_errors[:5],
+        "retried": sum(retried),
         "wall_s": round(wall, 2),
         "qps": round(lat_ms.size / wall, 1),
         "latency_ms": {f"p{p}": round(float(np.percentile(lat_ms, p)), 2) for p in (50, 90, 99)}
@@ -139,13 +172,17 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=500, help="requests per client")
     ap.add_argument("--topk", type=int, default=3)
+    ap.add_argument("--client", choices=["httpx", "remote"], default="httpx", help="plain httpx or RemoteRetriever")
+    ap.add_argument("--build-dense", action="store_true", help="build MiniLM dense and hybrid indexes when missing")
+    ap.add_argument("--name", default="retrieval_load", help="results file name under benchmarks/results/")
+    ap.add_argument("--passage-vectors", type=Path, help="--build-dense: precomputed MiniLM passage vectors (.npy)")
     ap.add_argument("--index", type=Path, action="append", help="index directories (default: see module doc)")
     ap.add_argument(
         "--query-cache", type=int, default=0, help="server's query-embedding cache; 0: repeated questions re-encoded"
     )
     args = ap.parse_args()
 
-    indexes, questions = default_indexes()
+    indexes, questions = default_indexes(args.build_dense, args.passage_vectors)
     indexes = args.index or indexes
     rows = []
     for index in indexes:
@@ -156,7 +193,7 @@ def main() -> None:
             with httpx.Client(timeout=30) as http:  # warm-up: first requests page in the index
                 for q in questions[:20]:
                     http.post(f"{url}/retrieve", json={"queries": [q], "topk": args.topk})
-            load = run_load(url, questions, args.clients, args.requests, args.topk)
+            load = run_load(url, questions, args.clients, args.requests, args.topk, args.client)
             server = httpx.get(f"{url}/stats", timeout=10).json()
         finally:
             proc.terminate()
@@ -168,6 +205,7 @@ def main() -> None:
 
     result = {
         "benchmark": "retrieval_load",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "what": f"{args.clients} concurrent clients x {args.requests} Search-R1 requests (1 query, topk "
         f"{args.topk}) against `searchrl serve` on 127.0.0.1",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -177,28 +215,31 @@ def main() -> None:
         "note": "clients, server and any other jobs share the same CPUs; see load_average_at_end",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    write_portable(RESULTS / "retrieval_load.json", json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / f"{args.name}.json", json.dumps(result, indent=2) + "\n")
     lines = [
-        "# Retrieval service under concurrent load",
+        f"# Retrieval service under concurrent load ({result['date']})",
         "",
-        f"{args.clients} client threads x {args.requests} requests each (one query per request, topk={args.topk}, "
+        f"{args.clients} client threads ({args.client}) x {args.requests} requests each (one query per request, "
+        f"topk={args.topk}, "
         f"Search-R1 format) against `searchrl serve` on loopback; {os.cpu_count()} CPUs shared by clients and "
         f"server (load average at end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}).",
         "",
-        "| index | requests | errors | QPS | p50 ms | p90 ms | p99 ms | server p50/p99 ms | requests per batch |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| index | requests | errors | retried (503) | QPS | p50 ms | p90 ms | p99 ms | server p50/p99 ms "
+        "| requests per batch |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         s = r["server_stats"]
         lines.append(
             f"| {r['index']} ({r['kind']}, {r['passages']:,} passages) | {r['requests']} | {r['errors']} | "
+            f"{r['retried']} | "
             f"{r['qps']} | {r['latency_ms']['p50']} | {r['latency_ms']['p90']} | {r['latency_ms']['p99']} | "
             f"{s['latency_ms']['p50']} / {s['latency_ms']['p99']} | {s['batching']['mean_requests_per_batch']} |"
         )
     lines += ["", "Client latency includes the HTTP round trip; server latency is measured inside the handler. "
               f"Dense query-embedding cache: {args.query_cache} entries (questions cycle through the dev set, so a "
               "cache would answer most of them from memory)."]  # fmt: skip
-    write_portable(RESULTS / "retrieval_load.md", "\n".join(lines) + "\n")
+    write_portable(RESULTS / f"{args.name}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -40,12 +40,17 @@ def fuzz_app(request, tiny_corpus: Path, tiny_bm25: Path, make_hashing_encoder, 
     return create_app(retriever, max_queries=16, max_query_chars=500, max_topk=20)
 
 
-def _fuzz(operation, mode: GenerationMode) -> list[int]:
-    """Run schemathesis cases for one operation; every response must be below 500. Returns the status codes."""
+def _fuzz(operation, mode: GenerationMode, *, derandomize: bool = False) -> list[int]:
+    """Run schemathesis cases for one operation; every response must be below 500. Returns the status codes.
+
+    ``derandomize``: the same cases on every run (hypothesis seeds from the test itself), for tests that must not
+    depend on the luck of the draw.
+    """
     statuses: list[int] = []
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+              derandomize=derandomize)  # fmt: skip
     def fuzz(case) -> None:
         response = case.call()
         statuses.append(response.status_code)
@@ -75,7 +80,10 @@ def test_no_server_errors_from_schema_fuzzing(fuzz_app, mode: GenerationMode) ->
 
 
 def test_fuzzing_finds_a_planted_server_error(tiny_bm25: Path) -> None:
-    """The check above can fail: a retriever that crashes on some valid inputs is caught."""
+    """The check above can fail: a retriever that crashes on some valid inputs is caught.
+
+    Derandomised: a random search once missed the planted error; the fixed cases always reach topk >= 4.
+    """
     bm25 = load_index(tiny_bm25)
 
     class Fragile:
@@ -87,4 +95,4 @@ def test_fuzzing_finds_a_planted_server_error(tiny_bm25: Path) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(Fragile(), max_topk=20))
     operation = schema.find_operation_by_label("POST /retrieve")
     with pytest.raises(FailureGroup, match="Server error"):
-        _fuzz(operation, GenerationMode.POSITIVE)
+        _fuzz(operation, GenerationMode.POSITIVE, derandomize=True)

@@ -201,13 +201,14 @@ class PassageStore:
     def build(cls, passages: Iterable[Passage], directory: str | Path) -> PassageStore:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        offsets = [0]
+        # A packed int64 array, not a list of Python ints: 21M offsets take 168 MB, not ~800 MB.
+        offsets = array("q", [0])
         with (directory / "passages.jsonl").open("wb") as f:
             for p in passages:
-                line = json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n"
-                f.write(line.encode("utf-8"))
-                offsets.append(offsets[-1] + len(line.encode("utf-8")))
-        np.save(directory / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+                line = (json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n").encode()
+                f.write(line)
+                offsets.append(offsets[-1] + len(line))
+        np.save(directory / "offsets.npy", np.frombuffer(offsets, dtype=np.int64))
         return cls(directory)
 
     def __len__(self) -> int:

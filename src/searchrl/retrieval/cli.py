@@ -21,12 +21,6 @@ class Kind(StrEnum):
     hybrid = "hybrid"
 
 
-class FaissKind(StrEnum):
-    flat = "flat"
-    ivf = "ivf"
-    hnsw = "hnsw"
-
-
 @app.command("build")
 def build(
     corpus: Path = typer.Option(..., help="passage file: JSONL {id, contents} / {id, title, text} / KILT, or parquet"),
@@ -34,7 +28,13 @@ def build(
     out: Path = typer.Option(..., help="index directory to create"),
     encoder: str = typer.Option("minilm-l6-v2", help="dense encoder: alias, local directory or HF id"),
     batch_size: int = typer.Option(64, help="dense: passages per encoder batch"),
-    faiss: FaissKind = typer.Option(FaissKind.flat, help="dense: exact inner product (flat), ivf or hnsw"),
+    faiss: str = typer.Option(
+        "flat",
+        help="dense: flat (exact inner product), ivf, hnsw, or a faiss index_factory string such as "
+        "'OPQ64,IVF4096,PQ64' (compressed, with exact re-ranking of the top --candidates)",
+    ),
+    nprobe: int = typer.Option(16, help="dense ivf / factory IVF: inverted lists probed per query"),
+    candidates: int = typer.Option(100, help="dense factory index: passages per query re-ranked exactly"),
     stemmer: str = typer.Option("english", help="bm25: PyStemmer language, or 'none'"),
     stopwords: str = typer.Option("en", help="bm25: stopword list, or 'none'"),
     query_encoder: str = typer.Option(
@@ -47,6 +47,8 @@ def build(
     """Build an index directory from a corpus file (shows a progress bar).
 
     Example: searchrl index build --corpus corpus.jsonl --kind bm25 --out indexes/bm25
+
+    Compressed: searchrl index build --corpus corpus.jsonl --kind dense --faiss "IVF1024,PQ32" --out indexes/pq
     """
     from searchrl.retrieval.index import build_index
 
@@ -55,7 +57,8 @@ def build(
 
         check_encoder(encoder)
     path = build_index(
-        corpus, kind.value, out, encoder=encoder, batch_size=batch_size, faiss=faiss.value,
+        corpus, kind.value, out, encoder=encoder, batch_size=batch_size, faiss=faiss, nprobe=nprobe,
+        candidates=candidates,
         stemmer=None if stemmer.lower() == "none" else stemmer,
         stopwords=None if stopwords.lower() == "none" else stopwords,
         query_encoder=query_encoder, overwrite=force,
@@ -63,6 +66,33 @@ def build(
     manifest = json.loads((path / "manifest.json").read_text())
     print(f"built {kind.value} index of {manifest['counts']['passages']:,} passages in "
           f"{manifest['build_seconds']} s -> {path}")  # the result: stdout  # fmt: skip
+
+
+@app.command("convert")
+def convert(
+    flat: Path = typer.Option(..., help="faiss IndexFlatIP file, e.g. Search-R1's e5_Flat.index"),
+    corpus: Path = typer.Option(..., help="the passage file the Flat index was built from (same order)"),
+    out: Path = typer.Option(..., help="index directory to create"),
+    encoder: str = typer.Option("intfloat/e5-base-v2", help="the encoder that produced the Flat file's vectors"),
+    faiss: str = typer.Option(None, help="faiss index_factory string; default OPQ{m},IVF{~4 sqrt N},PQ{m}"),
+    nprobe: int = typer.Option(64, help="inverted lists probed per query"),
+    candidates: int = typer.Option(100, help="passages per query re-ranked exactly with their fp16 vectors"),
+    force: bool = typer.Option(False, "--force", help="replace an existing index in --out"),
+) -> None:
+    """Convert a Search-R1 / FlashRAG faiss Flat index into a compressed dense index, streaming its vectors.
+
+    Example: searchrl index convert --flat e5_Flat.index --corpus wiki-18.jsonl --out indexes/wiki-pq
+    """
+    from searchrl.retrieval.convert import convert_flat_index
+    from searchrl.utils import console
+
+    path = convert_flat_index(flat, corpus, out, encoder=encoder, faiss=faiss, nprobe=nprobe, candidates=candidates,
+                              overwrite=force)  # fmt: skip
+    manifest = json.loads((path / "manifest.json").read_text())
+    console.print(
+        f"[green]converted[/green] {manifest['counts']['passages']:,} passages to "
+        f"'{manifest['options']['dense']['faiss']}' in {manifest['build_seconds']} s -> {path}"
+    )
 
 
 @app.command("info")

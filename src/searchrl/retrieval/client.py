@@ -2,7 +2,9 @@
 
 - several endpoints: each call starts at the next endpoint (round-robin) and fails over to the others;
 - a failed round (connection error, timeout, 5xx or 429 from every endpoint) is retried after an exponential
-  backoff (``backoff_s * 2**round``), ``retries`` times; 4xx answers are the caller's mistake and are not retried;
+  backoff (``backoff_s * 2**round``, plus up to 25% random jitter so many clients do not retry in lockstep), or
+  after the server's ``Retry-After`` when it asks for longer (429/503 from an overloaded ``searchrl serve``; capped
+  at ``max_retry_after_s``), ``retries`` times; 4xx answers are the caller's mistake and are not retried;
 - an in-process LRU cache keyed by (query, k, endpoint set): rollouts repeat queries a lot, and a cached answer
   costs no round trip; only the uncached queries of a batch are sent.
 
@@ -12,7 +14,9 @@ Works against ``searchrl serve`` and against Search-R1's own retrieval server.
 from __future__ import annotations
 
 import itertools
+import random
 import time
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,6 +68,7 @@ class RemoteRetriever:
         timeout_s: float = 10.0,
         retries: int = 3,
         backoff_s: float = 0.2,
+        max_retry_after_s: float = 30.0,
         cache_size: int = 10_000,
         max_queries_per_request: int = 1024,
         client: httpx.Client | None = None,
@@ -75,6 +80,8 @@ class RemoteRetriever:
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        self.retried = 0
         self.max_queries_per_request = max_queries_per_request
         self.cache = LRUCache(cache_size)
         self.requests = 0
@@ -106,9 +113,13 @@ class RemoteRetriever:
         n = len(self.urls)
         first = next(self._next) % n
         last_error = ""
+        retry_after = 0.0
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                self.retried += 1
+                backoff = self.backoff_s * 2 ** (attempt - 1) * (1.0 + 0.25 * random.random())
+                time.sleep(max(backoff, retry_after))
+                retry_after = 0.0
             for j in range(n):
                 url = self.urls[(first + j) % n]
                 if j:
@@ -121,6 +132,7 @@ class RemoteRetriever:
                 self.requests += 1
                 if resp.status_code >= 500 or resp.status_code == 429:
                     last_error = f"{url}: HTTP {resp.status_code}"
+                    retry_after = max(retry_after, min(_retry_after_s(resp), self.max_retry_after_s))
                     continue
                 if resp.status_code >= 400:
                     raise ValueError(f"retrieval server {url} rejected the request (HTTP {resp.status_code}): "
@@ -151,6 +163,21 @@ class RemoteRetriever:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _retry_after_s(resp: httpx.Response) -> float:
+    """The ``Retry-After`` header in seconds (a number or an HTTP date); 0 when absent or unreadable."""
+    value = resp.headers.get("retry-after", "").strip()
+    if not value:
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _detail(resp: httpx.Response) -> str:

@@ -14,15 +14,17 @@ Embeddings are L2-normalised (so inner product = cosine), except for DPR-style e
 product. All of it can be overridden at build time and is recorded in the index manifest, so queries are always
 encoded the way the passages were.
 
-Index types: exact inner product (``flat``, the default, what Search-R1 ships), ``ivf`` (inverted lists) and
-``hnsw`` (graph). Index files are opened memory-mapped, so a large index starts without reading its vectors.
+Index types: exact inner product (``flat``, the default, what Search-R1 ships), ``ivf`` (inverted lists), ``hnsw``
+(graph), or any faiss ``index_factory`` string such as ``OPQ64,IVF4096,PQ64``: a compressed index whose top
+``candidates`` are re-ranked exactly with fp16 vectors read from disk (``searchrl.retrieval.compressed``). Index
+files are opened memory-mapped, so a large index starts without reading its vectors.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,8 @@ from searchrl.retrieval.local import LocalRetriever, Ranking
 FAISS_KINDS = ("flat", "ivf", "hnsw")
 #: how queries are encoded when serving: the exported ONNX graph (``onnx_encoder``) or sentence-transformers.
 QUERY_ENCODERS = ("onnx", "sentence-transformers")
+#: what a faiss index_factory string looks like (``IVF4096,PQ64``, ``OPQ64_256,IVF16384_HNSW32,PQ64x8``).
+FACTORY_RE = re.compile(r"[A-Za-z0-9_,.=\-]*[A-Z][A-Za-z0-9_,.=\-]*")
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 
 
@@ -78,10 +82,13 @@ class DenseOptions:
     query_prefix: str = ""
     passage_prefix: str = ""
     normalize: bool = True
+    #: flat, ivf, hnsw, or a faiss index_factory string (a compressed index with exact re-ranking).
     faiss: str = "flat"
-    #: IVF: number of inverted lists (None = about 4 * sqrt(N)) and lists probed per query.
+    #: IVF: number of inverted lists (None = about 4 * sqrt(N)) and lists probed per query (also for factory IVF).
     nlist: int | None = None
     nprobe: int = 16
+    #: factory indexes: passages per query re-ranked exactly with their full vectors.
+    candidates: int = 100
     #: HNSW: neighbours per node and search breadth.
     hnsw_m: int = 32
     ef_search: int = 128
@@ -91,8 +98,11 @@ class DenseOptions:
     query_encoder: str = "sentence-transformers"
 
     def __post_init__(self) -> None:
-        if self.faiss not in FAISS_KINDS:
-            raise ValueError(f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)}")
+        if self.faiss not in FAISS_KINDS and not FACTORY_RE.fullmatch(self.faiss):
+            raise ValueError(f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)} or a "
+                             "faiss index_factory string such as 'OPQ64,IVF4096,PQ64'")  # fmt: skip
+        if self.candidates < 1 or self.nprobe < 1:
+            raise ValueError(f"candidates and nprobe must be >= 1 (got {self.candidates}, {self.nprobe})")
         if self.query_encoder not in QUERY_ENCODERS:
             raise ValueError(f"unknown query encoder '{self.query_encoder}'; use one of {', '.join(QUERY_ENCODERS)}")
 
@@ -104,6 +114,11 @@ class DenseOptions:
         fields["normalize"] = profile.normalize
         fields.update({k: v for k, v in overrides.items() if v is not None})
         return cls(encoder=encoder, **fields)
+
+    @property
+    def compressed(self) -> bool:
+        """A faiss factory index with exact re-ranking (rather than flat / ivf / hnsw)."""
+        return self.faiss not in FAISS_KINDS
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -169,29 +184,53 @@ def build_dense(
     encoder: Encoder | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
-    """Encode ``n`` passage texts (store order) and write ``index.faiss`` in ``directory``. Returns counts."""
+    """Encode ``n`` passage texts (store order) and write ``index.faiss`` in ``directory``. Returns counts.
+
+    A compressed (factory) index streams the embeddings to disk as they come, so RAM does not grow with ``n``.
+    """
     enc = encoder or Encoder(options)
-    vectors = np.empty((n, enc.dimension), dtype=np.float32)  # (N, D)
-    row = 0
-    chunk: list[str] = []
-    # Encode in chunks of a few batches so progress moves and memory stays bounded by the output array.
-    for text in texts:
-        chunk.append(text)
-        if len(chunk) == batch_size * 8:
-            vectors[row : row + len(chunk)] = enc.encode(chunk, is_query=False, batch_size=batch_size)
-            row += len(chunk)
+
+    def chunks() -> Iterator[np.ndarray]:
+        # Encode in chunks of a few batches so progress moves and memory stays bounded.
+        chunk: list[str] = []
+        for text in texts:
+            chunk.append(text)
+            if len(chunk) == batch_size * 8:
+                yield enc.encode(chunk, is_query=False, batch_size=batch_size)  # (C, D)
+                if on_progress is not None:
+                    on_progress(len(chunk))
+                chunk = []
+        if chunk:
+            yield enc.encode(chunk, is_query=False, batch_size=batch_size)
             if on_progress is not None:
                 on_progress(len(chunk))
-            chunk = []
-    if chunk:
-        vectors[row : row + len(chunk)] = enc.encode(chunk, is_query=False, batch_size=batch_size)
-        row += len(chunk)
-        if on_progress is not None:
-            on_progress(len(chunk))
+
+    if options.compressed:
+        write_vector_chunks(chunks(), n, enc.dimension, directory, options)
+        return {"passages": n, "dimension": enc.dimension}
+    vectors = np.empty((n, enc.dimension), dtype=np.float32)  # (N, D)
+    row = 0
+    for block in chunks():
+        if row + len(block) > n:
+            raise RuntimeError(f"expected {n} passages to encode, got more")
+        vectors[row : row + len(block)] = block
+        row += len(block)
     if row != n:
         raise RuntimeError(f"expected {n} passages to encode, got {row}")
     write_vectors(vectors, directory, options)
     return {"passages": n, "dimension": enc.dimension}
+
+
+def write_vector_chunks(
+    chunks: Iterable[np.ndarray], n: int, d: int, directory: str | Path, options: DenseOptions
+) -> dict[str, Any]:
+    """Compressed index from streamed (rows, D) chunks: ``vectors.f16.npy`` first, then ``index.faiss`` from it."""
+    from searchrl.retrieval.compressed import VECTORS_FILE, build_compressed, write_vector_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_vector_file(chunks, n, d, directory / VECTORS_FILE)
+    return build_compressed(directory / VECTORS_FILE, directory / "index.faiss", options.faiss)
 
 
 def write_vectors(vectors: np.ndarray, directory: str | Path, options: DenseOptions) -> Path:
@@ -199,6 +238,13 @@ def write_vectors(vectors: np.ndarray, directory: str | Path, options: DenseOpti
     import faiss
 
     directory = Path(directory)
+    if options.compressed:
+        from searchrl.retrieval.compressed import chunk_rows
+
+        step = chunk_rows(vectors.shape[1])
+        chunks = (vectors[i : i + step] for i in range(0, len(vectors), step))
+        write_vector_chunks(chunks, len(vectors), vectors.shape[1], directory, options)
+        return directory / "index.faiss"
     directory.mkdir(parents=True, exist_ok=True)
     index = make_faiss_index(np.ascontiguousarray(vectors, dtype=np.float32), options)
     path = directory / "index.faiss"
@@ -207,8 +253,16 @@ def write_vectors(vectors: np.ndarray, directory: str | Path, options: DenseOpti
 
 
 def read_faiss_index(path: str | Path, options: DenseOptions) -> Any:
-    """Open an index file memory-mapped: flat codes (flat, HNSW storage) or inverted lists (IVF) stay on disk."""
+    """Open an index file memory-mapped: flat codes (flat, HNSW storage) or inverted lists (IVF) stay on disk.
+
+    A compressed (factory) index comes back wrapped with its exact re-ranking (``RerankedIndex``).
+    """
     import faiss
+
+    if options.compressed:
+        from searchrl.retrieval.compressed import RerankedIndex
+
+        return RerankedIndex.open(Path(path).parent, nprobe=options.nprobe, candidates=options.candidates)
 
     flag = faiss.IO_FLAG_MMAP if options.faiss == "ivf" else faiss.IO_FLAG_MMAP_IFC
     index = faiss.read_index(str(path), flag | faiss.IO_FLAG_READ_ONLY)

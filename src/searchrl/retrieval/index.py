@@ -6,6 +6,7 @@ An index directory describes itself::
     passages/          PassageStore (passages.jsonl + offsets.npy), read lazily through a memory map
     bm25/              bm25s arrays (.npy, loaded with mmap)          -- kind bm25 or hybrid
     dense/index.faiss  faiss inner-product index (opened memory-mapped) -- kind dense or hybrid
+    dense/vectors.f16.npy  fp16 passage vectors for exact re-ranking   -- compressed (faiss factory) dense indexes
 
 The manifest is written last and the directory is built under a temporary name then renamed, so a directory with a
 manifest is always complete. Loading against a corpus file checks its fingerprint, so an index is never silently
@@ -58,9 +59,10 @@ def build_index(
     stopwords: str | None = "en",
     k1: float = 0.9,
     b: float = 0.4,
-    faiss: Literal["flat", "ivf", "hnsw"] = "flat",
+    faiss: str = "flat",
     nlist: int | None = None,
     nprobe: int = 16,
+    candidates: int = 100,
     hnsw_m: int = 32,
     ef_search: int = 128,
     query_prefix: str | None = None,
@@ -69,15 +71,20 @@ def build_index(
     max_length: int | None = None,
     vectors: Any = None,
     query_encoder: Literal["onnx", "sentence-transformers"] | None = None,
+    vectors_source: str | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Build a ``kind`` index of ``corpus`` in the directory ``out`` and return ``out``.
 
     BM25 options: ``stemmer`` (PyStemmer language or None), ``stopwords`` (bm25s list name or None), ``k1``, ``b``.
-    Dense options: ``encoder`` (alias, directory or HF id), ``batch_size``, ``faiss`` index type and its parameters;
+    Dense options: ``encoder`` (alias, directory or HF id), ``batch_size``, ``faiss`` index type (flat, ivf, hnsw,
+    or a faiss index_factory string such as ``OPQ64,IVF4096,PQ64`` for a compressed index whose top ``candidates``
+    are re-ranked exactly; see ``searchrl.retrieval.compressed``) and its parameters;
     ``query_prefix`` / ``passage_prefix`` / ``normalize`` override what is inferred from the encoder's name.
     ``vectors``: precomputed passage embeddings (N, D) in corpus order, used instead of encoding; the manifest
-    records ``"precomputed_vectors": true`` (benchmarks use this for synthetic indexes).
+    records ``"precomputed_vectors": true`` (benchmarks use this for synthetic indexes). For a compressed index it
+    may also be a ``compressed.RowFile`` (vectors in a file, streamed in chunks); ``vectors_source`` says in the
+    manifest where the vectors came from (``searchrl index convert`` records the faiss Flat file).
     ``query_encoder``: ``"onnx"`` exports the encoder to ``dense/query_encoder/`` for fast, torch-free serving
     (see ``searchrl.retrieval.onnx_encoder``); ``"sentence-transformers"`` serves with the reference path. Default:
     ONNX when the passages are encoded here and the encoder can be exported, else sentence-transformers.
@@ -102,7 +109,8 @@ def build_index(
     if kind != "bm25":
         dense_opts = DenseOptions.for_encoder(
             encoder, query_prefix=query_prefix, passage_prefix=passage_prefix, normalize=normalize,
-            faiss=faiss, nlist=nlist, nprobe=nprobe, hnsw_m=hnsw_m, ef_search=ef_search, max_length=max_length,
+            faiss=faiss, nlist=nlist, nprobe=nprobe, candidates=candidates, hnsw_m=hnsw_m, ef_search=ef_search,
+            max_length=max_length,
         )  # fmt: skip
 
     staging = out.with_name(f".{out.name}.partial")
@@ -150,6 +158,7 @@ def build_index(
         "encoder": dense_opts.encoder if dense_opts else None,
         "dimension": dimension,
         "precomputed_vectors": vectors is not None and dense_opts is not None,
+        "vectors_source": vectors_source,
         "options": {
             "bm25": bm25_opts.to_dict() if bm25_opts else None,
             "dense": dense_opts.to_dict() if dense_opts else None,
@@ -173,12 +182,22 @@ def _build_dense_part(
     """Write ``index.faiss`` (and the exported query encoder); returns the dimension and the final options."""
     import numpy as np
 
-    from searchrl.retrieval.dense import Encoder, build_dense, write_vectors
+    from searchrl.retrieval.dense import Encoder, build_dense, write_vector_chunks, write_vectors
 
     n = len(store)
     encoder = None
-    if vectors is not None:
-        vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors is not None and hasattr(vectors, "chunks"):  # a RowFile: streamed, never loaded whole
+        if not options.compressed:
+            raise ValueError("vectors from a file need a compressed index; pass a faiss factory string, e.g. "
+                             "faiss='OPQ64,IVF4096,PQ64'")  # fmt: skip
+        if len(vectors.shape) != 2 or vectors.shape[0] != n:
+            raise ValueError(f"the vector file holds {vectors.shape[0]} vectors but the corpus has {n} passages; "
+                             "give the corpus the index was built from")  # fmt: skip
+        write_vector_chunks(vectors.chunks(), n, vectors.shape[1], directory, options)
+        dimension = int(vectors.shape[1])
+    elif vectors is not None:
+        if not options.compressed:  # a compressed build streams the (possibly memory-mapped) array in chunks
+            vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != n:
             raise ValueError(f"vectors must be (N={n}, D); got shape {vectors.shape}")
         write_vectors(vectors, directory, options)
@@ -285,7 +304,7 @@ def load_index(
     if corpus is not None:
         check_corpus(manifest, corpus, directory)
     kind = manifest["kind"]
-    if manifest.get("precomputed_vectors"):
+    if manifest.get("precomputed_vectors") and not manifest.get("vectors_source"):
         console.log(f"note: {directory} holds precomputed passage vectors (not produced by {manifest['encoder']})")
     store = PassageStore(directory / "passages")
     sparse = dense = None

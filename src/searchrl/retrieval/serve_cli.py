@@ -34,6 +34,10 @@ def serve(
         None, help="dense query encoding: onnx | sentence-transformers (default: what the index manifest says)"
     ),
     query_cache: int = typer.Option(10_000, help="query embeddings kept in an LRU cache (0: none)"),
+    max_pending: int = typer.Option(
+        16_384, help="queries that may wait for a batch; beyond, requests get 503 with Retry-After"
+    ),
+    max_queue_wait: float = typer.Option(30.0, help="seconds a request may wait for its batch before a 503"),
     access_log: bool = typer.Option(False, "--access-log", help="log every request"),
 ) -> None:
     """Serve an index over HTTP: POST /retrieve (Search-R1 format), GET /health, GET /stats, /docs.
@@ -54,8 +58,9 @@ def serve(
     if hasattr(dense, "query_cache"):
         dense.query_cache.maxsize = query_cache
     app = create_app(
-        retriever, default_topk=topk, max_topk=max_topk, max_queries=max_queries, max_query_chars=max_query_chars
-    )
+        retriever, default_topk=topk, max_topk=max_topk, max_queries=max_queries, max_query_chars=max_query_chars,
+        max_pending_queries=max_pending, max_queue_wait_s=max_queue_wait,
+    )  # fmt: skip
     manifest = retriever.manifest
     encoder = f" (queries: {type(dense.encoder).__name__})" if hasattr(dense, "encoder") else ""
     console.print(

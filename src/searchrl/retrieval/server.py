@@ -12,11 +12,17 @@ With ``"return_scores": false`` (the default, as in Search-R1) each inner list h
 Concurrency: requests that arrive together are merged by a ``MicroBatcher`` into one ``search`` call (one encoder
 forward pass and one faiss search for a dense index), which runs in a worker thread so the event loop keeps
 answering. A lone client is served at once, with no batching delay.
+
+Backpressure: the queue of waiting queries is bounded (``max_pending_queries``) and so is the time a request may
+wait for its batch to start (``max_queue_wait_s``). Beyond either, the request is answered at once with
+``503 Service Unavailable`` and a ``Retry-After`` header (seconds, estimated from the recent service rate) instead
+of piling up until clients time out; ``RemoteRetriever`` waits that long and retries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,6 +47,15 @@ class _Job:
     queries: list[str]
     k: int
     future: asyncio.Future = field(repr=False)
+    started: bool = False
+
+
+class Overloaded(Exception):
+    """The service is saturated: the request was not queued (or waited too long); retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class MicroBatcher:
@@ -55,10 +70,23 @@ class MicroBatcher:
     clients that answer a batch together are gathered again.
     """
 
-    def __init__(self, search_fn: SearchFn, *, max_batch_queries: int = 256, max_wait_ms: float = 2.0) -> None:
+    def __init__(
+        self,
+        search_fn: SearchFn,
+        *,
+        max_batch_queries: int = 256,
+        max_wait_ms: float = 2.0,
+        max_pending_queries: int = 16_384,
+        max_queue_wait_s: float = 30.0,
+    ) -> None:
         self.search_fn = search_fn
         self.max_batch_queries = max_batch_queries
         self.max_wait_s = max_wait_ms / 1000.0
+        self.max_pending_queries = max_pending_queries
+        self.max_queue_wait_s = max_queue_wait_s
+        self.pending_queries = 0  # queued, not yet taken into a batch
+        self.overloaded = 0
+        self._rate = 0.0  # queries per second of recent batches (moving average)
         self.batches = 0
         self.batched_requests = 0
         self.batched_queries = 0
@@ -78,11 +106,35 @@ class MicroBatcher:
         assert self._queue is not None
         return self._queue
 
+    def retry_after_s(self) -> int:
+        """Whole seconds until the queue has likely drained at the recent service rate (1 to 30)."""
+        drain = self.pending_queries / self._rate if self._rate > 0 else 1.0
+        return int(min(30, max(1, math.ceil(drain))))
+
     async def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        """Results for ``queries``; raises ``Overloaded`` when the queue is full or the wait for a batch too long."""
         queue = self._ensure_worker()
+        if self.pending_queries and self.pending_queries + len(queries) > self.max_pending_queries:
+            self.overloaded += 1
+            raise Overloaded(f"{self.pending_queries} queries are already waiting (limit {self.max_pending_queries})",
+                             self.retry_after_s())  # fmt: skip
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        queue.put_nowait(_Job(list(queries), k, future))
-        return await future
+        job = _Job(list(queries), k, future)
+        self.pending_queries += len(job.queries)
+        queue.put_nowait(job)
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.max_queue_wait_s)
+        except TimeoutError:
+            if job.started:  # its batch is running: the answer is coming
+                return await future
+            future.cancel()  # the worker skips it
+            self.overloaded += 1
+            waited = f"waited {self.max_queue_wait_s:g} s for a batch to start"
+            raise Overloaded(waited, self.retry_after_s()) from None
+        except asyncio.CancelledError:  # the client went away: drop its job too
+            future.cancel()
+            raise
+        return future.result()
 
     async def _collect(self, queue: asyncio.Queue[_Job]) -> list[_Job]:
         jobs = [await queue.get()]
@@ -109,17 +161,24 @@ class MicroBatcher:
     async def _run(self, queue: asyncio.Queue[_Job]) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            jobs = [j for j in await self._collect(queue) if not j.future.done()]  # done = client went away
+            collected = await self._collect(queue)
+            self.pending_queries -= sum(len(j.queries) for j in collected)
+            jobs = [j for j in collected if not j.future.done()]  # done = client went away, or gave up waiting
             if not jobs:
                 continue
+            for j in jobs:
+                j.started = True
             queries = [q for j in jobs for q in j.queries]
             k = max(j.k for j in jobs)
             self._last_requests = len(jobs)
             self.batches += 1
             self.batched_requests += len(jobs)
             self.batched_queries += len(queries)
+            t0 = loop.time()
             try:
                 results = await loop.run_in_executor(None, self.search_fn, queries, k)
+                rate = len(queries) / max(loop.time() - t0, 1e-6)
+                self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
                 if len(results) != len(queries):
                     raise RuntimeError(f"retriever returned {len(results)} result lists for {len(queries)} queries")
             except Exception as err:  # noqa: BLE001 - the error belongs to the requests, not to the worker
@@ -148,6 +207,8 @@ class MicroBatcher:
             "mean_requests_per_batch": round(self.batched_requests / self.batches, 3) if self.batches else 0.0,
             "mean_queries_per_batch": round(self.batched_queries / self.batches, 3) if self.batches else 0.0,
             "waits": self.waits,
+            "pending_queries": self.pending_queries,
+            "overloaded": self.overloaded,
         }
 
 
@@ -221,15 +282,20 @@ def create_app(
     default_topk: int = 3,
     max_batch_queries: int = 256,
     max_wait_ms: float = 2.0,
+    max_pending_queries: int = 16_384,
+    max_queue_wait_s: float = 30.0,
 ) -> FastAPI:
     """A FastAPI app serving ``retriever``. Limits bound one request: number of queries, characters per query, topk.
 
     Search-R1 sends every active rollout's query in one request, so ``max_queries`` is generous by default.
+    Overload (more than ``max_pending_queries`` waiting, or a wait over ``max_queue_wait_s``) is answered with 503
+    and ``Retry-After``.
     """
     if not 1 <= default_topk <= max_topk:
         raise ValueError(f"default_topk must be in [1, max_topk={max_topk}] (got {default_topk})")
     stats = ServiceStats()
-    batcher = MicroBatcher(retriever.search, max_batch_queries=max_batch_queries, max_wait_ms=max_wait_ms)
+    batcher = MicroBatcher(retriever.search, max_batch_queries=max_batch_queries, max_wait_ms=max_wait_ms,
+                           max_pending_queries=max_pending_queries, max_queue_wait_s=max_queue_wait_s)  # fmt: skip
     manifest = getattr(retriever, "manifest", {}) or {}
 
     async def lifespan(app: FastAPI):
@@ -289,6 +355,10 @@ def create_app(
             raise BadRequest(f"topk must be between 1 and {max_topk} (got {topk})")
         try:
             results = await batcher.search(body.queries, topk)
+        except Overloaded as err:
+            detail = f"retrieval service overloaded ({err}); retry after {err.retry_after_s} s"
+            return JSONResponse(status_code=503, content={"detail": detail},
+                                headers={"Retry-After": str(err.retry_after_s)})  # fmt: skip
         except Exception as err:  # noqa: BLE001 - reported to the client; the service keeps running
             stats.errors += 1
             return JSONResponse(status_code=500, content={"detail": f"search failed: {type(err).__name__}: {err}"})

@@ -1,0 +1,76 @@
+"""Extrapolation and Markdown report for ``benchmarks/retrieval_scale.py`` (kept apart to keep both files short)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def extrapolate(runs: list[dict], n: int = 21_000_000) -> dict:
+    """Linear in N through the measured runs (one run: proportional beyond a fixed part, taken as the 0-N RSS)."""
+    runs = sorted(runs, key=lambda r: r["passages"])
+    xs = np.array([r["passages"] for r in runs], dtype=float)
+    out = {}
+    for key in ("serve_rss_mb", "serve_peak_rss_mb"):
+        ys = np.array([r[key] for r in runs], dtype=float)
+        slope, icpt = np.polyfit(xs, ys, 1) if len(runs) > 1 else (ys[0] / xs[0], 0.0)
+        out[key.replace("_mb", "_gb")] = round((slope * n + icpt) / 1024, 2)
+    last = runs[-1]
+    per = {k: v / last["passages"] for k, v in last["disk_mb"].items()}
+    out["disk_gb"] = {k: round(v * n / 1024, 1) for k, v in per.items()} | {
+        "total": round(sum(per.values()) * n / 1024, 1)
+    }
+    # The compressed index alone (what must stay in RAM for fast search): codes + ids in the inverted lists.
+    out["index_faiss_gb"] = out["disk_gb"].get("index.faiss")
+    return out
+
+
+def report(result: dict) -> str:
+    """The results as Markdown: what was measured, per run, then the 21M extrapolation."""
+    m = result["machine"]
+    lines = [
+        f"# Compressed dense retrieval at scale ({result['date']})",
+        "",
+        f"Machine: {m['cpus']} CPU cores shared with other jobs (load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in m['load_average_at_end'])}), fp32 matmul {m['fp32_matmul_gflops']} GFLOP/s "
+        f"(numpy, 2048^2, measured at the end), Python {m['python']}, {m['platform']}.",
+        "",
+        f"Vectors: {result['vectors']} (see the module docstring of `benchmarks/retrieval_scale.py`). Recall is "
+        "against exact inner-product search over the same fp16 vectors.",
+        "",
+        "| passages | factory | nprobe / candidates | recall@3 | recall@10 | build s (peak RSS MB) | first answer s "
+        "| serving RSS MB (peak) | 1 client p50 ms | q/s 1 client | q/s 8 clients |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["runs"]:
+        lines.append(
+            f"| {r['passages']:,} | `{r['factory']}` | {r['nprobe']} / {r['candidates']} | "
+            f"{r['recall_at_3_vs_exact']} | {r['recall_at_10_vs_exact']} | {r['build_s']} ({r['build_peak_rss_mb']}) "
+            f"| {r['first_answer_s']} | {r['serve_rss_mb']} ({r['serve_peak_rss_mb']}) | {r['p50_1_ms']} | "
+            f"{r['qps_1']} | {r['qps_8']} |"
+        )
+    lines += ["", "Served over HTTP on 127.0.0.1 with query embeddings cached (every question asked once "
+              "first); first answer = from starting the server process to the first /retrieve answer (cold "
+              "encoder).", ""]  # fmt: skip
+    for r in result["runs"]:
+        lines += [f"## {r['passages']:,} passages", "", f"Disk (MB): {r['disk_mb']}. RSS detail (MB): "
+                  f"{r['serve_rss_detail_mb']}.", "", "In-process sweep (one query per call):", "",
+                  "| nprobe | candidates | ms/query | recall@3 | recall@10 |", "|---|---|---|---|---|"]  # fmt: skip
+        for w in r["sweep_inprocess_1_query_per_call"]:
+            cells = [w["nprobe"], w["candidates"], w["ms_per_query"], w["recall_at_3"], w["recall_at_10"]]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        if "convert" in r:
+            c = r["convert"]
+            lines += ["", f"`searchrl index convert` of a {c['flat_file_mb']:,} MB faiss Flat file of these vectors: "
+                      f"{c['convert_s']} s, peak RSS {c['convert_peak_rss_mb']} MB "
+                      f"({100 * c['convert_peak_rss_fraction_of_flat']:.1f}% of the file), recall@3 "
+                      f"{c['convert_recall_at_3_vs_flat']} and recall@10 {c['convert_recall_at_10_vs_flat']} of the "
+                      "Flat file's own exact answers."]  # fmt: skip
+        lines.append("")
+    e = result["extrapolated_21m"]
+    lines += ["## Extrapolated to 21M passages", "",
+              f"Serving RSS {e['serve_rss_gb']} GB (peak {e['serve_peak_rss_gb']} GB), linear in N through the "
+              f"runs above; disk {e['disk_gb']} GB (proportional to N). Memory-mapped files count in RSS only for "
+              "the pages "
+              "searches touch, so RSS grows with the traffic's spread over the index, up to the size of "
+              f"`index.faiss` ({e['index_faiss_gb']} GB at 21M) plus what the run above held.", ""]  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,242 @@
+"""Compressed dense indexes: a faiss ``index_factory`` index proposes candidates, exact inner products re-rank them.
+
+A Wikipedia-scale flat index (21M passages x 768-d float32 = 64 GB) does not fit a single machine's RAM. A
+compressed index (IVF-PQ, OPQ+IVF-PQ, ... any faiss factory string) keeps a few dozen bytes per passage; its
+approximate scores pick the top ``candidates`` passages of each query, which are then re-scored exactly with their
+full vectors, so the final order is the exact inner-product order of those candidates. On disk (``dense/``)::
+
+    index.faiss        the compressed index; inverted lists are opened memory-mapped
+    vectors.f16.npy    (N, D) float16 passage vectors (a plain .npy file); only the candidates' rows are read
+
+Building streams: vectors go to ``vectors.f16.npy`` in chunks, k-means and PQ are trained on a sample of rows,
+and vectors are added to the index chunk by chunk, so RAM is bounded by the sample and one chunk, never by N.
+Every read of the vector file goes through a short-lived memory map of one window of rows, so the pages read
+are released with it and the process's resident memory stays small even for files larger than RAM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VECTORS_FILE = "vectors.f16.npy"
+#: values per streamed chunk: 16M float32 = 64 MB (21,845 rows of 768-d).
+CHUNK_VALUES = 1 << 24
+
+
+def chunk_rows(d: int) -> int:
+    return max(1, CHUNK_VALUES // d)
+
+
+def faiss_error(factory: str, err: Exception) -> ValueError:
+    return ValueError(f"faiss cannot build '{factory}' ({str(err).strip().splitlines()[-1][:160]}); give a faiss "
+                      "index_factory string such as 'IVF1024,PQ64' or 'OPQ64,IVF4096,PQ64' (PQ's M must divide "
+                      "the dimension)")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- vector files
+class VectorWriter:
+    """Write an (N, D) float16 ``.npy`` file from row chunks, without holding the array."""
+
+    def __init__(self, path: str | Path, n: int, d: int) -> None:
+        self.path, self.n, self.d, self.rows = Path(path), n, d, 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = self.path.open("wb")
+        header = {"descr": "<f2", "fortran_order": False, "shape": (n, d)}
+        np.lib.format.write_array_header_1_0(self._f, header)
+
+    def write(self, chunk: np.ndarray) -> None:
+        chunk = np.asarray(chunk)
+        if chunk.ndim != 2 or chunk.shape[1] != self.d:
+            raise ValueError(f"vector chunk has shape {chunk.shape}; expected (rows, {self.d})")
+        if self.rows + len(chunk) > self.n:
+            raise ValueError(f"more than the {self.n} announced vectors were written")
+        self._f.write(np.ascontiguousarray(chunk, dtype="<f2").tobytes())
+        self.rows += len(chunk)
+
+    def close(self) -> Path:
+        self._f.close()
+        if self.rows != self.n:
+            raise RuntimeError(f"{self.path}: expected {self.n} vectors, got {self.rows}")
+        return self.path
+
+    def __enter__(self) -> VectorWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self._f.close()
+
+
+class RowFile:
+    """A row-major matrix stored at ``offset`` in a file, read one window of rows at a time."""
+
+    def __init__(self, path: str | Path, offset: int, shape: tuple[int, int], dtype: str) -> None:
+        self.path, self.offset, self.shape, self.dtype = Path(path), offset, shape, np.dtype(dtype)
+        expected = offset + shape[0] * shape[1] * self.dtype.itemsize
+        if self.path.stat().st_size < expected:
+            raise ValueError(f"{self.path} is truncated: {self.path.stat().st_size} bytes, expected {expected}")
+
+    @classmethod
+    def npy(cls, path: str | Path) -> RowFile:
+        """A 2-d ``.npy`` file (such as ``vectors.f16.npy``)."""
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+            offset = f.tell()
+        if len(shape) != 2 or fortran:
+            raise ValueError(f"{path} is not a C-ordered (N, D) matrix; rebuild the index")
+        return cls(path, offset, (int(shape[0]), int(shape[1])), dtype.str)
+
+    def window(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` as float32 (a copy; the map is closed before returning)."""
+        mm = np.memmap(self.path, self.dtype, "r", self.offset + start * self.shape[1] * self.dtype.itemsize,
+                       (stop - start, self.shape[1]))  # fmt: skip
+        out = np.array(mm, dtype=np.float32)
+        del mm
+        return out
+
+    def chunks(self, rows: int | None = None) -> Iterator[np.ndarray]:
+        rows = rows or chunk_rows(self.shape[1])
+        for start in range(0, self.shape[0], rows):
+            yield self.window(start, min(start + rows, self.shape[0]))
+
+    def sample(self, size: int, seed: int = 0) -> np.ndarray:
+        """``size`` distinct random rows as (size, D) float32, read window by window."""
+        n = self.shape[0]
+        if size >= n:
+            return np.concatenate(list(self.chunks()))
+        picked = np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
+        out = np.empty((size, self.shape[1]), dtype=np.float32)
+        done, step = 0, chunk_rows(self.shape[1])
+        for start in range(0, n, step):
+            lo, hi = np.searchsorted(picked, [start, start + step])
+            if hi > lo:
+                out[done : done + hi - lo] = self.window(start, min(start + step, n))[picked[lo:hi] - start]
+                done += hi - lo
+        return out
+
+
+def write_vector_file(chunks: Iterable[np.ndarray], n: int, d: int, path: str | Path) -> Path:
+    """Stream ``chunks`` of (rows, D) vectors into an fp16 ``.npy`` file of N rows."""
+    with VectorWriter(path, n, d) as writer:
+        for chunk in chunks:
+            writer.write(chunk)
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------------------------------- build
+def make_factory_index(d: int, factory: str) -> Any:
+    """An untrained inner-product faiss index from a factory string; one-line error when faiss refuses it."""
+    import faiss
+
+    try:
+        return faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as err:
+        raise faiss_error(factory, err) from None
+
+
+def _ivf(index: Any) -> Any | None:
+    import faiss
+
+    try:
+        return faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return None
+
+
+def default_train_size(index: Any, n: int) -> int:
+    """Enough rows for k-means (64 per inverted list) and PQ codebooks (about 10,000), at most N."""
+    ivf = _ivf(index)
+    nlist = int(ivf.nlist) if ivf is not None else 0
+    return min(n, max(64 * nlist, 20_000))
+
+
+def build_compressed(
+    vectors_path: str | Path, out: str | Path, factory: str, *, train_size: int | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """Train ``factory`` on a sample of ``vectors_path``'s rows, add all rows in chunks, write ``out``.
+
+    Returns what it did: ``{"train_rows", "nlist", "code_bytes"}``.
+    """
+    import faiss
+
+    source = RowFile.npy(vectors_path)
+    n, d = source.shape
+    index = make_factory_index(d, factory)
+    ivf = _ivf(index)
+    if ivf is not None and n < ivf.nlist:
+        raise ValueError(f"'{factory}' asks for {ivf.nlist} inverted lists but there are only {n} passages; use "
+                         f"fewer lists, e.g. IVF{max(1, min(int(4 * np.sqrt(n)), n // 39))}")  # fmt: skip
+    size = train_size or default_train_size(index, n)
+    sample = source.sample(size, seed)
+    try:
+        index.train(sample)
+    except RuntimeError as err:
+        raise faiss_error(factory, err) from None
+    del sample
+    for chunk in source.chunks():
+        index.add(chunk)
+    faiss.write_index(index, str(out))
+    code_bytes = int(getattr(ivf, "code_size", 0)) if ivf is not None else 0
+    return {"train_rows": size, "nlist": int(ivf.nlist) if ivf is not None else 0, "code_bytes": code_bytes}
+
+
+# ---------------------------------------------------------------------------------------------------- search
+class RerankedIndex:
+    """Looks like a faiss index (``d``, ``ntotal``, ``search``): approximate candidates, exact re-ranking.
+
+    ``search(q, k)`` asks the compressed index for ``max(k, candidates)`` rows per query, reads those rows' fp16
+    vectors (one gather for the whole batch) and returns the top ``k`` by exact inner product.
+    """
+
+    def __init__(self, index: Any, vectors: np.ndarray, *, candidates: int = 100) -> None:
+        if vectors.shape != (index.ntotal, index.d):
+            raise ValueError(f"{VECTORS_FILE} holds {vectors.shape} vectors but the index has "
+                             f"({index.ntotal}, {index.d}); rebuild the index")  # fmt: skip
+        if candidates < 1:
+            raise ValueError(f"candidates must be >= 1 (got {candidates})")
+        self.index = index
+        self.vectors = vectors
+        self.candidates = candidates
+        self.d = int(index.d)
+        self.ntotal = int(index.ntotal)
+
+    @classmethod
+    def open(cls, directory: str | Path, *, nprobe: int, candidates: int) -> RerankedIndex:
+        """Open ``directory/index.faiss`` (inverted lists memory-mapped) and its ``vectors.f16.npy``."""
+        import faiss
+
+        directory = Path(directory)
+        if not (directory / VECTORS_FILE).is_file():
+            raise FileNotFoundError(f"{directory} has no {VECTORS_FILE} for exact re-ranking; rebuild the index")
+        index = faiss.read_index(str(directory / "index.faiss"), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+        if _ivf(index) is not None:
+            faiss.ParameterSpace().set_index_parameter(index, "nprobe", nprobe)
+        vectors = np.load(directory / VECTORS_FILE, mmap_mode="r")  # (N, D) float16
+        return cls(index, vectors, candidates=candidates)
+
+    def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, k) scores and rows, best first; rows -1 (score -inf) where fewer than k candidates were found."""
+        q = np.ascontiguousarray(q, dtype=np.float32)  # (Q, D)
+        pool = min(max(k, self.candidates), self.ntotal)
+        _, cand = self.index.search(q, pool)  # (Q, pool)
+        rows = np.unique(cand[cand >= 0])  # sorted: the gather reads the file front to back
+        vecs = np.asarray(self.vectors[rows], dtype=np.float32)  # (R, D)
+        scores_out = np.full((len(q), k), -np.inf, dtype=np.float32)
+        rows_out = np.full((len(q), k), -1, dtype=np.int64)
+        for i, c in enumerate(cand):
+            c = c[c >= 0]
+            if not len(c):
+                continue
+            exact = vecs[np.searchsorted(rows, c)] @ q[i]  # (C,)
+            top = np.argsort(-exact, kind="stable")[:k]
+            scores_out[i, : len(top)] = exact[top]
+            rows_out[i, : len(top)] = c[top]
+        return scores_out, rows_out

@@ -1,0 +1,205 @@
+"""Compressed dense indexes (faiss factory + exact fp16 re-ranking), Flat-file conversion, passage text from disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from searchrl.data.corpus import PassageStore
+from searchrl.retrieval.compressed import VECTORS_FILE, RerankedIndex, RowFile, VectorWriter, write_vector_file
+from searchrl.retrieval.convert import convert_flat_index, default_factory, read_flat_file
+from searchrl.retrieval.dense import DenseOptions, read_faiss_index
+from searchrl.retrieval.index import build_index, load_index, read_manifest
+
+N, D = 3000, 64
+FACTORY = "IVF32,PQ16x4"
+
+
+def clustered(n: int, d: int, seed: int) -> np.ndarray:
+    """Unit vectors around 50 random centres: clustered like real embeddings, unlike uniform noise."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(50, d))
+    x = centres[rng.integers(0, 50, n)] + 0.6 * rng.normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray, np.ndarray]:
+    """A corpus of N passages, their vectors, and held-out queries drawn from the same distribution."""
+    path = tmp_path_factory.mktemp("synth") / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"id": f"p{i}", "contents": f"T{i}\npassage {i}"}) + "\n" for i in range(N)))
+    vecs = clustered(N + 200, D, seed=0)
+    return path, vecs[:N], vecs[N:]
+
+
+def recall(found: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact, strict=True)]))
+
+
+def exact_top(vecs: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    return np.argsort(-(queries @ vecs.T), axis=1, kind="stable")[:, :k]
+
+
+def test_vector_file_round_trip_and_sample(tmp_path: Path) -> None:
+    x = clustered(1000, 8, seed=1)
+    path = write_vector_file((x[i : i + 300] for i in range(0, 1000, 300)), 1000, 8, tmp_path / "v.npy")
+    assert np.load(path).dtype == np.float16 and np.load(path).shape == (1000, 8)
+    rows = RowFile.npy(path)
+    np.testing.assert_allclose(np.concatenate(list(rows.chunks(128))), x, atol=1e-3)
+    sample = rows.sample(100, seed=0)
+    assert sample.shape == (100, 8) and sample.dtype == np.float32
+    assert len({tuple(r) for r in sample.round(3)}) == 100  # distinct rows
+    with pytest.raises(RuntimeError, match="expected 5 vectors, got 2"):
+        with VectorWriter(tmp_path / "w.npy", 5, 8) as w:
+            w.write(x[:2])
+
+
+def test_compressed_index_recall_against_exact(synthetic, tmp_path: Path) -> None:
+    corpus, vecs, queries = synthetic
+    out = build_index(corpus, "dense", tmp_path / "pq", vectors=vecs, faiss=FACTORY, nprobe=8, candidates=50,
+                      query_encoder="sentence-transformers")  # fmt: skip
+    dense = read_manifest(out)["options"]["dense"]
+    assert (dense["faiss"], dense["nprobe"], dense["candidates"]) == (FACTORY, 8, 50)
+    assert (out / "dense" / VECTORS_FILE).is_file()
+    index = read_faiss_index(out / "dense" / "index.faiss", DenseOptions(**dense))
+    assert isinstance(index, RerankedIndex) and (index.ntotal, index.d) == (N, D)
+    exact = exact_top(vecs, queries, 10)
+    scores, rows = index.search(queries, 10)
+    assert recall(rows[:, :3], exact[:, :3]) >= 0.95
+    assert recall(rows, exact) >= 0.9
+    # scores are exact inner products (fp16 vectors), best first
+    np.testing.assert_allclose(scores[:, 0], np.sum(queries * vecs[rows[:, 0]], axis=1), atol=2e-3)
+    assert np.all(np.diff(scores, axis=1) <= 0)
+    # without re-ranking, PQ codes alone do worse: re-ranking is what buys the recall
+    raw = index.index.search(queries, 10)[1]
+    assert recall(raw[:, :3], exact[:, :3]) < recall(rows[:, :3], exact[:, :3])
+
+
+def test_compressed_index_serves_through_load_index(synthetic, tmp_path: Path, monkeypatch) -> None:
+    corpus, vecs, queries = synthetic
+
+    class VectorEncoder:  # "encodes" query i as held-out vector i
+        dimension = D
+        options = DenseOptions(encoder="vectors")
+
+        def encode(self, texts, *, is_query: bool, batch_size: int = 64) -> np.ndarray:
+            return queries[[int(t) for t in texts]]
+
+    out = build_index(corpus, "dense", tmp_path / "pq", vectors=vecs, faiss=FACTORY, nprobe=8,
+                      query_encoder="sentence-transformers")  # fmt: skip
+    monkeypatch.setattr("searchrl.retrieval.dense.Encoder", lambda options: VectorEncoder())
+    retriever = load_index(out, corpus)
+    hits = retriever.search(["0", "1"], 3)
+    assert [h.id for h in hits[0]] == [f"p{r}" for r in exact_top(vecs, queries[:1], 3)[0]]
+    assert hits[1][0].title == f"T{exact_top(vecs, queries[1:2], 1)[0, 0]}"
+
+
+def test_bad_factory_is_one_clear_line(synthetic, tmp_path: Path) -> None:
+    corpus, vecs, _ = synthetic
+    with pytest.raises(ValueError, match="must divide"):
+        build_index(corpus, "dense", tmp_path / "a", vectors=vecs, faiss="IVF8,PQ7",
+                    query_encoder="sentence-transformers")  # fmt: skip
+    with pytest.raises(ValueError, match="only 3000 passages"):
+        build_index(corpus, "dense", tmp_path / "b", vectors=vecs, faiss="IVF4096,PQ8",
+                    query_encoder="sentence-transformers")  # fmt: skip
+    with pytest.raises(ValueError, match="unknown faiss index type 'annoy'"):
+        DenseOptions(faiss="annoy")
+
+
+# ---------------------------------------------------------------------------------------------------- convert
+def write_flat(vecs: np.ndarray, path: Path, *, metric: str = "ip") -> Path:
+    import faiss
+
+    index = faiss.IndexFlatIP(vecs.shape[1]) if metric == "ip" else faiss.IndexFlatL2(vecs.shape[1])
+    index.add(vecs)
+    faiss.write_index(index, str(path))
+    return path
+
+
+def test_read_flat_file_matches_faiss(tmp_path: Path) -> None:
+    x = clustered(500, 24, seed=2)
+    rows = read_flat_file(write_flat(x, tmp_path / "e5_Flat.index"))
+    assert rows.shape == (500, 24)
+    np.testing.assert_array_equal(np.concatenate(list(rows.chunks(64))), x)
+    with pytest.raises(ValueError, match="not inner product"):
+        read_flat_file(write_flat(x, tmp_path / "l2.index", metric="l2"))
+    data = (tmp_path / "e5_Flat.index").read_bytes()
+    (tmp_path / "cut.index").write_bytes(data[:-10])
+    with pytest.raises(ValueError, match="truncated"):
+        read_flat_file(tmp_path / "cut.index")
+    (tmp_path / "hnsw.index").write_bytes(b"IHNf" + data[4:])
+    with pytest.raises(ValueError, match="not a faiss Flat index"):
+        read_flat_file(tmp_path / "hnsw.index")
+    with pytest.raises(FileNotFoundError, match="e5_Flat.index"):
+        read_flat_file(tmp_path / "missing.index")
+
+
+def test_convert_flat_index(synthetic, tmp_path: Path) -> None:
+    import faiss
+
+    corpus, vecs, queries = synthetic
+    flat = write_flat(vecs, tmp_path / "e5_Flat.index")
+    out = convert_flat_index(flat, corpus, tmp_path / "conv", faiss=FACTORY, nprobe=8, candidates=50)
+    manifest = read_manifest(out)
+    assert manifest["vectors_source"].endswith("e5_Flat.index") and manifest["encoder"] == "intfloat/e5-base-v2"
+    assert manifest["options"]["dense"]["query_prefix"] == "query: "  # E5's convention, from the name
+    index = read_faiss_index(out / "dense" / "index.faiss", DenseOptions(**manifest["options"]["dense"]))
+    reference = faiss.read_index(str(flat))
+    truth = reference.search(queries, 10)[1]
+    assert recall(index.search(queries, 3)[1], truth[:, :3]) >= 0.95
+    assert recall(index.search(queries, 10)[1], truth) >= 0.9
+    store = PassageStore(out / "passages")
+    assert len(store) == N and store[7].id == "p7"
+
+
+def test_convert_refuses_a_corpus_of_another_size(synthetic, tmp_path: Path) -> None:
+    corpus, vecs, _ = synthetic
+    flat = write_flat(vecs[:100], tmp_path / "small.index")
+    with pytest.raises(ValueError, match="holds 100 vectors but the corpus has 3000"):
+        convert_flat_index(flat, corpus, tmp_path / "x", faiss="IVF2,PQ8x4")
+
+
+def test_default_factory_fits_faiss() -> None:
+    assert default_factory(21_000_000, 768) == "OPQ64,IVF16384,PQ64"
+    assert default_factory(3000, 64) == "OPQ4,IVF76,PQ4"  # at most N // 39 lists
+    assert default_factory(10, 8).startswith("OPQ1,IVF1,")
+
+
+def test_cli_convert_and_build(synthetic, tmp_path: Path, monkeypatch, make_hashing_encoder) -> None:
+    from searchrl.cli import app
+
+    corpus, vecs, _ = synthetic
+    flat = write_flat(vecs, tmp_path / "e5_Flat.index")
+    runner = CliRunner()
+    res = runner.invoke(app, ["index", "convert", "--flat", str(flat), "--corpus", str(corpus), "--out",
+                              str(tmp_path / "c"), "--faiss", FACTORY, "--nprobe", "4"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert read_manifest(tmp_path / "c")["options"]["dense"]["nprobe"] == 4
+    monkeypatch.setattr("searchrl.retrieval.dense.Encoder", lambda options: make_hashing_encoder())
+    res = runner.invoke(app, ["index", "build", "--corpus", str(corpus), "--kind", "dense", "--out",
+                              str(tmp_path / "b"), "--faiss", "IVF16,PQ8x4", "--candidates", "20",
+                              "--query-encoder", "sentence-transformers"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    dense = read_manifest(tmp_path / "b")["options"]["dense"]
+    assert (dense["faiss"], dense["candidates"]) == ("IVF16,PQ8x4", 20)
+    assert np.load(tmp_path / "b" / "dense" / VECTORS_FILE, mmap_mode="r").shape == (N, 64)
+
+
+# ------------------------------------------------------------------------------------------ passage text from disk
+def test_passage_store_reads_only_the_requested_records(synthetic, tmp_path: Path, monkeypatch) -> None:
+    corpus, _, _ = synthetic
+    out = build_index(corpus, "bm25", tmp_path / "bm25")
+    store = PassageStore(out / "passages")
+    reads: list[tuple[int, int]] = []
+    import os
+
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: reads.append((n, off)) or real(fd, n, off))
+    passages = store.get_many([2999, 5, 1234])
+    assert [p.id for p in passages] == ["p2999", "p5", "p1234"]
+    assert len(reads) == 3 and sum(n for n, _ in reads) < 200  # three short records, not the 100 kB file
+    assert isinstance(store._offsets, np.memmap)  # noqa: SLF001 - offsets stay on disk too
