@@ -292,7 +292,7 @@ def test_config_builds_a_local_model_summariser(monkeypatch) -> None:
 
     loaded: list[str] = []
 
-    def load_policy(spec: str, dtype: str = "float32", device=None):
+    def load_policy(spec: str, dtype: str = "float32", device=None, frozen: bool = False):
         loaded.append(spec)
         return tiny_model(), tokenizer()
 
