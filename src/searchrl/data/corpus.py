@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from searchrl.utils import open_lines
+from searchrl.utils import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -112,17 +112,13 @@ def _iter_rows(path: Path, chunk_size: int) -> Iterator[tuple[int, Passage]]:
                     yield n, p
         return
     try:
-        for i, line in open_lines(path):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CorpusFormatError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
-            if not isinstance(row, dict):
-                raise CorpusFormatError(f"{path}:{i}: expected a JSON object per line")
+        for i, row in read_jsonl(path):
             for p in _row_to_passages(row, f"{path}:{i}", chunk_size):
                 yield i, p
+    except CorpusFormatError:
+        raise
+    except ValueError as err:  # read_jsonl's file:line message (not JSON, not an object, not UTF-8)
+        raise CorpusFormatError(str(err)) from None
     except (OSError, EOFError) as err:  # a truncated or corrupt .gz
         raise CorpusFormatError(f"{path}: cannot be read ({err}); re-download or re-compress it") from None
 
