@@ -128,11 +128,13 @@ def _setup(
     cfg: RunConfig, data: str | None, index: Path | None, url: str | None, served_model: str | None,
     limit: int | None, limits: RolloutLimits, timeout_s: float,
 ):  # fmt: skip
+    from searchrl.device import configure_from
     from searchrl.models import check_fetchable
     from searchrl.pipeline import make_protocol
     from searchrl.utils import console
 
     check_fetchable(cfg)
+    configure_from(cfg)  # --set model.device=cuda:1 places the sampling model
     console.log(
         f"{cfg.rollout.protocol} rollouts: {limits.max_turns} turns, {limits.max_searches} searches, "
         f"top-{limits.topk}, {limits.max_new_tokens} tokens per turn, observations <= {limits.max_obs_tokens} tokens, "

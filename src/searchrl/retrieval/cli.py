@@ -43,6 +43,7 @@ def build(
         "default: onnx when the encoder can be exported",
     ),
     force: bool = typer.Option(False, "--force", help="replace an existing index in --out"),
+    device: str = typer.Option("auto", "--device", help="dense: where the encoder runs: auto, cpu, cuda, cuda:N"),
 ) -> None:
     """Build an index directory from a corpus file (shows a progress bar).
 
@@ -50,8 +51,10 @@ def build(
 
     Compressed: searchrl index build --corpus corpus.jsonl --kind dense --faiss "IVF1024,PQ32" --out indexes/pq
     """
+    from searchrl.device import configure
     from searchrl.retrieval.index import build_index
 
+    configure(device)  # the passage encoder follows it (faiss stays on the CPU)
     if kind != Kind.bm25:
         from searchrl.models import check_encoder
 
