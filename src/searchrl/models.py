@@ -171,6 +171,18 @@ def _materialise_embedder(alias: Alias, out: Path) -> None:
         staging.rename(out)
 
 
+def portable_tokenizer_config(model_dir: Path) -> None:
+    """transformers 5 saves a fast tokenizer as class ``TokenizersBackend``, which 4.x cannot load; both load the
+    same files as ``PreTrainedTokenizerFast`` (an alias of it in 5.x). Rewrite the name so that a model cache or
+    checkpoint written under one major version loads under the other."""
+    path = Path(model_dir) / "tokenizer_config.json"
+    if not path.exists():
+        return
+    text = path.read_text()
+    if '"TokenizersBackend"' in text:
+        path.write_text(text.replace('"TokenizersBackend"', '"PreTrainedTokenizerFast"'))
+
+
 def _resolve(spec: str, kind: str) -> str:
     """Return a local directory for an alias, a local directory as given, or the hub id unchanged."""
     if spec in ALIASES:
@@ -181,6 +193,7 @@ def _resolve(spec: str, kind: str) -> str:
         if not (out / "config.json").exists():
             out.parent.mkdir(parents=True, exist_ok=True)
             (_materialise_gguf_policy if kind == "policy" else _materialise_embedder)(alias, out)
+        portable_tokenizer_config(out)
         return str(out)
     path = Path(spec).expanduser()
     if path.exists():

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from searchrl.config import LoraConfig
+from searchrl.models import portable_tokenizer_config
 
 
 def is_peft(model: nn.Module) -> bool:
@@ -92,6 +93,7 @@ def save_merged(model: nn.Module, tokenizer, path: Path) -> None:
         model.save_pretrained(path, safe_serialization=True)
     if hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(path)
+        portable_tokenizer_config(path)
 
 
 def load_policy_weights(model: nn.Module, model_dir: Path) -> None:

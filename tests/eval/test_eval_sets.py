@@ -64,7 +64,7 @@ def test_two_datasets_with_their_own_indexes(tmp_path, two_worlds, fakes, monkey
     assert set(summary["indexes"]) == {"WorldA", "WorldB"} and summary["datasets"] == {"WorldA": 2, "WorldB": 2}
     md = (tmp_path / "out" / "summary.md").read_text()
     assert "| method | WorldA EM | WorldB EM | Average EM |" in md
-    err = capsys.readouterr().err  # not a terminal: the plain table, one line per method, nothing wrapped
+    err = capsys.readouterr().out  # the result on stdout; not a terminal: the plain table, nothing wrapped
     header = next(line for line in err.splitlines() if line.startswith("method"))
     assert header.split()[:7] == ["method", "WorldA", "EM", "WorldB", "EM", "Average", "EM"]
     rag_line = next(line for line in err.splitlines() if line.startswith("naive_rag"))

@@ -48,3 +48,12 @@ def test_bundled_embedder_encodes() -> None:
     )
     assert vecs.shape == (3, 384)
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]
+
+
+def test_a_tokenizer_saved_by_transformers_5_loads_under_either_major_version(tmp_path) -> None:
+    from searchrl.models import portable_tokenizer_config
+
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "TokenizersBackend", "x": 1}')
+    portable_tokenizer_config(tmp_path)
+    assert '"tokenizer_class": "PreTrainedTokenizerFast"' in (tmp_path / "tokenizer_config.json").read_text()
+    portable_tokenizer_config(tmp_path / "absent")  # no file: nothing to do

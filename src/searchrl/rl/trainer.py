@@ -37,6 +37,7 @@ from searchrl.config import ConfigError, RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.generation import make_generator
 from searchrl.generation.base import Generator
+from searchrl.models import portable_tokenizer_config
 from searchrl.protocols.base import Protocol
 from searchrl.rewards.correctness import Correctness
 from searchrl.rewards.summary import rollout_metrics
@@ -562,6 +563,7 @@ class Trainer:
             self.policy.save_pretrained(tmp / "model", safe_serialization=True)
             if hasattr(self.tokenizer, "save_pretrained"):
                 self.tokenizer.save_pretrained(tmp / "model")
+                portable_tokenizer_config(tmp / "model")
             state: dict[str, Any] = {
                 "optimizer": self.opt.state_dict(),
                 "scheduler": self.sched.state_dict(),
