@@ -66,16 +66,26 @@ def copy_bandwidth(device: torch.device, nbytes: int) -> float:
     return 2 * nbytes / best
 
 
-def prompts_for(tok, n: int) -> list[list[int]]:
-    from searchrl.config import load_config
-    from searchrl.pipeline import load_split
-    from searchrl.protocols import get_protocol
-    from searchrl.rollout.engine import build_prompt_text
+class World:
+    """The synthetic world's questions, protocol and BM25 retriever, loaded once for every run of the benchmark."""
 
-    cfg = load_config("demo", ["data.source=synthetic", "data.world.entities=600"])
-    qs = load_split(cfg, "train", None)
-    protocol = get_protocol("search_r1")
-    return [tok(build_prompt_text(protocol, tok, qs[i % len(qs)].question))["input_ids"] for i in range(n)]
+    def __init__(self) -> None:
+        from searchrl.config import load_config
+        from searchrl.pipeline import load_split, make_protocol, make_retriever_for
+
+        cfg = load_config("demo", ["data.source=synthetic", "data.world.entities=600", "retrieval.kind=bm25"])
+        self.cfg = cfg
+        self.questions = load_split(cfg, "train", None)
+        self.protocol = make_protocol(cfg)
+        self.retriever = make_retriever_for(cfg)
+
+    def examples(self, n: int) -> list:
+        return [self.questions[i % len(self.questions)] for i in range(n)]
+
+    def prompts(self, tok, n: int) -> list[list[int]]:
+        from searchrl.rollout.engine import build_prompt_text
+
+        return [tok(build_prompt_text(self.protocol, tok, ex.question))["input_ids"] for ex in self.examples(n)]
 
 
 def timed(device: torch.device, fn) -> float:
@@ -86,11 +96,11 @@ def timed(device: torch.device, fn) -> float:
     return time.perf_counter() - t
 
 
-def decode_run(model, tok, device, batch: int, new_tokens: int, static: bool) -> dict:
+def decode_run(model, tok, device, world: World, batch: int, new_tokens: int, static: bool) -> dict:
     from searchrl.generation.base import SamplingParams
     from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
 
-    prompts = prompts_for(tok, batch)
+    prompts = world.prompts(tok, batch)
     gen = HFGenerator(model, tok, max_batch_size=batch, reuse_prefixes=False)
     n = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
     one = SamplingParams(max_new_tokens=1, temperature=1.0, seed=0)
@@ -116,21 +126,14 @@ def decode_run(model, tok, device, batch: int, new_tokens: int, static: bool) ->
     return rec
 
 
-def rollout_run(model, tok, batch: int) -> dict:
-    from searchrl.config import load_config
+def rollout_run(model, tok, world: World, batch: int) -> dict:
     from searchrl.generation.hf import HFGenerator
-    from searchrl.pipeline import load_split, make_protocol, make_retriever_for
     from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 
-    cfg = load_config("demo", ["data.source=synthetic", "data.world.entities=600", "retrieval.kind=bm25"])
     limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=64, max_obs_tokens=256, max_total_tokens=2048)
-    engine = RolloutEngine(
-        HFGenerator(model, tok, max_batch_size=batch), make_retriever_for(cfg), make_protocol(cfg), limits
-    )
-    qs = load_split(cfg, "train", None)
-    examples = [qs[i % len(qs)] for i in range(batch)]
+    engine = RolloutEngine(HFGenerator(model, tok, max_batch_size=batch), world.retriever, world.protocol, limits)
     t = time.perf_counter()
-    trajs = engine.run(examples, temperature=1.0, seed=0)
+    trajs = engine.run(world.examples(batch), temperature=1.0, seed=0)
     dt = time.perf_counter() - t
     gen = sum(sum(t.action_mask) for t in trajs)
     return {"rollout_s": dt, "rollout_tokens_per_s": gen / dt, "turns_per_row": sum(t.n_turns for t in trajs) / batch}
@@ -181,6 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
         "copy_bandwidth_gbs": bw / 1e9,
         "runs": [],
     }
+    world = World()
     for shape in args.shapes.split(","):
         dtype = torch.bfloat16 if cuda else torch.float32
         model, tok = random_policy(f"random:{shape}:{args.tokenizer}", dtype, dev)
@@ -188,11 +192,10 @@ def main(argv: list[str] | None = None) -> dict:
         N = n_params(shape)
         wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
         for b in [int(x) for x in args.batches.split(",")]:
-            rec = {"shape": shape, "batch": b, **decode_run(model, tok, dev, b, args.new_tokens, static=True)}
+            rec = {"shape": shape, "batch": b, **decode_run(model, tok, dev, world, b, args.new_tokens, static=True)}
             bound_ms = 1e3 * max(wbytes / bw, 2 * N * b / peak)
-            rec.update(
-                bound_step_ms=bound_ms, decode_vs_bound=rec["ours_step_ms"] / bound_ms, **rollout_run(model, tok, b)
-            )
+            rec.update(bound_step_ms=bound_ms, decode_vs_bound=rec["ours_step_ms"] / bound_ms)
+            rec.update(rollout_run(model, tok, world, b))
             result["runs"].append(rec)
             print(json.dumps(rec), flush=True)
             if b == 512 and shape == "qwen2.5-1.5b":
