@@ -5,8 +5,9 @@ imports included), its exit status and peak resident memory, and each stage's ow
 runner recorded them in OUT/summary.json (e.g. the last RL step's reward, the evaluation rows). Every stage runs
 from scratch (the run directory is emptied first). Machine: whatever runs this (the CPU count is recorded).
 
-The methods: Search-R1 (`search_r1_ppo` and `search_r1_grpo`), R1-Searcher (`r1_searcher_stage2`, whose pipeline
-runs both stages), R1-Searcher++ (`r1_searcher_pp`), R-Search (`r_search`), RAG-R1 (`rag_r1`).
+The methods: Search-R1 (`search_r1_ppo` and `search_r1_grpo`), R1-Searcher (`r1_searcher_stage1` alone, and
+`r1_searcher_stage2`, whose pipeline runs both stages), R1-Searcher++ (`r1_searcher_pp`), R-Search (`r_search`),
+RAG-R1 (`rag_r1`).
 
 Results: ``benchmarks/results/run_laptop.{json,md}``; run directories under ``runs/run_laptop/``.
 
@@ -34,6 +35,7 @@ RUNS = ROOT / "runs" / "run_laptop"
 METHODS = {
     "search_r1_ppo": "Search-R1 (PPO)",
     "search_r1_grpo": "Search-R1 (GRPO)",
+    "r1_searcher_stage1": "R1-Searcher (stage 1 only)",
     "r1_searcher_stage2": "R1-Searcher (stage 1 + stage 2)",
     "r1_searcher_pp": "R1-Searcher++",
     "r_search": "R-Search",
@@ -84,15 +86,17 @@ def report(runs: list[dict]) -> None:
     for r in runs:
         r["stages"], r["failed_stage"] = stage_rows(r["recipe"])
     meta = {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-            "profile": "laptop", "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
+            "profile": "laptop", "date": time.strftime("%Y-%m-%d %H:%M"),
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_portable(RESULTS / "run_laptop.json", json.dumps({"meta": meta, "runs": runs}, indent=2))
     lines = [
         "# `searchrl run --recipe R --profile laptop`: each method end to end",
         "",
-        f"{meta['cpus']} CPUs ({meta['machine']}), Python {meta['python']}, {meta['date']}. Each run starts from an "
-        "empty run directory; the whole process is timed (imports and model loads included). The laptop profile: "
-        "bundled SmolLM2-135M-Instruct, BM25 over a 200-entity synthetic world, 2 RL steps of 2 prompts x 2 "
+        f"{meta['cpus']} CPUs ({meta['machine']}), Python {meta['python']}, {meta['date']} (load average at the end "
+        f"{meta['load_average_at_end']}: other work shared the CPUs, so the times are upper bounds). Each run starts "
+        "from an empty run directory; the whole process is timed (imports and model loads included). The laptop "
+        "profile: bundled SmolLM2-135M-Instruct, BM25 over a 200-entity synthetic world, 2 RL steps of 2 prompts x 2 "
         "rollouts, 32 SFT examples, 8 evaluation questions (`src/searchrl/recipes/profiles/laptop.yaml`). The "
         "stage results show that each stage ran; at this size they say nothing about the methods' quality.",
         "",
