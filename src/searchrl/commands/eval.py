@@ -1,4 +1,5 @@
-"""``searchrl eval``: evaluate methods on datasets (``--config`` and/or flags), and ``searchrl eval rescore``."""
+"""``searchrl eval``: evaluate methods on datasets (``--config`` and/or flags; :func:`searchrl.stages.evaluation`),
+and ``searchrl eval rescore``."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def build_config(
 ):
     """The run config: the recipe (or defaults) with its profile, then dotted overrides, then the given flags."""
     from searchrl.config import load_config, validate_dict
+    from searchrl.pipeline import with_retriever
 
     cfg = load_config(config, overrides, profile)
     raw = cfg.model_dump()
@@ -58,20 +60,7 @@ def build_config(
         raw["training"]["init_from"] = None  # an explicit --model wins over the recipe's checkpoint
     if topk is not None:
         ret["topk"] = topk
-    if index is not None and url:
-        raise ValueError("give either --index DIR or --url URL, not both")
-    if index is not None:
-        ret["index"] = index
-        manifest = Path(index) / "manifest.json"
-        if manifest.exists():  # an existing index decides its own kind
-            import json
-
-            ret["kind"] = json.loads(manifest.read_text())["kind"]
-        elif ret["kind"] in ("remote", "web"):
-            ret["kind"] = "bm25"
-    if url:
-        ret["kind"], ret["urls"] = "remote", list(url)
-    return validate_dict(raw, config or "<flags>")
+    return with_retriever(validate_dict(raw, config or "<flags>"), index, url)
 
 
 @app.callback(invoke_without_command=True)
@@ -114,7 +103,7 @@ def main(
     if config is None and not data:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
-    from searchrl.eval.harness import run_from_config
+    from searchrl.stages import evaluation
 
     device_set = [f"model.device={device}"] if device else []
     cfg = build_config(
@@ -125,7 +114,7 @@ def main(
     from searchrl.models import check_fetchable
 
     check_fetchable(cfg, profile)
-    run_from_config(cfg, corpus=corpus)
+    evaluation(cfg, corpus=corpus)
 
 
 @app.command("rescore")
