@@ -65,11 +65,11 @@ def run_demo(cfg: RunConfig, out_dir: Path, *, recipe: str = "demo") -> dict[str
     configure_from(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     console.rule("[bold]SearchRL demo: the bundled 135M model learns to search")
-    t = time.perf_counter()
+    t, reused = time.perf_counter(), (out_dir / "before.json").exists()
     before = evaluate_before(cfg, out_dir)
-    times = {"before_eval_s": time.perf_counter() - t}
+    times = {} if reused else {"before_eval_s": time.perf_counter() - t}
     results = run_pipeline(cfg, out_dir, recipe=recipe)
-    times.update({f"{r.name}_s": r.seconds for r in results})
+    times.update({f"{r.name}_s": r.seconds for r in results if r.status == "ran"})
     return report(cfg, out_dir, before, times, t0)
 
 

@@ -9,7 +9,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from searchrl.data import pipeline_cli
+from searchrl.commands import data_build
+from searchrl.stages import data as data_stages
+from searchrl.stages import sampling
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.rollout.trajectory import Trajectory
 
@@ -21,7 +23,7 @@ LONG = "The Amber Fort was built in 1592 by Raja Man Singh. " + "It has many hal
 @pytest.fixture
 def app() -> typer.Typer:
     app = typer.Typer()
-    pipeline_cli.register(app)
+    data_build.register(app)
     return app
 
 
@@ -57,7 +59,7 @@ def test_rejection_sample_observations_are_capped_by_the_recipe_not_256(
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("rollout: {protocol: search_r1, max_obs_tokens: 1000, max_total_tokens: 8000, "
                       "max_new_tokens: 200}\nretrieval: {topk: 1}\n")  # fmt: skip
-    monkeypatch.setattr(pipeline_cli, "_load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
+    monkeypatch.setattr(sampling, "load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
     out = tmp_path / "rs.jsonl"
     res = runner.invoke(app, ["rejection-sample", "--recipe", str(recipe), "--data", str(data), "--index",
                               str(index), "--k", "1", "--out", str(out), *extra])  # fmt: skip
@@ -73,15 +75,15 @@ def test_rejection_sample_observations_are_capped_by_the_recipe_not_256(
 def test_select_difficulty_takes_turns_and_searches_from_the_recipe(tmp_path, app, corpus_and_questions,
                                                                      monkeypatch) -> None:  # fmt: skip
     _, index, data = corpus_and_questions
-    seen: list[pipeline_cli.RolloutLimits] = []
-    real_engine = pipeline_cli.RolloutEngine
+    seen: list[sampling.RolloutLimits] = []
+    real_engine = sampling.RolloutEngine
 
     def engine(generator, retriever, protocol, limits, style):
         seen.append(limits)
         return real_engine(generator, retriever, protocol, limits, style)
 
-    monkeypatch.setattr(pipeline_cli, "RolloutEngine", engine)
-    monkeypatch.setattr(pipeline_cli, "_load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
+    monkeypatch.setattr(sampling, "RolloutEngine", engine)
+    monkeypatch.setattr(sampling, "load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
     common = ["--data", str(data), "--index", str(index), "--n", "2", "--out", str(tmp_path / "sel.jsonl")]
     res = runner.invoke(app, ["select-difficulty", "--set", "rollout.max_turns=3", "--set", "rollout.max_searches=2",
                               "--set", "rollout.max_obs_tokens=700", "--easy-below", "1", "--hard-above", "1",
@@ -101,7 +103,7 @@ def test_data_oracle_writes_sft_trajectories(tmp_path, app, monkeypatch) -> None
     world = tmp_path / "world"
     write_world(generate_world(80, 0), world)
     index = build_index(world / "corpus.jsonl", "bm25", tmp_path / "index")
-    monkeypatch.setattr(pipeline_cli, "_load_tokenizer", lambda model: ByteTokenizer())
+    monkeypatch.setattr(data_stages, "load_tokenizer", lambda model: ByteTokenizer())
     out = tmp_path / "oracle.jsonl"
     res = runner.invoke(app, ["oracle", "--world", str(world), "--protocol", "r1_searcher", "--index", str(index),
                               "--out", str(out), "--limit", "6", "--set", "rollout.max_obs_tokens=120"])  # fmt: skip

@@ -115,10 +115,10 @@ def test_an_rl_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path
 def test_rl_resumes_only_with_the_settings_it_was_started_with(tmp_path: Path, monkeypatch) -> None:
     """Same settings (a larger training.steps allowed): resume; anything else changed: the stage starts again."""
     from searchrl.config import dump_config
-    from searchrl.rl import cli
+    from searchrl import stages
 
     seen: list[bool] = []
-    monkeypatch.setattr(cli, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
     cfg = validate_dict({"name": "t", "training": {"steps": 4}})
     stage = runner.StageConfig.model_validate({"name": "rl", "kind": "rl"})
     sdir = tmp_path / "rl"
@@ -174,9 +174,19 @@ def test_bad_pipelines_fail_with_a_named_fix(tmp_path: Path, fake_handlers) -> N
         run_pipeline(validate_dict({}), tmp_path)
 
 
-def test_flags_from_args() -> None:
-    flags = runner._flags({"k": 4, "require_internal_and_external": True, "slice": False, "keep": ["medium", "hard"]})
-    assert flags == ["--k", "4", "--require-internal-and-external", "--keep", "medium", "--keep", "hard"]
+def test_a_stage_arg_its_function_does_not_take_names_the_ones_it_does(tmp_path: Path, monkeypatch) -> None:
+    """``args:`` are keyword arguments of the stage function; a misspelt one fails before any work."""
+    from searchrl import stages
+
+    called = []
+    monkeypatch.setattr(stages, "rejection_sampling", lambda *a, **kw: called.append(kw))
+    monkeypatch.setattr(stages, "difficulty_selection", stages.sampling.difficulty_selection)
+    bad = [{"name": "rs", "kind": "data", "op": "select-difficulty", "args": {"rule": "rag_r1", "kepe": ["easy"]}}]
+    with pytest.raises(ConfigError, match=r"unknown args \['kepe'\].*'keep'"):
+        run_pipeline(_cfg(bad), tmp_path)
+    bad = [{"name": "o", "kind": "data", "op": "oracle", "args": {"max_obs_tokens": 120}}]
+    with pytest.raises(ConfigError, match="other settings go in set:"):
+        run_pipeline(_cfg(bad), tmp_path / "o")
 
 
 @pytest.mark.slow
@@ -186,7 +196,8 @@ def test_real_data_stages_and_eval(tmp_path: Path) -> None:
         {"name": "world", "kind": "data", "op": "synth", "args": {"entities": 60}},
         {"name": "index", "kind": "data", "op": "index"},
         {"name": "split", "kind": "data", "op": "split", "data": "${world}/dev.jsonl", "args": {"heldout": 4}},
-        {"name": "oracle", "kind": "data", "op": "oracle", "args": {"limit": 3, "max_obs_tokens": 120}},
+        {"name": "oracle", "kind": "data", "op": "oracle", "args": {"limit": 3},
+         "set": {"rollout.max_obs_tokens": 120}},
         {"name": "eval", "kind": "eval", "data": "${split}/heldout.jsonl",
          "set": {"evaluation.methods": ["naive_rag"], "evaluation.max_new_tokens": 8}},
     ]  # fmt: skip

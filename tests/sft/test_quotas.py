@@ -65,7 +65,7 @@ def test_cap_alone_and_source_fields() -> None:
 def test_selection_quotas_rewrite_the_kept_file_and_records(tmp_path) -> None:
     import json
 
-    from searchrl.data.pipeline_cli import _apply_selection_quotas
+    from searchrl.stages.sampling import _apply_selection_quotas
     from searchrl.data.records import QAExample
 
     kept = [QAExample(f"q{i}", f"Q{i}?", ["a"], metadata={"source": s, "difficulty": b})

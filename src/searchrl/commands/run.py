@@ -92,7 +92,6 @@ def demo(
         "training.eval_limit": questions,
         "sft.limit": sft_examples,
         "training.steps": rl_steps,
-        "training.eval_every": rl_steps,
     })
     cfg = resolve_run("demo", [*flags, *(overrides or [])], None, device)
     out_dir = Path(out)
