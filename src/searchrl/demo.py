@@ -49,8 +49,10 @@ def evaluate_before(cfg: RunConfig, out_dir: Path) -> dict[str, float]:
     correctness = Correctness.from_reward_config(cfg.reward)
     write_jsonl(out_dir / "before.jsonl", scored_records(trajs, source="demo/before", correctness=correctness))
     path.write_text(json.dumps(before))
-    console.log(f"[bold]before[/]: the shipped model on {len(dev)} held-out questions: {before} "
-                f"({time.perf_counter() - t:.0f} s)")  # fmt: skip
+    console.log(
+        f"[bold]before[/]: the shipped model on {len(dev)} held-out questions: {before} "
+        f"({time.perf_counter() - t:.0f} s)"
+    )
     return before
 
 

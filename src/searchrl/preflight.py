@@ -85,8 +85,15 @@ def _under(path: str, dirs: Sequence[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def _stage_inputs(key: str, stage: StageConfig, cfg: RunConfig, model: str, index: str | None,
-                  world: str | None, produced: Sequence[str]) -> list[tuple[str, str, bool]]:  # fmt: skip
+def _stage_inputs(
+    key: str,
+    stage: StageConfig,
+    cfg: RunConfig,
+    model: str,
+    index: str | None,
+    world: str | None,
+    produced: Sequence[str],
+) -> list[tuple[str, str, bool]]:
     """(what, path, produced elsewhere) for each input the stage's handler opens."""
     out: list[tuple[str, str, bool]] = []
 
@@ -126,9 +133,11 @@ def _stage_inputs(key: str, stage: StageConfig, cfg: RunConfig, model: str, inde
                 data(f"questions (data.{entry})", getattr(cfg.data, entry))
             else:
                 given("questions (evaluation.datasets)", entry)
-    if key in ("rl", "eval", "rejection-sample", "select-difficulty", "oracle") and cfg.retrieval.kind in (
-        "bm25", "dense", "hybrid"
-    ) and (index or cfg.retrieval.index):  # fmt: skip
+    if (
+        key in ("rl", "eval", "rejection-sample", "select-difficulty", "oracle")
+        and cfg.retrieval.kind in ("bm25", "dense", "hybrid")
+        and (index or cfg.retrieval.index)
+    ):
         given("index (retrieval.index)", index or cfg.retrieval.index)
     if key in ("sft", "rl", "eval", "rejection-sample", "select-difficulty") and Path(model).is_absolute():
         given("model", model)
@@ -169,8 +178,9 @@ def plan_pipeline(
         recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
         stage_model = stage.init_from or model or recipe_model or scfg.model.policy
         plan = StagePlan(stage.name, str(key), str(output), skipped)
-        for what, path, elsewhere in _stage_inputs(str(key), stage, scfg, str(stage_model), stage.index or index,
-                                                   world, produced):  # fmt: skip
+        for what, path, elsewhere in _stage_inputs(
+            str(key), stage, scfg, str(stage_model), stage.index or index, world, produced
+        ):
             plan.inputs.append((what, path))
             if not (skipped or elsewhere or _under(path, produced) or Path(path).exists()):
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")

@@ -101,8 +101,9 @@ def _subst(value: Any, refs: dict[str, str], stage: str, cfg: dict[str, Any] | N
             if m.group(1).startswith("cfg.") and cfg is not None:
                 return _cfg_value(cfg, m.group(1)[4:], stage)
             if m.group(1) not in refs:
-                raise ConfigError(f"stage '{stage}': ${{{m.group(1)}}} is not an earlier stage (known: "
-                                  f"{', '.join(refs) or 'none'})")  # fmt: skip
+                raise ConfigError(
+                    f"stage '{stage}': ${{{m.group(1)}}} is not an earlier stage (known: {', '.join(refs) or 'none'})"
+                )
             return refs[m.group(1)]
 
         return _REF.sub(one, value)
@@ -199,12 +200,15 @@ def _op_oracle(ctx: StageContext) -> dict[str, Any]:
     split = args.pop("split", "train")
     sft = {k: args.pop(k) for k in ("limit", "kinds") if k in args}
     if args:
-        raise ConfigError(f"stage '{ctx.stage.name}': unknown args {sorted(args)} for oracle; it takes split, "
-                          "limit and kinds (other settings go in set:, e.g. sft.oracle_plan)")  # fmt: skip
+        raise ConfigError(
+            f"stage '{ctx.stage.name}': unknown args {sorted(args)} for oracle; it takes split, "
+            "limit and kinds (other settings go in set:, e.g. sft.oracle_plan)"
+        )
     cfg = _sampling_cfg(ctx)
     world = ctx.stage.data or ctx.world or str(data_dir(cfg))
-    data = cfg.data.model_copy(update=dict(source=str(world), train="train.jsonl", dev="dev.jsonl",
-                                           test="test.jsonl", corpus="corpus.jsonl"))  # fmt: skip
+    data = cfg.data.model_copy(
+        update=dict(source=str(world), train="train.jsonl", dev="dev.jsonl", test="test.jsonl", corpus="corpus.jsonl")
+    )
     cfg = cfg.model_copy(update={"data": data, "sft": cfg.sft.model_copy(update=sft)})
     write_oracle_data(cfg, ctx.dir / "data.jsonl", split)
     return {"examples": _count_lines(ctx.dir / "data.jsonl")}
@@ -344,8 +348,11 @@ def run_pipeline(
     names = [s.name for s in cfg.pipeline]
     forced = _to_run(names, only, start)
     dump_config(cfg, run_dir / "config.yaml")
-    _log(run_dir, f"run {recipe or cfg.name} (profile {profile or 'none'}) into {run_dir}: stages {', '.join(names)}"
-         + (f"; re-running {', '.join(n for n in names if n in forced)}" if forced else ""))  # fmt: skip
+    _log(
+        run_dir,
+        f"run {recipe or cfg.name} (profile {profile or 'none'}) into {run_dir}: stages {', '.join(names)}"
+        + (f"; re-running {', '.join(n for n in names if n in forced)}" if forced else ""),
+    )
     refs: dict[str, str] = {"run": str(run_dir)}
     base_values = cfg.model_dump()
     world = index = model = None
@@ -361,17 +368,21 @@ def run_pipeline(
         skip = (only is not None and stage.name not in forced) or (done.exists() and stage.name not in forced)
         if skip:
             if only is not None and not done.exists():
-                raise ConfigError(f"--only {','.join(only)}: stage '{stage.name}' has not run yet (no {done}); "
-                                  f"run `searchrl run` without --only first")  # fmt: skip
+                raise ConfigError(
+                    f"--only {','.join(only)}: stage '{stage.name}' has not run yet (no {done}); "
+                    f"run `searchrl run` without --only first"
+                )
             info = json.loads(done.read_text() or "{}")
             _log(run_dir, f"stage {stage.name}: skipped (DONE, {info.get('seconds', 0):.1f} s when it ran)")
-            results.append(StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output),
-                                       info.get("result", {})))  # fmt: skip
+            results.append(
+                StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output), info.get("result", {}))
+            )
         else:
             # An RL stage that stopped part-way (no DONE, a checkpoint) goes on from its checkpoint unless it was
             # asked to run again (--only / --from); every other stage starts from an empty directory.
-            resume = (stage.kind == "rl" and stage.name not in forced
-                      and (sdir / "checkpoint" / "trainer_state.pt").exists())  # fmt: skip
+            resume = (
+                stage.kind == "rl" and stage.name not in forced and (sdir / "checkpoint" / "trainer_state.pt").exists()
+            )
             if sdir.exists() and not resume:
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True, exist_ok=True)
@@ -381,14 +392,20 @@ def run_pipeline(
             recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
             stage_model = stage.init_from or model or recipe_model or scfg.model.policy
             ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index, resume)
-            _log(run_dir, f"stage {stage.name} ({key}): " + ("resuming from its checkpoint" if resume else "start")
-                 + (f", model {stage_model}" if key in _NEEDS_MODEL else ""))  # fmt: skip
+            _log(
+                run_dir,
+                f"stage {stage.name} ({key}): "
+                + ("resuming from its checkpoint" if resume else "start")
+                + (f", model {stage_model}" if key in _NEEDS_MODEL else ""),
+            )
             t0, c0 = time.perf_counter(), time.process_time()
             try:
                 result = HANDLERS[key](ctx)
             except BaseException as err:
-                _log(run_dir, f"stage {stage.name}: FAILED after {time.perf_counter() - t0:.1f} s: "
-                              f"{type(err).__name__}: {err}")  # fmt: skip
+                _log(
+                    run_dir,
+                    f"stage {stage.name}: FAILED after {time.perf_counter() - t0:.1f} s: {type(err).__name__}: {err}",
+                )
                 _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
                 raise
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -400,8 +417,11 @@ def run_pipeline(
             } | ({"resumed": True} if resume else {})  # times: this process's part only
             atomic_write_text(done, json.dumps(marker, default=str))
             _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s ({cpu:.0f} CPU-s) -> {output}")
-            results.append(StageResult(stage.name, stage.kind, stage.op, "ran", round(seconds, 2), str(output),
-                                       result, round(cpu, 2)))  # fmt: skip
+            results.append(
+                StageResult(
+                    stage.name, stage.kind, stage.op, "ran", round(seconds, 2), str(output), result, round(cpu, 2)
+                )
+            )
         refs[stage.name] = str(output)
         if stage.op == "synth":
             world = str(output)
@@ -415,10 +435,19 @@ def run_pipeline(
     return results
 
 
-def _write_summary(run_dir: Path, recipe: str, profile: str | None, results: list[StageResult], total: float,
-                   failed: str | None = None) -> None:  # fmt: skip
+def _write_summary(
+    run_dir: Path,
+    recipe: str,
+    profile: str | None,
+    results: list[StageResult],
+    total: float,
+    failed: str | None = None,
+) -> None:
     data = {
-        "recipe": recipe, "profile": profile, "total_seconds": round(total, 2), "failed": failed,
+        "recipe": recipe,
+        "profile": profile,
+        "total_seconds": round(total, 2),
+        "failed": failed,
         "stages": [r.__dict__ for r in results],
-    }  # fmt: skip
+    }
     atomic_write_text(run_dir / "summary.json", json.dumps(data, indent=2, default=str))

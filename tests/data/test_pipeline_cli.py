@@ -10,10 +10,10 @@ import typer
 from typer.testing import CliRunner
 
 from searchrl.commands import data_build
-from searchrl.stages import data as data_stages
-from searchrl.stages import sampling
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.rollout.trajectory import Trajectory
+from searchrl.stages import data as data_stages
+from searchrl.stages import sampling
 
 runner = CliRunner()
 #: a long passage: ~700 byte tokens, far more than the old fixed 256-token observation cap

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from searchrl import cli
+from searchrl import cli, pipeline
+from searchrl.commands.eval import build_config
 from searchrl.data.records import QAExample
 from searchrl.eval import harness
 from searchrl.eval.baselines import Prediction
-from searchrl.eval.cli import build_config
 from searchrl.eval.rescore import rescore_file
 from searchrl.protocols import get_protocol
 
@@ -48,7 +48,7 @@ def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) 
 
     retriever = fakes.KeywordRetriever()
     monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(reply))
-    monkeypatch.setattr(harness, "load_retriever", lambda cfg, corpus=None: retriever)
+    monkeypatch.setattr(pipeline, "make_retriever_for", lambda cfg, corpus=None: retriever)
     out = tmp_path / "out"
     res = runner.invoke(cli.app, ["eval", "--data", str(qa_file), "--methods", "direct,naive_rag,agent",
                                   "--index", str(tmp_path / "idx"), "--topk", "2", "--limit", "2",
@@ -116,7 +116,7 @@ def test_bad_flags_name_the_fix(qa_file, args, match) -> None:
 def test_retrieval_method_without_index_on_explicit_data(qa_file) -> None:
     cfg = build_config(None, [], data=[str(qa_file)], methods="naive_rag")
     with pytest.raises(ValueError, match="--index DIR"):
-        harness.load_retriever(cfg)
+        harness.check_retriever_source(cfg)
 
 
 def test_no_arguments_prints_help() -> None:

@@ -146,8 +146,9 @@ def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     problems = layering_violations(pkg)
     assert any("rollout/engine.py:2 imports searchrl.rewards.metrics: layer 3" in p for p in problems), problems
     assert any(p.startswith("cycle between rl, sft") for p in problems), problems
-    assert not any(p.startswith("rewards/metrics.py") or "searchrl/rewards/metrics.py" in p.split(":")[0]
-                   for p in problems)  # fmt: skip
+    assert not any(
+        p.startswith("rewards/metrics.py") or "searchrl/rewards/metrics.py" in p.split(":")[0] for p in problems
+    )
 
 
 def test_the_check_catches_a_cycle_of_three_units(tmp_path: Path) -> None:

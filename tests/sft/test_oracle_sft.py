@@ -208,8 +208,8 @@ def test_balanced_oracle_data_covers_every_template(world) -> None:
     import collections
 
     from searchrl.pipeline import load_split, make_protocol
-    from searchrl.stages import sft_examples as oracle_sft_data
     from searchrl.sft.oracle import round_robin_by_template
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
     train = load_split(load_config("demo", [f"data.source={d}", "data.kinds=[]"]), "train")

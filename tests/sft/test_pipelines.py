@@ -359,8 +359,8 @@ def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -
 # ------------------------------------------------------------------------------------------------------- CLI
 def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, monkeypatch) -> None:
     from searchrl.commands import data_build
-    from searchrl.stages import sampling
     from searchrl.retrieval.index import build_index
+    from searchrl.stages import sampling
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "contents": f"Page {i}\nFact number {i}."}) + "\n"

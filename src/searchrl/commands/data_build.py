@@ -26,8 +26,9 @@ def _config(recipe, overrides, profile, protocol, options, index, **flags) -> Ru
     return with_retriever(cfg, index)
 
 
-def _rollout_flags(model, prompt_style, topk, max_turns, max_searches, max_new_tokens, max_obs_tokens,
-                   max_total_tokens) -> dict:  # fmt: skip
+def _rollout_flags(
+    model, prompt_style, topk, max_turns, max_searches, max_new_tokens, max_obs_tokens, max_total_tokens
+) -> dict:
     return {
         "model.policy": model,
         "model.prompt_style": prompt_style,
@@ -66,7 +67,6 @@ _QUOTA = typer.Option(
     help="at most N per source / bucket, drawn at random: SOURCE/BUCKET=N, SOURCE=N or */BUCKET=N "
     "(repeatable; the source is each row's source or dataset field; items no quota covers are dropped)",
 )
-
 
 
 def select_difficulty(
@@ -187,8 +187,9 @@ def rejection_sample_cmd(
     """  # noqa: E501
     from searchrl.stages import Teacher, rejection_sampling
 
-    flags = _rollout_flags(model, prompt_style, topk, max_turns, max_searches, max_new_tokens, max_obs_tokens,
-                           max_total_tokens)  # fmt: skip
+    flags = _rollout_flags(
+        model, prompt_style, topk, max_turns, max_searches, max_new_tokens, max_obs_tokens, max_total_tokens
+    )
     cfg = _config(recipe, overrides, profile, protocol, option, index, **flags)
     res = rejection_sampling(
         cfg,

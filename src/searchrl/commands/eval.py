@@ -49,8 +49,14 @@ def build_config(
         ev["methods"] = _split_list(methods)
     if metrics is not None:
         ev["metrics"] = _split_list(metrics)
-    for key, value in [("limit", limit), ("output_dir", out), ("judge_url", judge_url), ("judge_model", judge_model),
-                       ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)]:  # fmt: skip
+    for key, value in [
+        ("limit", limit),
+        ("output_dir", out),
+        ("judge_url", judge_url),
+        ("judge_model", judge_model),
+        ("max_new_tokens", max_new_tokens),
+        ("batch_size", batch_size),
+    ]:
         if value is not None:
             ev[key] = value
     if protocol is not None:
@@ -107,10 +113,24 @@ def main(
 
     device_set = [f"model.device={device}"] if device else []
     cfg = build_config(
-        config, [*(overrides or []), *device_set], data=data, methods=methods, protocol=protocol, model=model,
-        index=index, url=url, topk=topk, limit=limit, out=out, judge_url=judge_url, judge_model=judge_model,
-        metrics=metrics, max_new_tokens=max_new_tokens, batch_size=batch_size, profile=profile,
-    )  # fmt: skip
+        config,
+        [*(overrides or []), *device_set],
+        data=data,
+        methods=methods,
+        protocol=protocol,
+        model=model,
+        index=index,
+        url=url,
+        topk=topk,
+        limit=limit,
+        out=out,
+        judge_url=judge_url,
+        judge_model=judge_model,
+        metrics=metrics,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        profile=profile,
+    )
     from searchrl.models import check_fetchable
 
     check_fetchable(cfg, profile)

@@ -65,15 +65,24 @@ def build(
 
         check_encoder(encoder)
     path = build_index(
-        corpus, kind.value, out, encoder=encoder, batch_size=batch_size, faiss=faiss, nprobe=nprobe,
+        corpus,
+        kind.value,
+        out,
+        encoder=encoder,
+        batch_size=batch_size,
+        faiss=faiss,
+        nprobe=nprobe,
         candidates=candidates,
         stemmer=None if stemmer.lower() == "none" else stemmer,
         stopwords=None if stopwords.lower() == "none" else stopwords,
-        query_encoder=query_encoder, overwrite=force,
-    )  # fmt: skip
+        query_encoder=query_encoder,
+        overwrite=force,
+    )
     manifest = json.loads((path / "manifest.json").read_text())
-    print(f"built {kind.value} index of {manifest['counts']['passages']:,} passages in "
-          f"{manifest['build_seconds']} s -> {path}")  # the result: stdout  # fmt: skip
+    print(
+        f"built {kind.value} index of {manifest['counts']['passages']:,} passages in "
+        f"{manifest['build_seconds']} s -> {path}"
+    )  # the result: stdout
 
 
 @app.command("convert")
@@ -94,8 +103,9 @@ def convert(
     from searchrl.retrieval.convert import convert_flat_index
     from searchrl.utils import console
 
-    path = convert_flat_index(flat, corpus, out, encoder=encoder, faiss=faiss, nprobe=nprobe, candidates=candidates,
-                              overwrite=force)  # fmt: skip
+    path = convert_flat_index(
+        flat, corpus, out, encoder=encoder, faiss=faiss, nprobe=nprobe, candidates=candidates, overwrite=force
+    )
     manifest = json.loads((path / "manifest.json").read_text())
     console.print(
         f"[green]converted[/green] {manifest['counts']['passages']:,} passages to "
@@ -168,9 +178,14 @@ def serve(
     if hasattr(dense, "query_cache"):
         dense.query_cache.maxsize = query_cache
     app = create_app(
-        retriever, default_topk=topk, max_topk=max_topk, max_queries=max_queries, max_query_chars=max_query_chars,
-        max_pending_queries=max_pending, max_queue_wait_s=max_queue_wait,
-    )  # fmt: skip
+        retriever,
+        default_topk=topk,
+        max_topk=max_topk,
+        max_queries=max_queries,
+        max_query_chars=max_query_chars,
+        max_pending_queries=max_pending,
+        max_queue_wait_s=max_queue_wait,
+    )
     manifest = retriever.manifest
     encoder = f" (queries: {type(dense.encoder).__name__})" if hasattr(dense, "encoder") else ""
     console.print(
@@ -195,8 +210,10 @@ def _bind(host: str, port: int) -> socket.socket:
         return socket.create_server((host, port), family=family, backlog=2048)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
-            raise ValueError(f"port {port} on {host} is already in use (another `searchrl serve`?); "
-                             "pick a free one with --port, or stop the process holding it") from None  # fmt: skip
+            raise ValueError(
+                f"port {port} on {host} is already in use (another `searchrl serve`?); "
+                "pick a free one with --port, or stop the process holding it"
+            ) from None
         raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}; check --host and --port") from None
 
 

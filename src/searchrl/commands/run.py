@@ -76,7 +76,7 @@ def demo(
     out: str = typer.Option("runs/demo", help="run directory: checkpoints, metrics, curves, viewer, summary.json"),
     fresh: bool = typer.Option(False, help="ignore existing checkpoints in --out and train again"),
     device: str = DEVICE,
-    overrides: list[str] = typer.Option(None, "--set", help="dotted override of the demo recipe, e.g. rollout.max_turns=2"),
+    overrides: list[str] = typer.Option(None, "--set", help="dotted override of the recipe, e.g. rollout.max_turns=2"),
 ) -> None:
     """Train the bundled model into a search agent on the demo recipe and show before / after.
 
@@ -88,11 +88,13 @@ def demo(
     from searchrl.commands.common import dotted
     from searchrl.demo import run_demo
 
-    flags = dotted(**{
-        "training.eval_limit": questions,
-        "sft.limit": sft_examples,
-        "training.steps": rl_steps,
-    })
+    flags = dotted(
+        **{
+            "training.eval_limit": questions,
+            "sft.limit": sft_examples,
+            "training.steps": rl_steps,
+        }
+    )
     cfg = resolve_run("demo", [*flags, *(overrides or [])], None, device)
     out_dir = Path(out)
     if fresh and out_dir.exists():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from searchrl.config import ConfigError, dump_config, load_config, recipe_names, recipe_path
-from searchrl.models import ALIASES, alias_dir, resolve_embedder, resolve_policy
+from searchrl.models import ALIASES, alias_dir, cache_dir, resolve_embedder, resolve_policy
 
 # ------------------------------------------------------------------------------------------------------ models
 models_app = typer.Typer(

@@ -124,13 +124,22 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
             )
         elif name == "iter_retgen":
             assert retriever is not None
-            methods[name] = IterRetGenMethod(generator, retriever, topk=topk, iterations=ev.iter_retgen_iterations,
-                                             max_new_tokens=ev.cot_max_new_tokens, **common)  # fmt: skip
+            methods[name] = IterRetGenMethod(
+                generator,
+                retriever,
+                topk=topk,
+                iterations=ev.iter_retgen_iterations,
+                max_new_tokens=ev.cot_max_new_tokens,
+                **common,
+            )
         elif name in ("agent", "search_o1"):
             from searchrl.pipeline import make_protocol
 
-            over = {"max_turns": ev.max_turns, "max_searches": ev.max_searches,
-                    "max_new_tokens": ev.agent_max_new_tokens}  # fmt: skip
+            over = {
+                "max_turns": ev.max_turns,
+                "max_searches": ev.max_searches,
+                "max_new_tokens": ev.agent_max_new_tokens,
+            }
             rollout = cfg.rollout.model_copy(update={k: v for k, v in over.items() if v is not None})
             limits = RolloutLimits.from_config(rollout, topk)
             if name == "agent":
@@ -138,8 +147,9 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
             else:
                 assert retriever is not None
                 refine = ev.search_o1_refine_max_new_tokens
-                methods[name] = SearchO1Method(generator, retriever, limits=limits, refine_max_new_tokens=refine,
-                                               **common)  # fmt: skip
+                methods[name] = SearchO1Method(
+                    generator, retriever, limits=limits, refine_max_new_tokens=refine, **common
+                )
     return methods
 
 
@@ -404,8 +414,11 @@ def run_from_config(
 
         check_retriever_source(cfg)
         retriever = make_retriever_for(cfg, corpus)
-    own_retrievers = {key: own_retriever(cfg, *key) for key in dict.fromkeys(s.retriever_key for s in sets)
-                      if key != (None, None) and needs}  # fmt: skip
+    own_retrievers = {
+        key: own_retriever(cfg, *key)
+        for key in dict.fromkeys(s.retriever_key for s in sets)
+        if key != (None, None) and needs
+    }
     if generator is None:
         generator = load_generator(cfg)
     shared = any(s.retriever_key == (None, None) for s in sets)

@@ -30,8 +30,10 @@ def split_questions(
     from searchrl.data.splits import heldout_split
 
     if not source.startswith("hf:") and not Path(source).exists():
-        raise ConfigError(f"QA file {source} not found; give your questions and corpus, e.g. data.source=DIR "
-                          "data.train=questions.jsonl data.corpus=corpus.jsonl")  # fmt: skip
+        raise ConfigError(
+            f"QA file {source} not found; give your questions and corpus, e.g. data.source=DIR "
+            "data.train=questions.jsonl data.corpus=corpus.jsonl"
+        )
     examples = load_qa(source)[:limit]
     n_held = round(heldout_fraction * len(examples)) if heldout_fraction is not None else heldout
     train, held = heldout_split(examples, n_held)
@@ -74,11 +76,15 @@ def oracle_data(cfg: RunConfig, tokenizer, split: str = "train", protocol=None, 
     n_first, mix = s.oracle_first_turns, s.oracle_mix
     n_whole = sum(mix.values()) if mix else s.limit
     if mix and ((s.limit is not None and s.limit != n_whole) or s.oracle_balance):
-        raise ValueError(f"sft.oracle_mix (sums to {n_whole}) sets the whole trajectories itself: leave sft.limit "
-                         "unset (or equal to that sum) and sft.oracle_balance off")  # fmt: skip
+        raise ValueError(
+            f"sft.oracle_mix (sums to {n_whole}) sets the whole trajectories itself: leave sft.limit "
+            "unset (or equal to that sum) and sft.oracle_balance off"
+        )
     if n_first and n_whole is None:
-        raise ValueError("sft.oracle_first_turns needs an sft.limit (the whole trajectories; the first-turn samples "
-                         "come from the questions after them)")  # fmt: skip
+        raise ValueError(
+            "sft.oracle_first_turns needs an sft.limit (the whole trajectories; the first-turn samples "
+            "come from the questions after them)"
+        )
     limit = n_whole + n_first if n_first else n_whole
     kinds = s.kinds or None
     if mix:
@@ -87,8 +93,10 @@ def oracle_data(cfg: RunConfig, tokenizer, split: str = "train", protocol=None, 
         short = {k: f"{len(picked[k])} of {n}" for k, n in mix.items() if len(picked[k]) < n}
         if short:
             present = sorted({str(e.metadata.get("kind")) for e in pool})
-            raise ValueError(f"sft.oracle_mix asks for more questions of a kind than the {split} split holds "
-                             f"({short}): lower those counts (kinds present: {present})")  # fmt: skip
+            raise ValueError(
+                f"sft.oracle_mix asks for more questions of a kind than the {split} split holds "
+                f"({short}): lower those counts (kinds present: {present})"
+            )
         whole = [e for k in mix for e in picked[k]]
         taken = {id(e) for e in whole}
         examples = whole + [e for e in pool if id(e) not in taken][:n_first]
@@ -117,8 +125,9 @@ def write_oracle_data(cfg: RunConfig, out: Path, split: str = "train") -> list:
     """:func:`oracle_data` of ``cfg``'s world with ``model.policy``'s tokenizer, written to ``out`` (SFT data)."""
     world = Path(cfg.data.source) if cfg.data.source != "synthetic" else data_dir(cfg)
     if not (world / "world.json").exists() and not (world / f"{split}.jsonl").exists():
-        raise FileNotFoundError(f"{world} is not a synthetic world (no world.json); make one with "
-                                f"`searchrl data synth --out {world}`")  # fmt: skip
+        raise FileNotFoundError(
+            f"{world} is not a synthetic world (no world.json); make one with `searchrl data synth --out {world}`"
+        )
     if split not in ("train", "dev", "test"):
         raise ValueError(f"unknown split {split!r}; choose train, dev or test")
     trajs = oracle_data(cfg, load_tokenizer(cfg.model.policy), split)

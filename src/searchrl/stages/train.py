@@ -33,8 +33,10 @@ def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
 
         path = Path(s.data.split(":", 1)[1])
         if not path.exists():
-            raise FileNotFoundError(f"sft.data {s.data}: {path} not found (a trajectories JSONL, e.g. from "
-                                    "`searchrl data rejection-sample`)")  # fmt: skip
+            raise FileNotFoundError(
+                f"sft.data {s.data}: {path} not found (a trajectories JSONL, e.g. from "
+                "`searchrl data rejection-sample`)"
+            )
         trajs = [Trajectory.from_dict(row) for _, row in read_jsonl(path)][: s.limit]
         validator = Memorizer(cfg.memorization, None, protocol, tokenizer, correctness=memorizer_correctness(cfg))
         data, rejected = rewriter_sft_from_trajectories(trajs, validator, tokenizer, cfg.model.prompt_style)
