@@ -154,7 +154,7 @@ def plan_pipeline(
 ) -> list[StagePlan]:
     """Every stage of ``cfg.pipeline`` with its inputs; ConfigError naming each input that does not exist (and is
     not written by an earlier stage), and each stage whose reward params are wrong, before anything runs."""
-    from searchrl.runner import _NEEDS_MODEL, _subst, stage_config, stage_output
+    from searchrl.runner import _NEEDS_MODEL, _subst, check_stage_args, stage_config, stage_output
 
     run_dir = Path(run_dir)
     forced = forced or set()
@@ -166,6 +166,7 @@ def plan_pipeline(
     problems: list[str] = []
     check_reward_params(cfg.reward.components, "the run's config")
     for raw_stage in cfg.pipeline:
+        check_stage_args(raw_stage)
         stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
         output = stage_output(stage, run_dir)
         done = (run_dir / stage.name / "DONE").exists()

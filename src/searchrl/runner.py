@@ -138,16 +138,37 @@ def _count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def _call(ctx: StageContext, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs, **stage.args)``: an argument the stage function does not take is a config error."""
+#: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
+_OP_ARGS = {"synth": {"entities", "seed"}, "oracle": {"split", "limit", "kinds"}, "index": None}
+_OP_FUNCTIONS = {
+    "split": "split_questions",
+    "rejection-sample": "rejection_sampling",
+    "select-difficulty": "difficulty_selection",
+}
+
+
+def check_stage_args(stage: StageConfig) -> None:
+    """ConfigError when a stage's ``args:`` hold a key its function does not take (named with the ones it does);
+    ``searchrl run`` checks every stage before the first one runs."""
     import inspect
 
-    params = inspect.signature(fn).parameters
-    unknown = sorted(set(ctx.stage.args) - {p for p in params if p not in ("cfg", "out")})
+    if stage.kind != "data" or not stage.args:
+        if stage.args:
+            raise ConfigError(f"stage '{stage.name}': args: are for data stages; use set: for {stage.kind} settings")
+        return
+    if stage.op in _OP_FUNCTIONS:
+        from searchrl import stages
+
+        params = inspect.signature(getattr(stages, _OP_FUNCTIONS[stage.op])).parameters
+        known = set(params) - {"cfg", "out", "source", "data", "teacher"}  # what the runner passes itself
+    else:
+        known = _OP_ARGS.get(stage.op)
+    unknown = sorted(set(stage.args) - known) if known is not None else []
     if unknown:
-        known = [p for p, v in params.items() if v.kind == v.KEYWORD_ONLY]
-        raise ConfigError(f"stage '{ctx.stage.name}': unknown args {unknown} for {ctx.stage.op}; it takes {known}")
-    return fn(*args, **{**kwargs, **ctx.stage.args})
+        raise ConfigError(
+            f"stage '{stage.name}': unknown args {unknown} for {stage.op}; it takes {sorted(known)} "
+            "(config settings go in set:, e.g. rollout.max_obs_tokens)"
+        )
 
 
 def _sampling_cfg(ctx: StageContext) -> RunConfig:
@@ -184,7 +205,7 @@ def _op_split(ctx: StageContext) -> dict[str, Any]:
     if isinstance(source, list):
         raise ConfigError(f"stage '{ctx.stage.name}': split takes one QA file in data:")
     try:
-        train, held = _call(ctx, split_questions, str(source), ctx.dir)
+        train, held = split_questions(str(source), ctx.dir, **ctx.stage.args)
     except ConfigError as err:
         raise ConfigError(f"stage '{ctx.stage.name}': {err}") from None
     return {"source": str(source), "train": train, "heldout": held}
@@ -196,14 +217,8 @@ def _op_oracle(ctx: StageContext) -> dict[str, Any]:
     from searchrl.pipeline import data_dir
     from searchrl.stages import write_oracle_data
 
-    args = dict(ctx.stage.args)
-    split = args.pop("split", "train")
-    sft = {k: args.pop(k) for k in ("limit", "kinds") if k in args}
-    if args:
-        raise ConfigError(
-            f"stage '{ctx.stage.name}': unknown args {sorted(args)} for oracle; it takes split, "
-            "limit and kinds (other settings go in set:, e.g. sft.oracle_plan)"
-        )
+    split = ctx.stage.args.get("split", "train")
+    sft = {k: v for k, v in ctx.stage.args.items() if k in ("limit", "kinds")}
     cfg = _sampling_cfg(ctx)
     world = ctx.stage.data or ctx.world or str(data_dir(cfg))
     data = cfg.data.model_copy(
@@ -219,7 +234,7 @@ def _sampling_op(ctx: StageContext, fn: Callable[..., Any], key: str, empty_hint
     data = ctx.stage.data
     if isinstance(data, list):
         raise ConfigError(f"stage '{ctx.stage.name}': {ctx.stage.op} takes one QA file in data:")
-    _call(ctx, fn, _sampling_cfg(ctx), ctx.dir / "data.jsonl", data=data)
+    fn(_sampling_cfg(ctx), ctx.dir / "data.jsonl", data=data, **ctx.stage.args)
     n = _count_lines(ctx.dir / "data.jsonl")
     if n == 0:
         raise ValueError(f"stage '{ctx.stage.name}': {empty_hint}")
@@ -359,6 +374,8 @@ def run_pipeline(
     results: list[StageResult] = []
     t_run = time.perf_counter()
     last = max((i for i, n in enumerate(names) if n in forced), default=-1)  # --only: nothing runs after it
+    for raw_stage in cfg.pipeline:
+        check_stage_args(raw_stage)
     for i, raw_stage in enumerate(cfg.pipeline):
         if only is not None and i > last:
             break

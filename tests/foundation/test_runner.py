@@ -184,19 +184,23 @@ def test_bad_pipelines_fail_with_a_named_fix(tmp_path: Path, fake_handlers) -> N
         run_pipeline(validate_dict({}), tmp_path)
 
 
-def test_a_stage_arg_its_function_does_not_take_names_the_ones_it_does(tmp_path: Path, monkeypatch) -> None:
-    """``args:`` are keyword arguments of the stage function; a misspelt one fails before any work."""
-    from searchrl import stages
+def test_a_stage_arg_its_function_does_not_take_fails_before_any_stage(tmp_path: Path, fake_handlers) -> None:
+    """``args:`` are keyword arguments of the stage function; a misspelt one fails before the first stage runs (and
+    in the preflight plan), naming the ones it takes."""
+    from searchrl.preflight import plan_pipeline
 
-    called = []
-    monkeypatch.setattr(stages, "rejection_sampling", lambda *a, **kw: called.append(kw))
-    monkeypatch.setattr(stages, "difficulty_selection", stages.sampling.difficulty_selection)
-    bad = [{"name": "rs", "kind": "data", "op": "select-difficulty", "args": {"rule": "rag_r1", "kepe": ["easy"]}}]
-    with pytest.raises(ConfigError, match=r"unknown args \['kepe'\].*'keep'"):
-        run_pipeline(_cfg(bad), tmp_path)
-    bad = [{"name": "o", "kind": "data", "op": "oracle", "args": {"max_obs_tokens": 120}}]
-    with pytest.raises(ConfigError, match="other settings go in set:"):
-        run_pipeline(_cfg(bad), tmp_path / "o")
+    sel = {"name": "sel", "kind": "data", "op": "select-difficulty", "args": {"rule": "rag_r1", "kepe": ["easy"]}}
+    cfg = _cfg([STAGES[0], sel])
+    for check in (lambda: run_pipeline(cfg, tmp_path), lambda: plan_pipeline(cfg, tmp_path)):
+        with pytest.raises(ConfigError, match=r"unknown args \['kepe'\].*'keep'"):
+            check()
+    assert fake_handlers == []  # the world stage did not run either
+    oracle = {"name": "o", "kind": "data", "op": "oracle", "args": {"max_obs_tokens": 120}}
+    with pytest.raises(ConfigError, match="config settings go in set:"):
+        run_pipeline(_cfg([oracle]), tmp_path / "o")
+    ok = {"name": "sel", "kind": "data", "op": "select-difficulty", "args": {"rule": "rag_r1", "keep": ["easy"]}}
+    run_pipeline(_cfg([ok]), tmp_path / "ok")
+    assert [c["name"] for c in fake_handlers] == ["sel"]
 
 
 @pytest.mark.slow
