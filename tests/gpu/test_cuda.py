@@ -213,10 +213,9 @@ def test_recipe_rl_stage_on_cuda(tmp_path_factory, tokenizer_dir: str, recipe: s
 @pytest.mark.parametrize(("device", "shape"), DEVICES)
 def test_sft_steps_in_mixed_precision(tmp_path: Path, tokenizer_dir: str, device: str, shape: str, monkeypatch):
     """SFT on the synthetic world's oracle trajectories: the loss is finite and falls on a repeated batch."""
-    from searchrl.stages import run_sft
-
     from searchrl.config import load_config
     from searchrl.sft import trainer as sft_trainer
+    from searchrl.stages import run_sft
 
     monkeypatch.setattr(sft_trainer.SFTTrainer, "save", lambda self, path: None)  # no multi-GB checkpoint
     cfg = load_config(
