@@ -140,6 +140,8 @@ def _count_lines(path: Path) -> int:
 
 #: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
 _OP_ARGS = {"synth": {"entities", "seed"}, "oracle": {"split", "limit", "kinds"}, "index": None}
+#: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
+_TEACHER_ARGS = {"url", "served_model", "timeout_s"}
 _OP_FUNCTIONS = {
     "split": "split_questions",
     "rejection-sample": "rejection_sampling",
@@ -161,6 +163,8 @@ def check_stage_args(stage: StageConfig) -> None:
 
         params = inspect.signature(getattr(stages, _OP_FUNCTIONS[stage.op])).parameters
         known = set(params) - {"cfg", "out", "source", "data", "teacher"}  # what the runner passes itself
+        if "teacher" in params:
+            known |= _TEACHER_ARGS
     else:
         known = _OP_ARGS.get(stage.op)
     unknown = sorted(set(stage.args) - known) if known is not None else []
@@ -234,7 +238,11 @@ def _sampling_op(ctx: StageContext, fn: Callable[..., Any], key: str, empty_hint
     data = ctx.stage.data
     if isinstance(data, list):
         raise ConfigError(f"stage '{ctx.stage.name}': {ctx.stage.op} takes one QA file in data:")
-    fn(_sampling_cfg(ctx), ctx.dir / "data.jsonl", data=data, **ctx.stage.args)
+    from searchrl.stages import Teacher
+
+    args = {k: v for k, v in ctx.stage.args.items() if k not in _TEACHER_ARGS}
+    teacher = Teacher(**{k: v for k, v in ctx.stage.args.items() if k in _TEACHER_ARGS})
+    fn(_sampling_cfg(ctx), ctx.dir / "data.jsonl", data=data, teacher=teacher, **args)
     n = _count_lines(ctx.dir / "data.jsonl")
     if n == 0:
         raise ValueError(f"stage '{ctx.stage.name}': {empty_hint}")

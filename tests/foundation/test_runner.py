@@ -292,3 +292,23 @@ def test_a_world_stage_reads_the_worlds_own_files_whatever_the_users_data_overri
     train_q = {ex.question for ex in load_split(cfg, "train", None)}
     dev_q = {ex.question for ex in load_split(cfg, "dev", None)}
     assert train_q and dev_q and not train_q & dev_q  # no SFT example comes from the world's dev split
+
+
+def test_sampling_stages_get_their_teacher_from_args(tmp_path: Path, monkeypatch) -> None:
+    """``args: {url, served_model, timeout_s}`` name a served teacher; the other args go to the stage function."""
+    from searchrl import stages
+
+    seen = {}
+
+    def fake(cfg, out, *, data=None, teacher=None, k=4, slice=False):  # noqa: A002
+        seen.update(teacher=teacher, k=k, slice=slice, model=cfg.model.policy)
+        out.write_text("{}\n")
+
+    monkeypatch.setattr(stages, "rejection_sampling", fake)
+    args = {"k": 1, "slice": True, "url": "http://127.0.0.1:8001/v1", "served_model": "qwen"}
+    run_pipeline(_cfg([{"name": "rs", "kind": "data", "op": "rejection-sample", "args": args}]), tmp_path)
+    assert seen["teacher"] == stages.Teacher("http://127.0.0.1:8001/v1", "qwen") and (seen["k"], seen["slice"]) == (
+        1,
+        True,
+    )
+    assert seen["model"] == "smollm2-135m-instruct"  # the tokenizer of the served model: the stage's model
