@@ -37,36 +37,26 @@ def build_config(
     profile: str | None = None,
 ):
     """The run config: the recipe (or defaults) with its profile, then dotted overrides, then the given flags."""
-    from searchrl.config import load_config, validate_dict
+    from searchrl.commands.common import load
     from searchrl.pipeline import with_retriever
 
-    cfg = load_config(config, overrides, profile)
-    raw = cfg.model_dump()
-    ev, ret = raw["evaluation"], raw["retrieval"]
-    if data:
-        ev["datasets"] = list(data)
-    if methods is not None:
-        ev["methods"] = _split_list(methods)
-    if metrics is not None:
-        ev["metrics"] = _split_list(metrics)
-    for key, value in [
-        ("limit", limit),
-        ("output_dir", out),
-        ("judge_url", judge_url),
-        ("judge_model", judge_model),
-        ("max_new_tokens", max_new_tokens),
-        ("batch_size", batch_size),
-    ]:
-        if value is not None:
-            ev[key] = value
-    if protocol is not None:
-        raw["rollout"]["protocol"] = protocol
-    if model is not None:
-        raw["model"]["policy"] = model
-        raw["training"]["init_from"] = None  # an explicit --model wins over the recipe's checkpoint
-    if topk is not None:
-        ret["topk"] = topk
-    return with_retriever(validate_dict(raw, config or "<flags>"), index, url)
+    flags = {
+        "evaluation.datasets": list(data) if data else None,
+        "evaluation.methods": _split_list(methods) if methods is not None else None,
+        "evaluation.metrics": _split_list(metrics) if metrics is not None else None,
+        "evaluation.limit": limit,
+        "evaluation.output_dir": out,
+        "evaluation.judge_url": judge_url,
+        "evaluation.judge_model": judge_model,
+        "evaluation.max_new_tokens": max_new_tokens,
+        "evaluation.batch_size": batch_size,
+        "rollout.protocol": protocol,
+        "model.policy": model,
+        "retrieval.topk": topk,
+    }
+    explicit_model = ["training.init_from=null"] if model is not None else []  # --model wins over the checkpoint
+    cfg = load(config, [*overrides, *explicit_model], profile, **flags)
+    return with_retriever(cfg, index, url)
 
 
 @app.callback(invoke_without_command=True)
