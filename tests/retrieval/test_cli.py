@@ -87,3 +87,42 @@ def test_searchrl_serve_answers_search_r1_requests(tiny_bm25: Path, unused_port:
 def test_serve_rejects_missing_index(tmp_path: Path) -> None:
     res = runner.invoke(app, ["serve", "--index", str(tmp_path / "none")])
     assert isinstance(res.exception, FileNotFoundError) and "searchrl index build" in str(res.exception)
+
+
+def test_ask_takes_the_recipes_rollout_limits_protocol_and_model(tiny_bm25: Path, monkeypatch) -> None:
+    """`searchrl ask --recipe R` rolls out with R's limits (not limits of its own), R's protocol and policy; a flag
+    replaces one value; --index points the retriever at that index (its kind from its manifest)."""
+    from searchrl.config import load_config
+    from searchrl.rollout.engine import RolloutLimits
+
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def engine(generator, retriever, protocol, limits, style):
+        seen.update(limits=limits, protocol=type(protocol).__name__, kind=retriever.manifest["kind"])
+        raise Stop
+
+    monkeypatch.setattr("searchrl.rollout.engine.RolloutEngine", engine)
+    monkeypatch.setattr("searchrl.models.load_policy", lambda spec, **kw: (seen.setdefault("policy", spec), None))
+    monkeypatch.setattr("searchrl.generation.hf.HFGenerator", lambda model, tok: None)
+    res = CliRunner().invoke(
+        app,
+        [
+            "ask",
+            "Q?",
+            "--recipe",
+            "r1_searcher_stage1",
+            "--profile",
+            "laptop",
+            "--index",
+            str(tiny_bm25),
+            "--max-turns",
+            "2",
+        ],
+    )
+    assert isinstance(res.exception, Stop), res.output + repr(res.exception)
+    cfg = load_config("r1_searcher_stage1", ["rollout.max_turns=2"], "laptop")
+    assert seen["limits"] == RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+    assert seen["protocol"] == "R1SearcherProtocol" and seen["policy"] == cfg.model.policy and seen["kind"] == "bm25"
