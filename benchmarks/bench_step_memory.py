@@ -39,7 +39,7 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "2wiki-mini"
 BASELINE = "e86f3fc"
 ISSUE_ARGS = ["training.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=64",
               "rollout.max_turns=1", "rollout.max_searches=0", "rollout.force_answer=false",
-              "algorithm.mini_batch_size=16", "training.lr=1e-6"]  # fmt: skip
+              "algorithm.mini_batch_size=16", "training.lr=1e-6", "algorithm.kl_coef=0.001"]  # fmt: skip
 PHASES = ("generate", "logprob", "update", "step")
 
 

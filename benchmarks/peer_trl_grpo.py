@@ -268,7 +268,8 @@ def ours_command(args, out_dir: Path) -> list[str]:
             f"data.source={args.data}", "data.train=dev.jsonl", f"data.train_limit={args.prompts}",
             "training.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=64", "rollout.max_turns=1",
             "rollout.max_searches=0", "rollout.force_answer=false", "algorithm.mini_batch_size=16",
-            "training.lr=1e-6", f"training.steps={args.steps}", f"training.output_dir={out_dir}",
+            "training.lr=1e-6", "algorithm.kl_coef=0.001", f"training.steps={args.steps}",
+            f"training.output_dir={out_dir}",
             f"retrieval.index={out_dir.parent / 'index-bm25'}"]  # fmt: skip
 
 

@@ -99,7 +99,7 @@ def test_question_order_without_recorded_subjects() -> None:
 def test_first_turn_samples_extend_the_oracle_data(world) -> None:
     """sft.oracle_first_turns adds step-level samples: the question's prompt -> its first turn, no documents."""
     from searchrl.pipeline import load_split, make_protocol
-    from searchrl.sft.cli import oracle_sft_data
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
     cfg = load_config("demo", [f"data.source={d}", "sft.limit=4", "sft.oracle_first_turns=6",
@@ -208,8 +208,8 @@ def test_balanced_oracle_data_covers_every_template(world) -> None:
     import collections
 
     from searchrl.pipeline import load_split, make_protocol
-    from searchrl.sft.cli import oracle_sft_data
     from searchrl.sft.oracle import round_robin_by_template
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
     train = load_split(load_config("demo", [f"data.source={d}", "data.kinds=[]"]), "train")
@@ -235,7 +235,7 @@ def test_oracle_mix_picks_the_whole_trajectories_per_kind(world) -> None:
     """sft.oracle_mix: the first n questions of each kind (file order) as whole trajectories, then first turns of
     the questions not taken; asking for more of a kind than the split holds, or a clashing limit, is an error."""
     from searchrl.pipeline import load_split, make_protocol
-    from searchrl.sft.cli import oracle_sft_data
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
     over = [f"data.source={d}", "sft.kinds=[]", "sft.limit=null", "retrieval.kind=bm25", "sft.oracle_plan=decompose"]
@@ -276,7 +276,7 @@ def test_decompose_explicit_states_the_kind_of_answer_before_the_plan(world) -> 
 
 def test_oracle_topk_sets_the_documents_per_search_of_the_sft_data_only(world) -> None:
     from searchrl.pipeline import make_protocol
-    from searchrl.sft.cli import oracle_sft_data
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
     base = [f"data.source={d}", "sft.limit=5", "retrieval.kind=bm25", "retrieval.topk=3"]

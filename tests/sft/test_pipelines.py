@@ -358,8 +358,9 @@ def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -
 
 # ------------------------------------------------------------------------------------------------------- CLI
 def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, monkeypatch) -> None:
-    from searchrl.data import pipeline_cli
+    from searchrl.commands import data_build
     from searchrl.retrieval.index import build_index
+    from searchrl.stages import sampling
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "contents": f"Page {i}\nFact number {i}."}) + "\n"
@@ -369,14 +370,14 @@ def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, 
     data.write_text("".join(json.dumps(ex.to_flashrag()) + "\n" for ex in questions(3)))
     plan = {"q0": ["right"] * 25, "q1": ["no"] * 11 + ["right"] * 14, "q2": ["no"] * 25}
 
-    def fake_generator(model: str, url, served_model, timeout_s):
+    def fake_generator(model: str, url=None, served_model=None, timeout_s=120.0):
         examples = questions(3)
         return ScriptedGenerator(ByteTokenizer(), PlannedModel(SR1, ByteTokenizer(), examples, plan,
                                                                direct_behaviours))  # fmt: skip
 
-    monkeypatch.setattr(pipeline_cli, "_load_generator", fake_generator)
+    monkeypatch.setattr(sampling, "load_generator", fake_generator)
     app = typer.Typer()
-    pipeline_cli.register(app)
+    data_build.register(app)
     common = ["--data", str(data), "--index", str(tmp_path / "index"), "--protocol", "search_r1"]
     res = CliRunner().invoke(app, ["select-difficulty", *common, "--rule", "r1_searcher", "--out",
                                    str(tmp_path / "sel.jsonl")])  # fmt: skip

@@ -65,8 +65,8 @@ def test_cap_alone_and_source_fields() -> None:
 def test_selection_quotas_rewrite_the_kept_file_and_records(tmp_path) -> None:
     import json
 
-    from searchrl.data.pipeline_cli import _apply_selection_quotas
     from searchrl.data.records import QAExample
+    from searchrl.stages.sampling import _apply_selection_quotas
 
     kept = [QAExample(f"q{i}", f"Q{i}?", ["a"], metadata={"source": s, "difficulty": b})
             for i, (_, s, b) in enumerate(items()[::3])]  # fmt: skip

@@ -147,10 +147,7 @@ def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
 def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
     """The retriever of a set that names its own index directory and / or corpus, with the run's retrieval
     settings (kind, encoder, top-k). An index directory that holds an index decides its own kind."""
-    import json
-
-    from searchrl.pipeline import default_index_dir
-    from searchrl.retrieval import make_retriever
+    from searchrl.pipeline import default_index_dir, make_retriever_for, with_retriever
 
     r = cfg.retrieval
     if r.kind in ("remote", "web"):
@@ -160,12 +157,11 @@ def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
         if corpus is None:
             raise ValueError("own_retriever needs an index directory or a corpus")
         index = str(default_index_dir(corpus, r.kind))
-    manifest = Path(index) / "manifest.json"
-    kind = json.loads(manifest.read_text())["kind"] if manifest.exists() else r.kind
-    if corpus is None and not manifest.exists():
+    built = (Path(index) / "manifest.json").exists()
+    if corpus is None and not built:
         raise FileNotFoundError(f"evaluation index {index} holds no index; build it with `searchrl index build` or "
                                 "give the set's corpus: in its evaluation.datasets entry")  # fmt: skip
-    if corpus is not None and not Path(corpus).exists() and not manifest.exists():
+    if corpus is not None and not Path(corpus).exists() and not built:
         raise FileNotFoundError(f"evaluation corpus not found: {corpus} (give the corpus file of this dataset's "
                                 "entry, e.g. the IRCoT corpus of HotpotQA / 2Wiki / MuSiQue)")  # fmt: skip
-    return make_retriever(r.model_copy(update={"index": index, "kind": kind}), corpus)
+    return make_retriever_for(with_retriever(cfg, index), corpus)
