@@ -32,6 +32,7 @@ def run_cmd(
     from searchrl.models import check_fetchable
     from searchrl.preflight import format_plan, plan_pipeline
     from searchrl.runner import _to_run, run_pipeline
+    from searchrl.validation import validate_deep
 
     overrides = [*(overrides or []), *(sets or []), *([f"model.device={device}"] if device else [])]
 
@@ -46,6 +47,7 @@ def run_cmd(
 
         raise ConfigError(f"recipe {name} has no pipeline: section; add stages (see docs/recipes.md)")
     forced = _to_run([s.name for s in cfg.pipeline], only or None, start)
+    validate_deep(cfg, load)
     if not dry_run:  # models first: a hub model that cannot be fetched is the likelier mistake with paper recipes
         check_fetchable(cfg, profile, pipeline=True)
         for stage in cfg.pipeline:

@@ -4,7 +4,7 @@ sideways, never up, and no two units of one layer import each other in a cycle.
     foundation (config, config_eval, utils, models, tuning, device, shapes)
     < data, retrieval, protocols, generation
     < rollout < rewards < rl, sft
-    < applications: eval, viz, pipeline, runner, preflight, demo, testing, and every command module
+    < applications: eval, viz, pipeline, runner, preflight, validation, demo, testing, and every command module
       (``cli.py`` / ``*_cli.py``)
 """
 
@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"rollout"},
     {"rewards"},
     {"rl", "sft"},
-    {"eval", "viz", "pipeline", "runner", "preflight", "demo", "testing", "cli", "__main__"},
+    {"eval", "viz", "pipeline", "runner", "preflight", "validation", "demo", "testing", "cli", "__main__"},
 ]
 APPS = len(LAYERS) - 1
 ROOT = Path(searchrl.__file__).parent

@@ -55,6 +55,7 @@ def run_config(
     recipe's drops the recipe's protocol options (they belong to its protocol); ``--option`` adds to them.
     """
     from searchrl.config import load_config, validate_dict
+    from searchrl.validation import validate_deep
 
     raw = load_config(recipe, overrides or [], profile).model_dump()
     ro = raw["rollout"]
@@ -72,7 +73,9 @@ def run_config(
         raw["model"]["prompt_style"] = prompt_style
     if topk is not None:
         raw["retrieval"]["topk"] = topk
-    return validate_dict(raw, recipe or "<flags>")
+    cfg = validate_dict(raw, recipe or "<flags>")
+    validate_deep(cfg)
+    return cfg
 
 
 def _load_generator(model: str, url: str | None, served_model: str | None, timeout_s: float) -> Generator:

@@ -123,7 +123,9 @@ def main(
         metrics=metrics, max_new_tokens=max_new_tokens, batch_size=batch_size, profile=profile,
     )  # fmt: skip
     from searchrl.models import check_fetchable
+    from searchrl.validation import validate_deep
 
+    validate_deep(cfg)
     check_fetchable(cfg, profile)
     run_from_config(cfg, corpus=corpus)
 

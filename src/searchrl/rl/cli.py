@@ -20,6 +20,7 @@ def train(
     """
     from searchrl.config import load_config
     from searchrl.models import check_fetchable
+    from searchrl.validation import validate_deep
 
     items = [*(overrides or []), *(sets or [])]
     if out is not None:
@@ -27,6 +28,7 @@ def train(
     if device is not None:
         items.append(f"model.device={device}")
     cfg = load_config(recipe, items, profile)
+    validate_deep(cfg, lambda name: load_config(name, items, profile))
     check_fetchable(cfg, profile)
     history = run_train(cfg, resume=resume)
     if history:

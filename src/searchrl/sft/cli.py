@@ -22,9 +22,11 @@ def sft(
     """
     from searchrl.config import load_config
     from searchrl.models import check_fetchable
+    from searchrl.validation import validate_deep
 
     device_set = [f"model.device={device}"] if device else []
     cfg = load_config(recipe, [*(overrides or []), *(sets or []), *device_set], profile)
+    validate_deep(cfg, lambda name: load_config(name, [*(overrides or []), *(sets or []), *device_set], profile))
     check_fetchable(cfg, profile)
     run_sft(cfg, out or f"{cfg.training.output_dir}-sft")
 
