@@ -210,7 +210,7 @@ def stage_problems(cfg: RunConfig, load: Callable[[str], RunConfig], run_dir: Pa
     base_values = cfg.model_dump()
     for i, raw_stage in enumerate(cfg.pipeline):
         label = f"pipeline[{i}] (stage '{raw_stage.name}')"
-        names = stage_arg_names(raw_stage.kind, raw_stage.op)
+        names = stage_arg_names(raw_stage.kind, raw_stage.op) if raw_stage.args else set()
         owner = f"op '{raw_stage.op}'" if raw_stage.kind == "data" else f"{raw_stage.kind} stages"
         for key in sorted(raw_stage.args):
             if key in names:
