@@ -150,7 +150,6 @@ class RolloutConfig(_Section):
     max_queries_per_call: int = 3
     #: protocol-specific options (e.g. {"multi_query": true} for rag_r1).
     options: dict[str, Any] = Field(default_factory=dict)
-    seed: int = 0
 
     @field_validator("force_answer", mode="before")
     @classmethod
@@ -351,7 +350,6 @@ class StageConfig(_Section):
     name: str
     kind: Literal["data", "sft", "rl", "eval"]
     op: Literal["synth", "index", "split", "oracle", "rejection-sample", "select-difficulty"] | None = None
-    description: str = ""
     #: run this stage with another recipe's config (same profile and overrides), e.g. R1-Searcher's stage 1
     #: inside the two-stage pipeline; null = the pipeline's own recipe.
     recipe: str | None = None

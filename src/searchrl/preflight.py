@@ -45,22 +45,6 @@ def check_reward_params(components: Sequence[RewardComponent], where: str) -> No
         raise ConfigError(f"{where}: reward.components: {err}") from None
 
 
-def check_recipe_rewards(
-    cfg: RunConfig, load: Callable[[str], RunConfig] | None = None, source: str = "the recipe"
-) -> None:
-    """:func:`check_reward_params` on the recipe's components and on every pipeline stage that changes them (its
-    ``set:`` or its own ``recipe:``); what ``searchrl config validate`` adds to the schema check."""
-    from searchrl.runner import stage_config
-
-    check_reward_params(cfg.reward.components, source)
-    for stage in cfg.pipeline:
-        if stage.recipe and load is not None:
-            check_reward_params(load(stage.recipe).reward.components, f"stage '{stage.name}' (recipe {stage.recipe})")
-        if any(k.startswith("reward") for k in stage.set):
-            scfg = stage_config(cfg, stage, None, None)
-            check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
-
-
 class _StandIn:
     """A placeholder for a runtime dependency; never called, since the check passes no inputs."""
 

@@ -139,7 +139,7 @@ def _count_lines(path: Path) -> int:
 
 
 #: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
-_OP_ARGS = {"synth": {"entities", "seed"}, "oracle": {"split", "limit", "kinds"}, "index": None}
+_OP_ARGS = {"synth": {"entities", "seed"}, "oracle": {"split", "limit", "kinds"}}
 #: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
 _TEACHER_ARGS = {"url", "served_model", "timeout_s"}
 _OP_FUNCTIONS = {
@@ -149,25 +149,36 @@ _OP_FUNCTIONS = {
 }
 
 
+def stage_arg_names(kind: str, op: str | None) -> set[str]:
+    """The ``args:`` keys a stage of this kind and op takes: its stage function's options (empty: no args; sft, rl
+    and eval stages take their settings from ``set:``)."""
+    import inspect
+
+    if kind != "data":
+        return set()
+    if op == "index":  # passed on to the index builder, which the runner gives its output directory
+        from searchrl.retrieval.index import build_index
+
+        params = inspect.signature(build_index).parameters
+        return {"kind"} | {p for p, v in params.items() if v.kind == v.KEYWORD_ONLY and p != "overwrite"}
+    if op in _OP_FUNCTIONS:
+        from searchrl import stages
+
+        params = inspect.signature(getattr(stages, _OP_FUNCTIONS[op])).parameters
+        known = set(params) - {"cfg", "out", "source", "data", "teacher"}  # what the runner passes itself
+        return known | _TEACHER_ARGS if "teacher" in params else known
+    return set(_OP_ARGS.get(op or "", set()))
+
+
 def check_stage_args(stage: StageConfig) -> None:
     """ConfigError when a stage's ``args:`` hold a key its function does not take (named with the ones it does);
     ``searchrl run`` checks every stage before the first one runs."""
-    import inspect
-
-    if stage.kind != "data" or not stage.args:
-        if stage.args:
-            raise ConfigError(f"stage '{stage.name}': args: are for data stages; use set: for {stage.kind} settings")
+    if not stage.args:
         return
-    if stage.op in _OP_FUNCTIONS:
-        from searchrl import stages
-
-        params = inspect.signature(getattr(stages, _OP_FUNCTIONS[stage.op])).parameters
-        known = set(params) - {"cfg", "out", "source", "data", "teacher"}  # what the runner passes itself
-        if "teacher" in params:
-            known |= _TEACHER_ARGS
-    else:
-        known = _OP_ARGS.get(stage.op)
-    unknown = sorted(set(stage.args) - known) if known is not None else []
+    if stage.kind != "data":
+        raise ConfigError(f"stage '{stage.name}': args: are for data stages; use set: for {stage.kind} settings")
+    known = stage_arg_names(stage.kind, stage.op)
+    unknown = sorted(set(stage.args) - known)
     if unknown:
         raise ConfigError(
             f"stage '{stage.name}': unknown args {unknown} for {stage.op}; it takes {sorted(known)} "

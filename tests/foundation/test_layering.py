@@ -6,7 +6,7 @@ sideways, never up, and the units (a subpackage or a top-level module) import ea
     < pipeline (the one resolver: config -> data, retriever, protocol, policy)
     < rollout < rewards < rl, sft
     < eval, viz, testing
-    < stages, runner, preflight, demo (a run's stages and their order)
+    < stages, runner, preflight, validation, demo (a run's stages, their order and their checks)
     < commands, cli, __main__ (the application: flags -> overrides -> a stage)
 """
 
@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"rewards"},
     {"rl", "sft"},
     {"eval", "viz", "testing"},
-    {"stages", "runner", "preflight", "demo"},
+    {"stages", "runner", "preflight", "demo", "validation"},
     {"commands", "cli", "__main__"},
 ]
 ROOT = Path(searchrl.__file__).parent

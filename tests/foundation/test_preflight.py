@@ -66,7 +66,7 @@ def test_reward_param_typo_rejected_by_validate_and_run(tmp_path: Path) -> None:
     assert val.returncode == 1 and "metirc" in val.stderr and "did you mean 'metric'" in val.stderr
     t0 = time.perf_counter()
     run = searchrl_cmd("run", "--recipe", str(typo), "--out", "r", cwd=tmp_path)
-    assert run.returncode == 2 and "unknown param(s) ['metirc']" in run.stderr
+    assert run.returncode == 2 and "unknown key 'metirc'" in run.stderr
     assert not (tmp_path / "r").exists() and time.perf_counter() - t0 < 5
 
 

@@ -22,7 +22,10 @@ from searchrl.pipeline import with_retriever
 
 def _config(recipe, overrides, profile, protocol, options, index, **flags) -> RunConfig:
     """The recipe with its overrides and the given flags (dotted keys), protocol and index."""
+    from searchrl.validation import validate_deep
+
     cfg = with_protocol(load(recipe, overrides, profile, **flags), protocol, options)
+    validate_deep(cfg)
     return with_retriever(cfg, index)
 
 

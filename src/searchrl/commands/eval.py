@@ -122,7 +122,9 @@ def main(
         profile=profile,
     )
     from searchrl.models import check_fetchable
+    from searchrl.validation import validate_deep
 
+    validate_deep(cfg)
     check_fetchable(cfg, profile)
     evaluation(cfg, corpus=corpus)
 

@@ -40,6 +40,7 @@ def run_cmd(
     from searchrl.config import ConfigError
     from searchrl.models import check_fetchable
     from searchrl.preflight import format_plan, plan_pipeline
+    from searchrl.validation import validate_deep
 
     overrides = [*(overrides or []), *(sets or [])]
 
@@ -52,6 +53,7 @@ def run_cmd(
     if not cfg.pipeline:
         raise ConfigError(f"recipe {name} has no pipeline: section; add stages (see docs/recipes.md)")
     forced = runner._to_run([s.name for s in cfg.pipeline], only or None, start)
+    validate_deep(cfg, load_stage_recipe)
     if not dry_run:  # models first: a hub model that cannot be fetched is the likelier mistake with paper recipes
         check_fetchable(cfg, profile, pipeline=True)
         for stage in cfg.pipeline:

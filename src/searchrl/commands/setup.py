@@ -90,18 +90,22 @@ def config_show(
 @config_app.command("validate")
 def config_validate(
     recipes: list[str] = typer.Argument(None, help="recipe names or paths; default: all shipped"),
+    profile: str = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)"),
 ) -> None:
-    """Validate recipes (keys, value ranges, reward params); exits non-zero naming the bad key and the fix.
+    """Validate recipes (keys, value ranges, protocol options, reward params, pipeline stages); exits non-zero
+    naming the bad key and the fix. Loads no model.
 
     Example: searchrl config validate my_recipe.yaml
     """
-    from searchrl.preflight import check_recipe_rewards
     from searchrl.utils import console
+    from searchrl.validation import validate_deep
 
     failed = 0
     for r in recipes or recipe_names():
         try:
-            check_recipe_rewards(load_config(r), load_config, str(recipe_path(r)))
+            validate_deep(
+                load_config(r, profile=profile), lambda name: load_config(name, profile=profile), str(recipe_path(r))
+            )
             print(f"ok   {r} ({recipe_path(r)})")
         except ConfigError as err:
             failed += 1

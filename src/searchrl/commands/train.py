@@ -23,8 +23,11 @@ def train(
     """
     from searchrl.models import check_fetchable
     from searchrl.stages import run_train
+    from searchrl.validation import validate_deep
 
-    cfg = load(recipe, [*(overrides or []), *(sets or [])], profile, device=device, **{"training.output_dir": out})
+    items = [*(overrides or []), *(sets or [])]
+    cfg = load(recipe, items, profile, device=device, **{"training.output_dir": out})
+    validate_deep(cfg, lambda name: load(name, items, profile, device=device))
     check_fetchable(cfg, profile)
     history = run_train(cfg, resume=resume)
     if history:
@@ -52,8 +55,11 @@ def sft(
     """
     from searchrl.models import check_fetchable
     from searchrl.stages import run_sft
+    from searchrl.validation import validate_deep
 
-    cfg = load(recipe, [*(overrides or []), *(sets or [])], profile, device=device)
+    items = [*(overrides or []), *(sets or [])]
+    cfg = load(recipe, items, profile, device=device)
+    validate_deep(cfg, lambda name: load(name, items, profile, device=device))
     check_fetchable(cfg, profile)
     run_sft(cfg, out or f"{cfg.training.output_dir}-sft")
 

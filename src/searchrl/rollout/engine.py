@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from searchrl.config import RolloutConfig
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.generation.prompts import render_prompt, wants_chat
@@ -75,7 +76,7 @@ class RolloutLimits:
     max_obs_tokens_per_query: int | None = None
 
     @classmethod
-    def from_config(cls, rollout_cfg, topk: int) -> RolloutLimits:
+    def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
         return cls(
             max_turns=rollout_cfg.max_turns,
             max_searches=rollout_cfg.max_searches,
