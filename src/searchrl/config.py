@@ -219,8 +219,10 @@ class AlgorithmConfig(_Section):
             raise ValueError("algorithm.dual_clip must be > 1 (e.g. 3.0) or null to disable it")
         ungrouped = self.name == "ppo" or (self.name == "reinforce_pp" and self.reinforce_estimator == "reinforce")
         if self.drop_uniform_groups and ungrouped:
-            raise ValueError("algorithm.drop_uniform_groups needs a group baseline: grpo, rloo, or reinforce_pp with "
-                             "reinforce_estimator=reinforce_baseline or group_norm")  # fmt: skip
+            raise ValueError(
+                "algorithm.drop_uniform_groups needs a group baseline: grpo, rloo, or reinforce_pp with "
+                "reinforce_estimator=reinforce_baseline or group_norm"
+            )
         return self
 
 
@@ -285,9 +287,17 @@ class MemorizationConfig(_Section):
     #: rewriter calls per step at most (bounds its cost).
     max_rewrites_per_step: int = 16
     #: a rewrite that mentions any of these (case-insensitive) reveals the documents and fails validation.
-    reject_phrases: list[str] = Field(default_factory=lambda: ["provided", "given documents", "the documents",
-                                      "the document", "knowledge matrix", "search result",
-                                      "according to the"])  # fmt: skip
+    reject_phrases: list[str] = Field(
+        default_factory=lambda: [
+            "provided",
+            "given documents",
+            "the documents",
+            "the document",
+            "knowledge matrix",
+            "search result",
+            "according to the",
+        ]
+    )
     #: validated paths are kept in a FIFO pool of this size across steps (0 = only this step's paths).
     pool_size: int = 256
     #: paths drawn from the pool for each step's NLL term.
@@ -419,11 +429,15 @@ class RunConfig(_Section):
             sec = getattr(self, section)
             for f in fields:  # a resolved config (dump_config) repeats the defaults: only other values fail
                 if getattr(sec, f) != type(sec).model_fields[f].default:
-                    raise ValueError(f"{section}.{f} configures the critic, which only PPO trains; remove it or set "
-                                     "algorithm.name=ppo")  # fmt: skip
+                    raise ValueError(
+                        f"{section}.{f} configures the critic, which only PPO trains; remove it or set "
+                        "algorithm.name=ppo"
+                    )
         if alg.gamma != 1.0:
-            raise ValueError(f"algorithm.gamma={alg.gamma} is the discount of PPO's GAE; {alg.name} is undiscounted "
-                             "here: remove it or set algorithm.name=ppo")  # fmt: skip
+            raise ValueError(
+                f"algorithm.gamma={alg.gamma} is the discount of PPO's GAE; {alg.name} is undiscounted "
+                "here: remove it or set algorithm.name=ppo"
+            )
         return self
 
 

@@ -49,8 +49,10 @@ def resolve_device(spec: str = "auto") -> torch.device:
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     dev = torch.device(spec)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"model.device={spec} but this torch build sees no CUDA device; use model.device=cpu "
-                         "(or install a CUDA build of torch)")  # fmt: skip
+        raise ValueError(
+            f"model.device={spec} but this torch build sees no CUDA device; use model.device=cpu "
+            "(or install a CUDA build of torch)"
+        )
     return dev
 
 

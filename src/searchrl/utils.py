@@ -59,8 +59,12 @@ class _LoggedProgress(Progress):
             done = t.completed - self._start[task_id]  # the rate comes from this process's work only
             eta = elapsed * (t.total - t.completed) / done if done > 0 else float("nan")
             desc = re.sub(r"\[/?[a-z ]*\]", "", str(t.description))
-            print(f"[{time.strftime('%H:%M:%S')}] {desc}: {t.completed:g}/{t.total:g} ({pct:.0f}%) "
-                  f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"[{time.strftime('%H:%M:%S')}] {desc}: {t.completed:g}/{t.total:g} ({pct:.0f}%) "
+                f"elapsed {elapsed:.0f}s eta {eta:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def progress(transient: bool = False, every: float = 5.0) -> Progress:
@@ -211,9 +215,15 @@ def portable_text(text: str) -> str:
     """
     exe = Path(sys.executable)
     root = _root()
-    pairs = [(str(exe), "python"), (str(exe.resolve()), "python"), (str(exe.parent) + "/", ""),
-             (str(root) + "/", ""), (str(root), "."), (str(root.parent) + "/", "../"),
-             (str(Path.home()) + "/", "~/")]  # fmt: skip
+    pairs = [
+        (str(exe), "python"),
+        (str(exe.resolve()), "python"),
+        (str(exe.parent) + "/", ""),
+        (str(root) + "/", ""),
+        (str(root), "."),
+        (str(root.parent) + "/", "../"),
+        (str(Path.home()) + "/", "~/"),
+    ]
     for old, new in sorted(pairs, key=lambda p: -len(p[0])):
         if len(old) > 1:
             text = text.replace(old, new)

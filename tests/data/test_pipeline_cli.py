@@ -30,12 +30,17 @@ def corpus_and_questions(tmp_path: Path) -> tuple[Path, Path, Path]:
     from searchrl.retrieval.index import build_index
 
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text(json.dumps({"id": "p0", "contents": f"Amber Fort\n{LONG}"}) + "\n"
-                      + json.dumps({"id": "p1", "contents": "Other\nNothing here."}) + "\n")  # fmt: skip
+    corpus.write_text(
+        json.dumps({"id": "p0", "contents": f"Amber Fort\n{LONG}"})
+        + "\n"
+        + json.dumps({"id": "p1", "contents": "Other\nNothing here."})
+        + "\n"
+    )
     index = build_index(corpus, "bm25", tmp_path / "index")
     data = tmp_path / "qa.jsonl"
-    data.write_text(json.dumps({"id": "q0", "question": "When was the Amber Fort built?", "golden_answers": ["1592"]})
-                    + "\n")  # fmt: skip
+    data.write_text(
+        json.dumps({"id": "q0", "question": "When was the Amber Fort built?", "golden_answers": ["1592"]}) + "\n"
+    )
     return corpus, index, data
 
 
@@ -55,12 +60,29 @@ def test_rejection_sample_observations_are_capped_by_the_recipe_not_256(
 ) -> None:
     _, index, data = corpus_and_questions
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("rollout: {protocol: search_r1, max_obs_tokens: 1000, max_total_tokens: 8000, "
-                      "max_new_tokens: 200}\nretrieval: {topk: 1}\n")  # fmt: skip
+    recipe.write_text(
+        "rollout: {protocol: search_r1, max_obs_tokens: 1000, max_total_tokens: 8000, "
+        "max_new_tokens: 200}\nretrieval: {topk: 1}\n"
+    )
     monkeypatch.setattr(pipeline_cli, "_load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
     out = tmp_path / "rs.jsonl"
-    res = runner.invoke(app, ["rejection-sample", "--recipe", str(recipe), "--data", str(data), "--index",
-                              str(index), "--k", "1", "--out", str(out), *extra])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "rejection-sample",
+            "--recipe",
+            str(recipe),
+            "--data",
+            str(data),
+            "--index",
+            str(index),
+            "--k",
+            "1",
+            "--out",
+            str(out),
+            *extra,
+        ],
+    )
     assert res.exit_code == 0, res.output + repr(res.exception)
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     traj = Trajectory.from_dict(row)
@@ -70,8 +92,9 @@ def test_rejection_sample_observations_are_capped_by_the_recipe_not_256(
     assert traj.action_mask.count(0) == traj.turns[0].n_obs_tokens  # exactly the capped observation is inserted
 
 
-def test_select_difficulty_takes_turns_and_searches_from_the_recipe(tmp_path, app, corpus_and_questions,
-                                                                     monkeypatch) -> None:  # fmt: skip
+def test_select_difficulty_takes_turns_and_searches_from_the_recipe(
+    tmp_path, app, corpus_and_questions, monkeypatch
+) -> None:
     _, index, data = corpus_and_questions
     seen: list[pipeline_cli.RolloutLimits] = []
     real_engine = pipeline_cli.RolloutEngine
@@ -83,13 +106,26 @@ def test_select_difficulty_takes_turns_and_searches_from_the_recipe(tmp_path, ap
     monkeypatch.setattr(pipeline_cli, "RolloutEngine", engine)
     monkeypatch.setattr(pipeline_cli, "_load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
     common = ["--data", str(data), "--index", str(index), "--n", "2", "--out", str(tmp_path / "sel.jsonl")]
-    res = runner.invoke(app, ["select-difficulty", "--set", "rollout.max_turns=3", "--set", "rollout.max_searches=2",
-                              "--set", "rollout.max_obs_tokens=700", "--easy-below", "1", "--hard-above", "1",
-                              *common])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "select-difficulty",
+            "--set",
+            "rollout.max_turns=3",
+            "--set",
+            "rollout.max_searches=2",
+            "--set",
+            "rollout.max_obs_tokens=700",
+            "--easy-below",
+            "1",
+            "--hard-above",
+            "1",
+            *common,
+        ],
+    )
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert (seen[-1].max_turns, seen[-1].max_searches, seen[-1].max_obs_tokens) == (3, 2, 700)
-    res = runner.invoke(app, ["select-difficulty", "--rule", "rag_r1", "--set", "rollout.max_obs_tokens=700",
-                              *common])  # fmt: skip
+    res = runner.invoke(app, ["select-difficulty", "--rule", "rag_r1", "--set", "rollout.max_obs_tokens=700", *common])
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert (seen[-1].max_turns, seen[-1].max_searches, seen[-1].max_obs_tokens) == (10, 10, 700)  # RAG-R1's filter
 
@@ -103,8 +139,24 @@ def test_data_oracle_writes_sft_trajectories(tmp_path, app, monkeypatch) -> None
     index = build_index(world / "corpus.jsonl", "bm25", tmp_path / "index")
     monkeypatch.setattr(pipeline_cli, "_load_tokenizer", lambda model: ByteTokenizer())
     out = tmp_path / "oracle.jsonl"
-    res = runner.invoke(app, ["oracle", "--world", str(world), "--protocol", "r1_searcher", "--index", str(index),
-                              "--out", str(out), "--limit", "6", "--set", "rollout.max_obs_tokens=120"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "oracle",
+            "--world",
+            str(world),
+            "--protocol",
+            "r1_searcher",
+            "--index",
+            str(index),
+            "--out",
+            str(out),
+            "--limit",
+            "6",
+            "--set",
+            "rollout.max_obs_tokens=120",
+        ],
+    )
     assert res.exit_code == 0, res.output + repr(res.exception)
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     questions = [json.loads(x) for x in (world / "train.jsonl").read_text().splitlines()][:6]

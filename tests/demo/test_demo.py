@@ -10,9 +10,17 @@ from typer.testing import CliRunner
 
 from searchrl.cli import app
 
-TINY = ["data.world.entities=120", "rollout.max_new_tokens=24", "rollout.max_turns=2", "rollout.max_searches=1",
-        "training.prompts_per_step=2", "rollout.group_size=2", "algorithm.mini_batch_size=4",
-        "training.tensorboard=false", "sft.batch_size=2"]  # fmt: skip
+TINY = [
+    "data.world.entities=120",
+    "rollout.max_new_tokens=24",
+    "rollout.max_turns=2",
+    "rollout.max_searches=1",
+    "training.prompts_per_step=2",
+    "rollout.group_size=2",
+    "algorithm.mini_batch_size=4",
+    "training.tensorboard=false",
+    "sft.batch_size=2",
+]
 
 
 @pytest.mark.slow

@@ -35,9 +35,17 @@ def test_group_algorithms_need_groups(algo: str) -> None:
     load_config(None, ["algorithm.name=reinforce_pp", "rollout.group_size=1"])
 
 
-@pytest.mark.parametrize("field", ["algorithm.value_coef=0.1", "algorithm.critic_mask_observations=false",
-                                   "training.critic_lr=3e-5", "training.critic_warmup_steps=3", "algorithm.lam=0.95",
-                                   "algorithm.gamma=0.99"])  # fmt: skip
+@pytest.mark.parametrize(
+    "field",
+    [
+        "algorithm.value_coef=0.1",
+        "algorithm.critic_mask_observations=false",
+        "training.critic_lr=3e-5",
+        "training.critic_warmup_steps=3",
+        "algorithm.lam=0.95",
+        "algorithm.gamma=0.99",
+    ],
+)
 def test_critic_fields_are_ppo_only(field: str) -> None:
     msg = _error("algorithm.name=grpo", field)
     assert field.split("=")[0] in msg and "algorithm.name=ppo" in msg

@@ -27,9 +27,18 @@ def fake_handlers(monkeypatch):
             out.write_text("{}\n")
         else:
             out.mkdir(parents=True, exist_ok=True)
-        calls.append({"name": ctx.stage.name, "model": ctx.model, "world": ctx.world, "index": ctx.index,
-                      "data": ctx.stage.data, "steps": ctx.cfg.training.steps,
-                      "source": ctx.cfg.data.source, "resume": ctx.resume})  # fmt: skip
+        calls.append(
+            {
+                "name": ctx.stage.name,
+                "model": ctx.model,
+                "world": ctx.world,
+                "index": ctx.index,
+                "data": ctx.stage.data,
+                "steps": ctx.cfg.training.steps,
+                "source": ctx.cfg.data.source,
+                "resume": ctx.resume,
+            }
+        )
         return {"ok": 1}
 
     for key in runner.HANDLERS:
@@ -164,8 +173,9 @@ def test_failed_stage_leaves_no_marker(tmp_path: Path, fake_handlers, monkeypatc
 
 def test_bad_pipelines_fail_with_a_named_fix(tmp_path: Path, fake_handlers) -> None:
     with pytest.raises(ConfigError, match=r"\$\{later\} is not an earlier stage"):
-        run_pipeline(_cfg([{"name": "a", "kind": "sft", "data": "${later}"}, {"name": "later", "kind": "rl"}]),
-                     tmp_path)  # fmt: skip
+        run_pipeline(
+            _cfg([{"name": "a", "kind": "sft", "data": "${later}"}, {"name": "later", "kind": "rl"}]), tmp_path
+        )
     with pytest.raises(ConfigError, match="needs op"):
         _cfg([{"name": "a", "kind": "data"}])
     with pytest.raises(ConfigError, match="unique"):
@@ -187,9 +197,13 @@ def test_real_data_stages_and_eval(tmp_path: Path) -> None:
         {"name": "index", "kind": "data", "op": "index"},
         {"name": "split", "kind": "data", "op": "split", "data": "${world}/dev.jsonl", "args": {"heldout": 4}},
         {"name": "oracle", "kind": "data", "op": "oracle", "args": {"limit": 3, "max_obs_tokens": 120}},
-        {"name": "eval", "kind": "eval", "data": "${split}/heldout.jsonl",
-         "set": {"evaluation.methods": ["naive_rag"], "evaluation.max_new_tokens": 8}},
-    ]  # fmt: skip
+        {
+            "name": "eval",
+            "kind": "eval",
+            "data": "${split}/heldout.jsonl",
+            "set": {"evaluation.methods": ["naive_rag"], "evaluation.max_new_tokens": 8},
+        },
+    ]
     results = run_pipeline(_cfg(stages), tmp_path)
     assert [r.status for r in results] == ["ran"] * 5
     assert (tmp_path / "index" / "index" / "manifest.json").exists()

@@ -28,8 +28,22 @@ def test_index_build_and_info(tiny_corpus: Path, tmp_path: Path) -> None:
     assert info["kind"] == "bm25" and info["counts"]["passages"] == 12 and info["corpus_check"].startswith("ok")
     res = runner.invoke(app, ["index", "build", "--corpus", str(tiny_corpus), "--out", str(out)])
     assert isinstance(res.exception, ValueError) and "--force" in str(res.exception)
-    res = runner.invoke(app, ["index", "build", "--corpus", str(tiny_corpus), "--out", str(out), "--force",
-                              "--stemmer", "none", "--stopwords", "none"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--corpus",
+            str(tiny_corpus),
+            "--out",
+            str(out),
+            "--force",
+            "--stemmer",
+            "none",
+            "--stopwords",
+            "none",
+        ],
+    )
     assert res.exit_code == 0 and json.loads((out / "manifest.json").read_text())["options"]["bm25"]["stemmer"] is None
 
 
@@ -46,8 +60,10 @@ def test_searchrl_serve_answers_search_r1_requests(tiny_bm25: Path, unused_port:
     exe = Path(sys.executable).with_name("searchrl")
     proc = subprocess.Popen(
         [str(exe), "serve", "--index", str(tiny_bm25), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"},
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"},
+    )
     try:
         deadline = time.time() + 60
         while True:

@@ -230,8 +230,10 @@ class DirectMethod(Method):
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()
-        texts = [render_prompt(self.tokenizer, DIRECT_PROMPT.format(question=e.question.strip()), self.prompt_style)
-                 for e in examples]  # fmt: skip
+        texts = [
+            render_prompt(self.tokenizer, DIRECT_PROMPT.format(question=e.question.strip()), self.prompt_style)
+            for e in examples
+        ]
         comps = self._generate(texts, self.max_new_tokens)
         preds = [Prediction(clean_answer(c.text), raw=c.text, gen_tokens=len(c.token_ids)) for c in comps]
         return self._stamp(preds, t0)
@@ -244,8 +246,12 @@ class CoTMethod(Method):
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()
-        texts = [render_prompt(self.tokenizer, COT_PROMPT.format(question=e.question.strip()), self.prompt_style,
-                               raw_cue="Reasoning:") for e in examples]  # fmt: skip
+        texts = [
+            render_prompt(
+                self.tokenizer, COT_PROMPT.format(question=e.question.strip()), self.prompt_style, raw_cue="Reasoning:"
+            )
+            for e in examples
+        ]
         comps = self._generate(texts, self.max_new_tokens)
         preds = []
         for c in comps:
@@ -368,8 +374,9 @@ class IterativeRAGMethod(Method):
                 else:
                     to_search.append(i)
             if to_search:  # one retriever call for every sentence of this step
-                for i, hs in zip(to_search, self.retriever.search([sentences[i][-1] for i in to_search], self.topk),
-                                 strict=True):  # fmt: skip
+                for i, hs in zip(
+                    to_search, self.retriever.search([sentences[i][-1] for i in to_search], self.topk), strict=True
+                ):
                     steps[i][-1].update(query=sentences[i][-1], hit_ids=[h.id for h in hs])
                     searches[i] += 1
                     self._add_docs(docs[i], hs)
@@ -433,10 +440,14 @@ class IterRetGenMethod(Method):
             queries = [f"{e.question.strip()} {outputs[i]}".strip() for i, e in enumerate(examples)]
             hits = self.retriever.search(queries, self.topk)  # one call per round for the batch
             texts = [
-                render_prompt(self.tokenizer, ITER_RETGEN_PROMPT.format(documents=render_documents(hs),
-                              question=e.question.strip()), self.prompt_style, raw_cue="Reasoning:")
+                render_prompt(
+                    self.tokenizer,
+                    ITER_RETGEN_PROMPT.format(documents=render_documents(hs), question=e.question.strip()),
+                    self.prompt_style,
+                    raw_cue="Reasoning:",
+                )
                 for e, hs in zip(examples, hits, strict=True)
-            ]  # fmt: skip
+            ]
             comps = self._generate(texts, self.max_new_tokens, step=it)
             for i, (c, hs) in enumerate(zip(comps, hits, strict=True)):
                 outputs[i] = " ".join(c.text.split())

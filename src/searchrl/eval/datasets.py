@@ -20,8 +20,15 @@ from searchrl.eval.report import AVERAGE
 SPLITS = ("train", "dev", "test")
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 #: FlashRAG's dataset names and the split the papers evaluate on (test where the set has one, else dev).
-FLASHRAG_SPLITS = {"nq": "test", "triviaqa": "test", "popqa": "test", "hotpotqa": "dev", "2wikimultihopqa": "dev",
-                   "musique": "dev", "bamboogle": "test"}  # fmt: skip
+FLASHRAG_SPLITS = {
+    "nq": "test",
+    "triviaqa": "test",
+    "popqa": "test",
+    "hotpotqa": "dev",
+    "2wikimultihopqa": "dev",
+    "musique": "dev",
+    "bamboogle": "test",
+}
 
 
 @dataclass
@@ -74,8 +81,10 @@ def where_to_get(entry: str) -> str:
     if name is None:
         return f"FlashRAG's copies of the papers' sets: https://huggingface.co/datasets/{FLASHRAG}"
     split = FLASHRAG_SPLITS[name]
-    return (f"get it with `huggingface-cli download --repo-type dataset {FLASHRAG} --include '{name}/*' "
-            f"--local-dir DIR` and list DIR/{name}/{split}.jsonl")  # fmt: skip
+    return (
+        f"get it with `huggingface-cli download --repo-type dataset {FLASHRAG} --include '{name}/*' "
+        f"--local-dir DIR` and list DIR/{name}/{split}.jsonl"
+    )
 
 
 def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
@@ -154,8 +163,10 @@ def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
 
     r = cfg.retrieval
     if r.kind in ("remote", "web"):
-        raise ValueError(f"an evaluation set's own index or corpus needs a local retrieval.kind, not {r.kind}; "
-                         "drop index/corpus from the entry or set retrieval.kind=bm25 or dense")  # fmt: skip
+        raise ValueError(
+            f"an evaluation set's own index or corpus needs a local retrieval.kind, not {r.kind}; "
+            "drop index/corpus from the entry or set retrieval.kind=bm25 or dense"
+        )
     if index is None:
         if corpus is None:
             raise ValueError("own_retriever needs an index directory or a corpus")
@@ -163,9 +174,13 @@ def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
     manifest = Path(index) / "manifest.json"
     kind = json.loads(manifest.read_text())["kind"] if manifest.exists() else r.kind
     if corpus is None and not manifest.exists():
-        raise FileNotFoundError(f"evaluation index {index} holds no index; build it with `searchrl index build` or "
-                                "give the set's corpus: in its evaluation.datasets entry")  # fmt: skip
+        raise FileNotFoundError(
+            f"evaluation index {index} holds no index; build it with `searchrl index build` or "
+            "give the set's corpus: in its evaluation.datasets entry"
+        )
     if corpus is not None and not Path(corpus).exists() and not manifest.exists():
-        raise FileNotFoundError(f"evaluation corpus not found: {corpus} (give the corpus file of this dataset's "
-                                "entry, e.g. the IRCoT corpus of HotpotQA / 2Wiki / MuSiQue)")  # fmt: skip
+        raise FileNotFoundError(
+            f"evaluation corpus not found: {corpus} (give the corpus file of this dataset's "
+            "entry, e.g. the IRCoT corpus of HotpotQA / 2Wiki / MuSiQue)"
+        )
     return make_retriever(r.model_copy(update={"index": index, "kind": kind}), corpus)

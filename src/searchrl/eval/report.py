@@ -157,8 +157,12 @@ def render_csv(rows: Sequence[dict[str, Any]]) -> str:
 def plain_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     """A fixed-width text table (columns padded to their widest cell): readable in a log file or a pipe."""
     widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
-    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths,
-             strict=True))) for line in (header, *body)]  # fmt: skip
+    lines = [
+        "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in (header, *body)
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

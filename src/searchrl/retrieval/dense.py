@@ -99,8 +99,10 @@ class DenseOptions:
 
     def __post_init__(self) -> None:
         if self.faiss not in FAISS_KINDS and not FACTORY_RE.fullmatch(self.faiss):
-            raise ValueError(f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)} or a "
-                             "faiss index_factory string such as 'OPQ64,IVF4096,PQ64'")  # fmt: skip
+            raise ValueError(
+                f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)} or a "
+                "faiss index_factory string such as 'OPQ64,IVF4096,PQ64'"
+            )
         if self.candidates < 1 or self.nprobe < 1:
             raise ValueError(f"candidates and nprobe must be >= 1 (got {self.candidates}, {self.nprobe})")
         if self.query_encoder not in QUERY_ENCODERS:
@@ -326,8 +328,10 @@ class DenseRetriever(LocalRetriever):
             from searchrl.retrieval.onnx_encoder import OnnxEncoder
 
             if not (directory / "query_encoder").is_dir():
-                raise FileNotFoundError(f"{directory} has no exported query encoder; rebuild the index, or load it "
-                                        "with query_encoder='sentence-transformers'")  # fmt: skip
+                raise FileNotFoundError(
+                    f"{directory} has no exported query encoder; rebuild the index, or load it "
+                    "with query_encoder='sentence-transformers'"
+                )
             return cls(index, store, OnnxEncoder(directory / "query_encoder", options), manifest)
         return cls(index, store, Encoder(options), manifest)
 

@@ -108,10 +108,18 @@ def build_index(
     dense_opts = None
     if kind != "bm25":
         dense_opts = DenseOptions.for_encoder(
-            encoder, query_prefix=query_prefix, passage_prefix=passage_prefix, normalize=normalize,
-            faiss=faiss, nlist=nlist, nprobe=nprobe, candidates=candidates, hnsw_m=hnsw_m, ef_search=ef_search,
+            encoder,
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            normalize=normalize,
+            faiss=faiss,
+            nlist=nlist,
+            nprobe=nprobe,
+            candidates=candidates,
+            hnsw_m=hnsw_m,
+            ef_search=ef_search,
             max_length=max_length,
-        )  # fmt: skip
+        )
 
     staging = out.with_name(f".{out.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -188,11 +196,15 @@ def _build_dense_part(
     encoder = None
     if vectors is not None and hasattr(vectors, "chunks"):  # a RowFile: streamed, never loaded whole
         if not options.compressed:
-            raise ValueError("vectors from a file need a compressed index; pass a faiss factory string, e.g. "
-                             "faiss='OPQ64,IVF4096,PQ64'")  # fmt: skip
+            raise ValueError(
+                "vectors from a file need a compressed index; pass a faiss factory string, e.g. "
+                "faiss='OPQ64,IVF4096,PQ64'"
+            )
         if len(vectors.shape) != 2 or vectors.shape[0] != n:
-            raise ValueError(f"the vector file holds {vectors.shape[0]} vectors but the corpus has {n} passages; "
-                             "give the corpus the index was built from")  # fmt: skip
+            raise ValueError(
+                f"the vector file holds {vectors.shape[0]} vectors but the corpus has {n} passages; "
+                "give the corpus the index was built from"
+            )
         write_vector_chunks(vectors.chunks(), n, vectors.shape[1], directory, options)
         dimension = int(vectors.shape[1])
     elif vectors is not None:
@@ -205,8 +217,15 @@ def _build_dense_part(
     else:
         task = bar.add_task(f"dense: encoding ({options.encoder})", total=n)
         encoder = Encoder(options)
-        stats = build_dense(_passage_texts(store), n, directory, options, batch_size=batch_size, encoder=encoder,
-                            on_progress=lambda k: bar.advance(task, k))  # fmt: skip
+        stats = build_dense(
+            _passage_texts(store),
+            n,
+            directory,
+            options,
+            batch_size=batch_size,
+            encoder=encoder,
+            on_progress=lambda k: bar.advance(task, k),
+        )
         dimension = stats["dimension"]
     if query_encoder is None:
         query_encoder = "onnx" if vectors is None else "sentence-transformers"
@@ -232,8 +251,10 @@ def _export_query_encoder(store: PassageStore, directory: Path, options: Any, re
     except (ExportUnsupported, ImportError) as err:
         shutil.rmtree(target, ignore_errors=True)
         if required:
-            raise ValueError(f"cannot export encoder '{options.encoder}' to ONNX ({err}); build with "
-                             "query_encoder='sentence-transformers'") from None  # fmt: skip
+            raise ValueError(
+                f"cannot export encoder '{options.encoder}' to ONNX ({err}); build with "
+                "query_encoder='sentence-transformers'"
+            ) from None
         console.log(f"note: queries will be encoded with sentence-transformers ({err})")
         return replace(options, query_encoder="sentence-transformers")
     options = replace(options, query_encoder="onnx")

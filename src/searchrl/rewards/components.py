@@ -505,8 +505,10 @@ class RewardComposer:
             if unknown and not any(v.kind == v.VAR_KEYWORD for v in sig.values()):  # those check their own
                 close = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.6)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"reward component {comp.name!r}: unknown param(s) {unknown}{hint}; "
-                                 f"valid params: {', '.join(allowed)}")  # fmt: skip
+                raise ValueError(
+                    f"reward component {comp.name!r}: unknown param(s) {unknown}{hint}; "
+                    f"valid params: {', '.join(allowed)}"
+                )
             if dep is not None:
                 params[dep] = deps[dep]
             fn([], **params)  # validates params (and dependencies) now rather than mid-run

@@ -96,8 +96,9 @@ def _kl_shaped(scores_B: Tensor, kl_BT: Tensor, mask_BT: Tensor, cfg: AlgorithmC
 @register("grpo")
 def grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
     """GRPO: ``(r - group mean) / (group std + eps)`` (``norm_adv_by_std``), KL in the loss (or the reward)."""
-    adv_BT, metrics = A.grpo_advantages(_kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT,
-                                        cfg.norm_adv_by_std)  # fmt: skip
+    adv_BT, metrics = A.grpo_advantages(
+        _kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT, cfg.norm_adv_by_std
+    )
     return adv_BT, None, metrics
 
 

@@ -66,10 +66,15 @@ def rewriter_system(protocol: Protocol, documents: Sequence[str]) -> str:
     """The rewriter's system text in ``protocol``'s formats: its recalled (internal) step and its final answer."""
     step = protocol.format_recalled(" your reasoning and answer for it ")
     if step is None:
-        raise ValueError(f"the memorization rewriter writes internal steps; protocol {protocol.name!r} marks none "
-                         "(use rollout.protocol r1_searcher_pp, or memorization.coef 0)")  # fmt: skip
-    return REWRITER_SYSTEM.format(step=step.strip() + ".", answer=protocol.format_answer("YOUR_ANSWER").strip(),
-                                  documents="\n".join(documents) if documents else "None")  # fmt: skip
+        raise ValueError(
+            f"the memorization rewriter writes internal steps; protocol {protocol.name!r} marks none "
+            "(use rollout.protocol r1_searcher_pp, or memorization.coef 0)"
+        )
+    return REWRITER_SYSTEM.format(
+        step=step.strip() + ".",
+        answer=protocol.format_answer("YOUR_ANSWER").strip(),
+        documents="\n".join(documents) if documents else "None",
+    )
 
 
 def rewriter_prompt(
@@ -207,8 +212,18 @@ class Memorizer:
         rewrites = []
         for t, d, c in zip(trajs, docs, outs, strict=True):
             reason = "no end (length)" if c.finish_reason == "length" else self.validate(c.text, t.golds)
-            rewrites.append(Rewrite(t.uid, t.question, list(t.golds), d, c.text, ok=not reason, reason=reason,
-                                    prompt_ids=list(t.prompt_ids)))  # fmt: skip
+            rewrites.append(
+                Rewrite(
+                    t.uid,
+                    t.question,
+                    list(t.golds),
+                    d,
+                    c.text,
+                    ok=not reason,
+                    reason=reason,
+                    prompt_ids=list(t.prompt_ids),
+                )
+            )
         return rewrites
 
     def target(self, prompt_ids: list[int], text: str) -> tuple[list[int], list[int], list[int]]:
@@ -253,8 +268,15 @@ def make_memorizer(cfg, protocol: Protocol, policy_model, policy_tokenizer) -> M
         model, tok = load_policy(m.rewriter, cfg.model.dtype, frozen=True)
     else:
         model, tok = frozen_copy(policy_model, model_device(policy_model)), policy_tokenizer
-    return Memorizer(m, HFGenerator(model, tok), protocol, policy_tokenizer, cfg.model.prompt_style,
-                     seed=cfg.training.seed, correctness=memorizer_correctness(cfg))  # fmt: skip
+    return Memorizer(
+        m,
+        HFGenerator(model, tok),
+        protocol,
+        policy_tokenizer,
+        cfg.model.prompt_style,
+        seed=cfg.training.seed,
+        correctness=memorizer_correctness(cfg),
+    )
 
 
 def memorizer_correctness(cfg) -> Correctness:

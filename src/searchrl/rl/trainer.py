@@ -212,8 +212,13 @@ class Trainer:
         prompt = [n - r for n, r in zip(batch.lengths, resp, strict=True)]
         keys = prompt_keys(batch)
         scale = 1 if grad else 4
-        plans = plan_micro_batches([prompt[i] for i in rows], [resp[i] for i in rows], self.micro * scale,
-                                   self.tcfg.micro_batch_tokens * scale, [keys[i] for i in rows])  # fmt: skip
+        plans = plan_micro_batches(
+            [prompt[i] for i in rows],
+            [resp[i] for i in rows],
+            self.micro * scale,
+            self.tcfg.micro_batch_tokens * scale,
+            [keys[i] for i in rows],
+        )
         return [[rows[j] for j in p] for p in plans]
 
     @torch.no_grad()
@@ -321,13 +326,20 @@ class Trainer:
         if self.critic is not None:
             old_values_BT = self._values(batch)  # (B, T)
         adv_BT, returns_BT, m = self.estimator.fn(
-            scores_B, kl_BT, old_values_BT, mask_BT, [t.group_id for t in upd], alg,
-            critic_mask_BT=cmask_BT, sum_across=self._sum_across,
-        )  # fmt: skip
+            scores_B,
+            kl_BT,
+            old_values_BT,
+            mask_BT,
+            [t.group_id for t in upd],
+            alg,
+            critic_mask_BT=cmask_BT,
+            sum_across=self._sum_across,
+        )
         metrics.update({**m, **m_filter})
         kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
-        st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_logp_BT if kl_in_loss else None,
-                          old_values_BT, returns_BT)  # fmt: skip
+        st = StepTensors(
+            mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_logp_BT if kl_in_loss else None, old_values_BT, returns_BT
+        )
 
         # ---- K epochs over mini-batches, each accumulated over micro-batches with global normalisers
         t_update = time.perf_counter()

@@ -142,8 +142,10 @@ class RolloutEngine:
             import inspect
 
             if "fit_docs" not in inspect.signature(protocol.render_observation).parameters:
-                raise ValueError(f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
-                                 "(only rag_r1 builds observations per query); set it to null")  # fmt: skip
+                raise ValueError(
+                    f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
+                    "(only rag_r1 builds observations per query); set it to null"
+                )
             self._render_kwargs = {"fit_docs": self._fit_docs}
 
     # -------------------------------------------------------------------------------------------- helpers
