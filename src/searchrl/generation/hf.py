@@ -178,6 +178,12 @@ class HFGenerator(Generator):
         self._pieces: dict[int, str] = {}
         self.stats: Counter[str] = Counter()
 
+    def runs_on(self, model: object) -> bool:
+        return model is self.model
+
+    def counters(self) -> dict[str, float]:
+        return dict(self.stats)
+
     def reset(self) -> None:
         self.store.clear()
 
@@ -400,6 +406,9 @@ class HFGenerateGenerator(Generator):
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.eos_ids = _eos_ids(model, tokenizer)
+
+    def runs_on(self, model: object) -> bool:
+        return model is self.model
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:

@@ -33,6 +33,7 @@ from searchrl.generation.prompts import render_prompt
 from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Protocol, Search
 from searchrl.rewards.correctness import Correctness
+from searchrl.rl.hooks import AuxNLL
 from searchrl.rollout.trajectory import Trajectory
 
 #: Our wording of the paper's "System Prompt for Rewriting only with Internal" (same tags, same rules); the step and
@@ -119,7 +120,7 @@ class MemorizationStats:
         }
 
 
-class Memorizer:
+class Memorizer(AuxNLL):
     """The auxiliary-NLL hook of the RL trainer: ``(step, trajectories) -> [(prompt_ids, response_ids, mask)]``.
 
     ``rewriter=None`` gives a validator only (``validate``, ``is_correct``), e.g. to filter rewriter SFT data."""
@@ -233,6 +234,9 @@ class Memorizer:
         if eos is not None:
             resp.append(eos)
         return prompt_ids, resp, [1] * len(resp)
+
+    def metrics(self) -> dict[str, float]:
+        return self.last_metrics
 
     def __call__(self, step: int, trajs: Sequence[Trajectory]) -> list[tuple[list[int], list[int], list[int]]]:
         chosen = self.select(trajs)
