@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from searchrl.data.records import QAExample
-from searchrl.eval.baselines import Method, Prediction, executed_queries, render_documents, render_prompt
+from searchrl.eval.method import Method, Prediction, executed_queries, render_documents, render_prompt
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.protocols.search_o1 import QUERY, RESULT, SearchO1Protocol
 from searchrl.retrieval.base import Hit, Retriever
@@ -168,6 +168,7 @@ class SearchO1Method(Method):
     """Search-o1: reasoning with search calls, retrieved documents refined by Reason-in-Documents (see above)."""
 
     name = "search_o1"
+    needs_retriever = True
 
     def __init__(
         self,
