@@ -62,3 +62,10 @@ def test_evaluation_methods_accept_exactly_the_registered_methods() -> None:
     assert set(get_args(item)) == set(METHODS)
     assert {n for n, m in METHODS.items() if m.needs_retriever} == RETRIEVAL_METHODS
     assert {"naive_rag", "agent"} <= RETRIEVAL_METHODS and "direct" not in RETRIEVAL_METHODS
+
+
+def test_reward_component_names_are_exactly_the_registered_components() -> None:
+    from searchrl.config import RewardComponent
+    from searchrl.rewards.components import COMPONENTS
+
+    assert set(get_args(RewardComponent.model_fields["name"].annotation)) == set(COMPONENTS)
