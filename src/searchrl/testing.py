@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from searchrl.generation.fake import ByteTokenizer
 from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol
+from searchrl.sft.types import SFTExample
 
 
 def tiny_model(seed: int = 0):
@@ -69,8 +70,6 @@ def tokenizer() -> ByteTokenizer:
 
 def letter_sft_examples(n: int = 10) -> list:
     """``n`` tiny SFT examples ("say i:" -> " letters i abc", every target token trained) over :func:`tokenizer`."""
-    from searchrl.sft.types import SFTExample
-
     tok = tokenizer()
     out = []
     for i in range(n):

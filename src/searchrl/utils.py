@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
+import logging
 import os
 import random
 import re
@@ -93,9 +95,6 @@ def hard_exit(code: int = 0) -> None:
     For a multi-process (gloo) run whose work is done: left to teardown, the DDP reducer's dealloc holds the GIL
     while ``~ProcessGroupGloo`` joins a worker thread that needs the GIL to free its last barrier's work (a deadlock
     seen in CI), or a process aborts ("terminate called without an active exception")."""
-    import logging
-    import sys
-
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -115,8 +114,6 @@ def tune_allocator() -> None:
         return
     _ALLOCATOR_TUNED = True
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of free heap
         libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: big blocks come from the heap, so they are reused

@@ -8,14 +8,18 @@ set (e.g. 500 questions, all 125 of Bamboogle). An entry is a string (a split na
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from searchrl.config import EvalDataset, RunConfig
+from searchrl.data.loaders import load_qa
 from searchrl.data.records import QAExample
 from searchrl.eval.report import AVERAGE
+from searchrl.pipeline import default_index_dir, load_split, resolve_file
+from searchrl.retrieval import make_retriever
 
 SPLITS = ("train", "dev", "test")
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
@@ -103,11 +107,7 @@ def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
 def _load(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
     """(source, every question) of one entry's ``data``."""
     if data in SPLITS:
-        from searchrl.pipeline import load_split, resolve_file
-
         return resolve_file(cfg, getattr(cfg.data, data)), load_split(cfg, data)
-    from searchrl.data.loaders import load_qa
-
     source = _resolve_qa_source(cfg, data)
     try:
         return source, load_qa(source)
@@ -120,8 +120,6 @@ def _load(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
 def _local(cfg: RunConfig, path: str | None) -> str | None:
     if path is None:
         return None
-    from searchrl.pipeline import resolve_file
-
     return resolve_file(cfg, path)
 
 
@@ -156,11 +154,6 @@ def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
 def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
     """The retriever of a set that names its own index directory and / or corpus, with the run's retrieval
     settings (kind, encoder, top-k). An index directory that holds an index decides its own kind."""
-    import json
-
-    from searchrl.pipeline import default_index_dir
-    from searchrl.retrieval import make_retriever
-
     r = cfg.retrieval
     if r.kind in ("remote", "web"):
         raise ValueError(

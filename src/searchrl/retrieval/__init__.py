@@ -7,6 +7,7 @@ is cheap.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,8 +29,6 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
       ``$GOOGLE_API_KEY`` is set and ``$SERPAPI_API_KEY`` is not, else ``serpapi`` (or ``cfg.web.provider``);
       ``cfg.urls[0]``, when given, replaces the provider's base URL.
     """
-    import os
-
     if cfg.kind == "remote":
         from searchrl.retrieval.client import RemoteRetriever
 

@@ -58,10 +58,12 @@ from statistics import fmean
 from typing import Any, Literal
 
 from searchrl.config import RewardComponent, RewardConfig
+from searchrl.protocols.base import FORMAT_SCHEMES
 from searchrl.rewards.correctness import CORRECTNESS_PARAMS, Correctness
 from searchrl.rewards.inputs import Reader, RewardInput, Scores
 from searchrl.rewards.inputs import mean as _mean
 from searchrl.rewards.inputs import rate as _rate
+from searchrl.rewards.metrics import cover_em, normalize_answer
 from searchrl.rewards.model_rewards import (
     READER_PROMPT,
     evidence_reward,
@@ -138,8 +140,6 @@ def format_reward(inputs: Sequence[RewardInput], *, paper: str, **params: Any) -
 
     Metrics: ``ok_rate``, and ``<flag>_rate`` for each boolean ``<name>_ok`` flag the protocol's report carries.
     """
-    from searchrl.protocols.base import FORMAT_SCHEMES
-
     if paper not in FORMAT_SCHEMES:
         none = paper in ("search_r1", "rag_r1")
         hint = " (Search-R1 and RAG-R1 have no format reward: drop the component)" if none else ""
@@ -187,8 +187,6 @@ def hop_reward(inputs: Sequence[RewardInput], *, chain: str = "chain", key: str 
 
     Metrics: ``hop_rate`` (mean score over questions with intermediate hops), ``with_hops_rate``.
     """
-    from searchrl.rewards.metrics import cover_em, normalize_answer
-
     scores: list[float] = []
     rated: list[float] = []
     for inp in inputs:

@@ -28,8 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from searchrl.config import MemorizationConfig
+from searchrl.device import frozen_copy, model_device
 from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.hf import HFGenerator
 from searchrl.generation.prompts import render_prompt
+from searchrl.models import load_policy
 from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Protocol, Search
 from searchrl.rewards.correctness import Correctness
@@ -263,10 +266,6 @@ class Memorizer(AuxNLL):
 
 def make_memorizer(cfg, protocol: Protocol, policy_model, policy_tokenizer) -> Memorizer:
     """A Memorizer over the configured rewriter: ``memorization.rewriter``, or a frozen copy of the initial policy."""
-    from searchrl.device import frozen_copy, model_device
-    from searchrl.generation.hf import HFGenerator
-    from searchrl.models import load_policy
-
     m = cfg.memorization
     if m.rewriter:
         model, tok = load_policy(m.rewriter, cfg.model.dtype, frozen=True)

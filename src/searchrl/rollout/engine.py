@@ -27,6 +27,7 @@ Limits and truncation policy (documented in docs/rollout.md):
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -139,8 +140,6 @@ class RolloutEngine:
         self.stats: dict[str, float] = {}
         self._render_kwargs: dict = {}
         if limits.max_obs_tokens_per_query is not None:
-            import inspect
-
             if "fit_docs" not in inspect.signature(protocol.render_observation).parameters:
                 raise ValueError(
                     f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
