@@ -3,8 +3,8 @@
 ``searchrl.rl.advantages`` are registered against (an estimator for a name missing here is refused, and a test
 keeps every name here paired with an estimator).
 
-A new algorithm is one :func:`declare` call here plus its estimator (``@register("name")`` in
-``searchrl.rl.advantages``).
+A new algorithm is one :func:`declare` call in this module (the config's ``Literal`` is built from the table when
+the module loads) plus its estimator (``@register("name")`` in ``searchrl.rl.advantages``).
 """
 
 from __future__ import annotations

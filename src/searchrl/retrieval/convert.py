@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from searchrl.retrieval.compressed import RowFile
+from searchrl.retrieval.index import build_index
 
 _FLAT_FOURCCS = (b"IxFI", b"IxF2", b"IxFl")
 METRIC_INNER_PRODUCT = 0
@@ -95,8 +96,6 @@ def convert_flat_index(
     ``encoder`` is the model that produced the Flat file's vectors (Search-R1: ``intfloat/e5-base-v2``); queries
     will be encoded with it and its prefixes. ``faiss``: factory string (default: ``default_factory(N, D)``).
     """
-    from searchrl.retrieval.index import build_index
-
     source = read_flat_file(flat)
     factory = faiss or default_factory(*source.shape)
     return build_index(

@@ -32,8 +32,11 @@ from typing import Any
 import numpy as np
 
 from searchrl.data.corpus import PassageStore
+from searchrl.models import load_embedder
 from searchrl.retrieval.cache import LRUCache
+from searchrl.retrieval.compressed import VECTORS_FILE, RerankedIndex, build_compressed, chunk_rows, write_vector_file
 from searchrl.retrieval.local import LocalRetriever, Ranking
+from searchrl.retrieval.onnx_encoder import OnnxEncoder
 
 FAISS_KINDS = ("flat", "ivf", "hnsw")
 #: how queries are encoded when serving: the exported ONNX graph (``onnx_encoder``) or sentence-transformers.
@@ -130,8 +133,6 @@ class Encoder:
     """A sentence-transformers model plus its text convention. ``encode`` is one batched forward pass per call."""
 
     def __init__(self, options: DenseOptions, device: str | None = None) -> None:
-        from searchrl.models import load_embedder
-
         self.options = options
         self.model = load_embedder(options.encoder, device=device)
         if options.max_length is not None:
@@ -227,8 +228,6 @@ def write_vector_chunks(
     chunks: Iterable[np.ndarray], n: int, d: int, directory: str | Path, options: DenseOptions
 ) -> dict[str, Any]:
     """Compressed index from streamed (rows, D) chunks: ``vectors.f16.npy`` first, then ``index.faiss`` from it."""
-    from searchrl.retrieval.compressed import VECTORS_FILE, build_compressed, write_vector_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     write_vector_file(chunks, n, d, directory / VECTORS_FILE)
@@ -241,8 +240,6 @@ def write_vectors(vectors: np.ndarray, directory: str | Path, options: DenseOpti
 
     directory = Path(directory)
     if options.compressed:
-        from searchrl.retrieval.compressed import chunk_rows
-
         step = chunk_rows(vectors.shape[1])
         chunks = (vectors[i : i + step] for i in range(0, len(vectors), step))
         write_vector_chunks(chunks, len(vectors), vectors.shape[1], directory, options)
@@ -262,8 +259,6 @@ def read_faiss_index(path: str | Path, options: DenseOptions) -> Any:
     import faiss
 
     if options.compressed:
-        from searchrl.retrieval.compressed import RerankedIndex
-
         return RerankedIndex.open(Path(path).parent, nprobe=options.nprobe, candidates=options.candidates)
 
     flag = faiss.IO_FLAG_MMAP if options.faiss == "ivf" else faiss.IO_FLAG_MMAP_IFC
@@ -325,8 +320,6 @@ class DenseRetriever(LocalRetriever):
         if kind not in QUERY_ENCODERS:
             raise ValueError(f"unknown query encoder '{kind}'; use one of {', '.join(QUERY_ENCODERS)}")
         if kind == "onnx":
-            from searchrl.retrieval.onnx_encoder import OnnxEncoder
-
             if not (directory / "query_encoder").is_dir():
                 raise FileNotFoundError(
                     f"{directory} has no exported query encoder; rebuild the index, or load it "

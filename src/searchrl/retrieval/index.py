@@ -23,9 +23,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from searchrl import __version__
 from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages
+from searchrl.retrieval.bm25 import BM25Options, BM25Retriever, build_bm25
+from searchrl.retrieval.dense import (
+    DenseOptions,
+    DenseRetriever,
+    Encoder,
+    build_dense,
+    write_vector_chunks,
+    write_vectors,
+)
+from searchrl.retrieval.hybrid import HybridRetriever
 from searchrl.retrieval.local import LocalRetriever
+from searchrl.retrieval.onnx_encoder import ExportUnsupported, OnnxEncoder, export_encoder
 from searchrl.utils import atomic_write_text, console, progress
 
 FORMAT = "searchrl-index"
@@ -89,9 +102,6 @@ def build_index(
     (see ``searchrl.retrieval.onnx_encoder``); ``"sentence-transformers"`` serves with the reference path. Default:
     ONNX when the passages are encoded here and the encoder can be exported, else sentence-transformers.
     """
-    from searchrl.retrieval.bm25 import BM25Options, build_bm25
-    from searchrl.retrieval.dense import DenseOptions
-
     if kind not in KINDS:
         raise ValueError(f"unknown index kind '{kind}'; use one of {', '.join(KINDS)}")
     if query_encoder not in (None, "onnx", "sentence-transformers"):
@@ -188,9 +198,6 @@ def _build_dense_part(
     store: PassageStore, directory: Path, options: Any, batch_size: int, vectors: Any, query_encoder: Any, bar
 ) -> tuple[int, Any]:
     """Write ``index.faiss`` (and the exported query encoder); returns the dimension and the final options."""
-    import numpy as np
-
-    from searchrl.retrieval.dense import Encoder, build_dense, write_vector_chunks, write_vectors
 
     n = len(store)
     encoder = None
@@ -241,9 +248,6 @@ def _export_query_encoder(store: PassageStore, directory: Path, options: Any, re
 
     An encoder that cannot be exported keeps sentence-transformers (with a note), unless ONNX was asked for.
     """
-    import numpy as np
-
-    from searchrl.retrieval.onnx_encoder import ExportUnsupported, OnnxEncoder, export_encoder
 
     target = directory / "query_encoder"
     try:
@@ -318,8 +322,6 @@ def load_index(
     When ``corpus`` is given, the index must have been built from a file with the same fingerprint.
     ``query_encoder`` (``"onnx"`` / ``"sentence-transformers"``) overrides the manifest's choice for dense parts.
     """
-    from searchrl.retrieval.bm25 import BM25Options, BM25Retriever
-
     directory = Path(directory)
     manifest = read_manifest(directory)
     if corpus is not None:
@@ -332,14 +334,10 @@ def load_index(
     if kind in ("bm25", "hybrid"):
         sparse = BM25Retriever.load(directory / "bm25", store, BM25Options(**manifest["options"]["bm25"]), manifest)
     if kind in ("dense", "hybrid"):
-        from searchrl.retrieval.dense import DenseOptions, DenseRetriever
-
         options = DenseOptions(**manifest["options"]["dense"])
         dense = DenseRetriever.load(directory / "dense", store, options, manifest, query_encoder=query_encoder)
     if kind == "bm25":
         return sparse  # type: ignore[return-value]
     if kind == "dense":
         return dense  # type: ignore[return-value]
-    from searchrl.retrieval.hybrid import HybridRetriever
-
     return HybridRetriever(sparse, dense, manifest=manifest)  # type: ignore[arg-type]

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from searchrl.models import resolve_embedder
+
 ARTIFACT_FORMAT = "searchrl-onnx-encoder"
 ARTIFACT_VERSION = 1
 OPSET = 17
@@ -40,8 +42,6 @@ class ExportUnsupported(ValueError):
 
 # --------------------------------------------------------------------------------------------------- export
 def _model_dir(spec: str) -> Path:
-    from searchrl.models import resolve_embedder
-
     where = Path(resolve_embedder(spec))
     if where.is_dir():
         return where

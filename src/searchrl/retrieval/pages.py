@@ -37,6 +37,9 @@ from urllib.robotparser import RobotFileParser
 import httpx
 
 from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.openai_compat import OpenAICompatGenerator
+from searchrl.generation.prompts import render_user_prompt as render_prompt
+from searchrl.models import resolve_policy
 from searchrl.retrieval.cache import LRUCache
 
 if TYPE_CHECKING:
@@ -322,8 +325,6 @@ class PageSummarizer:
         self.cache = LRUCache(1024)
 
     def _prompt(self, query: str, page: str) -> list[int]:
-        from searchrl.generation.prompts import render_user_prompt as render_prompt
-
         ids = list(self.tokenizer.encode(page, add_special_tokens=False))
         if len(ids) > self.max_page_tokens:  # keep the page's head, which holds its title and lead
             page = self.tokenizer.decode(ids[: self.max_page_tokens], skip_special_tokens=True) + " ..."
@@ -374,9 +375,6 @@ def make_summarizer(cfg: WebConfig) -> PageSummarizer | None:
     generator: Generator
     if cfg.summarizer_url:
         from transformers import AutoTokenizer
-
-        from searchrl.generation.openai_compat import OpenAICompatGenerator
-        from searchrl.models import resolve_policy
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_policy(cfg.summarizer))
         model = cfg.summarizer_served_model or cfg.summarizer
