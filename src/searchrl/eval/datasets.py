@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from searchrl.config import EvalDataset, RunConfig
-from searchrl.data.loaders import load_qa
+from searchrl.data import loaders
 from searchrl.data.records import QAExample
 from searchrl.eval.report import AVERAGE
 from searchrl.pipeline import default_index_dir, load_split, resolve_file
@@ -110,7 +110,7 @@ def _load(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
         return resolve_file(cfg, getattr(cfg.data, data)), load_split(cfg, data)
     source = _resolve_qa_source(cfg, data)
     try:
-        return source, load_qa(source)
+        return source, loaders.load_qa(source)
     except Exception as err:  # an hf: source that cannot be fetched (offline, unknown name): one line, the fix
         if not source.startswith("hf:") or (isinstance(err, ValueError) and "\n" not in str(err)):
             raise

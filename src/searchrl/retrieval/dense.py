@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from searchrl import models
 from searchrl.data.corpus import PassageStore
-from searchrl.models import load_embedder
 from searchrl.retrieval.cache import LRUCache
 from searchrl.retrieval.compressed import VECTORS_FILE, RerankedIndex, build_compressed, chunk_rows, write_vector_file
 from searchrl.retrieval.local import LocalRetriever, Ranking
@@ -134,7 +134,7 @@ class Encoder:
 
     def __init__(self, options: DenseOptions, device: str | None = None) -> None:
         self.options = options
-        self.model = load_embedder(options.encoder, device=device)
+        self.model = models.load_embedder(options.encoder, device=device)
         if options.max_length is not None:
             self.model.max_seq_length = options.max_length
         # sentence-transformers 5 renamed the dimension getter; keep working with both.

@@ -27,11 +27,11 @@ import numpy as np
 
 from searchrl import __version__
 from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages
+from searchrl.retrieval import dense as dense_backend
 from searchrl.retrieval.bm25 import BM25Options, BM25Retriever, build_bm25
 from searchrl.retrieval.dense import (
     DenseOptions,
     DenseRetriever,
-    Encoder,
     build_dense,
     write_vector_chunks,
     write_vectors,
@@ -223,7 +223,7 @@ def _build_dense_part(
         dimension = int(vectors.shape[1])
     else:
         task = bar.add_task(f"dense: encoding ({options.encoder})", total=n)
-        encoder = Encoder(options)
+        encoder = dense_backend.Encoder(options)  # looked up when called, so it can be swapped
         stats = build_dense(
             _passage_texts(store),
             n,
