@@ -36,10 +36,10 @@ from urllib.robotparser import RobotFileParser
 
 import httpx
 
+from searchrl import models
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.generation.openai_compat import OpenAICompatGenerator
 from searchrl.generation.prompts import render_user_prompt as render_prompt
-from searchrl.models import resolve_policy
 from searchrl.retrieval.cache import LRUCache
 
 if TYPE_CHECKING:
@@ -376,14 +376,13 @@ def make_summarizer(cfg: WebConfig) -> PageSummarizer | None:
     if cfg.summarizer_url:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(resolve_policy(cfg.summarizer))
+        tokenizer = AutoTokenizer.from_pretrained(models.resolve_policy(cfg.summarizer))
         model = cfg.summarizer_served_model or cfg.summarizer
         generator = OpenAICompatGenerator(cfg.summarizer_url, model, tokenizer, timeout_s=120.0)
     else:
-        from searchrl.generation.hf import HFGenerator
-        from searchrl.models import load_policy
+        from searchrl.generation.hf import HFGenerator  # torch: only for a local summariser
 
-        model, tokenizer = load_policy(cfg.summarizer, frozen=True)
+        model, tokenizer = models.load_policy(cfg.summarizer, frozen=True)
         generator = HFGenerator(model, tokenizer)
     return PageSummarizer(
         generator, max_new_tokens=cfg.summary_max_new_tokens, max_page_tokens=cfg.summary_max_page_tokens

@@ -1,4 +1,6 @@
 """RL math: advantage estimators, KL estimators, policy / value / entropy losses and the one loss aggregator.
+The advantages are here; the masked primitives and the aggregator live in ``searchrl.rl.masked``, the KL estimators
+and losses in ``searchrl.rl.losses``, and this module re-exports them, so ``algorithms`` is the one name to import.
 
 Plain, typed functions over ``(B, T)`` tensors of *response* positions (B sequences, T response tokens; the prompt is
 not included). Estimators and losses return ``(value, metrics)`` where ``metrics`` is a ``dict[str, float]`` of
