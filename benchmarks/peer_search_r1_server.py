@@ -145,8 +145,24 @@ def python_for_search_r1() -> str:
     py = venv / "bin" / "python"
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "torch", "transformers", "faiss-cpu", "datasets",
-                        "fastapi", "uvicorn", "tqdm"], check=True, timeout=1800)  # fmt: skip
+        subprocess.run(
+            [
+                str(py),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "torch",
+                "transformers",
+                "faiss-cpu",
+                "datasets",
+                "fastapi",
+                "uvicorn",
+                "tqdm",
+            ],
+            check=True,
+            timeout=1800,
+        )
     return str(py)
 
 
@@ -205,11 +221,28 @@ def search_r1_server(checkout: Path, python: str, index: Path, corpus: Path, mod
     shim = tmp / "search_r1_cpu_shim.py"
     shim.write_text(SHIM)
     port = free_port()
-    env = os.environ | {"SEARCH_R1_SHIM_PORT": str(port), "HF_DATASETS_CACHE": str(BENCH_DIR / "hf-datasets"),
-                        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}  # fmt: skip
-    cmd = [python, str(shim), str(checkout / "search_r1" / "search" / "retrieval_server.py"),
-           "--index_path", str(index / "dense" / "index.faiss"), "--corpus_path", str(corpus), "--topk", str(TOPK),
-           "--retriever_name", "minilm", "--retriever_model", model]  # fmt: skip
+    env = os.environ | {
+        "SEARCH_R1_SHIM_PORT": str(port),
+        "HF_DATASETS_CACHE": str(BENCH_DIR / "hf-datasets"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TQDM_DISABLE": "1",
+    }
+    cmd = [
+        python,
+        str(shim),
+        str(checkout / "search_r1" / "search" / "retrieval_server.py"),
+        "--index_path",
+        str(index / "dense" / "index.faiss"),
+        "--corpus_path",
+        str(corpus),
+        "--topk",
+        str(TOPK),
+        "--retriever_name",
+        "minilm",
+        "--retriever_model",
+        model,
+    ]
     return Server("Search-R1 retrieval_server.py", cmd, port, env, tmp / "search_r1.log")
 
 
@@ -221,8 +254,7 @@ def searchrl_server(index: Path, tmp: Path) -> Server:
 
 def warm_datasets_cache(python: str, corpus: Path) -> None:
     """Build Search-R1's ``datasets`` Arrow cache of the corpus once, outside the timed start."""
-    code = (f"import datasets; datasets.load_dataset('json', data_files={str(corpus)!r}, split='train', "
-            "num_proc=4)")  # fmt: skip
+    code = f"import datasets; datasets.load_dataset('json', data_files={str(corpus)!r}, split='train', num_proc=4)"
     env = os.environ | {"HF_DATASETS_CACHE": str(BENCH_DIR / "hf-datasets"), "HF_HUB_OFFLINE": "1"}
     subprocess.run([python, "-c", code], check=True, timeout=900, env=env, capture_output=True)
 
@@ -295,8 +327,9 @@ def measure(server: Server, questions: list[str], big: Path | None, make_big) ->
         out["loads"] = {}
         for name, clients, requests, per_request in LOADS:
             need = clients * requests * per_request
-            out["loads"][name] = run_load(server.url, questions[offset : offset + need], clients, requests,
-                                          per_request)  # fmt: skip
+            out["loads"][name] = run_load(
+                server.url, questions[offset : offset + need], clients, requests, per_request
+            )
             offset += need
             print(f"  {server.name}: {name}: {json.dumps(out['loads'][name])}", flush=True)
         out |= server.memory_mb()
@@ -366,8 +399,10 @@ def main() -> None:
         logs = {p.name: p.read_text()[-3000:] for p in tmpd.glob("*.log")}
 
     peer, ours = rows
-    ratios = {name: round(ours["loads"][name]["queries_per_s"] / peer["loads"][name]["queries_per_s"], 2)
-              for name, *_ in LOADS}  # fmt: skip
+    ratios = {
+        name: round(ours["loads"][name]["queries_per_s"] / peer["loads"][name]["queries_per_s"], 2)
+        for name, *_ in LOADS
+    }
     manifest = json.loads((small / "manifest.json").read_text())
     result = {
         "benchmark": "peer_search_r1_server",
@@ -432,11 +467,15 @@ def render(r: dict) -> str:
     for load in r["loads"]:
         name = load["name"]
         lines.append(f"| {name} | {load_cell(peer, name)} | {load_cell(ours, name)} | **{r['ratios'][name]}x** |")
-    lines.append(f"| RSS after the loads (peak) | {peer['rss_mb']:.0f} MB ({peer['peak_rss_mb']:.0f}) | "
-                 f"{ours['rss_mb']:.0f} MB ({ours['peak_rss_mb']:.0f}) | |")  # fmt: skip
+    lines.append(
+        f"| RSS after the loads (peak) | {peer['rss_mb']:.0f} MB ({peer['peak_rss_mb']:.0f}) | "
+        f"{ours['rss_mb']:.0f} MB ({ours['peak_rss_mb']:.0f}) | |"
+    )
     if r["big_passages"]:
-        lines.append(f"| RSS at first answer, {r['big_passages']:,} passages | {peer['big']['rss_mb']:.0f} MB | "
-                     f"{ours['big']['rss_mb']:.0f} MB | |")  # fmt: skip
+        lines.append(
+            f"| RSS at first answer, {r['big_passages']:,} passages | {peer['big']['rss_mb']:.0f} MB | "
+            f"{ours['big']['rss_mb']:.0f} MB | |"
+        )
     batching = ours.get("server_stats", {}).get("batching", {})
     loads = "; ".join(f"{x['name']}: {x['clients']} x {x['requests_per_client']} requests" for x in r["loads"])
     lines += [

@@ -120,8 +120,12 @@ def exact_top(path: Path, queries: np.ndarray, k: int = K) -> tuple[np.ndarray, 
 def write_corpus(n: int, path: Path) -> None:
     with path.open("w") as f:
         for start in range(0, n, CHUNK):
-            f.write("".join(f'{{"id": "s{i}", "contents": "Synthetic {i}\\npassage {i}"}}\n'
-                            for i in range(start, min(n, start + CHUNK))))  # fmt: skip
+            f.write(
+                "".join(
+                    f'{{"id": "s{i}", "contents": "Synthetic {i}\\npassage {i}"}}\n'
+                    for i in range(start, min(n, start + CHUNK))
+                )
+            )
 
 
 def recall(found: np.ndarray, exact: np.ndarray, k: int) -> float:
@@ -134,9 +138,19 @@ def child_build(args: argparse.Namespace) -> None:
     from searchrl.retrieval.index import build_index
 
     t0 = time.perf_counter()
-    build_index(args.corpus, "dense", args.out, encoder="minilm-l6-v2", faiss=args.factory, nprobe=args.nprobe,
-                candidates=args.candidates, vectors=RowFile.npy(args.vectors), query_encoder="sentence-transformers",
-                vectors_source="synthetic (benchmarks/retrieval_scale.py)", overwrite=True)  # fmt: skip
+    build_index(
+        args.corpus,
+        "dense",
+        args.out,
+        encoder="minilm-l6-v2",
+        faiss=args.factory,
+        nprobe=args.nprobe,
+        candidates=args.candidates,
+        vectors=RowFile.npy(args.vectors),
+        query_encoder="sentence-transformers",
+        vectors_source="synthetic (benchmarks/retrieval_scale.py)",
+        overwrite=True,
+    )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"build_s": round(time.perf_counter() - t0, 1), "build_peak_rss_mb": round(peak_mb)}))
 
@@ -181,8 +195,17 @@ def measure_serving(out: Path, encoder_dir: Path, questions: list[str]) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/retrieve"
-    cmd = [sys.executable, __file__, "_serve", "--out", str(out), "--encoder-dir", str(encoder_dir),
-           "--port", str(port)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "_serve",
+        "--out",
+        str(out),
+        "--encoder-dir",
+        str(encoder_dir),
+        "--port",
+        str(port),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
     try:
@@ -277,9 +300,26 @@ def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact
     if not flat.exists():
         write_flat_file(work / f"vectors-{n}.f16.npy", flat)
     factory = args.factory or factory_for(n)
-    cmd = [sys.executable, "-c", CONVERT, "index", "convert", "--flat", str(flat), "--corpus",
-           str(work / f"corpus-{n}.jsonl"), "--out", str(out), "--faiss", factory, "--nprobe", str(args.nprobe),
-           "--candidates", str(args.candidates), "--force"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        CONVERT,
+        "index",
+        "convert",
+        "--flat",
+        str(flat),
+        "--corpus",
+        str(work / f"corpus-{n}.jsonl"),
+        "--out",
+        str(out),
+        "--faiss",
+        factory,
+        "--nprobe",
+        str(args.nprobe),
+        "--candidates",
+        str(args.candidates),
+        "--force",
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(
         cmd, check=True, capture_output=True, text=True, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"}
@@ -332,9 +372,15 @@ def sweep(index, queries: np.ndarray, exact: np.ndarray) -> list[dict]:
             t0 = time.perf_counter()
             found = np.concatenate([index.search(q[None], K)[1] for q in queries])  # one query per call
             ms = (time.perf_counter() - t0) * 1000 / len(queries)
-            rows.append({"nprobe": nprobe, "candidates": candidates, "ms_per_query": round(ms, 2),
-                         "recall_at_3": round(recall(found, exact, 3), 4),
-                         "recall_at_10": round(recall(found, exact, 10), 4)})  # fmt: skip
+            rows.append(
+                {
+                    "nprobe": nprobe,
+                    "candidates": candidates,
+                    "ms_per_query": round(ms, 2),
+                    "recall_at_3": round(recall(found, exact, 3), 4),
+                    "recall_at_10": round(recall(found, exact, 10), 4),
+                }
+            )
     return rows
 
 
@@ -353,8 +399,23 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     exact, row["exact_search_s"] = exact_top(vectors, queries)
     print(f"[{n:,}] exact top-{K} of {len(queries)} queries in {row['exact_search_s']:.1f} s", flush=True)
     factory = args.factory or factory_for(n)
-    cmd = [sys.executable, __file__, "_build", "--corpus", str(corpus), "--out", str(out), "--vectors", str(vectors),
-           "--factory", factory, "--nprobe", str(args.nprobe), "--candidates", str(args.candidates)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "_build",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--vectors",
+        str(vectors),
+        "--factory",
+        factory,
+        "--nprobe",
+        str(args.nprobe),
+        "--candidates",
+        str(args.candidates),
+    ]
     built = subprocess.run(
         cmd, check=True, capture_output=True, text=True, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"}
     )
@@ -385,22 +446,40 @@ def convert_only(args: argparse.Namespace, queries: np.ndarray) -> None:
     rows = []
     for n in args.passages or [2_000_000]:
         exact, _ = exact_top(args.work / f"vectors-{n}.f16.npy", queries)
-        rows.append({"passages": n, "dim": 768, "factory": args.factory or factory_for(n), "nprobe": args.nprobe,
-                     "candidates": args.candidates} | measure_convert(n, args, queries, exact))  # fmt: skip
-    result = {"benchmark": "retrieval_convert", "date": time.strftime("%Y-%m-%d", time.gmtime()),
-              "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()}, "runs": rows}  # fmt: skip
+        rows.append(
+            {
+                "passages": n,
+                "dim": 768,
+                "factory": args.factory or factory_for(n),
+                "nprobe": args.nprobe,
+                "candidates": args.candidates,
+            }
+            | measure_convert(n, args, queries, exact)
+        )
+    result = {
+        "benchmark": "retrieval_convert",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
+        "runs": rows,
+    }
     (RESULTS / "retrieval_convert.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# `searchrl index convert` of a faiss Flat file ({result['date']})", "",
-             "Vectors: those of `retrieval_scale.md` (same N), written as an IndexFlatIP file by faiss. Peak RSS of "
-             f"the convert process (ru_maxrss); recall against the Flat file's own exact answers; {len(queries)} "
-             f"real queries. {os.cpu_count()} CPU cores shared with other jobs (load average at the end "
-             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}).", "",
-             "| passages | Flat file MB | factory | convert s | peak RSS MB | RSS / Flat | recall@3 | recall@10 |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# `searchrl index convert` of a faiss Flat file ({result['date']})",
+        "",
+        "Vectors: those of `retrieval_scale.md` (same N), written as an IndexFlatIP file by faiss. Peak RSS of "
+        f"the convert process (ru_maxrss); recall against the Flat file's own exact answers; {len(queries)} "
+        f"real queries. {os.cpu_count()} CPU cores shared with other jobs (load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}).",
+        "",
+        "| passages | Flat file MB | factory | convert s | peak RSS MB | RSS / Flat | recall@3 | recall@10 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['passages']:,} | {r['flat_file_mb']:,} | `{r['factory']}` | {r['convert_s']} | "
-                     f"{r['convert_peak_rss_mb']} | {100 * r['convert_peak_rss_fraction_of_flat']:.1f}% | "
-                     f"{r['convert_recall_at_3_vs_flat']} | {r['convert_recall_at_10_vs_flat']} |")  # fmt: skip
+        lines.append(
+            f"| {r['passages']:,} | {r['flat_file_mb']:,} | `{r['factory']}` | {r['convert_s']} | "
+            f"{r['convert_peak_rss_mb']} | {100 * r['convert_peak_rss_fraction_of_flat']:.1f}% | "
+            f"{r['convert_recall_at_3_vs_flat']} | {r['convert_recall_at_10_vs_flat']} |"
+        )
     (RESULTS / "retrieval_convert.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -428,8 +507,12 @@ def main() -> None:
     ap.add_argument("--components", type=int, default=32)
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
     ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")
-    ap.add_argument("--convert-only", action="store_true", help="only the convert measurement (results: "
-                    "retrieval_convert.{json,md}); the vectors and corpus of N must exist in --work")  # fmt: skip
+    ap.add_argument(
+        "--convert-only",
+        action="store_true",
+        help="only the convert measurement (results: "
+        "retrieval_convert.{json,md}); the vectors and corpus of N must exist in --work",
+    )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     args.encoder_dir = args.work / "query_encoder"
@@ -458,7 +541,7 @@ def main() -> None:
             "fp32_matmul_gflops": matmul_gflops(),
             "load_average_at_end": os.getloadavg(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        },  # fmt: skip
+        },
         "vectors": f"MiniLM 2wiki-mini passage embeddings -> GaussianMixture({args.components}, tied) -> two draws "
         "of one component concatenated (768-d), L2-normalised; queries: real MiniLM dev-question embeddings [q, q]",
         "runs": sorted(runs.values(), key=lambda r: r["passages"]),

@@ -48,29 +48,47 @@ def report(result: dict) -> str:
             f"| {r['first_answer_s']} | {r['serve_rss_mb']} ({r['serve_peak_rss_mb']}) | {r['p50_1_ms']} | "
             f"{r['qps_1']} | {r['qps_8']} |"
         )
-    lines += ["", "Served over HTTP on 127.0.0.1 with query embeddings cached (every question asked once "
-              "first); first answer = from starting the server process to the first /retrieve answer (cold "
-              "encoder).", ""]  # fmt: skip
+    lines += [
+        "",
+        "Served over HTTP on 127.0.0.1 with query embeddings cached (every question asked once "
+        "first); first answer = from starting the server process to the first /retrieve answer (cold "
+        "encoder).",
+        "",
+    ]
     for r in result["runs"]:
-        lines += [f"## {r['passages']:,} passages", "", f"Disk (MB): {r['disk_mb']}. RSS detail (MB): "
-                  f"{r['serve_rss_detail_mb']}.", "", "In-process sweep (one query per call):", "",
-                  "| nprobe | candidates | ms/query | recall@3 | recall@10 |", "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"## {r['passages']:,} passages",
+            "",
+            f"Disk (MB): {r['disk_mb']}. RSS detail (MB): {r['serve_rss_detail_mb']}.",
+            "",
+            "In-process sweep (one query per call):",
+            "",
+            "| nprobe | candidates | ms/query | recall@3 | recall@10 |",
+            "|---|---|---|---|---|",
+        ]
         for w in r["sweep_inprocess_1_query_per_call"]:
             cells = [w["nprobe"], w["candidates"], w["ms_per_query"], w["recall_at_3"], w["recall_at_10"]]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
         if "convert" in r:
             c = r["convert"]
-            lines += ["", f"`searchrl index convert` of a {c['flat_file_mb']:,} MB faiss Flat file of these vectors: "
-                      f"{c['convert_s']} s, peak RSS {c['convert_peak_rss_mb']} MB "
-                      f"({100 * c['convert_peak_rss_fraction_of_flat']:.1f}% of the file), recall@3 "
-                      f"{c['convert_recall_at_3_vs_flat']} and recall@10 {c['convert_recall_at_10_vs_flat']} of the "
-                      "Flat file's own exact answers."]  # fmt: skip
+            lines += [
+                "",
+                f"`searchrl index convert` of a {c['flat_file_mb']:,} MB faiss Flat file of these vectors: "
+                f"{c['convert_s']} s, peak RSS {c['convert_peak_rss_mb']} MB "
+                f"({100 * c['convert_peak_rss_fraction_of_flat']:.1f}% of the file), recall@3 "
+                f"{c['convert_recall_at_3_vs_flat']} and recall@10 {c['convert_recall_at_10_vs_flat']} of the "
+                "Flat file's own exact answers.",
+            ]
         lines.append("")
     e = result["extrapolated_21m"]
-    lines += ["## Extrapolated to 21M passages", "",
-              f"Serving RSS {e['serve_rss_gb']} GB (peak {e['serve_peak_rss_gb']} GB), linear in N through the "
-              f"runs above; disk {e['disk_gb']} GB (proportional to N). Memory-mapped files count in RSS only for "
-              "the pages "
-              "searches touch, so RSS grows with the traffic's spread over the index, up to the size of "
-              f"`index.faiss` ({e['index_faiss_gb']} GB at 21M) plus what the run above held.", ""]  # fmt: skip
+    lines += [
+        "## Extrapolated to 21M passages",
+        "",
+        f"Serving RSS {e['serve_rss_gb']} GB (peak {e['serve_peak_rss_gb']} GB), linear in N through the "
+        f"runs above; disk {e['disk_gb']} GB (proportional to N). Memory-mapped files count in RSS only for "
+        "the pages "
+        "searches touch, so RSS grows with the traffic's spread over the index, up to the size of "
+        f"`index.faiss` ({e['index_faiss_gb']} GB at 21M) plus what the run above held.",
+        "",
+    ]
     return "\n".join(lines)

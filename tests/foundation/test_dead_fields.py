@@ -1,6 +1,6 @@
 """Every config field is read by the package: a field nothing reads is a setting that silently does nothing.
 
-A field ``section.field`` counts as read when some module outside the config's own (config.py, config_eval.py)
+A field ``section.field`` counts as read when some module outside the config's own package (searchrl/config/)
 reads the attribute ``field`` of the section: ``cfg.rollout.max_turns``, or of a name bound to the section
 (``r = cfg.retrieval`` then ``r.kind``; ``self.cfg, self.scfg = cfg, cfg.sft``; ``for comp in cfg.reward.components``;
 ``entry = as_entry(raw)`` for ``raw`` in ``ev.datasets``; a parameter annotated with the section's class), or through
@@ -21,8 +21,8 @@ import searchrl
 from searchrl.config import RunConfig
 
 ROOT = Path(searchrl.__file__).parent
-#: the modules that define the config: their validators read fields, which is not use.
-CONFIG_MODULES = ("config.py", "config_eval.py")
+#: the package that defines the config (searchrl/config/): its validators read fields, which is not use.
+CONFIG_PACKAGE = ROOT / "config"
 #: fields read only dynamically (by a name built at run time), with where. Each must still exist.
 DYNAMIC: dict[str, str] = {}
 
@@ -106,14 +106,19 @@ def _module(path: Path) -> tuple[list[tuple[list[str], ast.AST]], list[tuple[str
             annotated += [(n, ast.unparse(node.annotation)) for n in _targets(node.target)]
         if isinstance(node, ast.Attribute) and (owner := _last_name(node.value)) is not None:
             reads.append((owner, node.attr))
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):  # fmt: skip
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+        ):
             reads.append(("*", str(node.args[1].value)))
     return bindings, annotated, reads
 
 
 def _modules() -> list[Path]:
-    return sorted(p for p in ROOT.rglob("*.py") if p.name not in CONFIG_MODULES)
+    return sorted(p for p in ROOT.rglob("*.py") if CONFIG_PACKAGE not in p.parents)
 
 
 def is_read(section: str, class_name: str, field: str) -> bool:
@@ -131,8 +136,11 @@ def is_read(section: str, class_name: str, field: str) -> bool:
 
 
 def test_every_config_field_is_read() -> None:
-    unread = [path for path, section, cls in config_fields() if path not in DYNAMIC and not is_read(section, cls,
-              path.split(".")[-1])]  # fmt: skip
+    unread = [
+        path
+        for path, section, cls in config_fields()
+        if path not in DYNAMIC and not is_read(section, cls, path.split(".")[-1])
+    ]
     assert not unread, f"config fields nothing reads (use them, or delete them and their recipe lines): {unread}"
 
 

@@ -27,6 +27,7 @@ Limits and truncation policy (documented in docs/rollout.md):
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -140,11 +141,11 @@ class RolloutEngine:
         self.stats: dict[str, float] = {}
         self._render_kwargs: dict = {}
         if limits.max_obs_tokens_per_query is not None:
-            import inspect
-
             if "fit_docs" not in inspect.signature(protocol.render_observation).parameters:
-                raise ValueError(f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
-                                 "(only rag_r1 builds observations per query); set it to null")  # fmt: skip
+                raise ValueError(
+                    f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
+                    "(only rag_r1 builds observations per query); set it to null"
+                )
             self._render_kwargs = {"fit_docs": self._fit_docs}
 
     # -------------------------------------------------------------------------------------------- helpers
