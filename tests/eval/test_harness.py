@@ -23,17 +23,17 @@ def rag_reply(ctx: str) -> str:
 
 
 def table_rows(markdown: str) -> list[list[str]]:
-    """Cells of every table line; asserts the markdown table shape on the way."""
-    lines = [ln for ln in markdown.splitlines() if ln.startswith("|")]
+    """Cells of the first table's lines; asserts the markdown table shape on the way."""
+    all_lines = markdown.splitlines()
+    start = next(i for i, ln in enumerate(all_lines) if ln.startswith("|"))
+    end = next((i for i in range(start, len(all_lines)) if not all_lines[i].startswith("|")), len(all_lines))
+    lines = all_lines[start:end]
     assert len(lines) >= 3, "a header, a separator and at least one row"
     for ln in lines:
         assert ln.endswith("|"), ln
     cells = [[c.strip() for c in ln.replace("\\|", "").strip("|").split("|")] for ln in lines]
     assert len({len(c) for c in cells}) == 1, "every row has the header's column count"
     assert all(set(c) <= set("-:") and "-" in c for c in cells[1]), "second line is the header separator"
-    # the table is one block: no blank or text line inside it
-    idx = [i for i, ln in enumerate(markdown.splitlines()) if ln.startswith("|")]
-    assert idx == list(range(idx[0], idx[0] + len(idx)))
     return [cells[0], *cells[2:]]
 
 
@@ -67,6 +67,25 @@ def test_predictions_files_hold_question_golds_prediction_and_item_metrics(run) 
     assert [len(q) for q, _ in retriever.calls] == [2, 1, 2]
 
 
+def test_every_row_says_why_its_answer_is_wrong(run) -> None:
+    out, result, _ = run
+    rag = [json.loads(x) for x in (out / "predictions" / "toy__naive_rag.jsonl").read_text().splitlines()]
+    direct = [json.loads(x) for x in (out / "predictions" / "toy__direct.jsonl").read_text().splitlines()]
+    assert all(r["diagnostics"]["gold_in_docs"] is None for r in direct)  # nothing retrieved
+    assert [r["diagnostics"]["gold_in_docs"] for r in rag] == [
+        r["trajectory"]["docs"] != []
+        and any(g.lower() in " ".join(r["trajectory"]["docs"]).lower() for g in r["golds"])
+        for r in rag
+    ]  # noqa: E501
+    for r in rag:
+        d = r["diagnostics"]
+        assert d["reading_failure"] == (d["gold_in_docs"] and r["metrics"]["em"] < 1)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["diagnostics"]) == {"toy / direct", "toy / naive_rag", "toy2 / direct", "toy2 / naive_rag"}
+    md = (out / "summary.md").read_text()
+    assert "| dataset | method | gold in docs | reading fail |" in md
+
+
 def test_summary_numbers_are_exact(run) -> None:
     _, result, _ = run
     rows = {(r["dataset"], r["method"]): r for r in result.rows}
@@ -95,7 +114,8 @@ def test_summary_markdown_is_a_valid_table(run) -> None:
     notes = [ln for ln in md.splitlines() if ln.startswith(("Answer normalisation:", "searches/q counts"))]
     assert notes[0].startswith("Answer normalisation: em: squad; f1: squad; cover_em: squad, word boundary;")
     assert "batches of 2" in notes[1] and "queries/q" in header
-    assert md == render_markdown(result.rows, METRICS, notes=notes)
+    why = md[md.index("Why answers are wrong") :].rstrip("\n")  # the failure table follows the scores
+    assert md == render_markdown(result.rows, METRICS, notes=notes, after=[why])
 
 
 def test_summary_csv_and_json_carry_the_same_rows(run) -> None:

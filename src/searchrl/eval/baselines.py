@@ -155,7 +155,11 @@ class NaiveRAGMethod(Method):
             Prediction(
                 clean_answer(c.text),
                 raw=c.text,
-                trajectory={"queries": [e.question], "hit_ids": [[h.id for h in hs]]},
+                trajectory={
+                    "queries": [e.question],
+                    "hit_ids": [[h.id for h in hs]],
+                    "docs": [h.contents for h in hs],  # what the diagnostics search for the gold
+                },
                 searches=1,
                 queries=1,
                 gen_tokens=len(c.token_ids),
@@ -264,7 +268,12 @@ class IterativeRAGMethod(Method):
             Prediction(
                 answers[i],
                 raw=raw[i],
-                trajectory={"steps": steps[i], "doc_ids": [d.id for d in docs[i]], "forced_answer": not done[i]},
+                trajectory={
+                    "steps": steps[i],
+                    "doc_ids": [d.id for d in docs[i]],
+                    "docs": [d.contents for d in docs[i]],
+                    "forced_answer": not done[i],
+                },
                 searches=searches[i],
                 queries=searches[i],
                 gen_tokens=tokens[i],

@@ -50,6 +50,12 @@ LABELS = {
     "no_search": "no search",
     "format_failure": "format fail",
 }
+DIAGNOSTICS_NOTE = (
+    "Why answers are wrong (share of questions; `gold in docs` over the questions that retrieved text): the gold "
+    "answer in the retrieved documents, a wrong answer although the documents held it (reading), a wrong answer "
+    "after searches that missed it (retrieval), a query naming an entity found in neither the question nor the "
+    "documents before it (made-up hop), an agent that never searched, no extractable answer or a broken format."
+)
 _QUESTION_WORDS = set(
     "who what when where which why how whose whom is are was were did does do the a an in of find search list".split()
 )
@@ -91,8 +97,8 @@ def _searches(trajectory: Mapping[str, Any] | None) -> list[tuple[list[str], str
             for t in trajectory["turns"]
             if t.get("action") == "search" and t.get("queries")
         ]
-    if trajectory.get("queries") is not None and trajectory.get("docs") is not None:
-        return [(list(trajectory["queries"]), "\n".join(str(d) for d in trajectory["docs"]))]
+    if trajectory.get("docs") is not None:  # a RAG method's trace: its documents (and queries, when it records them)
+        return [(list(trajectory.get("queries") or []), "\n".join(str(d) for d in trajectory["docs"]))]
     return []
 
 

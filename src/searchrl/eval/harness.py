@@ -40,6 +40,7 @@ from searchrl.eval.baselines import (
     Prediction,
 )
 from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
+from searchrl.eval.diagnostics import DIAGNOSTICS_NOTE, diagnose, failure_shares, shares_table
 from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
 from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_reports
 from searchrl.eval.search_o1 import SearchO1Method
@@ -329,6 +330,7 @@ def evaluate(
                 rows = [item_row(dname, mname, ex, p, fns) for ex, p in zip(examples, preds, strict=True)]
                 for row in rows:  # the rule each score was computed with: `eval rescore` applies the same one
                     row["metric_settings"] = {m: dict(settings[m]) for m in metrics}
+                    row["diagnostics"] = diagnose(row)
                 path = predictions_path(out, dname, mname)
                 write_jsonl(path, rows)  # written before judging: a failing judge does not lose the predictions
                 if judge is not None:
@@ -350,10 +352,14 @@ def evaluate(
     }
     if any(it.get("kind") for it in items):  # question kinds (synthetic worlds, 2Wiki's types): scored separately
         info["by_kind"] = by_kind(items, score_names)
+    shares = failure_shares(items)
+    info["diagnostics"] = {f"{d} / {m}": s for (d, m), s in shares.items()}
+    why = "\n".join([DIAGNOSTICS_NOTE, "", *shares_table(shares, list(datasets))])
     notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch)]
-    paths.update(write_reports(summary, score_names, out, info, notes=notes))
+    paths.update(write_reports(summary, score_names, out, info, notes=notes, after=[why]))
     if show:
         print_summary(summary, score_names)
+        console.print(why, soft_wrap=True, markup=False)
         console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
     return EvalResult(summary, score_names, items, paths, runtime)
 

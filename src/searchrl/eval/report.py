@@ -125,9 +125,10 @@ def render_markdown(
     metrics: Sequence[str],
     title: str = "Evaluation summary",
     notes: Sequence[str] = (),
+    after: Sequence[str] = (),
 ) -> str:
-    """A heading, one line on what the numbers are (plus ``notes``: how they were scored and timed), and the wide
-    table (every row has the header's column count)."""
+    """A heading, one line on what the numbers are (plus ``notes``: how they were scored and timed), the wide
+    table (every row has the header's column count), then the ``after`` sections (e.g. why answers are wrong)."""
     header, body = wide_table(rows, metrics)
     n_by_dataset: dict[str, int] = {}
     for r in rows:
@@ -144,6 +145,7 @@ def render_markdown(
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
     ]
     lines += ["| " + " | ".join(_md_cell(c) for c in line) + " |" for line in body]
+    lines += [line for section in after for line in ("", section)]
     return "\n".join(lines) + "\n"
 
 
@@ -240,6 +242,7 @@ def write_reports(
     extra: dict[str, Any] | None = None,
     title: str = "Evaluation summary",
     notes: Sequence[str] = (),
+    after: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write ``summary.md``, ``summary.csv``, ``summary.json`` (rows plus ``extra``) and ``summary.png``."""
     out = Path(out_dir)
@@ -249,7 +252,7 @@ def write_reports(
         "rows": [{k: _jsonable(v) for k, v in r.items()} for r in rows],
     }
     return {
-        "md": atomic_write_text(out / "summary.md", render_markdown(rows, metrics, title, notes)),
+        "md": atomic_write_text(out / "summary.md", render_markdown(rows, metrics, title, notes, after)),
         "csv": atomic_write_text(out / "summary.csv", render_csv(rows)),
         "json": atomic_write_text(out / "summary.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n"),
         "png": plot_summary(rows, metrics, out / "summary.png"),

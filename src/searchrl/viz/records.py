@@ -66,6 +66,8 @@ class ViewRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: the writer's verdict (its run's Correctness rule), when the row carries one; else EM decides
     correct: float | None = None
+    #: an evaluation row's failure flags (searchrl.eval.diagnostics): why its answer is wrong
+    diagnostics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def em(self) -> float | None:
@@ -215,6 +217,8 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
     if isinstance(row.get("metrics"), dict):
         rec.row_metrics = dict(row["metrics"])
         rec.correct = _opt_float(row["metrics"].get("correct"))
+    if isinstance(row.get("diagnostics"), dict):
+        rec.diagnostics = dict(row["diagnostics"])
     rec.step = _row_step(row)
     # an eval row has no reward: its score (or its correctness) is what the page sorts on
     rec.reward = _opt_float(row.get("score", rec.row_metrics.get("correct", rec.row_metrics.get("em"))))
@@ -324,4 +328,16 @@ def summarize(records: Sequence[ViewRecord]) -> dict[str, Any]:
         "turns": _mean(r.counts.get("turns", 0) for r in records),
         "invalid": _mean(float(r.n_invalid > 0) for r in records),
         "reward": _mean(rewards),
+        "diagnostics": _failure_shares(records),
     }
+
+
+def _failure_shares(records: Sequence[ViewRecord]) -> dict[str, float]:
+    """Share of evaluation rows with each failure flag (over the rows where the flag applies); {} without any."""
+    flags = [r.diagnostics for r in records if r.diagnostics]
+    out: dict[str, float] = {}
+    for name in dict.fromkeys(k for f in flags for k in f):
+        values = [bool(f[name]) for f in flags if f.get(name) is not None]
+        if values and name != "searched":
+            out[name] = sum(values) / len(values)
+    return out

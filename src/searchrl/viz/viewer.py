@@ -26,6 +26,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from searchrl.eval.diagnostics import LABELS as DIAGNOSTIC_LABELS
 from searchrl.utils import atomic_write_text
 from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, summarize: re-exported)
     COLLAPSE_CHARS,
@@ -299,6 +300,8 @@ def render_html(
         ("mean turns", _fmt(s["turns"], digits=2), "turns"),
         ("with invalid turns", _fmt(s["invalid"], pct=True), "invalid"),
     ]
+    for name, share in s["diagnostics"].items():  # evaluation rows: why answers are wrong
+        stats.append((DIAGNOSTIC_LABELS.get(name, name), _fmt(share, pct=True), f"diag-{name}"))
     if s["reward"] is not None:
         training = any(r.kind == "rollout" for r in summary_over)  # else evaluation rows: their score
         stats.append(("mean reward" if training else "mean score", _fmt(s["reward"]), "reward"))
