@@ -176,7 +176,14 @@ def rss_mb(pid: int) -> dict[str, float]:
     return {k: round(int(fields[k].split()[0]) / 1024, 1) for k in ("VmRSS", "VmHWM", "RssAnon", "RssFile")}
 
 
-def measure_serving(out: Path, encoder_dir: Path, questions: list[str]) -> dict:
+def child_env(args: argparse.Namespace) -> dict[str, str]:
+    """Children (build, serve, convert) run faiss with ``--omp-threads`` OpenMP threads (default 1): on a shared
+    2-core machine, faiss' many short parallel regions spin-wait for descheduled threads (about 4x the CPU
+    time of one thread for the same k-means here)."""
+    return os.environ | {"SEARCHRL_NO_PROGRESS": "1", "OMP_NUM_THREADS": str(args.omp_threads)}
+
+
+def measure_serving(out: Path, encoder_dir: Path, questions: list[str], args: argparse.Namespace) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -184,7 +191,7 @@ def measure_serving(out: Path, encoder_dir: Path, questions: list[str]) -> dict:
     cmd = [sys.executable, __file__, "_serve", "--out", str(out), "--encoder-dir", str(encoder_dir),
            "--port", str(port)]  # fmt: skip
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, env=child_env(args))
     try:
         while True:
             if proc.poll() is not None:
@@ -254,37 +261,47 @@ print(json.dumps({"convert_peak_rss_mb": round(resource.getrusage(resource.RUSAG
 """
 
 
-def write_flat_file(vectors: Path, path: Path) -> None:
-    """A faiss IndexFlatIP file of the fp16 vectors (as float32), written by faiss itself in chunks of rows."""
+def write_flat_file(vectors: Path, path: Path, m: int) -> None:
+    """A faiss IndexFlatIP file of the first m fp16 vectors (as float32), written by faiss itself."""
     import faiss
 
     from searchrl.retrieval.compressed import RowFile
 
     rows = RowFile.npy(vectors)
     flat = faiss.IndexFlatIP(rows.shape[1])
-    for chunk in rows.chunks():
-        flat.add(chunk)
+    step = 65_536
+    for start in range(0, m, step):
+        flat.add(rows.window(start, min(start + step, m)))
     faiss.write_index(flat, str(path))
+    del flat
 
 
 def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact: np.ndarray) -> dict:
-    """``searchrl index convert`` of a Flat file of the same vectors: peak RSS vs file size, recall vs the file."""
+    """``searchrl index convert`` of a Flat file of the first ``--convert-passages`` (default: all n) vectors of
+    this run: peak RSS of the convert process vs the Flat file's size, recall vs the Flat file's own answers."""
     from searchrl.retrieval.dense import DenseOptions, read_faiss_index
     from searchrl.retrieval.index import read_manifest
 
     work = args.work
-    flat, out = work / f"flat-{n}.index", work / f"converted-{n}"
+    m = min(n, args.convert_passages or n)
+    flat, out, corpus = work / f"flat-{m}.index", work / f"converted-{m}", work / f"corpus-{m}.jsonl"
     if not flat.exists():
-        write_flat_file(work / f"vectors-{n}.f16.npy", flat)
-    factory = args.factory or factory_for(n)
-    cmd = [sys.executable, "-c", CONVERT, "index", "convert", "--flat", str(flat), "--corpus",
-           str(work / f"corpus-{n}.jsonl"), "--out", str(out), "--faiss", factory, "--nprobe", str(args.nprobe),
+        t0 = time.perf_counter()
+        write_flat_file(work / f"vectors-{n}.f16.npy", flat, m)
+        print(f"[{m:,}] wrote the Flat file in {time.perf_counter() - t0:.1f} s", flush=True)
+    if not corpus.exists():
+        write_corpus(m, corpus)
+    factory = args.convert_factory or args.factory or factory_for(m)
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-c", CONVERT, "index", "convert", "--flat", str(flat), "--corpus",
+           str(corpus), "--out", str(out), "--faiss", factory, "--nprobe", str(args.nprobe),
            "--candidates", str(args.candidates), "--force"]  # fmt: skip
     t0 = time.perf_counter()
-    done = subprocess.run(
-        cmd, check=True, capture_output=True, text=True, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"}
-    )
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     row = json.loads(done.stdout.strip().splitlines()[-1]) | {"convert_s": round(time.perf_counter() - t0, 1)}
+    row |= {"convert_passages": m, "convert_factory": factory}
+    for line in done.stderr.splitlines():  # /usr/bin/time -v: "Maximum resident set size (kbytes): N"
+        if "Maximum resident set size" in line:
+            row["convert_peak_rss_mb_time_v"] = round(int(line.rsplit(":", 1)[1]) / 1024)
     row["flat_file_mb"] = round(flat.stat().st_size / 2**20)
     row["convert_peak_rss_fraction_of_flat"] = round(row["convert_peak_rss_mb"] / row["flat_file_mb"], 4)
     # The Flat file holds fp32 vectors; its own exact answers are the reference for the converted index.
@@ -297,7 +314,8 @@ def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact
     found = read_faiss_index(out / "dense" / "index.faiss", options).search(queries, K)[1]
     row["convert_recall_at_3_vs_flat"] = round(recall(found, truth, 3), 4)
     row["convert_recall_at_10_vs_flat"] = round(recall(found, truth, 10), 4)
-    row["flat_vs_fp16_exact_top10_agreement"] = round(recall(truth, exact, 10), 4)
+    if m == n:
+        row["flat_vs_fp16_exact_top10_agreement"] = round(recall(truth, exact, 10), 4)
     print(f"[{n:,}] convert: {json.dumps(row)}", flush=True)
     return row
 
@@ -355,9 +373,7 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     factory = args.factory or factory_for(n)
     cmd = [sys.executable, __file__, "_build", "--corpus", str(corpus), "--out", str(out), "--vectors", str(vectors),
            "--factory", factory, "--nprobe", str(args.nprobe), "--candidates", str(args.candidates)]  # fmt: skip
-    built = subprocess.run(
-        cmd, check=True, capture_output=True, text=True, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"}
-    )
+    built = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     row |= json.loads(built.stdout.strip().splitlines()[-1]) | {"factory": factory}
     print(f"[{n:,}] built {factory} in {row['build_s']} s (peak RSS {row['build_peak_rss_mb']} MB)", flush=True)
     options = DenseOptions(**read_manifest(out)["options"]["dense"])
@@ -370,7 +386,7 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     row |= {"nprobe": options.nprobe, "candidates": options.candidates}
     row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact)
     del index
-    row |= measure_serving(out, args.encoder_dir, questions)
+    row |= measure_serving(out, args.encoder_dir, questions, args)
     if args.convert:
         row["convert"] = measure_convert(n, args, queries, exact)
     row["disk_mb"] = {
@@ -428,6 +444,9 @@ def main() -> None:
     ap.add_argument("--components", type=int, default=32)
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
     ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")
+    ap.add_argument("--convert-passages", type=int, help="Flat file of the first M vectors (default: all N)")
+    ap.add_argument("--convert-factory", help="factory for the converted index (default: as --factory)")
+    ap.add_argument("--omp-threads", type=int, default=1, help="OMP_NUM_THREADS of the child processes")
     ap.add_argument("--convert-only", action="store_true", help="only the convert measurement (results: "
                     "retrieval_convert.{json,md}); the vectors and corpus of N must exist in --work")  # fmt: skip
     args = ap.parse_args()
@@ -444,10 +463,10 @@ def main() -> None:
         return convert_only(args, queries)
     mix = fit_mixture(passages, args.components)
     path = RESULTS / "retrieval_scale.json"
-    previous = json.loads(path.read_text()) if path.exists() else {}
+    done = {n: run(n, args, mix, queries, questions) for n in args.passages or [2_000_000]}
+    previous = json.loads(path.read_text()) if path.exists() else {}  # read late: runs of other N are kept
     runs = {r["passages"]: r for r in previous.get("runs", [])}
-    for n in args.passages or [2_000_000]:
-        runs[n] = run(n, args, mix, queries, questions) | {"date": time.strftime("%Y-%m-%d", time.gmtime())}
+    runs |= {n: r | {"date": time.strftime("%Y-%m-%d", time.gmtime())} for n, r in done.items()}
     result = {
         "benchmark": "retrieval_scale",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
@@ -457,7 +476,7 @@ def main() -> None:
             "platform": platform.platform(),
             "fp32_matmul_gflops": matmul_gflops(),
             "load_average_at_end": os.getloadavg(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "omp_num_threads_children": args.omp_threads,
         },  # fmt: skip
         "vectors": f"MiniLM 2wiki-mini passage embeddings -> GaussianMixture({args.components}, tied) -> two draws "
         "of one component concatenated (768-d), L2-normalised; queries: real MiniLM dev-question embeddings [q, q]",
