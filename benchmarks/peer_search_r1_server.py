@@ -27,7 +27,10 @@ query per request, 8 clients with 1 query per request, 4 clients with 32 queries
 after the loads (VmRSS, and peak VmHWM). Then each server is started once more on a 200k-passage index for its
 time to first answer: the corpus repeated with distinct ids (real text), and the real passage vectors repeated
 with small Gaussian noise and re-normalised (start-up does not depend on vector content; encoding 200k passages
-on 2 CPU cores takes hours). Results: ``benchmarks/results/peer_search_r1_server.{json,md}``.
+on 2 CPU cores takes hours). Last, the query encoder alone (ONNX, loaded as ``searchrl serve`` loads it, in a
+fresh process) is timed at batch 1 and 32: our served q/s at 1 client and at 32 queries per request is reported as a
+fraction of it (every question is new, so every query must be encoded: the encoder alone bounds the service).
+Results: ``benchmarks/results/peer_search_r1_server.{json,md}``.
 
 Usage: python benchmarks/peer_search_r1_server.py --search-r1 /path/to/Search-R1 [--corpus FILE]
 """
@@ -314,6 +317,37 @@ def measure(server: Server, questions: list[str], big: Path | None, make_big) ->
     return out
 
 
+ENCODER_CODE = """
+import json, sys, time
+from pathlib import Path
+from searchrl.retrieval.dense import DenseOptions
+from searchrl.retrieval.index import read_manifest
+from searchrl.retrieval.onnx_encoder import OnnxEncoder
+index, questions = Path(sys.argv[1]), json.loads(sys.stdin.read())
+enc = OnnxEncoder(index / "dense" / "query_encoder", DenseOptions(**read_manifest(index)["options"]["dense"]))
+enc.encode(questions[:32], is_query=True, batch_size=32)  # warm-up
+out = {}
+for batch, count in ((1, 300), (32, 256)):
+    qs = questions[32 : 32 + count]
+    t0 = time.perf_counter()
+    for start in range(0, count, batch):
+        enc.encode(qs[start : start + batch], is_query=True, batch_size=batch)
+    out[f"batch_{batch}"] = {"queries": count, "ms_per_query": round((time.perf_counter() - t0) * 1000 / count, 3)}
+print(json.dumps(out))
+"""
+
+
+def encoder_only(index: Path, questions: list[str]) -> dict:
+    """The query encoder alone, as `searchrl serve` loads it (ONNX, same threads), in a fresh process: ms per
+    query at batch 1 (300 questions one by one) and batch 32 (8 batches), on questions the loads also send."""
+    done = subprocess.run([sys.executable, "-c", ENCODER_CODE, str(index)], input=json.dumps(questions[:400]),
+                          capture_output=True, text=True, check=True, timeout=900)  # fmt: skip
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for b in out.values():
+        b["queries_per_s"] = round(1000 / b["ms_per_query"], 1)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------ main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -364,6 +398,9 @@ def main() -> None:
         rows.append(measure(searchrl_server(small, tmpd), questions, big, lambda: searchrl_server(big, tmpd)))
         print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("loads", "server_stats")}), flush=True)
         logs = {p.name: p.read_text()[-3000:] for p in tmpd.glob("*.log")}
+    print("encoder only ...", flush=True)
+    encoder = encoder_only(small, questions)
+    print(json.dumps(encoder), flush=True)
 
     peer, ours = rows
     ratios = {name: round(ours["loads"][name]["queries_per_s"] / peer["loads"][name]["queries_per_s"], 2)
@@ -383,6 +420,18 @@ def main() -> None:
             {"name": n, "clients": c, "requests_per_client": r, "queries_per_request": p} for n, c, r, p in LOADS
         ],
         "ratios": ratios,
+        "encoder_only": encoder,
+        # our served q/s over the encoder-alone q/s (an upper bound when every query must be encoded)
+        "fraction_of_encoder_only": {
+            "1 client, 1 query/request": round(
+                ours["loads"]["1 client, 1 query/request"]["queries_per_s"] / encoder["batch_1"]["queries_per_s"], 3
+            ),
+            "4 clients x 32 queries/request": round(
+                ours["loads"]["4 clients x 32 queries/request"]["queries_per_s"]
+                / encoder["batch_32"]["queries_per_s"],
+                3,
+            ),
+        },  # fmt: skip
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "load_average_at_end": os.getloadavg(),
         "rows": rows,
@@ -437,6 +486,14 @@ def render(r: dict) -> str:
     if r["big_passages"]:
         lines.append(f"| RSS at first answer, {r['big_passages']:,} passages | {peer['big']['rss_mb']:.0f} MB | "
                      f"{ours['big']['rss_mb']:.0f} MB | |")  # fmt: skip
+    if "encoder_only" in r:
+        e, f = r["encoder_only"], r["fraction_of_encoder_only"]
+        lines.append(f"| query encoder alone (ONNX, as served), batch 1 | | {e['batch_1']['ms_per_query']} ms/query "
+                     f"({e['batch_1']['queries_per_s']} q/s); 1 client served at "
+                     f"**{100 * f['1 client, 1 query/request']:.0f}%** of it | |")  # fmt: skip
+        lines.append(f"| query encoder alone (ONNX, as served), batch 32 | | {e['batch_32']['ms_per_query']} "
+                     f"ms/query ({e['batch_32']['queries_per_s']} q/s); 4 x 32 served at "
+                     f"**{100 * f['4 clients x 32 queries/request']:.0f}%** of it | |")  # fmt: skip
     batching = ours.get("server_stats", {}).get("batching", {})
     loads = "; ".join(f"{x['name']}: {x['clients']} x {x['requests_per_client']} requests" for x in r["loads"])
     lines += [
