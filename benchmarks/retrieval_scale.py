@@ -338,14 +338,15 @@ def factory_for(n: int) -> str:
     return f"IVF{nlist},PQ96"
 
 
-def sweep(index, queries: np.ndarray, exact: np.ndarray) -> list[dict]:
+def sweep(index, queries: np.ndarray, exact: np.ndarray, nprobes=(16, 32, 64, 128), candidate_counts=(50, 100, 200)
+          ) -> list[dict]:  # fmt: skip
     """Recall and in-process time per query for a few (nprobe, candidates) settings on the built index."""
     import faiss
 
     rows = []
-    for nprobe in (16, 32, 64, 128):
+    for nprobe in nprobes:
         faiss.ParameterSpace().set_index_parameter(index.index, "nprobe", nprobe)
-        for candidates in (50, 100, 200):
+        for candidates in candidate_counts:
             index.candidates = candidates
             t0 = time.perf_counter()
             found = np.concatenate([index.search(q[None], K)[1] for q in queries])  # one query per call
@@ -356,7 +357,7 @@ def sweep(index, queries: np.ndarray, exact: np.ndarray) -> list[dict]:
     return rows
 
 
-def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questions: list[str]) -> dict:
+def run(n: int, args: argparse.Namespace, mix, queries: np.ndarray, questions: list[str]) -> dict:
     from searchrl.retrieval.dense import DenseOptions, read_faiss_index
     from searchrl.retrieval.index import read_manifest
 
@@ -364,12 +365,17 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     vectors, corpus, out = work / f"vectors-{n}.f16.npy", work / f"corpus-{n}.jsonl", work / f"index-{n}"
     row: dict = {"passages": n, "dim": 768}
     if not vectors.exists():
-        row["generate_s"] = round(generate(mix, n, vectors), 1)
+        row["generate_s"] = round(generate(mix(), n, vectors), 1)
         print(f"[{n:,}] generated vectors in {row['generate_s']} s", flush=True)
     if not corpus.exists():
         write_corpus(n, corpus)
-    exact, row["exact_search_s"] = exact_top(vectors, queries)
-    print(f"[{n:,}] exact top-{K} of {len(queries)} queries in {row['exact_search_s']:.1f} s", flush=True)
+    cached = work / f"exact-{n}-{len(queries)}.npy"  # the exact answers of an earlier invocation, same vectors
+    if cached.exists() and cached.stat().st_mtime > vectors.stat().st_mtime:
+        exact = np.load(cached)
+    else:
+        exact, row["exact_search_s"] = exact_top(vectors, queries)
+        np.save(cached, exact)
+    print(f"[{n:,}] exact top-{K} of {len(queries)} queries in {row.get('exact_search_s', 'cached')} s", flush=True)
     factory = args.factory or factory_for(n)
     cmd = [sys.executable, __file__, "_build", "--corpus", str(corpus), "--out", str(out), "--vectors", str(vectors),
            "--factory", factory, "--nprobe", str(args.nprobe), "--candidates", str(args.candidates)]  # fmt: skip
@@ -384,7 +390,7 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     row["recall_at_3_vs_exact"] = round(recall(found, exact, 3), 4)
     row["recall_at_10_vs_exact"] = round(recall(found, exact, 10), 4)
     row |= {"nprobe": options.nprobe, "candidates": options.candidates}
-    row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact)
+    row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact, args.sweep_nprobe, args.sweep_candidates)
     del index
     row |= measure_serving(out, args.encoder_dir, questions, args)
     if args.convert:
@@ -444,6 +450,8 @@ def main() -> None:
     ap.add_argument("--components", type=int, default=32)
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
     ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")
+    ap.add_argument("--sweep-nprobe", type=int, nargs="+", default=[16, 32, 64, 128])
+    ap.add_argument("--sweep-candidates", type=int, nargs="+", default=[50, 100, 200])
     ap.add_argument("--convert-passages", type=int, help="Flat file of the first M vectors (default: all N)")
     ap.add_argument("--convert-factory", help="factory for the converted index (default: as --factory)")
     ap.add_argument("--omp-threads", type=int, default=1, help="OMP_NUM_THREADS of the child processes")
@@ -461,7 +469,13 @@ def main() -> None:
     queries = lift(qvecs[: args.queries])
     if args.convert_only:
         return convert_only(args, queries)
-    mix = fit_mixture(passages, args.components)
+    fitted: list[dict] = []
+
+    def mix() -> dict:  # fitted only when vectors must be generated (minutes on a busy machine)
+        if not fitted:
+            fitted.append(fit_mixture(passages, args.components))
+        return fitted[0]
+
     path = RESULTS / "retrieval_scale.json"
     done = {n: run(n, args, mix, queries, questions) for n in args.passages or [2_000_000]}
     previous = json.loads(path.read_text()) if path.exists() else {}  # read late: runs of other N are kept

@@ -60,9 +60,12 @@ def report(result: dict) -> str:
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
         if "convert" in r:
             c = r["convert"]
-            lines += ["", f"`searchrl index convert` of a {c['flat_file_mb']:,} MB faiss Flat file of these vectors: "
-                      f"{c['convert_s']} s, peak RSS {c['convert_peak_rss_mb']} MB "
-                      f"({100 * c['convert_peak_rss_fraction_of_flat']:.1f}% of the file), recall@3 "
+            m = c.get("convert_passages", r["passages"])
+            lines += ["", f"`searchrl index convert` of a {c['flat_file_mb']:,} MB faiss Flat file (IndexFlatIP, "
+                      f"written by faiss) of the first {m:,} of these vectors, to "
+                      f"`{c.get('convert_factory', r['factory'])}`: {c['convert_s']} s, peak RSS "
+                      f"{c.get('convert_peak_rss_mb_time_v', c['convert_peak_rss_mb'])} MB (`/usr/bin/time -v`; "
+                      f"{100 * c['convert_peak_rss_fraction_of_flat']:.1f}% of the file), recall@3 "
                       f"{c['convert_recall_at_3_vs_flat']} and recall@10 {c['convert_recall_at_10_vs_flat']} of the "
                       "Flat file's own exact answers."]  # fmt: skip
         lines.append("")
