@@ -351,7 +351,9 @@ def encoder_only(index: Path, questions: list[str]) -> dict:
 # ------------------------------------------------------------------------------------------------------ main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--search-r1", type=Path, required=True, help="Search-R1 checkout (holds search_r1/search/)")
+    ap.add_argument("--search-r1", type=Path, help="Search-R1 checkout (holds search_r1/search/)")
+    ap.add_argument("--ours-only", action="store_true", help="only `searchrl serve` and the encoder-alone bound; "
+                    "adds a dated section to the results and keeps the last peer comparison as it is")  # fmt: skip
     ap.add_argument("--corpus", type=Path, default=DATA / "2wiki-mini" / "corpus.jsonl")
     ap.add_argument("--search-r1-commit", help="commit of the checkout, when it is not a git work tree (git archive)")
     ap.add_argument("--index", type=Path, help="an existing dense Flat index of --corpus (default: built here)")
@@ -361,6 +363,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         LOADS[:] = [(name, clients, 2, per) for name, clients, _, per in LOADS]
+    if args.ours_only:
+        return ours_only(args)
+    if args.search_r1 is None:
+        sys.exit("--search-r1 DIR is needed (or --ours-only)")
     script = args.search_r1 / "search_r1" / "search" / "retrieval_server.py"
     if not script.is_file():
         sys.exit(f"{script} not found; --search-r1 must point to a Search-R1 checkout")
@@ -421,17 +427,7 @@ def main() -> None:
         ],
         "ratios": ratios,
         "encoder_only": encoder,
-        # our served q/s over the encoder-alone q/s (an upper bound when every query must be encoded)
-        "fraction_of_encoder_only": {
-            "1 client, 1 query/request": round(
-                ours["loads"]["1 client, 1 query/request"]["queries_per_s"] / encoder["batch_1"]["queries_per_s"], 3
-            ),
-            "4 clients x 32 queries/request": round(
-                ours["loads"]["4 clients x 32 queries/request"]["queries_per_s"]
-                / encoder["batch_32"]["queries_per_s"],
-                3,
-            ),
-        },  # fmt: skip
+        "fraction_of_encoder_only": fractions(ours, encoder),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "load_average_at_end": os.getloadavg(),
         "rows": rows,
@@ -444,6 +440,37 @@ def main() -> None:
     write_portable(RESULTS / "peer_search_r1_server.json", json.dumps(result, indent=2) + "\n")
     write_portable(RESULTS / "peer_search_r1_server.md", render(result))
     print(render(result))
+
+
+def ours_only(args: argparse.Namespace) -> None:
+    """`searchrl serve` under the same loads, and the encoder alone; the stored peer comparison is kept."""
+    start_load = os.getloadavg()
+    small, _ = prepare_indexes(args.corpus.resolve(), 0, args.index)
+    questions = load_questions()
+    with tempfile.TemporaryDirectory(prefix="peer-search-r1-") as tmp:
+        ours = measure(searchrl_server(small, Path(tmp)), questions, None, None)
+    encoder = encoder_only(small, questions)
+    section = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "load_average_at_start": start_load,
+        "load_average_at_end": os.getloadavg(),
+        "row": ours,
+        "encoder_only": encoder,
+        "fraction_of_encoder_only": fractions(ours, encoder),
+    }
+    path = RESULTS / "peer_search_r1_server.json"
+    result = json.loads(path.read_text()) | {"ours_vs_encoder_only": section}
+    write_portable(path, json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "peer_search_r1_server.md", render(result))
+    print(render(result))
+
+
+def fractions(ours: dict, encoder: dict) -> dict:
+    """Our served q/s over the encoder-alone q/s (its upper bound when every query must be encoded)."""
+    one, many = "1 client, 1 query/request", "4 clients x 32 queries/request"
+    return {one: round(ours["loads"][one]["queries_per_s"] / encoder["batch_1"]["queries_per_s"], 3),
+            many: round(ours["loads"][many]["queries_per_s"] / encoder["batch_32"]["queries_per_s"], 3)}  # fmt: skip
 
 
 def _git_head(path: Path) -> str | None:
@@ -486,6 +513,36 @@ def render(r: dict) -> str:
     if r["big_passages"]:
         lines.append(f"| RSS at first answer, {r['big_passages']:,} passages | {peer['big']['rss_mb']:.0f} MB | "
                      f"{ours['big']['rss_mb']:.0f} MB | |")  # fmt: skip
+    if "ours_vs_encoder_only" in r:
+        sec = r["ours_vs_encoder_only"]
+        e, f, row = sec["encoder_only"], sec["fraction_of_encoder_only"], sec["row"]
+        lines_extra = [
+            "",
+            f"## `searchrl serve` against its query encoder alone ({sec['date']})",
+            "",
+            f"Only `searchrl serve` was run on this date (same index, questions and loads as above), on "
+            f"{sec['machine']['cpus']} CPUs shared with other jobs (load average at start "
+            f"{', '.join(f'{x:.1f}' for x in sec['load_average_at_start'])}, at end "
+            f"{', '.join(f'{x:.1f}' for x in sec['load_average_at_end'])}); the table above is the earlier run "
+            "(results committed 2026-11-23). "
+            "Encoder alone: the ONNX query encoder loaded as the server loads it, in a fresh process, 300 "
+            "questions one by one (batch 1) and 256 in batches of 32. Every question is new to the server, so "
+            "every query is encoded: the encoder alone bounds the service.",
+            "",
+            "| | encoder alone | `searchrl serve` | served / encoder alone |",
+            "|---|---|---|---|",
+            f"| batch 1 / 1 client, 1 query per request | {e['batch_1']['ms_per_query']} ms/query "
+            f"({e['batch_1']['queries_per_s']} q/s) | {load_cell(row, '1 client, 1 query/request')} | "
+            f"**{100 * f['1 client, 1 query/request']:.0f}%** |",
+            f"| batch 32 / 4 clients x 32 queries per request | {e['batch_32']['ms_per_query']} ms/query "
+            f"({e['batch_32']['queries_per_s']} q/s) | {load_cell(row, '4 clients x 32 queries/request')} | "
+            f"**{100 * f['4 clients x 32 queries/request']:.0f}%** |",
+            f"| 8 clients, 1 query per request | | {load_cell(row, '8 clients, 1 query/request')} | |",
+            f"| time to first answer; RSS after the loads (peak) | | {row['first_answer_s']} s; "
+            f"{row['rss_mb']:.0f} MB ({row['peak_rss_mb']:.0f}) | |",
+        ]
+    else:
+        lines_extra = []
     if "encoder_only" in r:
         e, f = r["encoder_only"], r["fraction_of_encoder_only"]
         lines.append(f"| query encoder alone (ONNX, as served), batch 1 | | {e['batch_1']['ms_per_query']} ms/query "
@@ -506,7 +563,7 @@ def render(r: dict) -> str:
         "vectors with small noise (start-up does not depend on vector content). Search-R1's `datasets` cache of "
         "each corpus is built before timing.",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + lines_extra) + "\n"
 
 
 if __name__ == "__main__":
