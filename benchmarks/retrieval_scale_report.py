@@ -37,6 +37,12 @@ def report(result: dict) -> str:
         f"Vectors: {result['vectors']} (see the module docstring of `benchmarks/retrieval_scale.py`). Recall is "
         "against exact inner-product search over the same fp16 vectors.",
         "",
+        "Build: `build_index(kind='dense', faiss=FACTORY)` streaming the vector file; k-means and PQ trained on a "
+        "sample (64 rows per inverted list, at least 20,000), without faiss' polysemous PQ training (unused by "
+        "re-ranked search; it kept earlier attempts of this benchmark in `IndexIVF.train` for over 13 minutes). "
+        f"Build, serve and convert processes ran with OMP_NUM_THREADS={m.get('omp_num_threads_children', '?')} "
+        "(faiss' OpenMP threads spin-wait for each other when other jobs hold the cores).",
+        "",
         "| passages | factory | nprobe / candidates | recall@3 | recall@10 | build s (peak RSS MB) | first answer s "
         "| serving RSS MB (peak) | 1 client p50 ms | q/s 1 client | q/s 8 clients |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
