@@ -358,9 +358,6 @@ def sweep(index, queries: np.ndarray, exact: np.ndarray, nprobes=(16, 32, 64, 12
 
 
 def run(n: int, args: argparse.Namespace, mix, queries: np.ndarray, questions: list[str]) -> dict:
-    from searchrl.retrieval.dense import DenseOptions, read_faiss_index
-    from searchrl.retrieval.index import read_manifest
-
     work = args.work
     vectors, corpus, out = work / f"vectors-{n}.f16.npy", work / f"corpus-{n}.jsonl", work / f"index-{n}"
     row: dict = {"passages": n, "dim": 768}
@@ -377,11 +374,40 @@ def run(n: int, args: argparse.Namespace, mix, queries: np.ndarray, questions: l
         np.save(cached, exact)
     print(f"[{n:,}] exact top-{K} of {len(queries)} queries in {row.get('exact_search_s', 'cached')} s", flush=True)
     factory = args.factory or factory_for(n)
+    if args.reuse_index and (out / "manifest.json").exists():
+        return row | reuse(n, out, args) | measure_search(n, out, args, queries, questions, exact)
     cmd = [sys.executable, __file__, "_build", "--corpus", str(corpus), "--out", str(out), "--vectors", str(vectors),
            "--factory", factory, "--nprobe", str(args.nprobe), "--candidates", str(args.candidates)]  # fmt: skip
     built = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     row |= json.loads(built.stdout.strip().splitlines()[-1]) | {"factory": factory}
     print(f"[{n:,}] built {factory} in {row['build_s']} s (peak RSS {row['build_peak_rss_mb']} MB)", flush=True)
+    return row | measure_search(n, out, args, queries, questions, exact)
+
+
+def reuse(n: int, out: Path, args: argparse.Namespace) -> dict:
+    """``--reuse-index``: the index built by an earlier invocation, its search settings set to --nprobe and
+    --candidates in its manifest; build figures are those recorded for that build."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["options"]["dense"] |= {"nprobe": args.nprobe, "candidates": args.candidates}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    path = RESULTS / "retrieval_scale.json"
+    earlier = {r["passages"]: r for r in json.loads(path.read_text())["runs"]} if path.exists() else {}
+    keep = ("factory", "build_s", "build_peak_rss_mb", "generate_s", "exact_search_s", "date", "convert")
+    built = {k: earlier[n][k] for k in keep if k in earlier.get(n, {})}
+    built["build_date"] = built.pop("date", None)
+    searched = ("nprobe", "candidates", "recall_at_3_vs_exact", "recall_at_10_vs_exact", "first_answer_s",
+                "p50_1_ms", "p99_1_ms", "qps_1", "qps_8", "serve_rss_mb", "serve_peak_rss_mb", "serve_rss_detail_mb",
+                "sweep_inprocess_1_query_per_call")  # fmt: skip
+    if n in earlier:  # what the earlier invocation measured with its settings
+        built["earlier_search"] = earlier[n].get("earlier_search") or {k: earlier[n][k] for k in searched}
+    return built | {"factory": manifest["options"]["dense"]["faiss"], "index_reused": True}
+
+
+def measure_search(n: int, out: Path, args, queries: np.ndarray, questions: list[str], exact: np.ndarray) -> dict:
+    from searchrl.retrieval.dense import DenseOptions, read_faiss_index
+    from searchrl.retrieval.index import read_manifest
+
+    row: dict = {}
     options = DenseOptions(**read_manifest(out)["options"]["dense"])
     index = read_faiss_index(out / "dense" / "index.faiss", options)
     t0 = time.perf_counter()
@@ -450,6 +476,8 @@ def main() -> None:
     ap.add_argument("--components", type=int, default=32)
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
     ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")
+    ap.add_argument("--reuse-index", action="store_true", help="search the index an earlier invocation built "
+                    "for N (settings: --nprobe, --candidates) instead of building it again")  # fmt: skip
     ap.add_argument("--sweep-nprobe", type=int, nargs="+", default=[16, 32, 64, 128])
     ap.add_argument("--sweep-candidates", type=int, nargs="+", default=[50, 100, 200])
     ap.add_argument("--convert-passages", type=int, help="Flat file of the first M vectors (default: all N)")

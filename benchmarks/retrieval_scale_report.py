@@ -61,9 +61,17 @@ def report(result: dict) -> str:
         lines += [f"## {r['passages']:,} passages", "", f"Disk (MB): {r['disk_mb']}. RSS detail (MB): "
                   f"{r['serve_rss_detail_mb']}.", "", "In-process sweep (one query per call):", "",
                   "| nprobe | candidates | ms/query | recall@3 | recall@10 |", "|---|---|---|---|---|"]  # fmt: skip
-        for w in r["sweep_inprocess_1_query_per_call"]:
+        sweeps = r["sweep_inprocess_1_query_per_call"] + r.get("earlier_search", {}).get(
+            "sweep_inprocess_1_query_per_call", []
+        )
+        for w in sorted(sweeps, key=lambda w: (w["nprobe"], w["candidates"])):
             cells = [w["nprobe"], w["candidates"], w["ms_per_query"], w["recall_at_3"], w["recall_at_10"]]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        if e := r.get("earlier_search"):
+            lines += ["", f"Served earlier with nprobe {e['nprobe']} / {e['candidates']} candidates (same build, "
+                      f"before `MADV_RANDOM` on the vector file): recall@3 {e['recall_at_3_vs_exact']}, first answer "
+                      f"{e['first_answer_s']} s, RSS {e['serve_rss_mb']} MB (detail {e['serve_rss_detail_mb']}), "
+                      f"1 client p50 {e['p50_1_ms']} ms, {e['qps_1']} q/s, 8 clients {e['qps_8']} q/s."]  # fmt: skip
         if "convert" in r:
             c = r["convert"]
             m = c.get("convert_passages", r["passages"])

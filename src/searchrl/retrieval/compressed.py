@@ -206,6 +206,17 @@ def build_compressed(
 
 
 # ---------------------------------------------------------------------------------------------------- search
+def random_access(array: np.ndarray) -> None:
+    """Tell the kernel a memory-mapped array is read at random rows (``MADV_RANDOM``): no read-ahead around each
+    row, so re-ranking reads (and keeps resident) only the candidates' pages, not ~128 KB around every one of
+    them; without it, serving 2M x 768-d held 2.4 GB of the 2.9 GB vector file resident after 3,500 queries."""
+    import mmap
+
+    handle = getattr(array, "_mmap", None)
+    if handle is not None and hasattr(mmap, "MADV_RANDOM"):
+        handle.madvise(mmap.MADV_RANDOM)
+
+
 class RerankedIndex:
     """Looks like a faiss index (``d``, ``ntotal``, ``search``): approximate candidates, exact re-ranking.
 
@@ -237,6 +248,7 @@ class RerankedIndex:
         if _ivf(index) is not None:
             faiss.ParameterSpace().set_index_parameter(index, "nprobe", nprobe)
         vectors = np.load(directory / VECTORS_FILE, mmap_mode="r")  # (N, D) float16
+        random_access(vectors)
         return cls(index, vectors, candidates=candidates)
 
     def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
