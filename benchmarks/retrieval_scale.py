@@ -114,7 +114,7 @@ def exact_top(path: Path, queries: np.ndarray, k: int = K) -> tuple[np.ndarray, 
         cand_r = np.concatenate([best_r, part + i * CHUNK], axis=1)
         order = np.argsort(-cand_s, axis=1, kind="stable")[:, :k]
         best_s, best_r = np.take_along_axis(cand_s, order, 1), np.take_along_axis(cand_r, order, 1)
-    return best_r, time.perf_counter() - t0
+    return best_r, round(time.perf_counter() - t0, 1)
 
 
 def write_corpus(n: int, path: Path) -> None:
