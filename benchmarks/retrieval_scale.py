@@ -443,7 +443,8 @@ def convert_only(args: argparse.Namespace, queries: np.ndarray) -> None:
     lines = [f"# `searchrl index convert` of a faiss Flat file ({result['date']})", "",
              "Vectors: the first rows of the vectors of `retrieval_scale.md`'s run of N passages, written as an "
              "IndexFlatIP file (float32) by faiss. Peak RSS of the convert process (`/usr/bin/time -v`); recall "
-             f"of the converted index (searched with the nprobe / candidates shown) against the Flat file's own exact answers; {len(queries)} "
+             "of the converted index (searched with the nprobe / candidates shown) against the Flat file's own "
+             f"exact answers; {len(queries)} "
              f"real queries. {os.cpu_count()} CPU cores shared with other jobs (load average at the end "
              f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}).", "",
              "| N | Flat rows | Flat file MB | factory | nprobe / candidates | convert s | peak RSS MB | RSS / Flat "
