@@ -298,7 +298,7 @@ def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact
     t0 = time.perf_counter()
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     row = json.loads(done.stdout.strip().splitlines()[-1]) | {"convert_s": round(time.perf_counter() - t0, 1)}
-    row |= {"convert_passages": m, "convert_factory": factory}
+    row |= {"convert_passages": m, "convert_factory": factory, "nprobe": args.nprobe, "candidates": args.candidates}
     for line in done.stderr.splitlines():  # /usr/bin/time -v: "Maximum resident set size (kbytes): N"
         if "Maximum resident set size" in line:
             row["convert_peak_rss_mb_time_v"] = round(int(line.rsplit(":", 1)[1]) / 1024)

@@ -61,7 +61,10 @@ def report(result: dict) -> str:
         )
     lines += ["", "Served over HTTP on 127.0.0.1 with query embeddings cached (every question asked once "
               "first); first answer = from starting the server process to the first /retrieve answer (cold "
-              "encoder).", ""]  # fmt: skip
+              "encoder). Serving RSS is VmRSS: RssAnon (the process's own memory) plus RssFile (pages of the "
+              "memory-mapped index, fp16 vector file and passage store that searches touched: clean page cache, "
+              "shared and reclaimable, re-read from disk under memory pressure); both are in the detail below.",
+              ""]  # fmt: skip
     for r in result["runs"]:
         lines += [f"## {r['passages']:,} passages", "", f"Disk (MB): {r['disk_mb']}. RSS detail (MB): "
                   f"{r['serve_rss_detail_mb']}.", "", "In-process sweep (one query per call):", "",
@@ -82,11 +85,13 @@ def report(result: dict) -> str:
             m = c.get("convert_passages", r["passages"])
             lines += ["", f"`searchrl index convert` of a {c['flat_file_mb']:,} MB faiss Flat file (IndexFlatIP, "
                       f"written by faiss) of the first {m:,} of these vectors, to "
-                      f"`{c.get('convert_factory', r['factory'])}`: {c['convert_s']} s, peak RSS "
+                      f"`{c.get('convert_factory', r['factory'])}` (searched with nprobe {c.get('nprobe', '?')} / "
+                      f"{c.get('candidates', '?')} candidates): {c['convert_s']} s, peak RSS "
                       f"{c.get('convert_peak_rss_mb_time_v', c['convert_peak_rss_mb'])} MB (`/usr/bin/time -v`; "
                       f"{100 * c['convert_peak_rss_fraction_of_flat']:.1f}% of the file), recall@3 "
                       f"{c['convert_recall_at_3_vs_flat']} and recall@10 {c['convert_recall_at_10_vs_flat']} of the "
-                      "Flat file's own exact answers."]  # fmt: skip
+                      "Flat file's own exact answers. `retrieval_convert.md`: the same conversion measured again "
+                      "(`--convert-only`), searched with other settings."]  # fmt: skip
         lines.append("")
     missing = [n for n in (2_000_000, 5_000_000) if n not in {r["passages"] for r in result["runs"]}]
     if missing:
