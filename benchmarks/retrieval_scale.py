@@ -398,8 +398,11 @@ def reuse(n: int, out: Path, args: argparse.Namespace) -> dict:
     searched = ("nprobe", "candidates", "recall_at_3_vs_exact", "recall_at_10_vs_exact", "first_answer_s",
                 "p50_1_ms", "p99_1_ms", "qps_1", "qps_8", "serve_rss_mb", "serve_peak_rss_mb", "serve_rss_detail_mb",
                 "sweep_inprocess_1_query_per_call")  # fmt: skip
-    if n in earlier:  # what the earlier invocation measured with its settings
-        built["earlier_search"] = earlier[n].get("earlier_search") or {k: earlier[n][k] for k in searched}
+    if n in earlier:  # what earlier invocations measured on this build, each with its settings and load
+        old = earlier[n]
+        before = old.get("earlier_searches") or ([old["earlier_search"]] if "earlier_search" in old else [])
+        last = {k: old[k] for k in searched if k in old} | {"load_average_at_end": old.get("load_average_at_end")}
+        built["earlier_searches"] = before + [last]
     return built | {"factory": manifest["options"]["dense"]["faiss"], "index_reused": True}
 
 
@@ -419,6 +422,7 @@ def measure_search(n: int, out: Path, args, queries: np.ndarray, questions: list
     row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact, args.sweep_nprobe, args.sweep_candidates)
     del index
     row |= measure_serving(out, args.encoder_dir, questions, args)
+    row["load_average_at_end"] = os.getloadavg()
     if args.convert:
         row["convert"] = measure_convert(n, args, queries, exact)
     row["disk_mb"] = {

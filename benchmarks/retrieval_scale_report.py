@@ -69,17 +69,23 @@ def report(result: dict) -> str:
         lines += [f"## {r['passages']:,} passages", "", f"Disk (MB): {r['disk_mb']}. RSS detail (MB): "
                   f"{r['serve_rss_detail_mb']}.", "", "In-process sweep (one query per call):", "",
                   "| nprobe | candidates | ms/query | recall@3 | recall@10 |", "|---|---|---|---|---|"]  # fmt: skip
-        sweeps = r["sweep_inprocess_1_query_per_call"] + r.get("earlier_search", {}).get(
-            "sweep_inprocess_1_query_per_call", []
-        )
-        for w in sorted(sweeps, key=lambda w: (w["nprobe"], w["candidates"])):
+        earlier = r.get("earlier_searches") or ([r["earlier_search"]] if "earlier_search" in r else [])
+        sweeps = [(w, "") for w in r["sweep_inprocess_1_query_per_call"]]
+        sweeps += [(w, f"earlier invocation {i + 1}") for i, e in enumerate(earlier)
+                   for w in e["sweep_inprocess_1_query_per_call"]]  # fmt: skip
+        lines[-2:] = ["| nprobe | candidates | ms/query | recall@3 | recall@10 | measured |", "|---" * 6 + "|"]
+        for w, when in sorted(sweeps, key=lambda x: (x[0]["nprobe"], x[0]["candidates"], x[1])):
             cells = [w["nprobe"], w["candidates"], w["ms_per_query"], w["recall_at_3"], w["recall_at_10"]]
-            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-        if e := r.get("earlier_search"):
-            lines += ["", f"Served earlier with nprobe {e['nprobe']} / {e['candidates']} candidates (same build, "
-                      f"before `MADV_RANDOM` on the vector file): recall@3 {e['recall_at_3_vs_exact']}, first answer "
-                      f"{e['first_answer_s']} s, RSS {e['serve_rss_mb']} MB (detail {e['serve_rss_detail_mb']}), "
-                      f"1 client p50 {e['p50_1_ms']} ms, {e['qps_1']} q/s, 8 clients {e['qps_8']} q/s."]  # fmt: skip
+            lines.append("| " + " | ".join(str(c) for c in cells) + f" | {when or 'this invocation'} |")
+        for i, e in enumerate(earlier):
+            load = e.get("load_average_at_end")
+            lines += ["", f"Earlier invocation {i + 1} on the same build, nprobe {e['nprobe']} / {e['candidates']} "
+                      f"candidates{'' if i else ' (before `MADV_RANDOM` on the vector file)'}: recall@3 "
+                      f"{e['recall_at_3_vs_exact']}, first answer {e['first_answer_s']} s, RSS {e['serve_rss_mb']} MB "
+                      f"(detail {e['serve_rss_detail_mb']}), 1 client p50 {e['p50_1_ms']} ms, {e['qps_1']} q/s, "
+                      f"8 clients {e['qps_8']} q/s"
+                      + (f"; load average at its end {', '.join(f'{x:.1f}' for x in load)}." if load
+                         else ".")]  # fmt: skip
         if "convert" in r:
             c = r["convert"]
             m = c.get("convert_passages", r["passages"])
