@@ -27,8 +27,18 @@ from bench_multihop_world import per_kind
 from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"
-SFT_KEYS = ("oracle_plan", "limit", "oracle_first_turns", "batch_size", "lr", "freeze_layers", "oracle_balance",
-            "oracle_topk", "lr_schedule", "oracle_mix")  # fmt: skip
+SFT_KEYS = (
+    "oracle_plan",
+    "limit",
+    "oracle_first_turns",
+    "batch_size",
+    "lr",
+    "freeze_layers",
+    "oracle_balance",
+    "oracle_topk",
+    "lr_schedule",
+    "oracle_mix",
+)
 
 
 def measure(run: Path) -> dict:
@@ -73,9 +83,12 @@ def render(rows: list[dict], budget: float, target: float) -> str:
         setting += "".join(f", {k} {s[k]}" for k in ("freeze_layers", "oracle_balance", "oracle_topk") if s.get(k))
         setting += f", lr {s['lr_schedule']}" if (s.get("lr_schedule") or "constant") != "constant" else ""
         met = r["cpu_s"] <= budget and r["em"]["all"] >= target
-        lines.append(f"| {Path(r['run']).name} | {setting} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | "
-                     f"{r['sft_tokens_per_s']:.0f} | " + " | ".join(f"{r['em'][k]:.2f}" for k in cols)
-                     + f" | {r['well_formed']:.2f} | {'yes' if met else 'no'} |")  # fmt: skip
+        lines.append(
+            f"| {Path(r['run']).name} | {setting} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | "
+            f"{r['sft_tokens_per_s']:.0f} | "
+            + " | ".join(f"{r['em'][k]:.2f}" for k in cols)
+            + f" | {r['well_formed']:.2f} | {'yes' if met else 'no'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -85,8 +98,11 @@ def main() -> None:
     ap.add_argument("--budget-cpu-s", type=float, default=1800.0)
     ap.add_argument("--target-em", type=float, default=0.6)
     ap.add_argument("--results", default=str(RESULTS))
-    ap.add_argument("--append", action="store_true", help="keep the rows already in the results file (a row of "
-                    "the same run directory name is replaced)")  # fmt: skip
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the rows already in the results file (a row of the same run directory name is replaced)",
+    )
     args = ap.parse_args()
     rows = [measure(Path(r)) for r in args.runs]
     old = Path(args.results) / "coldstart_budget.json"

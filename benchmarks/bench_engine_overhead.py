@@ -55,8 +55,14 @@ def replay_pure_generation(model, tok, trajs, max_batch: int) -> float:
                 ids[r, width - len(c) :] = torch.tensor(c)
                 attn[r, width - len(c) :] = 1
             t0 = time.perf_counter()
-            model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=new, min_new_tokens=new,
-                           do_sample=False, pad_token_id=pad)  # fmt: skip
+            model.generate(
+                input_ids=ids,
+                attention_mask=attn,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                pad_token_id=pad,
+            )
             total += time.perf_counter() - t0
     return total
 
@@ -67,8 +73,9 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="default: runs/coldstart/final if present, else the bundled model")
     args = ap.parse_args()
     cfg = load_config("demo")
-    spec = args.model or ("runs/coldstart/final" if Path("runs/coldstart/final/config.json").exists()
-                          else cfg.model.policy)  # fmt: skip
+    spec = args.model or (
+        "runs/coldstart/final" if Path("runs/coldstart/final/config.json").exists() else cfg.model.policy
+    )
     model, tok = load_policy(spec)
     protocol, retriever = make_protocol(cfg), make_retriever_for(cfg)
     examples = load_split(cfg, "dev", args.n)
@@ -80,13 +87,18 @@ def main() -> None:
     engine_wall = time.perf_counter() - t0
     pure = replay_pure_generation(model, tok, trajs, gen.max_batch_size)
     result = {
-        "model": spec, "trajectories": len(trajs), "turns_max": max(t.n_turns for t in trajs),
+        "model": spec,
+        "trajectories": len(trajs),
+        "turns_max": max(t.n_turns for t in trajs),
         "generated_tokens": sum(t.n_policy_tokens for t in trajs),
         "searches": sum(t.n_searches for t in trajs),
-        "engine_wall_s": round(engine_wall, 2), "engine_generate_s": round(engine.stats["generate_s"], 2),
-        "engine_retrieve_s": round(engine.stats["retrieve_s"], 3), "pure_generation_s": round(pure, 2),
-        "overhead": round((engine_wall - pure) / pure, 4), "target": 0.10,
-    }  # fmt: skip
+        "engine_wall_s": round(engine_wall, 2),
+        "engine_generate_s": round(engine.stats["generate_s"], 2),
+        "engine_retrieve_s": round(engine.stats["retrieve_s"], 3),
+        "pure_generation_s": round(pure, 2),
+        "overhead": round((engine_wall - pure) / pure, 4),
+        "target": 0.10,
+    }
     RESULTS.mkdir(exist_ok=True)
     write_portable(RESULTS / "engine_overhead.json", json.dumps(result, indent=2))
     md = ["# Rollout engine overhead", "", "| metric | value |", "|---|---|"]

@@ -44,11 +44,33 @@ def run(args: argparse.Namespace, dev: Path, corpus: Path, out: Path) -> dict:
         build_index(corpus, "bm25", index)
     index_s = time.perf_counter() - t0
     cmd = [
-        sys.executable, "-m", "searchrl.cli", "eval",
-        "--data", str(dev), "--methods", args.methods, "--protocol", "search_r1", "--model", args.model,
-        "--index", str(index), "--corpus", str(corpus), "--topk", str(args.topk), "--limit", str(args.limit),
-        "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size), "--out", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "searchrl.cli",
+        "eval",
+        "--data",
+        str(dev),
+        "--methods",
+        args.methods,
+        "--protocol",
+        "search_r1",
+        "--model",
+        args.model,
+        "--index",
+        str(index),
+        "--corpus",
+        str(corpus),
+        "--topk",
+        str(args.topk),
+        "--limit",
+        str(args.limit),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--batch-size",
+        str(args.batch_size),
+        "--out",
+        str(out),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     print("running:", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
@@ -93,8 +115,9 @@ def report(out: Path, meta: dict) -> None:
 
     summary = json.loads((out / "summary.json").read_text())
     methods = summary["methods"]
-    items = {m: [json.loads(x) for x in (out / "predictions" / f"dev__{m}.jsonl").read_text().splitlines()]
-             for m in methods}  # fmt: skip
+    items = {
+        m: [json.loads(x) for x in (out / "predictions" / f"dev__{m}.jsonl").read_text().splitlines()] for m in methods
+    }
     result = {
         "benchmark": NAME,
         **meta,
@@ -103,7 +126,7 @@ def report(out: Path, meta: dict) -> None:
             "platform": platform.platform(),
             "python": platform.python_version(),
             "torch": torch.__version__,
-        },  # fmt: skip
+        },
         "eval_runtime_s": summary["runtime_s"],
         "metrics": summary["metrics"],
         "rows": summary["rows"],
@@ -115,7 +138,7 @@ def report(out: Path, meta: dict) -> None:
                 for r in its[:3]
             ]
             for m, its in items.items()
-        },  # fmt: skip
+        },
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_portable(RESULTS / f"{NAME}.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
@@ -147,8 +170,10 @@ def report(out: Path, meta: dict) -> None:
     ]
     for m, b in result["by_question_type"].items():
         c, o = b["comparison"], b["other"]
-        lines.append(f"| {m} | {c['n']} | {100 * c['em']:.1f} | {100 * c['cover_em']:.1f} | {o['n']} | "
-                     f"{100 * o['em']:.1f} | {100 * o['cover_em']:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {m} | {c['n']} | {100 * c['em']:.1f} | {100 * c['cover_em']:.1f} | {o['n']} | "
+            f"{100 * o['em']:.1f} | {100 * o['cover_em']:.1f} |"
+        )
     if result["agent"]:
         a = result["agent"]
         lines += [

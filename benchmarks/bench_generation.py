@@ -68,8 +68,12 @@ def main() -> None:
     rows = [p for p in prompts for _ in range(4)]
     stops = tuple(protocol.stop_strings) + tuple(protocol.answer_stop_strings)
     turn1 = SamplingParams(max_new_tokens=64, temperature=1.0, stop=stops, seed=0)
-    result: dict[str, object] = {"model": args.model, "rows": len(rows), "prompt_tokens": sum(map(len, rows)),
-                                 "torch_threads": torch.get_num_threads()}  # fmt: skip
+    result: dict[str, object] = {
+        "model": args.model,
+        "rows": len(rows),
+        "prompt_tokens": sum(map(len, rows)),
+        "torch_threads": torch.get_num_threads(),
+    }
 
     gens = {
         "transformers generate (dynamic cache)": HFGenerateGenerator(model, tok),
@@ -80,15 +84,24 @@ def main() -> None:
     for name, gen in gens.items():
         secs, out = _median_time(lambda g=gen: g.generate(rows, turn1), args.repeats)
         n_new = sum(len(c.token_ids) for c in out)
-        table.append({"path": name, "turn": 1, "seconds": round(secs, 3), "new_tokens": n_new,
-                      "new_tokens_per_s": round(n_new / secs, 1)})  # fmt: skip
+        table.append(
+            {
+                "path": name,
+                "turn": 1,
+                "seconds": round(secs, 3),
+                "new_tokens": n_new,
+                "new_tokens_per_s": round(n_new / secs, 1),
+            }
+        )
         print(table[-1], flush=True)
 
     # Second turn: the same contexts plus an observation; with and without reusing the first turn's cache.
     fast = HFGenerator(model, tok)
     first = fast.generate(rows, turn1)
-    obs = tok.encode("\n<information>" + " ".join(["Doc text about the question and its answer."] * 15)
-                     + "</information>\n", add_special_tokens=False)[:120]  # fmt: skip
+    obs = tok.encode(
+        "\n<information>" + " ".join(["Doc text about the question and its answer."] * 15) + "</information>\n",
+        add_special_tokens=False,
+    )[:120]
     second = [r + c.token_ids + obs for r, c in zip(rows, first, strict=True)]
     turn2 = SamplingParams(max_new_tokens=32, temperature=0.0, stop=stops)
 
@@ -103,10 +116,20 @@ def main() -> None:
     secs_fresh, out_fresh = _median_time(lambda: no_reuse.generate(second, turn2), args.repeats)
     secs_hf, out_hf = _median_time(lambda: HFGenerateGenerator(model, tok).generate(second, turn2), args.repeats)
     same = [c.token_ids for c in out_fresh] == [c.token_ids for c in out_hf]
-    max_dlp = max(abs(a - b) for x, y in zip(out_fresh, out_hf, strict=True)
-                  for a, b in zip(x.logprobs, y.logprobs, strict=True)) if same else None  # fmt: skip
-    for name, secs in [("transformers generate", secs_hf), ("searchrl decode loop, no cache reuse", secs_fresh),
-                       ("searchrl decode loop, first turn's cache reused", secs_reuse)]:  # fmt: skip
+    max_dlp = (
+        max(
+            abs(a - b)
+            for x, y in zip(out_fresh, out_hf, strict=True)
+            for a, b in zip(x.logprobs, y.logprobs, strict=True)
+        )
+        if same
+        else None
+    )
+    for name, secs in [
+        ("transformers generate", secs_hf),
+        ("searchrl decode loop, no cache reuse", secs_fresh),
+        ("searchrl decode loop, first turn's cache reused", secs_reuse),
+    ]:
         table.append({"path": name, "turn": 2, "seconds": round(secs, 3)})
         print(table[-1], flush=True)
     result["table"] = table

@@ -41,8 +41,21 @@ def main() -> None:
     if not Path(args.init, "config.json").exists() and args.coldstart > 0:
         quick = Path("runs/coldstart-quick")
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "searchrl.cli", "sft", "--recipe", "demo", f"sft.limit={args.coldstart}",
-                        f"sft.epochs={args.coldstart_epochs}", "--out", str(quick)], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "searchrl.cli",
+                "sft",
+                "--recipe",
+                "demo",
+                f"sft.limit={args.coldstart}",
+                f"sft.epochs={args.coldstart_epochs}",
+                "--out",
+                str(quick),
+            ],
+            check=True,
+        )
         coldstart = {
             "trajectories": args.coldstart,
             "epochs": args.coldstart_epochs,
@@ -50,8 +63,19 @@ def main() -> None:
         }
         args.init = str(quick / "final")
     init = [f"training.init_from={args.init}"] if Path(args.init, "config.json").exists() else []
-    cmd = [sys.executable, "-m", "searchrl.cli", "train", "--recipe", "demo", f"training.steps={args.steps}",
-           f"training.output_dir={args.out}", "training.save_every=10", *init, *args.overrides]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "searchrl.cli",
+        "train",
+        "--recipe",
+        "demo",
+        f"training.steps={args.steps}",
+        f"training.output_dir={args.out}",
+        "training.save_every=10",
+        *init,
+        *args.overrides,
+    ]
     shutil.rmtree(args.out, ignore_errors=True)  # a fresh run: the trainer appends to an existing metrics file
     subprocess.run(cmd, check=True)
     from searchrl.viz.plots import load_metrics, plot_run
@@ -65,25 +89,32 @@ def main() -> None:
         return sum(r.get(k, 0.0) for r in rs) / len(rs)
 
     result = {
-        "steps": len(rows), "init_from": init[0].split("=", 1)[1] if init else "bundled model",
+        "steps": len(rows),
+        "init_from": init[0].split("=", 1)[1] if init else "bundled model",
         "quick_coldstart": coldstart,
         "mean_time_split_s": {k.split("/")[1]: round(v, 2) for k, v in mean.items()},
-        "reward_first_quarter": avg(first, "reward/total"), "reward_last_quarter": avg(last, "reward/total"),
+        "reward_first_quarter": avg(first, "reward/total"),
+        "reward_last_quarter": avg(last, "reward/total"),
         "searches_first_quarter": avg(first, "rollout/searches"),
         "searches_last_quarter": avg(last, "rollout/searches"),
-        "curves": str(png), "per_step": [{k: r.get(k) for k in COLS} for r in rows],
-    }  # fmt: skip
+        "curves": str(png),
+        "per_step": [{k: r.get(k) for k in COLS} for r in rows],
+    }
     RESULTS.mkdir(exist_ok=True)
     write_portable(RESULTS / "grpo_smollm.json", json.dumps(result, indent=2))
     how = (
         f", a {coldstart['seconds']:.0f} s SFT on {coldstart['trajectories']} oracle trajectories" if coldstart else ""
     )
-    md = [f"# GRPO, SmolLM2-135M, synthetic world: {len(rows)} steps (init: {result['init_from']}{how})", "",
-          "Mean seconds per step: " + ", ".join(f"{k} {v}" for k, v in result["mean_time_split_s"].items()) + ".",
-          f"`python benchmarks/bench_grpo_smollm.py {' '.join(sys.argv[1:])}`", "",
-          "| step | reward | searches | response len | generate s | retrieve s | reward s | logprob s | update s "
-          "| step s |",
-          "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    md = [
+        f"# GRPO, SmolLM2-135M, synthetic world: {len(rows)} steps (init: {result['init_from']}{how})",
+        "",
+        "Mean seconds per step: " + ", ".join(f"{k} {v}" for k, v in result["mean_time_split_s"].items()) + ".",
+        f"`python benchmarks/bench_grpo_smollm.py {' '.join(sys.argv[1:])}`",
+        "",
+        "| step | reward | searches | response len | generate s | retrieve s | reward s | logprob s | update s "
+        "| step s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         md.append("| " + " | ".join(f"{r.get(k, 0):.3g}" for k in COLS) + " |")
     write_portable(RESULTS / "grpo_smollm.md", "\n".join(md) + "\n")

@@ -34,9 +34,17 @@ RESULTS = Path(__file__).parent / "results"
 
 # The recipe holds the paper's values (Qwen 7B, BGE over KILT); these put back the CPU setup this benchmark measured:
 # the bundled model, BM25 over the default 600-entity synthetic world.
-CPU = ["model.policy=smollm2-135m-instruct", "model.dtype=float32", "model.prompt_style=auto", "data.source=synthetic",
-       "data.train=train.jsonl", "data.dev=dev.jsonl", "data.test=test.jsonl", "data.corpus=corpus.jsonl",
-       "retrieval.kind=bm25"]  # fmt: skip
+CPU = [
+    "model.policy=smollm2-135m-instruct",
+    "model.dtype=float32",
+    "model.prompt_style=auto",
+    "data.source=synthetic",
+    "data.train=train.jsonl",
+    "data.dev=dev.jsonl",
+    "data.test=test.jsonl",
+    "data.corpus=corpus.jsonl",
+    "retrieval.kind=bm25",
+]
 
 
 def rewrite_eval(cfg, model, tok, protocol, oracle) -> dict:
@@ -53,7 +61,7 @@ def rewrite_eval(cfg, model, tok, protocol, oracle) -> dict:
         "examples": [
             {"question": r.question, "gold": r.golds[0], "ok": r.ok, "reason": r.reason, "text": r.text}
             for r in rewrites[:3]
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -65,29 +73,42 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="evaluate the rewriter already in --out/final (no SFT)")
     ap.add_argument("overrides", nargs="*", help="extra dotted overrides of the r1_searcher_pp recipe")
     args = ap.parse_args()
-    base = ["sft.data=rewriter_oracle", f"sft.limit={args.train}", "sft.epochs=1", "sft.batch_size=8",
-            "sft.micro_batch_size=2", "sft.lr=1e-4", "retrieval.topk=3", "rollout.max_obs_tokens=200",
-            "memorization.max_new_tokens=96"]  # fmt: skip
+    base = [
+        "sft.data=rewriter_oracle",
+        f"sft.limit={args.train}",
+        "sft.epochs=1",
+        "sft.batch_size=8",
+        "sft.micro_batch_size=2",
+        "sft.lr=1e-4",
+        "retrieval.topk=3",
+        "rollout.max_obs_tokens=200",
+        "memorization.max_new_tokens=96",
+    ]
     cfg = load_config("r1_searcher_pp", [*CPU, *base, *args.overrides])
     seed_everything(cfg.training.seed)
     protocol, retriever = make_protocol(cfg), make_retriever_for(cfg)
     model, tok = load_policy(cfg.model.policy)
     dev = load_split(cfg, "dev", args.dev)
-    dev_oracle = oracle_trajectories(protocol, dev, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style,
-                                     cfg.rollout.max_obs_tokens)  # fmt: skip
+    dev_oracle = oracle_trajectories(
+        protocol, dev, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style, cfg.rollout.max_obs_tokens
+    )
     if args.reuse:
         trained, _ = load_policy(str(Path(args.out) / "final"))
-        result = {"rewriter": str(Path(args.out) / "final"), "dev_questions": len(dev),
-                  "max_new_tokens": cfg.memorization.max_new_tokens,
-                  "after": rewrite_eval(cfg, trained.eval(), tok, protocol, dev_oracle)}  # fmt: skip
+        result = {
+            "rewriter": str(Path(args.out) / "final"),
+            "dev_questions": len(dev),
+            "max_new_tokens": cfg.memorization.max_new_tokens,
+            "after": rewrite_eval(cfg, trained.eval(), tok, protocol, dev_oracle),
+        }
         write_portable(RESULTS / "memorization_reuse.json", json.dumps(result, indent=2))
         print(json.dumps({k: v for k, v in result["after"].items() if k != "examples"}, indent=2))
         return
     model.eval()
     before = rewrite_eval(cfg, model, tok, protocol, dev_oracle)
     train = load_split(cfg, "train", cfg.sft.limit)
-    train_oracle = oracle_trajectories(protocol, train, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style,
-                                       cfg.rollout.max_obs_tokens)  # fmt: skip
+    train_oracle = oracle_trajectories(
+        protocol, train, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style, cfg.rollout.max_obs_tokens
+    )
     data = rewriter_sft_examples(train_oracle, protocol, tok, cfg.model.prompt_style)
     tokens = sum(len(d.prompt_ids) + len(d.response_ids) for d in data)
     t0 = time.perf_counter()
@@ -96,25 +117,41 @@ def main() -> None:
     model.eval()
     after = rewrite_eval(cfg, model, tok, protocol, dev_oracle)
     result = {
-        "model": cfg.model.policy, "sft_examples": len(data), "sft_tokens": tokens, "sft_wall_s": round(sft_wall, 1),
-        "loss_first": hist[0]["loss"], "loss_last": hist[-1]["loss"], "dev_questions": len(dev),
-        "before": before, "after": after,
-    }  # fmt: skip
+        "model": cfg.model.policy,
+        "sft_examples": len(data),
+        "sft_tokens": tokens,
+        "sft_wall_s": round(sft_wall, 1),
+        "loss_first": hist[0]["loss"],
+        "loss_last": hist[-1]["loss"],
+        "dev_questions": len(dev),
+        "before": before,
+        "after": after,
+    }
     RESULTS.mkdir(exist_ok=True)
     write_portable(RESULTS / "memorization.json", json.dumps(result, indent=2))
-    md = [f"# R1-Searcher++ rewriter: {cfg.model.policy}, {len(data)} rewriter SFT examples", "",
-          f"SFT: 1 epoch, lr {cfg.sft.lr}, batch {cfg.sft.batch_size}, {tokens} tokens, {result['sft_wall_s']} s, "
-          f"loss {result['loss_first']:.3f} -> {result['loss_last']:.3f}", "",
-          f"Rewrites of {len(dev)} oracle trajectories of dev questions (greedy, {cfg.memorization.max_new_tokens} "
-          "new tokens at most), validated as in training:", "",
-          "| | before rewriter SFT | after |", "|---|---|---|",
-          f"| valid rate | {before['valid_rate']:.3f} | {after['valid_rate']:.3f} |",
-          f"| rejected (reason: count) | {before['rejected']} | {after['rejected']} |",
-          f"| seconds | {before['seconds']} | {after['seconds']} |", "",
-          "Example rewrites after SFT:", ""]  # fmt: skip
+    md = [
+        f"# R1-Searcher++ rewriter: {cfg.model.policy}, {len(data)} rewriter SFT examples",
+        "",
+        f"SFT: 1 epoch, lr {cfg.sft.lr}, batch {cfg.sft.batch_size}, {tokens} tokens, {result['sft_wall_s']} s, "
+        f"loss {result['loss_first']:.3f} -> {result['loss_last']:.3f}",
+        "",
+        f"Rewrites of {len(dev)} oracle trajectories of dev questions (greedy, {cfg.memorization.max_new_tokens} "
+        "new tokens at most), validated as in training:",
+        "",
+        "| | before rewriter SFT | after |",
+        "|---|---|---|",
+        f"| valid rate | {before['valid_rate']:.3f} | {after['valid_rate']:.3f} |",
+        f"| rejected (reason: count) | {before['rejected']} | {after['rejected']} |",
+        f"| seconds | {before['seconds']} | {after['seconds']} |",
+        "",
+        "Example rewrites after SFT:",
+        "",
+    ]
     for ex in after["examples"]:
-        md += [f"- Q: {ex['question']} (gold {ex['gold']}) -> {'valid' if ex['ok'] else ex['reason']}",
-               f"  `{ex['text'].strip()[:400]}`"]  # fmt: skip
+        md += [
+            f"- Q: {ex['question']} (gold {ex['gold']}) -> {'valid' if ex['ok'] else ex['reason']}",
+            f"  `{ex['text'].strip()[:400]}`",
+        ]
     write_portable(RESULTS / "memorization.md", "\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -54,17 +54,42 @@ def main() -> None:
     args = ap.parse_args()
     results = Path(args.results)
     out = Path(args.out)
-    command = ["searchrl", "run", "--recipe", "multihop_cpu", f"data.source={args.data}", f"data.train={args.qa}",
-               "--out", str(out)]  # fmt: skip
+    command = [
+        "searchrl",
+        "run",
+        "--recipe",
+        "multihop_cpu",
+        f"data.source={args.data}",
+        f"data.train={args.qa}",
+        "--out",
+        str(out),
+    ]
     if args.run:
         subprocess.run([str(Path(sys.executable).parent / "searchrl"), *command[1:]], check=True)
 
     shipped_dir = out / "eval_shipped"
     if args.baseline and not (shipped_dir / "summary.json").exists():
-        subprocess.run([str(Path(sys.executable).parent / "searchrl"), "eval", "--config", "multihop_cpu", "--model",
-                        "smollm2-135m-instruct", "--methods", "naive_rag,agent", "--data",
-                        str(out / "split" / "heldout.jsonl"), "--index", str(out / "index" / "index"), "--limit",
-                        "100", "--out", str(shipped_dir)], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "searchrl"),
+                "eval",
+                "--config",
+                "multihop_cpu",
+                "--model",
+                "smollm2-135m-instruct",
+                "--methods",
+                "naive_rag,agent",
+                "--data",
+                str(out / "split" / "heldout.jsonl"),
+                "--index",
+                str(out / "index" / "index"),
+                "--limit",
+                "100",
+                "--out",
+                str(shipped_dir),
+            ],
+            check=True,
+        )
     shipped = _rows(shipped_dir / "summary.json")
 
     import yaml
@@ -77,8 +102,9 @@ def main() -> None:
             done = json.loads((out / name / "DONE").read_text())
             stages[name] = done["seconds"]
             if done.get("resumed") and name == "rl":  # DONE times the last process only: sum every step instead
-                stages[name] = max(done["seconds"], sum(m.get("time/step_s", 0) + m.get("time/eval_s", 0)
-                                                        for m in metrics))  # fmt: skip
+                stages[name] = max(
+                    done["seconds"], sum(m.get("time/step_s", 0) + m.get("time/eval_s", 0) for m in metrics)
+                )
                 resumed.append(name)
     steps = [m for m in metrics if "reward/total" in m]
     evals = [m for m in metrics if "eval/em" in m]
@@ -133,8 +159,11 @@ def main() -> None:
     shutil.copy(plot_run(out / "rl"), art / "rl_curves.png")
     shutil.copy(plot_run(out / "coldstart"), art / "coldstart_curves.png")
     eval_files = sorted((out / "rl" / "evals").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
-    write_viewer([eval_files[0], eval_files[-1]], art / "heldout_trajectories.html",
-                 title="multihop_cpu: held-out trajectories at the start and end of RL")  # fmt: skip
+    write_viewer(
+        [eval_files[0], eval_files[-1]],
+        art / "heldout_trajectories.html",
+        title="multihop_cpu: held-out trajectories at the start and end of RL",
+    )
     write_portable(results / "multihop_cpu.json", json.dumps(result, indent=2) + "\n")
     write_portable(results / "multihop_cpu.md", render(result))
     print(render(result))
@@ -194,8 +223,10 @@ def render(r: dict) -> str:
         lines.append(f"| {kind} | {v['n']} | {_f(v['em'])} | {_f(v['f1'])} | {_f(v['searches'])} |")
     lines += ["", "Stage wall times (2 cores):", "", "| stage | seconds |", "|---|---|"]
     resumed = r.get("resumed_stages", [])
-    lines += [f"| {k}{' (resumed: its steps and evaluations summed)' if k in resumed else ''} | {v:.0f} |"
-              for k, v in r["stage_seconds"].items()]  # fmt: skip
+    lines += [
+        f"| {k}{' (resumed: its steps and evaluations summed)' if k in resumed else ''} | {v:.0f} |"
+        for k, v in r["stage_seconds"].items()
+    ]
     lines += [f"| **total** | {r['total_minutes']} min |", ""]
     lines += [r["note"], ""] if r.get("note") else []
     lines += [

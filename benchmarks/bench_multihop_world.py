@@ -125,8 +125,9 @@ def render(r: dict) -> str:
     ]
     rows = [("cold start (SFT)", b), *((f"after {m}", v) for m, v in r["intermediate"].items()), ("after RL", a)]
     for label, v in rows:
-        lines.append(f"| {label} | " + " | ".join(_f(v[k]["em"]) for k in cols if k in v)
-                     + f" | {_f(v['all']['searches'])} |")  # fmt: skip
+        lines.append(
+            f"| {label} | " + " | ".join(_f(v[k]["em"]) for k in cols if k in v) + f" | {_f(v['all']['searches'])} |"
+        )
     lines.append("| RL gain | " + " | ".join(f"{r['gain'][k]:+.3f}" for k in cols if k in r["gain"]) + " | |")
     lines += ["", "Stage times (2 cores):", "", "| stage | wall s | CPU s |", "|---|---|---|"]
     for k, v in r["stages"].items():

@@ -159,8 +159,10 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['path']} | {r['threads']} | {r['single_p50_ms']} | {r['single_p90_ms']} | "
-                     f"{r['batch32_qps']} | {r['min_cosine']} | {r['import_s']} |")  # fmt: skip
+        lines.append(
+            f"| {r['path']} | {r['threads']} | {r['single_p50_ms']} | {r['single_p90_ms']} | "
+            f"{r['batch32_qps']} | {r['min_cosine']} | {r['import_s']} |"
+        )
     write_portable(RESULTS / "query_encoder.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -137,8 +137,9 @@ def main() -> int:
             f"{f['published']['acc_r'] / 100:.3f}",
             f"{f['ours']['cover_em_tokens'] / 100:.3f}",
         ]
-        cells += [f"{f['published'][m]:.1f} / {f['ours_printed'][m]} / {f['squad_normalisation'][m]:.1f}"
-                  for m in METRICS]  # fmt: skip
+        cells += [
+            f"{f['published'][m]:.1f} / {f['ours_printed'][m]} / {f['squad_normalisation'][m]:.1f}" for m in METRICS
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     odd = {n: f for n, f in files.items() if f["rows_true_false_only_after_strip"]}
     lines += [
@@ -152,7 +153,7 @@ def main() -> int:
                 for n, f in odd.items()
             )
             or "nothing"
-        )  # fmt: skip
+        )
         + ".",
     ]
     write_portable(RESULTS / "rescore_r1_searcher.md", "\n".join(lines) + "\n")

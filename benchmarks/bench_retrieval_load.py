@@ -236,9 +236,12 @@ def main() -> None:
             f"{r['qps']} | {r['latency_ms']['p50']} | {r['latency_ms']['p90']} | {r['latency_ms']['p99']} | "
             f"{s['latency_ms']['p50']} / {s['latency_ms']['p99']} | {s['batching']['mean_requests_per_batch']} |"
         )
-    lines += ["", "Client latency includes the HTTP round trip; server latency is measured inside the handler. "
-              f"Dense query-embedding cache: {args.query_cache} entries (questions cycle through the dev set, so a "
-              "cache would answer most of them from memory)."]  # fmt: skip
+    lines += [
+        "",
+        "Client latency includes the HTTP round trip; server latency is measured inside the handler. "
+        f"Dense query-embedding cache: {args.query_cache} entries (questions cycle through the dev set, so a "
+        "cache would answer most of them from memory).",
+    ]
     write_portable(RESULTS / f"{args.name}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -117,8 +117,12 @@ def time_to_first_answer(index: Path, query: str, timeout_s: float = 120.0) -> d
     url = f"http://127.0.0.1:{port}/retrieve"
     env = os.environ | {"SEARCHRL_NO_PROGRESS": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(SEARCHRL), "serve", "--index", str(index), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(SEARCHRL), "serve", "--index", str(index), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         with httpx.Client(timeout=30) as client:
             while True:

@@ -47,8 +47,20 @@ def run_one(recipe: str) -> dict:
     out = RUNS / recipe
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "searchrl", "run", "--recipe", recipe, "--profile", "laptop",
-           "--out", str(out)]  # fmt: skip
+    cmd = [
+        "/usr/bin/time",
+        "-v",
+        sys.executable,
+        "-m",
+        "searchrl",
+        "run",
+        "--recipe",
+        recipe,
+        "--profile",
+        "laptop",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "SEARCHRL_NO_PROGRESS": "1"}
     t0 = time.perf_counter()
     with (out.parent / f"{recipe}.log").open("w") as log:
@@ -56,8 +68,12 @@ def run_one(recipe: str) -> dict:
     wall = time.perf_counter() - t0
     text = (out.parent / f"{recipe}.log").read_text(errors="replace")
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-    return {"recipe": recipe, "exit_code": proc.returncode, "wall_s": round(wall, 1),
-            "peak_rss_mb": round(int(rss.group(1)) / 1024) if rss else None}  # fmt: skip
+    return {
+        "recipe": recipe,
+        "exit_code": proc.returncode,
+        "wall_s": round(wall, 1),
+        "peak_rss_mb": round(int(rss.group(1)) / 1024) if rss else None,
+    }
 
 
 def stage_rows(recipe: str) -> tuple[list[dict], str | None]:
@@ -77,17 +93,30 @@ def stage_rows(recipe: str) -> tuple[list[dict], str | None]:
             note = f"loss {res['loss']:.3f}"
         elif s["kind"] == "data":
             note = ", ".join(f"{k} {v}" for k, v in res.items() if isinstance(v, int | float))
-        rows.append({"stage": s["name"], "kind": s["kind"], "op": s.get("op"), "status": s["status"],
-                     "seconds": s["seconds"], "note": note})  # fmt: skip
+        rows.append(
+            {
+                "stage": s["name"],
+                "kind": s["kind"],
+                "op": s.get("op"),
+                "status": s["status"],
+                "seconds": s["seconds"],
+                "note": note,
+            }
+        )
     return rows, data.get("failed")
 
 
 def report(runs: list[dict]) -> None:
     for r in runs:
         r["stages"], r["failed_stage"] = stage_rows(r["recipe"])
-    meta = {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-            "profile": "laptop", "date": time.strftime("%Y-%m-%d %H:%M"),
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+    meta = {
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "profile": "laptop",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_portable(RESULTS / "run_laptop.json", json.dumps({"meta": meta, "runs": runs}, indent=2))
     lines = [
@@ -106,8 +135,10 @@ def report(runs: list[dict]) -> None:
     for r in runs:
         stages = " -> ".join(f"{s['stage']} {s['seconds']:.0f}s" for s in r["stages"])
         fail = f" (failed at {r['failed_stage']})" if r.get("failed_stage") else ""
-        lines.append(f"| {METHODS.get(r['recipe'], r['recipe'])} | `{r['recipe']}` | {r['exit_code']}{fail} | "
-                     f"{r['wall_s']} | {r['peak_rss_mb']} | {stages} |")  # fmt: skip
+        lines.append(
+            f"| {METHODS.get(r['recipe'], r['recipe'])} | `{r['recipe']}` | {r['exit_code']}{fail} | "
+            f"{r['wall_s']} | {r['peak_rss_mb']} | {stages} |"
+        )
     lines += ["", "## Stages", ""]
     for r in runs:
         lines += [f"### `{r['recipe']}`", "", "| stage | kind | op | seconds | result |", "|---|---|---|---|---|"]

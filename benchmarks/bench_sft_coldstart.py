@@ -51,8 +51,9 @@ def main() -> None:
     model, tok = load_policy(cfg.model.policy)
     before = agent_eval(cfg, model, tok, protocol, retriever, dev)
     train = load_split(cfg, "train", cfg.sft.limit, kinds=cfg.sft.kinds or None)
-    data = oracle_trajectories(protocol, train, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style,
-                               cfg.rollout.max_obs_tokens)  # fmt: skip
+    data = oracle_trajectories(
+        protocol, train, retriever, tok, cfg.retrieval.topk, cfg.model.prompt_style, cfg.rollout.max_obs_tokens
+    )
     tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in data)
     t0, c0 = time.perf_counter(), time.process_time()
     hist = SFTTrainer(cfg, model, tok, data, args.out).train()
@@ -60,20 +61,34 @@ def main() -> None:
     model.eval()
     after = agent_eval(cfg, model, tok, protocol, retriever, dev)
     result = {
-        "model": cfg.model.policy, "protocol": cfg.rollout.protocol, "sft_examples": len(data),
-        "sft_tokens": tokens, "sft_epochs": args.epochs, "sft_lr": cfg.sft.lr, "sft_batch_size": cfg.sft.batch_size,
-        "sft_wall_s": round(sft_wall, 1), "sft_cpu_s": round(sft_cpu, 1),
+        "model": cfg.model.policy,
+        "protocol": cfg.rollout.protocol,
+        "sft_examples": len(data),
+        "sft_tokens": tokens,
+        "sft_epochs": args.epochs,
+        "sft_lr": cfg.sft.lr,
+        "sft_batch_size": cfg.sft.batch_size,
+        "sft_wall_s": round(sft_wall, 1),
+        "sft_cpu_s": round(sft_cpu, 1),
         "sft_tokens_per_s": round(tokens * args.epochs / sft_wall, 1),
-        "loss_first": hist[0]["loss"], "loss_last": hist[-1]["loss"], "dev_questions": len(dev),
-        "before": before, "after": after,
-    }  # fmt: skip
+        "loss_first": hist[0]["loss"],
+        "loss_last": hist[-1]["loss"],
+        "dev_questions": len(dev),
+        "before": before,
+        "after": after,
+    }
     RESULTS.mkdir(exist_ok=True)
     write_portable(RESULTS / "sft_coldstart.json", json.dumps(result, indent=2))
     rows = ["well_formed", "answered", "em", "f1", "searches_per_question", "seconds"]
-    md = [f"# SFT cold start: {cfg.model.policy}, {cfg.rollout.protocol}, {len(data)} oracle trajectories", "",
-          f"SFT: {args.epochs} epoch(s), {tokens} tokens, {result['sft_wall_s']} s wall, {result['sft_cpu_s']} s CPU, "
-          f"loss {result['loss_first']:.3f} -> {result['loss_last']:.3f}", "",
-          f"| on {len(dev)} dev questions (greedy) | before SFT | after SFT |", "|---|---|---|"]  # fmt: skip
+    md = [
+        f"# SFT cold start: {cfg.model.policy}, {cfg.rollout.protocol}, {len(data)} oracle trajectories",
+        "",
+        f"SFT: {args.epochs} epoch(s), {tokens} tokens, {result['sft_wall_s']} s wall, {result['sft_cpu_s']} s CPU, "
+        f"loss {result['loss_first']:.3f} -> {result['loss_last']:.3f}",
+        "",
+        f"| on {len(dev)} dev questions (greedy) | before SFT | after SFT |",
+        "|---|---|---|",
+    ]
     md += [f"| {k} | {before[k]:.3f} | {after[k]:.3f} |" for k in rows]
     write_portable(RESULTS / "sft_coldstart.md", "\n".join(md) + "\n")
     print("\n".join(md))

@@ -56,9 +56,9 @@ def main() -> None:
     from searchrl.pipeline import make_protocol
     from searchrl.rl.batch import collate
     from searchrl.runner import run_pipeline, stage_config, stage_output
-    from searchrl.sft.cli import oracle_sft_data
     from searchrl.sft.trainer import SFTTrainer, _parts, sft_loss
     from searchrl.sft.types import as_sft_example
+    from searchrl.stages import sft_examples as oracle_sft_data
     from searchrl.utils import seed_everything, write_portable
 
     rate = matmul_peak()["1024x1024x1024"] * 1e9  # best of 5, a 1024^3 fp32 matmul

@@ -37,9 +37,17 @@ RESULTS = Path(__file__).parent / "results"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "2wiki-mini"
 #: the parent of the first commit of the issue's work ("Fast RL step: own HF decode loop ...", 30833ba)
 BASELINE = "e86f3fc"
-ISSUE_ARGS = ["training.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=64",
-              "rollout.max_turns=1", "rollout.max_searches=0", "rollout.force_answer=false",
-              "algorithm.mini_batch_size=16", "training.lr=1e-6"]  # fmt: skip
+ISSUE_ARGS = [
+    "training.prompts_per_step=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=64",
+    "rollout.max_turns=1",
+    "rollout.max_searches=0",
+    "rollout.force_answer=false",
+    "algorithm.mini_batch_size=16",
+    "training.lr=1e-6",
+    "algorithm.kl_coef=0.001",
+]
 PHASES = ("generate", "logprob", "update", "step")
 
 
@@ -55,9 +63,21 @@ def export_commit(commit: str, dest: Path) -> Path:
 
 def run_side(name: str, src: Path, data: Path, steps: int, tmp: Path) -> dict:
     out = tmp / name
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "searchrl.cli", "train", "--recipe", "demo",
-           f"data.source={data}", "data.train=dev.jsonl", *ISSUE_ARGS, f"training.steps={steps}",
-           f"training.output_dir={out}"]  # fmt: skip
+    cmd = [
+        "/usr/bin/time",
+        "-v",
+        sys.executable,
+        "-m",
+        "searchrl.cli",
+        "train",
+        "--recipe",
+        "demo",
+        f"data.source={data}",
+        "data.train=dev.jsonl",
+        *ISSUE_ARGS,
+        f"training.steps={steps}",
+        f"training.output_dir={out}",
+    ]
     env = {**os.environ, "PYTHONPATH": str(src), "SEARCHRL_NO_PROGRESS": "1"}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=3600)
@@ -71,8 +91,14 @@ def run_side(name: str, src: Path, data: Path, steps: int, tmp: Path) -> dict:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     rows = [r for r in rows if "time/step_s" in r][1:] or rows  # first step dropped (warm-up)
     med = {p: round(statistics.median(r.get(f"time/{p}_s", float("nan")) for r in rows), 2) for p in PHASES}
-    return {"peak_rss_mb": round(int(rss.group(1)) / 1024) if rss else None, "wall_s": round(wall, 1),
-            "median_s": med, "steps_timed": len(rows), "src": str(src), "command": " ".join(cmd[2:])}  # fmt: skip
+    return {
+        "peak_rss_mb": round(int(rss.group(1)) / 1024) if rss else None,
+        "wall_s": round(wall, 1),
+        "median_s": med,
+        "steps_timed": len(rows),
+        "src": str(src),
+        "command": " ".join(cmd[2:]),
+    }
 
 
 def main() -> None:
@@ -108,7 +134,7 @@ def main() -> None:
             "steps": args.steps,
             "baseline": args.baseline,
             "current": head.stdout.strip(),
-        },  # fmt: skip
+        },
         "baseline": b,
         "current": c,
         "peak_rss_ratio": round(c["peak_rss_mb"] / b["peak_rss_mb"], 3),
@@ -129,8 +155,10 @@ def main() -> None:
     ]
     for name, s in (("baseline " + m["baseline"], b), ("current " + m["current"], c)):
         md = s["median_s"]
-        lines.append(f"| {name} | {s['peak_rss_mb']} | {md['step']} | {md['generate']} | {md['logprob']} | "
-                     f"{md['update']} | {s['wall_s']} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {s['peak_rss_mb']} | {md['step']} | {md['generate']} | {md['logprob']} | "
+            f"{md['update']} | {s['wall_s']} |"
+        )
     lines += [
         "",
         f"Peak RSS current / baseline: **{result['peak_rss_ratio']}** (target <= 1: "

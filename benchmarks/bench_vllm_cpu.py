@@ -101,23 +101,31 @@ def install(venv: Path, package: str, timeout: float) -> dict:
         if r.returncode == 0:
             return {"ok": True, "reused": True, "seconds": 0.0, "version": r.stdout.strip().splitlines()[-1]}
     t0 = time.perf_counter()
-    steps = [[sys.executable, "-m", "venv", str(venv)],
-             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", LOCAL_TORCH],
-             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", package],
-             # PyPI's torchvision / torchaudio / torchcodec do not load beside the machine's local CPU torch build
-             # ("operator torchvision::nms does not exist"), and transformers then fails to import LlamaConfig;
-             # vLLM's text path needs none of them.
-             [str(py), "-m", "pip", "uninstall", "-y", "-q", *UNLOADABLE]]  # fmt: skip
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", LOCAL_TORCH],
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", package],
+        # PyPI's torchvision / torchaudio / torchcodec do not load beside the machine's local CPU torch build
+        # ("operator torchvision::nms does not exist"), and transformers then fails to import LlamaConfig;
+        # vLLM's text path needs none of them.
+        [str(py), "-m", "pip", "uninstall", "-y", "-q", *UNLOADABLE],
+    ]
     for cmd in steps:
         left = timeout - (time.perf_counter() - t0)
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(left, 1))
         except subprocess.TimeoutExpired:
-            return {"ok": False, "seconds": round(time.perf_counter() - t0, 1),
-                    "error": f"'{shlex.join(cmd)}' exceeded the {timeout:.0f} s install cap"}  # fmt: skip
+            return {
+                "ok": False,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "error": f"'{shlex.join(cmd)}' exceeded the {timeout:.0f} s install cap",
+            }
         if r.returncode:
-            return {"ok": False, "seconds": round(time.perf_counter() - t0, 1),
-                    "error": f"'{shlex.join(cmd[-1:])}' failed: {one_line(r.stderr)}"}  # fmt: skip
+            return {
+                "ok": False,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "error": f"'{shlex.join(cmd[-1:])}' failed: {one_line(r.stderr)}",
+            }
     r = subprocess.run(probe, capture_output=True, text=True, timeout=300)
     out = {"ok": r.returncode == 0, "reused": False, "seconds": round(time.perf_counter() - t0, 1)}
     if r.returncode:
@@ -155,8 +163,14 @@ def main() -> None:
     prompts = [tok.encode(build_prompt_text(protocol, tok, q), add_special_tokens=False) for q in questions]
     rows = [p for p in prompts for _ in range(4)]
     stops = [*protocol.stop_strings, *protocol.answer_stop_strings]
-    result: dict = {"model": model_dir, "rows": len(rows), "prompt_tokens": sum(map(len, rows)), "max_new_tokens": 64,
-                    "torch_threads": torch.get_num_threads(), "package": args.package}  # fmt: skip
+    result: dict = {
+        "model": model_dir,
+        "rows": len(rows),
+        "prompt_tokens": sum(map(len, rows)),
+        "max_new_tokens": 64,
+        "torch_threads": torch.get_num_threads(),
+        "package": args.package,
+    }
 
     # ---- ours: the HF decode loop (no weight sync: it runs the trainer's own weights)
     ours = HFGenerator(model, tok)
@@ -168,8 +182,11 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
         toks.append(sum(len(c.token_ids) for c in out))
     ours_greedy = [c.token_ids for c in ours.generate(prompts, SamplingParams(64, 0.0, stop=tuple(stops)))]
-    result["ours"] = {"generate_s": round(statistics.median(times[1:]), 3), "sync_s": 0.0,
-                      "new_tokens": statistics.median(toks[1:])}  # fmt: skip
+    result["ours"] = {
+        "generate_s": round(statistics.median(times[1:]), 3),
+        "sync_s": 0.0,
+        "new_tokens": statistics.median(toks[1:]),
+    }
     print("ours:", result["ours"], flush=True)
 
     # ---- vLLM CPU: install (capped), then our VLLMGenerator in that venv (capped)
@@ -181,12 +198,26 @@ def main() -> None:
             tmp = Path(tmp_s)
             (tmp / "driver.py").write_text(DRIVER)
             out_f = tmp / "out.json"
-            (tmp / "args.json").write_text(json.dumps({"model": model_dir, "rows": rows, "stop": stops,
-                                                       "max_new_tokens": 64, "repeats": args.repeats,
-                                                       "out": str(out_f)}))  # fmt: skip
+            (tmp / "args.json").write_text(
+                json.dumps(
+                    {
+                        "model": model_dir,
+                        "rows": rows,
+                        "stop": stops,
+                        "max_new_tokens": 64,
+                        "repeats": args.repeats,
+                        "out": str(out_f),
+                    }
+                )
+            )
             env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-            env.update(PYTHONPATH=str(ROOT / "src"), VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="2",
-                       HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # fmt: skip
+            env.update(
+                PYTHONPATH=str(ROOT / "src"),
+                VLLM_ENABLE_V1_MULTIPROCESSING="0",
+                VLLM_CPU_KVCACHE_SPACE="2",
+                HF_HUB_OFFLINE="1",
+                TRANSFORMERS_OFFLINE="1",
+            )
             cmd = [str(Path(args.venv) / "bin" / "python"), str(tmp / "driver.py"), str(tmp / "args.json")]
             t0 = time.perf_counter()
             try:
@@ -204,19 +235,26 @@ def main() -> None:
             else:
                 v = json.loads(out_f.read_text())
                 same = sum(a == b for a, b in zip(v["greedy_ids"], ours_greedy, strict=True))
-                run.update({"vllm": v["vllm"], "startup_s": round(v["startup_s"], 1),
-                            "generate_s": round(statistics.median(v["generate_s"]), 3),
-                            "sync_s": round(statistics.median(v["sync_s"]), 3),
-                            "new_tokens": statistics.median(v["new_tokens"]),
-                            "greedy_rows_equal_to_ours": f"{same}/{len(ours_greedy)}",
-                            "sync_takes_effect": v["sync_takes_effect"], "sync_error": v["sync_error"]})  # fmt: skip
+                run.update(
+                    {
+                        "vllm": v["vllm"],
+                        "startup_s": round(v["startup_s"], 1),
+                        "generate_s": round(statistics.median(v["generate_s"]), 3),
+                        "sync_s": round(statistics.median(v["sync_s"]), 3),
+                        "new_tokens": statistics.median(v["new_tokens"]),
+                        "greedy_rows_equal_to_ours": f"{same}/{len(ours_greedy)}",
+                        "sync_takes_effect": v["sync_takes_effect"],
+                        "sync_error": v["sync_error"],
+                    }
+                )
             result["vllm"] = run
             print("vllm:", run, flush=True)
     v = result.get("vllm", {})
     if v.get("ok") and v.get("sync_error"):
         result["speedup_without_sync"] = round(result["ours"]["generate_s"] / v["generate_s"], 2)
-        result["verdict"] = ("keep the HF decode loop (vLLM CPU cannot take the per-step weight push: "
-                             f"{v['sync_error']})")  # fmt: skip
+        result["verdict"] = (
+            f"keep the HF decode loop (vLLM CPU cannot take the per-step weight push: {v['sync_error']})"
+        )
     elif v.get("ok"):
         ours_s = result["ours"]["generate_s"]
         speedup = ours_s / (v["generate_s"] + v["sync_s"])
@@ -230,32 +268,52 @@ def main() -> None:
         result["verdict"] = "keep the HF decode loop (vLLM CPU did not install or run: see the error)"
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_portable(RESULTS / "vllm_cpu.json", json.dumps(result, indent=2) + "\n")
-    lines = ["# vLLM CPU vs our HF decode loop", "",
-             f"{result['rows']} rows (4 prompts x 4 samples, {result['prompt_tokens']} prompt tokens), <= 64 new "
-             f"tokens at T = 1, fp32, {result['torch_threads']} threads; median of {args.repeats} after a warm-up.",
-             "", "| path | generate s | weight sync s | new tokens |", "|---|---|---|---|",
-             f"| searchrl HFGenerator | {result['ours']['generate_s']} | 0 (shares the policy) | "
-             f"{result['ours']['new_tokens']:.0f} |"]  # fmt: skip
+    lines = [
+        "# vLLM CPU vs our HF decode loop",
+        "",
+        f"{result['rows']} rows (4 prompts x 4 samples, {result['prompt_tokens']} prompt tokens), <= 64 new "
+        f"tokens at T = 1, fp32, {result['torch_threads']} threads; median of {args.repeats} after a warm-up.",
+        "",
+        "| path | generate s | weight sync s | new tokens |",
+        "|---|---|---|---|",
+        f"| searchrl HFGenerator | {result['ours']['generate_s']} | 0 (shares the policy) | "
+        f"{result['ours']['new_tokens']:.0f} |",
+    ]
     if v.get("ok") and v.get("sync_error"):
         lines.append(f"| {args.package} via VLLMGenerator | {v['generate_s']} | failed | {v['new_tokens']:.0f} |")
-        lines += ["", f"Generation alone (no weight push): {result['speedup_without_sync']}x ours per step. vLLM "
-                  f"start-up: {v['startup_s']} s. Greedy rows equal to ours: {v['greedy_rows_equal_to_ours']}. The "
-                  f"per-step weight push failed: {v['sync_error']}."]  # fmt: skip
+        lines += [
+            "",
+            f"Generation alone (no weight push): {result['speedup_without_sync']}x ours per step. vLLM "
+            f"start-up: {v['startup_s']} s. Greedy rows equal to ours: {v['greedy_rows_equal_to_ours']}. The "
+            f"per-step weight push failed: {v['sync_error']}.",
+        ]
     elif v.get("ok"):
         lines.append(
             f"| {args.package} via VLLMGenerator | {v['generate_s']} | {v['sync_s']} | {v['new_tokens']:.0f} |"
         )
-        lines += ["", f"Speed-up including the sync: {result['speedup_incl_sync']}x per step, "
-                  f"{result['speedup_per_token_incl_sync']}x per new token. vLLM start-up: {v['startup_s']} s. Greedy "
-                  f"rows equal to ours: {v['greedy_rows_equal_to_ours']}. Weight push takes effect: "
-                  f"{v['sync_takes_effect']}."]  # fmt: skip
+        lines += [
+            "",
+            f"Speed-up including the sync: {result['speedup_incl_sync']}x per step, "
+            f"{result['speedup_per_token_incl_sync']}x per new token. vLLM start-up: {v['startup_s']} s. Greedy "
+            f"rows equal to ours: {v['greedy_rows_equal_to_ours']}. Weight push takes effect: "
+            f"{v['sync_takes_effect']}.",
+        ]
     inst_txt = "reused an existing venv" if inst.get("reused") else f"{inst['seconds']} s"
-    lines += ["", f"Install of `{args.package}`: {'ok' if inst['ok'] else 'FAILED'} ({inst_txt})"
-              + (f": {inst['error']}" if not inst["ok"] else f", vllm {inst.get('version')}.")]  # fmt: skip
+    lines += [
+        "",
+        f"Install of `{args.package}`: {'ok' if inst['ok'] else 'FAILED'} ({inst_txt})"
+        + (f": {inst['error']}" if not inst["ok"] else f", vllm {inst.get('version')}."),
+    ]
     if v and not v.get("ok"):
         lines.append(f"Run: FAILED: {v['error']}")
-    lines += ["", f"Verdict: {result['verdict']}.", "", "```", "flock /tmp/searchrl-cpu.lock "
-              + shlex.join(["python", *sys.argv]), "```"]  # fmt: skip
+    lines += [
+        "",
+        f"Verdict: {result['verdict']}.",
+        "",
+        "```",
+        "flock /tmp/searchrl-cpu.lock " + shlex.join(["python", *sys.argv]),
+        "```",
+    ]
     write_portable(RESULTS / "vllm_cpu.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 

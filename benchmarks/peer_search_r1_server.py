@@ -148,8 +148,24 @@ def python_for_search_r1() -> str:
     py = venv / "bin" / "python"
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "torch", "transformers", "faiss-cpu", "datasets",
-                        "fastapi", "uvicorn", "tqdm"], check=True, timeout=1800)  # fmt: skip
+        subprocess.run(
+            [
+                str(py),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "torch",
+                "transformers",
+                "faiss-cpu",
+                "datasets",
+                "fastapi",
+                "uvicorn",
+                "tqdm",
+            ],
+            check=True,
+            timeout=1800,
+        )
     return str(py)
 
 
@@ -208,11 +224,28 @@ def search_r1_server(checkout: Path, python: str, index: Path, corpus: Path, mod
     shim = tmp / "search_r1_cpu_shim.py"
     shim.write_text(SHIM)
     port = free_port()
-    env = os.environ | {"SEARCH_R1_SHIM_PORT": str(port), "HF_DATASETS_CACHE": str(BENCH_DIR / "hf-datasets"),
-                        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}  # fmt: skip
-    cmd = [python, str(shim), str(checkout / "search_r1" / "search" / "retrieval_server.py"),
-           "--index_path", str(index / "dense" / "index.faiss"), "--corpus_path", str(corpus), "--topk", str(TOPK),
-           "--retriever_name", "minilm", "--retriever_model", model]  # fmt: skip
+    env = os.environ | {
+        "SEARCH_R1_SHIM_PORT": str(port),
+        "HF_DATASETS_CACHE": str(BENCH_DIR / "hf-datasets"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TQDM_DISABLE": "1",
+    }
+    cmd = [
+        python,
+        str(shim),
+        str(checkout / "search_r1" / "search" / "retrieval_server.py"),
+        "--index_path",
+        str(index / "dense" / "index.faiss"),
+        "--corpus_path",
+        str(corpus),
+        "--topk",
+        str(TOPK),
+        "--retriever_name",
+        "minilm",
+        "--retriever_model",
+        model,
+    ]
     return Server("Search-R1 retrieval_server.py", cmd, port, env, tmp / "search_r1.log")
 
 
@@ -224,8 +257,7 @@ def searchrl_server(index: Path, tmp: Path) -> Server:
 
 def warm_datasets_cache(python: str, corpus: Path) -> None:
     """Build Search-R1's ``datasets`` Arrow cache of the corpus once, outside the timed start."""
-    code = (f"import datasets; datasets.load_dataset('json', data_files={str(corpus)!r}, split='train', "
-            "num_proc=4)")  # fmt: skip
+    code = f"import datasets; datasets.load_dataset('json', data_files={str(corpus)!r}, split='train', num_proc=4)"
     env = os.environ | {"HF_DATASETS_CACHE": str(BENCH_DIR / "hf-datasets"), "HF_HUB_OFFLINE": "1"}
     subprocess.run([python, "-c", code], check=True, timeout=900, env=env, capture_output=True)
 
@@ -298,8 +330,9 @@ def measure(server: Server, questions: list[str], big: Path | None, make_big) ->
         out["loads"] = {}
         for name, clients, requests, per_request in LOADS:
             need = clients * requests * per_request
-            out["loads"][name] = run_load(server.url, questions[offset : offset + need], clients, requests,
-                                          per_request)  # fmt: skip
+            out["loads"][name] = run_load(
+                server.url, questions[offset : offset + need], clients, requests, per_request
+            )
             offset += need
             print(f"  {server.name}: {name}: {json.dumps(out['loads'][name])}", flush=True)
         out |= server.memory_mb()
@@ -340,8 +373,14 @@ print(json.dumps(out))
 def encoder_only(index: Path, questions: list[str]) -> dict:
     """The query encoder alone, as `searchrl serve` loads it (ONNX, same threads), in a fresh process: ms per
     query at batch 1 (300 questions one by one) and batch 32 (8 batches), on questions the loads also send."""
-    done = subprocess.run([sys.executable, "-c", ENCODER_CODE, str(index)], input=json.dumps(questions[:400]),
-                          capture_output=True, text=True, check=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", ENCODER_CODE, str(index)],
+        input=json.dumps(questions[:400]),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    )
     out = json.loads(done.stdout.strip().splitlines()[-1])
     for b in out.values():
         b["queries_per_s"] = round(1000 / b["ms_per_query"], 1)
@@ -352,8 +391,12 @@ def encoder_only(index: Path, questions: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--search-r1", type=Path, help="Search-R1 checkout (holds search_r1/search/)")
-    ap.add_argument("--ours-only", action="store_true", help="only `searchrl serve` and the encoder-alone bound; "
-                    "adds a dated section to the results and keeps the last peer comparison as it is")  # fmt: skip
+    ap.add_argument(
+        "--ours-only",
+        action="store_true",
+        help="only `searchrl serve` and the encoder-alone bound; "
+        "adds a dated section to the results and keeps the last peer comparison as it is",
+    )
     ap.add_argument("--corpus", type=Path, default=DATA / "2wiki-mini" / "corpus.jsonl")
     ap.add_argument("--search-r1-commit", help="commit of the checkout, when it is not a git work tree (git archive)")
     ap.add_argument("--index", type=Path, help="an existing dense Flat index of --corpus (default: built here)")
@@ -409,8 +452,10 @@ def main() -> None:
     print(json.dumps(encoder), flush=True)
 
     peer, ours = rows
-    ratios = {name: round(ours["loads"][name]["queries_per_s"] / peer["loads"][name]["queries_per_s"], 2)
-              for name, *_ in LOADS}  # fmt: skip
+    ratios = {
+        name: round(ours["loads"][name]["queries_per_s"] / peer["loads"][name]["queries_per_s"], 2)
+        for name, *_ in LOADS
+    }
     manifest = json.loads((small / "manifest.json").read_text())
     result = {
         "benchmark": "peer_search_r1_server",
@@ -469,8 +514,10 @@ def ours_only(args: argparse.Namespace) -> None:
 def fractions(ours: dict, encoder: dict) -> dict:
     """Our served q/s over the encoder-alone q/s (its upper bound when every query must be encoded)."""
     one, many = "1 client, 1 query/request", "4 clients x 32 queries/request"
-    return {one: round(ours["loads"][one]["queries_per_s"] / encoder["batch_1"]["queries_per_s"], 3),
-            many: round(ours["loads"][many]["queries_per_s"] / encoder["batch_32"]["queries_per_s"], 3)}  # fmt: skip
+    return {
+        one: round(ours["loads"][one]["queries_per_s"] / encoder["batch_1"]["queries_per_s"], 3),
+        many: round(ours["loads"][many]["queries_per_s"] / encoder["batch_32"]["queries_per_s"], 3),
+    }
 
 
 def _git_head(path: Path) -> str | None:
@@ -508,11 +555,15 @@ def render(r: dict) -> str:
     for load in r["loads"]:
         name = load["name"]
         lines.append(f"| {name} | {load_cell(peer, name)} | {load_cell(ours, name)} | **{r['ratios'][name]}x** |")
-    lines.append(f"| RSS after the loads (peak) | {peer['rss_mb']:.0f} MB ({peer['peak_rss_mb']:.0f}) | "
-                 f"{ours['rss_mb']:.0f} MB ({ours['peak_rss_mb']:.0f}) | |")  # fmt: skip
+    lines.append(
+        f"| RSS after the loads (peak) | {peer['rss_mb']:.0f} MB ({peer['peak_rss_mb']:.0f}) | "
+        f"{ours['rss_mb']:.0f} MB ({ours['peak_rss_mb']:.0f}) | |"
+    )
     if r["big_passages"]:
-        lines.append(f"| RSS at first answer, {r['big_passages']:,} passages | {peer['big']['rss_mb']:.0f} MB | "
-                     f"{ours['big']['rss_mb']:.0f} MB | |")  # fmt: skip
+        lines.append(
+            f"| RSS at first answer, {r['big_passages']:,} passages | {peer['big']['rss_mb']:.0f} MB | "
+            f"{ours['big']['rss_mb']:.0f} MB | |"
+        )
     if "ours_vs_encoder_only" in r:
         sec = r["ours_vs_encoder_only"]
         e, f, row = sec["encoder_only"], sec["fraction_of_encoder_only"], sec["row"]
@@ -545,12 +596,16 @@ def render(r: dict) -> str:
         lines_extra = []
     if "encoder_only" in r:
         e, f = r["encoder_only"], r["fraction_of_encoder_only"]
-        lines.append(f"| query encoder alone (ONNX, as served), batch 1 | | {e['batch_1']['ms_per_query']} ms/query "
-                     f"({e['batch_1']['queries_per_s']} q/s); 1 client served at "
-                     f"**{100 * f['1 client, 1 query/request']:.0f}%** of it | |")  # fmt: skip
-        lines.append(f"| query encoder alone (ONNX, as served), batch 32 | | {e['batch_32']['ms_per_query']} "
-                     f"ms/query ({e['batch_32']['queries_per_s']} q/s); 4 x 32 served at "
-                     f"**{100 * f['4 clients x 32 queries/request']:.0f}%** of it | |")  # fmt: skip
+        lines.append(
+            f"| query encoder alone (ONNX, as served), batch 1 | | {e['batch_1']['ms_per_query']} ms/query "
+            f"({e['batch_1']['queries_per_s']} q/s); 1 client served at "
+            f"**{100 * f['1 client, 1 query/request']:.0f}%** of it | |"
+        )
+        lines.append(
+            f"| query encoder alone (ONNX, as served), batch 32 | | {e['batch_32']['ms_per_query']} "
+            f"ms/query ({e['batch_32']['queries_per_s']} q/s); 4 x 32 served at "
+            f"**{100 * f['4 clients x 32 queries/request']:.0f}%** of it | |"
+        )
     batching = ours.get("server_stats", {}).get("batching", {})
     loads = "; ".join(f"{x['name']}: {x['clients']} x {x['requests_per_client']} requests" for x in r["loads"])
     lines += [

@@ -197,8 +197,13 @@ def run_child(cmd: list[str], log: Path, env: dict[str, str] | None = None, time
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
     # cpu_s / wall_s well under the thread count means other processes took the cores (a contended measurement)
-    return {"exit": proc.returncode, "wall_s": round(wall, 1), "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
-            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1), "load_1m_after": round(os.getloadavg()[0], 2)}  # fmt: skip
+    return {
+        "exit": proc.returncode,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
+        "peak_rss_mb": round(ru.ru_maxrss / 1024, 1),
+        "load_1m_after": round(os.getloadavg()[0], 2),
+    }
 
 
 def tail(log: Path, n: int = 1) -> str:
@@ -238,8 +243,7 @@ def model_sizes(model_dir: str) -> dict[str, int]:
     head = m.get_output_embeddings().weight
     total = sum(p.numel() for p in {id(p): p for p in m.parameters()}.values())
     body = total - emb.numel() - (0 if head is emb else head.numel())
-    return {"n_body": body, "n_head": head.numel(), "tied_embeddings": int(head is emb),
-            "total": total}  # fmt: skip
+    return {"n_body": body, "n_head": head.numel(), "tied_embeddings": int(head is emb), "total": total}
 
 
 def forward_flops(sizes: dict[str, int], positions: float, logits: float) -> float:
@@ -264,12 +268,29 @@ def render_prompts(data_dir: Path, n: int, model_dir: str) -> list[dict]:
 
 
 def ours_command(args, out_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "searchrl.cli", "train", "--recipe", "demo",
-            f"data.source={args.data}", "data.train=dev.jsonl", f"data.train_limit={args.prompts}",
-            "training.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=64", "rollout.max_turns=1",
-            "rollout.max_searches=0", "rollout.force_answer=false", "algorithm.mini_batch_size=16",
-            "training.lr=1e-6", f"training.steps={args.steps}", f"training.output_dir={out_dir}",
-            f"retrieval.index={out_dir.parent / 'index-bm25'}"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "searchrl.cli",
+        "train",
+        "--recipe",
+        "demo",
+        f"data.source={args.data}",
+        "data.train=dev.jsonl",
+        f"data.train_limit={args.prompts}",
+        "training.prompts_per_step=4",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=64",
+        "rollout.max_turns=1",
+        "rollout.max_searches=0",
+        "rollout.force_answer=false",
+        "algorithm.mini_batch_size=16",
+        "training.lr=1e-6",
+        "algorithm.kl_coef=0.001",
+        f"training.steps={args.steps}",
+        f"training.output_dir={out_dir}",
+        f"retrieval.index={out_dir.parent / 'index-bm25'}",
+    ]
 
 
 def run_ours(args, tmp: Path, sizes: dict[str, int]) -> dict:
@@ -284,20 +305,32 @@ def run_ours(args, tmp: Path, sizes: dict[str, int]) -> dict:
     steps = []
     for r in rows:
         P, G, R = r["tokens/prompt"], r["tokens/generated"], r["tokens/response"]
-        steps.append({
-            "step": int(r["step"]), "step_s": r["time/step_s"], "generate_s": r["time/generate_s"],
-            "logprob_s": r["time/logprob_s"], "update_s": r["time/update_s"],
-            "reward_s": r["time/reward_s"] + r["time/retrieve_s"],
-            "prompt_tokens": P, "generated_tokens": G, "response_tokens": R,
-            "flops_executed": {
-                # decode row-steps compute one position each; logits at every sampled token
-                "generate": forward_flops(sizes, r.get("gen/prefill_tokens", P) + r.get("gen/decode_row_steps", G), G),
-                # one no-grad pass here (the reference; old log-probs come from the rollout): logits at G tokens
-                "logprob": forward_flops(sizes, r.get("tokens/scored_logprob", 0.0), G),
-                "update": 3 * forward_flops(sizes, r.get("tokens/scored_update", P + R), G),
-            },
-            "scored_positions": {"logprob": r.get("tokens/scored_logprob"), "update": r.get("tokens/scored_update")},
-        })  # fmt: skip
+        steps.append(
+            {
+                "step": int(r["step"]),
+                "step_s": r["time/step_s"],
+                "generate_s": r["time/generate_s"],
+                "logprob_s": r["time/logprob_s"],
+                "update_s": r["time/update_s"],
+                "reward_s": r["time/reward_s"] + r["time/retrieve_s"],
+                "prompt_tokens": P,
+                "generated_tokens": G,
+                "response_tokens": R,
+                "flops_executed": {
+                    # decode row-steps compute one position each; logits at every sampled token
+                    "generate": forward_flops(
+                        sizes, r.get("gen/prefill_tokens", P) + r.get("gen/decode_row_steps", G), G
+                    ),
+                    # one no-grad pass here (the reference; old log-probs come from the rollout): logits at G tokens
+                    "logprob": forward_flops(sizes, r.get("tokens/scored_logprob", 0.0), G),
+                    "update": 3 * forward_flops(sizes, r.get("tokens/scored_update", P + R), G),
+                },
+                "scored_positions": {
+                    "logprob": r.get("tokens/scored_logprob"),
+                    "update": r.get("tokens/scored_update"),
+                },
+            }
+        )
     return {"process": proc, "command": shlex.join(cmd), "steps": steps}
 
 
@@ -305,9 +338,23 @@ def run_trl(args, tmp: Path, py: Path, model_dir: str, prompts_file: Path, sizes
     driver, cfg = tmp / "trl_driver.py", tmp / "trl_args.json"
     driver.write_text(DRIVER)
     out = tmp / "trl_out.json"
-    cfg.write_text(json.dumps({"model": model_dir, "prompts": str(prompts_file), "steps": args.steps, "rows": 16,
-                               "group": 4, "max_new_tokens": 64, "beta": 0.001, "lr": 1e-6, "seed": 0,
-                               "output_dir": str(tmp / "trl"), "out": str(out)}))  # fmt: skip
+    cfg.write_text(
+        json.dumps(
+            {
+                "model": model_dir,
+                "prompts": str(prompts_file),
+                "steps": args.steps,
+                "rows": 16,
+                "group": 4,
+                "max_new_tokens": 64,
+                "beta": 0.001,
+                "lr": 1e-6,
+                "seed": 0,
+                "output_dir": str(tmp / "trl"),
+                "out": str(out),
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     cmd = [str(py), str(driver), str(cfg)]
@@ -320,17 +367,25 @@ def run_trl(args, tmp: Path, py: Path, model_dir: str, prompts_file: Path, sizes
     for s in res["steps"]:
         B, P, G = s["rows"], s["prompt_tokens"], s["generated_tokens"]
         C = s["completion_max"]
-        steps.append({
-            "step": s["step"], "step_s": s["step_s"], "generate_s": s["generate_s"], "logprob_s": s["logprob_s"],
-            "update_s": s["update_s"], "reward_s": s["reward_s"], "prompt_tokens": P, "generated_tokens": G,
-            "response_tokens": G,
-            "flops_executed": {
-                "generate": forward_flops(sizes, B * (s["prompt_max"] + C), B * C),
-                "logprob": forward_flops(sizes, s["logprob_positions"], s["logprob_logits"]),
-                "update": 3 * forward_flops(sizes, s["update_positions"], s["update_logits"]),
-            },
-            "scored_positions": {"logprob": s["logprob_positions"], "update": s["update_positions"]},
-        })  # fmt: skip
+        steps.append(
+            {
+                "step": s["step"],
+                "step_s": s["step_s"],
+                "generate_s": s["generate_s"],
+                "logprob_s": s["logprob_s"],
+                "update_s": s["update_s"],
+                "reward_s": s["reward_s"],
+                "prompt_tokens": P,
+                "generated_tokens": G,
+                "response_tokens": G,
+                "flops_executed": {
+                    "generate": forward_flops(sizes, B * (s["prompt_max"] + C), B * C),
+                    "logprob": forward_flops(sizes, s["logprob_positions"], s["logprob_logits"]),
+                    "update": 3 * forward_flops(sizes, s["update_positions"], s["update_logits"]),
+                },
+                "scored_positions": {"logprob": s["logprob_positions"], "update": s["update_positions"]},
+            }
+        )
     meta = {k: res[k] for k in ("trl", "transformers", "torch", "torch_threads", "loss_type")}
     return {"process": proc, "command": shlex.join(cmd), "driver": DRIVER, "steps": steps, **meta}
 
@@ -350,8 +405,9 @@ def summarise(side: dict, sizes: dict[str, int], peak: float, warmup: int) -> di
         out[f"{ph}_s"] = round(med(timed, f"{ph}_s"), 2)
     for k in ("prompt_tokens", "generated_tokens", "response_tokens"):
         out[k] = med(timed, k)
-    out["scored_positions"] = {ph: statistics.median(s["scored_positions"][ph] or 0 for s in timed)
-                               for ph in ("logprob", "update")}  # fmt: skip
+    out["scored_positions"] = {
+        ph: statistics.median(s["scored_positions"][ph] or 0 for s in timed) for ph in ("logprob", "update")
+    }
     for kind in ("nominal", "executed"):
         bound = {ph: statistics.median(s[f"flops_{kind}"][ph] for s in timed) / (peak * 1e9) for ph in PHASES}
         total = sum(bound.values())
@@ -361,7 +417,7 @@ def summarise(side: dict, sizes: dict[str, int], peak: float, warmup: int) -> di
             "share_of_bound": {ph: round(bound[ph] / out[f"{ph}_s"], 3) if out[f"{ph}_s"] else None for ph in PHASES}
             | {"step": round(total / out["step_s"], 3)},
             "step_over_bound": round(out["step_s"] / total, 2),
-        }  # fmt: skip
+        }
     return out
 
 
@@ -418,8 +474,10 @@ def write_report(result: dict) -> None:
     for name, s in (("ours", o), ("TRL", t)):
         for kind in ("nominal", "executed"):
             b = s[kind]["bound_s"]
-            lines.append(f"| {name}, {kind} | {b['generate']} | {b['logprob']} | {b['update']} | {b['step']} | "
-                         f"{s[kind]['step_over_bound']}x |")  # fmt: skip
+            lines.append(
+                f"| {name}, {kind} | {b['generate']} | {b['logprob']} | {b['update']} | {b['step']} | "
+                f"{s[kind]['step_over_bound']}x |"
+            )
     lines += [
         "",
         "## Targets, ours",
@@ -456,8 +514,10 @@ def acceptance(o: dict, t: dict) -> dict:
         targets[f"generation >= 40% of {kind} bound"] = (sh["generate"], sh["generate"] >= 0.40)
         targets[f"log-probs >= 70% of {kind} bound"] = (sh["logprob"], sh["logprob"] >= 0.70)
         targets[f"update >= 70% of {kind} bound"] = (sh["update"], sh["update"] >= 0.70)
-    return {"ratio_to_trl": round(ratio, 3),
-            "targets": {k: {"measured": m, "met": bool(ok)} for k, (m, ok) in targets.items()}}  # fmt: skip
+    return {
+        "ratio_to_trl": round(ratio, 3),
+        "targets": {k: {"measured": m, "met": bool(ok)} for k, (m, ok) in targets.items()},
+    }
 
 
 def main() -> None:
@@ -508,12 +568,17 @@ def main() -> None:
     trl["summary"] = summarise(trl, sizes, peak, args.warmup)
     result = {
         "command": "flock /tmp/searchrl-cpu.lock " + shlex.join([Path(sys.executable).name, *sys.argv]),
-        "steps": args.steps, "warmup": args.warmup, "torch_threads": torch.get_num_threads(),
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "torch_threads": torch.get_num_threads(),
         "work": f"{model_dir.rsplit('/', 1)[-1]}, {args.prompts} questions of 2wiki-mini dev (Search-R1 chat prompt), "
-                "4 prompts x group 4, one turn, <= 64 new tokens, KL 0.001, one optimizer step per RL step, lr 1e-6",
-        "model_dir": model_dir, "model_sizes": sizes,
+        "4 prompts x group 4, one turn, <= 64 new tokens, KL 0.001, one optimizer step per RL step, lr 1e-6",
+        "model_dir": model_dir,
+        "model_sizes": sizes,
         "matmul_peak_gflops": {"before": peak_before, "after": peak_after, "used": peak},
-        "ours": ours, "trl": trl, "acceptance": acceptance(ours["summary"], trl["summary"]),
+        "ours": ours,
+        "trl": trl,
+        "acceptance": acceptance(ours["summary"], trl["summary"]),
         "notes": [
             "forward FLOPs over S positions with logits at L of them = 2*N_body*S + 2*N_head*L; update = 3x forward "
             "(forward + backward); attention's context term is not counted.",
@@ -533,7 +598,7 @@ def main() -> None:
             "peak RSS: each side's process, from wait4's rusage (ru_maxrss); both hold a policy and a frozen "
             "reference copy.",
         ],
-    }  # fmt: skip
+    }
     write_report(result)
 
 

@@ -120,8 +120,12 @@ def exact_top(path: Path, queries: np.ndarray, k: int = K) -> tuple[np.ndarray, 
 def write_corpus(n: int, path: Path) -> None:
     with path.open("w") as f:
         for start in range(0, n, CHUNK):
-            f.write("".join(f'{{"id": "s{i}", "contents": "Synthetic {i}\\npassage {i}"}}\n'
-                            for i in range(start, min(n, start + CHUNK))))  # fmt: skip
+            f.write(
+                "".join(
+                    f'{{"id": "s{i}", "contents": "Synthetic {i}\\npassage {i}"}}\n'
+                    for i in range(start, min(n, start + CHUNK))
+                )
+            )
 
 
 def recall(found: np.ndarray, exact: np.ndarray, k: int) -> float:
@@ -134,9 +138,19 @@ def child_build(args: argparse.Namespace) -> None:
     from searchrl.retrieval.index import build_index
 
     t0 = time.perf_counter()
-    build_index(args.corpus, "dense", args.out, encoder="minilm-l6-v2", faiss=args.factory, nprobe=args.nprobe,
-                candidates=args.candidates, vectors=RowFile.npy(args.vectors), query_encoder="sentence-transformers",
-                vectors_source="synthetic (benchmarks/retrieval_scale.py)", overwrite=True)  # fmt: skip
+    build_index(
+        args.corpus,
+        "dense",
+        args.out,
+        encoder="minilm-l6-v2",
+        faiss=args.factory,
+        nprobe=args.nprobe,
+        candidates=args.candidates,
+        vectors=RowFile.npy(args.vectors),
+        query_encoder="sentence-transformers",
+        vectors_source="synthetic (benchmarks/retrieval_scale.py)",
+        overwrite=True,
+    )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"build_s": round(time.perf_counter() - t0, 1), "build_peak_rss_mb": round(peak_mb)}))
 
@@ -188,8 +202,17 @@ def measure_serving(out: Path, encoder_dir: Path, questions: list[str], args: ar
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/retrieve"
-    cmd = [sys.executable, __file__, "_serve", "--out", str(out), "--encoder-dir", str(encoder_dir),
-           "--port", str(port)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "_serve",
+        "--out",
+        str(out),
+        "--encoder-dir",
+        str(encoder_dir),
+        "--port",
+        str(port),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, env=child_env(args))
     try:
@@ -292,9 +315,28 @@ def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact
     if not corpus.exists():
         write_corpus(m, corpus)
     factory = args.convert_factory or args.factory or factory_for(m)
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-c", CONVERT, "index", "convert", "--flat", str(flat), "--corpus",
-           str(corpus), "--out", str(out), "--faiss", factory, "--nprobe", str(args.nprobe),
-           "--candidates", str(args.candidates), "--force"]  # fmt: skip
+    cmd = [
+        "/usr/bin/time",
+        "-v",
+        sys.executable,
+        "-c",
+        CONVERT,
+        "index",
+        "convert",
+        "--flat",
+        str(flat),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--faiss",
+        factory,
+        "--nprobe",
+        str(args.nprobe),
+        "--candidates",
+        str(args.candidates),
+        "--force",
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     row = json.loads(done.stdout.strip().splitlines()[-1]) | {"convert_s": round(time.perf_counter() - t0, 1)}
@@ -338,8 +380,9 @@ def factory_for(n: int) -> str:
     return f"IVF{nlist},PQ96"
 
 
-def sweep(index, queries: np.ndarray, exact: np.ndarray, nprobes=(16, 32, 64, 128), candidate_counts=(50, 100, 200)
-          ) -> list[dict]:  # fmt: skip
+def sweep(
+    index, queries: np.ndarray, exact: np.ndarray, nprobes=(16, 32, 64, 128), candidate_counts=(50, 100, 200)
+) -> list[dict]:
     """Recall and in-process time per query for a few (nprobe, candidates) settings on the built index."""
     import faiss
 
@@ -351,9 +394,15 @@ def sweep(index, queries: np.ndarray, exact: np.ndarray, nprobes=(16, 32, 64, 12
             t0 = time.perf_counter()
             found = np.concatenate([index.search(q[None], K)[1] for q in queries])  # one query per call
             ms = (time.perf_counter() - t0) * 1000 / len(queries)
-            rows.append({"nprobe": nprobe, "candidates": candidates, "ms_per_query": round(ms, 2),
-                         "recall_at_3": round(recall(found, exact, 3), 4),
-                         "recall_at_10": round(recall(found, exact, 10), 4)})  # fmt: skip
+            rows.append(
+                {
+                    "nprobe": nprobe,
+                    "candidates": candidates,
+                    "ms_per_query": round(ms, 2),
+                    "recall_at_3": round(recall(found, exact, 3), 4),
+                    "recall_at_10": round(recall(found, exact, 10), 4),
+                }
+            )
     return rows
 
 
@@ -376,8 +425,23 @@ def run(n: int, args: argparse.Namespace, mix, queries: np.ndarray, questions: l
     factory = args.factory or factory_for(n)
     if args.reuse_index and (out / "manifest.json").exists():
         return row | reuse(n, out, args) | measure_search(n, out, args, queries, questions, exact)
-    cmd = [sys.executable, __file__, "_build", "--corpus", str(corpus), "--out", str(out), "--vectors", str(vectors),
-           "--factory", factory, "--nprobe", str(args.nprobe), "--candidates", str(args.candidates)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "_build",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--vectors",
+        str(vectors),
+        "--factory",
+        factory,
+        "--nprobe",
+        str(args.nprobe),
+        "--candidates",
+        str(args.candidates),
+    ]
     built = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     row |= json.loads(built.stdout.strip().splitlines()[-1]) | {"factory": factory}
     print(f"[{n:,}] built {factory} in {row['build_s']} s (peak RSS {row['build_peak_rss_mb']} MB)", flush=True)
@@ -395,9 +459,21 @@ def reuse(n: int, out: Path, args: argparse.Namespace) -> dict:
     keep = ("factory", "build_s", "build_peak_rss_mb", "generate_s", "exact_search_s", "date", "convert")
     built = {k: earlier[n][k] for k in keep if k in earlier.get(n, {})}
     built["build_date"] = built.pop("date", None)
-    searched = ("nprobe", "candidates", "recall_at_3_vs_exact", "recall_at_10_vs_exact", "first_answer_s",
-                "p50_1_ms", "p99_1_ms", "qps_1", "qps_8", "serve_rss_mb", "serve_peak_rss_mb", "serve_rss_detail_mb",
-                "sweep_inprocess_1_query_per_call")  # fmt: skip
+    searched = (
+        "nprobe",
+        "candidates",
+        "recall_at_3_vs_exact",
+        "recall_at_10_vs_exact",
+        "first_answer_s",
+        "p50_1_ms",
+        "p99_1_ms",
+        "qps_1",
+        "qps_8",
+        "serve_rss_mb",
+        "serve_peak_rss_mb",
+        "serve_rss_detail_mb",
+        "sweep_inprocess_1_query_per_call",
+    )
     if n in earlier:  # what earlier invocations measured on this build, each with its settings and load
         old = earlier[n]
         before = old.get("earlier_searches") or ([old["earlier_search"]] if "earlier_search" in old else [])
@@ -438,28 +514,40 @@ def convert_only(args: argparse.Namespace, queries: np.ndarray) -> None:
     for n in args.passages or [2_000_000]:
         whole = not args.convert_passages or args.convert_passages >= n  # else the exact answers over N are unused
         exact = exact_top(args.work / f"vectors-{n}.f16.npy", queries)[0] if whole else None
-        rows.append({"passages": n, "dim": 768, "nprobe": args.nprobe, "candidates": args.candidates}
-                    | measure_convert(n, args, queries, exact))  # fmt: skip
+        rows.append(
+            {"passages": n, "dim": 768, "nprobe": args.nprobe, "candidates": args.candidates}
+            | measure_convert(n, args, queries, exact)
+        )
         rows[-1]["factory"] = rows[-1]["convert_factory"]
-    result = {"benchmark": "retrieval_convert", "date": time.strftime("%Y-%m-%d", time.gmtime()),
-              "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()}, "runs": rows}  # fmt: skip
+    result = {
+        "benchmark": "retrieval_convert",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
+        "runs": rows,
+    }
     (RESULTS / "retrieval_convert.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# `searchrl index convert` of a faiss Flat file ({result['date']})", "",
-             "Vectors: the first rows of the vectors of `retrieval_scale.md`'s run of N passages, written as an "
-             "IndexFlatIP file (float32) by faiss. Peak RSS of the convert process (`/usr/bin/time -v`); recall "
-             "of the converted index (searched with the nprobe / candidates shown) against the Flat file's own "
-             f"exact answers; {len(queries)} "
-             f"real queries. {os.cpu_count()} CPU cores shared with other jobs (load average at the end "
-             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}).", "",
-             "| N | Flat rows | Flat file MB | factory | nprobe / candidates | convert s | peak RSS MB | RSS / Flat "
-             "| recall@3 | recall@10 |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# `searchrl index convert` of a faiss Flat file ({result['date']})",
+        "",
+        "Vectors: the first rows of the vectors of `retrieval_scale.md`'s run of N passages, written as an "
+        "IndexFlatIP file (float32) by faiss. Peak RSS of the convert process (`/usr/bin/time -v`); recall "
+        "of the converted index (searched with the nprobe / candidates shown) against the Flat file's own "
+        f"exact answers; {len(queries)} "
+        f"real queries. {os.cpu_count()} CPU cores shared with other jobs (load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}).",
+        "",
+        "| N | Flat rows | Flat file MB | factory | nprobe / candidates | convert s | peak RSS MB | RSS / Flat "
+        "| recall@3 | recall@10 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['passages']:,} | {r['convert_passages']:,} | {r['flat_file_mb']:,} | `{r['factory']}` | "
-                     f"{r['nprobe']} / {r['candidates']} | {r['convert_s']} | "
-                     f"{r.get('convert_peak_rss_mb_time_v', r['convert_peak_rss_mb'])} | "
-                     f"{100 * r['convert_peak_rss_fraction_of_flat']:.1f}% | "
-                     f"{r['convert_recall_at_3_vs_flat']} | {r['convert_recall_at_10_vs_flat']} |")  # fmt: skip
+        lines.append(
+            f"| {r['passages']:,} | {r['convert_passages']:,} | {r['flat_file_mb']:,} | `{r['factory']}` | "
+            f"{r['nprobe']} / {r['candidates']} | {r['convert_s']} | "
+            f"{r.get('convert_peak_rss_mb_time_v', r['convert_peak_rss_mb'])} | "
+            f"{100 * r['convert_peak_rss_fraction_of_flat']:.1f}% | "
+            f"{r['convert_recall_at_3_vs_flat']} | {r['convert_recall_at_10_vs_flat']} |"
+        )
     (RESULTS / "retrieval_convert.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -487,15 +575,23 @@ def main() -> None:
     ap.add_argument("--components", type=int, default=32)
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
     ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")
-    ap.add_argument("--reuse-index", action="store_true", help="search the index an earlier invocation built "
-                    "for N (settings: --nprobe, --candidates) instead of building it again")  # fmt: skip
+    ap.add_argument(
+        "--reuse-index",
+        action="store_true",
+        help="search the index an earlier invocation built "
+        "for N (settings: --nprobe, --candidates) instead of building it again",
+    )
     ap.add_argument("--sweep-nprobe", type=int, nargs="+", default=[16, 32, 64, 128])
     ap.add_argument("--sweep-candidates", type=int, nargs="+", default=[50, 100, 200])
     ap.add_argument("--convert-passages", type=int, help="Flat file of the first M vectors (default: all N)")
     ap.add_argument("--convert-factory", help="factory for the converted index (default: as --factory)")
     ap.add_argument("--omp-threads", type=int, default=1, help="OMP_NUM_THREADS of the child processes")
-    ap.add_argument("--convert-only", action="store_true", help="only the convert measurement (results: "
-                    "retrieval_convert.{json,md}); the vectors and corpus of N must exist in --work")  # fmt: skip
+    ap.add_argument(
+        "--convert-only",
+        action="store_true",
+        help="only the convert measurement (results: "
+        "retrieval_convert.{json,md}); the vectors and corpus of N must exist in --work",
+    )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     args.encoder_dir = args.work / "query_encoder"
@@ -530,7 +626,7 @@ def main() -> None:
             "fp32_matmul_gflops": matmul_gflops(),
             "load_average_at_end": os.getloadavg(),
             "omp_num_threads_children": args.omp_threads,
-        },  # fmt: skip
+        },
         "vectors": f"MiniLM 2wiki-mini passage embeddings -> GaussianMixture({args.components}, tied) -> two draws "
         "of one component concatenated (768-d), L2-normalised; queries: real MiniLM dev-question embeddings [q, q]",
         "runs": sorted(runs.values(), key=lambda r: r["passages"]),

@@ -1,5 +1,5 @@
 """``python -m searchrl`` = the ``searchrl`` command."""
 
-from searchrl.cli import main
+from searchrl.commands import main
 
 main()

@@ -16,6 +16,8 @@ function called without a config (a notebook, a test) still lands on the GPU whe
 from __future__ import annotations
 
 import contextlib
+import copy
+import os
 from dataclasses import dataclass
 
 import torch
@@ -44,13 +46,13 @@ def resolve_device(spec: str = "auto") -> torch.device:
     if spec == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
-        import os
-
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     dev = torch.device(spec)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"model.device={spec} but this torch build sees no CUDA device; use model.device=cpu "
-                         "(or install a CUDA build of torch)")  # fmt: skip
+        raise ValueError(
+            f"model.device={spec} but this torch build sees no CUDA device; use model.device=cpu "
+            "(or install a CUDA build of torch)"
+        )
     return dev
 
 
@@ -137,8 +139,6 @@ def peak_memory_metrics() -> dict[str, float]:
 
 def frozen_copy(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """A gradient-free copy of ``model`` on ``device``, in the frozen dtype (bf16 under mixed precision)."""
-    import copy
-
     ref = copy.deepcopy(model).eval().requires_grad_(False)
     dtype = current().frozen_dtype
     return ref.to(device=device, dtype=dtype) if dtype is not None else ref.to(device)

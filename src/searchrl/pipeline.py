@@ -1,10 +1,15 @@
-"""From a config to the objects a run needs: the world / data files, the retriever, the policy, the protocol.
+"""The one resolver: from a config to the objects a run needs (data files, questions, retriever, protocol, policy).
 
-Kept in one place so `train`, `sft`, `eval`, `ask` and `demo` resolve a recipe the same way.
+Every command and stage resolves a recipe through these functions, so ``train``, ``sft``, ``eval``, ``ask``, the
+data stages and ``demo`` agree. The rule for a retriever: ``retrieval.kind`` remote or web builds that client; a
+local kind loads ``retrieval.index`` (an existing index decides its own kind), building it from the corpus when the
+directory is still empty; without an index, the data corpus's index in :func:`default_index_dir` (built on demand).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from searchrl.config import RunConfig
@@ -14,6 +19,9 @@ from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Retriever
 from searchrl.utils import console
+
+#: retrieval kinds that are clients of a service, not local indexes.
+REMOTE_KINDS = ("remote", "web")
 
 
 def data_dir(cfg: RunConfig) -> Path:
@@ -60,6 +68,17 @@ def load_split(
     return examples[:limit] if limit is not None else examples
 
 
+def load_questions(cfg: RunConfig, data: str | None = None, limit: int | None = None) -> list[QAExample]:
+    """The questions of a QA file (``data``) when given, else the config's train split; never empty."""
+    from searchrl.data.loaders import load_qa
+
+    examples = load_qa(data, limit=limit) if data is not None else load_split(cfg, "train", limit)
+    if not examples:
+        where = data or f"the train split of {cfg.data.source} ({cfg.data.train})"
+        raise ValueError(f"{where} holds no questions; check the file (or the limit)")
+    return examples
+
+
 def make_protocol(cfg: RunConfig) -> Protocol:
     """The configured protocol; options it takes from the rollout config (its own ``options_from_rollout``) give way
     to ``rollout.options``."""
@@ -70,17 +89,48 @@ def make_protocol(cfg: RunConfig) -> Protocol:
     return get_protocol(cfg.rollout.protocol, **{**base, **cfg.rollout.options})
 
 
-def make_retriever_for(cfg: RunConfig) -> Retriever:
-    """The configured retriever; a local index defaults to :func:`default_index_dir` and is built when missing."""
+# ------------------------------------------------------------------------------------------------ retriever
+
+
+def index_kind(index: str | Path) -> str | None:
+    """The kind of the index in a directory (its manifest's), or None when the directory holds no index yet."""
+    manifest = Path(index) / "manifest.json"
+    return json.loads(manifest.read_text())["kind"] if manifest.exists() else None
+
+
+def with_retriever(cfg: RunConfig, index: str | Path | None = None, urls: Sequence[str] | None = None) -> RunConfig:
+    """``cfg`` with its retriever pointed at an index directory or at retrieval servers (``--index`` / ``--url``).
+
+    An existing index decides its own kind; an empty directory keeps a local ``retrieval.kind`` (bm25 when the
+    config named a service)."""
+    if index is not None and urls:
+        raise ValueError("give either --index DIR or --url URL, not both")
+    r = cfg.retrieval
+    if index is not None:
+        kind = index_kind(index) or (r.kind if r.kind not in REMOTE_KINDS else "bm25")
+        r = r.model_copy(update={"index": str(index), "kind": kind})
+    elif urls:
+        r = r.model_copy(update={"kind": "remote", "urls": list(urls)})
+    else:
+        return cfg
+    return cfg.model_copy(update={"retrieval": r})
+
+
+def make_retriever_for(cfg: RunConfig, corpus: str | Path | None = None) -> Retriever:
+    """The configured retriever (see the module's rule). ``corpus``, when given, is checked against the index's
+    fingerprint and builds a missing index; a missing index is otherwise built from the data corpus."""
     from searchrl.retrieval import make_retriever
 
     r = cfg.retrieval
-    if r.kind in ("remote", "web"):
+    if r.kind in REMOTE_KINDS:
         return make_retriever(r)
-    corpus = resolve_file(cfg, cfg.data.corpus)
     if r.index is None:
-        r = r.model_copy(update={"index": str(default_index_dir(corpus, r.kind))})
-    return make_retriever(r, corpus)
+        corpus = corpus or resolve_file(cfg, cfg.data.corpus)
+        return make_retriever(r.model_copy(update={"index": str(default_index_dir(corpus, r.kind))}), corpus)
+    kind = index_kind(r.index)
+    if kind is None and corpus is None:
+        corpus = resolve_file(cfg, cfg.data.corpus)
+    return make_retriever(r.model_copy(update={"kind": kind or r.kind}), corpus)
 
 
 def default_index_dir(corpus: str | Path, kind: str) -> Path:
@@ -98,5 +148,32 @@ def default_index_dir(corpus: str | Path, kind: str) -> Path:
     return cache_dir() / "indexes" / f"{corpus.parent.name}-{digest}" / f"index-{kind}"
 
 
+# ------------------------------------------------------------------------------------------------ policy
+
+
 def policy_spec(cfg: RunConfig) -> str:
+    """The model a run starts from: ``training.init_from`` when set, else ``model.policy``."""
     return cfg.training.init_from or cfg.model.policy
+
+
+def load_tokenizer(model: str):
+    """The tokenizer of a policy spec (alias, local directory or hub id), without loading the model."""
+    from transformers import AutoTokenizer
+
+    from searchrl.models import resolve_policy
+
+    return AutoTokenizer.from_pretrained(resolve_policy(model))
+
+
+def load_generator(model: str, url: str | None = None, served_model: str | None = None, timeout_s: float = 120.0):
+    """A transformers generator for ``model``, or an OpenAI-compatible client of ``url`` with ``model``'s tokenizer
+    (``served_model``: the model's name on that server, default ``model``)."""
+    if url:
+        from searchrl.generation.openai_compat import OpenAICompatGenerator
+
+        return OpenAICompatGenerator(url, served_model or model, load_tokenizer(model), timeout_s=timeout_s)
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.models import load_policy
+
+    policy, tokenizer = load_policy(model, frozen=True)
+    return HFGenerator(policy, tokenizer)

@@ -45,22 +45,6 @@ def check_reward_params(components: Sequence[RewardComponent], where: str) -> No
         raise ConfigError(f"{where}: reward.components: {err}") from None
 
 
-def check_recipe_rewards(
-    cfg: RunConfig, load: Callable[[str], RunConfig] | None = None, source: str = "the recipe"
-) -> None:
-    """:func:`check_reward_params` on the recipe's components and on every pipeline stage that changes them (its
-    ``set:`` or its own ``recipe:``); what ``searchrl config validate`` adds to the schema check."""
-    from searchrl.runner import stage_config
-
-    check_reward_params(cfg.reward.components, source)
-    for stage in cfg.pipeline:
-        if stage.recipe and load is not None:
-            check_reward_params(load(stage.recipe).reward.components, f"stage '{stage.name}' (recipe {stage.recipe})")
-        if any(k.startswith("reward") for k in stage.set):
-            scfg = stage_config(cfg, stage, None, None)
-            check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
-
-
 class _StandIn:
     """A placeholder for a runtime dependency; never called, since the check passes no inputs."""
 
@@ -85,8 +69,15 @@ def _under(path: str, dirs: Sequence[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def _stage_inputs(key: str, stage: StageConfig, cfg: RunConfig, model: str, index: str | None,
-                  world: str | None, produced: Sequence[str]) -> list[tuple[str, str, bool]]:  # fmt: skip
+def _stage_inputs(
+    key: str,
+    stage: StageConfig,
+    cfg: RunConfig,
+    model: str,
+    index: str | None,
+    world: str | None,
+    produced: Sequence[str],
+) -> list[tuple[str, str, bool]]:
     """(what, path, produced elsewhere) for each input the stage's handler opens."""
     out: list[tuple[str, str, bool]] = []
 
@@ -126,9 +117,11 @@ def _stage_inputs(key: str, stage: StageConfig, cfg: RunConfig, model: str, inde
                 data(f"questions (data.{entry})", getattr(cfg.data, entry))
             else:
                 given("questions (evaluation.datasets)", entry)
-    if key in ("rl", "eval", "rejection-sample", "select-difficulty", "oracle") and cfg.retrieval.kind in (
-        "bm25", "dense", "hybrid"
-    ) and (index or cfg.retrieval.index):  # fmt: skip
+    if (
+        key in ("rl", "eval", "rejection-sample", "select-difficulty", "oracle")
+        and cfg.retrieval.kind in ("bm25", "dense", "hybrid")
+        and (index or cfg.retrieval.index)
+    ):
         given("index (retrieval.index)", index or cfg.retrieval.index)
     if key in ("sft", "rl", "eval", "rejection-sample", "select-difficulty") and Path(model).is_absolute():
         given("model", model)
@@ -145,7 +138,7 @@ def plan_pipeline(
 ) -> list[StagePlan]:
     """Every stage of ``cfg.pipeline`` with its inputs; ConfigError naming each input that does not exist (and is
     not written by an earlier stage), and each stage whose reward params are wrong, before anything runs."""
-    from searchrl.runner import _NEEDS_MODEL, _subst, stage_config, stage_output
+    from searchrl.runner import _NEEDS_MODEL, _subst, check_stage_args, stage_config, stage_output
 
     run_dir = Path(run_dir)
     forced = forced or set()
@@ -157,6 +150,7 @@ def plan_pipeline(
     problems: list[str] = []
     check_reward_params(cfg.reward.components, "the run's config")
     for raw_stage in cfg.pipeline:
+        check_stage_args(raw_stage)
         stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
         output = stage_output(stage, run_dir)
         done = (run_dir / stage.name / "DONE").exists()
@@ -169,8 +163,9 @@ def plan_pipeline(
         recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
         stage_model = stage.init_from or model or recipe_model or scfg.model.policy
         plan = StagePlan(stage.name, str(key), str(output), skipped)
-        for what, path, elsewhere in _stage_inputs(str(key), stage, scfg, str(stage_model), stage.index or index,
-                                                   world, produced):  # fmt: skip
+        for what, path, elsewhere in _stage_inputs(
+            str(key), stage, scfg, str(stage_model), stage.index or index, world, produced
+        ):
             plan.inputs.append((what, path))
             if not (skipped or elsewhere or _under(path, produced) or Path(path).exists()):
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")

@@ -17,8 +17,9 @@ Stage outputs, referenced by later stages as ``${name}``:
 Defaults that chain the stages: after a ``synth`` stage, ``data.source`` is its world; after an ``index`` stage,
 ``retrieval.index`` is its index; a stage that needs a model (sft, rl, eval, rejection-sample, select-difficulty)
 starts from the latest sft/rl stage's model unless ``init_from`` says otherwise. A stage's ``set:`` overrides win.
-Stages run in this process: library functions, or the ``searchrl data`` commands called in-process with the
-stage's resolved config as their recipe (so a data stage does exactly what the command does).
+Stages run in this process: each is a function of :mod:`searchrl.stages` called with the stage's resolved config
+and its ``args`` as keyword arguments (the single-stage commands, e.g. ``searchrl data rejection-sample``, call the
+same functions, so a stage does exactly what its command does).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 import yaml
 
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
+from searchrl.pipeline import index_kind
 from searchrl.utils import atomic_write_text, console
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
@@ -99,8 +101,9 @@ def _subst(value: Any, refs: dict[str, str], stage: str, cfg: dict[str, Any] | N
             if m.group(1).startswith("cfg.") and cfg is not None:
                 return _cfg_value(cfg, m.group(1)[4:], stage)
             if m.group(1) not in refs:
-                raise ConfigError(f"stage '{stage}': ${{{m.group(1)}}} is not an earlier stage (known: "
-                                  f"{', '.join(refs) or 'none'})")  # fmt: skip
+                raise ConfigError(
+                    f"stage '{stage}': ${{{m.group(1)}}} is not an earlier stage (known: {', '.join(refs) or 'none'})"
+                )
             return refs[m.group(1)]
 
         return _REF.sub(one, value)
@@ -109,11 +112,6 @@ def _subst(value: Any, refs: dict[str, str], stage: str, cfg: dict[str, Any] | N
     if isinstance(value, dict):
         return {k: _subst(v, refs, stage, cfg) for k, v in value.items()}
     return value
-
-
-def _index_kind(index: str) -> str | None:
-    manifest = Path(index) / "manifest.json"
-    return json.loads(manifest.read_text())["kind"] if manifest.exists() else None
 
 
 def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: str | None) -> RunConfig:
@@ -126,7 +124,7 @@ def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: 
         )
     if index is not None:
         raw["retrieval"]["index"] = index
-        raw["retrieval"]["kind"] = _index_kind(index) or raw["retrieval"]["kind"]
+        raw["retrieval"]["kind"] = index_kind(index) or raw["retrieval"]["kind"]
     dotted = [f"{k}={json.dumps(v)}" for k, v in stage.set.items()]
     raw = _merge(raw, parse_overrides(dotted))
     return validate_dict(raw, f"stage '{stage.name}'")
@@ -135,115 +133,127 @@ def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: 
 # ------------------------------------------------------------------------------------------------- handlers
 
 
-def _flags(args: dict[str, Any]) -> list[str]:
-    """``{k: 4, require_internal_and_external: true, keep: [medium, hard]}`` -> CLI flags."""
-    out: list[str] = []
-    for key, value in args.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                out.append(flag)
-        elif isinstance(value, list):
-            for v in value:
-                out += [flag, str(v)]
-        elif value is not None:
-            out += [flag, str(value)]
-    return out
-
-
-def _data_command(name: str, ctx: StageContext, args: list[str]) -> None:
-    """Run ``searchrl data NAME`` in this process with the stage's resolved config as its recipe."""
-    import typer.main
-
-    from searchrl.data.cli import app as data_app
-
-    recipe = dump_config(ctx.cfg, ctx.dir / "config.yaml")
-    cmd = typer.main.get_command(data_app)
-    cmd.main([name, "--recipe", str(recipe), *args], prog_name="searchrl data", standalone_mode=False)
-
-
 def _count_lines(path: Path) -> int:
     with path.open(encoding="utf-8") as f:
         return sum(1 for line in f if line.strip())
 
 
+#: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
+_OP_ARGS = {"synth": {"entities", "seed"}, "oracle": {"split", "limit", "kinds"}}
+#: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
+_TEACHER_ARGS = {"url", "served_model", "timeout_s"}
+_OP_FUNCTIONS = {
+    "split": "split_questions",
+    "rejection-sample": "rejection_sampling",
+    "select-difficulty": "difficulty_selection",
+}
+
+
+def stage_arg_names(kind: str, op: str | None) -> set[str]:
+    """The ``args:`` keys a stage of this kind and op takes: its stage function's options (empty: no args; sft, rl
+    and eval stages take their settings from ``set:``)."""
+    import inspect
+
+    if kind != "data":
+        return set()
+    if op == "index":  # passed on to the index builder, which the runner gives its output directory
+        from searchrl.retrieval.index import build_index
+
+        params = inspect.signature(build_index).parameters
+        return {"kind"} | {p for p, v in params.items() if v.kind == v.KEYWORD_ONLY and p != "overwrite"}
+    if op in _OP_FUNCTIONS:
+        from searchrl import stages
+
+        params = inspect.signature(getattr(stages, _OP_FUNCTIONS[op])).parameters
+        known = set(params) - {"cfg", "out", "source", "data", "teacher"}  # what the runner passes itself
+        return known | _TEACHER_ARGS if "teacher" in params else known
+    return set(_OP_ARGS.get(op or "", set()))
+
+
+def check_stage_args(stage: StageConfig) -> None:
+    """ConfigError when a stage's ``args:`` hold a key its function does not take (named with the ones it does);
+    ``searchrl run`` checks every stage before the first one runs."""
+    if not stage.args:
+        return
+    if stage.kind != "data":
+        raise ConfigError(f"stage '{stage.name}': args: are for data stages; use set: for {stage.kind} settings")
+    known = stage_arg_names(stage.kind, stage.op)
+    unknown = sorted(set(stage.args) - known)
+    if unknown:
+        raise ConfigError(
+            f"stage '{stage.name}': unknown args {unknown} for {stage.op}; it takes {sorted(known)} "
+            "(config settings go in set:, e.g. rollout.max_obs_tokens)"
+        )
+
+
+def _sampling_cfg(ctx: StageContext) -> RunConfig:
+    """The stage's config with the model it samples with (``model.policy``)."""
+    return ctx.cfg.model_copy(update={"model": ctx.cfg.model.model_copy(update={"policy": ctx.model})})
+
+
 def _op_synth(ctx: StageContext) -> dict[str, Any]:
-    from searchrl.data.synth import generate_world, write_world
+    from searchrl.stages import synth_world
 
     w = ctx.cfg.data.world
     entities, seed = int(ctx.stage.args.get("entities", w.entities)), int(ctx.stage.args.get("seed", w.seed))
-    world = generate_world(entities, seed)
-    write_world(world, ctx.dir)
+    world = synth_world(ctx.dir, entities, seed)
     return {"entities": entities, "seed": seed, "questions": world.summary()["questions"]}
 
 
 def _op_index(ctx: StageContext) -> dict[str, Any]:
-    from searchrl.pipeline import resolve_file
-    from searchrl.retrieval.index import build_index
+    from searchrl.stages import build_index_for
 
-    corpus = ctx.stage.data or resolve_file(ctx.cfg, ctx.cfg.data.corpus)
-    kind = ctx.stage.args.get("kind", ctx.cfg.retrieval.kind)
-    if kind not in ("bm25", "dense", "hybrid"):
-        raise ConfigError(f"stage '{ctx.stage.name}': an index stage builds bm25, dense or hybrid, not {kind}")
-    extra = {k: v for k, v in ctx.stage.args.items() if k not in ("kind", "encoder")}
-    if kind != "bm25":
-        extra.setdefault("faiss", ctx.cfg.retrieval.faiss)
-    encoder = ctx.stage.args.get("encoder", ctx.cfg.retrieval.encoder)
-    path = build_index(corpus, kind, ctx.dir / "index", encoder=encoder, overwrite=True, **extra)
-    manifest = json.loads((path / "manifest.json").read_text())
-    return {"kind": kind, "corpus": str(corpus), "passages": manifest["counts"]["passages"]}
+    corpus = ctx.stage.data
+    if isinstance(corpus, list):
+        raise ConfigError(f"stage '{ctx.stage.name}': an index stage takes one corpus file in data:")
+    try:
+        return build_index_for(ctx.cfg, ctx.dir / "index", corpus, **ctx.stage.args)
+    except ConfigError as err:
+        raise ConfigError(f"stage '{ctx.stage.name}': {err}") from None
 
 
 def _op_split(ctx: StageContext) -> dict[str, Any]:
-    from searchrl.data.loaders import load_qa
-    from searchrl.data.splits import heldout_split
     from searchrl.pipeline import resolve_file
-    from searchrl.utils import write_jsonl
+    from searchrl.stages import split_questions
 
     source = ctx.stage.data or resolve_file(ctx.cfg, ctx.cfg.data.train)
     if isinstance(source, list):
         raise ConfigError(f"stage '{ctx.stage.name}': split takes one QA file in data:")
-    if not str(source).startswith("hf:") and not Path(source).exists():
-        raise ConfigError(f"stage '{ctx.stage.name}': QA file {source} not found; give your questions and corpus, "
-                          "e.g. data.source=DIR data.train=questions.jsonl data.corpus=corpus.jsonl")  # fmt: skip
-    examples = load_qa(source)
-    if "limit" in ctx.stage.args:
-        examples = examples[: int(ctx.stage.args["limit"])]
-    frac = ctx.stage.args.get("heldout_fraction")  # e.g. 0.05: RAG-R1's 95 / 5 split of its RL data
-    n_held = round(float(frac) * len(examples)) if frac is not None else int(ctx.stage.args.get("heldout", 100))
-    train, held = heldout_split(examples, n_held)
-    for name, rows in (("train", train), ("heldout", held)):
-        write_jsonl(ctx.dir / f"{name}.jsonl", [e.to_flashrag() for e in rows])
-    return {"source": str(source), "train": len(train), "heldout": len(held)}
+    try:
+        train, held = split_questions(str(source), ctx.dir, **ctx.stage.args)
+    except ConfigError as err:
+        raise ConfigError(f"stage '{ctx.stage.name}': {err}") from None
+    return {"source": str(source), "train": train, "heldout": held}
 
 
 def _op_oracle(ctx: StageContext) -> dict[str, Any]:
-    world = ctx.stage.data or ctx.world or str(_world_dir(ctx.cfg))
-    args = ["--world", str(world), "--out", str(ctx.dir / "data.jsonl"), "--model", ctx.model]
-    if ctx.index:
-        args += ["--index", ctx.index]
-    _data_command("oracle", ctx, args + _flags(ctx.stage.args))
+    """Oracle trajectories of the stage's world (``data:``, else the latest synth stage's, else the config's);
+    ``args``: ``split`` (train), ``limit`` and ``kinds`` (``sft.limit`` / ``sft.kinds`` for this stage)."""
+    from searchrl.pipeline import data_dir
+    from searchrl.stages import write_oracle_data
+
+    split = ctx.stage.args.get("split", "train")
+    sft = {k: v for k, v in ctx.stage.args.items() if k in ("limit", "kinds")}
+    cfg = _sampling_cfg(ctx)
+    world = ctx.stage.data or ctx.world or str(data_dir(cfg))
+    data = cfg.data.model_copy(
+        update=dict(source=str(world), train="train.jsonl", dev="dev.jsonl", test="test.jsonl", corpus="corpus.jsonl")
+    )
+    cfg = cfg.model_copy(update={"data": data, "sft": cfg.sft.model_copy(update=sft)})
+    write_oracle_data(cfg, ctx.dir / "data.jsonl", split)
     return {"examples": _count_lines(ctx.dir / "data.jsonl")}
 
 
-def _world_dir(cfg: RunConfig) -> Path:
-    from searchrl.pipeline import data_dir
+def _sampling_op(ctx: StageContext, fn: Callable[..., Any], key: str, empty_hint: str) -> dict[str, Any]:
+    """A sampling stage (rejection sampling, difficulty selection); an empty output is an error naming the fix."""
+    data = ctx.stage.data
+    if isinstance(data, list):
+        raise ConfigError(f"stage '{ctx.stage.name}': {ctx.stage.op} takes one QA file in data:")
+    from searchrl.stages import Teacher
 
-    return data_dir(cfg)
-
-
-def _sampling_args(ctx: StageContext) -> list[str]:
-    args = ["--out", str(ctx.dir / "data.jsonl"), "--model", ctx.model]
-    if ctx.stage.data:
-        args += ["--data", str(ctx.stage.data)]
-    if ctx.index:
-        args += ["--index", ctx.index]
-    return args + _flags(ctx.stage.args)
-
-
-def _sampling_op(ctx: StageContext, command: str, key: str, empty_hint: str) -> dict[str, Any]:
-    """A sampling data command (rejection-sample, select-difficulty); an empty output is an error naming the fix."""
-    _data_command(command, ctx, _sampling_args(ctx))
+    args = {k: v for k, v in ctx.stage.args.items() if k not in _TEACHER_ARGS}
+    teacher = Teacher(**{k: v for k, v in ctx.stage.args.items() if k in _TEACHER_ARGS})
+    fn(_sampling_cfg(ctx), ctx.dir / "data.jsonl", data=data, teacher=teacher, **args)
     n = _count_lines(ctx.dir / "data.jsonl")
     if n == 0:
         raise ValueError(f"stage '{ctx.stage.name}': {empty_hint}")
@@ -251,29 +261,31 @@ def _sampling_op(ctx: StageContext, command: str, key: str, empty_hint: str) -> 
 
 
 def _op_rejection_sample(ctx: StageContext) -> dict[str, Any]:
-    return _sampling_op(ctx, "rejection-sample", "examples", "rejection sampling kept no sample; raise args.k or the "
-                        "questions (args.limit), or start from a cold-started model")  # fmt: skip
+    from searchrl.stages import rejection_sampling
+
+    hint = "rejection sampling kept no sample; raise args.k or the questions (args.limit), or start from a model"
+    return _sampling_op(ctx, rejection_sampling, "examples", hint + " that was cold-started")
 
 
 def _op_select_difficulty(ctx: StageContext) -> dict[str, Any]:
-    return _sampling_op(ctx, "select-difficulty", "questions", "difficulty selection kept no question; widen "
-                        "args.keep or use more questions (args.limit)")  # fmt: skip
+    from searchrl.stages import difficulty_selection
+
+    hint = "difficulty selection kept no question; widen args.keep or use more questions (args.limit)"
+    return _sampling_op(ctx, difficulty_selection, "questions", hint)
 
 
 def _sft(ctx: StageContext) -> dict[str, Any]:
-    from searchrl.sft.cli import run_sft
+    from searchrl.stages import run_sft
 
-    cfg = ctx.cfg
-    update: dict[str, Any] = {"model": cfg.model.model_copy(update={"policy": ctx.model})}
+    cfg = _sampling_cfg(ctx)
     if ctx.stage.data:
-        update["sft"] = cfg.sft.model_copy(update={"data": str(ctx.stage.data)})
-    cfg = cfg.model_copy(update=update)
+        cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"data": str(ctx.stage.data)})})
     history = run_sft(cfg, str(ctx.dir))
     return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
 
 
 def _rl(ctx: StageContext) -> dict[str, Any]:
-    from searchrl.rl.cli import run_train
+    from searchrl.stages import run_train
 
     raw = ctx.cfg.model_dump()
     raw["training"].update(init_from=ctx.model, output_dir=str(ctx.dir))
@@ -303,23 +315,25 @@ def _same_run(cfg: RunConfig, saved: Path) -> bool:
 
 
 def _eval(ctx: StageContext) -> dict[str, Any]:
-    from searchrl.eval.harness import run_from_config
+    from searchrl.stages import evaluation
 
-    raw = ctx.cfg.model_dump()
-    raw["training"]["init_from"] = ctx.model
-    raw["evaluation"]["output_dir"] = str(ctx.dir)
-    if ctx.stage.data:
-        data = ctx.stage.data
-        raw["evaluation"]["datasets"] = [str(d) for d in (data if isinstance(data, list) else [data])]
-    result = run_from_config(validate_dict(raw, f"stage '{ctx.stage.name}'"))
+    data = ctx.stage.data
+    datasets = [str(d) for d in (data if isinstance(data, list) else [data])] if data else None
+    result = evaluation(ctx.cfg, model=ctx.model, out=ctx.dir, datasets=datasets)
     return {"rows": result.rows, "runtime_s": round(result.runtime_s, 2)}
 
 
 HANDLERS: dict[str, Callable[[StageContext], dict[str, Any]]] = {
-    "synth": _op_synth, "index": _op_index, "split": _op_split, "oracle": _op_oracle,
-    "rejection-sample": _op_rejection_sample, "select-difficulty": _op_select_difficulty,
-    "sft": _sft, "rl": _rl, "eval": _eval,
-}  # fmt: skip
+    "synth": _op_synth,
+    "index": _op_index,
+    "split": _op_split,
+    "oracle": _op_oracle,
+    "rejection-sample": _op_rejection_sample,
+    "select-difficulty": _op_select_difficulty,
+    "sft": _sft,
+    "rl": _rl,
+    "eval": _eval,
+}
 
 
 # --------------------------------------------------------------------------------------------------- runner
@@ -368,14 +382,19 @@ def run_pipeline(
     names = [s.name for s in cfg.pipeline]
     forced = _to_run(names, only, start)
     dump_config(cfg, run_dir / "config.yaml")
-    _log(run_dir, f"run {recipe or cfg.name} (profile {profile or 'none'}) into {run_dir}: stages {', '.join(names)}"
-         + (f"; re-running {', '.join(n for n in names if n in forced)}" if forced else ""))  # fmt: skip
+    _log(
+        run_dir,
+        f"run {recipe or cfg.name} (profile {profile or 'none'}) into {run_dir}: stages {', '.join(names)}"
+        + (f"; re-running {', '.join(n for n in names if n in forced)}" if forced else ""),
+    )
     refs: dict[str, str] = {"run": str(run_dir)}
     base_values = cfg.model_dump()
     world = index = model = None
     results: list[StageResult] = []
     t_run = time.perf_counter()
     last = max((i for i, n in enumerate(names) if n in forced), default=-1)  # --only: nothing runs after it
+    for raw_stage in cfg.pipeline:
+        check_stage_args(raw_stage)
     for i, raw_stage in enumerate(cfg.pipeline):
         if only is not None and i > last:
             break
@@ -385,17 +404,21 @@ def run_pipeline(
         skip = (only is not None and stage.name not in forced) or (done.exists() and stage.name not in forced)
         if skip:
             if only is not None and not done.exists():
-                raise ConfigError(f"--only {','.join(only)}: stage '{stage.name}' has not run yet (no {done}); "
-                                  f"run `searchrl run` without --only first")  # fmt: skip
+                raise ConfigError(
+                    f"--only {','.join(only)}: stage '{stage.name}' has not run yet (no {done}); "
+                    f"run `searchrl run` without --only first"
+                )
             info = json.loads(done.read_text() or "{}")
             _log(run_dir, f"stage {stage.name}: skipped (DONE, {info.get('seconds', 0):.1f} s when it ran)")
-            results.append(StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output),
-                                       info.get("result", {})))  # fmt: skip
+            results.append(
+                StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output), info.get("result", {}))
+            )
         else:
             # An RL stage that stopped part-way (no DONE, a checkpoint) goes on from its checkpoint unless it was
             # asked to run again (--only / --from); every other stage starts from an empty directory.
-            resume = (stage.kind == "rl" and stage.name not in forced
-                      and (sdir / "checkpoint" / "trainer_state.pt").exists())  # fmt: skip
+            resume = (
+                stage.kind == "rl" and stage.name not in forced and (sdir / "checkpoint" / "trainer_state.pt").exists()
+            )
             if sdir.exists() and not resume:
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True, exist_ok=True)
@@ -405,14 +428,20 @@ def run_pipeline(
             recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
             stage_model = stage.init_from or model or recipe_model or scfg.model.policy
             ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index, resume)
-            _log(run_dir, f"stage {stage.name} ({key}): " + ("resuming from its checkpoint" if resume else "start")
-                 + (f", model {stage_model}" if key in _NEEDS_MODEL else ""))  # fmt: skip
+            _log(
+                run_dir,
+                f"stage {stage.name} ({key}): "
+                + ("resuming from its checkpoint" if resume else "start")
+                + (f", model {stage_model}" if key in _NEEDS_MODEL else ""),
+            )
             t0, c0 = time.perf_counter(), time.process_time()
             try:
                 result = HANDLERS[key](ctx)
             except BaseException as err:
-                _log(run_dir, f"stage {stage.name}: FAILED after {time.perf_counter() - t0:.1f} s: "
-                              f"{type(err).__name__}: {err}")  # fmt: skip
+                _log(
+                    run_dir,
+                    f"stage {stage.name}: FAILED after {time.perf_counter() - t0:.1f} s: {type(err).__name__}: {err}",
+                )
                 _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
                 raise
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -424,8 +453,11 @@ def run_pipeline(
             } | ({"resumed": True} if resume else {})  # times: this process's part only
             atomic_write_text(done, json.dumps(marker, default=str))
             _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s ({cpu:.0f} CPU-s) -> {output}")
-            results.append(StageResult(stage.name, stage.kind, stage.op, "ran", round(seconds, 2), str(output),
-                                       result, round(cpu, 2)))  # fmt: skip
+            results.append(
+                StageResult(
+                    stage.name, stage.kind, stage.op, "ran", round(seconds, 2), str(output), result, round(cpu, 2)
+                )
+            )
         refs[stage.name] = str(output)
         if stage.op == "synth":
             world = str(output)
@@ -439,10 +471,19 @@ def run_pipeline(
     return results
 
 
-def _write_summary(run_dir: Path, recipe: str, profile: str | None, results: list[StageResult], total: float,
-                   failed: str | None = None) -> None:  # fmt: skip
+def _write_summary(
+    run_dir: Path,
+    recipe: str,
+    profile: str | None,
+    results: list[StageResult],
+    total: float,
+    failed: str | None = None,
+) -> None:
     data = {
-        "recipe": recipe, "profile": profile, "total_seconds": round(total, 2), "failed": failed,
+        "recipe": recipe,
+        "profile": profile,
+        "total_seconds": round(total, 2),
+        "failed": failed,
         "stages": [r.__dict__ for r in results],
-    }  # fmt: skip
+    }
     atomic_write_text(run_dir / "summary.json", json.dumps(data, indent=2, default=str))

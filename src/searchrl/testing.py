@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from searchrl.generation.fake import ByteTokenizer
 from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol
+from searchrl.sft.types import SFTExample
 
 
 def tiny_model(seed: int = 0):
@@ -13,9 +14,19 @@ def tiny_model(seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=259, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=True)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=259,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(cfg)
     model.generation_config.eos_token_id = 2
     model.generation_config.pad_token_id = 0
@@ -59,8 +70,6 @@ def tokenizer() -> ByteTokenizer:
 
 def letter_sft_examples(n: int = 10) -> list:
     """``n`` tiny SFT examples ("say i:" -> " letters i abc", every target token trained) over :func:`tokenizer`."""
-    from searchrl.sft.types import SFTExample
-
     tok = tokenizer()
     out = []
     for i in range(n):

@@ -77,8 +77,11 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         model.merge_adapter()
         try:
             base = model.get_base_model()
-            return {k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items()
-                    if "lora_" not in k}  # fmt: skip
+            return {
+                k.replace(".base_layer", ""): v.detach().clone()
+                for k, v in base.state_dict().items()
+                if "lora_" not in k
+            }
         finally:
             model.unmerge_adapter()
     return {k: v.detach() for k, v in model.state_dict().items()}

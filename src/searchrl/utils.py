@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
+import logging
 import os
 import random
 import re
@@ -59,8 +61,12 @@ class _LoggedProgress(Progress):
             done = t.completed - self._start[task_id]  # the rate comes from this process's work only
             eta = elapsed * (t.total - t.completed) / done if done > 0 else float("nan")
             desc = re.sub(r"\[/?[a-z ]*\]", "", str(t.description))
-            print(f"[{time.strftime('%H:%M:%S')}] {desc}: {t.completed:g}/{t.total:g} ({pct:.0f}%) "
-                  f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"[{time.strftime('%H:%M:%S')}] {desc}: {t.completed:g}/{t.total:g} ({pct:.0f}%) "
+                f"elapsed {elapsed:.0f}s eta {eta:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def progress(transient: bool = False, every: float = 5.0) -> Progress:
@@ -89,9 +95,6 @@ def hard_exit(code: int = 0) -> None:
     For a multi-process (gloo) run whose work is done: left to teardown, the DDP reducer's dealloc holds the GIL
     while ``~ProcessGroupGloo`` joins a worker thread that needs the GIL to free its last barrier's work (a deadlock
     seen in CI), or a process aborts ("terminate called without an active exception")."""
-    import logging
-    import sys
-
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -111,8 +114,6 @@ def tune_allocator() -> None:
         return
     _ALLOCATOR_TUNED = True
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of free heap
         libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: big blocks come from the heap, so they are reused
@@ -211,9 +212,15 @@ def portable_text(text: str) -> str:
     """
     exe = Path(sys.executable)
     root = _root()
-    pairs = [(str(exe), "python"), (str(exe.resolve()), "python"), (str(exe.parent) + "/", ""),
-             (str(root) + "/", ""), (str(root), "."), (str(root.parent) + "/", "../"),
-             (str(Path.home()) + "/", "~/")]  # fmt: skip
+    pairs = [
+        (str(exe), "python"),
+        (str(exe.resolve()), "python"),
+        (str(exe.parent) + "/", ""),
+        (str(root) + "/", ""),
+        (str(root), "."),
+        (str(root.parent) + "/", "../"),
+        (str(Path.home()) + "/", "~/"),
+    ]
     for old, new in sorted(pairs, key=lambda p: -len(p[0])):
         if len(old) > 1:
             text = text.replace(old, new)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from searchrl.data.cli import app
+from searchrl.commands.data import app
 
 runner = CliRunner()
 

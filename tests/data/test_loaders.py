@@ -162,8 +162,12 @@ def test_hf_load_dataset_with_config_like_flashrag(tmp_path: Path, hf_cache: Pat
 
 def test_shared_qa_files_load(shared_data: Path) -> None:
     """Every QA file under ../shared/data loads: one example per non-empty line, unique ids, answers present."""
-    files = ["2wiki-mini/dev.jsonl", "r1-searcher-train/stage_1.jsonl", "r1-searcher-train/stage_2.jsonl",
-             "fixtures/flashrag_nq_sample.jsonl"]  # fmt: skip
+    files = [
+        "2wiki-mini/dev.jsonl",
+        "r1-searcher-train/stage_1.jsonl",
+        "r1-searcher-train/stage_2.jsonl",
+        "fixtures/flashrag_nq_sample.jsonl",
+    ]
     for rel in files:
         path = shared_data / rel
         lines = sum(1 for line in path.open(encoding="utf-8") if line.strip())

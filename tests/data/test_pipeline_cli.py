@@ -9,9 +9,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from searchrl.data import pipeline_cli
+from searchrl.commands import data_build
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.rollout.trajectory import Trajectory
+from searchrl.stages import data as data_stages
+from searchrl.stages import sampling
 
 runner = CliRunner()
 #: a long passage: ~700 byte tokens, far more than the old fixed 256-token observation cap
@@ -21,7 +23,7 @@ LONG = "The Amber Fort was built in 1592 by Raja Man Singh. " + "It has many hal
 @pytest.fixture
 def app() -> typer.Typer:
     app = typer.Typer()
-    pipeline_cli.register(app)
+    data_build.register(app)
     return app
 
 
@@ -30,12 +32,17 @@ def corpus_and_questions(tmp_path: Path) -> tuple[Path, Path, Path]:
     from searchrl.retrieval.index import build_index
 
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text(json.dumps({"id": "p0", "contents": f"Amber Fort\n{LONG}"}) + "\n"
-                      + json.dumps({"id": "p1", "contents": "Other\nNothing here."}) + "\n")  # fmt: skip
+    corpus.write_text(
+        json.dumps({"id": "p0", "contents": f"Amber Fort\n{LONG}"})
+        + "\n"
+        + json.dumps({"id": "p1", "contents": "Other\nNothing here."})
+        + "\n"
+    )
     index = build_index(corpus, "bm25", tmp_path / "index")
     data = tmp_path / "qa.jsonl"
-    data.write_text(json.dumps({"id": "q0", "question": "When was the Amber Fort built?", "golden_answers": ["1592"]})
-                    + "\n")  # fmt: skip
+    data.write_text(
+        json.dumps({"id": "q0", "question": "When was the Amber Fort built?", "golden_answers": ["1592"]}) + "\n"
+    )
     return corpus, index, data
 
 
@@ -55,12 +62,29 @@ def test_rejection_sample_observations_are_capped_by_the_recipe_not_256(
 ) -> None:
     _, index, data = corpus_and_questions
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("rollout: {protocol: search_r1, max_obs_tokens: 1000, max_total_tokens: 8000, "
-                      "max_new_tokens: 200}\nretrieval: {topk: 1}\n")  # fmt: skip
-    monkeypatch.setattr(pipeline_cli, "_load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
+    recipe.write_text(
+        "rollout: {protocol: search_r1, max_obs_tokens: 1000, max_total_tokens: 8000, "
+        "max_new_tokens: 200}\nretrieval: {topk: 1}\n"
+    )
+    monkeypatch.setattr(sampling, "load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
     out = tmp_path / "rs.jsonl"
-    res = runner.invoke(app, ["rejection-sample", "--recipe", str(recipe), "--data", str(data), "--index",
-                              str(index), "--k", "1", "--out", str(out), *extra])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "rejection-sample",
+            "--recipe",
+            str(recipe),
+            "--data",
+            str(data),
+            "--index",
+            str(index),
+            "--k",
+            "1",
+            "--out",
+            str(out),
+            *extra,
+        ],
+    )
     assert res.exit_code == 0, res.output + repr(res.exception)
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     traj = Trajectory.from_dict(row)
@@ -70,26 +94,40 @@ def test_rejection_sample_observations_are_capped_by_the_recipe_not_256(
     assert traj.action_mask.count(0) == traj.turns[0].n_obs_tokens  # exactly the capped observation is inserted
 
 
-def test_select_difficulty_takes_turns_and_searches_from_the_recipe(tmp_path, app, corpus_and_questions,
-                                                                     monkeypatch) -> None:  # fmt: skip
+def test_select_difficulty_takes_turns_and_searches_from_the_recipe(
+    tmp_path, app, corpus_and_questions, monkeypatch
+) -> None:
     _, index, data = corpus_and_questions
-    seen: list[pipeline_cli.RolloutLimits] = []
-    real_engine = pipeline_cli.RolloutEngine
+    seen: list[sampling.RolloutLimits] = []
+    real_engine = sampling.RolloutEngine
 
     def engine(generator, retriever, protocol, limits, style):
         seen.append(limits)
         return real_engine(generator, retriever, protocol, limits, style)
 
-    monkeypatch.setattr(pipeline_cli, "RolloutEngine", engine)
-    monkeypatch.setattr(pipeline_cli, "_load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
+    monkeypatch.setattr(sampling, "RolloutEngine", engine)
+    monkeypatch.setattr(sampling, "load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
     common = ["--data", str(data), "--index", str(index), "--n", "2", "--out", str(tmp_path / "sel.jsonl")]
-    res = runner.invoke(app, ["select-difficulty", "--set", "rollout.max_turns=3", "--set", "rollout.max_searches=2",
-                              "--set", "rollout.max_obs_tokens=700", "--easy-below", "1", "--hard-above", "1",
-                              *common])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "select-difficulty",
+            "--set",
+            "rollout.max_turns=3",
+            "--set",
+            "rollout.max_searches=2",
+            "--set",
+            "rollout.max_obs_tokens=700",
+            "--easy-below",
+            "1",
+            "--hard-above",
+            "1",
+            *common,
+        ],
+    )
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert (seen[-1].max_turns, seen[-1].max_searches, seen[-1].max_obs_tokens) == (3, 2, 700)
-    res = runner.invoke(app, ["select-difficulty", "--rule", "rag_r1", "--set", "rollout.max_obs_tokens=700",
-                              *common])  # fmt: skip
+    res = runner.invoke(app, ["select-difficulty", "--rule", "rag_r1", "--set", "rollout.max_obs_tokens=700", *common])
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert (seen[-1].max_turns, seen[-1].max_searches, seen[-1].max_obs_tokens) == (10, 10, 700)  # RAG-R1's filter
 
@@ -101,10 +139,26 @@ def test_data_oracle_writes_sft_trajectories(tmp_path, app, monkeypatch) -> None
     world = tmp_path / "world"
     write_world(generate_world(80, 0), world)
     index = build_index(world / "corpus.jsonl", "bm25", tmp_path / "index")
-    monkeypatch.setattr(pipeline_cli, "_load_tokenizer", lambda model: ByteTokenizer())
+    monkeypatch.setattr(data_stages, "load_tokenizer", lambda model: ByteTokenizer())
     out = tmp_path / "oracle.jsonl"
-    res = runner.invoke(app, ["oracle", "--world", str(world), "--protocol", "r1_searcher", "--index", str(index),
-                              "--out", str(out), "--limit", "6", "--set", "rollout.max_obs_tokens=120"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "oracle",
+            "--world",
+            str(world),
+            "--protocol",
+            "r1_searcher",
+            "--index",
+            str(index),
+            "--out",
+            str(out),
+            "--limit",
+            "6",
+            "--set",
+            "rollout.max_obs_tokens=120",
+        ],
+    )
     assert res.exit_code == 0, res.output + repr(res.exception)
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     questions = [json.loads(x) for x in (world / "train.jsonl").read_text().splitlines()][:6]

@@ -41,7 +41,8 @@ def test_split_cli_writes_both_files(tmp_path) -> None:
     from searchrl.utils import write_jsonl
 
     write_jsonl(tmp_path / "qa.jsonl", [e.to_flashrag() for e in _qs(20)])
-    res = CliRunner().invoke(app, ["data", "split", str(tmp_path / "qa.jsonl"), "--out", str(tmp_path / "s"),
-                                   "--heldout", "5"])  # fmt: skip
+    res = CliRunner().invoke(
+        app, ["data", "split", str(tmp_path / "qa.jsonl"), "--out", str(tmp_path / "s"), "--heldout", "5"]
+    )
     assert res.exit_code == 0, res.output
     assert len(load_qa(tmp_path / "s" / "heldout.jsonl")) == 5 and len(load_qa(tmp_path / "s" / "train.jsonl")) == 15

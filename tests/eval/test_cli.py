@@ -10,11 +10,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from searchrl import cli
+from searchrl import cli, pipeline
+from searchrl.commands.eval import build_config
 from searchrl.data.records import QAExample
 from searchrl.eval import harness
 from searchrl.eval.baselines import Prediction
-from searchrl.eval.cli import build_config
 from searchrl.eval.rescore import rescore_file
 from searchrl.protocols import get_protocol
 
@@ -28,11 +28,14 @@ def write_jsonl(path, rows) -> None:
 @pytest.fixture
 def qa_file(tmp_path):
     path = tmp_path / "toy.jsonl"
-    write_jsonl(path, [
-        {"id": "q1", "question": "Where was Anna Berg born?", "golden_answers": ["Rome"]},
-        {"id": "q2", "question": "Who directed Blue Lake?", "golden_answers": ["Tom Hale", "T. Hale"]},
-        {"id": "q3", "question": "Is Oslo in Norway?", "golden_answers": ["yes"]},
-    ])  # fmt: skip
+    write_jsonl(
+        path,
+        [
+            {"id": "q1", "question": "Where was Anna Berg born?", "golden_answers": ["Rome"]},
+            {"id": "q2", "question": "Who directed Blue Lake?", "golden_answers": ["Tom Hale", "T. Hale"]},
+            {"id": "q3", "question": "Is Oslo in Norway?", "golden_answers": ["yes"]},
+        ],
+    )
     return path
 
 
@@ -48,11 +51,28 @@ def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) 
 
     retriever = fakes.KeywordRetriever()
     monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(reply))
-    monkeypatch.setattr(harness, "load_retriever", lambda cfg, corpus=None: retriever)
+    monkeypatch.setattr(pipeline, "make_retriever_for", lambda cfg, corpus=None: retriever)
     out = tmp_path / "out"
-    res = runner.invoke(cli.app, ["eval", "--data", str(qa_file), "--methods", "direct,naive_rag,agent",
-                                  "--index", str(tmp_path / "idx"), "--topk", "2", "--limit", "2",
-                                  "--out", str(out), "--set", "rollout.max_turns=2"])  # fmt: skip
+    res = runner.invoke(
+        cli.app,
+        [
+            "eval",
+            "--data",
+            str(qa_file),
+            "--methods",
+            "direct,naive_rag,agent",
+            "--index",
+            str(tmp_path / "idx"),
+            "--topk",
+            "2",
+            "--limit",
+            "2",
+            "--out",
+            str(out),
+            "--set",
+            "rollout.max_turns=2",
+        ],
+    )
     assert res.exit_code == 0, res.output + repr(res.exception)
     for method in ("direct", "naive_rag", "agent"):
         lines = (out / "predictions" / f"toy__{method}.jsonl").read_text().splitlines()
@@ -116,7 +136,7 @@ def test_bad_flags_name_the_fix(qa_file, args, match) -> None:
 def test_retrieval_method_without_index_on_explicit_data(qa_file) -> None:
     cfg = build_config(None, [], data=[str(qa_file)], methods="naive_rag")
     with pytest.raises(ValueError, match="--index DIR"):
-        harness.load_retriever(cfg)
+        harness.check_retriever_source(cfg)
 
 
 def test_no_arguments_prints_help() -> None:
@@ -148,9 +168,11 @@ EXPECTED_SQUAD = {**EXPECTED, "cover_em_tokens": 3 / 5}
 
 @pytest.mark.parametrize(
     "flags, expected, printed",
-    [([], EXPECTED_AUTHORS, ("40.0", "76.0")), (["--normalize", "squad", "--boundary", "word"], EXPECTED_SQUAD,
-                                                 ("40.0", "64.0"))],
-)  # fmt: skip
+    [
+        ([], EXPECTED_AUTHORS, ("40.0", "76.0")),
+        (["--normalize", "squad", "--boundary", "word"], EXPECTED_SQUAD, ("40.0", "64.0")),
+    ],
+)
 def test_rescore_r1_searcher_format(tmp_path, flags, expected, printed) -> None:
     path = tmp_path / "2wiki_500.jsonl"
     write_jsonl(path, R1_ROWS)
@@ -176,8 +198,9 @@ def test_rescore_json_array_and_our_own_files(tmp_path, examples, fakes) -> None
     # our predictions file re-scores to the numbers the harness computed
     from searchrl.eval.baselines import DirectMethod
 
-    result = harness.evaluate({"toy": examples}, {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))},
-                              tmp_path / "run", show=False)  # fmt: skip
+    result = harness.evaluate(
+        {"toy": examples}, {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))}, tmp_path / "run", show=False
+    )
     again = rescore_file(tmp_path / "run" / "predictions" / "toy__direct.jsonl")
     assert [it["metrics"] for it in again] == [it["metrics"] for it in result.items]
     assert {(it["dataset"], it["method"]) for it in again} == {("toy", "direct")}

@@ -26,16 +26,26 @@ def two_worlds(tmp_path):
     filler = [{"id": f"f{i}", "contents": f"Filler {i}\nThe river number {i} flows past hills."} for i in range(6)]
     entries = []
     for world, answers in facts.items():
-        corpus = write_jsonl(tmp_path / f"corpus_{world}.jsonl", [
-            {"id": f"{world}-avalon", "contents": f"Avalon\nThe capital of Avalon is {answers['Avalon']}."},
-            {"id": f"{world}-brill", "contents": f"Brill\nThe Order of Brill was founded by {answers['Brill']}."},
-            *filler,
-        ])  # fmt: skip
-        data = write_jsonl(tmp_path / f"qa_{world}.jsonl", [
-            {"id": f"{world}{i}", "question": q, "golden_answers": [answers[key]]} for i, (q, key) in enumerate(qs)
-        ])  # fmt: skip
-        entries.append({"name": f"World{world.upper()}", "data": data, "index": str(tmp_path / f"index_{world}"),
-                        "corpus": corpus})  # fmt: skip
+        corpus = write_jsonl(
+            tmp_path / f"corpus_{world}.jsonl",
+            [
+                {"id": f"{world}-avalon", "contents": f"Avalon\nThe capital of Avalon is {answers['Avalon']}."},
+                {"id": f"{world}-brill", "contents": f"Brill\nThe Order of Brill was founded by {answers['Brill']}."},
+                *filler,
+            ],
+        )
+        data = write_jsonl(
+            tmp_path / f"qa_{world}.jsonl",
+            [{"id": f"{world}{i}", "question": q, "golden_answers": [answers[key]]} for i, (q, key) in enumerate(qs)],
+        )
+        entries.append(
+            {
+                "name": f"World{world.upper()}",
+                "data": data,
+                "index": str(tmp_path / f"index_{world}"),
+                "corpus": corpus,
+            }
+        )
     return entries
 
 
@@ -49,9 +59,15 @@ def reader(answers=("Zorgrad", "Kelmar", "Mira Tan", "Osk Vey")):
 
 
 def test_two_datasets_with_their_own_indexes(tmp_path, two_worlds, fakes, monkeypatch, capsys) -> None:
-    overrides = [f"evaluation.datasets={json.dumps(two_worlds)}", "evaluation.methods=[direct, naive_rag]",
-                 "evaluation.metrics=[em]", f"evaluation.output_dir={tmp_path / 'out'}", "retrieval.kind=bm25",
-                 "retrieval.topk=1", "evaluation.limit=null"]  # fmt: skip
+    overrides = [
+        f"evaluation.datasets={json.dumps(two_worlds)}",
+        "evaluation.methods=[direct, naive_rag]",
+        "evaluation.metrics=[em]",
+        f"evaluation.output_dir={tmp_path / 'out'}",
+        "retrieval.kind=bm25",
+        "retrieval.topk=1",
+        "evaluation.limit=null",
+    ]
     cfg = load_config(None, overrides)
     monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(reader()))
     result = harness.run_from_config(cfg)
@@ -72,9 +88,10 @@ def test_two_datasets_with_their_own_indexes(tmp_path, two_worlds, fakes, monkey
 
 
 def test_seeded_subset_and_limit(tmp_path) -> None:
-    data = write_jsonl(tmp_path / "qa.jsonl", [
-        {"id": f"q{i}", "question": f"Question {i}?", "golden_answers": [str(i)]} for i in range(20)
-    ])  # fmt: skip
+    data = write_jsonl(
+        tmp_path / "qa.jsonl",
+        [{"id": f"q{i}", "question": f"Question {i}?", "golden_answers": [str(i)]} for i in range(20)],
+    )
     entry = {"name": "Q", "data": data, "sample": 5}
     sets = f"evaluation.datasets=[{json.dumps(entry)}]"
     one = resolve_eval_sets(load_config(None, [sets, "evaluation.limit=null"]))
@@ -87,8 +104,9 @@ def test_seeded_subset_and_limit(tmp_path) -> None:
     limited = resolve_eval_sets(load_config(None, [sets, "evaluation.limit=2"]))
     assert [e.id for e in limited[0].examples] == ids[:2]
     everything = {**entry, "sample": 125}  # more than the file holds: all of it (Bamboogle's 125)
-    (s,) = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{json.dumps(everything)}]",
-                                                "evaluation.limit=null"]))  # fmt: skip
+    (s,) = resolve_eval_sets(
+        load_config(None, [f"evaluation.datasets=[{json.dumps(everything)}]", "evaluation.limit=null"])
+    )
     assert len(s.examples) == 20 and seeded_subset(s.examples, None, 0) == s.examples
 
 
@@ -105,8 +123,9 @@ def test_missing_dataset_names_where_to_get_it(tmp_path) -> None:
 def test_own_index_without_corpus_or_index_is_a_one_line_error(tmp_path, fakes, monkeypatch) -> None:
     data = write_jsonl(tmp_path / "qa.jsonl", [{"id": "q", "question": "Q?", "golden_answers": ["a"]}])
     entry = {"data": data, "index": str(tmp_path / "empty_index")}
-    cfg = load_config(None, [f"evaluation.datasets=[{json.dumps(entry)}]", "evaluation.methods=[naive_rag]",
-                             "retrieval.kind=bm25"])  # fmt: skip
+    cfg = load_config(
+        None, [f"evaluation.datasets=[{json.dumps(entry)}]", "evaluation.methods=[naive_rag]", "retrieval.kind=bm25"]
+    )
     monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(lambda ctx: "a"))
     with pytest.raises(FileNotFoundError, match="searchrl index build") as err:
         harness.run_from_config(cfg)

@@ -43,8 +43,9 @@ def run(tmp_path, examples, fakes):
     direct = DirectMethod(fakes.scripted(fakes.direct_reply))
     rag = NaiveRAGMethod(fakes.scripted(rag_reply), retriever, topk=2)
     datasets = {"toy": examples, "toy2": examples[:2]}
-    result = evaluate(datasets, {"direct": direct, "naive_rag": rag}, tmp_path, metrics=METRICS, batch_size=2,
-                      show=False)  # fmt: skip
+    result = evaluate(
+        datasets, {"direct": direct, "naive_rag": rag}, tmp_path, metrics=METRICS, batch_size=2, show=False
+    )
     return tmp_path, result, retriever
 
 
@@ -57,8 +58,11 @@ def test_predictions_files_hold_question_golds_prediction_and_item_metrics(run) 
     rag = [json.loads(x) for x in (out / "predictions" / "toy__naive_rag.jsonl").read_text().splitlines()]
     assert [r["trajectory"]["hit_ids"] for r in rag] == [[["d-anna"]], [["d-blue"]], [["d-oslo"]]]
     assert sorted(p.name for p in (out / "predictions").iterdir()) == [
-        "toy2__direct.jsonl", "toy2__naive_rag.jsonl", "toy__direct.jsonl", "toy__naive_rag.jsonl",
-    ]  # fmt: skip
+        "toy2__direct.jsonl",
+        "toy2__naive_rag.jsonl",
+        "toy__direct.jsonl",
+        "toy__naive_rag.jsonl",
+    ]
     # batch_size=2: the 3 questions of "toy" take two retriever calls, the 2 of "toy2" one
     assert [len(q) for q, _ in retriever.calls] == [2, 1, 2]
 
@@ -118,8 +122,13 @@ def test_summary_png_opens(run) -> None:
 
 
 def test_one_dataset_has_no_average_column(tmp_path, examples, fakes) -> None:
-    result = evaluate({"only": examples}, {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))}, tmp_path,
-                      metrics=["em"], show=False)  # fmt: skip
+    result = evaluate(
+        {"only": examples},
+        {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))},
+        tmp_path,
+        metrics=["em"],
+        show=False,
+    )
     assert [r["dataset"] for r in result.rows] == ["only"]
     header = table_rows((tmp_path / "summary.md").read_text())[0]
     assert header == ["method", "only EM", "searches/q", "queries/q", "gen tokens/q", "latency s/q"]
@@ -134,8 +143,14 @@ def test_judge_column(tmp_path, examples, fakes) -> None:
 
     judge = LLMJudge("http://judge.test/v1", "fake-judge", cache_path=tmp_path / "judge.json")
     judge._client = httpx.Client(transport=httpx.MockTransport(handler))
-    result = evaluate({"toy": examples}, {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))}, tmp_path,
-                      metrics=["em"], judge=judge, show=False)  # fmt: skip
+    result = evaluate(
+        {"toy": examples},
+        {"direct": DirectMethod(fakes.scripted(fakes.direct_reply))},
+        tmp_path,
+        metrics=["em"],
+        judge=judge,
+        show=False,
+    )
     row = result.rows[0]
     # verdicts: True, False, unreadable -> accuracy over the two readable ones, one unparsed
     assert row["judge"] == pytest.approx(1 / 2) and row["judge_unparsed"] == 1
@@ -151,17 +166,29 @@ def test_aggregate_keeps_none_out_of_means() -> None:
         {"dataset": "d", "method": "m", "metrics": {"em": 0.0}, "searches": None, "gen_tokens": 8, "latency_s": 3.0},
     ]
     (row,) = aggregate(items, ["em"])
-    assert row == {"dataset": "d", "method": "m", "n": 2, "em": 0.5, "searches": None, "queries": None,
-                   "gen_tokens": 6.0, "latency_s": 2.0}  # fmt: skip
+    assert row == {
+        "dataset": "d",
+        "method": "m",
+        "n": 2,
+        "em": 0.5,
+        "searches": None,
+        "queries": None,
+        "gen_tokens": 6.0,
+        "latency_s": 2.0,
+    }
     md = render_markdown([row], ["em"])
     assert table_rows(md)[1] == ["m", "50.0", "-", "-", "6.0", "2.000"]
 
 
 @pytest.mark.parametrize(
     "source, name",
-    [("data/2wiki-mini/dev.jsonl", "dev"), ("hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev", "hotpotqa_dev"),
-     ("hf:squad:validation", "squad_validation"), ("some/dir", "dir")],
-)  # fmt: skip
+    [
+        ("data/2wiki-mini/dev.jsonl", "dev"),
+        ("hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev", "hotpotqa_dev"),
+        ("hf:squad:validation", "squad_validation"),
+        ("some/dir", "dir"),
+    ],
+)
 def test_dataset_names(source: str, name: str) -> None:
     assert dataset_name(source) == name
 
@@ -199,8 +226,12 @@ def test_search_o1_is_built_with_the_agents_limits(fakes) -> None:
     from searchrl.eval.search_o1 import SearchO1Method
 
     gen = fakes.scripted(fakes.direct_reply)
-    over = ["evaluation.methods=[search_o1]", "evaluation.topk=5", "evaluation.max_searches=10",
-            "evaluation.search_o1_refine_max_new_tokens=300"]  # fmt: skip
+    over = [
+        "evaluation.methods=[search_o1]",
+        "evaluation.topk=5",
+        "evaluation.max_searches=10",
+        "evaluation.search_o1_refine_max_new_tokens=300",
+    ]
     method = build_methods(load_config("demo", over), gen, fakes.KeywordRetriever())["search_o1"]
     assert isinstance(method, SearchO1Method)
     assert (method.engine.limits.topk, method.engine.limits.max_searches) == (5, 10)
@@ -216,8 +247,17 @@ def test_by_kind_scores_each_question_kind_and_well_formed_is_averaged() -> None
     from searchrl.eval.report import aggregate
 
     def item(kind, em, wf):
-        return {"dataset": "dev", "method": "agent", "kind": kind, "metrics": {"em": em}, "searches": 1,
-                "queries": 1, "gen_tokens": 10, "latency_s": 0.1, "well_formed": wf}  # fmt: skip
+        return {
+            "dataset": "dev",
+            "method": "agent",
+            "kind": kind,
+            "metrics": {"em": em},
+            "searches": 1,
+            "queries": 1,
+            "gen_tokens": 10,
+            "latency_s": 0.1,
+            "well_formed": wf,
+        }
 
     items = [item("bridge", 1.0, True), item("bridge", 0.0, False), item("comparison", 1.0, True)]
     rows = {r["kind"]: r for r in by_kind(items, ["em"])}

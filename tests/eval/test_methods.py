@@ -261,8 +261,9 @@ def search_o1_reply(ctx: str) -> str:
 def test_search_o1_inserts_only_the_refined_documents(retriever) -> None:
     examples = [QAExample("a", Q_BRIDGE, ["Norway"]), QAExample("b", Q_ACME, ["Jane Roe"])]
     gen = scripted(search_o1_reply)
-    limits = RolloutLimits(max_turns=5, max_searches=4, max_new_tokens=200, max_obs_tokens=500,
-                           max_total_tokens=20000, topk=2)  # fmt: skip
+    limits = RolloutLimits(
+        max_turns=5, max_searches=4, max_new_tokens=200, max_obs_tokens=500, max_total_tokens=20000, topk=2
+    )
     method = SearchO1Method(gen, retriever, limits=limits, max_searches=2, refine_max_new_tokens=300)
     a, b = method.answer(examples)
     assert (a.text, b.text) == ("Norway", "Jane Roe")  # the last \boxed{}, \text{} unwrapped
@@ -270,8 +271,11 @@ def test_search_o1_inserts_only_the_refined_documents(retriever) -> None:
     assert "no more than 2 times" in gen.calls[0][0]  # the prompt states the search limit
 
     # per step: ONE reasoning call, ONE retriever call with the new queries, ONE refinement call for them
-    assert [q for q, _ in retriever.calls] == [["Blue Lake director", "Acme founder"], ["Tom Hale birthplace"],
-                                               ["Acme owner"]]  # fmt: skip
+    assert [q for q, _ in retriever.calls] == [
+        ["Blue Lake director", "Acme founder"],
+        ["Tom Hale birthplace"],
+        ["Acme owner"],
+    ]
     assert all(k == 2 for _, k in retriever.calls)
     refine_calls = [i for i, c in enumerate(gen.calls) if "Current search query: " in c[0]]
     assert refine_calls == [1, 3, 5] and [len(c) for c in gen.calls] == [2, 2, 2, 1, 2, 1, 1, 1]
@@ -290,8 +294,14 @@ def test_search_o1_inserts_only_the_refined_documents(retriever) -> None:
     # the reasoning sees the refined text in the result tags, never the raw documents
     reasoning = [ctx for i, c in enumerate(gen.calls) if i not in refine_calls for ctx in c]
     assert not any(doc in ctx for doc in RAW_DOCS for ctx in reasoning)
-    assert a.raw == SO1_A1 + so1_result(SO1_REFINED["Blue Lake director"]) + SO1_A2 + so1_result(
-        SO1_REFINED["Tom Hale birthplace"]) + SO1_A3  # fmt: skip
+    assert (
+        a.raw
+        == SO1_A1
+        + so1_result(SO1_REFINED["Blue Lake director"])
+        + SO1_A2
+        + so1_result(SO1_REFINED["Tom Hale birthplace"])
+        + SO1_A3
+    )
     assert so1_result("No helpful information found.") in b.raw and RAW_DOCS[2] not in b.raw
 
     # trajectories: queries, document ids, refined texts; tokens of both calls
@@ -305,7 +315,12 @@ def test_search_o1_inserts_only_the_refined_documents(retriever) -> None:
     refine_tokens = sum(n_bytes(refine_reply(q)) + 1 for q in SO1_REFINED)  # + EOS
     assert a.gen_tokens == n_bytes(SO1_A1 + SO1_A2 + SO1_A3) + 1 + refine_tokens
     assert [t["action"] for t in b.trajectory["turns"]] == [
-        "search", "search_repeated", "search", "search_over_budget", "answer"]  # fmt: skip
+        "search",
+        "search_repeated",
+        "search",
+        "search_over_budget",
+        "answer",
+    ]
     assert [(s["query"], s["refined"], s["marker_found"]) for s in b.trajectory["reason_in_documents"]] == [
         ("Acme founder", "No helpful information found.", False),
         ("Acme owner", "No helpful information found.", False),
@@ -338,8 +353,9 @@ def agent_reply(ctx: str) -> str:
 
 def test_agent_runs_the_rollout_engine(examples, retriever) -> None:
     gen = scripted(agent_reply)
-    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=200, max_obs_tokens=500,
-                           max_total_tokens=4000, topk=3)  # fmt: skip
+    limits = RolloutLimits(
+        max_turns=3, max_searches=2, max_new_tokens=200, max_obs_tokens=500, max_total_tokens=4000, topk=3
+    )
     preds = AgentMethod(gen, retriever, get_protocol("search_r1"), limits=limits).answer(examples)
     assert [p.text for p in preds] == ["Rome", "Tom Hale", "no"]
     assert retriever.calls == [(list(AGENT_QUERIES.values()), 3)]  # one batched call for the turn

@@ -48,7 +48,10 @@ def test_rescoring_an_excerpt_of_the_release_gives_the_authors_scores(tmp_path) 
     (row,) = json.loads((out / "summary.json").read_text())["rows"]
     # printed to one decimal as the paper prints: EM 3/8, ACC_R 5/8, F1 (4 + 6/7 + 2/3) / 8
     assert (f"{100 * row['em']:.1f}", f"{100 * row['cover_em_tokens']:.1f}", f"{100 * row['f1']:.1f}") == (
-        "37.5", "62.5", "69.0")  # fmt: skip
+        "37.5",
+        "62.5",
+        "69.0",
+    )
     md = (out / "summary.md").read_text()
     assert "cover_em_tokens: r1_searcher" in md and "em: r1_searcher" in md
 
@@ -64,17 +67,26 @@ def test_squad_normalisation_scores_the_excerpt_differently() -> None:
 
 @pytest.mark.parametrize(
     "protocol, em_norm, boundary",
-    [("search_r1", "squad", "char"), ("r1_searcher", "r1_searcher", "char"), ("rag_r1", "rag_r1", "word"),
-     ("r_search", "squad", "char"), ("r1_searcher_pp", "squad", "char"), ("search_o1", "squad", "word")],
-)  # fmt: skip
+    [
+        ("search_r1", "squad", "char"),
+        ("r1_searcher", "r1_searcher", "char"),
+        ("rag_r1", "rag_r1", "word"),
+        ("r_search", "squad", "char"),
+        ("r1_searcher_pp", "squad", "char"),
+        ("search_o1", "squad", "word"),
+    ],
+)
 def test_auto_follows_each_methods_own_evaluation_code(protocol, em_norm, boundary) -> None:
     settings = harness.metric_settings(["em", "f1", "cover_em", "cover_em_tokens"], protocol=protocol)
     assert settings["em"] == settings["f1"] == {"normalize": em_norm}
     assert settings["cover_em"] == {"normalize": em_norm, "boundary": boundary}
     assert settings["cover_em_tokens"] == {"normalize": "r1_searcher"}  # the metric's own definition
     forced = harness.metric_settings(["em", "cover_em", "cover_em_tokens"], "squad", "word", protocol)
-    assert forced == {"em": {"normalize": "squad"}, "cover_em": {"normalize": "squad", "boundary": "word"},
-                      "cover_em_tokens": {"normalize": "squad"}}  # fmt: skip
+    assert forced == {
+        "em": {"normalize": "squad"},
+        "cover_em": {"normalize": "squad", "boundary": "word"},
+        "cover_em_tokens": {"normalize": "squad"},
+    }
 
 
 class RecordingGenerator:
@@ -105,11 +117,22 @@ def test_config_reaches_scores_top_p_and_timing(tmp_path, examples, fakes, monke
 
     gen = RecordingGenerator(ByteTokenizer(), lambda ctx: "Tom Hales" if fakes.Q_HALE in ctx else "Rome")
     qa = tmp_path / "toy.jsonl"
-    qa.write_text("".join(json.dumps({"id": e.id, "question": e.question, "golden_answers": e.answers}) + "\n"
-                          for e in examples))  # fmt: skip
-    cfg = load_config(None, [f"evaluation.datasets=[{qa}]", "evaluation.methods=[direct]", "evaluation.top_p=0.9",
-                             "evaluation.temperature=0.5", "evaluation.timing=single", "evaluation.batch_size=8",
-                             f"evaluation.output_dir={tmp_path / 'out'}", "rollout.protocol=search_r1"])  # fmt: skip
+    qa.write_text(
+        "".join(json.dumps({"id": e.id, "question": e.question, "golden_answers": e.answers}) + "\n" for e in examples)
+    )
+    cfg = load_config(
+        None,
+        [
+            f"evaluation.datasets=[{qa}]",
+            "evaluation.methods=[direct]",
+            "evaluation.top_p=0.9",
+            "evaluation.temperature=0.5",
+            "evaluation.timing=single",
+            "evaluation.batch_size=8",
+            f"evaluation.output_dir={tmp_path / 'out'}",
+            "rollout.protocol=search_r1",
+        ],
+    )
     result = harness.run_from_config(cfg, generator=gen, retriever=fakes.KeywordRetriever())
     assert {p.top_p for p in gen.params} == {0.9} and {p.temperature for p in gen.params} == {0.5}
     assert gen.batch_sizes == [1, 1, 1]  # timing: single answers one question at a time
@@ -140,8 +163,9 @@ def test_multi_query_calls_count_as_one_search_with_several_queries(fakes) -> No
             return "<think>three things</think>\n<search> Anna Berg, Blue Lake, Oslo </search>"
         return "<think>done</think>\n<answer> Rome </answer>"
 
-    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=200, max_obs_tokens=2000,
-                           max_total_tokens=8000, topk=1)  # fmt: skip
+    limits = RolloutLimits(
+        max_turns=3, max_searches=2, max_new_tokens=200, max_obs_tokens=2000, max_total_tokens=8000, topk=1
+    )
     (pred,) = AgentMethod(fakes.scripted(reply), fakes.KeywordRetriever(), protocol, limits=limits).answer(
         [QAExample("q1", fakes.Q_ROME, ["Rome"])]
     )

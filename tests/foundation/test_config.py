@@ -14,8 +14,16 @@ def test_every_shipped_recipe_validates(name: str) -> None:
 
 def test_recipes_include_each_method() -> None:
     names = set(recipe_names())
-    assert {"search_r1_ppo", "search_r1_grpo", "r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp",
-            "r_search", "rag_r1", "demo"} <= names  # fmt: skip
+    assert {
+        "search_r1_ppo",
+        "search_r1_grpo",
+        "r1_searcher_stage1",
+        "r1_searcher_stage2",
+        "r1_searcher_pp",
+        "r_search",
+        "rag_r1",
+        "demo",
+    } <= names
 
 
 def test_misspelt_key_names_key_and_closest(tmp_path: Path) -> None:

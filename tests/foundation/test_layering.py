@@ -1,11 +1,13 @@
 """The package's layers, enforced: every import in src/searchrl (top-level or inside a function) goes down or
-sideways, never up, and no two units of one layer import each other in a cycle.
+sideways, never up, and the units (a subpackage or a top-level module) import each other in no cycle of any length.
 
-    foundation (config, config_eval, utils, models, tuning, device, shapes)
+    foundation (config, utils, models, tuning, device, shapes)
     < data, retrieval, protocols, generation
+    < pipeline (the one resolver: config -> data, retriever, protocol, policy)
     < rollout < rewards < rl, sft
-    < applications: eval, viz, pipeline, runner, preflight, demo, testing, and every command module
-      (``cli.py`` / ``*_cli.py``)
+    < eval, viz, testing
+    < stages, runner, preflight, validation, demo (a run's stages, their order and their checks)
+    < commands, cli, __main__ (the application: flags -> overrides -> a stage)
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ from pathlib import Path
 import searchrl
 
 LAYERS: list[set[str]] = [
-    {"searchrl", "config", "config_eval", "config_errors", "utils", "models", "tuning", "device", "shapes"},
+    {"searchrl", "config", "utils", "models", "tuning", "device", "shapes"},
     {"data", "retrieval", "protocols", "generation"},
+    {"pipeline"},
     {"rollout"},
     {"rewards"},
     {"rl", "sft"},
-    {"eval", "viz", "pipeline", "runner", "preflight", "demo", "testing", "cli", "__main__"},
+    {"eval", "viz", "testing"},
+    {"stages", "runner", "preflight", "demo", "validation"},
+    {"commands", "cli", "__main__"},
 ]
-APPS = len(LAYERS) - 1
 ROOT = Path(searchrl.__file__).parent
 
 
@@ -33,9 +37,7 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def layer_of(unit: str, path: Path | None = None) -> int:
-    if path is not None and (path.name == "cli.py" or path.name.endswith("_cli.py")):
-        return APPS  # a command module may wire anything together
+def layer_of(unit: str) -> int:
     for i, layer in enumerate(LAYERS):
         if unit in layer:
             return i
@@ -52,35 +54,77 @@ def imports_of(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
             assert node.level == 0, f"{path}:{node.lineno}: use absolute imports (searchrl....)"
             if node.module and node.module.split(".")[0] == "searchrl":
                 if node.module == "searchrl":  # from searchrl import utils (a module) or __version__ (a name)
-                    out += [(node.lineno, f"searchrl.{a.name}" if (root / a.name).exists()
-                             or (root / f"{a.name}.py").exists() else "searchrl") for a in node.names]  # fmt: skip
+                    for a in node.names:
+                        is_module = (root / a.name).exists() or (root / f"{a.name}.py").exists()
+                        out.append((node.lineno, f"searchrl.{a.name}" if is_module else "searchrl"))
                 else:
                     out.append((node.lineno, node.module))
     return out
 
 
-def layering_violations(root: Path = ROOT) -> list[str]:
-    problems: list[str] = []
-    edges: dict[tuple[str, str], str] = {}  # same-layer unit -> unit, with one example site
+def unit_edges(root: Path = ROOT) -> dict[tuple[str, str], str]:
+    """Every import between two units, with one example site (``file:line imports module``)."""
+    edges: dict[tuple[str, str], str] = {}
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root.parent)
         parts = rel.with_suffix("").parts
-        src_unit = unit_of(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-        src_layer = layer_of(src_unit, path)
+        src = unit_of(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
         for line, target in imports_of(path, root):
-            dst_unit = unit_of(target)
-            if dst_unit == src_unit:
-                continue
-            dst_layer = layer_of(dst_unit)
-            site = f"{rel}:{line} imports {target}"
-            if dst_layer > src_layer:
-                problems.append(f"{site}: layer {src_layer} ({src_unit}) may not import layer {dst_layer} "
-                                f"({dst_unit})")  # fmt: skip
-            elif dst_layer == src_layer and src_layer != APPS:
-                edges.setdefault((src_unit, dst_unit), site)
+            if (dst := unit_of(target)) != src:
+                edges.setdefault((src, dst), f"{rel}:{line} imports {target}")
+    return edges
+
+
+def cycles(edges: dict[tuple[str, str], str]) -> list[list[str]]:
+    """The units that import each other in a cycle: the strongly connected components with more than one unit
+    (Tarjan's algorithm), each sorted."""
+    graph: dict[str, list[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, []).append(b)
+        graph.setdefault(b, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def layering_violations(root: Path = ROOT) -> list[str]:
+    edges = unit_edges(root)
+    problems = []
     for (a, b), site in edges.items():
-        if (b, a) in edges and a < b:
-            problems.append(f"cycle between {a} and {b}: {site}; {edges[(b, a)]}")
+        if layer_of(b) > layer_of(a):
+            problems.append(f"{site}: layer {layer_of(a)} ({a}) may not import layer {layer_of(b)} ({b})")
+    for component in cycles(edges):
+        members = set(component)
+        sites = [site for (a, b), site in edges.items() if a in members and b in members]
+        problems.append(f"cycle between {', '.join(component)}: " + "; ".join(sites))
     return problems
 
 
@@ -100,11 +144,40 @@ def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     (pkg / "rl" / "memorization.py").write_text("from searchrl.sft.types import SFTExample\n")
     (pkg / "sft" / "trainer.py").write_text("from searchrl.rl import algorithms\n")
     problems = layering_violations(pkg)
-    assert any("rollout/engine.py:2 imports searchrl.rewards.metrics: layer 2" in p for p in problems), problems
-    assert any(p.startswith("cycle between rl and sft") for p in problems), problems
-    assert not any("rewards/metrics.py" in p for p in problems)  # downward is fine
+    assert any("rollout/engine.py:2 imports searchrl.rewards.metrics: layer 3" in p for p in problems), problems
+    assert any(p.startswith("cycle between rl, sft") for p in problems), problems
+    assert not any(
+        p.startswith("rewards/metrics.py") or "searchrl/rewards/metrics.py" in p.split(":")[0] for p in problems
+    )
 
 
-def test_no_module_is_over_600_lines() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
-    assert not long, f"split these modules (600 lines at most): {long}"
+def test_the_check_catches_a_cycle_of_three_units(tmp_path: Path) -> None:
+    """a -> b -> c -> a within one layer: no two of them import each other, yet they form a cycle."""
+    pkg = tmp_path / "searchrl"
+    for unit, target in (("data", "retrieval"), ("retrieval", "protocols"), ("protocols", "data")):
+        (pkg / unit).mkdir(parents=True)
+        (pkg / unit / "mod.py").write_text(f"from searchrl.{target}.mod import x\n")
+    (pkg / "generation").mkdir()
+    (pkg / "generation" / "mod.py").write_text("from searchrl.data.mod import x\n")  # into the cycle, not part of it
+    problems = layering_violations(pkg)
+    assert [p.split(":")[0] for p in problems] == ["cycle between data, protocols, retrieval"], problems
+    assert all(f"searchrl/{u}/mod.py:1" in problems[0] for u in ("data", "retrieval", "protocols"))
+
+
+def test_the_commands_are_the_top_layer() -> None:
+    """Nothing imports the command package but the entry points (``cli``, ``__main__``); commands live there only."""
+    edges = unit_edges()
+    into = {a for (a, b) in edges if b == "commands"}
+    assert into <= {"cli", "__main__"}, into
+    stray = [p for p in ROOT.rglob("*cli.py") if p.parent != ROOT]
+    assert not stray, f"command modules belong in searchrl/commands: {stray}"
+
+
+def test_no_module_is_over_500_lines_and_none_is_packed() -> None:
+    """Modules stay readable: 500 lines at most, formatted by the formatter (no ``fmt: skip`` to pack lines)."""
+    texts = {str(p.relative_to(ROOT)): p.read_text() for p in ROOT.rglob("*.py")}
+    long = {name: n for name, text in texts.items() if (n := len(text.splitlines())) > 500}
+    assert not long, f"split these modules (500 lines at most): {long}"
+    marker = "fmt: " + "skip"
+    packed = sorted(name for name, text in texts.items() if marker in text)
+    assert not packed, f"let the formatter format these modules (drop the {marker} comments): {packed}"

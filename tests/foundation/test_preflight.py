@@ -15,8 +15,9 @@ SRC = str(Path(searchrl.__file__).resolve().parents[1])
 
 def searchrl_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "searchrl", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "searchrl", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_missing_data_path_fails_at_once_naming_it(tmp_path: Path) -> None:
@@ -35,8 +36,17 @@ def test_dry_run_prints_stages_inputs_and_outputs_on_stdout(tmp_path: Path) -> N
     data.mkdir()
     (data / "qa.jsonl").write_text('{"id": "1", "question": "Who?", "golden_answers": ["A"]}\n')
     (data / "corpus.jsonl").write_text('{"id": "p1", "contents": "A\\ntext"}\n')
-    res = searchrl_cmd("run", "--recipe", "multihop_cpu", "--dry-run", "--out", "r", f"data.source={data}",
-                       "data.train=qa.jsonl", cwd=tmp_path)  # fmt: skip
+    res = searchrl_cmd(
+        "run",
+        "--recipe",
+        "multihop_cpu",
+        "--dry-run",
+        "--out",
+        "r",
+        f"data.source={data}",
+        "data.train=qa.jsonl",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout
     for stage in ("world", "world_index", "coldstart", "coldstart_eval", "split", "index", "rl", "eval"):
@@ -56,7 +66,7 @@ def test_reward_param_typo_rejected_by_validate_and_run(tmp_path: Path) -> None:
     assert val.returncode == 1 and "metirc" in val.stderr and "did you mean 'metric'" in val.stderr
     t0 = time.perf_counter()
     run = searchrl_cmd("run", "--recipe", str(typo), "--out", "r", cwd=tmp_path)
-    assert run.returncode == 2 and "unknown param(s) ['metirc']" in run.stderr
+    assert run.returncode == 2 and "unknown key 'metirc'" in run.stderr
     assert not (tmp_path / "r").exists() and time.perf_counter() - t0 < 5
 
 

@@ -13,8 +13,15 @@ from searchrl.config import ConfigError, load_config, recipe_names, recipe_path
 from searchrl.models import ModelResolutionError, check_fetchable
 
 RECIPES = recipe_names()
-METHODS = ["search_r1_ppo", "search_r1_grpo", "r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp",
-           "r_search", "rag_r1"]  # fmt: skip
+METHODS = [
+    "search_r1_ppo",
+    "search_r1_grpo",
+    "r1_searcher_stage1",
+    "r1_searcher_stage2",
+    "r1_searcher_pp",
+    "r_search",
+    "rag_r1",
+]
 MARK = re.compile(r"#.*\[(P|C|O)\]")
 
 

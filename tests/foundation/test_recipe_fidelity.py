@@ -13,15 +13,35 @@ from searchrl.cli import app
 from searchrl.config import load_config, recipe_path
 
 MARK = re.compile(r"#.*\[(P|C|O)\]")
-PAPERS = ["search_r1_ppo", "search_r1_grpo", "r_search", "r1_searcher_stage1", "r1_searcher_stage2",
-          "r1_searcher_pp", "rag_r1"]  # fmt: skip
+PAPERS = [
+    "search_r1_ppo",
+    "search_r1_grpo",
+    "r_search",
+    "r1_searcher_stage1",
+    "r1_searcher_stage2",
+    "r1_searcher_pp",
+    "rag_r1",
+]
 #: written in every paper recipe: the update count, the budget behaviour, what and how evaluation measures
-EVERY = ["algorithm.mini_batch_size", "rollout.force_answer", "evaluation.datasets", "evaluation.timing",
-         "evaluation.topk", "evaluation.limit", "evaluation.temperature"]  # fmt: skip
+EVERY = [
+    "algorithm.mini_batch_size",
+    "rollout.force_answer",
+    "evaluation.datasets",
+    "evaluation.timing",
+    "evaluation.topk",
+    "evaluation.limit",
+    "evaluation.temperature",
+]
 SFT = ["sft.epochs", "sft.lr", "sft.batch_size", "sft.max_length"]
-MEMORIZATION = ["memorization.coef", "memorization.per_question", "memorization.max_rewrites_per_step",
-                "memorization.max_new_tokens", "memorization.temperature", "memorization.pool_size",
-                "memorization.batch_size"]  # fmt: skip
+MEMORIZATION = [
+    "memorization.coef",
+    "memorization.per_question",
+    "memorization.max_rewrites_per_step",
+    "memorization.max_new_tokens",
+    "memorization.temperature",
+    "memorization.pool_size",
+    "memorization.batch_size",
+]
 REQUIRED = {name: EVERY for name in PAPERS} | {
     "r1_searcher_pp": EVERY + SFT + MEMORIZATION,
     "rag_r1": EVERY + SFT + ["sft.val_fraction"],
@@ -77,10 +97,18 @@ def test_grpo_makes_the_authors_number_of_updates() -> None:
     assert updates_per_step(load_config("search_r1_ppo")) == 2  # 512 x 1 / 256
 
 
-@pytest.mark.parametrize("recipe, mode", [("search_r1_ppo", "silent"), ("search_r1_grpo", "silent"),
-                                          ("r_search", "silent"), ("rag_r1", "silent"),
-                                          ("r1_searcher_stage1", "end"), ("r1_searcher_stage2", "end"),
-                                          ("r1_searcher_pp", "end")])  # fmt: skip
+@pytest.mark.parametrize(
+    "recipe, mode",
+    [
+        ("search_r1_ppo", "silent"),
+        ("search_r1_grpo", "silent"),
+        ("r_search", "silent"),
+        ("rag_r1", "silent"),
+        ("r1_searcher_stage1", "end"),
+        ("r1_searcher_stage2", "end"),
+        ("r1_searcher_pp", "end"),
+    ],
+)
 def test_budget_behaviour(recipe: str, mode: str) -> None:
     assert shown(recipe)["rollout"]["force_answer"] == mode
 
@@ -128,5 +156,9 @@ def test_difficulty_quotas() -> None:
     s1 = next(s for s in shown("r1_searcher_stage1")["pipeline"] if s["name"] == "select")["args"]
     assert s1["quota"] == ["hotpotqa/medium=200", "2wikimultihopqa/medium=150"]
     s2 = next(s for s in shown("r1_searcher_stage2")["pipeline"] if s["name"] == "select2")["args"]
-    assert s2["quota"] == ["hotpotqa/medium=2561", "hotpotqa/hard=2000", "2wikimultihopqa/medium=1087",
-                           "2wikimultihopqa/hard=2500"]  # fmt: skip
+    assert s2["quota"] == [
+        "hotpotqa/medium=2561",
+        "hotpotqa/hard=2000",
+        "2wikimultihopqa/medium=1087",
+        "2wikimultihopqa/hard=2500",
+    ]

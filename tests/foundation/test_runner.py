@@ -27,9 +27,18 @@ def fake_handlers(monkeypatch):
             out.write_text("{}\n")
         else:
             out.mkdir(parents=True, exist_ok=True)
-        calls.append({"name": ctx.stage.name, "model": ctx.model, "world": ctx.world, "index": ctx.index,
-                      "data": ctx.stage.data, "steps": ctx.cfg.training.steps,
-                      "source": ctx.cfg.data.source, "resume": ctx.resume})  # fmt: skip
+        calls.append(
+            {
+                "name": ctx.stage.name,
+                "model": ctx.model,
+                "world": ctx.world,
+                "index": ctx.index,
+                "data": ctx.stage.data,
+                "steps": ctx.cfg.training.steps,
+                "source": ctx.cfg.data.source,
+                "resume": ctx.resume,
+            }
+        )
         return {"ok": 1}
 
     for key in runner.HANDLERS:
@@ -114,11 +123,11 @@ def test_an_rl_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path
 
 def test_rl_resumes_only_with_the_settings_it_was_started_with(tmp_path: Path, monkeypatch) -> None:
     """Same settings (a larger training.steps allowed): resume; anything else changed: the stage starts again."""
+    from searchrl import stages
     from searchrl.config import dump_config
-    from searchrl.rl import cli
 
     seen: list[bool] = []
-    monkeypatch.setattr(cli, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
     cfg = validate_dict({"name": "t", "training": {"steps": 4}})
     stage = runner.StageConfig.model_validate({"name": "rl", "kind": "rl"})
     sdir = tmp_path / "rl"
@@ -164,8 +173,9 @@ def test_failed_stage_leaves_no_marker(tmp_path: Path, fake_handlers, monkeypatc
 
 def test_bad_pipelines_fail_with_a_named_fix(tmp_path: Path, fake_handlers) -> None:
     with pytest.raises(ConfigError, match=r"\$\{later\} is not an earlier stage"):
-        run_pipeline(_cfg([{"name": "a", "kind": "sft", "data": "${later}"}, {"name": "later", "kind": "rl"}]),
-                     tmp_path)  # fmt: skip
+        run_pipeline(
+            _cfg([{"name": "a", "kind": "sft", "data": "${later}"}, {"name": "later", "kind": "rl"}]), tmp_path
+        )
     with pytest.raises(ConfigError, match="needs op"):
         _cfg([{"name": "a", "kind": "data"}])
     with pytest.raises(ConfigError, match="unique"):
@@ -174,9 +184,23 @@ def test_bad_pipelines_fail_with_a_named_fix(tmp_path: Path, fake_handlers) -> N
         run_pipeline(validate_dict({}), tmp_path)
 
 
-def test_flags_from_args() -> None:
-    flags = runner._flags({"k": 4, "require_internal_and_external": True, "slice": False, "keep": ["medium", "hard"]})
-    assert flags == ["--k", "4", "--require-internal-and-external", "--keep", "medium", "--keep", "hard"]
+def test_a_stage_arg_its_function_does_not_take_fails_before_any_stage(tmp_path: Path, fake_handlers) -> None:
+    """``args:`` are keyword arguments of the stage function; a misspelt one fails before the first stage runs (and
+    in the preflight plan), naming the ones it takes."""
+    from searchrl.preflight import plan_pipeline
+
+    sel = {"name": "sel", "kind": "data", "op": "select-difficulty", "args": {"rule": "rag_r1", "kepe": ["easy"]}}
+    cfg = _cfg([STAGES[0], sel])
+    for check in (lambda: run_pipeline(cfg, tmp_path), lambda: plan_pipeline(cfg, tmp_path)):
+        with pytest.raises(ConfigError, match=r"unknown args \['kepe'\].*'keep'"):
+            check()
+    assert fake_handlers == []  # the world stage did not run either
+    oracle = {"name": "o", "kind": "data", "op": "oracle", "args": {"max_obs_tokens": 120}}
+    with pytest.raises(ConfigError, match="config settings go in set:"):
+        run_pipeline(_cfg([oracle]), tmp_path / "o")
+    ok = {"name": "sel", "kind": "data", "op": "select-difficulty", "args": {"rule": "rag_r1", "keep": ["easy"]}}
+    run_pipeline(_cfg([ok]), tmp_path / "ok")
+    assert [c["name"] for c in fake_handlers] == ["sel"]
 
 
 @pytest.mark.slow
@@ -186,10 +210,20 @@ def test_real_data_stages_and_eval(tmp_path: Path) -> None:
         {"name": "world", "kind": "data", "op": "synth", "args": {"entities": 60}},
         {"name": "index", "kind": "data", "op": "index"},
         {"name": "split", "kind": "data", "op": "split", "data": "${world}/dev.jsonl", "args": {"heldout": 4}},
-        {"name": "oracle", "kind": "data", "op": "oracle", "args": {"limit": 3, "max_obs_tokens": 120}},
-        {"name": "eval", "kind": "eval", "data": "${split}/heldout.jsonl",
-         "set": {"evaluation.methods": ["naive_rag"], "evaluation.max_new_tokens": 8}},
-    ]  # fmt: skip
+        {
+            "name": "oracle",
+            "kind": "data",
+            "op": "oracle",
+            "args": {"limit": 3},
+            "set": {"rollout.max_obs_tokens": 120},
+        },
+        {
+            "name": "eval",
+            "kind": "eval",
+            "data": "${split}/heldout.jsonl",
+            "set": {"evaluation.methods": ["naive_rag"], "evaluation.max_new_tokens": 8},
+        },
+    ]
     results = run_pipeline(_cfg(stages), tmp_path)
     assert [r.status for r in results] == ["ran"] * 5
     assert (tmp_path / "index" / "index" / "manifest.json").exists()
@@ -258,3 +292,23 @@ def test_a_world_stage_reads_the_worlds_own_files_whatever_the_users_data_overri
     train_q = {ex.question for ex in load_split(cfg, "train", None)}
     dev_q = {ex.question for ex in load_split(cfg, "dev", None)}
     assert train_q and dev_q and not train_q & dev_q  # no SFT example comes from the world's dev split
+
+
+def test_sampling_stages_get_their_teacher_from_args(tmp_path: Path, monkeypatch) -> None:
+    """``args: {url, served_model, timeout_s}`` name a served teacher; the other args go to the stage function."""
+    from searchrl import stages
+
+    seen = {}
+
+    def fake(cfg, out, *, data=None, teacher=None, k=4, slice=False):  # noqa: A002
+        seen.update(teacher=teacher, k=k, slice=slice, model=cfg.model.policy)
+        out.write_text("{}\n")
+
+    monkeypatch.setattr(stages, "rejection_sampling", fake)
+    args = {"k": 1, "slice": True, "url": "http://127.0.0.1:8001/v1", "served_model": "qwen"}
+    run_pipeline(_cfg([{"name": "rs", "kind": "data", "op": "rejection-sample", "args": args}]), tmp_path)
+    assert seen["teacher"] == stages.Teacher("http://127.0.0.1:8001/v1", "qwen") and (seen["k"], seen["slice"]) == (
+        1,
+        True,
+    )
+    assert seen["model"] == "smollm2-135m-instruct"  # the tokenizer of the served model: the stage's model

@@ -19,8 +19,15 @@ def _tiny(kind: str):
     from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    common = dict(vocab_size=259, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    common = dict(
+        vocab_size=259,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     if kind == "llama":
         return tiny_model()
     if kind == "qwen2":  # q/k/v biases
@@ -59,8 +66,13 @@ def _check_against_forward(model, steps: int = 4, owners: tuple[int, ...] = (0, 
                 shared.select(keep)
                 mask, p, nxt, B = mask[keep], p[keep], nxt[keep], B - 2
             mask, p = torch.cat([mask, mask.new_ones(B, 1)], 1), p + 1
-            out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=p[:, None],
-                        past_key_values=full, use_cache=True)  # fmt: skip
+            out = model(
+                input_ids=nxt[:, None],
+                attention_mask=mask,
+                position_ids=p[:, None],
+                past_key_values=full,
+                use_cache=True,
+            )
             ref = out.logits[:, -1].float()
             got = step(nxt, p, shared)
             torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
@@ -98,9 +110,17 @@ def test_unsupported_models_fall_back() -> None:
     from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=259, n_embd=32, n_layer=1, n_head=2))
-    windowed = MistralForCausalLM(MistralConfig(vocab_size=259, hidden_size=32, intermediate_size=64,
-                                                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                                sliding_window=8))  # fmt: skip
+    windowed = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=259,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            sliding_window=8,
+        )
+    )
     assert DecodeStep.build(gpt2) is None and DecodeStep.build(windowed) is None
 
     class FullyShardedDataParallel(torch.nn.Module):  # FSDP1's wrapper, by name: parameters gathered in its hooks

@@ -28,8 +28,10 @@ TEXTS = ["Q: what is 2+2?\nA:", "Q: name a colour\nA:", "hi", "Q: a much longer 
 def test_greedy_matches_generate_on_tiny_model_mixed_lengths() -> None:
     tok, model = ByteTokenizer(), tiny_model()
     sp = SamplingParams(max_new_tokens=20, temperature=0.0)
-    _same(HFGenerator(model, tok).generate(_prompts(tok, TEXTS), sp),
-          HFGenerateGenerator(model, tok).generate(_prompts(tok, TEXTS), sp))  # fmt: skip
+    _same(
+        HFGenerator(model, tok).generate(_prompts(tok, TEXTS), sp),
+        HFGenerateGenerator(model, tok).generate(_prompts(tok, TEXTS), sp),
+    )
 
 
 @pytest.mark.slow
@@ -46,10 +48,12 @@ def test_greedy_matches_generate_on_bundled_model() -> None:
         "2+2?",
     ]
     prompts = [
-        tok.encode(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                           tokenize=False), add_special_tokens=False)
+        tok.encode(
+            tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False),
+            add_special_tokens=False,
+        )
         for q in questions
-    ]  # fmt: skip
+    ]
     assert len({len(p) for p in prompts}) == len(prompts)
     assert HFGenerator(model, tok).step is not None, "the bundled model must take the fast decode step"
     for stop in [(), (".",)]:

@@ -215,7 +215,7 @@ def test_sft_steps_in_mixed_precision(tmp_path: Path, tokenizer_dir: str, device
     """SFT on the synthetic world's oracle trajectories: the loss is finite and falls on a repeated batch."""
     from searchrl.config import load_config
     from searchrl.sft import trainer as sft_trainer
-    from searchrl.sft.cli import run_sft
+    from searchrl.stages import run_sft
 
     monkeypatch.setattr(sft_trainer.SFTTrainer, "save", lambda self, path: None)  # no multi-GB checkpoint
     cfg = load_config(

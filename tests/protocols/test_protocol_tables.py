@@ -174,8 +174,10 @@ def test_r1_searcher_pp_parse() -> None:
 
 
 RAG_MQ_PARSE = [
-    ("<search> Arthur's Magazine founding year, First for Women founding year </search>",
-     Search(("Arthur's Magazine founding year", "First for Women founding year"))),
+    (
+        "<search> Arthur's Magazine founding year, First for Women founding year </search>",
+        Search(("Arthur's Magazine founding year", "First for Women founding year")),
+    ),
     ("<search>a,b</search>", Search(("a", "b"))),
     ("<search> a, b ,, c, d </search>", Search(("a", "b", "c"))),  # empties dropped, first 3 kept
     ("<search> , , </search>", Invalid(EMPTY_QUERY)),
@@ -187,7 +189,7 @@ RAG_MQ_PARSE = [
     ("<search> " + "[" * 5000 + " </search>", Invalid(BAD_JSON)),
     ('<search> ["", " "] </search>', Invalid(EMPTY_QUERY)),
     ("<search> ok, " + "x" * 501 + " </search>", Invalid(QUERY_TOO_LONG)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("text", "expected"), RAG_MQ_PARSE)
@@ -513,10 +515,13 @@ SEARCH_O1_FORMAT = [
     (SO1_OBS + "\\boxed{ }", False, "boxed"),
     ("<|begin_search_result|>made up<|end_search_result|> \\boxed{x}", False, "result tag written"),
     ("<|begin_search_query|> q \\boxed{x}", False, "unbalanced"),
-    ("<|begin_search_query|><|end_search_query|>\n\n<|begin_search_result|>x<|end_search_result|> \\boxed{x}",
-     False, "valid query"),
+    (
+        "<|begin_search_query|><|end_search_query|>\n\n<|begin_search_result|>x<|end_search_result|> \\boxed{x}",
+        False,
+        "valid query",
+    ),
     (SO1_CALL + "\n\n<|begin_search_result|>never closed \\boxed{x}", False, "unclosed"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("response", "ok", "problem"), SEARCH_O1_FORMAT)

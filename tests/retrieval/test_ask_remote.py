@@ -25,8 +25,19 @@ def test_ask_remote_equals_local(tmp_path: Path, serve_app) -> None:
     write_world(generate_world(150, seed=5), tmp_path)
     index = build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "bm25")
     question = json.loads((tmp_path / "dev.jsonl").read_text().splitlines()[0])["question"]
-    common = ["ask", question, "--json", "--temperature", "0.8", "--seed", "3", "--max-new-tokens", "48",
-              "--max-turns", "2"]  # fmt: skip
+    common = [
+        "ask",
+        question,
+        "--json",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "3",
+        "--max-new-tokens",
+        "48",
+        "--max-turns",
+        "2",
+    ]
     runner = CliRunner()
     local = runner.invoke(app, [*common, "--index", str(index)])
     assert local.exit_code == 0, local.output
@@ -58,8 +69,12 @@ def test_engine_remote_equals_local_with_searches(tmp_path: Path, serve_app) -> 
         return protocol.format_search([ctx.split("Question:")[-1].strip()])
 
     def run(retriever):
-        engine = RolloutEngine(ScriptedGenerator(ByteTokenizer(), script), retriever, protocol,
-                               RolloutLimits(max_obs_tokens=4000, max_total_tokens=20000))  # fmt: skip
+        engine = RolloutEngine(
+            ScriptedGenerator(ByteTokenizer(), script),
+            retriever,
+            protocol,
+            RolloutLimits(max_obs_tokens=4000, max_total_tokens=20000),
+        )
         return [_strip_timings(t.to_dict()) for t in engine.run(examples, group_size=2)]
 
     local = run(load_index(index))

@@ -35,8 +35,9 @@ def test_full_queue_is_a_503_with_retry_after(serve_app) -> None:
     app = create_app(Slow(0.2), max_pending_queries=2, max_batch_queries=1)
     with serve_app(app) as url:
         with ThreadPoolExecutor(12) as pool:
-            answers = list(pool.map(lambda i: httpx.post(f"{url}/retrieve", json={"queries": [f"q{i}"]}, timeout=30),
-                                    range(12)))  # fmt: skip
+            answers = list(
+                pool.map(lambda i: httpx.post(f"{url}/retrieve", json={"queries": [f"q{i}"]}, timeout=30), range(12))
+            )
         stats = httpx.get(f"{url}/stats", timeout=10).json()
         after = httpx.post(f"{url}/retrieve", json={"queries": ["later"]}, timeout=30)
     codes = sorted(a.status_code for a in answers)
@@ -76,11 +77,18 @@ def test_client_honours_retry_after(monkeypatch) -> None:
         if len(calls) == 2:
             return httpx.Response(429, headers={"Retry-After": "600"})
         body = json.loads(request.content)
-        return httpx.Response(200, json={"result": [[{"document": {"id": "x", "contents": "T\nx"}, "score": 1.0}]
-                                                    for _ in body["queries"]]})  # fmt: skip
+        return httpx.Response(
+            200,
+            json={"result": [[{"document": {"id": "x", "contents": "T\nx"}, "score": 1.0}] for _ in body["queries"]]},
+        )
 
-    remote = RemoteRetriever("http://a:1", retries=3, backoff_s=0.01, max_retry_after_s=5,
-                             client=httpx.Client(transport=httpx.MockTransport(handler)))  # fmt: skip
+    remote = RemoteRetriever(
+        "http://a:1",
+        retries=3,
+        backoff_s=0.01,
+        max_retry_after_s=5,
+        client=httpx.Client(transport=httpx.MockTransport(handler)),
+    )
     assert remote.search(["q"], 1)[0][0].id == "x"
     assert sleeps == [2.0, 5.0], "waits as long as the server asks, capped at max_retry_after_s"
     assert remote.retried == 2

@@ -28,8 +28,22 @@ def test_index_build_and_info(tiny_corpus: Path, tmp_path: Path) -> None:
     assert info["kind"] == "bm25" and info["counts"]["passages"] == 12 and info["corpus_check"].startswith("ok")
     res = runner.invoke(app, ["index", "build", "--corpus", str(tiny_corpus), "--out", str(out)])
     assert isinstance(res.exception, ValueError) and "--force" in str(res.exception)
-    res = runner.invoke(app, ["index", "build", "--corpus", str(tiny_corpus), "--out", str(out), "--force",
-                              "--stemmer", "none", "--stopwords", "none"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--corpus",
+            str(tiny_corpus),
+            "--out",
+            str(out),
+            "--force",
+            "--stemmer",
+            "none",
+            "--stopwords",
+            "none",
+        ],
+    )
     assert res.exit_code == 0 and json.loads((out / "manifest.json").read_text())["options"]["bm25"]["stemmer"] is None
 
 
@@ -46,8 +60,10 @@ def test_searchrl_serve_answers_search_r1_requests(tiny_bm25: Path, unused_port:
     exe = Path(sys.executable).with_name("searchrl")
     proc = subprocess.Popen(
         [str(exe), "serve", "--index", str(tiny_bm25), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"},
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"},
+    )
     try:
         deadline = time.time() + 60
         while True:
@@ -71,3 +87,42 @@ def test_searchrl_serve_answers_search_r1_requests(tiny_bm25: Path, unused_port:
 def test_serve_rejects_missing_index(tmp_path: Path) -> None:
     res = runner.invoke(app, ["serve", "--index", str(tmp_path / "none")])
     assert isinstance(res.exception, FileNotFoundError) and "searchrl index build" in str(res.exception)
+
+
+def test_ask_takes_the_recipes_rollout_limits_protocol_and_model(tiny_bm25: Path, monkeypatch) -> None:
+    """`searchrl ask --recipe R` rolls out with R's limits (not limits of its own), R's protocol and policy; a flag
+    replaces one value; --index points the retriever at that index (its kind from its manifest)."""
+    from searchrl.config import load_config
+    from searchrl.rollout.engine import RolloutLimits
+
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def engine(generator, retriever, protocol, limits, style):
+        seen.update(limits=limits, protocol=type(protocol).__name__, kind=retriever.manifest["kind"])
+        raise Stop
+
+    monkeypatch.setattr("searchrl.rollout.engine.RolloutEngine", engine)
+    monkeypatch.setattr("searchrl.models.load_policy", lambda spec, **kw: (seen.setdefault("policy", spec), None))
+    monkeypatch.setattr("searchrl.generation.hf.HFGenerator", lambda model, tok: None)
+    res = CliRunner().invoke(
+        app,
+        [
+            "ask",
+            "Q?",
+            "--recipe",
+            "r1_searcher_stage1",
+            "--profile",
+            "laptop",
+            "--index",
+            str(tiny_bm25),
+            "--max-turns",
+            "2",
+        ],
+    )
+    assert isinstance(res.exception, Stop), res.output + repr(res.exception)
+    cfg = load_config("r1_searcher_stage1", ["rollout.max_turns=2"], "laptop")
+    assert seen["limits"] == RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+    assert seen["protocol"] == "R1SearcherProtocol" and seen["policy"] == cfg.model.policy and seen["kind"] == "bm25"

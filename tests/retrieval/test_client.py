@@ -50,8 +50,15 @@ def _mock(handler) -> httpx.Client:
 
 
 def _ok(queries: list[str], k: int) -> dict:
-    return {"result": [[{"document": {"id": f"{q}#{i}", "contents": f"T {q}\nbody {i}"}, "score": 1.0 / (i + 1)}
-                       for i in range(k)] for q in queries]}  # fmt: skip
+    return {
+        "result": [
+            [
+                {"document": {"id": f"{q}#{i}", "contents": f"T {q}\nbody {i}"}, "score": 1.0 / (i + 1)}
+                for i in range(k)
+            ]
+            for q in queries
+        ]
+    }
 
 
 def test_retries_with_backoff_after_server_errors() -> None:

@@ -60,8 +60,16 @@ def test_vector_file_round_trip_and_sample(tmp_path: Path) -> None:
 
 def test_compressed_index_recall_against_exact(synthetic, tmp_path: Path) -> None:
     corpus, vecs, queries = synthetic
-    out = build_index(corpus, "dense", tmp_path / "pq", vectors=vecs, faiss=FACTORY, nprobe=8, candidates=50,
-                      query_encoder="sentence-transformers")  # fmt: skip
+    out = build_index(
+        corpus,
+        "dense",
+        tmp_path / "pq",
+        vectors=vecs,
+        faiss=FACTORY,
+        nprobe=8,
+        candidates=50,
+        query_encoder="sentence-transformers",
+    )
     dense = read_manifest(out)["options"]["dense"]
     assert (dense["faiss"], dense["nprobe"], dense["candidates"]) == (FACTORY, 8, 50)
     assert (out / "dense" / VECTORS_FILE).is_file()
@@ -89,8 +97,9 @@ def test_compressed_index_serves_through_load_index(synthetic, tmp_path: Path, m
         def encode(self, texts, *, is_query: bool, batch_size: int = 64) -> np.ndarray:
             return queries[[int(t) for t in texts]]
 
-    out = build_index(corpus, "dense", tmp_path / "pq", vectors=vecs, faiss=FACTORY, nprobe=8,
-                      query_encoder="sentence-transformers")  # fmt: skip
+    out = build_index(
+        corpus, "dense", tmp_path / "pq", vectors=vecs, faiss=FACTORY, nprobe=8, query_encoder="sentence-transformers"
+    )
     monkeypatch.setattr("searchrl.retrieval.dense.Encoder", lambda options: VectorEncoder())
     retriever = load_index(out, corpus)
     hits = retriever.search(["0", "1"], 3)
@@ -101,11 +110,13 @@ def test_compressed_index_serves_through_load_index(synthetic, tmp_path: Path, m
 def test_bad_factory_is_one_clear_line(synthetic, tmp_path: Path) -> None:
     corpus, vecs, _ = synthetic
     with pytest.raises(ValueError, match="must divide"):
-        build_index(corpus, "dense", tmp_path / "a", vectors=vecs, faiss="IVF8,PQ7",
-                    query_encoder="sentence-transformers")  # fmt: skip
+        build_index(
+            corpus, "dense", tmp_path / "a", vectors=vecs, faiss="IVF8,PQ7", query_encoder="sentence-transformers"
+        )
     with pytest.raises(ValueError, match="only 3000 passages"):
-        build_index(corpus, "dense", tmp_path / "b", vectors=vecs, faiss="IVF4096,PQ8",
-                    query_encoder="sentence-transformers")  # fmt: skip
+        build_index(
+            corpus, "dense", tmp_path / "b", vectors=vecs, faiss="IVF4096,PQ8", query_encoder="sentence-transformers"
+        )
     with pytest.raises(ValueError, match="unknown faiss index type 'annoy'"):
         DenseOptions(faiss="annoy")
 
@@ -175,14 +186,45 @@ def test_cli_convert_and_build(synthetic, tmp_path: Path, monkeypatch, make_hash
     corpus, vecs, _ = synthetic
     flat = write_flat(vecs, tmp_path / "e5_Flat.index")
     runner = CliRunner()
-    res = runner.invoke(app, ["index", "convert", "--flat", str(flat), "--corpus", str(corpus), "--out",
-                              str(tmp_path / "c"), "--faiss", FACTORY, "--nprobe", "4"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "index",
+            "convert",
+            "--flat",
+            str(flat),
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "c"),
+            "--faiss",
+            FACTORY,
+            "--nprobe",
+            "4",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert read_manifest(tmp_path / "c")["options"]["dense"]["nprobe"] == 4
     monkeypatch.setattr("searchrl.retrieval.dense.Encoder", lambda options: make_hashing_encoder())
-    res = runner.invoke(app, ["index", "build", "--corpus", str(corpus), "--kind", "dense", "--out",
-                              str(tmp_path / "b"), "--faiss", "IVF16,PQ8x4", "--candidates", "20",
-                              "--query-encoder", "sentence-transformers"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--corpus",
+            str(corpus),
+            "--kind",
+            "dense",
+            "--out",
+            str(tmp_path / "b"),
+            "--faiss",
+            "IVF16,PQ8x4",
+            "--candidates",
+            "20",
+            "--query-encoder",
+            "sentence-transformers",
+        ],
+    )
     assert res.exit_code == 0, res.output
     dense = read_manifest(tmp_path / "b")["options"]["dense"]
     assert (dense["faiss"], dense["candidates"]) == ("IVF16,PQ8x4", 20)

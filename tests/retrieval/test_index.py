@@ -87,8 +87,10 @@ def test_corpus_formats_title_text_and_parquet(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"id": "a", "title": "Okapi", "text": "The okapi is a giraffid of the Congo."},
-            {"id": "b", "title": "Quokka", "text": "The quokka is a small wallaby from Australia."}]  # fmt: skip
+    rows = [
+        {"id": "a", "title": "Okapi", "text": "The okapi is a giraffid of the Congo."},
+        {"id": "b", "title": "Quokka", "text": "The quokka is a small wallaby from Australia."},
+    ]
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "c.parquet")
     for name in ("c.jsonl", "c.parquet"):

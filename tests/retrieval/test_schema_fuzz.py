@@ -49,8 +49,13 @@ def _fuzz(operation, mode: GenerationMode, *, derandomize: bool = False) -> list
     statuses: list[int] = []
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck),
-              derandomize=derandomize)  # fmt: skip
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=derandomize,
+    )
     def fuzz(case) -> None:
         response = case.call()
         statuses.append(response.status_code)

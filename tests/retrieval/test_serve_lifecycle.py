@@ -24,17 +24,29 @@ def _cmd(*args: str) -> list[str]:
 
 def _index(tmp: Path) -> Path:
     corpus = tmp / "corpus.jsonl"
-    corpus.write_text('{"id": "p1", "contents": "Zorvex\\nZorvex is a river."}\n'
-                      '{"id": "p2", "contents": "Quellan\\nQuellan is a mountain."}\n')  # fmt: skip
-    subprocess.run(_cmd("index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out", str(tmp / "idx")),
-                   env=ENV, check=True, capture_output=True, timeout=120)  # fmt: skip
+    corpus.write_text(
+        '{"id": "p1", "contents": "Zorvex\\nZorvex is a river."}\n'
+        '{"id": "p2", "contents": "Quellan\\nQuellan is a mountain."}\n'
+    )
+    subprocess.run(
+        _cmd("index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out", str(tmp / "idx")),
+        env=ENV,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return tmp / "idx"
 
 
 def test_busy_port_then_sigterm(tmp_path: Path) -> None:
     idx = _index(tmp_path)
-    first = subprocess.Popen(_cmd("serve", "--index", str(idx), "--port", "0"), env=ENV, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        _cmd("serve", "--index", str(idx), "--port", "0"),
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = first.stderr.readline()
         while "serving on" not in line and first.poll() is None:
@@ -48,8 +60,13 @@ def test_busy_port_then_sigterm(tmp_path: Path) -> None:
                 time.sleep(0.2)
         assert r.status_code == 200 and r.json()["result"][0][0]["id"] == "p1"
 
-        second = subprocess.run(_cmd("serve", "--index", str(idx), "--port", str(port)), env=ENV,
-                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        second = subprocess.run(
+            _cmd("serve", "--index", str(idx), "--port", str(port)),
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 2
         assert f"port {port} on 127.0.0.1 is already in use" in second.stderr
         assert "serving on" not in second.stderr + second.stdout and "Traceback" not in second.stderr

@@ -209,8 +209,12 @@ def test_server_batches_concurrent_http_requests(serve_app) -> None:
     app = create_app(Slow(), max_wait_ms=5)
     with serve_app(app) as url:
         with ThreadPoolExecutor(8) as pool:
-            codes = list(pool.map(lambda i: httpx.post(f"{url}/retrieve", json={"queries": [f"q{i}"]}, timeout=10)
-                                  .status_code, range(32)))  # fmt: skip
+            codes = list(
+                pool.map(
+                    lambda i: httpx.post(f"{url}/retrieve", json={"queries": [f"q{i}"]}, timeout=10).status_code,
+                    range(32),
+                )
+            )
         health_during = httpx.get(f"{url}/health", timeout=10).status_code
         stats = httpx.get(f"{url}/stats", timeout=10).json()
     assert codes == [200] * 32 and health_during == 200

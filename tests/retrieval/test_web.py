@@ -21,8 +21,9 @@ def _fake_search_app() -> tuple[FastAPI, list[dict]]:
     def results(q: str, n: int) -> list[dict]:
         if q == "nothing":
             return []
-        return [{"title": f"{q} result {i}", "snippet": f"about {q} #{i}", "link": f"https://ex.org/{i}"}
-                for i in range(n)]  # fmt: skip
+        return [
+            {"title": f"{q} result {i}", "snippet": f"about {q} #{i}", "link": f"https://ex.org/{i}"} for i in range(n)
+        ]
 
     @app.get("/serpapi")
     async def serpapi(request: Request):

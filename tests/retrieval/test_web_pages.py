@@ -22,9 +22,11 @@ from searchrl.retrieval.web import WebRetriever
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 
 KEY = "sk-test-pages"
-GOOD = (b"<html><head><title>Amber Fort</title><script>track()</script></head><body><nav>Home | About</nav>"
-        b"<h1>Amber Fort</h1><p>The Amber Fort was built in <b>1592</b> by Raja Man Singh.</p>"
-        b"<footer>Copyright</footer></body></html>")  # fmt: skip
+GOOD = (
+    b"<html><head><title>Amber Fort</title><script>track()</script></head><body><nav>Home | About</nav>"
+    b"<h1>Amber Fort</h1><p>The Amber Fort was built in <b>1592</b> by Raja Man Singh.</p>"
+    b"<footer>Copyright</footer></body></html>"
+)
 PLAIN = b"Weather report\n\nRain all week in Jaipur."
 
 
@@ -123,8 +125,23 @@ def fetcher(**kw) -> PageFetcher:
 
 
 def test_every_kind_of_page_gets_a_status_and_nothing_hangs(pages: str) -> None:
-    names = ["good", "gzip", "plain", "redirect", "loop", "slow", "trickle", "huge", "broken", "garbled", "pdf",
-             "binary", "error", "missing", "private/secret"]  # fmt: skip
+    names = [
+        "good",
+        "gzip",
+        "plain",
+        "redirect",
+        "loop",
+        "slow",
+        "trickle",
+        "huge",
+        "broken",
+        "garbled",
+        "pdf",
+        "binary",
+        "error",
+        "missing",
+        "private/secret",
+    ]
     f = fetcher()
     t0 = time.monotonic()
     got = {n: p for n, p in zip(names, f.fetch_many([f"{pages}/{n}" for n in names]), strict=True)}
@@ -132,10 +149,22 @@ def test_every_kind_of_page_gets_a_status_and_nothing_hangs(pages: str) -> None:
     f.close()
     assert elapsed < 2.9  # all concurrently, each within its 1 s deadline (the slow page sleeps 3 s, trickle 10 s)
     assert {n: p.status for n, p in got.items()} == {
-        "good": "ok", "gzip": "ok", "plain": "ok", "redirect": "ok", "loop": "too_many_redirects", "slow": "timeout",
-        "trickle": "timeout", "huge": "ok", "broken": "error", "garbled": "ok", "pdf": "content_type",
-        "binary": "content_type", "error": "http_500", "missing": "http_404", "private/secret": "robots",
-    }  # fmt: skip
+        "good": "ok",
+        "gzip": "ok",
+        "plain": "ok",
+        "redirect": "ok",
+        "loop": "too_many_redirects",
+        "slow": "timeout",
+        "trickle": "timeout",
+        "huge": "ok",
+        "broken": "error",
+        "garbled": "ok",
+        "pdf": "content_type",
+        "binary": "content_type",
+        "error": "http_500",
+        "missing": "http_404",
+        "private/secret": "robots",
+    }
     assert got["good"].text == "Amber Fort\nAmber Fort\nThe Amber Fort was built in 1592 by Raja Man Singh."
     assert (
         got["plain"].text == "Weather report\nRain all week in Jaipur." and got["plain"].content_type == "text/plain"
@@ -196,8 +225,13 @@ def test_web_retriever_fetches_summarises_and_falls_back_to_snippets(pages: str,
     gen = ScriptedGenerator(ByteTokenizer(), summarizer_script)
     summarizer = PageSummarizer(gen, max_new_tokens=100, max_page_tokens=400)
     with serve_app(_search_api(pages)) as api:
-        web = WebRetriever("serpapi", base_url=f"{api}/serpapi", fetcher=fetcher(), summarizer=summarizer,
-                           query_suffix=" site:example.org")  # fmt: skip
+        web = WebRetriever(
+            "serpapi",
+            base_url=f"{api}/serpapi",
+            fetcher=fetcher(),
+            summarizer=summarizer,
+            query_suffix=" site:example.org",
+        )
         t0 = time.monotonic()
         amber, weather = web.search(["amber fort", "jaipur weather"], 4)
         assert time.monotonic() - t0 < 3.0
@@ -212,7 +246,11 @@ def test_web_retriever_fetches_summarises_and_falls_back_to_snippets(pages: str,
         assert len(gen.calls) == 1 and len(gen.calls[0]) == 3  # ONE summariser call: good, plain, plain (2 queries)
         assert all("Search query: amber fort" in c for c in gen.calls[0][:2])
         assert {p["url"].rsplit("/", 1)[1]: p["status"] for p in web.last_pages if p["query"] == "amber fort"} == {
-            "good": "ok", "pdf": "content_type", "slow": "timeout", "plain": "ok"}  # fmt: skip
+            "good": "ok",
+            "pdf": "content_type",
+            "slow": "timeout",
+            "plain": "ok",
+        }
         web.search(["amber fort"], 4)  # pages and summaries are cached: no new summariser call
         assert len(gen.calls) == 1
         web.close()
@@ -251,8 +289,9 @@ def test_agent_rollout_with_online_search_from_the_config(pages: str, serve_app,
     monkeypatch.setenv("SERPAPI_API_KEY", KEY)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     with serve_app(_search_api(pages)) as api:
-        cfg = RetrievalConfig(kind="web", urls=[f"{api}/serpapi"], topk=1,
-                              web={"page_timeout_s": 1.0, "max_page_chars": 2000})  # fmt: skip
+        cfg = RetrievalConfig(
+            kind="web", urls=[f"{api}/serpapi"], topk=1, web={"page_timeout_s": 1.0, "max_page_chars": 2000}
+        )
         retriever = make_retriever(cfg)
 
         def policy(ctx: str) -> str:
@@ -260,8 +299,9 @@ def test_agent_rollout_with_online_search_from_the_config(pages: str, serve_app,
                 return "<think>search</think>\n<search> amber fort </search>"
             return "<think>read</think>\n<answer> 1592 </answer>"
 
-        limits = RolloutLimits(max_turns=3, max_searches=1, max_new_tokens=100, max_obs_tokens=500,
-                               max_total_tokens=8000, topk=1)  # fmt: skip
+        limits = RolloutLimits(
+            max_turns=3, max_searches=1, max_new_tokens=100, max_obs_tokens=500, max_total_tokens=8000, topk=1
+        )
         engine = RolloutEngine(
             ScriptedGenerator(ByteTokenizer(), policy), retriever, get_protocol("search_r1"), limits
         )
@@ -298,8 +338,9 @@ def test_config_builds_a_local_model_summariser(monkeypatch) -> None:
 
     monkeypatch.setattr(searchrl.models, "load_policy", load_policy)
     assert make_summarizer(WebConfig()) is None
-    summarizer = make_summarizer(WebConfig(summarizer="my-summariser", summary_max_new_tokens=6,
-                                           summary_max_page_tokens=40))  # fmt: skip
+    summarizer = make_summarizer(
+        WebConfig(summarizer="my-summariser", summary_max_new_tokens=6, summary_max_page_tokens=40)
+    )
     assert loaded == ["my-summariser"] and isinstance(summarizer.generator, HFGenerator)
     page = "The Amber Fort was built in 1592. " * 5
     (summary,) = summarizer.summarize([("amber fort", page)])

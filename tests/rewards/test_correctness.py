@@ -108,8 +108,12 @@ def test_records_round_trip_and_the_viewer_shows_the_writers_verdict(tmp_path: P
     assert [r.correct for r in recs] == [1.0, 0.0]
     html = render_html(recs)
     assert html.count('class="badge ok">correct') == 1  # cover-EM's verdict, although EM is 0 for both
-    assert trajectory_record(None, source="eval/d/direct") == {"source": "eval/d/direct", "score": None, "metrics": {},
-                                                               "trajectory": None}  # fmt: skip
+    assert trajectory_record(None, source="eval/d/direct") == {
+        "source": "eval/d/direct",
+        "score": None,
+        "metrics": {},
+        "trajectory": None,
+    }
 
 
 def test_summary_reports_the_runs_rule() -> None:

@@ -112,8 +112,9 @@ def test_a_protocol_module_owns_its_format_reward():
         return per_search * n_searches if report.ok else -1.0
 
     try:
-        scores, metrics = format_reward([make(n=2), make(n=3, ok=False, answer_ok=True)], paper="letters_test",
-                                        per_search=0.5)  # fmt: skip
+        scores, metrics = format_reward(
+            [make(n=2), make(n=3, ok=False, answer_ok=True)], paper="letters_test", per_search=0.5
+        )
         assert scores == [1.0, -1.0] and metrics == {"ok_rate": 0.5, "answer_ok_rate": 0.5}
         with pytest.raises(ValueError, match=r"unknown param\(s\) \['per_serach'\]; valid params: per_search"):
             RewardComposer([RewardComponent(name="format", params={"paper": "letters_test", "per_serach": 1})])
@@ -183,8 +184,16 @@ def test_trainer_reward_fn_passes_policy_text_and_metadata_to_hops():
     tok = ByteTokenizer()
     policy = "<search> Soukarn director </search>"
     obs = "<information>Soukarn was directed by Aesfern Krezher.</information>"
-    t = Trajectory("q#0", "q", "q", "In which year was the director of Soukarn born?", ["1920"], [],
-                   turns=[Turn(policy, "search", "stop", observation=obs)], metadata={"chain": CHAIN})  # fmt: skip
+    t = Trajectory(
+        "q#0",
+        "q",
+        "q",
+        "In which year was the director of Soukarn born?",
+        ["1920"],
+        [],
+        turns=[Turn(policy, "search", "stop", observation=obs)],
+        metadata={"chain": CHAIN},
+    )
     t.append(tok.encode(policy + obs), sampled=False)
     fn = default_reward_fn(cfg, get_protocol("search_r1"), tok)
     assert fn([t])[0] == [0.0]  # the name is only in the inserted document, not in the policy's text

@@ -38,20 +38,42 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
     tok = tokenizer()
     questions = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(8)]
     extra = ["training.micro_batch_tokens=64", "memorization.coef=0.1"] if mode == "uneven" else []
-    cfg = load_config(None, [
-        f"algorithm.name={algo}", "algorithm.kl_coef=0.01", f"algorithm.mini_batch_size={mini_batch_size}",
-        "training.lr=1e-2", "training.steps=2", "training.prompts_per_step=4", f"training.output_dir={out}",
-        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=4", "rollout.max_new_tokens=48",
-        "rollout.max_turns=1", "rollout.force_answer=false", *extra,
-    ])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            f"algorithm.name={algo}",
+            "algorithm.kl_coef=0.01",
+            f"algorithm.mini_batch_size={mini_batch_size}",
+            "training.lr=1e-2",
+            "training.steps=2",
+            "training.prompts_per_step=4",
+            f"training.output_dir={out}",
+            "training.save_every=0",
+            "training.tensorboard=false",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=48",
+            "rollout.max_turns=1",
+            "rollout.force_answer=false",
+            *extra,
+        ],
+    )
 
     def memorization_hook(step, trajs):  # only process 0 ever has sequences to memorize
         seqs = [(list(t.prompt_ids), list(t.response_ids), list(t.action_mask)) for t in trajs[:3]]
         return seqs if rank == 0 else []
 
-    trainer = Trainer(cfg, tiny_model(), tok, LettersProtocol(), None, questions, reward_fn=letter_fraction_reward,
-                      micro_batch_size=64 if mode == "same" else 2, generator=ScriptedGenerator(tok, script),
-                      aux_nll_hook=memorization_hook if mode == "uneven" else None)  # fmt: skip
+    trainer = Trainer(
+        cfg,
+        tiny_model(),
+        tok,
+        LettersProtocol(),
+        None,
+        questions,
+        reward_fn=letter_fraction_reward,
+        micro_batch_size=64 if mode == "same" else 2,
+        generator=ScriptedGenerator(tok, script),
+        aux_nll_hook=memorization_hook if mode == "uneven" else None,
+    )
     opt_steps = [0]
     step_fn = trainer.opt.step
 
@@ -64,8 +86,12 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
     if trainer.acc.is_main_process:
         state = trainer.policy.state_dict()
         torch.save({k: v.detach().cpu() for k, v in state.items()}, f"{out}/weights.pt")
-        info = {"history": history, "optimizer_steps": opt_steps[0], "processes": trainer.acc.num_processes,
-                "distributed_type": str(trainer.acc.distributed_type)}  # fmt: skip
+        info = {
+            "history": history,
+            "optimizer_steps": opt_steps[0],
+            "processes": trainer.acc.num_processes,
+            "distributed_type": str(trainer.acc.distributed_type),
+        }
         torch.save(info, f"{out}/history.pt")
     trainer.close(exit_process=True)
 

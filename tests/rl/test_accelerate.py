@@ -23,15 +23,29 @@ def _launch_2() -> list[str]:
         port = s.getsockname()[1]
     # --multi_gpu starts torchrun; without CUDA the trainer's Accelerator(cpu=True) then runs DDP over gloo. (With
     # --cpu, accelerate starts ONE process: the comparison would be vacuous, hence the process-count checks.)
-    return [str(ACCELERATE), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port)]  # fmt: skip
+    return [
+        str(ACCELERATE),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(port),
+    ]
 
 
 def _run(cmd: list[str], timeout: float = 600) -> None:
     """Run ``cmd`` in its own process group; on timeout kill the whole group (a hung collective never returns)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "SEARCHRL_NO_PROGRESS": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

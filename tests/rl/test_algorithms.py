@@ -366,8 +366,10 @@ def test_group_normalised_is_openrlhf_group_norm():
     gen = torch.Generator().manual_seed(4)
     s2, ids = randn(gen, 12), [f"g{i % 3}" for i in range(12)]
     members = {g: [s2[j].item() for j in range(12) if ids[j] == g] for g in set(ids)}
-    ref = [(s2[i].item() - statistics.fmean(members[ids[i]])) / (statistics.stdev(members[ids[i]]) + 1e-9)
-           for i in range(12)]  # fmt: skip
+    ref = [
+        (s2[i].item() - statistics.fmean(members[ids[i]])) / (statistics.stdev(members[ids[i]]) + 1e-9)
+        for i in range(12)
+    ]
     assert group_normalised(s2, ids).tolist() == pytest.approx(ref, abs=1e-9)
 
 
@@ -579,8 +581,14 @@ def test_drop_uniform_groups_needs_a_group_baseline():
     from searchrl.config import ConfigError, load_config
 
     assert load_config(None, ["algorithm.drop_uniform_groups=true"]).algorithm.drop_uniform_groups
-    load_config(None, ["algorithm.name=reinforce_pp", "algorithm.reinforce_estimator=group_norm",
-                       "algorithm.drop_uniform_groups=true"])  # fmt: skip
+    load_config(
+        None,
+        [
+            "algorithm.name=reinforce_pp",
+            "algorithm.reinforce_estimator=group_norm",
+            "algorithm.drop_uniform_groups=true",
+        ],
+    )
     for bad in (["algorithm.name=ppo"], ["algorithm.name=reinforce_pp"]):
         with pytest.raises((ConfigError, ValueError), match="group baseline"):
             load_config(None, [*bad, "algorithm.drop_uniform_groups=true"])

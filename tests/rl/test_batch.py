@@ -100,7 +100,11 @@ def test_long_masked_attention_in_causal_blocks_changes_nothing(monkeypatch) -> 
         lp_blocked, _ = score_tokens(TokenScorer(blocked, share_prompts=share), b, b.action_mask)
         n_calls = len(calls)
         assert any(calls) and real(torch.ones(1, 1, 64, 64, dtype=torch.bool).tril(), 64, 64) == [
-            (0, 16, 16), (16, 32, 32), (32, 48, 48), (48, 64, 64)]  # fmt: skip
+            (0, 16, 16),
+            (16, 32, 32),
+            (32, 48, 48),
+            (48, 64, 64),
+        ]
         lp_whole, _ = score_tokens(TokenScorer(whole, share_prompts=share), b, b.action_mask)
         assert len(calls) == n_calls  # transformers' own SDPA: no blocks
         torch.testing.assert_close(lp_blocked, lp_whole, rtol=1e-5, atol=1e-6)

@@ -40,9 +40,14 @@ def _worker(rank: int, port: int, out: str) -> None:
         w = whiten(x_BT[rows], mask_BT[rows], sum_across=total)
         cfg = AlgorithmConfig(name="reinforce_pp")
         adv, _, _ = get_estimator("reinforce_pp").fn(
-            scores_B[rows], torch.zeros_like(x_BT[rows]), None, mask_BT[rows], ["g"] * (rows.stop - rows.start), cfg,
+            scores_B[rows],
+            torch.zeros_like(x_BT[rows]),
+            None,
+            mask_BT[rows],
+            ["g"] * (rows.stop - rows.start),
+            cfg,
             sum_across=total,
-        )  # fmt: skip
+        )
         torch.save({"whiten": w, "reinforce_pp": adv}, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()

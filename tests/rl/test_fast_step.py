@@ -23,13 +23,33 @@ QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(8)]
 
 
 def make(tmp: Path, *extra: str, generator: Generator | None = None, protocol=None, retriever=None) -> Trainer:
-    cfg = load_config(None, [
-        "algorithm.name=grpo", "training.lr=1e-3", "training.prompts_per_step=2", f"training.output_dir={tmp}",
-        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=4", "rollout.max_new_tokens=10",
-        "rollout.max_turns=1", "rollout.force_answer=false", "rollout.max_total_tokens=256", *extra,
-    ])  # fmt: skip
-    return Trainer(cfg, tiny_model(), tokenizer(), protocol or LettersProtocol(), retriever, QUESTIONS,
-                   reward_fn=letter_fraction_reward, generator=generator)  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            "algorithm.name=grpo",
+            "training.lr=1e-3",
+            "training.prompts_per_step=2",
+            f"training.output_dir={tmp}",
+            "training.save_every=0",
+            "training.tensorboard=false",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=10",
+            "rollout.max_turns=1",
+            "rollout.force_answer=false",
+            "rollout.max_total_tokens=256",
+            *extra,
+        ],
+    )
+    return Trainer(
+        cfg,
+        tiny_model(),
+        tokenizer(),
+        protocol or LettersProtocol(),
+        retriever,
+        QUESTIONS,
+        reward_fn=letter_fraction_reward,
+        generator=generator,
+    )
 
 
 class LetterStopProtocol(Protocol):
@@ -63,8 +83,13 @@ class EchoRetriever:
 def test_rollout_logprobs_match_a_recomputation(tmp_path: Path) -> None:
     """Multi-turn rollouts (documents inserted, cached prefixes reused): the generator's log-probs of the policy's
     tokens equal a fresh forward pass to 1e-4, so one on-policy update can use them as the old log-probs."""
-    trainer = make(tmp_path, "rollout.max_turns=3", "rollout.max_new_tokens=8", protocol=LetterStopProtocol(),
-                   retriever=EchoRetriever())  # fmt: skip
+    trainer = make(
+        tmp_path,
+        "rollout.max_turns=3",
+        "rollout.max_new_tokens=8",
+        protocol=LetterStopProtocol(),
+        retriever=EchoRetriever(),
+    )
     trajs = trainer.engine.run(QUESTIONS[:4], group_size=4, temperature=1.0, seed=0)
     assert sum(t.n_searches for t in trajs) >= 4 and trainer.generator.stats["reused_tokens"] > 0
     batch = collate_trajectories(trajs, trainer._pad)
@@ -75,12 +100,15 @@ def test_rollout_logprobs_match_a_recomputation(tmp_path: Path) -> None:
     assert float(diff.max()) < 1e-4
 
 
-@pytest.mark.parametrize(("extra", "passes"), [
-    (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8"), 0),  # one update: old from the rollout, no ref
-    (("algorithm.kl_coef=0.01", "algorithm.mini_batch_size=8"), 1),  # the reference pass only
-    (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4"), 1),  # two updates: old log-probs recomputed
-    (("algorithm.kl_coef=0.0", "algorithm.old_logprobs=recompute"), 1),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("extra", "passes"),
+    [
+        (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8"), 0),  # one update: old from the rollout, no ref
+        (("algorithm.kl_coef=0.01", "algorithm.mini_batch_size=8"), 1),  # the reference pass only
+        (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4"), 1),  # two updates: old log-probs recomputed
+        (("algorithm.kl_coef=0.0", "algorithm.old_logprobs=recompute"), 1),
+    ],
+)
 def test_scoring_passes_are_only_the_needed_ones(tmp_path: Path, extra, passes: int, monkeypatch) -> None:
     trainer = make(tmp_path, *extra)
     calls = []
@@ -152,14 +180,33 @@ def test_held_out_evaluation_at_checkpoints(tmp_path: Path) -> None:
     """eval_every: a greedy held-out evaluation before training, every k steps and at the end, logged and saved."""
     import json
 
-    cfg = load_config(None, [
-        "training.steps=3", "training.eval_every=2", "training.prompts_per_step=2", f"training.output_dir={tmp_path}",
-        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=2", "rollout.max_new_tokens=6",
-        "rollout.max_turns=1", "rollout.force_answer=false", "algorithm.kl_coef=0.0",
-    ])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            "training.steps=3",
+            "training.eval_every=2",
+            "training.prompts_per_step=2",
+            f"training.output_dir={tmp_path}",
+            "training.save_every=0",
+            "training.tensorboard=false",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=6",
+            "rollout.max_turns=1",
+            "rollout.force_answer=false",
+            "algorithm.kl_coef=0.0",
+        ],
+    )
     held = [QAExample(f"h{i}", f"held {i}", ["x"]) for i in range(3)]
-    trainer = Trainer(cfg, tiny_model(), tokenizer(), LettersProtocol(), None, QUESTIONS,
-                      reward_fn=letter_fraction_reward, eval_examples=held)  # fmt: skip
+    trainer = Trainer(
+        cfg,
+        tiny_model(),
+        tokenizer(),
+        LettersProtocol(),
+        None,
+        QUESTIONS,
+        reward_fn=letter_fraction_reward,
+        eval_examples=held,
+    )
     trainer.train()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "eval/em" in r] == [0, 2, 3]

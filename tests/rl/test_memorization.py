@@ -36,8 +36,16 @@ def traj(qid: str, answer: str | None, searches: int, golds=("France",), sample:
     t = Trajectory(f"{qid}#{sample}", qid, qid, f"Where is {qid}?", list(golds), prompt_ids=prompt_ids)
     for i in range(searches):
         obs = f" <|begin_search_result|>\n(1)Doc {qid}-{i}: Lyon is a city in France.\n<|end_search_result|>"
-        t.turns.append(Turn(text=f"<|begin_external_search|>q{i}<|end_external_search|>", action="search",
-                            finish_reason="stop", queries=[f"q{i}"], hit_ids=[["d"]], observation=obs))  # fmt: skip
+        t.turns.append(
+            Turn(
+                text=f"<|begin_external_search|>q{i}<|end_external_search|>",
+                action="search",
+                finish_reason="stop",
+                queries=[f"q{i}"],
+                hit_ids=[["d"]],
+                observation=obs,
+            )
+        )
     t.turns.append(Turn(text=f"\\boxed{{{answer}}}", action="answer", finish_reason="eos"))
     t.answer = answer
     return t
@@ -138,10 +146,15 @@ def _retrieval_trajectory(thought: str) -> Trajectory:
     t = Trajectory("x#0", "x", "x", "Where is Lyon?", ["France"], prompt_ids=[5])
     obs = " <|begin_search_result|>\n(1)Lyon: Lyon is a city in France.\n<|end_search_result|>"
     t.turns = [
-        Turn(text="I need the country of Lyon. <|begin_external_search|>Lyon country<|end_external_search|>",
-             action="search", finish_reason="stop", queries=["Lyon country"], observation=obs),
+        Turn(
+            text="I need the country of Lyon. <|begin_external_search|>Lyon country<|end_external_search|>",
+            action="search",
+            finish_reason="stop",
+            queries=["Lyon country"],
+            observation=obs,
+        ),
         Turn(text=f"{thought} So the answer is \\boxed{{France}}.", action="answer", finish_reason="eos"),
-    ]  # fmt: skip
+    ]
     return t
 
 
@@ -185,17 +198,39 @@ def test_trainer_update_carries_coef_times_nll(tmp_path: Path, coef: float) -> N
         calls.append(step)
         return [seq]
 
-    cfg = load_config(None, [
-        "algorithm.name=grpo", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4", "training.lr=1e-2",
-        "training.steps=3", "training.prompts_per_step=2", f"training.output_dir={tmp_path}",
-        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=4", "rollout.max_new_tokens=6",
-        "rollout.max_turns=1", "rollout.force_answer=false", f"memorization.coef={coef}",
-    ])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            "algorithm.name=grpo",
+            "algorithm.kl_coef=0.0",
+            "algorithm.mini_batch_size=4",
+            "training.lr=1e-2",
+            "training.steps=3",
+            "training.prompts_per_step=2",
+            f"training.output_dir={tmp_path}",
+            "training.save_every=0",
+            "training.tensorboard=false",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=6",
+            "rollout.max_turns=1",
+            "rollout.force_answer=false",
+            f"memorization.coef={coef}",
+        ],
+    )
     model = tiny_model()
     before = _target_logp(model, seq)
     questions = [QAExample(f"q{i}", f"letters {i}", ["x"]) for i in range(4)]
-    trainer = Trainer(cfg, model, tok, LettersProtocol(), None, questions, reward_fn=_ConstantReward(),
-                      aux_nll_hook=hook, micro_batch_size=4)  # fmt: skip
+    trainer = Trainer(
+        cfg,
+        model,
+        tok,
+        LettersProtocol(),
+        None,
+        questions,
+        reward_fn=_ConstantReward(),
+        aux_nll_hook=hook,
+        micro_batch_size=4,
+    )
     history = trainer.train()
     after = _target_logp(trainer.policy, seq)
     if coef == 0:

@@ -16,10 +16,23 @@ from searchrl.cli import app
 def test_train_one_step_from_recipe(tmp_path: Path, recipe: str) -> None:
     out = tmp_path / "run"
     # the recipes hold paper-scale values (hub models, Wikipedia indexes); the laptop profile runs them here
-    args = ["train", "--recipe", recipe, "--profile", "laptop", "data.world.entities=120", "training.steps=1",
-            "training.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=24", "rollout.max_turns=1",
-            "rollout.max_searches=1", "algorithm.mini_batch_size=4", f"training.output_dir={out}",
-            "training.tensorboard=false"]  # fmt: skip
+    args = [
+        "train",
+        "--recipe",
+        recipe,
+        "--profile",
+        "laptop",
+        "data.world.entities=120",
+        "training.steps=1",
+        "training.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=24",
+        "rollout.max_turns=1",
+        "rollout.max_searches=1",
+        "algorithm.mini_batch_size=4",
+        f"training.output_dir={out}",
+        "training.tensorboard=false",
+    ]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output + repr(res.exception)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -17,15 +17,33 @@ QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(16)]
 
 def make_trainer(tmp: Path, lr: float, algo: str = "grpo", steps: int = 30, **extra: str) -> Trainer:
     overrides = [
-        f"algorithm.name={algo}", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=32",
-        f"training.lr={lr}", f"training.steps={steps}", "training.prompts_per_step=4", f"training.output_dir={tmp}",
-        "training.save_every=0", "training.tensorboard=false", "rollout.group_size=8", "rollout.max_new_tokens=12",
-        "rollout.max_turns=1", "rollout.force_answer=false", "rollout.max_total_tokens=128",
+        f"algorithm.name={algo}",
+        "algorithm.kl_coef=0.0",
+        "algorithm.mini_batch_size=32",
+        f"training.lr={lr}",
+        f"training.steps={steps}",
+        "training.prompts_per_step=4",
+        f"training.output_dir={tmp}",
+        "training.save_every=0",
+        "training.tensorboard=false",
+        "rollout.group_size=8",
+        "rollout.max_new_tokens=12",
+        "rollout.max_turns=1",
+        "rollout.force_answer=false",
+        "rollout.max_total_tokens=128",
         *[f"{k}={v}" for k, v in extra.items()],
-    ]  # fmt: skip
+    ]
     cfg = load_config(None, overrides)
-    return Trainer(cfg, tiny_model(), tokenizer(), LettersProtocol(), None, QUESTIONS,
-                   reward_fn=letter_fraction_reward, micro_batch_size=32)  # fmt: skip
+    return Trainer(
+        cfg,
+        tiny_model(),
+        tokenizer(),
+        LettersProtocol(),
+        None,
+        QUESTIONS,
+        reward_fn=letter_fraction_reward,
+        micro_batch_size=32,
+    )
 
 
 def _mean(xs):
@@ -149,14 +167,32 @@ def test_ppo_critic_mask_choice_runs_with_inserted_documents(tmp_path: Path, cri
         return "<answer> France </answer>" if "Lyon is a city" in ctx else "<search> lyon </search>"
 
     tok = tokenizer()
-    cfg = load_config(None, [
-        "algorithm.name=ppo", "algorithm.kl_coef=0.0", f"algorithm.critic_mask_observations={critic_masked}",
-        "training.steps=1", "training.prompts_per_step=2", f"training.output_dir={tmp_path}", "training.save_every=0",
-        "training.tensorboard=false", "rollout.max_turns=2", "rollout.max_total_tokens=1024",
-    ])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            "algorithm.name=ppo",
+            "algorithm.kl_coef=0.0",
+            f"algorithm.critic_mask_observations={critic_masked}",
+            "training.steps=1",
+            "training.prompts_per_step=2",
+            f"training.output_dir={tmp_path}",
+            "training.save_every=0",
+            "training.tensorboard=false",
+            "rollout.max_turns=2",
+            "rollout.max_total_tokens=1024",
+        ],
+    )
     qs = [QAExample(f"q{i}", "Where is Lyon?", ["France"]) for i in range(2)]
-    trainer = Trainer(cfg, tiny_model(), tok, get_protocol("search_r1"), _OneDocRetriever(), qs,
-                      generator=ScriptedGenerator(tok, script), micro_batch_size=1)  # fmt: skip
+    trainer = Trainer(
+        cfg,
+        tiny_model(),
+        tok,
+        get_protocol("search_r1"),
+        _OneDocRetriever(),
+        qs,
+        generator=ScriptedGenerator(tok, script),
+        micro_batch_size=1,
+    )
     (m,) = trainer.train()
     traj = trainer.last_trajectories[0]
     assert 0 < sum(traj.action_mask) < len(traj.action_mask)  # documents were inserted

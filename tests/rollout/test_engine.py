@@ -17,8 +17,10 @@ class CountingRetriever:
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         self.calls.append(list(queries))
-        return [[Hit(f"{q}-{i}", f"Title {i} of {q}", f"text {i} about {q}", 1.0 / (i + 1)) for i in range(k)]
-                for q in queries]  # fmt: skip
+        return [
+            [Hit(f"{q}-{i}", f"Title {i} of {q}", f"text {i} about {q}", 1.0 / (i + 1)) for i in range(k)]
+            for q in queries
+        ]
 
 
 def options(name: str) -> dict:
@@ -43,8 +45,9 @@ def run(name: str, n_questions: int = 3, n_queries: int = 1):
     protocol = get_protocol(name, **options(name))
     gen = ScriptedGenerator(tok, two_step_script(protocol, n_queries))
     retriever = CountingRetriever()
-    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=400, max_obs_tokens=2000,
-                           max_total_tokens=20000, topk=2)  # fmt: skip
+    limits = RolloutLimits(
+        max_turns=3, max_searches=2, max_new_tokens=400, max_obs_tokens=2000, max_total_tokens=20000, topk=2
+    )
     engine = RolloutEngine(gen, retriever, protocol, limits)
     examples = [QAExample(f"id{i}", f"QUESTION-{i} what?", [f"answer {i}"]) for i in range(n_questions)]
     trajs = engine.run(examples, group_size=2, seed=0)
@@ -58,8 +61,9 @@ def test_masks_give_exactly_sampled_and_inserted_text(name: str) -> None:
     for t in trajs:
         assert t.stop_reason == "answer", (t.stop_reason, [turn.text for turn in t.turns])
         assert len(t.response_ids) == len(t.action_mask) == len(t.logprobs)
-        sampled = tok.decode([i for i, m in zip(t.response_ids, t.action_mask, strict=True) if m],
-                             skip_special_tokens=True)  # fmt: skip
+        sampled = tok.decode(
+            [i for i, m in zip(t.response_ids, t.action_mask, strict=True) if m], skip_special_tokens=True
+        )
         inserted = tok.decode([i for i, m in zip(t.response_ids, t.action_mask, strict=True) if not m])
         assert sampled == "".join(turn.text for turn in t.turns)
         assert inserted == "".join(turn.observation for turn in t.turns)
@@ -142,8 +146,9 @@ def test_total_length_never_drops_the_question() -> None:
     tok = ByteTokenizer()
     protocol = get_protocol("search_r1")
     gen = ScriptedGenerator(tok, lambda ctx: protocol.format_search(["more"]))
-    limits = RolloutLimits(max_turns=10, max_searches=10, max_new_tokens=64, max_obs_tokens=100,
-                           max_total_tokens=1200, topk=3)  # fmt: skip
+    limits = RolloutLimits(
+        max_turns=10, max_searches=10, max_new_tokens=64, max_obs_tokens=100, max_total_tokens=1200, topk=3
+    )
     (t,) = RolloutEngine(gen, CountingRetriever(), protocol, limits).run([QAExample("q", "QUESTION-0 who?", ["a"])])
     assert t.stop_reason == "length"
     assert len(t.prompt_ids) + len(t.response_ids) <= 1200
@@ -197,10 +202,18 @@ def test_rag_r1_caps_each_querys_documents_not_the_whole_observation(multi: bool
     tok = ByteTokenizer()
     protocol = get_protocol("rag_r1", multi_query=multi, max_queries=3)
     cap = 100
-    limits = RolloutLimits(max_turns=2, max_searches=1, max_new_tokens=400, max_obs_tokens=5000,
-                           max_total_tokens=20000, topk=2, max_obs_tokens_per_query=cap)  # fmt: skip
-    engine = RolloutEngine(ScriptedGenerator(tok, two_step_script(protocol, 3 if multi else 1)), LongDocRetriever(),
-                           protocol, limits)  # fmt: skip
+    limits = RolloutLimits(
+        max_turns=2,
+        max_searches=1,
+        max_new_tokens=400,
+        max_obs_tokens=5000,
+        max_total_tokens=20000,
+        topk=2,
+        max_obs_tokens_per_query=cap,
+    )
+    engine = RolloutEngine(
+        ScriptedGenerator(tok, two_step_script(protocol, 3 if multi else 1)), LongDocRetriever(), protocol, limits
+    )
     traj = engine.run([QAExample("id0", "QUESTION-0 what?", ["answer 0"])], group_size=1, seed=0)[0]
     obs = traj.turns[0].observation
     body = obs.split("<information>\n", 1)[1].rsplit("\n</information>", 1)[0]
@@ -214,5 +227,6 @@ def test_rag_r1_caps_each_querys_documents_not_the_whole_observation(multi: bool
 def test_per_query_cap_is_refused_by_other_protocols() -> None:
     limits = RolloutLimits(max_obs_tokens_per_query=100)
     with pytest.raises(ValueError, match="only rag_r1"):
-        RolloutEngine(ScriptedGenerator(ByteTokenizer(), lambda c: ""), LongDocRetriever(),
-                      get_protocol("search_r1"), limits)  # fmt: skip
+        RolloutEngine(
+            ScriptedGenerator(ByteTokenizer(), lambda c: ""), LongDocRetriever(), get_protocol("search_r1"), limits
+        )

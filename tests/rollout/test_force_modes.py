@@ -27,8 +27,14 @@ def always_search(mode: str, max_turns: int = 3, max_searches: int = 3):
     protocol = get_protocol("search_r1")
     gen = ScriptedGenerator(tok, lambda ctx: protocol.format_search(["again"]))
     retriever = CountingRetriever()
-    limits = RolloutLimits(max_turns=max_turns, max_searches=max_searches, topk=1, max_total_tokens=50_000,
-                           max_obs_tokens=500, force_answer=mode)  # fmt: skip
+    limits = RolloutLimits(
+        max_turns=max_turns,
+        max_searches=max_searches,
+        topk=1,
+        max_total_tokens=50_000,
+        max_obs_tokens=500,
+        force_answer=mode,
+    )
     (t,) = RolloutEngine(gen, retriever, protocol, limits).run([QAExample("q", "Q?", ["a"])])
     return protocol, retriever, t
 

@@ -56,8 +56,9 @@ def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str)
             if ex.metadata["kind"] == "comparison":  # searched in the question's order, the winner named last
                 names = [h["subject"] for h in ex.metadata["chain"]]
                 searched = [q for turn in t.turns for q in turn.queries]
-                assert sorted(names, key=ex.question.find) == [q[: len(n)] for q, n in zip(searched, sorted(
-                    names, key=ex.question.find), strict=True)]  # fmt: skip
+                assert sorted(names, key=ex.question.find) == [
+                    q[: len(n)] for q, n in zip(searched, sorted(names, key=ex.question.find), strict=True)
+                ]
                 years = {h["subject"]: int(h["answer"]) for h in ex.metadata["chain"]}
                 word = "earlier" if years[ex.answers[0]] == min(years.values()) else "later"
                 assert f"pick the {word} of #1 and #2" in t.turns[0].text
@@ -76,8 +77,11 @@ def test_decomposition_refers_to_earlier_answers() -> None:
         {"sub_question": "In which country is Isgaholm?", "answer": "Stasperun"},
     ]
     assert _plan_items(chain, comparison=False) == [
-        "Which label released Grafou?", "In which city is #1 headquartered?", "In which country is #2?", "answer #3.",
-    ]  # fmt: skip
+        "Which label released Grafou?",
+        "In which city is #1 headquartered?",
+        "In which country is #2?",
+        "answer #3.",
+    ]
     assert _plan_items(chain[:1] * 2, comparison=True)[-1] == "compare #1 and #2."
     assert _plan_items(chain[:1] * 2, comparison=True, direction="later")[-1] == "pick the later of #1 and #2."
     assert plan_style(True) == "count" and plan_style(False) == "none" and plan_style("decompose") == "decompose"
@@ -99,11 +103,19 @@ def test_question_order_without_recorded_subjects() -> None:
 def test_first_turn_samples_extend_the_oracle_data(world) -> None:
     """sft.oracle_first_turns adds step-level samples: the question's prompt -> its first turn, no documents."""
     from searchrl.pipeline import load_split, make_protocol
-    from searchrl.sft.cli import oracle_sft_data
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
-    cfg = load_config("demo", [f"data.source={d}", "sft.limit=4", "sft.oracle_first_turns=6",
-                               "sft.oracle_plan=decompose", "retrieval.kind=bm25"])  # fmt: skip
+    cfg = load_config(
+        "demo",
+        [
+            f"data.source={d}",
+            "sft.limit=4",
+            "sft.oracle_first_turns=6",
+            "sft.oracle_plan=decompose",
+            "retrieval.kind=bm25",
+        ],
+    )
     tok = ByteTokenizer()
     data = oracle_sft_data(cfg, make_protocol(cfg), tok)
     questions = [e.question for e in load_split(cfg, "train", 10, kinds=cfg.sft.kinds or None)]
@@ -114,8 +126,9 @@ def test_first_turn_samples_extend_the_oracle_data(world) -> None:
         assert text.startswith("<think> Plan: (1) ") and text.rstrip().endswith("</search>")
         assert "<information>" not in text
     with pytest.raises(ValueError, match="sft.limit"):
-        oracle_sft_data(cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"limit": None})}),
-                        make_protocol(cfg), tok)  # fmt: skip
+        oracle_sft_data(
+            cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"limit": None})}), make_protocol(cfg), tok
+        )
 
 
 def test_sft_gradient_is_exactly_zero_on_inserted_tokens(world) -> None:
@@ -160,14 +173,31 @@ def test_validation_split_keeps_the_best_epoch(world, tmp_path: Path) -> None:
     tok = ByteTokenizer()
     trajs = oracle_trajectories(get_protocol("search_r1"), load_qa(d / "train.jsonl", limit=10), retriever, tok)
     cut = sorted(len(t.prompt_ids) + len(t.response_ids) for t in trajs)[5]  # about half the examples are longer
-    cfg = load_config(None, ["sft.lr=3e-3", "sft.epochs=3", "sft.batch_size=4", "sft.warmup_steps=0",
-                             "sft.val_fraction=0.2", f"sft.max_length={cut}"])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            "sft.lr=3e-3",
+            "sft.epochs=3",
+            "sft.batch_size=4",
+            "sft.warmup_steps=0",
+            "sft.val_fraction=0.2",
+            f"sft.max_length={cut}",
+        ],
+    )
     trainer = SFTTrainer(cfg, tiny_model(), tok, trajs, tmp_path)
     assert len(trainer.val) == 2 and len(trainer.examples) == 8
     n_long = sum(len(t.prompt_ids) + len(t.response_ids) > cut for t in trajs)
     assert trainer.n_truncated == n_long and 0 < n_long < len(trajs)
-    assert SFTTrainer(cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"max_length": 10**6})}), tiny_model(),
-                      tok, trajs, tmp_path / "x").n_truncated == 0  # fmt: skip
+    assert (
+        SFTTrainer(
+            cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"max_length": 10**6})}),
+            tiny_model(),
+            tok,
+            trajs,
+            tmp_path / "x",
+        ).n_truncated
+        == 0
+    )
     hist = trainer.train()
     vals = [h["val_loss"] for h in hist if "val_loss" in h]
     assert len(vals) == 3 and trainer.best_val == min(vals) and trainer.best_epoch == vals.index(min(vals))
@@ -208,8 +238,8 @@ def test_balanced_oracle_data_covers_every_template(world) -> None:
     import collections
 
     from searchrl.pipeline import load_split, make_protocol
-    from searchrl.sft.cli import oracle_sft_data
     from searchrl.sft.oracle import round_robin_by_template
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
     train = load_split(load_config("demo", [f"data.source={d}", "data.kinds=[]"]), "train")
@@ -224,8 +254,17 @@ def test_balanced_oracle_data_covers_every_template(world) -> None:
             e.id for e in train if e.metadata["template"] == t
         ]
     n = len(templates)
-    cfg = load_config("demo", [f"data.source={d}", "sft.limit=3", f"sft.oracle_first_turns={n}", "sft.kinds=[]",
-                               "sft.oracle_balance=true", "retrieval.kind=bm25"])  # fmt: skip
+    cfg = load_config(
+        "demo",
+        [
+            f"data.source={d}",
+            "sft.limit=3",
+            f"sft.oracle_first_turns={n}",
+            "sft.kinds=[]",
+            "sft.oracle_balance=true",
+            "retrieval.kind=bm25",
+        ],
+    )
     data = oracle_sft_data(cfg, make_protocol(cfg), ByteTokenizer())
     assert [x.question for x in data[:3]] == [e.question for e in order[:3]]
     assert len(data) == 3 + n
@@ -235,7 +274,7 @@ def test_oracle_mix_picks_the_whole_trajectories_per_kind(world) -> None:
     """sft.oracle_mix: the first n questions of each kind (file order) as whole trajectories, then first turns of
     the questions not taken; asking for more of a kind than the split holds, or a clashing limit, is an error."""
     from searchrl.pipeline import load_split, make_protocol
-    from searchrl.sft.cli import oracle_sft_data
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
     over = [f"data.source={d}", "sft.kinds=[]", "sft.limit=null", "retrieval.kind=bm25", "sft.oracle_plan=decompose"]
@@ -276,7 +315,7 @@ def test_decompose_explicit_states_the_kind_of_answer_before_the_plan(world) -> 
 
 def test_oracle_topk_sets_the_documents_per_search_of_the_sft_data_only(world) -> None:
     from searchrl.pipeline import make_protocol
-    from searchrl.sft.cli import oracle_sft_data
+    from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
     base = [f"data.source={d}", "sft.limit=5", "retrieval.kind=bm25", "retrieval.topk=3"]

@@ -35,8 +35,9 @@ from searchrl.sft.pipelines import (
 )
 from searchrl.sft.types import SFTExample
 
-LIMITS = RolloutLimits(max_turns=4, max_searches=3, max_new_tokens=400, max_obs_tokens=2000, max_total_tokens=20000,
-                       topk=1)  # fmt: skip
+LIMITS = RolloutLimits(
+    max_turns=4, max_searches=3, max_new_tokens=400, max_obs_tokens=2000, max_total_tokens=20000, topk=1
+)
 
 
 class FakeRetriever:
@@ -118,8 +119,7 @@ def test_rejection_sample_keeps_exactly_the_correct_well_formed_samples(require_
     examples = questions(5)
     # eos=False: an action-less turn is invalid and gets feedback (not an EOS stop), so "invalid_then_good" goes on.
     engine, model = make_engine(PP, examples, RS_PLAN, pp_behaviours, eos=False)
-    kept, stats = rejection_sample(engine, examples, 3, require_internal_and_external=require_both,
-                                   max_per_question=2)  # fmt: skip
+    kept, stats = rejection_sample(engine, examples, 3, require_internal_and_external=require_both, max_per_question=2)
     expected = ["rs/q0#0", "rs/q0#2", "rs/q1#2", "rs/q2#2", "rs/q4#0", "rs/q4#1"]
     if require_both:
         expected.remove("rs/q0#2")
@@ -206,8 +206,13 @@ def test_teacher_trajectories_slice_into_the_four_kinds_with_documents_only_in_c
         ("rs/q0#0", "documents_answer"),
         ("rs/q1#0", "question_answer"),
     ]
-    assert (stats["kind_question_search"], stats["kind_documents_search"], stats["kind_documents_answer"],
-            stats["kind_question_answer"], stats["sft_examples"]) == (1, 1, 1, 1, 4)  # fmt: skip
+    assert (
+        stats["kind_question_search"],
+        stats["kind_documents_search"],
+        stats["kind_documents_answer"],
+        stats["kind_question_answer"],
+        stats["sft_examples"],
+    ) == (1, 1, 1, 1, 4)
     by_uid = {t.uid: t for t in kept}
     for s in samples:
         traj = by_uid[s.source_uid]
@@ -274,7 +279,15 @@ def plan_from(correct_at: dict[str, set[int]], n: int) -> dict[str, list[str]]:
 
 def test_attempt_bucket_uses_the_papers_thresholds() -> None:
     assert [attempt_bucket(a) for a in (1, 9, 10, 15, 20, 21, 40, None)] == [
-        "easy", "easy", "medium", "medium", "medium", "hard", "hard", "unsolved"]  # fmt: skip
+        "easy",
+        "easy",
+        "medium",
+        "medium",
+        "medium",
+        "hard",
+        "hard",
+        "unsolved",
+    ]
 
 
 @pytest.mark.parametrize("stop_early", [True, False])
@@ -284,13 +297,24 @@ def test_select_by_attempts_buckets_and_keeps_medium_and_hard(stop_early: bool, 
     examples = questions(6)
     engine, model = make_engine(SR1, examples, plan_from(correct_at, 6), direct_behaviours)
     kept, records = select_by_attempts(
-        engine, examples, 6, easy_below=2, hard_above=4, stop_at_first_correct=stop_early, batch_size=4,
-        out=tmp_path / "kept.jsonl", records_out=tmp_path / "records.jsonl",
-    )  # fmt: skip
+        engine,
+        examples,
+        6,
+        easy_below=2,
+        hard_above=4,
+        stop_at_first_correct=stop_early,
+        batch_size=4,
+        out=tmp_path / "kept.jsonl",
+        records_out=tmp_path / "records.jsonl",
+    )
     assert [r["bucket"] for r in records] == ["easy", "medium", "medium", "hard", "hard", "unsolved"]
     assert [r["first_correct"] for r in records] == [1, 2, 4, 5, 6, None]
     assert [(ex.id, ex.metadata["difficulty"]) for ex in kept] == [
-        ("q1", "medium"), ("q2", "medium"), ("q3", "hard"), ("q4", "hard")]  # fmt: skip
+        ("q1", "medium"),
+        ("q2", "medium"),
+        ("q3", "hard"),
+        ("q4", "hard"),
+    ]
     if stop_early:  # a solved question is not sampled again
         assert [r["n_rollouts"] for r in records] == [1, 2, 4, 5, 6, 6]
         assert [r["n_correct"] for r in records] == [1, 1, 1, 1, 1, 0]
@@ -327,14 +351,23 @@ def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -
     examples = questions(8)
 
     def run(fraction: float, seed: int = 0):
-        engine, model = make_engine(SR1, examples, plan_from(correct_at, 5), direct_behaviours,
-                                    generator_cls=RecordingGenerator)  # fmt: skip
+        engine, model = make_engine(
+            SR1, examples, plan_from(correct_at, 5), direct_behaviours, generator_cls=RecordingGenerator
+        )
         kept, records = select_answerable(engine, examples, 4, fraction, seed=seed)
         return kept, records, model, engine.generator
 
     kept, records, model, gen = run(0.25)
-    assert [r["bucket"] for r in records] == ["easy", "answerable", "unanswerable", "easy", "easy", "easy", "easy",
-                                              "answerable"]  # fmt: skip
+    assert [r["bucket"] for r in records] == [
+        "easy",
+        "answerable",
+        "unanswerable",
+        "easy",
+        "easy",
+        "easy",
+        "easy",
+        "answerable",
+    ]
     assert [r["n_retries"] for r in records] == [0, 3, 4, 0, 0, 0, 0, 1]  # retries stop at the first correct one
     assert [r["first_correct_retry"] for r in records] == [None, 3, None, None, None, None, None, 1]
     assert model.attempt == Counter({"q0": 1, "q1": 4, "q2": 5, "q3": 1, "q4": 1, "q5": 1, "q6": 1, "q7": 2})
@@ -358,28 +391,32 @@ def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -
 
 # ------------------------------------------------------------------------------------------------------- CLI
 def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, monkeypatch) -> None:
-    from searchrl.data import pipeline_cli
+    from searchrl.commands import data_build
     from searchrl.retrieval.index import build_index
+    from searchrl.stages import sampling
 
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"p{i}", "contents": f"Page {i}\nFact number {i}."}) + "\n"
-                              for i in range(4)))  # fmt: skip
+    corpus.write_text(
+        "".join(json.dumps({"id": f"p{i}", "contents": f"Page {i}\nFact number {i}."}) + "\n" for i in range(4))
+    )
     build_index(corpus, "bm25", tmp_path / "index")
     data = tmp_path / "qa.jsonl"
     data.write_text("".join(json.dumps(ex.to_flashrag()) + "\n" for ex in questions(3)))
     plan = {"q0": ["right"] * 25, "q1": ["no"] * 11 + ["right"] * 14, "q2": ["no"] * 25}
 
-    def fake_generator(model: str, url, served_model, timeout_s):
+    def fake_generator(model: str, url=None, served_model=None, timeout_s=120.0):
         examples = questions(3)
-        return ScriptedGenerator(ByteTokenizer(), PlannedModel(SR1, ByteTokenizer(), examples, plan,
-                                                               direct_behaviours))  # fmt: skip
+        return ScriptedGenerator(
+            ByteTokenizer(), PlannedModel(SR1, ByteTokenizer(), examples, plan, direct_behaviours)
+        )
 
-    monkeypatch.setattr(pipeline_cli, "_load_generator", fake_generator)
+    monkeypatch.setattr(sampling, "load_generator", fake_generator)
     app = typer.Typer()
-    pipeline_cli.register(app)
+    data_build.register(app)
     common = ["--data", str(data), "--index", str(tmp_path / "index"), "--protocol", "search_r1"]
-    res = CliRunner().invoke(app, ["select-difficulty", *common, "--rule", "r1_searcher", "--out",
-                                   str(tmp_path / "sel.jsonl")])  # fmt: skip
+    res = CliRunner().invoke(
+        app, ["select-difficulty", *common, "--rule", "r1_searcher", "--out", str(tmp_path / "sel.jsonl")]
+    )
     assert res.exit_code == 0, res.output
     assert [json.loads(x)["id"] for x in (tmp_path / "sel.jsonl").read_text().splitlines()] == ["q1"]
     records = [json.loads(x) for x in (tmp_path / "sel.records.jsonl").read_text().splitlines()]

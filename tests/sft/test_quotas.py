@@ -21,8 +21,10 @@ def items():
 
 def test_parse_quotas() -> None:
     assert parse_quotas(["HotpotQA/medium=200", "2wikimultihopqa=85", "*/hard=3"]) == {
-        ("hotpotqa", "medium"): 200, ("2wikimultihopqa", "*"): 85, ("*", "hard"): 3,
-    }  # fmt: skip
+        ("hotpotqa", "medium"): 200,
+        ("2wikimultihopqa", "*"): 85,
+        ("*", "hard"): 3,
+    }
     assert parse_quotas({"hotpotqa": 720}) == {("hotpotqa", "*"): 720}
     for bad in (["hotpotqa"], ["hotpotqa=-1"], ["hotpotqa=many"], ["=3"]):
         with pytest.raises(ValueError, match="SOURCE/BUCKET=N"):
@@ -31,16 +33,19 @@ def test_parse_quotas() -> None:
 
 def test_source_and_bucket_quotas_with_a_per_question_cap() -> None:
     quotas = parse_quotas(["hotpotqa/medium=4", "2wikimultihopqa/medium=5"])
-    kept, counts = apply_quotas(items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0],
-                                max_per_group=1, seed=3)  # fmt: skip
+    kept, counts = apply_quotas(
+        items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0], max_per_group=1, seed=3
+    )
     assert counts == {"hotpotqa/medium": 4, "2wikimultihopqa/medium": 5}
     assert Counter((s, b) for _, s, b in kept) == {("hotpotqa", "medium"): 4, ("2wikimultihopqa", "medium"): 5}
     assert len({q for q, _, _ in kept}) == len(kept)  # one sample per question
     assert kept == sorted(kept, key=items().index)  # input order
-    again, _ = apply_quotas(items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0],
-                            max_per_group=1, seed=3)  # fmt: skip
-    other, _ = apply_quotas(items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0],
-                            max_per_group=1, seed=4)  # fmt: skip
+    again, _ = apply_quotas(
+        items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0], max_per_group=1, seed=3
+    )
+    other, _ = apply_quotas(
+        items(), quotas, source=lambda r: r[1], bucket=lambda r: r[2], group=lambda r: r[0], max_per_group=1, seed=4
+    )
     assert again == kept and other != kept  # the seed fixes the draw
     assert not any(b == "hard" for _, _, b in kept)  # no quota covers the hard bucket: dropped
 
@@ -65,11 +70,13 @@ def test_cap_alone_and_source_fields() -> None:
 def test_selection_quotas_rewrite_the_kept_file_and_records(tmp_path) -> None:
     import json
 
-    from searchrl.data.pipeline_cli import _apply_selection_quotas
     from searchrl.data.records import QAExample
+    from searchrl.stages.sampling import _apply_selection_quotas
 
-    kept = [QAExample(f"q{i}", f"Q{i}?", ["a"], metadata={"source": s, "difficulty": b})
-            for i, (_, s, b) in enumerate(items()[::3])]  # fmt: skip
+    kept = [
+        QAExample(f"q{i}", f"Q{i}?", ["a"], metadata={"source": s, "difficulty": b})
+        for i, (_, s, b) in enumerate(items()[::3])
+    ]
     rows = [{"id": e.id, "bucket": e.metadata["difficulty"], "kept": True} for e in kept]
     out, records = tmp_path / "kept.jsonl", tmp_path / "records.jsonl"
     chosen = _apply_selection_quotas(kept, rows, ["hotpotqa/hard=2", "2wikimultihopqa/medium=3"], 0, out, records)

@@ -12,8 +12,18 @@ from searchrl.testing import letter_sft_examples, tiny_model, tokenizer
 
 
 def test_lora_sft_keeps_training_attached_adapters_after_a_save(tmp_path: Path) -> None:
-    cfg = load_config(None, ["sft.lr=1e-2", "sft.epochs=3", "sft.batch_size=4", "sft.warmup_steps=0",
-                             "sft.val_fraction=0.2", "model.lora.r=4", "model.lora.dropout=0.0"])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            "sft.lr=1e-2",
+            "sft.epochs=3",
+            "sft.batch_size=4",
+            "sft.warmup_steps=0",
+            "sft.val_fraction=0.2",
+            "model.lora.r=4",
+            "model.lora.dropout=0.0",
+        ],
+    )
     trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(10), tmp_path)
     lora = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
     assert lora and all("lora_" in n for n in lora)

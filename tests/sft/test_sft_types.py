@@ -18,8 +18,11 @@ def _traj() -> Trajectory:
 def test_every_source_becomes_an_sft_example() -> None:
     t = _traj()
     from_traj = as_sft_example(t)
-    assert (from_traj.prompt_ids, from_traj.response_ids, from_traj.loss_mask) == ([1, 2, 3], [4, 5, 6, 7],
-                                                                                   [1, 0, 0, 1])  # fmt: skip
+    assert (from_traj.prompt_ids, from_traj.response_ids, from_traj.loss_mask) == (
+        [1, 2, 3],
+        [4, 5, 6, 7],
+        [1, 0, 0, 1],
+    )
     assert from_traj.kind == TRAJECTORY and from_traj.source_uid == "u#0"
     assert as_sft_example(t.to_dict()) == from_traj  # a rejection-sampled trajectory row
     step = SFTExample([1], [2, 3], [1, 1], kind="question_search", source_uid="u#0")

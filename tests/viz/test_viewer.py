@@ -108,13 +108,28 @@ def eval_rows() -> list[dict]:
     agent_dict = agent.to_dict() | {"protocol": "search_r1"}
     metrics = ["em", "f1"]
     return [
-        item_row("dev", "agent", QAExample("q1", agent.question, agent.golds),
-                 Prediction("London", raw="...", trajectory=agent_dict, searches=1, gen_tokens=17), metrics),
+        item_row(
+            "dev",
+            "agent",
+            QAExample("q1", agent.question, agent.golds),
+            Prediction("London", raw="...", trajectory=agent_dict, searches=1, gen_tokens=17),
+            metrics,
+        ),
         item_row("dev", "direct", ex_ok, Prediction("Paris", raw="Answer: Paris.", gen_tokens=4), metrics),
-        item_row("dev", "naive_rag", ex_bad,
-                 Prediction("Milan", raw="It is Milan.", searches=1, gen_tokens=5,
-                            trajectory={"queries": ["Capital of Italy?"], "hit_ids": [["w7", "w9"]]}), metrics),
-    ]  # fmt: skip
+        item_row(
+            "dev",
+            "naive_rag",
+            ex_bad,
+            Prediction(
+                "Milan",
+                raw="It is Milan.",
+                searches=1,
+                gen_tokens=5,
+                trajectory={"queries": ["Capital of Italy?"], "hit_ids": [["w7", "w9"]]},
+            ),
+            metrics,
+        ),
+    ]
 
 
 @pytest.fixture
@@ -269,8 +284,14 @@ def test_html_content_escaping_and_structure(traj_file: Path, eval_file: Path) -
     # the direct baseline shows its prediction and raw output; naive RAG its retrieval
     assert "Answer: Paris." in p.text("policy") and "w7, w9" in p.text("hits")
     # controls and a self-contained page
-    for needle in ('id="filter"', 'id="only-correct"', 'id="only-wrong"', 'id="only-invalid"', 'value="step:asc"',
-                   'value="reward:desc"'):  # fmt: skip
+    for needle in (
+        'id="filter"',
+        'id="only-correct"',
+        'id="only-wrong"',
+        'id="only-invalid"',
+        'value="step:asc"',
+        'value="reward:desc"',
+    ):
         assert needle in html
     assert not re.search(r"(src|href)=\"https?:", html) and "@import" not in html
 

@@ -12,18 +12,36 @@ OBS = "<information>Doc 1(Title: Ada) Ada was born in London. Doc 2(Title: Bob) 
 
 
 def _traj(question: str, answer: str) -> dict:
-    return {"question": question, "golds": ["London"], "answer": answer, "stop_reason": "answer",
-            "turns": [{"text": "<search> Ada </search>", "action": "search", "queries": ["Ada"],
-                       "observation": OBS, "n_obs_tokens": 30},
-                      {"text": f"<answer> {answer} </answer>", "action": "answer"}]}  # fmt: skip
+    return {
+        "question": question,
+        "golds": ["London"],
+        "answer": answer,
+        "stop_reason": "answer",
+        "turns": [
+            {
+                "text": "<search> Ada </search>",
+                "action": "search",
+                "queries": ["Ada"],
+                "observation": OBS,
+                "n_obs_tokens": 30,
+            },
+            {"text": f"<answer> {answer} </answer>", "action": "answer"},
+        ],
+    }
 
 
 def _eval_rows(step: int, answers: list[str]) -> str:
     rows = []
     for i, a in enumerate(answers):
         em = float(a == "London")
-        rows.append({"source": f"eval/step_{step}", "score": em, "metrics": {"correct": em, "em": em, "f1": em},
-                     "trajectory": _traj(f"Where was Ada born ({i})?", a)})  # fmt: skip
+        rows.append(
+            {
+                "source": f"eval/step_{step}",
+                "score": em,
+                "metrics": {"correct": em, "em": em, "f1": em},
+                "trajectory": _traj(f"Where was Ada born ({i})?", a),
+            }
+        )
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
@@ -42,8 +60,16 @@ def test_training_eval_files_carry_step_and_score(tmp_path: Path) -> None:
 
 
 def _pred(qid: str, q: str, answer: str, em: float) -> dict:
-    return {"id": qid, "question": q, "golds": ["London"], "prediction": answer, "method": "agent", "dataset": "dev",
-            "metrics": {"em": em, "f1": em, "correct": em}, "trajectory": _traj(q, answer)}  # fmt: skip
+    return {
+        "id": qid,
+        "question": q,
+        "golds": ["London"],
+        "prediction": answer,
+        "method": "agent",
+        "dataset": "dev",
+        "metrics": {"em": em, "f1": em, "correct": em},
+        "trajectory": _traj(q, answer),
+    }
 
 
 def test_prediction_rows_sort_by_their_score(tmp_path: Path) -> None:
@@ -56,8 +82,11 @@ def test_prediction_rows_sort_by_their_score(tmp_path: Path) -> None:
 
 
 def test_documents_of_an_observation_are_rendered_apart(tmp_path: Path) -> None:
-    assert split_documents(OBS) == ["<information>", "Doc 1(Title: Ada) Ada was born in London. ",
-                                    "Doc 2(Title: Bob) Bob was born in Paris.</information>"]  # fmt: skip
+    assert split_documents(OBS) == [
+        "<information>",
+        "Doc 1(Title: Ada) Ada was born in London. ",
+        "Doc 2(Title: Bob) Bob was born in Paris.</information>",
+    ]
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(_traj("Where?", "London")) + "\n")
     html = write_viewer(path).read_text()

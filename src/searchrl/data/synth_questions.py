@@ -75,14 +75,19 @@ def _hop_fact(h: _Hop) -> str:
     which an oracle records what the documents said."""
     s, a, sub = h.subject.name, h.answer, h.subject.attrs.get("subtype")
     return {
-        "born_in": f"{s} was born in {a}", "birth_year": f"{s} was born in {a}", "spouse": f"{s} was married to {a}",
-        "employer": f"{s} worked for {a}", "founder": f"{s} was founded by {a}",
-        "headquarters": f"{s} is headquartered in {a}", "founding_year": f"{s} was founded in {a}",
+        "born_in": f"{s} was born in {a}",
+        "birth_year": f"{s} was born in {a}",
+        "spouse": f"{s} was married to {a}",
+        "employer": f"{s} worked for {a}",
+        "founder": f"{s} was founded by {a}",
+        "headquarters": f"{s} is headquartered in {a}",
+        "founding_year": f"{s} was founded in {a}",
         "creator": f"{s} was {_CREATED.get(sub, 'made')} by {a}",
         "publisher": f"{s} was {_ISSUED.get(sub, 'issued')} by {a}",
-        "year": f"{s} was {_CAME_OUT.get(sub, 'released')} in {a}", "country": f"{s} is in {a}",
+        "year": f"{s} was {_CAME_OUT.get(sub, 'released')} in {a}",
+        "country": f"{s} is in {a}",
         "capital": f"The capital of {s} is {a}",
-    }.get(h.relation, f"{s}: {a}")  # fmt: skip
+    }.get(h.relation, f"{s}: {a}")
 
 
 # Multi-hop templates: (kind, start entity kind, relations followed, question). ``{s}`` is the named start

@@ -44,20 +44,26 @@ which its paper counts as one retrieval). Sampling uses ``temperature`` and ``to
 
 from __future__ import annotations
 
-import re
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from searchrl.data.records import QAExample
-from searchrl.generation.base import Completion, Generator, SamplingParams
-from searchrl.generation.prompts import render_user_prompt
+from searchrl.eval.method import (
+    Method,
+    Prediction,
+    answer_in_sentence,
+    clean_answer,
+    executed_queries,
+    first_sentence,
+    parse_cot,
+    render_documents,
+    render_prompt,
+)
+from searchrl.generation.base import Completion, Generator
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
-from searchrl.rollout.trajectory import Trajectory
 
 DIRECT_PROMPT = (
     "Answer the question below. Reply with the answer only: a name, date, number or short phrase, with no "
@@ -78,149 +84,8 @@ IRCOT_PROMPT = (
 )
 FINAL_ANSWER_CUE = "So the answer is:"
 
-_LABEL = re.compile(r"^\s*(?:final answer|the answer is|answer)\s*[:：]?\s*", re.IGNORECASE)
-_FINAL = re.compile(r"final answer\s*[:：]\s*(.*)", re.IGNORECASE)
-_ANSWER_IS = re.compile(r"the answer is\s*[:：]?\s*(.*)", re.IGNORECASE | re.DOTALL)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
 #: stop strings that end one IRCoT reasoning sentence (the sentence is cut precisely afterwards).
 SENTENCE_STOPS = (". ", ".\n", "\n")
-
-
-@dataclass
-class Prediction:
-    """One method's output for one question."""
-
-    text: str | None  # the extracted answer; None when the method produced none
-    raw: str = ""  # everything the model generated for this question (decoded)
-    trajectory: dict[str, Any] | None = None  # agent: Trajectory.to_dict(); RAG methods: retrieval trace
-    searches: int = 0  # search calls made for this question (one call may hold several queries)
-    queries: int = 0  # queries those search calls held
-    gen_tokens: int = 0  # tokens the model generated for this question
-    latency_s: float = 0.0  # batch wall time / batch size
-    well_formed: bool | None = None  # agent methods: the protocol's own format check of the whole response; else None
-
-
-def clean_answer(text: str | None) -> str | None:
-    """The short answer in a reply: its first non-empty line, without an ``Answer:`` label, markdown emphasis,
-    surrounding quotes or a final period. None when nothing is left.
-
-    >>> clean_answer("\\n Answer: **Paris**.\\nIt is the capital.")
-    'Paris'
-    >>> clean_answer("   ") is None
-    True
-    """
-    if text is None:
-        return None
-    # Emphasis, quotes and a final period around the label and the answer; the metrics' normalisation drops them
-    # anyway, but the predictions file should show the answer itself.
-    decor = " \t*_`\"'“”‘’."
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = _LABEL.sub("", line.strip(decor)).strip(decor)
-    return line or None
-
-
-def parse_cot(text: str) -> tuple[str | None, bool]:
-    """(answer, marker_found): the text after the last ``Final answer:`` marker, else the last non-empty line.
-
-    >>> parse_cot("Paris is in France.\\nFinal answer: France")
-    ('France', True)
-    >>> parse_cot("I think it is\\nRome.")
-    ('Rome', False)
-    """
-    found = _FINAL.findall(text)
-    if found:
-        return clean_answer(found[-1]), True
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return (clean_answer(lines[-1]) if lines else None), False
-
-
-def first_sentence(text: str) -> str:
-    """The text up to the first sentence end (``.``/``!``/``?`` followed by whitespace) or newline, stripped.
-
-    >>> first_sentence("Anna was born in Rome. She moved")
-    'Anna was born in Rome.'
-    """
-    m = _SENTENCE_END.search(text)
-    return (text[: m.start()] if m else text).strip()
-
-
-def answer_in_sentence(sentence: str) -> str | None:
-    """The answer of a sentence that contains "the answer is" ("" if nothing follows it); None otherwise.
-
-    >>> answer_in_sentence("So the answer is: Rome."), answer_in_sentence("Anna was born in Rome.")
-    ('Rome', None)
-    """
-    m = _ANSWER_IS.search(sentence)
-    if m is None:
-        return None
-    return clean_answer(m.group(1)) or ""
-
-
-def render_documents(hits: Sequence[Hit]) -> str:
-    """Documents as numbered lines, in the layout Search-R1 uses for its observations."""
-    return "\n".join(f"Doc {i} (Title: {h.title}) {h.text}" for i, h in enumerate(hits, start=1))
-
-
-#: One user message through the chat template, or raw text plus a cue line; ``prefill`` opens the model's reply
-#: (IRCoT's reasoning so far). The renderer lives in ``searchrl.generation.prompts``.
-render_prompt = render_user_prompt
-
-
-def executed_queries(traj: Trajectory) -> int:
-    """Queries of the search calls that ran (a refused or repeated call's queries are not counted)."""
-    return sum(len(t.queries) for t in traj.turns if t.action == "search")
-
-
-class Method(ABC):
-    """An evaluation method: a batch of questions in, one prediction per question out (same order)."""
-
-    name: ClassVar[str]
-
-    def __init__(
-        self,
-        generator: Generator,
-        *,
-        prompt_style: str = "auto",
-        max_new_tokens: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-    ) -> None:
-        if max_new_tokens < 1:
-            raise ValueError(f"{self.name}: max_new_tokens must be >= 1 (got {max_new_tokens})")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"{self.name}: top_p must be in (0, 1] (got {top_p})")
-        self.generator = generator
-        self.tokenizer = generator.tokenizer
-        self.prompt_style = prompt_style
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.seed = seed
-
-    @abstractmethod
-    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]: ...
-
-    def _generate(
-        self, texts: list[str], max_new_tokens: int, stop: tuple[str, ...] = (), step: int = 0
-    ) -> list[Completion]:
-        """One generate call for the whole batch (the seed is offset by the step so steps differ when sampling)."""
-        prompts = [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
-        params = SamplingParams(
-            max_new_tokens=max_new_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            stop=stop,
-            seed=self.seed + step,
-        )
-        return self.generator.generate(prompts, params)
-
-    @staticmethod
-    def _stamp(preds: list[Prediction], t0: float) -> list[Prediction]:
-        per_question = (time.perf_counter() - t0) / max(len(preds), 1)
-        for p in preds:
-            p.latency_s = per_question
-        return preds
 
 
 class DirectMethod(Method):
@@ -230,8 +95,10 @@ class DirectMethod(Method):
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()
-        texts = [render_prompt(self.tokenizer, DIRECT_PROMPT.format(question=e.question.strip()), self.prompt_style)
-                 for e in examples]  # fmt: skip
+        texts = [
+            render_prompt(self.tokenizer, DIRECT_PROMPT.format(question=e.question.strip()), self.prompt_style)
+            for e in examples
+        ]
         comps = self._generate(texts, self.max_new_tokens)
         preds = [Prediction(clean_answer(c.text), raw=c.text, gen_tokens=len(c.token_ids)) for c in comps]
         return self._stamp(preds, t0)
@@ -244,8 +111,12 @@ class CoTMethod(Method):
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()
-        texts = [render_prompt(self.tokenizer, COT_PROMPT.format(question=e.question.strip()), self.prompt_style,
-                               raw_cue="Reasoning:") for e in examples]  # fmt: skip
+        texts = [
+            render_prompt(
+                self.tokenizer, COT_PROMPT.format(question=e.question.strip()), self.prompt_style, raw_cue="Reasoning:"
+            )
+            for e in examples
+        ]
         comps = self._generate(texts, self.max_new_tokens)
         preds = []
         for c in comps:
@@ -259,6 +130,7 @@ class NaiveRAGMethod(Method):
     """Retrieve top-k once with the question, put the documents in the prompt, answer."""
 
     name = "naive_rag"
+    needs_retriever = True
 
     def __init__(self, generator: Generator, retriever: Retriever, *, topk: int = 3, **kwargs: Any) -> None:
         super().__init__(generator, **kwargs)
@@ -297,6 +169,7 @@ class IterativeRAGMethod(Method):
     """IRCoT-style interleaving of one reasoning sentence and one retrieval (see the module docstring)."""
 
     name = "iterative_rag"
+    needs_retriever = True
 
     def __init__(
         self,
@@ -368,8 +241,9 @@ class IterativeRAGMethod(Method):
                 else:
                     to_search.append(i)
             if to_search:  # one retriever call for every sentence of this step
-                for i, hs in zip(to_search, self.retriever.search([sentences[i][-1] for i in to_search], self.topk),
-                                 strict=True):  # fmt: skip
+                for i, hs in zip(
+                    to_search, self.retriever.search([sentences[i][-1] for i in to_search], self.topk), strict=True
+                ):
                     steps[i][-1].update(query=sentences[i][-1], hit_ids=[h.id for h in hs])
                     searches[i] += 1
                     self._add_docs(docs[i], hs)
@@ -411,6 +285,7 @@ class IterRetGenMethod(Method):
     """ITER-RETGEN: retrieval and generation in turns, each retrieval conditioned on the last generation."""
 
     name = "iter_retgen"
+    needs_retriever = True
 
     def __init__(
         self, generator: Generator, retriever: Retriever, *, topk: int = 3, iterations: int = 3, **kwargs: Any
@@ -433,10 +308,14 @@ class IterRetGenMethod(Method):
             queries = [f"{e.question.strip()} {outputs[i]}".strip() for i, e in enumerate(examples)]
             hits = self.retriever.search(queries, self.topk)  # one call per round for the batch
             texts = [
-                render_prompt(self.tokenizer, ITER_RETGEN_PROMPT.format(documents=render_documents(hs),
-                              question=e.question.strip()), self.prompt_style, raw_cue="Reasoning:")
+                render_prompt(
+                    self.tokenizer,
+                    ITER_RETGEN_PROMPT.format(documents=render_documents(hs), question=e.question.strip()),
+                    self.prompt_style,
+                    raw_cue="Reasoning:",
+                )
                 for e, hs in zip(examples, hits, strict=True)
-            ]  # fmt: skip
+            ]
             comps = self._generate(texts, self.max_new_tokens, step=it)
             for i, (c, hs) in enumerate(zip(comps, hits, strict=True)):
                 outputs[i] = " ".join(c.text.split())
@@ -455,6 +334,7 @@ class AgentMethod(Method):
     """The rollout engine with a protocol; the prediction is the trajectory's final answer."""
 
     name = "agent"
+    needs_retriever = True
 
     def __init__(
         self,

@@ -14,14 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from searchrl.config import EvalDataset, RunConfig
+from searchrl.data import loaders
 from searchrl.data.records import QAExample
 from searchrl.eval.report import AVERAGE
+from searchrl.pipeline import default_index_dir, load_split, make_retriever_for, resolve_file, with_retriever
 
 SPLITS = ("train", "dev", "test")
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 #: FlashRAG's dataset names and the split the papers evaluate on (test where the set has one, else dev).
-FLASHRAG_SPLITS = {"nq": "test", "triviaqa": "test", "popqa": "test", "hotpotqa": "dev", "2wikimultihopqa": "dev",
-                   "musique": "dev", "bamboogle": "test"}  # fmt: skip
+FLASHRAG_SPLITS = {
+    "nq": "test",
+    "triviaqa": "test",
+    "popqa": "test",
+    "hotpotqa": "dev",
+    "2wikimultihopqa": "dev",
+    "musique": "dev",
+    "bamboogle": "test",
+}
 
 
 @dataclass
@@ -74,8 +83,10 @@ def where_to_get(entry: str) -> str:
     if name is None:
         return f"FlashRAG's copies of the papers' sets: https://huggingface.co/datasets/{FLASHRAG}"
     split = FLASHRAG_SPLITS[name]
-    return (f"get it with `huggingface-cli download --repo-type dataset {FLASHRAG} --include '{name}/*' "
-            f"--local-dir DIR` and list DIR/{name}/{split}.jsonl")  # fmt: skip
+    return (
+        f"get it with `huggingface-cli download --repo-type dataset {FLASHRAG} --include '{name}/*' "
+        f"--local-dir DIR` and list DIR/{name}/{split}.jsonl"
+    )
 
 
 def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
@@ -94,14 +105,10 @@ def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
 def _load(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
     """(source, every question) of one entry's ``data``."""
     if data in SPLITS:
-        from searchrl.pipeline import load_split, resolve_file
-
         return resolve_file(cfg, getattr(cfg.data, data)), load_split(cfg, data)
-    from searchrl.data.loaders import load_qa
-
     source = _resolve_qa_source(cfg, data)
     try:
-        return source, load_qa(source)
+        return source, loaders.load_qa(source)
     except Exception as err:  # an hf: source that cannot be fetched (offline, unknown name): one line, the fix
         if not source.startswith("hf:") or (isinstance(err, ValueError) and "\n" not in str(err)):
             raise
@@ -111,8 +118,6 @@ def _load(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
 def _local(cfg: RunConfig, path: str | None) -> str | None:
     if path is None:
         return None
-    from searchrl.pipeline import resolve_file
-
     return resolve_file(cfg, path)
 
 
@@ -147,25 +152,25 @@ def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:
 def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
     """The retriever of a set that names its own index directory and / or corpus, with the run's retrieval
     settings (kind, encoder, top-k). An index directory that holds an index decides its own kind."""
-    import json
-
-    from searchrl.pipeline import default_index_dir
-    from searchrl.retrieval import make_retriever
-
     r = cfg.retrieval
     if r.kind in ("remote", "web"):
-        raise ValueError(f"an evaluation set's own index or corpus needs a local retrieval.kind, not {r.kind}; "
-                         "drop index/corpus from the entry or set retrieval.kind=bm25 or dense")  # fmt: skip
+        raise ValueError(
+            f"an evaluation set's own index or corpus needs a local retrieval.kind, not {r.kind}; "
+            "drop index/corpus from the entry or set retrieval.kind=bm25 or dense"
+        )
     if index is None:
         if corpus is None:
             raise ValueError("own_retriever needs an index directory or a corpus")
         index = str(default_index_dir(corpus, r.kind))
-    manifest = Path(index) / "manifest.json"
-    kind = json.loads(manifest.read_text())["kind"] if manifest.exists() else r.kind
-    if corpus is None and not manifest.exists():
-        raise FileNotFoundError(f"evaluation index {index} holds no index; build it with `searchrl index build` or "
-                                "give the set's corpus: in its evaluation.datasets entry")  # fmt: skip
-    if corpus is not None and not Path(corpus).exists() and not manifest.exists():
-        raise FileNotFoundError(f"evaluation corpus not found: {corpus} (give the corpus file of this dataset's "
-                                "entry, e.g. the IRCoT corpus of HotpotQA / 2Wiki / MuSiQue)")  # fmt: skip
-    return make_retriever(r.model_copy(update={"index": index, "kind": kind}), corpus)
+    built = (Path(index) / "manifest.json").exists()
+    if corpus is None and not built:
+        raise FileNotFoundError(
+            f"evaluation index {index} holds no index; build it with `searchrl index build` or "
+            "give the set's corpus: in its evaluation.datasets entry"
+        )
+    if corpus is not None and not Path(corpus).exists() and not built:
+        raise FileNotFoundError(
+            f"evaluation corpus not found: {corpus} (give the corpus file of this dataset's "
+            "entry, e.g. the IRCoT corpus of HotpotQA / 2Wiki / MuSiQue)"
+        )
+    return make_retriever_for(with_retriever(cfg, index), corpus)

@@ -65,14 +65,12 @@ class EvalResult:
 # ------------------------------------------------------------------------------------------------ resolution
 
 
-def load_retriever(cfg: RunConfig, corpus: str | Path | None = None) -> Retriever:
-    """The configured retriever. With ``retrieval.index`` set it is loaded (built from ``corpus`` when the
-    directory is still empty); without it, the index of the config's data directory is used (built on demand)."""
-    from searchrl.retrieval import make_retriever
-
+def check_retriever_source(cfg: RunConfig) -> None:
+    """Without an index, the retriever is the data directory's: refuse when the datasets are files of their own and
+    the data is the synthetic world (its index would answer other questions)."""
     r = cfg.retrieval
     if r.kind in ("remote", "web") or r.index is not None:
-        return make_retriever(r, corpus)
+        return
     entries = [as_entry(d) for d in cfg.evaluation.datasets]
     explicit = [e.data for e in entries if e.data not in SPLITS and e.index is None and e.corpus is None]
     if explicit and cfg.data.source == "synthetic":
@@ -80,9 +78,6 @@ def load_retriever(cfg: RunConfig, corpus: str | Path | None = None) -> Retrieve
             f"methods {sorted(set(cfg.evaluation.methods) & RETRIEVAL_METHODS)} need a retriever for "
             f"{explicit[0]}: pass --index DIR (with --corpus FILE to build it) or --url URL"
         )
-    from searchrl.pipeline import make_retriever_for
-
-    return make_retriever_for(cfg)
 
 
 def load_generator(cfg: RunConfig) -> Generator:
@@ -129,13 +124,22 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
             )
         elif name == "iter_retgen":
             assert retriever is not None
-            methods[name] = IterRetGenMethod(generator, retriever, topk=topk, iterations=ev.iter_retgen_iterations,
-                                             max_new_tokens=ev.cot_max_new_tokens, **common)  # fmt: skip
+            methods[name] = IterRetGenMethod(
+                generator,
+                retriever,
+                topk=topk,
+                iterations=ev.iter_retgen_iterations,
+                max_new_tokens=ev.cot_max_new_tokens,
+                **common,
+            )
         elif name in ("agent", "search_o1"):
             from searchrl.pipeline import make_protocol
 
-            over = {"max_turns": ev.max_turns, "max_searches": ev.max_searches,
-                    "max_new_tokens": ev.agent_max_new_tokens}  # fmt: skip
+            over = {
+                "max_turns": ev.max_turns,
+                "max_searches": ev.max_searches,
+                "max_new_tokens": ev.agent_max_new_tokens,
+            }
             rollout = cfg.rollout.model_copy(update={k: v for k, v in over.items() if v is not None})
             limits = RolloutLimits.from_config(rollout, topk)
             if name == "agent":
@@ -143,8 +147,9 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
             else:
                 assert retriever is not None
                 refine = ev.search_o1_refine_max_new_tokens
-                methods[name] = SearchO1Method(generator, retriever, limits=limits, refine_max_new_tokens=refine,
-                                               **common)  # fmt: skip
+                methods[name] = SearchO1Method(
+                    generator, retriever, limits=limits, refine_max_new_tokens=refine, **common
+                )
     return methods
 
 
@@ -405,9 +410,15 @@ def run_from_config(
         console.log(f"dataset {s.name}: {len(s.examples)} questions from {s.source}{own}")
     needs = set(ev.methods) & RETRIEVAL_METHODS
     if retriever is None and needs and any(s.retriever_key == (None, None) for s in sets):
-        retriever = load_retriever(cfg, corpus)
-    own_retrievers = {key: own_retriever(cfg, *key) for key in dict.fromkeys(s.retriever_key for s in sets)
-                      if key != (None, None) and needs}  # fmt: skip
+        from searchrl.pipeline import make_retriever_for
+
+        check_retriever_source(cfg)
+        retriever = make_retriever_for(cfg, corpus)
+    own_retrievers = {
+        key: own_retriever(cfg, *key)
+        for key in dict.fromkeys(s.retriever_key for s in sets)
+        if key != (None, None) and needs
+    }
     if generator is None:
         generator = load_generator(cfg)
     shared = any(s.retriever_key == (None, None) for s in sets)

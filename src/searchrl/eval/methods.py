@@ -1,4 +1,5 @@
-"""Every evaluation method by name (``evaluation.methods``)."""
+"""Every evaluation method by name: the registry that ``evaluation.methods`` names (a test keeps that field's
+Literal equal to it), with each method's traits on its class."""
 
 from __future__ import annotations
 
@@ -25,5 +26,5 @@ METHODS: dict[str, type[Method]] = {
         AgentMethod,
     )
 }
-#: methods that need a retriever
-RETRIEVAL_METHODS = frozenset({"naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent"})
+#: methods that need a retriever (each method class says so itself: ``Method.needs_retriever``)
+RETRIEVAL_METHODS = frozenset(name for name, method in METHODS.items() if method.needs_retriever)

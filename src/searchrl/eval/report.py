@@ -23,6 +23,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
 from searchrl.utils import atomic_write_text
 
 AVERAGE = "average"
@@ -157,8 +161,12 @@ def render_csv(rows: Sequence[dict[str, Any]]) -> str:
 def plain_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     """A fixed-width text table (columns padded to their widest cell): readable in a log file or a pipe."""
     widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
-    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths,
-             strict=True))) for line in (header, *body)]  # fmt: skip
+    lines = [
+        "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in (header, *body)
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -166,9 +174,6 @@ def plain_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
 def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title: str = "evaluation") -> None:
     """The markdown table's content on stdout (the command's result; logs stay on stderr): a rich table on a
     terminal, else plain fixed-width text (a rich table squeezed to 80 columns would wrap every header in a log)."""
-    from rich.console import Console
-    from rich.table import Table
-
     header, body = wide_table(rows, metrics)
     out = Console()
     if not out.is_terminal:
@@ -193,7 +198,6 @@ def plot_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], path: s
 
     matplotlib.use("Agg")  # no display; safe in CI and on servers
     import matplotlib.pyplot as plt
-    import numpy as np
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from searchrl.data.records import QAExample
-from searchrl.eval.baselines import Method, Prediction, executed_queries, render_documents, render_prompt
+from searchrl.eval.method import Method, Prediction, executed_queries, render_documents, render_prompt
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.protocols.search_o1 import QUERY, RESULT, SearchO1Protocol
 from searchrl.retrieval.base import Hit, Retriever
@@ -150,10 +150,16 @@ class ReasonInDocuments:
             refined, found = final_information(c.text)
             call.turn.timings["refine_s"] = dt_refine
             self.refinements.setdefault(call.traj.uid, []).append(
-                {"query": call.queries[0], "hit_ids": [h.id for h in call.hits[0]], "refined": refined,
-                 "marker_found": found, "analysis": c.text, "gen_tokens": len(c.token_ids),
-                 "finish_reason": c.finish_reason}
-            )  # fmt: skip
+                {
+                    "query": call.queries[0],
+                    "hit_ids": [h.id for h in call.hits[0]],
+                    "refined": refined,
+                    "marker_found": found,
+                    "analysis": c.text,
+                    "gen_tokens": len(c.token_ids),
+                    "finish_reason": c.finish_reason,
+                }
+            )
             texts.append(self.protocol.format_result(refined))
         return texts
 
@@ -162,6 +168,7 @@ class SearchO1Method(Method):
     """Search-o1: reasoning with search calls, retrieved documents refined by Reason-in-Documents (see above)."""
 
     name = "search_o1"
+    needs_retriever = True
 
     def __init__(
         self,
@@ -177,11 +184,18 @@ class SearchO1Method(Method):
             limits = dataclasses.replace(limits, max_searches=max_searches)
         super().__init__(generator, max_new_tokens=limits.max_new_tokens, **kwargs)
         self.protocol = SearchO1Protocol(max_searches=limits.max_searches)  # the prompt states the limit
-        self.reason_in_documents = ReasonInDocuments(generator, self.protocol, self.prompt_style,
-                                                     refine_max_new_tokens=refine_max_new_tokens)  # fmt: skip
-        self.engine = RolloutEngine(generator, retriever, self.protocol, limits, self.prompt_style,
-                                    document_step=self.reason_in_documents,
-                                    repeated_query_text=self.protocol.repeated_query_text())  # fmt: skip
+        self.reason_in_documents = ReasonInDocuments(
+            generator, self.protocol, self.prompt_style, refine_max_new_tokens=refine_max_new_tokens
+        )
+        self.engine = RolloutEngine(
+            generator,
+            retriever,
+            self.protocol,
+            limits,
+            self.prompt_style,
+            document_step=self.reason_in_documents,
+            repeated_query_text=self.protocol.repeated_query_text(),
+        )
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()

@@ -40,8 +40,19 @@ class Generator(ABC):
     @abstractmethod
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...
 
+    def runs_on(self, model: object) -> bool:
+        """Whether this generator samples with ``model``'s own weights (the training policy itself: nothing to push
+        before a rollout, log-probs that match a recomputation). False for an engine with its own copy of the weights
+        (e.g. vLLM), which :meth:`load_weights` refreshes."""
+        return False
+
     def load_weights(self, state_dict: dict) -> None:  # noqa: B027 - optional hook
         """Replace the policy weights (used by trainers whose generator is a separate engine, e.g. vLLM)."""
+
+    def counters(self) -> dict[str, float]:
+        """Work done since construction (e.g. tokens prefilled, reused from a cache), for FLOP accounting; the RL
+        trainer logs each step's increase as ``gen/<name>``. None by default."""
+        return {}
 
     def reset(self) -> None:  # noqa: B027 - optional hook
         """Forget state kept between calls (e.g. cached prefixes); the rollout engine calls it after each run."""

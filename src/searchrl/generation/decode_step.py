@@ -62,11 +62,18 @@ class DecodeStep:
         # per layer: the callables of its pieces, resolved once (a plain module's functional form skips
         # ``Module.__call__``, ~4 us per call and ~270 calls per step)
         self.plan = [
-            (_norm(layer.input_layernorm), _linear(layer.self_attn.q_proj), _linear(layer.self_attn.k_proj),
-             _linear(layer.self_attn.v_proj), _linear(layer.self_attn.o_proj), _norm(layer.post_attention_layernorm),
-             _mlp(layer.mlp), layer.self_attn.scaling)
+            (
+                _norm(layer.input_layernorm),
+                _linear(layer.self_attn.q_proj),
+                _linear(layer.self_attn.k_proj),
+                _linear(layer.self_attn.v_proj),
+                _linear(layer.self_attn.o_proj),
+                _norm(layer.post_attention_layernorm),
+                _mlp(layer.mlp),
+                layer.self_attn.scaling,
+            )
             for layer in self.body.layers
-        ]  # fmt: skip
+        ]
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:

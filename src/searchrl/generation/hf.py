@@ -72,9 +72,14 @@ def _stop_at_end(tokenizer, ids: list[int], stops: tuple[str, ...]) -> tuple[int
 
 
 def _finish(
-    tokenizer, ids: list[int], lps: list[float], eos_ids: set[int], stops: tuple[str, ...], t: float,
+    tokenizer,
+    ids: list[int],
+    lps: list[float],
+    eos_ids: set[int],
+    stops: tuple[str, ...],
+    t: float,
     stopped: bool = False,
-) -> Completion:  # fmt: skip
+) -> Completion:
     """The completion of one row: stop-string trim (exact rule), else EOS (kept), else length.
 
     ``stopped``: incremental detection saw the last token complete a stop string; two decodes confirm it (else the
@@ -155,9 +160,14 @@ class HFGenerator(Generator):
     call, and the decode row-steps computed (rows still in the batch at each step), for FLOP accounting."""
 
     def __init__(
-        self, model, tokenizer, max_batch_size: int = 64, reuse_prefixes: bool = True, store_bytes: int = 2 << 30,
+        self,
+        model,
+        tokenizer,
+        max_batch_size: int = 64,
+        reuse_prefixes: bool = True,
+        store_bytes: int = 2 << 30,
         fast_step: bool = True,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.model = model
         self.step = DecodeStep.build(model) if fast_step else None
         self.tokenizer = tokenizer
@@ -167,6 +177,12 @@ class HFGenerator(Generator):
         self.store = PrefixStore(store_bytes)
         self._pieces: dict[int, str] = {}
         self.stats: Counter[str] = Counter()
+
+    def runs_on(self, model: object) -> bool:
+        return model is self.model
+
+    def counters(self) -> dict[str, float]:
+        return dict(self.stats)
 
     def reset(self) -> None:
         self.store.clear()
@@ -314,8 +330,12 @@ class HFGenerator(Generator):
         if common < _MIN_COMMON_PREFIX:
             return
         cache = BufferedCache()
-        self.model(input_ids=torch.tensor([first[:common]], device=device), past_key_values=cache, use_cache=True,
-                   logits_to_keep=1)  # fmt: skip
+        self.model(
+            input_ids=torch.tensor([first[:common]], device=device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         kv = cache.row(0, torch.arange(common, device=device))
         for i in misses:
             hits[i] = (common, kv)
@@ -368,8 +388,13 @@ class _PaddedRows:
 
     def step(self, ids_B: Tensor, pos_B: Tensor) -> Tensor:
         self.mask_BL = torch.cat([self.mask_BL, self.mask_BL.new_ones(len(ids_B), 1)], dim=1)
-        out = self.model(input_ids=ids_B[:, None], attention_mask=self.mask_BL, position_ids=pos_B[:, None],
-                         past_key_values=self.cache, use_cache=True)  # fmt: skip
+        out = self.model(
+            input_ids=ids_B[:, None],
+            attention_mask=self.mask_BL,
+            position_ids=pos_B[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
         return out.logits[:, -1, :].float()
 
 
@@ -381,6 +406,9 @@ class HFGenerateGenerator(Generator):
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.eos_ids = _eos_ids(model, tokenizer)
+
+    def runs_on(self, model: object) -> bool:
+        return model is self.model
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
@@ -427,8 +455,12 @@ class HFGenerateGenerator(Generator):
         self.model.train(was_training)
         new_BN = res.sequences[:, width:].cpu()  # (B, N) new tokens (padded after each row finished)
         logp_BN = torch.stack(
-            [torch.log_softmax(lg.float(), -1).gather(-1, new_BN[:, j : j + 1].to(lg.device)).squeeze(-1).cpu()
-             for j, lg in enumerate(res.logits)], dim=1)  # fmt: skip
+            [
+                torch.log_softmax(lg.float(), -1).gather(-1, new_BN[:, j : j + 1].to(lg.device)).squeeze(-1).cpu()
+                for j, lg in enumerate(res.logits)
+            ],
+            dim=1,
+        )
         elapsed = time.perf_counter() - t0
         return [
             _finish(
@@ -438,6 +470,6 @@ class HFGenerateGenerator(Generator):
                 self.eos_ids,
                 tuple(params.stop),
                 elapsed / new_BN.shape[0],
-            )  # fmt: skip
+            )
             for r in range(new_BN.shape[0])
         ]

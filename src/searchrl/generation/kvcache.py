@@ -131,10 +131,12 @@ class SharedPrefixCache:
         if m == n:
             return [(p.keys[u].index_select(1, slots), p.values[u].index_select(1, slots)) for p in self.prefix.layers]
         return [
-            (torch.cat([p.keys[u].index_select(1, slots), s.keys[b, :, : n - m]], dim=1),
-             torch.cat([p.values[u].index_select(1, slots), s.values[b, :, : n - m]], dim=1))
+            (
+                torch.cat([p.keys[u].index_select(1, slots), s.keys[b, :, : n - m]], dim=1),
+                torch.cat([p.values[u].index_select(1, slots), s.values[b, :, : n - m]], dim=1),
+            )
             for p, s in zip(self.prefix.layers, self.suffix.layers, strict=True)
-        ]  # fmt: skip
+        ]
 
 
 def weights_version(model: torch.nn.Module) -> int:

@@ -92,6 +92,6 @@ class OpenAICompatGenerator(Generator):
                     reason,
                     stop_str,
                     {"generate_s": time.perf_counter() - t0, "exact_tokens": float(exact)},
-                )  # fmt: skip
+                )
             )
         return out

@@ -17,8 +17,9 @@ class VLLMGenerator(Generator):
         except ImportError as err:  # pragma: no cover - depends on an optional install
             raise ImportError("the vLLM backend needs vllm: pip install 'searchrl[vllm]'") from err
         self.tokenizer = tokenizer
-        self.llm = LLM(model=model_path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
-                       enable_prefix_caching=True)  # fmt: skip
+        self.llm = LLM(
+            model=model_path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enable_prefix_caching=True
+        )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:  # pragma: no cover
         from vllm import SamplingParams as VSP

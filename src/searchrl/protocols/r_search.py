@@ -167,8 +167,13 @@ def _flag(report: FormatReport, key: str) -> bool:
     return bool(report.extra[key])
 
 
-def _check(*, gamma: float = 0.2, gamma_e: float | None = None, gamma_a: float | None = None,
-           evidence_without_search: str = "paper") -> None:  # fmt: skip
+def _check(
+    *,
+    gamma: float = 0.2,
+    gamma_e: float | None = None,
+    gamma_a: float | None = None,
+    evidence_without_search: str = "paper",
+) -> None:
     if evidence_without_search not in ("paper", "code"):
         raise ValueError(f"format evidence_without_search must be 'paper' or 'code', got {evidence_without_search!r}")
 

@@ -7,6 +7,7 @@ is cheap.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,8 +29,6 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
       ``$GOOGLE_API_KEY`` is set and ``$SERPAPI_API_KEY`` is not, else ``serpapi`` (or ``cfg.web.provider``);
       ``cfg.urls[0]``, when given, replaces the provider's base URL.
     """
-    import os
-
     if cfg.kind == "remote":
         from searchrl.retrieval.client import RemoteRetriever
 
@@ -48,15 +47,25 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
         base_url = cfg.urls[0] if cfg.urls else None
         fetcher = None
         if web.fetch_pages:
-            options = FetchOptions(timeout_s=web.page_timeout_s, max_bytes=web.max_page_bytes,
-                                   max_chars=web.max_page_chars, respect_robots=web.respect_robots,
-                                   user_agent=web.user_agent)  # fmt: skip
+            options = FetchOptions(
+                timeout_s=web.page_timeout_s,
+                max_bytes=web.max_page_bytes,
+                max_chars=web.max_page_chars,
+                respect_robots=web.respect_robots,
+                user_agent=web.user_agent,
+            )
             fetcher = PageFetcher(options)
         elif web.summarizer:
             raise ValueError("retrieval.web.summarizer needs retrieval.web.fetch_pages: true (it summarises pages)")
-        return WebRetriever(provider, base_url=base_url, timeout_s=cfg.timeout_s, fetcher=fetcher,
-                            summarizer=make_summarizer(web), pages=web.pages,
-                            query_suffix=web.query_suffix)  # fmt: skip
+        return WebRetriever(
+            provider,
+            base_url=base_url,
+            timeout_s=cfg.timeout_s,
+            fetcher=fetcher,
+            summarizer=make_summarizer(web),
+            pages=web.pages,
+            query_suffix=web.query_suffix,
+        )
 
     from searchrl.retrieval.index import build_index, load_index
 

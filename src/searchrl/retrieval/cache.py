@@ -38,8 +38,13 @@ class LRUCache:
 
     def stats(self) -> dict[str, Any]:
         looked = self.hits + self.misses
-        return {"size": len(self._data), "maxsize": self.maxsize, "hits": self.hits, "misses": self.misses,
-                "hit_rate": round(self.hits / looked, 4) if looked else 0.0}  # fmt: skip
+        return {
+            "size": len(self._data),
+            "maxsize": self.maxsize,
+            "hits": self.hits,
+            "misses": self.misses,
+            "hit_rate": round(self.hits / looked, 4) if looked else 0.0,
+        }
 
     def __len__(self) -> int:
         return len(self._data)

@@ -135,8 +135,9 @@ class RemoteRetriever:
                     retry_after = max(retry_after, min(_retry_after_s(resp), self.max_retry_after_s))
                     continue
                 if resp.status_code >= 400:
-                    raise ValueError(f"retrieval server {url} rejected the request (HTTP {resp.status_code}): "
-                                     f"{_detail(resp)}")  # fmt: skip
+                    raise ValueError(
+                        f"retrieval server {url} rejected the request (HTTP {resp.status_code}): {_detail(resp)}"
+                    )
                 return self._parse(resp, url, len(queries))
         raise RetrievalUnavailableError(
             f"no retrieval server answered at {', '.join(self.urls)} after {self.retries + 1} attempts "
@@ -148,11 +149,14 @@ class RemoteRetriever:
         try:
             result = resp.json()["result"]
         except (ValueError, KeyError, TypeError):
-            raise ValueError(f"{url} did not answer in the /retrieve format ({{'result': [...]}}); is it a "
-                             "retrieval server?") from None  # fmt: skip
+            raise ValueError(
+                f"{url} did not answer in the /retrieve format ({{'result': [...]}}); is it a retrieval server?"
+            ) from None
         if not isinstance(result, list) or len(result) != n_queries:
-            raise ValueError(f"{url} returned {len(result) if isinstance(result, list) else 'no'} result lists "
-                             f"for {n_queries} queries")  # fmt: skip
+            raise ValueError(
+                f"{url} returned {len(result) if isinstance(result, list) else 'no'} result lists "
+                f"for {n_queries} queries"
+            )
         return [[parse_result_item(item) for item in hits] for hits in result]
 
     def close(self) -> None:

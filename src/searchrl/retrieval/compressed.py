@@ -32,9 +32,11 @@ def chunk_rows(d: int) -> int:
 
 
 def faiss_error(factory: str, err: Exception) -> ValueError:
-    return ValueError(f"faiss cannot build '{factory}' ({str(err).strip().splitlines()[-1][:160]}); give a faiss "
-                      "index_factory string such as 'IVF1024,PQ64' or 'OPQ64,IVF4096,PQ64' (PQ's M must divide "
-                      "the dimension)")  # fmt: skip
+    return ValueError(
+        f"faiss cannot build '{factory}' ({str(err).strip().splitlines()[-1][:160]}); give a faiss "
+        "index_factory string such as 'IVF1024,PQ64' or 'OPQ64,IVF4096,PQ64' (PQ's M must divide "
+        "the dimension)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- vector files
@@ -96,8 +98,13 @@ class RowFile:
 
     def window(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` as float32 (a copy; the map is closed before returning)."""
-        mm = np.memmap(self.path, self.dtype, "r", self.offset + start * self.shape[1] * self.dtype.itemsize,
-                       (stop - start, self.shape[1]))  # fmt: skip
+        mm = np.memmap(
+            self.path,
+            self.dtype,
+            "r",
+            self.offset + start * self.shape[1] * self.dtype.itemsize,
+            (stop - start, self.shape[1]),
+        )
         out = np.array(mm, dtype=np.float32)
         del mm
         return out
@@ -188,8 +195,10 @@ def build_compressed(
     index = make_factory_index(d, factory)
     ivf = _ivf(index)
     if ivf is not None and n < ivf.nlist:
-        raise ValueError(f"'{factory}' asks for {ivf.nlist} inverted lists but there are only {n} passages; use "
-                         f"fewer lists, e.g. IVF{max(1, min(int(4 * np.sqrt(n)), n // 39))}")  # fmt: skip
+        raise ValueError(
+            f"'{factory}' asks for {ivf.nlist} inverted lists but there are only {n} passages; use "
+            f"fewer lists, e.g. IVF{max(1, min(int(4 * np.sqrt(n)), n // 39))}"
+        )
     disable_polysemous_training(index)
     size = train_size or default_train_size(index, n)
     sample = source.sample(size, seed)
@@ -226,8 +235,10 @@ class RerankedIndex:
 
     def __init__(self, index: Any, vectors: np.ndarray, *, candidates: int = 100) -> None:
         if vectors.shape != (index.ntotal, index.d):
-            raise ValueError(f"{VECTORS_FILE} holds {vectors.shape} vectors but the index has "
-                             f"({index.ntotal}, {index.d}); rebuild the index")  # fmt: skip
+            raise ValueError(
+                f"{VECTORS_FILE} holds {vectors.shape} vectors but the index has "
+                f"({index.ntotal}, {index.d}); rebuild the index"
+            )
         if candidates < 1:
             raise ValueError(f"candidates must be >= 1 (got {candidates})")
         self.index = index

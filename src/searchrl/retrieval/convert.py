@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from searchrl.retrieval.compressed import RowFile
+from searchrl.retrieval.index import build_index
 
 _FLAT_FOURCCS = (b"IxFI", b"IxF2", b"IxFl")
 METRIC_INNER_PRODUCT = 0
@@ -38,24 +39,30 @@ def read_flat_file(path: str | Path) -> RowFile:
         head = f.read(4 + 4 + 8 + 8 + 8 + 1 + 4 + 4 + 8)
     fourcc = head[:4]
     if fourcc not in _FLAT_FOURCCS:
-        raise ValueError(f"{path} is not a faiss Flat index (file starts with {fourcc!r}); convert reads "
-                         "IndexFlatIP files such as Search-R1's e5_Flat.index")  # fmt: skip
+        raise ValueError(
+            f"{path} is not a faiss Flat index (file starts with {fourcc!r}); convert reads "
+            "IndexFlatIP files such as Search-R1's e5_Flat.index"
+        )
     d, ntotal, _, _, _, metric = struct.unpack_from("<iqqq?i", head, 4)
     offset = 4 + struct.calcsize("<iqqq?i")
     if metric > 1:  # metric_arg follows for metrics other than inner product and L2
         offset += 4
     if metric != METRIC_INNER_PRODUCT:
         scoring = "L2" if metric == 1 else f"metric {metric}"
-        raise ValueError(f"{path} scores by {scoring}, not inner product; convert only IndexFlatIP files (what "
-                         "Search-R1 and FlashRAG ship)")  # fmt: skip
+        raise ValueError(
+            f"{path} scores by {scoring}, not inner product; convert only IndexFlatIP files (what "
+            "Search-R1 and FlashRAG ship)"
+        )
     (n_floats,) = struct.unpack_from("<Q", head, offset)
     offset += 8
     if d <= 0 or ntotal < 0 or n_floats != ntotal * d:
         raise ValueError(f"{path}: header says {ntotal} x {d} vectors but {n_floats} values; the file is damaged")
     expected = offset + 4 * n_floats
     if path.stat().st_size != expected:
-        raise ValueError(f"{path} has {path.stat().st_size} bytes, expected {expected} for {ntotal} x {d} "
-                         "float32 vectors; the file is truncated or not a plain Flat index")  # fmt: skip
+        raise ValueError(
+            f"{path} has {path.stat().st_size} bytes, expected {expected} for {ntotal} x {d} "
+            "float32 vectors; the file is truncated or not a plain Flat index"
+        )
     return RowFile(path, offset, (int(ntotal), int(d)), "<f4")
 
 
@@ -89,12 +96,18 @@ def convert_flat_index(
     ``encoder`` is the model that produced the Flat file's vectors (Search-R1: ``intfloat/e5-base-v2``); queries
     will be encoded with it and its prefixes. ``faiss``: factory string (default: ``default_factory(N, D)``).
     """
-    from searchrl.retrieval.index import build_index
-
     source = read_flat_file(flat)
     factory = faiss or default_factory(*source.shape)
     return build_index(
-        corpus, "dense", out, encoder=encoder, faiss=factory, nprobe=nprobe, candidates=candidates,
-        vectors=source, vectors_source=f"faiss Flat file {Path(flat).resolve()}",
-        query_encoder="sentence-transformers", overwrite=overwrite,
-    )  # fmt: skip
+        corpus,
+        "dense",
+        out,
+        encoder=encoder,
+        faiss=factory,
+        nprobe=nprobe,
+        candidates=candidates,
+        vectors=source,
+        vectors_source=f"faiss Flat file {Path(flat).resolve()}",
+        query_encoder="sentence-transformers",
+        overwrite=overwrite,
+    )

@@ -31,9 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from searchrl import models
 from searchrl.data.corpus import PassageStore
 from searchrl.retrieval.cache import LRUCache
+from searchrl.retrieval.compressed import VECTORS_FILE, RerankedIndex, build_compressed, chunk_rows, write_vector_file
 from searchrl.retrieval.local import LocalRetriever, Ranking
+from searchrl.retrieval.onnx_encoder import OnnxEncoder
 
 FAISS_KINDS = ("flat", "ivf", "hnsw")
 #: how queries are encoded when serving: the exported ONNX graph (``onnx_encoder``) or sentence-transformers.
@@ -99,8 +102,10 @@ class DenseOptions:
 
     def __post_init__(self) -> None:
         if self.faiss not in FAISS_KINDS and not FACTORY_RE.fullmatch(self.faiss):
-            raise ValueError(f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)} or a "
-                             "faiss index_factory string such as 'OPQ64,IVF4096,PQ64'")  # fmt: skip
+            raise ValueError(
+                f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)} or a "
+                "faiss index_factory string such as 'OPQ64,IVF4096,PQ64'"
+            )
         if self.candidates < 1 or self.nprobe < 1:
             raise ValueError(f"candidates and nprobe must be >= 1 (got {self.candidates}, {self.nprobe})")
         if self.query_encoder not in QUERY_ENCODERS:
@@ -128,10 +133,8 @@ class Encoder:
     """A sentence-transformers model plus its text convention. ``encode`` is one batched forward pass per call."""
 
     def __init__(self, options: DenseOptions, device: str | None = None) -> None:
-        from searchrl.models import load_embedder
-
         self.options = options
-        self.model = load_embedder(options.encoder, device=device)
+        self.model = models.load_embedder(options.encoder, device=device)
         if options.max_length is not None:
             self.model.max_seq_length = options.max_length
         # sentence-transformers 5 renamed the dimension getter; keep working with both.
@@ -225,8 +228,6 @@ def write_vector_chunks(
     chunks: Iterable[np.ndarray], n: int, d: int, directory: str | Path, options: DenseOptions
 ) -> dict[str, Any]:
     """Compressed index from streamed (rows, D) chunks: ``vectors.f16.npy`` first, then ``index.faiss`` from it."""
-    from searchrl.retrieval.compressed import VECTORS_FILE, build_compressed, write_vector_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     write_vector_file(chunks, n, d, directory / VECTORS_FILE)
@@ -239,8 +240,6 @@ def write_vectors(vectors: np.ndarray, directory: str | Path, options: DenseOpti
 
     directory = Path(directory)
     if options.compressed:
-        from searchrl.retrieval.compressed import chunk_rows
-
         step = chunk_rows(vectors.shape[1])
         chunks = (vectors[i : i + step] for i in range(0, len(vectors), step))
         write_vector_chunks(chunks, len(vectors), vectors.shape[1], directory, options)
@@ -260,8 +259,6 @@ def read_faiss_index(path: str | Path, options: DenseOptions) -> Any:
     import faiss
 
     if options.compressed:
-        from searchrl.retrieval.compressed import RerankedIndex
-
         return RerankedIndex.open(Path(path).parent, nprobe=options.nprobe, candidates=options.candidates)
 
     flag = faiss.IO_FLAG_MMAP if options.faiss == "ivf" else faiss.IO_FLAG_MMAP_IFC
@@ -323,11 +320,11 @@ class DenseRetriever(LocalRetriever):
         if kind not in QUERY_ENCODERS:
             raise ValueError(f"unknown query encoder '{kind}'; use one of {', '.join(QUERY_ENCODERS)}")
         if kind == "onnx":
-            from searchrl.retrieval.onnx_encoder import OnnxEncoder
-
             if not (directory / "query_encoder").is_dir():
-                raise FileNotFoundError(f"{directory} has no exported query encoder; rebuild the index, or load it "
-                                        "with query_encoder='sentence-transformers'")  # fmt: skip
+                raise FileNotFoundError(
+                    f"{directory} has no exported query encoder; rebuild the index, or load it "
+                    "with query_encoder='sentence-transformers'"
+                )
             return cls(index, store, OnnxEncoder(directory / "query_encoder", options), manifest)
         return cls(index, store, Encoder(options), manifest)
 

@@ -23,9 +23,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from searchrl import __version__
 from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages
+from searchrl.retrieval import dense as dense_backend
+from searchrl.retrieval.bm25 import BM25Options, BM25Retriever, build_bm25
+from searchrl.retrieval.dense import (
+    DenseOptions,
+    DenseRetriever,
+    build_dense,
+    write_vector_chunks,
+    write_vectors,
+)
+from searchrl.retrieval.hybrid import HybridRetriever
 from searchrl.retrieval.local import LocalRetriever
+from searchrl.retrieval.onnx_encoder import ExportUnsupported, OnnxEncoder, export_encoder
 from searchrl.utils import atomic_write_text, console, progress
 
 FORMAT = "searchrl-index"
@@ -89,9 +102,6 @@ def build_index(
     (see ``searchrl.retrieval.onnx_encoder``); ``"sentence-transformers"`` serves with the reference path. Default:
     ONNX when the passages are encoded here and the encoder can be exported, else sentence-transformers.
     """
-    from searchrl.retrieval.bm25 import BM25Options, build_bm25
-    from searchrl.retrieval.dense import DenseOptions
-
     if kind not in KINDS:
         raise ValueError(f"unknown index kind '{kind}'; use one of {', '.join(KINDS)}")
     if query_encoder not in (None, "onnx", "sentence-transformers"):
@@ -108,10 +118,18 @@ def build_index(
     dense_opts = None
     if kind != "bm25":
         dense_opts = DenseOptions.for_encoder(
-            encoder, query_prefix=query_prefix, passage_prefix=passage_prefix, normalize=normalize,
-            faiss=faiss, nlist=nlist, nprobe=nprobe, candidates=candidates, hnsw_m=hnsw_m, ef_search=ef_search,
+            encoder,
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            normalize=normalize,
+            faiss=faiss,
+            nlist=nlist,
+            nprobe=nprobe,
+            candidates=candidates,
+            hnsw_m=hnsw_m,
+            ef_search=ef_search,
             max_length=max_length,
-        )  # fmt: skip
+        )
 
     staging = out.with_name(f".{out.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -180,19 +198,20 @@ def _build_dense_part(
     store: PassageStore, directory: Path, options: Any, batch_size: int, vectors: Any, query_encoder: Any, bar
 ) -> tuple[int, Any]:
     """Write ``index.faiss`` (and the exported query encoder); returns the dimension and the final options."""
-    import numpy as np
-
-    from searchrl.retrieval.dense import Encoder, build_dense, write_vector_chunks, write_vectors
 
     n = len(store)
     encoder = None
     if vectors is not None and hasattr(vectors, "chunks"):  # a RowFile: streamed, never loaded whole
         if not options.compressed:
-            raise ValueError("vectors from a file need a compressed index; pass a faiss factory string, e.g. "
-                             "faiss='OPQ64,IVF4096,PQ64'")  # fmt: skip
+            raise ValueError(
+                "vectors from a file need a compressed index; pass a faiss factory string, e.g. "
+                "faiss='OPQ64,IVF4096,PQ64'"
+            )
         if len(vectors.shape) != 2 or vectors.shape[0] != n:
-            raise ValueError(f"the vector file holds {vectors.shape[0]} vectors but the corpus has {n} passages; "
-                             "give the corpus the index was built from")  # fmt: skip
+            raise ValueError(
+                f"the vector file holds {vectors.shape[0]} vectors but the corpus has {n} passages; "
+                "give the corpus the index was built from"
+            )
         write_vector_chunks(vectors.chunks(), n, vectors.shape[1], directory, options)
         dimension = int(vectors.shape[1])
     elif vectors is not None:
@@ -204,9 +223,16 @@ def _build_dense_part(
         dimension = int(vectors.shape[1])
     else:
         task = bar.add_task(f"dense: encoding ({options.encoder})", total=n)
-        encoder = Encoder(options)
-        stats = build_dense(_passage_texts(store), n, directory, options, batch_size=batch_size, encoder=encoder,
-                            on_progress=lambda k: bar.advance(task, k))  # fmt: skip
+        encoder = dense_backend.Encoder(options)  # looked up when called, so it can be swapped
+        stats = build_dense(
+            _passage_texts(store),
+            n,
+            directory,
+            options,
+            batch_size=batch_size,
+            encoder=encoder,
+            on_progress=lambda k: bar.advance(task, k),
+        )
         dimension = stats["dimension"]
     if query_encoder is None:
         query_encoder = "onnx" if vectors is None else "sentence-transformers"
@@ -222,9 +248,6 @@ def _export_query_encoder(store: PassageStore, directory: Path, options: Any, re
 
     An encoder that cannot be exported keeps sentence-transformers (with a note), unless ONNX was asked for.
     """
-    import numpy as np
-
-    from searchrl.retrieval.onnx_encoder import ExportUnsupported, OnnxEncoder, export_encoder
 
     target = directory / "query_encoder"
     try:
@@ -232,8 +255,10 @@ def _export_query_encoder(store: PassageStore, directory: Path, options: Any, re
     except (ExportUnsupported, ImportError) as err:
         shutil.rmtree(target, ignore_errors=True)
         if required:
-            raise ValueError(f"cannot export encoder '{options.encoder}' to ONNX ({err}); build with "
-                             "query_encoder='sentence-transformers'") from None  # fmt: skip
+            raise ValueError(
+                f"cannot export encoder '{options.encoder}' to ONNX ({err}); build with "
+                "query_encoder='sentence-transformers'"
+            ) from None
         console.log(f"note: queries will be encoded with sentence-transformers ({err})")
         return replace(options, query_encoder="sentence-transformers")
     options = replace(options, query_encoder="onnx")
@@ -297,8 +322,6 @@ def load_index(
     When ``corpus`` is given, the index must have been built from a file with the same fingerprint.
     ``query_encoder`` (``"onnx"`` / ``"sentence-transformers"``) overrides the manifest's choice for dense parts.
     """
-    from searchrl.retrieval.bm25 import BM25Options, BM25Retriever
-
     directory = Path(directory)
     manifest = read_manifest(directory)
     if corpus is not None:
@@ -311,14 +334,10 @@ def load_index(
     if kind in ("bm25", "hybrid"):
         sparse = BM25Retriever.load(directory / "bm25", store, BM25Options(**manifest["options"]["bm25"]), manifest)
     if kind in ("dense", "hybrid"):
-        from searchrl.retrieval.dense import DenseOptions, DenseRetriever
-
         options = DenseOptions(**manifest["options"]["dense"])
         dense = DenseRetriever.load(directory / "dense", store, options, manifest, query_encoder=query_encoder)
     if kind == "bm25":
         return sparse  # type: ignore[return-value]
     if kind == "dense":
         return dense  # type: ignore[return-value]
-    from searchrl.retrieval.hybrid import HybridRetriever
-
     return HybridRetriever(sparse, dense, manifest=manifest)  # type: ignore[arg-type]

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from searchrl.models import resolve_embedder
+
 ARTIFACT_FORMAT = "searchrl-onnx-encoder"
 ARTIFACT_VERSION = 1
 OPSET = 17
@@ -40,8 +42,6 @@ class ExportUnsupported(ValueError):
 
 # --------------------------------------------------------------------------------------------------- export
 def _model_dir(spec: str) -> Path:
-    from searchrl.models import resolve_embedder
-
     where = Path(resolve_embedder(spec))
     if where.is_dir():
         return where
@@ -133,9 +133,15 @@ def export_encoder(spec: str, out: str | Path, *, max_length: int | None = None)
         # The TorchScript exporter writes one self-contained file in a couple of seconds; the dynamo exporter
         # (torch >= 2.9's default) writes external weights and took 10 s for MiniLM.
         torch.onnx.export(
-            Pooled(), (dummy, dummy), str(out / "model.onnx"), input_names=["input_ids", "attention_mask"],
-            output_names=["embedding"], dynamic_axes=axes, opset_version=OPSET, dynamo=False,
-        )  # fmt: skip
+            Pooled(),
+            (dummy, dummy),
+            str(out / "model.onnx"),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["embedding"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
     backend = tokenizer.backend_tokenizer
     backend.no_padding()
     backend.enable_truncation(int(limit))
@@ -173,8 +179,10 @@ class OnnxEncoder:
             import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as err:
-            raise ImportError(f"{err.name} is missing; `pip install onnxruntime tokenizers` (or load the index with "
-                              "query_encoder='sentence-transformers')") from None  # fmt: skip
+            raise ImportError(
+                f"{err.name} is missing; `pip install onnxruntime tokenizers` (or load the index with "
+                "query_encoder='sentence-transformers')"
+            ) from None
         directory = Path(directory)
         meta_file = directory / "encoder.json"
         if not meta_file.is_file():

@@ -36,7 +36,10 @@ from urllib.robotparser import RobotFileParser
 
 import httpx
 
+from searchrl import models
 from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.openai_compat import OpenAICompatGenerator
+from searchrl.generation.prompts import render_user_prompt as render_prompt
 from searchrl.retrieval.cache import LRUCache
 
 if TYPE_CHECKING:
@@ -45,8 +48,32 @@ if TYPE_CHECKING:
 #: content types whose pages are read (anything else is skipped before its body is downloaded)
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 _DROP_TAGS = ("script", "style", "noscript", "template", "svg", "nav", "header", "footer", "aside", "form", "iframe")
-_BLOCK_TAGS = ("title", "p", "div", "br", "li", "dd", "dt", "tr", "td", "th", "pre", "blockquote", "section",
-               "article", "main", "h1", "h2", "h3", "h4", "h5", "h6", "table", "ul", "ol")  # fmt: skip
+_BLOCK_TAGS = (
+    "title",
+    "p",
+    "div",
+    "br",
+    "li",
+    "dd",
+    "dt",
+    "tr",
+    "td",
+    "th",
+    "pre",
+    "blockquote",
+    "section",
+    "article",
+    "main",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "table",
+    "ul",
+    "ol",
+)
 _REDIRECTS = (301, 302, 303, 307, 308)
 _ROBOTS_MAX_BYTES = 500_000  # RFC 9309 asks crawlers to parse at least 500 KiB
 
@@ -298,13 +325,12 @@ class PageSummarizer:
         self.cache = LRUCache(1024)
 
     def _prompt(self, query: str, page: str) -> list[int]:
-        from searchrl.generation.prompts import render_user_prompt as render_prompt
-
         ids = list(self.tokenizer.encode(page, add_special_tokens=False))
         if len(ids) > self.max_page_tokens:  # keep the page's head, which holds its title and lead
             page = self.tokenizer.decode(ids[: self.max_page_tokens], skip_special_tokens=True) + " ..."
-        text = render_prompt(self.tokenizer, SUMMARY_PROMPT.format(query=query, page=page), self.prompt_style,
-                             raw_cue="Summary:")  # fmt: skip
+        text = render_prompt(
+            self.tokenizer, SUMMARY_PROMPT.format(query=query, page=page), self.prompt_style, raw_cue="Summary:"
+        )
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     @staticmethod
@@ -350,17 +376,14 @@ def make_summarizer(cfg: WebConfig) -> PageSummarizer | None:
     if cfg.summarizer_url:
         from transformers import AutoTokenizer
 
-        from searchrl.generation.openai_compat import OpenAICompatGenerator
-        from searchrl.models import resolve_policy
-
-        tokenizer = AutoTokenizer.from_pretrained(resolve_policy(cfg.summarizer))
+        tokenizer = AutoTokenizer.from_pretrained(models.resolve_policy(cfg.summarizer))
         model = cfg.summarizer_served_model or cfg.summarizer
         generator = OpenAICompatGenerator(cfg.summarizer_url, model, tokenizer, timeout_s=120.0)
     else:
-        from searchrl.generation.hf import HFGenerator
-        from searchrl.models import load_policy
+        from searchrl.generation.hf import HFGenerator  # torch: only for a local summariser
 
-        model, tokenizer = load_policy(cfg.summarizer, frozen=True)
+        model, tokenizer = models.load_policy(cfg.summarizer, frozen=True)
         generator = HFGenerator(model, tokenizer)
-    return PageSummarizer(generator, max_new_tokens=cfg.summary_max_new_tokens,
-                          max_page_tokens=cfg.summary_max_page_tokens)  # fmt: skip
+    return PageSummarizer(
+        generator, max_new_tokens=cfg.summary_max_new_tokens, max_page_tokens=cfg.summary_max_page_tokens
+    )

@@ -116,8 +116,10 @@ class MicroBatcher:
         queue = self._ensure_worker()
         if self.pending_queries and self.pending_queries + len(queries) > self.max_pending_queries:
             self.overloaded += 1
-            raise Overloaded(f"{self.pending_queries} queries are already waiting (limit {self.max_pending_queries})",
-                             self.retry_after_s())  # fmt: skip
+            raise Overloaded(
+                f"{self.pending_queries} queries are already waiting (limit {self.max_pending_queries})",
+                self.retry_after_s(),
+            )
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         job = _Job(list(queries), k, future)
         self.pending_queries += len(job.queries)
@@ -294,8 +296,13 @@ def create_app(
     if not 1 <= default_topk <= max_topk:
         raise ValueError(f"default_topk must be in [1, max_topk={max_topk}] (got {default_topk})")
     stats = ServiceStats()
-    batcher = MicroBatcher(retriever.search, max_batch_queries=max_batch_queries, max_wait_ms=max_wait_ms,
-                           max_pending_queries=max_pending_queries, max_queue_wait_s=max_queue_wait_s)  # fmt: skip
+    batcher = MicroBatcher(
+        retriever.search,
+        max_batch_queries=max_batch_queries,
+        max_wait_ms=max_wait_ms,
+        max_pending_queries=max_pending_queries,
+        max_queue_wait_s=max_queue_wait_s,
+    )
     manifest = getattr(retriever, "manifest", {}) or {}
 
     async def lifespan(app: FastAPI):
@@ -357,8 +364,9 @@ def create_app(
             results = await batcher.search(body.queries, topk)
         except Overloaded as err:
             detail = f"retrieval service overloaded ({err}); retry after {err.retry_after_s} s"
-            return JSONResponse(status_code=503, content={"detail": detail},
-                                headers={"Retry-After": str(err.retry_after_s)})  # fmt: skip
+            return JSONResponse(
+                status_code=503, content={"detail": detail}, headers={"Retry-After": str(err.retry_after_s)}
+            )
         except Exception as err:  # noqa: BLE001 - reported to the client; the service keeps running
             stats.errors += 1
             return JSONResponse(status_code=500, content={"detail": f"search failed: {type(err).__name__}: {err}"})

@@ -130,8 +130,12 @@ class WebRetriever:
     def _with_pages(self, queries: list[str], results: list[list[Hit]]) -> list[list[Hit]]:
         """Page text (or its summary for the query) in place of each fetched result's snippet (see the module doc)."""
         assert self.fetcher is not None
-        targets = [(qi, hi) for qi, hits in enumerate(results) for hi in range(len(hits))
-                   if self.pages is None or hi < self.pages]  # fmt: skip
+        targets = [
+            (qi, hi)
+            for qi, hits in enumerate(results)
+            for hi in range(len(hits))
+            if self.pages is None or hi < self.pages
+        ]
         pages = self.fetcher.fetch_many([results[qi][hi].id for qi, hi in targets])
         texts = {key: page.text for key, page in zip(targets, pages, strict=True) if page.ok}
         summaries: dict[tuple[int, int], str | None] = {}
@@ -140,11 +144,17 @@ class WebRetriever:
             outs = self.summarizer.summarize([(queries[qi], texts[(qi, hi)]) for qi, hi in keys])
             summaries = dict(zip(keys, outs, strict=True))
         self.last_pages = [
-            {"query": queries[qi], "url": page.url, "status": page.status,
-             "seconds": round(page.seconds, 3), "chars": len(page.text), "truncated": page.truncated,
-             **({"summary": summaries.get((qi, hi))} if self.summarizer is not None and page.ok else {})}
+            {
+                "query": queries[qi],
+                "url": page.url,
+                "status": page.status,
+                "seconds": round(page.seconds, 3),
+                "chars": len(page.text),
+                "truncated": page.truncated,
+                **({"summary": summaries.get((qi, hi))} if self.summarizer is not None and page.ok else {}),
+            }
             for (qi, hi), page in zip(targets, pages, strict=True)
-        ]  # fmt: skip
+        ]
         out = []
         for qi, hits in enumerate(results):
             kept = []

@@ -53,91 +53,43 @@ import inspect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import fmean
 from typing import Any, Literal
 
 from searchrl.config import RewardComponent, RewardConfig
-from searchrl.protocols.base import FormatReport, Protocol
+from searchrl.protocols.base import FORMAT_SCHEMES
 from searchrl.rewards.correctness import CORRECTNESS_PARAMS, Correctness
-from searchrl.rewards.judge import JudgeVerdict
-from searchrl.rewards.metrics import get_metric
+from searchrl.rewards.inputs import Reader, RewardInput, Scores
+from searchrl.rewards.inputs import mean as _mean
+from searchrl.rewards.inputs import rate as _rate
+from searchrl.rewards.metrics import cover_em, normalize_answer
+from searchrl.rewards.model_rewards import (
+    READER_PROMPT,
+    evidence_reward,
+    generator_reader,
+    judge_reward,
+    reader_prompt,
+)
 
-Scores = tuple[list[float], dict[str, float]]
-#: ``(questions, evidences) -> answers``: any backend that answers a question from an evidence text.
-Reader = Callable[[list[str], list[str]], list[str]]
-
-
-@dataclass(frozen=True)
-class RewardInput:
-    """Everything a reward component may look at for one rollout."""
-
-    question: str
-    golds: Sequence[str]
-    response: str  # the whole response (policy text and inserted observations)
-    answer: str | None  # the extracted final answer; None when the response has none
-    report: FormatReport  # the protocol's format check of ``response``
-    n_searches: int = 0  # search calls actually executed in the rollout
-    group_id: Hashable | None = None  # rollouts of the same question share it (GRPO / R1-Searcher++ groups)
-    evidence: str | None = None  # R-Search's <original_evidence> content, if any
-    policy_text: str | None = None  # the policy's own text (observations left out); None: not known
-    metadata: Mapping[str, Any] = field(default_factory=dict)  # the question's metadata (e.g. the world's chain)
-
-    @classmethod
-    def from_response(
-        cls,
-        protocol: Protocol,
-        question: str,
-        golds: Sequence[str],
-        response: str,
-        *,
-        group_id: Hashable | None = None,
-        n_searches: int | None = None,
-        policy_text: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> RewardInput:
-        """Run the protocol's format check and fill answer, search count and evidence from its report.
-
-        ``n_searches`` defaults to the report's count; pass the rollout engine's own count when you have it.
-        """
-        report = protocol.check_format(response)
-        evidence = report.extra.get("evidence")
-        return cls(
-            question=question,
-            golds=list(golds),
-            response=response,
-            answer=report.answer,
-            report=report,
-            n_searches=report.n_searches if n_searches is None else n_searches,
-            group_id=group_id,
-            evidence=evidence if isinstance(evidence, str) else None,
-            policy_text=policy_text,
-            metadata=dict(metadata or {}),
-        )
-
-    @classmethod
-    def from_trajectory(cls, protocol: Protocol, traj: Any, tokenizer: Any) -> RewardInput:
-        """:meth:`from_response` for a rollout's :class:`~searchrl.rollout.trajectory.Trajectory`: its whole
-        response, its executed search count, the policy's own text and the question's metadata."""
-        return cls.from_response(
-            protocol,
-            traj.question,
-            traj.golds,
-            traj.response_text(tokenizer),
-            group_id=traj.group_id,
-            n_searches=traj.n_searches,
-            policy_text=traj.policy_text,
-            metadata=traj.metadata,
-        )
-
-
-def _rate(flags: Sequence[bool]) -> float:
-    return sum(flags) / len(flags) if flags else 0.0
-
-
-def _mean(xs: Sequence[float]) -> float:
-    return fmean(xs) if xs else 0.0
-
+__all__ = [
+    "COMPONENTS",
+    "READER_PROMPT",
+    "Reader",
+    "RewardComposer",
+    "RewardInput",
+    "RewardResult",
+    "Scores",
+    "answer_reward",
+    "evidence_reward",
+    "format_reward",
+    "generator_reader",
+    "group_reward",
+    "hop_reward",
+    "judge_reward",
+    "reader_prompt",
+    "retrieval_reward",
+]
 
 # --------------------------------------------------------------------------------------------------- answer
 
@@ -188,8 +140,6 @@ def format_reward(inputs: Sequence[RewardInput], *, paper: str, **params: Any) -
 
     Metrics: ``ok_rate``, and ``<flag>_rate`` for each boolean ``<name>_ok`` flag the protocol's report carries.
     """
-    from searchrl.protocols.base import FORMAT_SCHEMES
-
     if paper not in FORMAT_SCHEMES:
         none = paper in ("search_r1", "rag_r1")
         hint = " (Search-R1 and RAG-R1 have no format reward: drop the component)" if none else ""
@@ -237,8 +187,6 @@ def hop_reward(inputs: Sequence[RewardInput], *, chain: str = "chain", key: str 
 
     Metrics: ``hop_rate`` (mean score over questions with intermediate hops), ``with_hops_rate``.
     """
-    from searchrl.rewards.metrics import cover_em, normalize_answer
-
     scores: list[float] = []
     rated: list[float] = []
     for inp in inputs:
@@ -339,112 +287,6 @@ def group_reward(
     return scores, metrics
 
 
-# --------------------------------------------------------------------------------------------------- evidence
-
-#: The reader's prompt for the evidence reward: our wording of R-Search's Table 5 (spec 002 §2.3).
-READER_PROMPT = (
-    "Use only the passages below to answer the question. Reply with the answer alone, no other words.\n\n"
-    "Passages:\n{evidence}\n\n"
-    "Question: {question}\n"
-    "Answer:"
-)
-
-
-def reader_prompt(question: str, evidence: str) -> str:
-    return READER_PROMPT.format(question=question.strip(), evidence=evidence.strip())
-
-
-def evidence_reward(
-    inputs: Sequence[RewardInput],
-    *,
-    reader: Reader | None = None,
-    metric: str = "f1",
-    normalize: str | None = None,
-    require_search: bool = True,
-) -> Scores:
-    """R-Search's evidence reward: ``metric`` (F1) of ``reader(question, evidence)`` against the golds.
-
-    Only rollouts with a non-empty evidence block are sent to the reader; the others score 0. With
-    ``require_search`` (default, as in the authors' code) evidence written without any search also scores 0; the
-    paper does not say.
-    """
-    if reader is None:
-        raise ValueError(
-            "the evidence reward needs a reader: build the composer with reader=... (see generator_reader)"
-        )
-    fn = get_metric(metric, normalize=normalize)
-    idx = [
-        i
-        for i, inp in enumerate(inputs)
-        if inp.evidence is not None and inp.evidence.strip() and (inp.n_searches > 0 or not require_search)
-    ]
-    scores = [0.0] * len(inputs)
-    if idx:
-        answers = reader([inputs[i].question for i in idx], [inputs[i].evidence or "" for i in idx])
-        if len(answers) != len(idx):
-            raise ValueError(f"the evidence reader returned {len(answers)} answers for {len(idx)} questions")
-        for i, ans in zip(idx, answers, strict=True):
-            scores[i] = fn(ans, inputs[i].golds)
-    metrics = {
-        "scored_rate": len(idx) / len(inputs) if inputs else 0.0,
-        "mean_scored": _mean([scores[i] for i in idx]),
-    }
-    return scores, metrics
-
-
-def generator_reader(
-    generator: Any,
-    tokenizer: Any,
-    *,
-    max_new_tokens: int = 32,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-) -> Reader:
-    """A :data:`Reader` from any ``searchrl.generation`` backend: :data:`READER_PROMPT`, first line kept; greedy by
-    default (R-Search's code samples at temperature 0.1, top-p 0.9, up to 512 tokens: ``model.reader_*``).
-
-    Chat models get the prompt as one user message through the tokenizer's chat template; others get it raw.
-    """
-    from searchrl.generation.base import SamplingParams
-    from searchrl.generation.prompts import render_prompt
-
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
-
-    def encode(text: str) -> list[int]:
-        return list(
-            tokenizer.encode(render_prompt(tokenizer, [{"role": "user", "content": text}]), add_special_tokens=False)
-        )
-
-    def read(questions: list[str], evidences: list[str]) -> list[str]:
-        prompts = [encode(reader_prompt(q, e)) for q, e in zip(questions, evidences, strict=True)]
-        completions = generator.generate(prompts, params)
-        return [(c.text.strip().splitlines() or [""])[0].strip() for c in completions]
-
-    return read
-
-
-# --------------------------------------------------------------------------------------------------- judge
-
-
-def judge_reward(inputs: Sequence[RewardInput], *, judge: Any = None, unparsed_value: float = 0.0) -> Scores:
-    """1 if the judge accepts the answer, 0 if not; an unreadable reply scores ``unparsed_value`` and is counted.
-
-    ``judge`` is an :class:`searchrl.rewards.judge.LLMJudge` (anything with its ``judge_many``).
-    """
-    if judge is None:
-        raise ValueError("the judge reward needs a judge: build the composer with judge=LLMJudge(url, model)")
-    verdicts: list[JudgeVerdict] = (
-        judge.judge_many([i.question for i in inputs], [list(i.golds) for i in inputs], [i.answer for i in inputs])
-        if inputs
-        else []
-    )
-    scores = [unparsed_value if v.correct is None else float(v.correct) for v in verdicts]
-    parsed = [v.correct for v in verdicts if v.correct is not None]
-    metrics = {"accuracy": _mean([float(p) for p in parsed]), "unparsed": float(len(verdicts) - len(parsed))}
-    return scores, metrics
-
-
 # --------------------------------------------------------------------------------------------------- composer
 
 COMPONENTS: dict[str, Callable[..., Scores]] = {
@@ -505,8 +347,10 @@ class RewardComposer:
             if unknown and not any(v.kind == v.VAR_KEYWORD for v in sig.values()):  # those check their own
                 close = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.6)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"reward component {comp.name!r}: unknown param(s) {unknown}{hint}; "
-                                 f"valid params: {', '.join(allowed)}")  # fmt: skip
+                raise ValueError(
+                    f"reward component {comp.name!r}: unknown param(s) {unknown}{hint}; "
+                    f"valid params: {', '.join(allowed)}"
+                )
             if dep is not None:
                 params[dep] = deps[dep]
             fn([], **params)  # validates params (and dependencies) now rather than mid-run

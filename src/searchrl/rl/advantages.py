@@ -10,8 +10,9 @@ Every estimator is ``(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg, *, cr
 - ``critic_mask_BT``: the critic's positions (PPO: ``algorithm.critic_mask_observations``); ``sum_across`` sums a
   tensor over every process, so a whitening over "the batch" is over the whole step's batch, not one process's shard.
 
-The trainer looks an estimator up by ``algorithm.name`` and knows nothing else about it: a new estimator is a function
-here plus ``@register("name", critic=...)`` (and the name in ``AlgorithmConfig.name``).
+The trainer looks an estimator up by ``algorithm.name`` and knows nothing else about it: a new algorithm is declared
+with its traits (grouped, critic) in ``searchrl.config.algorithms``, which ``algorithm.name`` accepts, and its
+estimator is a function here plus ``@register("name")``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from searchrl.config import AlgorithmConfig
+from searchrl.config import ALGORITHMS, Algorithm, AlgorithmConfig
 from searchrl.rl import algorithms as A
 
 Returns = tuple[Tensor, Tensor | None, A.Metrics]
@@ -31,20 +32,33 @@ EstimatorFn = Callable[..., Returns]
 
 @dataclass(frozen=True)
 class Estimator:
-    name: str
     fn: EstimatorFn
-    #: trains a value model beside the policy (its values are passed in as ``values_BT``).
-    critic: bool = False
+    #: the algorithm's declared traits (searchrl.config.algorithms): the one place they are stated.
+    algorithm: Algorithm
+
+    @property
+    def name(self) -> str:
+        return self.algorithm.name
+
+    @property
+    def critic(self) -> bool:
+        """Trains a value model beside the policy (its values are passed in as ``values_BT``)."""
+        return self.algorithm.critic
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def register(name: str, critic: bool = False) -> Callable[[EstimatorFn], EstimatorFn]:
+def register(name: str) -> Callable[[EstimatorFn], EstimatorFn]:
+    """The estimator of the declared algorithm ``name``; a second estimator for one name, or one for an algorithm
+    that ``searchrl.config.algorithms`` does not declare, is refused."""
+
     def deco(fn: EstimatorFn) -> EstimatorFn:
         if name in ESTIMATORS:
             raise ValueError(f"estimator '{name}' is registered twice; give the new one another name")
-        ESTIMATORS[name] = Estimator(name, fn, critic)
+        if name not in ALGORITHMS:
+            raise ValueError(f"estimator '{name}': declare the algorithm first (searchrl.config.algorithms.declare)")
+        ESTIMATORS[name] = Estimator(fn, ALGORITHMS[name])
         return fn
 
     return deco
@@ -56,7 +70,7 @@ def get_estimator(name: str) -> Estimator:
     return ESTIMATORS[name]
 
 
-@register("ppo", critic=True)
+@register("ppo")
 def ppo_gae(
     scores_B: Tensor,
     kl_BT: Tensor,
@@ -96,8 +110,9 @@ def _kl_shaped(scores_B: Tensor, kl_BT: Tensor, mask_BT: Tensor, cfg: AlgorithmC
 @register("grpo")
 def grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
     """GRPO: ``(r - group mean) / (group std + eps)`` (``norm_adv_by_std``), KL in the loss (or the reward)."""
-    adv_BT, metrics = A.grpo_advantages(_kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT,
-                                        cfg.norm_adv_by_std)  # fmt: skip
+    adv_BT, metrics = A.grpo_advantages(
+        _kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT, cfg.norm_adv_by_std
+    )
     return adv_BT, None, metrics
 
 

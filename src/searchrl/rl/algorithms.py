@@ -1,4 +1,6 @@
 """RL math: advantage estimators, KL estimators, policy / value / entropy losses and the one loss aggregator.
+The advantages are here; the masked primitives and the aggregator live in ``searchrl.rl.masked``, the KL estimators
+and losses in ``searchrl.rl.losses``, and this module re-exports them, so ``algorithms`` is the one name to import.
 
 Plain, typed functions over ``(B, T)`` tensors of *response* positions (B sequences, T response tokens; the prompt is
 not included). Estimators and losses return ``(value, metrics)`` where ``metrics`` is a ``dict[str, float]`` of
@@ -53,121 +55,54 @@ Choices and deviations (the papers leave these open, or the authors' code differ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from typing import Literal, get_args
+from collections.abc import Hashable, Sequence
 
 import torch
 from torch import Tensor
 
-KLEstimator = Literal["k1", "k2", "k3"]
-LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
-Metrics = dict[str, float]
-#: Group ids: any hashables (prompt uids, tuples of (dataset, index), ...) or a 1-D integer tensor. Must be unique
-#: per prompt across the whole batch: Search-R1's code once merged datasets whose indices restarted at 0.
-GroupIds = Sequence[Hashable] | Tensor
-#: ``tensor -> its sum over every process`` under data parallelism (the identity in one process).
-SumAcross = Callable[[Tensor], Tensor]
+from searchrl.rl.losses import KLEstimator, entropy_from_logits, kl_penalty, policy_loss, value_loss
+from searchrl.rl.masked import (
+    _WHITEN_EPS,
+    GroupIds,
+    LossAgg,
+    Metrics,
+    SumAcross,
+    _bool_mask,
+    _check_same_shape,
+    aggregate_loss,
+    masked_mean,
+    masked_sum,
+    whiten,
+)
 
-_K3_LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: large but finite in float16/bfloat16/float32
-_K3_MAX = 10.0
-_PPO_LOG_RATIO_CLAMP = 20.0
-_WHITEN_EPS = 1e-8
+__all__ = [
+    "GroupIds",
+    "KLEstimator",
+    "LossAgg",
+    "Metrics",
+    "SumAcross",
+    "aggregate_loss",
+    "entropy_from_logits",
+    "gae_advantages",
+    "group_centred",
+    "group_normalised",
+    "grpo_advantages",
+    "informative_group_count",
+    "informative_rows",
+    "kl_penalty",
+    "masked_mean",
+    "masked_sum",
+    "policy_loss",
+    "reinforce_pp_returns",
+    "rloo_advantages",
+    "value_loss",
+    "whiten",
+]
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# helpers
+# group helpers
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def _bool_mask(mask_BT: Tensor, like_BT: Tensor) -> Tensor:
-    """The mask as a bool tensor on ``like_BT``'s device, after checking shapes agree."""
-    if mask_BT.shape != like_BT.shape:
-        raise ValueError(f"mask shape {tuple(mask_BT.shape)} does not match tensor shape {tuple(like_BT.shape)}")
-    if like_BT.dim() != 2:
-        raise ValueError(f"expected (B, T) tensors, got shape {tuple(like_BT.shape)}")
-    return (mask_BT != 0).to(like_BT.device)  # (B, T) bool
-
-
-def _check_same_shape(**tensors: Tensor) -> None:
-    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-    if len(set(shapes.values())) != 1:
-        raise ValueError(f"tensor shapes differ: {shapes}")
-
-
-def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Sum of ``x`` over positions where ``mask`` is nonzero (all dims, or along ``dim``)."""
-    m = (mask != 0).to(x.device)
-    selected = torch.where(m, x, torch.zeros_like(x))  # same shape as x; masked entries are exactly 0
-    return selected.sum() if dim is None else selected.sum(dim)
-
-
-def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Mean of ``x`` over positions where ``mask`` is nonzero; 0 (not NaN) where nothing is counted."""
-    count = (mask != 0).to(x.device).sum() if dim is None else (mask != 0).to(x.device).sum(dim)
-    return masked_sum(x, mask, dim) / count.clamp(min=1).to(x.dtype)
-
-
-def whiten(x_BT: Tensor, mask_BT: Tensor, eps: float = _WHITEN_EPS, sum_across: SumAcross | None = None) -> Tensor:
-    """``(x - mean) / sqrt(var + eps)`` with mean and (biased) variance over the counted positions; 0 elsewhere.
-
-    ``sum_across`` sums a tensor over every process (data parallelism): the statistics are then those of the counted
-    positions of all processes' rows, exactly as if the whole batch were in one process."""
-    m = _bool_mask(mask_BT, x_BT)  # (B, T)
-    total = sum_across or (lambda t: t)
-    zero = torch.zeros_like(x_BT)
-    n_sum = total(torch.stack([m.sum().to(x_BT.dtype), torch.where(m, x_BT, zero).sum()]))  # (2,) count, sum
-    mean = n_sum[1] / n_sum[0].clamp(min=1)  # ()
-    var = total(torch.where(m, (x_BT - mean) ** 2, zero).sum()) / n_sum[0].clamp(min=1)  # ()
-    return torch.where(m, (x_BT - mean) * torch.rsqrt(var + eps), zero)  # (B, T)
-
-
-def aggregate_loss(
-    loss_BT: Tensor,
-    mask_BT: Tensor,
-    mode: LossAgg = "token_mean",
-    global_tokens: float | None = None,
-    global_seqs: float | None = None,
-) -> Tensor:
-    """Reduce a per-token loss to a scalar. This is the only place in SearchRL where a loss is aggregated.
-
-    Modes (``m`` = mask, ``L`` = per-token loss, sums over counted positions only):
-
-    - ``token_mean``: ``sum_{b,t} m L / N_tok`` — every counted token weighs the same (the masked mean over the batch
-      that Search-R1's verl code computes; DAPO).
-    - ``seq_mean_token_mean``: ``sum_b (sum_t m L / sum_t m) / N_seq`` — each sequence's masked mean, then the mean
-      over sequences (Search-R1's Eqs. 1 and 2 as written; R1-Searcher++'s J_Mask).
-    - ``seq_mean_token_sum``: ``sum_b (sum_t m L) / N_seq`` — each sequence's masked sum, then the mean.
-
-    ``N_tok`` / ``N_seq`` default to the counted tokens / counted sequences (rows with >= 1 counted token) of *this*
-    tensor. When one optimiser step is split into micro-batches (gradient accumulation) or across processes, pass
-    the counts of the WHOLE step instead: ``global_tokens = sum over all micro-batches and processes of mask.sum()``
-    and ``global_seqs = the same sum of (mask.sum(-1) > 0).sum()``. Every term is then divided by the same constant,
-    so the micro-batch losses simply add up: their sum (and the sum of their gradients, which is what accumulation
-    and data-parallel all-reduce-sum compute) equals the loss and gradient of the full batch, however it was cut.
-    With local denominators each micro-batch is normalised by its own count and the pieces are averaged, so a token
-    in a micro-batch of short responses weighs more than one in a micro-batch of long responses: the loss and the
-    gradient then change with micro-batch size and the number of processes, and the token-mean objective is no
-    longer the one written in the paper. (Under DDP, which averages gradients over P processes, multiply the
-    per-process loss by P, or divide the global count by P, to get the same sum.)
-    """
-    m = _bool_mask(mask_BT, loss_BT)  # (B, T)
-    masked_BT = torch.where(m, loss_BT, torch.zeros_like(loss_BT))  # (B, T); zero gradient at m = 0
-    if mode == "token_mean":
-        if global_tokens is not None:
-            if global_tokens <= 0:
-                raise ValueError(f"global_tokens must be > 0, got {global_tokens}")
-            return masked_BT.sum() / global_tokens
-        return masked_BT.sum() / m.sum().clamp(min=1).to(loss_BT.dtype)
-    per_seq_B = masked_BT.sum(-1)  # (B,)
-    if mode == "seq_mean_token_mean":
-        per_seq_B = per_seq_B / m.sum(-1).clamp(min=1).to(loss_BT.dtype)  # (B,)
-    elif mode != "seq_mean_token_sum":
-        raise ValueError(f"unknown loss aggregation {mode!r}; use one of {get_args(LossAgg)}")
-    if global_seqs is not None:
-        if global_seqs <= 0:
-            raise ValueError(f"global_seqs must be > 0, got {global_seqs}")
-        return per_seq_B.sum() / global_seqs
-    return per_seq_B.sum() / m.any(-1).sum().clamp(min=1).to(loss_BT.dtype)
 
 
 def _group_index(group_ids_B: GroupIds, batch: int, device: torch.device) -> tuple[Tensor, int]:
@@ -367,155 +302,3 @@ def reinforce_pp_returns(
         "reinforce_pp/empty_rows": float((last_B < 0).sum().item()),
     }
     return advantages_BT, metrics
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# KL estimators
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def kl_penalty(
-    logp_BT: Tensor, ref_logp_BT: Tensor, mask_BT: Tensor, estimator: KLEstimator = "k3"
-) -> tuple[Tensor, Metrics]:
-    """Per-token estimate of KL(pi || pi_ref) from the sampled tokens' log-probs (Schulman, "Approximating KL").
-
-    With ``d = logp - ref_logp``: k1 = ``d``; k2 = ``0.5 * d^2``; k3 = ``exp(-d) + d - 1`` (clamped, see the module
-    docstring). Returns ``(kl_BT, metrics)`` with ``kl_BT`` 0 at masked positions.
-
-    In the reward (PPO, REINFORCE++): pass detached / old log-probs and fold ``-kl_coef * kl_BT`` into the token
-    rewards. In the loss (GRPO): pass the current log-probs with gradient and add
-    ``kl_coef * aggregate_loss(kl_BT, mask_BT, ...)``; masked positions then get exactly zero gradient.
-    """
-    _check_same_shape(logp=logp_BT, ref_logp=ref_logp_BT)
-    m = _bool_mask(mask_BT, logp_BT)  # (B, T)
-    zeros_BT = torch.zeros_like(logp_BT)
-    diff_BT = torch.where(m, logp_BT - ref_logp_BT, zeros_BT)  # (B, T) log(pi / pi_ref), 0 where masked
-    if estimator == "k1":
-        kl_BT = diff_BT  # (B, T)
-    elif estimator == "k2":
-        kl_BT = 0.5 * diff_BT**2  # (B, T)
-    elif estimator == "k3":
-        neg_BT = (-diff_BT).clamp(-_K3_LOG_RATIO_CLAMP, _K3_LOG_RATIO_CLAMP)  # (B, T) log(pi_ref / pi)
-        kl_BT = (torch.exp(neg_BT) - neg_BT - 1).clamp(max=_K3_MAX)  # (B, T) >= 0
-    else:
-        raise ValueError(f"unknown KL estimator {estimator!r}; use one of {get_args(KLEstimator)}")
-    kl_BT = torch.where(m, kl_BT, zeros_BT)  # (B, T)
-    return kl_BT, {"kl/mean": masked_mean(kl_BT.detach(), m).item()}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# losses
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def policy_loss(
-    logp_BT: Tensor,
-    old_logp_BT: Tensor,
-    advantages_BT: Tensor,
-    mask_BT: Tensor,
-    clip_eps: float = 0.2,
-    dual_clip: float | None = None,
-    agg: LossAgg = "token_mean",
-    global_tokens: float | None = None,
-    global_seqs: float | None = None,
-) -> tuple[Tensor, Metrics]:
-    """PPO clipped surrogate (Schulman et al., 2017), to minimise: per token
-    ``max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps))`` with ``rho = exp(logp - old_logp)``.
-
-    ``dual_clip = c`` (> 1) adds Ye et al.'s (2020) bound for negative advantages: there the per-token loss is
-    ``min(max(...), -c * A)``, so a token whose ratio has blown up cannot produce an unbounded loss. Aggregated with
-    :func:`aggregate_loss` (``agg``, ``global_tokens``, ``global_seqs``). Advantages are treated as constants.
-    Metrics: ``clip_frac`` (tokens where the clipped term is active), ``dual_clip_frac``, ``approx_kl`` (k3 estimate
-    of KL(old || new)), and the min / mean / max ratio over counted tokens.
-    """
-    _check_same_shape(logp=logp_BT, old_logp=old_logp_BT, advantages=advantages_BT)
-    if clip_eps <= 0:
-        raise ValueError(f"clip_eps must be > 0, got {clip_eps}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None, got {dual_clip}")
-    m = _bool_mask(mask_BT, logp_BT)  # (B, T)
-    zeros_BT = torch.zeros_like(logp_BT)
-    log_ratio_BT = torch.where(m, logp_BT - old_logp_BT.detach(), zeros_BT)  # (B, T) 0 where masked
-    log_ratio_BT = log_ratio_BT.clamp(-_PPO_LOG_RATIO_CLAMP, _PPO_LOG_RATIO_CLAMP)  # (B, T)
-    ratio_BT = torch.exp(log_ratio_BT)  # (B, T)
-    adv_BT = torch.where(m, advantages_BT.detach().to(logp_BT.dtype), zeros_BT)  # (B, T)
-    unclipped_BT = -adv_BT * ratio_BT  # (B, T)
-    clipped_BT = -adv_BT * ratio_BT.clamp(1.0 - clip_eps, 1.0 + clip_eps)  # (B, T)
-    loss_BT = torch.maximum(unclipped_BT, clipped_BT)  # (B, T)
-    dual_active_BT = torch.zeros_like(m)  # (B, T) bool
-    if dual_clip is not None:
-        bound_BT = -adv_BT * dual_clip  # (B, T)
-        dual_active_BT = (adv_BT < 0) & (bound_BT < loss_BT) & m  # (B, T)
-        loss_BT = torch.where(adv_BT < 0, torch.minimum(loss_BT, bound_BT), loss_BT)  # (B, T)
-    loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs)  # ()
-    with torch.no_grad():
-        ratio_d = ratio_BT.detach()
-        big = torch.finfo(ratio_d.dtype).max
-        metrics = {
-            "policy/clip_frac": masked_mean((clipped_BT > unclipped_BT).to(ratio_d.dtype), m).item(),
-            "policy/dual_clip_frac": masked_mean(dual_active_BT.to(ratio_d.dtype), m).item(),
-            "policy/approx_kl": masked_mean((ratio_d - 1) - log_ratio_BT.detach(), m).item(),
-            "policy/ratio_mean": masked_mean(ratio_d, m).item(),
-            "policy/ratio_min": torch.where(m, ratio_d, big).min().item() if m.any() else 1.0,
-            "policy/ratio_max": torch.where(m, ratio_d, -big).max().item() if m.any() else 1.0,
-        }
-    return loss, metrics
-
-
-def value_loss(
-    values_BT: Tensor,
-    old_values_BT: Tensor,
-    returns_BT: Tensor,
-    mask_BT: Tensor,
-    clip: float | None = 0.2,
-    agg: LossAgg = "token_mean",
-    global_tokens: float | None = None,
-    global_seqs: float | None = None,
-) -> tuple[Tensor, Metrics]:
-    """Clipped value loss (PPO2 / verl): per token ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``,
-    or ``0.5 * (V - R)^2`` when ``clip`` is None; aggregated with :func:`aggregate_loss`. Returns and old values are
-    constants. Metrics: ``clip_frac`` (tokens where the clipped term is larger), mean value and mean return."""
-    _check_same_shape(values=values_BT, old_values=old_values_BT, returns=returns_BT)
-    if clip is not None and clip <= 0:
-        raise ValueError(f"value clip must be > 0 or None, got {clip}")
-    m = _bool_mask(mask_BT, values_BT)  # (B, T)
-    zeros_BT = torch.zeros_like(values_BT)
-    v_BT = torch.where(m, values_BT, zeros_BT)  # (B, T)
-    old_BT = torch.where(m, old_values_BT.detach().to(values_BT.dtype), zeros_BT)  # (B, T)
-    ret_BT = torch.where(m, returns_BT.detach().to(values_BT.dtype), zeros_BT)  # (B, T)
-    unclipped_BT = (v_BT - ret_BT) ** 2  # (B, T)
-    if clip is None:
-        loss_BT = 0.5 * unclipped_BT  # (B, T)
-        clip_frac = 0.0
-    else:
-        v_clipped_BT = old_BT + (v_BT - old_BT).clamp(-clip, clip)  # (B, T)
-        clipped_BT = (v_clipped_BT - ret_BT) ** 2  # (B, T)
-        loss_BT = 0.5 * torch.maximum(unclipped_BT, clipped_BT)  # (B, T)
-        clip_frac = masked_mean((clipped_BT > unclipped_BT).to(values_BT.dtype), m).item()
-    loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs)  # ()
-    metrics = {
-        "value/clip_frac": clip_frac,
-        "value/value_mean": masked_mean(v_BT.detach(), m).item(),
-        "value/return_mean": masked_mean(ret_BT, m).item(),
-    }
-    return loss, metrics
-
-
-def entropy_from_logits(
-    logits_BTV: Tensor,
-    mask_BT: Tensor,
-    agg: LossAgg = "token_mean",
-    global_tokens: float | None = None,
-    global_seqs: float | None = None,
-) -> tuple[Tensor, Metrics]:
-    """Entropy of the next-token distributions, ``H_t = logsumexp(z_t) - sum_v softmax(z_t)_v z_{t,v}``, aggregated
-    over counted positions with :func:`aggregate_loss`. Returns ``(entropy, metrics)``: a bonus, so the trainer adds
-    ``-entropy_coef * entropy`` to the loss. Masked positions get exactly zero gradient (finite logits assumed).
-    The logits are not copied, so call it per micro-batch: ``(B, T, V)`` is the largest tensor in training."""
-    if logits_BTV.dim() != 3:
-        raise ValueError(f"expected (B, T, V) logits, got shape {tuple(logits_BTV.shape)}")
-    m = _bool_mask(mask_BT, logits_BTV[..., 0])  # (B, T)
-    probs_BTV = torch.softmax(logits_BTV, dim=-1)  # (B, T, V)
-    entropy_BT = torch.logsumexp(logits_BTV, dim=-1) - (probs_BTV * logits_BTV).sum(-1)  # (B, T)
-    entropy = aggregate_loss(entropy_BT, m, agg, global_tokens, global_seqs)  # ()
-    return entropy, {"entropy/mean": masked_mean(entropy_BT.detach(), m).item()}

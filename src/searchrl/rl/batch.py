@@ -167,9 +167,13 @@ def _shared_forward(body: nn.Module, batch: Batch, prompts: list[list[int]], inv
     U = len(prompts)
     cache = DynamicCache()
     if common:
-        body(input_ids=torch.tensor([prompts[0][:common]], device=dev), attention_mask=torch.ones(1, common,
-             dtype=torch.long, device=dev), position_ids=torch.arange(common, device=dev)[None],
-             past_key_values=cache, use_cache=True)  # fmt: skip
+        body(
+            input_ids=torch.tensor([prompts[0][:common]], device=dev),
+            attention_mask=torch.ones(1, common, dtype=torch.long, device=dev),
+            position_ids=torch.arange(common, device=dev)[None],
+            past_key_values=cache,
+            use_cache=True,
+        )
         cache.batch_repeat_interleave(U)
     rest = [p[common:] for p in prompts]
     R = max(len(r) for r in rest)
@@ -245,8 +249,11 @@ def plan_micro_batches(
     for i in range(n):
         groups.setdefault(keys[i], []).append(i)
     total = [prompt_lens[i] + response_lens[i] for i in range(n)]
-    order = [i for g in sorted(groups.values(), key=lambda g: -max(total[i] for i in g))
-             for i in sorted(g, key=lambda i: -total[i])]  # fmt: skip
+    order = [
+        i
+        for g in sorted(groups.values(), key=lambda g: -max(total[i] for i in g))
+        for i in sorted(g, key=lambda i: -total[i])
+    ]
 
     def cost(rows: list[int]) -> int:
         distinct = len({keys[i] for i in rows})

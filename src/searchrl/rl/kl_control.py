@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from searchrl.config import AlgorithmConfig
+
 
 @dataclass
 class FixedKL:
@@ -34,7 +36,7 @@ class AdaptiveKL:
         self.value *= 1.0 + error * n_steps / self.horizon
 
 
-def make_kl_controller(alg) -> FixedKL | AdaptiveKL:
+def make_kl_controller(alg: AlgorithmConfig) -> FixedKL | AdaptiveKL:
     """The controller ``algorithm.kl_ctrl`` names, starting at ``algorithm.kl_coef``."""
     if alg.kl_ctrl == "adaptive":
         return AdaptiveKL(alg.kl_coef, alg.kl_target, alg.kl_horizon)

@@ -28,11 +28,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from searchrl.config import MemorizationConfig
+from searchrl.device import frozen_copy, model_device
 from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.hf import HFGenerator
 from searchrl.generation.prompts import render_prompt
+from searchrl.models import load_policy
 from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Protocol, Search
 from searchrl.rewards.correctness import Correctness
+from searchrl.rl.hooks import AuxNLL
 from searchrl.rollout.trajectory import Trajectory
 
 #: Our wording of the paper's "System Prompt for Rewriting only with Internal" (same tags, same rules); the step and
@@ -66,10 +70,15 @@ def rewriter_system(protocol: Protocol, documents: Sequence[str]) -> str:
     """The rewriter's system text in ``protocol``'s formats: its recalled (internal) step and its final answer."""
     step = protocol.format_recalled(" your reasoning and answer for it ")
     if step is None:
-        raise ValueError(f"the memorization rewriter writes internal steps; protocol {protocol.name!r} marks none "
-                         "(use rollout.protocol r1_searcher_pp, or memorization.coef 0)")  # fmt: skip
-    return REWRITER_SYSTEM.format(step=step.strip() + ".", answer=protocol.format_answer("YOUR_ANSWER").strip(),
-                                  documents="\n".join(documents) if documents else "None")  # fmt: skip
+        raise ValueError(
+            f"the memorization rewriter writes internal steps; protocol {protocol.name!r} marks none "
+            "(use rollout.protocol r1_searcher_pp, or memorization.coef 0)"
+        )
+    return REWRITER_SYSTEM.format(
+        step=step.strip() + ".",
+        answer=protocol.format_answer("YOUR_ANSWER").strip(),
+        documents="\n".join(documents) if documents else "None",
+    )
 
 
 def rewriter_prompt(
@@ -114,7 +123,7 @@ class MemorizationStats:
         }
 
 
-class Memorizer:
+class Memorizer(AuxNLL):
     """The auxiliary-NLL hook of the RL trainer: ``(step, trajectories) -> [(prompt_ids, response_ids, mask)]``.
 
     ``rewriter=None`` gives a validator only (``validate``, ``is_correct``), e.g. to filter rewriter SFT data."""
@@ -207,8 +216,18 @@ class Memorizer:
         rewrites = []
         for t, d, c in zip(trajs, docs, outs, strict=True):
             reason = "no end (length)" if c.finish_reason == "length" else self.validate(c.text, t.golds)
-            rewrites.append(Rewrite(t.uid, t.question, list(t.golds), d, c.text, ok=not reason, reason=reason,
-                                    prompt_ids=list(t.prompt_ids)))  # fmt: skip
+            rewrites.append(
+                Rewrite(
+                    t.uid,
+                    t.question,
+                    list(t.golds),
+                    d,
+                    c.text,
+                    ok=not reason,
+                    reason=reason,
+                    prompt_ids=list(t.prompt_ids),
+                )
+            )
         return rewrites
 
     def target(self, prompt_ids: list[int], text: str) -> tuple[list[int], list[int], list[int]]:
@@ -218,6 +237,9 @@ class Memorizer:
         if eos is not None:
             resp.append(eos)
         return prompt_ids, resp, [1] * len(resp)
+
+    def metrics(self) -> dict[str, float]:
+        return self.last_metrics
 
     def __call__(self, step: int, trajs: Sequence[Trajectory]) -> list[tuple[list[int], list[int], list[int]]]:
         chosen = self.select(trajs)
@@ -244,17 +266,20 @@ class Memorizer:
 
 def make_memorizer(cfg, protocol: Protocol, policy_model, policy_tokenizer) -> Memorizer:
     """A Memorizer over the configured rewriter: ``memorization.rewriter``, or a frozen copy of the initial policy."""
-    from searchrl.device import frozen_copy, model_device
-    from searchrl.generation.hf import HFGenerator
-    from searchrl.models import load_policy
-
     m = cfg.memorization
     if m.rewriter:
         model, tok = load_policy(m.rewriter, cfg.model.dtype, frozen=True)
     else:
         model, tok = frozen_copy(policy_model, model_device(policy_model)), policy_tokenizer
-    return Memorizer(m, HFGenerator(model, tok), protocol, policy_tokenizer, cfg.model.prompt_style,
-                     seed=cfg.training.seed, correctness=memorizer_correctness(cfg))  # fmt: skip
+    return Memorizer(
+        m,
+        HFGenerator(model, tok),
+        protocol,
+        policy_tokenizer,
+        cfg.model.prompt_style,
+        seed=cfg.training.seed,
+        correctness=memorizer_correctness(cfg),
+    )
 
 
 def memorizer_correctness(cfg) -> Correctness:

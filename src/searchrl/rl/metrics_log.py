@@ -14,8 +14,14 @@ from searchrl.rollout.record import trajectory_record
 
 
 class MetricsWriter:
-    def __init__(self, out_dir: Path, tensorboard: bool = False, wandb: bool = False, run_name: str = "",
-                 run_config: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        out_dir: Path,
+        tensorboard: bool = False,
+        wandb: bool = False,
+        run_name: str = "",
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.tensorboard, self.wandb = tensorboard, wandb
         self.run_name, self.run_config = run_name, run_config or {}

@@ -19,17 +19,18 @@ How this departs from the textbook algorithms (each choice is configurable where
 
 from __future__ import annotations
 
-import math
+import copy
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from accelerate import Accelerator
 from torch import nn
 
 from searchrl import device as placement
@@ -37,54 +38,47 @@ from searchrl.config import ConfigError, RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.generation import make_generator
 from searchrl.generation.base import Generator
-from searchrl.models import portable_tokenizer_config
 from searchrl.protocols.base import Protocol
 from searchrl.rewards.correctness import Correctness
-from searchrl.rewards.summary import rollout_metrics
+from searchrl.rewards.summary import rollout_metrics, scored_records, summarize
 from searchrl.rl import algorithms as A
+from searchrl.rl import checkpoint
 from searchrl.rl.advantages import get_estimator
-from searchrl.rl.batch import (
-    Batch,
-    TokenScorer,
-    collate_trajectories,
-    forward_tokens,
-    plan_micro_batches,
-    prompt_keys,
-    score_tokens,
-)
+from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories
+from searchrl.rl.checkpoint import TrainState
+from searchrl.rl.hooks import AuxNLLHook, NLLSequence, RewardFn, as_aux_nll, default_reward_fn
 from searchrl.rl.kl_control import make_kl_controller
 from searchrl.rl.metrics_log import MetricsWriter, log_rollouts
-from searchrl.rl.update import StepTensors, ValueModel, policy_micro_loss, value_micro_loss
+from searchrl.rl.passes import Passes
+from searchrl.rl.update import StepTensors, ValueModel
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
-from searchrl.tuning import atomic_dir, full_state_dict, load_policy_weights, save_merged, warmup_schedule, wrap_lora
-from searchrl.utils import hard_exit, make_adamw, progress, tune_allocator
+from searchrl.tuning import full_state_dict, save_merged, warmup_schedule, wrap_lora
+from searchrl.utils import hard_exit, make_adamw, progress, tune_allocator, write_jsonl
 
-#: ``(trajectories, protocol) -> (scores, metrics)``; the default composes cfg.reward's components.
-RewardFn = Callable[[Sequence[Trajectory]], tuple[list[float], dict[str, float]]]
-#: ``(step, trajectories) -> list of (prompt_ids, response_ids, loss_mask)`` extra NLL sequences (memorization loss).
-AuxNLLHook = Callable[[int, Sequence[Trajectory]], list[tuple[list[int], list[int], list[int]]]]
+__all__ = ["AuxNLLHook", "RewardFn", "TrainState", "Trainer", "default_reward_fn"]
 
 
 @dataclass
-class TrainState:
-    step: int = 0
-    data_epoch: int = 0
-    data_pos: int = 0
-    kl_coef: float | None = None  # the KL controller's coefficient (adaptive control changes it step by step)
+class Experience:
+    """One step's scored rollouts (this process's share) and what was counted while making them."""
+
+    trajs: list[Trajectory]
+    scores: list[float]
+    reward_metrics: dict[str, float]
+    engine_stats: dict[str, float]  # the rollout engine's timings, summed over the sampling rounds
+    gen_counts: dict[str, float]  # the generator's work counters' increase over the step
+    aux_seqs: list[NLLSequence]  # the memorization hook's NLL sequences (empty without one)
 
 
-def default_reward_fn(cfg: RunConfig, protocol: Protocol, tokenizer, reader=None, judge=None) -> RewardFn:
-    from searchrl.rewards import RewardComposer, RewardInput
+@dataclass
+class StepBatch:
+    """The rows the step updates (all, or those of informative groups) with everything their loss needs."""
 
-    composer = RewardComposer.from_config(cfg.reward, reader=reader, judge=judge)
-
-    def fn(trajs: Sequence[Trajectory]) -> tuple[list[float], dict[str, float]]:
-        inputs = [RewardInput.from_trajectory(protocol, t, tokenizer) for t in trajs]
-        res = composer(inputs)
-        return res.total, res.metrics
-
-    return fn
+    batch: Batch
+    tensors: StepTensors
+    n_global: int  # the step's updated trajectories over all processes
+    metrics: dict[str, float]
 
 
 class Trainer:
@@ -102,8 +96,6 @@ class Trainer:
         generator: Generator | None = None,
         eval_examples: Sequence[QAExample] | None = None,
     ) -> None:
-        from accelerate import Accelerator
-
         self.cfg = cfg
         self.alg = cfg.algorithm
         self.tcfg = cfg.training
@@ -126,7 +118,7 @@ class Trainer:
         self.reward_fn = reward_fn or default_reward_fn(cfg, protocol, tokenizer)
         self.correctness = Correctness.from_reward_config(cfg.reward)  # the run's one "is this answer correct"
         self.eval_examples = list(eval_examples or [])[: self.tcfg.eval_limit]
-        self.aux_nll_hook = aux_nll_hook
+        self.aux_nll_hook = as_aux_nll(aux_nll_hook) if aux_nll_hook is not None else None
         self.mem_coef = cfg.memorization.coef
         self._aux_on = aux_nll_hook is not None and self.mem_coef > 0
         self.estimator = get_estimator(self.alg.name)
@@ -155,8 +147,6 @@ class Trainer:
         self.model, self.opt = self.acc.prepare(TokenScorer(model), self.opt)
         self.policy = self.acc.unwrap_model(self.model).lm
         if self.estimator.critic:
-            import copy
-
             critic = ValueModel(copy.deepcopy(self.policy))
             self.critic_opt = make_adamw(critic.parameters(), lr=self.tcfg.critic_lr)
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
@@ -168,7 +158,7 @@ class Trainer:
         self.generator = generator or make_generator(cfg.rollout.backend, self.policy, tokenizer)
         self._weights_version = 0  # optimizer steps (and checkpoint loads) applied to the policy
         self._generator_version = 0  # the policy version the generator's weights hold
-        self._tokens: Counter[str] = Counter()
+        self.passes = Passes(self.acc, self.micro, self.tcfg.micro_batch_tokens)
         limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
         self.engine = RolloutEngine(self.generator, retriever, protocol, limits, cfg.model.prompt_style)
         self._writer = MetricsWriter(self.out_dir, self.tcfg.tensorboard, self.tcfg.wandb, cfg.name, cfg.model_dump())
@@ -202,43 +192,15 @@ class Trainer:
         # In bf16 the decode loop and the training forward round differently (docs/gpu.md): recompute, so the
         # ratio is exactly 1 on the first mini-batch, as in fp32.
         exact = self.place.precision == "fp32"
-        return one_update and exact and getattr(self.generator, "model", None) is self.policy
+        return one_update and exact and self.generator.runs_on(self.policy)
 
-    def _micro(self, batch: Batch, rows: Sequence[int] | None = None, grad: bool = True) -> list[list[int]]:
-        """Length-bucketed micro-batches over ``rows`` (default all), rows with one prompt kept together; no-grad
-        passes get 4x the rows and the token budget."""
-        rows = list(range(len(batch))) if rows is None else list(rows)
-        resp = batch.response_mask.sum(-1).tolist()
-        prompt = [n - r for n, r in zip(batch.lengths, resp, strict=True)]
-        keys = prompt_keys(batch)
-        scale = 1 if grad else 4
-        plans = plan_micro_batches([prompt[i] for i in rows], [resp[i] for i in rows], self.micro * scale,
-                                   self.tcfg.micro_batch_tokens * scale, [keys[i] for i in rows])  # fmt: skip
-        return [[rows[j] for j in p] for p in plans]
-
-    @torch.no_grad()
     def _logprobs(self, scorer: nn.Module, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)  # (B, T)
-        for idx, real in self._equal_passes(self._micro(batch, grad=False)):
-            mb = batch.select(idx)
-            T = mb.response_ids.shape[1]
-            with self.acc.autocast():
-                logp_BT = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
-            if real:
-                out[idx, :T] = logp_BT
-                self._tokens["logprob"] += forward_tokens(mb, scorer.share_prompts)
-        return out
-
-    def _equal_passes(self, plans: list[list[int]]) -> list[tuple[list[int], bool]]:
-        """``plans`` padded with ``(row 0, False)`` passes up to the most any process makes: sharded weights (FSDP)
-        are gathered at every forward, so every process must make as many as the others."""
-        (n,) = self._global_max([len(plans)])
-        return [(plans[k], True) if k < len(plans) else ([0], False) for k in range(n)]
+        return self.passes.logprobs(scorer, batch, mask_BT)
 
     def _sync_generator(self) -> None:
         """Push the policy's current weights into a generator that keeps its own copy (e.g. vLLM), once per new
         optimizer state, before it generates."""
-        if self._generator_version == self._weights_version or getattr(self.generator, "model", None) is self.policy:
+        if self._generator_version == self._weights_version or self.generator.runs_on(self.policy):
             return
         self.generator.load_weights(full_state_dict(self.policy))
         self._generator_version = self._weights_version
@@ -266,220 +228,172 @@ class Trainer:
             per_round.append(m)
             if rnd + 1 < self.alg.max_sampling_rounds:
                 informative = A.informative_group_count(scores, [t.group_id for t in trajs])
-                if self._global_count(float(informative)) >= self.tcfg.prompts_per_step:
+                if self.passes.global_count(float(informative)) >= self.tcfg.prompts_per_step:
                     break
         reward_metrics = {k: float(np.mean([m[k] for m in per_round if k in m])) for k in per_round[0]}
         reward_metrics["sampling/rounds"] = float(len(per_round))
         return trajs, scores, reward_metrics, dict(gen_stats)
 
     def train_step(self) -> dict[str, float]:
+        """One RL step: experience (rollouts and rewards), advantages (old and reference log-probs, the critic's
+        values, the estimator), optimise (epochs of mini-batch updates), then the step's metrics."""
         # the step's algorithm settings carry the KL controller's current coefficient (fixed: algorithm.kl_coef)
-        self.alg = alg = self.cfg.algorithm.model_copy(update={"kl_coef": self.kl_ctrl.value})
-        step = self.state.step
-        t0 = time.perf_counter()
+        self.alg = self.cfg.algorithm.model_copy(update={"kl_coef": self.kl_ctrl.value})
+        step, clock = self.state.step, {"start": time.perf_counter()}
         placement.reset_peak_memory()
-        self._sync_generator()
-        gen_before = Counter(getattr(self.generator, "stats", {}))
-        trajs, scores, reward_metrics, gen_stats = self._sample(step)
-        gen_counts = Counter(getattr(self.generator, "stats", {}))
-        gen_counts.subtract(gen_before)
-        aux_seqs: list[tuple[list[int], list[int], list[int]]] = []
-        if self._aux_on:
-            assert self.aux_nll_hook is not None
-            aux_seqs = list(self.aux_nll_hook(step, trajs))  # once per step; its NLL joins every optimizer step
-        t_reward = time.perf_counter()
+        exp = self._experience(step)
+        clock["scored"] = time.perf_counter()
+        sb = self._advantages(exp)
+        clock["advantages"] = time.perf_counter()
+        update_metrics = self._optimise(step, sb, exp.aux_seqs)
+        clock["updated"] = time.perf_counter()
+        metrics = self._step_metrics(step, exp, sb, update_metrics, clock)
+        self._end_step(step, exp, metrics, sb.n_global)
+        return metrics
 
-        self._tokens = Counter()
-        gids = [t.group_id for t in trajs]  # the rows scored and updated: all, or those of informative groups
-        rows, m_filter = A.informative_rows(scores, gids) if alg.drop_uniform_groups else (list(range(len(trajs))), {})
-        upd, upd_scores = [trajs[i] for i in rows], [scores[i] for i in rows]
+    def _experience(self, step: int) -> Experience:
+        """The step's scored rollouts, the generator's work over them, and the memorization hook's sequences (asked
+        once per step; their NLL joins every optimizer step)."""
+        self._sync_generator()
+        before = self.generator.counters()
+        trajs, scores, reward_metrics, engine_stats = self._sample(step)
+        gen_counts = Counter(self.generator.counters())
+        gen_counts.subtract(before)
+        aux = self.aux_nll_hook if self._aux_on else None
+        aux_seqs = list(aux(step, trajs)) if aux is not None else []
+        return Experience(trajs, scores, reward_metrics, engine_stats, dict(gen_counts), aux_seqs)
+
+    def _advantages(self, exp: Experience) -> StepBatch:
+        """The rows to update (all, or those of informative groups) as one batch, with their old and reference
+        log-probs, the critic's values and the estimator's advantages and returns."""
+        alg = self.alg
+        self.passes.tokens.clear()
+        gids = [t.group_id for t in exp.trajs]
+        everything = (list(range(len(exp.trajs))), {})
+        rows, filter_metrics = A.informative_rows(exp.scores, gids) if alg.drop_uniform_groups else everything
+        upd = [exp.trajs[i] for i in rows]
         batch = collate_trajectories(upd, self._pad).to(self.acc.device)
         mask_BT = self._loss_mask(batch)  # (B, T) the policy-loss positions
         # The critic's positions: the policy's tokens, or every response token (RAG-R1's code) when
         # critic_mask_observations is off; the policy loss always uses mask_BT.
         cmask_BT = mask_BT if alg.critic_mask_observations else batch.response_mask.to(mask_BT.dtype)  # (B, T)
-        scores_B = torch.tensor(upd_scores, dtype=torch.float32, device=self.acc.device)  # (B,)
-        n_global = int(self._global_count(float(len(batch))))  # the step's trajectories, all processes
+        scores_B = torch.tensor([exp.scores[i] for i in rows], dtype=torch.float32, device=self.acc.device)  # (B,)
+        n_global = int(self.passes.global_count(float(len(batch))))  # the step's trajectories, all processes
+        old_logp_BT, ref_logp_BT = self._old_and_ref_logprobs(batch, mask_BT, n_global)
+        kl_BT, kl_metrics = torch.zeros_like(old_logp_BT), {}
+        if ref_logp_BT is not None:
+            kl_BT, kl_metrics = A.kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, alg.kl_estimator)
+        old_values_BT = self._values(batch) if self.critic is not None else None  # (B, T)
+        adv_BT, returns_BT, est_metrics = self.estimator.fn(
+            scores_B,
+            kl_BT,
+            old_values_BT,
+            mask_BT,
+            [t.group_id for t in upd],
+            alg,
+            critic_mask_BT=cmask_BT,
+            sum_across=self.passes.sum_across,
+        )
+        kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
+        ref_in_loss = ref_logp_BT if kl_in_loss else None
+        st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_in_loss, old_values_BT, returns_BT)
+        return StepBatch(batch, st, n_global, {**kl_metrics, **est_metrics, **filter_metrics})
+
+    def _old_and_ref_logprobs(
+        self, batch: Batch, mask_BT: torch.Tensor, n_global: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The ratio's old log-probs (the sampler's own, or recomputed) and the reference's (None without KL)."""
         scorer = self.acc.unwrap_model(self.model)
         if self._old_logprobs_from_rollout(n_global):
             old_logp_BT = torch.where(mask_BT.bool(), batch.rollout_logp, 0.0)  # (B, T) the sampler's own
         else:
             old_logp_BT = self._logprobs(scorer, batch, mask_BT)  # (B, T)
-        ref_logp_BT = None
-        if alg.kl_coef > 0:
-            if self.ref is not None:
-                ref_logp_BT = self._logprobs(TokenScorer(self.ref), batch, mask_BT)
-            else:  # LoRA: the base model is the adapter-disabled policy
-                with self.policy.disable_adapter():
-                    ref_logp_BT = self._logprobs(scorer, batch, mask_BT)
-        metrics: dict[str, float] = {}
-        kl_BT = torch.zeros_like(old_logp_BT)
-        if ref_logp_BT is not None:
-            kl_BT, m = A.kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, alg.kl_estimator)
-            metrics.update(m)
-        old_values_BT = None
-        if self.critic is not None:
-            old_values_BT = self._values(batch)  # (B, T)
-        adv_BT, returns_BT, m = self.estimator.fn(
-            scores_B, kl_BT, old_values_BT, mask_BT, [t.group_id for t in upd], alg,
-            critic_mask_BT=cmask_BT, sum_across=self._sum_across,
-        )  # fmt: skip
-        metrics.update({**m, **m_filter})
-        kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
-        st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_logp_BT if kl_in_loss else None,
-                          old_values_BT, returns_BT)  # fmt: skip
+        if self.alg.kl_coef <= 0:
+            return old_logp_BT, None
+        if self.ref is not None:
+            return old_logp_BT, self._logprobs(TokenScorer(self.ref), batch, mask_BT)
+        with self.policy.disable_adapter():  # LoRA: the base model is the adapter-disabled policy
+            return old_logp_BT, self._logprobs(scorer, batch, mask_BT)
 
-        # ---- K epochs over mini-batches, each accumulated over micro-batches with global normalisers
-        t_update = time.perf_counter()
+    def _optimise(self, step: int, sb: StepBatch, aux_seqs: list[NLLSequence]) -> dict[str, float]:
+        """``ppo_epochs`` epochs over mini-batches, one optimizer step each (accumulated over micro-batches with
+        global normalisers); the metrics averaged over the step's passes."""
         acc_metrics: dict[str, list[float]] = {}
-        aux_tokens = self._global_count(float(sum(sum(s[2]) for s in aux_seqs))) if self._aux_on else 0.0
+        aux_tokens = self.passes.global_count(float(sum(sum(s[2]) for s in aux_seqs))) if self._aux_on else 0.0
         gen = torch.Generator().manual_seed(self.tcfg.seed + step)
         n_updates = 0
-        for _epoch in range(alg.ppo_epochs):
-            for mini in self._mini_batches(len(batch), n_global, gen):
-                self.opt.zero_grad(set_to_none=True)
-                if self.critic is not None:
-                    self.critic_opt.zero_grad(set_to_none=True)
-                for k, v in self._update_policy(batch, mini, st).items():
+        for _epoch in range(self.alg.ppo_epochs):
+            for mini in self.passes.mini_batches(len(sb.batch), sb.n_global, self.alg.mini_batch_size, gen):
+                for k, v in self._optimizer_step(sb, mini, aux_seqs, aux_tokens).items():
                     acc_metrics.setdefault(k, []).extend(v)
-                if aux_tokens > 0:
-                    acc_metrics.setdefault("loss/memorization_nll", []).append(
-                        self._aux_nll(aux_seqs, aux_tokens, batch)
-                    )
-                gnorm = self.acc.clip_grad_norm_(self.model.parameters(), self.tcfg.max_grad_norm)
-                acc_metrics.setdefault("grad_norm", []).append(float(gnorm))
-                self.opt.step()
                 n_updates += 1
-                self._weights_version += 1
-                if self.critic is not None:
-                    self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm)
-                    self.critic_opt.step()
         self.sched.step()
         if self.critic is not None:
             self.critic_sched.step()
-        t_end = time.perf_counter()
-        metrics["update/optimizer_steps"] = float(n_updates)
+        return {"update/optimizer_steps": float(n_updates), **{k: float(np.mean(v)) for k, v in acc_metrics.items()}}
 
-        metrics.update({k: float(np.mean(v)) for k, v in acc_metrics.items()})
-        metrics.update(reward_metrics)
+    def _optimizer_step(
+        self, sb: StepBatch, mini: list[int], aux_seqs: list[NLLSequence], aux_tokens: float
+    ) -> dict[str, list[float]]:
+        """One mini-batch's gradients (policy, value, memorization NLL), clipped, then the optimizer step."""
+        self.opt.zero_grad(set_to_none=True)
+        if self.critic is not None:
+            self.critic_opt.zero_grad(set_to_none=True)
+        out = self.passes.policy_gradients(self.model, self.critic, sb.batch, mini, sb.tensors, self.alg)
+        if aux_tokens > 0:
+            nll = self.passes.nll_gradients(self.model, aux_seqs, aux_tokens, sb.batch, self.mem_coef, self._pad)
+            out["loss/memorization_nll"] = [nll]
+        gnorm = self.acc.clip_grad_norm_(self.model.parameters(), self.tcfg.max_grad_norm)
+        out["grad_norm"] = [float(gnorm)]
+        self.opt.step()
+        self._weights_version += 1
+        if self.critic is not None:
+            self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm)
+            self.critic_opt.step()
+        return out
+
+    def _step_metrics(
+        self, step: int, exp: Experience, sb: StepBatch, update: dict[str, float], clock: dict[str, float]
+    ) -> dict[str, float]:
+        trajs, engine, tokens = exp.trajs, exp.engine_stats, self.passes.tokens
+        metrics = {**sb.metrics, **update, **exp.reward_metrics}
         metrics.update(placement.peak_memory_metrics())  # CUDA: torch's allocated / reserved peaks of the step
         metrics.update(rollout_metrics(trajs, self.protocol, self.tokenizer, self.correctness))
-        metrics.update(getattr(self.aux_nll_hook, "last_metrics", None) or {})
-        n_prompt = sum(len(t.prompt_ids) for t in trajs)
-        n_resp = sum(len(t.response_ids) for t in trajs)
-        metrics.update({f"gen/{k}": float(v) for k, v in gen_counts.items()})
+        metrics.update(self.aux_nll_hook.metrics() if self.aux_nll_hook is not None else {})
+        metrics.update({f"gen/{k}": float(v) for k, v in exp.gen_counts.items()})
         metrics.update(
             {
-                "tokens/prompt": float(n_prompt),
-                "tokens/response": float(n_resp),
+                "tokens/prompt": float(sum(len(t.prompt_ids) for t in trajs)),
+                "tokens/response": float(sum(len(t.response_ids) for t in trajs)),
                 "tokens/generated": float(sum(t.n_policy_tokens for t in trajs)),
-                "tokens/scored_padded": float(sum(self._tokens.values())),  # positions computed, padding included
-                **{f"tokens/scored_{k}": float(v) for k, v in self._tokens.items()},  # per phase
+                "tokens/scored_padded": float(sum(tokens.values())),  # positions computed, padding included
+                **{f"tokens/scored_{k}": float(v) for k, v in tokens.items()},  # per phase
                 "step": step + 1,
                 "lr": self.sched.get_last_lr()[0],
-                "time/generate_s": gen_stats.get("generate_s", 0.0),
-                "time/retrieve_s": gen_stats.get("retrieve_s", 0.0),
-                "time/reward_s": t_reward - t0 - gen_stats.get("engine_s", 0.0),
-                "time/logprob_s": t_update - t_reward,
-                "time/update_s": t_end - t_update,
-                "time/step_s": t_end - t0,
+                "time/generate_s": engine.get("generate_s", 0.0),
+                "time/retrieve_s": engine.get("retrieve_s", 0.0),
+                "time/reward_s": clock["scored"] - clock["start"] - engine.get("engine_s", 0.0),
+                "time/logprob_s": clock["advantages"] - clock["scored"],
+                "time/update_s": clock["updated"] - clock["advantages"],
+                "time/step_s": clock["updated"] - clock["start"],
             }
         )
-        metrics["kl/coef"] = alg.kl_coef
+        metrics["kl/coef"] = self.alg.kl_coef
+        return metrics
+
+    def _end_step(self, step: int, exp: Experience, metrics: dict[str, float], n_global: int) -> None:
+        """The KL controller sees the step's KL; the state moves on; the step's rollouts are logged."""
         if "kl/mean" in metrics:
             self.kl_ctrl.update(metrics["kl/mean"], n_global)
         self.state.kl_coef = self.kl_ctrl.value
         self.state.step += 1
-        self.last_trajectories = trajs
-        self._log_rollouts(step + 1, trajs, scores)
-        return metrics
-
-    def _sum_across(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` summed over every process (itself in one process)."""
-        return self.acc.reduce(t, reduction="sum") if self.acc.num_processes > 1 else t
-
-    def _global_count(self, x: float) -> float:
-        return float(self._sum_across(torch.tensor([x], dtype=torch.float64, device=self.acc.device)).item())
-
-    def _global_max(self, xs: Sequence[int]) -> list[int]:
-        """Element-wise maximum over processes (how many forward/backward passes every process must make)."""
-        if self.acc.num_processes == 1:
-            return list(xs)
-        t = torch.tensor(list(xs), dtype=torch.int64, device=self.acc.device)
-        return self.acc.gather(t).view(self.acc.num_processes, -1).amax(0).tolist()
-
-    def _mini_batches(self, n_rows: int, n_global: int, gen: torch.Generator) -> list[list[int]]:
-        """This process's rows, shuffled, in the step's mini-batches.
-
-        ``algorithm.mini_batch_size`` counts trajectories of all processes together, so every process makes the same
-        ``ceil(n_global / mini_batch_size)`` optimizer steps whatever the number of processes, and each mini-batch
-        takes an even share of every process's rows (possibly none: a process then makes zero-weight passes)."""
-        n = max(1, math.ceil(n_global / self.alg.mini_batch_size))
-        perm = torch.randperm(n_rows, generator=gen).tolist()
-        return [perm[round(i * n_rows / n) : round((i + 1) * n_rows / n)] for i in range(n)]
+        self.last_trajectories = exp.trajs
+        self._log_rollouts(step + 1, exp.trajs, exp.scores)
 
     @torch.no_grad()
     def _values(self, batch: Batch) -> torch.Tensor:
         """The critic's values before the update."""
-        critic = self.acc.unwrap_model(self.critic)
-        out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)  # (B, T)
-        for idx, real in self._equal_passes(self._micro(batch, grad=False)):
-            v_BT = critic(batch.select(idx))
-            if real:
-                out[idx, : v_BT.shape[1]] = v_BT.float()
-        return out
-
-    def _update_policy(self, batch: Batch, mini: list[int], st: StepTensors) -> dict[str, list[float]]:
-        """Gradients of one mini-batch's policy (and value) loss, accumulated over micro-batches.
-
-        Every process makes as many passes as the process with the most micro-batches (DDP and FSDP synchronise at
-        every pass); a process short of rows makes zero-weight passes on its first row."""
-        alg = self.alg
-        g_tok = self._global_count(float(st.mask_BT[mini].sum()))
-        g_seq = self._global_count(float((st.mask_BT[mini].sum(-1) > 0).sum()))
-        c_tok, c_seq = g_tok, g_seq
-        if self.critic is not None and st.cmask_BT is not st.mask_BT:
-            cm = st.cmask_BT[mini]
-            c_tok, c_seq = self._global_count(float(cm.sum())), self._global_count(float((cm.sum(-1) > 0).sum()))
-        out: dict[str, list[float]] = {}
-        for idx, real in self._equal_passes(self._micro(batch, mini) if mini else []):
-            weight = 1.0 if real else 0.0
-            mb = batch.select(idx)
-            self._tokens["update"] += forward_tokens(mb)
-            loss, pm = policy_micro_loss(self.model, mb, idx, st, alg, g_tok, g_seq)
-            # DDP averages gradients over processes; the loss is already global, so undo the average.
-            self.acc.backward(weight * loss * self.acc.num_processes)
-            if self.critic is not None:
-                vl, vm = value_micro_loss(self.critic, mb, idx, st, alg, c_tok, c_seq)
-                self.acc.backward(weight * alg.value_coef * vl * self.acc.num_processes)
-                pm.update(vm)
-            if weight:
-                pm["loss/policy_total"] = float(loss.detach())
-                for key, v in pm.items():
-                    out.setdefault(key, []).append(v)
-        return out
-
-    def _aux_nll(self, seqs: Sequence[tuple[list[int], list[int], list[int]]], n_tok: float, batch: Batch) -> float:
-        """Adds ``coef * NLL`` of extra sequences (R1-Searcher++'s memorization loss, Eq. 8) to the gradients:
-        the token mean over the ``n_tok`` counted tokens of all processes' sequences, in micro-batches. A process
-        with fewer micro-batches than another (or no sequence) makes zero-weight passes on its first rollout."""
-        from searchrl.rl.batch import collate
-
-        parts = [seqs[i : i + self.micro] for i in range(0, len(seqs), self.micro)]
-        (n_parts,) = self._global_max([len(parts)])
-        total = 0.0
-        for k in range(n_parts):
-            if k < len(parts):
-                part, weight = parts[k], 1.0
-                b = collate([s[0] for s in part], [s[1] for s in part], [s[2] for s in part], pad_id=self._pad)
-                b = b.to(self.acc.device)
-            else:
-                b, weight = batch.select([0]), 0.0
-            logp_BT, _ = score_tokens(self.model, b, b.action_mask)  # (B, T)
-            nll = -A.aggregate_loss(logp_BT, b.action_mask, "token_mean", global_tokens=n_tok)
-            self.acc.backward(weight * self.mem_coef * nll * self.acc.num_processes)
-            total += weight * float(nll.detach())
-        return total
+        return self.passes.values(self.acc.unwrap_model(self.critic), batch)
 
     def _log_rollouts(self, step: int, trajs: Sequence[Trajectory], scores: Sequence[float]) -> None:
         if self.acc.is_main_process:
@@ -490,9 +404,6 @@ class Trainer:
         in ``<output_dir>/evals/step_<k>.jsonl`` for ``searchrl view``."""
         if not self.eval_examples or not self.acc.is_main_process:
             return {}
-        from searchrl.rewards.summary import scored_records, summarize
-        from searchrl.utils import write_jsonl
-
         t0, step = time.perf_counter(), self.state.step
         trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
         summary = summarize(trajs, self.protocol, self.tokenizer, self.correctness)
@@ -555,41 +466,28 @@ class Trainer:
             save_merged(self.policy, self.tokenizer, path)
 
     def save_checkpoint(self, path: Path) -> None:
-        """Atomic: written to a sibling temp dir, then renamed over the old checkpoint. A LoRA policy saves its
-        adapters only (``model/adapter_model.safetensors``)."""
+        """Atomic (``searchrl.rl.checkpoint``); a LoRA policy saves its adapters only."""
         if not self.acc.is_main_process:
             return
-        with atomic_dir(path) as tmp:
-            self.policy.save_pretrained(tmp / "model", safe_serialization=True)
-            if hasattr(self.tokenizer, "save_pretrained"):
-                self.tokenizer.save_pretrained(tmp / "model")
-                portable_tokenizer_config(tmp / "model")
-            state: dict[str, Any] = {
-                "optimizer": self.opt.state_dict(),
-                "scheduler": self.sched.state_dict(),
-                "train_state": vars(self.state),
-                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-            }
-            if self.critic is not None:
-                state["critic"] = self.acc.unwrap_model(self.critic).state_dict()
-                state["critic_optimizer"] = self.critic_opt.state_dict()
-                state["critic_scheduler"] = self.critic_sched.state_dict()
-            torch.save(state, tmp / "trainer_state.pt")
+        state: dict[str, Any] = {
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "train_state": vars(self.state),
+        }
+        if self.critic is not None:
+            state["critic"] = self.acc.unwrap_model(self.critic).state_dict()
+            state["critic_optimizer"] = self.critic_opt.state_dict()
+            state["critic_scheduler"] = self.critic_sched.state_dict()
+        checkpoint.save_checkpoint(path, self.policy, self.tokenizer, state)
 
     def load_checkpoint(self, path: Path) -> None:
-        if not (path / "trainer_state.pt").exists():
-            raise FileNotFoundError(f"no checkpoint at {path}; run without --resume to start fresh")
-        load_policy_weights(self.policy, path / "model")
+        state = checkpoint.load_checkpoint(path, self.policy)
         self._weights_version += 1
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         self.state = TrainState(**state["train_state"])
         if self.state.kl_coef is not None:
             self.kl_ctrl.value = self.state.kl_coef
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
         if self.critic is not None and "critic" in state:
             self.acc.unwrap_model(self.critic).load_state_dict(state["critic"])
             self.critic_opt.load_state_dict(state["critic_optimizer"])

@@ -54,8 +54,9 @@ def policy_micro_loss(
     mm = st.mask_BT[idx, :T]  # (b, T)
     logp_BT, ent_BT = score_tokens(scorer, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
     agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
-    loss, pm = A.policy_loss(logp_BT, st.old_logp_BT[idx, :T], st.adv_BT[idx, :T], mm, alg.clip_eps, alg.dual_clip,
-                             **agg)  # fmt: skip
+    loss, pm = A.policy_loss(
+        logp_BT, st.old_logp_BT[idx, :T], st.adv_BT[idx, :T], mm, alg.clip_eps, alg.dual_clip, **agg
+    )
     if st.ref_logp_BT is not None:
         kl_cur_BT, _ = A.kl_penalty(logp_BT, st.ref_logp_BT[idx, :T], mm, alg.kl_estimator)
         loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, alg.loss_agg, g_tok, g_seq)
@@ -73,5 +74,13 @@ def value_micro_loss(
     T = mb.response_ids.shape[1]
     values_BT = critic(mb)  # (b, T)
     cm = st.cmask_BT[idx, :T]
-    return A.value_loss(values_BT, st.old_values_BT[idx, :T], st.returns_BT[idx, :T], cm, alg.value_clip,
-                        agg=alg.loss_agg, global_tokens=c_tok, global_seqs=c_seq)  # fmt: skip
+    return A.value_loss(
+        values_BT,
+        st.old_values_BT[idx, :T],
+        st.returns_BT[idx, :T],
+        cm,
+        alg.value_clip,
+        agg=alg.loss_agg,
+        global_tokens=c_tok,
+        global_seqs=c_seq,
+    )

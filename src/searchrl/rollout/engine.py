@@ -27,11 +27,13 @@ Limits and truncation policy (documented in docs/rollout.md):
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from searchrl.config import RolloutConfig
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.generation.prompts import render_prompt, wants_chat
@@ -75,7 +77,7 @@ class RolloutLimits:
     max_obs_tokens_per_query: int | None = None
 
     @classmethod
-    def from_config(cls, rollout_cfg, topk: int) -> RolloutLimits:
+    def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
         return cls(
             max_turns=rollout_cfg.max_turns,
             max_searches=rollout_cfg.max_searches,
@@ -139,11 +141,11 @@ class RolloutEngine:
         self.stats: dict[str, float] = {}
         self._render_kwargs: dict = {}
         if limits.max_obs_tokens_per_query is not None:
-            import inspect
-
             if "fit_docs" not in inspect.signature(protocol.render_observation).parameters:
-                raise ValueError(f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
-                                 "(only rag_r1 builds observations per query); set it to null")  # fmt: skip
+                raise ValueError(
+                    f"rollout.max_obs_tokens_per_query is not supported by the {protocol.name} protocol "
+                    "(only rag_r1 builds observations per query); set it to null"
+                )
             self._render_kwargs = {"fit_docs": self._fit_docs}
 
     # -------------------------------------------------------------------------------------------- helpers

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.rollout.trajectory import Trajectory
+from searchrl.utils import read_jsonl
 
 
 def trajectory_record(
@@ -48,8 +49,6 @@ def row_trajectory(row: Mapping[str, Any]) -> Trajectory | None:
 
 def read_trajectories(path: str | Path) -> Iterator[Trajectory]:
     """Every trajectory of a JSONL file of records (or bare trajectories), in file order."""
-    from searchrl.utils import read_jsonl
-
     for _, row in read_jsonl(path):
         traj = row_trajectory(row)
         if traj is not None:

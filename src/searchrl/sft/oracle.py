@@ -87,10 +87,20 @@ def _direction(chain: list[dict], answer: str, question: str) -> str:
 
 
 #: what kind of thing a hop's answer is, by the world's relation names ("decompose_explicit" states it first).
-_ANSWER_KIND = {"birth_year": "a year", "founding_year": "a year", "year": "a year", "born_in": "a city",
-                "headquarters": "a city", "capital": "a city", "country": "a country", "creator": "a person",
-                "founder": "a person", "spouse": "a person", "employer": "an organisation",
-                "publisher": "an organisation"}  # fmt: skip
+_ANSWER_KIND = {
+    "birth_year": "a year",
+    "founding_year": "a year",
+    "year": "a year",
+    "born_in": "a city",
+    "headquarters": "a city",
+    "capital": "a city",
+    "country": "a country",
+    "creator": "a person",
+    "founder": "a person",
+    "spouse": "a person",
+    "employer": "an organisation",
+    "publisher": "an organisation",
+}
 
 
 def _recorded(hop: dict, k: int, mode: str) -> str:
@@ -122,9 +132,13 @@ def _steps(
         kind = _ANSWER_KIND.get(chain[-1].get("relation", "")) if explicit else None
         if kind and not comparison:  # the last sub-question must ask for this (a city is not a country)
             plan = f"The question asks for {kind}. {plan}"
-        steps = [(_recorded(chain[i - 1], i, mode) if i else "",
-                  f"{plan if i == 0 else ''} Step ({i + 1}): {hop['sub_question']}".strip())
-                 for i, hop in enumerate(chain)]  # fmt: skip
+        steps = [
+            (
+                _recorded(chain[i - 1], i, mode) if i else "",
+                f"{plan if i == 0 else ''} Step ({i + 1}): {hop['sub_question']}".strip(),
+            )
+            for i, hop in enumerate(chain)
+        ]
         last = items[-1]
         if comparison and direction:  # the years side by side, then the one the question asks for
             pick = (min if direction == "earlier" else max)(int(h["answer"]) for h in chain)
@@ -245,8 +259,13 @@ def oracle_trajectories(
             if last:
                 ids += eos  # the model learns to stop after its answer
             traj.append(ids, sampled=True, logprobs=[0.0] * len(ids))
-            turn = Turn(text=text, action="answer" if last else "search", finish_reason="stop", queries=list(qs),
-                        n_gen_tokens=len(ids))  # fmt: skip
+            turn = Turn(
+                text=text,
+                action="answer" if last else "search",
+                finish_reason="stop",
+                queries=list(qs),
+                n_gen_tokens=len(ids),
+            )
             if qs:
                 mine: list[list[Hit]] = hits[pos : pos + len(qs)]
                 pos += len(qs)

@@ -289,14 +289,26 @@ def teacher_sft_examples(
     into step-level samples by ``slice_steps``. Returns (samples, kept trajectories, stats with ``kind_<kind>``
     counts). The teacher's tokenizer must be the student's: samples carry the teacher's token ids."""
     kept, stats = rejection_sample(
-        engine, examples, k, metric=metric, min_score=min_score, correctness=correctness, temperature=temperature,
-        top_p=top_p, seed=seed, batch_size=batch_size,
-    )  # fmt: skip
+        engine,
+        examples,
+        k,
+        metric=metric,
+        min_score=min_score,
+        correctness=correctness,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        batch_size=batch_size,
+    )
     samples = [s for traj in kept for s in slice_steps(traj)]
     kinds = Counter(s.kind for s in samples)
     stats.update({"sft_examples": len(samples)})
-    stats.update({f"kind_{kind}": kinds[kind] for kind in (QUESTION_ANSWER, QUESTION_SEARCH, DOCUMENTS_ANSWER,
-                                                           DOCUMENTS_SEARCH)})  # fmt: skip
+    stats.update(
+        {
+            f"kind_{kind}": kinds[kind]
+            for kind in (QUESTION_ANSWER, QUESTION_SEARCH, DOCUMENTS_ANSWER, DOCUMENTS_SEARCH)
+        }
+    )
     return samples, kept, stats
 
 
@@ -365,9 +377,16 @@ def select_by_attempts(
         raise ValueError(f"unknown bucket(s) {sorted(unknown)} to keep; choose from {', '.join(ATTEMPT_BUCKETS)}")
     judge = _Judge(engine, _rule(metric, min_score, correctness))
     attempts = sample_attempts(
-        engine, examples, n, temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
-        stop_when=judge.correct if stop_at_first_correct else None, tag="difficulty",
-    )  # fmt: skip
+        engine,
+        examples,
+        n,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        batch_size=batch_size,
+        stop_when=judge.correct if stop_at_first_correct else None,
+        tag="difficulty",
+    )
     kept: list[QAExample] = []
     records: list[dict[str, Any]] = []
     for ex, trajs in zip(examples, attempts, strict=True):
@@ -420,14 +439,27 @@ def select_answerable(
         raise ValueError(f"easy_fraction must be within [0, 1], got {easy_fraction}")
     judge = _Judge(engine, _rule(metric, min_score, correctness))
     first_pass = sample_attempts(
-        engine, examples, 1, temperature=initial_temperature, top_p=top_p, seed=seed, batch_size=batch_size,
+        engine,
+        examples,
+        1,
+        temperature=initial_temperature,
+        top_p=top_p,
+        seed=seed,
+        batch_size=batch_size,
         tag="initial",
-    )  # fmt: skip
+    )
     wrong = [i for i, (t,) in enumerate(first_pass) if not judge.correct(t)]
     retry_attempts = sample_attempts(
-        engine, [examples[i] for i in wrong], n, temperature=temperature, top_p=top_p, seed=seed,
-        batch_size=batch_size, stop_when=judge.correct, tag="retry",
-    )  # fmt: skip
+        engine,
+        [examples[i] for i in wrong],
+        n,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        batch_size=batch_size,
+        stop_when=judge.correct,
+        tag="retry",
+    )
     retries: dict[int, list[Trajectory]] = dict(zip(wrong, retry_attempts, strict=True))
     buckets: list[str] = []
     for i in range(len(examples)):

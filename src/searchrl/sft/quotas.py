@@ -98,5 +98,6 @@ def apply_quotas(
 
 def shortfall(quotas: Mapping[tuple[str, str], int], counts: Mapping[str, int]) -> str:
     """``"hotpotqa/medium 12 of 200"`` for every quota that was not filled ('' when all were)."""
-    return ", ".join(f"{s}/{b} {counts.get(f'{s}/{b}', 0)} of {n}" for (s, b), n in quotas.items()
-                     if counts.get(f"{s}/{b}", 0) < n)  # fmt: skip
+    return ", ".join(
+        f"{s}/{b} {counts.get(f'{s}/{b}', 0)} of {n}" for (s, b), n in quotas.items() if counts.get(f"{s}/{b}", 0) < n
+    )

@@ -59,8 +59,10 @@ def internalize(traj: Trajectory, protocol: Protocol) -> str:
     sentence is kept as it is. The paper calls this data "pre-processed" without saying how (spec 000 §2.2).
     """
     if not isinstance(protocol, TagProtocol) or not protocol.answer_marker or protocol.format_recalled("") is None:
-        raise ValueError(f"internalize needs a protocol with recalled steps and an answer marker (r1_searcher_pp), "
-                         f"got {protocol.name!r}")  # fmt: skip
+        raise ValueError(
+            f"internalize needs a protocol with recalled steps and an answer marker (r1_searcher_pp), "
+            f"got {protocol.name!r}"
+        )
     search_open = protocol.search_tags[0]
     recalled_open = (protocol.format_recalled("\0") or "").split("\0")[0]  # the protocol's own step opening
     parts: list[str] = []
@@ -103,6 +105,13 @@ def rewriter_sft_from_trajectories(
             continue
         resp = list(tokenizer.encode(target, add_special_tokens=False)) + eos
         prompt = rewriter_prompt(tokenizer, t.question, docs, style)
-        out.append(SFTExample(list(tokenizer.encode(prompt, add_special_tokens=False)), resp, [1] * len(resp),
-                              kind="rewriter", source_uid=t.uid))  # fmt: skip
+        out.append(
+            SFTExample(
+                list(tokenizer.encode(prompt, add_special_tokens=False)),
+                resp,
+                [1] * len(resp),
+                kind="rewriter",
+                source_uid=t.uid,
+            )
+        )
     return out, rejected

@@ -70,8 +70,10 @@ class SFTTrainer:
         )
         self.n_dropped = sum(1 for f in fitted if f is None)
         if self.n_truncated or self.n_dropped:
-            console.log(f"sft.max_length={self.scfg.max_length}: {self.n_truncated} examples truncated, "
-                        f"{self.n_dropped} dropped (prompt alone too long)")  # fmt: skip
+            console.log(
+                f"sft.max_length={self.scfg.max_length}: {self.n_truncated} examples truncated, "
+                f"{self.n_dropped} dropped (prompt alone too long)"
+            )
         kept = [e for e in fitted if e is not None and sum(e.loss_mask) > 0]
         if not kept:
             raise ValueError("no SFT examples with policy tokens: check the SFT data source (and sft.max_length)")
@@ -181,8 +183,13 @@ class SFTTrainer:
         ``sft.micro_batch_tokens`` padded tokens each (bounds activation memory; the loss is unchanged)."""
         parts = [_parts(e) for e in batch]
         rows = self.scfg.micro_batch_size or len(batch)
-        return plan_micro_batches([len(p) for p, _, _ in parts], [len(r) for _, r, _ in parts], rows,
-                                  self.scfg.micro_batch_tokens, [tuple(p) for p, _, _ in parts])  # fmt: skip
+        return plan_micro_batches(
+            [len(p) for p, _, _ in parts],
+            [len(r) for _, r, _ in parts],
+            rows,
+            self.scfg.micro_batch_tokens,
+            [tuple(p) for p, _, _ in parts],
+        )
 
     def _batches(self, rng: random.Random, bs: int) -> list[list[int]]:
         """Shuffled batches of similar lengths: rows are padded to the longest in their batch, so sorting within

@@ -83,6 +83,9 @@ def as_sft_example(item: SFTExample | Trajectory | Mapping[str, Any]) -> SFTExam
     if isinstance(item, Trajectory):
         return SFTExample.from_trajectory(item)
     if isinstance(item, Mapping):
-        return SFTExample.from_trajectory(Trajectory.from_dict(dict(item))) if "action_mask" in item \
-            else SFTExample.from_dict(dict(item))  # fmt: skip
+        return (
+            SFTExample.from_trajectory(Trajectory.from_dict(dict(item)))
+            if "action_mask" in item
+            else SFTExample.from_dict(dict(item))
+        )
     raise TypeError(f"SFT data must be SFTExample, Trajectory or a JSON row of either, got {type(item).__name__}")

@@ -229,16 +229,20 @@ def _record_html(idx: int, rec: ViewRecord) -> str:
     if rec.step is not None:
         meta.append(f"<span><b>step:</b> {rec.step}</span>")
     if rec.reward is not None:
-        comps = ", ".join(f"{_e(k)} {_e(_fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
-                          for k, v in rec.reward_components.items())  # fmt: skip
+        comps = ", ".join(
+            f"{_e(k)} {_e(_fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
+            for k, v in rec.reward_components.items()
+        )
         label = "reward" if rec.kind == "rollout" else "score"  # an evaluation row's reward is its score
         meta.append(f"<span><b>{label}:</b> {_fmt(rec.reward)}{f' ({comps})' if comps else ''}</span>")
     for label, value in (("dataset", rec.dataset), ("method", rec.method), ("protocol", rec.protocol)):
         if value:
             meta.append(f"<span><b>{label}:</b> {_e(value)}</span>")
     if rec.row_metrics:
-        ms = ", ".join(f"{_e(k)} {_e(_fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
-                       for k, v in rec.row_metrics.items())  # fmt: skip
+        ms = ", ".join(
+            f"{_e(k)} {_e(_fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
+            for k, v in rec.row_metrics.items()
+        )
         meta.append(f"<span><b>row metrics:</b> {ms}</span>")
     meta.append(f"<span><b>id:</b> {_e(rec.uid)} · {_e(rec.source)}</span>")
     body = "".join(_turn_html(i, t) for i, t in enumerate(rec.turns, 1)) if rec.turns else _trace_html(rec)
@@ -372,6 +376,7 @@ def write_viewer(
     shown = (records[-limit:] if last else records[:limit]) if limit > 0 else records
     if title is None:
         title = "SearchRL trajectories: " + ", ".join(p.name for p in paths[:3]) + (" …" if len(paths) > 3 else "")
-    html = render_html(shown, title=title, total=len(records), n_bad=len(bad), all_records=records,
-                       which="last" if last else "first")  # fmt: skip
+    html = render_html(
+        shown, title=title, total=len(records), n_bad=len(bad), all_records=records, which="last" if last else "first"
+    )
     return atomic_write_text(out, html)

@@ -1,41 +1,40 @@
-"""Validated configuration: one frozen pydantic model per concern, and recipes (YAML) that map onto them.
-
-A recipe is addressed by name (``search_r1_grpo`` -> ``searchrl/recipes/search_r1_grpo.yaml``) or by path.
-Unknown keys are errors that name the key and the closest valid key, so a typo never silently falls back to a
-default. Overrides use dotted paths: ``training.lr=1e-6 rollout.group_size=8``.
-"""
+"""The sections of a run config: one frozen pydantic model per concern (model, data, retrieval, rollout, reward,
+algorithm, training, sft, memorization, evaluation, pipeline stages) and ``RunConfig``, which holds them all and checks
+the settings that are valid alone but not together."""
 
 from __future__ import annotations
 
-import difflib
-import json
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from searchrl.config_errors import flat_keys, validation_message
-from searchrl.config_eval import EvalDataset, EvaluationConfig  # noqa: F401  (re-exported: searchrl.config.*)
+from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, GROUP_ALGORITHMS, algorithm
+from searchrl.config.base import Section
+from searchrl.config.evaluation import EvaluationConfig
 
 
-class ConfigError(ValueError):
-    """A user-facing configuration problem; the message names the fix."""
+def _group_baselines() -> str:
+    """``grpo, rloo, or reinforce_pp with reinforce_estimator=reinforce_baseline or group_norm``."""
+    conditional = [
+        f"{a.name} with reinforce_estimator={' or '.join(a.group_baseline_estimators)}"
+        for a in ALGORITHMS.values()
+        if a.group_baseline_estimators and not a.grouped
+    ]
+    return ", or ".join(filter(None, [", ".join(GROUP_ALGORITHMS), *conditional]))
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _ungrouped() -> list[str]:
+    return [n for n, a in ALGORITHMS.items() if not a.grouped]
 
 
-class LoraConfig(_Section):
+class LoraConfig(Section):
     r: int = 16
     alpha: int = 32
     dropout: float = 0.05
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     """The policy (and optional reference / reader models), as spec strings: HF id, local dir or alias."""
 
     policy: str = "smollm2-135m-instruct"
@@ -54,14 +53,14 @@ class ModelConfig(_Section):
     reader_max_new_tokens: int = Field(default=32, ge=1)
 
 
-class WorldConfig(_Section):
+class WorldConfig(Section):
     """Synthetic world used when ``data.source == 'synthetic'``."""
 
     entities: int = 600
     seed: int = 0
 
 
-class DataConfig(_Section):
+class DataConfig(Section):
     #: "synthetic" builds (or reuses) a generated world under the run's cache; otherwise a path to a world dir.
     source: str = "synthetic"
     world: WorldConfig = WorldConfig()
@@ -75,7 +74,7 @@ class DataConfig(_Section):
     train_limit: int | None = None
 
 
-class WebConfig(_Section):
+class WebConfig(Section):
     """Online search (``retrieval.kind: web``): a search API, the result pages, an optional summariser model.
 
     The papers that evaluate online (R1-Searcher, R1-Searcher++, RAG-R1) fetch the result pages and summarise each
@@ -109,7 +108,7 @@ class WebConfig(_Section):
     summary_max_page_tokens: int = Field(default=3000, ge=1)
 
 
-class RetrievalConfig(_Section):
+class RetrievalConfig(Section):
     kind: Literal["bm25", "dense", "hybrid", "remote", "web"] = "bm25"
     #: index directory for local kinds; built on demand when missing.
     index: str | None = None
@@ -125,7 +124,7 @@ class RetrievalConfig(_Section):
     web: WebConfig = WebConfig()
 
 
-class RolloutConfig(_Section):
+class RolloutConfig(Section):
     protocol: Literal["search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1", "search_o1"] = "search_r1"
     #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
@@ -151,7 +150,6 @@ class RolloutConfig(_Section):
     max_queries_per_call: int = 3
     #: protocol-specific options (e.g. {"multi_query": true} for rag_r1).
     options: dict[str, Any] = Field(default_factory=dict)
-    seed: int = 0
 
     @field_validator("force_answer", mode="before")
     @classmethod
@@ -159,20 +157,21 @@ class RolloutConfig(_Section):
         return ("hint" if v else "off") if isinstance(v, bool) else v
 
 
-class RewardComponent(_Section):
+class RewardComponent(Section):
     name: Literal["answer", "format", "retrieval", "group", "evidence", "judge", "hops"]
     weight: float = 1.0
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class RewardConfig(_Section):
+class RewardConfig(Section):
     components: list[RewardComponent] = Field(
         default_factory=lambda: [RewardComponent(name="answer", params={"metric": "em"})]
     )
 
 
-class AlgorithmConfig(_Section):
-    name: Literal["ppo", "grpo", "reinforce_pp", "rloo"] = "grpo"
+class AlgorithmConfig(Section):
+    #: one of searchrl.config.algorithms.ALGORITHMS (the Literal is built from it).
+    name: Literal[tuple(ALGORITHMS)] = "grpo"  # type: ignore[valid-type]
     clip_eps: float = 0.2
     dual_clip: float | None = None  # dual-clip constant c (> 1) for negative advantages; None: off
     kl_coef: float = 0.001
@@ -218,14 +217,12 @@ class AlgorithmConfig(_Section):
             raise ValueError("max_sampling_rounds > 1 refills dropped groups: set algorithm.drop_uniform_groups=true")
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError("algorithm.dual_clip must be > 1 (e.g. 3.0) or null to disable it")
-        ungrouped = self.name == "ppo" or (self.name == "reinforce_pp" and self.reinforce_estimator == "reinforce")
-        if self.drop_uniform_groups and ungrouped:
-            raise ValueError("algorithm.drop_uniform_groups needs a group baseline: grpo, rloo, or reinforce_pp with "
-                             "reinforce_estimator=reinforce_baseline or group_norm")  # fmt: skip
+        if self.drop_uniform_groups and not algorithm(self.name).has_group_baseline(self.reinforce_estimator):
+            raise ValueError(f"algorithm.drop_uniform_groups needs a group baseline: {_group_baselines()}")
         return self
 
 
-class TrainingConfig(_Section):
+class TrainingConfig(Section):
     steps: int = Field(default=20, ge=1)
     #: questions per RL step over all processes (must be divisible by the number of processes).
     prompts_per_step: int = Field(default=4, ge=1)
@@ -257,7 +254,7 @@ class TrainingConfig(_Section):
     eval_limit: int | None = 100  #: held-out questions evaluated (the first N of data.dev)
 
 
-class MemorizationConfig(_Section):
+class MemorizationConfig(Section):
     """R1-Searcher++'s memorization loss (spec 000 §4.2.2, Eq. 8-9): L = -J + coef * NLL(rewritten paths | q).
 
     A frozen rewriter turns correct, retrieval-using rollouts into internal-only reasoning paths (the rollout's
@@ -286,16 +283,24 @@ class MemorizationConfig(_Section):
     #: rewriter calls per step at most (bounds its cost).
     max_rewrites_per_step: int = 16
     #: a rewrite that mentions any of these (case-insensitive) reveals the documents and fails validation.
-    reject_phrases: list[str] = Field(default_factory=lambda: ["provided", "given documents", "the documents",
-                                      "the document", "knowledge matrix", "search result",
-                                      "according to the"])  # fmt: skip
+    reject_phrases: list[str] = Field(
+        default_factory=lambda: [
+            "provided",
+            "given documents",
+            "the documents",
+            "the document",
+            "knowledge matrix",
+            "search result",
+            "according to the",
+        ]
+    )
     #: validated paths are kept in a FIFO pool of this size across steps (0 = only this step's paths).
     pool_size: int = 256
     #: paths drawn from the pool for each step's NLL term.
     batch_size: int = 16
 
 
-class SFTConfig(_Section):
+class SFTConfig(Section):
     epochs: int = 1
     lr: float = 5e-5
     batch_size: int = 4
@@ -328,20 +333,17 @@ class SFTConfig(_Section):
     limit: int | None = None
 
 
-#: Algorithms whose advantage is relative to the other rollouts of the same question.
-GROUP_ALGORITHMS = ("grpo", "rloo")
-#: Algorithms that train a value model (critic).
-CRITIC_ALGORITHMS = ("ppo",)
 _CRITIC_FIELDS = {
     "algorithm": ("value_clip", "value_coef", "critic_mask_observations", "lam"),
     "training": ("critic_lr", "critic_warmup_steps"),
 }
 
 
-_STAGE_OPS = ("synth", "index", "split", "oracle", "rejection-sample", "select-difficulty")
+StageOp = Literal["synth", "index", "split", "oracle", "rejection-sample", "select-difficulty"]
+_STAGE_OPS = get_args(StageOp)
 
 
-class StageConfig(_Section):
+class StageConfig(Section):
     """One stage of a method's pipeline (``searchrl run``): data building, SFT, RL or evaluation.
 
     Each stage writes into ``<run dir>/<name>/``. String values may reference an earlier stage's output as
@@ -351,8 +353,7 @@ class StageConfig(_Section):
 
     name: str
     kind: Literal["data", "sft", "rl", "eval"]
-    op: Literal["synth", "index", "split", "oracle", "rejection-sample", "select-difficulty"] | None = None
-    description: str = ""
+    op: StageOp | None = None
     #: run this stage with another recipe's config (same profile and overrides), e.g. R1-Searcher's stage 1
     #: inside the two-stage pipeline; null = the pipeline's own recipe.
     recipe: str | None = None
@@ -380,7 +381,7 @@ class StageConfig(_Section):
         return self
 
 
-class RunConfig(_Section):
+class RunConfig(Section):
     name: str = "default"
     description: str = ""
     model: ModelConfig = ModelConfig()
@@ -409,145 +410,25 @@ class RunConfig(_Section):
         """Settings that are valid alone but not together; each error names the fix. (That prompts_per_step divides
         among the processes is checked when the trainer knows the process count.)"""
         alg = self.algorithm
-        if alg.name in GROUP_ALGORITHMS and self.rollout.group_size < 2:
+        traits = algorithm(alg.name)
+        if traits.grouped and self.rollout.group_size < 2:
             raise ValueError(
                 f"algorithm.name={alg.name} needs rollout.group_size > 1 (with groups of one every advantage is 0); "
-                f"set rollout.group_size=5, or use algorithm.name=ppo or reinforce_pp"
+                f"set rollout.group_size=5, or use algorithm.name={' or '.join(_ungrouped())}"
             )
-        if alg.name in CRITIC_ALGORITHMS:
+        if traits.critic:
             return self
         for section, fields in _CRITIC_FIELDS.items():
             sec = getattr(self, section)
             for f in fields:  # a resolved config (dump_config) repeats the defaults: only other values fail
                 if getattr(sec, f) != type(sec).model_fields[f].default:
-                    raise ValueError(f"{section}.{f} configures the critic, which only PPO trains; remove it or set "
-                                     "algorithm.name=ppo")  # fmt: skip
+                    raise ValueError(
+                        f"{section}.{f} configures the critic, which only {'/'.join(CRITIC_ALGORITHMS)} trains; "
+                        f"remove it or set algorithm.name={CRITIC_ALGORITHMS[0]}"
+                    )
         if alg.gamma != 1.0:
-            raise ValueError(f"algorithm.gamma={alg.gamma} is the discount of PPO's GAE; {alg.name} is undiscounted "
-                             "here: remove it or set algorithm.name=ppo")  # fmt: skip
+            raise ValueError(
+                f"algorithm.gamma={alg.gamma} is the discount of the critic's GAE; {alg.name} is undiscounted "
+                f"here: remove it or set algorithm.name={CRITIC_ALGORITHMS[0]}"
+            )
         return self
-
-
-# --------------------------------------------------------------------------------------------------- recipes
-
-
-def recipe_names() -> list[str]:
-    root = resources.files("searchrl") / "recipes"
-    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
-
-
-def recipe_path(name_or_path: str | Path) -> Path:
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.exists():
-            raise ConfigError(f"recipe file not found: {p} (give a path to a YAML file or one of: {recipe_names()})")
-        return p
-    root = resources.files("searchrl") / "recipes"
-    candidate = Path(str(root / f"{name_or_path}.yaml"))
-    if not candidate.exists():
-        close = difflib.get_close_matches(str(name_or_path), recipe_names(), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"unknown recipe '{name_or_path}'{hint} (available: {', '.join(recipe_names())})")
-    return candidate
-
-
-def profile_names() -> list[str]:
-    root = resources.files("searchrl") / "recipes" / "profiles"
-    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
-
-
-def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
-    """A profile overlay for one recipe: the profile's ``all:`` section, then its ``recipes: {NAME: ...}`` section.
-
-    A profile (``src/searchrl/recipes/profiles/NAME.yaml`` or a path) shrinks a paper-scale recipe to a machine:
-    model, retriever, data and step counts. Lists (e.g. ``pipeline``) replace the recipe's lists.
-    """
-    p = Path(profile)
-    if p.suffix not in (".yaml", ".yml"):
-        p = Path(str(resources.files("searchrl") / "recipes" / "profiles" / f"{profile}.yaml"))
-    if not p.exists():
-        close = difflib.get_close_matches(str(profile), profile_names(), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"unknown profile '{profile}'{hint} (available: {', '.join(profile_names())})")
-    raw = yaml.safe_load(p.read_text()) or {}
-    unknown = {k for k in raw if not k.startswith("_")} - {"all", "recipes", "description"}  # _x: YAML anchors
-    if unknown:
-        raise ConfigError(
-            f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes: (and _name: anchors)"
-        )
-    out = _merge({}, raw.get("all") or {})
-    return _merge(out, (raw.get("recipes") or {}).get(recipe_name) or {})
-
-
-def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    cur = d
-    for k in keys[:-1]:
-        cur = cur.setdefault(k, {})
-        if not isinstance(cur, dict):
-            raise ConfigError(f"override '{dotted}': '{k}' is not a section")
-    cur[keys[-1]] = value
-
-
-def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """``["training.lr=1e-6", "rollout.group_size=4"]`` -> nested dict (values parsed as YAML scalars)."""
-    out: dict[str, Any] = {}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
-        key, raw = item.split("=", 1)
-        _set_dotted(out, key.strip(), yaml.safe_load(raw))
-    return out
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for k, v in extra.items():
-        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
-    return merged
-
-
-def validate_dict(raw: dict[str, Any], source: str = "<config>", origins: dict[str, str] | None = None) -> RunConfig:
-    """Validate a raw config; a ConfigError names the bad key and where its value came from: ``origins`` maps dotted
-    keys to the layer that set them (a command-line override, a profile), anything else is blamed on ``source``."""
-    try:
-        return RunConfig.model_validate(raw)
-    except ValidationError as err:
-        raise ConfigError(validation_message(err, RunConfig, source, origins or {})) from None
-
-
-def load_config(
-    recipe: str | Path | None = None, overrides: list[str] | None = None, profile: str | Path | None = None
-) -> RunConfig:
-    """The recipe (or the defaults), then the profile overlay (``--profile``), then dotted overrides."""
-    raw: dict[str, Any] = {}
-    source = "<defaults>"
-    if recipe is not None:
-        path = recipe_path(recipe)
-        source = str(path)
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML ({err.__class__.__name__}); fix the file's syntax") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: a recipe must be a mapping of sections (model:, data:, ...)")
-    origins: dict[str, str] = {}
-    if profile:
-        name = str(raw.get("name") or (Path(str(recipe)).stem if recipe is not None else "default"))
-        layer = load_profile(profile, name)
-        raw = _merge(raw, layer)
-        origins.update(dict.fromkeys(flat_keys(layer), f"profile {profile}"))
-    if overrides:
-        raw = _merge(raw, parse_overrides(overrides))
-        for item in overrides:
-            origins[item.split("=", 1)[0].strip()] = f"command-line override '{item}'"
-    return validate_dict(raw, source, origins)
-
-
-def dump_config(cfg: RunConfig, path: str | Path) -> Path:
-    """Write the fully resolved config (every default filled in) beside a run's outputs."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(cfg.model_dump_json())
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path

@@ -1,18 +1,16 @@
-"""The ``evaluation`` section of a run config (``searchrl.config`` re-exports it): which datasets, methods and
-metrics, and how the questions are answered and timed."""
+"""The ``evaluation`` section of a run config: which datasets, methods and metrics, and how the questions are
+answered and timed."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from searchrl.config.base import Section
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class EvalDataset(_Section):
+class EvalDataset(Section):
     """One entry of ``evaluation.datasets`` written as a mapping; a plain string ``S`` is ``{data: S}``."""
 
     #: a split name (train / dev / test), a QA file (under data.source when relative) or hf:NAME[:CONFIG]:SPLIT.
@@ -26,7 +24,7 @@ class EvalDataset(_Section):
     corpus: str | None = None
 
 
-class EvaluationConfig(_Section):
+class EvaluationConfig(Section):
     #: evaluation sets, each scored separately, plus their unweighted average (see EvalDataset).
     datasets: list[str | EvalDataset] = Field(default_factory=lambda: ["dev"])
     methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent"]] = Field(

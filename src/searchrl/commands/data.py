@@ -1,7 +1,7 @@
-"""``searchrl data``: generate a synthetic world and inspect QA files and corpora.
+"""``searchrl data``: generate a synthetic world, split and inspect QA files and corpora.
 
-The trajectory-data pipelines (``select-difficulty``, ``rejection-sample``) live in ``pipeline_cli`` and are
-attached to this sub-app too.
+The commands that build training data (``oracle``, ``rejection-sample``, ``select-difficulty``) live in
+:mod:`searchrl.commands.data_build` and are attached to this sub-app too.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -39,11 +38,10 @@ def synth(
 
     Example: searchrl data synth --out data/world --entities 2000 --seed 0
     """
-    from searchrl.data.synth import generate_world, write_world
+    from searchrl.stages import synth_world
 
     t0 = time.perf_counter()
-    world = generate_world(entities, seed)
-    paths = write_world(world, out_dir)
+    world = synth_world(out_dir, entities, seed)
     seconds = time.perf_counter() - t0
     summary = world.summary()
     table = Table("split", "single_hop", "bridge", "three_hop", "comparison", "total", title="questions")
@@ -55,7 +53,8 @@ def synth(
         f"({words['min']}-{words['max']} words, mean {words['mean']}), seed {seed}, {seconds:.2f} s"
     )
     out.print(table)
-    out.print(f"wrote {', '.join(p.name for p in paths.values())} to {Path(out_dir).resolve()}")
+    files = sorted(p.name for p in Path(out_dir).iterdir() if p.is_file())
+    out.print(f"wrote {', '.join(files)} to {Path(out_dir).resolve()}")
 
 
 @app.command("split")
@@ -69,14 +68,10 @@ def split(
 
     Example: searchrl data split ../shared/data/2wiki-mini/dev.jsonl --out runs/2wiki --heldout 100
     """
-    from searchrl.data.loaders import load_qa
-    from searchrl.data.splits import heldout_split
-    from searchrl.utils import write_jsonl
+    from searchrl.stages import split_questions
 
-    train, held = heldout_split(load_qa(source), heldout)
-    for name, rows in (("train", train), ("heldout", held)):
-        write_jsonl(out_dir / f"{name}.jsonl", [e.to_flashrag() for e in rows])
-    out.print(f"{len(train)} train, {len(held)} held-out questions in {out_dir}")
+    train, held = split_questions(source, out_dir, heldout)
+    out.print(f"{train} train, {held} held-out questions in {out_dir}")
 
 
 @dataclass
@@ -225,17 +220,3 @@ def inspect(
             _inspect_qa(f, n, limit)
         else:
             _inspect_corpus(f, n, limit)
-
-
-def _attach_pipelines(target: Any) -> None:
-    """The trajectory-data pipelines register themselves on this sub-app when their module is present."""
-    try:
-        from searchrl.data import pipeline_cli
-    except ModuleNotFoundError as err:
-        if err.name != "searchrl.data.pipeline_cli":
-            raise
-        return
-    pipeline_cli.register(target)
-
-
-_attach_pipelines(app)

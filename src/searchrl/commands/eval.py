@@ -1,4 +1,5 @@
-"""``searchrl eval``: evaluate methods on datasets (``--config`` and/or flags), and ``searchrl eval rescore``."""
+"""``searchrl eval``: evaluate methods on datasets (``--config`` and/or flags; :func:`searchrl.stages.evaluation`),
+and ``searchrl eval rescore``."""
 
 from __future__ import annotations
 
@@ -36,42 +37,26 @@ def build_config(
     profile: str | None = None,
 ):
     """The run config: the recipe (or defaults) with its profile, then dotted overrides, then the given flags."""
-    from searchrl.config import load_config, validate_dict
+    from searchrl.commands.common import load
+    from searchrl.pipeline import with_retriever
 
-    cfg = load_config(config, overrides, profile)
-    raw = cfg.model_dump()
-    ev, ret = raw["evaluation"], raw["retrieval"]
-    if data:
-        ev["datasets"] = list(data)
-    if methods is not None:
-        ev["methods"] = _split_list(methods)
-    if metrics is not None:
-        ev["metrics"] = _split_list(metrics)
-    for key, value in [("limit", limit), ("output_dir", out), ("judge_url", judge_url), ("judge_model", judge_model),
-                       ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)]:  # fmt: skip
-        if value is not None:
-            ev[key] = value
-    if protocol is not None:
-        raw["rollout"]["protocol"] = protocol
-    if model is not None:
-        raw["model"]["policy"] = model
-        raw["training"]["init_from"] = None  # an explicit --model wins over the recipe's checkpoint
-    if topk is not None:
-        ret["topk"] = topk
-    if index is not None and url:
-        raise ValueError("give either --index DIR or --url URL, not both")
-    if index is not None:
-        ret["index"] = index
-        manifest = Path(index) / "manifest.json"
-        if manifest.exists():  # an existing index decides its own kind
-            import json
-
-            ret["kind"] = json.loads(manifest.read_text())["kind"]
-        elif ret["kind"] in ("remote", "web"):
-            ret["kind"] = "bm25"
-    if url:
-        ret["kind"], ret["urls"] = "remote", list(url)
-    return validate_dict(raw, config or "<flags>")
+    flags = {
+        "evaluation.datasets": list(data) if data else None,
+        "evaluation.methods": _split_list(methods) if methods is not None else None,
+        "evaluation.metrics": _split_list(metrics) if metrics is not None else None,
+        "evaluation.limit": limit,
+        "evaluation.output_dir": out,
+        "evaluation.judge_url": judge_url,
+        "evaluation.judge_model": judge_model,
+        "evaluation.max_new_tokens": max_new_tokens,
+        "evaluation.batch_size": batch_size,
+        "rollout.protocol": protocol,
+        "model.policy": model,
+        "retrieval.topk": topk,
+    }
+    explicit_model = ["training.init_from=null"] if model is not None else []  # --model wins over the checkpoint
+    cfg = load(config, [*overrides, *explicit_model], profile, **flags)
+    return with_retriever(cfg, index, url)
 
 
 @app.callback(invoke_without_command=True)
@@ -114,18 +99,34 @@ def main(
     if config is None and not data:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
-    from searchrl.eval.harness import run_from_config
+    from searchrl.stages import evaluation
 
     device_set = [f"model.device={device}"] if device else []
     cfg = build_config(
-        config, [*(overrides or []), *device_set], data=data, methods=methods, protocol=protocol, model=model,
-        index=index, url=url, topk=topk, limit=limit, out=out, judge_url=judge_url, judge_model=judge_model,
-        metrics=metrics, max_new_tokens=max_new_tokens, batch_size=batch_size, profile=profile,
-    )  # fmt: skip
+        config,
+        [*(overrides or []), *device_set],
+        data=data,
+        methods=methods,
+        protocol=protocol,
+        model=model,
+        index=index,
+        url=url,
+        topk=topk,
+        limit=limit,
+        out=out,
+        judge_url=judge_url,
+        judge_model=judge_model,
+        metrics=metrics,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        profile=profile,
+    )
     from searchrl.models import check_fetchable
+    from searchrl.validation import validate_deep
 
+    validate_deep(cfg)
     check_fetchable(cfg, profile)
-    run_from_config(cfg, corpus=corpus)
+    evaluation(cfg, corpus=corpus)
 
 
 @app.command("rescore")

@@ -42,8 +42,7 @@ def view(
     from searchrl.viz.viewer import write_viewer
 
     errors: list[str] = []
-    path = write_viewer(paths, out, limit=limit, skip_bad=skip_bad, title=title, errors=errors,
-                        last=last)  # fmt: skip
+    path = write_viewer(paths, out, limit=limit, skip_bad=skip_bad, title=title, errors=errors, last=last)
     if errors:
         console.print(f"[yellow]skipped {len(errors)} malformed row(s)[/yellow]; first: {escape(errors[0])}")
     print(path)

@@ -1,0 +1,70 @@
+"""``searchrl ask``: one question through the agent loop of a recipe, printed with policy text and inserted text
+told apart (or as a trajectory record with ``--json``)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from searchrl.commands.common import PROFILE, RECIPE, SET, load, with_protocol
+
+
+def ask(
+    question: str = typer.Argument(..., help="the question to answer"),
+    recipe: str = RECIPE,
+    overrides: list[str] = SET,
+    profile: str = PROFILE,
+    protocol: str = typer.Option(
+        None, help="search_r1 | r1_searcher | r1_searcher_pp | r_search | rag_r1 | search_o1 (default: the recipe's)"
+    ),
+    index: str = typer.Option(None, help="a local index directory (default: the recipe's retriever)"),
+    url: list[str] = typer.Option(None, help="retrieval server URL(s) (searchrl serve ...); repeatable"),
+    model: str = typer.Option(None, help="policy: alias, local dir or HF id (default: the recipe's model)"),
+    topk: int = typer.Option(None, help="documents per query (default: retrieval.topk)"),
+    max_turns: int = typer.Option(None, help="generation turns (default: rollout.max_turns)"),
+    max_new_tokens: int = typer.Option(None, help="new tokens per turn (default: rollout.max_new_tokens)"),
+    temperature: float = typer.Option(0.0, help="0 = greedy"),
+    seed: int = typer.Option(0, help="sampling seed"),
+    as_json: bool = typer.Option(False, "--json", help="print the full trajectory record as JSON"),
+    device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
+) -> None:
+    """Answer one question with search, printing the trajectory (policy text vs inserted documents). The rollout
+    limits, protocol, retriever and model are the recipe's (the defaults without one); flags replace them.
+
+    Example: searchrl ask "Who founded Skamtilpom Recordings?" --index runs/world/index-bm25
+    """
+    from searchrl.data.records import QAExample
+    from searchrl.device import configure_from
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.models import load_policy
+    from searchrl.pipeline import make_protocol, make_retriever_for, policy_spec, with_retriever
+    from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+    from searchrl.rollout.render import render_trajectory
+
+    flags = {
+        "model.policy": model,
+        "retrieval.topk": topk,
+        "rollout.max_turns": max_turns,
+        "rollout.max_new_tokens": max_new_tokens,
+    }
+    cfg = with_protocol(load(recipe, overrides, profile, device=device, **flags), protocol, None)
+    cfg = with_retriever(cfg, index, url)
+    if model is not None:  # an explicit --model wins over the recipe's checkpoint
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"init_from": None})})
+    configure_from(cfg)
+    retriever = make_retriever_for(cfg)
+    policy, tok = load_policy(policy_spec(cfg), frozen=True)
+    limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+    engine = RolloutEngine(HFGenerator(policy, tok), retriever, make_protocol(cfg), limits, cfg.model.prompt_style)
+    (traj,) = engine.run([QAExample("ask", question, [])], temperature=temperature, seed=seed)
+    if as_json:
+        from searchrl.rollout.record import trajectory_record
+
+        print(json.dumps(trajectory_record(traj, source="ask"), ensure_ascii=False))
+    else:
+        render_trajectory(traj, tok)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ask")(ask)

@@ -1,0 +1,62 @@
+"""What the commands share: options spelled once, and flags turned into dotted overrides of a recipe."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+from searchrl.config import RunConfig, load_config
+
+RECIPE = typer.Option(None, "--recipe", "--config", "-r", help="recipe name or YAML path")
+SET = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)")
+PROFILE = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)")
+DEVICE = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N")
+
+
+def dotted(**flags: Any) -> list[str]:
+    """Given flags as dotted overrides: ``dotted(**{"rollout.max_turns": 3, "retrieval.topk": None})`` ->
+    ``["rollout.max_turns=3"]`` (None: not given; values as JSON, which the override parser reads back)."""
+    return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+
+
+def load(
+    recipe: str | None,
+    overrides: list[str] | None = None,
+    profile: str | None = None,
+    *,
+    device: str | None = None,
+    **flags: Any,
+) -> RunConfig:
+    """The recipe (or the defaults) with its profile, the ``--set`` overrides, then the flags that were given
+    (``flags``: dotted keys as in :func:`dotted`)."""
+    return load_config(recipe, [*(overrides or []), *dotted(**{"model.device": device}, **flags)], profile)
+
+
+def with_protocol(cfg: RunConfig, protocol: str | None, options: list[str] | None) -> RunConfig:
+    """``--protocol`` and ``--option KEY=VALUE`` (YAML values) applied: a protocol other than the recipe's drops the
+    recipe's protocol options (they belong to its protocol); each option adds to them."""
+    import yaml
+
+    from searchrl.config import validate_dict
+
+    if protocol is None and not options:
+        return cfg
+    raw = cfg.model_dump()
+    ro = raw["rollout"]
+    if protocol is not None and protocol != ro["protocol"]:
+        ro["protocol"], ro["options"] = protocol, {}
+    for item in options or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"protocol option {item!r} is not KEY=VALUE (e.g. --option multi_query=true)")
+        ro["options"][key.strip()] = yaml.safe_load(value)
+    return validate_dict(raw, "--protocol / --option")
+
+
+def result(text: str) -> None:
+    """A command's closing summary line: its result, so stdout (progress and logs stay on stderr)."""
+    from rich.console import Console
+
+    Console(soft_wrap=True).print(text)

@@ -1,0 +1,69 @@
+"""``searchrl sft`` (the supervised cold start) and ``searchrl train`` (RL, resumable; under ``accelerate launch``
+too): flags into overrides, then :func:`searchrl.stages.run_sft` / :func:`searchrl.stages.run_train`."""
+
+from __future__ import annotations
+
+import typer
+
+from searchrl.commands.common import DEVICE, PROFILE, SET, load
+
+
+def train(
+    recipe: str = typer.Option(..., "--recipe", "--config", "-r", help="recipe name (e.g. search_r1_grpo) or YAML"),
+    overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.steps=20 rollout.group_size=4"),
+    sets: list[str] = SET,
+    out: str = typer.Option(None, "--out", help="output directory (training.output_dir; default runs/default)"),
+    resume: bool = typer.Option(False, "--resume", help="continue from <output_dir>/checkpoint"),
+    device: str = DEVICE,
+    profile: str = PROFILE,
+) -> None:
+    """Train a policy with RL (PPO / GRPO / REINFORCE++ / RLOO) on a recipe.
+
+    Example: searchrl train --recipe demo --out runs/grpo-demo training.steps=20
+    """
+    from searchrl.models import check_fetchable
+    from searchrl.stages import run_train
+    from searchrl.validation import validate_deep
+
+    items = [*(overrides or []), *(sets or [])]
+    cfg = load(recipe, items, profile, device=device, **{"training.output_dir": out})
+    validate_deep(cfg, lambda name: load(name, items, profile, device=device))
+    check_fetchable(cfg, profile)
+    history = run_train(cfg, resume=resume)
+    if history:
+        last = history[-1]
+        print(
+            f"done: step {int(last['step'])}, reward {last.get('reward/total', 0):.3f}, "
+            f"outputs in {cfg.training.output_dir}"
+        )  # the result: stdout
+
+
+def sft(
+    recipe: str = typer.Option(..., "--recipe", "--config", "-r", help="recipe name or YAML path (its sft: section)"),
+    overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. sft.epochs=1 sft.limit=250"),
+    sets: list[str] = SET,
+    out: str = typer.Option(None, "--out", help="output dir (default: <training.output_dir>-sft)"),
+    device: str = DEVICE,
+    profile: str = PROFILE,
+) -> None:
+    """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a trajectories JSONL.
+
+    sft.data=rewriter_oracle (synthetic world) or sft.data=rewriter:TRAJECTORIES.jsonl trains R1-Searcher++'s rewriter
+    instead (documents in the prompt, internal-only paths as targets).
+
+    Example: searchrl sft --recipe demo sft.limit=250 --out runs/coldstart
+    """
+    from searchrl.models import check_fetchable
+    from searchrl.stages import run_sft
+    from searchrl.validation import validate_deep
+
+    items = [*(overrides or []), *(sets or [])]
+    cfg = load(recipe, items, profile, device=device)
+    validate_deep(cfg, lambda name: load(name, items, profile, device=device))
+    check_fetchable(cfg, profile)
+    run_sft(cfg, out or f"{cfg.training.output_dir}-sft")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+    app.command("sft")(sft)

@@ -1,0 +1,76 @@
+"""Validated configuration: one frozen pydantic model per concern (``sections``), the RL algorithms and their traits
+(``algorithms``), and recipes (YAML) with profiles and overrides that map onto them (``loading``).
+
+Unknown keys are errors that name the key and the closest valid key, so a typo never silently falls back to a
+default. Every public name is importable from ``searchrl.config``.
+"""
+
+from __future__ import annotations
+
+from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, GROUP_ALGORITHMS, Algorithm, algorithm
+from searchrl.config.base import ConfigError, Section
+from searchrl.config.evaluation import EvalDataset, EvaluationConfig
+from searchrl.config.loading import (
+    _merge,
+    dump_config,
+    load_config,
+    load_profile,
+    parse_overrides,
+    profile_names,
+    recipe_names,
+    recipe_path,
+    validate_dict,
+)
+from searchrl.config.sections import (
+    AlgorithmConfig,
+    DataConfig,
+    LoraConfig,
+    MemorizationConfig,
+    ModelConfig,
+    RetrievalConfig,
+    RewardComponent,
+    RewardConfig,
+    RolloutConfig,
+    RunConfig,
+    SFTConfig,
+    StageConfig,
+    TrainingConfig,
+    WebConfig,
+    WorldConfig,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "CRITIC_ALGORITHMS",
+    "GROUP_ALGORITHMS",
+    "Algorithm",
+    "AlgorithmConfig",
+    "ConfigError",
+    "DataConfig",
+    "EvalDataset",
+    "EvaluationConfig",
+    "LoraConfig",
+    "MemorizationConfig",
+    "ModelConfig",
+    "RetrievalConfig",
+    "RewardComponent",
+    "RewardConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SFTConfig",
+    "Section",
+    "StageConfig",
+    "TrainingConfig",
+    "WebConfig",
+    "WorldConfig",
+    "_merge",
+    "algorithm",
+    "dump_config",
+    "load_config",
+    "load_profile",
+    "parse_overrides",
+    "profile_names",
+    "recipe_names",
+    "recipe_path",
+    "validate_dict",
+]

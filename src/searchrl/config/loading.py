@@ -1,0 +1,145 @@
+"""Loading a run config: recipes (YAML, by name or path), profiles (a machine's overlay on a recipe), dotted
+command-line overrides, validation with errors that name the bad key and the layer that set it, and the resolved
+config written beside a run's outputs.
+
+A recipe is addressed by name (``search_r1_grpo`` -> ``searchrl/recipes/search_r1_grpo.yaml``) or by path; a
+profile by name (``searchrl/recipes/profiles/NAME.yaml``) or path. Overrides use dotted paths:
+``training.lr=1e-6 rollout.group_size=8``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from searchrl.config.base import ConfigError
+from searchrl.config.errors import flat_keys, validation_message
+from searchrl.config.sections import RunConfig
+
+
+def recipe_names() -> list[str]:
+    root = resources.files("searchrl") / "recipes"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise ConfigError(f"recipe file not found: {p} (give a path to a YAML file or one of: {recipe_names()})")
+        return p
+    root = resources.files("searchrl") / "recipes"
+    candidate = Path(str(root / f"{name_or_path}.yaml"))
+    if not candidate.exists():
+        close = difflib.get_close_matches(str(name_or_path), recipe_names(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown recipe '{name_or_path}'{hint} (available: {', '.join(recipe_names())})")
+    return candidate
+
+
+def profile_names() -> list[str]:
+    root = resources.files("searchrl") / "recipes" / "profiles"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
+    """A profile overlay for one recipe: the profile's ``all:`` section, then its ``recipes: {NAME: ...}`` section.
+
+    A profile (``src/searchrl/recipes/profiles/NAME.yaml`` or a path) shrinks a paper-scale recipe to a machine:
+    model, retriever, data and step counts. Lists (e.g. ``pipeline``) replace the recipe's lists.
+    """
+    p = Path(profile)
+    if p.suffix not in (".yaml", ".yml"):
+        p = Path(str(resources.files("searchrl") / "recipes" / "profiles" / f"{profile}.yaml"))
+    if not p.exists():
+        close = difflib.get_close_matches(str(profile), profile_names(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown profile '{profile}'{hint} (available: {', '.join(profile_names())})")
+    raw = yaml.safe_load(p.read_text()) or {}
+    unknown = {k for k in raw if not k.startswith("_")} - {"all", "recipes", "description"}  # _x: YAML anchors
+    if unknown:
+        raise ConfigError(
+            f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes: (and _name: anchors)"
+        )
+    out = _merge({}, raw.get("all") or {})
+    return _merge(out, (raw.get("recipes") or {}).get(recipe_name) or {})
+
+
+def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    cur = d
+    for k in keys[:-1]:
+        cur = cur.setdefault(k, {})
+        if not isinstance(cur, dict):
+            raise ConfigError(f"override '{dotted}': '{k}' is not a section")
+    cur[keys[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["training.lr=1e-6", "rollout.group_size=4"]`` -> nested dict (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
+        key, raw = item.split("=", 1)
+        _set_dotted(out, key.strip(), yaml.safe_load(raw))
+    return out
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in extra.items():
+        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
+
+def validate_dict(raw: dict[str, Any], source: str = "<config>", origins: dict[str, str] | None = None) -> RunConfig:
+    """Validate a raw config; a ConfigError names the bad key and where its value came from: ``origins`` maps dotted
+    keys to the layer that set them (a command-line override, a profile), anything else is blamed on ``source``."""
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(validation_message(err, RunConfig, source, origins or {})) from None
+
+
+def load_config(
+    recipe: str | Path | None = None, overrides: list[str] | None = None, profile: str | Path | None = None
+) -> RunConfig:
+    """The recipe (or the defaults), then the profile overlay (``--profile``), then dotted overrides."""
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if recipe is not None:
+        path = recipe_path(recipe)
+        source = str(path)
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML ({err.__class__.__name__}); fix the file's syntax") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a recipe must be a mapping of sections (model:, data:, ...)")
+    origins: dict[str, str] = {}
+    if profile:
+        name = str(raw.get("name") or (Path(str(recipe)).stem if recipe is not None else "default"))
+        layer = load_profile(profile, name)
+        raw = _merge(raw, layer)
+        origins.update(dict.fromkeys(flat_keys(layer), f"profile {profile}"))
+    if overrides:
+        raw = _merge(raw, parse_overrides(overrides))
+        for item in overrides:
+            origins[item.split("=", 1)[0].strip()] = f"command-line override '{item}'"
+    return validate_dict(raw, source, origins)
+
+
+def dump_config(cfg: RunConfig, path: str | Path) -> Path:
+    """Write the fully resolved config (every default filled in) beside a run's outputs."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(cfg.model_dump_json())
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

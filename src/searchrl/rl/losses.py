@@ -1,0 +1,169 @@
+"""The KL estimators and the policy / value / entropy losses over masked ``(B, T)`` response positions
+(``searchrl.rl.algorithms`` re-exports them, and its docstring states the conventions and deviations)."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+from searchrl.rl.masked import LossAgg, Metrics, _bool_mask, _check_same_shape, aggregate_loss, masked_mean
+
+KLEstimator = Literal["k1", "k2", "k3"]
+
+_K3_LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: large but finite in float16/bfloat16/float32
+_K3_MAX = 10.0
+_PPO_LOG_RATIO_CLAMP = 20.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# KL estimators
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def kl_penalty(
+    logp_BT: Tensor, ref_logp_BT: Tensor, mask_BT: Tensor, estimator: KLEstimator = "k3"
+) -> tuple[Tensor, Metrics]:
+    """Per-token estimate of KL(pi || pi_ref) from the sampled tokens' log-probs (Schulman, "Approximating KL").
+
+    With ``d = logp - ref_logp``: k1 = ``d``; k2 = ``0.5 * d^2``; k3 = ``exp(-d) + d - 1`` (clamped, see the module
+    docstring). Returns ``(kl_BT, metrics)`` with ``kl_BT`` 0 at masked positions.
+
+    In the reward (PPO, REINFORCE++): pass detached / old log-probs and fold ``-kl_coef * kl_BT`` into the token
+    rewards. In the loss (GRPO): pass the current log-probs with gradient and add
+    ``kl_coef * aggregate_loss(kl_BT, mask_BT, ...)``; masked positions then get exactly zero gradient.
+    """
+    _check_same_shape(logp=logp_BT, ref_logp=ref_logp_BT)
+    m = _bool_mask(mask_BT, logp_BT)  # (B, T)
+    zeros_BT = torch.zeros_like(logp_BT)
+    diff_BT = torch.where(m, logp_BT - ref_logp_BT, zeros_BT)  # (B, T) log(pi / pi_ref), 0 where masked
+    if estimator == "k1":
+        kl_BT = diff_BT  # (B, T)
+    elif estimator == "k2":
+        kl_BT = 0.5 * diff_BT**2  # (B, T)
+    elif estimator == "k3":
+        neg_BT = (-diff_BT).clamp(-_K3_LOG_RATIO_CLAMP, _K3_LOG_RATIO_CLAMP)  # (B, T) log(pi_ref / pi)
+        kl_BT = (torch.exp(neg_BT) - neg_BT - 1).clamp(max=_K3_MAX)  # (B, T) >= 0
+    else:
+        raise ValueError(f"unknown KL estimator {estimator!r}; use one of {get_args(KLEstimator)}")
+    kl_BT = torch.where(m, kl_BT, zeros_BT)  # (B, T)
+    return kl_BT, {"kl/mean": masked_mean(kl_BT.detach(), m).item()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# losses
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def policy_loss(
+    logp_BT: Tensor,
+    old_logp_BT: Tensor,
+    advantages_BT: Tensor,
+    mask_BT: Tensor,
+    clip_eps: float = 0.2,
+    dual_clip: float | None = None,
+    agg: LossAgg = "token_mean",
+    global_tokens: float | None = None,
+    global_seqs: float | None = None,
+) -> tuple[Tensor, Metrics]:
+    """PPO clipped surrogate (Schulman et al., 2017), to minimise: per token
+    ``max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps))`` with ``rho = exp(logp - old_logp)``.
+
+    ``dual_clip = c`` (> 1) adds Ye et al.'s (2020) bound for negative advantages: there the per-token loss is
+    ``min(max(...), -c * A)``, so a token whose ratio has blown up cannot produce an unbounded loss. Aggregated with
+    :func:`aggregate_loss` (``agg``, ``global_tokens``, ``global_seqs``). Advantages are treated as constants.
+    Metrics: ``clip_frac`` (tokens where the clipped term is active), ``dual_clip_frac``, ``approx_kl`` (k3 estimate
+    of KL(old || new)), and the min / mean / max ratio over counted tokens.
+    """
+    _check_same_shape(logp=logp_BT, old_logp=old_logp_BT, advantages=advantages_BT)
+    if clip_eps <= 0:
+        raise ValueError(f"clip_eps must be > 0, got {clip_eps}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None, got {dual_clip}")
+    m = _bool_mask(mask_BT, logp_BT)  # (B, T)
+    zeros_BT = torch.zeros_like(logp_BT)
+    log_ratio_BT = torch.where(m, logp_BT - old_logp_BT.detach(), zeros_BT)  # (B, T) 0 where masked
+    log_ratio_BT = log_ratio_BT.clamp(-_PPO_LOG_RATIO_CLAMP, _PPO_LOG_RATIO_CLAMP)  # (B, T)
+    ratio_BT = torch.exp(log_ratio_BT)  # (B, T)
+    adv_BT = torch.where(m, advantages_BT.detach().to(logp_BT.dtype), zeros_BT)  # (B, T)
+    unclipped_BT = -adv_BT * ratio_BT  # (B, T)
+    clipped_BT = -adv_BT * ratio_BT.clamp(1.0 - clip_eps, 1.0 + clip_eps)  # (B, T)
+    loss_BT = torch.maximum(unclipped_BT, clipped_BT)  # (B, T)
+    dual_active_BT = torch.zeros_like(m)  # (B, T) bool
+    if dual_clip is not None:
+        bound_BT = -adv_BT * dual_clip  # (B, T)
+        dual_active_BT = (adv_BT < 0) & (bound_BT < loss_BT) & m  # (B, T)
+        loss_BT = torch.where(adv_BT < 0, torch.minimum(loss_BT, bound_BT), loss_BT)  # (B, T)
+    loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs)  # ()
+    with torch.no_grad():
+        ratio_d = ratio_BT.detach()
+        big = torch.finfo(ratio_d.dtype).max
+        metrics = {
+            "policy/clip_frac": masked_mean((clipped_BT > unclipped_BT).to(ratio_d.dtype), m).item(),
+            "policy/dual_clip_frac": masked_mean(dual_active_BT.to(ratio_d.dtype), m).item(),
+            "policy/approx_kl": masked_mean((ratio_d - 1) - log_ratio_BT.detach(), m).item(),
+            "policy/ratio_mean": masked_mean(ratio_d, m).item(),
+            "policy/ratio_min": torch.where(m, ratio_d, big).min().item() if m.any() else 1.0,
+            "policy/ratio_max": torch.where(m, ratio_d, -big).max().item() if m.any() else 1.0,
+        }
+    return loss, metrics
+
+
+def value_loss(
+    values_BT: Tensor,
+    old_values_BT: Tensor,
+    returns_BT: Tensor,
+    mask_BT: Tensor,
+    clip: float | None = 0.2,
+    agg: LossAgg = "token_mean",
+    global_tokens: float | None = None,
+    global_seqs: float | None = None,
+) -> tuple[Tensor, Metrics]:
+    """Clipped value loss (PPO2 / verl): per token ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``,
+    or ``0.5 * (V - R)^2`` when ``clip`` is None; aggregated with :func:`aggregate_loss`. Returns and old values are
+    constants. Metrics: ``clip_frac`` (tokens where the clipped term is larger), mean value and mean return."""
+    _check_same_shape(values=values_BT, old_values=old_values_BT, returns=returns_BT)
+    if clip is not None and clip <= 0:
+        raise ValueError(f"value clip must be > 0 or None, got {clip}")
+    m = _bool_mask(mask_BT, values_BT)  # (B, T)
+    zeros_BT = torch.zeros_like(values_BT)
+    v_BT = torch.where(m, values_BT, zeros_BT)  # (B, T)
+    old_BT = torch.where(m, old_values_BT.detach().to(values_BT.dtype), zeros_BT)  # (B, T)
+    ret_BT = torch.where(m, returns_BT.detach().to(values_BT.dtype), zeros_BT)  # (B, T)
+    unclipped_BT = (v_BT - ret_BT) ** 2  # (B, T)
+    if clip is None:
+        loss_BT = 0.5 * unclipped_BT  # (B, T)
+        clip_frac = 0.0
+    else:
+        v_clipped_BT = old_BT + (v_BT - old_BT).clamp(-clip, clip)  # (B, T)
+        clipped_BT = (v_clipped_BT - ret_BT) ** 2  # (B, T)
+        loss_BT = 0.5 * torch.maximum(unclipped_BT, clipped_BT)  # (B, T)
+        clip_frac = masked_mean((clipped_BT > unclipped_BT).to(values_BT.dtype), m).item()
+    loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs)  # ()
+    metrics = {
+        "value/clip_frac": clip_frac,
+        "value/value_mean": masked_mean(v_BT.detach(), m).item(),
+        "value/return_mean": masked_mean(ret_BT, m).item(),
+    }
+    return loss, metrics
+
+
+def entropy_from_logits(
+    logits_BTV: Tensor,
+    mask_BT: Tensor,
+    agg: LossAgg = "token_mean",
+    global_tokens: float | None = None,
+    global_seqs: float | None = None,
+) -> tuple[Tensor, Metrics]:
+    """Entropy of the next-token distributions, ``H_t = logsumexp(z_t) - sum_v softmax(z_t)_v z_{t,v}``, aggregated
+    over counted positions with :func:`aggregate_loss`. Returns ``(entropy, metrics)``: a bonus, so the trainer adds
+    ``-entropy_coef * entropy`` to the loss. Masked positions get exactly zero gradient (finite logits assumed).
+    The logits are not copied, so call it per micro-batch: ``(B, T, V)`` is the largest tensor in training."""
+    if logits_BTV.dim() != 3:
+        raise ValueError(f"expected (B, T, V) logits, got shape {tuple(logits_BTV.shape)}")
+    m = _bool_mask(mask_BT, logits_BTV[..., 0])  # (B, T)
+    probs_BTV = torch.softmax(logits_BTV, dim=-1)  # (B, T, V)
+    entropy_BT = torch.logsumexp(logits_BTV, dim=-1) - (probs_BTV * logits_BTV).sum(-1)  # (B, T)
+    entropy = aggregate_loss(entropy_BT, m, agg, global_tokens, global_seqs)  # ()
+    return entropy, {"entropy/mean": masked_mean(entropy_BT.detach(), m).item()}

@@ -1,0 +1,138 @@
+"""Training stages: the supervised cold start (SFT) and RL (building the trainer and running it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from searchrl.config import RunConfig
+from searchrl.pipeline import load_split, make_protocol, make_retriever_for, policy_spec
+from searchrl.utils import console, read_jsonl, seed_everything
+
+
+def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
+    """The SFT data ``sft.data`` names: ``oracle`` (oracle trajectories of the synthetic world, see
+    :func:`searchrl.stages.data.oracle_data`), ``rewriter_oracle`` / ``rewriter:FILE`` (R1-Searcher++'s rewriter:
+    documents in the prompt, internal-only paths as targets), or a JSONL of trajectories or step-level samples."""
+    from searchrl.rollout.trajectory import Trajectory
+    from searchrl.sft.types import as_sft_example
+    from searchrl.stages.data import oracle_data
+
+    s = cfg.sft
+    if (s.oracle_mix or s.oracle_first_turns) and s.data != "oracle":
+        raise ValueError("sft.oracle_mix and sft.oracle_first_turns shape oracle data: they need sft.data=oracle")
+    if s.data in ("oracle", "rewriter_oracle"):
+        data = oracle_data(cfg, tokenizer, protocol=protocol)
+        if s.data == "rewriter_oracle":
+            from searchrl.sft.rewriter import rewriter_sft_examples
+
+            data = rewriter_sft_examples(data, protocol, tokenizer, cfg.model.prompt_style)
+        return data
+    if s.data.startswith("rewriter:"):  # R1-Searcher++'s rewriter from real (rejection-sampled) trajectories
+        from searchrl.rl.memorization import Memorizer, memorizer_correctness
+        from searchrl.sft.rewriter import rewriter_sft_from_trajectories
+
+        path = Path(s.data.split(":", 1)[1])
+        if not path.exists():
+            raise FileNotFoundError(
+                f"sft.data {s.data}: {path} not found (a trajectories JSONL, e.g. from "
+                "`searchrl data rejection-sample`)"
+            )
+        trajs = [Trajectory.from_dict(row) for _, row in read_jsonl(path)][: s.limit]
+        validator = Memorizer(cfg.memorization, None, protocol, tokenizer, correctness=memorizer_correctness(cfg))
+        data, rejected = rewriter_sft_from_trajectories(trajs, validator, tokenizer, cfg.model.prompt_style)
+        console.log(f"rewriter data: {len(data)} of {len(trajs)} trajectories kept; rejected: {rejected}")
+        if not data:
+            raise ValueError(f"no trajectory in {path} gives a valid internal-only path (rejected: {rejected})")
+        return data
+    path = Path(s.data)
+    if not path.exists():
+        raise FileNotFoundError(f"sft.data {path} not found: use 'oracle', 'rewriter_oracle' or a trajectories JSONL")
+    # Whole trajectories (action_mask) or step-level samples (loss_mask): SFTExample from here on.
+    return [as_sft_example(row) for _, row in read_jsonl(path)][: s.limit]
+
+
+def run_sft(cfg: RunConfig, out: str | Path) -> list[dict[str, float]]:
+    """SFT of ``model.policy`` on ``sft.data``; the model is saved in ``<out>/final``. Returns the log."""
+    from searchrl.device import configure_from
+    from searchrl.models import load_policy
+    from searchrl.sft.trainer import SFTTrainer
+
+    seed_everything(cfg.training.seed)
+    configure_from(cfg)
+    model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
+    data = sft_examples(cfg, make_protocol(cfg), tok)
+    return SFTTrainer(cfg, model, tok, data, out).train()
+
+
+def build_trainer(cfg: RunConfig):
+    """The RL trainer of a resolved config: the policy (``training.init_from`` or ``model.policy``), the training
+    questions, protocol and retriever, R-Search's frozen reader (an ``evidence`` reward), R1-Searcher++'s memorizer
+    (``memorization.coef``), a vLLM engine (``rollout.backend``) and the held-out questions (``eval_every``)."""
+    from searchrl.device import configure_from
+    from searchrl.models import load_policy
+    from searchrl.rl.trainer import Trainer
+
+    seed_everything(cfg.training.seed)
+    configure_from(cfg)
+    model, tok = load_policy(policy_spec(cfg), cfg.model.dtype)
+    examples = load_split(cfg, "train", cfg.data.train_limit)
+    protocol = make_protocol(cfg)
+    reward_fn = None
+    if any(c.name == "evidence" for c in cfg.reward.components):
+        reward_fn = _evidence_reward(cfg, protocol, model, tok)
+    memorizer = None
+    if cfg.memorization.coef > 0:
+        # R1-Searcher++: a frozen rewriter turns correct retrieval rollouts into internal-only NLL targets.
+        from searchrl.rl.memorization import make_memorizer
+
+        memorizer = make_memorizer(cfg, protocol, model, tok)
+    generator = None
+    if cfg.rollout.backend == "vllm":  # a separate engine: the trainer pushes the new weights before each rollout
+        from searchrl.generation import make_generator
+        from searchrl.models import resolve_policy
+
+        generator = make_generator("vllm", model, tok, model_path=str(resolve_policy(policy_spec(cfg))))
+    held_out = load_split(cfg, "dev", cfg.training.eval_limit) if cfg.training.eval_every else None
+    return Trainer(
+        cfg,
+        model,
+        tok,
+        protocol,
+        make_retriever_for(cfg),
+        examples,
+        reward_fn=reward_fn,
+        aux_nll_hook=memorizer,
+        generator=generator,
+        eval_examples=held_out,
+    )
+
+
+def _evidence_reward(cfg: RunConfig, protocol, model, tok):
+    """R-Search's reward with its frozen reader: ``model.reader``, or a frozen copy of the initial policy."""
+    from searchrl.device import frozen_copy, model_device
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.models import load_policy
+    from searchrl.rewards import generator_reader
+    from searchrl.rl.trainer import default_reward_fn
+
+    if cfg.model.reader:
+        reader_model, reader_tok = load_policy(cfg.model.reader, frozen=True)
+    else:
+        reader_model, reader_tok = frozen_copy(model, model_device(model)), tok
+    m = cfg.model
+    reader = generator_reader(
+        HFGenerator(reader_model, reader_tok),
+        reader_tok,
+        max_new_tokens=m.reader_max_new_tokens,
+        temperature=m.reader_temperature,
+        top_p=m.reader_top_p,
+    )
+    return default_reward_fn(cfg, protocol, tok, reader=reader)
+
+
+def run_train(cfg: RunConfig, resume: bool = False) -> list[dict[str, float]]:
+    """RL on a resolved config; outputs (metrics, checkpoints, ``final``) in ``training.output_dir``."""
+    trainer = build_trainer(cfg)
+    history = trainer.train(resume=resume)
+    trainer.close(exit_process=True)
+    return history

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from searchrl.eval.diagnostics import diagnose, failure_shares, query_entities, shares_table
+
+
+def _turn(action: str, queries: list[str] | None = None, observation: str = "") -> dict:
+    return {"action": action, "queries": queries or [], "observation": observation, "text": ""}
+
+
+def _agent_row(prediction, turns, golds=("Paris",), well_formed=True, question="Where was Ada Vell born?") -> dict:
+    return {
+        "dataset": "d",
+        "method": "agent",
+        "question": question,
+        "golds": list(golds),
+        "prediction": prediction,
+        "well_formed": well_formed,
+        "searches": sum(t["action"] == "search" for t in turns),
+        "trajectory": {"turns": turns},
+    }
+
+
+def test_query_entities() -> None:
+    assert query_entities("Who wrote The Silent Tide in 1990") == ["The Silent Tide", "1990"]
+    assert query_entities("Ada Vell birthplace") == ["Ada Vell"]
+    assert query_entities("birthplace of the author") == []
+
+
+def test_reading_failure_when_the_gold_was_retrieved() -> None:
+    row = _agent_row("Lyon", [_turn("search", ["Ada Vell"], "Ada Vell was born in Paris."), _turn("answer")])
+    d = diagnose(row)
+    assert d["gold_in_docs"] and d["reading_failure"]
+    assert not d["retrieval_failure"] and not d["hallucinated_hop"] and not d["no_search"]
+
+
+def test_correct_answer_is_no_failure() -> None:
+    row = _agent_row("Paris", [_turn("search", ["Ada Vell"], "Ada Vell was born in Paris."), _turn("answer")])
+    d = diagnose(row)
+    assert d["gold_in_docs"] and not d["reading_failure"] and not d["retrieval_failure"]
+
+
+def test_retrieval_failure_and_made_up_hop() -> None:
+    turns = [
+        _turn("search", ["Ada Vell"], "Ada Vell is a painter."),
+        _turn("search", ["The Silent Tide author"], "Nothing relevant."),  # a novel nobody mentioned
+        _turn("answer"),
+    ]
+    d = diagnose(_agent_row("Rome", turns))
+    assert d["gold_in_docs"] is False and d["retrieval_failure"] and d["hallucinated_hop"]
+
+
+def test_an_entity_from_an_earlier_document_is_not_made_up() -> None:
+    turns = [
+        _turn("search", ["Ada Vell"], "Ada Vell wrote The Silent Tide."),
+        _turn("search", ["The Silent Tide publisher"], "Published by Orm House in Paris."),
+        _turn("answer"),
+    ]
+    assert not diagnose(_agent_row("Paris", turns))["hallucinated_hop"]
+
+
+def test_no_search_and_format_failure() -> None:
+    d = diagnose(_agent_row(None, [_turn("none")], well_formed=False))
+    assert d["no_search"] and d["format_failure"] and d["gold_in_docs"] is None and not d["searched"]
+
+
+def test_rag_trace_with_documents() -> None:
+    row = {
+        "dataset": "d",
+        "method": "naive_rag",
+        "question": "Where was Ada Vell born?",
+        "golds": ["Paris"],
+        "prediction": "She was born in Paris, France.",
+        "searches": 1,
+        "trajectory": {"queries": ["Where was Ada Vell born?"], "docs": ["Ada Vell (born in Paris) ..."]},
+    }
+    d = diagnose(row)
+    assert d["gold_in_docs"] and d["reading_failure"] and not d["no_search"]
+
+
+def test_failure_shares_and_table() -> None:
+    rows = [
+        _agent_row("Lyon", [_turn("search", ["Ada Vell"], "born in Paris"), _turn("answer")]),
+        _agent_row("Paris", [_turn("search", ["Ada Vell"], "born in Paris"), _turn("answer")]),
+        _agent_row(None, [_turn("none")], well_formed=False),
+    ]
+    shares = failure_shares(rows)[("d", "agent")]
+    assert shares["gold_in_docs"] == 1.0  # over the two rows that retrieved text
+    assert shares["reading_failure"] == 1 / 3
+    assert shares["no_search"] == 1 / 3 and shares["format_failure"] == 1 / 3
+    lines = shares_table({("d", "agent"): shares}, ["d"])
+    assert lines[2].startswith("| d | agent | 100% | 33% |")
