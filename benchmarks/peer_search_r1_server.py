@@ -27,7 +27,10 @@ query per request, 8 clients with 1 query per request, 4 clients with 32 queries
 after the loads (VmRSS, and peak VmHWM). Then each server is started once more on a 200k-passage index for its
 time to first answer: the corpus repeated with distinct ids (real text), and the real passage vectors repeated
 with small Gaussian noise and re-normalised (start-up does not depend on vector content; encoding 200k passages
-on 2 CPU cores takes hours). Results: ``benchmarks/results/peer_search_r1_server.{json,md}``.
+on 2 CPU cores takes hours). Last, the query encoder alone (ONNX, loaded as ``searchrl serve`` loads it, in a
+fresh process) is timed at batch 1 and 32: our served q/s at 1 client and at 32 queries per request is reported as a
+fraction of it (every question is new, so every query must be encoded: the encoder alone bounds the service).
+Results: ``benchmarks/results/peer_search_r1_server.{json,md}``.
 
 Usage: python benchmarks/peer_search_r1_server.py --search-r1 /path/to/Search-R1 [--corpus FILE]
 """
@@ -347,10 +350,53 @@ def measure(server: Server, questions: list[str], big: Path | None, make_big) ->
     return out
 
 
+ENCODER_CODE = """
+import json, sys, time
+from pathlib import Path
+from searchrl.retrieval.dense import DenseOptions
+from searchrl.retrieval.index import read_manifest
+from searchrl.retrieval.onnx_encoder import OnnxEncoder
+index, questions = Path(sys.argv[1]), json.loads(sys.stdin.read())
+enc = OnnxEncoder(index / "dense" / "query_encoder", DenseOptions(**read_manifest(index)["options"]["dense"]))
+enc.encode(questions[:32], is_query=True, batch_size=32)  # warm-up
+out = {}
+for batch, count in ((1, 300), (32, 256)):
+    qs = questions[32 : 32 + count]
+    t0 = time.perf_counter()
+    for start in range(0, count, batch):
+        enc.encode(qs[start : start + batch], is_query=True, batch_size=batch)
+    out[f"batch_{batch}"] = {"queries": count, "ms_per_query": round((time.perf_counter() - t0) * 1000 / count, 3)}
+print(json.dumps(out))
+"""
+
+
+def encoder_only(index: Path, questions: list[str]) -> dict:
+    """The query encoder alone, as `searchrl serve` loads it (ONNX, same threads), in a fresh process: ms per
+    query at batch 1 (300 questions one by one) and batch 32 (8 batches), on questions the loads also send."""
+    done = subprocess.run(
+        [sys.executable, "-c", ENCODER_CODE, str(index)],
+        input=json.dumps(questions[:400]),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    )
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for b in out.values():
+        b["queries_per_s"] = round(1000 / b["ms_per_query"], 1)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------ main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--search-r1", type=Path, required=True, help="Search-R1 checkout (holds search_r1/search/)")
+    ap.add_argument("--search-r1", type=Path, help="Search-R1 checkout (holds search_r1/search/)")
+    ap.add_argument(
+        "--ours-only",
+        action="store_true",
+        help="only `searchrl serve` and the encoder-alone bound; "
+        "adds a dated section to the results and keeps the last peer comparison as it is",
+    )
     ap.add_argument("--corpus", type=Path, default=DATA / "2wiki-mini" / "corpus.jsonl")
     ap.add_argument("--search-r1-commit", help="commit of the checkout, when it is not a git work tree (git archive)")
     ap.add_argument("--index", type=Path, help="an existing dense Flat index of --corpus (default: built here)")
@@ -360,6 +406,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         LOADS[:] = [(name, clients, 2, per) for name, clients, _, per in LOADS]
+    if args.ours_only:
+        return ours_only(args)
+    if args.search_r1 is None:
+        sys.exit("--search-r1 DIR is needed (or --ours-only)")
     script = args.search_r1 / "search_r1" / "search" / "retrieval_server.py"
     if not script.is_file():
         sys.exit(f"{script} not found; --search-r1 must point to a Search-R1 checkout")
@@ -397,6 +447,9 @@ def main() -> None:
         rows.append(measure(searchrl_server(small, tmpd), questions, big, lambda: searchrl_server(big, tmpd)))
         print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("loads", "server_stats")}), flush=True)
         logs = {p.name: p.read_text()[-3000:] for p in tmpd.glob("*.log")}
+    print("encoder only ...", flush=True)
+    encoder = encoder_only(small, questions)
+    print(json.dumps(encoder), flush=True)
 
     peer, ours = rows
     ratios = {
@@ -418,6 +471,8 @@ def main() -> None:
             {"name": n, "clients": c, "requests_per_client": r, "queries_per_request": p} for n, c, r, p in LOADS
         ],
         "ratios": ratios,
+        "encoder_only": encoder,
+        "fraction_of_encoder_only": fractions(ours, encoder),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "load_average_at_end": os.getloadavg(),
         "rows": rows,
@@ -430,6 +485,39 @@ def main() -> None:
     write_portable(RESULTS / "peer_search_r1_server.json", json.dumps(result, indent=2) + "\n")
     write_portable(RESULTS / "peer_search_r1_server.md", render(result))
     print(render(result))
+
+
+def ours_only(args: argparse.Namespace) -> None:
+    """`searchrl serve` under the same loads, and the encoder alone; the stored peer comparison is kept."""
+    start_load = os.getloadavg()
+    small, _ = prepare_indexes(args.corpus.resolve(), 0, args.index)
+    questions = load_questions()
+    with tempfile.TemporaryDirectory(prefix="peer-search-r1-") as tmp:
+        ours = measure(searchrl_server(small, Path(tmp)), questions, None, None)
+    encoder = encoder_only(small, questions)
+    section = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "load_average_at_start": start_load,
+        "load_average_at_end": os.getloadavg(),
+        "row": ours,
+        "encoder_only": encoder,
+        "fraction_of_encoder_only": fractions(ours, encoder),
+    }
+    path = RESULTS / "peer_search_r1_server.json"
+    result = json.loads(path.read_text()) | {"ours_vs_encoder_only": section}
+    write_portable(path, json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / "peer_search_r1_server.md", render(result))
+    print(render(result))
+
+
+def fractions(ours: dict, encoder: dict) -> dict:
+    """Our served q/s over the encoder-alone q/s (its upper bound when every query must be encoded)."""
+    one, many = "1 client, 1 query/request", "4 clients x 32 queries/request"
+    return {
+        one: round(ours["loads"][one]["queries_per_s"] / encoder["batch_1"]["queries_per_s"], 3),
+        many: round(ours["loads"][many]["queries_per_s"] / encoder["batch_32"]["queries_per_s"], 3),
+    }
 
 
 def _git_head(path: Path) -> str | None:
@@ -476,6 +564,48 @@ def render(r: dict) -> str:
             f"| RSS at first answer, {r['big_passages']:,} passages | {peer['big']['rss_mb']:.0f} MB | "
             f"{ours['big']['rss_mb']:.0f} MB | |"
         )
+    if "ours_vs_encoder_only" in r:
+        sec = r["ours_vs_encoder_only"]
+        e, f, row = sec["encoder_only"], sec["fraction_of_encoder_only"], sec["row"]
+        lines_extra = [
+            "",
+            f"## `searchrl serve` against its query encoder alone ({sec['date']})",
+            "",
+            f"Only `searchrl serve` was run on this date (same index, questions and loads as above), on "
+            f"{sec['machine']['cpus']} CPUs shared with other jobs (load average at start "
+            f"{', '.join(f'{x:.1f}' for x in sec['load_average_at_start'])}, at end "
+            f"{', '.join(f'{x:.1f}' for x in sec['load_average_at_end'])}); the table above is the earlier run "
+            "(results committed 2026-11-23). "
+            "Encoder alone: the ONNX query encoder loaded as the server loads it, in a fresh process, 300 "
+            "questions one by one (batch 1) and 256 in batches of 32. Every question is new to the server, so "
+            "every query is encoded: the encoder alone bounds the service.",
+            "",
+            "| | encoder alone | `searchrl serve` | served / encoder alone |",
+            "|---|---|---|---|",
+            f"| batch 1 / 1 client, 1 query per request | {e['batch_1']['ms_per_query']} ms/query "
+            f"({e['batch_1']['queries_per_s']} q/s) | {load_cell(row, '1 client, 1 query/request')} | "
+            f"**{100 * f['1 client, 1 query/request']:.0f}%** |",
+            f"| batch 32 / 4 clients x 32 queries per request | {e['batch_32']['ms_per_query']} ms/query "
+            f"({e['batch_32']['queries_per_s']} q/s) | {load_cell(row, '4 clients x 32 queries/request')} | "
+            f"**{100 * f['4 clients x 32 queries/request']:.0f}%** |",
+            f"| 8 clients, 1 query per request | | {load_cell(row, '8 clients, 1 query/request')} | |",
+            f"| time to first answer; RSS after the loads (peak) | | {row['first_answer_s']} s; "
+            f"{row['rss_mb']:.0f} MB ({row['peak_rss_mb']:.0f}) | |",
+        ]
+    else:
+        lines_extra = []
+    if "encoder_only" in r:
+        e, f = r["encoder_only"], r["fraction_of_encoder_only"]
+        lines.append(
+            f"| query encoder alone (ONNX, as served), batch 1 | | {e['batch_1']['ms_per_query']} ms/query "
+            f"({e['batch_1']['queries_per_s']} q/s); 1 client served at "
+            f"**{100 * f['1 client, 1 query/request']:.0f}%** of it | |"
+        )
+        lines.append(
+            f"| query encoder alone (ONNX, as served), batch 32 | | {e['batch_32']['ms_per_query']} "
+            f"ms/query ({e['batch_32']['queries_per_s']} q/s); 4 x 32 served at "
+            f"**{100 * f['4 clients x 32 queries/request']:.0f}%** of it | |"
+        )
     batching = ours.get("server_stats", {}).get("batching", {})
     loads = "; ".join(f"{x['name']}: {x['clients']} x {x['requests_per_client']} requests" for x in r["loads"])
     lines += [
@@ -488,7 +618,7 @@ def render(r: dict) -> str:
         "vectors with small noise (start-up does not depend on vector content). Search-R1's `datasets` cache of "
         "each corpus is built before timing.",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + lines_extra) + "\n"
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def exact_top(path: Path, queries: np.ndarray, k: int = K) -> tuple[np.ndarray, 
         cand_r = np.concatenate([best_r, part + i * CHUNK], axis=1)
         order = np.argsort(-cand_s, axis=1, kind="stable")[:, :k]
         best_s, best_r = np.take_along_axis(cand_s, order, 1), np.take_along_axis(cand_r, order, 1)
-    return best_r, time.perf_counter() - t0
+    return best_r, round(time.perf_counter() - t0, 1)
 
 
 def write_corpus(n: int, path: Path) -> None:
@@ -190,7 +190,14 @@ def rss_mb(pid: int) -> dict[str, float]:
     return {k: round(int(fields[k].split()[0]) / 1024, 1) for k in ("VmRSS", "VmHWM", "RssAnon", "RssFile")}
 
 
-def measure_serving(out: Path, encoder_dir: Path, questions: list[str]) -> dict:
+def child_env(args: argparse.Namespace) -> dict[str, str]:
+    """Children (build, serve, convert) run faiss with ``--omp-threads`` OpenMP threads (default 1): on a shared
+    2-core machine, faiss' many short parallel regions spin-wait for descheduled threads (about 4x the CPU
+    time of one thread for the same k-means here)."""
+    return os.environ | {"SEARCHRL_NO_PROGRESS": "1", "OMP_NUM_THREADS": str(args.omp_threads)}
+
+
+def measure_serving(out: Path, encoder_dir: Path, questions: list[str], args: argparse.Namespace) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -207,7 +214,7 @@ def measure_serving(out: Path, encoder_dir: Path, questions: list[str]) -> dict:
         str(port),
     ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, env=child_env(args))
     try:
         while True:
             if proc.poll() is not None:
@@ -277,30 +284,40 @@ print(json.dumps({"convert_peak_rss_mb": round(resource.getrusage(resource.RUSAG
 """
 
 
-def write_flat_file(vectors: Path, path: Path) -> None:
-    """A faiss IndexFlatIP file of the fp16 vectors (as float32), written by faiss itself in chunks of rows."""
+def write_flat_file(vectors: Path, path: Path, m: int) -> None:
+    """A faiss IndexFlatIP file of the first m fp16 vectors (as float32), written by faiss itself."""
     import faiss
 
     from searchrl.retrieval.compressed import RowFile
 
     rows = RowFile.npy(vectors)
     flat = faiss.IndexFlatIP(rows.shape[1])
-    for chunk in rows.chunks():
-        flat.add(chunk)
+    step = 65_536
+    for start in range(0, m, step):
+        flat.add(rows.window(start, min(start + step, m)))
     faiss.write_index(flat, str(path))
+    del flat
 
 
 def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact: np.ndarray) -> dict:
-    """``searchrl index convert`` of a Flat file of the same vectors: peak RSS vs file size, recall vs the file."""
+    """``searchrl index convert`` of a Flat file of the first ``--convert-passages`` (default: all n) vectors of
+    this run: peak RSS of the convert process vs the Flat file's size, recall vs the Flat file's own answers."""
     from searchrl.retrieval.dense import DenseOptions, read_faiss_index
     from searchrl.retrieval.index import read_manifest
 
     work = args.work
-    flat, out = work / f"flat-{n}.index", work / f"converted-{n}"
+    m = min(n, args.convert_passages or n)
+    flat, out, corpus = work / f"flat-{m}.index", work / f"converted-{m}", work / f"corpus-{m}.jsonl"
     if not flat.exists():
-        write_flat_file(work / f"vectors-{n}.f16.npy", flat)
-    factory = args.factory or factory_for(n)
+        t0 = time.perf_counter()
+        write_flat_file(work / f"vectors-{n}.f16.npy", flat, m)
+        print(f"[{m:,}] wrote the Flat file in {time.perf_counter() - t0:.1f} s", flush=True)
+    if not corpus.exists():
+        write_corpus(m, corpus)
+    factory = args.convert_factory or args.factory or factory_for(m)
     cmd = [
+        "/usr/bin/time",
+        "-v",
         sys.executable,
         "-c",
         CONVERT,
@@ -309,7 +326,7 @@ def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact
         "--flat",
         str(flat),
         "--corpus",
-        str(work / f"corpus-{n}.jsonl"),
+        str(corpus),
         "--out",
         str(out),
         "--faiss",
@@ -321,10 +338,12 @@ def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact
         "--force",
     ]
     t0 = time.perf_counter()
-    done = subprocess.run(
-        cmd, check=True, capture_output=True, text=True, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"}
-    )
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     row = json.loads(done.stdout.strip().splitlines()[-1]) | {"convert_s": round(time.perf_counter() - t0, 1)}
+    row |= {"convert_passages": m, "convert_factory": factory, "nprobe": args.nprobe, "candidates": args.candidates}
+    for line in done.stderr.splitlines():  # /usr/bin/time -v: "Maximum resident set size (kbytes): N"
+        if "Maximum resident set size" in line:
+            row["convert_peak_rss_mb_time_v"] = round(int(line.rsplit(":", 1)[1]) / 1024)
     row["flat_file_mb"] = round(flat.stat().st_size / 2**20)
     row["convert_peak_rss_fraction_of_flat"] = round(row["convert_peak_rss_mb"] / row["flat_file_mb"], 4)
     # The Flat file holds fp32 vectors; its own exact answers are the reference for the converted index.
@@ -337,7 +356,8 @@ def measure_convert(n: int, args: argparse.Namespace, queries: np.ndarray, exact
     found = read_faiss_index(out / "dense" / "index.faiss", options).search(queries, K)[1]
     row["convert_recall_at_3_vs_flat"] = round(recall(found, truth, 3), 4)
     row["convert_recall_at_10_vs_flat"] = round(recall(found, truth, 10), 4)
-    row["flat_vs_fp16_exact_top10_agreement"] = round(recall(truth, exact, 10), 4)
+    if m == n:
+        row["flat_vs_fp16_exact_top10_agreement"] = round(recall(truth, exact, 10), 4)
     print(f"[{n:,}] convert: {json.dumps(row)}", flush=True)
     return row
 
@@ -360,14 +380,16 @@ def factory_for(n: int) -> str:
     return f"IVF{nlist},PQ96"
 
 
-def sweep(index, queries: np.ndarray, exact: np.ndarray) -> list[dict]:
+def sweep(
+    index, queries: np.ndarray, exact: np.ndarray, nprobes=(16, 32, 64, 128), candidate_counts=(50, 100, 200)
+) -> list[dict]:
     """Recall and in-process time per query for a few (nprobe, candidates) settings on the built index."""
     import faiss
 
     rows = []
-    for nprobe in (16, 32, 64, 128):
+    for nprobe in nprobes:
         faiss.ParameterSpace().set_index_parameter(index.index, "nprobe", nprobe)
-        for candidates in (50, 100, 200):
+        for candidates in candidate_counts:
             index.candidates = candidates
             t0 = time.perf_counter()
             found = np.concatenate([index.search(q[None], K)[1] for q in queries])  # one query per call
@@ -384,21 +406,25 @@ def sweep(index, queries: np.ndarray, exact: np.ndarray) -> list[dict]:
     return rows
 
 
-def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questions: list[str]) -> dict:
-    from searchrl.retrieval.dense import DenseOptions, read_faiss_index
-    from searchrl.retrieval.index import read_manifest
-
+def run(n: int, args: argparse.Namespace, mix, queries: np.ndarray, questions: list[str]) -> dict:
     work = args.work
     vectors, corpus, out = work / f"vectors-{n}.f16.npy", work / f"corpus-{n}.jsonl", work / f"index-{n}"
     row: dict = {"passages": n, "dim": 768}
     if not vectors.exists():
-        row["generate_s"] = round(generate(mix, n, vectors), 1)
+        row["generate_s"] = round(generate(mix(), n, vectors), 1)
         print(f"[{n:,}] generated vectors in {row['generate_s']} s", flush=True)
     if not corpus.exists():
         write_corpus(n, corpus)
-    exact, row["exact_search_s"] = exact_top(vectors, queries)
-    print(f"[{n:,}] exact top-{K} of {len(queries)} queries in {row['exact_search_s']:.1f} s", flush=True)
+    cached = work / f"exact-{n}-{len(queries)}.npy"  # the exact answers of an earlier invocation, same vectors
+    if cached.exists() and cached.stat().st_mtime > vectors.stat().st_mtime:
+        exact = np.load(cached)
+    else:
+        exact, row["exact_search_s"] = exact_top(vectors, queries)
+        np.save(cached, exact)
+    print(f"[{n:,}] exact top-{K} of {len(queries)} queries in {row.get('exact_search_s', 'cached')} s", flush=True)
     factory = args.factory or factory_for(n)
+    if args.reuse_index and (out / "manifest.json").exists():
+        return row | reuse(n, out, args) | measure_search(n, out, args, queries, questions, exact)
     cmd = [
         sys.executable,
         __file__,
@@ -416,11 +442,51 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
         "--candidates",
         str(args.candidates),
     ]
-    built = subprocess.run(
-        cmd, check=True, capture_output=True, text=True, env=os.environ | {"SEARCHRL_NO_PROGRESS": "1"}
-    )
+    built = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     row |= json.loads(built.stdout.strip().splitlines()[-1]) | {"factory": factory}
     print(f"[{n:,}] built {factory} in {row['build_s']} s (peak RSS {row['build_peak_rss_mb']} MB)", flush=True)
+    return row | measure_search(n, out, args, queries, questions, exact)
+
+
+def reuse(n: int, out: Path, args: argparse.Namespace) -> dict:
+    """``--reuse-index``: the index built by an earlier invocation, its search settings set to --nprobe and
+    --candidates in its manifest; build figures are those recorded for that build."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["options"]["dense"] |= {"nprobe": args.nprobe, "candidates": args.candidates}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    path = RESULTS / "retrieval_scale.json"
+    earlier = {r["passages"]: r for r in json.loads(path.read_text())["runs"]} if path.exists() else {}
+    keep = ("factory", "build_s", "build_peak_rss_mb", "generate_s", "exact_search_s", "date", "convert")
+    built = {k: earlier[n][k] for k in keep if k in earlier.get(n, {})}
+    built["build_date"] = built.pop("date", None)
+    searched = (
+        "nprobe",
+        "candidates",
+        "recall_at_3_vs_exact",
+        "recall_at_10_vs_exact",
+        "first_answer_s",
+        "p50_1_ms",
+        "p99_1_ms",
+        "qps_1",
+        "qps_8",
+        "serve_rss_mb",
+        "serve_peak_rss_mb",
+        "serve_rss_detail_mb",
+        "sweep_inprocess_1_query_per_call",
+    )
+    if n in earlier:  # what earlier invocations measured on this build, each with its settings and load
+        old = earlier[n]
+        before = old.get("earlier_searches") or ([old["earlier_search"]] if "earlier_search" in old else [])
+        last = {k: old[k] for k in searched if k in old} | {"load_average_at_end": old.get("load_average_at_end")}
+        built["earlier_searches"] = before + [last]
+    return built | {"factory": manifest["options"]["dense"]["faiss"], "index_reused": True}
+
+
+def measure_search(n: int, out: Path, args, queries: np.ndarray, questions: list[str], exact: np.ndarray) -> dict:
+    from searchrl.retrieval.dense import DenseOptions, read_faiss_index
+    from searchrl.retrieval.index import read_manifest
+
+    row: dict = {}
     options = DenseOptions(**read_manifest(out)["options"]["dense"])
     index = read_faiss_index(out / "dense" / "index.faiss", options)
     t0 = time.perf_counter()
@@ -429,9 +495,10 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
     row["recall_at_3_vs_exact"] = round(recall(found, exact, 3), 4)
     row["recall_at_10_vs_exact"] = round(recall(found, exact, 10), 4)
     row |= {"nprobe": options.nprobe, "candidates": options.candidates}
-    row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact)
+    row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact, args.sweep_nprobe, args.sweep_candidates)
     del index
-    row |= measure_serving(out, args.encoder_dir, questions)
+    row |= measure_serving(out, args.encoder_dir, questions, args)
+    row["load_average_at_end"] = os.getloadavg()
     if args.convert:
         row["convert"] = measure_convert(n, args, queries, exact)
     row["disk_mb"] = {
@@ -445,17 +512,13 @@ def run(n: int, args: argparse.Namespace, mix: dict, queries: np.ndarray, questi
 def convert_only(args: argparse.Namespace, queries: np.ndarray) -> None:
     rows = []
     for n in args.passages or [2_000_000]:
-        exact, _ = exact_top(args.work / f"vectors-{n}.f16.npy", queries)
+        whole = not args.convert_passages or args.convert_passages >= n  # else the exact answers over N are unused
+        exact = exact_top(args.work / f"vectors-{n}.f16.npy", queries)[0] if whole else None
         rows.append(
-            {
-                "passages": n,
-                "dim": 768,
-                "factory": args.factory or factory_for(n),
-                "nprobe": args.nprobe,
-                "candidates": args.candidates,
-            }
+            {"passages": n, "dim": 768, "nprobe": args.nprobe, "candidates": args.candidates}
             | measure_convert(n, args, queries, exact)
         )
+        rows[-1]["factory"] = rows[-1]["convert_factory"]
     result = {
         "benchmark": "retrieval_convert",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
@@ -466,18 +529,23 @@ def convert_only(args: argparse.Namespace, queries: np.ndarray) -> None:
     lines = [
         f"# `searchrl index convert` of a faiss Flat file ({result['date']})",
         "",
-        "Vectors: those of `retrieval_scale.md` (same N), written as an IndexFlatIP file by faiss. Peak RSS of "
-        f"the convert process (ru_maxrss); recall against the Flat file's own exact answers; {len(queries)} "
+        "Vectors: the first rows of the vectors of `retrieval_scale.md`'s run of N passages, written as an "
+        "IndexFlatIP file (float32) by faiss. Peak RSS of the convert process (`/usr/bin/time -v`); recall "
+        "of the converted index (searched with the nprobe / candidates shown) against the Flat file's own "
+        f"exact answers; {len(queries)} "
         f"real queries. {os.cpu_count()} CPU cores shared with other jobs (load average at the end "
         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}).",
         "",
-        "| passages | Flat file MB | factory | convert s | peak RSS MB | RSS / Flat | recall@3 | recall@10 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| N | Flat rows | Flat file MB | factory | nprobe / candidates | convert s | peak RSS MB | RSS / Flat "
+        "| recall@3 | recall@10 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['passages']:,} | {r['flat_file_mb']:,} | `{r['factory']}` | {r['convert_s']} | "
-            f"{r['convert_peak_rss_mb']} | {100 * r['convert_peak_rss_fraction_of_flat']:.1f}% | "
+            f"| {r['passages']:,} | {r['convert_passages']:,} | {r['flat_file_mb']:,} | `{r['factory']}` | "
+            f"{r['nprobe']} / {r['candidates']} | {r['convert_s']} | "
+            f"{r.get('convert_peak_rss_mb_time_v', r['convert_peak_rss_mb'])} | "
+            f"{100 * r['convert_peak_rss_fraction_of_flat']:.1f}% | "
             f"{r['convert_recall_at_3_vs_flat']} | {r['convert_recall_at_10_vs_flat']} |"
         )
     (RESULTS / "retrieval_convert.md").write_text("\n".join(lines) + "\n")
@@ -508,6 +576,17 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
     ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")
     ap.add_argument(
+        "--reuse-index",
+        action="store_true",
+        help="search the index an earlier invocation built "
+        "for N (settings: --nprobe, --candidates) instead of building it again",
+    )
+    ap.add_argument("--sweep-nprobe", type=int, nargs="+", default=[16, 32, 64, 128])
+    ap.add_argument("--sweep-candidates", type=int, nargs="+", default=[50, 100, 200])
+    ap.add_argument("--convert-passages", type=int, help="Flat file of the first M vectors (default: all N)")
+    ap.add_argument("--convert-factory", help="factory for the converted index (default: as --factory)")
+    ap.add_argument("--omp-threads", type=int, default=1, help="OMP_NUM_THREADS of the child processes")
+    ap.add_argument(
         "--convert-only",
         action="store_true",
         help="only the convert measurement (results: "
@@ -525,12 +604,18 @@ def main() -> None:
     queries = lift(qvecs[: args.queries])
     if args.convert_only:
         return convert_only(args, queries)
-    mix = fit_mixture(passages, args.components)
+    fitted: list[dict] = []
+
+    def mix() -> dict:  # fitted only when vectors must be generated (minutes on a busy machine)
+        if not fitted:
+            fitted.append(fit_mixture(passages, args.components))
+        return fitted[0]
+
     path = RESULTS / "retrieval_scale.json"
-    previous = json.loads(path.read_text()) if path.exists() else {}
+    done = {n: run(n, args, mix, queries, questions) for n in args.passages or [2_000_000]}
+    previous = json.loads(path.read_text()) if path.exists() else {}  # read late: runs of other N are kept
     runs = {r["passages"]: r for r in previous.get("runs", [])}
-    for n in args.passages or [2_000_000]:
-        runs[n] = run(n, args, mix, queries, questions) | {"date": time.strftime("%Y-%m-%d", time.gmtime())}
+    runs |= {n: r | {"date": time.strftime("%Y-%m-%d", time.gmtime())} for n, r in done.items()}
     result = {
         "benchmark": "retrieval_scale",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
@@ -540,7 +625,7 @@ def main() -> None:
             "platform": platform.platform(),
             "fp32_matmul_gflops": matmul_gflops(),
             "load_average_at_end": os.getloadavg(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "omp_num_threads_children": args.omp_threads,
         },
         "vectors": f"MiniLM 2wiki-mini passage embeddings -> GaussianMixture({args.components}, tied) -> two draws "
         "of one component concatenated (768-d), L2-normalised; queries: real MiniLM dev-question embeddings [q, q]",

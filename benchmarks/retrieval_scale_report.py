@@ -21,6 +21,11 @@ def extrapolate(runs: list[dict], n: int = 21_000_000) -> dict:
     }
     # The compressed index alone (what must stay in RAM for fast search): codes + ids in the inverted lists.
     out["index_faiss_gb"] = out["disk_gb"].get("index.faiss")
+    # Upper bound for a steady state where all of index.faiss and the passage offsets are resident: the last run's
+    # anonymous memory (interpreter, encoder, buffers; independent of N) plus those two files at 21M.
+    anon_gb = last["serve_rss_detail_mb"]["RssAnon"] / 1024
+    offsets_gb = 8 * n / 2**30
+    out["all_of_index_resident_gb"] = round(anon_gb + out["index_faiss_gb"] + offsets_gb, 2)
     return out
 
 
@@ -37,6 +42,12 @@ def report(result: dict) -> str:
         f"Vectors: {result['vectors']} (see the module docstring of `benchmarks/retrieval_scale.py`). Recall is "
         "against exact inner-product search over the same fp16 vectors.",
         "",
+        "Build: `build_index(kind='dense', faiss=FACTORY)` streaming the vector file; k-means and PQ trained on a "
+        "sample (64 rows per inverted list, at least 20,000), without faiss' polysemous PQ training (unused by "
+        "re-ranked search; it kept earlier attempts of this benchmark in `IndexIVF.train` for over 13 minutes). "
+        f"Build, serve and convert processes ran with OMP_NUM_THREADS={m.get('omp_num_threads_children', '?')} "
+        "(faiss' OpenMP threads spin-wait for each other when other jobs hold the cores).",
+        "",
         "| passages | factory | nprobe / candidates | recall@3 | recall@10 | build s (peak RSS MB) | first answer s "
         "| serving RSS MB (peak) | 1 client p50 ms | q/s 1 client | q/s 8 clients |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -52,7 +63,9 @@ def report(result: dict) -> str:
         "",
         "Served over HTTP on 127.0.0.1 with query embeddings cached (every question asked once "
         "first); first answer = from starting the server process to the first /retrieve answer (cold "
-        "encoder).",
+        "encoder). Serving RSS is VmRSS: RssAnon (the process's own memory) plus RssFile (pages of the "
+        "memory-mapped index, fp16 vector file and passage store that searches touched: clean page cache, "
+        "shared and reclaimable, re-read from disk under memory pressure); both are in the detail below.",
         "",
     ]
     for r in result["runs"]:
@@ -66,20 +79,51 @@ def report(result: dict) -> str:
             "| nprobe | candidates | ms/query | recall@3 | recall@10 |",
             "|---|---|---|---|---|",
         ]
-        for w in r["sweep_inprocess_1_query_per_call"]:
+        earlier = r.get("earlier_searches") or ([r["earlier_search"]] if "earlier_search" in r else [])
+        sweeps = [(w, "") for w in r["sweep_inprocess_1_query_per_call"]]
+        sweeps += [
+            (w, f"earlier invocation {i + 1}")
+            for i, e in enumerate(earlier)
+            for w in e["sweep_inprocess_1_query_per_call"]
+        ]
+        lines[-2:] = ["| nprobe | candidates | ms/query | recall@3 | recall@10 | measured |", "|---" * 6 + "|"]
+        for w, when in sorted(sweeps, key=lambda x: (x[0]["nprobe"], x[0]["candidates"], x[1])):
             cells = [w["nprobe"], w["candidates"], w["ms_per_query"], w["recall_at_3"], w["recall_at_10"]]
-            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-        if "convert" in r:
-            c = r["convert"]
+            lines.append("| " + " | ".join(str(c) for c in cells) + f" | {when or 'this invocation'} |")
+        for i, e in enumerate(earlier):
+            load = e.get("load_average_at_end")
             lines += [
                 "",
-                f"`searchrl index convert` of a {c['flat_file_mb']:,} MB faiss Flat file of these vectors: "
-                f"{c['convert_s']} s, peak RSS {c['convert_peak_rss_mb']} MB "
-                f"({100 * c['convert_peak_rss_fraction_of_flat']:.1f}% of the file), recall@3 "
+                f"Earlier invocation {i + 1} on the same build, nprobe {e['nprobe']} / {e['candidates']} "
+                f"candidates{'' if i else ' (before `MADV_RANDOM` on the vector file)'}: recall@3 "
+                f"{e['recall_at_3_vs_exact']}, first answer {e['first_answer_s']} s, RSS {e['serve_rss_mb']} MB "
+                f"(detail {e['serve_rss_detail_mb']}), 1 client p50 {e['p50_1_ms']} ms, {e['qps_1']} q/s, "
+                f"8 clients {e['qps_8']} q/s"
+                + (f"; load average at its end {', '.join(f'{x:.1f}' for x in load)}." if load else "."),
+            ]
+        if "convert" in r:
+            c = r["convert"]
+            m = c.get("convert_passages", r["passages"])
+            lines += [
+                "",
+                f"`searchrl index convert` of a {c['flat_file_mb']:,} MB faiss Flat file (IndexFlatIP, "
+                f"written by faiss) of the first {m:,} of these vectors, to "
+                f"`{c.get('convert_factory', r['factory'])}` (searched with nprobe {c.get('nprobe', '?')} / "
+                f"{c.get('candidates', '?')} candidates): {c['convert_s']} s, peak RSS "
+                f"{c.get('convert_peak_rss_mb_time_v', c['convert_peak_rss_mb'])} MB (`/usr/bin/time -v`; "
+                f"{100 * c['convert_peak_rss_fraction_of_flat']:.1f}% of the file), recall@3 "
                 f"{c['convert_recall_at_3_vs_flat']} and recall@10 {c['convert_recall_at_10_vs_flat']} of the "
-                "Flat file's own exact answers.",
+                "Flat file's own exact answers. `retrieval_convert.md`: the same conversion measured again "
+                "(`--convert-only`), searched with other settings.",
             ]
         lines.append("")
+    missing = [n for n in (2_000_000, 5_000_000) if n not in {r["passages"] for r in result["runs"]}]
+    if missing:
+        lines += [
+            f"Not measured: {', '.join(f'{n:,}' for n in missing)} passages (no completed run of this "
+            "benchmark at that size; the extrapolation below rests on the runs above only).",
+            "",
+        ]
     e = result["extrapolated_21m"]
     lines += [
         "## Extrapolated to 21M passages",
@@ -88,7 +132,10 @@ def report(result: dict) -> str:
         f"runs above; disk {e['disk_gb']} GB (proportional to N). Memory-mapped files count in RSS only for "
         "the pages "
         "searches touch, so RSS grows with the traffic's spread over the index, up to the size of "
-        f"`index.faiss` ({e['index_faiss_gb']} GB at 21M) plus what the run above held.",
+        f"`index.faiss` ({e['index_faiss_gb']} GB at 21M) plus what the run above held. With all of "
+        "`index.faiss` and the passage offsets resident, plus the last run's anonymous memory: "
+        f"{e.get('all_of_index_resident_gb', '?')} GB; the fp16 vectors and passage text stay on disk "
+        "and are read per query.",
         "",
     ]
     return "\n".join(lines)

@@ -245,3 +245,31 @@ def test_passage_store_reads_only_the_requested_records(synthetic, tmp_path: Pat
     assert [p.id for p in passages] == ["p2999", "p5", "p1234"]
     assert len(reads) == 3 and sum(n for n, _ in reads) < 200  # three short records, not the 100 kB file
     assert isinstance(store._offsets, np.memmap)  # noqa: SLF001 - offsets stay on disk too
+
+
+def test_build_skips_polysemous_training(synthetic, tmp_path: Path) -> None:
+    """faiss' factory IVF-PQ trains polysemous codes by default (minutes at 768-d PQ96); re-ranked search never
+    uses them, so the build turns it off."""
+    import faiss
+
+    from searchrl.retrieval.compressed import build_compressed, make_factory_index
+
+    fresh = make_factory_index(D, "IVF16,PQ8")  # kept referenced: the IVF part below lives inside it
+    assert faiss.downcast_index(faiss.extract_index_ivf(fresh)).do_polysemous_training  # faiss' default
+    _, vecs, _ = synthetic
+    path = write_vector_file([vecs], N, D, tmp_path / "v.npy")
+    build_compressed(path, tmp_path / "index.faiss", "IVF16,PQ8")
+    built = faiss.read_index(str(tmp_path / "index.faiss"))
+    assert not faiss.downcast_index(faiss.extract_index_ivf(built)).do_polysemous_training
+
+
+def test_config_accepts_factory_strings() -> None:
+    from pydantic import ValidationError
+
+    from searchrl.config import RetrievalConfig
+
+    for kind in ("flat", "ivf", "hnsw", "IVF1024,PQ96", "OPQ64,IVF4096,PQ64x4fs"):
+        assert RetrievalConfig(faiss=kind).faiss == kind
+    for bad in ("flta", "ivf,pq", ""):
+        with pytest.raises(ValidationError):
+            RetrievalConfig(faiss=bad)
