@@ -281,7 +281,9 @@ def test_a_world_stage_reads_the_worlds_own_files_whatever_the_users_data_overri
     still train on the world's train split and score its dev split, never the reverse."""
     from searchrl.config import load_config
     from searchrl.data.synth import generate_world, write_world
-    from searchrl.pipeline import load_split
+    from searchrl.pipeline import load_split, make_retriever_for
+    from searchrl.stages.data import oracle_data
+    from searchrl.testing import ByteTokenizer
 
     world = tmp_path / "world"
     write_world(generate_world(120, 0), world)
@@ -291,7 +293,12 @@ def test_a_world_stage_reads_the_worlds_own_files_whatever_the_users_data_overri
     assert (cfg.data.source, cfg.data.train, cfg.data.dev) == (str(world), "train.jsonl", "dev.jsonl")
     train_q = {ex.question for ex in load_split(cfg, "train", None)}
     dev_q = {ex.question for ex in load_split(cfg, "dev", None)}
-    assert train_q and dev_q and not train_q & dev_q  # no SFT example comes from the world's dev split
+    assert train_q and dev_q and not train_q & dev_q
+    # the cold start's own SFT data, built as the stage builds it: every example is a world training question
+    cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"limit": 12})})
+    examples = oracle_data(cfg, ByteTokenizer(), retriever=make_retriever_for(cfg, str(world / "corpus.jsonl")))
+    asked = {t.question for t in examples}
+    assert len(asked) == 12 and asked <= train_q and not asked & dev_q  # none from the world's dev split
 
 
 def test_sampling_stages_get_their_teacher_from_args(tmp_path: Path, monkeypatch) -> None:
