@@ -327,7 +327,7 @@ class SFTConfig(Section):
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (~1/4 the tokens).
     oracle_first_turns: int = 0
     oracle_balance: bool = False  #: oracle SFT: questions round-robin over templates (each shape equally often)
-    oracle_mix: dict[str, int] = Field(default_factory=dict)  #: oracle SFT: whole trajectories per kind (sft/cli.py)
+    oracle_mix: dict[str, int] = Field(default_factory=dict)  #: oracle SFT: whole trajectories per kind
     #: oracle SFT: documents per search (null = retrieval.topk); fewer make a cheaper cold start.
     oracle_topk: int | None = Field(default=None, ge=1)
     limit: int | None = None
