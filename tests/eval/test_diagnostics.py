@@ -89,3 +89,20 @@ def test_failure_shares_and_table() -> None:
     assert shares["no_search"] == 1 / 3 and shares["format_failure"] == 1 / 3
     lines = shares_table({("d", "agent"): shares}, ["d"])
     assert lines[2].startswith("| d | agent | 100% | 33% |")
+
+
+def test_the_viewer_summary_shows_the_failure_shares() -> None:
+    from searchrl.viz.records import parse_row, summarize
+    from searchrl.viz.viewer import render_html
+
+    rows = [
+        _agent_row("Lyon", [_turn("search", ["Ada Vell"], "born in Paris"), _turn("answer")]),
+        _agent_row("Paris", [_turn("search", ["Ada Vell"], "born in Paris"), _turn("answer")]),
+    ]
+    records = []
+    for i, row in enumerate(rows):
+        row.update(source="eval/d/agent", score=None, metrics={}, diagnostics=diagnose(row))
+        records.append(parse_row(row, f"f:{i}"))
+    shares = summarize(records)["diagnostics"]
+    assert shares["gold_in_docs"] == 1.0 and shares["reading_failure"] == 0.5 and "no_search" in shares
+    assert 'data-stat="diag-reading_failure"' in render_html(records)

@@ -76,7 +76,7 @@ def test_every_row_says_why_its_answer_is_wrong(run) -> None:
         r["trajectory"]["docs"] != []
         and any(g.lower() in " ".join(r["trajectory"]["docs"]).lower() for g in r["golds"])
         for r in rag
-    ]  # noqa: E501
+    ]
     for r in rag:
         d = r["diagnostics"]
         assert d["reading_failure"] == (d["gold_in_docs"] and r["metrics"]["em"] < 1)

@@ -141,15 +141,16 @@ def failure_shares(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], d
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in rows:
         groups.setdefault((str(r.get("dataset")), str(r.get("method"))), []).append(r)
-    out: dict[tuple[str, str], dict[str, float | None]] = {}
-    for key, group in groups.items():
-        flags = [r.get("diagnostics") or diagnose(r) for r in group]
-        shares: dict[str, float | None] = {}
-        for name in FLAGS:
-            values = [f.get(name) for f in flags if f.get(name) is not None]
-            shares[name] = sum(bool(v) for v in values) / len(values) if values else None
-        out[key] = shares
-    return out
+    return {key: flag_shares([r.get("diagnostics") or diagnose(r) for r in group]) for key, group in groups.items()}
+
+
+def flag_shares(flags: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Share of each failure flag among the flag dicts where it applies (not None); None where it never does."""
+    shares: dict[str, float | None] = {}
+    for name in FLAGS:
+        values = [f.get(name) for f in flags if f.get(name) is not None]
+        shares[name] = sum(bool(v) for v in values) / len(values) if values else None
+    return shares
 
 
 def shares_table(shares: Mapping[tuple[str, str], Mapping[str, float | None]], datasets: Sequence[str]) -> list[str]:

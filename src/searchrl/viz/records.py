@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from searchrl.eval.diagnostics import flag_shares
 from searchrl.rewards import exact_match, f1_score
 from searchrl.rollout.record import is_record
 
@@ -335,9 +336,4 @@ def summarize(records: Sequence[ViewRecord]) -> dict[str, Any]:
 def _failure_shares(records: Sequence[ViewRecord]) -> dict[str, float]:
     """Share of evaluation rows with each failure flag (over the rows where the flag applies); {} without any."""
     flags = [r.diagnostics for r in records if r.diagnostics]
-    out: dict[str, float] = {}
-    for name in dict.fromkeys(k for f in flags for k in f):
-        values = [bool(f[name]) for f in flags if f.get(name) is not None]
-        if values and name != "searched":
-            out[name] = sum(values) / len(values)
-    return out
+    return {k: v for k, v in flag_shares(flags).items() if v is not None} if flags else {}
