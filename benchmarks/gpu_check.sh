@@ -7,8 +7,10 @@
 #   bash benchmarks/gpu_check.sh [OUT_DIR]     # on the GPU machine (torch with CUDA preinstalled, no registry needed)
 #
 # PHASES picks phases ("tests peer rollout", the default, all three; e.g. PHASES=peer), CUDA_TESTS_ARGS adds pytest
-# arguments (e.g. "-k 'not recipe'"); each phase has a timeout (CUDA_TESTS_TIMEOUT 300 s, PEER_TIMEOUT 180 s,
-# ROLLOUT_TIMEOUT 120 s), so a run ends within about 10 minutes whatever happens.
+# arguments (e.g. "-k 'not recipe'"), PEER_ARGS / ROLLOUT_ARGS the benchmarks' (e.g. "--shapes qwen2.5-1.5b"); each
+# phase has a timeout (CUDA_TESTS_TIMEOUT 300 s, PEER_TIMEOUT 180 s, ROLLOUT_TIMEOUT 120 s; PYTEST_TIMEOUT 150 s a
+# test where pytest-timeout is installed), so a run ends within about 10 minutes whatever happens. OUT_DIR receives
+# gpu_check.{json,md} and gpu_check_logs.tgz (every log, the JUnit XML, per-recipe records, nvidia-smi samples).
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
 # into /tmp/site, never into the system). Aim: under 8 minutes on one H100/H200. Exit status: non-zero when a
 # cuda test failed or a phase did not finish.
@@ -34,9 +36,11 @@ if [[ "${1:-}" == "--prepare" ]]; then
 fi
 
 OUT_DIR="${1:-${OUT:-runs/gpu_check}}"
-mkdir -p "$OUT_DIR"
+mkdir -p "$OUT_DIR" && OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+# logs and records go to RUN; OUT_DIR gets the report (gpu_check.{json,md}) and one archive of RUN's logs: three files
+RUN="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")"
 START=$(date +%s)
-if compgen -G ".whl/*.whl" >/dev/null; then
+if [[ -z "${NO_WHEELS:-}" ]] && compgen -G ".whl/*.whl" >/dev/null; then  # NO_WHEELS=1: use the installed packages
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }
   export PYTHONPATH="$PWD/src:/tmp/site"
@@ -46,18 +50,32 @@ fi
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false SEARCHRL_NO_PROGRESS=1
 export SEARCHRL_SHARED_DATA="${SEARCHRL_SHARED_DATA:-$PWD/.gpu}"
 export SEARCHRL_CACHE="${SEARCHRL_CACHE:-/tmp/searchrl-cache}"
-export SEARCHRL_GPU_LOG="$OUT_DIR/recipes.jsonl"
+export SEARCHRL_GPU_LOG="$RUN/recipes.jsonl"
 SHM=/tmp
 [[ -d /dev/shm && -w /dev/shm ]] && SHM=/dev/shm
 export SEARCHRL_GPU_TMP="$SHM/searchrl-gpu-check"
-rm -f "$SEARCHRL_GPU_LOG"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT_DIR/device.txt" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$RUN/device.txt" 2>&1
+nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 1000 >"$RUN/smi.csv" 2>/dev/null &
+SMI=$!
+
+finish() {
+  kill "$SMI" 2>/dev/null
+  echo "== report ($(($(date +%s) - START)) s)"
+  python3 benchmarks/gpu_check.py "$RUN" --seconds $(($(date +%s) - START))
+  cp "$RUN"/gpu_check.json "$RUN"/gpu_check.md "$OUT_DIR"/ 2>/dev/null
+  (cd "$RUN" && find . -maxdepth 3 -type f -size -20M \
+    \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.xml' -o -name '*.txt' -o -name '*.csv' \) \
+    -print0 | tar czf "$OUT_DIR/gpu_check_logs.tgz" --null -T -)
+}
+trap finish EXIT
 
 status=0
 if [[ " ${PHASES:-tests peer rollout} " == *" tests "* ]]; then
   echo "== cuda tests ($(($(date +%s) - START)) s)"
-  timeout "${CUDA_TESTS_TIMEOUT:-300}" python3 -m pytest -m cuda tests/gpu -q -p no:cacheprovider ${CUDA_TESTS_ARGS:-} \
-    --junitxml="$OUT_DIR/cuda_tests.xml" 2>&1 | tee "$OUT_DIR/cuda_tests.log" | tail -40
+  per_test=()
+  python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${PYTEST_TIMEOUT:-150}")
+  timeout "${CUDA_TESTS_TIMEOUT:-300}" python3 -m pytest -m cuda tests/gpu -q -p no:cacheprovider --durations=0 \
+    "${per_test[@]}" ${CUDA_TESTS_ARGS:-} --junitxml="$RUN/cuda_tests.xml" 2>&1 | tee "$RUN/cuda_tests.log" | tail -40
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   rm -rf "$SEARCHRL_GPU_TMP"
 fi
@@ -65,18 +83,17 @@ fi
 if [[ " ${PHASES:-tests peer rollout} " == *" peer "* ]]; then
   echo "== GRPO step vs TRL ($(($(date +%s) - START)) s)"
   timeout "${PEER_TIMEOUT:-180}" python3 benchmarks/peer_trl_grpo.py --device cuda \
-    --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" --steps "${PEER_STEPS:-3}" \
-    --out "$OUT_DIR/peer_trl_gpu.json" 2>&1 | tee "$OUT_DIR/peer_trl_gpu.log" | tail -12
+    --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" --steps "${PEER_STEPS:-3}" ${PEER_ARGS:-} \
+    --out "$RUN/peer_trl_gpu.json" --workdir "$SHM/peer-trl-gpu" 2>&1 | tee "$RUN/peer_trl_gpu.log" | tail -12
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  mkdir -p "$RUN/peer" && cp "$SHM"/peer-trl-gpu/*.log "$RUN/peer/" 2>/dev/null
+  rm -rf "$SHM/peer-trl-gpu"
 fi
 
 if [[ " ${PHASES:-tests peer rollout} " == *" rollout "* ]]; then
   echo "== decode and update against the bound ($(($(date +%s) - START)) s)"
   timeout "${ROLLOUT_TIMEOUT:-120}" python3 benchmarks/gpu_rollout.py --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" \
-    --out "$OUT_DIR/gpu_rollout.json" 2>&1 | grep -v '^\[' | tee "$OUT_DIR/gpu_rollout.log" | tail -12
+    ${ROLLOUT_ARGS:-} --out "$RUN/gpu_rollout.json" 2>&1 | grep -v '^\[' | tee "$RUN/gpu_rollout.log" | tail -12
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
-
-echo "== report ($(($(date +%s) - START)) s)"
-python3 benchmarks/gpu_check.py "$OUT_DIR" --seconds $(($(date +%s) - START)) || status=1
 exit $status

@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> dict:
         "copy_bandwidth_gbs": bw / 1e9,
         "runs": [],
     }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     world = World()
     for shape in args.shapes.split(","):
         dtype = torch.bfloat16 if cuda else torch.float32
@@ -200,17 +202,17 @@ def main(argv: list[str] | None = None) -> dict:
             print(json.dumps(rec), flush=True)
             if b == 512 and shape == "qwen2.5-1.5b":
                 result["decode_vs_bound_b512_1.5b"] = rec["decode_vs_bound"]
+            out.write_text(json.dumps(result, indent=1))  # after each run: a timeout keeps what finished
         model.float()  # the trainer's layout: fp32 master weights, bf16 autocast on CUDA
         upd = update_run(model, dev, args.update_rows, args.update_len, peak, N)
         result["runs"].append({"shape": shape, **upd})
         print(json.dumps({"shape": shape, **upd}), flush=True)
         if shape == "qwen2.5-3b":
             result["update_mfu_3b"] = upd["update_mfu"]
+        out.write_text(json.dumps(result, indent=1))
         del model
         if cuda:
             torch.cuda.empty_cache()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
     return result
 
 

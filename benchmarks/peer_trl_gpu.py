@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,8 +44,12 @@ tok = AutoTokenizer.from_pretrained(a["tokenizer"])
 tok.padding_side = "left"
 if tok.pad_token is None:
     tok.pad_token = tok.eos_token
-with torch.device("cuda"):
-    model = AutoModelForCausalLM.from_config(Qwen2Config(**a["config"]), dtype=torch.float32)
+# TRL builds its reference model from the policy's path: the random-init policy goes to disk first, and TRL loads
+# both from there (fp32, its default), as it would a hub checkpoint
+with torch.device(a["device"]):
+    AutoModelForCausalLM.from_config(Qwen2Config(**a["config"]), dtype=torch.float32).save_pretrained(a["model_dir"])
+tok.save_pretrained(a["model_dir"])
+sync = torch.cuda.synchronize if a["device"] == "cuda" else (lambda: None)
 
 
 def zero_reward(completions, **_):
@@ -56,11 +61,11 @@ class StepTimer(TrainerCallback):
         self.steps, self.t0 = [], None
 
     def on_step_begin(self, args, state, control, **kw):
-        torch.cuda.synchronize()
+        sync()
         self.t0 = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kw):
-        torch.cuda.synchronize()
+        sync()
         self.steps.append({"step": state.global_step, "step_s": time.perf_counter() - self.t0})
         print(json.dumps(self.steps[-1]), flush=True)
 
@@ -68,17 +73,19 @@ class StepTimer(TrainerCallback):
 cfg = GRPOConfig(
     output_dir=a["output_dir"], max_steps=a["steps"], per_device_train_batch_size=a["rows"],
     gradient_accumulation_steps=1, num_generations=a["group"], max_completion_length=a["max_new_tokens"],
-    beta=0.001, learning_rate=1e-6, temperature=1.0, num_iterations=1, bf16=True, logging_steps=1,
+    beta=0.001, learning_rate=1e-6, temperature=1.0, num_iterations=1, bf16=a["device"] == "cuda", logging_steps=1,
+    use_cpu=a["device"] == "cpu",
     save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0, disable_tqdm=True,
 )
 timer = StepTimer()
-trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=zero_reward, args=cfg, train_dataset=ds,
+trainer = GRPOTrainer(model=a["model_dir"], processing_class=tok, reward_funcs=zero_reward, args=cfg, train_dataset=ds,
                       callbacks=[timer])
 trainer.train()
 import trl, transformers
+cuda = a["device"] == "cuda"
 json.dump({"steps": timer.steps, "trl": trl.__version__, "transformers": transformers.__version__,
-           "peak_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
-           "peak_reserved_gb": torch.cuda.max_memory_reserved() / 2**30}, open(a["out"], "w"))
+           "peak_allocated_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
+           "peak_reserved_gb": torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0}, open(a["out"], "w"))
 """
 
 
@@ -116,8 +123,8 @@ def ours(args, shape: str, tmp: Path, env: dict[str, str]) -> dict:
         "--recipe",
         "demo",
         f"model.policy=random:{shape}:{args.tokenizer}",
-        "model.device=cuda",
-        "training.precision=bf16",
+        f"model.device={args.device}",
+        f"training.precision={'bf16' if args.device == 'cuda' else 'fp32'}",
         "data.world.entities=200",
         "data.source=synthetic",
         f"training.prompts_per_step={args.prompts}",
@@ -134,7 +141,7 @@ def ours(args, shape: str, tmp: Path, env: dict[str, str]) -> dict:
         f"training.output_dir={out}",
         "training.tensorboard=false",
         "training.eval_every=0",
-        "training.save_every=100000",
+        "training.save_at_end=false",
         "training.log_rollouts=0",
     ]
     print("ours:", shlex.join(cmd), flush=True)
@@ -170,6 +177,8 @@ def trl(args, shape: str, tmp: Path, prompts: Path, env: dict[str, str]) -> dict
                 "max_new_tokens": args.max_new_tokens,
                 "output_dir": str(tmp / f"trl-{shape}"),
                 "out": str(out),
+                "device": args.device,
+                "model_dir": str(tmp / f"trl-{shape}-model"),
             }
         )
     )
@@ -177,6 +186,7 @@ def trl(args, shape: str, tmp: Path, prompts: Path, env: dict[str, str]) -> dict
     print("trl:", shlex.join(cmd), flush=True)
     if code := run(cmd, tmp / f"trl-{shape}.log", env, args.timeout):
         raise SystemExit(f"TRL driver ({shape}) failed with exit {code}: {tail(tmp / f'trl-{shape}.log')}")
+    shutil.rmtree(tmp / f"trl-{shape}-model", ignore_errors=True)
     res = json.loads(out.read_text())
     steps = res["steps"][args.warmup :]
     return {
@@ -200,6 +210,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--python", default=sys.executable, help="interpreter with TRL (and this repo's deps)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "peer_trl_gpu.json"))
+    ap.add_argument("--workdir", help="keep each side's log and metrics here (default: a temporary directory)")
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test this script on a small shape")
     args = ap.parse_args(argv)
     if args.steps <= args.warmup:
         raise SystemExit("--steps must exceed --warmup (at least one timed step)")
@@ -211,8 +223,11 @@ def main(argv: list[str] | None = None) -> dict:
         TOKENIZERS_PARALLELISM="false",
     )
     result: dict = {}
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="peer-trl-gpu-") as tmp_s:
-        tmp = Path(tmp_s)
+        tmp = Path(args.workdir or tmp_s)
+        tmp.mkdir(parents=True, exist_ok=True)
         prompts = tmp / "prompts.jsonl"
         rendered = render_prompts(args.prompts, args.tokenizer)
         prompts.write_text("".join(json.dumps(p) + "\n" for p in rendered))
@@ -234,8 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "ours_command": o["command"],
             }
             print(json.dumps({shape: result[shape]}), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+            out_path.write_text(json.dumps(result, indent=1))  # after each shape: a timeout keeps what finished
     return result
 
 

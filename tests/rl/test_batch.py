@@ -41,6 +41,25 @@ def test_rows_sharing_a_prompt_score_as_separate_rows() -> None:
         torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_gradient_checkpointing_scores_as_the_plain_forward() -> None:
+    """Under gradient checkpointing in training mode HF drops the KV cache, which prompt sharing relies on: the scorer
+    must then run rows in full, with the same log-probs and gradients."""
+    prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [5, 6, 7]]
+    responses = [[20, 21, 22], [23, 24], [25, 26, 27, 28], [29]]
+    b = collate(prompts, responses, [[1] * len(r) for r in responses])
+    ckpt, plain = tiny_model(), tiny_model()
+    ckpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ckpt.train()
+    plain.train()
+    lp_ckpt, _ = score_tokens(TokenScorer(ckpt), b, b.action_mask)
+    lp_plain, _ = score_tokens(TokenScorer(plain, share_prompts=False), b, b.action_mask)
+    torch.testing.assert_close(lp_ckpt, lp_plain, rtol=1e-5, atol=1e-6)
+    lp_ckpt.sum().backward()
+    lp_plain.sum().backward()
+    for (name, p1), p2 in zip(plain.named_parameters(), ckpt.parameters(), strict=True):
+        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_micro_batches_keep_groups_together_within_the_budget() -> None:
     from searchrl.rl.batch import plan_micro_batches
 

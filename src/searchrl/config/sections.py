@@ -242,7 +242,12 @@ class TrainingConfig(Section):
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     gradient_checkpointing: bool = False  #: recompute activations in the backward pass (long rows, large models)
     output_dir: str = "runs/default"
+    #: a resumable checkpoint (weights, optimizer, data position, RNG) every this many steps; 0: only at the end.
     save_every: int = 10
+    #: at the end, write the resumable checkpoint and the trained model (<output_dir>/final, what a pipeline's next
+    #: stage loads); false for benchmarks and smoke runs that only time steps (a 3B policy's checkpoint with its Adam
+    #: state is ~36 GB).
+    save_at_end: bool = True
     tensorboard: bool = True
     wandb: bool = False
     init_from: str | None = None  #: a checkpoint / model dir to start from instead of model.policy (e.g. an SFT's)

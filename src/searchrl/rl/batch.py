@@ -129,7 +129,9 @@ class TokenScorer(nn.Module):
         """The last hidden state that predicts each response token: (B, T, H)."""
         body = self.lm.get_decoder()
         P, T = batch.prompt_len, batch.response_ids.shape[1]
-        if self.share_prompts and P > 0 and len(batch) > 1:
+        # under gradient checkpointing in training mode HF drops the KV cache that sharing passes between calls
+        checkpointing = body.training and any(getattr(m, "gradient_checkpointing", False) for m in body.modules())
+        if self.share_prompts and P > 0 and len(batch) > 1 and not checkpointing:
             plan = _share_plan(batch)
             if plan is not None:
                 return _shared_forward(body, batch, *plan)

@@ -448,8 +448,9 @@ class Trainer:
                 bar.update(task, advance=1, description=desc)
                 if self.tcfg.save_every and self.state.step % self.tcfg.save_every == 0:
                     self.save_checkpoint(self.out_dir / "checkpoint")
-        self.save_checkpoint(self.out_dir / "checkpoint")
-        self.save_model(self.out_dir / "final")
+        if self.tcfg.save_at_end:
+            self.save_checkpoint(self.out_dir / "checkpoint")
+            self.save_model(self.out_dir / "final")
         self._close()
         return history
 
