@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 WHEELS=(pydantic==2.14.4 pydantic_core==2.50.5 annotated_types==0.8.0 typing_inspection==0.4.5 fastapi==0.165.0
   starlette==1.10.0 uvicorn==0.54.0 bm25s==0.3.16 PyStemmer==3.1.0 gguf==0.19.0 datasets==5.0.1 dill==0.4.1
-  multiprocess==0.70.19 beautifulsoup4==4.15.0 soupsieve==4.1.3 faiss_cpu==1.15.1 trl==1.16.0)
+  multiprocess==0.70.19 beautifulsoup4==4.15.0 soupsieve==4.1.3 faiss_cpu==1.15.1 trl==1.16.0 typer==0.29.2 click==8.5.1)
 
 if [[ "${1:-}" == "--prepare" ]]; then
   set -e

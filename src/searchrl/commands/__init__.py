@@ -21,8 +21,9 @@ def _flag_type(self, ctx):  # noqa: ANN001 - typer's signature
     return None if self.is_flag else _option_type(self, ctx)
 
 
-_option_type = TyperOption.display_type_rich
-TyperOption.display_type_rich = _flag_type
+_option_type = getattr(TyperOption, "display_type_rich", None)
+if _option_type is not None:  # typer versions without it print help their own way
+    TyperOption.display_type_rich = _flag_type
 
 app = typer.Typer(
     name="searchrl",
