@@ -6,8 +6,8 @@
 #   bash benchmarks/gpu_check.sh --prepare     # on a machine with pip and ../shared: wheels -> .whl/, tokenizer -> .gpu/
 #   bash benchmarks/gpu_check.sh [OUT_DIR]     # on the GPU machine (torch with CUDA preinstalled, no registry needed)
 #
-# PHASES picks phases ("tests peer rollout", the default, all three; e.g. PHASES=peer), CUDA_TESTS_ARGS adds pytest
-# arguments (e.g. "-k 'not recipe'"), PEER_ARGS / ROLLOUT_ARGS the benchmarks' (e.g. "--shapes qwen2.5-1.5b"); each
+# PHASES picks phases ("tests peer rollout", the default, all three; e.g. PHASES=peer), CUDA_TESTS_K selects tests
+# (pytest -k, e.g. "ppo or recipe"), CUDA_TESTS_ARGS adds pytest arguments, PEER_ARGS / ROLLOUT_ARGS the benchmarks' (e.g. "--shapes qwen2.5-1.5b"); each
 # phase has a timeout (CUDA_TESTS_TIMEOUT 300 s, PEER_TIMEOUT 180 s, ROLLOUT_TIMEOUT 120 s; PYTEST_TIMEOUT 150 s a
 # test where pytest-timeout is installed), so a run ends within about 10 minutes whatever happens. OUT_DIR receives
 # gpu_check.{json,md} and gpu_check_logs.tgz (every log, the JUnit XML, per-recipe records, nvidia-smi samples).
@@ -74,6 +74,7 @@ if [[ " ${PHASES:-tests peer rollout} " == *" tests "* ]]; then
   echo "== cuda tests ($(($(date +%s) - START)) s)"
   per_test=()
   python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${PYTEST_TIMEOUT:-150}")
+  [[ -n "${CUDA_TESTS_K:-}" ]] && per_test+=(-k "$CUDA_TESTS_K")
   timeout "${CUDA_TESTS_TIMEOUT:-300}" python3 -m pytest -m cuda tests/gpu -q -p no:cacheprovider --durations=0 \
     "${per_test[@]}" ${CUDA_TESTS_ARGS:-} --junitxml="$RUN/cuda_tests.xml" 2>&1 | tee "$RUN/cuda_tests.log" | tail -40
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1

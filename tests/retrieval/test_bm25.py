@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -130,3 +131,18 @@ def test_rankings_agree_with_rank_bm25_okapi(shared_data: Path, tmp_path: Path) 
     mean = float(np.mean(overlaps))
     assert len(questions) == 500
     assert mean >= 0.9, f"mean top-10 overlap with rank_bm25 is {mean:.3f}"
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "cpu"), ("cuda", "cuda")])
+def test_bm25s_keeps_jax_off_the_gpu_unless_asked(preset: str | None, expected: str) -> None:
+    """bm25s runs a JAX op at import; with JAX on a GPU machine its backend would take 75% of the GPU's memory."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    if preset:
+        env["JAX_PLATFORMS"] = preset
+    code = "import os, searchrl.retrieval.bm25, bm25s; print(os.environ['JAX_PLATFORMS'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == expected

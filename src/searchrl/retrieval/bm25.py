@@ -12,6 +12,7 @@ sparse baselines. Scoring a query is a sum over the posting lists of its terms; 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -23,6 +24,11 @@ import numpy as np
 
 from searchrl.data.corpus import PassageStore
 from searchrl.retrieval.local import LocalRetriever, Ranking
+
+# bm25s runs a JAX op when it is imported and JAX is installed; on a GPU machine JAX's backend would then take 75% of
+# the GPU's memory (XLA preallocation) from the policy. Its top-k over CPU scores needs no GPU: JAX stays on the CPU
+# unless the user chose a platform.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 #: bm25s's default token pattern (scikit-learn's CountVectorizer): words of two or more word characters.
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
