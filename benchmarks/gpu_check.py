@@ -71,7 +71,10 @@ def recipes(run: Path, tests: dict[str, str]) -> dict:
     return out
 
 
-def versions() -> dict[str, str]:
+def versions(run: Path) -> dict[str, str]:
+    """torch / transformers of the GPU machine (``versions.json``, written there), else of this interpreter."""
+    if (run / "versions.json").exists():
+        return json.loads((run / "versions.json").read_text())
     import torch
     import transformers
 
@@ -84,6 +87,7 @@ def markdown(res: dict) -> str:
         "",
         f"Device: {res['device']}; torch {res['torch']}, transformers "
         f"{res['transformers']}; {res['seconds']} s in all (`bash benchmarks/gpu_check.sh`).",
+        *([f"{res['note']}"] if res.get("note") else []),
         "",
         f"## CUDA tests: {res['cuda_tests']['passed']} passed, {res['cuda_tests']['failed']} failed, "
         f"{res['cuda_tests']['skipped']} skipped",
@@ -146,6 +150,7 @@ def main() -> None:
     ap.add_argument("run", help="the output directory of benchmarks/gpu_check.sh")
     ap.add_argument("--seconds", type=int, default=0, help="the check's wall time")
     ap.add_argument("--results", action="store_true", help="also copy the report into benchmarks/results/")
+    ap.add_argument("--note", default="", help="a line for the report (e.g. how several runs were combined)")
     args = ap.parse_args()
     run = Path(args.run)
     tests = junit(run / "cuda_tests.xml")
@@ -157,8 +162,9 @@ def main() -> None:
     res = {
         "date": dt.date.today().isoformat(),
         "device": device,
-        **versions(),
+        **versions(run),
         "seconds": args.seconds,
+        "note": args.note,
         "cuda_tests": tests,
         "recipes": recipes(run, tests["tests"]),
         "peer_trl": peer,

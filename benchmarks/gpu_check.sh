@@ -55,6 +55,8 @@ SHM=/tmp
 [[ -d /dev/shm && -w /dev/shm ]] && SHM=/dev/shm
 export SEARCHRL_GPU_TMP="$SHM/searchrl-gpu-check"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$RUN/device.txt" 2>&1
+python3 -c "import json, torch, transformers; print(json.dumps({'torch': torch.__version__, \
+  'transformers': transformers.__version__}))" >"$RUN/versions.json" 2>/dev/null || rm -f "$RUN/versions.json"
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 1000 >"$RUN/smi.csv" 2>/dev/null &
 SMI=$!
 
