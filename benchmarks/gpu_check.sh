@@ -96,7 +96,7 @@ fi
 if [[ " ${PHASES:-tests peer rollout} " == *" rollout "* ]]; then
   echo "== decode and update against the bound ($(($(date +%s) - START)) s)"
   timeout "${ROLLOUT_TIMEOUT:-120}" python3 benchmarks/gpu_rollout.py --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" \
-    ${ROLLOUT_ARGS:-} --out "$RUN/gpu_rollout.json" 2>&1 | grep -v '^\[' | tee "$RUN/gpu_rollout.log" | tail -12
+    --profile "$RUN/decode_profile.txt" ${ROLLOUT_ARGS:-} --out "$RUN/gpu_rollout.json" 2>&1 | grep -v '^\[' | tee "$RUN/gpu_rollout.log" | tail -12
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 exit $status

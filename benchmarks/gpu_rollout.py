@@ -126,6 +126,30 @@ def decode_run(model, tok, device, world: World, batch: int, new_tokens: int, st
     return rec
 
 
+def profile_decode(model, tok, device, world: World, batch: int, new_tokens: int, path: Path) -> None:
+    """torch.profiler over one generation call, as the trainer runs it (fp32 master weights under bf16 autocast on
+    CUDA): the operators by their own CPU time and by their device time, to ``path``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from searchrl import device as placement
+    from searchrl.generation.base import SamplingParams
+    from searchrl.generation.hf import HFGenerator
+
+    placement.configure(str(device), "bf16" if device.type == "cuda" else "fp32")
+    gen = HFGenerator(model, tok, max_batch_size=batch, reuse_prefixes=False)
+    prompts, params = world.prompts(tok, batch), SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
+    gen.generate(prompts, params)  # warm-up
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        dt = timed(device, lambda: gen.generate(prompts, params))
+    avg = prof.key_averages()
+    text = [f"batch {batch}, {new_tokens} new tokens: {dt:.3f} s ({1e3 * dt / new_tokens:.1f} ms per token)", ""]
+    text.append(avg.table(sort_by="self_cpu_time_total", row_limit=30))
+    if device.type == "cuda":
+        text.append(avg.table(sort_by="self_device_time_total", row_limit=30))
+    path.write_text("\n".join(text))
+
+
 def rollout_run(model, tok, world: World, batch: int) -> dict:
     from searchrl.generation.hf import HFGenerator
     from searchrl.rollout.engine import RolloutEngine, RolloutLimits
@@ -168,6 +192,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--update-len", type=int, default=1024)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu_rollout.json"))
+    ap.add_argument(
+        "--profile",
+        help="write a torch.profiler table of one decode call (first shape, fp32 weights "
+        "under autocast, as in training, --profile-batch rows) here, before the timed runs",
+    )
+    ap.add_argument("--profile-batch", type=int, default=80)
     args = ap.parse_args(argv)
     from searchrl import device as placement
     from searchrl.shapes import n_params, random_policy
@@ -187,6 +217,13 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     world = World()
+    if args.profile:
+        shape = args.shapes.split(",")[0]
+        model, tok = random_policy(f"random:{shape}:{args.tokenizer}", torch.float32, dev)
+        profile_decode(model.eval(), tok, dev, world, args.profile_batch, min(args.new_tokens, 32), Path(args.profile))
+        del model
+        if cuda:
+            torch.cuda.empty_cache()
     for shape in args.shapes.split(","):
         dtype = torch.bfloat16 if cuda else torch.float32
         model, tok = random_policy(f"random:{shape}:{args.tokenizer}", dtype, dev)

@@ -122,6 +122,19 @@ def sampler(device: torch.device, seed: int | None) -> torch.Generator:
     return gen
 
 
+def micro_batch_defaults(device: torch.device) -> tuple[int, int]:
+    """(rows, tokens) per RL micro-batch when the config leaves them unset: 16 / 2048 on the CPU, where a larger pass
+    is no faster per token; 64 / 8192 on a GPU, whose kernels need more work per launch to run near their rate (the
+    output head's logits stay bounded: scoring runs it 4096 positions at a time)."""
+    return (64, 8192) if device.type == "cuda" else (16, 2048)
+
+
+def decode_batch_default(device: torch.device) -> int:
+    """Rows decoded together when ``rollout.max_batch_size`` is unset: 64 on the CPU; 256 on a GPU, whose decode step
+    costs about the same for 16 rows as for 256 (it streams the weights once either way)."""
+    return 256 if device.type == "cuda" else 64
+
+
 def reset_peak_memory() -> None:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -142,3 +155,22 @@ def frozen_copy(model: torch.nn.Module, device: torch.device) -> torch.nn.Module
     ref = copy.deepcopy(model).eval().requires_grad_(False)
     dtype = current().frozen_dtype
     return ref.to(device=device, dtype=dtype) if dtype is not None else ref.to(device)
+
+
+@contextlib.contextmanager
+def unsharded(module: torch.nn.Module):
+    """FSDP2's root parameters (embeddings, final norm, output head) gathered for the block. A decode loop calls the
+    policy's submodules itself, which skips the root's forward hook that gathers them (the decoder layers, sharded
+    on their own, still gather in their hooks). A no-op for a module that is not FSDP2's."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without FSDP2
+        FSDPModule = ()  # noqa: N806
+    if not isinstance(module, FSDPModule):
+        yield
+        return
+    module.unshard()
+    try:
+        yield
+    finally:
+        module.reshard()

@@ -60,6 +60,24 @@ def test_gradient_checkpointing_scores_as_the_plain_forward() -> None:
         torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_a_chunked_head_scores_as_the_whole_one() -> None:
+    """Log-probs, entropies and gradients are the same whether the output head runs over all positions at once or a
+    few at a time with its logits recomputed in the backward pass."""
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    responses = [[20, 21, 22, 23, 24], [25, 26, 27], [29, 30, 31, 32]]
+    b = collate(prompts, responses, [[1, 0, 1, 1, 1], [1, 1, 1], [1, 1, 0, 1]])
+    whole, chunked = tiny_model(), tiny_model()
+    lp_w, ent_w = score_tokens(TokenScorer(whole), b, b.action_mask, entropy=True)
+    lp_c, ent_c = score_tokens(TokenScorer(chunked, head_chunk=3), b, b.action_mask, entropy=True)  # 10 -> 3+3+3+1
+    torch.testing.assert_close(lp_c, lp_w, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ent_c, ent_w, rtol=1e-5, atol=1e-6)
+    assert float(ent_w.abs().sum()) > 0
+    (lp_w.sum() + 0.1 * ent_w.sum()).backward()
+    (lp_c.sum() + 0.1 * ent_c.sum()).backward()
+    for (name, p1), p2 in zip(whole.named_parameters(), chunked.parameters(), strict=True):
+        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_micro_batches_keep_groups_together_within_the_budget() -> None:
     from searchrl.rl.batch import plan_micro_batches
 

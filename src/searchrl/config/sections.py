@@ -129,6 +129,9 @@ class RolloutConfig(Section):
     #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
     backend: Literal["hf", "hf_generate", "vllm"] = "hf"
+    #: rows the "hf" backends decode together at most (a step's rollouts beyond it decode in further passes); null:
+    #: 64 on the CPU, 256 on a GPU (a Qwen2.5-3B row of 1,280 tokens keeps 46 MB of keys/values).
+    max_batch_size: int | None = Field(default=None, ge=1)
     #: rollouts per question: the GRPO/RLOO group (must be > 1: a group of one is its own baseline, advantage 0);
     #: PPO and REINFORCE++ work with any size (Search-R1's PPO uses 1).
     group_size: int = Field(default=4, ge=1)
@@ -232,11 +235,13 @@ class TrainingConfig(Section):
     critic_warmup_steps: int = 0  #: linear warm-up of the critic's learning rate (PPO), in steps
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches).
-    micro_batch_size: int = Field(default=16, ge=1)
+    #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches);
+    #: null: 16 on the CPU, 64 on a GPU.
+    micro_batch_size: int | None = Field(default=None, ge=1)
     #: tokens per micro-batch at most: distinct prompts x longest prompt + rows x longest response (a shared prompt
     #: runs once; rows length-bucketed; no-grad scoring uses 4x this and 4x the rows). Bounds activation memory.
-    micro_batch_tokens: int = Field(default=2048, ge=1)
+    #: null: 2048 on the CPU (larger passes gain nothing there), 8192 on a GPU (small passes leave it idle).
+    micro_batch_tokens: int | None = Field(default=None, ge=1)
     seed: int = 0
     #: compute precision: auto (bf16 mixed on CUDA, fp32 on CPU), fp32, bf16 (autocast; fp32 weights and optimizer).
     precision: Literal["auto", "fp32", "bf16"] = "auto"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from searchrl.generation.base import Completion, Generator, SamplingParams
 
-__all__ = ["Completion", "Generator", "SamplingParams", "make_generator"]
+__all__ = ["Completion", "Generator", "SamplingParams", "make_generator", "rollout_generator"]
 
 
 def make_generator(backend: str, model, tokenizer, model_path: str | None = None, **kwargs) -> Generator:
@@ -25,3 +25,14 @@ def make_generator(backend: str, model, tokenizer, model_path: str | None = None
 
         return VLLMGenerator(model_path, tokenizer, **kwargs)
     raise ValueError(f"unknown rollout.backend '{backend}' (choose hf, hf_generate or vllm)")
+
+
+def rollout_generator(rollout, model, tokenizer, device) -> Generator:
+    """The training policy's generator from a ``RolloutConfig``: ``rollout.backend``, with the "hf" backends decoding
+    at most ``rollout.max_batch_size`` rows together (unset: the device's default)."""
+    from searchrl import device as placement
+
+    if rollout.backend not in ("hf", "hf_generate"):
+        return make_generator(rollout.backend, model, tokenizer)
+    rows = rollout.max_batch_size or placement.decode_batch_default(device)
+    return make_generator(rollout.backend, model, tokenizer, max_batch_size=rows)

@@ -35,7 +35,7 @@ def _causal_lm(model: nn.Module) -> nn.Module:
     return get_base() if callable(get_base) else model
 
 
-def _sharded(model: nn.Module) -> bool:
+def sharded(model: nn.Module) -> bool:
     """FSDP (1: wrapper modules; 2: DTensor parameters)."""
     if any(type(m).__name__ == "FullyShardedDataParallel" for m in model.modules()):
         return True
@@ -77,7 +77,7 @@ class DecodeStep:
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:
-        if _sharded(model):  # FSDP gathers parameters in its own forward hooks, which calling submodules skips
+        if sharded(model):  # FSDP gathers parameters in its own forward hooks, which calling submodules skips
             return None
         lm = _causal_lm(model)
         cfg = getattr(lm, "config", None)

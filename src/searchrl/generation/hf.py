@@ -28,7 +28,7 @@ from torch import Tensor
 
 from searchrl import device as placement
 from searchrl.generation.base import Completion, Generator, SamplingParams
-from searchrl.generation.decode_step import DecodeStep
+from searchrl.generation.decode_step import DecodeStep, sharded
 from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, weights_version
 
 
@@ -193,8 +193,12 @@ class HFGenerator(Generator):
             s = self._pieces[token] = self.tokenizer.decode([token], skip_special_tokens=False)
         return s
 
-    @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        # FSDP2's hooks gather parameters in place, which inference-mode tensors refuse: plain no-grad there
+        with torch.no_grad() if sharded(self.model) else torch.inference_mode():
+            return self._generate(prompts, params)
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         t0 = time.perf_counter()
         version = weights_version(self.model)
         previous = self.store if self.reuse_prefixes and self.store.version == version else None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from searchrl.rollout.trajectory import Trajectory
 
@@ -103,6 +104,10 @@ def collate_trajectories(trajs: Sequence[Trajectory], pad_id: int = 0) -> Batch:
     )
 
 
+#: response positions whose logits are alive at once in a scoring pass (see TokenScorer.forward)
+HEAD_CHUNK = 4096
+
+
 class TokenScorer(nn.Module):
     """Runs a causal LM and computes vocabulary logits only at the positions asked for.
 
@@ -117,13 +122,32 @@ class TokenScorer(nn.Module):
     of a single-turn step's arithmetic.
     """
 
-    def __init__(self, lm: nn.Module, share_prompts: bool = True) -> None:
+    def __init__(self, lm: nn.Module, share_prompts: bool = True, head_chunk: int = HEAD_CHUNK) -> None:
         super().__init__()
         self.lm = lm
         self.share_prompts = share_prompts
+        self.head_chunk = head_chunk
 
-    def forward(self, batch: Batch, select_BT: Tensor) -> Tensor:
-        return self.lm.get_output_embeddings()(self.hidden(batch)[select_BT.bool()])  # (N, V), N = selected
+    def forward(
+        self, batch: Batch, select_BT: Tensor, targets_N: Tensor | None = None, entropy: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """The logits at the selected positions, (N, V); with ``targets_N``, their log-probs and (with ``entropy``)
+        entropies instead, (N,) each, the head run ``head_chunk`` positions at a time: with gradients, each chunk's
+        (chunk, V) logits are recomputed in the backward pass rather than kept (a 152k vocabulary's fp32 logits are
+        0.6 MB a position)."""
+        head = self.lm.get_output_embeddings()
+        h_NC = self.hidden(batch)[select_BT.bool()]  # (N, C), N = selected
+        if targets_N is None:
+            return head(h_NC)
+        if len(h_NC) <= self.head_chunk:
+            return _head_scores(head, h_NC, targets_N, entropy)
+        parts = []
+        for h, t in zip(h_NC.split(self.head_chunk), targets_N.split(self.head_chunk), strict=True):
+            if torch.is_grad_enabled() and h.requires_grad:
+                parts.append(checkpoint(_head_scores, head, h, t, entropy, use_reentrant=False))
+            else:
+                parts.append(_head_scores(head, h, t, entropy))
+        return torch.cat([lp for lp, _ in parts]), torch.cat([e for _, e in parts])
 
     def hidden(self, batch: Batch) -> Tensor:
         """The last hidden state that predicts each response token: (B, T, H)."""
@@ -202,17 +226,24 @@ def _shared_forward(body: nn.Module, batch: Batch, prompts: list[list[int]], inv
     return torch.cat([h_URH[inv_B, -1:, :], h_BTH[:, :-1, :]], dim=1)  # (B, T, H)
 
 
+def _head_scores(head: nn.Module, h_NC: Tensor, targets_N: Tensor, entropy: bool) -> tuple[Tensor, Tensor]:
+    """Log-probs of ``targets_N`` under ``head(h_NC)`` in fp32, and the entropies (zeros unless ``entropy``)."""
+    logits_NV = head(h_NC).float()  # (N, V)
+    # cross_entropy: one fused log-softmax backward (half the time of logsumexp's on a 49k vocabulary)
+    logp_N = -torch.nn.functional.cross_entropy(logits_NV, targets_N, reduction="none")  # (N,)
+    if not entropy:
+        return logp_N, torch.zeros_like(logp_N)
+    p_NV = torch.softmax(logits_NV, dim=-1)  # (N, V)
+    return logp_N, torch.logsumexp(logits_NV, dim=-1) - (p_NV * logits_NV).sum(-1)
+
+
 def score_tokens(scorer: nn.Module, batch: Batch, select_BT: Tensor, entropy: bool = False) -> tuple[Tensor, Tensor]:
     """Log-probs of the response tokens (and per-token entropy) at selected positions, 0 elsewhere: (B, T) each."""
-    logits_NV = scorer(batch, select_BT).float()  # (N, V)
     sel = select_BT.bool()
-    # cross_entropy: one fused log-softmax backward (half the time of logsumexp's on a 49k vocabulary)
-    logp_N = -torch.nn.functional.cross_entropy(logits_NV, batch.response_ids[sel], reduction="none")  # (N,)
+    logp_N, ent_N = scorer(batch, select_BT, batch.response_ids[sel], entropy)  # (N,) each
     logp_BT = torch.zeros(select_BT.shape, dtype=logp_N.dtype, device=logp_N.device).masked_scatter(sel, logp_N)
     ent_BT = torch.zeros_like(logp_BT)
     if entropy:
-        p_NV = torch.softmax(logits_NV, dim=-1)  # (N, V)
-        ent_N = torch.logsumexp(logits_NV, dim=-1) - (p_NV * logits_NV).sum(-1)  # (N,)
         ent_BT = ent_BT.masked_scatter(sel, ent_N)
     return logp_BT, ent_BT
 

@@ -36,7 +36,7 @@ from torch import nn
 from searchrl import device as placement
 from searchrl.config import ConfigError, RunConfig, dump_config
 from searchrl.data.records import QAExample
-from searchrl.generation import make_generator
+from searchrl.generation import rollout_generator
 from searchrl.generation.base import Generator
 from searchrl.protocols.base import Protocol
 from searchrl.rewards.correctness import Correctness
@@ -123,7 +123,8 @@ class Trainer:
         self._aux_on = aux_nll_hook is not None and self.mem_coef > 0
         self.estimator = get_estimator(self.alg.name)
         self.kl_ctrl = make_kl_controller(self.alg)
-        self.micro = micro_batch_size or self.tcfg.micro_batch_size
+        rows, tokens = placement.micro_batch_defaults(self.acc.device)
+        self.micro = micro_batch_size or self.tcfg.micro_batch_size or rows
         tune_allocator()
         self.out_dir = Path(self.tcfg.output_dir)
         self.state = TrainState()
@@ -155,10 +156,10 @@ class Trainer:
         # _sync_generator refreshes before each rollout that follows an optimizer step.
         if generator is None and cfg.rollout.backend == "vllm":
             raise ValueError("rollout.backend=vllm: pass the engine as generator= (searchrl train builds it for you)")
-        self.generator = generator or make_generator(cfg.rollout.backend, self.policy, tokenizer)
+        self.generator = generator or rollout_generator(cfg.rollout, self.policy, tokenizer, self.acc.device)
         self._weights_version = 0  # optimizer steps (and checkpoint loads) applied to the policy
         self._generator_version = 0  # the policy version the generator's weights hold
-        self.passes = Passes(self.acc, self.micro, self.tcfg.micro_batch_tokens)
+        self.passes = Passes(self.acc, self.micro, self.tcfg.micro_batch_tokens or tokens)
         limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
         self.engine = RolloutEngine(self.generator, retriever, protocol, limits, cfg.model.prompt_style)
         self._writer = MetricsWriter(self.out_dir, self.tcfg.tensorboard, self.tcfg.wandb, cfg.name, cfg.model_dump())
@@ -214,14 +215,15 @@ class Trainer:
         per_round: list[dict[str, float]] = []
         gen_stats: Counter[str] = Counter()
         for rnd in range(self.alg.max_sampling_rounds):
-            new = self.engine.run(
-                self._next_prompts(),
-                group_size=self.cfg.rollout.group_size,
-                temperature=self.cfg.rollout.temperature,
-                top_p=self.cfg.rollout.top_p,
-                seed=self.tcfg.seed * 7919 + step * 101 + self.acc.process_index + rnd * 1_000_033,
-                group_prefix=f"s{step}/" if rnd == 0 else f"s{step}r{rnd}/",
-            )
+            with placement.unsharded(self.model):
+                new = self.engine.run(
+                    self._next_prompts(),
+                    group_size=self.cfg.rollout.group_size,
+                    temperature=self.cfg.rollout.temperature,
+                    top_p=self.cfg.rollout.top_p,
+                    seed=self.tcfg.seed * 7919 + step * 101 + self.acc.process_index + rnd * 1_000_033,
+                    group_prefix=f"s{step}/" if rnd == 0 else f"s{step}r{rnd}/",
+                )
             gen_stats.update(self.engine.stats)
             new_scores, m = self.reward_fn(new)
             trajs, scores = trajs + new, scores + list(new_scores)
@@ -405,7 +407,8 @@ class Trainer:
         if not self.eval_examples or not self.acc.is_main_process:
             return {}
         t0, step = time.perf_counter(), self.state.step
-        trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
+        with placement.unsharded(self.model):
+            trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
         summary = summarize(trajs, self.protocol, self.tokenizer, self.correctness)
         rows = scored_records(trajs, source=f"eval/step_{step}", correctness=self.correctness, step=step)
         write_jsonl(self.out_dir / "evals" / f"step_{step}.jsonl", rows)
