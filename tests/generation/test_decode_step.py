@@ -168,3 +168,23 @@ def test_inverse_cdf_samples_the_distribution() -> None:
     picks = _inverse_cdf(probs.expand(20000, -1).contiguous(), u)
     freq = torch.bincount(picks, minlength=305)[:5].float() / 20000
     torch.testing.assert_close(freq, probs[0, :5], atol=0.015, rtol=0)
+
+
+def test_fixed_buffers_of_the_graph_path_decode_as_the_growing_cache() -> None:
+    """The CUDA-graph path's fixed buffers (run eagerly here) give the growing cache's tokens and log-probs, through
+    rows finishing on a stop string (the batch shrinks), uneven groups and a second call reusing the first's caches."""
+    tok, model = ByteTokenizer(), tiny_model()
+    prompts = [tok.encode(t) for t in ["Q: 2+2?\nA:", "hi", "a longer prompt here"]] * 2 + [tok.encode("hi")]
+    stops = tuple("abcdefghijklmnopqrstuvwxyz")  # ~1 in 10 random bytes: rows stop at different steps
+    sp = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5, stop=stops)
+    static, growing = HFGenerator(model, tok, graphs="static"), HFGenerator(model, tok, graphs="off")
+    for call in range(2):
+        a, b = static.generate(prompts, sp), growing.generate(prompts, sp)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b], call
+        assert len({len(c.token_ids) for c in a}) > 1  # rows stopped at different steps
+        for x, y in zip(a, b, strict=True):
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-4
+        prompts = [p + c.token_ids for p, c in zip(prompts, a, strict=True)]  # the next turn extends each context
+    assert static.stats["reused_tokens"] == growing.stats["reused_tokens"] > 0
+    with pytest.raises(ValueError, match="graphs"):
+        HFGenerator(model, tok, graphs="yes")

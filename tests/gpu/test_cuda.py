@@ -70,6 +70,8 @@ def test_decode_logprobs_match_a_forward(tokenizer_dir: str, device: str, shape:
     prompts = _prompts(tok)
     comps = gen.generate(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, seed=3))
     assert all(c.token_ids for c in comps)
+    if device == "cuda":  # the decode steps were replayed from a CUDA graph, not run eagerly after a failed capture
+        assert gen.stats["graph_captures"] >= 1
     batch = collate(prompts, [c.token_ids for c in comps], [[1] * len(c.token_ids) for c in comps], pad_id=0)
     batch = batch.to(place.device)
     with torch.no_grad(), placement.autocast(place.device):

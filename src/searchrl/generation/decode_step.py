@@ -167,7 +167,10 @@ def _attend(q_BKGD: Tensor, cache: SharedPrefixCache, i: int, keys_BKSD: Tensor,
     q_UKmD = q_UMKGD.permute(0, 2, 1, 3, 4).reshape(U, K, M * G, D)  # m = (row slot, query head in the group)
     s_UMKGP = torch.matmul(q_UKmD, keys_UKPD.transpose(-1, -2)).view(U, K, M, G, P).permute(0, 2, 1, 3, 4)
     s_BKGP = (s_UMKGP.reshape(B, K, G, P) if cache.even else s_UMKGP[own_B, slot_B]) + cache.prefix_bias_B11P
-    s_BKGS = torch.matmul(q_BKGD, keys_BKSD.transpose(-1, -2))  # decoded tokens: all real, no mask
+    s_BKGS = torch.matmul(q_BKGD, keys_BKSD.transpose(-1, -2))  # decoded tokens: all real, no mask...
+    suffix_bias = getattr(cache.suffix, "bias_111N", None)
+    if suffix_bias is not None:  # ...except in a fixed buffer (graph_decode.StaticSuffix): slots past the current one
+        s_BKGS = s_BKGS + suffix_bias
     p_BKGL = torch.softmax(torch.cat([s_BKGP, s_BKGS], dim=-1), dim=-1)
     p_BKGP, p_BKGS = p_BKGL.split([P, p_BKGL.shape[-1] - P], dim=-1)
     if cache.even:

@@ -11,6 +11,8 @@ each under the raw logits (temperature 1, no top-p), i.e. log pi(token | context
 - decodes into a cache that grows in place (no per-step concatenation) and asks the model for last-position logits
   only; Llama-architecture models decode through :class:`~searchrl.generation.decode_step.DecodeStep` (the model's
   own modules without transformers' per-step mask and attention plumbing), others through ``model(...)``;
+- on CUDA, replays each decode step from a CUDA graph over fixed key/value buffers
+  (:mod:`~searchrl.generation.graph_decode`): one launch per token instead of some 40 per layer;
 - keeps only the sampled token's log-prob per step (never a ``(B, N, V)`` stack of logits);
 - detects stop strings incrementally from per-token text pieces, then checks each finished row's full text once,
   so a tokenizer whose pieces do not concatenate exactly still gets the exact rule;
@@ -29,6 +31,7 @@ from torch import Tensor
 from searchrl import device as placement
 from searchrl.generation.base import Completion, Generator, SamplingParams
 from searchrl.generation.decode_step import DecodeStep, sharded
+from searchrl.generation.graph_decode import GraphRows
 from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, weights_version
 
 
@@ -167,8 +170,14 @@ class HFGenerator(Generator):
         reuse_prefixes: bool = True,
         store_bytes: int = 2 << 30,
         fast_step: bool = True,
+        graphs: str = "auto",
     ) -> None:
+        """``graphs``: "auto" (on CUDA, each decode step replayed from a CUDA graph over fixed buffers,
+        :mod:`~searchrl.generation.graph_decode`), "static" (those buffers without capture, on any device), "off"."""
+        if graphs not in ("auto", "static", "off"):
+            raise ValueError(f"graphs={graphs!r}: use auto, static or off")
         self.model = model
+        self.graphs = graphs
         self.step = DecodeStep.build(model) if fast_step else None
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -274,7 +283,11 @@ class HFGenerator(Generator):
         logits_BV = logits_UV.index_select(0, sel).float()
         pos_B = pos_US[:, -1].to(device).index_select(0, sel)
         if self.step is not None:  # rows share their context's keys/values
-            rows = _SharedRows(self.step, SharedPrefixCache(cache, mask_UL.to(device), sel))
+            shared = SharedPrefixCache(cache, mask_UL.to(device), sel)
+            if self.graphs == "static" or (self.graphs == "auto" and device.type == "cuda"):
+                rows = GraphRows(self.step, shared, params.max_new_tokens, capture=self.graphs == "auto")
+            else:
+                rows = _SharedRows(self.step, shared)
         else:
             if len(owner) != U:
                 cache.batch_select_indices(sel)
@@ -318,6 +331,7 @@ class HFGenerator(Generator):
             pos_B = pos_B + 1
             logits_BV = rows.step(next_B, pos_B)
         self._keep(rows, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
+        self.stats["graph_captures"] += getattr(rows, "captures", 0)
         for row in range(B):
             out[slot_of[row]] = _finish(self.tokenizer, toks[row], lps[row], self.eos_ids, stops, 0.0, stopped[row])
 
