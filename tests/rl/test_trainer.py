@@ -51,7 +51,7 @@ def _mean(xs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["grpo", "reinforce_pp", "rloo", "ppo"])
+@pytest.mark.parametrize("algo", ["grpo", "reinforce_pp", "rloo", "ppo", "dr_grpo", "gspo"])
 def test_rl_raises_reward(tmp_path: Path, algo: str) -> None:
     learn = make_trainer(tmp_path / "learn", lr=3e-3, algo=algo, steps=25).train()
     r_learn = [m["reward/total"] for m in learn]

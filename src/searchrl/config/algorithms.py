@@ -21,6 +21,10 @@ class Algorithm:
     critic: bool = False
     #: ``algorithm.reinforce_estimator`` values that give this (otherwise ungrouped) algorithm a group baseline.
     group_baseline_estimators: tuple[str, ...] = ()
+    #: the policy loss: "clip" (PPO's per-token clipped surrogate) or "gspo" (one clipped ratio per sequence).
+    policy_loss: str = "clip"
+    #: the loss aggregation the method defines (None: ``algorithm.loss_agg``).
+    loss_agg: str | None = None
 
     def has_group_baseline(self, reinforce_estimator: str) -> bool:
         """Whether the advantage is relative to the group (what ``algorithm.drop_uniform_groups`` needs)."""
@@ -41,6 +45,11 @@ declare(Algorithm("ppo", critic=True))
 declare(Algorithm("grpo", grouped=True))
 declare(Algorithm("reinforce_pp", group_baseline_estimators=("reinforce_baseline", "group_norm")))
 declare(Algorithm("rloo", grouped=True))
+#: Dr. GRPO (Liu et al., 2025): GRPO's advantage without the std division, each sequence's summed loss over a
+#: constant length (``algorithm.loss_norm_tokens``) instead of its own
+declare(Algorithm("dr_grpo", grouped=True, loss_agg="seq_mean_token_sum_norm"))
+#: GSPO (Zheng et al., 2025): GRPO's advantage, one length-normalised importance ratio per sequence, clipped whole
+declare(Algorithm("gspo", grouped=True, policy_loss="gspo"))
 
 
 def algorithm(name: str) -> Algorithm:

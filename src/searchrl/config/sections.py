@@ -191,7 +191,17 @@ class AlgorithmConfig(Section):
     value_coef: float = 0.5
     entropy_coef: float = 0.0
     norm_adv_by_std: bool = True
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    #: how per-token losses become one (searchrl.rl.masked.aggregate_loss); dr_grpo always uses
+    #: seq_mean_token_sum_norm.
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"] = (
+        "token_mean"
+    )
+    #: the constant length of seq_mean_token_sum_norm (Dr. GRPO's "a constant instead of |o_i|"); under Adam it
+    #: scales the gradient only as gradient clipping sees it.
+    loss_norm_tokens: int = Field(default=1024, ge=1)
+    #: GSPO's clip range around 1 of the per-sequence ratio: 1 - low, 1 + high (the paper's 3e-4 and 4e-4).
+    gspo_clip_low: float = Field(default=3e-4, gt=0)
+    gspo_clip_high: float = Field(default=4e-4, gt=0)
     #: REINFORCE++ only (OpenRLHF's advantage_estimator): "reinforce" = plain (R1-Searcher++ Eq. 1), returns whitened;
     #: "reinforce_baseline" = score minus group mean first (R1-Searcher's code); "group_norm" = (score - group mean) /
     #: (group std + 1e-9), returns not whitened (R1-Searcher's stage-1 code).

@@ -116,6 +116,23 @@ def grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, *
     return adv_BT, None, metrics
 
 
+@register("dr_grpo")
+def dr_grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
+    """Dr. GRPO: ``r - group mean``, never divided by the group's std (its difficulty bias); the loss aggregation
+    (``seq_mean_token_sum_norm``) is the algorithm's, see ``searchrl.config.algorithms``."""
+    adv_BT, metrics = A.grpo_advantages(_kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT, False)
+    return adv_BT, None, metrics
+
+
+@register("gspo")
+def gspo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
+    """GSPO: GRPO's group-normalised advantage; its own policy loss (``searchrl.rl.losses.gspo_loss``)."""
+    adv_BT, metrics = A.grpo_advantages(
+        _kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT, cfg.norm_adv_by_std
+    )
+    return adv_BT, None, metrics
+
+
 @register("rloo")
 def rloo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
     """RLOO: the score less the mean of the group's other scores; KL in the loss (or the reward)."""

@@ -66,6 +66,7 @@ def policy_loss(
     agg: LossAgg = "token_mean",
     global_tokens: float | None = None,
     global_seqs: float | None = None,
+    norm_tokens: float | None = None,
 ) -> tuple[Tensor, Metrics]:
     """PPO clipped surrogate (Schulman et al., 2017), to minimise: per token
     ``max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps))`` with ``rho = exp(logp - old_logp)``.
@@ -95,7 +96,7 @@ def policy_loss(
         bound_BT = -adv_BT * dual_clip  # (B, T)
         dual_active_BT = (adv_BT < 0) & (bound_BT < loss_BT) & m  # (B, T)
         loss_BT = torch.where(adv_BT < 0, torch.minimum(loss_BT, bound_BT), loss_BT)  # (B, T)
-    loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs)  # ()
+    loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs, norm_tokens)  # ()
     with torch.no_grad():
         ratio_d = ratio_BT.detach()
         big = torch.finfo(ratio_d.dtype).max
@@ -110,6 +111,53 @@ def policy_loss(
     return loss, metrics
 
 
+def gspo_loss(
+    logp_BT: Tensor,
+    old_logp_BT: Tensor,
+    advantages_BT: Tensor,
+    mask_BT: Tensor,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    global_seqs: float | None = None,
+) -> tuple[Tensor, Metrics]:
+    """GSPO (Zheng et al., 2025), to minimise: one importance ratio per sequence, the geometric mean of its tokens'
+    ``s_i = exp(mean_t (logp - old_logp))`` over its counted positions, clipped as a whole:
+    ``sum_i max(-A_i * s_i, -A_i * clip(s_i, 1 - clip_low, 1 + clip_high)) / N_seq``, with ``A_i`` the sequence's
+    advantage (its counted positions' mean: GRPO's is constant along a sequence). The paper's clip range is
+    3e-4 / 4e-4: a length-normalised ratio moves far less than a token's. ``global_seqs``: the whole step's counted
+    sequences (all micro-batches and processes), as :func:`aggregate_loss`. Metrics as :func:`policy_loss`'s, per
+    sequence."""
+    _check_same_shape(logp=logp_BT, old_logp=old_logp_BT, advantages=advantages_BT)
+    if clip_low <= 0 or clip_high <= 0:
+        raise ValueError(f"GSPO clip ranges must be > 0, got {clip_low}, {clip_high}")
+    m = _bool_mask(mask_BT, logp_BT)  # (B, T)
+    zeros_BT = torch.zeros_like(logp_BT)
+    n_B = m.sum(-1).clamp(min=1).to(logp_BT.dtype)  # (B,)
+    log_ratio_B = torch.where(m, logp_BT - old_logp_BT.detach(), zeros_BT).sum(-1) / n_B  # (B,)
+    ratio_B = torch.exp(log_ratio_B.clamp(-_PPO_LOG_RATIO_CLAMP, _PPO_LOG_RATIO_CLAMP))  # (B,)
+    adv_B = torch.where(m, advantages_BT.detach().to(logp_BT.dtype), zeros_BT).sum(-1) / n_B  # (B,)
+    unclipped_B = -adv_B * ratio_B  # (B,)
+    clipped_B = -adv_B * ratio_B.clamp(1.0 - clip_low, 1.0 + clip_high)  # (B,)
+    counted_B = m.any(-1)  # (B,)
+    loss_B = torch.where(counted_B, torch.maximum(unclipped_B, clipped_B), torch.zeros_like(unclipped_B))  # (B,)
+    n_seq = global_seqs if global_seqs is not None else counted_B.sum().clamp(min=1).to(logp_BT.dtype)
+    if global_seqs is not None and global_seqs <= 0:
+        raise ValueError(f"global_seqs must be > 0, got {global_seqs}")
+    loss = loss_B.sum() / n_seq  # ()
+    with torch.no_grad():
+        r = ratio_B.detach()[counted_B]
+        frac = (clipped_B > unclipped_B)[counted_B].to(r.dtype)
+        metrics = {
+            "policy/clip_frac": frac.mean().item() if len(r) else 0.0,
+            "policy/dual_clip_frac": 0.0,
+            "policy/approx_kl": ((r - 1) - torch.log(r)).mean().item() if len(r) else 0.0,
+            "policy/ratio_mean": r.mean().item() if len(r) else 1.0,
+            "policy/ratio_min": r.min().item() if len(r) else 1.0,
+            "policy/ratio_max": r.max().item() if len(r) else 1.0,
+        }
+    return loss, metrics
+
+
 def value_loss(
     values_BT: Tensor,
     old_values_BT: Tensor,
@@ -119,6 +167,7 @@ def value_loss(
     agg: LossAgg = "token_mean",
     global_tokens: float | None = None,
     global_seqs: float | None = None,
+    norm_tokens: float | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Clipped value loss (PPO2 / verl): per token ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``,
     or ``0.5 * (V - R)^2`` when ``clip`` is None; aggregated with :func:`aggregate_loss`. Returns and old values are
@@ -140,7 +189,7 @@ def value_loss(
         clipped_BT = (v_clipped_BT - ret_BT) ** 2  # (B, T)
         loss_BT = 0.5 * torch.maximum(unclipped_BT, clipped_BT)  # (B, T)
         clip_frac = masked_mean((clipped_BT > unclipped_BT).to(values_BT.dtype), m).item()
-    loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs)  # ()
+    loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs, norm_tokens)  # ()
     metrics = {
         "value/clip_frac": clip_frac,
         "value/value_mean": masked_mean(v_BT.detach(), m).item(),

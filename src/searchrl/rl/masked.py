@@ -11,7 +11,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"]
 Metrics = dict[str, float]
 #: Group ids: any hashables (prompt uids, tuples of (dataset, index), ...) or a 1-D integer tensor. Must be unique
 #: per prompt across the whole batch: Search-R1's code once merged datasets whose indices restarted at 0.
@@ -75,6 +75,7 @@ def aggregate_loss(
     mode: LossAgg = "token_mean",
     global_tokens: float | None = None,
     global_seqs: float | None = None,
+    norm_tokens: float | None = None,
 ) -> Tensor:
     """Reduce a per-token loss to a scalar. This is the only place in SearchRL where a loss is aggregated.
 
@@ -85,6 +86,9 @@ def aggregate_loss(
     - ``seq_mean_token_mean``: ``sum_b (sum_t m L / sum_t m) / N_seq`` — each sequence's masked mean, then the mean
       over sequences (Search-R1's Eqs. 1 and 2 as written; R1-Searcher++'s J_Mask).
     - ``seq_mean_token_sum``: ``sum_b (sum_t m L) / N_seq`` — each sequence's masked sum, then the mean.
+    - ``seq_mean_token_sum_norm``: ``sum_b (sum_t m L) / (N_seq * norm_tokens)`` — the same over a constant length
+      instead of each sequence's own (Dr. GRPO, Liu et al., 2025: no length bias toward short correct or long wrong
+      answers); ``norm_tokens`` is required.
 
     ``N_tok`` / ``N_seq`` default to the counted tokens / counted sequences (rows with >= 1 counted token) of *this*
     tensor. When one optimiser step is split into micro-batches (gradient accumulation) or across processes, pass
@@ -109,6 +113,10 @@ def aggregate_loss(
     per_seq_B = masked_BT.sum(-1)  # (B,)
     if mode == "seq_mean_token_mean":
         per_seq_B = per_seq_B / m.sum(-1).clamp(min=1).to(loss_BT.dtype)  # (B,)
+    elif mode == "seq_mean_token_sum_norm":
+        if not norm_tokens or norm_tokens <= 0:
+            raise ValueError(f"seq_mean_token_sum_norm needs norm_tokens > 0, got {norm_tokens}")
+        per_seq_B = per_seq_B / norm_tokens  # (B,)
     elif mode != "seq_mean_token_sum":
         raise ValueError(f"unknown loss aggregation {mode!r}; use one of {get_args(LossAgg)}")
     if global_seqs is not None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from searchrl.config import AlgorithmConfig
+from searchrl.config import ALGORITHMS, AlgorithmConfig
 from searchrl.rl import algorithms as A
 from searchrl.rl.batch import Batch, score_tokens
 
@@ -53,15 +53,19 @@ def policy_micro_loss(
     T = mb.response_ids.shape[1]
     mm = st.mask_BT[idx, :T]  # (b, T)
     logp_BT, ent_BT = score_tokens(scorer, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
-    agg = dict(agg=alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
-    loss, pm = A.policy_loss(
-        logp_BT, st.old_logp_BT[idx, :T], st.adv_BT[idx, :T], mm, alg.clip_eps, alg.dual_clip, **agg
-    )
+    method = ALGORITHMS[alg.name]
+    agg = dict(agg=method.loss_agg or alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
+    agg["norm_tokens"] = alg.loss_norm_tokens
+    old_BT, adv_BT = st.old_logp_BT[idx, :T], st.adv_BT[idx, :T]
+    if method.policy_loss == "gspo":
+        loss, pm = A.gspo_loss(logp_BT, old_BT, adv_BT, mm, alg.gspo_clip_low, alg.gspo_clip_high, g_seq)
+    else:
+        loss, pm = A.policy_loss(logp_BT, old_BT, adv_BT, mm, alg.clip_eps, alg.dual_clip, **agg)
     if st.ref_logp_BT is not None:
         kl_cur_BT, _ = A.kl_penalty(logp_BT, st.ref_logp_BT[idx, :T], mm, alg.kl_estimator)
-        loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, alg.loss_agg, g_tok, g_seq)
+        loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, **agg)
     if alg.entropy_coef:
-        loss = loss - alg.entropy_coef * A.aggregate_loss(ent_BT, mm, alg.loss_agg, g_tok, g_seq)
+        loss = loss - alg.entropy_coef * A.aggregate_loss(ent_BT, mm, **agg)
         pm["entropy/mean"] = float(A.masked_mean(ent_BT.detach(), mm))
     return loss, pm
 
@@ -83,4 +87,5 @@ def value_micro_loss(
         agg=alg.loss_agg,
         global_tokens=c_tok,
         global_seqs=c_seq,
+        norm_tokens=alg.loss_norm_tokens,
     )
