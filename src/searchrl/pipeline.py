@@ -116,11 +116,21 @@ def with_retriever(cfg: RunConfig, index: str | Path | None = None, urls: Sequen
     return cfg.model_copy(update={"retrieval": r})
 
 
-def make_retriever_for(cfg: RunConfig, corpus: str | Path | None = None) -> Retriever:
+def make_retriever_for(cfg: RunConfig, corpus: str | Path | None = None, *, simulate: bool = False) -> Retriever:
     """The configured retriever (see the module's rule). ``corpus``, when given, is checked against the index's
-    fingerprint and builds a missing index; a missing index is otherwise built from the data corpus."""
+    fingerprint and builds a missing index; a missing index is otherwise built from the data corpus.
+
+    ``retrieval.kind: simulated`` gives the simulated engine only with ``simulate`` (training rollouts); every other
+    caller (evaluation, data stages, ``ask``) gets a real index of kind ``retrieval.simulated.eval_kind``."""
     from searchrl.retrieval import make_retriever
 
+    if cfg.retrieval.kind == "simulated":
+        if simulate:
+            from searchrl.retrieval.simulated import make_simulated
+
+            return make_simulated(cfg.retrieval.simulated, cfg.model.prompt_style)
+        real = cfg.retrieval.model_copy(update={"kind": cfg.retrieval.simulated.eval_kind})
+        cfg = cfg.model_copy(update={"retrieval": real})
     r = cfg.retrieval
     if r.kind in REMOTE_KINDS:
         return make_retriever(r)

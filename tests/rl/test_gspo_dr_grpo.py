@@ -77,3 +77,23 @@ def test_dr_grpo_centres_without_dividing_by_the_std() -> None:
     torch.testing.assert_close(gspo_adv, grpo_adv)  # GSPO keeps GRPO's advantage; its loss differs
     assert get_estimator("dr_grpo").algorithm.loss_agg == "seq_mean_token_sum_norm"
     assert get_estimator("gspo").algorithm.policy_loss == "gspo"
+
+
+@pytest.mark.parametrize("algo", ["dr_grpo", "gspo"])
+def test_a_training_step_with_the_kl_term_in_the_loss(tmp_path, algo: str) -> None:
+    """The KL and entropy terms aggregate like the algorithm's policy loss (Dr. GRPO: over a constant length)."""
+    from searchrl.data.records import QAExample
+    from searchrl.rl.trainer import Trainer
+    from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
+
+    overrides = [f"algorithm.name={algo}", "algorithm.kl_coef=0.05", "algorithm.entropy_coef=0.01"]
+    overrides += ["training.steps=1", "training.prompts_per_step=2", f"training.output_dir={tmp_path}"]
+    overrides += ["training.save_at_end=false", "training.tensorboard=false", "rollout.group_size=2"]
+    overrides += ["rollout.max_new_tokens=4", "rollout.max_turns=1", "rollout.force_answer=false"]
+    cfg = load_config(None, overrides)
+    questions = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(2)]
+    trainer = Trainer(
+        cfg, tiny_model(), tokenizer(), LettersProtocol(), None, questions, reward_fn=letter_fraction_reward
+    )
+    (m,) = trainer.train()
+    assert math.isfinite(m["loss/policy_total"]) and m["kl/mean"] >= 0.0

@@ -108,8 +108,32 @@ class WebConfig(Section):
     summary_max_page_tokens: int = Field(default=3000, ge=1)
 
 
+class SimulatedConfig(Section):
+    """Simulated search (``retrieval.kind: simulated``): a language model writes each query's documents, as ZeroSearch
+    (Sun et al., 2025) trains a policy with no search engine. Only training rollouts use it; evaluation, data stages
+    and ``searchrl ask`` search a real index of ``data.corpus`` (``eval_kind``). Not one of the five papers' methods;
+    every default is ours [O].
+    """
+
+    #: the writer model (alias, local dir, HF id; with ``url``, its tokenizer).
+    model: str = "smollm2-135m-instruct"
+    #: OpenAI-compatible endpoint serving the writer (e.g. http://127.0.0.1:8001/v1); null = run it locally.
+    url: str | None = None
+    served_model: str | None = None
+    max_new_tokens: int = Field(default=96, ge=1)
+    temperature: float = Field(default=0.7, ge=0.0)
+    #: share of deliberately unhelpful documents at the first and the last training step; in between ZeroSearch's
+    #: curriculum, p = start + (base^(i/m) - 1) / (base - 1) * (end - start) at step i of m.
+    noise_start: float = Field(default=0.0, ge=0.0, le=1.0)
+    noise_end: float = Field(default=0.5, ge=0.0, le=1.0)
+    noise_base: float = Field(default=10.0, gt=1.0)
+    #: the real index kind that evaluation and the other stages search instead.
+    eval_kind: Literal["bm25", "dense", "hybrid"] = "bm25"
+    seed: int = 0
+
+
 class RetrievalConfig(Section):
-    kind: Literal["bm25", "dense", "hybrid", "remote", "web"] = "bm25"
+    kind: Literal["bm25", "dense", "hybrid", "remote", "web", "simulated"] = "bm25"
     #: index directory for local kinds; built on demand when missing.
     index: str | None = None
     #: one or more endpoints for ``kind: remote``.
@@ -122,6 +146,8 @@ class RetrievalConfig(Section):
     timeout_s: float = 10.0
     #: ``kind: web`` only: the search API, page fetching and the summariser.
     web: WebConfig = WebConfig()
+    #: ``kind: simulated`` only: the writer model and its noise curriculum.
+    simulated: SimulatedConfig = SimulatedConfig()
 
 
 class RolloutConfig(Section):

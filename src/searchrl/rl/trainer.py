@@ -237,8 +237,7 @@ class Trainer:
         return trajs, scores, reward_metrics, dict(gen_stats)
 
     def train_step(self) -> dict[str, float]:
-        """One RL step: experience (rollouts and rewards), advantages (old and reference log-probs, the critic's
-        values, the estimator), optimise (epochs of mini-batch updates), then the step's metrics."""
+        """One RL step: experience (rollouts, rewards), advantages, optimise (mini-batch updates), then metrics."""
         # the step's algorithm settings carry the KL controller's current coefficient (fixed: algorithm.kl_coef)
         self.alg = self.cfg.algorithm.model_copy(update={"kl_coef": self.kl_ctrl.value})
         step, clock = self.state.step, {"start": time.perf_counter()}
@@ -254,9 +253,10 @@ class Trainer:
         return metrics
 
     def _experience(self, step: int) -> Experience:
-        """The step's scored rollouts, the generator's work over them, and the memorization hook's sequences (asked
-        once per step; their NLL joins every optimizer step)."""
+        """The step's scored rollouts, the generator's counted work, the memorization hook's sequences (once a step)"""
         self._sync_generator()
+        if hasattr(self.engine.retriever, "set_progress"):  # a simulated engine's noise curriculum
+            self.engine.retriever.set_progress(step / max(self.tcfg.steps - 1, 1))
         before = self.generator.counters()
         trajs, scores, reward_metrics, engine_stats = self._sample(step)
         gen_counts = Counter(self.generator.counters())

@@ -54,18 +54,18 @@ def policy_micro_loss(
     mm = st.mask_BT[idx, :T]  # (b, T)
     logp_BT, ent_BT = score_tokens(scorer, mb, mm, entropy=alg.entropy_coef != 0)  # (b, T) each
     method = ALGORITHMS[alg.name]
-    agg = dict(agg=method.loss_agg or alg.loss_agg, global_tokens=g_tok, global_seqs=g_seq)
-    agg["norm_tokens"] = alg.loss_norm_tokens
+    mode = method.loss_agg or alg.loss_agg
+    norms = dict(global_tokens=g_tok, global_seqs=g_seq, norm_tokens=alg.loss_norm_tokens)
     old_BT, adv_BT = st.old_logp_BT[idx, :T], st.adv_BT[idx, :T]
     if method.policy_loss == "gspo":
         loss, pm = A.gspo_loss(logp_BT, old_BT, adv_BT, mm, alg.gspo_clip_low, alg.gspo_clip_high, g_seq)
     else:
-        loss, pm = A.policy_loss(logp_BT, old_BT, adv_BT, mm, alg.clip_eps, alg.dual_clip, **agg)
+        loss, pm = A.policy_loss(logp_BT, old_BT, adv_BT, mm, alg.clip_eps, alg.dual_clip, agg=mode, **norms)
     if st.ref_logp_BT is not None:
         kl_cur_BT, _ = A.kl_penalty(logp_BT, st.ref_logp_BT[idx, :T], mm, alg.kl_estimator)
-        loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, **agg)
+        loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, mode, **norms)
     if alg.entropy_coef:
-        loss = loss - alg.entropy_coef * A.aggregate_loss(ent_BT, mm, **agg)
+        loss = loss - alg.entropy_coef * A.aggregate_loss(ent_BT, mm, mode, **norms)
         pm["entropy/mean"] = float(A.masked_mean(ent_BT.detach(), mm))
     return loss, pm
 

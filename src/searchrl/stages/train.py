@@ -98,7 +98,7 @@ def build_trainer(cfg: RunConfig):
         model,
         tok,
         protocol,
-        make_retriever_for(cfg),
+        make_retriever_for(cfg, simulate=True),
         examples,
         reward_fn=reward_fn,
         aux_nll_hook=memorizer,
