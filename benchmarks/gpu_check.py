@@ -17,6 +17,8 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from searchrl.utils import write_portable
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -170,8 +172,8 @@ def main() -> None:
         "peer_trl": peer,
         "rollout": rollout,
     }
-    (run / "gpu_check.json").write_text(json.dumps(res, indent=1))
-    (run / "gpu_check.md").write_text(markdown(res))
+    write_portable(run / "gpu_check.json", json.dumps(res, indent=1))  # no machine paths in shared results
+    write_portable(run / "gpu_check.md", markdown(res))
     if args.results:
         for name in ("gpu_check.json", "gpu_check.md"):
             shutil.copy(run / name, RESULTS / name)
