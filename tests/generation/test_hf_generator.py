@@ -157,7 +157,7 @@ def test_distinct_prompts_prefill_their_common_opening_once() -> None:
 
 
 def test_the_rollout_generator_takes_its_batch_from_the_config_or_the_device() -> None:
-    """``rollout.max_batch_size`` when set; else 64 rows on the CPU and 256 on a GPU (with the GPU's micro-batches)."""
+    """``rollout.max_batch_size`` when set, else 64 rows on the CPU and 256 on a GPU; ``rollout.cuda_graphs``."""
     from searchrl import device as placement
     from searchrl.config import load_config
     from searchrl.generation import rollout_generator
@@ -168,6 +168,9 @@ def test_the_rollout_generator_takes_its_batch_from_the_config_or_the_device() -
     assert unset.max_batch_size == 64
     cfg = load_config(None, ["rollout.max_batch_size=8", "rollout.backend=hf_generate"])
     assert rollout_generator(cfg.rollout, model, tok, torch.device("cpu")).max_batch_size == 8
+    assert unset.graphs == "auto"
+    no_graphs = load_config(None, ["rollout.cuda_graphs=false"]).rollout
+    assert rollout_generator(no_graphs, model, tok, torch.device("cpu")).graphs == "off"
     assert placement.decode_batch_default(torch.device("cuda")) == 256
     assert placement.micro_batch_defaults(torch.device("cuda")) == (64, 8192)
     assert placement.micro_batch_defaults(torch.device("cpu")) == (16, 2048)

@@ -158,6 +158,8 @@ class RolloutConfig(Section):
     #: rows the "hf" backends decode together at most (a step's rollouts beyond it decode in further passes); null:
     #: 64 on the CPU, 256 on a GPU (a Qwen2.5-3B row of 1,280 tokens keeps 46 MB of keys/values).
     max_batch_size: int | None = Field(default=None, ge=1)
+    #: "hf" backend on CUDA: replay each decode step from a CUDA graph (searchrl.generation.graph_decode).
+    cuda_graphs: bool = True
     #: rollouts per question: the GRPO/RLOO group (must be > 1: a group of one is its own baseline, advantage 0);
     #: PPO and REINFORCE++ work with any size (Search-R1's PPO uses 1).
     group_size: int = Field(default=4, ge=1)

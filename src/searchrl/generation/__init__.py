@@ -35,4 +35,7 @@ def rollout_generator(rollout, model, tokenizer, device) -> Generator:
     if rollout.backend not in ("hf", "hf_generate"):
         return make_generator(rollout.backend, model, tokenizer)
     rows = rollout.max_batch_size or placement.decode_batch_default(device)
-    return make_generator(rollout.backend, model, tokenizer, max_batch_size=rows)
+    if rollout.backend == "hf_generate":
+        return make_generator(rollout.backend, model, tokenizer, max_batch_size=rows)
+    graphs = "auto" if rollout.cuda_graphs else "off"
+    return make_generator(rollout.backend, model, tokenizer, max_batch_size=rows, graphs=graphs)
