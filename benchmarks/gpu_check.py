@@ -40,14 +40,19 @@ def junit(path: Path) -> dict:
     return out
 
 
-def recipes(run: Path, tests: dict[str, str]) -> dict:
-    """Per recipe: ``ok`` from its test's outcome, ``rl_steps`` / ``peak_gb`` / ``step_s`` from its record."""
-    records = {}
+def records(run: Path) -> dict[str, dict]:
+    """The per-recipe records the cuda tests appended to ``recipes.jsonl`` (the last per recipe)."""
+    out = {}
     log = run / "recipes.jsonl"
     if log.exists():
         for line in log.read_text().splitlines():
             rec = json.loads(line)
-            records[rec["recipe"]] = rec
+            out[rec["recipe"]] = rec
+    return out
+
+
+def recipes(records: dict[str, dict], tests: dict[str, str]) -> dict:
+    """Per recipe: ``ok`` from its test's outcome, ``rl_steps`` / ``peak_gb`` / ``step_s`` from its record."""
     out = {}
     for test, outcome in tests.items():
         if "test_recipe_rl_stage_on_cuda[" in test:
@@ -149,26 +154,39 @@ def _f(x) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("run", help="the output directory of benchmarks/gpu_check.sh")
+    ap.add_argument(
+        "runs",
+        nargs="+",
+        help="output directories of benchmarks/gpu_check.sh (their logs unpacked), oldest first: several runs merge, "
+        "a later run's test outcome, record or shape replacing an earlier one's; the report goes to the last",
+    )
     ap.add_argument("--seconds", type=int, default=0, help="the check's wall time")
     ap.add_argument("--results", action="store_true", help="also copy the report into benchmarks/results/")
     ap.add_argument("--note", default="", help="a line for the report (e.g. how several runs were combined)")
     args = ap.parse_args()
-    run = Path(args.run)
-    tests = junit(run / "cuda_tests.xml")
-    peer_path = run / "peer_trl_gpu.json"
-    peer = json.loads(peer_path.read_text()) if peer_path.exists() else {}
-    rollout_path = run / "gpu_rollout.json"
-    rollout = json.loads(rollout_path.read_text()) if rollout_path.exists() else {}
-    device = (run / "device.txt").read_text().strip() if (run / "device.txt").exists() else "unknown"
+    runs = [Path(r) for r in args.runs]
+    run = runs[-1]
+    outcomes: dict[str, str] = {}
+    recs: dict[str, dict] = {}
+    peer: dict = {}
+    rollout: dict = {}
+    for r in runs:
+        outcomes.update(junit(r / "cuda_tests.xml")["tests"])
+        recs.update(records(r))
+        if (r / "peer_trl_gpu.json").exists():
+            peer.update(json.loads((r / "peer_trl_gpu.json").read_text()))
+        if (r / "gpu_rollout.json").exists():
+            rollout = json.loads((r / "gpu_rollout.json").read_text()) or rollout
+    tests = {o: sum(v == o for v in outcomes.values()) for o in ("passed", "failed", "skipped")}
+    first = next((r for r in runs if (r / "device.txt").exists()), None)
     res = {
         "date": dt.date.today().isoformat(),
-        "device": device,
-        **versions(run),
+        "device": (first / "device.txt").read_text().strip() if first else "unknown",
+        **versions(first or run),
         "seconds": args.seconds,
         "note": args.note,
-        "cuda_tests": tests,
-        "recipes": recipes(run, tests["tests"]),
+        "cuda_tests": {**tests, "tests": outcomes},
+        "recipes": recipes(recs, outcomes),
         "peer_trl": peer,
         "rollout": rollout,
     }

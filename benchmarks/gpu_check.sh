@@ -12,7 +12,8 @@
 # test where pytest-timeout is installed), so a run ends within about 10 minutes whatever happens. OUT_DIR receives
 # gpu_check.{json,md} and gpu_check_logs.tgz (every log, the JUnit XML, per-recipe records, nvidia-smi samples).
 # On one H200 the tests took 200-250 s and the TRL pair of one shape about 140 s: where a command may run 10 minutes,
-# run PHASES=tests, then PHASES="peer rollout" (the report merges nothing: keep both output directories).
+# run PHASES=tests, then PHASES="peer rollout"; `python benchmarks/gpu_check.py RUN1 RUN2 --results` merges the two
+# (each gpu_check_logs.tgz unpacked into its own directory).
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
 # into /tmp/site, never into the system). Aim: under 8 minutes on one H100/H200. Exit status: non-zero when a
 # cuda test failed or a phase did not finish.
