@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from searchrl import models
@@ -134,6 +133,3 @@ def make_simulated(cfg: SimulatedConfig, prompt_style: str = "auto") -> Simulate
         prompt_style=prompt_style,
         seed=cfg.seed,
     )
-
-
-__all__: Sequence[str] = ["SimulatedRetriever", "make_simulated", "noise_share"]
