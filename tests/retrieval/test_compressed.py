@@ -273,3 +273,38 @@ def test_config_accepts_factory_strings() -> None:
     for bad in ("flta", "ivf,pq", ""):
         with pytest.raises(ValidationError):
             RetrievalConfig(faiss=bad)
+
+
+def _mapped_rss_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of ``path`` (from /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a mapping's header line
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_reranking_leaves_no_vector_pages_resident(synthetic, tmp_path: Path) -> None:
+    """Re-ranking reads candidate rows through the memory map, then unmaps those pages from the process: the
+    vector file never accumulates in the server's resident memory."""
+    corpus, vecs, queries = synthetic
+    out = build_index(
+        corpus,
+        "dense",
+        tmp_path / "pq",
+        vectors=vecs,
+        faiss=FACTORY,
+        nprobe=32,
+        candidates=N,
+        query_encoder="sentence-transformers",
+    )
+    vector_file = (out / "dense" / VECTORS_FILE).resolve()
+    index = RerankedIndex.open(out / "dense", nprobe=32, candidates=N)  # every row is a candidate
+    index.search(queries, 10)
+    assert _mapped_rss_kb(vector_file) == 0
+    np.asarray(index.vectors[: N // 2], dtype=np.float32)  # a plain read through the map does stay resident
+    assert _mapped_rss_kb(vector_file) > 0

@@ -226,6 +226,18 @@ def random_access(array: np.ndarray) -> None:
         handle.madvise(mmap.MADV_RANDOM)
 
 
+def release_pages(array: np.ndarray) -> None:
+    """Unmap the pages a memory-mapped array has touched from this process (``MADV_DONTNEED``): they stay in the
+    kernel's page cache (a re-read is a minor fault, not a disk read) but no longer count in the server's resident
+    memory. Re-ranking calls it after each gather, so the fp16 vector file, 7.7 GB at 5M x 768-d, never accumulates
+    in the process's RSS however widely queries spread over it."""
+    import mmap
+
+    handle = getattr(array, "_mmap", None)
+    if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+        handle.madvise(mmap.MADV_DONTNEED)
+
+
 class RerankedIndex:
     """Looks like a faiss index (``d``, ``ntotal``, ``search``): approximate candidates, exact re-ranking.
 
@@ -269,6 +281,7 @@ class RerankedIndex:
         _, cand = self.index.search(q, pool)  # (Q, pool)
         rows = np.unique(cand[cand >= 0])  # sorted: the gather reads the file front to back
         vecs = np.asarray(self.vectors[rows], dtype=np.float32)  # (R, D)
+        release_pages(self.vectors)
         scores_out = np.full((len(q), k), -np.inf, dtype=np.float32)
         rows_out = np.full((len(q), k), -1, dtype=np.int64)
         for i, c in enumerate(cand):
