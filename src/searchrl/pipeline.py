@@ -1,7 +1,7 @@
 """The one resolver: from a config to the objects a run needs (data files, questions, retriever, protocol, policy).
 
 Every command and stage resolves a recipe through these functions, so ``train``, ``sft``, ``eval``, ``ask``, the
-data stages and ``demo`` agree. The rule for a retriever: ``retrieval.kind`` remote or web builds that client; a
+data stages and ``demo`` agree. The rule for a retriever: ``retrieval.kind`` remote, web or mcp builds that client; a
 local kind loads ``retrieval.index`` (an existing index decides its own kind), building it from the corpus when the
 directory is still empty; without an index, the data corpus's index in :func:`default_index_dir` (built on demand).
 """
@@ -21,7 +21,7 @@ from searchrl.retrieval.base import Retriever
 from searchrl.utils import console
 
 #: retrieval kinds that are clients of a service, not local indexes.
-REMOTE_KINDS = ("remote", "web")
+REMOTE_KINDS = ("remote", "web", "mcp")
 
 
 def data_dir(cfg: RunConfig) -> Path:

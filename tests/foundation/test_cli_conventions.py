@@ -23,7 +23,7 @@ def test_models_list_is_a_result_on_stdout() -> None:
     assert not res.stderr
 
 
-@pytest.mark.parametrize("group", [[], ["models"], ["config"], ["data"], ["index"], ["eval"]])
+@pytest.mark.parametrize("group", [[], ["models"], ["config"], ["data"], ["index"], ["eval"], ["mcp"]])
 def test_group_help_pages_have_an_example_and_no_bool_metavar(group: list[str]) -> None:
     res = runner.invoke(app, [*group, "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "Example: searchrl" in res.stdout

@@ -2,7 +2,7 @@
 sideways, never up, and the units (a subpackage or a top-level module) import each other in no cycle of any length.
 
     foundation (config, utils, models, tuning, device, shapes)
-    < data, retrieval, protocols, generation
+    < data, retrieval, protocols, generation, tools
     < pipeline (the one resolver: config -> data, retriever, protocol, policy)
     < rollout < rewards < rl, sft
     < eval, viz, testing
@@ -19,7 +19,7 @@ import searchrl
 
 LAYERS: list[set[str]] = [
     {"searchrl", "config", "utils", "models", "tuning", "device", "shapes"},
-    {"data", "retrieval", "protocols", "generation"},
+    {"data", "retrieval", "protocols", "generation", "tools"},
     {"pipeline"},
     {"rollout"},
     {"rewards"},

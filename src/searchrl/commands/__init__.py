@@ -59,7 +59,7 @@ def version() -> None:
 
 def _register() -> None:
     """Attach every command (kept in one place so the tree stays readable)."""
-    from searchrl.commands import ask, data, data_build, eval, index, run, setup, train, viz
+    from searchrl.commands import ask, data, data_build, eval, index, mcp, run, setup, train, viz
 
     for mod in (setup, run, train, ask, viz):
         mod.register(app)
@@ -68,6 +68,7 @@ def _register() -> None:
     app.add_typer(index.app, name="index")
     index.register(app)  # serve
     app.add_typer(eval.app, name="eval")
+    app.add_typer(mcp.app, name="mcp")
 
 
 _register()

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, GROUP_ALGORITHMS, algorithm
 from searchrl.config.base import Section
 from searchrl.config.evaluation import EvaluationConfig
+from searchrl.config.retrieval import MCPConfig, SimulatedConfig, WebConfig
 
 
 def _group_baselines() -> str:
@@ -74,66 +75,8 @@ class DataConfig(Section):
     train_limit: int | None = None
 
 
-class WebConfig(Section):
-    """Online search (``retrieval.kind: web``): a search API, the result pages, an optional summariser model.
-
-    The papers that evaluate online (R1-Searcher, R1-Searcher++, RAG-R1) fetch the result pages and summarise each
-    with GPT-4o-mini; page count, truncation and prompt are not stated. See ``searchrl.retrieval.pages``.
-    """
-
-    #: serpapi or google; auto = google when $GOOGLE_API_KEY is set and $SERPAPI_API_KEY is not, else serpapi.
-    provider: Literal["auto", "serpapi", "google"] = "auto"
-    #: appended to every query, e.g. " site:en.wikipedia.org" (R1-Searcher's online evaluation code).
-    query_suffix: str = ""
-    #: fetch the result pages; their text (or its summary) replaces the search API's snippets.
-    fetch_pages: bool = True
-    #: results per query whose page is fetched (null = all top-k); the others keep their snippet.
-    pages: int | None = Field(default=None, ge=1)
-    #: seconds for one page in all (robots.txt, redirects, body).
-    page_timeout_s: float = Field(default=10.0, gt=0)
-    #: bytes of a page body read at most.
-    max_page_bytes: int = Field(default=2_000_000, ge=1)
-    #: characters of page text kept (R1-Searcher's code: 35,000).
-    max_page_chars: int = Field(default=35_000, ge=1)
-    respect_robots: bool = True
-    user_agent: str = "SearchRL-page-fetcher/0.1"
-    #: summariser model spec (alias, local dir, HF id; with summarizer_url, its tokenizer); null = no summariser.
-    summarizer: str | None = None
-    #: OpenAI-compatible endpoint serving the summariser (e.g. http://127.0.0.1:8001/v1); null = run it locally.
-    summarizer_url: str | None = None
-    #: model name on summarizer_url (null = summarizer).
-    summarizer_served_model: str | None = None
-    summary_max_new_tokens: int = Field(default=256, ge=1)
-    #: page tokens shown to the summariser at most (the head of the page).
-    summary_max_page_tokens: int = Field(default=3000, ge=1)
-
-
-class SimulatedConfig(Section):
-    """Simulated search (``retrieval.kind: simulated``): a language model writes each query's documents, as ZeroSearch
-    (Sun et al., 2025) trains a policy with no search engine. Only training rollouts use it; evaluation, data stages
-    and ``searchrl ask`` search a real index of ``data.corpus`` (``eval_kind``). Not one of the five papers' methods;
-    every default is ours [O].
-    """
-
-    #: the writer model (alias, local dir, HF id; with ``url``, its tokenizer).
-    model: str = "smollm2-135m-instruct"
-    #: OpenAI-compatible endpoint serving the writer (e.g. http://127.0.0.1:8001/v1); null = run it locally.
-    url: str | None = None
-    served_model: str | None = None
-    max_new_tokens: int = Field(default=96, ge=1)
-    temperature: float = Field(default=0.7, ge=0.0)
-    #: share of deliberately unhelpful documents at the first and the last training step; in between ZeroSearch's
-    #: curriculum, p = start + (base^(i/m) - 1) / (base - 1) * (end - start) at step i of m.
-    noise_start: float = Field(default=0.0, ge=0.0, le=1.0)
-    noise_end: float = Field(default=0.5, ge=0.0, le=1.0)
-    noise_base: float = Field(default=10.0, gt=1.0)
-    #: the real index kind that evaluation and the other stages search instead.
-    eval_kind: Literal["bm25", "dense", "hybrid"] = "bm25"
-    seed: int = 0
-
-
 class RetrievalConfig(Section):
-    kind: Literal["bm25", "dense", "hybrid", "remote", "web", "simulated"] = "bm25"
+    kind: Literal["bm25", "dense", "hybrid", "remote", "web", "simulated", "mcp"] = "bm25"
     #: index directory for local kinds; built on demand when missing.
     index: str | None = None
     #: one or more endpoints for ``kind: remote``.
@@ -148,6 +91,17 @@ class RetrievalConfig(Section):
     web: WebConfig = WebConfig()
     #: ``kind: simulated`` only: the writer model and its noise curriculum.
     simulated: SimulatedConfig = SimulatedConfig()
+    #: ``kind: mcp`` only: the MCP server, its search tool and how the query reaches it.
+    mcp: MCPConfig = MCPConfig()
+
+    @model_validator(mode="after")
+    def _check_mcp(self) -> RetrievalConfig:
+        if self.kind == "mcp" and self.mcp.server is None:
+            raise ValueError(
+                "retrieval.kind=mcp needs retrieval.mcp.server: a command line (e.g. 'searchrl mcp serve --index "
+                "indexes/bm25') or a streamable-HTTP URL (e.g. http://127.0.0.1:8001/mcp)"
+            )
+        return self
 
 
 class RolloutConfig(Section):

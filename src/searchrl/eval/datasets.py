@@ -17,7 +17,14 @@ from searchrl.config import EvalDataset, RunConfig
 from searchrl.data import loaders
 from searchrl.data.records import QAExample
 from searchrl.eval.report import AVERAGE
-from searchrl.pipeline import default_index_dir, load_split, make_retriever_for, resolve_file, with_retriever
+from searchrl.pipeline import (
+    REMOTE_KINDS,
+    default_index_dir,
+    load_split,
+    make_retriever_for,
+    resolve_file,
+    with_retriever,
+)
 
 SPLITS = ("train", "dev", "test")
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
@@ -153,7 +160,7 @@ def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
     """The retriever of a set that names its own index directory and / or corpus, with the run's retrieval
     settings (kind, encoder, top-k). An index directory that holds an index decides its own kind."""
     r = cfg.retrieval
-    if r.kind in ("remote", "web"):
+    if r.kind in REMOTE_KINDS:
         raise ValueError(
             f"an evaluation set's own index or corpus needs a local retrieval.kind, not {r.kind}; "
             "drop index/corpus from the entry or set retrieval.kind=bm25 or dense"

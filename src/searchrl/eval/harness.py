@@ -69,8 +69,10 @@ class EvalResult:
 def check_retriever_source(cfg: RunConfig) -> None:
     """Without an index, the retriever is the data directory's: refuse when the datasets are files of their own and
     the data is the synthetic world (its index would answer other questions)."""
+    from searchrl.pipeline import REMOTE_KINDS
+
     r = cfg.retrieval
-    if r.kind in ("remote", "web") or r.index is not None:
+    if r.kind in REMOTE_KINDS or r.index is not None:
         return
     entries = [as_entry(d) for d in cfg.evaluation.datasets]
     explicit = [e.data for e in entries if e.data not in SPLITS and e.index is None and e.corpus is None]

@@ -1,7 +1,8 @@
 """Retrieval: one batched interface, ``search(queries, k) -> list[list[Hit]]``, over local indexes (BM25, dense,
-hybrid), remote ``/retrieve`` servers and web search. ``make_retriever`` turns a ``RetrievalConfig`` into one.
+hybrid), remote ``/retrieve`` servers, web search and MCP servers' search tools. ``make_retriever`` turns a
+``RetrievalConfig`` into one.
 
-Submodules import their heavy dependencies (bm25s, faiss, torch, httpx) only when used, so importing this package
+Submodules import their heavy dependencies (bm25s, faiss, torch, httpx, mcp) only when used, so importing this package
 is cheap.
 """
 
@@ -16,7 +17,16 @@ from searchrl.retrieval.base import Hit, Retriever
 if TYPE_CHECKING:
     from searchrl.config import RetrievalConfig
 
-__all__ = ["Hit", "Retriever", "make_retriever", "build_index", "load_index", "RemoteRetriever", "WebRetriever"]
+__all__ = [
+    "Hit",
+    "Retriever",
+    "make_retriever",
+    "build_index",
+    "load_index",
+    "RemoteRetriever",
+    "WebRetriever",
+    "MCPRetriever",
+]
 
 
 def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Retriever:
@@ -28,7 +38,12 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
     - ``web``: a ``WebRetriever`` with ``cfg.web``'s page fetching and summariser; provider ``google`` when
       ``$GOOGLE_API_KEY`` is set and ``$SERPAPI_API_KEY`` is not, else ``serpapi`` (or ``cfg.web.provider``);
       ``cfg.urls[0]``, when given, replaces the provider's base URL.
+    - ``mcp``: an ``MCPRetriever`` over ``cfg.mcp.server``'s search tool (calls time out after ``cfg.timeout_s``).
     """
+    if cfg.kind == "mcp":
+        from searchrl.retrieval.mcp import MCPRetriever
+
+        return MCPRetriever.from_config(cfg.mcp, timeout_s=cfg.timeout_s)
     if cfg.kind == "remote":
         from searchrl.retrieval.client import RemoteRetriever
 
@@ -100,4 +115,8 @@ def __getattr__(name: str):
         from searchrl.retrieval.web import WebRetriever
 
         return WebRetriever
+    if name == "MCPRetriever":
+        from searchrl.retrieval.mcp import MCPRetriever
+
+        return MCPRetriever
     raise AttributeError(f"module 'searchrl.retrieval' has no attribute {name!r}")
