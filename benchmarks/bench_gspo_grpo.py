@@ -1,6 +1,10 @@
-"""GRPO against GSPO (and Dr. GRPO) from one cold start on the synthetic world, the same RL steps each.
+"""GRPO against GSPO (and Dr. GRPO), and BM25 against simulated search, from one cold start on the synthetic world.
 
-    python benchmarks/bench_gspo_grpo.py [--out runs/gspo_grpo] [--steps 10] [--algorithms grpo,gspo,dr_grpo]
+    python benchmarks/bench_gspo_grpo.py [--out runs/gspo_grpo] [--steps 10] [--algorithms grpo,gspo,grpo_simulated]
+
+An arm is an algorithm name (``grpo``, ``gspo``, ``dr_grpo``, ...), optionally with ``_simulated``: that arm's RL
+stage searches a simulated engine (``retrieval.kind=simulated``: the bundled model writes each query's documents,
+with ZeroSearch's noise curriculum) instead of the world's BM25 index; its evaluation still searches BM25.
 
 One ``searchrl run --recipe multihop_world --profile laptop`` pipeline: the world, its BM25 index and the laptop
 cold start once; then for each algorithm an RL stage of ``--steps`` steps from that cold start on the world's
@@ -34,18 +38,21 @@ def pipeline(algorithms: list[str], steps: int, eval_limit: int) -> list[dict]:
         {"name": "coldstart", "kind": "sft"},
     ]
     for algo in algorithms:
+        settings = {
+            "algorithm.name": algo.removesuffix("_simulated"),
+            "training.steps": steps,
+            "data.dev": "${world}/dev.jsonl",
+            "data.kinds": ["bridge", "three_hop", "comparison"],
+        }
+        if algo.endswith("_simulated"):
+            settings["retrieval.kind"] = "simulated"
         stages.append(
             {
                 "name": f"rl_{algo}",
                 "kind": "rl",
                 "init_from": "${coldstart}",
                 "data": "${world}/train.jsonl",
-                "set": {
-                    "algorithm.name": algo,
-                    "training.steps": steps,
-                    "data.dev": "${world}/dev.jsonl",
-                    "data.kinds": ["bridge", "three_hop", "comparison"],
-                },
+                "set": settings,
             }
         )
         stages.append(
@@ -69,7 +76,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "runs" / "gspo_grpo"))
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--eval-limit", type=int, default=25)
-    ap.add_argument("--algorithms", default="grpo,gspo,dr_grpo")
+    ap.add_argument("--algorithms", default="grpo,gspo,grpo_simulated")
     ap.add_argument("--collect", action="store_true", help="only rebuild the report from an existing run")
     args = ap.parse_args()
     algorithms = args.algorithms.split(",")
@@ -108,6 +115,8 @@ def main() -> None:
             "dev_em": row.get("em"),
             "dev_f1": row.get("f1"),
             "dev_n": row.get("n"),
+            "training_search": "simulated" if algo.endswith("_simulated") else "bm25",
+            "searches_per_question": row.get("searches_per_q", row.get("searches")),
         }
     res = {
         "meta": {
@@ -122,24 +131,28 @@ def main() -> None:
     }
     write_portable(RESULTS / "gspo_grpo.json", json.dumps(res, indent=1))
     lines = [
-        "# GRPO, GSPO and Dr. GRPO from one cold start on the synthetic world",
+        "# RL arms from one cold start on the synthetic world: GRPO, GSPO, simulated search",
         "",
         f"{res['meta']['date']}, {res['meta']['machine']}, load average {res['meta']['load_avg'][0]:.1f} at the end. "
         f"`python benchmarks/bench_gspo_grpo.py --steps {args.steps}`: `searchrl run --recipe multihop_world "
         "--profile laptop` with one RL stage per algorithm from the same cold start, each on the world's multi-hop "
         f"training questions (2 questions x 2 rollouts a step), then a greedy evaluation of the agent on "
-        f"{args.eval_limit} world dev questions. One run each: at this size it shows that each algorithm trains "
-        "and where it lands, not which is better.",
+        f"{args.eval_limit} world dev questions with the world's BM25 index. An arm named `*_simulated` trained "
+        "against a simulated search engine (`retrieval.kind=simulated`: the bundled model writes each query's "
+        "documents, with ZeroSearch's noise curriculum); its reward column is measured on those simulated "
+        "documents, its dev EM on BM25. One run each: at this size it shows that each arm trains and where it "
+        "lands, not which is better.",
         "",
-        "| algorithm | RL steps | RL seconds | reward, first third of steps | reward, last third | dev EM | dev F1 |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | search in training | RL steps | RL seconds | reward, first third of steps | reward, last third "
+        "| dev EM (BM25) | dev F1 (BM25) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for algo, r in runs.items():
         em = "-" if r["dev_em"] is None else f"{r['dev_em']:.3f}"
         f1 = "-" if r["dev_f1"] is None else f"{r['dev_f1']:.3f}"
         lines.append(
-            f"| `{algo}` | {r['steps']} | {r['rl_seconds']:.0f} | {r['reward_first']:.3f} | {r['reward_last']:.3f} "
-            f"| {em} | {f1} |"
+            f"| `{algo}` | {r['training_search']} | {r['steps']} | {r['rl_seconds']:.0f} "
+            f"| {r['reward_first']:.3f} | {r['reward_last']:.3f} | {em} | {f1} |"
         )
     write_portable(RESULTS / "gspo_grpo.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
