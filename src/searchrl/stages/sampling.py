@@ -100,6 +100,14 @@ def rejection_sampling(
         seed=seed,
         batch_size=batch_size,
     )
+    rejected = ", ".join(
+        f"{k.removeprefix('rejected_')} {int(v)}" for k, v in stats.items() if k.startswith("rejected_") and v
+    )
+    console.print(
+        f"rejection sampling: kept {stats['kept']} of {stats['sampled']} trajectories "
+        f"({stats['questions_with_kept']} of {stats['questions']} questions)"
+        + (f"; rejected: {rejected}" if rejected else "")
+    )
     if quota:
         from searchrl.sft.quotas import apply_quotas, parse_quotas, shortfall, source_of
 
