@@ -16,7 +16,7 @@ thread rolls out, rewards and scores step t+1's questions.
   the snapshot's weights before each background rollout and serves one thread at a time (evaluation waits).
 - Threads: on CUDA the background thread queues its kernels on a CUDA stream of its own (the snapshot lives on the
   policy's device), so decoding overlaps the update. On the CPU the two threads split torch's intra-op threads
-  (the update keeps the larger half) while both run; the trainer thread has them all back while it waits.
+  (the update keeps the larger half) while both run; the trainer thread has them all whenever no rollout runs.
 """
 
 from __future__ import annotations
