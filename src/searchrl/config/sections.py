@@ -254,6 +254,10 @@ class TrainingConfig(Section):
     #: 0 disables. Logged as eval/* in metrics.jsonl; trajectories in <output_dir>/evals/step_<k>.jsonl.
     eval_every: int = 0
     eval_limit: int | None = 100  #: held-out questions evaluated (the first N of data.dev)
+    #: 1: one-step off-policy. Step t+1's rollouts are made in a background thread while step t updates, by a frozen
+    #: copy of the weights step t started from (staleness 1; that copy's log-probs are the ratio's old log-probs).
+    #: 0: on-policy. One process only; docs/recipes.md "One-step off-policy rollouts".
+    off_policy_steps: Literal[0, 1] = 0
 
 
 class MemorizationConfig(Section):
@@ -413,6 +417,11 @@ class RunConfig(Section):
         among the processes is checked when the trainer knows the process count.)"""
         alg = self.algorithm
         traits = algorithm(alg.name)
+        if self.training.off_policy_steps and self.rollout.backend == "hf_generate":
+            raise ValueError(
+                "training.off_policy_steps=1 needs rollout.backend=hf or vllm (hf_generate samples from torch's "
+                "global random generator, which the background rollout would share with the update)"
+            )
         if traits.grouped and self.rollout.group_size < 2:
             raise ValueError(
                 f"algorithm.name={alg.name} needs rollout.group_size > 1 (with groups of one every advantage is 0); "

@@ -10,6 +10,8 @@ How this departs from the textbook algorithms (each choice is configurable where
   ``algorithm.drop_uniform_groups`` leaves out the groups whose samples all scored alike (advantage 0), and
   ``algorithm.max_sampling_rounds`` refills them with fresh questions (DAPO's dynamic sampling).
 - Group ids are ``"s<step>/<question id>"``, globally unique across steps and merged data sets.
+- ``training.off_policy_steps: 1``: step t+1's rollouts are made in a background thread while step t updates, by a
+  snapshot of the weights step t started from, whose log-probs are the ratio's old ones (``rl/async_rollout.py``).
 - Losses divide by the whole mini-batch's token (or sequence) count over micro-batches and processes: any split.
 - Several processes each roll out an equal shard of the step's prompts (groups never straddle two). The mini-batch
   size counts all processes' trajectories, so optimizer steps per RL step do not depend on the process count; PPO and
@@ -20,9 +22,7 @@ How this departs from the textbook algorithms (each choice is configurable where
 from __future__ import annotations
 
 import copy
-import random
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +44,14 @@ from searchrl.rewards.summary import rollout_metrics, scored_records, summarize
 from searchrl.rl import algorithms as A
 from searchrl.rl import checkpoint
 from searchrl.rl.advantages import get_estimator
+from searchrl.rl.async_rollout import OffPolicyRollouts
 from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories
 from searchrl.rl.checkpoint import TrainState
 from searchrl.rl.hooks import AuxNLLHook, NLLSequence, RewardFn, as_aux_nll, default_reward_fn
 from searchrl.rl.kl_control import make_kl_controller
 from searchrl.rl.metrics_log import MetricsWriter, log_rollouts
 from searchrl.rl.passes import Passes
+from searchrl.rl.sampling import Experience, Sampler
 from searchrl.rl.update import StepTensors, ValueModel
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
@@ -57,18 +59,6 @@ from searchrl.tuning import full_state_dict, save_merged, warmup_schedule, wrap_
 from searchrl.utils import hard_exit, make_adamw, progress, tune_allocator, write_jsonl
 
 __all__ = ["AuxNLLHook", "RewardFn", "TrainState", "Trainer", "default_reward_fn"]
-
-
-@dataclass
-class Experience:
-    """One step's scored rollouts (this process's share) and what was counted while making them."""
-
-    trajs: list[Trajectory]
-    scores: list[float]
-    reward_metrics: dict[str, float]
-    engine_stats: dict[str, float]  # the rollout engine's timings, summed over the sampling rounds
-    gen_counts: dict[str, float]  # the generator's work counters' increase over the step
-    aux_seqs: list[NLLSequence]  # the memorization hook's NLL sequences (empty without one)
 
 
 @dataclass
@@ -110,6 +100,8 @@ class Trainer:
                 f"training.prompts_per_step={self.tcfg.prompts_per_step} must be divisible by the "
                 f"{self.acc.num_processes} processes (each process rolls out an equal share of the step's prompts)"
             )
+        if self.tcfg.off_policy_steps:
+            OffPolicyRollouts.check_processes(self.acc.num_processes)
         self.tokenizer = tokenizer
         self.protocol = protocol
         self.examples = list(train_examples)
@@ -162,22 +154,10 @@ class Trainer:
         self.passes = Passes(self.acc, self.micro, self.tcfg.micro_batch_tokens or tokens)
         limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
         self.engine = RolloutEngine(self.generator, retriever, protocol, limits, cfg.model.prompt_style)
+        self.sampler = Sampler(cfg, self.examples, self.passes, self.acc.process_index, self.acc.num_processes)
+        # training.off_policy_steps=1: the next step's rollouts made in a background thread by a behaviour snapshot
+        self.rollouts = OffPolicyRollouts(self) if self.tcfg.off_policy_steps else None
         self._writer = MetricsWriter(self.out_dir, self.tcfg.tensorboard, self.tcfg.wandb, cfg.name, cfg.model_dump())
-
-    # ------------------------------------------------------------------------------------------------ data
-    def _next_prompts(self) -> list[QAExample]:
-        """The step's prompts for this process: a seeded permutation per data epoch, sharded across processes."""
-        n = self.tcfg.prompts_per_step
-        out: list[QAExample] = []
-        while len(out) < n:
-            order = list(range(len(self.examples)))
-            random.Random(self.tcfg.seed * 1_000_003 + self.state.data_epoch).shuffle(order)
-            take = order[self.state.data_pos : self.state.data_pos + n - len(out)]
-            out.extend(self.examples[i] for i in take)
-            self.state.data_pos += len(take)
-            if self.state.data_pos >= len(order):
-                self.state.data_epoch, self.state.data_pos = self.state.data_epoch + 1, 0
-        return out[self.acc.process_index :: self.acc.num_processes]
 
     # ------------------------------------------------------------------------------------------------ step
     def _loss_mask(self, b: Batch) -> torch.Tensor:
@@ -206,36 +186,6 @@ class Trainer:
         self.generator.load_weights(full_state_dict(self.policy))
         self._generator_version = self._weights_version
 
-    def _sample(self, step: int) -> tuple[list[Trajectory], list[float], dict[str, float], dict[str, float]]:
-        """The step's scored rollouts. With ``algorithm.max_sampling_rounds`` > 1 (and ``drop_uniform_groups``), DAPO's
-        dynamic sampling: further rounds of ``prompts_per_step`` fresh questions until the step holds that many
-        informative groups (counted over all processes) or the rounds run out; every informative group is kept."""
-        trajs: list[Trajectory] = []
-        scores: list[float] = []
-        per_round: list[dict[str, float]] = []
-        gen_stats: Counter[str] = Counter()
-        for rnd in range(self.alg.max_sampling_rounds):
-            with placement.unsharded(self.model):
-                new = self.engine.run(
-                    self._next_prompts(),
-                    group_size=self.cfg.rollout.group_size,
-                    temperature=self.cfg.rollout.temperature,
-                    top_p=self.cfg.rollout.top_p,
-                    seed=self.tcfg.seed * 7919 + step * 101 + self.acc.process_index + rnd * 1_000_033,
-                    group_prefix=f"s{step}/" if rnd == 0 else f"s{step}r{rnd}/",
-                )
-            gen_stats.update(self.engine.stats)
-            new_scores, m = self.reward_fn(new)
-            trajs, scores = trajs + new, scores + list(new_scores)
-            per_round.append(m)
-            if rnd + 1 < self.alg.max_sampling_rounds:
-                informative = A.informative_group_count(scores, [t.group_id for t in trajs])
-                if self.passes.global_count(float(informative)) >= self.tcfg.prompts_per_step:
-                    break
-        reward_metrics = {k: float(np.mean([m[k] for m in per_round if k in m])) for k in per_round[0]}
-        reward_metrics["sampling/rounds"] = float(len(per_round))
-        return trajs, scores, reward_metrics, dict(gen_stats)
-
     def train_step(self) -> dict[str, float]:
         """One RL step: experience (rollouts, rewards), advantages, optimise (mini-batch updates), then metrics."""
         # the step's algorithm settings carry the KL controller's current coefficient (fixed: algorithm.kl_coef)
@@ -249,21 +199,20 @@ class Trainer:
         update_metrics = self._optimise(step, sb, exp.aux_seqs)
         clock["updated"] = time.perf_counter()
         metrics = self._step_metrics(step, exp, sb, update_metrics, clock)
+        metrics.update(self.rollouts.metrics() if self.rollouts is not None else {})
         self._end_step(step, exp, metrics, sb.n_global)
         return metrics
 
     def _experience(self, step: int) -> Experience:
-        """The step's scored rollouts, the generator's counted work, the memorization hook's sequences (once a step)"""
-        self._sync_generator()
-        if hasattr(self.engine.retriever, "set_progress"):  # a simulated engine's noise curriculum
-            self.engine.retriever.set_progress(step / max(self.tcfg.steps - 1, 1))
-        before = self.generator.counters()
-        trajs, scores, reward_metrics, engine_stats = self._sample(step)
-        gen_counts = Counter(self.generator.counters())
-        gen_counts.subtract(before)
-        aux = self.aux_nll_hook if self._aux_on else None
-        aux_seqs = list(aux(step, trajs)) if aux is not None else []
-        return Experience(trajs, scores, reward_metrics, engine_stats, dict(gen_counts), aux_seqs)
+        """The step's scored rollouts (rolled out now, or off-policy by the background thread: rl/async_rollout.py),
+        the generator's counted work, the memorization hook's sequences (once a step)"""
+        if self.rollouts is None:
+            self._sync_generator()
+            exp = self.sampler.experience(self.engine, self.reward_fn, step, self.state, root=self.model)
+        else:
+            exp = self.rollouts.take(step)
+        exp.aux_seqs = list(self.aux_nll_hook(step, exp.trajs)) if self._aux_on and self.aux_nll_hook else []
+        return exp
 
     def _advantages(self, exp: Experience) -> StepBatch:
         """The rows to update (all, or those of informative groups) as one batch, with their old and reference
@@ -281,7 +230,8 @@ class Trainer:
         cmask_BT = mask_BT if alg.critic_mask_observations else batch.response_mask.to(mask_BT.dtype)  # (B, T)
         scores_B = torch.tensor([exp.scores[i] for i in rows], dtype=torch.float32, device=self.acc.device)  # (B,)
         n_global = int(self.passes.global_count(float(len(batch))))  # the step's trajectories, all processes
-        old_logp_BT, ref_logp_BT = self._old_and_ref_logprobs(batch, mask_BT, n_global)
+        behaviour_BT = exp.behaviour_logprobs(rows, mask_BT)  # off-policy: the behaviour policy's; else None
+        old_logp_BT, ref_logp_BT = self._old_and_ref_logprobs(batch, mask_BT, n_global, behaviour_BT)
         kl_BT, kl_metrics = torch.zeros_like(old_logp_BT), {}
         if ref_logp_BT is not None:
             kl_BT, kl_metrics = A.kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, alg.kl_estimator)
@@ -302,11 +252,14 @@ class Trainer:
         return StepBatch(batch, st, n_global, {**kl_metrics, **est_metrics, **filter_metrics})
 
     def _old_and_ref_logprobs(
-        self, batch: Batch, mask_BT: torch.Tensor, n_global: int
+        self, batch: Batch, mask_BT: torch.Tensor, n_global: int, behaviour_BT: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The ratio's old log-probs (the sampler's own, or recomputed) and the reference's (None without KL)."""
+        """The ratio's old log-probs (the behaviour policy's, the sampler's own, or recomputed) and the reference's
+        (None without KL)."""
         scorer = self.acc.unwrap_model(self.model)
-        if self._old_logprobs_from_rollout(n_global):
+        if behaviour_BT is not None:
+            old_logp_BT = behaviour_BT  # (B, T) one-step off-policy: the behaviour snapshot's, from the rollout
+        elif self._old_logprobs_from_rollout(n_global):
             old_logp_BT = torch.where(mask_BT.bool(), batch.rollout_logp, 0.0)  # (B, T) the sampler's own
         else:
             old_logp_BT = self._logprobs(scorer, batch, mask_BT)  # (B, T)
@@ -406,6 +359,8 @@ class Trainer:
         in ``<output_dir>/evals/step_<k>.jsonl`` for ``searchrl view``."""
         if not self.eval_examples or not self.acc.is_main_process:
             return {}
+        if self.rollouts is not None:
+            self.rollouts.settle()  # the engine's retriever (and an external generator) serve one thread at a time
         t0, step = time.perf_counter(), self.state.step
         with placement.unsharded(self.model):
             trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
@@ -429,6 +384,8 @@ class Trainer:
 
     def train(self, steps: int | None = None, resume: bool = False) -> list[dict[str, float]]:
         total = steps if steps is not None else self.tcfg.steps
+        if self.rollouts is not None:
+            self.rollouts.total = total  # no rollout is prefetched for a step past the last
         if resume:
             self.load_checkpoint(self.out_dir / "checkpoint")
         if self.acc.is_main_process:
@@ -463,6 +420,8 @@ class Trainer:
 
     def _close(self) -> None:
         self._writer.close()
+        if self.rollouts is not None:
+            self.rollouts.close()
 
     def save_model(self, path: Path) -> None:
         """A plain model (LoRA adapters merged into a copy) that ``from_pretrained`` loads."""
