@@ -181,6 +181,23 @@ def test_seeded_sampling_continuous_equals_turn_by_turn_and_is_deterministic() -
     assert [t.response_ids for t in other] != [t.response_ids for t in cont]
 
 
+def test_continuous_logprobs_are_the_policys_in_fp32() -> None:
+    """The log-prob recorded for each sampled token equals a full forward's over the whole trajectory (fp32; this
+    wide-initialised model's logits are large, and the turn-by-turn loop's own gap is about 1.3e-5)."""
+    model = tiny_policy().float()
+    trajs, _, _ = rollout(HFGenerator(model, ByteTokenizer()), True, group_size=2, temperature=1.0, max_turns=3)
+    worst = 0.0
+    with torch.no_grad():
+        for t in trajs:
+            ids = torch.tensor([t.prompt_ids + t.response_ids])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+            ref = logp.gather(-1, ids[0, 1:, None])[len(t.prompt_ids) - 1 :, 0]
+            for lp, r, m in zip(t.logprobs, ref.tolist(), t.action_mask, strict=True):
+                if m:
+                    worst = max(worst, abs(lp - r))
+    assert 0 < sum(t.n_searches for t in trajs) and worst < 5e-5, worst
+
+
 def test_batch_smaller_than_the_rollout_queues_rows() -> None:
     model = tiny_policy(2)
     sync, _, _ = rollout(HFGenerator(model, ByteTokenizer(), max_batch_size=3), False)
