@@ -26,6 +26,7 @@ ORDER = [
     "bench_sft_coldstart",
     "bench_sft_step",
     "bench_engine_overhead",
+    "bench_continuous",
     "bench_grpo_smollm",
     "bench_eval_2wiki",
     "bench_rescore_r1_searcher",

@@ -337,6 +337,22 @@ def test_search_o1_without_a_box_has_no_answer(retriever) -> None:
         SearchO1Method(gen, retriever, max_searches=0)
 
 
+def test_search_o1_decodes_continuously_with_the_same_result(retriever) -> None:
+    """With ``rollout.continuous`` the document step runs for the calls that are ready together, nested in the
+    continuous decode loop: the same predictions, refinements and turns as turn by turn."""
+    examples = [QAExample("a", Q_BRIDGE, ["Norway"]), QAExample("b", Q_ACME, ["Jane Roe"])]
+    out = []
+    for cont in (False, True):
+        limits = RolloutLimits(max_turns=5, max_new_tokens=200, max_total_tokens=20000, topk=2, continuous=cont)
+        method = SearchO1Method(scripted(search_o1_reply), retriever, limits=limits, max_searches=2)
+        preds = method.answer(examples)
+        for p in preds:
+            for t in p.trajectory["turns"]:
+                t.pop("timings")
+        out.append([(p.text, p.raw, p.searches, p.gen_tokens, p.trajectory) for p in preds])
+    assert out[0] == out[1]
+
+
 # --------------------------------------------------------------------------------------------- agent
 
 AGENT_QUERIES = {Q_ROME: "Anna Berg birthplace", Q_HALE: "Blue Lake director", Q_OSLO: "Oslo country"}

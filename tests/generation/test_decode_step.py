@@ -10,8 +10,9 @@ import torch
 from searchrl.generation.base import SamplingParams
 from searchrl.generation.decode_step import DecodeStep
 from searchrl.generation.fake import ByteTokenizer
-from searchrl.generation.hf import HFGenerator, _inverse_cdf
+from searchrl.generation.hf import HFGenerator
 from searchrl.generation.kvcache import BufferedCache, SharedPrefixCache
+from searchrl.generation.sampling import inverse_cdf
 from searchrl.testing import tiny_model
 
 
@@ -154,10 +155,10 @@ def test_inverse_cdf_matches_a_full_cumsum_and_skips_zero_mass() -> None:
     probs /= probs.sum(-1, keepdim=True)
     u = torch.rand(64, generator=g)
     full = torch.searchsorted(probs.cumsum(-1), (u * probs.sum(-1))[:, None], right=True).squeeze(-1)
-    got = _inverse_cdf(probs, u)
+    got = inverse_cdf(probs, u)
     assert (got == full).float().mean() > 0.95  # rounding may move a draw that sits on a boundary
     assert bool((probs.gather(-1, got[:, None]) > 0).all())
-    edge = _inverse_cdf(probs, torch.full((64,), 1 - 1e-9))  # the last draw lands on the last non-zero token
+    edge = inverse_cdf(probs, torch.full((64,), 1 - 1e-9))  # the last draw lands on the last non-zero token
     last_nonzero = (probs > 0).float().cumsum(-1).argmax(-1)
     assert torch.equal(edge, last_nonzero)
 
@@ -165,7 +166,7 @@ def test_inverse_cdf_matches_a_full_cumsum_and_skips_zero_mass() -> None:
 def test_inverse_cdf_samples_the_distribution() -> None:
     probs = torch.tensor([[0.0, 0.5, 0.0, 0.2, 0.3] + [0.0] * 300])
     u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
-    picks = _inverse_cdf(probs.expand(20000, -1).contiguous(), u)
+    picks = inverse_cdf(probs.expand(20000, -1).contiguous(), u)
     freq = torch.bincount(picks, minlength=305)[:5].float() / 20000
     torch.testing.assert_close(freq, probs[0, :5], atol=0.015, rtol=0)
 

@@ -7,7 +7,8 @@ import torch
 
 from searchrl.generation.base import SamplingParams
 from searchrl.generation.fake import ByteTokenizer
-from searchrl.generation.hf import HFGenerateGenerator, HFGenerator, _finish
+from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
+from searchrl.generation.sampling import finish_row
 from searchrl.testing import tiny_model
 
 
@@ -137,12 +138,12 @@ def test_stop_rule_is_exact_when_token_pieces_do_not_concatenate() -> None:
     cannot see a non-ASCII stop string; the final check on the whole text still trims right after it."""
     tok = ByteTokenizer()
     ids = tok.encode("one → two → three")
-    c = _finish(tok, ids, [0.0] * len(ids), {2}, ("→",), 0.0, stopped=False)
+    c = finish_row(tok, ids, [0.0] * len(ids), {2}, ("→",), 0.0, stopped=False)
     assert (c.text, c.finish_reason, c.stop_string) == ("one →", "stop", "→")
-    c = _finish(tok, ids, [0.0] * len(ids), {2}, ("two",), 0.0, stopped=True)  # a wrong hint is corrected
+    c = finish_row(tok, ids, [0.0] * len(ids), {2}, ("two",), 0.0, stopped=True)  # a wrong hint is corrected
     assert c.text == "one → two" and len(c.logprobs) == len(c.token_ids)
     eos = ids[:3] + [2]
-    assert _finish(tok, eos, [0.0] * 4, {2}, ("→",), 0.0).finish_reason == "eos"
+    assert finish_row(tok, eos, [0.0] * 4, {2}, ("→",), 0.0).finish_reason == "eos"
 
 
 def test_distinct_prompts_prefill_their_common_opening_once() -> None:

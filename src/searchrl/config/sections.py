@@ -114,6 +114,12 @@ class RolloutConfig(Section):
     max_batch_size: int | None = Field(default=None, ge=1)
     #: "hf" backend on CUDA: replay each decode step from a CUDA graph (searchrl.generation.graph_decode).
     cuda_graphs: bool = True
+    #: continuous batching across turns (searchrl.rollout.continuous): a row that finishes a turn leaves the decode
+    #: batch, its search runs in a background thread, and it re-enters with only the new tokens prefilled while the
+    #: other rows keep decoding. Same trajectories as turn-by-turn decoding up to floating-point rounding; needs the
+    #: "hf" backend on a Llama-architecture model (other generators decode turn by turn) and runs without CUDA
+    #: graphs. See docs/rollout.md.
+    continuous: bool = False
     #: rollouts per question: the GRPO/RLOO group (must be > 1: a group of one is its own baseline, advantage 0);
     #: PPO and REINFORCE++ work with any size (Search-R1's PPO uses 1).
     group_size: int = Field(default=4, ge=1)

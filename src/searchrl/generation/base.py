@@ -5,12 +5,37 @@ sampling distribution's *unmodified* model (temperature 1 scaling is applied by 
 Generation stops at EOS, at ``max_new_tokens``, or right after the first stop string in the decoded text; the
 returned ids are exactly the tokens that were sampled (never re-tokenized), trimmed after the token that completed
 the stop string.
+
+Continuous batching (``rollout.continuous``): a generator with ``supports_continuous`` also runs
+:meth:`Generator.decode_continuous`, one decode loop for a whole rollout in which rows leave the batch when they finish
+a segment (one turn) and come back, with their context grown by an observation, when the caller has one ready; the
+others keep decoding meanwhile. The caller's side is a :class:`ContinuousScheduler`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Protocol
+
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix64(z: int) -> int:
+    """SplitMix64's output function: a 64-bit integer hash (the per-row sampling streams are built on it)."""
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def mix_seed(*parts: int) -> int:
+    """One 63-bit seed from integers (e.g. a run's seed, a turn and a row): a hash, so nearby inputs give unrelated
+    seeds."""
+    h = 0
+    for p in parts:
+        h = splitmix64(h ^ (p & _MASK64))
+    return h >> 1
 
 
 @dataclass(frozen=True)
@@ -20,6 +45,9 @@ class SamplingParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    #: one seed per prompt: row ``i`` samples from its own stream, so its tokens do not depend on the other rows of
+    #: the call (backends that cannot seed rows apart use ``seed``).
+    row_seeds: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -32,13 +60,45 @@ class Completion:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One row's next stretch of decoding in a continuous batch: its whole context so far (prompt, sampled and
+    inserted tokens), at most ``max_new_tokens`` new tokens, and the seed of its sampling stream."""
+
+    key: int
+    context: list[int]
+    max_new_tokens: int
+    seed: int | None = None
+
+
+class ContinuousScheduler(Protocol):
+    """The caller's side of :meth:`Generator.decode_continuous`."""
+
+    def finished(self, key: int, completion: Completion) -> bool:
+        """Row ``key`` finished its segment; True when it may come back (its keys/values are then kept)."""
+        ...
+
+    def ready(self, wait: bool) -> list[Segment] | None:
+        """The segments ready to (re-)enter the batch; with ``wait``, block until there is one. None: nothing is
+        outstanding (the loop ends once its batch is empty too)."""
+        ...
+
+
 class Generator(ABC):
     """Token ids in, sampled token ids (+ log-probs) out."""
 
     tokenizer: object
+    #: whether :meth:`decode_continuous` is implemented (else the rollout engine decodes turn by turn).
+    supports_continuous: bool = False
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...
+
+    def decode_continuous(self, scheduler: ContinuousScheduler, params: SamplingParams) -> None:
+        """Decode the segments ``scheduler`` hands out until it has none left: a row that finishes a segment is
+        reported at once (``finished``) and leaves the batch; ``ready`` is asked for new segments between decode
+        steps. ``params`` gives the sampling (temperature, top-p, stop strings); each segment its budget and seed."""
+        raise NotImplementedError(f"{type(self).__name__} decodes one call at a time (supports_continuous is False)")
 
     def runs_on(self, model: object) -> bool:
         """Whether this generator samples with ``model``'s own weights (the training policy itself: nothing to push

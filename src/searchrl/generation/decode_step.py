@@ -45,7 +45,8 @@ def sharded(model: nn.Module) -> bool:
 class DecodeStep:
     """``step(ids_B, pos_B, cache) -> logits_BV`` (float32): the next-token logits after appending one token per row
     (at position ``pos_B``) to ``cache``, a :class:`~searchrl.generation.kvcache.SharedPrefixCache` whose prefix
-    a prefill filled."""
+    a prefill filled, or any cache with an ``attend(layer, q_BKGD, k_BK1D, v_BK1D) -> out_BKGD`` method that stores
+    the new keys/values and attends itself (:class:`~searchrl.generation.continuous.SlotCache`)."""
 
     def __init__(self, lm: nn.Module) -> None:
         self.lm = lm
@@ -103,6 +104,7 @@ class DecodeStep:
         if self.body.layers[0].self_attn.q_proj is not self._q0:  # modules replaced since (e.g. LoRA injected)
             self._resolve()
         B, H, K, D = ids_B.shape[0], self.n_heads, self.n_kv, self.head_dim
+        own_attention = getattr(cache, "attend", None)
         G = H // K  # query heads per key/value head
         x_B1C = self.body.embed_tokens(ids_B[:, None])  # (B, 1, C)
         cos, sin = self.body.rotary_emb(x_B1C, pos_B[:, None])
@@ -112,8 +114,11 @@ class DecodeStep:
             k_BK1D = k_proj(h_B1C).view(B, 1, K, D).transpose(1, 2)
             v_BK1D = v_proj(h_B1C).view(B, 1, K, D).transpose(1, 2)
             q_BH1D, k_BK1D = apply_rotary_pos_emb(q_BH1D, k_BK1D, cos, sin)
-            keys_BKSD, values_BKSD = cache.suffix.update(k_BK1D, v_BK1D, i)
-            out_BKGD = _attend(q_BH1D.reshape(B, K, G, D) * scaling, cache, i, keys_BKSD, values_BKSD)
+            if own_attention is not None:  # a cache with its own layout (continuous.SlotCache)
+                out_BKGD = own_attention(i, q_BH1D.reshape(B, K, G, D) * scaling, k_BK1D, v_BK1D)
+            else:
+                keys_BKSD, values_BKSD = cache.suffix.update(k_BK1D, v_BK1D, i)
+                out_BKGD = _attend(q_BH1D.reshape(B, K, G, D) * scaling, cache, i, keys_BKSD, values_BKSD)
             x_B1C = x_B1C + o_proj(out_BKGD.reshape(B, 1, H * D))
             x_B1C = x_B1C + mlp(norm2(x_B1C))
         h_BC = self.body.norm(x_B1C)[:, -1, :]

@@ -9,7 +9,7 @@ import math
 import random
 from collections.abc import Callable
 
-from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.generation.base import Completion, ContinuousScheduler, Generator, SamplingParams
 
 
 class ByteTokenizer:
@@ -40,7 +40,12 @@ class ScriptedGenerator(Generator):
 
     Every call is recorded in ``self.calls`` (the decoded contexts), and log-probs are deterministic pseudo-random
     values so tests can check they land on exactly the sampled positions.
+
+    It also decodes continuously (:meth:`decode_continuous`), as a model would step by step: a segment admitted at
+    step ``s`` whose reply has ``n`` tokens finishes at step ``s + n``; each admission is recorded in ``calls``.
     """
+
+    supports_continuous = True
 
     def __init__(self, tokenizer, script: Callable[[str], str], eos: bool = True) -> None:
         self.tokenizer = tokenizer
@@ -51,23 +56,43 @@ class ScriptedGenerator(Generator):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         contexts = [self.tokenizer.decode(p, skip_special_tokens=True) for p in prompts]
         self.calls.append(contexts)
-        out = []
-        for ctx in contexts:
-            reply = self.script(ctx)
-            reason, stop_str = "eos", None
-            cut = [(reply.find(s) + len(s), s) for s in params.stop if s in reply]
-            if cut:
-                end, stop_str = min(cut)
-                reply, reason = reply[:end], "stop"
-            ids = self.tokenizer.encode(reply)
-            if reason == "eos" and self.eos:
-                ids = ids + [self.tokenizer.eos_token_id]
-            elif reason == "eos":  # no EOS emitted: the turn ran out of tokens
-                reason = "length"
-            if len(ids) > params.max_new_tokens:
-                ids, reason, stop_str = ids[: params.max_new_tokens], "length", None
-            rng = random.Random(hash(ctx) & 0xFFFF)
-            logprobs = [math.log(rng.uniform(0.05, 1.0)) for _ in ids]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            out.append(Completion(ids, logprobs, text, reason, stop_str))
-        return out
+        return [self._complete(ctx, params.max_new_tokens, params.stop) for ctx in contexts]
+
+    def _complete(self, ctx: str, max_new_tokens: int, stops: tuple[str, ...]) -> Completion:
+        reply = self.script(ctx)
+        reason, stop_str = "eos", None
+        cut = [(reply.find(s) + len(s), s) for s in stops if s in reply]
+        if cut:
+            end, stop_str = min(cut)
+            reply, reason = reply[:end], "stop"
+        ids = self.tokenizer.encode(reply)
+        if reason == "eos" and self.eos:
+            ids = ids + [self.tokenizer.eos_token_id]
+        elif reason == "eos":  # no EOS emitted: the turn ran out of tokens
+            reason = "length"
+        if len(ids) > max_new_tokens:
+            ids, reason, stop_str = ids[:max_new_tokens], "length", None
+        rng = random.Random(hash(ctx) & 0xFFFF)
+        logprobs = [math.log(rng.uniform(0.05, 1.0)) for _ in ids]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(ids, logprobs, text, reason, stop_str)
+
+    def decode_continuous(self, scheduler: ContinuousScheduler, params: SamplingParams) -> None:
+        live: list[tuple[int, int, Completion]] = []  # (finishing step, key, completion)
+        step = 0
+        while True:
+            new = scheduler.ready(wait=not live)
+            if new:
+                contexts = [self.tokenizer.decode(s.context, skip_special_tokens=True) for s in new]
+                self.calls.append(contexts)
+                for seg, ctx in zip(new, contexts, strict=True):
+                    comp = self._complete(ctx, seg.max_new_tokens, params.stop)
+                    live.append((step + max(len(comp.token_ids), 1), seg.key, comp))
+            if not live:
+                if new is None:
+                    return
+                continue
+            step += 1
+            for _, key, comp in [x for x in live if x[0] <= step]:
+                scheduler.finished(key, comp)
+            live = [x for x in live if x[0] > step]

@@ -17,7 +17,10 @@ each under the raw logits (temperature 1, no top-p), i.e. log pi(token | context
 - detects stop strings incrementally from per-token text pieces, then checks each finished row's full text once,
   so a tokenizer whose pieces do not concatenate exactly still gets the exact rule;
 - drops finished rows from the batch as they accumulate;
-- samples with its own ``torch.Generator``: the global RNG is never touched.
+- samples with its own ``torch.Generator``, or with each row's own stream when ``SamplingParams.row_seeds`` is set
+  (:mod:`~searchrl.generation.sampling`): the global RNG is never touched;
+- with ``rollout.continuous``, runs a whole rollout as one decode loop that rows leave and re-enter
+  (:meth:`HFGenerator.decode_continuous`, :mod:`~searchrl.generation.continuous`).
 """
 
 from __future__ import annotations
@@ -29,27 +32,11 @@ import torch
 from torch import Tensor
 
 from searchrl import device as placement
-from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.generation.base import Completion, ContinuousScheduler, Generator, SamplingParams
 from searchrl.generation.decode_step import DecodeStep, sharded
 from searchrl.generation.graph_decode import GraphRows
 from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, weights_version
-
-
-def _first_stop(tokenizer, ids: list[int], stops: tuple[str, ...]) -> tuple[int, str] | None:
-    """Smallest n such that decode(ids[:n]) contains a stop string, with that string; None if none occurs."""
-    text = tokenizer.decode(ids, skip_special_tokens=False)
-    if not any(s in text for s in stops):
-        return None
-    lo, hi = 1, len(ids)  # decode(ids[:hi]) contains a stop; find the smallest such prefix
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if any(s in tokenizer.decode(ids[:mid], skip_special_tokens=False) for s in stops):
-            hi = mid
-        else:
-            lo = mid + 1
-    prefix = tokenizer.decode(ids[:lo], skip_special_tokens=False)
-    hit = min((s for s in stops if s in prefix), key=prefix.find)
-    return lo, hit
+from searchrl.generation.sampling import finish_row, row_uniforms, sample_tokens
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
@@ -63,96 +50,6 @@ def _pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
-def _stop_at_end(tokenizer, ids: list[int], stops: tuple[str, ...]) -> tuple[int, str] | None:
-    """``(len(ids), stop)`` when the last token completes the first stop string, checked on the full text."""
-    text = tokenizer.decode(ids, skip_special_tokens=False)
-    if not any(s in text for s in stops):
-        return None
-    before = tokenizer.decode(ids[:-1], skip_special_tokens=False)
-    if any(s in before for s in stops):
-        return None
-    return len(ids), min((s for s in stops if s in text), key=text.find)
-
-
-def _finish(
-    tokenizer,
-    ids: list[int],
-    lps: list[float],
-    eos_ids: set[int],
-    stops: tuple[str, ...],
-    t: float,
-    stopped: bool = False,
-) -> Completion:
-    """The completion of one row: stop-string trim (exact rule), else EOS (kept), else length.
-
-    ``stopped``: incremental detection saw the last token complete a stop string; two decodes confirm it (else the
-    exact search over prefixes decides)."""
-    eos_at = next((j for j, x in enumerate(ids) if x in eos_ids), None)
-    searchable = ids if eos_at is None else ids[:eos_at]
-    stop = None
-    if stops and searchable:
-        stop = (_stop_at_end(tokenizer, searchable, stops) if stopped else None) or _first_stop(
-            tokenizer, searchable, stops
-        )
-    if stop is not None:
-        n, reason, stop_str = stop[0], "stop", stop[1]
-    elif eos_at is not None:
-        n, reason, stop_str = eos_at + 1, "eos", None
-    else:
-        n, reason, stop_str = len(ids), "length", None
-    kept = ids[:n]
-    text = tokenizer.decode(kept, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    return Completion(kept, lps[:n], text, reason, stop_str, {"generate_s": t})
-
-
-def _sample(logits_BV: Tensor, params: SamplingParams, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Next token per row and its log-prob under the raw logits (temperature 1, no top-p). Returns ``(B,), (B,)``.
-
-    Argmax when greedy, else temperature + nucleus (top-p) sampling. Sampling inverts the CDF with one uniform draw
-    per row (``torch.multinomial`` costs ~15x more per step over a 49k vocabulary on a CPU), in two levels: the block
-    of 256 tokens holding the draw, then the token inside it (a full-vocabulary ``cumsum`` is sequential per row and
-    cost ~3 ms per step on 2 cores). At temperature 1 without top-p, the unnormalised ``exp(z - max z)`` that gives
-    the log-normaliser is also the sampling mass: one pass over the vocabulary instead of three."""
-    logits_BV = logits_BV.contiguous()  # reductions along a strided last dim run ~8x slower
-    max_B1 = logits_BV.amax(-1, keepdim=True)
-    mass_BV = (logits_BV - max_B1).exp_()  # proportional to softmax(z)
-    log_z_B = max_B1.squeeze(-1) + mass_BV.sum(-1).log_()
-    if params.temperature <= 0:
-        pick_B = logits_BV.argmax(-1)
-    else:
-        order_BV = None
-        if params.temperature != 1 or params.top_p < 1.0:
-            mass_BV = torch.softmax(logits_BV / params.temperature, dim=-1)
-        if params.top_p < 1.0:
-            mass_BV, order_BV = mass_BV.sort(dim=-1, descending=True)
-            drop_BV = mass_BV.cumsum(-1) - mass_BV > params.top_p  # keep the smallest prefix with mass >= top_p
-            mass_BV = mass_BV.masked_fill(drop_BV, 0.0)
-        pick_B = _inverse_cdf(mass_BV, torch.rand(mass_BV.shape[0], generator=gen, device=mass_BV.device))
-        if order_BV is not None:
-            pick_B = order_BV.gather(-1, pick_B[:, None]).squeeze(-1)
-    return pick_B, logits_BV.gather(-1, pick_B[:, None]).squeeze(-1) - log_z_B
-
-
-_BLOCK = 256
-
-
-def _inverse_cdf(probs_BV: Tensor, u_B: Tensor) -> Tensor:
-    """Per row, the token at fraction ``u`` (in [0, 1)) of the row's total mass: the first token whose cumulative
-    mass exceeds ``u * total``, so a zero-probability token is never picked."""
-    B, V = probs_BV.shape
-    pad = (-V) % _BLOCK
-    blocks_BNK = (torch.nn.functional.pad(probs_BV, (0, pad)) if pad else probs_BV).view(B, -1, _BLOCK)
-    sums_BN = blocks_BNK.sum(-1)
-    csum_BN = sums_BN.cumsum(-1)
-    target_B1 = u_B[:, None] * csum_BN[:, -1:]
-    j_B1 = torch.searchsorted(csum_BN, target_B1, right=True).clamp_(max=csum_BN.shape[1] - 1)
-    rest_B1 = target_B1 - (csum_BN.gather(-1, j_B1) - sums_BN.gather(-1, j_B1))
-    inside_BK = blocks_BNK[torch.arange(B, device=probs_BV.device), j_B1.squeeze(-1)].cumsum(-1)
-    rest_B1 = torch.minimum(rest_B1.clamp_(min=0), inside_BK[:, -1:] * (1 - 1e-6))  # rounding stays in the block
-    k_B1 = torch.searchsorted(inside_BK, rest_B1, right=True).clamp_(max=_BLOCK - 1)
-    return (j_B1 * _BLOCK + k_B1).squeeze(-1)
-
-
 _MIN_COMMON_PREFIX = 32  # distinct contexts share a common opening only when it is at least this long
 
 
@@ -160,7 +57,8 @@ class HFGenerator(Generator):
     """Batched decoding of a causal LM (the training policy itself: weights are shared, never copied).
 
     ``stats`` counts, since construction, the tokens prefilled, reused from earlier calls and deduplicated within a
-    call, and the decode row-steps computed (rows still in the batch at each step), for FLOP accounting."""
+    call, the decode steps and the row-steps computed (rows still in the batch at each step), for FLOP accounting and
+    batch occupancy (row-steps per step)."""
 
     def __init__(
         self,
@@ -190,6 +88,21 @@ class HFGenerator(Generator):
     def runs_on(self, model: object) -> bool:
         return model is self.model
 
+    @property
+    def supports_continuous(self) -> bool:
+        """Continuous batching runs on the fast decode step (Llama-architecture models, not FSDP-sharded)."""
+        return self.step is not None
+
+    def decode_continuous(self, scheduler: ContinuousScheduler, params: SamplingParams) -> None:
+        """One decode loop for a whole rollout (:func:`~searchrl.generation.continuous.run_continuous`); on CUDA its
+        steps run eagerly (no CUDA graphs: the batch changes from step to step)."""
+        from searchrl.generation.continuous import run_continuous
+
+        if self.step is None:
+            raise NotImplementedError("continuous decoding needs the fast decode step (a Llama-architecture model)")
+        with torch.no_grad() if sharded(self.model) else torch.inference_mode():
+            run_continuous(self, scheduler, params)
+
     def counters(self) -> dict[str, float]:
         return dict(self.stats)
 
@@ -214,6 +127,8 @@ class HFGenerator(Generator):
         self.store = PrefixStore(self.store.max_bytes)  # entries live until the next call
         self.store.version = version
         gen = placement.sampler(placement.model_device(self.model), params.seed)
+        if params.row_seeds is not None and len(params.row_seeds) != len(prompts):
+            raise ValueError(f"row_seeds has {len(params.row_seeds)} seeds for {len(prompts)} prompts")
         # Distinct contexts, shortest first (less padding per chunk); a chunk holds at most max_batch_size rows.
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, p in enumerate(prompts):
@@ -248,50 +163,25 @@ class HFGenerator(Generator):
 
     def _decode_chunk(self, uniq, groups, previous: PrefixStore | None, params, gen, out) -> None:
         device = next(self.model.parameters()).device
-        pad = _pad_id(self.tokenizer)
-        U = len(uniq)
-        # ---- prefill the distinct contexts; a reused prefix is placed right-aligned before a left-padded suffix
         hits = [previous.longest_prefix(u) if previous is not None else (0, None) for u in uniq]
-        self._share_common_prefix(uniq, hits, device)
-        P = max(n for n, _ in hits)
-        suffix = [u[n:] for u, (n, _) in zip(uniq, hits, strict=True)]
-        S = max(len(s) for s in suffix)
-        ids_US = torch.full((U, S), pad, dtype=torch.long)
-        pos_US = torch.zeros((U, S), dtype=torch.long)
-        mask_UL = torch.zeros((U, P + S), dtype=torch.long)  # (U, P+S) 1 on real slots
-        for r, ((n, _), s) in enumerate(zip(hits, suffix, strict=True)):
-            ids_US[r, S - len(s) :] = torch.tensor(s, dtype=torch.long)
-            pos_US[r, S - len(s) :] = torch.arange(n, n + len(s))
-            mask_UL[r, P - n : P] = 1
-            mask_UL[r, P + S - len(s) :] = 1
-        cache = BufferedCache.from_rows([kv for _, kv in hits], P) if P else BufferedCache()
-        logits_UV = self.model(
-            input_ids=ids_US.to(device),
-            attention_mask=mask_UL.to(device),
-            position_ids=pos_US.to(device),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1, :]
-        self.stats["prefill_tokens"] += sum(len(s) for s in suffix)
-        self.stats["reused_tokens"] += sum(n for n, _ in hits)
+        logits_UV, cache, mask_UL, pos_U = self.prefill(uniq, hits, device)
         # ---- one row per requested completion (duplicates of a context share its prefill)
         owner = [r for r, u in enumerate(uniq) for _ in groups[u]]
         slot_of = [i for u in uniq for i in groups[u]]  # row -> index in the caller's prompt list
         self.stats["dedup_tokens"] += sum(len(uniq[r]) for r in owner) - sum(len(u) for u in uniq)
         sel = torch.tensor(owner, device=device)
         logits_BV = logits_UV.index_select(0, sel).float()
-        pos_B = pos_US[:, -1].to(device).index_select(0, sel)
+        pos_B = pos_U.to(device).index_select(0, sel)
         if self.step is not None:  # rows share their context's keys/values
-            shared = SharedPrefixCache(cache, mask_UL.to(device), sel)
+            shared = SharedPrefixCache(cache, mask_UL, sel)
             if self.graphs == "static" or (self.graphs == "auto" and device.type == "cuda"):
                 rows = GraphRows(self.step, shared, params.max_new_tokens, capture=self.graphs == "auto")
             else:
                 rows = _SharedRows(self.step, shared)
         else:
-            if len(owner) != U:
+            if len(owner) != len(uniq):
                 cache.batch_select_indices(sel)
-            rows = _PaddedRows(self.model, cache, mask_UL.to(device).index_select(0, sel))
+            rows = _PaddedRows(self.model, cache, mask_UL.index_select(0, sel))
         contexts = [uniq[r] for r in owner]
         B = len(owner)
         toks: list[list[int]] = [[] for _ in range(B)]
@@ -302,8 +192,16 @@ class HFGenerator(Generator):
         stops = tuple(params.stop)
         L = max((len(s) for s in stops), default=1)
         live = list(range(B))  # batch position -> row
+        seeds = None if params.row_seeds is None else [params.row_seeds[i] for i in slot_of]
         for step in range(params.max_new_tokens):
-            next_B, lp_B = _sample(logits_BV, params, gen)
+            u_B = None  # the draws: one per row, from the call's generator or each row's own stream
+            if params.temperature > 0:
+                u_B = (
+                    torch.rand(len(live), generator=gen, device=device)
+                    if seeds is None
+                    else row_uniforms([seeds[r] for r in live], [step] * len(live), device)
+                )
+            next_B, lp_B = sample_tokens(logits_BV, params, u_B)
             for b, (tok, lp) in enumerate(zip(next_B.tolist(), lp_B.tolist(), strict=True)):
                 row = live[b]
                 if done[row]:
@@ -318,6 +216,7 @@ class HFGenerator(Generator):
                         done[row] = stopped[row] = True
                     tails[row] = text[-(L - 1) :] if L > 1 else ""
             self.stats["decode_row_steps"] += len(live)
+            self.stats["decode_steps"] += 1
             n_done = sum(done[r] for r in live)
             if n_done == len(live) or step == params.max_new_tokens - 1:
                 break
@@ -333,7 +232,40 @@ class HFGenerator(Generator):
         self._keep(rows, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
         self.stats["graph_captures"] += getattr(rows, "captures", 0)
         for row in range(B):
-            out[slot_of[row]] = _finish(self.tokenizer, toks[row], lps[row], self.eos_ids, stops, 0.0, stopped[row])
+            out[slot_of[row]] = finish_row(self.tokenizer, toks[row], lps[row], self.eos_ids, stops, 0.0, stopped[row])
+
+    def prefill(self, uniq, hits, device) -> tuple[Tensor, BufferedCache, Tensor, Tensor]:
+        """Prefill the distinct contexts ``uniq``, each after its cached prefix ``hits[i] = (n, kv)`` (``(0, None)``:
+        none). A reused prefix is placed right-aligned before a left-padded suffix. Returns the last position's logits
+        ``(U, V)``, the cache ``(U, ., P + S, .)``, its mask of real slots ``(U, P + S)`` (on ``device``) and the
+        position of each context's last token ``(U,)`` (on the CPU)."""
+        pad = _pad_id(self.tokenizer)
+        U = len(uniq)
+        self._share_common_prefix(uniq, hits, device)
+        P = max(n for n, _ in hits)
+        suffix = [u[n:] for u, (n, _) in zip(uniq, hits, strict=True)]
+        S = max(len(s) for s in suffix)
+        ids_US = torch.full((U, S), pad, dtype=torch.long)
+        pos_US = torch.zeros((U, S), dtype=torch.long)
+        mask_UL = torch.zeros((U, P + S), dtype=torch.long)  # (U, P+S) 1 on real slots
+        for r, ((n, _), s) in enumerate(zip(hits, suffix, strict=True)):
+            ids_US[r, S - len(s) :] = torch.tensor(s, dtype=torch.long)
+            pos_US[r, S - len(s) :] = torch.arange(n, n + len(s))
+            mask_UL[r, P - n : P] = 1
+            mask_UL[r, P + S - len(s) :] = 1
+        cache = BufferedCache.from_rows([kv for _, kv in hits], P) if P else BufferedCache()
+        mask_UL = mask_UL.to(device)
+        logits_UV = self.model(
+            input_ids=ids_US.to(device),
+            attention_mask=mask_UL,
+            position_ids=pos_US.to(device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        self.stats["prefill_tokens"] += sum(len(s) for s in suffix)
+        self.stats["reused_tokens"] += sum(n for n, _ in hits)
+        return logits_UV, cache, mask_UL, pos_US[:, -1]
 
     def _share_common_prefix(self, uniq, hits, device) -> None:
         """Contexts with no cached prefix that open alike (the protocol's instruction) prefill that common prefix
@@ -481,7 +413,7 @@ class HFGenerateGenerator(Generator):
         )
         elapsed = time.perf_counter() - t0
         return [
-            _finish(
+            finish_row(
                 self.tokenizer,
                 new_BN[r].tolist(),
                 logp_BN[r].tolist(),

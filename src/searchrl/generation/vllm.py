@@ -25,7 +25,8 @@ class VLLMGenerator(Generator):
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
-        # One seed per prompt: identical prompts (a GRPO group) must not share a seed, or they sample alike.
+        # One seed per prompt: identical prompts (a GRPO group) must not share a seed, or they sample alike. The
+        # rollout engine's per-row streams (row_seeds) when given.
         sps = [
             VSP(
                 max_tokens=params.max_new_tokens,
@@ -34,7 +35,7 @@ class VLLMGenerator(Generator):
                 stop=list(params.stop),
                 include_stop_str_in_output=True,
                 logprobs=0,
-                seed=None if params.seed is None else params.seed + i,
+                seed=params.row_seeds[i] if params.row_seeds else (None if params.seed is None else params.seed + i),
             )
             for i in range(len(prompts))
         ]

@@ -23,11 +23,16 @@ Limits and truncation policy (documented in docs/rollout.md):
   dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``.
 - A turn that ends in EOS without an answer ends the trajectory (``"eos"``); an invalid action that did not end in
   EOS gets the protocol's feedback text and the trajectory continues (as Search-R1's loop does).
+
+With ``continuous`` (``rollout.continuous``) and a generator that supports it, the same per-trajectory state machine
+runs without the turn barrier: :mod:`searchrl.rollout.continuous`.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,15 +40,18 @@ from typing import Literal
 
 from searchrl.config import RolloutConfig
 from searchrl.data.records import QAExample
-from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
 from searchrl.generation.prompts import render_prompt, wants_chat
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.trajectory import Trajectory, Turn
 
+log = logging.getLogger(__name__)
+
 _OBS_TAIL = 16  # tokens kept from the end of a truncated observation
 _MIN_ROOM = 8  # a trajectory with less room than this for new tokens stops with "length"
 FORCE_MODES = ("hint", "silent", "end", "off")
+NO_RETRIEVER = "the policy issued a search but no retriever is configured (pass --index or --url)"
 ForceMode = Literal["hint", "silent", "end", "off"]
 
 
@@ -75,6 +83,8 @@ class RolloutLimits:
     topk: int = 3
     #: each query's documents cut to this many tokens before the protocol builds the observation (RAG-R1).
     max_obs_tokens_per_query: int | None = None
+    #: not a limit but how turns are scheduled: continuous batching across turns (rollout.continuous).
+    continuous: bool = False
 
     @classmethod
     def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
@@ -87,6 +97,7 @@ class RolloutLimits:
             force_answer=rollout_cfg.force_answer,
             topk=topk,
             max_obs_tokens_per_query=getattr(rollout_cfg, "max_obs_tokens_per_query", None),
+            continuous=rollout_cfg.continuous,
         )
 
 
@@ -199,30 +210,32 @@ class RolloutEngine:
                     )
                 )
         timing = {"generate_s": 0.0, "retrieve_s": 0.0, "engine_s": 0.0, "gen_tokens": 0.0, "retrieve_calls": 0.0}
+        base_seed = seed if seed is not None else random.getrandbits(63)  # each row's stream: (seed, turn, row)
         t_start = time.perf_counter()
         try:
-            self._loop(trajs, timing, temperature, top_p, seed)
+            if self.limits.continuous and self.generator.supports_continuous:
+                from searchrl.rollout.continuous import run_continuous
+
+                run_continuous(self, trajs, timing, temperature, top_p, base_seed)
+            else:
+                if self.limits.continuous:
+                    log.info("%s decodes turn by turn: continuous batching is off", type(self.generator).__name__)
+                self._loop(trajs, timing, temperature, top_p, seed, base_seed)
         finally:
             self.generator.reset()  # cached prefixes are only useful within one rollout
         timing["engine_s"] = time.perf_counter() - t_start
         self.stats = timing
         return trajs
 
-    def _loop(self, trajs: list[Trajectory], timing: dict[str, float], temperature, top_p, seed) -> None:
+    def _loop(self, trajs: list[Trajectory], timing: dict[str, float], temperature, top_p, seed, base_seed) -> None:
         active = list(trajs)
+        index = {id(t): i for i, t in enumerate(trajs)}
         lim = self.limits
-        mode = force_mode(lim.force_answer)
-        n_turns = lim.max_turns + (1 if mode in ("hint", "silent") else 0)
+        n_turns = self.n_turns()
         final_next: set[int] = set()  # silent: trajectories whose next turn is their final one (over budget)
         for turn_no in range(n_turns):
-            forced_all = turn_no == lim.max_turns
-            last = turn_no == n_turns - 1  # nothing inserted after this turn: the policy would never read it
-            if forced_all and mode == "hint":
-                for t in active:
-                    self._insert(t, self.protocol.force_answer_text())
             for t in active:
-                if self._room(t) < _MIN_ROOM:
-                    self._stop(t, "length")
+                self.open_turn(t, turn_no)
             active = [t for t in active if not t.stop_reason]
             if not active:
                 break
@@ -231,8 +244,9 @@ class RolloutEngine:
                 max_new_tokens=max_new,
                 temperature=temperature,
                 top_p=top_p,
-                stop=tuple(self.protocol.stop_strings) + tuple(self.protocol.answer_stop_strings),
+                stop=self.stop_strings(),
                 seed=None if seed is None else seed + turn_no,
+                row_seeds=tuple(mix_seed(base_seed, turn_no, index[id(t)]) for t in active),
             )
             t0 = time.perf_counter()
             completions = self.generator.generate([t.prompt_ids + t.response_ids for t in active], params)
@@ -241,51 +255,12 @@ class RolloutEngine:
             searches: list[tuple[Trajectory, Turn, tuple[str, ...]]] = []
             still: list[Trajectory] = []
             for traj, comp in zip(active, completions, strict=True):
-                forced = forced_all or id(traj) in final_next
-                room = self._room(traj)
-                ids, lps, text, finish = comp.token_ids[:room], comp.logprobs[:room], comp.text, comp.finish_reason
-                if len(ids) < len(comp.token_ids):  # cut by the total-length limit
-                    text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                    finish = "length"
-                traj.append(ids, sampled=True, logprobs=lps)
-                timing["gen_tokens"] += len(ids)
-                action = self.protocol.parse(text)
-                turn = Turn(text=text, action="none", finish_reason=finish, n_gen_tokens=len(ids))
-                traj.turns.append(turn)
-                if isinstance(action, Answer):
-                    turn.action = "answer"
-                    traj.answer = action.text
-                    self._stop(traj, "answer")
-                elif isinstance(action, Search) and not last and not forced and traj.n_searches < lim.max_searches:
-                    turn.action = "search"
-                    turn.queries = list(action.queries)
-                    searches.append((traj, turn, action.queries))
-                    still.append(traj)
-                elif finish == "eos":
-                    turn.action = "invalid" if isinstance(action, Invalid) else "none"
-                    turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
-                    self._stop(traj, "eos")
-                elif last or forced:  # no turn follows: no feedback, no observation, the search is not run
-                    turn.action = "invalid" if isinstance(action, Invalid) and not forced else "none"
-                    turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
-                    self._stop(traj, "no_answer" if forced else "max_turns")
-                elif isinstance(action, Search) and mode == "end":  # over the budget: the sample ends here
-                    turn.action = "search_over_budget"
-                    self._stop(traj, "max_searches")
-                elif isinstance(action, Search) and mode == "silent":  # over the budget: one final turn, no text
-                    turn.action = "search_over_budget"
+                turn, follow = self.take_turn(traj, comp, turn_no, id(traj) in final_next, timing)
+                if follow == "search":
+                    searches.append((traj, turn, tuple(turn.queries)))
+                elif follow == "final":
                     final_next.add(id(traj))
-                    still.append(traj)
-                elif isinstance(action, Search):  # over the search budget: not executed, told to answer
-                    turn.action = "search_over_budget"
-                    turn.observation = self.protocol.force_answer_text()
-                    turn.n_obs_tokens = self._insert(traj, turn.observation)
-                    still.append(traj)
-                else:
-                    turn.action = "invalid"
-                    turn.invalid_reason = action.reason
-                    turn.observation = self.protocol.invalid_feedback(action)
-                    turn.n_obs_tokens = self._insert(traj, turn.observation)
+                if follow != "stop":
                     still.append(traj)
             # ---- one batched retrieval call for every query of the turn
             if searches:
@@ -296,46 +271,146 @@ class RolloutEngine:
         for t in active:
             self._stop(t, "max_turns")
 
+    # ------------------------------------------------------------------ one trajectory's turn (both schedules)
+    def n_turns(self) -> int:
+        """Turns a trajectory may get: ``max_turns``, plus the final forced one under ``hint`` and ``silent``."""
+        return self.limits.max_turns + (1 if force_mode(self.limits.force_answer) in ("hint", "silent") else 0)
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return tuple(self.protocol.stop_strings) + tuple(self.protocol.answer_stop_strings)
+
+    def open_turn(self, traj: Trajectory, turn_no: int) -> int:
+        """Start turn ``turn_no``: the hint before the forced final turn, then the room check. Returns the turn's
+        token budget; 0 when the trajectory stopped (``length``)."""
+        lim = self.limits
+        if turn_no == lim.max_turns and force_mode(lim.force_answer) == "hint":
+            self._insert(traj, self.protocol.force_answer_text())
+        if self._room(traj) < _MIN_ROOM:
+            self._stop(traj, "length")
+            return 0
+        return min(lim.max_new_tokens, self._room(traj))
+
+    def take_turn(
+        self, traj: Trajectory, comp: Completion, turn_no: int, final: bool, timing: dict[str, float]
+    ) -> tuple[Turn, str]:
+        """Record turn ``turn_no``'s completion and act on it (``final``: a silent over-budget call made this the
+        final turn). Returns the turn and what follows: ``"stop"``, ``"search"`` (run ``turn.queries``, insert the
+        observation, next turn), ``"next"`` (whatever text is due was inserted: next turn) or ``"final"`` (silent:
+        the next turn is the final one)."""
+        lim = self.limits
+        mode = force_mode(lim.force_answer)
+        forced = turn_no == lim.max_turns or final
+        last = turn_no == self.n_turns() - 1  # nothing inserted after this turn: the policy would never read it
+        room = self._room(traj)
+        ids, lps, text, finish = comp.token_ids[:room], comp.logprobs[:room], comp.text, comp.finish_reason
+        if len(ids) < len(comp.token_ids):  # cut by the total-length limit
+            text = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            finish = "length"
+        traj.append(ids, sampled=True, logprobs=lps)
+        timing["gen_tokens"] += len(ids)
+        action = self.protocol.parse(text)
+        turn = Turn(text=text, action="none", finish_reason=finish, n_gen_tokens=len(ids))
+        traj.turns.append(turn)
+        if isinstance(action, Answer):
+            turn.action = "answer"
+            traj.answer = action.text
+            self._stop(traj, "answer")
+            return turn, "stop"
+        if isinstance(action, Search) and not last and not forced and traj.n_searches < lim.max_searches:
+            turn.action = "search"
+            turn.queries = list(action.queries)
+            return turn, "search"
+        if finish == "eos":
+            turn.action = "invalid" if isinstance(action, Invalid) else "none"
+            turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
+            self._stop(traj, "eos")
+            return turn, "stop"
+        if last or forced:  # no turn follows: no feedback, no observation, the search is not run
+            turn.action = "invalid" if isinstance(action, Invalid) and not forced else "none"
+            turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
+            self._stop(traj, "no_answer" if forced else "max_turns")
+            return turn, "stop"
+        if isinstance(action, Search) and mode == "end":  # over the budget: the sample ends here
+            turn.action = "search_over_budget"
+            self._stop(traj, "max_searches")
+            return turn, "stop"
+        if isinstance(action, Search) and mode == "silent":  # over the budget: one final turn, no text
+            turn.action = "search_over_budget"
+            return turn, "final"
+        if isinstance(action, Search):  # over the search budget: not executed, told to answer
+            turn.action = "search_over_budget"
+            turn.observation = self.protocol.force_answer_text()
+        else:
+            turn.action = "invalid"
+            turn.invalid_reason = action.reason
+            turn.observation = self.protocol.invalid_feedback(action)
+        turn.n_obs_tokens = self._insert(traj, turn.observation)
+        return turn, "next"
+
     def _retrieve(self, queries: list[str], timing: dict[str, float]) -> tuple[list[list[Hit]], float]:
         """ONE batched retriever call for ``queries``; returns the hits and the call's wall time (also added to
         ``timing``)."""
-        if self.retriever is None:
-            raise ValueError("the policy issued a search but no retriever is configured (pass --index or --url)")
-        t0 = time.perf_counter()
-        hits = self.retriever.search(queries, self.limits.topk)
-        dt = time.perf_counter() - t0
+        hits, dt = self.search(queries)
         timing["retrieve_s"] += dt
         timing["retrieve_calls"] += 1
         return hits, dt
 
-    def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:
-        """Run this turn's search calls (every query in one retriever call) and insert each observation.
+    def search(self, queries: list[str]) -> tuple[list[list[Hit]], float]:
+        """One retriever call: the hits and the call's wall time (safe to run in a worker thread)."""
+        if self.retriever is None:
+            raise ValueError(NO_RETRIEVER)
+        t0 = time.perf_counter()
+        hits = self.retriever.search(queries, self.limits.topk)
+        return hits, time.perf_counter() - t0
 
-        The one place where retrieved documents become inserted text: the protocol renders them, or
-        ``document_step`` does (Search-o1's Reason-in-Documents)."""
-        if self.repeated_query_text is not None:
-            fresh = []
-            for traj, turn, qs in searches:
-                searched = {q for t in traj.turns if t is not turn and t.action == "search" for q in t.queries}
-                if all(q in searched for q in qs):
-                    turn.action = "search_repeated"  # not executed, not counted against the search limit
-                    turn.observation = self.repeated_query_text
-                    turn.n_obs_tokens = self._insert(traj, turn.observation)
-                else:
-                    fresh.append((traj, turn, qs))
-            searches = fresh
-            if not searches:
-                return
+    def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:
+        """Run this turn's search calls (every query in one retriever call) and insert each observation."""
+        searches = self.screen_repeats(searches)
+        if not searches:
+            return
         hits, dt = self._retrieve([q for _, _, qs in searches for q in qs], timing)
+        calls = self.search_calls(searches, hits)
+        self.insert_observations(calls, [dt] * len(calls), timing)
+
+    def screen_repeats(
+        self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]]
+    ) -> list[tuple[Trajectory, Turn, tuple[str, ...]]]:
+        """With ``repeated_query_text``: a call whose queries the trajectory already searched is not run (the text is
+        inserted instead, action ``search_repeated``); returns the calls to run."""
+        if self.repeated_query_text is None:
+            return searches
+        fresh = []
+        for traj, turn, qs in searches:
+            searched = {q for t in traj.turns if t is not turn and t.action == "search" for q in t.queries}
+            if all(q in searched for q in qs):
+                turn.action = "search_repeated"  # not executed, not counted against the search limit
+                turn.observation = self.repeated_query_text
+                turn.n_obs_tokens = self._insert(traj, turn.observation)
+            else:
+                fresh.append((traj, turn, qs))
+        return fresh
+
+    @staticmethod
+    def search_calls(
+        searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], hits: list[list[Hit]]
+    ) -> list[SearchCall]:
+        """Each call with its queries' hits (``hits``: one list per query, the calls' queries in order)."""
         calls, pos = [], 0
         for traj, turn, qs in searches:
             calls.append(SearchCall(traj, turn, qs, hits[pos : pos + len(qs)]))
             pos += len(qs)
+        return calls
+
+    def insert_observations(self, calls: list[SearchCall], dts: list[float], timing: dict[str, float]) -> None:
+        """Insert each call's observation (``dts``: the wall time of the retriever call that served it).
+
+        The one place where retrieved documents become inserted text: the protocol renders them, or
+        ``document_step`` does (Search-o1's Reason-in-Documents)."""
         if self.document_step is not None:
             texts = self.document_step(calls, timing)
         else:
             texts = [self.protocol.render_observation(list(c.queries), c.hits, **self._render_kwargs) for c in calls]
-        for c, text in zip(calls, texts, strict=True):
+        for c, text, dt in zip(calls, texts, dts, strict=True):
             c.turn.hit_ids = [[h.id for h in hs] for hs in c.hits]
             c.turn.observation = text
             c.turn.n_obs_tokens = self._insert(c.traj, text)
