@@ -11,10 +11,11 @@ One turn of the state machine, for all active trajectories together:
 
 Limits and truncation policy (documented in docs/rollout.md):
 - ``force_answer`` says what happens at the budget (a search call past ``max_searches`` is never executed):
-  ``hint``: the protocol's force-answer text is inserted after an over-budget call and before one final turn
-  after ``max_turns``; ``silent``: one final turn with nothing inserted and search disabled, after ``max_turns``
-  or straight after an over-budget call (Search-R1, R-Search, RAG-R1); ``end``: no final turn, an over-budget
-  call ends the sample (R1-Searcher); ``off``: no final turn, an over-budget call gets the hint text.
+  ``hint``: the protocol's over-budget text (by default its force-answer text) is inserted after an over-budget
+  call, and its force-answer text before one final turn after ``max_turns``; ``silent``: one final turn with
+  nothing inserted and search disabled, after ``max_turns`` or straight after an over-budget call (Search-R1,
+  R-Search, RAG-R1); ``end``: no final turn, an over-budget call ends the sample (R1-Searcher); ``off``: no final
+  turn, an over-budget call gets the over-budget text.
 - Nothing is inserted after the last turn a trajectory will get (no feedback, no observation, no search run): the
   policy would never read it, yet it would be scored and trained on.
 - ``max_new_tokens`` per turn; ``max_obs_tokens`` per observation: an over-long observation keeps its head and its
@@ -91,11 +92,12 @@ class RolloutLimits:
 
 
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
-    """The protocol's prompt, wrapped in the chat template for chat models or as raw text for base models, followed
-    by the protocol's response prefix (pre-filled, never sampled)."""
+    """The protocol's prompt, wrapped in the chat template (with the protocol's tools, if any) for chat models or as
+    raw text for base models, followed by the protocol's response prefix (pre-filled, never sampled)."""
     messages = protocol.chat_messages(question)
     raw = None if wants_chat(tokenizer, style) else protocol.raw_prompt(question)
-    return render_prompt(tokenizer, messages, style, raw, prefill=protocol.response_prefix)
+    tools = protocol.chat_tools()
+    return render_prompt(tokenizer, messages, style, raw, prefill=protocol.response_prefix, tools=tools)
 
 
 @dataclass
@@ -138,6 +140,7 @@ class RolloutEngine:
         self.document_step = document_step
         self.repeated_query_text = repeated_query_text
         self.tokenizer = generator.tokenizer
+        protocol.bind_tokenizer(self.tokenizer, prompt_style)  # tool_call: its replies come from the template
         self.stats: dict[str, float] = {}
         self._render_kwargs: dict = {}
         if limits.max_obs_tokens_per_query is not None:
@@ -278,7 +281,7 @@ class RolloutEngine:
                     still.append(traj)
                 elif isinstance(action, Search):  # over the search budget: not executed, told to answer
                     turn.action = "search_over_budget"
-                    turn.observation = self.protocol.force_answer_text()
+                    turn.observation = self.protocol.over_budget_text()
                     turn.n_obs_tokens = self._insert(traj, turn.observation)
                     still.append(traj)
                 else:
