@@ -142,6 +142,11 @@ class Protocol(ABC):
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         """Text inserted after a search call: retrieved documents wrapped in the protocol's result tags."""
 
+    def observation_suffix(self) -> str:
+        """Text every inserted observation ends with that truncation must keep whole (the engine keeps at least
+        its tokens when it cuts an over-long observation); "" when the closing tags are short (the default)."""
+        return ""
+
     def observation_documents(self, observation: str) -> str:
         """The documents of an inserted observation as plain text, without the protocol's wrapper tags (R1-Searcher++'s
         rewriter reads them as its own knowledge). The text as given by default."""

@@ -243,6 +243,9 @@ class ToolCallProtocol(TagProtocol):
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         return self.frame.wrap(self.tool_reply(queries, hits))
 
+    def observation_suffix(self) -> str:
+        return self.frame.close
+
     def observation_documents(self, observation: str) -> str:
         f = self.frame
         framed = observation.startswith(f.open) and observation.endswith(f.close)

@@ -19,7 +19,8 @@ Limits and truncation policy (documented in docs/rollout.md):
 - Nothing is inserted after the last turn a trajectory will get (no feedback, no observation, no search run): the
   policy would never read it, yet it would be scored and trained on.
 - ``max_new_tokens`` per turn; ``max_obs_tokens`` per observation: an over-long observation keeps its head and its
-  last ``_OBS_TAIL`` tokens (so closing tags survive) and drops the middle.
+  last ``_OBS_TAIL`` tokens (so closing tags survive; more when the protocol's ``observation_suffix``, e.g. the
+  chat template's text after a tool reply, needs them) and drops the middle.
 - ``max_total_tokens`` (prompt + response): the context is never cut from the left, so the question is never
   dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``.
 - A turn that ends in EOS without an answer ends the trajectory (``"eos"``); an invalid action that did not end in
@@ -57,12 +58,22 @@ def force_mode(value: bool | str) -> str:
     return value
 
 
-def truncate_observation(ids: list[int], max_tokens: int) -> list[int]:
-    """Keep the head and the last ``_OBS_TAIL`` tokens of an over-long observation (closing tags survive)."""
+def truncate_observation(ids: list[int], max_tokens: int, tail: int = _OBS_TAIL) -> list[int]:
+    """Keep the head and the last ``tail`` tokens of an over-long observation (closing tags survive)."""
     if len(ids) <= max_tokens:
         return ids
-    head = max(max_tokens - _OBS_TAIL, 0)
-    return ids[:head] + ids[-_OBS_TAIL:]
+    head = max(max_tokens - tail, 0)
+    return ids[:head] + ids[-tail:]
+
+
+def observation_tail(protocol: Protocol, tokenizer) -> int:
+    """Tokens a truncated observation keeps from its end: ``_OBS_TAIL``, or more when the protocol's closing text
+    (``Protocol.observation_suffix``: a chat template's text up to the next turn) needs them, plus one for a token
+    the suffix may share with the text before it."""
+    suffix = protocol.observation_suffix()
+    if not suffix or tokenizer is None:
+        return _OBS_TAIL
+    return max(_OBS_TAIL, len(tokenizer.encode(suffix, add_special_tokens=False)) + 1)
 
 
 @dataclass(frozen=True)
@@ -141,6 +152,7 @@ class RolloutEngine:
         self.repeated_query_text = repeated_query_text
         self.tokenizer = generator.tokenizer
         protocol.bind_tokenizer(self.tokenizer, prompt_style)  # tool_call: its replies come from the template
+        self._obs_tail = observation_tail(protocol, self.tokenizer)
         self.stats: dict[str, float] = {}
         self._render_kwargs: dict = {}
         if limits.max_obs_tokens_per_query is not None:
@@ -159,7 +171,7 @@ class RolloutEngine:
         return self._encode(build_prompt_text(self.protocol, self.tokenizer, question, self.prompt_style))
 
     def _insert(self, traj: Trajectory, text: str) -> int:
-        ids = truncate_observation(self._encode(text), self.limits.max_obs_tokens)
+        ids = truncate_observation(self._encode(text), self.limits.max_obs_tokens, self._obs_tail)
         room = self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
         ids = ids[: max(room, 0)]
         traj.append(ids, sampled=False)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from searchrl.data.records import QAExample
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
-from searchrl.rollout.engine import build_prompt_text, truncate_observation
+from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
 from searchrl.rollout.trajectory import Trajectory, Turn
 
 
@@ -284,7 +284,7 @@ def oracle_trajectories(
                 turn.observation = protocol.render_observation(list(qs), mine)
                 obs_ids = list(tokenizer.encode(turn.observation, add_special_tokens=False))
                 if max_obs_tokens is not None:
-                    obs_ids = truncate_observation(obs_ids, max_obs_tokens)
+                    obs_ids = truncate_observation(obs_ids, max_obs_tokens, observation_tail(protocol, tokenizer))
                 traj.append(obs_ids, sampled=False)
                 turn.n_obs_tokens = len(obs_ids)
             traj.turns.append(turn)
