@@ -28,6 +28,8 @@ CONFIGS = [
     ("rag_r1", {"multi_query": True}),
     ("rag_r1", {"multi_query": True, "max_queries": 2, "max_query_chars": 40}),
     ("search_o1", {}),
+    ("tool_call", {}),
+    ("tool_call", {"max_queries": 1, "max_query_chars": 40}),
 ]
 IDS = [name + "".join(f"-{k}={v}" for k, v in opts.items()) for name, opts in CONFIGS]
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -111,8 +111,9 @@ def test_render_rejects_mismatched_inputs(name: str) -> None:
     p = get_protocol(name)
     with pytest.raises(ValueError):
         p.render_observation(Q, [HITS, HITS])
+    too_many = [f"q{i}" for i in range(p.max_queries + 1)]  # single-query protocols take one query per call
     with pytest.raises(ValueError):
-        p.render_observation(["a", "b"], [HITS, HITS])  # single-query protocols take one query per call
+        p.render_observation(too_many, [HITS] * len(too_many))
 
 
 # ------------------------------------------------------------------------------------------------------ parsing

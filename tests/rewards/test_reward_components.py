@@ -69,6 +69,8 @@ def test_answer_uses_r1_normalisation_when_asked():
         ({"paper": "r1_searcher_stage2"}, 0.0, -2.0),  # spec 001 §3.2 Eq. 3 (paper)
         ({"paper": "r1_searcher_stage2", "penalty": -1.0}, 0.0, -1.0),  # the authors' Llama code
         ({"paper": "r1_searcher_pp"}, 0.0, -2.0),  # spec 000 §3.1 Eq. 3
+        ({"paper": "tool_call"}, 0.0, -1.0),  # ours [O]
+        ({"paper": "tool_call", "penalty": -0.5}, 0.0, -0.5),
     ],
 )
 def test_binary_format_rewards(params, ok_score, bad_score):

@@ -32,7 +32,7 @@ def world(tmp_path_factory) -> tuple[Path, object]:
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
 def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str) -> None:
     d, retriever = world
-    protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))
+    protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))  # tool_call: 3 a call
     examples = load_qa(d / "train.jsonl", limit=40)
     tok = ByteTokenizer()
     trajs = oracle_trajectories(protocol, examples, retriever, tok, topk=3, plan=plan)
@@ -45,9 +45,17 @@ def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str)
         assert all(ids for ids in t.turns[0].hit_ids)  # real retrieved documents were inserted
         inserted = tok.decode([i for i, m in zip(t.response_ids, t.action_mask, strict=True) if not m])
         assert inserted == "".join(turn.observation for turn in t.turns)
-        if name == "rag_r1" and ex.metadata.get("kind") == "comparison":
-            continue  # one multi-query call: no plan
         n = len(ex.metadata["chain"])
+        if protocol.max_queries > 1 and ex.metadata.get("kind") == "comparison":  # one multi-query call
+            assert t.n_turns == 2 and len(t.turns[0].queries) == n
+            if str(plan).startswith("decompose"):  # the plan and its search steps, then the closing step
+                in_order = [h["query"] for h in question_order(ex.metadata["chain"], ex.question)]
+                assert t.turns[0].queries == in_order
+                first, last = t.turns[0].text, t.turns[-1].text
+                assert first.count("Plan: (1) ") == 1 and "Step (1): " in first and "Step (2): " in first
+                assert "#1 is " in last and "#2 is " in last and "of #1 and #2: " in last
+                assert f"So the answer is {ex.answers[0]}." in last
+            continue
         if str(plan).startswith("decompose"):  # the plan first, then one step of it per turn; the last closes it
             assert t.turns[0].text.count("Plan: (1) ") == 1 and f"({n + 1}) " in t.turns[0].text
             assert [f"Step ({i + 1}): " in turn.text for i, turn in enumerate(t.turns)] == [True] * (n + 1)

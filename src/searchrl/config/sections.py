@@ -105,7 +105,9 @@ class RetrievalConfig(Section):
 
 
 class RolloutConfig(Section):
-    protocol: Literal["search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1", "search_o1"] = "search_r1"
+    protocol: Literal["search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1", "search_o1", "tool_call"] = (
+        "search_r1"
+    )
     #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
     backend: Literal["hf", "hf_generate", "vllm"] = "hf"
@@ -137,7 +139,7 @@ class RolloutConfig(Section):
     #: inserted, search disabled), "end" (the sample ends; an over-budget search is not run), "off" (no final turn;
     #: an over-budget search gets the hint). true = hint, false = off. See searchrl.rollout.engine.
     force_answer: Literal["hint", "silent", "end", "off"] = "hint"
-    #: RAG-R1 multi-query mode: at most this many queries in one search call.
+    #: RAG-R1 multi-query mode and tool_call: at most this many queries in one search call.
     max_queries_per_call: int = 3
     #: protocol-specific options (e.g. {"multi_query": true} for rag_r1).
     options: dict[str, Any] = Field(default_factory=dict)

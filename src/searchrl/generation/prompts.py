@@ -16,12 +16,19 @@ def wants_chat(tokenizer: Any, style: str = "auto") -> bool:
 
 
 def render_prompt(
-    tokenizer: Any, messages: Sequence[dict[str, str]], style: str = "auto", raw: str | None = None, prefill: str = ""
+    tokenizer: Any,
+    messages: Sequence[dict[str, str]],
+    style: str = "auto",
+    raw: str | None = None,
+    prefill: str = "",
+    tools: Sequence[dict[str, Any]] | None = None,
 ) -> str:
     """``messages`` through the chat template (generation prompt added), or ``raw`` for base models (default: the
-    messages' contents joined by blank lines); ``prefill`` opens the model's reply (never sampled)."""
+    messages' contents joined by blank lines); ``prefill`` opens the model's reply (never sampled); ``tools``: JSON
+    function schemas for the template's ``tools=`` (chat only)."""
     if wants_chat(tokenizer, style):
-        text = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        extra = {"tools": list(tools)} if tools else {}
+        text = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **extra)
     else:
         text = raw if raw is not None else "\n\n".join(m["content"] for m in messages)
     return text + prefill

@@ -1,4 +1,5 @@
-"""The papers' text protocols (five trained methods and the prompted Search-o1 baseline) and a name -> class registry.
+"""The papers' text protocols (five trained methods and the prompted Search-o1 baseline), our JSON tool-call protocol,
+and a name -> class registry.
 
 ``get_protocol("rag_r1", multi_query=True, max_queries=3)`` builds one; options are validated and unknown ones
 raise a one-line ``ValueError`` naming the valid ones.
@@ -8,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from searchrl.protocols._tags import BAD_JSON, EMPTY_QUERY, INVALID_REASONS, NO_ACTION, QUERY_TOO_LONG
+from searchrl.protocols._tags import (
+    BAD_ARGUMENTS,
+    BAD_JSON,
+    EMPTY_QUERY,
+    INVALID_REASONS,
+    NO_ACTION,
+    QUERY_TOO_LONG,
+    UNKNOWN_TOOL,
+)
 from searchrl.protocols.base import Action, Answer, FormatReport, Invalid, Protocol, Search
 from searchrl.protocols.r1_searcher import R1SearcherProtocol
 from searchrl.protocols.r1_searcher_pp import R1SearcherPPProtocol
@@ -16,6 +25,7 @@ from searchrl.protocols.r_search import RSearchProtocol
 from searchrl.protocols.rag_r1 import RAGR1Protocol
 from searchrl.protocols.search_o1 import SearchO1Protocol
 from searchrl.protocols.search_r1 import SearchR1Protocol
+from searchrl.protocols.tool_call import ToolCallProtocol, search_tool
 
 PROTOCOLS: dict[str, type[Protocol]] = {
     "search_r1": SearchR1Protocol,
@@ -24,6 +34,7 @@ PROTOCOLS: dict[str, type[Protocol]] = {
     "r_search": RSearchProtocol,
     "rag_r1": RAGR1Protocol,
     "search_o1": SearchO1Protocol,
+    "tool_call": ToolCallProtocol,
 }
 
 
@@ -37,12 +48,14 @@ def get_protocol(name: str, **options: Any) -> Protocol:
 
 
 __all__ = [
+    "BAD_ARGUMENTS",
     "BAD_JSON",
     "EMPTY_QUERY",
     "INVALID_REASONS",
     "NO_ACTION",
     "PROTOCOLS",
     "QUERY_TOO_LONG",
+    "UNKNOWN_TOOL",
     "Action",
     "Answer",
     "FormatReport",
@@ -55,5 +68,7 @@ __all__ = [
     "Search",
     "SearchO1Protocol",
     "SearchR1Protocol",
+    "ToolCallProtocol",
     "get_protocol",
+    "search_tool",
 ]

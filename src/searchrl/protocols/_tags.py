@@ -28,8 +28,10 @@ from searchrl.retrieval.base import Hit
 NO_ACTION = "no_action"  # the turn holds neither a complete search call nor a complete final answer
 EMPTY_QUERY = "empty_query"  # a search call with nothing (or only tags) between its tags
 QUERY_TOO_LONG = "query_too_long"  # a query longer than the ``max_query_chars`` option
-BAD_JSON = "bad_json"  # RAG-R1 multi-query: the call looks like JSON but does not parse as a list of strings
-INVALID_REASONS = (NO_ACTION, EMPTY_QUERY, QUERY_TOO_LONG, BAD_JSON)
+BAD_JSON = "bad_json"  # the call is not the JSON it must be (RAG-R1 multi-query's list; tool_call's call object)
+UNKNOWN_TOOL = "unknown_tool"  # tool_call: the call names a tool other than search
+BAD_ARGUMENTS = "bad_arguments"  # tool_call: the arguments are not {"queries": [strings]} or {"query": string}
+INVALID_REASONS = (NO_ACTION, EMPTY_QUERY, QUERY_TOO_LONG, BAD_JSON, UNKNOWN_TOOL, BAD_ARGUMENTS)
 
 #: the first sentence of the invalid-action feedback, per reason (first person, as the model's own voice).
 FEEDBACK_LEAD = {

@@ -142,6 +142,11 @@ class Protocol(ABC):
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         """Text inserted after a search call: retrieved documents wrapped in the protocol's result tags."""
 
+    def observation_suffix(self) -> str:
+        """Text every inserted observation ends with that truncation must keep whole (the engine keeps at least
+        its tokens when it cuts an over-long observation); "" when the closing tags are short (the default)."""
+        return ""
+
     def observation_documents(self, observation: str) -> str:
         """The documents of an inserted observation as plain text, without the protocol's wrapper tags (R1-Searcher++'s
         rewriter reads them as its own knowledge). The text as given by default."""
@@ -162,3 +167,18 @@ class Protocol(ABC):
     def force_answer_text(self) -> str:
         """Text appended before the final forced-answer turn, when the search budget is spent."""
         return ""
+
+    def over_budget_text(self) -> str:
+        """Text inserted after a search call past the search budget (the call is not run): the force-answer text
+        by default; a protocol whose calls must be answered by a reply message (``tool_call``) says so there."""
+        return self.force_answer_text()
+
+    def bind_tokenizer(self, tokenizer: Any, style: str = "auto") -> None:
+        """Called by the rollout engine (and the oracle builder) with the tokenizer whose chat template renders the
+        prompt (``style``: ``model.prompt_style``). Nothing by default; a protocol whose inserted text comes from
+        the chat template (``tool_call``) works it out here."""
+        return None
+
+    def chat_tools(self) -> list[dict[str, Any]] | None:
+        """JSON function schemas given to the chat template as ``tools=`` with the prompt; None: no tools."""
+        return None

@@ -137,6 +137,7 @@ def format_reward(inputs: Sequence[RewardInput], *, paper: str, **params: Any) -
     - ``r1_searcher_stage1``: ``value`` (0.5) if ``report.ok`` else 0.
     - ``r1_searcher_stage2`` / ``r1_searcher_pp``: 0 if ``report.ok`` else ``penalty`` (-2).
     - ``r_search``: Eq. 5 with ``gamma`` (0.2), ``gamma_e``, ``gamma_a``, ``evidence_without_search``.
+    - ``tool_call`` (ours): 0 if ``report.ok`` else ``penalty`` (-1).
 
     Metrics: ``ok_rate``, and ``<flag>_rate`` for each boolean ``<name>_ok`` flag the protocol's report carries.
     """

@@ -11,14 +11,16 @@ One turn of the state machine, for all active trajectories together:
 
 Limits and truncation policy (documented in docs/rollout.md):
 - ``force_answer`` says what happens at the budget (a search call past ``max_searches`` is never executed):
-  ``hint``: the protocol's force-answer text is inserted after an over-budget call and before one final turn
-  after ``max_turns``; ``silent``: one final turn with nothing inserted and search disabled, after ``max_turns``
-  or straight after an over-budget call (Search-R1, R-Search, RAG-R1); ``end``: no final turn, an over-budget
-  call ends the sample (R1-Searcher); ``off``: no final turn, an over-budget call gets the hint text.
+  ``hint``: the protocol's over-budget text (by default its force-answer text) is inserted after an over-budget
+  call, and its force-answer text before one final turn after ``max_turns``; ``silent``: one final turn with
+  nothing inserted and search disabled, after ``max_turns`` or straight after an over-budget call (Search-R1,
+  R-Search, RAG-R1); ``end``: no final turn, an over-budget call ends the sample (R1-Searcher); ``off``: no final
+  turn, an over-budget call gets the over-budget text.
 - Nothing is inserted after the last turn a trajectory will get (no feedback, no observation, no search run): the
   policy would never read it, yet it would be scored and trained on.
 - ``max_new_tokens`` per turn; ``max_obs_tokens`` per observation: an over-long observation keeps its head and its
-  last ``_OBS_TAIL`` tokens (so closing tags survive) and drops the middle.
+  last ``_OBS_TAIL`` tokens (so closing tags survive; more when the protocol's ``observation_suffix``, e.g. the
+  chat template's text after a tool reply, needs them) and drops the middle.
 - ``max_total_tokens`` (prompt + response): the context is never cut from the left, so the question is never
   dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``.
 - A turn that ends in EOS without an answer ends the trajectory (``"eos"``); an invalid action that did not end in
@@ -64,12 +66,22 @@ def force_mode(value: bool | str) -> str:
     return value
 
 
-def truncate_observation(ids: list[int], max_tokens: int) -> list[int]:
-    """Keep the head and the last ``_OBS_TAIL`` tokens of an over-long observation (closing tags survive)."""
+def truncate_observation(ids: list[int], max_tokens: int, tail: int = _OBS_TAIL) -> list[int]:
+    """Keep the head and the last ``tail`` tokens of an over-long observation (closing tags survive)."""
     if len(ids) <= max_tokens:
         return ids
-    head = max(max_tokens - _OBS_TAIL, 0)
-    return ids[:head] + ids[-_OBS_TAIL:]
+    head = max(max_tokens - tail, 0)
+    return ids[:head] + ids[-tail:]
+
+
+def observation_tail(protocol: Protocol, tokenizer) -> int:
+    """Tokens a truncated observation keeps from its end: ``_OBS_TAIL``, or more when the protocol's closing text
+    (``Protocol.observation_suffix``: a chat template's text up to the next turn) needs them, plus one for a token
+    the suffix may share with the text before it."""
+    suffix = protocol.observation_suffix()
+    if not suffix or tokenizer is None:
+        return _OBS_TAIL
+    return max(_OBS_TAIL, len(tokenizer.encode(suffix, add_special_tokens=False)) + 1)
 
 
 @dataclass(frozen=True)
@@ -102,11 +114,12 @@ class RolloutLimits:
 
 
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
-    """The protocol's prompt, wrapped in the chat template for chat models or as raw text for base models, followed
-    by the protocol's response prefix (pre-filled, never sampled)."""
+    """The protocol's prompt, wrapped in the chat template (with the protocol's tools, if any) for chat models or as
+    raw text for base models, followed by the protocol's response prefix (pre-filled, never sampled)."""
     messages = protocol.chat_messages(question)
     raw = None if wants_chat(tokenizer, style) else protocol.raw_prompt(question)
-    return render_prompt(tokenizer, messages, style, raw, prefill=protocol.response_prefix)
+    tools = protocol.chat_tools()
+    return render_prompt(tokenizer, messages, style, raw, prefill=protocol.response_prefix, tools=tools)
 
 
 @dataclass
@@ -149,6 +162,8 @@ class RolloutEngine:
         self.document_step = document_step
         self.repeated_query_text = repeated_query_text
         self.tokenizer = generator.tokenizer
+        protocol.bind_tokenizer(self.tokenizer, prompt_style)  # tool_call: its replies come from the template
+        self._obs_tail = observation_tail(protocol, self.tokenizer)
         self.stats: dict[str, float] = {}
         self._render_kwargs: dict = {}
         if limits.max_obs_tokens_per_query is not None:
@@ -167,7 +182,7 @@ class RolloutEngine:
         return self._encode(build_prompt_text(self.protocol, self.tokenizer, question, self.prompt_style))
 
     def _insert(self, traj: Trajectory, text: str) -> int:
-        ids = truncate_observation(self._encode(text), self.limits.max_obs_tokens)
+        ids = truncate_observation(self._encode(text), self.limits.max_obs_tokens, self._obs_tail)
         room = self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
         ids = ids[: max(room, 0)]
         traj.append(ids, sampled=False)
@@ -339,7 +354,7 @@ class RolloutEngine:
             return turn, "final"
         if isinstance(action, Search):  # over the search budget: not executed, told to answer
             turn.action = "search_over_budget"
-            turn.observation = self.protocol.force_answer_text()
+            turn.observation = self.protocol.over_budget_text()
         else:
             turn.action = "invalid"
             turn.invalid_reason = action.reason

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from searchrl.data.records import QAExample
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
-from searchrl.rollout.engine import build_prompt_text, truncate_observation
+from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
 from searchrl.rollout.trajectory import Trajectory, Turn
 
 
@@ -175,7 +175,11 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
     ``plan`` (see :data:`PLAN_STYLES`): ``count`` makes the first reasoning step say how many searches the question
     needs and every step count them ("Search 2 of 2: ..."); ``decompose`` writes the question's decomposition first
     and follows it step by step (:func:`_steps`). Without a plan, when to stop searching is a comparison of
-    the last sub-question with the question, which small models get wrong: they answer the first hop."""
+    the last sub-question with the question, which small models get wrong: they answer the first hop.
+
+    Protocols with multi-query calls (``max_queries > 1``: RAG-R1's multi-query mode, tool_call) search a
+    comparison's independent hops in one call; under a ``decompose`` plan the first turn writes the plan and all
+    its search steps before that call, and the answer turn records each hop's finding and closes the plan."""
     mode = plan_style(plan)
     chain = example.metadata.get("chain") or []
     if not chain:
@@ -187,7 +191,13 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
     turns: list[tuple[str, list[str]]] = []
     comparison = example.metadata.get("kind") == "comparison"
     multi = protocol.max_queries > 1 and comparison
-    if multi:  # RAG-R1 multi-query: independent hops (comparison) go out in one call
+    if multi and mode.startswith("decompose"):  # the plan, then all its search steps in one multi-query call
+        chain = question_order(chain, example.question)
+        steps, final_text = _steps(chain, answer, comparison, mode, example.question)
+        qs = [h["query"].replace(",", " ") for h in chain][: protocol.max_queries]
+        turns.append((style(" ".join(before for _, before in steps)) + protocol.format_search(qs), qs))
+        final_text = " ".join([recorded for recorded, _ in steps[1:]] + [final_text])
+    elif multi:  # RAG-R1 multi-query: independent hops (comparison) go out in one call
         qs = [h["query"].replace(",", " ") for h in chain][: protocol.max_queries]
         reason = style("I need: " + " and ".join(h["sub_question"] for h in chain))
         turns.append((reason + protocol.format_search(qs), qs))
@@ -236,6 +246,7 @@ def oracle_trajectories(
     """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call.
     ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will;
     ``plan``: see :func:`oracle_texts`."""
+    protocol.bind_tokenizer(tokenizer, prompt_style)  # tool_call: its replies come from the chat template
     plans = [oracle_texts(protocol, ex, plan) for ex in examples]
     queries = [q for plan in plans for _, qs in plan for q in qs]
     hits = retriever.search(queries, topk) if queries else []
@@ -273,7 +284,7 @@ def oracle_trajectories(
                 turn.observation = protocol.render_observation(list(qs), mine)
                 obs_ids = list(tokenizer.encode(turn.observation, add_special_tokens=False))
                 if max_obs_tokens is not None:
-                    obs_ids = truncate_observation(obs_ids, max_obs_tokens)
+                    obs_ids = truncate_observation(obs_ids, max_obs_tokens, observation_tail(protocol, tokenizer))
                 traj.append(obs_ids, sampled=False)
                 turn.n_obs_tokens = len(obs_ids)
             traj.turns.append(turn)
