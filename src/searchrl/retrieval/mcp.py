@@ -64,6 +64,15 @@ def _is_string_array(prop: Any) -> bool:
     return not items or any("string" in _types(i) or not _types(i) for i in items)
 
 
+def _check_named(props: Mapping[str, Any], name: str, key: str) -> None:
+    """A configured argument name (``retrieval.mcp.<key>``) must be one of the tool's arguments."""
+    if props and name not in props:
+        raise ValueError(
+            f"the tool has no argument {name!r} (its arguments: {', '.join(props) or 'none'}); "
+            f"fix retrieval.mcp.{key}, or set it to null to detect it from the tool's schema"
+        )
+
+
 def query_argument(schema: Mapping[str, Any], name: str | None = None) -> tuple[str, bool]:
     """``(argument, as_list)``: the argument that receives the query and whether it takes a list of queries.
 
@@ -71,11 +80,7 @@ def query_argument(schema: Mapping[str, Any], name: str | None = None) -> tuple[
     else the only string or string-array argument. A one-line ``ValueError`` naming the arguments otherwise."""
     props = schema.get("properties") or {}
     if name is not None:
-        if props and name not in props:
-            raise ValueError(
-                f"the tool has no argument {name!r} (its arguments: {', '.join(props) or 'none'}); "
-                "fix retrieval.mcp.query_arg, or set it to null to detect it from the tool's schema"
-            )
+        _check_named(props, name, "query_arg")
         return name, _is_string_array(props.get(name))
     for candidate in QUERY_ARGS:
         if candidate in props and (_is_string_array(props[candidate]) or "string" in _types(props[candidate])):
@@ -93,11 +98,7 @@ def topk_argument(schema: Mapping[str, Any], name: str | None = None) -> str | N
     """The argument that receives k: ``name`` when given (it must exist), else a usual name the schema has."""
     props = schema.get("properties") or {}
     if name is not None:
-        if props and name not in props:
-            raise ValueError(
-                f"the tool has no argument {name!r} (its arguments: {', '.join(props) or 'none'}); "
-                "fix retrieval.mcp.topk_arg, or set it to null to detect it from the tool's schema"
-            )
+        _check_named(props, name, "topk_arg")
         return name
     return next((n for n in TOPK_ARGS if n in props and _types(props[n]) & {"integer", "number"}), None)
 
