@@ -30,8 +30,13 @@ CONFIGS = [
     ("search_o1", {}),
     ("tool_call", {}),
     ("tool_call", {"max_queries": 1, "max_query_chars": 40}),
+    ("reason", {}),
+    ("rag", {}),
 ]
+#: the protocols that search during a rollout (the others never write a search call)
+SEARCHING = [(name, opts) for name, opts in CONFIGS if PROTOCOLS[name].searches]
 IDS = [name + "".join(f"-{k}={v}" for k, v in opts.items()) for name, opts in CONFIGS]
+SEARCHING_IDS = [i for i, (name, _) in zip(IDS, CONFIGS, strict=True) if PROTOCOLS[name].searches]
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -119,7 +124,7 @@ def test_parser_and_checker_on_tag_soup(name: str, opts: dict) -> None:
     run()
 
 
-@pytest.mark.parametrize(("name", "opts"), CONFIGS, ids=IDS)
+@pytest.mark.parametrize(("name", "opts"), SEARCHING, ids=SEARCHING_IDS)
 def test_format_search_round_trip(name: str, opts: dict) -> None:
     """Any clean query set written with ``format_search`` after tag-free text parses back to itself."""
     p = _protocol(name, opts)
@@ -144,7 +149,7 @@ def test_format_search_round_trip(name: str, opts: dict) -> None:
     run()
 
 
-@pytest.mark.parametrize(("name", "opts"), CONFIGS, ids=IDS)
+@pytest.mark.parametrize(("name", "opts"), SEARCHING, ids=SEARCHING_IDS)
 def test_rendered_observations_count_as_retrievals(name: str, opts: dict) -> None:
     """think/search/observation/answer built from the protocol's own pieces: one retrieval per call, whatever
     the documents contain (tags, braces, answers of their own)."""

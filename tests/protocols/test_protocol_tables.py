@@ -27,6 +27,9 @@ HITS = [
 ]
 Q = ["Curious fragrance"]
 
+#: the protocols that search during a rollout (the no-search baselines have their own tests)
+SEARCHING = [name for name, cls in PROTOCOLS.items() if cls.searches]
+
 
 # ------------------------------------------------------------------------------------------ observation layouts
 def test_search_r1_observation_layout() -> None:
@@ -208,7 +211,7 @@ def test_rag_r1_single_query_keeps_commas_and_option_max_queries() -> None:
         p.format_search(["a, b"])
 
 
-@pytest.mark.parametrize("name", list(PROTOCOLS))
+@pytest.mark.parametrize("name", SEARCHING)
 def test_stop_strings_end_a_search_call(name: str) -> None:
     p = get_protocol(name)
     assert p.stop_strings == (p.search_tags[1],)
@@ -218,7 +221,7 @@ def test_stop_strings_end_a_search_call(name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- prompts
-@pytest.mark.parametrize("name", list(PROTOCOLS))
+@pytest.mark.parametrize("name", SEARCHING)
 def test_prompts_carry_the_tags_and_the_question(name: str) -> None:
     p = get_protocol(name)
     question = "Curious is a women's fragrance by a singer born in what city and state?"
@@ -464,7 +467,7 @@ def test_get_protocol_errors_are_one_line_and_name_the_fix() -> None:
         get_protocol("search_r1", max_query_chars=True)
 
 
-@pytest.mark.parametrize("name", list(PROTOCOLS))
+@pytest.mark.parametrize("name", SEARCHING)
 def test_feedback_and_force_texts(name: str) -> None:
     p = get_protocol(name)
     texts = {p.invalid_feedback(Invalid(reason)) for reason in (NO_ACTION, EMPTY_QUERY, QUERY_TOO_LONG, BAD_JSON)}

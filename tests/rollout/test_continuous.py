@@ -271,7 +271,7 @@ class Docs:
         return [[Hit(f"{q}-{i}", f"Title {i} of {q}", f"text {i} about {q}", 1.0) for i in range(k)] for q in queries]
 
 
-@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+@pytest.mark.parametrize("name", sorted(n for n, p in PROTOCOLS.items() if p.searches))
 @pytest.mark.parametrize("mode", ["hint", "silent", "end", "off"])
 def test_scripted_rollouts_are_the_same_for_every_protocol_and_force_mode(name: str, mode: str) -> None:
     tok = ByteTokenizer()

@@ -54,7 +54,7 @@ def run(name: str, n_questions: int = 3, n_queries: int = 1):
     return tok, protocol, gen, retriever, trajs
 
 
-@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+@pytest.mark.parametrize("name", sorted(n for n, p in PROTOCOLS.items() if p.searches))
 def test_masks_give_exactly_sampled_and_inserted_text(name: str) -> None:
     tok, protocol, gen, retriever, trajs = run(name)
     assert len(trajs) == 6
@@ -79,7 +79,7 @@ def test_masks_give_exactly_sampled_and_inserted_text(name: str) -> None:
         ]
 
 
-@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+@pytest.mark.parametrize("name", sorted(n for n, p in PROTOCOLS.items() if p.searches))
 def test_one_retriever_call_per_turn(name: str) -> None:
     _, _, gen, retriever, trajs = run(name, n_questions=4)
     # Turn 1: all 8 trajectories search -> exactly one call carrying 8 queries; turn 2: all answer -> no call.

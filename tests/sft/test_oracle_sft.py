@@ -29,7 +29,7 @@ def world(tmp_path_factory) -> tuple[Path, object]:
 
 
 @pytest.mark.parametrize("plan", [False, True, "decompose", "decompose_explicit", "decompose_facts"])
-@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+@pytest.mark.parametrize("name", sorted(n for n, p in PROTOCOLS.items() if p.searches))
 def test_oracle_trajectories_are_well_formed(world, name: str, plan: bool | str) -> None:
     d, retriever = world
     protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))  # tool_call: 3 a call

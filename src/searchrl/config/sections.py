@@ -105,9 +105,10 @@ class RetrievalConfig(Section):
 
 
 class RolloutConfig(Section):
-    protocol: Literal["search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1", "search_o1", "tool_call"] = (
-        "search_r1"
-    )
+    #: the text protocol; "reason" and "rag" are the trained baselines' (no search; rag: documents in the prompt).
+    protocol: Literal[
+        "search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1", "search_o1", "tool_call", "reason", "rag"
+    ] = "search_r1"
     #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
     backend: Literal["hf", "hf_generate", "vllm"] = "hf"

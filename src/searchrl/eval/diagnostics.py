@@ -88,11 +88,14 @@ def _present(entity: str, normalized_text: str) -> bool:
 
 def _searches(trajectory: Mapping[str, Any] | None) -> list[tuple[list[str], str]]:
     """``(queries, text retrieved for them)`` per search call, in order, from an agent trajectory (its turns'
-    observations) or a retrieval trace (``queries`` and ``docs``)."""
+    observations, after the documents retrieved with the question into the prompt under the ``rag`` protocol) or a
+    retrieval trace (``queries`` and ``docs``)."""
     if not isinstance(trajectory, Mapping):
         return []
     if "turns" in trajectory:
-        return [
+        prompt_docs = (trajectory.get("metadata") or {}).get("prompt_docs")
+        first = [([str(trajectory.get("question") or "")], "\n".join(map(str, prompt_docs)))] if prompt_docs else []
+        return first + [
             (list(t.get("queries") or []), str(t.get("observation") or ""))
             for t in trajectory["turns"]
             if t.get("action") == "search" and t.get("queries")

@@ -1,5 +1,5 @@
 """The papers' text protocols (five trained methods and the prompted Search-o1 baseline), our JSON tool-call protocol,
-and a name -> class registry.
+the trained baselines' protocols without search (``reason``, ``rag``), and a name -> class registry.
 
 ``get_protocol("rag_r1", multi_query=True, max_queries=3)`` builds one; options are validated and unknown ones
 raise a one-line ``ValueError`` naming the valid ones.
@@ -15,10 +15,12 @@ from searchrl.protocols._tags import (
     EMPTY_QUERY,
     INVALID_REASONS,
     NO_ACTION,
+    NO_SEARCH,
     QUERY_TOO_LONG,
     UNKNOWN_TOOL,
 )
 from searchrl.protocols.base import Action, Answer, FormatReport, Invalid, Protocol, Search
+from searchrl.protocols.no_search import RAGProtocol, ReasonProtocol
 from searchrl.protocols.r1_searcher import R1SearcherProtocol
 from searchrl.protocols.r1_searcher_pp import R1SearcherPPProtocol
 from searchrl.protocols.r_search import RSearchProtocol
@@ -35,6 +37,8 @@ PROTOCOLS: dict[str, type[Protocol]] = {
     "rag_r1": RAGR1Protocol,
     "search_o1": SearchO1Protocol,
     "tool_call": ToolCallProtocol,
+    "reason": ReasonProtocol,
+    "rag": RAGProtocol,
 }
 
 
@@ -53,6 +57,7 @@ __all__ = [
     "EMPTY_QUERY",
     "INVALID_REASONS",
     "NO_ACTION",
+    "NO_SEARCH",
     "PROTOCOLS",
     "QUERY_TOO_LONG",
     "UNKNOWN_TOOL",
@@ -63,8 +68,10 @@ __all__ = [
     "Protocol",
     "R1SearcherPPProtocol",
     "R1SearcherProtocol",
+    "RAGProtocol",
     "RAGR1Protocol",
     "RSearchProtocol",
+    "ReasonProtocol",
     "Search",
     "SearchO1Protocol",
     "SearchR1Protocol",

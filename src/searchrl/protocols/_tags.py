@@ -31,7 +31,8 @@ QUERY_TOO_LONG = "query_too_long"  # a query longer than the ``max_query_chars``
 BAD_JSON = "bad_json"  # the call is not the JSON it must be (RAG-R1 multi-query's list; tool_call's call object)
 UNKNOWN_TOOL = "unknown_tool"  # tool_call: the call names a tool other than search
 BAD_ARGUMENTS = "bad_arguments"  # tool_call: the arguments are not {"queries": [strings]} or {"query": string}
-INVALID_REASONS = (NO_ACTION, EMPTY_QUERY, QUERY_TOO_LONG, BAD_JSON, UNKNOWN_TOOL, BAD_ARGUMENTS)
+NO_SEARCH = "no_search"  # a search call under a protocol without search (the reason / rag baselines)
+INVALID_REASONS = (NO_ACTION, EMPTY_QUERY, QUERY_TOO_LONG, BAD_JSON, UNKNOWN_TOOL, BAD_ARGUMENTS, NO_SEARCH)
 
 #: the first sentence of the invalid-action feedback, per reason (first person, as the model's own voice).
 FEEDBACK_LEAD = {
@@ -39,6 +40,7 @@ FEEDBACK_LEAD = {
     EMPTY_QUERY: "My last step was not a valid action: the search call held no query.",
     QUERY_TOO_LONG: "My last step was not a valid action: the search query was far too long for a search engine.",
     BAD_JSON: "My last step was not a valid action: the search call was not a plain comma-separated list of queries.",
+    NO_SEARCH: "My last step was not a valid action: there is no search engine here.",
 }
 
 DEFAULT_MAX_QUERY_CHARS = 500

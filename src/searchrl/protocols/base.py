@@ -84,6 +84,11 @@ class Protocol(ABC):
     response_prefix: str = ""
     #: the text that opens the final answer inside a turn (R1-Searcher++: ``\\boxed``); "" when not marked so.
     answer_marker: str = ""
+    #: the rollout engine retrieves ``rollout.topk`` documents with each question before the first turn and builds
+    #: the prompt from ``frame_question(question, hits)`` (the ``rag`` baseline protocol); False for the others.
+    prompt_documents: bool = False
+    #: False for a protocol that never searches during the rollout (the ``reason`` and ``rag`` baselines).
+    searches: bool = True
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -93,6 +98,11 @@ class Protocol(ABC):
         """Protocol options that follow the rollout config (``RolloutConfig``) unless ``rollout.options`` sets them,
         e.g. a prompt that states the search limit. None by default."""
         return {}
+
+    def frame_question(self, question: str, hits: list[Hit]) -> str:
+        """The text the prompt is built from when ``prompt_documents`` is set: the question with the documents
+        retrieved for it. The question alone by default."""
+        return question
 
     @abstractmethod
     def instruction(self, question: str) -> str:

@@ -44,6 +44,7 @@ from searchrl.config import RolloutConfig
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
 from searchrl.generation.prompts import render_prompt, wants_chat
+from searchrl.protocols._tags import hit_contents
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.trajectory import Trajectory, Turn
@@ -210,8 +211,14 @@ class RolloutEngine:
         """Roll out ``group_size`` trajectories per example. Group ids are ``f"{group_prefix}{example.id}"``;
         give each dataset / step a distinct prefix so ids stay globally unique when data sets are merged."""
         trajs: list[Trajectory] = []
-        for ex in examples:
-            pids = self.prompt_ids(ex.question)
+        timing = {"generate_s": 0.0, "retrieve_s": 0.0, "engine_s": 0.0, "gen_tokens": 0.0, "retrieve_calls": 0.0}
+        framed, docs = self._prompt_documents(examples, timing)
+        for ex, question, hits in zip(examples, framed, docs, strict=True):
+            pids = self.prompt_ids(question)
+            meta = dict(ex.metadata)
+            if hits is not None:  # what a ``rag`` trajectory read (the diagnostics look for the gold there)
+                meta["prompt_docs"] = [hit_contents(h) for h in hits]
+                meta["prompt_hit_ids"] = [h.id for h in hits]
             for j in range(group_size):
                 trajs.append(
                     Trajectory(
@@ -221,10 +228,9 @@ class RolloutEngine:
                         question=ex.question,
                         golds=list(ex.answers),
                         prompt_ids=list(pids),
-                        metadata=dict(ex.metadata),
+                        metadata=dict(meta),
                     )
                 )
-        timing = {"generate_s": 0.0, "retrieve_s": 0.0, "engine_s": 0.0, "gen_tokens": 0.0, "retrieve_calls": 0.0}
         base_seed = seed if seed is not None else random.getrandbits(63)  # each row's stream: (seed, turn, row)
         t_start = time.perf_counter()
         try:
@@ -241,6 +247,25 @@ class RolloutEngine:
         timing["engine_s"] = time.perf_counter() - t_start
         self.stats = timing
         return trajs
+
+    def _prompt_documents(
+        self, examples: Sequence[QAExample], timing: dict[str, float]
+    ) -> tuple[list[str], list[list[Hit] | None]]:
+        """Each example's prompt question, and the documents retrieved with it (one batched call) when the protocol
+        puts documents in the prompt (``prompt_documents``); else the questions and Nones."""
+        questions = [ex.question for ex in examples]
+        if not self.protocol.prompt_documents or not examples:
+            return questions, [None] * len(examples)
+        if self.retriever is None:
+            raise ValueError(
+                f"the {self.protocol.name} protocol puts retrieved documents in the prompt: configure a retriever "
+                "(retrieval.kind / retrieval.index)"
+            )
+        t0 = time.perf_counter()
+        hits = self.retriever.search(questions, self.limits.topk)
+        timing["retrieve_s"] += time.perf_counter() - t0
+        timing["retrieve_calls"] += 1
+        return [self.protocol.frame_question(q, hs) for q, hs in zip(questions, hits, strict=True)], list(hits)
 
     def _loop(self, trajs: list[Trajectory], timing: dict[str, float], temperature, top_p, seed, base_seed) -> None:
         active = list(trajs)

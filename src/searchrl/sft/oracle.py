@@ -181,6 +181,8 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
     comparison's independent hops in one call; under a ``decompose`` plan the first turn writes the plan and all
     its search steps before that call, and the answer turn records each hop's finding and closes the plan."""
     mode = plan_style(plan)
+    if not protocol.searches:  # a protocol without search (the trained baselines'): the short answer alone
+        return [(protocol.format_answer(example.answers[0]), [])]
     chain = example.metadata.get("chain") or []
     if not chain:
         raise ValueError(
@@ -253,8 +255,11 @@ def oracle_trajectories(
     pos = 0
     out = []
     eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
-    for ex, plan in zip(examples, plans, strict=True):
-        prompt = build_prompt_text(protocol, tokenizer, ex.question, prompt_style)
+    framed = [ex.question for ex in examples]
+    if protocol.prompt_documents and examples:  # rag: the documents retrieved with the question, as the engine does
+        framed = [protocol.frame_question(q, hs) for q, hs in zip(framed, retriever.search(framed, topk), strict=True)]
+    for ex, plan, question in zip(examples, plans, framed, strict=True):
+        prompt = build_prompt_text(protocol, tokenizer, question, prompt_style)
         traj = Trajectory(
             uid=f"oracle/{ex.id}",
             group_id=f"oracle/{ex.id}",
