@@ -1,6 +1,7 @@
 """GRPO against GSPO (and Dr. GRPO), and BM25 against simulated search, from one cold start on the synthetic world.
 
     python benchmarks/bench_gspo_grpo.py [--out runs/gspo_grpo] [--steps 10] [--algorithms grpo,gspo,grpo_simulated]
+    python benchmarks/bench_gspo_grpo.py --algorithms grpo,gspo,grpo_simulated:4   # an arm with its own step count
 
 An arm is an algorithm name (``grpo``, ``gspo``, ``dr_grpo``, ...), optionally with ``_simulated``: that arm's RL
 stage searches a simulated engine (``retrieval.kind=simulated``: the bundled model writes each query's documents,
@@ -31,16 +32,25 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+def arm_steps(arm: str, steps: int) -> tuple[str, int]:
+    """``name[:steps]`` -> (name, steps): an arm may set its own number of RL steps (default ``--steps``)."""
+    name, _, own = arm.partition(":")
+    if own and not own.isdigit():
+        raise SystemExit(f"arm {arm!r}: write name:steps with a whole number of steps, e.g. grpo_simulated:4")
+    return name, int(own) if own else steps
+
+
 def pipeline(algorithms: list[str], steps: int, eval_limit: int) -> list[dict]:
     stages: list[dict] = [
         {"name": "world", "kind": "data", "op": "synth"},
         {"name": "world_index", "kind": "data", "op": "index", "data": "${world}/corpus.jsonl"},
         {"name": "coldstart", "kind": "sft"},
     ]
-    for algo in algorithms:
+    for arm in algorithms:
+        algo, n_steps = arm_steps(arm, steps)
         settings = {
             "algorithm.name": algo.removesuffix("_simulated"),
-            "training.steps": steps,
+            "training.steps": n_steps,
             "data.dev": "${world}/dev.jsonl",
             "data.kinds": ["bridge", "three_hop", "comparison"],
         }
@@ -79,7 +89,8 @@ def main() -> None:
     ap.add_argument("--algorithms", default="grpo,gspo,grpo_simulated")
     ap.add_argument("--collect", action="store_true", help="only rebuild the report from an existing run")
     args = ap.parse_args()
-    algorithms = args.algorithms.split(",")
+    arms = args.algorithms.split(",")
+    algorithms = [arm_steps(a, args.steps)[0] for a in arms]
     out = Path(args.out)
     cmd = [
         sys.executable,
@@ -92,7 +103,7 @@ def main() -> None:
         "laptop",
         "--out",
         str(out),
-        "pipeline=" + json.dumps(pipeline(algorithms, args.steps, args.eval_limit)),
+        "pipeline=" + json.dumps(pipeline(arms, args.steps, args.eval_limit)),
     ]
     t0 = time.perf_counter()
     if not args.collect:
@@ -134,7 +145,8 @@ def main() -> None:
         "# RL arms from one cold start on the synthetic world: GRPO, GSPO, simulated search",
         "",
         f"{res['meta']['date']}, {res['meta']['machine']}, load average {res['meta']['load_avg'][0]:.1f} at the end. "
-        f"`python benchmarks/bench_gspo_grpo.py --steps {args.steps}`: `searchrl run --recipe multihop_world "
+        f"`python benchmarks/bench_gspo_grpo.py --steps {args.steps} --algorithms {args.algorithms}`: "
+        "`searchrl run --recipe multihop_world "
         "--profile laptop` with one RL stage per algorithm from the same cold start, each on the world's multi-hop "
         f"training questions (2 questions x 2 rollouts a step), then a greedy evaluation of the agent on "
         f"{args.eval_limit} world dev questions with the world's BM25 index. An arm named `*_simulated` trained "
