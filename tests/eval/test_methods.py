@@ -14,6 +14,7 @@ from searchrl.eval.baselines import (
     IterRetGenMethod,
     NaiveRAGMethod,
     answer_in_sentence,
+    answer_span,
     clean_answer,
     first_sentence,
     parse_cot,
@@ -394,3 +395,29 @@ def test_retrieval_methods_refuse_bad_sizes(direct_generator, retriever) -> None
         NaiveRAGMethod(direct_generator, retriever, topk=0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         DirectMethod(direct_generator, max_new_tokens=0)
+
+
+@pytest.mark.parametrize(
+    ("reply", "span"),
+    [
+        ("Tom Hale", "Tom Hale"),
+        ("The answer is: Tom Hale, who lives in Oslo.", "Tom Hale"),
+        ("The director of Blue Lake is Tom Hale, a painter.", "Tom Hale"),
+        ("Tom Hale is the director of Blue Lake.", "Tom Hale"),
+        ("The director of Blue Lake was born in Oslo in 1950.", "born in Oslo in 1950"),
+        ("Blue Lake is a film about a lake and its director.", "a film about a lake and its director"),
+        ("I do not know who made that film at all.", "I do not know who made that film at all"),
+        ("   ", None),
+    ],
+)
+def test_answer_span_reads_the_answer_out_of_a_restating_sentence(reply: str, span: str | None) -> None:
+    assert answer_span(reply, "Who is the director of Blue Lake?") == span
+
+
+def test_direct_and_naive_rag_read_the_span_unless_turned_off(retriever) -> None:
+    example = QAExample("q", "Who is the director of Blue Lake?", ["Tom Hale"])
+    gen = scripted(lambda ctx: "The director of Blue Lake is Tom Hale.")
+    assert DirectMethod(gen).answer([example])[0].text == "Tom Hale"
+    assert NaiveRAGMethod(gen, retriever).answer([example])[0].text == "Tom Hale"
+    off = NaiveRAGMethod(gen, retriever, answer_span=False).answer([example])[0]
+    assert off.text == "The director of Blue Lake is Tom Hale" and off.raw.startswith("The director")

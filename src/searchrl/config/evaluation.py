@@ -37,6 +37,10 @@ class EvaluationConfig(Section):
     output_dir: str = "runs/eval"
     #: token budget of the answer-only baselines (direct, naive_rag) and of each IRCoT reasoning sentence.
     max_new_tokens: int = 64
+    #: direct and naive_rag: read the answer span out of a reply that restates the question as a sentence ("The
+    #: father of X is Y." -> "Y"; searchrl.eval.method.answer_span), as the papers' answer-only baselines are
+    #: scored on short answers; false: the reply's first line as it is.
+    answer_span: bool = True
     #: token budget of the chain-of-thought baseline's whole reasoning plus answer.
     cot_max_new_tokens: int = 256
     #: IRCoT: reason-then-retrieve steps before a final answer is asked for.

@@ -3,10 +3,12 @@
 Seven methods, all batched through the ``Generator`` interface (one generate call per step for the whole batch) and
 the ``Retriever`` interface (at most one retriever call per step):
 
-- ``direct``: the question and a short-answer instruction; the first line of the reply is the answer.
+- ``direct``: the question and a short-answer instruction; the first line of the reply is the answer (with
+  ``evaluation.answer_span``, the default: the answer span when the reply restates the question as a sentence).
 - ``cot``: the model reasons step by step and writes ``Final answer: ...`` on its last line; we read the last such
   line (or, when the marker is missing, the last non-empty line).
-- ``naive_rag``: top-k documents retrieved once with the question go into the prompt; then as ``direct``.
+- ``naive_rag``: top-k documents retrieved once with the question go into the prompt; then as ``direct``, answer
+  span included.
 - ``iterative_rag``: IRCoT (Trivedi et al. 2023) in a compact form: retrieve with the question, then alternate
   "generate one reasoning sentence" and "retrieve with that sentence", accumulating documents, for at most
   ``max_steps`` sentences; stop as soon as a sentence contains "the answer is". Deviations from IRCoT: zero-shot
@@ -53,6 +55,7 @@ from searchrl.eval.method import (
     Method,
     Prediction,
     answer_in_sentence,
+    answer_span,
     clean_answer,
     executed_queries,
     first_sentence,
@@ -88,8 +91,21 @@ FINAL_ANSWER_CUE = "So the answer is:"
 SENTENCE_STOPS = (". ", ".\n", "\n")
 
 
-class DirectMethod(Method):
-    """The question alone; the answer is the first line of the reply."""
+class ShortAnswerMethod(Method):
+    """A method whose prompt asks for the answer only: the prediction is the reply's first line, or with
+    ``answer_span`` (``evaluation.answer_span``, on by default) the answer span read out of a reply that came as a
+    sentence (:func:`~searchrl.eval.method.answer_span`)."""
+
+    def __init__(self, generator: Generator, *, answer_span: bool = True, **kwargs: Any) -> None:
+        super().__init__(generator, **kwargs)
+        self.answer_span = answer_span
+
+    def _short(self, reply: str, question: str) -> str | None:
+        return answer_span(reply, question) if self.answer_span else clean_answer(reply)
+
+
+class DirectMethod(ShortAnswerMethod):
+    """The question alone; the answer is the first line of the reply (or the span read out of it)."""
 
     name = "direct"
 
@@ -100,7 +116,10 @@ class DirectMethod(Method):
             for e in examples
         ]
         comps = self._generate(texts, self.max_new_tokens)
-        preds = [Prediction(clean_answer(c.text), raw=c.text, gen_tokens=len(c.token_ids)) for c in comps]
+        preds = [
+            Prediction(self._short(c.text, e.question), raw=c.text, gen_tokens=len(c.token_ids))
+            for e, c in zip(examples, comps, strict=True)
+        ]
         return self._stamp(preds, t0)
 
 
@@ -126,7 +145,7 @@ class CoTMethod(Method):
         return self._stamp(preds, t0)
 
 
-class NaiveRAGMethod(Method):
+class NaiveRAGMethod(ShortAnswerMethod):
     """Retrieve top-k once with the question, put the documents in the prompt, answer."""
 
     name = "naive_rag"
@@ -153,7 +172,7 @@ class NaiveRAGMethod(Method):
         comps = self._generate(texts, self.max_new_tokens)
         preds = [
             Prediction(
-                clean_answer(c.text),
+                self._short(c.text, e.question),
                 raw=c.text,
                 trajectory={
                     "queries": [e.question],

@@ -33,6 +33,7 @@ from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.eval.baselines import (
     AgentMethod,
+    DirectMethod,
     IterativeRAGMethod,
     IterRetGenMethod,
     Method,
@@ -109,12 +110,16 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
         if name in RETRIEVAL_METHODS and name != "agent" and retriever is None:
             raise ValueError(f"method {name} needs a retriever: pass --index DIR or --url URL")
         if name == "direct":
-            methods[name] = METHODS[name](generator, max_new_tokens=ev.max_new_tokens, **common)
+            methods[name] = DirectMethod(
+                generator, max_new_tokens=ev.max_new_tokens, answer_span=ev.answer_span, **common
+            )
         elif name == "cot":
             methods[name] = METHODS[name](generator, max_new_tokens=ev.cot_max_new_tokens, **common)
         elif name == "naive_rag":
             assert retriever is not None
-            methods[name] = NaiveRAGMethod(generator, retriever, topk=topk, max_new_tokens=ev.max_new_tokens, **common)
+            methods[name] = NaiveRAGMethod(
+                generator, retriever, topk=topk, max_new_tokens=ev.max_new_tokens, answer_span=ev.answer_span, **common
+            )
         elif name == "iterative_rag":
             assert retriever is not None
             methods[name] = IterativeRAGMethod(

@@ -55,6 +55,62 @@ def clean_answer(text: str | None) -> str | None:
     return line or None
 
 
+_COPULA = re.compile(r"\b(?:is|was|are|were)\b", re.IGNORECASE)
+#: where an answer span restated as a sentence ends: a clause after it
+_CLAUSE = re.compile(r",|;|\s(?:because|which|who|since|while|whereas|and (?:he|she|it|they))\s", re.IGNORECASE)
+_STOPWORDS = frozenset(
+    "the a an of in on at to for by from with and or is was are were what who whom whose which".split()
+)
+
+
+def _content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[\w'’-]+", text.lower()) if w not in _STOPWORDS]
+
+
+def _restates(text: str, question_words: set[str]) -> bool:
+    """Most content words of ``text`` come from the question (the reply restates it there)."""
+    words = _content_words(text)
+    return bool(words) and sum(w in question_words for w in words) >= 0.5 * len(words)
+
+
+def answer_span(reply: str | None, question: str) -> str | None:
+    """The short answer in a reply that came as a sentence despite the answer-only instruction (small models often
+    restate the question): the text after "the answer is", else, when one side of the first sentence's first
+    copula (is / was / are / were) restates the question, the other side up to its next clause. A reply of at most
+    four words, or one that matches neither pattern, is :func:`clean_answer`'s first line as it is.
+
+    >>> q = "Who is the father of Emperor Taizong of Song?"
+    >>> answer_span("The father of Emperor Taizong of Song is Zhao Hongyin, a general.", q)
+    'Zhao Hongyin'
+    >>> answer_span("Zhao Hongyin was the father of Emperor Taizong of Song.", q)
+    'Zhao Hongyin'
+    >>> answer_span("Zhao Hongyin", q), answer_span("He died in battle near the river.", q)
+    ('Zhao Hongyin', 'He died in battle near the river')
+    """
+    line = clean_answer(reply)
+    if line is None:
+        return None
+    first = next(ln for ln in (reply or "").splitlines() if ln.strip())
+    said = _ANSWER_IS.search(first)
+    if said or _LABEL.match(first.strip(" \t*_`\"'“”‘’.")):  # "the answer is X" / "Answer: X", then a clause
+        return clean_answer(_CLAUSE.split(said.group(1) if said else line)[0]) or line
+    if len(line.split()) <= 4:
+        return line
+    sentence = first_sentence(line)
+    question_words = set(_content_words(question))
+    m = _COPULA.search(sentence)
+    if m is None:
+        return line
+    before, after = sentence[: m.start()], sentence[m.end() :]
+    if _restates(before, question_words) and not _restates(after, question_words):
+        span = _CLAUSE.split(after)[0]
+    elif _restates(after, question_words) and not _restates(before, question_words):
+        span = before
+    else:
+        return line
+    return clean_answer(span) or line
+
+
 def parse_cot(text: str) -> tuple[str | None, bool]:
     """(answer, marker_found): the text after the last ``Final answer:`` marker, else the last non-empty line.
 
