@@ -10,6 +10,7 @@ from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol
 from searchrl.rewards.components import (
     RewardComposer,
     RewardInput,
+    answer_recall_reward,
     answer_reward,
     evidence_reward,
     format_reward,
@@ -139,6 +140,29 @@ def test_retrieval_reward_stage1_rule():
     scores, metrics = retrieval_reward([make(n=0), make(n=1), make(n=3)])
     assert scores == [0.0, 0.5, 0.5]
     assert metrics["searched_rate"] == pytest.approx(2 / 3)
+
+
+def test_answer_recall_pays_for_documents_that_hold_the_gold():
+    from dataclasses import replace
+
+    docs = ["Doc 1 Anna was born in Paris.", "Doc 1 Parisian cafes", "", "Doc 1 nothing"]
+    inputs = [replace(make(n=1, golds=("Paris", "Lutetia")), retrieved_text=d) for d in docs]
+    scores, metrics = answer_recall_reward(inputs, value=0.5)
+    assert scores == [0.5, 0.0, 0.0, 0.0]  # whole words: "Parisian" is not "Paris"
+    assert metrics["answer_recall_rate"] == 0.25
+    with pytest.raises(ValueError, match="retrieved_text"):
+        answer_recall_reward([make(n=1)])
+
+
+def test_trajectories_give_their_retrieved_text():
+    from searchrl.rollout.trajectory import Trajectory, Turn
+
+    t = Trajectory("u", "g", "q", "Where?", ["Paris"], [1], metadata={"prompt_docs": ["Doc A"]})
+    t.turns = [
+        Turn(text="x", action="search", finish_reason="stop", queries=["q1"], observation="<i>Doc B Paris</i>"),
+        Turn(text="y", action="invalid", finish_reason="stop", observation="feedback"),
+    ]
+    assert t.retrieved_text == "Doc A\n<i>Doc B Paris</i>"
 
 
 # --------------------------------------------------------------------------------------------------- hops

@@ -152,7 +152,7 @@ class RolloutConfig(Section):
 
 
 class RewardComponent(Section):
-    name: Literal["answer", "format", "retrieval", "group", "evidence", "judge", "hops"]
+    name: Literal["answer", "format", "retrieval", "answer_recall", "group", "evidence", "judge", "hops"]
     weight: float = 1.0
     params: dict[str, Any] = Field(default_factory=dict)
 

@@ -21,6 +21,8 @@ format     from the protocol's ``FormatReport``. ``paper`` picks the scheme:
            ``r_search`` Eq. 5 of spec 002 §4.3 with gamma_e = gamma_a = 0.2. Search-R1 and RAG-R1 have none.
 retrieval  +``value`` (0.5) when the rollout searched at least once, else 0 (R1-Searcher stage 1, spec 001 §3.1
            Eq. 1: "0.5 if n >= 1").
+answer_recall  +``value`` (0.5) when a gold answer occurs in the documents the rollout retrieved [O]: the answer
+           recall of its searches, R1-Searcher's retrieval reward made to pay for finding, not only searching.
 group      R1-Searcher++ Eqs. 5-6 (spec 000 §3.3): among the correct rollouts of a group, those with the fewest
            searches get min(2 sigma^2, eta), eta = 2. ``sigma_over`` picks the paper's two readings (see
            :func:`group_reward`).
@@ -80,6 +82,7 @@ __all__ = [
     "RewardInput",
     "RewardResult",
     "Scores",
+    "answer_recall_reward",
     "answer_reward",
     "evidence_reward",
     "format_reward",
@@ -168,6 +171,25 @@ def retrieval_reward(inputs: Sequence[RewardInput], *, value: float = 0.5) -> Sc
     """``value`` (0.5) if the rollout searched at least once, else 0 (R1-Searcher stage 1, Eq. 1)."""
     searched = [inp.n_searches >= 1 for inp in inputs]
     return [value if s else 0.0 for s in searched], {"searched_rate": _rate(searched)}
+
+
+def answer_recall_reward(inputs: Sequence[RewardInput], *, value: float = 0.5) -> Scores:
+    """Answer recall of the searches [O]: ``value`` (0.5) if a gold answer occurs (SQuAD-normalised, as whole
+    words) in the documents the rollout retrieved, else 0. R1-Searcher's stage-1 retrieval reward pays for
+    searching at all; this pays for searches that find the answer, so a rollout that searched the wrong entity
+    earns nothing for it. Needs ``RewardInput.retrieved_text`` (the RL trainer fills it from the trajectory).
+
+    Metrics: ``answer_recall_rate`` (share of rollouts whose documents held a gold answer).
+    """
+    found = []
+    for inp in inputs:
+        if inp.retrieved_text is None:
+            raise ValueError(
+                "reward component 'answer_recall' needs RewardInput.retrieved_text (the documents the rollout "
+                "retrieved); build inputs with RewardInput.from_trajectory or pass retrieved_text"
+            )
+        found.append(bool(inp.golds) and cover_em(inp.retrieved_text, list(inp.golds)) == 1.0)
+    return [value if f else 0.0 for f in found], {"answer_recall_rate": _rate(found)}
 
 
 # --------------------------------------------------------------------------------------------------- hops
@@ -294,6 +316,7 @@ COMPONENTS: dict[str, Callable[..., Scores]] = {
     "answer": answer_reward,
     "format": format_reward,
     "retrieval": retrieval_reward,
+    "answer_recall": answer_recall_reward,
     "group": group_reward,
     "evidence": evidence_reward,
     "judge": judge_reward,

@@ -29,6 +29,7 @@ class RewardInput:
     evidence: str | None = None  # R-Search's <original_evidence> content, if any
     policy_text: str | None = None  # the policy's own text (observations left out); None: not known
     metadata: Mapping[str, Any] = field(default_factory=dict)  # the question's metadata (e.g. the world's chain)
+    retrieved_text: str | None = None  # the documents the rollout's searches returned; None: not known
 
     @classmethod
     def from_response(
@@ -42,6 +43,7 @@ class RewardInput:
         n_searches: int | None = None,
         policy_text: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        retrieved_text: str | None = None,
     ) -> RewardInput:
         """Run the protocol's format check and fill answer, search count and evidence from its report.
 
@@ -60,12 +62,14 @@ class RewardInput:
             evidence=evidence if isinstance(evidence, str) else None,
             policy_text=policy_text,
             metadata=dict(metadata or {}),
+            retrieved_text=retrieved_text,
         )
 
     @classmethod
     def from_trajectory(cls, protocol: Protocol, traj: Any, tokenizer: Any) -> RewardInput:
         """:meth:`from_response` for a rollout's :class:`~searchrl.rollout.trajectory.Trajectory`: its whole
-        response, its executed search count, the policy's own text and the question's metadata."""
+        response, its executed search count, the policy's own text, the question's metadata and the documents it
+        retrieved (its search turns' observations, after the prompt's documents under the ``rag`` protocol)."""
         return cls.from_response(
             protocol,
             traj.question,
@@ -75,6 +79,7 @@ class RewardInput:
             n_searches=traj.n_searches,
             policy_text=traj.policy_text,
             metadata=traj.metadata,
+            retrieved_text=traj.retrieved_text,
         )
 
 

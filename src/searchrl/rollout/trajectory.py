@@ -68,6 +68,13 @@ class Trajectory:
         return "".join(t.text for t in self.turns)
 
     @property
+    def retrieved_text(self) -> str:
+        """The documents the trajectory read: those put in its prompt (``metadata.prompt_docs``, the ``rag``
+        protocol), then each executed search call's inserted observation."""
+        docs = [str(d) for d in self.metadata.get("prompt_docs") or []]
+        return "\n".join(docs + [t.observation for t in self.turns if t.action == "search" and t.queries])
+
+    @property
     def n_policy_tokens(self) -> int:
         return sum(self.action_mask)
 
