@@ -32,12 +32,12 @@ def data_dir(cfg: RunConfig) -> Path:
             raise FileNotFoundError(f"data.source {path} is not a directory; use 'synthetic' or a dataset directory")
         return path
     w = cfg.data.world
-    out = cache_dir() / "worlds" / f"e{w.entities}-s{w.seed}"
+    out = cache_dir() / "worlds" / (f"e{w.entities}-s{w.seed}" + ("" if w.surface == "fixed" else f"-{w.surface}"))
     if not (out / "world.json").exists():
         from searchrl.data.synth import generate_world, write_world
 
-        console.log(f"generating the synthetic world ({w.entities} entities, seed {w.seed}) in {out}")
-        write_world(generate_world(w.entities, w.seed), out)
+        console.log(f"generating the synthetic world ({w.entities} entities, seed {w.seed}, {w.surface}) in {out}")
+        write_world(generate_world(w.entities, w.seed, surface=w.surface), out)
     return out
 
 

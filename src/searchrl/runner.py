@@ -196,8 +196,9 @@ def _op_synth(ctx: StageContext) -> dict[str, Any]:
 
     w = ctx.cfg.data.world
     entities, seed = int(ctx.stage.args.get("entities", w.entities)), int(ctx.stage.args.get("seed", w.seed))
-    world = synth_world(ctx.dir, entities, seed)
-    return {"entities": entities, "seed": seed, "questions": world.summary()["questions"]}
+    surface = str(ctx.stage.args.get("surface", w.surface))
+    world = synth_world(ctx.dir, entities, seed, surface)
+    return {"entities": entities, "seed": seed, "surface": surface, "questions": world.summary()["questions"]}
 
 
 def _op_index(ctx: StageContext) -> dict[str, Any]:

@@ -174,3 +174,31 @@ def test_written_world_loads_through_the_loaders(tmp_path: Path) -> None:
         assert load_qa(tmp_path, split=split) == world.questions[split]
     summary = (tmp_path / "world.json").read_text()
     assert '"seed": 3' in summary and '"entities": 120' in summary
+
+
+def test_varied_surface_rewords_questions_only(big: tuple[World, float]) -> None:
+    """surface=varied: same answers, chains and splits as the fixed world; most questions re-worded; a bridge
+    question still names its start entity and no bridge entity; a comparison names both entities and asks for
+    the right direction; deterministic in the seed."""
+    fixed, _ = big
+    varied = generate_world(2000, seed=0, surface="varied")
+    older = ("older", "first", "earlier")
+    for split, qs in fixed.questions.items():
+        other = varied.questions[split]
+        assert [(q.id, q.answers, q.metadata) for q in qs] == [(q.id, q.answers, q.metadata) for q in other]
+        changed = sum(a.question != b.question for a, b in zip(qs, other, strict=True))
+        assert changed > 0.6 * len(qs), (split, changed)
+        for q in other:
+            chain, kind = q.metadata["chain"], q.metadata["kind"]
+            assert chain[0]["subject"] in q.question, q.question
+            if kind in ("bridge", "three_hop"):
+                assert not any(h["answer"] in q.question for h in chain), q.question
+            if kind == "comparison":
+                years = {h["subject"]: int(h["answer"]) for h in chain}
+                assert all(name in q.question for name in years)
+                asks_earlier = any(w in q.question for w in older)
+                assert (years[q.answers[0]] == min(years.values())) is asks_earlier, q.question
+    again = generate_world(2000, seed=0, surface="varied")
+    assert [q.question for q in again.questions["dev"]] == [q.question for q in varied.questions["dev"]]
+    with pytest.raises(ValueError, match="fixed, varied"):
+        generate_world(150, seed=0, surface="odd")

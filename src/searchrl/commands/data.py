@@ -33,6 +33,9 @@ def synth(
     ),
     entities: int = typer.Option(600, "--entities", help="number of entities (one passage each)"),
     seed: int = typer.Option(0, "--seed", help="random seed; the same seed gives byte-identical files"),
+    surface: str = typer.Option(
+        "fixed", "--surface", help="question wording: fixed (one per question shape) or varied (several per shape)"
+    ),
 ) -> None:
     """Generate a synthetic multi-hop world: a fictional encyclopedia plus train/dev/test questions.
 
@@ -41,7 +44,10 @@ def synth(
     from searchrl.stages import synth_world
 
     t0 = time.perf_counter()
-    world = synth_world(out_dir, entities, seed)
+    try:
+        world = synth_world(out_dir, entities, seed, surface)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--surface") from None
     seconds = time.perf_counter() - t0
     summary = world.summary()
     table = Table("split", "single_hop", "bridge", "three_hop", "comparison", "total", title="questions")

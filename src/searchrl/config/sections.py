@@ -59,6 +59,9 @@ class WorldConfig(Section):
 
     entities: int = 600
     seed: int = 0
+    #: question wording: "fixed" (one wording per question shape) or "varied" (several per shape, drawn per
+    #: question; same facts, answers and splits; searchrl.data.synth_surface).
+    surface: Literal["fixed", "varied"] = "fixed"
 
 
 class DataConfig(Section):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.data.synth_questions import _comparison_candidates, _path_candidates, _split_questions
+from searchrl.data.synth_surface import SURFACES, vary_questions
 from searchrl.data.synth_text import _passage
 from searchrl.data.synth_world import (  # noqa: F401  (re-exported: the world's public names live here)
     _TITLE_NOUNS,
@@ -55,12 +56,17 @@ def default_split_sizes(n_entities: int) -> dict[str, int]:
     return {"train": 3 * n_entities, "dev": held_out, "test": held_out}
 
 
-def generate_world(n_entities: int, seed: int, split_sizes: dict[str, int] | None = None) -> World:
+def generate_world(
+    n_entities: int, seed: int, split_sizes: dict[str, int] | None = None, surface: str = "fixed"
+) -> World:
     """Build a world of ``n_entities`` entities with passages and train/dev/test questions, deterministic in ``seed``.
 
     ``split_sizes`` overrides :func:`default_split_sizes`; a split gets fewer questions only when the world has too
-    few distinct ones left (small worlds).
+    few distinct ones left (small worlds). ``surface="varied"`` re-words the questions
+    (:mod:`searchrl.data.synth_surface`); everything else is the fixed world's.
     """
+    if surface not in SURFACES:
+        raise ValueError(f"surface {surface!r}: use one of {', '.join(SURFACES)}")
     if n_entities < MIN_ENTITIES:
         raise ValueError(
             f"a world needs at least {MIN_ENTITIES} entities (got {n_entities}); pass a larger --entities"
@@ -76,6 +82,8 @@ def generate_world(n_entities: int, seed: int, split_sizes: dict[str, int] | Non
     n_cmp = round(sum(sizes.values()) * KIND_SHARES["comparison"]) + 10
     cands += _comparison_candidates(world, n_cmp, rng)
     world.questions = _split_questions(cands, sizes, rng)
+    if surface == "varied":
+        vary_questions(world, seed)
     return world
 
 

@@ -11,12 +11,12 @@ from searchrl.pipeline import data_dir, load_split, load_tokenizer, make_protoco
 from searchrl.utils import write_jsonl
 
 
-def synth_world(out: Path, entities: int = 600, seed: int = 0):
+def synth_world(out: Path, entities: int = 600, seed: int = 0, surface: str = "fixed"):
     """Generate a synthetic multi-hop world into ``out`` (corpus.jsonl, train/dev/test.jsonl, world.json); returns
-    the world (its ``summary()`` counts the questions)."""
+    the world (its ``summary()`` counts the questions). ``surface``: "fixed" or "varied" question wording."""
     from searchrl.data.synth import generate_world, write_world
 
-    world = generate_world(entities, seed)
+    world = generate_world(entities, seed, surface=surface)
     write_world(world, out)
     return world
 
