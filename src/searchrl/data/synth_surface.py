@@ -179,9 +179,7 @@ def _reword(ex: QAExample, world: World, rng: random.Random) -> str:
     if not chain:
         return ex.question
     if kind == "comparison":
-        from searchrl.sft.oracle import question_order
-
-        first, second = (h["subject"] for h in question_order(chain, ex.question))
+        first, second = sorted((h["subject"] for h in chain), key=ex.question.find)  # the question's order
         years = {h["subject"]: int(h["answer"]) for h in chain}
         earlier = years[chain[-1]["subject"]] == min(years.values())  # the answer's hop is recorded last
         wordings = _COMPARE[shape.split(".")[0]][0 if earlier else 1]
