@@ -177,7 +177,8 @@ def make_judge(cfg: RunConfig, out_dir: str | Path) -> LLMJudge | None:
 #: SQuAD EM and a plain-substring ``subem_check``; R1-Searcher's ``metric_calc_rule.py``: its own normalisation,
 #: token cover (ACC_R) and a substring cover; R1-Searcher++ evaluates with FlashRAG (SQuAD, substring ``acc``);
 #: R-Search's code: SQuAD EM/F1 and a substring Acc; RAG-R1's ``eval.py``: punctuation as spaces, no True/False
-#: mapping, EM only; Search-o1 is a baseline here and tool_call our own protocol (SQuAD, word-bounded cover).
+#: mapping, EM only; Search-o1 is a baseline here and tool_call our own protocol (SQuAD, word-bounded cover); the
+#: trained baselines' reason and rag protocols are Search-R1's, scored like its agent.
 EVAL_CONVENTIONS: dict[str, tuple[str, str]] = {
     "search_r1": ("squad", "char"),
     "r1_searcher": ("r1_searcher", "char"),
@@ -186,6 +187,8 @@ EVAL_CONVENTIONS: dict[str, tuple[str, str]] = {
     "rag_r1": ("rag_r1", "word"),
     "search_o1": ("squad", "word"),
     "tool_call": ("squad", "word"),
+    "reason": ("squad", "char"),  # Search-R1's trained baselines: scored as Search-R1 scores its agent
+    "rag": ("squad", "char"),
 }
 #: each metric's own normalisation when nothing else is asked for (cover_em_tokens is R1-Searcher's ACC_R).
 _METRIC_DEFAULT_NORMALIZE = {"cover_em_tokens": "r1_searcher"}
