@@ -284,3 +284,10 @@ def test_by_kind_scores_each_question_kind_and_well_formed_is_averaged() -> None
     assert rows["bridge"]["em"] == 0.5 and rows["bridge"]["n"] == 2 and rows["comparison"]["em"] == 1.0
     assert all(r["dataset"] == "dev" and r["method"] == "agent" for r in rows.values())
     assert aggregate(items, ["em"])[0]["well_formed"] == pytest.approx(2 / 3)
+
+
+def test_every_protocol_has_an_evaluation_convention() -> None:
+    from searchrl.eval.harness import EVAL_CONVENTIONS
+    from searchrl.protocols import PROTOCOLS
+
+    assert set(PROTOCOLS) <= set(EVAL_CONVENTIONS)
