@@ -107,3 +107,18 @@ def test_oracle_is_the_short_answer_without_a_chain(name: str) -> None:
     assert traj.turns[0].text == "<answer> Rome </answer>" and traj.answer == "Rome"
     assert ("Gold" in tok.decode(traj.prompt_ids)) is (name == "rag")
     assert retriever.calls == ([[ex.question]] if name == "rag" else [])
+
+
+def test_a_reason_trajectory_is_not_flagged_for_not_searching() -> None:
+    tok, engine = _engine("reason", Recorder())
+    (traj,) = engine.run([QAExample("q", "Who?", ["Rome"])], seed=0)
+    row = {
+        "question": "Who?",
+        "golds": ["Rome"],
+        "prediction": "Rome",
+        "trajectory": traj.to_dict() | {"protocol": "reason"},
+    }
+    flags = diagnose(row)
+    assert flags["no_search"] is False and flags["gold_in_docs"] is None
+    row["trajectory"]["protocol"] = "search_r1"
+    assert diagnose(row)["no_search"] is True

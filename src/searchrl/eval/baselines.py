@@ -390,7 +390,7 @@ class AgentMethod(Method):
                     t.answer.strip() if t.answer is not None else None,
                     raw=raw,
                     trajectory=d,
-                    searches=t.n_searches,
+                    searches=t.n_searches + (1 if "prompt_docs" in t.metadata else 0),  # rag: the prompt's search
                     queries=executed_queries(t),
                     gen_tokens=t.n_policy_tokens,
                     well_formed=self.protocol.check_format(raw).ok,

@@ -116,7 +116,13 @@ def diagnose(row: Mapping[str, Any], *, may_search: bool | None = None) -> dict[
     trajectory = row.get("trajectory")
     searches = _searches(trajectory)
     n_searches = int(row.get("searches") or len(searches))
-    agent = may_search if may_search is not None else isinstance(trajectory, Mapping) and "turns" in trajectory
+    if may_search is None:  # an agent's trajectory has turns; the reason / rag baselines' protocols never search
+        from searchrl.protocols import PROTOCOLS
+
+        protocol = PROTOCOLS.get(str(trajectory.get("protocol"))) if isinstance(trajectory, Mapping) else None
+        has_turns = isinstance(trajectory, Mapping) and "turns" in trajectory
+        may_search = has_turns and (protocol is None or protocol.searches)
+    agent = may_search
     correct = bool(golds) and exact_match(prediction, golds) == 1.0
     docs = "\n".join(text for _, text in searches)
     gold_in_docs = bool(golds) and cover_em(docs, golds) == 1.0 if searches else None
