@@ -404,7 +404,9 @@ def test_retrieval_methods_refuse_bad_sizes(direct_generator, retriever) -> None
         ("The answer is: Tom Hale, who lives in Oslo.", "Tom Hale"),
         ("The director of Blue Lake is Tom Hale, a painter.", "Tom Hale"),
         ("Tom Hale is the director of Blue Lake.", "Tom Hale"),
-        ("The director of Blue Lake was born in Oslo in 1950.", "born in Oslo in 1950"),
+        ("The director of Blue Lake was born in Oslo in 1950.", "Oslo in 1950"),
+        ("The documents say that the director of Blue Lake is Tom Hale.", "Tom Hale"),
+        ("The director of Blue Lake is:", "The director of Blue Lake is:"),  # no answer in it: kept
         ("Blue Lake is a film about a lake and its director.", "a film about a lake and its director"),
         ("I do not know who made that film at all.", "I do not know who made that film at all"),
         ("   ", None),

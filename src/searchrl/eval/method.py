@@ -56,6 +56,17 @@ def clean_answer(text: str | None) -> str | None:
 
 
 _COPULA = re.compile(r"\b(?:is|was|are|were)\b", re.IGNORECASE)
+_PREPOSITION = re.compile(r"\b(?:on|in|at|by|from)\b", re.IGNORECASE)
+#: "The document states that ..." and the like, before the sentence that holds the answer
+_SOURCE_LEAD = re.compile(
+    r"^(?:according to )?(?:the |these |this )?(?:documents?|texts?|passages?|context)"
+    r"(?:\s+(?:states?|says?|mentions?|shows?|indicates?|suggests?)(?:\s+that)?)?[\s,:]+",
+    re.IGNORECASE,
+)
+#: "born in X", "buried at X", "in X" -> "X"
+_PARTICIPLE_LEAD = re.compile(
+    r"^(?:(?:\w+ed|born|made|built|held|known|set)\s+)?(?:on|in|at|by|from|as)\s+", re.IGNORECASE
+)
 #: where an answer span restated as a sentence ends: a clause after it
 _CLAUSE = re.compile(r",|;|\s(?:because|which|who|since|while|whereas|and (?:he|she|it|they))\s", re.IGNORECASE)
 _STOPWORDS = frozenset(
@@ -75,9 +86,11 @@ def _restates(text: str, question_words: set[str]) -> bool:
 
 def answer_span(reply: str | None, question: str) -> str | None:
     """The short answer in a reply that came as a sentence despite the answer-only instruction (small models often
-    restate the question): the text after "the answer is", else, when one side of the first sentence's first
-    copula (is / was / are / were) restates the question, the other side up to its next clause. A reply of at most
-    four words, or one that matches neither pattern, is :func:`clean_answer`'s first line as it is.
+    restate the question): the text after "the answer is", else, after a leading "The document states that", when
+    one side of the first sentence's first copula (is / was / are / were) restates the question, the other side,
+    else the text after the first preposition (on / in / at / by / from) whose left side restates the question
+    ("X's father died on 3 May 1900" -> "3 May 1900"); the span ends at its next clause and loses a leading "born
+    in" / "in". A reply of at most four words, or one that fits no pattern, is :func:`clean_answer`'s first line.
 
     >>> q = "Who is the father of Emperor Taizong of Song?"
     >>> answer_span("The father of Emperor Taizong of Song is Zhao Hongyin, a general.", q)
@@ -86,6 +99,8 @@ def answer_span(reply: str | None, question: str) -> str | None:
     'Zhao Hongyin'
     >>> answer_span("Zhao Hongyin", q), answer_span("He died in battle near the river.", q)
     ('Zhao Hongyin', 'He died in battle near the river')
+    >>> answer_span("The document states that Anna's son died on 3 May 976.", "When did Anna's son die?")
+    '3 May 976'
     """
     line = clean_answer(reply)
     if line is None:
@@ -96,19 +111,25 @@ def answer_span(reply: str | None, question: str) -> str | None:
         return clean_answer(_CLAUSE.split(said.group(1) if said else line)[0]) or line
     if len(line.split()) <= 4:
         return line
-    sentence = first_sentence(line)
+    sentence = _SOURCE_LEAD.sub("", first_sentence(line))
     question_words = set(_content_words(question))
-    m = _COPULA.search(sentence)
-    if m is None:
+    span = _split(sentence, _COPULA, question_words, both_ways=True) or _split(sentence, _PREPOSITION, question_words)
+    if span is None:
         return line
-    before, after = sentence[: m.start()], sentence[m.end() :]
-    if _restates(before, question_words) and not _restates(after, question_words):
-        span = _CLAUSE.split(after)[0]
-    elif _restates(after, question_words) and not _restates(before, question_words):
-        span = before
-    else:
-        return line
-    return clean_answer(span) or line
+    span = clean_answer(_PARTICIPLE_LEAD.sub("", _CLAUSE.split(span)[0].strip()))
+    return span if span and re.search(r"\w", span) else line
+
+
+def _split(sentence: str, at: re.Pattern[str], question_words: set[str], both_ways: bool = False) -> str | None:
+    """The side of the first ``at`` match whose other side restates the question (``both_ways``: either side; else
+    only the text after it, the first match that works); None when no match splits the sentence so."""
+    for m in at.finditer(sentence):
+        before, after = sentence[: m.start()], sentence[m.end() :]
+        if _restates(before, question_words) and not _restates(after, question_words):
+            return after
+        if both_ways:
+            return before if _restates(after, question_words) and not _restates(before, question_words) else None
+    return None
 
 
 def parse_cot(text: str) -> tuple[str | None, bool]:
