@@ -57,11 +57,17 @@ def resolve_file(cfg: RunConfig, name: str) -> str:
 def load_split(
     cfg: RunConfig, split: str, limit: int | None = None, kinds: list[str] | None = None
 ) -> list[QAExample]:
-    """Questions of a split; ``kinds`` (default: data.kinds for the train split) keeps synthetic kinds only."""
+    """Questions of a split; ``kinds`` (default: data.kinds for the train split) keeps synthetic kinds only. The
+    train split also keeps only ``data.styles`` and drops ``data.held_out_styles`` (searchrl.data.styles); a style
+    no question of the split has is an error naming the styles there are."""
     from searchrl.data.loaders import load_qa
+    from searchrl.data.styles import select_styles
 
     name = {"train": cfg.data.train, "dev": cfg.data.dev, "test": cfg.data.test}.get(split, split)
     examples = load_qa(resolve_file(cfg, name), limit=None)
+    if split == "train":
+        d = cfg.data
+        examples = select_styles(examples, d.styles, d.held_out_styles, where=f"the train split ({name})")
     kinds = kinds if kinds is not None else (cfg.data.kinds if split == "train" else [])
     if kinds:
         examples = [e for e in examples if e.metadata.get("kind") in kinds]

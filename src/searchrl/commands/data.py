@@ -103,6 +103,7 @@ class _QAStats:
     answers: _Range = field(default_factory=_Range)
     hops: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
+    styles: Counter = field(default_factory=Counter)
     metadata_keys: Counter = field(default_factory=Counter)
     duplicate_ids: int = 0
 
@@ -134,8 +135,9 @@ def _detect(path: Path) -> str:
     )
 
 
-def _inspect_qa(source: str | Path, n: int, limit: int | None) -> None:
+def _inspect_qa(source: str | Path, n: int, limit: int | None, styles: bool = False) -> None:
     from searchrl.data.loaders import iter_qa
+    from searchrl.data.styles import question_style
 
     stats, seen, samples = _QAStats(), set(), []
     for ex in iter_qa(source):
@@ -146,6 +148,7 @@ def _inspect_qa(source: str | Path, n: int, limit: int | None) -> None:
         stats.answers.add(len(ex.answers))
         if "kind" in ex.metadata:
             stats.kinds[str(ex.metadata["kind"])] += 1
+        stats.styles[question_style(ex)] += 1
         if isinstance(ex.metadata.get("chain"), list):
             stats.hops[len(ex.metadata["chain"])] += 1
         stats.metadata_keys.update(ex.metadata.keys())
@@ -160,6 +163,8 @@ def _inspect_qa(source: str | Path, n: int, limit: int | None) -> None:
     table.add_row("answers per question", str(stats.answers))
     if stats.kinds:
         table.add_row("kinds", ", ".join(f"{k} {v}" for k, v in sorted(stats.kinds.items())))
+    top = ", ".join(f"{s!r} {c}" for s, c in stats.styles.most_common(3))
+    table.add_row("question styles", f"{len(stats.styles):,} (most common: {top}; --styles lists them all)")
     if stats.hops:
         table.add_row("hops in chain", ", ".join(f"{k}: {v}" for k, v in sorted(stats.hops.items())))
     if stats.metadata_keys:
@@ -169,6 +174,11 @@ def _inspect_qa(source: str | Path, n: int, limit: int | None) -> None:
     for ex in samples:
         rows.add_row(ex.id, ex.question, " | ".join(ex.answers), str(ex.metadata.get("kind", "")))
     out.print(rows)
+    if styles:
+        listed = Table("style", "questions", "share", title="question styles (data.styles, data.held_out_styles)")
+        for style, count in sorted(stats.styles.items(), key=lambda sc: (-sc[1], sc[0])):
+            listed.add_row(style, str(count), f"{count / stats.count:.1%}")
+        out.print(listed)
 
 
 def _inspect_corpus(path: Path, n: int, limit: int | None) -> None:
@@ -207,13 +217,14 @@ def inspect(
     ),
     n: int = typer.Option(3, "--n", help="sample rows to show"),
     limit: int | None = typer.Option(None, "--limit", help="read at most this many rows (for huge corpora)"),
+    styles: bool = typer.Option(False, "--styles", help="list every question style of a QA file with its count"),
 ) -> None:
     """Print counts, field statistics and sample rows of a QA file or a corpus (detected from the fields).
 
-    Example: searchrl data inspect data/world/dev.jsonl --n 5
+    Example: searchrl data inspect data/world/dev.jsonl --n 5 --styles
     """
     if path.startswith("hf:"):
-        _inspect_qa(path, n, limit)
+        _inspect_qa(path, n, limit, styles)
         return
     p = Path(path).expanduser()
     if not p.exists():
@@ -223,6 +234,6 @@ def inspect(
         raise FileNotFoundError(f"{p} holds none of {', '.join(_WORLD_FILES)}; pass a file instead")
     for f in files:
         if _detect(f) == "qa":
-            _inspect_qa(f, n, limit)
+            _inspect_qa(f, n, limit, styles)
         else:
             _inspect_corpus(f, n, limit)

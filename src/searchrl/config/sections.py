@@ -75,7 +75,21 @@ class DataConfig(Section):
     corpus: str = "corpus.jsonl"
     #: restrict the training questions to these synthetic kinds (empty = all).
     kinds: list[str] = Field(default_factory=list)
+    #: keep only training questions of these styles (empty = all): a synthetic question's template (e.g.
+    #: bridge:born_in.country) or kind, any other question's generic template from its text (e.g. "who is the
+    #: father of <e>?"; see searchrl.data.styles; `searchrl data inspect FILE --styles` lists a file's).
+    styles: list[str] = Field(default_factory=list)
+    #: drop training questions of these styles (same names as data.styles): held out, to measure at evaluation how
+    #: the trained agent does on question styles it never trained on (the per-style table of the eval summary).
+    held_out_styles: list[str] = Field(default_factory=list)
     train_limit: int | None = None
+
+    @model_validator(mode="after")
+    def _check_styles(self) -> DataConfig:
+        both = sorted(set(self.styles) & set(self.held_out_styles))
+        if both:
+            raise ValueError(f"data.styles and data.held_out_styles both name {both}: keep each style in one of them")
+        return self
 
 
 class RetrievalConfig(Section):

@@ -31,6 +31,7 @@ from rich.progress import Progress, TaskID
 
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
+from searchrl.data.styles import question_style
 from searchrl.eval.baselines import (
     AgentMethod,
     DirectMethod,
@@ -43,7 +44,15 @@ from searchrl.eval.baselines import (
 from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
 from searchrl.eval.diagnostics import DIAGNOSTICS_NOTE, diagnose, failure_shares, shares_table
 from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
-from searchrl.eval.report import AVERAGE, aggregate, print_summary, write_reports
+from searchrl.eval.report import (
+    POOLED_STYLES,
+    aggregate,
+    breakdown,
+    by_style,
+    group_table,
+    print_summary,
+    write_reports,
+)
 from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
@@ -263,6 +272,7 @@ def item_row(
         "latency_s": pred.latency_s,
         "well_formed": pred.well_formed,
         "kind": example.metadata.get("kind") or example.metadata.get("type"),
+        "style": question_style(example),
         "metrics": scores,
         "trajectory": pred.trajectory,
     }
@@ -363,11 +373,15 @@ def evaluate(
     }
     if any(it.get("kind") for it in items):  # question kinds (synthetic worlds, 2Wiki's types): scored separately
         info["by_kind"] = by_kind(items, score_names)
+    styles, styles_table = by_style(items, score_names), []
+    if any(len(per_dataset) > 1 and set(per_dataset) != {POOLED_STYLES} for per_dataset in _styles_of(styles)):
+        info["by_style"] = styles  # question styles (searchrl.data.styles): a transfer test's held-out ones apart
+        styles_table = [group_table(styles, score_names, "style", "Scores by question style")]
     shares = failure_shares(items)
     info["diagnostics"] = {f"{d} / {m}": s for (d, m), s in shares.items()}
     why = "\n".join([DIAGNOSTICS_NOTE, "", *shares_table(shares, list(datasets))])
     notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch)]
-    paths.update(write_reports(summary, score_names, out, info, notes=notes, after=[why]))
+    paths.update(write_reports(summary, score_names, out, info, notes=notes, after=[why, *styles_table]))
     if show:
         print_summary(summary, score_names)
         console.print(why, soft_wrap=True, markup=False)
@@ -377,12 +391,15 @@ def evaluate(
 
 def by_kind(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
     """Summary rows per (dataset, method, question kind), for items that carry a ``kind``."""
+    return breakdown(items, metrics, "kind")
 
-    keyed = [{**it, "dataset": f"{it['dataset']}\x00{it['kind']}"} for it in items if it.get("kind")]
-    rows = [r for r in aggregate(keyed, metrics) if r["dataset"] != AVERAGE]
+
+def _styles_of(rows: Sequence[dict[str, Any]]) -> list[set[str]]:
+    """The styles of each dataset's rows."""
+    out: dict[str, set[str]] = {}
     for r in rows:
-        r["dataset"], r["kind"] = r["dataset"].split("\x00", 1)
-    return rows
+        out.setdefault(r["dataset"], set()).add(r["style"])
+    return list(out.values())
 
 
 def scoring_note(settings: Mapping[str, Mapping[str, str]], metrics: Sequence[str]) -> str:

@@ -18,6 +18,7 @@ import csv
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean
@@ -85,6 +86,52 @@ def aggregate(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[d
                     avg[key] = _mean([r.get(key) for r in mine])
             rows.append(avg)
     return rows
+
+
+def breakdown(items: Sequence[dict[str, Any]], metrics: Sequence[str], key: str) -> list[dict[str, Any]]:
+    """Summary rows per (dataset, method, ``item[key]``) for the items that carry a ``key`` (a question kind, a
+    style); each row holds its group under ``key``. No average rows."""
+    keyed = [{**it, "dataset": f"{it['dataset']}\x00{it[key]}"} for it in items if it.get(key)]
+    rows = [r for r in aggregate(keyed, metrics) if r["dataset"] != AVERAGE]
+    for r in rows:
+        r["dataset"], r[key] = r["dataset"].split("\x00", 1)
+    return rows
+
+
+#: the row of :func:`by_style` that pools the styles a dataset has a single question of.
+POOLED_STYLES = "(styles of one question each)"
+
+
+def by_style(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """Summary rows per (dataset, method, question ``style``); the styles of a single question in their dataset are
+    pooled into one row, :data:`POOLED_STYLES` (questions whose wording repeats no other's: one row, not one each)."""
+    n = Counter((it["dataset"], it["method"], it["style"]) for it in items if it.get("style"))
+    pooled = [
+        {**it, "style": it["style"] if n[(it["dataset"], it["method"], it["style"])] > 1 else POOLED_STYLES}
+        for it in items
+        if it.get("style")
+    ]
+    return breakdown(pooled, metrics, "style")
+
+
+def group_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str], key: str, title: str) -> str:
+    """A markdown section of :func:`breakdown` rows: one line per (dataset, method, group), most questions first."""
+    ordered = sorted(rows, key=lambda r: (r["dataset"], r["method"], -r["n"], str(r[key])))
+    lines = [
+        f"## {title}",
+        "",
+        "Scores in %.",
+        "",
+        f"| dataset | method | {key} | n | " + " | ".join(LABELS.get(m, m) for m in metrics) + " |",
+        "|---|---|---|---:|" + "---:|" * len(metrics),
+    ]
+    lines += [
+        f"| {_md_cell(r['dataset'])} | {_md_cell(r['method'])} | {_md_cell(str(r[key]))} | {r['n']} | "
+        + " | ".join(_pct(r.get(m)) for m in metrics)
+        + " |"
+        for r in ordered
+    ]
+    return "\n".join(lines)
 
 
 def _pct(v: float | None) -> str:

@@ -106,7 +106,9 @@ class Trainer:
         self.protocol = protocol
         self.examples = list(train_examples)
         if not self.examples:
-            raise ValueError("no training questions: check data.train (and data.kinds / data.train_limit)")
+            raise ValueError(
+                "no training questions: check data.train (and data.kinds / styles / held_out_styles / train_limit)"
+            )
         self.reward_fn = reward_fn or default_reward_fn(cfg, protocol, tokenizer)
         self.correctness = Correctness.from_reward_config(cfg.reward)  # the run's one "is this answer correct"
         self.eval_examples = list(eval_examples or [])[: self.tcfg.eval_limit]

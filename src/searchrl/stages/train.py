@@ -72,10 +72,10 @@ def build_trainer(cfg: RunConfig):
     from searchrl.models import load_policy
     from searchrl.rl.trainer import Trainer
 
+    examples = load_split(cfg, "train", cfg.data.train_limit)  # before the model: a bad style name fails at once
     seed_everything(cfg.training.seed)
     configure_from(cfg)
     model, tok = load_policy(policy_spec(cfg), cfg.model.dtype)
-    examples = load_split(cfg, "train", cfg.data.train_limit)
     protocol = make_protocol(cfg)
     reward_fn = None
     if any(c.name == "evidence" for c in cfg.reward.components):
