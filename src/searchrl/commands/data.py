@@ -44,10 +44,9 @@ def synth(
     from searchrl.stages import synth_world
 
     t0 = time.perf_counter()
-    try:
-        world = synth_world(out_dir, entities, seed, surface)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--surface") from None
+    if surface not in ("fixed", "varied"):
+        raise typer.BadParameter(f"{surface!r}: use fixed or varied", param_hint="--surface")
+    world = synth_world(out_dir, entities, seed, surface)
     seconds = time.perf_counter() - t0
     summary = world.summary()
     table = Table("split", "single_hop", "bridge", "three_hop", "comparison", "total", title="questions")
