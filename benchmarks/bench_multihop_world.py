@@ -1,6 +1,6 @@
-"""The multi-hop curriculum on the synthetic world, per question kind (issue 16's synthetic-world items).
+"""The multi-hop curriculum on the synthetic world, per question kind.
 
-    python benchmarks/bench_multihop_world.py [--run] [--out runs/multihop_world]
+    python benchmarks/bench_multihop_world.py [--run] [--recipe multihop_world] [--out runs/multihop_world]
                                               [--cold coldstart_eval --rl rl --eval eval] [overrides...]
 
 With ``--run`` it first runs ``searchrl run --recipe multihop_world --out OUT [overrides]`` (finished stages are
@@ -11,8 +11,9 @@ skipped). It then reads what the run measured, nothing typed in by hand:
   and after RL (``--eval`` stage), and over the multi-hop kinds together (bridge, comparison, three-hop);
 - the RL curve (``--rl`` stage's ``metrics.jsonl``);
 
-and writes ``benchmarks/results/multihop_world.{json,md}``, the curve PNGs and a viewer page of the dev
-trajectories after RL into ``benchmarks/results/multihop_world/``.
+and writes ``benchmarks/results/<recipe>.{json,md}``, the curve PNGs and a viewer page of the dev trajectories
+after RL into ``benchmarks/results/<recipe>/`` (``--recipe multihop_world_tool_call``: the same report for the
+JSON tool-call variant, whose well-formed column is the share of well-formed tool-call trajectories).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def per_kind(summary: dict) -> dict[str, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", action="store_true", help="run (or resume) the pipeline first")
-    ap.add_argument("--out", default="runs/multihop_world")
+    ap.add_argument("--recipe", default="multihop_world", help="the recipe; names the report")
+    ap.add_argument("--out", default=None, help="the run directory (default runs/<recipe>)")
     ap.add_argument("--cold", default="coldstart_eval", help="the stage that evaluates the cold start")
     ap.add_argument("--rl", default="rl", help="the RL stage (comma-separated: RL stages that continue each other)")
     ap.add_argument("--eval", default="eval", help="the stage that evaluates the final RL model")
@@ -55,8 +57,8 @@ def main() -> None:
     ap.add_argument("--command", help="the command that made OUT, for the report (default: the --run command)")
     ap.add_argument("overrides", nargs="*", help="overrides for --run, e.g. training.steps=8")
     args = ap.parse_args()
-    out, results = Path(args.out), Path(args.results)
-    command = ["searchrl", "run", "--recipe", "multihop_world", "--out", str(out), *args.overrides]
+    out, results = Path(args.out or f"runs/{args.recipe}"), Path(args.results)
+    command = ["searchrl", "run", "--recipe", args.recipe, "--out", str(out), *args.overrides]
     if args.run:
         subprocess.run([str(Path(sys.executable).parent / "searchrl"), *command[1:]], check=True)
 
@@ -79,6 +81,7 @@ def main() -> None:
         metrics += [{**m, "step": m["step"] + offset, "stage": name} for m in rows if "step" in m]
     curve_keys = ("reward/total", "rollout/em", "rollout/well_formed", "rollout/searches", "kl/mean", "time/step_s")
     result = {
+        "recipe": args.recipe,
         "command": args.command or " ".join(command),
         "stages": stages,
         "coldstart_seconds": stages.get("coldstart", {}).get("seconds"),
@@ -89,7 +92,7 @@ def main() -> None:
         "gain": {k: round(after[k]["em"] - before[k]["em"], 3) for k in before if k in after},
         "rl_curve": [{"step": m["step"], "stage": m["stage"], **{k: m.get(k) for k in curve_keys}} for m in metrics],
     }
-    art = results / "multihop_world"
+    art = results / args.recipe
     art.mkdir(parents=True, exist_ok=True)
     from searchrl.viz.plots import plot_run
     from searchrl.viz.viewer import write_viewer
@@ -99,9 +102,9 @@ def main() -> None:
     shutil.copy(plot_run(out / "coldstart"), art / "coldstart_curves.png")
     preds = sorted((out / args.eval / "predictions").glob("*agent*.jsonl"))
     if preds:
-        write_viewer(preds, art / "dev_trajectories.html", title="multihop_world: world dev trajectories after RL")
-    write_portable(results / "multihop_world.json", json.dumps(result, indent=2) + "\n")
-    write_portable(results / "multihop_world.md", render(result))
+        write_viewer(preds, art / "dev_trajectories.html", title=f"{args.recipe}: world dev trajectories after RL")
+    write_portable(results / f"{args.recipe}.json", json.dumps(result, indent=2) + "\n")
+    write_portable(results / f"{args.recipe}.md", render(result))
     print(render(result))
 
 
@@ -110,25 +113,27 @@ def _f(x) -> str:
 
 
 def render(r: dict) -> str:
-    b, a = r["before_rl"], r["after_rl"]
+    b, a, name = r["before_rl"], r["after_rl"], r.get("recipe", "multihop_world")
     kinds = [k for k in b if k not in ("all", "multi_hop")]
     cols = [*kinds, "multi_hop", "all"]
     head = " | ".join(f"{k} ({b[k]['n']})" for k in cols if k in b)
     lines = [
-        "# multihop_world: the curriculum on the synthetic world, per question kind",
+        f"# {name}: the curriculum on the synthetic world, per question kind",
         "",
         f"Command: `{r['command']}` (report: `python benchmarks/bench_multihop_world.py --out ...`). World dev "
         "questions, greedy, BM25 top-3, the `searchrl eval` harness.",
         "",
-        f"| agent EM | {head} | searches/q |",
-        "|---" * (len(cols) + 2) + "|",
+        f"| agent EM | {head} | searches/q | well-formed |",
+        "|---" * (len(cols) + 3) + "|",
     ]
     rows = [("cold start (SFT)", b), *((f"after {m}", v) for m, v in r["intermediate"].items()), ("after RL", a)]
     for label, v in rows:
         lines.append(
-            f"| {label} | " + " | ".join(_f(v[k]["em"]) for k in cols if k in v) + f" | {_f(v['all']['searches'])} |"
+            f"| {label} | "
+            + " | ".join(_f(v[k]["em"]) for k in cols if k in v)
+            + f" | {_f(v['all']['searches'])} | {_f(v['all'].get('well_formed'))} |"
         )
-    lines.append("| RL gain | " + " | ".join(f"{r['gain'][k]:+.3f}" for k in cols if k in r["gain"]) + " | |")
+    lines.append("| RL gain | " + " | ".join(f"{r['gain'][k]:+.3f}" for k in cols if k in r["gain"]) + " | | |")
     lines += ["", "Stage times (2 cores):", "", "| stage | wall s | CPU s |", "|---|---|---|"]
     for k, v in r["stages"].items():
         cpu = v.get("cpu_seconds")
@@ -136,9 +141,9 @@ def render(r: dict) -> str:
     lines += [
         "",
         "Curves: "
-        + ", ".join(f"[{s}](multihop_world/{s}_curves.png)" for s in dict.fromkeys(c["stage"] for c in r["rl_curve"]))
-        + ", [cold start](multihop_world/coldstart_curves.png); dev "
-        "trajectories after RL: [multihop_world/dev_trajectories.html](multihop_world/dev_trajectories.html).",
+        + ", ".join(f"[{s}]({name}/{s}_curves.png)" for s in dict.fromkeys(c["stage"] for c in r["rl_curve"]))
+        + f", [cold start]({name}/coldstart_curves.png); dev "
+        f"trajectories after RL: [{name}/dev_trajectories.html]({name}/dev_trajectories.html).",
         "",
     ]
     return "\n".join(lines)
