@@ -76,6 +76,13 @@ def pipeline(algorithms: list[str], steps: int, eval_limit: int) -> list[dict]:
     return stages
 
 
+def done_seconds(out: Path, name: str, stage: dict) -> float:
+    """A stage's wall time: its DONE marker's (a stage skipped by this invocation ran in an earlier one, and the
+    run summary then says 0 s)."""
+    done = out / name / "DONE"
+    return json.loads(done.read_text())["seconds"] if done.exists() else stage["seconds"]
+
+
 def agent_row(result: dict) -> dict:
     rows = [r for r in result.get("rows", []) if r.get("method") == "agent"]
     return rows[0] if rows else {}
@@ -119,7 +126,7 @@ def main() -> None:
         k = max(1, len(rewards) // 3)
         row = agent_row(ev.get("result", {}))
         runs[algo] = {
-            "rl_seconds": rl["seconds"],
+            "rl_seconds": done_seconds(out, f"rl_{algo}", rl),
             "steps": len(rewards),
             "reward_first": sum(rewards[:k]) / k,
             "reward_last": sum(rewards[-k:]) / k,
@@ -136,7 +143,7 @@ def main() -> None:
             "load_avg": list(__import__("os").getloadavg()),
             "wall_s": round(wall, 1),
             "command": " ".join(cmd[:-1]) + " pipeline=<world, world_index, coldstart, rl_<algo> + eval_<algo> each>",
-            "cold_start_seconds": stages["coldstart"]["seconds"],
+            "cold_start_seconds": done_seconds(out, "coldstart", stages["coldstart"]),
         },
         "runs": runs,
     }
