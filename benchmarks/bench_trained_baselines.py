@@ -108,7 +108,7 @@ def collect(out: Path) -> dict:
         if not path.exists():
             continue
         ev = json.loads(path.read_text())
-        wanted = "agent" if method not in ("naive_rag",) else "naive_rag"
+        wanted = "naive_rag" if method == "naive_rag" else "agent"
         row = next((r for r in ev["rows"] if r["method"] == wanted), None)
         if row is None:
             continue

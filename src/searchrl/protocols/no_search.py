@@ -95,7 +95,7 @@ class RAGProtocol(ReasonProtocol):
         return RAG_INSTRUCTION.format(question=framed if framed.startswith(_DOCS) else f"Question: {framed}")
 
     def frame_question(self, question: str, hits: Sequence[Hit]) -> str:
-        docs = "\n".join(f"Doc {i}(Title: {h.title}) {h.text}" for i, h in enumerate(hits, start=1)) or "(none)"
+        docs = self._docs(list(hits)).strip() or "(none)"  # Search-R1's document lines
         return f"{_DOCS}\n{docs}\n\nQuestion: {question.strip()}"
 
 
