@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -75,6 +76,17 @@ def recipes(records: dict[str, dict], tests: dict[str, str]) -> dict:
             "step_s": rec["step_s"],
             "shape": rec["shape"],
         }
+    return out
+
+
+def portable_commands(rec: dict) -> dict:
+    """A peer record with its commands written as a user would type them: ``python``, not the GPU machine's
+    interpreter path, and ``<workdir>`` for the scratch directory."""
+    out = dict(rec)
+    for key in ("ours_command", "trl_command"):
+        if isinstance(out.get(key), str):
+            cmd = re.sub(r"^\S*/python3?\b", "python", out[key])
+            out[key] = re.sub(r"=/\S*/((?:ours|trl)-[\w.-]+)", r"=<workdir>/\1", cmd)
     return out
 
 
@@ -174,7 +186,8 @@ def main() -> None:
         outcomes.update(junit(r / "cuda_tests.xml")["tests"])
         recs.update(records(r))
         if (r / "peer_trl_gpu.json").exists():
-            peer.update(json.loads((r / "peer_trl_gpu.json").read_text()))
+            shapes = json.loads((r / "peer_trl_gpu.json").read_text())
+            peer.update({shape: portable_commands(rec) for shape, rec in shapes.items()})
         if (r / "gpu_rollout.json").exists():
             rollout = json.loads((r / "gpu_rollout.json").read_text()) or rollout
     tests = {o: sum(v == o for v in outcomes.values()) for o in ("passed", "failed", "skipped")}
