@@ -36,12 +36,26 @@ def _tiny(kind: str):
     return MistralForCausalLM(MistralConfig(**common, sliding_window=None)).eval()
 
 
-def _check_against_forward(model, steps: int = 4, owners: tuple[int, ...] = (0, 1, 2)) -> None:
+def _check_against_forward(
+    model, steps: int = 4, owners: tuple[int, ...] = (0, 1, 2), fused: bool = False, n_fused: int | None = None
+) -> None:
     """Left-padded prefill of three contexts, then ``steps`` decode steps of rows sharing them (``owners``) through
     DecodeStep and through the model's forward on a full copy of the cache per row; after two steps rows are
     dropped, as the generator does when they finish."""
     step = DecodeStep.build(model)
     assert step is not None
+    if fused:  # the same steps with q/k/v and gate/up as one matmul each
+        with step.fused_weights():
+            assert step.fused is not None
+            got = sum(f[0] is not None for f in step.fused) + sum(f[2] is not None for f in step.fused)
+            assert got == (2 * len(step.fused) if n_fused is None else n_fused)
+            _compare(model, step, steps, owners)
+        assert step.fused is None  # dropped on exit
+    else:
+        _compare(model, step, steps, owners)
+
+
+def _compare(model, step: DecodeStep, steps: int, owners: tuple[int, ...]) -> None:
     lens = [5, 9, 2]
     L = max(lens)
     g = torch.Generator().manual_seed(1)
@@ -86,15 +100,33 @@ def _check_against_forward(model, steps: int = 4, owners: tuple[int, ...] = (0, 
             nxt = ref.argmax(-1)
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
-def test_decode_step_matches_the_model_forward(kind: str) -> None:
-    _check_against_forward(_tiny(kind))
+def test_decode_step_matches_the_model_forward(kind: str, fused: bool) -> None:
+    _check_against_forward(_tiny(kind), fused=fused)
 
 
 @pytest.mark.parametrize("owners", [(0, 0, 1, 1, 2, 2), (0, 0, 0, 1, 2, 2, 2, 2)])
 def test_rows_sharing_a_context_attend_like_full_copies(owners: tuple[int, ...]) -> None:
     """GRPO groups: even (then uneven once rows are dropped) and uneven from the start."""
     _check_against_forward(_tiny("llama"), steps=5, owners=owners)
+    _check_against_forward(_tiny("llama"), steps=5, owners=owners, fused=True)
+
+
+def test_fused_weights_follow_updates_and_autocast() -> None:
+    """Built at entry from the current weights (an optimiser step between calls is seen), in autocast's dtype."""
+    model = _tiny("qwen2")
+    step = DecodeStep.build(model)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.k_proj.weight.add_(1.0)
+    with step.fused_weights():
+        w_qkv, b_qkv, w_gu = step.fused[0]
+        k = model.model.layers[0].self_attn.k_proj
+        H = model.config.hidden_size
+        torch.testing.assert_close(w_qkv[H : H + k.out_features], k.weight)
+        assert b_qkv is not None and w_gu.shape[0] == 2 * model.config.intermediate_size
+    with torch.autocast("cpu", dtype=torch.bfloat16), step.fused_weights():
+        assert step.fused[0][0].dtype == torch.bfloat16
 
 
 def test_decode_step_runs_lora_adapters() -> None:
@@ -105,6 +137,8 @@ def test_decode_step_runs_lora_adapters() -> None:
         if "lora_B" in n:
             torch.nn.init.normal_(p, std=0.5)
     _check_against_forward(model)
+    # fused: only the layers' gate/up (no adapters there); q/k/v keep their LoRA modules
+    _check_against_forward(model, fused=True, n_fused=2)
 
 
 def test_unsupported_models_fall_back() -> None:

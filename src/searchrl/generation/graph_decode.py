@@ -12,7 +12,9 @@ sized up front:
   masked out (a bias computed from ``t`` inside the graph).
 - :class:`GraphRows` captures the step on its first call (after one eager warm-up, which also fills autocast's cache
   of bf16 weight copies), then copies each step's token ids and positions into the graph's inputs and replays it.
-  Dropping finished rows (``select``) shrinks the buffers; the next step captures again.
+  The fused q/k/v and gate/up weights of :meth:`DecodeStep.fused_weights` live for the whole decode call, so their
+  addresses hold across replays. Dropping finished rows (``select``) shrinks the buffers; the next step captures
+  again.
 
 Without CUDA (or with ``capture=False``) the same buffers run eagerly: the tests check that path against the
 growing cache on the CPU. A capture that fails falls back to eager steps with a warning, never to an error.

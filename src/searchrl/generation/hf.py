@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
@@ -156,7 +157,7 @@ class HFGenerator(Generator):
         was_training = model.training
         model.eval()
         try:
-            with placement.autocast(gen.device):
+            with placement.autocast(gen.device), self.step.fused_weights() if self.step else nullcontext():
                 self._decode_chunk(uniq, groups, previous, params, gen, out)
         finally:
             model.train(was_training)
