@@ -223,3 +223,30 @@ def test_fixed_buffers_of_the_graph_path_decode_as_the_growing_cache() -> None:
     assert static.stats["reused_tokens"] == growing.stats["reused_tokens"] > 0
     with pytest.raises(ValueError, match="graphs"):
         HFGenerator(model, tok, graphs="yes")
+
+
+@pytest.mark.parametrize("graphs", ["static", "off"])
+@pytest.mark.parametrize("row_seeds", [False, True])
+def test_lookahead_decodes_the_same_tokens(graphs: str, row_seeds: bool) -> None:
+    """Queuing step t+1 before reading step t's tokens (the CUDA default, forced here on the CPU) changes nothing a
+    caller sees: tokens, log-probs, finish reasons and the caches kept for the next call, as rows stop at different
+    steps (the batch shrinks after a step already decoded for the finished rows) and the next turn reuses them."""
+    tok, model = ByteTokenizer(), tiny_model()
+    prompts = [tok.encode(t) for t in ["Q: 2+2?\nA:", "hi", "a longer prompt here"]] * 2 + [tok.encode("hi")]
+    stops = tuple("abcdefghijklmnopqrstuvwxyz")
+    seeds = list(range(len(prompts))) if row_seeds else None
+    sp = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5, stop=stops, row_seeds=seeds)
+    ahead = HFGenerator(model, tok, graphs=graphs, lookahead="on")
+    plain = HFGenerator(model, tok, graphs=graphs, lookahead="off")
+    for call in range(2):
+        a, b = ahead.generate(prompts, sp), plain.generate(prompts, sp)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b], call
+        assert [c.finish_reason for c in a] == [c.finish_reason for c in b], call
+        assert len({len(c.token_ids) for c in a}) > 1  # rows stopped at different steps
+        for x, y in zip(a, b, strict=True):
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-5
+        prompts = [p + c.token_ids for p, c in zip(prompts, a, strict=True)]
+    assert ahead.stats["reused_tokens"] == plain.stats["reused_tokens"] > 0
+    assert ahead.stats["decode_steps"] >= plain.stats["decode_steps"]
+    with pytest.raises(ValueError, match="lookahead"):
+        HFGenerator(model, tok, lookahead="yes")

@@ -13,6 +13,9 @@ each under the raw logits (temperature 1, no top-p), i.e. log pi(token | context
   own modules without transformers' per-step mask and attention plumbing), others through ``model(...)``;
 - on CUDA, replays each decode step from a CUDA graph over fixed key/value buffers
   (:mod:`~searchrl.generation.graph_decode`): one launch per token instead of some 40 per layer;
+- on CUDA, queues step t+1 before reading step t's tokens on the host (``lookahead``), so the host's per-token
+  work (stop strings, finished rows) runs while the GPU decodes; a row that finished at step t has its one extra
+  token ignored;
 - keeps only the sampled token's log-prob per step (never a ``(B, N, V)`` stack of logits);
 - detects stop strings incrementally from per-token text pieces, then checks each finished row's full text once,
   so a tokenizer whose pieces do not concatenate exactly still gets the exact rule;
@@ -70,13 +73,19 @@ class HFGenerator(Generator):
         store_bytes: int = 2 << 30,
         fast_step: bool = True,
         graphs: str = "auto",
+        lookahead: str = "auto",
     ) -> None:
         """``graphs``: "auto" (on CUDA, each decode step replayed from a CUDA graph over fixed buffers,
-        :mod:`~searchrl.generation.graph_decode`), "static" (those buffers without capture, on any device), "off"."""
+        :mod:`~searchrl.generation.graph_decode`), "static" (those buffers without capture, on any device), "off".
+        ``lookahead``: "auto" (on CUDA), "on" or "off": queue the next decode step before the host reads this
+        step's tokens (the same tokens either way; on a CPU it only adds a step when the last row finishes)."""
         if graphs not in ("auto", "static", "off"):
             raise ValueError(f"graphs={graphs!r}: use auto, static or off")
+        if lookahead not in ("auto", "on", "off"):
+            raise ValueError(f"lookahead={lookahead!r}: use auto, on or off")
         self.model = model
         self.graphs = graphs
+        self.lookahead = lookahead
         self.step = DecodeStep.build(model) if fast_step else None
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -194,6 +203,7 @@ class HFGenerator(Generator):
         L = max((len(s) for s in stops), default=1)
         live = list(range(B))  # batch position -> row
         seeds = None if params.row_seeds is None else [params.row_seeds[i] for i in slot_of]
+        ahead = self.lookahead == "on" or (self.lookahead == "auto" and device.type == "cuda")
         for step in range(params.max_new_tokens):
             u_B = None  # the draws: one per row, from the call's generator or each row's own stream
             if params.temperature > 0:
@@ -203,7 +213,12 @@ class HFGenerator(Generator):
                     else row_uniforms([seeds[r] for r in live], [step] * len(live), device)
                 )
             next_B, lp_B = sample_tokens(logits_BV, params, u_B)
-            for b, (tok, lp) in enumerate(zip(next_B.tolist(), lp_B.tolist(), strict=True)):
+            last = step == params.max_new_tokens - 1
+            picked = _HostCopy(next_B, lp_B)
+            if ahead and not last:  # the next step decodes while the host reads this one's tokens
+                pos_B = pos_B + 1
+                logits_BV = rows.step(next_B, pos_B)
+            for b, (tok, lp) in enumerate(zip(*picked.lists(), strict=True)):
                 row = live[b]
                 if done[row]:
                     continue
@@ -219,7 +234,7 @@ class HFGenerator(Generator):
             self.stats["decode_row_steps"] += len(live)
             self.stats["decode_steps"] += 1
             n_done = sum(done[r] for r in live)
-            if n_done == len(live) or step == params.max_new_tokens - 1:
+            if n_done == len(live) or last:
                 break
             if n_done >= max(1, len(live) // 4):  # compact: keep the finished rows' caches, drop them
                 self._keep(rows, live, contexts, toks, stopped)
@@ -227,9 +242,12 @@ class HFGenerator(Generator):
                 idx = torch.tensor(keep, device=device)
                 rows.select(idx)
                 pos_B, next_B = pos_B[idx], next_B[idx]
+                if ahead:
+                    logits_BV = logits_BV[idx]
                 live = [live[b] for b in keep]
-            pos_B = pos_B + 1
-            logits_BV = rows.step(next_B, pos_B)
+            if not ahead:
+                pos_B = pos_B + 1
+                logits_BV = rows.step(next_B, pos_B)
         self._keep(rows, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
         self.stats["graph_captures"] += getattr(rows, "captures", 0)
         for row in range(B):
@@ -305,6 +323,27 @@ class HFGenerator(Generator):
             kv = rows.row(b, len(ctx))
             if kv is not None:
                 self.store.put(ctx, kv)
+
+
+class _HostCopy:
+    """Small device tensors copied to the host as a queued (non-blocking) copy: :meth:`lists` then waits for the
+    work queued before the copy only, not for a decode step queued after it."""
+
+    def __init__(self, *tensors: Tensor) -> None:
+        self.event = None
+        if tensors[0].is_cuda:
+            self.host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+            for h, t in zip(self.host, tensors, strict=True):
+                h.copy_(t, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = list(tensors)
+
+    def lists(self) -> list[list]:
+        if self.event is not None:
+            self.event.synchronize()
+        return [h.tolist() for h in self.host]
 
 
 class _SharedRows:
