@@ -93,6 +93,9 @@ if [[ " ${PHASES:-tests peer rollout} " == *" peer "* ]]; then
     --out "$RUN/peer_trl_gpu.json" --workdir "$SHM/peer-trl-gpu" 2>&1 | tee "$RUN/peer_trl_gpu.log" | tail -12
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   mkdir -p "$RUN/peer" && cp "$SHM"/peer-trl-gpu/*.log "$RUN/peer/" 2>/dev/null
+  for m in "$SHM"/peer-trl-gpu/ours-*/metrics.jsonl; do  # our per-step metrics: phase times, tokens, peak memory
+    [[ -f "$m" ]] && cp "$m" "$RUN/peer/$(basename "$(dirname "$m")")-metrics.jsonl"
+  done
   rm -rf "$SHM/peer-trl-gpu"
 fi
 
