@@ -77,3 +77,33 @@ def test_busy_port_then_sigterm(tmp_path: Path) -> None:
     finally:
         if first.poll() is None:
             first.kill()
+
+
+def test_served_connections_send_without_nagle_delay() -> None:
+    """asyncio (hence uvicorn) sets TCP_NODELAY on accepted connections only when the listening socket says
+    IPPROTO_TCP; `socket.create_server` says 0, and every answer on a kept-alive connection then waited ~40 ms for
+    the client's delayed ACK. The socket `searchrl serve` and `searchrl mcp --http` listen on gets it right."""
+    import asyncio
+    import socket
+
+    from searchrl.commands.index import _bind
+
+    async def accepted_nodelay() -> int:
+        sock = _bind("127.0.0.1", 0)
+        seen: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport) -> None:
+                raw = transport.get_extra_info("socket")
+                seen.set_result(raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
