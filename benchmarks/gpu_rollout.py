@@ -4,7 +4,8 @@ For each shape (random-init Qwen2.5 shapes, the real tokenizer) and batch size:
 
 - decode: our decode loop (``HFGenerator``) on ``batch`` prompts of the synthetic world, ``--new-tokens`` tokens with
   stop strings off, timed as (generation of N tokens - generation of 1 token) / (N - 1) per step: the prefill is
-  taken out. Beside it HF ``generate`` with a static cache on the same prompts.
+  taken out. Beside it HF ``generate`` with a static cache on the same prompts, and with ``--compile`` the same loop
+  with its step through ``torch.compile`` (``rollout.compile_decode``; the compilation timed apart, as a warm-up).
 - its bound: the larger of the weight-streaming time (weights' bytes / the measured device-to-device copy bandwidth,
   bytes read + written per second) and the FLOP time (2 x parameters x batch / the measured matmul peak).
 - multi-turn: the rollout engine with the synthetic world's BM25 index (Search-R1 protocol, up to 3 turns) at the
@@ -96,7 +97,9 @@ def timed(device: torch.device, fn) -> float:
     return time.perf_counter() - t
 
 
-def decode_run(model, tok, device, world: World, batch: int, new_tokens: int, static: bool) -> dict:
+def decode_run(
+    model, tok, device, world: World, batch: int, new_tokens: int, static: bool, compiled: bool = False
+) -> dict:
     from searchrl.generation.base import SamplingParams
     from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
 
@@ -107,6 +110,12 @@ def decode_run(model, tok, device, world: World, batch: int, new_tokens: int, st
     gen.generate(prompts[: min(batch, 4)], one)  # warm-up
     t_n, t_1 = timed(device, lambda: gen.generate(prompts, n)), timed(device, lambda: gen.generate(prompts, one))
     rec = {"ours_step_ms": 1e3 * (t_n - t_1) / (new_tokens - 1), "ours_tokens_per_s": batch * new_tokens / t_n}
+    if compiled:  # rollout.compile_decode: the same loop with the step through torch.compile
+        cgen = HFGenerator(model, tok, max_batch_size=batch, reuse_prefixes=False)
+        cgen.step.compile()
+        warm = timed(device, lambda: (cgen.generate(prompts, n), cgen.generate(prompts, one)))  # compiles
+        c_n, c_1 = timed(device, lambda: cgen.generate(prompts, n)), timed(device, lambda: cgen.generate(prompts, one))
+        rec.update(compiled_step_ms=1e3 * (c_n - c_1) / (new_tokens - 1), compiled_warmup_s=warm)
     if static:
         hf = HFGenerateGenerator(model, tok, max_batch_size=batch)
         kw = {"cache_implementation": "static"}
@@ -198,6 +207,9 @@ def main(argv: list[str] | None = None) -> dict:
         "under autocast, as in training, --profile-batch rows) here, before the timed runs",
     )
     ap.add_argument("--profile-batch", type=int, default=80)
+    ap.add_argument(
+        "--compile", action="store_true", help="also time the decode step through torch.compile (compile_decode)"
+    )
     args = ap.parse_args(argv)
     from searchrl import device as placement
     from searchrl.shapes import n_params, random_policy
@@ -231,7 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
         N = n_params(shape)
         wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
         for b in [int(x) for x in args.batches.split(",")]:
-            rec = {"shape": shape, "batch": b, **decode_run(model, tok, dev, world, b, args.new_tokens, static=True)}
+            timings = decode_run(model, tok, dev, world, b, args.new_tokens, True, args.compile)
+            rec = {"shape": shape, "batch": b, **timings}
             bound_ms = 1e3 * max(wbytes / bw, 2 * N * b / peak)
             rec.update(bound_step_ms=bound_ms, decode_vs_bound=rec["ours_step_ms"] / bound_ms)
             rec.update(rollout_run(model, tok, world, b))

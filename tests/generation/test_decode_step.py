@@ -250,3 +250,25 @@ def test_lookahead_decodes_the_same_tokens(graphs: str, row_seeds: bool) -> None
     assert ahead.stats["decode_steps"] >= plain.stats["decode_steps"]
     with pytest.raises(ValueError, match="lookahead"):
         HFGenerator(model, tok, lookahead="yes")
+
+
+@pytest.mark.slow
+def test_compiled_decode_step_decodes_the_same_tokens() -> None:
+    """``rollout.compile_decode``: the step through torch.compile (Inductor) samples the tokens of the plain step,
+    through rows stopping at different steps (new batch sizes, so recompilation) and a second call reusing caches."""
+    from searchrl.config import load_config
+    from searchrl.generation import rollout_generator
+
+    tok, model = ByteTokenizer(), tiny_model()
+    prompts = [tok.encode(t) for t in ["Q: 2+2?\nA:", "hi", "a longer prompt here"]] * 2
+    sp = SamplingParams(max_new_tokens=16, temperature=1.0, seed=5, stop=tuple("abcdefghijklm"))
+    rollout = load_config(None, ["rollout.compile_decode=true"]).rollout
+    compiled = rollout_generator(rollout, model, tok, torch.device("cpu"))
+    plain = HFGenerator(model, tok)
+    assert compiled.step._compiled is not None and plain.step._compiled is None
+    for call in range(2):
+        a, b = compiled.generate(prompts, sp), plain.generate(prompts, sp)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b], call
+        for x, y in zip(a, b, strict=True):
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-4
+        prompts = [p + c.token_ids for p, c in zip(prompts, a, strict=True)]

@@ -38,4 +38,7 @@ def rollout_generator(rollout, model, tokenizer, device) -> Generator:
     if rollout.backend == "hf_generate":
         return make_generator(rollout.backend, model, tokenizer, max_batch_size=rows)
     graphs = "auto" if rollout.cuda_graphs else "off"
-    return make_generator(rollout.backend, model, tokenizer, max_batch_size=rows, graphs=graphs)
+    gen = make_generator(rollout.backend, model, tokenizer, max_batch_size=rows, graphs=graphs)
+    if rollout.compile_decode and getattr(gen, "step", None) is not None:
+        gen.step.compile()
+    return gen

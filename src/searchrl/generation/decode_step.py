@@ -66,6 +66,7 @@ class DecodeStep:
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
         self.fused: list[tuple[Tensor, Tensor | None, Tensor | None] | None] | None = None
+        self._compiled = None
         self._resolve()
 
     def _resolve(self) -> None:
@@ -126,9 +127,24 @@ class DecodeStep:
             return None
         return cls(lm)
 
+    def compile(self) -> None:
+        """Run the step through ``torch.compile`` from now on (``rollout.compile_decode``): Inductor fuses the
+        step's elementwise kernels. Same logits up to floating-point rounding. Only steps over fixed buffers
+        (:class:`~searchrl.generation.graph_decode.StaticSuffix`, whose shapes hold for a whole call) take the
+        compiled path; a cache that grows every step would recompile at every step."""
+        self._compiled = torch.compile(self._step)
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
+
     def __call__(self, ids_B: Tensor, pos_B: Tensor, cache: SharedPrefixCache) -> Tensor:
         if self.body.layers[0].self_attn.q_proj is not self._q0:  # modules replaced since (e.g. LoRA injected)
             self._resolve()
+        fixed = getattr(getattr(cache, "suffix", None), "bias_111N", None) is not None  # graph_decode.StaticSuffix
+        return (self._compiled if self._compiled is not None and fixed else self._step)(ids_B, pos_B, cache)
+
+    def _step(self, ids_B: Tensor, pos_B: Tensor, cache: SharedPrefixCache) -> Tensor:
         B, H, K, D = ids_B.shape[0], self.n_heads, self.n_kv, self.head_dim
         own_attention = getattr(cache, "attend", None)
         G = H // K  # query heads per key/value head

@@ -184,8 +184,9 @@ class HFGenerator(Generator):
         pos_B = pos_U.to(device).index_select(0, sel)
         if self.step is not None:  # rows share their context's keys/values
             shared = SharedPrefixCache(cache, mask_UL, sel)
-            if self.graphs == "static" or (self.graphs == "auto" and device.type == "cuda"):
-                rows = GraphRows(self.step, shared, params.max_new_tokens, capture=self.graphs == "auto")
+            cuda_graphs = self.graphs == "auto" and device.type == "cuda"
+            if cuda_graphs or self.graphs == "static" or self.step.compiled:  # fixed buffers
+                rows = GraphRows(self.step, shared, params.max_new_tokens, capture=cuda_graphs)
             else:
                 rows = _SharedRows(self.step, shared)
         else:
