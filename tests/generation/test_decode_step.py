@@ -4,6 +4,8 @@ two-level inverse-CDF sampler picks what a full-vocabulary cumsum picks."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -44,8 +46,8 @@ def _check_against_forward(
     dropped, as the generator does when they finish."""
     step = DecodeStep.build(model)
     assert step is not None
-    if fused:  # the same steps with q/k/v and gate/up as one matmul each
-        with step.fused_weights():
+    if fused:  # the same steps with q/k/v and gate/up as one matmul each (all of them, in fp32)
+        with step.fused_weights(torch.float32):
             assert step.fused is not None
             got = sum(f[0] is not None for f in step.fused) + sum(f[2] is not None for f in step.fused)
             assert got == (2 * len(step.fused) if n_fused is None else n_fused)
@@ -114,19 +116,45 @@ def test_rows_sharing_a_context_attend_like_full_copies(owners: tuple[int, ...])
 
 
 def test_fused_weights_follow_updates_and_autocast() -> None:
-    """Built at entry from the current weights (an optimiser step between calls is seen), in autocast's dtype."""
+    """Built at entry from the current weights (an optimiser step between calls is seen). By default only where
+    autocast would cache a cast copy (trainable fp32 weights under bf16 autocast), in autocast's dtype: not without
+    autocast, not for frozen weights."""
     model = _tiny("qwen2")
     step = DecodeStep.build(model)
     with torch.no_grad():
         model.model.layers[0].self_attn.k_proj.weight.add_(1.0)
-    with step.fused_weights():
+    with step.fused_weights(torch.float32):
         w_qkv, b_qkv, w_gu = step.fused[0]
         k = model.model.layers[0].self_attn.k_proj
         H = model.config.hidden_size
         torch.testing.assert_close(w_qkv[H : H + k.out_features], k.weight)
         assert b_qkv is not None and w_gu.shape[0] == 2 * model.config.intermediate_size
+    with step.fused_weights():  # fp32 weights used as they are: nothing to stand in for
+        assert all(f == (None, None, None) for f in step.fused)
     with torch.autocast("cpu", dtype=torch.bfloat16), step.fused_weights():
-        assert step.fused[0][0].dtype == torch.bfloat16
+        assert all(f[0].dtype == f[2].dtype == torch.bfloat16 for f in step.fused)
+    model.requires_grad_(False)  # a frozen base (LoRA): autocast caches nothing, so neither do we
+    with torch.autocast("cpu", dtype=torch.bfloat16), step.fused_weights():
+        assert all(f == (None, None, None) for f in step.fused)
+
+
+def test_fused_decode_under_autocast_matches_the_plain_step() -> None:
+    """The production path: a generator under bf16 autocast fuses, and decodes as the unfused step does (bf16
+    tolerance: the fused and separate matmuls round differently)."""
+    model = _tiny("qwen2")
+    step = DecodeStep.build(model)
+    ids, mask = torch.randint(3, 259, (2, 6)), torch.ones(2, 6, dtype=torch.long)
+    pos = torch.arange(6).expand(2, 6)
+    logits = []
+    for fuse in (False, True):
+        prefix = BufferedCache()
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=prefix, use_cache=True)
+            shared = SharedPrefixCache(prefix, mask, torch.tensor([0, 1]))
+            with step.fused_weights() if fuse else contextlib.nullcontext():
+                assert (step.fused is not None and step.fused[0][0] is not None) == fuse
+                logits.append(step(torch.tensor([5, 7]), torch.tensor([6, 6]), shared))
+    torch.testing.assert_close(logits[1], logits[0], rtol=0.05, atol=0.05)
 
 
 def test_decode_step_runs_lora_adapters() -> None:

@@ -305,7 +305,7 @@ def run_continuous(gen, scheduler: ContinuousScheduler, params: SamplingParams) 
     was_training = model.training
     model.eval()
     try:
-        with placement.autocast(device), gen.step.fused_weights():
+        with placement.autocast(device):
             _Loop(gen, scheduler, params, device).run()
     finally:
         model.train(was_training)

@@ -12,9 +12,12 @@ own decoded tokens. Prefill stays on the model's own forward.
 Inside :meth:`DecodeStep.fused_weights` (one decode call) a layer's q/k/v projections run as one matmul over their
 concatenated weights, its gate/up projections as another, and the rotary embedding rotates queries and keys in one
 pass: per layer 4 matmuls instead of 7 and a third fewer small kernels, which is what a decode step at a few rows
-waits on (on a GPU, inside a CUDA graph too). The concatenated weights are built at entry (cast to autocast's dtype
-when autocast is on, so they stand in for autocast's own cached copies) and dropped at exit, so training never holds
-them; layers with adapters or hooks keep their own modules.
+waits on (on a GPU, inside a CUDA graph too). Fused are the projections whose weights autocast would cast and cache
+anyway (trainable weights of another dtype than autocast's, i.e. fp32 master weights under bf16 autocast): their
+concatenated copy in autocast's dtype stands in for autocast's cached copies (the caller clears that cache after the
+prefill), so decoding holds no more memory than before, and the copies are dropped at exit, so training never holds
+them. Weights used as they are (fp32 on a CPU, a frozen bf16 base under LoRA) and layers with adapters or hooks
+keep their own modules.
 
 Supported: ``model_type`` llama (SmolLM, Llama 2/3) and qwen2 / mistral without a sliding window. Anything else, a
 model whose layout differs, or an FSDP-sharded one, gets ``None`` from :meth:`DecodeStep.build` and the caller uses
@@ -90,14 +93,15 @@ class DecodeStep:
         ]
 
     @contextmanager
-    def fused_weights(self) -> Iterator[None]:
-        """Decode steps inside run each plain layer's q/k/v and gate/up projections as one matmul each (see the
-        module docstring). Enter it where the steps run: under autocast the copies take autocast's dtype."""
+    def fused_weights(self, dtype: torch.dtype | None = None) -> Iterator[None]:
+        """Decode steps inside run the q/k/v and gate/up projections that autocast casts (see the module docstring)
+        as one matmul each. Enter it where the steps run. ``dtype``: fuse every plain projection, in that dtype
+        (tests and benchmarks)."""
         if self.body.layers[0].self_attn.q_proj is not self._q0:
             self._resolve()
         device = self._q0.weight.device
-        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
-        self.fused = [_fuse(layer, dtype) for layer in self.body.layers]
+        cast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+        self.fused = [_fuse(layer, dtype or cast, force=dtype is not None) for layer in self.body.layers]
         try:
             yield
         finally:
@@ -201,24 +205,33 @@ def _norm(m: nn.Module):
     return m
 
 
-def _fuse(layer: nn.Module, dtype: torch.dtype | None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """``(w_qkv, b_qkv, w_gate_up)`` of one layer, each ``None`` where its projections are not all plain
-    ``nn.Linear`` (adapters, hooks) or their biases differ in kind; cast to ``dtype`` when given."""
+def _fuse(
+    layer: nn.Module, dtype: torch.dtype | None, force: bool = False
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """``(w_qkv, b_qkv, w_gate_up)`` of one layer in ``dtype``, each ``None`` where its projections are not all plain
+    ``nn.Linear`` (adapters, hooks), their biases differ in kind, or (unless ``force``) autocast would not cache
+    their weights in ``dtype`` (no autocast, the same dtype already, frozen weights)."""
 
     def cat(ws: list[Tensor]) -> Tensor:
-        return torch.cat([w.detach().to(dtype) if dtype is not None else w.detach() for w in ws])
+        return torch.cat([w.detach().to(dtype) for w in ws])
+
+    def fusable(ms) -> bool:
+        if not all(type(m) is nn.Linear and _plain(m) for m in ms):
+            return False
+        cached = dtype is not None and all(m.weight.requires_grad and m.weight.dtype != dtype for m in ms)
+        return force or cached
 
     attn, mlp = layer.self_attn, layer.mlp
     qkv = (attn.q_proj, attn.k_proj, attn.v_proj)
     w_qkv = b_qkv = w_gu = None
-    if all(type(m) is nn.Linear and _plain(m) for m in qkv):
+    if fusable(qkv):
         biases = [m.bias for m in qkv]
         if all(b is None for b in biases) or all(b is not None for b in biases):
             w_qkv = cat([m.weight for m in qkv])
             b_qkv = None if biases[0] is None else cat(biases)
     if type(mlp).__name__ in _MLPS and _plain(mlp):
         gu = (mlp.gate_proj, mlp.up_proj)
-        if all(type(m) is nn.Linear and _plain(m) and m.bias is None for m in gu):
+        if fusable(gu) and all(m.bias is None for m in gu):
             w_gu = cat([m.weight for m in gu])
     return w_qkv, b_qkv, w_gu
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from contextlib import nullcontext
+from contextlib import ExitStack
 
 import torch
 from torch import Tensor
@@ -166,15 +166,18 @@ class HFGenerator(Generator):
         was_training = model.training
         model.eval()
         try:
-            with placement.autocast(gen.device), self.step.fused_weights() if self.step else nullcontext():
-                self._decode_chunk(uniq, groups, previous, params, gen, out)
+            with placement.autocast(gen.device), ExitStack() as stack:
+                self._decode_chunk(uniq, groups, previous, params, gen, out, stack)
         finally:
             model.train(was_training)
 
-    def _decode_chunk(self, uniq, groups, previous: PrefixStore | None, params, gen, out) -> None:
+    def _decode_chunk(self, uniq, groups, previous: PrefixStore | None, params, gen, out, stack: ExitStack) -> None:
         device = next(self.model.parameters()).device
         hits = [previous.longest_prefix(u) if previous is not None else (0, None) for u in uniq]
         logits_UV, cache, mask_UL, pos_U = self.prefill(uniq, hits, device)
+        if self.step is not None:  # the decode steps' fused weights stand in for the prefill's autocast copies
+            torch.clear_autocast_cache()
+            stack.enter_context(self.step.fused_weights())
         # ---- one row per requested completion (duplicates of a context share its prefill)
         owner = [r for r, u in enumerate(uniq) for _ in groups[u]]
         slot_of = [i for u in uniq for i in groups[u]]  # row -> index in the caller's prompt list
