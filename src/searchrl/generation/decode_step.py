@@ -92,13 +92,17 @@ class DecodeStep:
             for layer in self.body.layers
         ]
 
+    def _refresh(self) -> None:
+        """Rebuild the plan if the layers' modules were replaced since (e.g. LoRA injected)."""
+        if self.body.layers[0].self_attn.q_proj is not self._q0:
+            self._resolve()
+
     @contextmanager
     def fused_weights(self, dtype: torch.dtype | None = None) -> Iterator[None]:
         """Decode steps inside run the q/k/v and gate/up projections that autocast casts (see the module docstring)
         as one matmul each. Enter it where the steps run. ``dtype``: fuse every plain projection, in that dtype
         (tests and benchmarks)."""
-        if self.body.layers[0].self_attn.q_proj is not self._q0:
-            self._resolve()
+        self._refresh()
         device = self._q0.weight.device
         cast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
         self.fused = [_fuse(layer, dtype or cast, force=dtype is not None) for layer in self.body.layers]
@@ -143,8 +147,7 @@ class DecodeStep:
         return self._compiled is not None
 
     def __call__(self, ids_B: Tensor, pos_B: Tensor, cache: SharedPrefixCache) -> Tensor:
-        if self.body.layers[0].self_attn.q_proj is not self._q0:  # modules replaced since (e.g. LoRA injected)
-            self._resolve()
+        self._refresh()
         fixed = getattr(getattr(cache, "suffix", None), "bias_111N", None) is not None  # graph_decode.StaticSuffix
         return (self._compiled if self._compiled is not None and fixed else self._step)(ids_B, pos_B, cache)
 
