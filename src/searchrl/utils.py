@@ -19,7 +19,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-console = Console(stderr=True)
+# log lines are read by people and by programs (a URL, a path): a terminal wraps them, rich must not break them
+console = Console(stderr=True, soft_wrap=True)
 
 
 class _LoggedProgress(Progress):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 import searchrl
 
@@ -38,6 +39,7 @@ def _index(tmp: Path) -> Path:
     return tmp / "idx"
 
 
+@pytest.mark.timeout(240)
 def test_busy_port_then_sigterm(tmp_path: Path) -> None:
     idx = _index(tmp_path)
     first = subprocess.Popen(
@@ -48,10 +50,11 @@ def test_busy_port_then_sigterm(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        line = first.stderr.readline()
-        while "serving on" not in line and first.poll() is None:
+        line, deadline = "", time.monotonic() + 120
+        while "serving on" not in line and first.poll() is None and time.monotonic() < deadline:
             line += first.stderr.readline()
-        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/retrieve", line.replace("\n", "")).group(1))
+        assert "serving on" in line, f"no 'serving on' line from `searchrl serve`: {line!r}"
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/retrieve", line).group(1))
         for _ in range(50):  # the socket is bound before the line; wait until uvicorn accepts
             try:
                 r = httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Zorvex river"], "topk": 1})
@@ -107,3 +110,14 @@ def test_served_connections_send_without_nagle_delay() -> None:
             server.close()
 
     assert asyncio.run(accepted_nodelay()) != 0
+
+
+def test_log_lines_are_not_broken_at_the_console_width() -> None:
+    """A log line holding a URL or a path stays one line: rich breaking "serving on" across lines at 80 columns
+    (any non-terminal stderr) left a reader of the line waiting for it forever."""
+    from searchrl.utils import console
+
+    text = "loaded bm25 index of 2 passages from /" + "very-long-directory/" * 5 + " in 0.01 s; serving on http://x/"
+    with console.capture() as cap:
+        console.print(text)
+    assert cap.get().strip() == text
