@@ -1,7 +1,7 @@
 """Transfer: does a trained search agent's skill carry over to question styles it never trained on?
 
     python benchmarks/bench_transfer.py --setting held_out_kind [--hold-out three_hop]
-    python benchmarks/bench_transfer.py --setting world_to_real --real DIR [--qa dev.jsonl]
+    python benchmarks/bench_transfer.py --setting world_to_real --real DIR [--qa dev.jsonl] [--heldout 100]
     python benchmarks/bench_transfer.py --setting held_out_template --real DIR [--qa dev.jsonl] [--heldout 100]
     ... --smoke      # a few minutes at tiny sizes: checks that the setting runs, writes no result
     ... --collect    # only rebuild the report from an existing run (--out)
@@ -14,7 +14,8 @@ model:
 - ``world_to_real`` (recipe multihop_world): the cold start and GRPO on the synthetic world only, then the agent
   evaluated on the world's dev questions (the styles it trained on) and on real questions (``--real DIR``: a FlashRAG
   QA file ``--qa`` and ``corpus.jsonl``, searched through their own BM25 index; every real question is a held-out
-  style);
+  style): the ``--heldout`` part of the QA file's split, the questions multihop_cpu's agent is scored on, with naive
+  RAG (the same RL model) beside the agent;
 - ``held_out_kind`` (recipe multihop_world): the cold start and GRPO on the world's questions minus one kind
   (``--hold-out``, default three_hop: ``data.held_out_styles`` of both training stages), evaluated per kind on the
   world's dev questions;
@@ -76,12 +77,12 @@ def _rl_set(steps: int | None, smoke: bool, extra: dict) -> dict:
     return {**out, **({"training.steps": steps} if steps else {}), **extra}
 
 
-def _eval(name: str, data: str, limit: int, init_from: str | None = None) -> dict:
+def _eval(name: str, data: str, limit: int, init_from: str | None = None, methods: tuple = ("agent",)) -> dict:
     stage = {
         "name": name,
         "kind": "eval",
         "data": [data],
-        "set": {"evaluation.methods": ["agent"], "evaluation.limit": limit},
+        "set": {"evaluation.methods": list(methods), "evaluation.limit": limit},
     }
     return {**stage, "init_from": init_from} if init_from else stage
 
@@ -135,9 +136,11 @@ def pipeline(
                 "set": _rl_set(steps, smoke, {"data.dev": dev, "data.kinds": MULTI_HOP}),
             },
             _eval("eval", dev, eval_limit),
+            # the held-out part of multihop_cpu's split (same hash rule and size): the questions its agent is scored on
+            {"name": "split", "kind": "data", "op": "split", "data": real_qa, "args": {"heldout": heldout}},
             {"name": "real_index", "kind": "data", "op": "index", "data": corpus},  # later stages search it
-            _eval("coldstart_eval_real", real_qa, eval_limit, init_from="${coldstart}"),
-            _eval("eval_real", real_qa, eval_limit, init_from="${rl}"),
+            _eval("coldstart_eval_real", "${split}/heldout.jsonl", eval_limit, init_from="${coldstart}"),
+            _eval("eval_real", "${split}/heldout.jsonl", eval_limit, "${rl}", ("naive_rag", "agent")),
         ]
     if setting == "held_out_template":
         held = "${split}/heldout.jsonl"
@@ -198,11 +201,11 @@ def choose_held_out(real: Path, qa: str, heldout: int, fraction: float) -> dict:
 # ------------------------------------------------------------------------------------------------- report
 
 
-def predictions(out: Path, stage: str) -> list[dict]:
-    """The agent's per-question rows of an eval stage."""
-    files = sorted((out / stage / "predictions").glob("*__agent.jsonl"))
+def predictions(out: Path, stage: str, method: str = "agent") -> list[dict]:
+    """One method's per-question rows of an eval stage."""
+    files = sorted((out / stage / "predictions").glob(f"*__{method}.jsonl"))
     if not files:
-        raise SystemExit(f"{out / stage}: no agent predictions; run the setting first (without --collect)")
+        raise SystemExit(f"{out / stage}: no {method} predictions; run the setting first (without --collect)")
     return [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
@@ -243,7 +246,7 @@ def collect(out: Path, setting: str, info: dict) -> dict:
     """In-style / held-out scores of the cold start and of the RL model, and the per kind or style breakdown."""
     models = {"coldstart": "coldstart_eval", "rl": "eval"}
     if setting == "world_to_real":  # in style: the world's dev questions; held out: every real question
-        return {
+        res = {
             model: {
                 "in_style": scores(predictions(out, stage)),
                 "held_out": scores(predictions(out, f"{stage}_real")),
@@ -251,6 +254,9 @@ def collect(out: Path, setting: str, info: dict) -> dict:
             }
             for model, stage in models.items()
         }
+        # naive RAG with the RL model on the same real questions: the retrieval-alone line the agent must beat
+        res["rl"]["naive_rag_held_out"] = scores(predictions(out, "eval_real", "naive_rag"))
+        return res
     side, key, by = _sides(setting, info)
     res = {}
     for model, stage in models.items():
@@ -302,6 +308,9 @@ def report(res: dict) -> str:
             + " | ".join(_f(b[m]) for m in SCORES)
             + " |"
         )
+    rag = runs["rl"].get("naive_rag_held_out")
+    if rag:
+        lines.append(f"| naive RAG (RL model) | | | | | {rag['n']} | " + " | ".join(_f(rag[m]) for m in SCORES) + " |")
     by = next(k for k in runs["rl"] if k.startswith("by_"))
     label = by.removeprefix("by_")
     where = " of the world's dev questions" if meta["setting"] == "world_to_real" else ""
@@ -324,7 +333,12 @@ def main() -> None:
     ap.add_argument("--real", default=None, help="world_to_real, held_out_template: a directory of real questions")
     ap.add_argument("--qa", default=None, help="the QA file in --real (default train.jsonl, else dev.jsonl)")
     ap.add_argument("--hold-out", default="three_hop", choices=KINDS, help="held_out_kind: the kind held out")
-    ap.add_argument("--heldout", type=int, default=100, help="held_out_template: questions held out of the QA file")
+    ap.add_argument(
+        "--heldout",
+        type=int,
+        default=100,
+        help="world_to_real, held_out_template: questions held out of the QA file (its split)",
+    )
     ap.add_argument("--hold-out-fraction", type=float, default=1 / 3, help="held_out_template: share of templates")
     ap.add_argument("--steps", type=int, default=None, help="RL steps (default: the recipe's)")
     ap.add_argument("--eval-limit", type=int, default=100, help="questions per evaluation")

@@ -67,6 +67,9 @@ def test_each_setting_is_a_valid_pipeline(setting: str, smoke: bool, real: Path,
         assert next(s for s in cfg.pipeline if s.name == "coldstart").set["data.held_out_styles"] == ["three_hop"]
     if setting == "held_out_template":
         assert rl.set["data.held_out_styles"] == info["held_out_styles"] and info["held_out_styles"]
+    if setting == "world_to_real":  # scored on the split's held-out part, naive RAG beside the agent
+        last = cfg.pipeline[-1]
+        assert last.data == ["${split}/heldout.jsonl"] and last.set["evaluation.methods"] == ["naive_rag", "agent"]
 
 
 def test_real_settings_need_real_data(tmp_path: Path) -> None:
@@ -114,3 +117,18 @@ def test_report_of_a_held_out_kind_goes_by_kind(tmp_path: Path) -> None:
     runs = bench.collect(tmp_path, "held_out_kind", {"held_out_styles": ["three_hop"]})
     assert runs["rl"]["held_out"]["n"] == 1 and runs["rl"]["held_out"]["em"] == 0.0
     assert runs["rl"]["in_style"]["em"] == 1.0 and set(runs["rl"]["by_kind"]) == {"bridge", "three_hop"}
+
+
+def test_world_to_real_reports_naive_rag_beside_the_agent(tmp_path: Path) -> None:
+    bench = _module()
+    for stage in ("coldstart_eval", "eval", "coldstart_eval_real", "eval_real"):
+        _predictions(tmp_path, stage, [("a", "bridge", 1.0), ("b", None, 0.0)])
+    rag = tmp_path / "eval_real" / "predictions" / "dev__naive_rag.jsonl"
+    rag.write_text(json.dumps({"style": "b", "kind": None, "metrics": {"em": 0.0, "f1": 0.5, "cover_em": 1.0}}) + "\n")
+    runs = bench.collect(tmp_path, "world_to_real", {"held_out_styles": []})
+    assert runs["rl"]["naive_rag_held_out"] == {"n": 1, "em": 0.0, "f1": 0.5, "cover_em": 1.0}
+    meta = {"setting": "world_to_real", "recipe": "multihop_world", "date": "d", "machine": "m", "load_avg": [0.0]}
+    text = bench.report(
+        {"meta": {**meta, "wall_s": 1.0, "bench_command": "python b", "held_out_styles": []}, "runs": runs}
+    )
+    assert "| naive RAG (RL model) | | | | | 1 | 0.0 | 50.0 | 100.0 |" in text
