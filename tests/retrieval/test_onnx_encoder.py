@@ -119,6 +119,21 @@ def test_onnx_matches_sentence_transformers_on_real_passages_and_recall(exported
 
 
 @pytest.mark.slow
+def test_length_grouped_batches_keep_each_texts_own_embedding(exported: Path) -> None:
+    """Texts of very different lengths in one call: grouped by length into batches, returned in the caller's order,
+    each as encoded alone (padding is masked out)."""
+    from searchrl.retrieval.onnx_encoder import OnnxEncoder
+
+    enc = OnnxEncoder(exported, DenseOptions())
+    texts = ["river " * 60, "who?", "where was the director of film Blue Lake born?", "a b", "volcano " * 20, "x"]
+    together = enc.encode(texts, is_query=True, batch_size=2)  # (N, D)
+    alone = np.stack([enc.encode([t], is_query=True)[0] for t in texts])  # (N, D)
+    assert together.shape == (len(texts), enc.dimension)
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    assert enc.encode([], is_query=True).shape == (0, enc.dimension)
+
+
+@pytest.mark.slow
 def test_export_is_reproducible(exported: Path, tmp_path: Path) -> None:
     from searchrl.retrieval.onnx_encoder import export_encoder
 

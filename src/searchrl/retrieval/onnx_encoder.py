@@ -8,7 +8,8 @@ ONNX graph (``onnxruntime``) and numpy: no torch, no transformers, no sentence-t
 The artifact is built at index-build time (``export_encoder``) and stored with the index, ``dense/query_encoder/``::
 
     model.onnx       transformer + pooling (+ the model's own Normalize module), inputs input_ids/attention_mask
-    tokenizer.json   the model's fast tokenizer, with the model's truncation length; padding to the batch's longest
+    tokenizer.json   the model's fast tokenizer, with the model's truncation length (no padding: each batch is padded
+                     to its longest text at encode time, texts grouped by length)
     encoder.json     what was exported: source, pooling, max_length, lower-casing, dimension, torch/opset versions
 
 Only sentence-transformers models made of Transformer -> Pooling (cls / mean / max) [-> Normalize] are exported,
@@ -193,7 +194,8 @@ class OnnxEncoder:
         self.options = options
         self.dimension = int(self.meta["dimension"])
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        self.tokenizer.enable_padding(pad_id=int(self.meta["pad_id"]))  # to the longest text of each batch
+        self.tokenizer.no_padding()  # encode() pads each batch itself, to its longest text
+        self.pad_id = int(self.meta["pad_id"])
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads or default_threads()
         so.inter_op_num_threads = 1
@@ -213,13 +215,20 @@ class OnnxEncoder:
         if self.meta["do_lower_case"]:
             texts = [t.lower() for t in texts]
         out = np.empty((len(texts), self.dimension), dtype=np.float32)  # (N, D)
+        encoded = [e.ids for e in self.tokenizer.encode_batch(texts)] if texts else []
+        # Batches of similar lengths: a server's merged batch of mixed queries then pads (and computes) far less.
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         with self._lock:
             for start in range(0, len(texts), batch_size):
-                enc = self.tokenizer.encode_batch(texts[start : start + batch_size])
-                ids = np.array([e.ids for e in enc], dtype=np.int64)  # (B, T)
-                mask = np.array([e.attention_mask for e in enc], dtype=np.int64)  # (B, T)
+                rows = order[start : start + batch_size]
+                width = max(len(encoded[i]) for i in rows)
+                ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)  # (B, T)
+                mask = np.zeros((len(rows), width), dtype=np.int64)  # (B, T)
+                for r, i in enumerate(rows):
+                    ids[r, : len(encoded[i])] = encoded[i]
+                    mask[r, : len(encoded[i])] = 1
                 (emb,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask})  # (B, D)
-                out[start : start + len(enc)] = emb
+                out[rows] = emb
         if self.options.normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
