@@ -289,8 +289,8 @@ def _mapped_rss_kb(path: Path) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
 def test_reranking_leaves_no_vector_pages_resident(synthetic, tmp_path: Path) -> None:
-    """Re-ranking reads candidate rows through the memory map, then unmaps those pages from the process: the
-    vector file never accumulates in the server's resident memory."""
+    """Re-ranking reads candidate rows by position, not through a memory map: the vector file never accumulates
+    in the server's resident memory."""
     corpus, vecs, queries = synthetic
     out = build_index(
         corpus,
@@ -306,5 +306,33 @@ def test_reranking_leaves_no_vector_pages_resident(synthetic, tmp_path: Path) ->
     index = RerankedIndex.open(out / "dense", nprobe=32, candidates=N)  # every row is a candidate
     index.search(queries, 10)
     assert _mapped_rss_kb(vector_file) == 0
-    np.asarray(index.vectors[: N // 2], dtype=np.float32)  # a plain read through the map does stay resident
+    mapped = np.load(vector_file, mmap_mode="r")  # a read through a memory map does stay resident (and is seen)
+    np.asarray(mapped[: N // 2], dtype=np.float32)
     assert _mapped_rss_kb(vector_file) > 0
+
+
+def test_row_reader_reads_the_rows_a_memory_map_would(tmp_path: Path) -> None:
+    """Scattered rows, runs of consecutive rows, the first and last row, and no rows at all."""
+    from searchrl.retrieval.compressed import RowReader
+
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((1000, 24)).astype(np.float16)
+    path = tmp_path / VECTORS_FILE
+    np.save(path, data)
+    reader = RowReader(path)
+    rows = np.unique(np.r_[rng.choice(1000, 100), np.arange(40, 60), [0, 999]])
+    np.testing.assert_array_equal(reader.take(rows), data[rows].astype(np.float32))
+    assert reader.take(np.array([], dtype=np.int64)).shape == (0, 24)
+    with pytest.raises(IndexError, match="out of range"):
+        reader.take(np.array([1000]))
+
+
+def test_row_reader_names_a_truncated_vector_file(tmp_path: Path) -> None:
+    from searchrl.retrieval.compressed import RowReader
+
+    path = tmp_path / VECTORS_FILE
+    np.save(path, np.zeros((100, 8), dtype=np.float16))
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size - 16)
+    with pytest.raises(ValueError, match="truncated"):
+        RowReader(path)
