@@ -501,7 +501,7 @@ def measure_search(n: int, out: Path, args, queries: np.ndarray, questions: list
     row["inprocess_search_ms_per_query"] = round((time.perf_counter() - t0) * 1000 / len(queries), 2)
     row["recall_at_3_vs_exact"] = round(recall(found, exact, 3), 4)
     row["recall_at_10_vs_exact"] = round(recall(found, exact, 10), 4)
-    row |= {"nprobe": options.nprobe, "candidates": options.candidates}
+    row |= {"nprobe": options.nprobe, "candidates": options.candidates, "rerank_reads": "positional (pread)"}
     row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact, args.sweep_nprobe, args.sweep_candidates)
     del index
     row |= measure_serving(out, args.encoder_dir, questions, args)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def extrapolate(runs: list[dict], n: int = 21_000_000) -> dict:
-    """Linear in N through the measured runs (one run: proportional beyond a fixed part, taken as the 0-N RSS)."""
-    runs = sorted(runs, key=lambda r: r["passages"])
-    xs = np.array([r["passages"] for r in runs], dtype=float)
-    out = {}
-    for key in ("serve_rss_mb", "serve_peak_rss_mb"):
-        ys = np.array([r[key] for r in runs], dtype=float)
-        slope, icpt = np.polyfit(xs, ys, 1) if len(runs) > 1 else (ys[0] / xs[0], 0.0)
-        out[key.replace("_mb", "_gb")] = round((slope * n + icpt) / 1024, 2)
-    last = runs[-1]
+    """RAM and disk at ``n`` passages from the largest run (the latest index type and serving code).
+
+    Serving RSS: that run's RSS plus, for each further passage, what grows with N in RAM: its compressed codes and
+    ids (``index.faiss`` bytes per passage; fast-scan lists are held in RAM, memory-mapped lists at most) and its
+    8-byte passage offset. The fp16 vectors and passage text are read from disk per query and not counted.
+    Runs of smaller N may be of another index type or serving code, so no line is fitted through them.
+    """
+    last = max(runs, key=lambda r: r["passages"])
+    grow_mb = (last["disk_mb"]["index.faiss"] / last["passages"] + 8 / 2**20) * (n - last["passages"])
+    out = {
+        key.replace("_mb", "_gb"): round((last[key] + grow_mb) / 1024, 2)
+        for key in ("serve_rss_mb", "serve_peak_rss_mb")
+    }
+    out["from_run_passages"] = last["passages"]
     per = {k: v / last["passages"] for k, v in last["disk_mb"].items()}
     out["disk_gb"] = {k: round(v * n / 1024, 1) for k, v in per.items()} | {
         "total": round(sum(per.values()) * n / 1024, 1)
@@ -49,15 +52,15 @@ def report(result: dict) -> str:
         "(faiss' OpenMP threads spin-wait for each other when other jobs hold the cores).",
         "",
         "| passages | factory | nprobe / candidates | recall@3 | recall@10 | build s (peak RSS MB) | first answer s "
-        "| serving RSS MB (peak) | 1 client p50 ms | q/s 1 client | q/s 8 clients |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| serving RSS MB (peak) | 1 client p50 ms | q/s 1 client | q/s 8 clients | re-ranking reads |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["runs"]:
         lines.append(
             f"| {r['passages']:,} | `{r['factory']}` | {r['nprobe']} / {r['candidates']} | "
             f"{r['recall_at_3_vs_exact']} | {r['recall_at_10_vs_exact']} | {r['build_s']} ({r['build_peak_rss_mb']}) "
             f"| {r['first_answer_s']} | {r['serve_rss_mb']} ({r['serve_peak_rss_mb']}) | {r['p50_1_ms']} | "
-            f"{r['qps_1']} | {r['qps_8']} |"
+            f"{r['qps_1']} | {r['qps_8']} | {r.get('rerank_reads', 'memory map')} |"
         )
     lines += [
         "",
@@ -92,10 +95,11 @@ def report(result: dict) -> str:
             lines.append("| " + " | ".join(str(c) for c in cells) + f" | {when or 'this invocation'} |")
         for i, e in enumerate(earlier):
             load = e.get("load_average_at_end")
+            note = f" ({e['note']})" if e.get("note") else ""
             lines += [
                 "",
                 f"Earlier invocation {i + 1} on the same build, nprobe {e['nprobe']} / {e['candidates']} "
-                f"candidates{'' if i else ' (before `MADV_RANDOM` on the vector file)'}: recall@3 "
+                f"candidates{note}: recall@3 "
                 f"{e['recall_at_3_vs_exact']}, first answer {e['first_answer_s']} s, RSS {e['serve_rss_mb']} MB "
                 f"(detail {e['serve_rss_detail_mb']}), 1 client p50 {e['p50_1_ms']} ms, {e['qps_1']} q/s, "
                 f"8 clients {e['qps_8']} q/s"
@@ -128,8 +132,10 @@ def report(result: dict) -> str:
     lines += [
         "## Extrapolated to 21M passages",
         "",
-        f"Serving RSS {e['serve_rss_gb']} GB (peak {e['serve_peak_rss_gb']} GB), linear in N through the "
-        f"runs above; disk {e['disk_gb']} GB (proportional to N). Memory-mapped files count in RSS only for "
+        f"Serving RSS {e['serve_rss_gb']} GB (peak {e['serve_peak_rss_gb']} GB): the run of "
+        f"{e.get('from_run_passages', 0):,} passages plus, per further passage, its `index.faiss` bytes (codes and "
+        "ids) and its 8-byte passage offset; disk "
+        f"{e['disk_gb']} GB (proportional to N). Memory-mapped files count in RSS only for "
         "the pages "
         "searches touch, so RSS grows with the traffic's spread over the index, up to the size of "
         f"`index.faiss` ({e['index_faiss_gb']} GB at 21M) plus what the run above held. With all of "
