@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -325,6 +326,30 @@ def test_row_reader_reads_the_rows_a_memory_map_would(tmp_path: Path) -> None:
     assert reader.take(np.array([], dtype=np.int64)).shape == (0, 24)
     with pytest.raises(IndexError, match="out of range"):
         reader.take(np.array([1000]))
+
+
+def test_row_reader_without_preadv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Platforms without ``os.preadv`` (Windows) read the same rows through a locked seek + read."""
+    from searchrl.retrieval.compressed import RowReader
+
+    data = np.arange(200 * 6, dtype=np.float16).reshape(200, 6)
+    path = tmp_path / VECTORS_FILE
+    np.save(path, data)
+    monkeypatch.delattr(os, "preadv", raising=False)
+    rows = np.array([0, 3, 4, 5, 199])
+    np.testing.assert_array_equal(RowReader(path).take(rows), data[rows].astype(np.float32))
+
+
+def test_row_reader_names_a_file_truncated_after_opening(tmp_path: Path) -> None:
+    from searchrl.retrieval.compressed import RowReader
+
+    path = tmp_path / VECTORS_FILE
+    np.save(path, np.ones((100, 8), dtype=np.float16))
+    reader = RowReader(path)
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size - 16)
+    with pytest.raises(OSError, match="truncated"):
+        reader.take(np.array([10, 99]))
 
 
 def test_row_reader_names_a_truncated_vector_file(tmp_path: Path) -> None:

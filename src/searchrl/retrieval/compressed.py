@@ -224,8 +224,10 @@ class RowReader:
     Re-ranking reads a few hundred scattered rows per query from a multi-GB vector file. Positional reads copy
     just those rows out of the kernel's page cache: the file's pages stay shared and reclaimable there (a repeated
     read costs no disk access) and never count in the server's resident memory, however widely queries spread
-    over the file. Against a memory map unmapped after each gather (``MADV_DONTNEED``) it was about twice as fast
-    for 100-1,000 random rows of a warm 768-d file here. Thread-safe: reads carry their own offsets.
+    over the file. A memory map unmapped after each gather (``MADV_DONTNEED``) keeps RSS as small but faults every
+    page in again: for 1,000 scattered rows of a cached 7.15 GB vector file it took 18.7 ms against 7.8 ms here
+    (about even on a 0.43 GB file; ``benchmarks/results/retrieval_gather.md``). Thread-safe: reads carry their
+    own offsets.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -235,22 +237,20 @@ class RowReader:
         self._fd = os.open(self.path, os.O_RDONLY)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (sorted, distinct) as (R, D) float32; runs of consecutive rows are read in one call."""
+        """Rows ``rows`` (sorted, distinct) as (R, D) float32, one positional read per row."""
         rows = np.asarray(rows, dtype=np.int64)
         out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
-        if not len(rows):
-            return out.astype(np.float32)
-        if rows[0] < 0 or rows[-1] >= self.shape[0]:
+        if len(rows) and (rows[0] < 0 or rows[-1] >= self.shape[0]):
             raise IndexError(f"row out of range for {self.path} with {self.shape[0]} rows")
-        buf = out.reshape(-1).view(np.uint8)
-        breaks = np.flatnonzero(np.diff(rows) != 1) + 1  # starts of runs of consecutive rows
-        for lo, hi in zip(np.r_[0, breaks].tolist(), np.r_[breaks, len(rows)].tolist(), strict=True):
-            want = (hi - lo) * self.row_bytes
-            got = _pread_into(
-                self._fd, buf[lo * self.row_bytes : hi * self.row_bytes], self.offset + int(rows[lo]) * self.row_bytes
-            )
-            if got != want:
-                raise OSError(f"{self.path}: read {got} of {want} bytes; the vector file is truncated, rebuild it")
+        view, size = memoryview(out.reshape(-1).view(np.uint8)), self.row_bytes
+        offsets = (self.offset + rows * size).tolist()
+        if hasattr(os, "preadv"):  # the hot loop: a few microseconds a row
+            fd, preadv = self._fd, os.preadv
+            done = sum(preadv(fd, [view[j * size : (j + 1) * size]], at) for j, at in enumerate(offsets))
+        else:
+            done = sum(_read_at(self._fd, view[j * size : (j + 1) * size], at) for j, at in enumerate(offsets))
+        if done != len(view):
+            raise OSError(f"{self.path}: read {done} of {len(view)} bytes; the vector file is truncated, rebuild it")
         return out.astype(np.float32)
 
     def close(self) -> None:
@@ -262,22 +262,13 @@ class RowReader:
         self.close()
 
 
-def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
-    """Fill ``buf`` from ``fd`` at ``offset``; bytes read (fewer only at the end of the file)."""
-    view, done = memoryview(buf), 0
-    while done < len(view):
-        if hasattr(os, "preadv"):
-            got = os.preadv(fd, [view[done:]], offset + done)
-        else:  # no positional vector reads (Windows): one locked seek + read
-            with _SEEK_LOCK:
-                os.lseek(fd, offset + done, os.SEEK_SET)
-                data = os.read(fd, len(view) - done)
-            view[done : done + len(data)] = data
-            got = len(data)
-        if got == 0:
-            break
-        done += got
-    return done
+def _read_at(fd: int, buf: memoryview, offset: int) -> int:
+    """Fill ``buf`` from ``fd`` at ``offset`` where ``os.preadv`` is missing (Windows): a locked seek + read."""
+    with _SEEK_LOCK:
+        os.lseek(fd, offset, os.SEEK_SET)
+        data = os.read(fd, len(buf))
+    buf[: len(data)] = data
+    return len(data)
 
 
 _SEEK_LOCK = threading.Lock()
