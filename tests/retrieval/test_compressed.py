@@ -361,3 +361,26 @@ def test_row_reader_names_a_truncated_vector_file(tmp_path: Path) -> None:
         f.truncate(path.stat().st_size - 16)
     with pytest.raises(ValueError, match="truncated"):
         RowReader(path)
+
+
+def test_fast_scan_single_queries_spread_over_lists_and_match_the_batch(synthetic, tmp_path: Path) -> None:
+    """A fast-scan index searches one query with faiss' probe-parallel implementation (14) and a batch with the
+    default; both give the same hits."""
+    import faiss
+
+    corpus, vecs, queries = synthetic
+    out = build_index(corpus, "dense", tmp_path / "fs", vectors=vecs, faiss="IVF32,PQ32x4fs", nprobe=8, candidates=50)
+    index = RerankedIndex.open(out / "dense", nprobe=8, candidates=50)
+    assert index._fast_scan is not None
+    batch = queries[: max(2, faiss.omp_get_max_threads()) + 8]
+    scores, rows = index.search(batch, 10)
+    assert index._fast_scan.implem == 0
+    single = [index.search(q[None], 10) for q in batch]
+    assert index._fast_scan.implem == 14
+    np.testing.assert_array_equal(np.concatenate([r for _, r in single]), rows)
+    np.testing.assert_allclose(np.concatenate([s for s, _ in single]), scores, rtol=1e-6)
+    assert recall(rows, exact_top(vecs, batch, 10)) > 0.8
+    plain = RerankedIndex.open(
+        build_index(corpus, "dense", tmp_path / "pq", vectors=vecs, faiss=FACTORY) / "dense", nprobe=8, candidates=50
+    )
+    assert plain._fast_scan is None

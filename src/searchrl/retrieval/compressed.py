@@ -161,6 +161,15 @@ def _ivf(index: Any) -> Any | None:
         return None
 
 
+def _fast_scan_ivf(index: Any) -> Any | None:
+    """The ``IndexIVFFastScan`` inside ``index`` (4-bit ``x4fs`` codes), or None."""
+    import faiss
+
+    ivf = _ivf(index)
+    ivf = faiss.downcast_index(ivf) if ivf is not None else None
+    return ivf if ivf is not None and hasattr(ivf, "search_implem_14") else None
+
+
 def disable_polysemous_training(index: Any) -> None:
     """Skip faiss' polysemous training of PQ codes (on by default for factory ``IVF...,PQ...`` indexes).
 
@@ -294,6 +303,7 @@ class RerankedIndex:
         self.candidates = candidates
         self.d = int(index.d)
         self.ntotal = int(index.ntotal)
+        self._fast_scan = _fast_scan_ivf(index)
 
     @classmethod
     def open(cls, directory: str | Path, *, nprobe: int, candidates: int) -> RerankedIndex:
@@ -312,6 +322,13 @@ class RerankedIndex:
         """(Q, k) scores and rows, best first; rows -1 (score -inf) where fewer than k candidates were found."""
         q = np.ascontiguousarray(q, dtype=np.float32)  # (Q, D)
         pool = min(max(k, self.candidates), self.ntotal)
+        if self._fast_scan is not None:
+            import faiss
+
+            # faiss' default fast-scan search spreads the queries over threads, so one query runs on one core;
+            # implementation 14 spreads the probed lists instead: 7.7 ms against 14.0 ms for one query on 2
+            # threads (5M x 768-d, IVF2048,PQ192x4fs, nprobe 256). Batches of several queries keep the default.
+            self._fast_scan.implem = 14 if len(q) < max(2, faiss.omp_get_max_threads()) else 0
         _, cand = self.index.search(q, pool)  # (Q, pool)
         rows = np.unique(cand[cand >= 0])  # sorted: the gather reads the file front to back
         if isinstance(self.vectors, RowReader):
