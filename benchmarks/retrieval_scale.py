@@ -450,7 +450,10 @@ def run(n: int, args: argparse.Namespace, mix, queries: np.ndarray, questions: l
         str(args.candidates),
     ]
     built = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
-    row |= json.loads(built.stdout.strip().splitlines()[-1]) | {"factory": factory}
+    row |= json.loads(built.stdout.strip().splitlines()[-1]) | {
+        "factory": factory,
+        "build_omp_threads": args.omp_threads,
+    }
     print(f"[{n:,}] built {factory} in {row['build_s']} s (peak RSS {row['build_peak_rss_mb']} MB)", flush=True)
     return row | measure_search(n, out, args, queries, questions, exact)
 
@@ -463,7 +466,8 @@ def reuse(n: int, out: Path, args: argparse.Namespace) -> dict:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     path = RESULTS / "retrieval_scale.json"
     earlier = {r["passages"]: r for r in json.loads(path.read_text())["runs"]} if path.exists() else {}
-    keep = ("factory", "build_s", "build_peak_rss_mb", "generate_s", "exact_search_s", "date", "convert")
+    keep = ("factory", "build_s", "build_peak_rss_mb", "build_omp_threads", "generate_s", "exact_search_s", "date")
+    keep += ("convert",)
     built = {k: earlier[n][k] for k in keep if k in earlier.get(n, {})}
     built["build_date"] = built.pop("date", None)
     searched = (
@@ -502,6 +506,7 @@ def measure_search(n: int, out: Path, args, queries: np.ndarray, questions: list
     row["recall_at_3_vs_exact"] = round(recall(found, exact, 3), 4)
     row["recall_at_10_vs_exact"] = round(recall(found, exact, 10), 4)
     row |= {"nprobe": options.nprobe, "candidates": options.candidates, "rerank_reads": "positional (pread)"}
+    row["serve_omp_threads"] = args.omp_threads
     row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact, args.sweep_nprobe, args.sweep_candidates)
     del index
     row |= measure_serving(out, args.encoder_dir, questions, args)

@@ -48,19 +48,22 @@ def report(result: dict) -> str:
         "Build: `build_index(kind='dense', faiss=FACTORY)` streaming the vector file; k-means and PQ trained on a "
         "sample (64 rows per inverted list, at least 20,000), without faiss' polysemous PQ training (unused by "
         "re-ranked search; it kept earlier attempts of this benchmark in `IndexIVF.train` for over 13 minutes). "
-        f"Build, serve and convert processes ran with OMP_NUM_THREADS={m.get('omp_num_threads_children', '?')} "
-        "(faiss' OpenMP threads spin-wait for each other when other jobs hold the cores).",
+        "Build and convert processes ran with OMP_NUM_THREADS="
+        f"{', '.join(sorted({str(r.get('build_omp_threads', 1)) for r in result['runs']}))} (faiss' OpenMP threads "
+        "spin-wait for each other when other jobs hold the cores); the serving process with the threads shown "
+        "per run.",
         "",
         "| passages | factory | nprobe / candidates | recall@3 | recall@10 | build s (peak RSS MB) | first answer s "
-        "| serving RSS MB (peak) | 1 client p50 ms | q/s 1 client | q/s 8 clients | re-ranking reads |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| serving RSS MB (peak) | 1 client p50 ms | q/s 1 client | q/s 8 clients | re-ranking reads "
+        "| serving faiss threads |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["runs"]:
         lines.append(
             f"| {r['passages']:,} | `{r['factory']}` | {r['nprobe']} / {r['candidates']} | "
             f"{r['recall_at_3_vs_exact']} | {r['recall_at_10_vs_exact']} | {r['build_s']} ({r['build_peak_rss_mb']}) "
             f"| {r['first_answer_s']} | {r['serve_rss_mb']} ({r['serve_peak_rss_mb']}) | {r['p50_1_ms']} | "
-            f"{r['qps_1']} | {r['qps_8']} | {r.get('rerank_reads', 'memory map')} |"
+            f"{r['qps_1']} | {r['qps_8']} | {r.get('rerank_reads', 'memory map')} | {r.get('serve_omp_threads', 1)} |"
         )
     lines += [
         "",
@@ -102,7 +105,7 @@ def report(result: dict) -> str:
                 f"candidates{note}: recall@3 "
                 f"{e['recall_at_3_vs_exact']}, first answer {e['first_answer_s']} s, RSS {e['serve_rss_mb']} MB "
                 f"(detail {e['serve_rss_detail_mb']}), 1 client p50 {e['p50_1_ms']} ms, {e['qps_1']} q/s, "
-                f"8 clients {e['qps_8']} q/s"
+                f"8 clients {e['qps_8']} q/s, {e.get('serve_omp_threads', 1)} faiss thread(s)"
                 + (f"; load average at its end {', '.join(f'{x:.1f}' for x in load)}." if load else "."),
             ]
         if "convert" in r:
