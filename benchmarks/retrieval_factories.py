@@ -16,6 +16,9 @@ on the given ``.npy`` vector files (e.g. a large index's ``dense/vectors.f16.npy
 
 Usage: python benchmarks/retrieval_factories.py [--passages 300000] [--factory "IVF1024,PQ96" --factory ...]
        python benchmarks/retrieval_factories.py --gather-only DIR/dense/vectors.f16.npy [...]
+       python benchmarks/retrieval_factories.py --single-query DIR/dense   (a built fast-scan index: one-query
+       scan time, faiss' default implementation against the probe-parallel one (14), on 1 and 2 threads, into
+       ``benchmarks/results/retrieval_single_query.{json,md}``)
 """
 
 from __future__ import annotations
@@ -114,6 +117,44 @@ def gather_only(paths: list[Path]) -> None:
     print("\n".join(lines))
 
 
+def single_query(directory: Path, queries: np.ndarray, nprobes=(128, 256, 512), k: int = 300) -> None:
+    import faiss
+
+    index = faiss.read_index(str(directory / "index.faiss"))
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    rows = []
+    for threads in (1, 2):
+        faiss.omp_set_num_threads(threads)
+        for nprobe in nprobes:
+            ivf.nprobe = nprobe
+            for implem in (0, 14):
+                ivf.implem = implem
+                t0 = time.perf_counter()
+                for q in queries:
+                    ivf.search(q[None], k)
+                ms = round((time.perf_counter() - t0) * 1000 / len(queries), 2)
+                rows.append({"threads": threads, "nprobe": nprobe, "implem": implem, "k": k, "ms_per_query": ms})
+                print(json.dumps(rows[-1]), flush=True)
+    load = os.getloadavg()
+    result = {"benchmark": "retrieval_single_query", "date": time.strftime("%Y-%m-%d", time.gmtime())}
+    result |= {"index_ntotal": int(index.ntotal), "queries": len(queries), "rows": rows, "load_average_at_end": load}
+    (RESULTS / "retrieval_single_query.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        f"# One query at a time through a fast-scan IVF index ({result['date']})",
+        "",
+        f"{int(index.ntotal):,} vectors (the index of `retrieval_scale.md`), {len(queries)} real queries searched one "
+        f"per call for the top {k} candidates, compressed scan only (no re-ranking). faiss' default fast-scan "
+        "implementation spreads queries over threads; implementation 14 spreads one query's probed lists. "
+        f"{os.cpu_count()} CPU cores (load average at the end {', '.join(f'{x:.1f}' for x in load)}).",
+        "",
+        "| faiss threads | nprobe | implementation | ms/query |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {r['threads']} | {r['nprobe']} | {r['implem'] or 'default'} | {r['ms_per_query']} |" for r in rows]
+    (RESULTS / "retrieval_single_query.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--passages", type=int, default=300_000)
@@ -122,10 +163,14 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, nargs="+", default=[100, 300, 1000])
     ap.add_argument("--work", type=Path, default=Path("/tmp/searchrl-scale"))
     ap.add_argument("--queries", type=int, default=500)
+    ap.add_argument("--single-query", type=Path, metavar="DIR", help="a fast-scan index's dense/ directory")
     ap.add_argument("--gather-only", type=Path, nargs="+", metavar="FILE", help="time the gather on these files only")
     args = ap.parse_args()
     if args.gather_only:
         return gather_only(args.gather_only)
+    if args.single_query:
+        _, qvecs, _ = real_embeddings(args.work)
+        return single_query(args.single_query, lift(qvecs[: args.queries]))
     import faiss
 
     faiss.omp_set_num_threads(1)

@@ -326,9 +326,11 @@ class RerankedIndex:
             import faiss
 
             # faiss' default fast-scan search spreads the queries over threads, so one query runs on one core;
-            # implementation 14 spreads the probed lists instead: 7.7 ms against 14.0 ms for one query on 2
-            # threads (5M x 768-d, IVF2048,PQ192x4fs, nprobe 256). Batches of several queries keep the default.
-            self._fast_scan.implem = 14 if len(q) < max(2, faiss.omp_get_max_threads()) else 0
+            # implementation 14 spreads the probed lists instead: 7.4 ms against 13.2 ms for one query on 2
+            # threads (5M x 768-d, IVF2048,PQ192x4fs, nprobe 256; benchmarks/results/retrieval_single_query.md).
+            # On one thread, or for a batch with a query per thread, the default is as fast or faster.
+            threads = faiss.omp_get_max_threads()
+            self._fast_scan.implem = 14 if 1 < threads and len(q) < threads else 0
         _, cand = self.index.search(q, pool)  # (Q, pool)
         rows = np.unique(cand[cand >= 0])  # sorted: the gather reads the file front to back
         if isinstance(self.vectors, RowReader):
