@@ -328,7 +328,8 @@ class RerankedIndex:
             # faiss' default fast-scan search spreads the queries over threads, so one query runs on one core;
             # implementation 14 spreads the probed lists instead: 7.4 ms against 13.2 ms for one query on 2
             # threads (5M x 768-d, IVF2048,PQ192x4fs, nprobe 256; benchmarks/results/retrieval_single_query.md).
-            # On one thread, or for a batch with a query per thread, the default is as fast or faster.
+            # On one thread it was slower (same file); a batch with a query per thread already keeps every thread
+            # busy with the default. Either implementation returns the same hits.
             threads = faiss.omp_get_max_threads()
             self._fast_scan.implem = 14 if 1 < threads and len(q) < threads else 0
         _, cand = self.index.search(q, pool)  # (Q, pool)
