@@ -66,6 +66,18 @@ def measure(factory: str, n: int, work: Path, queries: np.ndarray, exact: np.nda
     return row
 
 
+def write_results(name: str, result: dict, lines: list[str]) -> None:
+    """``benchmarks/results/{name}.json`` and ``.md``; the Markdown is printed too."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def load_text(load: tuple[float, ...]) -> str:
+    return f"{os.cpu_count()} CPU cores (load average at the end {', '.join(f'{x:.1f}' for x in load)})"
+
+
 def gather(path: Path, sizes=(100, 300, 1000), repeats: int = 200) -> list[dict]:
     """ms per gather of ``size`` sorted random rows: ``RowReader.take`` vs memory map + ``MADV_DONTNEED``."""
     import mmap
@@ -99,22 +111,19 @@ def gather_only(paths: list[Path]) -> None:
     load = os.getloadavg()
     result = {"benchmark": "retrieval_gather", "date": time.strftime("%Y-%m-%d", time.gmtime()), "files": files}
     result["machine"] = {"cpus": os.cpu_count(), "load_average_at_end": load}
-    (RESULTS / "retrieval_gather.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"# Re-ranking gather: positional reads against a memory map ({result['date']})",
         "",
         "ms per gather of sorted, distinct random rows of an fp16 768-d vector file already in the page cache: "
         "`RowReader.take` (what the index uses) against a memory map unmapped after each gather "
-        f"(`MADV_DONTNEED`). {os.cpu_count()} CPU cores (load average at the end "
-        f"{', '.join(f'{x:.1f}' for x in load)}).",
+        f"(`MADV_DONTNEED`). {load_text(load)}.",
         "",
         "| file GB | rows | positional reads | memory map + `MADV_DONTNEED` |",
         "|---|---|---|---|",
     ]
     for f in files:
         lines += [f"| {f['file_gb']} | {g['rows']} | {g['pread_ms']} | {g['mmap_dontneed_ms']} |" for g in f["rows"]]
-    (RESULTS / "retrieval_gather.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("retrieval_gather", result, lines)
 
 
 def single_query(directory: Path, queries: np.ndarray, nprobes=(128, 256, 512), k: int = 300) -> None:
@@ -138,21 +147,19 @@ def single_query(directory: Path, queries: np.ndarray, nprobes=(128, 256, 512), 
     load = os.getloadavg()
     result = {"benchmark": "retrieval_single_query", "date": time.strftime("%Y-%m-%d", time.gmtime())}
     result |= {"index_ntotal": int(index.ntotal), "queries": len(queries), "rows": rows, "load_average_at_end": load}
-    (RESULTS / "retrieval_single_query.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"# One query at a time through a fast-scan IVF index ({result['date']})",
         "",
         f"{int(index.ntotal):,} vectors (the index of `retrieval_scale.md`), {len(queries)} real queries searched one "
         f"per call for the top {k} candidates, compressed scan only (no re-ranking). faiss' default fast-scan "
         "implementation spreads queries over threads; implementation 14 spreads one query's probed lists. "
-        f"{os.cpu_count()} CPU cores (load average at the end {', '.join(f'{x:.1f}' for x in load)}).",
+        f"{load_text(load)}.",
         "",
         "| faiss threads | nprobe | implementation | ms/query |",
         "|---|---|---|---|",
     ]
     lines += [f"| {r['threads']} | {r['nprobe']} | {r['implem'] or 'default'} | {r['ms_per_query']} |" for r in rows]
-    (RESULTS / "retrieval_single_query.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("retrieval_single_query", result, lines)
 
 
 def main() -> None:
@@ -193,15 +200,12 @@ def main() -> None:
         "factories": rows,
         "gather": gathers,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "retrieval_factories.json").write_text(json.dumps(result, indent=2) + "\n")
-    load = ", ".join(f"{x:.1f}" for x in result["machine"]["load_average_at_end"])
     lines = [
         f"# Compressed dense index: factory strings side by side ({result['date']})",
         "",
         f"{n:,} vectors of 768-d drawn as in `retrieval_scale.md`; {len(queries)} real queries; one query per call "
         f"through `RerankedIndex` (compressed candidates, exact fp16 re-ranking), one faiss thread. "
-        f"{os.cpu_count()} CPU cores shared with other jobs (load average at the end {load}).",
+        f"{load_text(result['machine']['load_average_at_end'])}.",
         "",
         "| factory | code bytes | build s | nprobe | candidates | ms/query | recall@3 | recall@10 |",
         "|---|---|---|---|---|---|---|---|",
@@ -220,8 +224,7 @@ def main() -> None:
         "|---|---|---|",
     ]
     lines += [f"| {g['rows']} | {g['pread_ms']} | {g['mmap_dontneed_ms']} |" for g in gathers]
-    (RESULTS / "retrieval_factories.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("retrieval_factories", result, lines)
 
 
 if __name__ == "__main__":
