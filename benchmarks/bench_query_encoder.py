@@ -12,7 +12,11 @@ For each: single-query latency (one query per call, median and p90 over the ques
 per call, the smallest cosine similarity to the reference embeddings over the questions, and the time to import
 what the path needs (in a fresh interpreter). Results: ``benchmarks/results/query_encoder.{json,md}``.
 
-Usage: python benchmarks/bench_query_encoder.py [--questions 200]
+``--merged``: only the ONNX fp32 path (as ``searchrl serve`` runs it), encoding calls of 128 questions (what a
+server's merged batch of 4 requests x 32 queries hands the encoder) in inner batches of 16 / 32 / 64 / 128 after
+the encoder's length sort, three rounds in turn; results ``benchmarks/results/query_encoder_batch.{json,md}``.
+
+Usage: python benchmarks/bench_query_encoder.py [--questions 200] [--merged]
 """
 
 from __future__ import annotations
@@ -69,13 +73,54 @@ def measure(encode, questions: list[str], ref: np.ndarray) -> dict:
     }
 
 
+def merged(questions: list[str], call: int = 128, sizes=(16, 32, 64, 128), rounds: int = 3) -> None:
+    """ms per query for calls of ``call`` questions at each inner batch size (median of ``rounds``)."""
+    from searchrl.retrieval.dense import DenseOptions
+    from searchrl.retrieval.onnx_encoder import OnnxEncoder, export_encoder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        export_encoder("minilm-l6-v2", Path(tmp))
+        enc = OnnxEncoder(Path(tmp), DenseOptions())
+        enc.encode(questions[:call], is_query=True)  # warm-up
+        times: dict[int, list[float]] = {b: [] for b in sizes}
+        for _ in range(rounds):
+            for b in sizes:
+                t0 = time.perf_counter()
+                for start in range(0, len(questions), call):
+                    enc.encode(questions[start : start + call], is_query=True, batch_size=b)
+                times[b].append((time.perf_counter() - t0) * 1000 / len(questions))
+    rows = [{"batch_size": b, "ms_per_query": round(float(np.median(t)), 3), "rounds_ms": t} for b, t in times.items()]
+    load = os.getloadavg()
+    result = {"benchmark": "query_encoder_batch", "questions": len(questions), "call": call, "rows": rows}
+    result |= {"machine": {"cpus": os.cpu_count()}, "load_average_at_end": load}
+    write_portable(RESULTS / "query_encoder_batch.json", json.dumps(result, indent=2) + "\n")
+    lines = [
+        "# ONNX query encoder: inner batch size for a server's merged batch",
+        "",
+        f"{len(questions)} 2WikiMultiHopQA dev questions encoded in calls of {call} (sorted by length inside the "
+        f"encoder, then cut into batches of the size shown), all-MiniLM-L6-v2 fp32, {os.cpu_count()} CPUs (load "
+        f"average at end: {', '.join(f'{x:.1f}' for x in load)}). Median of {rounds} rounds, sizes in turn.",
+        "",
+        "| inner batch size | ms per query (median) | rounds |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {r['batch_size']} | {r['ms_per_query']} | {', '.join(f'{x:.2f}' for x in r['rounds_ms'])} |" for r in rows
+    ]
+    write_portable(RESULTS / "query_encoder_batch.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=200)
+    ap.add_argument("--merged", action="store_true", help="only the inner batch sizes for 128-question calls")
     args = ap.parse_args()
     if not (DATA / "dev.jsonl").exists():
         sys.exit(f"2wiki-mini not found at {DATA}; set SEARCHRL_SHARED_DATA to the folder holding 2wiki-mini/")
     questions = [json.loads(line)["question"] for line in (DATA / "dev.jsonl").open() if line.strip()]
+    if args.merged:
+        return merged(questions[:512])
     questions = questions[: args.questions]
 
     import onnxruntime as ort
