@@ -73,6 +73,18 @@ def measure(encode, questions: list[str], ref: np.ndarray) -> dict:
     }
 
 
+def write_results(name: str, result: dict, lines: list[str]) -> None:
+    """``benchmarks/results/{name}.json`` and ``.md``; the Markdown is printed too."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    write_portable(RESULTS / f"{name}.json", json.dumps(result, indent=2) + "\n")
+    write_portable(RESULTS / f"{name}.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def load_text() -> str:
+    return f"{os.cpu_count()} CPUs (load average at end: {', '.join(f'{x:.1f}' for x in os.getloadavg())})"
+
+
 def merged(questions: list[str], call: int = 128, sizes=(16, 32, 64, 128), rounds: int = 3) -> None:
     """ms per query for calls of ``call`` questions at each inner batch size (median of ``rounds``)."""
     from searchrl.retrieval.dense import DenseOptions
@@ -90,16 +102,14 @@ def merged(questions: list[str], call: int = 128, sizes=(16, 32, 64, 128), round
                     enc.encode(questions[start : start + call], is_query=True, batch_size=b)
                 times[b].append((time.perf_counter() - t0) * 1000 / len(questions))
     rows = [{"batch_size": b, "ms_per_query": round(float(np.median(t)), 3), "rounds_ms": t} for b, t in times.items()]
-    load = os.getloadavg()
     result = {"benchmark": "query_encoder_batch", "questions": len(questions), "call": call, "rows": rows}
-    result |= {"machine": {"cpus": os.cpu_count()}, "load_average_at_end": load}
-    write_portable(RESULTS / "query_encoder_batch.json", json.dumps(result, indent=2) + "\n")
+    result |= {"machine": {"cpus": os.cpu_count()}, "load_average_at_end": os.getloadavg()}
     lines = [
         "# ONNX query encoder: inner batch size for a server's merged batch",
         "",
         f"{len(questions)} 2WikiMultiHopQA dev questions encoded in calls of {call} (sorted by length inside the "
-        f"encoder, then cut into batches of the size shown), all-MiniLM-L6-v2 fp32, {os.cpu_count()} CPUs (load "
-        f"average at end: {', '.join(f'{x:.1f}' for x in load)}). Median of {rounds} rounds, sizes in turn.",
+        f"encoder, then cut into batches of the size shown), all-MiniLM-L6-v2 fp32, {load_text()}. Median of "
+        f"{rounds} rounds, sizes in turn.",
         "",
         "| inner batch size | ms per query (median) | rounds |",
         "|---|---|---|",
@@ -107,8 +117,7 @@ def merged(questions: list[str], call: int = 128, sizes=(16, 32, 64, 128), round
     lines += [
         f"| {r['batch_size']} | {r['ms_per_query']} | {', '.join(f'{x:.2f}' for x in r['rounds_ms'])} |" for r in rows
     ]
-    write_portable(RESULTS / "query_encoder_batch.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("query_encoder_batch", result, lines)
 
 
 def main() -> None:
@@ -191,14 +200,11 @@ def main() -> None:
         "load_average_at_end": os.getloadavg(),
         "rows": rows,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_portable(RESULTS / "query_encoder.json", json.dumps(result, indent=2) + "\n")
     lines = [
         "# Query-encoding paths for MiniLM",
         "",
-        f"{len(questions)} 2WikiMultiHopQA dev questions, all-MiniLM-L6-v2, {os.cpu_count()} CPUs (load average at "
-        f"end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}). Min cosine is against the sentence-transformers "
-        f"embeddings. ONNX export took {export_s} s.",
+        f"{len(questions)} 2WikiMultiHopQA dev questions, all-MiniLM-L6-v2, {load_text()}. Min cosine is against "
+        f"the sentence-transformers embeddings. ONNX export took {export_s} s.",
         "",
         "| path | threads | 1 query: p50 ms | p90 ms | 32 per call: queries/s | min cosine | import s |",
         "|---|---|---|---|---|---|---|",
@@ -208,8 +214,7 @@ def main() -> None:
             f"| {r['path']} | {r['threads']} | {r['single_p50_ms']} | {r['single_p90_ms']} | "
             f"{r['batch32_qps']} | {r['min_cosine']} | {r['import_s']} |"
         )
-    write_portable(RESULTS / "query_encoder.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("query_encoder", result, lines)
 
 
 if __name__ == "__main__":
