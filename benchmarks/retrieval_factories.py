@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from retrieval_scale import RESULTS, exact_top, fit_mixture, generate, lift, real_embeddings, recall  # noqa: E402
 
-from searchrl.retrieval.compressed import RerankedIndex, build_compressed  # noqa: E402
+from searchrl.retrieval.compressed import RerankedIndex, RowReader, build_compressed  # noqa: E402
 
 DEFAULT_FACTORIES = ["IVF1024,PQ96", "IVF1024,PQ192x4fs", "IVF1024,PQ384x4fs"]
 
@@ -49,7 +49,7 @@ def measure(factory: str, n: int, work: Path, queries: np.ndarray, exact: np.nda
     info = build_compressed(vectors_path, out, factory)
     row = {"factory": factory, "build_s": round(time.perf_counter() - t0, 1), **info, "grid": []}
     index = faiss.read_index(str(out))
-    vectors = np.load(vectors_path, mmap_mode="r")
+    vectors = RowReader(vectors_path)  # re-ranking reads rows as the served index does
     for nprobe in args.nprobe:
         faiss.ParameterSpace().set_index_parameter(index, "nprobe", nprobe)
         for candidates in args.candidates:
@@ -81,8 +81,6 @@ def load_text(load: tuple[float, ...]) -> str:
 def gather(path: Path, sizes=(100, 300, 1000), repeats: int = 200) -> list[dict]:
     """ms per gather of ``size`` sorted random rows: ``RowReader.take`` vs memory map + ``MADV_DONTNEED``."""
     import mmap
-
-    from searchrl.retrieval.compressed import RowReader
 
     with path.open("rb") as f:  # warm the page cache: both ways then read cached pages
         while f.read(1 << 24):

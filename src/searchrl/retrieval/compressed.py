@@ -240,26 +240,28 @@ class RowReader:
     """
 
     def __init__(self, path: str | Path) -> None:
-        rows = RowFile.npy(path)
-        self.path, self.shape, self.dtype, self.offset = rows.path, rows.shape, rows.dtype, rows.offset
-        self.row_bytes = self.shape[1] * self.dtype.itemsize
-        self._fd = os.open(self.path, os.O_RDONLY)
+        self.file = RowFile.npy(path)  # path, shape, dtype and the offset of row 0
+        self.shape = self.file.shape
+        self.row_bytes = self.shape[1] * self.file.dtype.itemsize
+        self._fd = os.open(self.file.path, os.O_RDONLY)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (sorted, distinct) as (R, D) float32, one positional read per row."""
         rows = np.asarray(rows, dtype=np.int64)
-        out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
+        out = np.empty((len(rows), self.shape[1]), dtype=self.file.dtype)
         if len(rows) and (rows[0] < 0 or rows[-1] >= self.shape[0]):
-            raise IndexError(f"row out of range for {self.path} with {self.shape[0]} rows")
+            raise IndexError(f"row out of range for {self.file.path} with {self.shape[0]} rows")
         view, size = memoryview(out.reshape(-1).view(np.uint8)), self.row_bytes
-        offsets = (self.offset + rows * size).tolist()
+        offsets = (self.file.offset + rows * size).tolist()
         if hasattr(os, "preadv"):  # the hot loop: a few microseconds a row
             fd, preadv = self._fd, os.preadv
             done = sum(preadv(fd, [view[j * size : (j + 1) * size]], at) for j, at in enumerate(offsets))
         else:
             done = sum(_read_at(self._fd, view[j * size : (j + 1) * size], at) for j, at in enumerate(offsets))
         if done != len(view):
-            raise OSError(f"{self.path}: read {done} of {len(view)} bytes; the vector file is truncated, rebuild it")
+            raise OSError(
+                f"{self.file.path}: read {done} of {len(view)} bytes; the vector file is truncated, rebuild it"
+            )
         return out.astype(np.float32)
 
     def close(self) -> None:
