@@ -379,9 +379,10 @@ def factory_for(n: int) -> str:
 
     Codes are 4-bit fast-scan PQ (192 sub-quantisers, 96 bytes a vector, the size of ``PQ96``'s 8-bit codes): at
     300,000 of these vectors it reached the recall of ``IVF1024,PQ96`` (within 0.006) at each nprobe / candidates
-    setting tried, trained and added in half the time and searched 1.2-3.4x faster (SIMD look-ups in 16-entry
-    tables instead of 256-entry ones); ``benchmarks/results/retrieval_factories.md``. Fast-scan inverted lists
-    are read into RAM (faiss does not memory-map them).
+    setting tried, trained and added in half the time and searched 0.9-2.4x as fast (SIMD look-ups in 16-entry
+    tables instead of 256-entry ones; even where re-ranking 1,000 candidates dominates);
+    ``benchmarks/results/retrieval_factories.md``. Fast-scan inverted lists are read into RAM (faiss does not
+    memory-map them).
     """
     nlist = 1 << round(np.log2(max(1.0, 0.7 * np.sqrt(n))))
     return f"IVF{nlist},PQ192x4fs"
