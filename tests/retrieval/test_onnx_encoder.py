@@ -66,6 +66,33 @@ def test_query_cache_encodes_only_distinct_uncached_queries(tiny_corpus: Path, t
     assert hashing_encoder.calls == [2, 1, 1]
 
 
+@pytest.mark.parametrize(
+    ("env", "allow", "stop"),
+    [(None, "1", "1"), ("run", "1", "1"), ("always", "1", "0"), ("1", "1", "0"), ("off", "0", "0"), ("0", "0", "0")],
+)
+def test_spin_mode_sets_the_pool_threads_waiting(monkeypatch, env: str | None, allow: str, stop: str) -> None:
+    pytest.importorskip("onnxruntime")
+    from searchrl.retrieval.onnx_encoder import session_options
+
+    if env is None:
+        monkeypatch.delenv("SEARCHRL_ENCODER_SPIN", raising=False)
+    else:
+        monkeypatch.setenv("SEARCHRL_ENCODER_SPIN", env)
+    so = session_options(threads=2)
+    assert so.intra_op_num_threads == 2
+    assert so.get_session_config_entry("session.intra_op.allow_spinning") == allow
+    assert so.get_session_config_entry("session.force_spinning_stop") == stop
+
+
+def test_unknown_spin_mode_is_a_one_line_error(monkeypatch) -> None:
+    from searchrl.retrieval.onnx_encoder import spin_mode
+
+    monkeypatch.setenv("SEARCHRL_ENCODER_SPIN", "sometimes")
+    with pytest.raises(ValueError, match="not one of run, always, off") as err:
+        spin_mode()
+    assert "\n" not in str(err.value)
+
+
 # ------------------------------------------------------------------------------------------- the real model
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -172,6 +172,40 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+SPIN_MODES = ("run", "always", "off")
+
+
+def spin_mode() -> str:
+    """How ONNX Runtime's pool threads wait between parallel sections: ``$SEARCHRL_ENCODER_SPIN``, default ``run``.
+
+    Spinning instead of sleeping makes one query faster (measured idle on 2 cores: 2.5 ms against 3.7 ms), but
+    threads that keep spinning after a call take the cores the HTTP server and its clients need next. ``run`` spins
+    inside a call and stops when it returns (a served client got 17% more queries per second than with
+    ``always``, the encoder alone the same: ``benchmarks/results/peer_search_r1_server.md``); ``always`` keeps
+    ONNX Runtime's default spinning; ``off`` (or ``0``) never spins.
+    """
+    mode = os.environ.get("SEARCHRL_ENCODER_SPIN", "run").strip().lower()
+    mode = {"0": "off", "1": "always"}.get(mode, mode)
+    if mode not in SPIN_MODES:
+        raise ValueError(f"SEARCHRL_ENCODER_SPIN={mode!r} is not one of {', '.join(SPIN_MODES)}; unset it for 'run'")
+    return mode
+
+
+def session_options(threads: int | None = None) -> Any:
+    """ONNX Runtime session options for query encoding: ``threads`` (default ``default_threads()``) intra-op
+    threads, full graph optimisation, and the pool threads' waiting as ``spin_mode()`` says."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads or default_threads()
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    spin = spin_mode()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0" if spin == "off" else "1")
+    so.add_session_config_entry("session.force_spinning_stop", "1" if spin == "run" else "0")
+    return so
+
+
 class OnnxEncoder:
     """``Encoder``'s interface (``options``, ``dimension``, ``encode``) over an exported artifact directory."""
 
@@ -196,14 +230,7 @@ class OnnxEncoder:
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         self.tokenizer.no_padding()  # encode() pads each batch itself, to its longest text
         self.pad_id = int(self.meta["pad_id"])
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads or default_threads()
-        so.inter_op_num_threads = 1
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Pool threads spin briefly between parallel sections instead of sleeping: measured idle on 2 cores, one
-        # query encodes in 2.5 ms spinning vs 3.7 ms not ($SEARCHRL_ENCODER_SPIN=0 turns it off).
-        spin = os.environ.get("SEARCHRL_ENCODER_SPIN", "1") != "0"
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        so = session_options(threads)
         self.session = ort.InferenceSession(str(directory / "model.onnx"), so, providers=["CPUExecutionProvider"])
         # One forward pass at a time: concurrent callers would only fight over the same CPU cores.
         self._lock = threading.Lock()
