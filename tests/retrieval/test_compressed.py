@@ -364,8 +364,8 @@ def test_row_reader_names_a_truncated_vector_file(tmp_path: Path) -> None:
 
 
 def test_fast_scan_single_queries_spread_over_lists_and_match_the_batch(synthetic, tmp_path: Path) -> None:
-    """A fast-scan index searches one query with faiss' probe-parallel implementation (14) and a batch with the
-    default; both give the same hits."""
+    """A fast-scan index searches one query with faiss' probe-parallel implementation (14 with a heap, 15 with a
+    reservoir for more than 20 candidates) and a batch with the default; both give the same hits."""
     import faiss
 
     corpus, vecs, queries = synthetic
@@ -385,10 +385,16 @@ def _check_fast_scan(corpus: Path, vecs: np.ndarray, queries: np.ndarray, tmp_pa
     scores, rows = index.search(batch, 10)
     assert index._fast_scan.implem == 0
     single = [index.search(q[None], 10) for q in batch]
-    assert index._fast_scan.implem == 14
+    assert index._fast_scan.implem == 15  # 50 candidates
     np.testing.assert_array_equal(np.concatenate([r for _, r in single]), rows)
     np.testing.assert_allclose(np.concatenate([s for s, _ in single]), scores, rtol=1e-6)
     assert recall(rows, exact_top(vecs, batch, 10)) > 0.8
+    few = RerankedIndex(index.index, index.vectors, candidates=20)
+    few_single = [few.search(q[None], 10) for q in batch]
+    assert few._fast_scan.implem == 14  # 20 candidates: a heap
+    few_rows = np.concatenate([r for _, r in few_single])
+    faiss_default = few.search(batch, 10)[1]
+    np.testing.assert_array_equal(few_rows, faiss_default)
     plain = RerankedIndex.open(
         build_index(corpus, "dense", tmp_path / "pq", vectors=vecs, faiss=FACTORY) / "dense", nprobe=8, candidates=50
     )

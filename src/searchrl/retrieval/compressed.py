@@ -170,6 +170,12 @@ def _fast_scan_ivf(index: Any) -> Any | None:
     return ivf if ivf is not None and hasattr(ivf, "search_implem_14") else None
 
 
+def probe_parallel_implem(k: int) -> int:
+    """faiss' fast-scan implementation that spreads one query's probed lists over threads, for a top ``k``: 14
+    keeps each thread's results in a heap, 15 in a reservoir, which faiss' own default prefers beyond 20."""
+    return 15 if k > 20 else 14
+
+
 def disable_polysemous_training(index: Any) -> None:
     """Skip faiss' polysemous training of PQ codes (on by default for factory ``IVF...,PQ...`` indexes).
 
@@ -331,9 +337,10 @@ class RerankedIndex:
             # implementation 14 spreads the probed lists instead: 7.4 ms against 13.2 ms for one query on 2
             # threads (5M x 768-d, IVF2048,PQ192x4fs, nprobe 256; benchmarks/results/retrieval_single_query.md).
             # On one thread it was slower (same file); a batch with a query per thread already keeps every thread
-            # busy with the default. Either implementation returns the same hits.
+            # busy with the default. Either implementation returns the same hits. Like faiss' default, it keeps
+            # each thread's best in a heap for a few candidates and in a reservoir for more (15: k > 20).
             threads = faiss.omp_get_max_threads()
-            self._fast_scan.implem = 14 if 1 < threads and len(q) < threads else 0
+            self._fast_scan.implem = probe_parallel_implem(pool) if 1 < threads and len(q) < threads else 0
         _, cand = self.index.search(q, pool)  # (Q, pool)
         rows = np.unique(cand[cand >= 0])  # sorted: the gather reads the file front to back
         if isinstance(self.vectors, RowReader):
