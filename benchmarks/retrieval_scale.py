@@ -152,7 +152,10 @@ def child_build(args: argparse.Namespace) -> None:
         overwrite=True,
     )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"build_s": round(time.perf_counter() - t0, 1), "build_peak_rss_mb": round(peak_mb)}))
+    built = {"build_s": round(time.perf_counter() - t0, 1), "build_peak_rss_mb": round(peak_mb)}
+    built |= {"factory": args.factory, "build_omp_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None}
+    (args.out / "build.json").write_text(json.dumps(built | {"date": time.strftime("%Y-%m-%d", time.gmtime())}))
+    print(json.dumps(built))
 
 
 class LiftedEncoder:
@@ -463,14 +466,24 @@ def reuse(n: int, out: Path, args: argparse.Namespace) -> dict:
     """``--reuse-index``: the index built by an earlier invocation, its search settings set to --nprobe and
     --candidates in its manifest; build figures are those recorded for that build."""
     manifest = json.loads((out / "manifest.json").read_text())
-    manifest["options"]["dense"] |= {"nprobe": args.nprobe, "candidates": args.candidates}
+    manifest["options"]["dense"] |= {
+        "nprobe": args.nprobe,
+        "candidates": args.candidates,
+        "refine_factor": args.refine_factor,
+    }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     path = RESULTS / "retrieval_scale.json"
     earlier = {r["passages"]: r for r in json.loads(path.read_text())["runs"]} if path.exists() else {}
     keep = ("factory", "build_s", "build_peak_rss_mb", "build_omp_threads", "generate_s", "exact_search_s", "date")
     keep += ("convert",)
     built = {k: earlier[n][k] for k in keep if k in earlier.get(n, {})}
+    other_build = None
+    record = out / "build.json"  # written by the build itself (an index built outside an earlier invocation)
+    if record.exists() and json.loads(record.read_text())["factory"] != built.get("factory"):
+        built, other_build = json.loads(record.read_text()), earlier.pop(n, None)
     built["build_date"] = built.pop("date", None)
+    if other_build is not None:  # the earlier invocations measured another index of these vectors
+        built["earlier_builds"] = other_build.pop("earlier_builds", []) + [other_build]
     searched = (
         "nprobe",
         "candidates",
@@ -507,6 +520,8 @@ def measure_search(n: int, out: Path, args, queries: np.ndarray, questions: list
     row["recall_at_3_vs_exact"] = round(recall(found, exact, 3), 4)
     row["recall_at_10_vs_exact"] = round(recall(found, exact, 10), 4)
     row |= {"nprobe": options.nprobe, "candidates": options.candidates, "rerank_reads": "positional (pread)"}
+    if "Refine(" in options.faiss:
+        row["refine_factor"] = options.refine_factor
     row["serve_omp_threads"] = args.omp_threads
     row["sweep_inprocess_1_query_per_call"] = sweep(index, queries, exact, args.sweep_nprobe, args.sweep_candidates)
     del index
@@ -585,6 +600,12 @@ def main() -> None:
     ap.add_argument("--factory", help="faiss factory (default: factory_for(N))")
     ap.add_argument("--nprobe", type=int, default=32)
     ap.add_argument("--candidates", type=int, default=100)
+    ap.add_argument(
+        "--refine-factor",
+        type=int,
+        default=10,
+        help="factory ending in Refine(...): passages scanned per re-ranked one",
+    )
     ap.add_argument("--components", type=int, default=32)
     ap.add_argument("--queries", type=int, default=500, help="dev questions used as queries")
     ap.add_argument("--convert", action="store_true", help="also write a Flat file and time `searchrl index convert`")

@@ -32,6 +32,11 @@ def extrapolate(runs: list[dict], n: int = 21_000_000) -> dict:
     return out
 
 
+def _refined(run: dict) -> str:
+    """`` (x10 scanned)`` where the index has a refining stage: the scan returned candidates x refine_factor."""
+    return f" (x{run['refine_factor']} scanned)" if run.get("refine_factor") else ""
+
+
 def report(result: dict) -> str:
     """The results as Markdown: what was measured, per run, then the 21M extrapolation."""
     m = result["machine"]
@@ -60,7 +65,7 @@ def report(result: dict) -> str:
     ]
     for r in result["runs"]:
         lines.append(
-            f"| {r['passages']:,} | `{r['factory']}` | {r['nprobe']} / {r['candidates']} | "
+            f"| {r['passages']:,} | `{r['factory']}` | {r['nprobe']} / {r['candidates']}{_refined(r)} | "
             f"{r['recall_at_3_vs_exact']} | {r['recall_at_10_vs_exact']} | {r['build_s']} ({r['build_peak_rss_mb']}) "
             f"| {r['first_answer_s']} | {r['serve_rss_mb']} ({r['serve_peak_rss_mb']}) | {r['p50_1_ms']} | "
             f"{r['qps_1']} | {r['qps_8']} | {r.get('rerank_reads', 'memory map')} | {r.get('serve_omp_threads', 1)} |"
@@ -107,6 +112,15 @@ def report(result: dict) -> str:
                 f"(detail {e['serve_rss_detail_mb']}), 1 client p50 {e['p50_1_ms']} ms, {e['qps_1']} q/s, "
                 f"8 clients {e['qps_8']} q/s, {e.get('serve_omp_threads', 1)} faiss thread(s)"
                 + (f"; load average at its end {', '.join(f'{x:.1f}' for x in load)}." if load else "."),
+            ]
+        for b in r.get("earlier_builds", []):
+            lines += [
+                "",
+                f"Earlier build of these vectors, `{b['factory']}` ({b.get('date', '?')}): built in {b['build_s']} s "
+                f"(peak RSS {b['build_peak_rss_mb']} MB); nprobe {b['nprobe']} / {b['candidates']} candidates: "
+                f"recall@3 {b['recall_at_3_vs_exact']}, first answer {b['first_answer_s']} s, RSS {b['serve_rss_mb']} "
+                f"MB, 1 client p50 {b['p50_1_ms']} ms, {b['qps_1']} q/s, 8 clients {b['qps_8']} q/s, "
+                f"{b.get('serve_omp_threads', 1)} faiss thread(s).",
             ]
         if "convert" in r:
             c = r["convert"]

@@ -264,12 +264,43 @@ def test_build_skips_polysemous_training(synthetic, tmp_path: Path) -> None:
     assert not faiss.downcast_index(faiss.extract_index_ivf(built)).do_polysemous_training
 
 
+def test_refine_stage_scans_more_and_reranks_few(synthetic, tmp_path: Path) -> None:
+    """A factory ending in Refine(...) scans candidates x refine_factor passages, keeps the candidates best by its
+    finer in-RAM codes, and only those are re-ranked exactly: recall of a plain index re-ranking the whole pool."""
+    import faiss
+
+    corpus, vecs, queries = synthetic
+    factory = "IVF32,PQ8x4fs,Refine(SQ8)"
+    out = build_index(corpus, "dense", tmp_path / "rf", vectors=vecs, faiss=factory, nprobe=8, candidates=10)
+    dense = read_manifest(out)["options"]["dense"]
+    assert (dense["faiss"], dense["candidates"], dense["refine_factor"]) == (factory, 10, 10)
+    exact = exact_top(vecs, queries, 10)
+    found = {}
+    for refine_factor in (1, 10):
+        index = read_faiss_index(
+            out / "dense" / "index.faiss", DenseOptions(**(dense | {"refine_factor": refine_factor}))
+        )
+        assert faiss.downcast_index(index.index).k_factor == refine_factor
+        found[refine_factor] = index.search(queries, 10)[1]
+    # the coarse 8-byte codes alone rank poorly; scanning 10x as many and refining on SQ8 codes recovers the top 10
+    assert recall(found[1], exact) < 0.9 <= recall(found[10], exact)
+    plain = build_index(
+        corpus, "dense", tmp_path / "pl", vectors=vecs, faiss="IVF32,PQ8x4fs", nprobe=8, candidates=100
+    )
+    whole_pool = read_faiss_index(
+        plain / "dense" / "index.faiss", DenseOptions(**read_manifest(plain)["options"]["dense"])
+    )
+    assert recall(found[10], exact) >= recall(whole_pool.search(queries, 10)[1], exact) - 0.03
+    with pytest.raises(ValueError, match="refine_factor must be >= 1"):
+        DenseOptions(faiss=factory, refine_factor=0)
+
+
 def test_config_accepts_factory_strings() -> None:
     from pydantic import ValidationError
 
     from searchrl.config import RetrievalConfig
 
-    for kind in ("flat", "ivf", "hnsw", "IVF1024,PQ96", "OPQ64,IVF4096,PQ64x4fs"):
+    for kind in ("flat", "ivf", "hnsw", "IVF1024,PQ96", "OPQ64,IVF4096,PQ64x4fs", "IVF2048,PQ192x4fs,Refine(PQ192)"):
         assert RetrievalConfig(faiss=kind).faiss == kind
     for bad in ("flta", "ivf,pq", ""):
         with pytest.raises(ValidationError):

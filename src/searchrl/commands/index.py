@@ -40,6 +40,9 @@ def build(
     ),
     nprobe: int = typer.Option(16, help="dense ivf / factory IVF: inverted lists probed per query"),
     candidates: int = typer.Option(100, help="dense factory index: passages per query re-ranked exactly"),
+    refine_factor: int = typer.Option(
+        10, help="dense factory index ending in Refine(...): passages scanned per one re-ranked (finer codes cut them)"
+    ),
     stemmer: str = typer.Option("english", help="bm25: PyStemmer language, or 'none'"),
     stopwords: str = typer.Option("en", help="bm25: stopword list, or 'none'"),
     query_encoder: str = typer.Option(
@@ -73,6 +76,7 @@ def build(
         faiss=faiss,
         nprobe=nprobe,
         candidates=candidates,
+        refine_factor=refine_factor,
         stemmer=None if stemmer.lower() == "none" else stemmer,
         stopwords=None if stopwords.lower() == "none" else stopwords,
         query_encoder=query_encoder,
@@ -94,6 +98,9 @@ def convert(
     faiss: str = typer.Option(None, help="faiss index_factory string; default OPQ{m},IVF{~4 sqrt N},PQ{m}"),
     nprobe: int = typer.Option(64, help="inverted lists probed per query"),
     candidates: int = typer.Option(100, help="passages per query re-ranked exactly with their fp16 vectors"),
+    refine_factor: int = typer.Option(
+        10, help="factory index ending in Refine(...): passages scanned per one re-ranked (finer codes cut them)"
+    ),
     force: bool = typer.Option(False, "--force", help="replace an existing index in --out"),
 ) -> None:
     """Convert a Search-R1 / FlashRAG faiss Flat index into a compressed dense index, streaming its vectors.
@@ -104,7 +111,15 @@ def convert(
     from searchrl.utils import console
 
     path = convert_flat_index(
-        flat, corpus, out, encoder=encoder, faiss=faiss, nprobe=nprobe, candidates=candidates, overwrite=force
+        flat,
+        corpus,
+        out,
+        encoder=encoder,
+        faiss=faiss,
+        nprobe=nprobe,
+        candidates=candidates,
+        refine_factor=refine_factor,
+        overwrite=force,
     )
     manifest = json.loads((path / "manifest.json").read_text())
     console.print(

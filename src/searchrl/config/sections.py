@@ -102,7 +102,7 @@ class RetrievalConfig(Section):
     encoder: str = "minilm-l6-v2"
     #: dense / hybrid indexes built on demand: exact inner product (flat), ivf, hnsw, or a faiss index_factory
     #: string such as "IVF1024,PQ96" (a compressed index re-ranked exactly; see searchrl.retrieval.compressed).
-    faiss: str = Field(default="flat", pattern=r"^(flat|ivf|hnsw|[A-Za-z0-9_,.=\-]*[A-Z][A-Za-z0-9_,.=\-]*)$")
+    faiss: str = Field(default="flat", pattern=r"^(flat|ivf|hnsw|[A-Za-z0-9_,.=()\-]*[A-Z][A-Za-z0-9_,.=()\-]*)$")
     timeout_s: float = 10.0
     #: ``kind: web`` only: the search API, page fetching and the summariser.
     web: WebConfig = WebConfig()

@@ -314,8 +314,12 @@ class RerankedIndex:
         self._fast_scan = _fast_scan_ivf(index)
 
     @classmethod
-    def open(cls, directory: str | Path, *, nprobe: int, candidates: int) -> RerankedIndex:
-        """Open ``directory/index.faiss`` (inverted lists memory-mapped) and its ``vectors.f16.npy``."""
+    def open(cls, directory: str | Path, *, nprobe: int, candidates: int, refine_factor: int = 1) -> RerankedIndex:
+        """Open ``directory/index.faiss`` (inverted lists memory-mapped) and its ``vectors.f16.npy``.
+
+        An index with a refining stage (factory ``...,Refine(PQ192)``) scans its coarse codes for ``candidates *
+        refine_factor`` passages and keeps the ``candidates`` best by its finer in-RAM codes; only those are read
+        from the vector file for the exact re-ranking."""
         import faiss
 
         directory = Path(directory)
@@ -324,6 +328,8 @@ class RerankedIndex:
         index = faiss.read_index(str(directory / "index.faiss"), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
         if _ivf(index) is not None:
             faiss.ParameterSpace().set_index_parameter(index, "nprobe", nprobe)
+        if isinstance(faiss.downcast_index(index), faiss.IndexRefine):
+            faiss.ParameterSpace().set_index_parameter(index, "k_factor_rf", refine_factor)
         return cls(index, RowReader(directory / VECTORS_FILE), candidates=candidates)
 
     def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

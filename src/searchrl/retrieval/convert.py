@@ -89,6 +89,7 @@ def convert_flat_index(
     faiss: str | None = None,
     nprobe: int = 64,
     candidates: int = 100,
+    refine_factor: int = 10,
     overwrite: bool = False,
 ) -> Path:
     """Write a compressed dense index directory ``out`` from a Flat index file and the corpus it was built from.
@@ -106,6 +107,7 @@ def convert_flat_index(
         faiss=factory,
         nprobe=nprobe,
         candidates=candidates,
+        refine_factor=refine_factor,
         vectors=source,
         vectors_source=f"faiss Flat file {Path(flat).resolve()}",
         query_encoder="sentence-transformers",

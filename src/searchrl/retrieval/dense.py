@@ -42,7 +42,7 @@ FAISS_KINDS = ("flat", "ivf", "hnsw")
 #: how queries are encoded when serving: the exported ONNX graph (``onnx_encoder``) or sentence-transformers.
 QUERY_ENCODERS = ("onnx", "sentence-transformers")
 #: what a faiss index_factory string looks like (``IVF4096,PQ64``, ``OPQ64_256,IVF16384_HNSW32,PQ64x8``).
-FACTORY_RE = re.compile(r"[A-Za-z0-9_,.=\-]*[A-Z][A-Za-z0-9_,.=\-]*")
+FACTORY_RE = re.compile(r"[A-Za-z0-9_,.=()\-]*[A-Z][A-Za-z0-9_,.=()\-]*")
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 
 
@@ -92,6 +92,9 @@ class DenseOptions:
     nprobe: int = 16
     #: factory indexes: passages per query re-ranked exactly with their full vectors.
     candidates: int = 100
+    #: factory indexes with a refining stage (``IVF2048,PQ192x4fs,Refine(PQ192)``): the scan of the compressed
+    #: codes returns ``candidates * refine_factor`` passages, which the finer in-RAM codes cut to ``candidates``.
+    refine_factor: int = 10
     #: HNSW: neighbours per node and search breadth.
     hnsw_m: int = 32
     ef_search: int = 128
@@ -106,8 +109,11 @@ class DenseOptions:
                 f"unknown faiss index type '{self.faiss}'; use one of {', '.join(FAISS_KINDS)} or a "
                 "faiss index_factory string such as 'OPQ64,IVF4096,PQ64'"
             )
-        if self.candidates < 1 or self.nprobe < 1:
-            raise ValueError(f"candidates and nprobe must be >= 1 (got {self.candidates}, {self.nprobe})")
+        if self.candidates < 1 or self.nprobe < 1 or self.refine_factor < 1:
+            raise ValueError(
+                "candidates, nprobe and refine_factor must be >= 1 "
+                f"(got {self.candidates}, {self.nprobe}, {self.refine_factor})"
+            )
         if self.query_encoder not in QUERY_ENCODERS:
             raise ValueError(f"unknown query encoder '{self.query_encoder}'; use one of {', '.join(QUERY_ENCODERS)}")
 
@@ -259,7 +265,12 @@ def read_faiss_index(path: str | Path, options: DenseOptions) -> Any:
     import faiss
 
     if options.compressed:
-        return RerankedIndex.open(Path(path).parent, nprobe=options.nprobe, candidates=options.candidates)
+        return RerankedIndex.open(
+            Path(path).parent,
+            nprobe=options.nprobe,
+            candidates=options.candidates,
+            refine_factor=options.refine_factor,
+        )
 
     flag = faiss.IO_FLAG_MMAP if options.faiss == "ivf" else faiss.IO_FLAG_MMAP_IFC
     index = faiss.read_index(str(path), flag | faiss.IO_FLAG_READ_ONLY)

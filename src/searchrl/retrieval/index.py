@@ -76,6 +76,7 @@ def build_index(
     nlist: int | None = None,
     nprobe: int = 16,
     candidates: int = 100,
+    refine_factor: int = 10,
     hnsw_m: int = 32,
     ef_search: int = 128,
     query_prefix: str | None = None,
@@ -92,7 +93,8 @@ def build_index(
     BM25 options: ``stemmer`` (PyStemmer language or None), ``stopwords`` (bm25s list name or None), ``k1``, ``b``.
     Dense options: ``encoder`` (alias, directory or HF id), ``batch_size``, ``faiss`` index type (flat, ivf, hnsw,
     or a faiss index_factory string such as ``OPQ64,IVF4096,PQ64`` for a compressed index whose top ``candidates``
-    are re-ranked exactly; see ``searchrl.retrieval.compressed``) and its parameters;
+    are re-ranked exactly, ``refine_factor`` times as many scanned first when the factory ends in a ``Refine(...)``
+    stage; see ``searchrl.retrieval.compressed``) and its parameters;
     ``query_prefix`` / ``passage_prefix`` / ``normalize`` override what is inferred from the encoder's name.
     ``vectors``: precomputed passage embeddings (N, D) in corpus order, used instead of encoding; the manifest
     records ``"precomputed_vectors": true`` (benchmarks use this for synthetic indexes). For a compressed index it
@@ -126,6 +128,7 @@ def build_index(
             nlist=nlist,
             nprobe=nprobe,
             candidates=candidates,
+            refine_factor=refine_factor,
             hnsw_m=hnsw_m,
             ef_search=ef_search,
             max_length=max_length,
