@@ -25,6 +25,8 @@ from process start to first answer, RSS after the loads (VmRSS) and its peak (Vm
 Results: ``benchmarks/results/retrieval_scale.{json,md}`` (runs of earlier invocations with other N are kept).
 
 Usage: python benchmarks/retrieval_scale.py --passages 2000000 [--passages 5000000] [--work /tmp/searchrl-scale]
+       python benchmarks/retrieval_scale.py --passages 5000000 --reuse-index --nprobe 384 --candidates 100 \
+           --refine-factor 10 --omp-threads 2   (search settings of an index built before; faiss threads serving)
 """
 
 from __future__ import annotations
@@ -386,9 +388,15 @@ def factory_for(n: int) -> str:
     tables instead of 256-entry ones; even where re-ranking 1,000 candidates dominates);
     ``benchmarks/results/retrieval_factories.md``. Fast-scan inverted lists are read into RAM (faiss does not
     memory-map them).
+
+    Then a refining stage, ``Refine(PQ192)``: 8-bit PQ codes of the whole vector (192 bytes) held in RAM re-score
+    the ``candidates x refine_factor`` passages the scan returns, and only the best ``candidates`` are read from the
+    vector file. At 5M, nprobe 384 / 100 candidates (x10 scanned) found 98.3% of the exact top 3 at a 13.6 ms p50
+    over HTTP, against 37.5 ms for 98.7% re-ranking 1,000 candidates from disk without it; the build took 2.6x as
+    long (the 8-bit codebooks' k-means) and serving needs 0.9 GB more RAM (``retrieval_scale.md``).
     """
     nlist = 1 << round(np.log2(max(1.0, 0.7 * np.sqrt(n))))
-    return f"IVF{nlist},PQ192x4fs"
+    return f"IVF{nlist},PQ192x4fs,Refine(PQ192)"
 
 
 def sweep(
