@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -282,6 +283,9 @@ def test_refine_stage_scans_more_and_reranks_few(synthetic, tmp_path: Path) -> N
         )
         assert faiss.downcast_index(index.index).k_factor == refine_factor
         found[refine_factor] = index.search(queries, 10)[1]
+        with faiss_threads(2):  # one query: the probe-parallel scan, sized for all the passages it returns
+            index.search(queries[:1], 10)
+            assert index._fast_scan.implem == (15 if 10 * refine_factor > 20 else 14)
     # the coarse 8-byte codes alone rank poorly; scanning 10x as many and refining on SQ8 codes recovers the top 10
     assert recall(found[1], exact) < 0.9 <= recall(found[10], exact)
     plain = build_index(
@@ -392,6 +396,18 @@ def test_row_reader_names_a_truncated_vector_file(tmp_path: Path) -> None:
         f.truncate(path.stat().st_size - 16)
     with pytest.raises(ValueError, match="truncated"):
         RowReader(path)
+
+
+@contextlib.contextmanager
+def faiss_threads(n: int):
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 def test_fast_scan_single_queries_spread_over_lists_and_match_the_batch(synthetic, tmp_path: Path) -> None:

@@ -170,6 +170,14 @@ def _fast_scan_ivf(index: Any) -> Any | None:
     return ivf if ivf is not None and hasattr(ivf, "search_implem_14") else None
 
 
+def _refine_stage(index: Any) -> Any | None:
+    """``index`` as a faiss ``IndexRefine`` (factory ``...,Refine(...)``), or None."""
+    import faiss
+
+    refine = faiss.downcast_index(index) if isinstance(index, faiss.Index) else None
+    return refine if isinstance(refine, faiss.IndexRefine) else None
+
+
 def probe_parallel_implem(k: int) -> int:
     """faiss' fast-scan implementation that spreads one query's probed lists over threads, for a top ``k``: 14
     keeps each thread's results in a heap, 15 in a reservoir, which faiss' own default prefers beyond 20."""
@@ -312,9 +320,10 @@ class RerankedIndex:
         self.d = int(index.d)
         self.ntotal = int(index.ntotal)
         self._fast_scan = _fast_scan_ivf(index)
+        self._refine = _refine_stage(index)
 
     @classmethod
-    def open(cls, directory: str | Path, *, nprobe: int, candidates: int, refine_factor: int = 1) -> RerankedIndex:
+    def open(cls, directory: str | Path, *, nprobe: int, candidates: int, refine_factor: int = 10) -> RerankedIndex:
         """Open ``directory/index.faiss`` (inverted lists memory-mapped) and its ``vectors.f16.npy``.
 
         An index with a refining stage (factory ``...,Refine(PQ192)``) scans its coarse codes for ``candidates *
@@ -328,7 +337,7 @@ class RerankedIndex:
         index = faiss.read_index(str(directory / "index.faiss"), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
         if _ivf(index) is not None:
             faiss.ParameterSpace().set_index_parameter(index, "nprobe", nprobe)
-        if isinstance(faiss.downcast_index(index), faiss.IndexRefine):
+        if _refine_stage(index) is not None:
             faiss.ParameterSpace().set_index_parameter(index, "k_factor_rf", refine_factor)
         return cls(index, RowReader(directory / VECTORS_FILE), candidates=candidates)
 
@@ -346,7 +355,8 @@ class RerankedIndex:
             # busy with the default. Either implementation returns the same hits. Like faiss' default, it keeps
             # each thread's best in a heap for a few candidates and in a reservoir for more (15: k > 20).
             threads = faiss.omp_get_max_threads()
-            self._fast_scan.implem = probe_parallel_implem(pool) if 1 < threads and len(q) < threads else 0
+            scanned = pool * int(self._refine.k_factor) if self._refine is not None else pool
+            self._fast_scan.implem = probe_parallel_implem(scanned) if 1 < threads and len(q) < threads else 0
         _, cand = self.index.search(q, pool)  # (Q, pool)
         rows = np.unique(cand[cand >= 0])  # sorted: the gather reads the file front to back
         if isinstance(self.vectors, RowReader):

@@ -181,7 +181,7 @@ def spin_mode() -> str:
     Spinning instead of sleeping makes one query faster (measured idle on 2 cores: 2.5 ms against 3.7 ms), but
     threads that keep spinning after a call take the cores the HTTP server and its clients need next. ``run`` spins
     inside a call and stops when it returns (a served client got 17% more queries per second than with
-    ``always``, the encoder alone the same: ``benchmarks/results/peer_search_r1_server.md``); ``always`` keeps
+    ``always``, the encoder alone the same: ``benchmarks/results/HISTORY.md``); ``always`` keeps
     ONNX Runtime's default spinning; ``off`` (or ``0``) never spins.
     """
     mode = os.environ.get("SEARCHRL_ENCODER_SPIN", "run").strip().lower()
