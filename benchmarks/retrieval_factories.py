@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retrieval_scale import RESULTS, exact_top, fit_mixture, generate, lift, real_embeddings, recall  # noqa: E402
+from bench_query_encoder import write_results  # noqa: E402
+from retrieval_scale import exact_top, fit_mixture, generate, lift, real_embeddings, recall  # noqa: E402
 
 from searchrl.retrieval.compressed import RerankedIndex, RowReader, build_compressed  # noqa: E402
 
@@ -65,14 +66,6 @@ def measure(factory: str, n: int, work: Path, queries: np.ndarray, exact: np.nda
             print(json.dumps({"factory": factory} | cell), flush=True)
     out.unlink()
     return row
-
-
-def write_results(name: str, result: dict, lines: list[str]) -> None:
-    """``benchmarks/results/{name}.json`` and ``.md``; the Markdown is printed too."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 def load_text(load: tuple[float, ...]) -> str:

@@ -462,10 +462,7 @@ def run(n: int, args: argparse.Namespace, mix, queries: np.ndarray, questions: l
         str(args.candidates),
     ]
     built = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
-    row |= json.loads(built.stdout.strip().splitlines()[-1]) | {
-        "factory": factory,
-        "build_omp_threads": args.omp_threads,
-    }
+    row |= json.loads(built.stdout.strip().splitlines()[-1])  # build_s, peak RSS, factory, OMP threads
     print(f"[{n:,}] built {factory} in {row['build_s']} s (peak RSS {row['build_peak_rss_mb']} MB)", flush=True)
     return row | measure_search(n, out, args, queries, questions, exact)
 

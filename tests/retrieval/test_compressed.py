@@ -413,15 +413,9 @@ def faiss_threads(n: int):
 def test_fast_scan_single_queries_spread_over_lists_and_match_the_batch(synthetic, tmp_path: Path) -> None:
     """A fast-scan index searches one query with faiss' probe-parallel implementation (14 with a heap, 15 with a
     reservoir for more than 20 candidates) and a batch with the default; both give the same hits."""
-    import faiss
-
     corpus, vecs, queries = synthetic
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(2)
-    try:
+    with faiss_threads(2):
         _check_fast_scan(corpus, vecs, queries, tmp_path)
-    finally:
-        faiss.omp_set_num_threads(threads)
 
 
 def _check_fast_scan(corpus: Path, vecs: np.ndarray, queries: np.ndarray, tmp_path: Path) -> None:
