@@ -96,6 +96,9 @@ if [[ " ${PHASES:-tests peer rollout} " == *" peer "* ]]; then
   for m in "$SHM"/peer-trl-gpu/ours-*/metrics.jsonl; do  # our per-step metrics: phase times, tokens, peak memory
     [[ -f "$m" ]] && cp "$m" "$RUN/peer/$(basename "$(dirname "$m")")-metrics.jsonl"
   done
+  for f in "$SHM"/peer-trl-gpu/ours-*/profile_step*.txt; do  # PEER_ARGS=--profile: one profiled step of ours
+    [[ -f "$f" ]] && cp "$f" "$RUN/peer/$(basename "$(dirname "$f")")-$(basename "$f")"
+  done
   rm -rf "$SHM/peer-trl-gpu"
 fi
 

@@ -137,7 +137,8 @@ def ours(args, shape: str, tmp: Path, env: dict[str, str]) -> dict:
         f"algorithm.mini_batch_size={args.prompts * args.group}",
         "algorithm.kl_coef=0.001",
         "training.lr=1e-6",
-        f"training.steps={args.steps}",
+        f"training.steps={args.steps + bool(args.profile)}",  # --profile: one more step, profiled, not timed
+        f"training.profile_step={args.steps + 1 if args.profile else 0}",
         f"training.output_dir={out}",
         "training.tensorboard=false",
         "training.eval_every=0",
@@ -147,7 +148,7 @@ def ours(args, shape: str, tmp: Path, env: dict[str, str]) -> dict:
     print("ours:", shlex.join(cmd), flush=True)
     if code := run(cmd, tmp / f"ours-{shape}.log", env, args.timeout):
         raise SystemExit(f"searchrl train ({shape}) failed with exit {code}: {tail(tmp / f'ours-{shape}.log')}")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()][args.warmup :]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()][args.warmup : args.steps]
     phases = {p: statistics.median(r[f"time/{p}_s"] for r in rows) for p in ("generate", "logprob", "update")}
     return {
         "step_s": statistics.median(r["time/step_s"] for r in rows),
@@ -211,6 +212,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "peer_trl_gpu.json"))
     ap.add_argument("--workdir", help="keep each side's log and metrics here (default: a temporary directory)")
+    ap.add_argument(
+        "--profile", action="store_true", help="ours runs one more step under torch.profiler (training.profile_step)"
+    )
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test this script on a small shape")
     args = ap.parse_args(argv)
     if args.steps <= args.warmup:

@@ -197,3 +197,11 @@ def test_ppo_critic_mask_choice_runs_with_inserted_documents(tmp_path: Path, cri
     traj = trainer.last_trajectories[0]
     assert 0 < sum(traj.action_mask) < len(traj.action_mask)  # documents were inserted
     assert m["rollout/searches"] == 1 and m["value/return_mean"] == m["value/return_mean"]  # finite
+
+
+def test_profile_step_writes_the_operator_tables_of_that_step_only(tmp_path: Path) -> None:
+    make_trainer(tmp_path, lr=1e-3, steps=2, **{"training.profile_step": "2", "training.save_at_end": "false"}).train()
+    assert [p.name for p in tmp_path.glob("profile_step*.txt")] == ["profile_step2.txt"]
+    text = (tmp_path / "profile_step2.txt").read_text()
+    for label in ("rollout", "score", "update", "Self CPU"):
+        assert label in text, label

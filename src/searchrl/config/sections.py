@@ -289,6 +289,9 @@ class TrainingConfig(Section):
     #: copy of the weights step t started from (staleness 1; that copy's log-probs are the ratio's old log-probs).
     #: 0: on-policy. One process only; docs/recipes.md "One-step off-policy rollouts".
     off_policy_steps: Literal[0, 1] = 0
+    #: profile this step (1-based; 0: none) with torch.profiler: <output_dir>/profile_step<k>.txt lists the operators
+    #: by host and device time, the step's phases (rollout, score, update) labelled. The step itself runs slower.
+    profile_step: int = Field(default=0, ge=0)
 
 
 class MemorizationConfig(Section):

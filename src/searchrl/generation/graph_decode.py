@@ -23,6 +23,7 @@ growing cache on the CPU. A capture that fails falls back to eager steps with a 
 from __future__ import annotations
 
 import logging
+import time
 from types import SimpleNamespace
 
 import torch
@@ -92,6 +93,7 @@ class GraphRows:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.ids_B = self.pos_B = self.out_BV = None
         self.captures = 0
+        self.capture_s = 0.0  # host seconds spent warming up and capturing (synchronised)
 
     def select(self, idx_B: Tensor) -> None:
         self.cache.select(idx_B)
@@ -126,6 +128,7 @@ class GraphRows:
         suffix = self.cache.suffix
         self.ids_B, self.pos_B = ids_B.clone(), pos_B.clone()
         t0 = suffix.t.clone()
+        clock = time.perf_counter()
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -138,6 +141,8 @@ class GraphRows:
                 self.out_BV = self._eager(self.ids_B, self.pos_B)
             self.graph = graph
             self.captures += 1
+            torch.cuda.synchronize()
+            self.capture_s += time.perf_counter() - clock
         except Exception as err:  # noqa: BLE001 - any capture failure: the eager step is always correct
             log.warning("CUDA graph capture of the decode step failed (%s); decoding without graphs", err)
             suffix.t.copy_(t0)

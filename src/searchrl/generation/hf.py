@@ -254,6 +254,7 @@ class HFGenerator(Generator):
                 logits_BV = rows.step(next_B, pos_B)
         self._keep(rows, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
         self.stats["graph_captures"] += getattr(rows, "captures", 0)
+        self.stats["graph_capture_s"] += getattr(rows, "capture_s", 0.0)
         for row in range(B):
             out[slot_of[row]] = finish_row(self.tokenizer, toks[row], lps[row], self.eos_ids, stops, 0.0, stopped[row])
 

@@ -51,6 +51,7 @@ from searchrl.rl.hooks import AuxNLLHook, NLLSequence, RewardFn, as_aux_nll, def
 from searchrl.rl.kl_control import make_kl_controller
 from searchrl.rl.metrics_log import MetricsWriter, log_rollouts
 from searchrl.rl.passes import Passes
+from searchrl.rl.profiling import maybe_profiled, phase
 from searchrl.rl.sampling import Experience, Sampler
 from searchrl.rl.update import StepTensors, ValueModel
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
@@ -194,11 +195,14 @@ class Trainer:
         self.alg = self.cfg.algorithm.model_copy(update={"kl_coef": self.kl_ctrl.value})
         step, clock = self.state.step, {"start": time.perf_counter()}
         placement.reset_peak_memory()
-        exp = self._experience(step)
+        with phase("rollout"):
+            exp = self._experience(step)
         clock["scored"] = time.perf_counter()
-        sb = self._advantages(exp)
+        with phase("score"):
+            sb = self._advantages(exp)
         clock["advantages"] = time.perf_counter()
-        update_metrics = self._optimise(step, sb, exp.aux_seqs)
+        with phase("update"):
+            update_metrics = self._optimise(step, sb, exp.aux_seqs)
         clock["updated"] = time.perf_counter()
         metrics = self._step_metrics(step, exp, sb, update_metrics, clock)
         metrics.update(self.rollouts.metrics() if self.rollouts is not None else {})
@@ -399,7 +403,8 @@ class Trainer:
         with progress() as bar:
             task = bar.add_task("rl steps", total=total, completed=self.state.step)
             while self.state.step < total:
-                m = self.train_step()
+                with maybe_profiled(self.state.step + 1, self.tcfg.profile_step, self.out_dir):
+                    m = self.train_step()
                 if every and (self.state.step % every == 0 or self.state.step == total):
                     m.update(self.evaluate())
                 history.append(m)
