@@ -146,18 +146,32 @@ def markdown(res: dict) -> str:
             "",
             f"## Decode and update against the bound ({head})",
             "",
-            "| shape | batch | ours ms/step | HF static ms/step | bound ms | ours / bound | rollout tokens/s |",
-            "|---|---|---|---|---|---|---|",
+            "| shape | batch | ours ms/step | with the call's capture | graph capture ms | HF static ms/step "
+            "| bound ms | ours / bound | rollout tokens/s |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in ro["runs"]:
             if "batch" in r:
+                with_capture, capture = _f(r.get("ours_step_ms_with_capture")), _f(r.get("graph_capture_ms"))
                 lines.append(
-                    f"| {r['shape']} | {r['batch']} | {r['ours_step_ms']:.1f} | {r['hf_static_step_ms']:.1f} "
+                    f"| {r['shape']} | {r['batch']} | {r['ours_step_ms']:.1f} | {with_capture} "
+                    f"| {capture} | {_f(r.get('hf_static_step_ms'))} "
                     f"| {r['bound_step_ms']:.2f} | {r['decode_vs_bound']:.1f} | "
-                    f"{r['rollout_tokens_per_s']:.0f} |"
+                    f"{_f(r.get('rollout_tokens_per_s'))} |"
                 )
         lines += [f"- update MFU {r['shape']}: {r['update_mfu']:.2f}" for r in ro["runs"] if "update_mfu" in r]
     return "\n".join(lines) + "\n"
+
+
+def merge_rollout(old: dict, new: dict) -> dict:
+    """``new``'s runs replace ``old``'s of the same shape and batch (or the same shape's update); the other keys are
+    ``new``'s, the acceptance keys kept from ``old`` where ``new`` did not measure them."""
+    if not old:
+        return new
+    key = lambda r: (r["shape"], r.get("batch", "update"))  # noqa: E731
+    runs = {key(r): r for r in old.get("runs", [])}
+    runs.update({key(r): r for r in new.get("runs", [])})
+    return {**old, **new, "runs": list(runs.values())}
 
 
 def _f(x) -> str:
@@ -189,7 +203,7 @@ def main() -> None:
             shapes = json.loads((r / "peer_trl_gpu.json").read_text())
             peer.update({shape: portable_commands(rec) for shape, rec in shapes.items()})
         if (r / "gpu_rollout.json").exists():
-            rollout = json.loads((r / "gpu_rollout.json").read_text()) or rollout
+            rollout = merge_rollout(rollout, json.loads((r / "gpu_rollout.json").read_text()))
     tests = {o: sum(v == o for v in outcomes.values()) for o in ("passed", "failed", "skipped")}
     first = next((r for r in runs if (r / "device.txt").exists()), None)
     res = {

@@ -52,3 +52,32 @@ def test_report_counts_outcomes_and_joins_recipe_records(tmp_path: Path, monkeyp
     assert res["peer_trl"]["qwen2.5-3b"]["ratio"] == 0.5
     assert {"torch", "transformers"} <= res.keys()
     assert "| r_search | qwen2.5-3b | True | 1 | 41.50 |" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_runs_merge_with_later_rollout_records_replacing_earlier_ones(tmp_path: Path, monkeypatch) -> None:
+    """A later run's decode record of a (shape, batch) replaces the earlier one; the others stay; columns a run did
+    not measure (HF static, the multi-turn rollout) show as "-"."""
+    mod = _module()
+    first, second = tmp_path / "a", tmp_path / "b"
+    for d in (first, second):
+        d.mkdir()
+    rec = {"shape": "qwen2.5-1.5b", "bound_step_ms": 2.0, "hf_static_step_ms": 20.0, "rollout_tokens_per_s": 7000}
+    old_runs = [
+        {**rec, "batch": 16, "ours_step_ms": 7.0, "decode_vs_bound": 3.5},
+        {**rec, "batch": 512, "ours_step_ms": 17.0, "decode_vs_bound": 8.5},
+        {"shape": "qwen2.5-1.5b", "update_s": 0.2, "update_tokens": 8192, "update_mfu": 0.43},
+    ]
+    base = {"matmul_peak_tflops": 770.0, "copy_bandwidth_gbs": 4200.0}
+    (first / "gpu_rollout.json").write_text(json.dumps({**base, "runs": old_runs, "update_mfu_3b": 0.5}))
+    new_run = {"shape": "qwen2.5-1.5b", "batch": 512, "ours_step_ms": 12.0, "bound_step_ms": 2.0}
+    new_run.update(decode_vs_bound=6.0, ours_step_ms_with_capture=12.2, graph_capture_ms=50.0)
+    (second / "gpu_rollout.json").write_text(json.dumps({**base, "runs": [new_run], "decode_vs_bound_b512_1.5b": 6.0}))
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(first), str(second)])
+    mod.main()
+    ro = json.loads((second / "gpu_check.json").read_text())["rollout"]
+    steps = {r.get("batch"): r.get("ours_step_ms") for r in ro["runs"]}
+    assert steps == {16: 7.0, 512: 12.0, None: None}
+    assert ro["decode_vs_bound_b512_1.5b"] == 6.0 and ro["update_mfu_3b"] == 0.5
+    md = (second / "gpu_check.md").read_text()
+    assert "| qwen2.5-1.5b | 512 | 12.0 | 12.20 | 50.00 | - | 2.00 | 6.0 | - |" in md
+    assert "| qwen2.5-1.5b | 16 | 7.0 | - | - | 20.00 | 2.00 | 3.5 | 7000.00 |" in md
