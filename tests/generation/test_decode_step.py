@@ -300,3 +300,25 @@ def test_compiled_decode_step_decodes_the_same_tokens() -> None:
         for x, y in zip(a, b, strict=True):
             assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-4
         prompts = [p + c.token_ids for p, c in zip(prompts, a, strict=True)]
+
+
+def test_from_rows_places_shared_and_own_prefixes_right_aligned() -> None:
+    """Rows given one shared object (broadcast copy, contiguous or not) and rows with their own keys/values end up
+    exactly where a row-by-row copy puts them; a row without a prefix stays zero."""
+    torch.manual_seed(0)
+    H, D, width = 2, 3, 6
+    shared = [(torch.randn(H, 4, D), torch.randn(H, 4, D)) for _ in range(2)]
+    own = [(torch.randn(H, 6, D), torch.randn(H, 6, D)) for _ in range(2)]
+    rows = [shared, own, shared, None, shared]  # shared rows 0, 2, 4: not contiguous
+    cache = BufferedCache.from_rows(rows, width)
+    for layer in range(2):
+        K, V = cache.layers[layer].keys, cache.layers[layer].values
+        for i, r in enumerate(rows):
+            if r is None:
+                assert not K[i].any() and not V[i].any()
+                continue
+            n = r[layer][0].shape[1]
+            assert torch.equal(K[i, :, width - n :], r[layer][0]) and torch.equal(V[i, :, width - n :], r[layer][1])
+            assert not K[i, :, : width - n].any()
+    together = BufferedCache.from_rows([shared, shared, own], width)  # shared rows 0-1: one slice
+    assert torch.equal(together.layers[1].keys[1, :, 2:], shared[1][0])

@@ -70,18 +70,30 @@ class BufferedCache(DynamicCache):
 
     @classmethod
     def from_rows(cls, rows: Sequence[list[tuple[Tensor, Tensor]] | None], width: int) -> BufferedCache:
-        """A batch cache of ``width`` slots whose row ``i`` holds ``rows[i]`` right-aligned (zeros before it)."""
+        """A batch cache of ``width`` slots whose row ``i`` holds ``rows[i]`` right-aligned (zeros before it).
+
+        Rows given the same object (a prefix every prompt of a call opens with) are written in one broadcast copy per
+        layer: at 512 rows, one copy instead of 512 per layer."""
         cache = cls()
         some = next(r for r in rows if r is not None)
+        groups: dict[int, list[int]] = {}
+        for i, r in enumerate(rows):
+            if r is not None:
+                groups.setdefault(id(r), []).append(i)
+        device = some[0][0].device
+        where = {
+            key: slice(idx[0], idx[-1] + 1) if idx[-1] - idx[0] + 1 == len(idx) else torch.tensor(idx, device=device)
+            for key, idx in groups.items()
+        }
         for layer, (k0, v0) in enumerate(some):
             H, _, D = k0.shape
             K = k0.new_zeros(len(rows), H, width, D)
             V = v0.new_zeros(len(rows), H, width, v0.shape[-1])
-            for i, r in enumerate(rows):
-                if r is not None:
-                    n = r[layer][0].shape[1]
-                    K[i, :, width - n :] = r[layer][0]
-                    V[i, :, width - n :] = r[layer][1]
+            for key, idx in groups.items():
+                k, v = rows[idx[0]][layer]
+                n = k.shape[1]
+                K[where[key], :, width - n :] = k
+                V[where[key], :, width - n :] = v
             cache.update(K, V, layer)
         return cache
 
