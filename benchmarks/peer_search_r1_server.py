@@ -42,6 +42,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import socket
 import subprocess
 import sys
@@ -249,9 +250,12 @@ def search_r1_server(checkout: Path, python: str, index: Path, corpus: Path, mod
     return Server("Search-R1 retrieval_server.py", cmd, port, env, tmp / "search_r1.log")
 
 
+SERVE_ARGS: list[str] = []  # --serve-args: extra `searchrl serve` options (A/B runs of a setting)
+
+
 def searchrl_server(index: Path, tmp: Path) -> Server:
     port = free_port()
-    cmd = [str(SEARCHRL), "serve", "--index", str(index), "--port", str(port)]
+    cmd = [str(SEARCHRL), "serve", "--index", str(index), "--port", str(port), *SERVE_ARGS]
     return Server("searchrl serve", cmd, port, os.environ | {"SEARCHRL_NO_PROGRESS": "1"}, tmp / "searchrl.log")
 
 
@@ -425,7 +429,9 @@ def main() -> None:
     ap.add_argument("--big-passages", type=int, default=200_000, help="start-up index size (0: skip)")
     ap.add_argument("--prepare-only", action="store_true", help="build the indexes and caches, measure nothing")
     ap.add_argument("--smoke", action="store_true", help="tiny loads to check the wiring; writes no results")
+    ap.add_argument("--serve-args", default="", help="extra `searchrl serve` options, e.g. '--inline-ms 0'")
     args = ap.parse_args()
+    SERVE_ARGS[:] = shlex.split(args.serve_args)
     if args.smoke:
         LOADS[:] = [(name, clients, 2, per) for name, clients, _, per in LOADS]
     if args.ours_only:
@@ -522,6 +528,7 @@ def ours_only(args: argparse.Namespace) -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "load_average_at_start": start_load,
         "load_average_at_end": os.getloadavg(),
+        "serve_args": SERVE_ARGS,
         "row": ours,
         "encoder_only": encoder,
         "fraction_of_encoder_only": fractions(ours, encoder),

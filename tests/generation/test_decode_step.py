@@ -57,7 +57,9 @@ def _check_against_forward(
         _compare(model, step, steps, owners)
 
 
-def _compare(model, step: DecodeStep, steps: int, owners: tuple[int, ...]) -> None:
+def _compare(model, step: DecodeStep, steps: int, owners: tuple[int, ...], common: int = 0) -> None:
+    """``common``: the contexts open with the same ``common`` tokens (all real) before their own left-padded ones,
+    as a call's shared prefix is laid out, and the cache is told so (the step reads that opening once)."""
     lens = [5, 9, 2]
     L = max(lens)
     g = torch.Generator().manual_seed(1)
@@ -65,6 +67,9 @@ def _compare(model, step: DecodeStep, steps: int, owners: tuple[int, ...]) -> No
     mask_UL = torch.zeros(3, L, dtype=torch.long)
     for r, n in enumerate(lens):
         mask_UL[r, L - n :] = 1
+    if common:
+        ids = torch.cat([torch.randint(3, 259, (1, common), generator=g).expand(3, common), ids], dim=1)
+        mask_UL = torch.cat([torch.ones(3, common, dtype=torch.long), mask_UL], dim=1)
     pos = (mask_UL.cumsum(-1) - 1).clamp(min=0)
     own = torch.tensor(owners)
     full, prefix = BufferedCache(), BufferedCache()
@@ -72,7 +77,7 @@ def _compare(model, step: DecodeStep, steps: int, owners: tuple[int, ...]) -> No
         for c in (full, prefix):
             model(input_ids=ids, attention_mask=mask_UL, position_ids=pos, past_key_values=c, use_cache=True)
         full.batch_select_indices(own)
-        shared = SharedPrefixCache(prefix, mask_UL, own)
+        shared = SharedPrefixCache(prefix, mask_UL, own, common=common)
         mask = mask_UL[own]
         B = len(owners)
         nxt, p = torch.randint(3, 259, (B,), generator=g), pos[own, -1]
@@ -106,6 +111,26 @@ def _compare(model, step: DecodeStep, steps: int, owners: tuple[int, ...]) -> No
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
 def test_decode_step_matches_the_model_forward(kind: str, fused: bool) -> None:
     _check_against_forward(_tiny(kind), fused=fused)
+
+
+@pytest.mark.parametrize("owners", [(0, 1, 2), (0, 0, 1, 1, 2, 2), (0, 0, 0, 1, 2, 2)])
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_a_common_opening_read_once_attends_like_full_copies(kind: str, owners: tuple[int, ...]) -> None:
+    model = _tiny(kind)
+    step = DecodeStep.build(model)
+    _compare(model, step, steps=4, owners=owners, common=7)
+    with step.fused_weights(torch.float32):
+        _compare(model, step, steps=3, owners=owners, common=7)
+
+
+def test_a_common_opening_must_be_real_tokens() -> None:
+    model = tiny_model()
+    prefix = BufferedCache()
+    ids, mask = torch.randint(3, 259, (2, 4)), torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    with torch.inference_mode():
+        model(input_ids=ids, attention_mask=mask, past_key_values=prefix, use_cache=True)
+    with pytest.raises(ValueError, match="common=2"):
+        SharedPrefixCache(prefix, mask, torch.tensor([0, 1]), common=2)
 
 
 @pytest.mark.parametrize("owners", [(0, 0, 1, 1, 2, 2), (0, 0, 0, 1, 2, 2, 2, 2)])
@@ -210,9 +235,10 @@ def test_fast_and_plain_steps_sample_the_same_tokens() -> None:
         assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-4
 
 
-def test_inverse_cdf_matches_a_full_cumsum_and_skips_zero_mass() -> None:
+@pytest.mark.parametrize("V", [700, 1152])  # 700: no block divides it (the padded path); 1152 = 9 x 128
+def test_inverse_cdf_matches_a_full_cumsum_and_skips_zero_mass(V: int) -> None:
     g = torch.Generator().manual_seed(0)
-    probs = torch.rand(64, 700, generator=g) ** 4  # 700 is not a multiple of the block: the padded path
+    probs = torch.rand(64, V, generator=g) ** 4
     probs[probs < 0.05] = 0.0
     probs /= probs.sum(-1, keepdim=True)
     u = torch.rand(64, generator=g)

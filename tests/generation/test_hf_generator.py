@@ -155,6 +155,13 @@ def test_distinct_prompts_prefill_their_common_opening_once() -> None:
     _same(gen.generate(prompts, sp), HFGenerateGenerator(model, tok).generate(prompts, sp))
     common = len(tok.encode(opening))
     assert gen.stats["prefill_tokens"] == common + sum(len(p) - common for p in prompts)
+    assert gen.stats["common_opening_tokens"] == common  # the decode steps read the opening once for all rows
+    grouped = [p for p in prompts for _ in range(2)]  # rows sharing a context, over fixed (graph) buffers too
+    for graphs in ("off", "static"):
+        _same(
+            HFGenerator(model, tok, graphs=graphs).generate(grouped, sp),
+            HFGenerateGenerator(model, tok).generate(grouped, sp),
+        )
 
 
 def test_the_rollout_generator_takes_its_batch_from_the_config_or_the_device() -> None:

@@ -184,9 +184,10 @@ class DecodeStep:
                 x_B1C = x_B1C + mlp(norm2(x_B1C))
         h_BC = self.body.norm(x_B1C)[:, -1, :]
         head = self.lm.lm_head
-        if type(head) is nn.Linear and head.bias is None:
+        if type(head) is nn.Linear and head.bias is None and h_BC.device.type == "cpu":
             # (V, C) @ (C, B): MKL's kernel for this layout is 1.1-1.8x faster than x @ W^T at B = 8..16 rows (the
-            # batch shrinks as rows finish), with the same fp32 accumulation
+            # batch shrinks as rows finish), with the same fp32 accumulation. On a GPU the logits stay (B, V)
+            # row-major: a transposed (V, B) result costs a strided copy of the whole (B, V) block per step.
             return torch.mm(head.weight, h_BC.t().contiguous()).t().float()
         return head(h_BC).float()
 
@@ -250,10 +251,13 @@ def _mlp(m: nn.Module):
 def _attend(q_BKGD: Tensor, cache: SharedPrefixCache, i: int, keys_BKSD: Tensor, values_BKSD: Tensor) -> Tensor:
     """Softmax attention of one (pre-scaled) query per row over its context's shared keys/values and its own decoded
     ones. The context part runs once per context: the queries of its rows are laid out side by side, ``(U, K,
-    width * G, D)`` against ``(U, K, P, D)`` keys, so the prompt's cache is read once per group, not once per row."""
+    width * G, D)`` against ``(U, K, P, D)`` keys, so the prompt's cache is read once per group, not once per row.
+    An opening common to every context (``cache.common`` slots) is read once for all rows: one ``(K, B * G, D)``
+    against ``(K, C, D)`` product, whose scores join the same softmax."""
     B, K, G, D = q_BKGD.shape
     prefix = cache.prefix.layers[i]
-    keys_UKPD, values_UKPD = prefix.keys, prefix.values
+    C = getattr(cache, "common", 0)
+    keys_UKPD, values_UKPD = prefix.keys[:, :, C:], prefix.values[:, :, C:]
     U, P, M = keys_UKPD.shape[0], keys_UKPD.shape[2], cache.width
     own_B, slot_B = cache.owner_B, cache.slot_B
     if cache.even:  # the rows are the contexts' rows in order: a view, no scatter
@@ -263,13 +267,23 @@ def _attend(q_BKGD: Tensor, cache: SharedPrefixCache, i: int, keys_BKSD: Tensor,
         q_UMKGD[own_B, slot_B] = q_BKGD
     q_UKmD = q_UMKGD.permute(0, 2, 1, 3, 4).reshape(U, K, M * G, D)  # m = (row slot, query head in the group)
     s_UMKGP = torch.matmul(q_UKmD, keys_UKPD.transpose(-1, -2)).view(U, K, M, G, P).permute(0, 2, 1, 3, 4)
-    s_BKGP = (s_UMKGP.reshape(B, K, G, P) if cache.even else s_UMKGP[own_B, slot_B]) + cache.prefix_bias_B11P
+    bias_B11P = cache.prefix_bias_B11P[..., C:] if C else cache.prefix_bias_B11P
+    s_BKGP = (s_UMKGP.reshape(B, K, G, P) if cache.even else s_UMKGP[own_B, slot_B]) + bias_B11P
     s_BKGS = torch.matmul(q_BKGD, keys_BKSD.transpose(-1, -2))  # decoded tokens: all real, no mask...
     suffix_bias = getattr(cache.suffix, "bias_111N", None)
     if suffix_bias is not None:  # ...except in a fixed buffer (graph_decode.StaticSuffix): slots past the current one
         s_BKGS = s_BKGS + suffix_bias
-    p_BKGL = torch.softmax(torch.cat([s_BKGP, s_BKGS], dim=-1), dim=-1)
-    p_BKGP, p_BKGS = p_BKGL.split([P, p_BKGL.shape[-1] - P], dim=-1)
+    if C:  # the common opening (every context's first C slots, all real): every row's queries against one copy
+        q_KmD = q_BKGD.permute(1, 0, 2, 3).reshape(K, B * G, D)
+        s_BKGC = torch.matmul(q_KmD, prefix.keys[0, :, :C].transpose(-1, -2)).view(K, B, G, C).permute(1, 0, 2, 3)
+        p_BKGL = torch.softmax(torch.cat([s_BKGC, s_BKGP, s_BKGS], dim=-1), dim=-1)
+        p_BKGC, p_BKGP, p_BKGS = p_BKGL.split([C, P, p_BKGL.shape[-1] - C - P], dim=-1)
+        o_KmD = torch.matmul(p_BKGC.permute(1, 0, 2, 3).reshape(K, B * G, C), prefix.values[0, :, :C])
+        o_common_BKGD = o_KmD.view(K, B, G, D).permute(1, 0, 2, 3)
+    else:
+        p_BKGL = torch.softmax(torch.cat([s_BKGP, s_BKGS], dim=-1), dim=-1)
+        p_BKGP, p_BKGS = p_BKGL.split([P, p_BKGL.shape[-1] - P], dim=-1)
+        o_common_BKGD = None
     if cache.even:
         p_UMKGP = p_BKGP.view(U, M, K, G, P)
     else:
@@ -278,4 +292,5 @@ def _attend(q_BKGD: Tensor, cache: SharedPrefixCache, i: int, keys_BKSD: Tensor,
     o_UKmD = torch.matmul(p_UMKGP.permute(0, 2, 1, 3, 4).reshape(U, K, M * G, P), values_UKPD)
     o_UMKGD = o_UKmD.view(U, K, M, G, D).permute(0, 2, 1, 3, 4)
     o_BKGD = o_UMKGD.reshape(B, K, G, D) if cache.even else o_UMKGD[own_B, slot_B]
-    return o_BKGD + torch.matmul(p_BKGS, values_BKSD)
+    o_BKGD = o_BKGD + torch.matmul(p_BKGS, values_BKSD)
+    return o_BKGD if o_common_BKGD is None else o_BKGD + o_common_BKGD

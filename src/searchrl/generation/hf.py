@@ -186,7 +186,9 @@ class HFGenerator(Generator):
         logits_BV = logits_UV.index_select(0, sel).float()
         pos_B = pos_U.to(device).index_select(0, sel)
         if self.step is not None:  # rows share their context's keys/values
-            shared = SharedPrefixCache(cache, mask_UL, sel)
+            common = _common_opening(hits)
+            self.stats["common_opening_tokens"] += common  # read once per decode step for all rows
+            shared = SharedPrefixCache(cache, mask_UL, sel, common=common)
             cuda_graphs = self.graphs == "auto" and device.type == "cuda"
             if cuda_graphs or self.graphs == "static" or self.step.compiled:  # fixed buffers
                 rows = GraphRows(self.step, shared, params.max_new_tokens, capture=cuda_graphs)
@@ -328,6 +330,15 @@ class HFGenerator(Generator):
             kv = rows.row(b, len(ctx))
             if kv is not None:
                 self.store.put(ctx, kv)
+
+
+def _common_opening(hits) -> int:
+    """Slots every context's cache opens with, the same tokens in all: the prefix a call's prompts share (prefilled
+    once, one object for all) when each context's cached part is exactly that prefix; else 0."""
+    n0, kv0 = hits[0]
+    if kv0 is None or len(hits) < 2 or any(kv is not kv0 or n != n0 for n, kv in hits):
+        return 0
+    return n0
 
 
 class _HostCopy:

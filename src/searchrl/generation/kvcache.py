@@ -108,8 +108,14 @@ class SharedPrefixCache:
     (ascending) the context of each row. ``slot_B`` numbers the rows of one context 0, 1, ... (``width`` = the most
     rows any context has), which is how a decode step lays the rows' queries out per context."""
 
-    def __init__(self, prefix: BufferedCache, prefix_mask_UP: Tensor, owner_B: Tensor) -> None:
+    def __init__(self, prefix: BufferedCache, prefix_mask_UP: Tensor, owner_B: Tensor, common: int = 0) -> None:
+        """``common``: the first ``common`` slots hold the same real tokens in every context (an opening every
+        prompt shares, prefilled once): a decode step then reads their keys/values once for all rows, not once per
+        context (see ``DecodeStep``)."""
+        if common and not bool(prefix_mask_UP[:, :common].all()):
+            raise ValueError(f"common={common}: the first slots of every context must be real tokens")
         self.prefix = prefix
+        self.common = common
         self.prefix_mask_UP = prefix_mask_UP
         bias_UP = torch.zeros(prefix_mask_UP.shape, dtype=prefix.layers[0].keys.dtype, device=owner_B.device)
         bias_UP.masked_fill_(prefix_mask_UP == 0, torch.finfo(bias_UP.dtype).min)

@@ -113,12 +113,19 @@ def sample_tokens(logits_BV: Tensor, params: SamplingParams, uniform_B: Tensor |
 _BLOCK = 256
 
 
+def _block(V: int) -> int:
+    """Block length of the two-level search: 256, or 128 / 64 where that divides the vocabulary (Qwen's 151,936 =
+    1,187 x 128) and 256 does not, so the (B, V) block is viewed, not copied into a padded one, every step."""
+    return next((b for b in (_BLOCK, 128, 64) if V % b == 0), _BLOCK)
+
+
 def inverse_cdf(probs_BV: Tensor, u_B: Tensor) -> Tensor:
     """Per row, the token at fraction ``u`` (in [0, 1)) of the row's total mass: the first token whose cumulative
     mass exceeds ``u * total``, so a zero-probability token is never picked."""
     B, V = probs_BV.shape
-    pad = (-V) % _BLOCK
-    blocks_BNK = (torch.nn.functional.pad(probs_BV, (0, pad)) if pad else probs_BV).view(B, -1, _BLOCK)
+    block = _block(V)
+    pad = (-V) % block
+    blocks_BNK = (torch.nn.functional.pad(probs_BV, (0, pad)) if pad else probs_BV).view(B, -1, block)
     sums_BN = blocks_BNK.sum(-1)
     csum_BN = sums_BN.cumsum(-1)
     target_B1 = u_B[:, None] * csum_BN[:, -1:]
@@ -126,5 +133,5 @@ def inverse_cdf(probs_BV: Tensor, u_B: Tensor) -> Tensor:
     rest_B1 = target_B1 - (csum_BN.gather(-1, j_B1) - sums_BN.gather(-1, j_B1))
     inside_BK = blocks_BNK[torch.arange(B, device=probs_BV.device), j_B1.squeeze(-1)].cumsum(-1)
     rest_B1 = torch.minimum(rest_B1.clamp_(min=0), inside_BK[:, -1:] * (1 - 1e-6))  # rounding stays in the block
-    k_B1 = torch.searchsorted(inside_BK, rest_B1, right=True).clamp_(max=_BLOCK - 1)
-    return (j_B1 * _BLOCK + k_B1).squeeze(-1)
+    k_B1 = torch.searchsorted(inside_BK, rest_B1, right=True).clamp_(max=block - 1)
+    return (j_B1 * block + k_B1).squeeze(-1)
