@@ -54,22 +54,33 @@ def _fresh_placement():
     placement.reset()
 
 
-def _prompts(tok) -> list[list[int]]:
+OPENING = (  # an instruction every prompt opens with, longer than the 32 tokens that make it a shared prefix
+    "You are answering questions about a small invented world. Think step by step, search when a fact is missing, "
+    "and give the final answer in a few words only, with no explanation after it. "
+)
+
+
+def _prompts(tok, opening: str = "") -> list[list[int]]:
     texts = ["Question: who wrote the novel? Answer:", "The capital of the fictional land is", "Search for: river"]
-    return [tok(t)["input_ids"] for t in texts]
+    return [tok(opening + t)["input_ids"] for t in texts]
 
 
+@pytest.mark.parametrize("opening", ["", OPENING], ids=["own", "shared-opening"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize(("device", "shape"), DEVICES)
-def test_decode_logprobs_match_a_forward(tokenizer_dir: str, device: str, shape: str, precision: str) -> None:
-    """The log-prob the decode loop records for each sampled token equals a full forward's, within the tolerance."""
+def test_decode_logprobs_match_a_forward(
+    tokenizer_dir: str, device: str, shape: str, precision: str, opening: str
+) -> None:
+    """The log-prob the decode loop records for each sampled token equals a full forward's, within the tolerance;
+    with a shared opening, the decode steps read it once for all rows (``common_opening_tokens``)."""
     place = placement.configure(device, precision)
     model, tok = random_policy(f"random:{shape}:{tokenizer_dir}", torch.float32, place.device)
     model.eval()
     gen = HFGenerator(model, tok)
-    prompts = _prompts(tok)
+    prompts = _prompts(tok, opening)
     comps = gen.generate(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, seed=3))
     assert all(c.token_ids for c in comps)
+    assert (gen.stats["common_opening_tokens"] > 0) == bool(opening)
     if device == "cuda":  # the decode steps were replayed from a CUDA graph, not run eagerly after a failed capture
         assert gen.stats["graph_captures"] >= 1
     batch = collate(prompts, [c.token_ids for c in comps], [[1] * len(c.token_ids) for c in comps], pad_id=0)
