@@ -8,10 +8,11 @@
 #
 # PHASES picks phases ("tests peer rollout", the default, all three; e.g. PHASES=peer), CUDA_TESTS_K selects tests
 # (pytest -k, e.g. "ppo or recipe"), CUDA_TESTS_ARGS adds pytest arguments, PEER_ARGS / ROLLOUT_ARGS the benchmarks' (e.g. "--shapes qwen2.5-1.5b"); each
-# phase has a timeout (CUDA_TESTS_TIMEOUT 300 s, PEER_TIMEOUT 180 s, ROLLOUT_TIMEOUT 120 s; PYTEST_TIMEOUT 150 s a
+# phase has a timeout (CUDA_TESTS_TIMEOUT 300 s, PEER_TIMEOUT 240 s, ROLLOUT_TIMEOUT 120 s; PYTEST_TIMEOUT 150 s a
 # test where pytest-timeout is installed), so a run ends within about 10 minutes whatever happens. OUT_DIR receives
 # gpu_check.{json,md} and gpu_check_logs.tgz (every log, the JUnit XML, per-recipe records, nvidia-smi samples).
-# On one H200 the tests took 200-250 s and the TRL pair of one shape about 140 s: where a command may run 10 minutes,
+# On one H200 the tests took 200-250 s and the TRL pair about 140 s at the 1.5B shape, 175 s at 3B (PEER_ARGS=--profile
+# adds a profiled step of ours, whose tables took over 45 s more to write at 3B): where a command may run 10 minutes,
 # run PHASES=tests, then PHASES="peer rollout"; `python benchmarks/gpu_check.py RUN1 RUN2 --results` merges the two
 # (each gpu_check_logs.tgz unpacked into its own directory).
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
@@ -88,7 +89,7 @@ fi
 
 if [[ " ${PHASES:-tests peer rollout} " == *" peer "* ]]; then
   echo "== GRPO step vs TRL ($(($(date +%s) - START)) s)"
-  timeout "${PEER_TIMEOUT:-180}" python3 benchmarks/peer_trl_grpo.py --device cuda \
+  timeout "${PEER_TIMEOUT:-240}" python3 benchmarks/peer_trl_grpo.py --device cuda \
     --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" --steps "${PEER_STEPS:-3}" ${PEER_ARGS:-} \
     --out "$RUN/peer_trl_gpu.json" --workdir "$SHM/peer-trl-gpu" 2>&1 | tee "$RUN/peer_trl_gpu.log" | tail -12
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
