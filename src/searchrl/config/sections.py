@@ -290,7 +290,8 @@ class TrainingConfig(Section):
     #: 0: on-policy. One process only; docs/recipes.md "One-step off-policy rollouts".
     off_policy_steps: Literal[0, 1] = 0
     #: profile this step (1-based; 0: none) with torch.profiler: <output_dir>/profile_step<k>.txt lists the operators
-    #: by host and device time, the step's phases (rollout, score, update) labelled. The step itself runs slower.
+    #: by host and device time, the step's phases (rollout, score, update) labelled (the main process's, where there
+    #: are several). The step itself runs slower.
     profile_step: int = Field(default=0, ge=0)
 
 

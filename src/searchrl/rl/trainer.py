@@ -403,7 +403,8 @@ class Trainer:
         with progress() as bar:
             task = bar.add_task("rl steps", total=total, completed=self.state.step)
             while self.state.step < total:
-                with maybe_profiled(self.state.step + 1, self.tcfg.profile_step, self.out_dir):
+                profile_step = self.tcfg.profile_step if self.acc.is_main_process else 0  # one table, one writer
+                with maybe_profiled(self.state.step + 1, profile_step, self.out_dir):
                     m = self.train_step()
                 if every and (self.state.step % every == 0 or self.state.step == total):
                     m.update(self.evaluate())
