@@ -307,14 +307,16 @@ def test_lookahead_decodes_the_same_tokens(graphs: str, row_seeds: bool) -> None
 
 
 @pytest.mark.slow
-def test_compiled_decode_step_decodes_the_same_tokens() -> None:
+@pytest.mark.parametrize("opening", ["", "Answer briefly after searching the small world's pages. "])
+def test_compiled_decode_step_decodes_the_same_tokens(opening: str) -> None:
     """``rollout.compile_decode``: the step through torch.compile (Inductor) samples the tokens of the plain step,
-    through rows stopping at different steps (new batch sizes, so recompilation) and a second call reusing caches."""
+    through rows stopping at different steps (new batch sizes, so recompilation) and a second call reusing caches;
+    with a shared opening, through the step that reads it once for all rows."""
     from searchrl.config import load_config
     from searchrl.generation import rollout_generator
 
     tok, model = ByteTokenizer(), tiny_model()
-    prompts = [tok.encode(t) for t in ["Q: 2+2?\nA:", "hi", "a longer prompt here"]] * 2
+    prompts = [tok.encode(opening + t) for t in ["Q: 2+2?\nA:", "hi", "a longer prompt here"]] * 2
     sp = SamplingParams(max_new_tokens=16, temperature=1.0, seed=5, stop=tuple("abcdefghijklm"))
     rollout = load_config(None, ["rollout.compile_decode=true"]).rollout
     compiled = rollout_generator(rollout, model, tok, torch.device("cpu"))
@@ -322,6 +324,8 @@ def test_compiled_decode_step_decodes_the_same_tokens() -> None:
     assert compiled.step._compiled is not None and plain.step._compiled is None
     for call in range(2):
         a, b = compiled.generate(prompts, sp), plain.generate(prompts, sp)
+        if call == 0:
+            assert (compiled.stats["common_opening_tokens"] > 0) == bool(opening)
         assert [c.token_ids for c in a] == [c.token_ids for c in b], call
         for x, y in zip(a, b, strict=True):
             assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-4
