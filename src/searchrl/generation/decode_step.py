@@ -273,17 +273,12 @@ def _attend(q_BKGD: Tensor, cache: SharedPrefixCache, i: int, keys_BKSD: Tensor,
     suffix_bias = getattr(cache.suffix, "bias_111N", None)
     if suffix_bias is not None:  # ...except in a fixed buffer (graph_decode.StaticSuffix): slots past the current one
         s_BKGS = s_BKGS + suffix_bias
+    scores, sizes = [s_BKGP, s_BKGS], [P, s_BKGS.shape[-1]]
     if C:  # the common opening (every context's first C slots, all real): every row's queries against one copy
         q_KmD = q_BKGD.permute(1, 0, 2, 3).reshape(K, B * G, D)
         s_BKGC = torch.matmul(q_KmD, prefix.keys[0, :, :C].transpose(-1, -2)).view(K, B, G, C).permute(1, 0, 2, 3)
-        p_BKGL = torch.softmax(torch.cat([s_BKGC, s_BKGP, s_BKGS], dim=-1), dim=-1)
-        p_BKGC, p_BKGP, p_BKGS = p_BKGL.split([C, P, p_BKGL.shape[-1] - C - P], dim=-1)
-        o_KmD = torch.matmul(p_BKGC.permute(1, 0, 2, 3).reshape(K, B * G, C), prefix.values[0, :, :C])
-        o_common_BKGD = o_KmD.view(K, B, G, D).permute(1, 0, 2, 3)
-    else:
-        p_BKGL = torch.softmax(torch.cat([s_BKGP, s_BKGS], dim=-1), dim=-1)
-        p_BKGP, p_BKGS = p_BKGL.split([P, p_BKGL.shape[-1] - P], dim=-1)
-        o_common_BKGD = None
+        scores, sizes = [s_BKGC, *scores], [C, *sizes]
+    *p_common, p_BKGP, p_BKGS = torch.softmax(torch.cat(scores, dim=-1), dim=-1).split(sizes, dim=-1)
     if cache.even:
         p_UMKGP = p_BKGP.view(U, M, K, G, P)
     else:
@@ -293,4 +288,7 @@ def _attend(q_BKGD: Tensor, cache: SharedPrefixCache, i: int, keys_BKSD: Tensor,
     o_UMKGD = o_UKmD.view(U, K, M, G, D).permute(0, 2, 1, 3, 4)
     o_BKGD = o_UMKGD.reshape(B, K, G, D) if cache.even else o_UMKGD[own_B, slot_B]
     o_BKGD = o_BKGD + torch.matmul(p_BKGS, values_BKSD)
-    return o_BKGD if o_common_BKGD is None else o_BKGD + o_common_BKGD
+    if C:
+        o_KmD = torch.matmul(p_common[0].permute(1, 0, 2, 3).reshape(K, B * G, C), prefix.values[0, :, :C])
+        o_BKGD = o_BKGD + o_KmD.view(K, B, G, D).permute(1, 0, 2, 3)
+    return o_BKGD
