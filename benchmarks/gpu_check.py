@@ -146,29 +146,30 @@ def markdown(res: dict) -> str:
             "",
             f"## Decode and update against the bound ({head})",
             "",
-            "| shape | batch | ours ms/step | with the call's capture | graph capture ms | HF static ms/step "
-            "| bound ms | ours / bound | rollout tokens/s |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| shape | weights | batch | ours ms/step | with the call's capture | graph capture ms "
+            "| compiled ms/step | HF static ms/step | bound ms | ours / bound | compiled / bound | rollout tokens/s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in ro["runs"]:
             if "batch" in r:
                 with_capture, capture = _f(r.get("ours_step_ms_with_capture")), _f(r.get("graph_capture_ms"))
+                weights = "fp32 + bf16 autocast" if r.get("layout") == "master" else "bf16"
                 lines.append(
-                    f"| {r['shape']} | {r['batch']} | {r['ours_step_ms']:.1f} | {with_capture} "
-                    f"| {capture} | {_f(r.get('hf_static_step_ms'))} "
-                    f"| {r['bound_step_ms']:.2f} | {r['decode_vs_bound']:.1f} | "
-                    f"{_f(r.get('rollout_tokens_per_s'))} |"
+                    f"| {r['shape']} | {weights} | {r['batch']} | {r['ours_step_ms']:.1f} | {with_capture} "
+                    f"| {capture} | {_f(r.get('compiled_step_ms'))} | {_f(r.get('hf_static_step_ms'))} "
+                    f"| {r['bound_step_ms']:.2f} | {r['decode_vs_bound']:.1f} | {_f(r.get('compiled_vs_bound'))} "
+                    f"| {_f(r.get('rollout_tokens_per_s'))} |"
                 )
         lines += [f"- update MFU {r['shape']}: {r['update_mfu']:.2f}" for r in ro["runs"] if "update_mfu" in r]
     return "\n".join(lines) + "\n"
 
 
 def merge_rollout(old: dict, new: dict) -> dict:
-    """``new``'s runs replace ``old``'s of the same shape and batch (or the same shape's update); the other keys are
-    ``new``'s, the acceptance keys kept from ``old`` where ``new`` did not measure them."""
+    """``new``'s runs replace ``old``'s of the same shape, batch and weights (or the same shape's update); the other
+    keys are ``new``'s, the acceptance keys kept from ``old`` where ``new`` did not measure them."""
     if not old:
         return new
-    key = lambda r: (r["shape"], r.get("batch", "update"))  # noqa: E731
+    key = lambda r: (r["shape"], r.get("batch", "update"), r.get("layout", "bf16"))  # noqa: E731
     runs = {key(r): r for r in old.get("runs", [])}
     runs.update({key(r): r for r in new.get("runs", [])})
     return {**old, **new, "runs": list(runs.values())}

@@ -125,12 +125,17 @@ def decode_run(
         "graph_capture_ms": 1e3 * (gen.stats["graph_capture_s"] - before.get("graph_capture_s", 0.0)),
         "ours_tokens_per_s": batch * new_tokens / t_n,
     }
-    if compiled:  # rollout.compile_decode: the same loop with the step through torch.compile
+    if compiled:  # rollout.compile_decode: the same loop with each layer through torch.compile
         cgen = HFGenerator(model, tok, max_batch_size=batch, reuse_prefixes=False)
         cgen.step.compile()
         warm = timed(device, lambda: (cgen.generate(prompts, n), cgen.generate(prompts, n2)))  # compiles
         c_n, c_2n = timed(device, lambda: cgen.generate(prompts, n)), timed(device, lambda: cgen.generate(prompts, n2))
-        rec.update(compiled_step_ms=1e3 * (c_2n - c_n) / new_tokens, compiled_warmup_s=warm)
+        rec.update(
+            compiled_step_ms=1e3 * (c_2n - c_n) / new_tokens,
+            compiled_warmup_s=warm,
+            compiled_tokens_per_s=batch * new_tokens / c_n,
+            compiled_active=cgen.step.compiled,  # False: compiling failed and the loop decoded eagerly
+        )
     if static:
         hf = HFGenerateGenerator(model, tok, max_batch_size=batch)
         kw = {"cache_implementation": "static"}
@@ -233,6 +238,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--compile", action="store_true", help="also time the decode step through torch.compile (compile_decode)"
     )
+    ap.add_argument(
+        "--layouts",
+        default="bf16",
+        help="weights of the timed decode runs, comma list: bf16 (a bf16 policy) and/or master (the trainer's fp32 "
+        "master weights under bf16 autocast)",
+    )
+    ap.add_argument("--skip-update", action="store_true", help="leave out the update (MFU) runs")
+    ap.add_argument("--decode-shapes", help="shapes to time decoding at (comma list; default: all of --shapes)")
     args = ap.parse_args(argv)
     from searchrl import device as placement
     from searchrl.shapes import n_params, random_policy
@@ -266,19 +279,34 @@ def main(argv: list[str] | None = None) -> dict:
         model.eval()
         N = n_params(shape)
         wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        for b in [int(x) for x in args.batches.split(",")]:
-            static = args.hf_batches == "all" or str(b) in args.hf_batches.split(",")
-            timings = decode_run(model, tok, dev, world, b, args.new_tokens, static, args.compile)
-            rec = {"shape": shape, "batch": b, **timings}
-            bound_ms = 1e3 * max(wbytes / bw, 2 * N * b / peak)
-            rec.update(bound_step_ms=bound_ms, decode_vs_bound=rec["ours_step_ms"] / bound_ms)
-            if not args.skip_rollout:
-                rec.update(rollout_run(model, tok, world, b))
-            result["runs"].append(rec)
-            print(json.dumps(rec), flush=True)
-            if b == 512 and shape == "qwen2.5-1.5b":
-                result["decode_vs_bound_b512_1.5b"] = rec["decode_vs_bound"]
-            out.write_text(json.dumps(result, indent=1))  # after each run: a timeout keeps what finished
+        placement.configure(args.device)  # no autocast: the bf16 policy decodes in its own dtype
+        decode = args.decode_shapes is None or shape in args.decode_shapes.split(",")
+        for layout in args.layouts.split(",") if decode else []:
+            if layout == "master":  # the trainer's layout: fp32 master weights, bf16 autocast on CUDA
+                model.float()
+                placement.configure(args.device, "bf16" if cuda else "fp32")
+            for b in [int(x) for x in args.batches.split(",")]:
+                static = layout == "bf16" and (args.hf_batches == "all" or str(b) in args.hf_batches.split(","))
+                timings = decode_run(model, tok, dev, world, b, args.new_tokens, static, args.compile)
+                rec = {"shape": shape, "batch": b, **({"layout": layout} if layout != "bf16" else {}), **timings}
+                bound_ms = 1e3 * max(wbytes / bw, 2 * N * b / peak)
+                rec.update(bound_step_ms=bound_ms, decode_vs_bound=rec["ours_step_ms"] / bound_ms)
+                if "compiled_step_ms" in rec:
+                    rec["compiled_vs_bound"] = rec["compiled_step_ms"] / bound_ms
+                if not args.skip_rollout and layout == "bf16":
+                    rec.update(rollout_run(model, tok, world, b))
+                result["runs"].append(rec)
+                print(json.dumps(rec), flush=True)
+                if b == 512 and shape == "qwen2.5-1.5b" and layout == "bf16":
+                    result["decode_vs_bound_b512_1.5b"] = rec["decode_vs_bound"]
+                    if "compiled_vs_bound" in rec:
+                        result["compiled_decode_vs_bound_b512_1.5b"] = rec["compiled_vs_bound"]
+                out.write_text(json.dumps(result, indent=1))  # after each run: a timeout keeps what finished
+        if args.skip_update:
+            del model
+            if cuda:
+                torch.cuda.empty_cache()
+            continue
         model.float()  # the trainer's layout: fp32 master weights, bf16 autocast on CUDA
         upd = update_run(model, dev, args.update_rows, args.update_len, peak, N)
         result["runs"].append({"shape": shape, **upd})

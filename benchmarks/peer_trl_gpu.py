@@ -144,6 +144,7 @@ def ours(args, shape: str, tmp: Path, env: dict[str, str]) -> dict:
         "training.eval_every=0",
         "training.save_at_end=false",
         "training.log_rollouts=0",
+        *shlex.split(args.ours_args),
     ]
     print("ours:", shlex.join(cmd), flush=True)
     if code := run(cmd, tmp / f"ours-{shape}.log", env, args.timeout):
@@ -216,6 +217,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--profile", action="store_true", help="ours runs one more step under torch.profiler (training.profile_step)"
     )
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test this script on a small shape")
+    ap.add_argument(
+        "--ours-args", default="", help="further settings of ours, e.g. 'rollout.compile_decode=true' (in the report)"
+    )
     args = ap.parse_args(argv)
     if args.steps <= args.warmup:
         raise SystemExit("--steps must exceed --warmup (at least one timed step)")

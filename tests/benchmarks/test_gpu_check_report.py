@@ -79,5 +79,5 @@ def test_runs_merge_with_later_rollout_records_replacing_earlier_ones(tmp_path: 
     assert steps == {16: 7.0, 512: 12.0, None: None}
     assert ro["decode_vs_bound_b512_1.5b"] == 6.0 and ro["update_mfu_3b"] == 0.5
     md = (second / "gpu_check.md").read_text()
-    assert "| qwen2.5-1.5b | 512 | 12.0 | 12.20 | 50.00 | - | 2.00 | 6.0 | - |" in md
-    assert "| qwen2.5-1.5b | 16 | 7.0 | - | - | 20.00 | 2.00 | 3.5 | 7000.00 |" in md
+    assert "| qwen2.5-1.5b | bf16 | 512 | 12.0 | 12.20 | 50.00 | - | - | 2.00 | 6.0 | - | - |" in md
+    assert "| qwen2.5-1.5b | bf16 | 16 | 7.0 | - | - | - | 20.00 | 2.00 | 3.5 | - | 7000.00 |" in md

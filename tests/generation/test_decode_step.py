@@ -141,26 +141,29 @@ def test_rows_sharing_a_context_attend_like_full_copies(owners: tuple[int, ...])
 
 
 def test_fused_weights_follow_updates_and_autocast() -> None:
-    """Built at entry from the current weights (an optimiser step between calls is seen). By default only where
-    autocast would cache a cast copy (trainable fp32 weights under bf16 autocast), in autocast's dtype: not without
-    autocast, not for frozen weights."""
+    """Built at entry from the current weights (an optimiser step between calls is seen). On a CPU, by default only
+    where autocast would cache a cast copy (trainable fp32 weights under bf16 autocast), in autocast's dtype, output
+    and down projections cast alike: not without autocast, not for frozen weights."""
     model = _tiny("qwen2")
     step = DecodeStep.build(model)
     with torch.no_grad():
         model.model.layers[0].self_attn.k_proj.weight.add_(1.0)
     with step.fused_weights(torch.float32):
-        w_qkv, b_qkv, w_gu = step.fused[0]
-        k = model.model.layers[0].self_attn.k_proj
+        w_qkv, b_qkv, w_gu, w_o, w_down = step.fused[0]
+        attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
         H = model.config.hidden_size
-        torch.testing.assert_close(w_qkv[H : H + k.out_features], k.weight)
+        torch.testing.assert_close(w_qkv[H : H + attn.k_proj.out_features], attn.k_proj.weight)
         assert b_qkv is not None and w_gu.shape[0] == 2 * model.config.intermediate_size
+        assert w_o.data_ptr() == attn.o_proj.weight.data_ptr()  # the same dtype: no copy
+        assert w_down.data_ptr() == mlp.down_proj.weight.data_ptr()
+    nothing = (None,) * 5
     with step.fused_weights():  # fp32 weights used as they are: nothing to stand in for
-        assert all(f == (None, None, None) for f in step.fused)
+        assert all(f == nothing for f in step.fused)
     with torch.autocast("cpu", dtype=torch.bfloat16), step.fused_weights():
-        assert all(f[0].dtype == f[2].dtype == torch.bfloat16 for f in step.fused)
+        assert all({t.dtype for t in (f[0], f[2], f[3], f[4])} == {torch.bfloat16} for f in step.fused)
     model.requires_grad_(False)  # a frozen base (LoRA): autocast caches nothing, so neither do we
     with torch.autocast("cpu", dtype=torch.bfloat16), step.fused_weights():
-        assert all(f == (None, None, None) for f in step.fused)
+        assert all(f == nothing for f in step.fused)
 
 
 def test_fused_decode_under_autocast_matches_the_plain_step() -> None:
@@ -322,6 +325,8 @@ def test_compiled_decode_step_decodes_the_same_tokens(opening: str) -> None:
     compiled = rollout_generator(rollout, model, tok, torch.device("cpu"))
     plain = HFGenerator(model, tok)
     assert compiled.step._compiled is not None and plain.step._compiled is None
+    calls, layer = [], compiled.step._compiled
+    compiled.step._compiled = lambda *a: calls.append(1) or layer(*a)
     for call in range(2):
         a, b = compiled.generate(prompts, sp), plain.generate(prompts, sp)
         if call == 0:
@@ -330,6 +335,7 @@ def test_compiled_decode_step_decodes_the_same_tokens(opening: str) -> None:
         for x, y in zip(a, b, strict=True):
             assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-4
         prompts = [p + c.token_ids for p, c in zip(prompts, a, strict=True)]
+    assert calls  # the layers ran through the compiled graph
 
 
 def test_from_rows_places_shared_and_own_prefixes_right_aligned() -> None:
@@ -352,3 +358,23 @@ def test_from_rows_places_shared_and_own_prefixes_right_aligned() -> None:
             assert not K[i, :, : width - n].any()
     together = BufferedCache.from_rows([shared, shared, own], width)  # shared rows 0-1: one slice
     assert torch.equal(together.layers[1].keys[1, :, 2:], shared[1][0])
+
+
+def test_a_failing_compiler_falls_back_to_the_eager_layers(caplog) -> None:
+    """No compiler on the machine (e.g. no Triton on a GPU): the first compiled call fails, the step warns once and
+    decodes the plain step's tokens eagerly from then on."""
+    tok, model = ByteTokenizer(), tiny_model()
+    prompts = [tok.encode(t) for t in ["Q: 2+2?\nA:", "hi there"]]
+    sp = SamplingParams(max_new_tokens=6, temperature=1.0, seed=2)
+    broken = HFGenerator(model, tok, graphs="static")
+    broken.step.compile()
+
+    def fail(*_):
+        raise RuntimeError("no backend")
+
+    broken.step._compiled = fail
+    with caplog.at_level("WARNING"):
+        a = broken.generate(prompts, sp)
+    b = HFGenerator(model, tok, graphs="static").generate(prompts, sp)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert not broken.step.compiled and "decoding without compilation" in caplog.text

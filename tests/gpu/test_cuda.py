@@ -83,9 +83,36 @@ def test_decode_logprobs_match_a_forward(
     assert (gen.stats["common_opening_tokens"] > 0) == bool(opening)
     if device == "cuda":  # the decode steps were replayed from a CUDA graph, not run eagerly after a failed capture
         assert gen.stats["graph_captures"] >= 1
+    _assert_forward_agrees(model, place.device, prompts, comps, precision)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize(("device", "shape"), DEVICES)
+def test_compiled_decode_logprobs_match_a_forward(tokenizer_dir: str, device: str, shape: str, precision: str) -> None:
+    """``rollout.compile_decode``: every layer runs through the one compiled layer graph (replayed from a CUDA graph
+    on a GPU), with a shared opening, and the recorded log-probs agree with a full forward as the plain step's do."""
+    if device == "cpu" and precision == "bf16":
+        pytest.skip("one CPU case keeps the suite short: the compiled arithmetic is the same in both precisions")
+    place = placement.configure(device, precision)
+    model, tok = random_policy(f"random:{shape}:{tokenizer_dir}", torch.float32, place.device)
+    model.eval()
+    gen = HFGenerator(model, tok)
+    gen.step.compile()
+    calls, layer = [], gen.step._compiled
+    gen.step._compiled = lambda *a: calls.append(1) or layer(*a)
+    prompts = _prompts(tok, OPENING)
+    comps = gen.generate(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, seed=3))
+    assert len(calls) >= len(model.model.layers)  # every layer of a step, at least once
+    if device == "cuda":
+        assert gen.stats["graph_captures"] >= 1
+    _assert_forward_agrees(model, place.device, prompts, comps, precision)
+
+
+def _assert_forward_agrees(model, device, prompts, comps, precision: str) -> None:
     batch = collate(prompts, [c.token_ids for c in comps], [[1] * len(c.token_ids) for c in comps], pad_id=0)
-    batch = batch.to(place.device)
-    with torch.no_grad(), placement.autocast(place.device):
+    batch = batch.to(device)
+    with torch.no_grad(), placement.autocast(device):
         ref_BT = score_tokens(TokenScorer(model), batch, batch.response_mask)[0].float()
     diffs = torch.cat(
         [(ref_BT[b, : len(c.logprobs)].cpu() - torch.tensor(c.logprobs)).abs() for b, c in enumerate(comps)]

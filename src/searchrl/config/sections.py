@@ -130,7 +130,7 @@ class RolloutConfig(Section):
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
     backend: Literal["hf", "hf_generate", "vllm"] = "hf"
     #: rows the "hf" backends decode together at most (a step's rollouts beyond it decode in further passes); null:
-    #: 64 on the CPU, 256 on a GPU (a Qwen2.5-3B row of 1,280 tokens keeps 46 MB of keys/values).
+    #: 64 on the CPU, 512 on a GPU (a Qwen2.5-3B row of 1,280 tokens keeps 46 MB of keys/values: 24 GB for 512).
     max_batch_size: int | None = Field(default=None, ge=1)
     #: "hf" backend on CUDA: replay each decode step from a CUDA graph (searchrl.generation.graph_decode).
     cuda_graphs: bool = True

@@ -233,7 +233,7 @@ class _Loop:
         for seg in take:
             seed = seg.seed if seg.seed is not None else self.rng.getrandbits(63)
             self.rows.append(_Row(seg.key, list(seg.context), seg.max_new_tokens, seed))
-        return logits_UV.index_select(0, torch.tensor(owner, device=self.device)).float()
+        return logits_UV.index_select(0, torch.tensor(owner, device=self.device))
 
     def _kept_prefix(self, seg: Segment) -> tuple[int, list[tuple[Tensor, Tensor]] | None]:
         """The longest prefix of the segment's context whose keys/values the row kept (at least one token left to

@@ -12,12 +12,14 @@ own decoded tokens. Prefill stays on the model's own forward.
 Inside :meth:`DecodeStep.fused_weights` (one decode call) a layer's q/k/v projections run as one matmul over their
 concatenated weights, its gate/up projections as another, and the rotary embedding rotates queries and keys in one
 pass: per layer 4 matmuls instead of 7 and a third fewer small kernels, which is what a decode step at a few rows
-waits on (on a GPU, inside a CUDA graph too). Fused are the projections whose weights autocast would cast and cache
-anyway (trainable weights of another dtype than autocast's, i.e. fp32 master weights under bf16 autocast): their
-concatenated copy in autocast's dtype stands in for autocast's cached copies (the caller clears that cache after the
-prefill), so decoding holds no more memory than before, and the copies are dropped at exit, so training never holds
-them. Weights used as they are (fp32 on a CPU, a frozen bf16 base under LoRA) and layers with adapters or hooks
-keep their own modules.
+waits on (on a GPU, inside a CUDA graph too). On a GPU every plain projection is fused, in autocast's dtype when
+autocast is on: the concatenated copies live for the decode call only, below the update's peak. On a CPU fused are
+only the projections whose weights autocast would cast and cache anyway (trainable weights of another dtype than
+autocast's); weights used as they are (fp32) keep their own modules, whose memory traffic a copy would only add to.
+Where autocast would cast, the output and down projections' weights are cast once per call too, so no step casts a
+weight (a compiled step cannot use autocast's cache). These copies stand in for autocast's cached ones (the caller
+clears that cache after the prefill), and all are dropped at exit, so training never holds them. Layers with
+adapters or hooks keep their own modules.
 
 Supported: ``model_type`` llama (SmolLM, Llama 2/3) and qwen2 / mistral without a sliding window. Anything else, a
 model whose layout differs, or an FSDP-sharded one, gets ``None`` from :meth:`DecodeStep.build` and the caller uses
@@ -26,6 +28,7 @@ model whose layout differs, or an FSDP-sharded one, gets ``None`` from :meth:`De
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -35,6 +38,8 @@ from torch.nn import functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, rotate_half
 
 from searchrl.generation.kvcache import SharedPrefixCache
+
+log = logging.getLogger(__name__)
 
 _SUPPORTED = ("llama", "qwen2", "mistral")
 _RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
@@ -56,10 +61,10 @@ def sharded(model: nn.Module) -> bool:
 
 
 class DecodeStep:
-    """``step(ids_B, pos_B, cache) -> logits_BV`` (float32): the next-token logits after appending one token per row
-    (at position ``pos_B``) to ``cache``, a :class:`~searchrl.generation.kvcache.SharedPrefixCache` whose prefix
-    a prefill filled, or any cache with an ``attend(layer, q_BKGD, k_BK1D, v_BK1D) -> out_BKGD`` method that stores
-    the new keys/values and attends itself (:class:`~searchrl.generation.continuous.SlotCache`)."""
+    """``step(ids_B, pos_B, cache) -> logits_BV`` (the lm head's dtype): the next-token logits after appending one
+    token per row (at position ``pos_B``) to ``cache``, a :class:`~searchrl.generation.kvcache.SharedPrefixCache`
+    whose prefix a prefill filled, or any cache with an ``attend(layer, q_BKGD, k_BK1D, v_BK1D) -> out_BKGD`` method
+    that stores the new keys/values and attends itself (:class:`~searchrl.generation.continuous.SlotCache`)."""
 
     def __init__(self, lm: nn.Module) -> None:
         self.lm = lm
@@ -68,7 +73,7 @@ class DecodeStep:
         self.n_heads = cfg.num_attention_heads
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.fused: list[tuple[Tensor, Tensor | None, Tensor | None] | None] | None = None
+        self.fused: list[tuple[Tensor | None, ...]] | None = None
         self._compiled = None
         self._resolve()
 
@@ -91,6 +96,8 @@ class DecodeStep:
             )
             for layer in self.body.layers
         ]
+        # per layer: (norm weights, epsilon) where the layer fits :func:`_layer_core` (plain RMS norms, SiLU MLP)
+        self.core = [_core_parts(layer) for layer in self.body.layers]
 
     def _refresh(self) -> None:
         """Rebuild the plan if the layers' modules were replaced since (e.g. LoRA injected)."""
@@ -105,7 +112,10 @@ class DecodeStep:
         self._refresh()
         device = self._q0.weight.device
         cast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
-        self.fused = [_fuse(layer, dtype or cast, force=dtype is not None) for layer in self.body.layers]
+        force = dtype is not None
+        if dtype is None and (device.type == "cuda" or self.compiled):  # a GPU step waits on launches, not on memory
+            dtype, force = cast or self._q0.weight.dtype, True
+        self.fused = [_fuse(layer, dtype or cast, force=force) for layer in self.body.layers]
         try:
             yield
         finally:
@@ -136,11 +146,21 @@ class DecodeStep:
         return cls(lm)
 
     def compile(self) -> None:
-        """Run the step through ``torch.compile`` from now on (``rollout.compile_decode``): Inductor fuses the
-        step's elementwise kernels. Same logits up to floating-point rounding. Only steps over fixed buffers
-        (:class:`~searchrl.generation.graph_decode.StaticSuffix`, whose shapes hold for a whole call) take the
-        compiled path; a cache that grows every step would recompile at every step."""
-        self._compiled = torch.compile(self._step)
+        """Run each decoder layer through ``torch.compile`` from now on (``rollout.compile_decode``): Inductor fuses
+        the layer's small kernels (norms, rotary embedding, casts, attention masking and softmax, residual adds)
+        around its matmuls. One graph, :func:`_layer_core`, serves every layer, so compiling costs one layer's worth,
+        not the whole model's. Same logits up to floating-point rounding. Taken by the layers that fit it (plain RMS
+        norms and SiLU MLP, every projection fused: :meth:`fused_weights` fuses all while compiled) in steps over
+        fixed buffers (:class:`~searchrl.generation.graph_decode.StaticSuffix`, whose shapes hold for a whole call;
+        a cache that grows every step would recompile at every step); other layers and steps run eagerly."""
+        # one graph per distinct set of static sizes until dynamo makes them dynamic; the default limit (8) would
+        # leave a long run's later shapes (batch, buffers, dtype) eager without a word
+        import torch._dynamo
+
+        cfg = torch._dynamo.config
+        name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+        setattr(cfg, name, max(getattr(cfg, name), 64))
+        self._compiled = torch.compile(_layer_core)
 
     @property
     def compiled(self) -> bool:
@@ -149,9 +169,9 @@ class DecodeStep:
     def __call__(self, ids_B: Tensor, pos_B: Tensor, cache: SharedPrefixCache) -> Tensor:
         self._refresh()
         fixed = getattr(getattr(cache, "suffix", None), "bias_111N", None) is not None  # graph_decode.StaticSuffix
-        return (self._compiled if self._compiled is not None and fixed else self._step)(ids_B, pos_B, cache)
+        return self._step(ids_B, pos_B, cache, self._compiled if fixed else None)
 
-    def _step(self, ids_B: Tensor, pos_B: Tensor, cache: SharedPrefixCache) -> Tensor:
+    def _step(self, ids_B: Tensor, pos_B: Tensor, cache: SharedPrefixCache, core=None) -> Tensor:
         B, H, K, D = ids_B.shape[0], self.n_heads, self.n_kv, self.head_dim
         own_attention = getattr(cache, "attend", None)
         G = H // K  # query heads per key/value head
@@ -159,8 +179,21 @@ class DecodeStep:
         cos, sin = self.body.rotary_emb(x_B1C, pos_B[:, None])
         fused = self.fused or [None] * len(self.plan)
         for i, (norm1, q_proj, k_proj, v_proj, o_proj, norm2, mlp, scaling, down_act) in enumerate(self.plan):
+            f, parts = fused[i], self.core[i]
+            if core is not None and parts is not None and f is not None and None not in (f[0], f[2], f[3], f[4]):
+                suffix, prefix = cache.suffix, cache.prefix.layers[i]
+                try:
+                    x_B1C = core(
+                        x_B1C, cos, sin, parts[0], f[0], f[1], f[3], parts[1], f[2], f[4], prefix.keys,
+                        prefix.values, suffix.layers[i].keys, suffix.layers[i].values, suffix.t,
+                        cache.prefix_bias_B11P, suffix.bias_111N, cache.owner_B, cache.slot_B, H, K, parts[2],
+                        scaling, getattr(cache, "common", 0), cache.width, cache.even,
+                    )  # fmt: skip
+                    continue
+                except Exception as err:  # noqa: BLE001 - no compiler here (e.g. no Triton): the eager layer is exact
+                    log.warning("compiling the decode layer failed (%s); decoding without compilation", err)
+                    self._compiled = core = None  # this layer and the rest run eagerly (rewriting the same slot)
             h_B1C = norm1(x_B1C)
-            f = fused[i]
             if f is not None and f[0] is not None:  # one matmul for q, k and v; one rotation for q and k
                 qkv_BF1D = F.linear(h_B1C, f[0], f[1]).view(B, 1, H + 2 * K, D).transpose(1, 2)
                 qk_BF1D = qkv_BF1D[:, : H + K]
@@ -176,10 +209,12 @@ class DecodeStep:
             else:
                 keys_BKSD, values_BKSD = cache.suffix.update(k_BK1D, v_BK1D, i)
                 out_BKGD = _attend(q_BH1D.reshape(B, K, G, D) * scaling, cache, i, keys_BKSD, values_BKSD)
-            x_B1C = x_B1C + o_proj(out_BKGD.reshape(B, 1, H * D))
+            out_B1E = out_BKGD.reshape(B, 1, H * D)
+            x_B1C = x_B1C + (F.linear(out_B1E, f[3]) if f is not None and f[3] is not None else o_proj(out_B1E))
             if f is not None and f[2] is not None:  # one matmul for gate and up
                 gate_B1I, up_B1I = F.linear(norm2(x_B1C), f[2]).chunk(2, dim=-1)
-                x_B1C = x_B1C + down_act[0](down_act[1](gate_B1I) * up_B1I)
+                act_B1I = down_act[1](gate_B1I) * up_B1I
+                x_B1C = x_B1C + (F.linear(act_B1I, f[4]) if f[4] is not None else down_act[0](act_B1I))
             else:
                 x_B1C = x_B1C + mlp(norm2(x_B1C))
         h_BC = self.body.norm(x_B1C)[:, -1, :]
@@ -189,12 +224,25 @@ class DecodeStep:
             # batch shrinks as rows finish), with the same fp32 accumulation. On a GPU the logits stay (B, V)
             # row-major: a transposed (V, B) result costs a strided copy of the whole (B, V) block per step.
             return torch.mm(head.weight, h_BC.t().contiguous()).t().float()
-        return head(h_BC).float()
+        return head(h_BC)  # bf16 under autocast: the sampler reads it as it is (a float32 copy is 0.3 GB at B = 512)
 
 
 def _plain(m: nn.Module) -> bool:
     """No hooks and no per-instance ``forward`` (accelerate's offload hooks replace it)."""
     return not (m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__ or hasattr(m, "_hf_hook"))
+
+
+def _core_parts(layer: nn.Module) -> tuple[Tensor, Tensor, float] | None:
+    """``(input norm weight, post-attention norm weight, epsilon)`` of a layer :func:`_layer_core` can run: plain RMS
+    norms of one epsilon and a plain SiLU-gated MLP (its projections are checked where they are fused)."""
+    n1, n2, mlp = layer.input_layernorm, layer.post_attention_layernorm, layer.mlp
+    norms = all(type(n).__name__ in _RMS_NORMS and _plain(n) and hasattr(n, "variance_epsilon") for n in (n1, n2))
+    if not norms or n1.variance_epsilon != n2.variance_epsilon:
+        return None
+    act = getattr(mlp, "act_fn", None)
+    if type(mlp).__name__ not in _MLPS or not _plain(mlp) or type(act).__name__ not in ("SiLU", "SiLUActivation"):
+        return None
+    return n1.weight, n2.weight, float(n1.variance_epsilon)
 
 
 def _linear(m: nn.Module):
@@ -209,12 +257,12 @@ def _norm(m: nn.Module):
     return m
 
 
-def _fuse(
-    layer: nn.Module, dtype: torch.dtype | None, force: bool = False
-) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """``(w_qkv, b_qkv, w_gate_up)`` of one layer in ``dtype``, each ``None`` where its projections are not all plain
-    ``nn.Linear`` (adapters, hooks), their biases differ in kind, or (unless ``force``) autocast would not cache
-    their weights in ``dtype`` (no autocast, the same dtype already, frozen weights)."""
+def _fuse(layer: nn.Module, dtype: torch.dtype | None, force: bool = False) -> tuple[Tensor | None, ...]:
+    """``(w_qkv, b_qkv, w_gate_up, w_o, w_down)`` of one layer in ``dtype``, each ``None`` where its projections are
+    not all plain ``nn.Linear`` (adapters, hooks), their biases differ in kind, or (unless ``force``) autocast would
+    not cache their weights in ``dtype`` (no autocast, the same dtype already, frozen weights). ``w_o`` and ``w_down``
+    are the output and down projections' weights in ``dtype`` (bias-free ones): the step then casts nothing per token,
+    which a compiled step (whose graph cannot use autocast's cache) would otherwise do."""
 
     def cat(ws: list[Tensor]) -> Tensor:
         return torch.cat([w.detach().to(dtype) for w in ws])
@@ -225,9 +273,12 @@ def _fuse(
         cached = dtype is not None and all(m.weight.requires_grad and m.weight.dtype != dtype for m in ms)
         return force or cached
 
+    def alone(m: nn.Module) -> Tensor | None:
+        return m.weight.detach().to(dtype) if fusable((m,)) and m.bias is None else None
+
     attn, mlp = layer.self_attn, layer.mlp
     qkv = (attn.q_proj, attn.k_proj, attn.v_proj)
-    w_qkv = b_qkv = w_gu = None
+    w_qkv = b_qkv = w_gu = w_down = None
     if fusable(qkv):
         biases = [m.bias for m in qkv]
         if all(b is None for b in biases) or all(b is not None for b in biases):
@@ -237,7 +288,8 @@ def _fuse(
         gu = (mlp.gate_proj, mlp.up_proj)
         if fusable(gu) and all(m.bias is None for m in gu):
             w_gu = cat([m.weight for m in gu])
-    return w_qkv, b_qkv, w_gu
+            w_down = alone(mlp.down_proj)
+    return w_qkv, b_qkv, w_gu, alone(attn.o_proj), w_down
 
 
 def _mlp(m: nn.Module):
@@ -250,45 +302,123 @@ def _mlp(m: nn.Module):
 
 def _attend(q_BKGD: Tensor, cache: SharedPrefixCache, i: int, keys_BKSD: Tensor, values_BKSD: Tensor) -> Tensor:
     """Softmax attention of one (pre-scaled) query per row over its context's shared keys/values and its own decoded
-    ones. The context part runs once per context: the queries of its rows are laid out side by side, ``(U, K,
-    width * G, D)`` against ``(U, K, P, D)`` keys, so the prompt's cache is read once per group, not once per row.
-    An opening common to every context (``cache.common`` slots) is read once for all rows: one ``(K, B * G, D)``
-    against ``(K, C, D)`` product, whose scores join the same softmax."""
-    B, K, G, D = q_BKGD.shape
+    ones (:func:`_attend_core` on layer ``i`` of ``cache``)."""
     prefix = cache.prefix.layers[i]
-    C = getattr(cache, "common", 0)
-    keys_UKPD, values_UKPD = prefix.keys[:, :, C:], prefix.values[:, :, C:]
-    U, P, M = keys_UKPD.shape[0], keys_UKPD.shape[2], cache.width
-    own_B, slot_B = cache.owner_B, cache.slot_B
-    if cache.even:  # the rows are the contexts' rows in order: a view, no scatter
+    return _attend_core(
+        q_BKGD,
+        prefix.keys,
+        prefix.values,
+        keys_BKSD,
+        values_BKSD,
+        cache.prefix_bias_B11P,
+        getattr(cache.suffix, "bias_111N", None),
+        cache.owner_B,
+        cache.slot_B,
+        getattr(cache, "common", 0),
+        cache.width,
+        cache.even,
+    )
+
+
+def _attend_core(
+    q_BKGD: Tensor,
+    keys_UKLD: Tensor,
+    values_UKLD: Tensor,
+    keys_BKSD: Tensor,
+    values_BKSD: Tensor,
+    prefix_bias_B11L: Tensor,
+    suffix_bias_111S: Tensor | None,
+    own_B: Tensor,
+    slot_B: Tensor,
+    C: int,
+    M: int,
+    even: bool,
+) -> Tensor:
+    """The context part runs once per context: the queries of its rows (``M`` slots each; ``own_B`` / ``slot_B``
+    place the rows unless ``even``, rows already in context order) are laid out side by side, ``(U, K, M * G, D)``
+    against ``(U, K, P, D)`` keys, so the prompt's cache is read once per group, not once per row. An opening common
+    to every context (the first ``C`` slots) is read once for all rows: one ``(K, B * G, D)`` against ``(K, C, D)``
+    product, whose scores join the same softmax. ``suffix_bias_111S``: the mask of a fixed buffer of decoded tokens
+    (:class:`~searchrl.generation.graph_decode.StaticSuffix`), None when all are real."""
+    B, K, G, D = q_BKGD.shape
+    keys_UKPD, values_UKPD = keys_UKLD[:, :, C:], values_UKLD[:, :, C:]
+    U, P = keys_UKPD.shape[0], keys_UKPD.shape[2]
+    if even:  # the rows are the contexts' rows in order: a view, no scatter
         q_UMKGD = q_BKGD.view(U, M, K, G, D)
     else:
         q_UMKGD = q_BKGD.new_zeros(U, M, K, G, D)
         q_UMKGD[own_B, slot_B] = q_BKGD
     q_UKmD = q_UMKGD.permute(0, 2, 1, 3, 4).reshape(U, K, M * G, D)  # m = (row slot, query head in the group)
     s_UMKGP = torch.matmul(q_UKmD, keys_UKPD.transpose(-1, -2)).view(U, K, M, G, P).permute(0, 2, 1, 3, 4)
-    bias_B11P = cache.prefix_bias_B11P[..., C:] if C else cache.prefix_bias_B11P
-    s_BKGP = (s_UMKGP.reshape(B, K, G, P) if cache.even else s_UMKGP[own_B, slot_B]) + bias_B11P
+    bias_B11P = prefix_bias_B11L[..., C:] if C else prefix_bias_B11L
+    s_BKGP = (s_UMKGP.reshape(B, K, G, P) if even else s_UMKGP[own_B, slot_B]) + bias_B11P
     s_BKGS = torch.matmul(q_BKGD, keys_BKSD.transpose(-1, -2))  # decoded tokens: all real, no mask...
-    suffix_bias = getattr(cache.suffix, "bias_111N", None)
-    if suffix_bias is not None:  # ...except in a fixed buffer (graph_decode.StaticSuffix): slots past the current one
-        s_BKGS = s_BKGS + suffix_bias
+    if suffix_bias_111S is not None:  # ...except in a fixed buffer: slots past the current one
+        s_BKGS = s_BKGS + suffix_bias_111S
     scores, sizes = [s_BKGP, s_BKGS], [P, s_BKGS.shape[-1]]
     if C:  # the common opening (every context's first C slots, all real): every row's queries against one copy
         q_KmD = q_BKGD.permute(1, 0, 2, 3).reshape(K, B * G, D)
-        s_BKGC = torch.matmul(q_KmD, prefix.keys[0, :, :C].transpose(-1, -2)).view(K, B, G, C).permute(1, 0, 2, 3)
+        s_BKGC = torch.matmul(q_KmD, keys_UKLD[0, :, :C].transpose(-1, -2)).view(K, B, G, C).permute(1, 0, 2, 3)
         scores, sizes = [s_BKGC, *scores], [C, *sizes]
     *p_common, p_BKGP, p_BKGS = torch.softmax(torch.cat(scores, dim=-1), dim=-1).split(sizes, dim=-1)
-    if cache.even:
+    if even:
         p_UMKGP = p_BKGP.view(U, M, K, G, P)
     else:
         p_UMKGP = p_BKGP.new_zeros(U, M, K, G, P)
         p_UMKGP[own_B, slot_B] = p_BKGP
     o_UKmD = torch.matmul(p_UMKGP.permute(0, 2, 1, 3, 4).reshape(U, K, M * G, P), values_UKPD)
     o_UMKGD = o_UKmD.view(U, K, M, G, D).permute(0, 2, 1, 3, 4)
-    o_BKGD = o_UMKGD.reshape(B, K, G, D) if cache.even else o_UMKGD[own_B, slot_B]
+    o_BKGD = o_UMKGD.reshape(B, K, G, D) if even else o_UMKGD[own_B, slot_B]
     o_BKGD = o_BKGD + torch.matmul(p_BKGS, values_BKSD)
     if C:
-        o_KmD = torch.matmul(p_common[0].permute(1, 0, 2, 3).reshape(K, B * G, C), prefix.values[0, :, :C])
+        o_KmD = torch.matmul(p_common[0].permute(1, 0, 2, 3).reshape(K, B * G, C), values_UKLD[0, :, :C])
         o_BKGD = o_BKGD + o_KmD.view(K, B, G, D).permute(1, 0, 2, 3)
     return o_BKGD
+
+
+def _layer_core(
+    x_B1C: Tensor,
+    cos_B1D: Tensor,
+    sin_B1D: Tensor,
+    norm1_C: Tensor,
+    w_qkv: Tensor,
+    b_qkv: Tensor | None,
+    w_o: Tensor,
+    norm2_C: Tensor,
+    w_gu: Tensor,
+    w_down: Tensor,
+    keys_UKLD: Tensor,
+    values_UKLD: Tensor,
+    keys_BKND: Tensor,
+    values_BKND: Tensor,
+    t_1: Tensor,
+    prefix_bias_B11L: Tensor,
+    suffix_bias_111N: Tensor,
+    own_B: Tensor,
+    slot_B: Tensor,
+    H: int,
+    K: int,
+    eps: float,
+    scaling: float,
+    C: int,
+    M: int,
+    even: bool,
+) -> Tensor:
+    """One fully fused decoder layer (RMS norms, SiLU MLP, fused projections) over a fixed buffer of decoded tokens,
+    written in tensors and numbers only: ``torch.compile`` traces it once and every layer reuses that graph
+    (:meth:`DecodeStep.compile`). The same arithmetic as the eager layer of :meth:`DecodeStep._step`."""
+    B, D = x_B1C.shape[0], keys_UKLD.shape[-1]
+    h_B1C = F.rms_norm(x_B1C, (x_B1C.shape[-1],), norm1_C, eps)
+    qkv_BF1D = F.linear(h_B1C, w_qkv, b_qkv).view(B, 1, H + 2 * K, D).transpose(1, 2)
+    qk_BF1D = qkv_BF1D[:, : H + K]
+    qk_BF1D = qk_BF1D * cos_B1D[:, None] + rotate_half(qk_BF1D) * sin_B1D[:, None]
+    keys_BKND.index_copy_(2, t_1, qk_BF1D[:, H:].to(keys_BKND.dtype))
+    values_BKND.index_copy_(2, t_1, qkv_BF1D[:, H + K :].to(values_BKND.dtype))
+    q_BKGD = qk_BF1D[:, :H].reshape(B, K, H // K, D) * scaling
+    out_BKGD = _attend_core(
+        q_BKGD, keys_UKLD, values_UKLD, keys_BKND, values_BKND, prefix_bias_B11L, suffix_bias_111N, own_B, slot_B, C,
+        M, even,
+    )  # fmt: skip
+    x_B1C = x_B1C + F.linear(out_BKGD.reshape(B, 1, H * D), w_o)
+    gate_B1I, up_B1I = F.linear(F.rms_norm(x_B1C, (x_B1C.shape[-1],), norm2_C, eps), w_gu).chunk(2, dim=-1)
+    return x_B1C + F.linear(F.silu(gate_B1I) * up_B1I, w_down)

@@ -183,7 +183,7 @@ class HFGenerator(Generator):
         slot_of = [i for u in uniq for i in groups[u]]  # row -> index in the caller's prompt list
         self.stats["dedup_tokens"] += sum(len(uniq[r]) for r in owner) - sum(len(u) for u in uniq)
         sel = torch.tensor(owner, device=device)
-        logits_BV = logits_UV.index_select(0, sel).float()
+        logits_BV = logits_UV.index_select(0, sel)  # the model's dtype: sample_tokens computes in float32
         pos_B = pos_U.to(device).index_select(0, sel)
         if self.step is not None:  # rows share their context's keys/values
             common = _common_opening(hits)

@@ -83,31 +83,39 @@ def finish_row(
 
 def sample_tokens(logits_BV: Tensor, params: SamplingParams, uniform_B: Tensor | None) -> tuple[Tensor, Tensor]:
     """Next token per row and its log-prob under the raw logits (temperature 1, no top-p). Returns ``(B,), (B,)``.
-    ``uniform_B``: each row's draw in [0, 1) (unused, may be None, when greedy).
+    ``logits_BV``: any float dtype (a GPU step's are bf16), computed in float32. ``uniform_B``: each row's draw in
+    [0, 1) (unused, may be None, when greedy).
 
     Argmax when greedy, else temperature + nucleus (top-p) sampling. Sampling inverts the CDF with one uniform draw
     per row (``torch.multinomial`` costs ~15x more per step over a 49k vocabulary on a CPU), in two levels: the block
-    of 256 tokens holding the draw, then the token inside it (a full-vocabulary ``cumsum`` is sequential per row and
-    cost ~3 ms per step on 2 cores). At temperature 1 without top-p, the unnormalised ``exp(z - max z)`` that gives
-    the log-normaliser is also the sampling mass: one pass over the vocabulary instead of three."""
+    of up to 256 tokens holding the draw, then the token inside it (a full-vocabulary ``cumsum`` is sequential per row
+    and cost ~3 ms per step on 2 cores). At temperature 1 without top-p, one fused ``softmax`` (reading the logits in
+    their own dtype) gives both the sampling mass and the log-prob, ``log p`` of the picked token (never zero: a
+    zero-mass token is never picked): three passes over the ``(B, V)`` block in all, where a max, a shifted exp and
+    its sum took six; at 512 rows of a 152k vocabulary each pass is ~0.3 GB."""
     logits_BV = logits_BV.contiguous()  # reductions along a strided last dim run ~8x slower
-    max_B1 = logits_BV.amax(-1, keepdim=True)
-    mass_BV = (logits_BV - max_B1).exp_()  # proportional to softmax(z)
-    log_z_B = max_B1.squeeze(-1) + mass_BV.sum(-1).log_()
     if params.temperature <= 0:
         pick_B = logits_BV.argmax(-1)
-    else:
-        order_BV = None
-        if params.temperature != 1 or params.top_p < 1.0:
-            mass_BV = torch.softmax(logits_BV / params.temperature, dim=-1)
-        if params.top_p < 1.0:
-            mass_BV, order_BV = mass_BV.sort(dim=-1, descending=True)
-            drop_BV = mass_BV.cumsum(-1) - mass_BV > params.top_p  # keep the smallest prefix with mass >= top_p
-            mass_BV = mass_BV.masked_fill(drop_BV, 0.0)
-        pick_B = inverse_cdf(mass_BV, uniform_B)
-        if order_BV is not None:
-            pick_B = order_BV.gather(-1, pick_B[:, None]).squeeze(-1)
-    return pick_B, logits_BV.gather(-1, pick_B[:, None]).squeeze(-1) - log_z_B
+        return pick_B, _logprob(logits_BV, pick_B)
+    if params.temperature == 1 and params.top_p >= 1.0:
+        probs_BV = torch.softmax(logits_BV, dim=-1, dtype=torch.float32)
+        pick_B = inverse_cdf(probs_BV, uniform_B)
+        return pick_B, probs_BV.gather(-1, pick_B[:, None]).squeeze(-1).log_()
+    mass_BV = torch.softmax(logits_BV.float() / params.temperature, dim=-1)
+    order_BV = None
+    if params.top_p < 1.0:
+        mass_BV, order_BV = mass_BV.sort(dim=-1, descending=True)
+        drop_BV = mass_BV.cumsum(-1) - mass_BV > params.top_p  # keep the smallest prefix with mass >= top_p
+        mass_BV = mass_BV.masked_fill(drop_BV, 0.0)
+    pick_B = inverse_cdf(mass_BV, uniform_B)
+    if order_BV is not None:
+        pick_B = order_BV.gather(-1, pick_B[:, None]).squeeze(-1)
+    return pick_B, _logprob(logits_BV, pick_B)
+
+
+def _logprob(logits_BV: Tensor, pick_B: Tensor) -> Tensor:
+    """``log softmax(logits)[pick]`` per row, in float32."""
+    return logits_BV.gather(-1, pick_B[:, None]).squeeze(-1).float() - torch.logsumexp(logits_BV.float(), dim=-1)
 
 
 _BLOCK = 256
