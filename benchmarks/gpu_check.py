@@ -136,7 +136,7 @@ def markdown(res: dict) -> str:
     ]
     for shape, p in res["peer_trl"].items():
         lines.append(
-            f"| {shape} | {p['ours_s']} | {p['trl_s']} | {p['ratio']} | {_f(p.get('ours_peak_gb'))} | "
+            f"| {shape} | {p['ours_s']} | {p['trl_s'] or '-'} | {p['ratio'] or '-'} | {_f(p.get('ours_peak_gb'))} | "
             f"{_f(p.get('trl_peak_gb'))} | {p.get('work', '')} |"
         )
     ro = res.get("rollout") or {}
@@ -202,7 +202,9 @@ def main() -> None:
         recs.update(records(r))
         if (r / "peer_trl_gpu.json").exists():
             shapes = json.loads((r / "peer_trl_gpu.json").read_text())
-            peer.update({shape: portable_commands(rec) for shape, rec in shapes.items()})
+            for shape, rec in shapes.items():  # ours alone (TRL's side cut short) never replaces a full pair
+                if rec.get("trl_s") is not None or shape not in peer:
+                    peer[shape] = portable_commands(rec)
         if (r / "gpu_rollout.json").exists():
             rollout = merge_rollout(rollout, json.loads((r / "gpu_rollout.json").read_text()))
     tests = {o: sum(v == o for v in outcomes.values()) for o in ("passed", "failed", "skipped")}

@@ -81,3 +81,21 @@ def test_runs_merge_with_later_rollout_records_replacing_earlier_ones(tmp_path: 
     md = (second / "gpu_check.md").read_text()
     assert "| qwen2.5-1.5b | bf16 | 512 | 12.0 | 12.20 | 50.00 | - | - | 2.00 | 6.0 | - | - |" in md
     assert "| qwen2.5-1.5b | bf16 | 16 | 7.0 | - | - | - | 20.00 | 2.00 | 3.5 | - | 7000.00 |" in md
+
+
+def test_a_pair_cut_short_keeps_ours_without_replacing_a_full_pair(tmp_path: Path, monkeypatch) -> None:
+    """A run whose TRL side timed out leaves ours alone (shown with "-" for TRL); merged after a full pair of the
+    same shape, it does not replace it, and it fills in a shape no run paired."""
+    mod = _module()
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    for d in (full, cut):
+        d.mkdir()
+    (full / "peer_trl_gpu.json").write_text(json.dumps({"qwen2.5-3b": {"ours_s": 2.0, "trl_s": 4.0, "ratio": 0.5}}))
+    alone = {"ours_s": 3.0, "trl_s": None, "ratio": None}
+    (cut / "peer_trl_gpu.json").write_text(json.dumps({"qwen2.5-3b": alone, "qwen2.5-1.5b": alone}))
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(full), str(cut), "--seconds", "1"])
+    mod.main()
+    res = json.loads((cut / "gpu_check.json").read_text())  # the report goes to the last run
+    assert res["peer_trl"]["qwen2.5-3b"]["ratio"] == 0.5
+    assert res["peer_trl"]["qwen2.5-1.5b"]["trl_s"] is None
+    assert "| qwen2.5-1.5b | 3.0 | - | - |" in (cut / "gpu_check.md").read_text()

@@ -165,7 +165,8 @@ def test_distinct_prompts_prefill_their_common_opening_once() -> None:
 
 
 def test_the_rollout_generator_takes_its_batch_from_the_config_or_the_device() -> None:
-    """``rollout.max_batch_size`` when set, else 64 rows on the CPU and 512 on a GPU; ``rollout.cuda_graphs``."""
+    """``rollout.max_batch_size`` when set, else 64 rows on the CPU and 512 on a GPU; ``rollout.cuda_graphs``;
+    ``rollout.compile_decode`` when set, else on a GPU only."""
     from searchrl import device as placement
     from searchrl.config import load_config
     from searchrl.generation import rollout_generator
@@ -179,6 +180,9 @@ def test_the_rollout_generator_takes_its_batch_from_the_config_or_the_device() -
     assert unset.graphs == "auto"
     no_graphs = load_config(None, ["rollout.cuda_graphs=false"]).rollout
     assert rollout_generator(no_graphs, model, tok, torch.device("cpu")).graphs == "off"
+    assert not unset.step.compiled  # the CPU default: eager
+    compiled = load_config(None, ["rollout.compile_decode=true"]).rollout
+    assert rollout_generator(compiled, model, tok, torch.device("cpu")).step.compiled
     assert placement.decode_batch_default(torch.device("cuda")) == 512
     assert placement.micro_batch_defaults(torch.device("cuda")) == (64, 8192)
     assert placement.micro_batch_defaults(torch.device("cpu")) == (16, 2048)

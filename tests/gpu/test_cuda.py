@@ -339,6 +339,24 @@ def test_placement_defaults_and_frozen_dtype() -> None:
         placement.configure("cpu", "fp8")
 
 
+def test_cuda_placement_leaves_cudnn_attention_out_unless_asked(monkeypatch) -> None:
+    """A CUDA placement turns off cuDNN's attention backend (a graph built per new shape); the environment
+    variable keeps it; a CPU placement leaves the flag alone."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        placement.attention_kernels(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        monkeypatch.setenv("SEARCHRL_CUDNN_ATTENTION", "1")
+        placement.attention_kernels(torch.device("cuda"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        monkeypatch.delenv("SEARCHRL_CUDNN_ATTENTION")
+        placement.attention_kernels(torch.device("cuda"))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 RECIPES = [
     "demo",
     "search_r1_ppo",

@@ -203,5 +203,40 @@ def test_profile_step_writes_the_operator_tables_of_that_step_only(tmp_path: Pat
     make_trainer(tmp_path, lr=1e-3, steps=2, **{"training.profile_step": "2", "training.save_at_end": "false"}).train()
     assert [p.name for p in tmp_path.glob("profile_step*.txt")] == ["profile_step2.txt"]
     text = (tmp_path / "profile_step2.txt").read_text()
-    for label in ("rollout", "score", "update", "Self CPU"):
+    for label in ("rollout", "score", "update", "host operators by self time", "aten::"):
         assert label in text, label
+
+
+def test_profile_summary_counts_self_time_and_labelled_ranges() -> None:
+    """Self time is an operator's time minus the operators nested in it on its thread; ranges and device work are
+    listed apart."""
+    from types import SimpleNamespace
+
+    from searchrl.rl.profiling import summarise
+
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+
+    def ev(name, start, dur, thread=1, device=cpu, label=False):
+        return SimpleNamespace(
+            name=lambda: name,
+            device_type=lambda: device,
+            start_ns=lambda: start,
+            duration_ns=lambda: dur,
+            start_thread_id=lambda: thread,
+            is_user_annotation=lambda: label,
+        )
+
+    events = [
+        ev("update", 0, 10_000_000, label=True),
+        ev("aten::linear", 0, 4_000_000),  # holds a matmul of 3 ms: 1 ms of its own
+        ev("aten::mm", 0, 3_000_000),
+        ev("aten::mm", 5_000_000, 2_000_000),
+        ev("aten::mm", 0, 6_000_000, thread=2),  # another thread: not nested in the linear
+        ev("gemm_kernel", 100, 2_500_000, device=cuda),
+    ]
+    text = summarise(events)
+    lines = [line.split() for line in text.splitlines() if line.startswith(("aten", "gemm", "upd"))]
+    rows = {line[0]: line[1:] for line in lines}
+    assert rows["aten::mm"][0] == "11.0" and rows["aten::mm"][3] == "3"  # self ms, calls
+    assert rows["aten::linear"][0] == "1.0" and rows["aten::linear"][2] == "4.0"  # self, total
+    assert rows["update"][0] == "10.0" and rows["gemm_kernel"][0] == "2.5"

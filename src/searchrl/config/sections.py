@@ -134,11 +134,12 @@ class RolloutConfig(Section):
     max_batch_size: int | None = Field(default=None, ge=1)
     #: "hf" backend on CUDA: replay each decode step from a CUDA graph (searchrl.generation.graph_decode).
     cuda_graphs: bool = True
-    #: "hf" backend: compile the decode step with torch.compile, fusing its small elementwise kernels (norms, rotary
-    #: embedding, casts, attention masking), which dominate a GPU decode step; on CUDA the compiled step is then
-    #: replayed from CUDA graphs. The first decode calls pay the compilation (a few per distinct batch and cache
-    #: size until the sizes are treated as dynamic). Off by default.
-    compile_decode: bool = False
+    #: "hf" backend: compile the decode step's layers with torch.compile (one graph serves every layer), fusing
+    #: the small elementwise kernels (norms, rotary embedding, casts, attention masking) that dominate a GPU decode
+    #: step; on CUDA the compiled layers are replayed from CUDA graphs. null: on CUDA, off on the CPU. The first
+    #: decode calls pay the compilation (~7 s a graph on an H200, a few graphs until sizes are treated as dynamic);
+    #: without a working compiler the step warns once and decodes eagerly.
+    compile_decode: bool | None = None
     #: continuous batching across turns (searchrl.rollout.continuous): a row that finishes a turn leaves the decode
     #: batch, its search runs in a background thread, and it re-enters with only the new tokens prefilled while the
     #: other rows keep decoding. Same trajectories as turn-by-turn decoding up to floating-point rounding; needs the

@@ -39,6 +39,7 @@ def rollout_generator(rollout, model, tokenizer, device) -> Generator:
         return make_generator(rollout.backend, model, tokenizer, max_batch_size=rows)
     graphs = "auto" if rollout.cuda_graphs else "off"
     gen = make_generator(rollout.backend, model, tokenizer, max_batch_size=rows, graphs=graphs)
-    if rollout.compile_decode and getattr(gen, "step", None) is not None:
+    compile_decode = rollout.compile_decode if rollout.compile_decode is not None else device.type == "cuda"
+    if compile_decode and getattr(gen, "step", None) is not None:
         gen.step.compile()
     return gen
