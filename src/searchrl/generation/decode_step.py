@@ -184,11 +184,33 @@ class DecodeStep:
                 suffix, prefix = cache.suffix, cache.prefix.layers[i]
                 try:
                     x_B1C = core(
-                        x_B1C, cos, sin, parts[0], f[0], f[1], f[3], parts[1], f[2], f[4], prefix.keys,
-                        prefix.values, suffix.layers[i].keys, suffix.layers[i].values, suffix.t,
-                        cache.prefix_bias_B11P, suffix.bias_111N, cache.owner_B, cache.slot_B, H, K, parts[2],
-                        scaling, getattr(cache, "common", 0), cache.width, cache.even,
-                    )  # fmt: skip
+                        x_B1C,
+                        cos,
+                        sin,
+                        parts[0],
+                        f[0],
+                        f[1],
+                        f[3],
+                        parts[1],
+                        f[2],
+                        f[4],
+                        prefix.keys,
+                        prefix.values,
+                        suffix.layers[i].keys,
+                        suffix.layers[i].values,
+                        suffix.t,
+                        cache.prefix_bias_B11P,
+                        suffix.bias_111N,
+                        cache.owner_B,
+                        cache.slot_B,
+                        H,
+                        K,
+                        parts[2],
+                        scaling,
+                        getattr(cache, "common", 0),
+                        cache.width,
+                        cache.even,
+                    )
                     continue
                 except Exception as err:  # noqa: BLE001 - no compiler here (e.g. no Triton): the eager layer is exact
                     log.warning("compiling the decode layer failed (%s); decoding without compilation", err)
@@ -416,9 +438,19 @@ def _layer_core(
     values_BKND.index_copy_(2, t_1, qkv_BF1D[:, H + K :].to(values_BKND.dtype))
     q_BKGD = qk_BF1D[:, :H].reshape(B, K, H // K, D) * scaling
     out_BKGD = _attend_core(
-        q_BKGD, keys_UKLD, values_UKLD, keys_BKND, values_BKND, prefix_bias_B11L, suffix_bias_111N, own_B, slot_B, C,
-        M, even,
-    )  # fmt: skip
+        q_BKGD,
+        keys_UKLD,
+        values_UKLD,
+        keys_BKND,
+        values_BKND,
+        prefix_bias_B11L,
+        suffix_bias_111N,
+        own_B,
+        slot_B,
+        C,
+        M,
+        even,
+    )
     x_B1C = x_B1C + F.linear(out_BKGD.reshape(B, 1, H * D), w_o)
     gate_B1I, up_B1I = F.linear(F.rms_norm(x_B1C, (x_B1C.shape[-1],), norm2_C, eps), w_gu).chunk(2, dim=-1)
     return x_B1C + F.linear(F.silu(gate_B1I) * up_B1I, w_down)
