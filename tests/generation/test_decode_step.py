@@ -378,3 +378,15 @@ def test_a_failing_compiler_falls_back_to_the_eager_layers(caplog) -> None:
     b = HFGenerator(model, tok, graphs="static").generate(prompts, sp)
     assert [c.token_ids for c in a] == [c.token_ids for c in b]
     assert not broken.step.compiled and "decoding without compilation" in caplog.text
+
+
+def test_fused_copies_on_a_gpu_only_where_they_fit(monkeypatch) -> None:
+    """On a GPU the step fuses every projection only when copies of the layers' weights fit twice in free memory;
+    on a CPU the question does not arise."""
+    step = DecodeStep.build(_tiny("qwen2"))
+    need = sum(p.numel() for p in step.body.layers.parameters()) * 2  # bf16 copies
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * need - 1, 10 * need))
+    assert not step._copies_fit(torch.device("cuda"), torch.bfloat16)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * need, 10 * need))
+    assert step._copies_fit(torch.device("cuda"), torch.bfloat16)
+    assert step._copies_fit(torch.device("cpu"), torch.float32)

@@ -13,7 +13,7 @@ Inside :meth:`DecodeStep.fused_weights` (one decode call) a layer's q/k/v projec
 concatenated weights, its gate/up projections as another, and the rotary embedding rotates queries and keys in one
 pass: per layer 4 matmuls instead of 7 and a third fewer small kernels, which is what a decode step at a few rows
 waits on (on a GPU, inside a CUDA graph too). On a GPU every plain projection is fused, in autocast's dtype when
-autocast is on: the concatenated copies live for the decode call only, below the update's peak. On a CPU fused are
+autocast is on, where the copies fit in free memory: they live for the decode call only, below the update's peak. On a CPU fused are
 only the projections whose weights autocast would cast and cache anyway (trainable weights of another dtype than
 autocast's); weights used as they are (fp32) keep their own modules, whose memory traffic a copy would only add to.
 Where autocast would cast, the output and down projections' weights are cast once per call too, so no step casts a
@@ -113,13 +113,23 @@ class DecodeStep:
         device = self._q0.weight.device
         cast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
         force = dtype is not None
-        if dtype is None and (device.type == "cuda" or self.compiled):  # a GPU step waits on launches, not on memory
-            dtype, force = cast or self._q0.weight.dtype, True
+        target = cast or self._q0.weight.dtype
+        if dtype is None and (device.type == "cuda" or self.compiled) and self._copies_fit(device, target):
+            dtype, force = target, True  # a GPU step waits on launches, not on memory
         self.fused = [_fuse(layer, dtype or cast, force=force) for layer in self.body.layers]
         try:
             yield
         finally:
             self.fused = None
+
+    def _copies_fit(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether copies of all the layers' weights in ``dtype`` (more than the fused ones take) fit twice over in
+        the device's free memory: a policy decoding on a small GPU keeps its separate projections rather than run
+        out of memory."""
+        if device.type != "cuda":
+            return True
+        need = sum(p.numel() for p in self.body.layers.parameters()) * dtype.itemsize
+        return 2 * need <= torch.cuda.mem_get_info(device)[0]
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:
