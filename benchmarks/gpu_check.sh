@@ -11,8 +11,11 @@
 # phase has a timeout (CUDA_TESTS_TIMEOUT 300 s, PEER_TIMEOUT 240 s, ROLLOUT_TIMEOUT 120 s; PYTEST_TIMEOUT 150 s a
 # test where pytest-timeout is installed), so a run ends within about 10 minutes whatever happens. OUT_DIR receives
 # gpu_check.{json,md} and gpu_check_logs.tgz (every log, the JUnit XML, per-recipe records, nvidia-smi samples).
-# On one H200 the tests took 200-250 s and the TRL pair about 140 s at the 1.5B shape, 175 s at 3B (PEER_ARGS=--profile
-# adds a profiled step of ours, whose tables took over 45 s more to write at 3B): where a command may run 10 minutes,
+# On one H200 the tests took 200-250 s and the TRL pair about 140 s at the 1.5B shape, 175 s at 3B on 16 prompts x 5
+# (PEER_ARGS="--prompts 64": ours alone took ~90 s at 1.5B, four steps with the warm-up; give each shape its own
+# command and PEER_TIMEOUT; ours is written before TRL's side starts, so a timeout there keeps it; --profile adds a
+# profiled step of ours, its tables now summed in seconds; with compiled decoding on, PEER_STEPS=4 keeps a step
+# that recompiles for new prompt lengths out of the median): where a command may run 10 minutes,
 # run PHASES=tests, then PHASES="peer rollout"; `python benchmarks/gpu_check.py RUN1 RUN2 --results` merges the two
 # (each gpu_check_logs.tgz unpacked into its own directory).
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
