@@ -112,6 +112,32 @@ def test_distinct_prompts_share_their_common_prefix() -> None:
         torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_a_common_prefix_saving_little_runs_with_the_prompts(monkeypatch) -> None:
+    """Where a separate pass over the common prefix would save fewer positions than the device's threshold (a GPU's
+    host cost of a pass), the prefix runs inside the prompts' pass; rows that all differ then run in full. Log-probs
+    and gradients stay the plain forward's."""
+    import searchrl.rl.batch as batch_mod
+    from searchrl.rl.batch import _share_plan
+
+    instruction = list(range(40, 80))
+    prompts = [instruction + [5, 6, 7], instruction + [5, 6, 7], instruction + [8, 9], instruction + [8, 9]]
+    responses = [[20, 21, 22], [23, 24], [25, 26, 27, 28], [29]]
+    b = collate(prompts, responses, [[1] * len(r) for r in responses])
+    assert _share_plan(b)[2] == 40  # (2 - 1) x 40 positions saved: enough on a CPU
+    monkeypatch.setitem(batch_mod._MIN_COMMON_SAVING, "cpu", 41)
+    assert _share_plan(b)[2] == 0
+    distinct = collate(prompts[1:3], responses[1:3], [[1] * len(r) for r in responses[1:3]])
+    assert _share_plan(distinct) is None
+    shared, separate = tiny_model(), tiny_model()
+    lp_shared, _ = score_tokens(TokenScorer(shared), b, b.action_mask)
+    lp_sep, _ = score_tokens(TokenScorer(separate, share_prompts=False), b, b.action_mask)
+    torch.testing.assert_close(lp_shared, lp_sep, rtol=1e-5, atol=1e-6)
+    lp_shared.sum().backward()
+    lp_sep.sum().backward()
+    for (name, p1), p2 in zip(separate.named_parameters(), shared.parameters(), strict=True):
+        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_long_masked_attention_in_causal_blocks_changes_nothing(monkeypatch) -> None:
     """Long left-padded rows (masked causal attention) run in query blocks that skip the masked future: log-probs and
     gradients equal the one-call attention's, with and without shared prompts; a non-causal mask is not blocked."""

@@ -13,13 +13,13 @@ Inside :meth:`DecodeStep.fused_weights` (one decode call) a layer's q/k/v projec
 concatenated weights, its gate/up projections as another, and the rotary embedding rotates queries and keys in one
 pass: per layer 4 matmuls instead of 7 and a third fewer small kernels, which is what a decode step at a few rows
 waits on (on a GPU, inside a CUDA graph too). On a GPU every plain projection is fused, in autocast's dtype when
-autocast is on, where the copies fit in free memory: they live for the decode call only, below the update's peak. On a CPU fused are
-only the projections whose weights autocast would cast and cache anyway (trainable weights of another dtype than
-autocast's); weights used as they are (fp32) keep their own modules, whose memory traffic a copy would only add to.
-Where autocast would cast, the output and down projections' weights are cast once per call too, so no step casts a
-weight (a compiled step cannot use autocast's cache). These copies stand in for autocast's cached ones (the caller
-clears that cache after the prefill), and all are dropped at exit, so training never holds them. Layers with
-adapters or hooks keep their own modules.
+autocast is on, where the copies fit in free memory: they live for the decode call only, below the update's peak.
+On a CPU fused are only the projections whose weights autocast would cast and cache anyway (trainable weights of
+another dtype than autocast's); weights used as they are (fp32) keep their own modules, whose memory traffic a copy
+would only add to. Where autocast would cast, the output and down projections' weights are cast once per call too,
+so no step casts a weight (a compiled step cannot use autocast's cache). These copies stand in for autocast's cached
+ones (the caller clears that cache after the prefill), and all are dropped at exit, so training never holds them.
+Layers with adapters or hooks keep their own modules.
 
 Supported: ``model_type`` llama (SmolLM, Llama 2/3) and qwen2 / mistral without a sliding window. Anything else, a
 model whose layout differs, or an FSDP-sharded one, gets ``None`` from :meth:`DecodeStep.build` and the caller uses
