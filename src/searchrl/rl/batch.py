@@ -176,8 +176,10 @@ _MIN_COMMON_SAVING = {"cuda": 2048}
 def _share_plan(batch: Batch) -> tuple[list[list[int]], Tensor, int] | None:
     """``(distinct prompts, row -> prompt index, common prefix length)``, or None when sharing saves nothing."""
     P = batch.prompt_len
-    key_BK = torch.cat([batch.input_ids[:, :P], batch.attention_mask[:, :P]], dim=1)  # (B, 2P)
+    # on the host: one copy from the device, then no synchronisation per distinct prompt
+    key_BK = torch.cat([batch.input_ids[:, :P], batch.attention_mask[:, :P]], dim=1).cpu()  # (B, 2P)
     uniq_UK, inv_B = torch.unique(key_BK, dim=0, return_inverse=True)
+    inv_B = inv_B.to(batch.input_ids.device)
     prompts = [row[:P][row[P:].bool()].tolist() for row in uniq_UK]
     shortest = min(len(p) for p in prompts)
     common = 0
