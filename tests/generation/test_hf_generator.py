@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -92,6 +94,22 @@ def test_reused_prefix_gives_the_same_tokens_and_logprobs() -> None:
     pairs = zip(prompts, first, strict=True)
     assert gen.stats["reused_tokens"] == sum(len(p) + len(c.token_ids) - 1 for p, c in pairs)
     assert gen.stats["prefill_tokens"] - before == sum(len(tok.encode("<obs>some text</obs>")) + 1 for _ in first)
+
+
+def test_a_call_that_no_call_continues_keeps_no_cache() -> None:
+    """``keep_cache=False`` (a rollout's last turn): nothing is kept, so the next call prefills everything, with the
+    tokens of a call that kept its caches."""
+    tok, model = ByteTokenizer(), tiny_model()
+    kept, dropped = HFGenerator(model, tok), HFGenerator(model, tok)
+    prompts = _prompts(tok, TEXTS[:2])
+    sp = SamplingParams(max_new_tokens=8, temperature=1.0, seed=4)
+    a = kept.generate(prompts, sp)
+    b = dropped.generate(prompts, dataclasses.replace(sp, keep_cache=False))
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert len(kept.store) > 0 and len(dropped.store) == 0
+    nxt = [p + c.token_ids + [40] for p, c in zip(prompts, a, strict=True)]
+    dropped.generate(nxt, SamplingParams(max_new_tokens=2, temperature=0.0))
+    assert dropped.stats["reused_tokens"] == 0
 
 
 def test_weight_change_or_reset_drops_the_cache() -> None:

@@ -48,6 +48,9 @@ class SamplingParams:
     #: one seed per prompt: row ``i`` samples from its own stream, so its tokens do not depend on the other rows of
     #: the call (backends that cannot seed rows apart use ``seed``).
     row_seeds: tuple[int, ...] | None = None
+    #: a generator that reuses prefixes may keep this call's caches for a call that continues its contexts; False
+    #: when none will (a rollout's last turn), which spares the copies.
+    keep_cache: bool = True
 
 
 @dataclass

@@ -243,7 +243,7 @@ class HFGenerator(Generator):
             if n_done == len(live) or last:
                 break
             if n_done >= max(1, len(live) // 4):  # compact: keep the finished rows' caches, drop them
-                self._keep(rows, live, contexts, toks, stopped)
+                self._keep(rows, live, contexts, toks, stopped, params)
                 keep = [b for b, r in enumerate(live) if not done[r]]
                 idx = torch.tensor(keep, device=device)
                 rows.select(idx)
@@ -254,7 +254,7 @@ class HFGenerator(Generator):
             if not ahead:
                 pos_B = pos_B + 1
                 logits_BV = rows.step(next_B, pos_B)
-        self._keep(rows, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)])
+        self._keep(rows, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)], params)
         self.stats["graph_captures"] += getattr(rows, "captures", 0)
         self.stats["graph_capture_s"] += getattr(rows, "capture_s", 0.0)
         for row in range(B):
@@ -318,10 +318,10 @@ class HFGenerator(Generator):
         self.stats["prefill_tokens"] += common
         self.stats["reused_tokens"] -= common  # counted once as prefilled, not as reused
 
-    def _keep(self, rows, live, contexts, toks, wanted) -> None:
+    def _keep(self, rows, live, contexts, toks, wanted, params: SamplingParams) -> None:
         """Store the caches of the live rows in ``wanted`` (context + all sampled tokens but the last, whose
-        keys/values were never computed) for the next call."""
-        if not self.reuse_prefixes:
+        keys/values were never computed) for the next call, unless no call will continue them."""
+        if not self.reuse_prefixes or not params.keep_cache:
             return
         for b, row in enumerate(live):
             if not wanted[row] or not toks[row]:

@@ -121,6 +121,7 @@ class SharedPrefixCache:
         bias_UP.masked_fill_(prefix_mask_UP == 0, torch.finfo(bias_UP.dtype).min)
         self._bias_U11P = bias_UP[:, None, None, :]
         self.suffix = BufferedCache()
+        self._slots: list[Tensor] | None = None  # each context's real prefix slots, made by the first row() call
         self._set_owners(owner_B)
 
     def _set_owners(self, owner_B: Tensor) -> None:
@@ -130,6 +131,7 @@ class SharedPrefixCache:
         self.even = bool((counts_U == self.width).all())  # every context has ``width`` rows: rows = (U, width)
         self.prefix_bias_B11P = self._bias_U11P[owner_B]  # each row's context's padding mask
         self.slot_B = torch.arange(len(owner_B), device=owner_B.device) - (counts_U.cumsum(0) - counts_U)[owner_B]
+        self._owners: list[int] | None = None  # owner_B on the host, made by the first row() call
 
     def select(self, idx_B: Tensor) -> None:
         """Keep the rows at ``idx_B`` (ascending), in that order."""
@@ -139,8 +141,12 @@ class SharedPrefixCache:
     def row(self, b: int, n: int) -> list[tuple[Tensor, Tensor]] | None:
         """The first ``n`` real slots of row ``b`` (its context, then its decoded tokens), one ``(H, n, D)`` pair per
         layer (copies); None when the row holds fewer."""
-        u = int(self.owner_B[b])
-        slots = self.prefix_mask_UP[u].nonzero().squeeze(-1)
+        if self._owners is None or self._slots is None:  # once for all rows: no synchronisation per row
+            self._owners = self.owner_B.tolist()
+            counts = self.prefix_mask_UP.sum(1).tolist()
+            self._slots = list(self.prefix_mask_UP.nonzero()[:, 1].split(counts))  # row-major: by context, ascending
+        u = self._owners[b]
+        slots = self._slots[u]
         decoded = self.suffix.get_seq_length()
         if len(slots) + decoded < n:
             return None

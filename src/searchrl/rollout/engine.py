@@ -287,6 +287,7 @@ class RolloutEngine:
                 stop=self.stop_strings(),
                 seed=None if seed is None else seed + turn_no,
                 row_seeds=tuple(mix_seed(base_seed, turn_no, index[id(t)]) for t in active),
+                keep_cache=turn_no < n_turns - 1,  # a last turn's caches would serve no later call
             )
             t0 = time.perf_counter()
             completions = self.generator.generate([t.prompt_ids + t.response_ids for t in active], params)
