@@ -107,10 +107,19 @@ def test_rollout_logprobs_match_a_recomputation(tmp_path: Path) -> None:
         (("algorithm.kl_coef=0.01", "algorithm.mini_batch_size=8"), 1),  # the reference pass only
         (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4"), 1),  # two updates: old log-probs recomputed
         (("algorithm.kl_coef=0.0", "algorithm.old_logprobs=recompute"), 1),
+        # bf16 (the placement's precision; one accelerate state per process keeps the test in fp32 arithmetic), one
+        # update: the update's own forward, detached, is the old policy's, with no pass of its own
+        (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8", "bf16"), 0),
+        (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4", "bf16"), 1),
+        (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8", "algorithm.kl_in_reward=true", "bf16"), 1),
     ],
 )
 def test_scoring_passes_are_only_the_needed_ones(tmp_path: Path, extra, passes: int, monkeypatch) -> None:
-    trainer = make(tmp_path, *extra)
+    from searchrl.device import Placement
+
+    trainer = make(tmp_path, *(e for e in extra if e != "bf16"))
+    if "bf16" in extra:
+        trainer.place = Placement(trainer.place.device, "bf16")
     calls = []
     orig = trainer._logprobs
     monkeypatch.setattr(trainer, "_logprobs", lambda *a: calls.append(1) or orig(*a))
@@ -133,6 +142,21 @@ def test_one_update_from_rollout_logprobs_equals_recomputed(tmp_path: Path) -> N
     ma, mb = a.train_step(), b.train_step()
     for key in ("loss/policy_total", "grad_norm", "reward/total"):
         assert ma[key] == pytest.approx(mb[key], rel=1e-4, abs=1e-7), key
+
+
+def test_one_update_from_its_own_detached_logprobs_equals_recomputed(tmp_path: Path) -> None:
+    """``old_logprobs: current`` (bf16's default for one update a step): the update's own forward, detached, as the
+    old policy's gives the loss and gradient of a recomputation; with two updates a step it is refused."""
+    a = make(tmp_path / "a", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8", "algorithm.old_logprobs=current")
+    b = make(
+        tmp_path / "b", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8", "algorithm.old_logprobs=recompute"
+    )
+    ma, mb = a.train_step(), b.train_step()
+    for key in ("loss/policy_total", "grad_norm", "reward/total"):
+        assert ma[key] == pytest.approx(mb[key], rel=1e-4, abs=1e-7), key
+    c = make(tmp_path / "c", "algorithm.mini_batch_size=4", "algorithm.old_logprobs=current")
+    with pytest.raises(ValueError, match="old_logprobs=current needs one update"):
+        c.train_step()
 
 
 class VersionedEngine(Generator):

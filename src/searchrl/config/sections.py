@@ -229,9 +229,11 @@ class AlgorithmConfig(Section):
     #: rollout.n); Search-R1's veRL fork (also under R-Search) repeats prompts n_agent times first and does not
     #: scale the mini-batch, so there it counts trajectories as given.
     mini_batch_size: int = Field(default=8, ge=1)
-    #: old log-probs of the ratio: "rollout" (the generator's), "recompute" (a pass after the rollout), or "auto": the
-    #: rollout's when the step makes one on-policy update with the policy's own weights in fp32, else recomputed.
-    old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
+    #: old log-probs of the ratio: "rollout" (the generator's), "recompute" (a pass after the rollout), "current" (the
+    #: update's own forward, detached: only for one update per step), or "auto": with one on-policy update per step,
+    #: the rollout's when the policy's own weights generated in fp32, the current ones in bf16 (unless the KL is in
+    #: the reward); else recomputed.
+    old_logprobs: Literal["auto", "rollout", "recompute", "current"] = "auto"
     #: DAPO's dynamic sampling (group baselines only): groups that all scored alike (advantage 0) skip the log-prob and
     #: update passes and leave the token-mean loss; max_sampling_rounds > 1 refills them: rounds of prompts_per_step
     #: fresh questions until the step holds that many informative groups (all of them are kept).

@@ -3,8 +3,9 @@
 How this departs from the textbook algorithms (each choice is configurable where the papers disagree):
 - Retrieved tokens are out of the policy loss, KL, entropy and value loss (``mask_observations``; off: the ablation).
 - Old log-probs (``algorithm.old_logprobs``): with one on-policy update per step (one epoch, one mini-batch) and the
-  policy's own weights in the generator, the generator's (a recomputation's to ~1e-5, tested: one pass saved); else
-  recomputed after the rollout, so the ratio is 1 on the first mini-batch whatever engine or precision generated.
+  policy's own weights in the generator, the generator's in fp32 (a recomputation's to ~1e-5, tested) and the
+  update's own forward, detached, in bf16 (ratio exactly 1): one pass saved either way; else recomputed after the
+  rollout, so the ratio is 1 on the first mini-batch whatever engine or precision generated.
 - No pass the step does not need: no reference forward without KL; rows sharing a prompt run it once
   (``TokenScorer``); micro-batches are length-bucketed and trimmed to their own longest row, within a token budget;
   ``algorithm.drop_uniform_groups`` leaves out the groups whose samples all scored alike (advantage 0), and
@@ -166,17 +167,28 @@ class Trainer:
     def _loss_mask(self, b: Batch) -> torch.Tensor:
         return b.action_mask if self.alg.mask_observations else b.response_mask  # (B, T)
 
-    def _old_logprobs_from_rollout(self, n_global: int) -> bool:
-        """Whether the step's old log-probs can be the generator's own: exactly one on-policy update (one epoch, one
-        mini-batch) and a generator that runs the policy's own weights (so they match a recomputation to ~1e-5)."""
+    def _old_logprobs_source(self, n_global: int) -> str:
+        """Where the step's old log-probs come from: "rollout" (the generator's own: exactly one on-policy update,
+        one epoch and one mini-batch, by a generator that runs the policy's own weights in fp32, so they match a
+        recomputation to ~1e-5), "current" (that one update's own forward, detached: the ratio is exactly 1, with no
+        pass of its own), or "recompute" (a scoring pass after the rollout)."""
         mode = self.alg.old_logprobs
-        if mode != "auto":
-            return mode == "rollout"
         one_update = self.alg.ppo_epochs == 1 and self.alg.mini_batch_size >= n_global
-        # In bf16 the decode loop and the training forward round differently (docs/gpu.md): recompute, so the
-        # ratio is exactly 1 on the first mini-batch, as in fp32.
-        exact = self.place.precision == "fp32"
-        return one_update and exact and self.generator.runs_on(self.policy)
+        if mode == "current" and not one_update:
+            raise ValueError(
+                f"algorithm.old_logprobs=current needs one update per step (ppo_epochs=1 and mini_batch_size >= the "
+                f"step's {n_global} rows); use auto or recompute"
+            )
+        if mode != "auto":
+            return mode
+        if not one_update:
+            return "recompute"
+        if self.place.precision == "fp32" and self.generator.runs_on(self.policy):
+            return "rollout"
+        # In bf16 the decode loop and the training forward round differently (docs/gpu.md): the update's own
+        # forward gives a ratio of exactly 1, as a recomputation would in fp32; a KL in the reward needs the old
+        # log-probs before the advantages, so a pass then.
+        return "recompute" if self.alg.kl_in_reward else "current"
 
     def _logprobs(self, scorer: nn.Module, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
         return self.passes.logprobs(scorer, batch, mask_BT)
@@ -254,7 +266,8 @@ class Trainer:
         )
         kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
         ref_in_loss = ref_logp_BT if kl_in_loss else None
-        st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_in_loss, old_values_BT, returns_BT)
+        current = behaviour_BT is None and self._old_logprobs_source(n_global) == "current"
+        st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_in_loss, old_values_BT, returns_BT, current)
         return StepBatch(batch, st, n_global, {**kl_metrics, **est_metrics, **filter_metrics})
 
     def _old_and_ref_logprobs(
@@ -265,7 +278,7 @@ class Trainer:
         scorer = self.acc.unwrap_model(self.model)
         if behaviour_BT is not None:
             old_logp_BT = behaviour_BT  # (B, T) one-step off-policy: the behaviour snapshot's, from the rollout
-        elif self._old_logprobs_from_rollout(n_global):
+        elif self._old_logprobs_source(n_global) in ("rollout", "current"):  # current: the rollout's for metrics
             old_logp_BT = torch.where(mask_BT.bool(), batch.rollout_logp, 0.0)  # (B, T) the sampler's own
         else:
             old_logp_BT = self._logprobs(scorer, batch, mask_BT)  # (B, T)

@@ -24,6 +24,9 @@ class StepTensors:
     ref_logp_BT: torch.Tensor | None  # set when the KL term is in the loss
     old_values_BT: torch.Tensor | None  # critic estimators only
     returns_BT: torch.Tensor | None
+    #: the ratio's old log-probs are the update's own, detached (one update per step: ``old_logprobs: current``);
+    #: ``old_logp_BT`` then holds the rollout's, for the step's KL metrics only
+    old_is_current: bool = False
 
 
 class ValueModel(nn.Module):
@@ -56,7 +59,8 @@ def policy_micro_loss(
     method = ALGORITHMS[alg.name]
     mode = method.loss_agg or alg.loss_agg
     norms = dict(global_tokens=g_tok, global_seqs=g_seq, norm_tokens=alg.loss_norm_tokens)
-    old_BT, adv_BT = st.old_logp_BT[idx, :T], st.adv_BT[idx, :T]
+    old_BT = logp_BT.detach() if st.old_is_current else st.old_logp_BT[idx, :T]
+    adv_BT = st.adv_BT[idx, :T]
     if method.policy_loss == "gspo":
         loss, pm = A.gspo_loss(logp_BT, old_BT, adv_BT, mm, alg.gspo_clip_low, alg.gspo_clip_high, g_seq)
     else:
