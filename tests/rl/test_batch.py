@@ -51,13 +51,7 @@ def test_gradient_checkpointing_scores_as_the_plain_forward() -> None:
     ckpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ckpt.train()
     plain.train()
-    lp_ckpt, _ = score_tokens(TokenScorer(ckpt), b, b.action_mask)
-    lp_plain, _ = score_tokens(TokenScorer(plain, share_prompts=False), b, b.action_mask)
-    torch.testing.assert_close(lp_ckpt, lp_plain, rtol=1e-5, atol=1e-6)
-    lp_ckpt.sum().backward()
-    lp_plain.sum().backward()
-    for (name, p1), p2 in zip(plain.named_parameters(), ckpt.parameters(), strict=True):
-        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+    _assert_shared_scores_as_separate(b, ckpt, plain)
 
 
 def test_a_chunked_head_scores_as_the_whole_one() -> None:
@@ -102,14 +96,7 @@ def test_distinct_prompts_share_their_common_prefix() -> None:
     from searchrl.rl.batch import _share_plan
 
     assert _share_plan(b)[2] == 40
-    shared, separate = tiny_model(), tiny_model()
-    lp_shared, _ = score_tokens(TokenScorer(shared), b, b.action_mask)
-    lp_sep, _ = score_tokens(TokenScorer(separate, share_prompts=False), b, b.action_mask)
-    torch.testing.assert_close(lp_shared, lp_sep, rtol=1e-5, atol=1e-6)
-    lp_shared.sum().backward()
-    lp_sep.sum().backward()
-    for (name, p1), p2 in zip(separate.named_parameters(), shared.parameters(), strict=True):
-        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+    _assert_shared_scores_as_separate(b)
 
 
 def test_a_common_prefix_saving_little_runs_with_the_prompts(monkeypatch) -> None:
@@ -128,14 +115,7 @@ def test_a_common_prefix_saving_little_runs_with_the_prompts(monkeypatch) -> Non
     assert _share_plan(b)[2] == 0
     distinct = collate(prompts[1:3], responses[1:3], [[1] * len(r) for r in responses[1:3]])
     assert _share_plan(distinct) is None
-    shared, separate = tiny_model(), tiny_model()
-    lp_shared, _ = score_tokens(TokenScorer(shared), b, b.action_mask)
-    lp_sep, _ = score_tokens(TokenScorer(separate, share_prompts=False), b, b.action_mask)
-    torch.testing.assert_close(lp_shared, lp_sep, rtol=1e-5, atol=1e-6)
-    lp_shared.sum().backward()
-    lp_sep.sum().backward()
-    for (name, p1), p2 in zip(separate.named_parameters(), shared.parameters(), strict=True):
-        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
+    _assert_shared_scores_as_separate(b)
 
 
 def test_long_masked_attention_in_causal_blocks_changes_nothing(monkeypatch) -> None:
@@ -178,3 +158,16 @@ def test_long_masked_attention_in_causal_blocks_changes_nothing(monkeypatch) -> 
     bidirectional = torch.ones(1, 1, 64, 64, dtype=torch.bool)
     assert real(bidirectional, 64, 64) is None and real(None, 64, 64) is None
     assert real(torch.ones(1, 1, 1, 64, dtype=torch.bool), 64, 64) is None  # a broadcast mask: not blocked
+
+
+def _assert_shared_scores_as_separate(b, shared=None, separate=None) -> None:
+    """Scoring ``b`` with shared prompts (on ``shared``) gives the log-probs and parameter gradients of scoring every
+    row in full (on ``separate``, the same weights; fresh tiny models by default)."""
+    shared, separate = shared or tiny_model(), separate or tiny_model()
+    lp_shared, _ = score_tokens(TokenScorer(shared), b, b.action_mask)
+    lp_sep, _ = score_tokens(TokenScorer(separate, share_prompts=False), b, b.action_mask)
+    torch.testing.assert_close(lp_shared, lp_sep, rtol=1e-5, atol=1e-6)
+    lp_shared.sum().backward()
+    lp_sep.sum().backward()
+    for (name, p1), p2 in zip(separate.named_parameters(), shared.parameters(), strict=True):
+        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-4, atol=1e-6, msg=name)
