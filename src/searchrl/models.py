@@ -343,6 +343,20 @@ def use_fast_attention(model) -> None:
         pass
 
 
+def compile_layers(model) -> int:
+    """Compile each decoder layer's forward with ``torch.compile`` (``training.compile_layers``). The layers share
+    their code and dynamo treats their parameters as inputs, so one graph serves all of them. Submodules keep their
+    own forwards (the decode step, which calls them directly, is unaffected). Returns the layers compiled: 0 for a
+    model without a ``model.layers`` list (a PEFT model's base model is looked through)."""
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = getattr(getattr(lm, "model", None), "layers", None)
+    if layers is None:
+        return 0
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
 def load_embedder(spec: str, device: str | None = None):
     from sentence_transformers import SentenceTransformer
 

@@ -239,3 +239,16 @@ def test_held_out_evaluation_at_checkpoints(tmp_path: Path) -> None:
     assert len((tmp_path / "evals" / "step_3.jsonl").read_text().splitlines()) == 3
     saved = [json.loads(line) for line in (tmp_path / "evals" / "step_2.jsonl").read_text().splitlines()]
     assert {r["step"] for r in saved} == {2}  # the viewer sorts held-out pages by it
+
+
+@pytest.mark.slow
+def test_compiled_layers_train_as_the_plain_ones(tmp_path: Path) -> None:
+    """``training.compile_layers``: the policy's decoder layers run through torch.compile (the rollout's prefill and
+    the update alike) and the step's loss, gradient norm and rewards are the plain layers' to float tolerance."""
+    a = make(tmp_path / "a", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8", "training.compile_layers=true")
+    b = make(tmp_path / "b", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8")
+    assert all(layer._compiled_call_impl is not None for layer in a.policy.model.layers)
+    assert all(layer._compiled_call_impl is None for layer in b.policy.model.layers)
+    ma, mb = a.train_step(), b.train_step()
+    for key in ("loss/policy_total", "grad_norm", "reward/total"):
+        assert ma[key] == pytest.approx(mb[key], rel=1e-4, abs=1e-6), key

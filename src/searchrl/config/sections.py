@@ -272,6 +272,12 @@ class TrainingConfig(Section):
     #: compute precision: auto (bf16 mixed on CUDA, fp32 on CPU), fp32, bf16 (autocast; fp32 weights and optimizer).
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     gradient_checkpointing: bool = False  #: recompute activations in the backward pass (long rows, large models)
+    #: torch.compile each decoder layer of the policy for its scoring and update passes (one graph serves every
+    #: layer), fusing the norms, rotary embedding and activation kernels around the matmuls: fewer kernel launches
+    #: where a GPU step is bound by the host. The first passes pay the compilation (a few graphs until the changing
+    #: micro-batch shapes are treated as dynamic). Same values up to float rounding (tested on the CPU). One process
+    #: only; off by default until measured on a GPU.
+    compile_layers: bool = False
     output_dir: str = "runs/default"
     #: a resumable checkpoint (weights, optimizer, data position, RNG) every this many steps; 0: only at the end.
     save_every: int = 10

@@ -39,6 +39,7 @@ from searchrl.config import ConfigError, RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.generation import rollout_generator
 from searchrl.generation.base import Generator
+from searchrl.models import compile_layers
 from searchrl.protocols.base import Protocol
 from searchrl.rewards.correctness import Correctness
 from searchrl.rewards.summary import rollout_metrics, scored_records, summarize
@@ -135,6 +136,8 @@ class Trainer:
             model = wrap_lora(model, cfg.model.lora)
         elif needs_ref:  # a frozen copy on the device, in bf16 under mixed precision (no fp32 second copy)
             self.ref = placement.frozen_copy(model, self.acc.device)
+        if self.tcfg.compile_layers and self.acc.num_processes == 1:  # after the reference's copy: it stays eager
+            compile_layers(model)
         model.train()
         self.critic: ValueModel | None = None
         params = [p for p in model.parameters() if p.requires_grad]
