@@ -144,7 +144,7 @@ def ours(args, shape: str, tmp: Path, env: dict[str, str]) -> dict:
         "training.eval_every=0",
         "training.save_at_end=false",
         "training.log_rollouts=0",
-        *shlex.split(args.ours_args),
+        *(a for extra in args.ours_args for a in shlex.split(extra)),
     ]
     print("ours:", shlex.join(cmd), flush=True)
     if code := run(cmd, tmp / f"ours-{shape}.log", env, args.timeout):
@@ -218,7 +218,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test this script on a small shape")
     ap.add_argument(
-        "--ours-args", default="", help="further settings of ours, e.g. 'rollout.compile_decode=true' (in the report)"
+        "--ours-args",
+        action="append",
+        default=[],
+        help="further settings of ours, e.g. --ours-args=training.compile_layers=true (repeatable; in the report)",
     )
     args = ap.parse_args(argv)
     if args.steps <= args.warmup:

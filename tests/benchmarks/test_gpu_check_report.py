@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -99,3 +101,26 @@ def test_a_pair_cut_short_keeps_ours_without_replacing_a_full_pair(tmp_path: Pat
     assert res["peer_trl"]["qwen2.5-3b"]["ratio"] == 0.5
     assert res["peer_trl"]["qwen2.5-1.5b"]["trl_s"] is None
     assert "| qwen2.5-1.5b | 3.0 | - | - |" in (cut / "gpu_check.md").read_text()
+
+
+def test_the_pair_passes_repeated_settings_to_ours(tmp_path: Path, monkeypatch) -> None:
+    """``--ours-args`` (repeatable) lands at the end of ours' `searchrl train` command, as separate settings."""
+    import argparse
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import peer_trl_gpu
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(peer_trl_gpu, "run", lambda cmd, *a, **k: seen.append(cmd) or 1)
+    (tmp_path / "ours-qwen2.5-tiny.log").write_text("failed\n")
+    args = argparse.Namespace(python=sys.executable, tokenizer="tok", device="cpu", prompts=2, group=2)
+    args.__dict__.update(max_new_tokens=8, steps=2, profile=False, timeout=10)
+    args.ours_args = ["training.compile_layers=true", "rollout.compile_decode=false rollout.cuda_graphs=false"]
+    with pytest.raises(SystemExit):
+        peer_trl_gpu.ours(args, "qwen2.5-tiny", tmp_path, {})
+    assert seen[0][-3:] == [
+        "training.compile_layers=true",
+        "rollout.compile_decode=false",
+        "rollout.cuda_graphs=false",
+    ]
