@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> dict:
             o = ours(args, shape, tmp, env)
             work = (
                 f"{args.prompts} prompts x G={args.group}, <= {args.max_new_tokens} new tokens, "
-                f"bf16 mixed, KL 0.001, medians of steps {args.warmup + 1}..{args.steps}"
+                f"{'bf16 mixed' if args.device == 'cuda' else 'fp32'}, KL 0.001, medians of steps "
+                f"{args.warmup + 1}..{args.steps}"
             )
             result[shape] = {  # ours alone until TRL's side finishes: a timeout there keeps this
                 "ours_s": round(o["step_s"], 3),
