@@ -252,7 +252,8 @@ class Trainer:
         scores_B = torch.tensor([exp.scores[i] for i in rows], dtype=torch.float32, device=self.acc.device)  # (B,)
         n_global = int(self.passes.global_count(float(len(batch))))  # the step's trajectories, all processes
         behaviour_BT = exp.behaviour_logprobs(rows, mask_BT)  # off-policy: the behaviour policy's; else None
-        old_logp_BT, ref_logp_BT = self._old_and_ref_logprobs(batch, mask_BT, n_global, behaviour_BT)
+        source = "behaviour" if behaviour_BT is not None else self._old_logprobs_source(n_global)
+        old_logp_BT, ref_logp_BT = self._old_and_ref_logprobs(batch, mask_BT, source, behaviour_BT)
         kl_BT, kl_metrics = torch.zeros_like(old_logp_BT), {}
         if ref_logp_BT is not None:
             kl_BT, kl_metrics = A.kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, alg.kl_estimator)
@@ -269,19 +270,19 @@ class Trainer:
         )
         kl_in_loss = alg.kl_coef > 0 and not alg.kl_in_reward and ref_logp_BT is not None
         ref_in_loss = ref_logp_BT if kl_in_loss else None
-        current = behaviour_BT is None and self._old_logprobs_source(n_global) == "current"
+        current = source == "current"
         st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_in_loss, old_values_BT, returns_BT, current)
         return StepBatch(batch, st, n_global, {**kl_metrics, **est_metrics, **filter_metrics})
 
     def _old_and_ref_logprobs(
-        self, batch: Batch, mask_BT: torch.Tensor, n_global: int, behaviour_BT: torch.Tensor | None = None
+        self, batch: Batch, mask_BT: torch.Tensor, source: str, behaviour_BT: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The ratio's old log-probs (the behaviour policy's, the sampler's own, or recomputed) and the reference's
-        (None without KL)."""
+        """The ratio's old log-probs (``source``: "behaviour", the off-policy snapshot's ``behaviour_BT``; else as
+        :meth:`_old_logprobs_source`) and the reference's (None without KL)."""
         scorer = self.acc.unwrap_model(self.model)
-        if behaviour_BT is not None:
+        if source == "behaviour":
             old_logp_BT = behaviour_BT  # (B, T) one-step off-policy: the behaviour snapshot's, from the rollout
-        elif self._old_logprobs_source(n_global) in ("rollout", "current"):  # current: the rollout's for metrics
+        elif source in ("rollout", "current"):  # current: the rollout's, for the step's KL metrics only
             old_logp_BT = torch.where(mask_BT.bool(), batch.rollout_logp, 0.0)  # (B, T) the sampler's own
         else:
             old_logp_BT = self._logprobs(scorer, batch, mask_BT)  # (B, T)
