@@ -259,3 +259,51 @@ def test_micro_batcher_regathers_clients_after_a_merged_batch() -> None:
     batcher = asyncio.run(main())
     assert [len(b) for b in search.batches] == [4, 4], search.batches
     assert batcher.waits == 3
+
+
+def test_micro_batcher_searches_a_quick_lone_request_on_the_event_loop() -> None:
+    """Once a lone search has been timed quick, a lone request runs on the loop's thread (no worker hand-off);
+    requests that arrive together still go to the worker and are merged into one call."""
+    threads: list[str] = []
+    search = RecordingSearch(delay_s=0.001)
+
+    def recorded(queries: list[str], k: int) -> list[list[Hit]]:
+        threads.append(threading.current_thread().name)
+        return search(queries, k)
+
+    async def main() -> MicroBatcher:
+        batcher = MicroBatcher(recorded, max_wait_ms=20)
+        for i in range(3):
+            assert (await batcher.search([f"q{i}"], 1))[0][0].id == f"q{i}-0"
+        out = await asyncio.gather(*[batcher.search([f"c{i}"], 2) for i in range(4)])
+        assert [[h.id for h in hits[0]] for hits in out] == [[f"c{i}-0", f"c{i}-1"] for i in range(4)]
+        await batcher.aclose()
+        return batcher
+
+    batcher = asyncio.run(main())
+    loop_thread = threading.main_thread().name
+    assert threads[0] != loop_thread, "a search of unknown duration goes to the worker"
+    assert threads[1:3] == [loop_thread, loop_thread] and batcher.inline == 2
+    assert [sorted(b) for b in search.batches[3:]] == [["c0", "c1", "c2", "c3"]], "merged, not run inline"
+    assert threads[3] != loop_thread
+    assert batcher.stats()["batches"] == 4 and batcher.stats()["inline"] == 2
+
+
+def test_micro_batcher_keeps_slow_or_disabled_searches_off_the_event_loop() -> None:
+    for delay_s, inline_ms in ((0.03, 20.0), (0.0, 0.0)):
+        threads: list[str] = []
+        search = RecordingSearch(delay_s=delay_s)
+
+        def recorded(queries: list[str], k: int, search=search, threads=threads) -> list[list[Hit]]:
+            threads.append(threading.current_thread().name)
+            return search(queries, k)
+
+        async def main(inline_ms=inline_ms) -> MicroBatcher:
+            batcher = MicroBatcher(recorded, inline_max_ms=inline_ms)
+            for i in range(3):
+                await batcher.search([f"q{i}"], 1)
+            await batcher.aclose()
+            return batcher
+
+        batcher = asyncio.run(main())
+        assert batcher.inline == 0 and threading.main_thread().name not in threads, (delay_s, inline_ms, threads)

@@ -173,6 +173,9 @@ def serve(
         16_384, help="queries that may wait for a batch; beyond, requests get 503 with Retry-After"
     ),
     max_queue_wait: float = typer.Option(30.0, help="seconds a request may wait for its batch before a 503"),
+    inline_ms: float = typer.Option(
+        20.0, help="ms: a lone request is searched on the event loop while lone searches take under this (0: never)"
+    ),
     access_log: bool = typer.Option(False, "--access-log", help="log every request"),
 ) -> None:
     """Serve an index over HTTP: POST /retrieve (Search-R1 format), GET /health, GET /stats, /docs.
@@ -200,6 +203,7 @@ def serve(
         max_query_chars=max_query_chars,
         max_pending_queries=max_pending,
         max_queue_wait_s=max_queue_wait,
+        inline_max_ms=inline_ms,
     )
     manifest = retriever.manifest
     encoder = f" (queries: {type(dense.encoder).__name__})" if hasattr(dense, "encoder") else ""

@@ -11,7 +11,8 @@ With ``"return_scores": false`` (the default, as in Search-R1) each inner list h
 
 Concurrency: requests that arrive together are merged by a ``MicroBatcher`` into one ``search`` call (one encoder
 forward pass and one faiss search for a dense index), which runs in a worker thread so the event loop keeps
-answering. A lone client is served at once, with no batching delay.
+answering. A lone client is served at once, with no batching delay; while it is alone and its searches are quick, it is
+searched on the event loop's own thread, without the hand-off to a worker.
 
 Backpressure: the queue of waiting queries is bounded (``max_pending_queries``) and so is the time a request may
 wait for its batch to start (``max_queue_wait_s``). Beyond either, the request is answered at once with
@@ -68,6 +69,12 @@ class MicroBatcher:
     themselves. It waits for more requests (at most ``max_wait_ms``) only while the previous batch merged several
     requests and fewer than that many are queued: a lone client never pays a batching delay, and concurrent
     clients that answer a batch together are gathered again.
+
+    A request that finds itself alone (nothing queued, no batch running, no other request arriving in the same turn
+    of the event loop) is searched on the event loop's thread when lone searches have recently taken under
+    ``inline_max_ms``: the hand-off to a worker thread and back cost a lone client ~0.3 ms of a ~7 ms request
+    (dense MiniLM, 2 CPUs; ``benchmarks/results/HISTORY.md``). A search of unknown or long duration always goes to
+    the worker, so a slow retriever never stalls the loop. ``inline_max_ms=0`` turns this off.
     """
 
     def __init__(
@@ -78,8 +85,14 @@ class MicroBatcher:
         max_wait_ms: float = 2.0,
         max_pending_queries: int = 16_384,
         max_queue_wait_s: float = 30.0,
+        inline_max_ms: float = 20.0,
     ) -> None:
         self.search_fn = search_fn
+        self.inline_max_s = inline_max_ms / 1000.0
+        self.inline = 0  # requests searched on the event loop's thread
+        self._in_flight = 0  # requests inside search()
+        self._busy = False  # a batch is running in the worker thread
+        self._lone_s: float | None = None  # recent duration of a one-request search (moving average)
         self.max_batch_queries = max_batch_queries
         self.max_wait_s = max_wait_ms / 1000.0
         self.max_pending_queries = max_pending_queries
@@ -120,6 +133,40 @@ class MicroBatcher:
                 f"{self.pending_queries} queries are already waiting (limit {self.max_pending_queries})",
                 self.retry_after_s(),
             )
+        self._in_flight += 1
+        try:
+            if self._may_inline():
+                await asyncio.sleep(0)  # requests that arrived in the same turn reach here first and are counted
+                if self._may_inline():
+                    return self._search_inline(queries, k)
+            return await self._search_batched(queue, queries, k)
+        finally:
+            self._in_flight -= 1
+
+    def _may_inline(self) -> bool:
+        alone = self._in_flight == 1 and not self._busy and self.pending_queries == 0
+        return alone and self._lone_s is not None and self._lone_s < self.inline_max_s
+
+    def _search_inline(self, queries: list[str], k: int) -> list[list[Hit]]:
+        t0 = time.perf_counter()
+        results = self.search_fn(list(queries), k)
+        if len(results) != len(queries):
+            raise RuntimeError(f"retriever returned {len(results)} result lists for {len(queries)} queries")
+        self._record(len(queries), 1, time.perf_counter() - t0)
+        self.inline += 1
+        return [hits[:k] for hits in results]
+
+    def _record(self, n_queries: int, n_requests: int, seconds: float) -> None:
+        self.batches += 1
+        self.batched_requests += n_requests
+        self.batched_queries += n_queries
+        self._last_requests = n_requests
+        rate = n_queries / max(seconds, 1e-6)
+        self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
+        if n_requests == 1:
+            self._lone_s = seconds if self._lone_s is None else 0.8 * self._lone_s + 0.2 * seconds
+
+    async def _search_batched(self, queue: asyncio.Queue[_Job], queries: list[str], k: int) -> list[list[Hit]]:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         job = _Job(list(queries), k, future)
         self.pending_queries += len(job.queries)
@@ -172,15 +219,11 @@ class MicroBatcher:
                 j.started = True
             queries = [q for j in jobs for q in j.queries]
             k = max(j.k for j in jobs)
-            self._last_requests = len(jobs)
-            self.batches += 1
-            self.batched_requests += len(jobs)
-            self.batched_queries += len(queries)
             t0 = loop.time()
+            self._busy = True
             try:
                 results = await loop.run_in_executor(None, self.search_fn, queries, k)
-                rate = len(queries) / max(loop.time() - t0, 1e-6)
-                self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
+                self._record(len(queries), len(jobs), loop.time() - t0)
                 if len(results) != len(queries):
                     raise RuntimeError(f"retriever returned {len(results)} result lists for {len(queries)} queries")
             except Exception as err:  # noqa: BLE001 - the error belongs to the requests, not to the worker
@@ -188,6 +231,8 @@ class MicroBatcher:
                     if not j.future.done():
                         j.future.set_exception(err)
                 continue
+            finally:
+                self._busy = False
             start = 0
             for j in jobs:
                 part = [hits[: j.k] for hits in results[start : start + len(j.queries)]]
@@ -209,6 +254,7 @@ class MicroBatcher:
             "mean_requests_per_batch": round(self.batched_requests / self.batches, 3) if self.batches else 0.0,
             "mean_queries_per_batch": round(self.batched_queries / self.batches, 3) if self.batches else 0.0,
             "waits": self.waits,
+            "inline": self.inline,
             "pending_queries": self.pending_queries,
             "overloaded": self.overloaded,
         }
@@ -286,6 +332,7 @@ def create_app(
     max_wait_ms: float = 2.0,
     max_pending_queries: int = 16_384,
     max_queue_wait_s: float = 30.0,
+    inline_max_ms: float = 20.0,
 ) -> FastAPI:
     """A FastAPI app serving ``retriever``. Limits bound one request: number of queries, characters per query, topk.
 
@@ -302,6 +349,7 @@ def create_app(
         max_wait_ms=max_wait_ms,
         max_pending_queries=max_pending_queries,
         max_queue_wait_s=max_queue_wait_s,
+        inline_max_ms=inline_max_ms,
     )
     manifest = getattr(retriever, "manifest", {}) or {}
 
