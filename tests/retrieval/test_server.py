@@ -307,3 +307,25 @@ def test_micro_batcher_keeps_slow_or_disabled_searches_off_the_event_loop() -> N
 
         batcher = asyncio.run(main())
         assert batcher.inline == 0 and threading.main_thread().name not in threads, (delay_s, inline_ms, threads)
+
+
+def test_micro_batcher_sends_a_large_lone_request_to_the_worker() -> None:
+    """A lone request is inlined only when its queries, at the recent lone time per query, fit the limit."""
+    threads: list[str] = []
+    search = RecordingSearch(delay_s=0.002)
+
+    def recorded(queries: list[str], k: int) -> list[list[Hit]]:
+        threads.append(threading.current_thread().name)
+        return search(queries, k)
+
+    async def main() -> MicroBatcher:
+        batcher = MicroBatcher(recorded, inline_max_ms=20.0)
+        await batcher.search(["a"], 1)  # timed in the worker: ~2 ms for one query
+        await batcher.search(["b"], 1)  # inline
+        await batcher.search([f"q{i}" for i in range(50)], 1)  # ~50 x 2 ms expected: the worker
+        await batcher.aclose()
+        return batcher
+
+    batcher = asyncio.run(main())
+    loop_thread = threading.main_thread().name
+    assert threads[1] == loop_thread and threads[2] != loop_thread and batcher.inline == 1, threads

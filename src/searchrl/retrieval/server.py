@@ -71,10 +71,11 @@ class MicroBatcher:
     clients that answer a batch together are gathered again.
 
     A request that finds itself alone (nothing queued, no batch running, no other request arriving in the same turn
-    of the event loop) is searched on the event loop's thread when lone searches have recently taken under
-    ``inline_max_ms``: the hand-off to a worker thread and back cost a lone client ~0.3 ms of a ~7 ms request
-    (dense MiniLM, 2 CPUs; ``benchmarks/results/HISTORY.md``). A search of unknown or long duration always goes to
-    the worker, so a slow retriever never stalls the loop. ``inline_max_ms=0`` turns this off.
+    of the event loop) is searched on the event loop's thread when its queries, at the recent time per query of lone
+    requests, are expected to take under ``inline_max_ms``: the hand-off to a worker thread and back cost a lone
+    client ~0.3 ms of a ~7 ms request (dense MiniLM, 2 CPUs; ``benchmarks/results/HISTORY.md``). A search of unknown
+    or long duration always goes to the worker, so a slow retriever never stalls the loop. ``inline_max_ms=0`` turns
+    this off.
     """
 
     def __init__(
@@ -92,7 +93,7 @@ class MicroBatcher:
         self.inline = 0  # requests searched on the event loop's thread
         self._in_flight = 0  # requests inside search()
         self._busy = False  # a batch is running in the worker thread
-        self._lone_s: float | None = None  # recent duration of a one-request search (moving average)
+        self._lone_s: float | None = None  # recent seconds per query of one-request searches (moving average)
         self.max_batch_queries = max_batch_queries
         self.max_wait_s = max_wait_ms / 1000.0
         self.max_pending_queries = max_pending_queries
@@ -135,17 +136,18 @@ class MicroBatcher:
             )
         self._in_flight += 1
         try:
-            if self._may_inline():
+            if self._may_inline(len(queries)):
                 await asyncio.sleep(0)  # requests that arrived in the same turn reach here first and are counted
-                if self._may_inline():
+                if self._may_inline(len(queries)):
                     return self._search_inline(queries, k)
             return await self._search_batched(queue, queries, k)
         finally:
             self._in_flight -= 1
 
-    def _may_inline(self) -> bool:
+    def _may_inline(self, n_queries: int) -> bool:
+        """Alone, and its search is expected (from recent lone requests' time per query) within the limit."""
         alone = self._in_flight == 1 and not self._busy and self.pending_queries == 0
-        return alone and self._lone_s is not None and self._lone_s < self.inline_max_s
+        return alone and self._lone_s is not None and n_queries * self._lone_s < self.inline_max_s
 
     def _search_inline(self, queries: list[str], k: int) -> list[list[Hit]]:
         t0 = time.perf_counter()
@@ -164,7 +166,8 @@ class MicroBatcher:
         rate = n_queries / max(seconds, 1e-6)
         self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
         if n_requests == 1:
-            self._lone_s = seconds if self._lone_s is None else 0.8 * self._lone_s + 0.2 * seconds
+            per_query = seconds / max(n_queries, 1)
+            self._lone_s = per_query if self._lone_s is None else 0.8 * self._lone_s + 0.2 * per_query
 
     async def _search_batched(self, queue: asyncio.Queue[_Job], queries: list[str], k: int) -> list[list[Hit]]:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
