@@ -146,12 +146,14 @@ class RecordingSearch:
 
     def __init__(self, delay_s: float = 0.05) -> None:
         self.batches: list[list[str]] = []
+        self.threads: list[str] = []  # the thread each call ran on
         self.delay_s = delay_s
         self.lock = threading.Lock()
 
     def __call__(self, queries: list[str], k: int) -> list[list[Hit]]:
         with self.lock:
             self.batches.append(list(queries))
+            self.threads.append(threading.current_thread().name)
         time.sleep(self.delay_s)
         return [[Hit(f"{q}-{i}", q, f"rank {i}", float(k - i)) for i in range(k)] for q in queries]
 
@@ -264,15 +266,11 @@ def test_micro_batcher_regathers_clients_after_a_merged_batch() -> None:
 def test_micro_batcher_searches_a_quick_lone_request_on_the_event_loop() -> None:
     """Once a lone search has been timed quick, a lone request runs on the loop's thread (no worker hand-off);
     requests that arrive together still go to the worker and are merged into one call."""
-    threads: list[str] = []
     search = RecordingSearch(delay_s=0.001)
-
-    def recorded(queries: list[str], k: int) -> list[list[Hit]]:
-        threads.append(threading.current_thread().name)
-        return search(queries, k)
+    threads = search.threads
 
     async def main() -> MicroBatcher:
-        batcher = MicroBatcher(recorded, max_wait_ms=20)
+        batcher = MicroBatcher(search, max_wait_ms=20)
         for i in range(3):
             assert (await batcher.search([f"q{i}"], 1))[0][0].id == f"q{i}-0"
         out = await asyncio.gather(*[batcher.search([f"c{i}"], 2) for i in range(4)])
@@ -291,35 +289,26 @@ def test_micro_batcher_searches_a_quick_lone_request_on_the_event_loop() -> None
 
 def test_micro_batcher_keeps_slow_or_disabled_searches_off_the_event_loop() -> None:
     for delay_s, inline_ms in ((0.03, 20.0), (0.0, 0.0)):
-        threads: list[str] = []
         search = RecordingSearch(delay_s=delay_s)
 
-        def recorded(queries: list[str], k: int, search=search, threads=threads) -> list[list[Hit]]:
-            threads.append(threading.current_thread().name)
-            return search(queries, k)
-
-        async def main(inline_ms=inline_ms) -> MicroBatcher:
-            batcher = MicroBatcher(recorded, inline_max_ms=inline_ms)
+        async def main(search=search, inline_ms=inline_ms) -> MicroBatcher:
+            batcher = MicroBatcher(search, inline_max_ms=inline_ms)
             for i in range(3):
                 await batcher.search([f"q{i}"], 1)
             await batcher.aclose()
             return batcher
 
         batcher = asyncio.run(main())
-        assert batcher.inline == 0 and threading.main_thread().name not in threads, (delay_s, inline_ms, threads)
+        assert batcher.inline == 0 and threading.main_thread().name not in search.threads, (delay_s, inline_ms)
 
 
 def test_micro_batcher_sends_a_large_lone_request_to_the_worker() -> None:
     """A lone request is inlined only when its queries, at the recent lone time per query, fit the limit."""
-    threads: list[str] = []
     search = RecordingSearch(delay_s=0.002)
-
-    def recorded(queries: list[str], k: int) -> list[list[Hit]]:
-        threads.append(threading.current_thread().name)
-        return search(queries, k)
+    threads = search.threads
 
     async def main() -> MicroBatcher:
-        batcher = MicroBatcher(recorded, inline_max_ms=20.0)
+        batcher = MicroBatcher(search, inline_max_ms=20.0)
         await batcher.search(["a"], 1)  # timed in the worker: ~2 ms for one query
         await batcher.search(["b"], 1)  # inline
         await batcher.search([f"q{i}" for i in range(50)], 1)  # ~50 x 2 ms expected: the worker
