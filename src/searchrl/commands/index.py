@@ -174,7 +174,7 @@ def serve(
     ),
     max_queue_wait: float = typer.Option(30.0, help="seconds a request may wait for its batch before a 503"),
     inline_ms: float = typer.Option(
-        20.0, help="ms: a lone request is searched on the event loop while lone searches take under this (0: never)"
+        20.0, help="ms: a lone request is searched on the event loop when expected to take under this (0: never)"
     ),
     access_log: bool = typer.Option(False, "--access-log", help="log every request"),
 ) -> None:
