@@ -32,12 +32,16 @@ def data_dir(cfg: RunConfig) -> Path:
             raise FileNotFoundError(f"data.source {path} is not a directory; use 'synthetic' or a dataset directory")
         return path
     w = cfg.data.world
-    out = cache_dir() / "worlds" / (f"e{w.entities}-s{w.seed}" + ("" if w.surface == "fixed" else f"-{w.surface}"))
+    name = f"e{w.entities}-s{w.seed}" + ("" if w.surface == "fixed" else f"-{w.surface}")
+    out = cache_dir() / "worlds" / (name + ("" if w.relations == "fixed" else f"-{w.relations}-relations"))
     if not (out / "world.json").exists():
         from searchrl.data.synth import generate_world, write_world
 
-        console.log(f"generating the synthetic world ({w.entities} entities, seed {w.seed}, {w.surface}) in {out}")
-        write_world(generate_world(w.entities, w.seed, surface=w.surface), out)
+        console.log(
+            f"generating the synthetic world ({w.entities} entities, seed {w.seed}, {w.surface} wording,"
+            f" {w.relations} relations) in {out}"
+        )
+        write_world(generate_world(w.entities, w.seed, surface=w.surface, relations=w.relations), out)
     return out
 
 

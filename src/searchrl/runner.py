@@ -197,8 +197,10 @@ def _op_synth(ctx: StageContext) -> dict[str, Any]:
     w = ctx.cfg.data.world
     entities, seed = int(ctx.stage.args.get("entities", w.entities)), int(ctx.stage.args.get("seed", w.seed))
     surface = str(ctx.stage.args.get("surface", w.surface))
-    world = synth_world(ctx.dir, entities, seed, surface)
-    return {"entities": entities, "seed": seed, "surface": surface, "questions": world.summary()["questions"]}
+    relations = str(ctx.stage.args.get("relations", w.relations))
+    world = synth_world(ctx.dir, entities, seed, surface, relations)
+    summary = world.summary()["questions"]
+    return {"entities": entities, "seed": seed, "surface": surface, "relations": relations, "questions": summary}
 
 
 def _op_index(ctx: StageContext) -> dict[str, Any]:

@@ -36,6 +36,9 @@ def synth(
     surface: str = typer.Option(
         "fixed", "--surface", help="question wording: fixed (one per question shape) or varied (several per shape)"
     ),
+    relations: str = typer.Option(
+        "fixed", "--relations", help="fixed (the world's twelve relations) or open (also a broad pool of further ones)"
+    ),
 ) -> None:
     """Generate a synthetic multi-hop world: a fictional encyclopedia plus train/dev/test questions.
 
@@ -46,7 +49,9 @@ def synth(
     t0 = time.perf_counter()
     if surface not in ("fixed", "varied"):
         raise typer.BadParameter(f"{surface!r}: use fixed or varied", param_hint="--surface")
-    world = synth_world(out_dir, entities, seed, surface)
+    if relations not in ("fixed", "open"):
+        raise typer.BadParameter(f"{relations!r}: use fixed or open", param_hint="--relations")
+    world = synth_world(out_dir, entities, seed, surface, relations)
     seconds = time.perf_counter() - t0
     summary = world.summary()
     table = Table("split", "single_hop", "bridge", "three_hop", "comparison", "total", title="questions")

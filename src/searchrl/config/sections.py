@@ -62,6 +62,9 @@ class WorldConfig(Section):
     #: question wording: "fixed" (one wording per question shape) or "varied" (several per shape, drawn per
     #: question; same facts, answers and splits; searchrl.data.synth_surface).
     surface: Literal["fixed", "varied"] = "fixed"
+    #: relations: "fixed" (the world's twelve) or "open" (also a broad pool of further ones, about half of each
+    #: question kind asking for them; searchrl.data.synth_open).
+    relations: Literal["fixed", "open"] = "fixed"
 
 
 class DataConfig(Section):

@@ -31,6 +31,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from searchrl.data.synth_open import add_open_relations, mix, open_candidates, open_sentences
 from searchrl.data.synth_questions import _comparison_candidates, _path_candidates, _split_questions
 from searchrl.data.synth_surface import SURFACES, vary_questions
 from searchrl.data.synth_text import _passage
@@ -49,6 +50,9 @@ from searchrl.data.synth_world import (  # noqa: F401  (re-exported: the world's
 )
 from searchrl.utils import atomic_write_text
 
+#: ``relations``: the fixed twelve relations only, or with the open pool of ``synth_open``.
+RELATIONS = ("fixed", "open")
+
 
 def default_split_sizes(n_entities: int) -> dict[str, int]:
     """Question counts that scale with the world: 3 train questions per entity, an eighth of that for dev and test."""
@@ -57,16 +61,24 @@ def default_split_sizes(n_entities: int) -> dict[str, int]:
 
 
 def generate_world(
-    n_entities: int, seed: int, split_sizes: dict[str, int] | None = None, surface: str = "fixed"
+    n_entities: int,
+    seed: int,
+    split_sizes: dict[str, int] | None = None,
+    surface: str = "fixed",
+    relations: str = "fixed",
 ) -> World:
     """Build a world of ``n_entities`` entities with passages and train/dev/test questions, deterministic in ``seed``.
 
     ``split_sizes`` overrides :func:`default_split_sizes`; a split gets fewer questions only when the world has too
     few distinct ones left (small worlds). ``surface="varied"`` re-words the questions
-    (:mod:`searchrl.data.synth_surface`); everything else is the fixed world's.
+    (:mod:`searchrl.data.synth_surface`); everything else is the fixed world's. ``relations="open"`` adds facts
+    under a broad pool of further relations and draws about half of each question kind from them
+    (:mod:`searchrl.data.synth_open`).
     """
     if surface not in SURFACES:
         raise ValueError(f"surface {surface!r}: use one of {', '.join(SURFACES)}")
+    if relations not in RELATIONS:
+        raise ValueError(f"relations {relations!r}: use one of {', '.join(RELATIONS)}")
     if n_entities < MIN_ENTITIES:
         raise ValueError(
             f"a world needs at least {MIN_ENTITIES} entities (got {n_entities}); pass a larger --entities"
@@ -77,10 +89,17 @@ def generate_world(
     rng = random.Random(seed)
     entities = _build_entities(n_entities, rng)
     world = World(seed, entities, [], {})
-    world.passages = [_passage(e, world, rng) for e in entities]
+    orng = random.Random(f"{seed}/open")  # its own stream: the fixed world's draws stay as they are
+    if relations == "open":
+        add_open_relations(world, orng)
+    world.passages = [
+        _passage(e, world, rng, open_sentences(e, world, orng) if relations == "open" else ()) for e in entities
+    ]
     cands = _path_candidates(world)
     n_cmp = round(sum(sizes.values()) * KIND_SHARES["comparison"]) + 10
     cands += _comparison_candidates(world, n_cmp, rng)
+    if relations == "open":
+        cands = mix(cands, open_candidates(world, orng), orng)
     world.questions = _split_questions(cands, sizes, rng)
     if surface == "varied":
         vary_questions(world, seed)

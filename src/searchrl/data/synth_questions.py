@@ -19,6 +19,8 @@ class _Hop:
     subject: Entity
     answer: str  # entity name or year
     target: Entity | None  # the entity reached, None for a year
+    #: (sub-question, query, fact, answer kind) of a relation outside the fixed twelve (``synth_open``)
+    words: tuple[str, str, str, str] | None = None
 
 
 def _follow(e: Entity, relation: str, w: World) -> _Hop | None:
@@ -167,18 +169,19 @@ class _Candidate:
 def _chain(hops: list[_Hop]) -> list[dict[str, str]]:
     out = []
     for h in hops:
-        sub_q, query = _hop_question(h)
-        out.append(
-            {
-                "sub_question": sub_q,
-                "query": query,
-                "subject": h.subject.name,
-                "passage_id": h.subject.id,
-                "answer": h.answer,
-                "relation": h.relation,
-                "fact": _hop_fact(h),
-            }
-        )
+        sub_q, query = (h.words[0], h.words[1]) if h.words else _hop_question(h)
+        hop = {
+            "sub_question": sub_q,
+            "query": query,
+            "subject": h.subject.name,
+            "passage_id": h.subject.id,
+            "answer": h.answer,
+            "relation": h.relation,
+            "fact": h.words[2] if h.words else _hop_fact(h),
+        }
+        if h.words:
+            hop["answer_kind"] = h.words[3]
+        out.append(hop)
     return out
 
 

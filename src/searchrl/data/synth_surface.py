@@ -179,6 +179,8 @@ def _reword(ex: QAExample, world: World, rng: random.Random) -> str:
     if not chain:
         return ex.question
     if kind == "comparison":
+        if not all(str(h["answer"]).isdigit() for h in chain):
+            return ex.question  # full dates (open relations): no year wordings apply
         first, second = sorted((h["subject"] for h in chain), key=ex.question.find)  # the question's order
         years = {h["subject"]: int(h["answer"]) for h in chain}
         earlier = years[chain[-1]["subject"]] == min(years.values())  # the answer's hop is recorded last

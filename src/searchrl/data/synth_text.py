@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from searchrl.data.corpus import Passage
 from searchrl.data.synth_world import _LATER_EDITION, _ORG_KINDS, MAX_WORDS, MIN_WORDS, Entity, World
@@ -244,9 +244,11 @@ _TEXT_BUILDERS: dict[str, Callable[[Entity, World, random.Random], tuple[list[st
 }
 
 
-def _passage(e: Entity, w: World, rng: random.Random) -> Passage:
-    """Facts first (the text opens with the name), then optional sentences until a random target length is met."""
+def _passage(e: Entity, w: World, rng: random.Random, more_facts: Sequence[str] = ()) -> Passage:
+    """Facts first (the text opens with the name; ``more_facts`` after the entity's own), then optional sentences
+    until a random target length is met."""
     facts, optional = _TEXT_BUILDERS[e.kind](e, w, rng)
+    facts += more_facts
     rng.shuffle(optional)
     sentences = list(facts)
     target = rng.randint(MIN_WORDS + 10, MAX_WORDS - 15)

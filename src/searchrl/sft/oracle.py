@@ -76,14 +76,27 @@ def question_order(chain: list[dict], question: str) -> list[dict]:
     return [chain[i] for i in sorted(range(len(chain)), key=lambda i: (pos[i], i))]
 
 
+_MONTHS = "January February March April May June July August September October November December".split()
+
+
+def _when(text: str) -> tuple[int, int, int] | None:
+    """A year ("1850") or a full date ("3 May 1850") as (year, month, day); None for anything else."""
+    if text.isdigit():
+        return int(text), 0, 0
+    parts = text.split()
+    if len(parts) == 3 and parts[0].isdigit() and parts[1] in _MONTHS and parts[2].isdigit():
+        return int(parts[2]), _MONTHS.index(parts[1]) + 1, int(parts[0])
+    return None
+
+
 def _direction(chain: list[dict], answer: str, question: str) -> str:
-    """Whether the comparison's answer is the entity with the smaller year ("earlier") or the larger ("later");
-    "" when the hops' answers are not all years."""
-    years = {_subject(h, question): h["answer"] for h in chain}
-    mine = years.get(answer)
-    if mine is None or not all(y.isdigit() for y in years.values()):
+    """Whether the comparison's answer is the entity with the smaller year or date ("earlier") or the larger
+    ("later"); "" when the hops' answers are not all years or dates."""
+    times = {_subject(h, question): _when(h["answer"]) for h in chain}
+    mine = times.get(answer)
+    if mine is None or any(t is None for t in times.values()):
         return ""
-    return "earlier" if int(mine) == min(int(y) for y in years.values()) else "later"
+    return "earlier" if mine == min(times.values()) else "later"
 
 
 #: what kind of thing a hop's answer is, by the world's relation names ("decompose_explicit" states it first).
@@ -129,7 +142,8 @@ def _steps(
         items = _plan_items(chain, comparison, direction)
         plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
         explicit = mode in ("decompose_explicit", "decompose_facts")
-        kind = _ANSWER_KIND.get(chain[-1].get("relation", "")) if explicit else None
+        last = chain[-1]
+        kind = (last.get("answer_kind") or _ANSWER_KIND.get(last.get("relation", ""))) if explicit else None
         if kind and not comparison:  # the last sub-question must ask for this (a city is not a country)
             plan = f"The question asks for {kind}. {plan}"
         steps = [
@@ -141,7 +155,7 @@ def _steps(
         ]
         last = items[-1]
         if comparison and direction:  # the years side by side, then the one the question asks for
-            pick = (min if direction == "earlier" else max)(int(h["answer"]) for h in chain)
+            pick = (min if direction == "earlier" else max)((h["answer"] for h in chain), key=_when)
             pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
             last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
         elif comparison:
