@@ -2,7 +2,8 @@
 
 The world holds people, cities, countries, organisations and works (films, books, albums) tied by typed relations
 (``born_in``, ``spouse``, ``employer``, ``founder``, ``headquarters``, ``creator``, ``publisher``, ``country``,
-``capital``) and year attributes. Every name is made of invented syllables and is unique across the world, so
+``capital``) and year attributes; with ``relations="open"`` also a broad pool of further relations
+(``searchrl.data.synth_open``). Every name is made of invented syllables and is unique across the world, so
 parametric knowledge cannot answer and a name never points at two entities.
 
 Each entity gets one passage of encyclopedic prose (title = name; the text opens with the name; 60-120 words) that
