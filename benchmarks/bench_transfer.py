@@ -15,7 +15,8 @@ model:
   evaluated on the world's dev questions (the styles it trained on) and on real questions (``--real DIR``: a FlashRAG
   QA file ``--qa`` and ``corpus.jsonl``, searched through their own BM25 index; every real question is a held-out
   style): the ``--heldout`` part of the QA file's split, the questions multihop_cpu's agent is scored on, with naive
-  RAG (the same RL model) beside the agent;
+  RAG (the same RL model) beside the agent; its world has open relations (``--relations``; fixed in the other
+  settings);
 - ``held_out_kind`` (recipe multihop_world): the cold start and GRPO on the world's questions minus one kind
   (``--hold-out``, default three_hop: ``data.held_out_styles`` of both training stages), evaluated per kind on the
   world's dev questions;
@@ -98,10 +99,11 @@ def pipeline(
     qa: str | None = None,
     heldout: int = 100,
     held_out_styles: list[str] | None = None,
+    relations: str = "fixed",
 ) -> list[dict]:
-    """The run's stages for one setting (see the module docstring)."""
+    """The run's stages for one setting (see the module docstring); ``relations``: the world's (fixed or open)."""
     world = [
-        {"name": "world", "kind": "data", "op": "synth"},
+        {"name": "world", "kind": "data", "op": "synth", "args": {"relations": relations}},
         {"name": "world_index", "kind": "data", "op": "index", "data": "${world}/corpus.jsonl"},
     ]
     dev = "${world}/dev.jsonl"
@@ -343,6 +345,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="RL steps (default: the recipe's)")
     ap.add_argument("--eval-limit", type=int, default=100, help="questions per evaluation")
     ap.add_argument("--profile", default=None, help="a profile for the recipe (--smoke: laptop)")
+    ap.add_argument(
+        "--relations",
+        choices=("fixed", "open"),
+        default=None,
+        help="the world's relations (default: open for world_to_real, where open relations carried over better to "
+        "real questions; fixed otherwise)",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny sizes; prints, writes no result")
     ap.add_argument("--collect", action="store_true", help="only rebuild the report from an existing run")
     args = ap.parse_args()
@@ -367,6 +376,7 @@ def main() -> None:
         qa=qa,
         heldout=args.heldout,
         held_out_styles=info["held_out_styles"],
+        relations=args.relations or ("open" if args.setting == "world_to_real" else "fixed"),
     )
     recipe = RECIPES[args.setting]
     cmd = [sys.executable, "-m", "searchrl", "run", "--recipe", recipe, "--out", str(out)]

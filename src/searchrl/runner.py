@@ -139,7 +139,7 @@ def _count_lines(path: Path) -> int:
 
 
 #: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
-_OP_ARGS = {"synth": {"entities", "seed"}, "oracle": {"split", "limit", "kinds"}}
+_OP_ARGS = {"synth": {"entities", "seed", "surface", "relations"}, "oracle": {"split", "limit", "kinds"}}
 #: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
 _TEACHER_ARGS = {"url", "served_model", "timeout_s"}
 _OP_FUNCTIONS = {

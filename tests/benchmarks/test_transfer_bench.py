@@ -56,11 +56,13 @@ def test_each_setting_is_a_valid_pipeline(setting: str, smoke: bool, real: Path,
         qa=qa,
         heldout=2,
         held_out_styles=info.get("held_out_styles"),
+        relations="open",
     )
     cfg = load_config(bench.RECIPES[setting], ["pipeline=" + json.dumps(stages)], "laptop" if smoke else None)
     validate_deep(cfg, lambda name: load_config(name))
     names = [p.name for p in plan_pipeline(cfg, tmp_path / "run")]
     assert names[:3] == ["world", "world_index", "coldstart"] and names[-1] in ("eval", "eval_real")
+    assert cfg.pipeline[0].args == {"relations": "open"}  # the world stage takes the world's relations
     rl = next(s for s in cfg.pipeline if s.name == "rl")
     if setting == "held_out_kind":
         assert rl.set["data.held_out_styles"] == ["three_hop"]
