@@ -22,7 +22,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from searchrl.data.synth_questions import _Candidate, _Hop, _hop_question
+from searchrl.data.synth_questions import _answers_for, _Candidate, _Hop, _hop_question
 from searchrl.data.synth_world import _CREATOR_NOUN, _PUBLISHER_NOUN, Entity, World
 
 _MONTHS = "January February March April May June July August September October November December".split()
@@ -393,7 +393,7 @@ def open_candidates(w: World, rng: random.Random) -> list[_Candidate]:
             is_open = h1.relation in OPEN_RELATIONS
             if is_open:
                 q = _question([h1], rng)
-                out.append(_Candidate(f"{e.id}/{h1.relation}", "single_hop", q, _answers(h1), [h1], _tpl([h1])))
+                out.append(_Candidate(f"{e.id}/{h1.relation}", "single_hop", q, _answers_for(h1), [h1], _tpl([h1])))
             if h1.target is None or (not is_open and h1.relation not in _FIXED_PHRASE):
                 continue
             for h2 in _hops_of(h1.target, w, fixed=is_open):
@@ -411,12 +411,8 @@ def open_candidates(w: World, rng: random.Random) -> list[_Candidate]:
                         continue
                     kind = "bridge" if len(hops) == 2 else "three_hop"
                     key = f"{e.id}/" + ".".join(h.relation for h in hops)
-                    out.append(_Candidate(key, kind, _question(hops, rng), _answers(hops[-1]), hops, _tpl(hops)))
+                    out.append(_Candidate(key, kind, _question(hops, rng), _answers_for(hops[-1]), hops, _tpl(hops)))
     return out + _death_comparisons(w, rng)
-
-
-def _answers(h: _Hop) -> list[str]:
-    return list(h.target.aliases) if h.target is not None else [h.answer]
 
 
 def _tpl(hops: list[_Hop]) -> str:
