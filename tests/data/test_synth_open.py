@@ -45,9 +45,6 @@ def test_open_chains_keep_the_world_invariants(world: World) -> None:
             winner = names[dates.index(min(dates) if "first" in q.question else max(dates))]
             assert dates[0] != dates[1] and q.answers[0] == winner, q.question
     assert n_open > 100
-    # the passages state open relations in other words than the relation's name, too
-    corpus = " ".join(text.values())
-    assert "studied under" in corpus and "was born to" in corpus and "was chaired by" in corpus
 
 
 def test_about_half_of_each_kind_is_open(world: World) -> None:

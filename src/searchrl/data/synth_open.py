@@ -37,7 +37,7 @@ class OpenRelation:
     value: str  # "person" | "city" | "organisation" | "date"
     ask: str  # the question about ``{s}`` (a name or a phrase such as "the teacher of X")
     alt: str = ""  # a second wording for a named subject
-    says: tuple[str, ...] = ()  # further passage wordings with ``{s}`` and ``{v}`` ("{s} studied under {v}.")
+    says: tuple[str, ...] = ()  # passage sentences with ``{s}`` and ``{v}``; default: the noun's own forms
 
     @property
     def answer_kind(self) -> str:
@@ -45,40 +45,24 @@ class OpenRelation:
             self.value
         ]
 
-    def fact(self, s: str, v: str) -> str:
-        """The relation stated in its own words, as the oracle records a hop's finding."""
-        return f"{s}'s {self.noun} was {v}"
-
     def statements(self) -> tuple[str, ...]:
-        """The passage's wordings, one drawn per fact: the noun's own form and ``says`` (the noun in both its forms
-        when there is no other), so that reading a relation is not matching its name."""
-        own = f"{{s}}'s {self.noun} was {{v}}."
-        return (own, *self.says) if self.says else (own, f"The {self.noun} of {{s}} was {{v}}.")
+        return self.says or (f"{{s}}'s {self.noun} was {{v}}.", f"The {self.noun} of {{s}} was {{v}}.")
 
 
-def _kin(noun: str, *says: str) -> OpenRelation:
-    return OpenRelation(noun, "person", "person", f"Who was the {noun} of {{s}}?", f"Who was {{s}}'s {noun}?", says)
+def _kin(noun: str) -> OpenRelation:
+    return OpenRelation(noun, "person", "person", f"Who was the {noun} of {{s}}?", f"Who was {{s}}'s {noun}?")
 
 
 _POOL: tuple[OpenRelation, ...] = (
-    _kin("father", "{s} was born to {v} and his wife.", "{v} was the father of {s}."),
-    _kin("mother", "{s} was born to {v} and her husband.", "{v} was the mother of {s}."),
-    _kin("brother", "{s} had a brother, {v}.", "{v} was a brother of {s}."),
-    _kin("sister", "{s} had a sister, {v}.", "{v} was a sister of {s}."),
-    _kin("son", "{s} had a son, {v}.", "{v} was a son of {s}."),
-    _kin("daughter", "{s} had a daughter, {v}.", "{v} was a daughter of {s}."),
-    _kin("teacher", "{s} studied under {v}.", "{s} was taught by {v}."),
-    _kin("student", "{v} studied under {s}.", "Among the students of {s} was {v}."),
-    _kin("rival", "{s} competed for years with {v}.", "{v} was a lifelong rival of {s}."),
-    _kin("patron", "{s} worked under the patronage of {v}.", "{v} supported {s} as a patron."),
-    _kin("biographer", "A biography of {s} was written by {v}.", "{v} wrote the standard biography of {s}."),
+    *(_kin(n) for n in ("father", "mother", "brother", "sister", "son", "daughter")),
+    *(_kin(n) for n in ("teacher", "student", "rival", "patron", "biographer")),
     OpenRelation(
         "place of death",
         "person",
         "city",
         "Where did {s} die?",
         "What was the place of death of {s}?",
-        ("{s} died in {v}.", "{s} spent the last years in {v} and died there."),
+        ("{s} died in {v}.", "{s}'s place of death was {v}."),
     ),
     OpenRelation(
         "place of burial",
@@ -86,7 +70,7 @@ _POOL: tuple[OpenRelation, ...] = (
         "city",
         "Where was {s} buried?",
         "What was the place of burial of {s}?",
-        ("{s} was buried in {v}.", "{s} lies buried in {v}."),
+        ("{s} was buried in {v}.", "{s}'s place of burial was {v}."),
     ),
     OpenRelation(
         "date of death",
@@ -94,7 +78,7 @@ _POOL: tuple[OpenRelation, ...] = (
         "date",
         "When did {s} die?",
         "What was the date of death of {s}?",
-        ("{s} died on {v}.",),
+        ("{s} died on {v}.", "{s}'s date of death was {v}."),
     ),
     OpenRelation(
         "date of birth",
@@ -102,7 +86,7 @@ _POOL: tuple[OpenRelation, ...] = (
         "date",
         "When was {s} born?",
         "What was the date of birth of {s}?",
-        ("{s} was born on {v}.",),
+        ("{s} was born on {v}.", "{s}'s date of birth was {v}."),
     ),
     OpenRelation(
         "alma mater",
@@ -110,112 +94,42 @@ _POOL: tuple[OpenRelation, ...] = (
         "organisation",
         "Which university did {s} attend?",
         "What was the alma mater of {s}?",
-        ("{s} was educated at {v}.", "{s} graduated from {v}."),
+        ("{s} was educated at {v}.", "{s}'s alma mater was {v}."),
     ),
-    OpenRelation(
-        "chair",
-        "organisation",
-        "person",
-        "Who was the chair of {s}?",
-        "Who chaired {s}?",
-        ("{s} was chaired by {v}.", "{v} served as chair of {s}."),
-    ),
-    OpenRelation(
-        "treasurer",
-        "organisation",
-        "person",
-        "Who was the treasurer of {s}?",
-        "",
-        ("{v} served as treasurer of {s}.",),
-    ),
+    OpenRelation("chair", "organisation", "person", "Who was the chair of {s}?", "Who chaired {s}?"),
+    OpenRelation("treasurer", "organisation", "person", "Who was the treasurer of {s}?"),
     OpenRelation(
         "parent organisation",
         "organisation",
         "organisation",
         "What is the parent organisation of {s}?",
         "Which organisation owns {s}?",
-        ("{s} is owned by {v}.", "{s} is a subsidiary of {v}."),
+        ("{s} is owned by {v}.", "The parent organisation of {s} is {v}."),
     ),
-    OpenRelation(
-        "screenwriter",
-        "work:film",
-        "person",
-        "Who was the screenwriter of {s}?",
-        "Who wrote {s}?",
-        ("The screenplay of {s} was written by {v}.", "{v} wrote the screenplay."),
-    ),
-    OpenRelation(
-        "composer",
-        "work:film",
-        "person",
-        "Who was the composer of {s}?",
-        "Who scored {s}?",
-        ("The music of {s} was composed by {v}.", "{v} composed the score."),
-    ),
-    OpenRelation(
-        "cinematographer",
-        "work:film",
-        "person",
-        "Who was the cinematographer of {s}?",
-        "",
-        ("{s} was shot by the cinematographer {v}.", "The cinematography was by {v}."),
-    ),
+    OpenRelation("screenwriter", "work:film", "person", "Who was the screenwriter of {s}?", "Who wrote {s}?"),
+    OpenRelation("composer", "work:film", "person", "Who was the composer of {s}?", "Who scored {s}?"),
+    OpenRelation("cinematographer", "work:film", "person", "Who was the cinematographer of {s}?"),
     OpenRelation(
         "filming location",
         "work:film",
         "city",
         "Where was {s} filmed?",
         "What was the filming location of {s}?",
-        ("{s} was filmed in {v}.", "Most of {s} was shot on location in {v}."),
+        ("{s} was filmed in {v}.", "The filming location of {s} was {v}."),
     ),
-    OpenRelation(
-        "editor",
-        "work:book",
-        "person",
-        "Who was the editor of {s}?",
-        "Who edited {s}?",
-        ("{s} was edited by {v}.",),
-    ),
-    OpenRelation(
-        "illustrator",
-        "work:book",
-        "person",
-        "Who was the illustrator of {s}?",
-        "Who illustrated {s}?",
-        ("{s} was illustrated by {v}.", "The illustrations are by {v}."),
-    ),
-    OpenRelation(
-        "translator",
-        "work:book",
-        "person",
-        "Who was the translator of {s}?",
-        "",
-        ("{s} was translated by {v}.",),
-    ),
+    OpenRelation("editor", "work:book", "person", "Who was the editor of {s}?", "Who edited {s}?"),
+    OpenRelation("illustrator", "work:book", "person", "Who was the illustrator of {s}?", "Who illustrated {s}?"),
+    OpenRelation("translator", "work:book", "person", "Who was the translator of {s}?"),
     OpenRelation(
         "setting",
         "work:book",
         "city",
         "Where is {s} set?",
         "In which city is {s} set?",
-        ("{s} is set in {v}.", "The story of {s} takes place in {v}."),
+        ("{s} is set in {v}.", "The setting of {s} is {v}."),
     ),
-    OpenRelation(
-        "lyricist",
-        "work:album",
-        "person",
-        "Who was the lyricist of {s}?",
-        "",
-        ("The lyrics of {s} were written by {v}.", "{v} wrote the lyrics."),
-    ),
-    OpenRelation(
-        "arranger",
-        "work:album",
-        "person",
-        "Who was the arranger of {s}?",
-        "",
-        ("The songs of {s} were arranged by {v}.", "{v} arranged the songs."),
-    ),
+    OpenRelation("lyricist", "work:album", "person", "Who was the lyricist of {s}?"),
+    OpenRelation("arranger", "work:album", "person", "Who was the arranger of {s}?"),
     OpenRelation(
         "recording location",
         "work:album",
@@ -224,30 +138,9 @@ _POOL: tuple[OpenRelation, ...] = (
         "What was the recording location of {s}?",
         ("{s} was recorded in {v}.", "It was recorded in {v}."),
     ),
-    OpenRelation(
-        "mayor",
-        "city",
-        "person",
-        "Who was the mayor of {s}?",
-        "Who was {s}'s mayor?",
-        ("{v} served as mayor of {s}.",),
-    ),
-    OpenRelation(
-        "head of state",
-        "country",
-        "person",
-        "Who was the head of state of {s}?",
-        "",
-        ("{v} served as head of state of {s}.",),
-    ),
-    OpenRelation(
-        "national poet",
-        "country",
-        "person",
-        "Who is the national poet of {s}?",
-        "",
-        ("{v} is regarded as the national poet of {s}.",),
-    ),
+    OpenRelation("mayor", "city", "person", "Who was the mayor of {s}?", "Who was {s}'s mayor?"),
+    OpenRelation("head of state", "country", "person", "Who was the head of state of {s}?"),
+    OpenRelation("national poet", "country", "person", "Who is the national poet of {s}?"),
 )
 OPEN_RELATIONS = {r.noun: r for r in _POOL}
 _OLDER = {"father": (18, 50), "mother": (18, 45), "teacher": (10, 50), "patron": (10, 60)}
@@ -330,7 +223,7 @@ def _open_hop(e: Entity, noun: str, w: World) -> _Hop | None:
             return None
         target = w.entity(e.relations[noun])
         answer = target.name
-    fact = rel.fact(e.name, answer)
+    fact = rel.statements()[-1].format(s=e.name, v=answer).rstrip(".")
     return _Hop(noun, e, answer, target, (rel.ask.format(s=e.name), f"{e.name} {noun}", fact, rel.answer_kind))
 
 
