@@ -107,8 +107,9 @@ def report(arms: list[dict]) -> str:
     ]
     for a in arms:
         g, n = a["agent"], a["naive_rag"]
+        name = f"{a['run']}: {a['label']}" if a.get("label") else a["run"]
         lines.append(
-            f"| {a['run']} | {a['recipe']} | {a['relations']} | {a['surface']} | {a['coldstart_s']:.0f} "
+            f"| {name} | {a['recipe']} | {a['relations']} | {a['surface']} | {a['coldstart_s']:.0f} "
             f"| {g['em']:.2f} | {g['f1']:.3f} | {g['cover_em']:.2f} | {g.get('well_formed', 0):.2f} "
             f"| {g['searches']:.2f} | {n['em']:.2f} | {n['cover_em']:.2f} "
             f"| {a['first_query_adds_a_word']} of {a['questions_with_a_search']} |"
@@ -136,6 +137,7 @@ def main() -> None:
     ap.add_argument("--run", type=Path, help="run one arm into this directory")
     ap.add_argument("--recipe", default="multihop_world")
     ap.add_argument("--collect", type=Path, nargs="+", help="finished arm directories to report")
+    ap.add_argument("--label", action="append", default=[], help="RUN=TEXT: what sets that arm apart")
     ap.add_argument("--qa", type=Path, default=DATA / "dev.jsonl")
     ap.add_argument("--corpus", type=Path, default=None, help="default: corpus.jsonl beside --qa")
     ap.add_argument("--heldout", type=int, default=100)
@@ -148,7 +150,8 @@ def main() -> None:
         print(" ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
     if args.collect:
-        arms = [collect_one(r) for r in args.collect]
+        labels = dict(kv.split("=", 1) for kv in args.label)
+        arms = [collect_one(r) | {"label": labels.get(r.name, "")} for r in args.collect]
         out = {
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores",
