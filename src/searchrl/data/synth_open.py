@@ -22,10 +22,10 @@ import random
 import re
 from dataclasses import dataclass
 
-from searchrl.data.synth_questions import _answers_for, _Candidate, _Hop, _hop_question
+from searchrl.data.synth_questions import _answers_for, _Candidate, _follow, _Hop, _hop_question
 from searchrl.data.synth_world import _CREATOR_NOUN, _PUBLISHER_NOUN, Entity, World
 
-_MONTHS = "January February March April May June July August September October November December".split()
+MONTHS = "January February March April May June July August September October November December".split()
 #: Share of each question kind drawn from open relations (the rest are the fixed world's).
 OPEN_SHARE = 0.5
 
@@ -148,12 +148,12 @@ _YOUNGER = {"son": (18, 50), "daughter": (18, 45), "student": (10, 50), "biograp
 
 
 def _date(rng: random.Random, year: int) -> str:
-    return f"{rng.randint(1, 28)} {_MONTHS[rng.randrange(12)]} {year}"
+    return f"{rng.randint(1, 28)} {MONTHS[rng.randrange(12)]} {year}"
 
 
 def _date_key(text: str) -> tuple[int, int, int]:
     day, month, year = text.split()
-    return int(year), _MONTHS.index(month), int(day)
+    return int(year), MONTHS.index(month), int(day)
 
 
 def _applies(rel: OpenRelation, e: Entity) -> bool:
@@ -245,8 +245,6 @@ _FIXED_FOLLOW += ("creator", "publisher", "year", "country", "capital")
 
 def _hops_of(e: Entity, w: World, fixed: bool) -> list[_Hop]:
     """Every hop out of ``e``: its open relations, and its fixed ones when ``fixed``."""
-    from searchrl.data.synth_questions import _follow
-
     hops = [h for noun in OPEN_RELATIONS if (h := _open_hop(e, noun, w)) is not None]
     if fixed:
         hops += [h for rel in _FIXED_FOLLOW if (h := _follow(e, rel, w)) is not None]
@@ -279,7 +277,8 @@ def _question(hops: list[_Hop], rng: random.Random) -> str:
 
 def open_candidates(w: World, rng: random.Random) -> list[_Candidate]:
     """Questions over the open relations: one hop, two or three hops with at least one open relation (the first
-    open, or a fixed hop to a person then an open one), and "who died first" comparisons of full dates."""
+    open, or a fixed hop whose entity a phrase can name, then an open one), and "who died first" comparisons of
+    full dates."""
     out: list[_Candidate] = []
     for e in w.entities:
         for h1 in _hops_of(e, w, fixed=True):

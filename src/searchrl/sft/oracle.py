@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from searchrl.data.records import QAExample
+from searchrl.data.synth_open import MONTHS
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
@@ -76,16 +77,13 @@ def question_order(chain: list[dict], question: str) -> list[dict]:
     return [chain[i] for i in sorted(range(len(chain)), key=lambda i: (pos[i], i))]
 
 
-_MONTHS = "January February March April May June July August September October November December".split()
-
-
 def _when(text: str) -> tuple[int, int, int] | None:
     """A year ("1850") or a full date ("3 May 1850") as (year, month, day); None for anything else."""
     if text.isdigit():
         return int(text), 0, 0
     parts = text.split()
-    if len(parts) == 3 and parts[0].isdigit() and parts[1] in _MONTHS and parts[2].isdigit():
-        return int(parts[2]), _MONTHS.index(parts[1]) + 1, int(parts[0])
+    if len(parts) == 3 and parts[0].isdigit() and parts[1] in MONTHS and parts[2].isdigit():
+        return int(parts[2]), MONTHS.index(parts[1]) + 1, int(parts[0])
     return None
 
 
@@ -142,8 +140,8 @@ def _steps(
         items = _plan_items(chain, comparison, direction)
         plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
         explicit = mode in ("decompose_explicit", "decompose_facts")
-        last = chain[-1]
-        kind = (last.get("answer_kind") or _ANSWER_KIND.get(last.get("relation", ""))) if explicit else None
+        final = chain[-1]
+        kind = (final.get("answer_kind") or _ANSWER_KIND.get(final.get("relation", ""))) if explicit else None
         if kind and not comparison:  # the last sub-question must ask for this (a city is not a country)
             plan = f"The question asks for {kind}. {plan}"
         steps = [
