@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from searchrl.data.synth import World, generate_world
-from searchrl.data.synth_open import OPEN_RELATIONS, _date_key
+from searchrl.data.synth_open import OPEN_RELATIONS, when
 from searchrl.protocols import get_protocol
 from searchrl.sft.oracle import oracle_texts
 
@@ -40,7 +40,7 @@ def test_open_chains_keep_the_world_invariants(world: World) -> None:
             assert title[chain[0]["passage_id"]] in q.question
             assert not any(h["answer"] in q.question for h in chain), q.question
         if kind == "comparison":
-            dates = [_date_key(h["answer"]) for h in chain]
+            dates = [when(h["answer"]) for h in chain]
             names = [title[h["passage_id"]] for h in chain]
             winner = names[dates.index(min(dates) if "first" in q.question else max(dates))]
             assert dates[0] != dates[1] and q.answers[0] == winner, q.question

@@ -151,9 +151,14 @@ def _date(rng: random.Random, year: int) -> str:
     return f"{rng.randint(1, 28)} {MONTHS[rng.randrange(12)]} {year}"
 
 
-def _date_key(text: str) -> tuple[int, int, int]:
-    day, month, year = text.split()
-    return int(year), MONTHS.index(month), int(day)
+def when(text: str) -> tuple[int, int, int] | None:
+    """A year ("1850") or a full date ("3 May 1850") as (year, month, day), for ordering; None for anything else."""
+    if text.isdigit():
+        return int(text), 0, 0
+    parts = text.split()
+    if len(parts) == 3 and parts[0].isdigit() and parts[1] in MONTHS and parts[2].isdigit():
+        return int(parts[2]), MONTHS.index(parts[1]) + 1, int(parts[0])
+    return None
 
 
 def _applies(rel: OpenRelation, e: Entity) -> bool:
@@ -324,7 +329,7 @@ def _death_comparisons(w: World, rng: random.Random) -> list[_Candidate]:
             continue
         seen.add(key)
         later = rng.random() < 0.5
-        ordered = sorted((a, b), key=lambda x: _date_key(x.attrs["date of death"]))
+        ordered = sorted((a, b), key=lambda x: when(x.attrs["date of death"]))
         winner, loser = (ordered[1], ordered[0]) if later else (ordered[0], ordered[1])
         q = f"Who died {'later' if later else 'first'}, {a.name} or {b.name}?"
         hops = [h for x in (loser, winner) if (h := _open_hop(x, "date of death", w)) is not None]

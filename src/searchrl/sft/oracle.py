@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from searchrl.data.records import QAExample
-from searchrl.data.synth_open import MONTHS
+from searchrl.data.synth_open import when
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
@@ -77,20 +77,10 @@ def question_order(chain: list[dict], question: str) -> list[dict]:
     return [chain[i] for i in sorted(range(len(chain)), key=lambda i: (pos[i], i))]
 
 
-def _when(text: str) -> tuple[int, int, int] | None:
-    """A year ("1850") or a full date ("3 May 1850") as (year, month, day); None for anything else."""
-    if text.isdigit():
-        return int(text), 0, 0
-    parts = text.split()
-    if len(parts) == 3 and parts[0].isdigit() and parts[1] in MONTHS and parts[2].isdigit():
-        return int(parts[2]), MONTHS.index(parts[1]) + 1, int(parts[0])
-    return None
-
-
 def _direction(chain: list[dict], answer: str, question: str) -> str:
     """Whether the comparison's answer is the entity with the smaller year or date ("earlier") or the larger
     ("later"); "" when the hops' answers are not all years or dates."""
-    times = {_subject(h, question): _when(h["answer"]) for h in chain}
+    times = {_subject(h, question): when(h["answer"]) for h in chain}
     mine = times.get(answer)
     if mine is None or any(t is None for t in times.values()):
         return ""
@@ -153,7 +143,7 @@ def _steps(
         ]
         last = items[-1]
         if comparison and direction:  # the years side by side, then the one the question asks for
-            pick = (min if direction == "earlier" else max)((h["answer"] for h in chain), key=_when)
+            pick = (min if direction == "earlier" else max)((h["answer"] for h in chain), key=when)
             pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
             last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
         elif comparison:
