@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from searchrl.eval.diagnostics import FLAGS
 from searchrl.utils import write_portable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +116,7 @@ def collect(out: Path) -> dict:
         shares = next((v for k, v in ev.get("diagnostics", {}).items() if k.endswith(f"/ {wanted}")), {})
         rows[method] = {
             "protocol": protocol,
-            **{k: row.get(k) for k in ("n", "em", "f1", "cover_em", "searches", "gen_tokens")},
+            **{k: row.get(k) for k in ("n", "em", "f1", "cover_em", "cover_em_committed", "searches", "gen_tokens")},
             "failures": shares,
         }
     seconds = {}
@@ -136,13 +137,13 @@ def report(res: dict, args: argparse.Namespace) -> list[str]:
         "trains on the same training questions with the same reward and RL steps and answers the same held-out "
         "questions greedily with BM25 top-3 (see the script's docstring for what each method is).",
         "",
-        "| method | protocol | n | EM | F1 | cover-EM | searches/q | gen tokens/q |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | protocol | n | EM | F1 | cover-EM | cover-EM (committed) | searches/q | gen tokens/q |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in rows.items():
         lines.append(
             f"| `{m}` | {r['protocol']} | {r['n']} | {fmt(r['em'])} | {fmt(r['f1'])} | {fmt(r['cover_em'])} "
-            f"| {fmt(r['searches'], 2)} | {fmt(r['gen_tokens'], 1)} |"
+            f"| {fmt(r.get('cover_em_committed'))} | {fmt(r['searches'], 2)} | {fmt(r['gen_tokens'], 1)} |"
         )
     if "agent" in rows:
         best = max((r["em"] for m, r in rows.items() if m in ("rag_sft", "rag_rl", "r1")), default=None)
@@ -151,7 +152,10 @@ def report(res: dict, args: argparse.Namespace) -> list[str]:
         if "naive_rag" in rows:
             diff = rows["agent"]["cover_em"] - rows["naive_rag"]["cover_em"]
             lines.append(f"Agent cover-EM minus naive RAG's: {diff:+.3f}.")
-    flags = ["gold_in_docs", "reading_failure", "retrieval_failure", "hallucinated_hop", "no_search", "format_failure"]
+            if rows["agent"].get("cover_em_committed") is not None and rows["naive_rag"].get("cover_em_committed"):
+                diff = rows["agent"]["cover_em_committed"] - rows["naive_rag"]["cover_em_committed"]
+                lines.append(f'Committed (a hedged answer to an "A or B?" question counted wrong): {diff:+.3f}.')
+    flags = list(FLAGS)
     lines += ["", "Why answers are wrong (share of questions):", "", "| method | " + " | ".join(flags) + " |",
               "|---|" + "---|" * len(flags)]  # fmt: skip
     for m, r in rows.items():

@@ -12,7 +12,9 @@ evaluation) with any further ``key=value`` overrides; ``--collect`` reads finish
 ``benchmarks/results/world_coldstart_real.{json,md}``: per arm the recipe, the world's wording and relations, the cold
 start's seconds, EM / F1 / cover-EM / well-formed / searches of the agent and naive RAG, the evaluation's failure
 diagnostics, and how many first queries add a content word the question does not have (a relation the model
-brought from the world instead of the question's own).
+brought from the world instead of the question's own). Committed cover-EM (a hedged answer, one naming both options
+of an "A or B?" question, counted wrong) and the hedged share are recomputed from the predictions files, so arms
+evaluated before those figures existed get them too.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from searchrl.utils import write_portable
+from searchrl.eval.diagnostics import COMMITTED, add_diagnostics
+from searchrl.utils import read_jsonl, write_portable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -68,6 +71,19 @@ def first_query_adds(predictions: Path) -> tuple[int, int, list[tuple[str, int]]
     return n, searched, sorted(added.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
 
 
+def committed(predictions: Path) -> dict[str, float]:
+    """Committed cover-EM and the share of hedged answers among the choice questions, from a predictions file."""
+    rows = [row for _, row in read_jsonl(predictions)]
+    for row in rows:
+        add_diagnostics(row)
+    choice = [r for r in rows if r["diagnostics"]["hedged"] is not None]
+    return {
+        COMMITTED: round(sum(r["metrics"][COMMITTED] for r in rows) / len(rows), 3),
+        "hedged": round(sum(r["diagnostics"]["hedged"] for r in choice) / len(choice), 3) if choice else 0.0,
+        "choice_questions": len(choice),
+    }
+
+
 def collect_one(run: Path) -> dict:
     summary = json.loads((run / "summary.json").read_text())
     stages = {s["name"]: s for s in summary["stages"]}
@@ -75,8 +91,12 @@ def collect_one(run: Path) -> dict:
     ev = json.loads((run / "coldstart_eval_real" / "summary.json").read_text())
     rows = {r["method"]: r for r in ev["rows"]}
     diag = {k.split(" / ")[-1]: v for k, v in ev["diagnostics"].items()}
-    adds, searched, words = first_query_adds(run / "coldstart_eval_real" / "predictions" / "heldout__agent.jsonl")
+    preds = run / "coldstart_eval_real" / "predictions"
+    adds, searched, words = first_query_adds(preds / "heldout__agent.jsonl")
     keep = ("em", "f1", "cover_em", "well_formed", "searches", "gen_tokens")
+    scored = {m: {k: round(rows[m][k], 3) for k in keep if k in rows[m]} for m in ("agent", "naive_rag")}
+    for m in scored:
+        scored[m] |= committed(preds / f"heldout__{m}.jsonl")
     return {
         "run": run.name,
         "recipe": summary["recipe"],
@@ -84,8 +104,8 @@ def collect_one(run: Path) -> dict:
         "relations": world.get("relations", "fixed"),
         "coldstart_s": stages["coldstart"]["seconds"],
         "eval_s": stages["coldstart_eval_real"]["seconds"],
-        "agent": {k: round(rows["agent"][k], 3) for k in keep if k in rows["agent"]},
-        "naive_rag": {k: round(rows["naive_rag"][k], 3) for k in keep if k in rows["naive_rag"]},
+        "agent": scored["agent"],
+        "naive_rag": scored["naive_rag"],
         "diagnostics": {m: {k: round(v, 2) for k, v in d.items()} for m, d in diag.items()},
         "first_query_adds_a_word": adds,
         "questions_with_a_search": searched,
@@ -101,33 +121,39 @@ def report(arms: list[dict]) -> str:
         "greedy, BM25 top-3) on the held-out questions of the real split",
         "(`python benchmarks/world_coldstart_real.py`).",
         "",
-        "| arm | recipe | relations | wording | cold start s | agent EM | F1 | cover-EM | well-formed | searches/q "
-        "| naive RAG EM | cover-EM | first queries adding a word |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Cover-EM counts an answer that contains the gold; committed cover-EM counts a hedged answer (one naming",
+        'both options of an "A or B?" question, e.g. a restated question) wrong; hedged: share of the choice',
+        "questions answered so.",
+        "",
+        "| arm | recipe | relations | wording | cold start s | agent EM | F1 | cover-EM | committed | well-formed "
+        "| searches/q | naive RAG EM | cover-EM | committed | hedged | first queries adding a word |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for a in arms:
         g, n = a["agent"], a["naive_rag"]
         name = f"{a['run']}: {a['label']}" if a.get("label") else a["run"]
         lines.append(
             f"| {name} | {a['recipe']} | {a['relations']} | {a['surface']} | {a['coldstart_s']:.0f} "
-            f"| {g['em']:.2f} | {g['f1']:.3f} | {g['cover_em']:.2f} | {g.get('well_formed', 0):.2f} "
-            f"| {g['searches']:.2f} | {n['em']:.2f} | {n['cover_em']:.2f} "
+            f"| {g['em']:.2f} | {g['f1']:.3f} | {g['cover_em']:.2f} | {g[COMMITTED]:.2f} "
+            f"| {g.get('well_formed', 0):.2f} "
+            f"| {g['searches']:.2f} | {n['em']:.2f} | {n['cover_em']:.2f} | {n[COMMITTED]:.2f} | {n['hedged']:.0%} "
             f"| {a['first_query_adds_a_word']} of {a['questions_with_a_search']} |"
         )
     lines += [
         "",
         "Why the agent's answers were wrong (share of questions):",
         "",
-        "| arm | gold in docs | reading fail | retrieval fail | made-up hop | no search | format fail "
+        "| arm | gold in docs | reading fail | retrieval fail | made-up hop | no search | format fail | hedged "
         "| most added words |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for a in arms:
         d = a["diagnostics"]["agent"]
         words = ", ".join(f"{w} {c}" for w, c in a["added_words"])
         lines.append(
             f"| {a['run']} | {d['gold_in_docs']:.0%} | {d['reading_failure']:.0%} | {d['retrieval_failure']:.0%} "
-            f"| {d['hallucinated_hop']:.0%} | {d['no_search']:.0%} | {d['format_failure']:.0%} | {words} |"
+            f"| {d['hallucinated_hop']:.0%} | {d['no_search']:.0%} | {d['format_failure']:.0%} "
+            f"| {a['agent']['hedged']:.0%} | {words} |"
         )
     return "\n".join(lines) + "\n"
 

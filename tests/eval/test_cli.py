@@ -229,7 +229,8 @@ def test_rescore_uses_the_cover_em_rule_eval_recorded(tmp_path: Path) -> None:
     assert row["metrics"]["cover_em"] == 1.0  # "york" is a substring of "new yorker"
     (same,) = rescore_file(path, ["em", "cover_em"])
     assert (
-        same["metrics"] == {"em": 0.0, "cover_em": 1.0} and same["metric_settings"]["cover_em"]["boundary"] == "char"
+        same["metrics"] == {"em": 0.0, "cover_em": 1.0, "cover_em_committed": 1.0}
+        and same["metric_settings"]["cover_em"]["boundary"] == "char"
     )
     (word,) = rescore_file(path, ["em", "cover_em"], protocol="rag_r1")  # a word-bounded convention on request
     assert word["metrics"]["cover_em"] == 0.0

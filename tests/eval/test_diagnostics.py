@@ -106,3 +106,59 @@ def test_the_viewer_summary_shows_the_failure_shares() -> None:
     shares = summarize(records)["diagnostics"]
     assert shares["gold_in_docs"] == 1.0 and shares["reading_failure"] == 0.5 and "no_search" in shares
     assert 'data-stat="diag-reading_failure"' in render_html(records)
+
+
+def test_choice_options_are_read_from_a_or_b_questions() -> None:
+    from searchrl.eval.diagnostics import choice_options
+
+    assert choice_options("Which film came out first, The Tide or Blue Lake?") == ["The Tide", "Blue Lake"]
+    # an option may hold a comma after the first one
+    assert choice_options("Who died first, Ada Vell or George Orm, 2nd Earl of Lake?") == [
+        "Ada Vell",
+        "George Orm, 2nd Earl of Lake",
+    ]
+    assert choice_options("Where was Ada Vell born?") == []
+    assert choice_options("Who wrote Either Or?") == []  # no comma before the options
+
+
+def test_a_reply_naming_both_options_is_hedged_and_its_cover_em_not_counted() -> None:
+    from searchrl.eval.diagnostics import add_diagnostics
+
+    question = "Which film came out first, The Tide or The Tide Returns?"
+    both = _agent_row("The Tide Returns, then The Tide", [_turn("answer")], golds=["The Tide"], question=question)
+    one = _agent_row("The Tide Returns", [_turn("answer")], golds=["The Tide"], question=question)
+    right = _agent_row("The Tide", [_turn("answer")], golds=["The Tide"], question=question)
+    plain = _agent_row("Paris, not Rome", [_turn("answer")])  # not a choice question: never hedged
+    for row, cover in ((both, 1.0), (one, 0.0), (right, 1.0), (plain, 1.0)):
+        row["metrics"] = {"cover_em": cover}
+        add_diagnostics(row)
+    assert both["diagnostics"]["hedged"] and both["metrics"]["cover_em_committed"] == 0.0
+    # naming the longer option does not also name the shorter one inside it
+    assert one["diagnostics"]["hedged"] is False and one["metrics"]["cover_em_committed"] == 0.0
+    assert right["diagnostics"]["hedged"] is False and right["metrics"]["cover_em_committed"] == 1.0
+    assert plain["diagnostics"]["hedged"] is None and plain["metrics"]["cover_em_committed"] == 1.0
+    shares = failure_shares([both, one, right, plain])[("d", "agent")]
+    assert shares["hedged"] == 1 / 3  # over the three choice questions
+
+
+def test_the_summary_scores_committed_cover_em(tmp_path) -> None:
+    from searchrl.data.records import QAExample
+    from searchrl.eval.harness import evaluate
+    from searchrl.eval.method import Prediction
+
+    class Restate:  # a method that restates the question
+        name = "restate"
+
+        def answer(self, batch):
+            return [Prediction(text=ex.question) for ex in batch]
+
+    data = {
+        "toy": [
+            QAExample("1", "Who was born first, Ada Vell or Tom Hale?", ["Tom Hale"]),
+            QAExample("2", "Where was Ada Vell born, in Paris?", ["Paris"]),
+        ]
+    }
+    result = evaluate(data, {"restate": Restate()}, tmp_path, metrics=["em", "cover_em"], show=False)
+    (row,) = result.rows
+    assert row["cover_em"] == 1.0 and row["cover_em_committed"] == 0.5
+    assert "cover-EM (committed)" in (tmp_path / "summary.md").read_text()

@@ -14,6 +14,7 @@ from searchrl.eval.report import AVERAGE, aggregate, render_markdown
 from searchrl.rewards.judge import LLMJudge
 
 METRICS = ["em", "f1", "cover_em", "cover_em_tokens"]
+SCORES = ["em", "f1", "cover_em", "cover_em_committed", "cover_em_tokens"]  # what the summaries show
 
 
 def rag_reply(ctx: str) -> str:
@@ -54,7 +55,13 @@ def test_predictions_files_hold_question_golds_prediction_and_item_metrics(run) 
     lines = [json.loads(x) for x in (out / "predictions" / "toy__direct.jsonl").read_text().splitlines()]
     assert [r["prediction"] for r in lines] == ["Rome", "The director is Tom Hale", "No"]
     assert lines[1]["golds"] == ["Tom Hale", "T. Hale"] and lines[1]["question"] == "Who directed Blue Lake?"
-    assert lines[1]["metrics"] == {"em": 0.0, "f1": pytest.approx(2 / 3), "cover_em": 1.0, "cover_em_tokens": 1.0}
+    assert lines[1]["metrics"] == {
+        "em": 0.0,
+        "f1": pytest.approx(2 / 3),
+        "cover_em": 1.0,
+        "cover_em_committed": 1.0,  # not a choice question, so nothing is hedged
+        "cover_em_tokens": 1.0,
+    }
     rag = [json.loads(x) for x in (out / "predictions" / "toy__naive_rag.jsonl").read_text().splitlines()]
     assert [r["trajectory"]["hit_ids"] for r in rag] == [[["d-anna"]], [["d-blue"]], [["d-oslo"]]]
     assert sorted(p.name for p in (out / "predictions").iterdir()) == [
@@ -115,7 +122,7 @@ def test_summary_markdown_is_a_valid_table(run) -> None:
     assert notes[0].startswith("Answer normalisation: em: squad; f1: squad; cover_em: squad, word boundary;")
     assert "batches of 2" in notes[1] and "queries/q" in header
     why = md[md.index("Why answers are wrong") :].rstrip("\n")  # the failure table follows the scores
-    assert md == render_markdown(result.rows, METRICS, notes=notes, after=[why])
+    assert md == render_markdown(result.rows, SCORES, notes=notes, after=[why])
 
 
 def test_summary_csv_and_json_carry_the_same_rows(run) -> None:
@@ -127,7 +134,7 @@ def test_summary_csv_and_json_carry_the_same_rows(run) -> None:
     for c, j in zip(csv_rows, data["rows"], strict=True):
         assert (c["dataset"], c["method"]) == (j["dataset"], j["method"])
         assert float(c["em"]) == pytest.approx(j["em"])
-    assert data["metrics"] == METRICS and data["datasets"] == {"toy": 3, "toy2": 2}
+    assert data["metrics"] == SCORES and data["datasets"] == {"toy": 3, "toy2": 2}
 
 
 def test_summary_png_opens(run) -> None:

@@ -155,6 +155,7 @@ def rescore(
 
     Example: searchrl eval rescore runs/eval/predictions/dev__agent.jsonl --out runs/rescored
     """
+    from searchrl.eval.diagnostics import with_committed
     from searchrl.eval.harness import predictions_path, scoring_note
     from searchrl.eval.report import aggregate, print_summary, write_reports
     from searchrl.eval.rescore import rescore_file
@@ -178,7 +179,7 @@ def rescore(
     finally:
         if judge is not None:
             judge.close()
-    score_names = [*names, *(["judge"] if judge is not None else [])]
+    score_names = with_committed([*names, *(["judge"] if judge is not None else [])])
     rows = aggregate(items, score_names)
     print_summary(rows, score_names, title="rescore")
     if out is not None:

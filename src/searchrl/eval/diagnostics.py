@@ -21,6 +21,15 @@ Each predictions row (``searchrl.eval.harness.item_row``) gets ``diagnostics``, 
     an agent (a method that may search) answered without searching.
 ``format_failure``
     no answer could be extracted, or the protocol's own format check failed.
+``hedged``
+    a choice question ("Who was born first, A or B?") whose prediction names more than one of its options. Cover-EM
+    (the gold occurs in the prediction) credits such an answer whichever option is right, so a reply that restates
+    the question scores as if it had chosen. Options are read from the question's last "A or B" after a comma (see
+    :func:`choice_options`); choice questions worded otherwise are not detected, so the count is a lower bound.
+    None for a question that offers no options.
+
+Derived score: :func:`committed_cover_em` is cover-EM with a hedged answer counted wrong (``cover_em_committed``
+in the evaluation summaries, "cover-EM (committed)"), the containment score that a restated question cannot earn.
 
 :func:`failure_shares` turns the flags of many rows into shares per (dataset, method), the figures the summary
 tables show.
@@ -41,6 +50,7 @@ FLAGS = (
     "hallucinated_hop",
     "no_search",
     "format_failure",
+    "hedged",
 )
 LABELS = {
     "gold_in_docs": "gold in docs",
@@ -49,12 +59,15 @@ LABELS = {
     "hallucinated_hop": "made-up hop",
     "no_search": "no search",
     "format_failure": "format fail",
+    "hedged": "hedged",
 }
 DIAGNOSTICS_NOTE = (
     "Why answers are wrong (share of questions; `gold in docs` over the questions that retrieved text): the gold "
     "answer in the retrieved documents, a wrong answer although the documents held it (reading), a wrong answer "
     "after searches that missed it (retrieval), a query naming an entity found in neither the question nor the "
-    "documents before it (made-up hop), an agent that never searched, no extractable answer or a broken format."
+    "documents before it (made-up hop), an agent that never searched, no extractable answer or a broken format, "
+    'and an answer to a choice question ("..., A or B?") naming more than one option (hedged; over the choice '
+    "questions)."
 )
 _QUESTION_WORDS = set(
     "who what when where which why how whose whom is are was were did does do the a an in of find search list".split()
@@ -79,6 +92,68 @@ def query_entities(query: str) -> list[str]:
     if current:
         runs.append(current)
     return [" ".join(r).rstrip(".") for r in runs]
+
+
+# "..., A or B?": the options after the question's last comma before " or " (an option may hold commas after it).
+_CHOICE = re.compile(r",\s*(?P<a>[^,]+?)\s+or\s+(?P<b>.+?)\s*\?\s*$", re.IGNORECASE)
+
+
+def choice_options(question: str) -> list[str]:
+    """The options of a choice question worded "..., A or B?"; ``[]`` for any other question.
+
+    >>> choice_options("Who was born first, Ada Lovelace or Charles Babbage?")
+    ['Ada Lovelace', 'Charles Babbage']
+    >>> choice_options("Who was born earlier, Matt Hale or George Nevill, 1st Earl of Abergavenny?")
+    ['Matt Hale', 'George Nevill, 1st Earl of Abergavenny']
+    >>> choice_options("Where was the director of film Or Else born?")
+    []
+    """
+    m = _CHOICE.search(question or "")
+    if not m:
+        return []
+    options = [m.group("a").strip(), m.group("b").strip()]
+    return options if all(normalize_answer(o) for o in options) else []
+
+
+def names_options(prediction: str | None, options: Sequence[str]) -> int:
+    """How many of ``options`` the prediction names (normalised, word-bounded). An option inside a longer named
+    option is not counted twice: naming "The Tide Returns" does not also name "The Tide"."""
+    text = f" {normalize_answer(prediction or '')} "
+    named = 0
+    for option in sorted((normalize_answer(o) for o in options), key=len, reverse=True):
+        if f" {option} " in text:
+            named += 1
+            text = text.replace(f" {option} ", " | ")
+    return named
+
+
+#: the derived score's name in a row's ``metrics`` and in the summaries.
+COMMITTED = "cover_em_committed"
+
+
+def committed_cover_em(cover: float | None, diagnostics: Mapping[str, Any]) -> float | None:
+    """Cover-EM with a hedged answer (one naming several options of a choice question) counted wrong."""
+    if cover is None:
+        return None
+    return 0.0 if diagnostics.get("hedged") else cover
+
+
+def add_diagnostics(row: dict[str, Any]) -> None:
+    """Set ``row["diagnostics"]`` (:func:`diagnose`) and, when the row has a cover-EM score, its committed one."""
+    row["diagnostics"] = diagnose(row)
+    metrics = row.get("metrics")
+    if isinstance(metrics, dict) and "cover_em" in metrics:
+        metrics[COMMITTED] = committed_cover_em(metrics["cover_em"], row["diagnostics"])
+
+
+def with_committed(score_names: Sequence[str]) -> list[str]:
+    """Score names with :data:`COMMITTED` right after ``cover_em`` (when cover-EM is scored)."""
+    out: list[str] = []
+    for name in score_names:
+        out.append(name)
+        if name == "cover_em" and COMMITTED not in score_names:
+            out.append(COMMITTED)
+    return out
 
 
 def _present(entity: str, normalized_text: str) -> bool:
@@ -133,6 +208,7 @@ def diagnose(row: Mapping[str, Any], *, may_search: bool | None = None) -> dict[
             if any(not _present(e, seen) for e in query_entities(q)):
                 hallucinated = True
         seen = f"{seen} {normalize_answer(text)}"
+    options = choice_options(str(row.get("question") or ""))
     return {
         "searched": n_searches > 0,
         "gold_in_docs": gold_in_docs,
@@ -141,6 +217,7 @@ def diagnose(row: Mapping[str, Any], *, may_search: bool | None = None) -> dict[
         "hallucinated_hop": hallucinated,
         "no_search": agent and n_searches == 0,
         "format_failure": prediction is None or row.get("well_formed") is False,
+        "hedged": names_options(prediction, options) > 1 if options else None,
     }
 
 

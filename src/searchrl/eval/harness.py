@@ -42,7 +42,7 @@ from searchrl.eval.baselines import (
     Prediction,
 )
 from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
-from searchrl.eval.diagnostics import DIAGNOSTICS_NOTE, diagnose, failure_shares, shares_table
+from searchrl.eval.diagnostics import DIAGNOSTICS_NOTE, add_diagnostics, failure_shares, shares_table, with_committed
 from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
 from searchrl.eval.report import (
     POOLED_STYLES,
@@ -351,7 +351,7 @@ def evaluate(
                 rows = [item_row(dname, mname, ex, p, fns) for ex, p in zip(examples, preds, strict=True)]
                 for row in rows:  # the rule each score was computed with: `eval rescore` applies the same one
                     row["metric_settings"] = {m: dict(settings[m]) for m in metrics}
-                    row["diagnostics"] = diagnose(row)
+                    add_diagnostics(row)  # the failure flags, and cover-EM counting hedged answers wrong
                 path = predictions_path(out, dname, mname)
                 write_jsonl(path, rows)  # written before judging: a failing judge does not lose the predictions
                 if judge is not None:
@@ -359,7 +359,7 @@ def evaluate(
                     write_jsonl(path, rows)
                 paths[f"{dname}__{mname}"] = path
                 items.extend(rows)
-    score_names = [*metrics, *(["judge"] if judge is not None else [])]
+    score_names = with_committed([*metrics, *(["judge"] if judge is not None else [])])
     summary = aggregate(items, score_names)
     runtime = time.perf_counter() - t0
     info = {

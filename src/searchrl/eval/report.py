@@ -35,6 +35,7 @@ LABELS = {
     "em": "EM",
     "f1": "F1",
     "cover_em": "cover-EM",
+    "cover_em_committed": "cover-EM (committed)",
     "cover_em_tokens": "cover-EM (tokens)",
     "judge": "judge",
 }

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from searchrl.eval.diagnostics import add_diagnostics
 from searchrl.eval.harness import apply_judge, check_metrics, metric_functions, metric_settings
 from searchrl.rewards.judge import LLMJudge
 from searchrl.rewards.metrics import MetricFn
@@ -119,8 +120,10 @@ def rescore_file(
                 "metrics": {m: fn(pred, golds) for m, fn in scorers.items()},
                 "metric_settings": settings,
                 **({"trajectory": obj["trajectory"]} if "trajectory" in obj else {}),
+                **({"well_formed": obj["well_formed"]} if "well_formed" in obj else {}),
             }
         )
+        add_diagnostics(items[-1])
     if not items:
         raise ValueError(f"{path}: no predictions in the file")
     if judge is not None:
