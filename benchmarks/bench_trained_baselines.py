@@ -152,9 +152,10 @@ def report(res: dict, args: argparse.Namespace) -> list[str]:
         if "naive_rag" in rows:
             diff = rows["agent"]["cover_em"] - rows["naive_rag"]["cover_em"]
             lines.append(f"Agent cover-EM minus naive RAG's: {diff:+.3f}.")
-            if rows["agent"].get("cover_em_committed") is not None and rows["naive_rag"].get("cover_em_committed"):
+            if None not in (rows["agent"].get("cover_em_committed"), rows["naive_rag"].get("cover_em_committed")):
                 diff = rows["agent"]["cover_em_committed"] - rows["naive_rag"]["cover_em_committed"]
-                lines.append(f'Committed (a hedged answer to an "A or B?" question counted wrong): {diff:+.3f}.')
+                what = 'Agent committed cover-EM (a hedged "A or B?" answer counted wrong) minus naive RAG\'s'
+                lines.append(f"{what}: {diff:+.3f}.")
     flags = list(FLAGS)
     lines += ["", "Why answers are wrong (share of questions):", "", "| method | " + " | ".join(flags) + " |",
               "|---|" + "---|" * len(flags)]  # fmt: skip
