@@ -30,6 +30,8 @@ with small Gaussian noise and re-normalised (start-up does not depend on vector 
 on 2 CPU cores takes hours). Last, the query encoder alone (ONNX, loaded as ``searchrl serve`` loads it, in a
 fresh process) is timed at batch 1 and 32: our served q/s at 1 client and at 32 queries per request is reported as a
 fraction of it (every question is new, so every query must be encoded: the encoder alone bounds the service).
+One timing of the encoder swings with the machine's load; ``benchmarks/serve_vs_encoder.py`` measures the same
+fraction steadily, alternating the two in chunks.
 Results: ``benchmarks/results/peer_search_r1_server.{json,md}``.
 
 Usage: python benchmarks/peer_search_r1_server.py --search-r1 /path/to/Search-R1 [--corpus FILE]
