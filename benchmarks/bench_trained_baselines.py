@@ -78,7 +78,7 @@ def pipeline(args: argparse.Namespace) -> list[dict]:
         {"name": "index", "kind": "data", "op": "index", "data": "${cfg.data.source}/${cfg.data.corpus}"},
         {"name": "rl", "kind": "rl", "init_from": "${coldstart}", "data": "${split}/train.jsonl",
          "set": {**real, **{k: v for k, v in smoke.items() if k != "sft.limit"}}},
-        {"name": "eval", "kind": "eval", "data": ["${split}/heldout.jsonl"],
+        {"name": "eval", "kind": "eval", "init_from": "${rl}", "data": ["${split}/heldout.jsonl"],
          "set": {"evaluation.methods": ["naive_rag", "agent"]} | ({"evaluation.limit": 4} if smoke else {})},
     ]  # fmt: skip
     for protocol, sft_name, rl_name in (("rag", "rag_sft", "rag_rl"), ("reason", "r1_sft", "r1")):
@@ -97,6 +97,9 @@ def pipeline(args: argparse.Namespace) -> list[dict]:
             {"name": f"eval_{rl_name}", "kind": "eval", "init_from": f"${{{rl_name}}}",
              "data": ["${split}/heldout.jsonl"], "set": {**proto, **ev}}
         )  # fmt: skip
+    if args.baselines_first:  # the agent's RL and evaluation after the baselines' stages
+        agent = [s for s in stages if s["name"] in ("rl", "eval")]
+        stages = [s for s in stages if s not in agent] + agent
     return stages
 
 
@@ -175,6 +178,11 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="the run directory (default runs/trained_baselines)")
     ap.add_argument("--smoke", action="store_true", help="tiny stages; prints, writes no result")
     ap.add_argument("--collect", action="store_true", help="only rebuild the report from an existing run")
+    ap.add_argument(
+        "--baselines-first",
+        action="store_true",
+        help="run the baselines' stages before the agent's RL and evaluation (the order does not change a result)",
+    )
     args = ap.parse_args()
     real = Path(args.real)
     if not (real / args.train).exists() or not (real / "corpus.jsonl").exists():
