@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -360,3 +361,20 @@ def test_decompose_facts_writes_each_finding_about_its_subject(world) -> None:
             undone = [t.replace(hop["fact"] + ", so #", "#") for t in undone]
         assert undone == [t for t, _ in plain]
     assert len(relations) >= 10  # every relation the world asks about has its own statement
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in PROTOCOLS.items() if p.searches))
+def test_a_question_without_a_chain_is_searched_as_asked_when_asked_to(world, name: str) -> None:
+    d, retriever = world
+    protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))
+    real = [replace(ex, metadata={}) for ex in load_qa(d / "train.jsonl", limit=6)]  # no recorded chain
+    tok = ByteTokenizer()
+    with pytest.raises(ValueError, match="sft.oracle_unchained=question"):
+        oracle_trajectories(protocol, real, retriever, tok, topk=3)
+    trajs = oracle_trajectories(protocol, real, retriever, tok, topk=3, unchained="question")
+    for ex, t in zip(real, trajs, strict=True):
+        report = protocol.check_format(t.response_text(tok))
+        assert report.ok, (name, report.problems)
+        assert report.answer is not None and report.answer.strip() == ex.answers[0]
+        asked = ex.question.replace(",", " ") if protocol.max_queries > 1 else ex.question
+        assert t.n_turns == 2 and t.turns[0].queries == [" ".join(asked.split())] and t.turns[0].hit_ids[0]

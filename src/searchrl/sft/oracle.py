@@ -171,8 +171,13 @@ def plan_style(plan: bool | str) -> str:
     return style
 
 
-def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = False) -> list[tuple[str, list[str]]]:
+def oracle_texts(
+    protocol: Protocol, example: QAExample, plan: bool | str = False, unchained: str = "error"
+) -> list[tuple[str, list[str]]]:
     """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn.
+
+    A question without a recorded chain (a real QA file) raises, unless ``unchained="question"``: then the
+    trajectory searches the question itself once and answers with the gold, whatever the documents hold.
 
     ``plan`` (see :data:`PLAN_STYLES`): ``count`` makes the first reasoning step say how many searches the question
     needs and every step count them ("Search 2 of 2: ..."); ``decompose`` writes the question's decomposition first
@@ -186,12 +191,21 @@ def oracle_texts(protocol: Protocol, example: QAExample, plan: bool | str = Fals
     if not protocol.searches:  # a protocol without search (the trained baselines'): the short answer alone
         return [(protocol.format_answer(example.answers[0]), [])]
     chain = example.metadata.get("chain") or []
-    if not chain:
-        raise ValueError(
-            f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world"
-        )
     style = protocol.format_reasoning
     answer = example.answers[0]
+    if not chain:
+        if unchained != "question":
+            raise ValueError(
+                f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world, "
+                "or sft.oracle_unchained=question for one search with the question itself"
+            )
+        question = example.question.replace(",", " ") if protocol.max_queries > 1 else example.question
+        query = " ".join(question.split())  # a multi-query call separates its queries with commas
+        first = style("I will search for the question as it is asked.") + protocol.format_search([query])
+        final = style(f"So the answer is {answer}.")
+        if evidence := protocol.format_evidence(f"{answer}."):
+            final += evidence + "\n"
+        return [(first, [query]), (final + protocol.format_answer(answer), [])]
     turns: list[tuple[str, list[str]]] = []
     comparison = example.metadata.get("kind") == "comparison"
     multi = protocol.max_queries > 1 and comparison
@@ -246,12 +260,13 @@ def oracle_trajectories(
     prompt_style: str = "auto",
     max_obs_tokens: int | None = None,
     plan: bool | str = False,
+    unchained: str = "error",
 ) -> list[Trajectory]:
     """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call.
     ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will;
-    ``plan``: see :func:`oracle_texts`."""
+    ``plan`` and ``unchained``: see :func:`oracle_texts`."""
     protocol.bind_tokenizer(tokenizer, prompt_style)  # tool_call: its replies come from the chat template
-    plans = [oracle_texts(protocol, ex, plan) for ex in examples]
+    plans = [oracle_texts(protocol, ex, plan, unchained) for ex in examples]
     queries = [q for plan in plans for _, qs in plan for q in qs]
     hits = retriever.search(queries, topk) if queries else []
     pos = 0

@@ -116,6 +116,7 @@ def oracle_data(cfg: RunConfig, tokenizer, split: str = "train", protocol=None, 
         cfg.model.prompt_style,
         cfg.rollout.max_obs_tokens,
         s.oracle_plan,
+        s.oracle_unchained,
     )
     if n_first:
         data = data[:n_whole] + [slice_steps(t)[0] for t in data[n_whole:]]
