@@ -103,9 +103,9 @@ def pipeline(args: argparse.Namespace) -> list[dict]:
     return stages
 
 
-def collect(out: Path) -> dict:
-    summary = json.loads((out / "summary.json").read_text())
-    stages = {s["name"]: s for s in summary["stages"]}
+def collect(out: Path, stages: list[str]) -> dict:
+    """The rows of every method whose evaluation has run in ``out`` (a run stopped part-way gives the rest later:
+    the stages with a DONE marker are skipped when it is started again), and each stage's time."""
     rows = {}
     for method, (protocol, stage) in METHODS.items():
         path = out / stage / "summary.json"
@@ -123,7 +123,7 @@ def collect(out: Path) -> dict:
             "failures": shares,
         }
     seconds = {}
-    for name in stages:  # a stage skipped in this invocation ran in an earlier one: its DONE marker has its time
+    for name in stages:  # a stage that ran in an earlier invocation: its DONE marker has its time
         done = out / name / "DONE"
         seconds[name] = round(json.loads(done.read_text()).get("seconds", 0.0), 1) if done.exists() else None
     return {"rows": rows, "stage_seconds": seconds}
@@ -167,6 +167,12 @@ def report(res: dict, args: argparse.Namespace) -> list[str]:
         lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
     times = ", ".join(f"{k} {v:.0f}" for k, v in res["stage_seconds"].items() if v is not None)
     lines += ["", f"Stage wall times (s): {times}."]
+    missing = [m for m in METHODS if m not in rows]
+    if missing:
+        lines.append(
+            f"Not evaluated yet in this run directory: {', '.join(f'`{m}`' for m in missing)} (the same command "
+            "goes on from the stages that have not run)."
+        )
     return lines
 
 
@@ -194,7 +200,7 @@ def main() -> None:
     t0 = time.perf_counter()
     if not args.collect:
         subprocess.run(cmd, check=True)
-    res = collect(out)
+    res = collect(out, [stage["name"] for stage in pipeline(args)])
     res["meta"] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs",
