@@ -1,0 +1,82 @@
+"""Exact match split by question form: which scores a guess could reach, and which need the documents.
+
+A choice question ("..., A or B?") is answered right half the time by naming either option, and a yes/no question
+by the majority answer, without reading anything; an open question (any other) is not. On 2wiki-mini's held-out
+questions half are of the first two forms, so one EM mixes a guessing floor with the skill a search agent is for.
+This script reads evaluation predictions files (``OUT/<eval stage>/predictions/<dataset>__<method>.jsonl``) and
+reports EM per form:
+
+    python benchmarks/em_by_question_form.py --name em_by_form r1=runs/x/eval_r1/predictions/heldout__agent.jsonl ...
+
+Forms: ``choice`` when ``searchrl.eval.diagnostics.choice_options`` finds the options in the question; ``yes/no``
+when a gold answer is "yes" or "no"; ``open`` otherwise. Writes ``benchmarks/results/<name>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from searchrl.eval.diagnostics import choice_options
+from searchrl.rewards.metrics import exact_match
+from searchrl.utils import write_portable
+
+RESULTS = Path(__file__).parent / "results"
+FORMS = ("choice", "yes/no", "open")
+
+
+def form(question: str, golds: list[str]) -> str:
+    if choice_options(question):
+        return "choice"
+    if any(g.strip().lower() in ("yes", "no") for g in golds):
+        return "yes/no"
+    return "open"
+
+
+def split_em(path: Path) -> dict:
+    """Per form: questions, exact matches and EM."""
+    rows = [json.loads(line) for line in path.open() if line.strip()]
+    out: dict = {}
+    for r in rows:
+        f = out.setdefault(form(r["question"], r["golds"]), {"n": 0, "correct": 0})
+        f["n"] += 1
+        f["correct"] += int(exact_match(r.get("prediction") or "", r["golds"]))
+    for f in out.values():
+        f["em"] = round(f["correct"] / f["n"], 3)
+    return {"n": len(rows), "em": round(sum(f["correct"] for f in out.values()) / max(len(rows), 1), 3), **out}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--name", default="em_by_question_form")
+    ap.add_argument("runs", nargs="+", help="LABEL=PREDICTIONS.jsonl")
+    args = ap.parse_args()
+    results = {}
+    for item in args.runs:
+        label, _, path = item.partition("=")
+        if not path:
+            raise SystemExit(f"{item!r}: give LABEL=PREDICTIONS.jsonl")
+        results[label] = {"file": path, **split_em(Path(path))}
+    lines = [
+        "# Exact match by question form",
+        "",
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}. `python benchmarks/em_by_question_form.py` on evaluation "
+        'predictions files: a choice question ("..., A or B?") and a yes/no question can be answered right by a '
+        "guess; an open question cannot.",
+        "",
+        "| method | n | EM | " + " | ".join(f"{f}: right / n (EM)" for f in FORMS) + " |",
+        "|---|---|---|" + "---|" * len(FORMS),
+    ]
+    for label, r in results.items():
+        cells = [f"{r[f]['correct']} / {r[f]['n']} ({r[f]['em']:.2f})" if f in r else "-" for f in FORMS]
+        lines.append(f"| {label} | {r['n']} | {r['em']:.2f} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    write_portable(RESULTS / f"{args.name}.json", json.dumps(results, indent=1) + "\n")
+    write_portable(RESULTS / f"{args.name}.md", text)
+
+
+if __name__ == "__main__":
+    main()
