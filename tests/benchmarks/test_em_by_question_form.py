@@ -1,0 +1,34 @@
+"""benchmarks/em_by_question_form.py: EM split into choice, yes/no and open questions from a predictions file."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("em_by_form", ROOT / "benchmarks" / "em_by_question_form.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_each_question_is_counted_under_its_form(tmp_path: Path) -> None:
+    rows = [
+        ("Which film came out first, Blue Lake or Red Sea?", ["Blue Lake"], "Blue Lake"),
+        ("Who was born first, Anna Berg or Tom Hale?", ["Tom Hale"], "Anna Berg"),
+        ("Are Blue Lake and Red Sea from the same country?", ["no"], "no"),
+        ("Who is the father of Anna Berg?", ["Carl Berg"], "Carl Berg"),
+        ("Where was the director of film Blue Lake born?", ["Oslo"], "Bergen"),
+        ("When did Tom Hale's father die?", ["1901"], None),
+    ]
+    path = tmp_path / "heldout__agent.jsonl"
+    path.write_text("".join(json.dumps({"question": q, "golds": g, "prediction": p}) + "\n" for q, g, p in rows))
+    got = _module().split_em(path)
+    assert got["n"] == 6 and got["em"] == 0.5
+    assert (got["choice"]["n"], got["choice"]["correct"]) == (2, 1)
+    assert (got["yes/no"]["n"], got["yes/no"]["correct"]) == (1, 1)
+    assert (got["open"]["n"], got["open"]["correct"], got["open"]["em"]) == (3, 1, 0.333)
