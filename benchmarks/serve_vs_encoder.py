@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import selectors
 import shlex
 import statistics
 import subprocess
@@ -111,8 +112,6 @@ class EncoderAlone:
             raise RuntimeError("the encoder-alone process did not start")
 
     def _line(self, timeout_s: float) -> str:
-        import selectors
-
         assert self.proc.stdout is not None
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)

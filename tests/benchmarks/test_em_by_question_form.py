@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("em_by_form", ROOT / "benchmarks" / "em_by_question_form.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+import em_by_question_form as em_by_form
 
 
 def test_each_question_is_counted_under_its_form(tmp_path: Path) -> None:
@@ -27,7 +19,7 @@ def test_each_question_is_counted_under_its_form(tmp_path: Path) -> None:
     ]
     path = tmp_path / "heldout__agent.jsonl"
     path.write_text("".join(json.dumps({"question": q, "golds": g, "prediction": p}) + "\n" for q, g, p in rows))
-    got = _module().split_em(path)
+    got = em_by_form.split_em(path)
     assert got["n"] == 6 and got["em"] == 0.5
     assert (got["choice"]["n"], got["choice"]["correct"]) == (2, 1)
     assert (got["yes/no"]["n"], got["yes/no"]["correct"]) == (1, 1)

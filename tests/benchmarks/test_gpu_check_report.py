@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
+import gpu_check
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.gpu.test_cuda" name="test_recipe_rl_stage_on_cuda[r_search]" time="9.1"/>
@@ -28,7 +18,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 
 
 def test_report_counts_outcomes_and_joins_recipe_records(tmp_path: Path, monkeypatch) -> None:
-    mod = _module()
+    mod = gpu_check
     (tmp_path / "cuda_tests.xml").write_text(JUNIT)
     (tmp_path / "recipes.jsonl").write_text(
         json.dumps({"recipe": "r_search", "shape": "qwen2.5-3b", "rl_steps": 1, "peak_gb": 41.5, "step_s": 7.0}) + "\n"
@@ -59,7 +49,7 @@ def test_report_counts_outcomes_and_joins_recipe_records(tmp_path: Path, monkeyp
 def test_runs_merge_with_later_rollout_records_replacing_earlier_ones(tmp_path: Path, monkeypatch) -> None:
     """A later run's decode record of a (shape, batch) replaces the earlier one; the others stay; columns a run did
     not measure (HF static, the multi-turn rollout) show as "-"."""
-    mod = _module()
+    mod = gpu_check
     first, second = tmp_path / "a", tmp_path / "b"
     for d in (first, second):
         d.mkdir()
@@ -88,7 +78,7 @@ def test_runs_merge_with_later_rollout_records_replacing_earlier_ones(tmp_path: 
 def test_a_pair_cut_short_keeps_ours_without_replacing_a_full_pair(tmp_path: Path, monkeypatch) -> None:
     """A run whose TRL side timed out leaves ours alone (shown with "-" for TRL); merged after a full pair of the
     same shape, it does not replace it, and it fills in a shape no run paired."""
-    mod = _module()
+    mod = gpu_check
     full, cut = tmp_path / "full", tmp_path / "cut"
     for d in (full, cut):
         d.mkdir()
@@ -108,7 +98,6 @@ def test_the_pair_passes_repeated_settings_to_ours(tmp_path: Path, monkeypatch) 
     import argparse
     import sys
 
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import peer_trl_gpu
 
     seen: list[list[str]] = []

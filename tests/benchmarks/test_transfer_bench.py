@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
+import bench_transfer
 import pytest
 
 from searchrl.config import load_config
 from searchrl.preflight import plan_pipeline
 from searchrl.validation import validate_deep
 
-ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = [
     "Who is the father of Anna Berg?",
     "Who is the father of Tom Hale?",
@@ -22,13 +21,6 @@ QUESTIONS = [
     "Where was the director of film Red Sea born?",
     "Who is older, Anna Berg or Tom Hale?",
 ]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("bench_transfer", ROOT / "benchmarks" / "bench_transfer.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture
@@ -44,7 +36,7 @@ def real(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("setting", ["world_to_real", "held_out_kind", "held_out_template"])
 @pytest.mark.parametrize("smoke", [False, True])
 def test_each_setting_is_a_valid_pipeline(setting: str, smoke: bool, real: Path, tmp_path: Path) -> None:
-    bench = _module()
+    bench = bench_transfer
     path, qa = bench.real_inputs(setting, str(real), None)
     info = bench.choose_held_out(real, "dev.jsonl", 2, 1 / 3) if setting == "held_out_template" else {}
     stages = bench.pipeline(
@@ -75,7 +67,7 @@ def test_each_setting_is_a_valid_pipeline(setting: str, smoke: bool, real: Path,
 
 
 def test_real_settings_need_real_data(tmp_path: Path) -> None:
-    bench = _module()
+    bench = bench_transfer
     with pytest.raises(SystemExit, match="needs real questions: pass --real DIR"):
         bench.real_inputs("world_to_real", None, None)
     with pytest.raises(SystemExit, match="corpus.jsonl not found"):
@@ -84,7 +76,7 @@ def test_real_settings_need_real_data(tmp_path: Path) -> None:
 
 
 def test_held_out_templates_are_the_rarest_of_the_training_part(real: Path) -> None:
-    info = _module().choose_held_out(real, "dev.jsonl", 0, 1 / 3)
+    info = bench_transfer.choose_held_out(real, "dev.jsonl", 0, 1 / 3)
     assert info["held_out_styles"] == ["who is older, <e> or <e>?"]
     assert info["trained_styles"] == ["where was the director of film <e> born?", "who is the father of <e>?"]
     assert info["train_questions"] == 6 and info["train_questions_held_out"] == 1
@@ -98,7 +90,7 @@ def _predictions(out: Path, stage: str, rows: list[tuple[str, str | None, float]
 
 
 def test_report_splits_in_style_from_held_out(tmp_path: Path) -> None:
-    bench = _module()
+    bench = bench_transfer
     info = {"held_out_styles": ["c"], "trained_styles": ["a"]}
     _predictions(tmp_path, "coldstart_eval", [("a", None, 0.0), ("c", None, 0.0), ("z", None, 1.0)])
     _predictions(tmp_path, "eval", [("a", None, 1.0), ("c", None, 0.0), ("z", None, 1.0)])
@@ -113,7 +105,7 @@ def test_report_splits_in_style_from_held_out(tmp_path: Path) -> None:
 
 
 def test_report_of_a_held_out_kind_goes_by_kind(tmp_path: Path) -> None:
-    bench = _module()
+    bench = bench_transfer
     for stage in ("coldstart_eval", "eval"):
         _predictions(tmp_path, stage, [("bridge:x", "bridge", 1.0), ("three_hop:y", "three_hop", 0.0)])
     runs = bench.collect(tmp_path, "held_out_kind", {"held_out_styles": ["three_hop"]})
@@ -122,7 +114,7 @@ def test_report_of_a_held_out_kind_goes_by_kind(tmp_path: Path) -> None:
 
 
 def test_world_to_real_reports_naive_rag_beside_the_agent(tmp_path: Path) -> None:
-    bench = _module()
+    bench = bench_transfer
     for stage in ("coldstart_eval", "eval", "coldstart_eval_real", "eval_real"):
         _predictions(tmp_path, stage, [("a", "bridge", 1.0), ("b", None, 0.0)])
     rag = tmp_path / "eval_real" / "predictions" / "dev__naive_rag.jsonl"
