@@ -33,15 +33,16 @@ def data_dir(cfg: RunConfig) -> Path:
         return path
     w = cfg.data.world
     name = f"e{w.entities}-s{w.seed}" + ("" if w.surface == "fixed" else f"-{w.surface}")
-    out = cache_dir() / "worlds" / (name + ("" if w.relations == "fixed" else f"-{w.relations}-relations"))
+    name += ("" if w.relations == "fixed" else f"-{w.relations}-relations") + (f"-yn{w.yes_no:g}" if w.yes_no else "")
+    out = cache_dir() / "worlds" / name
     if not (out / "world.json").exists():
         from searchrl.data.synth import generate_world, write_world
 
         console.log(
             f"generating the synthetic world ({w.entities} entities, seed {w.seed}, {w.surface} wording,"
-            f" {w.relations} relations) in {out}"
+            f" {w.relations} relations, {w.yes_no:g} of comparisons yes/no) in {out}"
         )
-        write_world(generate_world(w.entities, w.seed, surface=w.surface, relations=w.relations), out)
+        write_world(generate_world(w.entities, w.seed, surface=w.surface, relations=w.relations, yes_no=w.yes_no), out)
     return out
 
 

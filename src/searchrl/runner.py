@@ -139,7 +139,7 @@ def _count_lines(path: Path) -> int:
 
 
 #: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
-_OP_ARGS = {"synth": {"entities", "seed", "surface", "relations"}, "oracle": {"split", "limit", "kinds"}}
+_OP_ARGS = {"synth": {"entities", "seed", "surface", "relations", "yes_no"}, "oracle": {"split", "limit", "kinds"}}
 #: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
 _TEACHER_ARGS = {"url", "served_model", "timeout_s"}
 _OP_FUNCTIONS = {
@@ -198,9 +198,17 @@ def _op_synth(ctx: StageContext) -> dict[str, Any]:
     entities, seed = int(ctx.stage.args.get("entities", w.entities)), int(ctx.stage.args.get("seed", w.seed))
     surface = str(ctx.stage.args.get("surface", w.surface))
     relations = str(ctx.stage.args.get("relations", w.relations))
-    world = synth_world(ctx.dir, entities, seed, surface, relations)
+    yes_no = float(ctx.stage.args.get("yes_no", w.yes_no))
+    world = synth_world(ctx.dir, entities, seed, surface, relations, yes_no)
     summary = world.summary()["questions"]
-    return {"entities": entities, "seed": seed, "surface": surface, "relations": relations, "questions": summary}
+    return {
+        "entities": entities,
+        "seed": seed,
+        "surface": surface,
+        "relations": relations,
+        "yes_no": yes_no,
+        "questions": summary,
+    }
 
 
 def _op_index(ctx: StageContext) -> dict[str, Any]:

@@ -202,3 +202,37 @@ def test_varied_surface_rewords_questions_only(big: tuple[World, float]) -> None
     assert [q.question for q in again.questions["dev"]] == [q.question for q in varied.questions["dev"]]
     with pytest.raises(ValueError, match="fixed, varied"):
         generate_world(150, seed=0, surface="odd")
+
+
+def test_yes_no_comparisons(big: tuple[World, float]) -> None:
+    """yes_no=0.5: about half the comparison questions ask whether two named entities lead to the same one; both
+    answers occur in every split's share; the chain is the first entity's hops then the second's along the same
+    relations, linked hop to hop; "yes" exactly when both ends are the same entity. yes_no=0 is the earlier world."""
+    fixed, _ = big
+    world = generate_world(2000, seed=0, yes_no=0.5)
+    text = {p.id: p.text for p in world.passages}
+    title = {p.id: p.title for p in world.passages}
+    same = [q for qs in world.questions.values() for q in qs if q.metadata["template"].startswith("comparison:same")]
+    comparisons = [q for qs in world.questions.values() for q in qs if q.metadata["kind"] == "comparison"]
+    assert 0.35 < len(same) / len(comparisons) < 0.65
+    answers = [q.answers[0] for q in same]
+    assert 0.35 < answers.count("yes") / len(answers) < 0.65 and set(answers) == {"yes", "no"}
+    for q in same:
+        chain = q.metadata["chain"]
+        half = len(chain) // 2
+        assert len(chain) % 2 == 0 and 1 <= half <= 3, q.question
+        sides = chain[:half], chain[half:]
+        assert [h["relation"] for h in sides[0]] == [h["relation"] for h in sides[1]]
+        for side in sides:
+            assert side[0]["subject"] in q.question, q.question
+            for hop in side:
+                assert hop["answer"] in text[hop["passage_id"]]
+            for prev, nxt in zip(side, side[1:], strict=False):
+                assert prev["answer"] == title[nxt["passage_id"]], q.question
+        assert (sides[0][-1]["answer"] == sides[1][-1]["answer"]) is (q.answers == ["yes"]), q.question
+        assert sides[0][0]["subject"] != sides[1][0]["subject"]
+    assert {q.question for q in world.questions["train"]}.isdisjoint(q.question for q in world.questions["test"])
+    unchanged = generate_world(2000, seed=0, yes_no=0.0)
+    assert [q.question for q in unchanged.questions["dev"]] == [q.question for q in fixed.questions["dev"]]
+    with pytest.raises(ValueError, match="from 0 to 1"):
+        generate_world(150, seed=0, yes_no=1.5)

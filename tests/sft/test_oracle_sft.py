@@ -378,3 +378,30 @@ def test_a_question_without_a_chain_is_searched_as_asked_when_asked_to(world, na
         assert report.answer is not None and report.answer.strip() == ex.answers[0]
         asked = ex.question.replace(",", " ") if protocol.max_queries > 1 else ex.question
         assert t.n_turns == 2 and t.turns[0].queries == [" ".join(asked.split())] and t.turns[0].hit_ids[0]
+
+
+@pytest.mark.parametrize("plan", [False, "decompose"])
+@pytest.mark.parametrize("name", ["search_r1", "rag_r1", "r_search"])
+def test_yes_no_comparisons_close_with_the_verdict(tmp_path: Path, name: str, plan: bool | str) -> None:
+    """A world's yes/no comparisons: the trajectory states whether the two ends are the same before answering; a
+    multi-query protocol sends the two hops in one call only when both ask about an entity the question names."""
+    write_world(generate_world(200, seed=3, yes_no=1.0), tmp_path)
+    retriever = load_index(build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "bm25"))
+    examples = [q for q in load_qa(tmp_path / "train.jsonl") if q.answers[0] in ("yes", "no")]
+    examples = sorted(examples, key=lambda q: len(q.metadata["chain"]))[:: max(1, len(examples) // 12)]
+    assert {len(q.metadata["chain"]) for q in examples} >= {2, 4}
+    protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))
+    tok = ByteTokenizer()
+    for ex, t in zip(
+        examples, oracle_trajectories(protocol, examples, retriever, tok, topk=3, plan=plan), strict=True
+    ):
+        chain = ex.metadata["chain"]
+        report = protocol.check_format(t.response_text(tok))
+        assert report.ok and report.answer.strip() == ex.answers[0], (report.problems, ex.question)
+        ends = chain[len(chain) // 2 - 1]["answer"], chain[-1]["answer"]
+        verdict = "are the same." if ex.answers[0] == "yes" else "are different."
+        assert f"{ends[0]} and {ends[1]} {verdict} So the answer is {ex.answers[0]}." in t.turns[-1].text
+        if plan == "decompose":
+            assert f"check whether #{len(chain) // 2} and #{len(chain)} are the same." in t.turns[0].text
+        parallel = protocol.max_queries > 1 and len(chain) == 2
+        assert t.n_turns == (2 if parallel else len(chain) + 1), ex.question

@@ -39,6 +39,9 @@ def synth(
     relations: str = typer.Option(
         "fixed", "--relations", help="fixed (the world's twelve relations) or open (also a broad pool of further ones)"
     ),
+    yes_no: float = typer.Option(
+        0.0, "--yes-no", help="share of comparison questions asked as yes/no ('Were A and B born in the same city?')"
+    ),
 ) -> None:
     """Generate a synthetic multi-hop world: a fictional encyclopedia plus train/dev/test questions.
 
@@ -51,7 +54,9 @@ def synth(
         raise typer.BadParameter(f"{surface!r}: use fixed or varied", param_hint="--surface")
     if relations not in ("fixed", "open"):
         raise typer.BadParameter(f"{relations!r}: use fixed or open", param_hint="--relations")
-    world = synth_world(out_dir, entities, seed, surface, relations)
+    if not 0.0 <= yes_no <= 1.0:
+        raise typer.BadParameter(f"{yes_no}: give a share from 0 to 1", param_hint="--yes-no")
+    world = synth_world(out_dir, entities, seed, surface, relations, yes_no)
     seconds = time.perf_counter() - t0
     summary = world.summary()
     table = Table("split", "single_hop", "bridge", "three_hop", "comparison", "total", title="questions")

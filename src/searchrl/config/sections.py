@@ -65,6 +65,9 @@ class WorldConfig(Section):
     #: relations: "fixed" (the world's twelve) or "open" (also a broad pool of further ones, about half of each
     #: question kind asking for them; searchrl.data.synth_open).
     relations: Literal["fixed", "open"] = "fixed"
+    #: share of the comparison questions asked as yes/no ("Were A and B born in the same country?"), from their own
+    #: random stream (0 keeps the world of earlier versions).
+    yes_no: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
 class DataConfig(Section):

@@ -16,11 +16,12 @@ Questions come in four kinds, and each records its reasoning chain in ``metadata
 - ``bridge``: two hops through an unnamed entity ("Where was the director of W born?");
 - ``three_hop``: three hops ("In which country was the director of W born?");
 - ``comparison``: two entities compared on a year ("Who was born first, X or Y?"); one hop per entity, ordered so
-  the answer's own passage comes last.
+  the answer's own passage comes last. With ``yes_no`` > 0 a share of them ask instead whether two entities lead to
+  the same one ("Were A and B born in the same country?"): the same one to three hops from each, answered yes or no.
 
 ``metadata["chain"]`` lists the hops as ``{"sub_question", "query", "passage_id", "answer", "relation"}``; the hop
-answer occurs in the hop's passage and the final answer in the last hop's passage (tested). Splits are disjoint by
-question: a question (and every other phrasing of the same facts) lands in exactly one split.
+answer occurs in the hop's passage and the final answer (yes/no aside) in the last hop's passage (tested). Splits
+are disjoint by question: a question (and every other phrasing of the same facts) lands in exactly one split.
 
 Everything draws from one seeded ``random.Random``; the same seed gives byte-identical files.
 """
@@ -33,7 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.data.synth_open import add_open_relations, mix, open_candidates, open_sentences
-from searchrl.data.synth_questions import _comparison_candidates, _path_candidates, _split_questions
+from searchrl.data.synth_questions import (
+    _comparison_candidates,
+    _path_candidates,
+    _same_candidates,
+    _split_questions,
+)
 from searchrl.data.synth_surface import SURFACES, vary_questions
 from searchrl.data.synth_text import _passage
 from searchrl.data.synth_world import (  # noqa: F401  (re-exported: the world's public names live here)
@@ -67,6 +73,7 @@ def generate_world(
     split_sizes: dict[str, int] | None = None,
     surface: str = "fixed",
     relations: str = "fixed",
+    yes_no: float = 0.0,
 ) -> World:
     """Build a world of ``n_entities`` entities with passages and train/dev/test questions, deterministic in ``seed``.
 
@@ -74,8 +81,12 @@ def generate_world(
     few distinct ones left (small worlds). ``surface="varied"`` re-words the questions
     (:mod:`searchrl.data.synth_surface`); everything else is the fixed world's. ``relations="open"`` adds facts
     under a broad pool of further relations and draws about half of each question kind from them
-    (:mod:`searchrl.data.synth_open`).
+    (:mod:`searchrl.data.synth_open`). ``yes_no`` (0-1) of the comparison questions ask instead whether two named
+    entities lead to the same one ("Were A and B born in the same country?", answered yes or no), drawn from their
+    own random stream.
     """
+    if not 0.0 <= yes_no <= 1.0:
+        raise ValueError(f"yes_no={yes_no}: give the share of comparison questions asked as yes/no, from 0 to 1")
     if surface not in SURFACES:
         raise ValueError(f"surface {surface!r}: use one of {', '.join(SURFACES)}")
     if relations not in RELATIONS:
@@ -98,7 +109,10 @@ def generate_world(
     ]
     cands = _path_candidates(world)
     n_cmp = round(sum(sizes.values()) * KIND_SHARES["comparison"]) + 10
-    cands += _comparison_candidates(world, n_cmp, rng)
+    n_same = round(n_cmp * yes_no)
+    cands += _comparison_candidates(world, n_cmp - n_same, rng)
+    if n_same:
+        cands += _same_candidates(world, n_same, random.Random(f"{seed}/yes_no"))
     if relations == "open":
         cands = mix(cands, open_candidates(world, orng), orng)
     world.questions = _split_questions(cands, sizes, rng)

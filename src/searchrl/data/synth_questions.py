@@ -252,6 +252,81 @@ def _comparison_candidates(w: World, n_wanted: int, rng: random.Random) -> list[
     return out
 
 
+#: Same-or-not comparisons (``data.world.yes_no``): (entity kind, relations followed from each entity, question).
+#: The answer is "yes" when both paths end at the same entity. ``{cn}`` / ``{pn}``: the works' creator / publisher
+#: noun (both works have one subtype).
+_SAME: list[tuple[str, tuple[str, ...], str]] = [
+    ("person", ("born_in",), "Were {a} and {b} born in the same city?"),
+    ("person", ("born_in", "country"), "Were {a} and {b} born in the same country?"),
+    ("person", ("employer",), "Did {a} and {b} work for the same organisation?"),
+    ("organisation", ("headquarters",), "Are {a} and {b} headquartered in the same city?"),
+    ("organisation", ("headquarters", "country"), "Are {a} and {b} based in the same country?"),
+    ("organisation", ("founder", "born_in"), "Were the founders of {a} and {b} born in the same city?"),
+    ("city", ("country",), "Are the cities {a} and {b} in the same country?"),
+    ("work", ("creator",), "Do {a} and {b} have the same {cn}?"),
+    ("work", ("publisher",), "Did {a} and {b} come out through the same {pn}?"),
+    ("work", ("creator", "born_in", "country"), "Are the {cn}s of {a} and {b} from the same country?"),
+]
+
+
+def _path(e: Entity, rels: tuple[str, ...], w: World) -> list[_Hop] | None:
+    hops, cur = [], e
+    for rel in rels:
+        hop = _follow(cur, rel, w) if cur is not None else None
+        if hop is None or hop.target is None:
+            return None
+        hops.append(hop)
+        cur = hop.target
+    return hops
+
+
+def _same_candidates(w: World, n_wanted: int, rng: random.Random) -> list[_Candidate]:
+    """``n_wanted`` yes/no questions asking whether two named entities lead to the same entity ("Were A and B born in
+    the same country?"), half answered "yes". The chain holds A's hops, then B's (the same relations each side)."""
+    ends: dict[int, dict[str, list[tuple[Entity, list[_Hop]]]]] = {}  # template -> end entity id -> starts
+    for t, (kind, rels, _) in enumerate(_SAME):
+        groups: dict[str, list[tuple[Entity, list[_Hop]]]] = {}
+        for e in w.entities:
+            if e.kind == kind and (hops := _path(e, rels, w)) is not None:
+                groups.setdefault(f"{e.attrs.get('subtype', '')}/{hops[-1].target.id}", []).append((e, hops))
+        ends[t] = groups
+    out: list[_Candidate] = []
+    seen: set[str] = set()
+    for _ in range(n_wanted * 6):
+        if len(out) >= n_wanted:
+            break
+        t = rng.randrange(len(_SAME))
+        kind, rels, fmt = _SAME[t]
+        groups = ends[t]
+        if not groups:
+            continue
+        yes = rng.random() < 0.5
+        keys = sorted(groups)
+        if yes:
+            pairs = [k for k in keys if len(groups[k]) > 1]
+            if not pairs:
+                continue
+            (a, a_hops), (b, b_hops) = rng.sample(groups[rng.choice(pairs)], 2)
+        else:
+            k1 = rng.choice(keys)
+            # another end, reached from an entity of the same subtype (no "same director" of a film and an album)
+            others = [k for k in keys if k != k1 and k.split("/")[0] == k1.split("/")[0]]
+            if not others:
+                continue
+            (a, a_hops), (b, b_hops) = rng.choice(groups[k1]), rng.choice(groups[rng.choice(others)])
+        if a.id == b.id:
+            continue
+        key = f"same/{'.'.join(rels)}/" + "/".join(sorted((a.id, b.id)))
+        if key in seen:
+            continue
+        seen.add(key)
+        sub = a.attrs.get("subtype")
+        q = fmt.format(a=a.name, b=b.name, cn=_CREATOR_NOUN.get(sub, ""), pn=_PUBLISHER_NOUN.get(sub, ""))
+        template = f"comparison:same.{kind}.{'.'.join(rels)}"
+        out.append(_Candidate(key, "comparison", q, ["yes" if yes else "no"], a_hops + b_hops, template))
+    return out
+
+
 def _quotas(size: int) -> dict[str, int]:
     """``size`` split over the kinds by ``KIND_SHARES``, summing exactly to ``size`` (largest remainders first)."""
     exact = {k: size * KIND_SHARES[k] for k in KINDS}

@@ -35,10 +35,24 @@ def _plan_lead(i: int, n: int) -> str:
     return f"{head}Search {i + 1} of {n}:"
 
 
-def _plan_items(chain: list[dict], comparison: bool, direction: str = "") -> list[str]:
+def _same_pair(chain: list[dict], answer: str) -> tuple[str, str] | None:
+    """The two end answers of a yes/no "same" comparison (the world's ``yes_no`` questions: the chain holds the first
+    entity's hops, then the second's, the same relations each side), else None."""
+    n = len(chain)
+    if answer.lower() not in ("yes", "no") or n < 2 or n % 2:
+        return None
+    return chain[n // 2 - 1]["answer"], chain[-1]["answer"]
+
+
+def _same_text(pair: tuple[str, str], answer: str) -> str:
+    return f"{pair[0]} and {pair[1]} are {'the same' if answer.lower() == 'yes' else 'different'}."
+
+
+def _plan_items(chain: list[dict], comparison: bool, direction: str = "", same: bool = False) -> list[str]:
     """The decomposition of a chain: each hop's sub-question with earlier answers written as references
     (``#1`` for the first hop's answer, as in QDMR decompositions), then the closing step (for a comparison with
-    a known ``direction``: "pick the earlier of #1 and #2.")."""
+    a known ``direction``: "pick the earlier of #1 and #2."; for a yes/no one, ``same``: "check whether #1 and #2
+    are the same.")."""
     items = []
     for i, hop in enumerate(chain):
         text = hop["sub_question"]
@@ -48,7 +62,9 @@ def _plan_items(chain: list[dict], comparison: bool, direction: str = "") -> lis
         items.append(text)
     n = len(chain)
     refs = " and ".join(f"#{j + 1}" for j in range(n))
-    if comparison:
+    if comparison and same:
+        items.append(f"check whether #{n // 2} and #{n} are the same.")
+    elif comparison:
         items.append(f"pick the {direction} of {refs}." if direction else f"compare {refs}.")
     else:
         items.append(f"answer #{n}.")
@@ -125,9 +141,10 @@ def _steps(
     or inferred from the documents. The plan is decided right after the question, where a sub-question that asks
     for something else than the question (a city where the question wants a country) is next to it."""
     n = len(chain)
+    same = _same_pair(chain, answer) if comparison else None
     if mode.startswith("decompose"):
-        direction = _direction(chain, answer, question) if comparison else ""
-        items = _plan_items(chain, comparison, direction)
+        direction = _direction(chain, answer, question) if comparison and not same else ""
+        items = _plan_items(chain, comparison, direction, same is not None)
         plan = "Plan: " + " ".join(f"({k + 1}) {item}" for k, item in enumerate(items))
         explicit = mode in ("decompose_explicit", "decompose_facts")
         final = chain[-1]
@@ -146,6 +163,8 @@ def _steps(
             pick = (min if direction == "earlier" else max)((h["answer"] for h in chain), key=when)
             pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
             last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
+        elif same:
+            last = f"{last.rstrip('.')}: {_same_text(same, answer)}"
         elif comparison:
             last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
         return steps, f"{_recorded(chain[-1], n, mode)} Step ({n + 1}): {last} So the answer is {answer}."
@@ -154,7 +173,8 @@ def _steps(
         before = f"{_plan_lead(i, n)} {hop['sub_question']}" if mode == "count" else _reason_before_hop(i, hop)
         steps.append((_reason_after_hop(chain[i - 1]) if i else "", before))
     done = f" That was search {n} of {n}." if mode == "count" else ""
-    return steps, f"{_reason_after_hop(chain[-1])}{done} So the answer is {answer}."
+    verdict = f" {_same_text(same, answer)}" if same else ""
+    return steps, f"{_reason_after_hop(chain[-1])}{done}{verdict} So the answer is {answer}."
 
 
 #: oracle reasoning styles (``sft.oracle_plan``): plain sub-questions, a search count, a written decomposition,
@@ -208,7 +228,9 @@ def oracle_texts(
         return [(first, [query]), (final + protocol.format_answer(answer), [])]
     turns: list[tuple[str, list[str]]] = []
     comparison = example.metadata.get("kind") == "comparison"
-    multi = protocol.max_queries > 1 and comparison
+    # a comparison's hops go out in one multi-query call when each asks about an entity the question names
+    independent = all((s := _subject(h, example.question)) and s in example.question for h in chain)
+    multi = protocol.max_queries > 1 and comparison and independent
     if multi and mode.startswith("decompose"):  # the plan, then all its search steps in one multi-query call
         chain = question_order(chain, example.question)
         steps, final_text = _steps(chain, answer, comparison, mode, example.question)
@@ -220,7 +242,8 @@ def oracle_texts(
         reason = style("I need: " + " and ".join(h["sub_question"] for h in chain))
         turns.append((reason + protocol.format_search(qs), qs))
         facts = " ".join(_reason_after_hop(h) for h in chain)
-        final_text = f"{facts} So the answer is {answer}."
+        same = _same_pair(chain, answer)
+        final_text = f"{facts}{' ' + _same_text(same, answer) if same else ''} So the answer is {answer}."
     else:
         if comparison and mode.startswith("decompose"):  # the plan follows the question's order
             chain = question_order(chain, example.question)

@@ -11,13 +11,21 @@ from searchrl.pipeline import data_dir, load_split, load_tokenizer, make_protoco
 from searchrl.utils import write_jsonl
 
 
-def synth_world(out: Path, entities: int = 600, seed: int = 0, surface: str = "fixed", relations: str = "fixed"):
+def synth_world(
+    out: Path,
+    entities: int = 600,
+    seed: int = 0,
+    surface: str = "fixed",
+    relations: str = "fixed",
+    yes_no: float = 0.0,
+):
     """Generate a synthetic multi-hop world into ``out`` (corpus.jsonl, train/dev/test.jsonl, world.json); returns
     the world (its ``summary()`` counts the questions). ``surface``: "fixed" or "varied" question wording;
-    ``relations``: "fixed" (twelve) or "open" (also a broad pool of further relations)."""
+    ``relations``: "fixed" (twelve) or "open" (also a broad pool of further relations); ``yes_no``: the share of
+    comparison questions asked as yes/no."""
     from searchrl.data.synth import generate_world, write_world
 
-    world = generate_world(entities, seed, surface=surface, relations=relations)
+    world = generate_world(entities, seed, surface=surface, relations=relations, yes_no=yes_no)
     write_world(world, out)
     return world
 
