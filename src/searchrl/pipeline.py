@@ -34,15 +34,26 @@ def data_dir(cfg: RunConfig) -> Path:
     w = cfg.data.world
     name = f"e{w.entities}-s{w.seed}" + ("" if w.surface == "fixed" else f"-{w.surface}")
     name += ("" if w.relations == "fixed" else f"-{w.relations}-relations") + (f"-yn{w.yes_no:g}" if w.yes_no else "")
+    name += f"-bc{w.bridge_comparisons:g}" if w.bridge_comparisons else ""
     out = cache_dir() / "worlds" / name
     if not (out / "world.json").exists():
         from searchrl.data.synth import generate_world, write_world
 
         console.log(
             f"generating the synthetic world ({w.entities} entities, seed {w.seed}, {w.surface} wording,"
-            f" {w.relations} relations, {w.yes_no:g} of comparisons yes/no) in {out}"
+            f" {w.relations} relations, comparisons {w.yes_no:g} yes/no and {w.bridge_comparisons:g} bridge) in {out}"
         )
-        write_world(generate_world(w.entities, w.seed, surface=w.surface, relations=w.relations, yes_no=w.yes_no), out)
+        write_world(
+            generate_world(
+                w.entities,
+                w.seed,
+                surface=w.surface,
+                relations=w.relations,
+                yes_no=w.yes_no,
+                bridge_comparisons=w.bridge_comparisons,
+            ),
+            out,
+        )
     return out
 
 

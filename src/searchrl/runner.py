@@ -139,7 +139,10 @@ def _count_lines(path: Path) -> int:
 
 
 #: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
-_OP_ARGS = {"synth": {"entities", "seed", "surface", "relations", "yes_no"}, "oracle": {"split", "limit", "kinds"}}
+_OP_ARGS = {
+    "synth": {"entities", "seed", "surface", "relations", "yes_no", "bridge_comparisons"},
+    "oracle": {"split", "limit", "kinds"},
+}
 #: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
 _TEACHER_ARGS = {"url", "served_model", "timeout_s"}
 _OP_FUNCTIONS = {
@@ -199,7 +202,8 @@ def _op_synth(ctx: StageContext) -> dict[str, Any]:
     surface = str(ctx.stage.args.get("surface", w.surface))
     relations = str(ctx.stage.args.get("relations", w.relations))
     yes_no = float(ctx.stage.args.get("yes_no", w.yes_no))
-    world = synth_world(ctx.dir, entities, seed, surface, relations, yes_no)
+    bridge = float(ctx.stage.args.get("bridge_comparisons", w.bridge_comparisons))
+    world = synth_world(ctx.dir, entities, seed, surface, relations, yes_no, bridge)
     summary = world.summary()["questions"]
     return {
         "entities": entities,
@@ -207,6 +211,7 @@ def _op_synth(ctx: StageContext) -> dict[str, Any]:
         "surface": surface,
         "relations": relations,
         "yes_no": yes_no,
+        "bridge_comparisons": bridge,
         "questions": summary,
     }
 

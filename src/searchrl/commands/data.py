@@ -42,6 +42,11 @@ def synth(
     yes_no: float = typer.Option(
         0.0, "--yes-no", help="share of comparison questions asked as yes/no ('Were A and B born in the same city?')"
     ),
+    bridge_comparisons: float = typer.Option(
+        0.0,
+        "--bridge-comparisons",
+        help="share of comparison questions comparing by a year one hop away ('Which film has the director who...')",
+    ),
 ) -> None:
     """Generate a synthetic multi-hop world: a fictional encyclopedia plus train/dev/test questions.
 
@@ -54,9 +59,12 @@ def synth(
         raise typer.BadParameter(f"{surface!r}: use fixed or varied", param_hint="--surface")
     if relations not in ("fixed", "open"):
         raise typer.BadParameter(f"{relations!r}: use fixed or open", param_hint="--relations")
-    if not 0.0 <= yes_no <= 1.0:
-        raise typer.BadParameter(f"{yes_no}: give a share from 0 to 1", param_hint="--yes-no")
-    world = synth_world(out_dir, entities, seed, surface, relations, yes_no)
+    if not (0.0 <= yes_no <= 1.0 and 0.0 <= bridge_comparisons <= 1.0 and yes_no + bridge_comparisons <= 1.0):
+        raise typer.BadParameter(
+            f"{yes_no} and {bridge_comparisons}: give shares from 0 to 1 that sum to at most 1",
+            param_hint="--yes-no / --bridge-comparisons",
+        )
+    world = synth_world(out_dir, entities, seed, surface, relations, yes_no, bridge_comparisons)
     seconds = time.perf_counter() - t0
     summary = world.summary()
     table = Table("split", "single_hop", "bridge", "three_hop", "comparison", "total", title="questions")

@@ -68,6 +68,18 @@ class WorldConfig(Section):
     #: share of the comparison questions asked as yes/no ("Were A and B born in the same country?"), from their own
     #: random stream (0 keeps the world of earlier versions).
     yes_no: float = Field(default=0.0, ge=0.0, le=1.0)
+    #: share of the comparison questions that compare two named entities by a year one hop away from each ("Which
+    #: film has the director who was born earlier, A or B?"); with ``yes_no`` at most 1.
+    bridge_comparisons: float = Field(default=0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _comparison_shares(self) -> WorldConfig:
+        if self.yes_no + self.bridge_comparisons > 1.0:
+            raise ValueError(
+                f"data.world.yes_no ({self.yes_no}) + bridge_comparisons ({self.bridge_comparisons}) is over 1: they "
+                "are shares of the comparison questions"
+            )
+        return self
 
 
 class DataConfig(Section):

@@ -17,7 +17,9 @@ Questions come in four kinds, and each records its reasoning chain in ``metadata
 - ``three_hop``: three hops ("In which country was the director of W born?");
 - ``comparison``: two entities compared on a year ("Who was born first, X or Y?"); one hop per entity, ordered so
   the answer's own passage comes last. With ``yes_no`` > 0 a share of them ask instead whether two entities lead to
-  the same one ("Were A and B born in the same country?"): the same one to three hops from each, answered yes or no.
+  the same one ("Were A and B born in the same country?"): the same one to three hops from each, answered yes or no;
+  with ``bridge_comparisons`` > 0 a share compare them by a year one hop away ("Which film has the director who was
+  born earlier, A or B?"): two hops from each, the named entity the answer.
 
 ``metadata["chain"]`` lists the hops as ``{"sub_question", "query", "passage_id", "answer", "relation"}``; the hop
 answer occurs in the hop's passage and the final answer (yes/no aside) in the last hop's passage (tested). Splits
@@ -35,6 +37,7 @@ from typing import Any
 
 from searchrl.data.synth_open import add_open_relations, mix, open_candidates, open_sentences
 from searchrl.data.synth_questions import (
+    _bridge_comparison_candidates,
     _comparison_candidates,
     _path_candidates,
     _same_candidates,
@@ -74,6 +77,7 @@ def generate_world(
     surface: str = "fixed",
     relations: str = "fixed",
     yes_no: float = 0.0,
+    bridge_comparisons: float = 0.0,
 ) -> World:
     """Build a world of ``n_entities`` entities with passages and train/dev/test questions, deterministic in ``seed``.
 
@@ -83,10 +87,14 @@ def generate_world(
     under a broad pool of further relations and draws about half of each question kind from them
     (:mod:`searchrl.data.synth_open`). ``yes_no`` (0-1) of the comparison questions ask instead whether two named
     entities lead to the same one ("Were A and B born in the same country?", answered yes or no), drawn from their
-    own random stream.
+    own random stream; ``bridge_comparisons`` of them compare two named entities by a year one hop away from each
+    ("Which film has the director who was born earlier, A or B?"), from another.
     """
-    if not 0.0 <= yes_no <= 1.0:
-        raise ValueError(f"yes_no={yes_no}: give the share of comparison questions asked as yes/no, from 0 to 1")
+    if not (0.0 <= yes_no <= 1.0 and 0.0 <= bridge_comparisons <= 1.0 and yes_no + bridge_comparisons <= 1.0):
+        raise ValueError(
+            f"yes_no={yes_no}, bridge_comparisons={bridge_comparisons}: give shares of the comparison questions from "
+            "0 to 1 that sum to at most 1"
+        )
     if surface not in SURFACES:
         raise ValueError(f"surface {surface!r}: use one of {', '.join(SURFACES)}")
     if relations not in RELATIONS:
@@ -109,10 +117,12 @@ def generate_world(
     ]
     cands = _path_candidates(world)
     n_cmp = round(sum(sizes.values()) * KIND_SHARES["comparison"]) + 10
-    n_same = round(n_cmp * yes_no)
-    cands += _comparison_candidates(world, n_cmp - n_same, rng)
+    n_same, n_bridge = round(n_cmp * yes_no), round(n_cmp * bridge_comparisons)
+    cands += _comparison_candidates(world, n_cmp - n_same - n_bridge, rng)
     if n_same:
         cands += _same_candidates(world, n_same, random.Random(f"{seed}/yes_no"))
+    if n_bridge:
+        cands += _bridge_comparison_candidates(world, n_bridge, random.Random(f"{seed}/bridge_comparisons"))
     if relations == "open":
         cands = mix(cands, open_candidates(world, orng), orng)
     world.questions = _split_questions(cands, sizes, rng)

@@ -270,10 +270,12 @@ _SAME: list[tuple[str, tuple[str, ...], str]] = [
 
 
 def _path(e: Entity, rels: tuple[str, ...], w: World) -> list[_Hop] | None:
-    hops, cur = [], e
+    """The hops from ``e`` along ``rels`` (only the last may end at a year), None where a relation is missing."""
+    hops: list[_Hop] = []
+    cur: Entity | None = e
     for rel in rels:
         hop = _follow(cur, rel, w) if cur is not None else None
-        if hop is None or hop.target is None:
+        if hop is None:
             return None
         hops.append(hop)
         cur = hop.target
@@ -324,6 +326,86 @@ def _same_candidates(w: World, n_wanted: int, rng: random.Random) -> list[_Candi
         q = fmt.format(a=a.name, b=b.name, cn=_CREATOR_NOUN.get(sub, ""), pn=_PUBLISHER_NOUN.get(sub, ""))
         template = f"comparison:same.{kind}.{'.'.join(rels)}"
         out.append(_Candidate(key, "comparison", q, ["yes" if yes else "no"], a_hops + b_hops, template))
+    return out
+
+
+#: Bridge comparisons (``data.world.bridge_comparisons``): (entity kind, relations to a year, question asking for the
+#: earlier one, for the later one). The answer is the named entity, not the one the years belong to. ``{w}``: the
+#: work's subtype; ``{cn}`` / ``{pn}``: its creator / publisher noun.
+_BRIDGE_COMPARISONS: list[tuple[str, tuple[str, str], str, str]] = [
+    (
+        "work",
+        ("creator", "birth_year"),
+        "Which {w} has the {cn} who was born earlier, {a} or {b}?",
+        "Which {w} has the {cn} who was born later, {a} or {b}?",
+    ),
+    (
+        "work",
+        ("publisher", "founding_year"),
+        "Which {w} came out through the older {pn}, {a} or {b}?",
+        "Which {w} came out through the younger {pn}, {a} or {b}?",
+    ),
+    (
+        "person",
+        ("spouse", "birth_year"),
+        "Whose spouse was born first, {a} or {b}?",
+        "Whose spouse was born later, {a} or {b}?",
+    ),
+    (
+        "person",
+        ("employer", "founding_year"),
+        "Whose employer was founded earlier, {a} or {b}?",
+        "Whose employer was founded later, {a} or {b}?",
+    ),
+    (
+        "organisation",
+        ("founder", "birth_year"),
+        "Which organisation has the founder who was born first, {a} or {b}?",
+        "Which organisation has the founder who was born later, {a} or {b}?",
+    ),
+]
+
+
+def _bridge_comparison_candidates(w: World, n_wanted: int, rng: random.Random) -> list[_Candidate]:
+    """``n_wanted`` comparisons of two named entities by a year one hop away from each ("Which film has the director
+    who was born earlier, A or B?"); the answer is the named entity. The chain holds A's two hops, then B's."""
+    starts = {
+        t: [(e, hops) for e in w.entities if e.kind == kind and (hops := _path(e, rels, w)) is not None]
+        for t, (kind, rels, *_) in enumerate(_BRIDGE_COMPARISONS)
+    }
+    out: list[_Candidate] = []
+    seen: set[str] = set()
+    for _ in range(n_wanted * 6):
+        if len(out) >= n_wanted:
+            break
+        t = rng.randrange(len(_BRIDGE_COMPARISONS))
+        kind, rels, q_first, q_later = _BRIDGE_COMPARISONS[t]
+        if len(starts[t]) < 2:
+            continue
+        (a, a_hops), (b, b_hops) = rng.sample(starts[t], 2)
+        sub = a.attrs.get("subtype")
+        middle = a_hops[0].target.id, b_hops[0].target.id
+        if sub != b.attrs.get("subtype") or middle[0] == middle[1] or middle[0] == b.id or middle[1] == a.id:
+            continue  # a film against an album, one director for both, or two spouses: no comparison
+        years = int(a_hops[-1].answer), int(b_hops[-1].answer)
+        if years[0] == years[1]:
+            continue
+        key = f"bcmp/{'.'.join(rels)}/" + "/".join(sorted((a.id, b.id)))
+        if key in seen:
+            continue
+        seen.add(key)
+        later = rng.random() < 0.5
+        winner = a if (years[0] > years[1]) == later else b
+        names = {
+            "a": a.name,
+            "b": b.name,
+            "w": sub or "",
+            "cn": _CREATOR_NOUN.get(sub, ""),
+            "pn": _PUBLISHER_NOUN.get(sub, ""),
+        }
+        q = (q_later if later else q_first).format(**names)
+        template = f"comparison:bridge.{kind}.{'.'.join(rels)}"
+        out.append(_Candidate(key, "comparison", q, list(winner.aliases), a_hops + b_hops, template))
     return out
 
 

@@ -35,13 +35,22 @@ def _plan_lead(i: int, n: int) -> str:
     return f"{head}Search {i + 1} of {n}:"
 
 
+def _compared(chain: list[dict]) -> list[int]:
+    """The hops whose answers a comparison compares: the last hop of each side when the chain is two sides along the
+    same relations (the world's bridge comparisons and yes/no questions: the first entity's hops, then the
+    second's), else every hop (one hop per entity)."""
+    n, half = len(chain), len(chain) // 2
+    if n >= 4 and not n % 2 and [h.get("relation") for h in chain[:half]] == [h.get("relation") for h in chain[half:]]:
+        return [half - 1, n - 1]
+    return list(range(n))
+
+
 def _same_pair(chain: list[dict], answer: str) -> tuple[str, str] | None:
-    """The two end answers of a yes/no "same" comparison (the world's ``yes_no`` questions: the chain holds the first
-    entity's hops, then the second's, the same relations each side), else None."""
-    n = len(chain)
-    if answer.lower() not in ("yes", "no") or n < 2 or n % 2:
+    """The two end answers of a yes/no "same" comparison (the world's ``yes_no`` questions), else None."""
+    ends = _compared(chain)
+    if answer.lower() not in ("yes", "no") or len(ends) != 2:
         return None
-    return chain[n // 2 - 1]["answer"], chain[-1]["answer"]
+    return chain[ends[0]]["answer"], chain[ends[1]]["answer"]
 
 
 def _same_text(pair: tuple[str, str], answer: str) -> str:
@@ -61,9 +70,9 @@ def _plan_items(chain: list[dict], comparison: bool, direction: str = "", same: 
                 text = text.replace(chain[j]["answer"], f"#{j + 1}")
         items.append(text)
     n = len(chain)
-    refs = " and ".join(f"#{j + 1}" for j in range(n))
+    refs = " and ".join(f"#{j + 1}" for j in _compared(chain))
     if comparison and same:
-        items.append(f"check whether #{n // 2} and #{n} are the same.")
+        items.append(f"check whether {refs} are the same.")
     elif comparison:
         items.append(f"pick the {direction} of {refs}." if direction else f"compare {refs}.")
     else:
@@ -93,10 +102,25 @@ def question_order(chain: list[dict], question: str) -> list[dict]:
     return [chain[i] for i in sorted(range(len(chain)), key=lambda i: (pos[i], i))]
 
 
+def _label(chain: list[dict], j: int, question: str) -> str:
+    """The entity compared hop ``j`` speaks for: the subject of its side's first hop."""
+    ends = _compared(chain)
+    start = 0 if j == ends[0] or len(ends) != 2 else ends[0] + 1
+    return _subject(chain[start], question)
+
+
+def _years_side_by_side(chain: list[dict], direction: str, question: str) -> str:
+    """ "A 1950, B 1962. 1950 is earlier." for a comparison of years or dates."""
+    ends = _compared(chain)
+    pick = (min if direction == "earlier" else max)((chain[j]["answer"] for j in ends), key=when)
+    pairs = ", ".join(f"{_label(chain, j, question)} {chain[j]['answer']}" for j in ends)
+    return f"{pairs}. {pick} is {direction}."
+
+
 def _direction(chain: list[dict], answer: str, question: str) -> str:
     """Whether the comparison's answer is the entity with the smaller year or date ("earlier") or the larger
     ("later"); "" when the hops' answers are not all years or dates."""
-    times = {_subject(h, question): when(h["answer"]) for h in chain}
+    times = {_label(chain, j, question): when(chain[j]["answer"]) for j in _compared(chain)}
     mine = times.get(answer)
     if mine is None or any(t is None for t in times.values()):
         return ""
@@ -160,9 +184,7 @@ def _steps(
         ]
         last = items[-1]
         if comparison and direction:  # the years side by side, then the one the question asks for
-            pick = (min if direction == "earlier" else max)((h["answer"] for h in chain), key=when)
-            pairs = ", ".join(f"{_subject(h, question)} {h['answer']}" for h in chain)
-            last = f"{last.rstrip('.')}: {pairs}. {pick} is {direction}."
+            last = f"{last.rstrip('.')}: {_years_side_by_side(chain, direction, question)}"
         elif same:
             last = f"{last.rstrip('.')}: {_same_text(same, answer)}"
         elif comparison:
@@ -174,6 +196,9 @@ def _steps(
         steps.append((_reason_after_hop(chain[i - 1]) if i else "", before))
     done = f" That was search {n} of {n}." if mode == "count" else ""
     verdict = f" {_same_text(same, answer)}" if same else ""
+    if comparison and not same and len(_compared(chain)) == 2 and n >= 4:  # a bridge comparison: the two years
+        direction = _direction(chain, answer, question)
+        verdict = f" {_years_side_by_side(chain, direction, question)}" if direction else ""
     return steps, f"{_reason_after_hop(chain[-1])}{done}{verdict} So the answer is {answer}."
 
 
