@@ -70,3 +70,24 @@ def test_data_subapp_is_registered() -> None:
 def test_commands_have_examples(name: str) -> None:
     res = runner.invoke(app, [name, "--help"])
     assert res.exit_code == 0 and "Example:" in res.output
+
+
+def test_synth_comparison_forms(tmp_path: Path) -> None:
+    args = [
+        "synth",
+        "--out",
+        str(tmp_path / "w"),
+        "--entities",
+        "300",
+        "--yes-no",
+        "0.5",
+        "--bridge-comparisons",
+        "0.5",
+    ]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in (tmp_path / "w" / "train.jsonl").open()]
+    forms = {r["metadata"]["template"].split(".")[0] for r in rows if r["metadata"]["kind"] == "comparison"}
+    assert forms == {"comparison:same", "comparison:bridge"}
+    res = runner.invoke(app, args[:5] + ["--yes-no", "0.7", "--bridge-comparisons", "0.5"])
+    assert res.exit_code != 0 and "sum to at most 1" in res.output

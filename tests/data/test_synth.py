@@ -236,3 +236,28 @@ def test_yes_no_comparisons(big: tuple[World, float]) -> None:
     assert [q.question for q in unchanged.questions["dev"]] == [q.question for q in fixed.questions["dev"]]
     with pytest.raises(ValueError, match="from 0 to 1"):
         generate_world(150, seed=0, yes_no=1.5)
+
+
+def test_bridge_comparisons() -> None:
+    """bridge_comparisons: two named entities compared by a year one hop away from each; the chain is A's two hops
+    then B's along the same relations; the answer is the named entity whose year the question asks for."""
+    world = generate_world(2000, seed=0, yes_no=0.35, bridge_comparisons=0.35)
+    title = {p.id: p.title for p in world.passages}
+    bridge = [q for qs in world.questions.values() for q in qs if q.metadata["template"].startswith("comparison:bri")]
+    comparisons = [q for qs in world.questions.values() for q in qs if q.metadata["kind"] == "comparison"]
+    assert 0.2 < len(bridge) / len(comparisons) < 0.5
+    assert len({q.metadata["template"] for q in bridge}) == 5
+    for q in bridge:
+        chain = q.metadata["chain"]
+        assert len(chain) == 4 and [h["relation"] for h in chain[:2]] == [h["relation"] for h in chain[2:]]
+        a, b = chain[0]["subject"], chain[2]["subject"]
+        assert a in q.question and b in q.question and a != b
+        assert (
+            chain[0]["answer"] == title[chain[1]["passage_id"]] and chain[2]["answer"] == title[chain[3]["passage_id"]]
+        )
+        assert chain[0]["answer"] not in q.question and chain[2]["answer"] not in q.question
+        years = {a: int(chain[1]["answer"]), b: int(chain[3]["answer"])}
+        earlier = any(w in q.question for w in ("earlier", "first", "older"))
+        assert q.answers[0] == (min if earlier else max)(years, key=years.get), q.question
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        generate_world(150, seed=0, yes_no=0.6, bridge_comparisons=0.6)

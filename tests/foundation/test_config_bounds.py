@@ -46,3 +46,12 @@ def test_bad_value_from_a_profile_is_blamed_on_the_profile(tmp_path: Path) -> No
     profile.write_text("all: {retrieval: {topk: 0}}\n")
     with pytest.raises(ConfigError, match=rf"^profile {tmp_path}/tiny\.yaml: retrieval\.topk: "):
         load_config("demo", [], profile)
+
+
+def test_world_comparison_shares_sum_to_at_most_one() -> None:
+    cfg = load_config("multihop_cpu", ["data.world.yes_no=0.4", "data.world.bridge_comparisons=0.6"])
+    assert (cfg.data.world.yes_no, cfg.data.world.bridge_comparisons) == (0.4, 0.6)
+    with pytest.raises(ConfigError, match="shares of the comparison questions"):
+        load_config("multihop_cpu", ["data.world.yes_no=0.5", "data.world.bridge_comparisons=0.6"])
+    with pytest.raises(ConfigError, match="less than or equal to 1"):
+        load_config("multihop_cpu", ["data.world.yes_no=1.5"])

@@ -405,3 +405,28 @@ def test_yes_no_comparisons_close_with_the_verdict(tmp_path: Path, name: str, pl
             assert f"check whether #{len(chain) // 2} and #{len(chain)} are the same." in t.turns[0].text
         parallel = protocol.max_queries > 1 and len(chain) == 2
         assert t.n_turns == (2 if parallel else len(chain) + 1), ex.question
+
+
+@pytest.mark.parametrize("plan", [False, "decompose"])
+def test_bridge_comparisons_set_the_two_years_side_by_side(tmp_path: Path, plan: bool | str) -> None:
+    """A bridge comparison's trajectory searches both sides hop by hop, then names each entity with its year and the
+    year the question asks for before answering with the entity."""
+    write_world(generate_world(300, seed=3, bridge_comparisons=1.0), tmp_path)
+    retriever = load_index(build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "bm25"))
+    examples = [q for q in load_qa(tmp_path / "train.jsonl") if q.metadata["template"].startswith("comparison:bri")]
+    examples = examples[:10]
+    protocol, tok = get_protocol("search_r1"), ByteTokenizer()
+    for ex, t in zip(
+        examples, oracle_trajectories(protocol, examples, retriever, tok, topk=3, plan=plan), strict=True
+    ):
+        chain = ex.metadata["chain"]
+        assert protocol.check_format(t.response_text(tok)).answer.strip() == ex.answers[0]
+        years = {chain[0]["subject"]: chain[1]["answer"], chain[2]["subject"]: chain[3]["answer"]}
+        word = "earlier" if int(years[ex.answers[0]]) == min(map(int, years.values())) else "later"
+        side_by_side = ", ".join(f"{name} {year}" for name, year in years.items())
+        assert (
+            f"{side_by_side}. {years[ex.answers[0]]} is {word}. So the answer is {ex.answers[0]}." in t.turns[-1].text
+        )
+        assert t.n_turns == 5
+        if plan == "decompose":
+            assert f"pick the {word} of #2 and #4." in t.turns[0].text
