@@ -197,23 +197,10 @@ def _sampling_cfg(ctx: StageContext) -> RunConfig:
 def _op_synth(ctx: StageContext) -> dict[str, Any]:
     from searchrl.stages import synth_world
 
-    w = ctx.cfg.data.world
-    entities, seed = int(ctx.stage.args.get("entities", w.entities)), int(ctx.stage.args.get("seed", w.seed))
-    surface = str(ctx.stage.args.get("surface", w.surface))
-    relations = str(ctx.stage.args.get("relations", w.relations))
-    yes_no = float(ctx.stage.args.get("yes_no", w.yes_no))
-    bridge = float(ctx.stage.args.get("bridge_comparisons", w.bridge_comparisons))
-    world = synth_world(ctx.dir, entities, seed, surface, relations, yes_no, bridge)
-    summary = world.summary()["questions"]
-    return {
-        "entities": entities,
-        "seed": seed,
-        "surface": surface,
-        "relations": relations,
-        "yes_no": yes_no,
-        "bridge_comparisons": bridge,
-        "questions": summary,
-    }
+    # the stage's args over data.world: entities, seed, surface, relations, yes_no, bridge_comparisons
+    args = {k: type(v)(ctx.stage.args.get(k, v)) for k, v in ctx.cfg.data.world.model_dump().items()}
+    world = synth_world(ctx.dir, **args)
+    return {**args, "questions": world.summary()["questions"]}
 
 
 def _op_index(ctx: StageContext) -> dict[str, Any]:

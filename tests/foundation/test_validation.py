@@ -134,7 +134,14 @@ def test_unknown_pipeline_args_rejected(tmp_path: Path) -> None:
 
 
 def test_stage_arg_names_follow_the_ops() -> None:
-    assert stage_arg_names("data", "synth") == {"entities", "seed", "surface", "relations"}
+    assert stage_arg_names("data", "synth") == {
+        "entities",
+        "seed",
+        "surface",
+        "relations",
+        "yes_no",
+        "bridge_comparisons",
+    }
     assert {"kind", "encoder", "k1", "faiss"} <= stage_arg_names("data", "index")
     assert "overwrite" not in stage_arg_names("data", "index")  # the runner passes it
     sampling = stage_arg_names("data", "rejection-sample")

@@ -59,26 +59,19 @@ class WorldConfig(Section):
 
     entities: int = 600
     seed: int = 0
-    #: question wording: "fixed" (one wording per question shape) or "varied" (several per shape, drawn per
-    #: question; same facts, answers and splits; searchrl.data.synth_surface).
+    #: question wording: "fixed" (one per question shape) or "varied" (several per shape; searchrl.data.synth_surface)
     surface: Literal["fixed", "varied"] = "fixed"
-    #: relations: "fixed" (the world's twelve) or "open" (also a broad pool of further ones, about half of each
-    #: question kind asking for them; searchrl.data.synth_open).
+    #: "fixed" (the world's twelve relations) or "open" (also a broad pool of further ones; searchrl.data.synth_open)
     relations: Literal["fixed", "open"] = "fixed"
-    #: share of the comparison questions asked as yes/no ("Were A and B born in the same country?"), from their own
-    #: random stream (0 keeps the world of earlier versions).
+    #: shares of the comparison questions asked as yes/no ("Were A and B born in the same country?") and as bridge
+    #: comparisons ("Which film has the director who was born earlier, A or B?"); 0 keeps the earlier world.
     yes_no: float = Field(default=0.0, ge=0.0, le=1.0)
-    #: share of the comparison questions that compare two named entities by a year one hop away from each ("Which
-    #: film has the director who was born earlier, A or B?"); with ``yes_no`` at most 1.
     bridge_comparisons: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _comparison_shares(self) -> WorldConfig:
-        if self.yes_no + self.bridge_comparisons > 1.0:
-            raise ValueError(
-                f"data.world.yes_no ({self.yes_no}) + bridge_comparisons ({self.bridge_comparisons}) is over 1: they "
-                "are shares of the comparison questions"
-            )
+        if (total := self.yes_no + self.bridge_comparisons) > 1.0:
+            raise ValueError(f"yes_no + bridge_comparisons = {total}: shares of the comparison questions, at most 1")
         return self
 
 
@@ -223,8 +216,7 @@ class AlgorithmConfig(Section):
     value_coef: float = 0.5
     entropy_coef: float = 0.0
     norm_adv_by_std: bool = True
-    #: how per-token losses become one (searchrl.rl.masked.aggregate_loss); dr_grpo always uses
-    #: seq_mean_token_sum_norm.
+    #: how per-token losses become one (searchrl.rl.masked.aggregate_loss); dr_grpo: seq_mean_token_sum_norm.
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"] = (
         "token_mean"
     )
@@ -300,8 +292,7 @@ class TrainingConfig(Section):
     #: a resumable checkpoint (weights, optimizer, data position, RNG) every this many steps; 0: only at the end.
     save_every: int = 10
     #: at the end, write the resumable checkpoint and the trained model (<output_dir>/final, what a pipeline's next
-    #: stage loads); false for benchmarks and smoke runs that only time steps (a 3B policy's checkpoint with its Adam
-    #: state is ~36 GB).
+    #: stage loads); false for runs that only time steps (a 3B policy's checkpoint with its Adam state is ~36 GB).
     save_at_end: bool = True
     tensorboard: bool = True
     wandb: bool = False
@@ -317,8 +308,7 @@ class TrainingConfig(Section):
     #: 0: on-policy. One process only; docs/recipes.md "One-step off-policy rollouts".
     off_policy_steps: Literal[0, 1] = 0
     #: profile this step (1-based; 0: none) with torch.profiler: <output_dir>/profile_step<k>.txt lists the operators
-    #: by host and device time, the step's phases (rollout, score, update) labelled (the main process's, where there
-    #: are several). The step itself runs slower.
+    #: by host and device time, the step's phases (rollout, score, update) labelled (the main process's). Runs slower.
     profile_step: int = Field(default=0, ge=0)
 
 
