@@ -105,8 +105,9 @@ def question_order(chain: list[dict], question: str) -> list[dict]:
 def _label(chain: list[dict], j: int, question: str) -> str:
     """The entity compared hop ``j`` speaks for: the subject of its side's first hop."""
     ends = _compared(chain)
-    start = 0 if j == ends[0] or len(ends) != 2 else ends[0] + 1
-    return _subject(chain[start], question)
+    if len(ends) != 2 or ends == [0, 1]:  # one hop per entity
+        return _subject(chain[j], question)
+    return _subject(chain[0 if j == ends[0] else ends[0] + 1], question)
 
 
 def _years_side_by_side(chain: list[dict], direction: str, question: str) -> str:
