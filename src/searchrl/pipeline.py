@@ -43,17 +43,8 @@ def data_dir(cfg: RunConfig) -> Path:
             f"generating the synthetic world ({w.entities} entities, seed {w.seed}, {w.surface} wording,"
             f" {w.relations} relations, comparisons {w.yes_no:g} yes/no and {w.bridge_comparisons:g} bridge) in {out}"
         )
-        write_world(
-            generate_world(
-                w.entities,
-                w.seed,
-                surface=w.surface,
-                relations=w.relations,
-                yes_no=w.yes_no,
-                bridge_comparisons=w.bridge_comparisons,
-            ),
-            out,
-        )
+        options = w.model_dump(exclude={"entities", "seed"})  # surface, relations, the comparison shares
+        write_world(generate_world(w.entities, w.seed, **options), out)
     return out
 
 

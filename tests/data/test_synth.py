@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -261,3 +262,18 @@ def test_bridge_comparisons() -> None:
         assert q.answers[0] == (min if earlier else max)(years, key=years.get), q.question
     with pytest.raises(ValueError, match="sum to at most 1"):
         generate_world(150, seed=0, yes_no=0.6, bridge_comparisons=0.6)
+
+
+def test_a_recipes_cached_world_is_kept_per_comparison_shares(tmp_path: Path, monkeypatch) -> None:
+    from searchrl.config import load_config
+    from searchrl.pipeline import data_dir
+
+    monkeypatch.setenv("SEARCHRL_CACHE", str(tmp_path))
+    base = ["data.source=synthetic", "data.world.entities=60"]
+    plain = data_dir(load_config("multihop_cpu", base))
+    mixed = data_dir(
+        load_config("multihop_cpu", [*base, "data.world.yes_no=0.5", "data.world.bridge_comparisons=0.3"])
+    )
+    assert (plain.name, mixed.name) == ("e60-s0", "e60-s0-yn0.5-bc0.3")
+    rows = [json.loads(line) for line in (mixed / "train.jsonl").open()]
+    assert any(r["golden_answers"] == ["yes"] for r in rows)
