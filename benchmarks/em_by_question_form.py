@@ -58,6 +58,8 @@ def main() -> None:
         label, _, path = item.partition("=")
         if not path:
             raise SystemExit(f"{item!r}: give LABEL=PREDICTIONS.jsonl")
+        if label in results:
+            raise SystemExit(f"label {label!r} given twice: give each predictions file its own label")
         results[label] = {"file": path, **split_em(Path(path))}
     lines = [
         "# Exact match by question form",

@@ -18,7 +18,6 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 
 
 def test_report_counts_outcomes_and_joins_recipe_records(tmp_path: Path, monkeypatch) -> None:
-    mod = gpu_check
     (tmp_path / "cuda_tests.xml").write_text(JUNIT)
     (tmp_path / "recipes.jsonl").write_text(
         json.dumps({"recipe": "r_search", "shape": "qwen2.5-3b", "rl_steps": 1, "peak_gb": 41.5, "step_s": 7.0}) + "\n"
@@ -28,7 +27,7 @@ def test_report_counts_outcomes_and_joins_recipe_records(tmp_path: Path, monkeyp
     )
     (tmp_path / "device.txt").write_text("NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04\n")
     monkeypatch.setattr("sys.argv", ["gpu_check.py", str(tmp_path), "--seconds", "400"])
-    mod.main()
+    gpu_check.main()
     res = json.loads((tmp_path / "gpu_check.json").read_text())
     assert res["device"].startswith("NVIDIA H100")
     assert (res["cuda_tests"]["passed"], res["cuda_tests"]["failed"], res["cuda_tests"]["skipped"]) == (1, 1, 1)
@@ -49,7 +48,6 @@ def test_report_counts_outcomes_and_joins_recipe_records(tmp_path: Path, monkeyp
 def test_runs_merge_with_later_rollout_records_replacing_earlier_ones(tmp_path: Path, monkeypatch) -> None:
     """A later run's decode record of a (shape, batch) replaces the earlier one; the others stay; columns a run did
     not measure (HF static, the multi-turn rollout) show as "-"."""
-    mod = gpu_check
     first, second = tmp_path / "a", tmp_path / "b"
     for d in (first, second):
         d.mkdir()
@@ -65,7 +63,7 @@ def test_runs_merge_with_later_rollout_records_replacing_earlier_ones(tmp_path: 
     new_run.update(decode_vs_bound=6.0, ours_step_ms_with_capture=12.2, graph_capture_ms=50.0)
     (second / "gpu_rollout.json").write_text(json.dumps({**base, "runs": [new_run], "decode_vs_bound_b512_1.5b": 6.0}))
     monkeypatch.setattr("sys.argv", ["gpu_check.py", str(first), str(second)])
-    mod.main()
+    gpu_check.main()
     ro = json.loads((second / "gpu_check.json").read_text())["rollout"]
     steps = {r.get("batch"): r.get("ours_step_ms") for r in ro["runs"]}
     assert steps == {16: 7.0, 512: 12.0, None: None}
@@ -78,7 +76,6 @@ def test_runs_merge_with_later_rollout_records_replacing_earlier_ones(tmp_path: 
 def test_a_pair_cut_short_keeps_ours_without_replacing_a_full_pair(tmp_path: Path, monkeypatch) -> None:
     """A run whose TRL side timed out leaves ours alone (shown with "-" for TRL); merged after a full pair of the
     same shape, it does not replace it, and it fills in a shape no run paired."""
-    mod = gpu_check
     full, cut = tmp_path / "full", tmp_path / "cut"
     for d in (full, cut):
         d.mkdir()
@@ -86,7 +83,7 @@ def test_a_pair_cut_short_keeps_ours_without_replacing_a_full_pair(tmp_path: Pat
     alone = {"ours_s": 3.0, "trl_s": None, "ratio": None}
     (cut / "peer_trl_gpu.json").write_text(json.dumps({"qwen2.5-3b": alone, "qwen2.5-1.5b": alone}))
     monkeypatch.setattr("sys.argv", ["gpu_check.py", str(full), str(cut), "--seconds", "1"])
-    mod.main()
+    gpu_check.main()
     res = json.loads((cut / "gpu_check.json").read_text())  # the report goes to the last run
     assert res["peer_trl"]["qwen2.5-3b"]["ratio"] == 0.5
     assert res["peer_trl"]["qwen2.5-1.5b"]["trl_s"] is None

@@ -36,10 +36,9 @@ def real(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("setting", ["world_to_real", "held_out_kind", "held_out_template"])
 @pytest.mark.parametrize("smoke", [False, True])
 def test_each_setting_is_a_valid_pipeline(setting: str, smoke: bool, real: Path, tmp_path: Path) -> None:
-    bench = bench_transfer
-    path, qa = bench.real_inputs(setting, str(real), None)
-    info = bench.choose_held_out(real, "dev.jsonl", 2, 1 / 3) if setting == "held_out_template" else {}
-    stages = bench.pipeline(
+    path, qa = bench_transfer.real_inputs(setting, str(real), None)
+    info = bench_transfer.choose_held_out(real, "dev.jsonl", 2, 1 / 3) if setting == "held_out_template" else {}
+    stages = bench_transfer.pipeline(
         setting,
         steps=1,
         eval_limit=3,
@@ -50,7 +49,7 @@ def test_each_setting_is_a_valid_pipeline(setting: str, smoke: bool, real: Path,
         held_out_styles=info.get("held_out_styles"),
         relations="open",
     )
-    cfg = load_config(bench.RECIPES[setting], ["pipeline=" + json.dumps(stages)], "laptop" if smoke else None)
+    cfg = load_config(bench_transfer.RECIPES[setting], ["pipeline=" + json.dumps(stages)], "laptop" if smoke else None)
     validate_deep(cfg, lambda name: load_config(name))
     names = [p.name for p in plan_pipeline(cfg, tmp_path / "run")]
     assert names[:3] == ["world", "world_index", "coldstart"] and names[-1] in ("eval", "eval_real")
@@ -67,12 +66,11 @@ def test_each_setting_is_a_valid_pipeline(setting: str, smoke: bool, real: Path,
 
 
 def test_real_settings_need_real_data(tmp_path: Path) -> None:
-    bench = bench_transfer
     with pytest.raises(SystemExit, match="needs real questions: pass --real DIR"):
-        bench.real_inputs("world_to_real", None, None)
+        bench_transfer.real_inputs("world_to_real", None, None)
     with pytest.raises(SystemExit, match="corpus.jsonl not found"):
-        bench.real_inputs("held_out_template", str(tmp_path), "dev.jsonl")
-    assert bench.real_inputs("held_out_kind", None, None) == (None, None)
+        bench_transfer.real_inputs("held_out_template", str(tmp_path), "dev.jsonl")
+    assert bench_transfer.real_inputs("held_out_kind", None, None) == (None, None)
 
 
 def test_held_out_templates_are_the_rarest_of_the_training_part(real: Path) -> None:
@@ -90,39 +88,36 @@ def _predictions(out: Path, stage: str, rows: list[tuple[str, str | None, float]
 
 
 def test_report_splits_in_style_from_held_out(tmp_path: Path) -> None:
-    bench = bench_transfer
     info = {"held_out_styles": ["c"], "trained_styles": ["a"]}
     _predictions(tmp_path, "coldstart_eval", [("a", None, 0.0), ("c", None, 0.0), ("z", None, 1.0)])
     _predictions(tmp_path, "eval", [("a", None, 1.0), ("c", None, 0.0), ("z", None, 1.0)])
-    runs = bench.collect(tmp_path, "held_out_template", info)
+    runs = bench_transfer.collect(tmp_path, "held_out_template", info)
     assert runs["rl"]["in_style"] == {"n": 1, "em": 1.0, "f1": 1.0, "cover_em": 1.0}
     assert runs["rl"]["held_out"]["n"] == 2 and runs["rl"]["held_out"]["em"] == 0.5  # removed or never seen
     assert runs["coldstart"]["by_style"]["held_out: z"]["em"] == 1.0
     meta = {"setting": "held_out_template", "recipe": "multihop_cpu", "date": "d", "machine": "m", "load_avg": [0.0]}
-    text = bench.report({"meta": {**meta, "wall_s": 1.0, "bench_command": "python b", **info}, "runs": runs})
+    text = bench_transfer.report({"meta": {**meta, "wall_s": 1.0, "bench_command": "python b", **info}, "runs": runs})
     assert "| rl | 1 | 100.0 | 100.0 | 100.0 | 2 | 50.0 | 50.0 | 50.0 |" in text
     assert "| held_out: c | 1 | 0.0 | 0.0 |" in text
 
 
 def test_report_of_a_held_out_kind_goes_by_kind(tmp_path: Path) -> None:
-    bench = bench_transfer
     for stage in ("coldstart_eval", "eval"):
         _predictions(tmp_path, stage, [("bridge:x", "bridge", 1.0), ("three_hop:y", "three_hop", 0.0)])
-    runs = bench.collect(tmp_path, "held_out_kind", {"held_out_styles": ["three_hop"]})
+    runs = bench_transfer.collect(tmp_path, "held_out_kind", {"held_out_styles": ["three_hop"]})
     assert runs["rl"]["held_out"]["n"] == 1 and runs["rl"]["held_out"]["em"] == 0.0
     assert runs["rl"]["in_style"]["em"] == 1.0 and set(runs["rl"]["by_kind"]) == {"bridge", "three_hop"}
 
 
 def test_world_to_real_reports_naive_rag_beside_the_agent(tmp_path: Path) -> None:
-    bench = bench_transfer
     for stage in ("coldstart_eval", "eval", "coldstart_eval_real", "eval_real"):
         _predictions(tmp_path, stage, [("a", "bridge", 1.0), ("b", None, 0.0)])
     rag = tmp_path / "eval_real" / "predictions" / "dev__naive_rag.jsonl"
     rag.write_text(json.dumps({"style": "b", "kind": None, "metrics": {"em": 0.0, "f1": 0.5, "cover_em": 1.0}}) + "\n")
-    runs = bench.collect(tmp_path, "world_to_real", {"held_out_styles": []})
+    runs = bench_transfer.collect(tmp_path, "world_to_real", {"held_out_styles": []})
     assert runs["rl"]["naive_rag_held_out"] == {"n": 1, "em": 0.0, "f1": 0.5, "cover_em": 1.0}
     meta = {"setting": "world_to_real", "recipe": "multihop_world", "date": "d", "machine": "m", "load_avg": [0.0]}
-    text = bench.report(
+    text = bench_transfer.report(
         {"meta": {**meta, "wall_s": 1.0, "bench_command": "python b", "held_out_styles": []}, "runs": runs}
     )
     assert "| naive RAG (RL model) | | | | | 1 | 0.0 | 50.0 | 100.0 |" in text

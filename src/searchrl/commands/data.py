@@ -59,11 +59,12 @@ def synth(
         raise typer.BadParameter(f"{surface!r}: use fixed or varied", param_hint="--surface")
     if relations not in ("fixed", "open"):
         raise typer.BadParameter(f"{relations!r}: use fixed or open", param_hint="--relations")
-    if not (0.0 <= yes_no <= 1.0 and 0.0 <= bridge_comparisons <= 1.0 and yes_no + bridge_comparisons <= 1.0):
-        raise typer.BadParameter(
-            f"{yes_no} and {bridge_comparisons}: give shares from 0 to 1 that sum to at most 1",
-            param_hint="--yes-no / --bridge-comparisons",
-        )
+    from searchrl.data.synth import check_comparison_shares
+
+    try:
+        check_comparison_shares(yes_no, bridge_comparisons)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--yes-no / --bridge-comparisons") from err
     world = synth_world(out_dir, entities, seed, surface, relations, yes_no, bridge_comparisons)
     seconds = time.perf_counter() - t0
     summary = world.summary()

@@ -70,6 +70,15 @@ def default_split_sizes(n_entities: int) -> dict[str, int]:
     return {"train": 3 * n_entities, "dev": held_out, "test": held_out}
 
 
+def check_comparison_shares(yes_no: float, bridge_comparisons: float) -> None:
+    """Raise ValueError unless both are shares of the comparison questions (0-1) that sum to at most 1."""
+    if not (0.0 <= yes_no <= 1.0 and 0.0 <= bridge_comparisons <= 1.0 and yes_no + bridge_comparisons <= 1.0):
+        raise ValueError(
+            f"yes_no={yes_no}, bridge_comparisons={bridge_comparisons}: give shares of the comparison questions from "
+            "0 to 1 that sum to at most 1"
+        )
+
+
 def generate_world(
     n_entities: int,
     seed: int,
@@ -90,11 +99,7 @@ def generate_world(
     own random stream; ``bridge_comparisons`` of them compare two named entities by a year one hop away from each
     ("Which film has the director who was born earlier, A or B?"), from another.
     """
-    if not (0.0 <= yes_no <= 1.0 and 0.0 <= bridge_comparisons <= 1.0 and yes_no + bridge_comparisons <= 1.0):
-        raise ValueError(
-            f"yes_no={yes_no}, bridge_comparisons={bridge_comparisons}: give shares of the comparison questions from "
-            "0 to 1 that sum to at most 1"
-        )
+    check_comparison_shares(yes_no, bridge_comparisons)
     if surface not in SURFACES:
         raise ValueError(f"surface {surface!r}: use one of {', '.join(SURFACES)}")
     if relations not in RELATIONS:

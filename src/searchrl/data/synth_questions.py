@@ -32,6 +32,19 @@ def _follow(e: Entity, relation: str, w: World) -> _Hop | None:
     return None
 
 
+def _path(e: Entity, rels: tuple[str, ...], w: World) -> list[_Hop] | None:
+    """The hops from ``e`` along ``rels`` (only the last may end at a year), None where a relation is missing."""
+    hops: list[_Hop] = []
+    cur: Entity | None = e
+    for rel in rels:
+        hop = _follow(cur, rel, w) if cur is not None else None
+        if hop is None:
+            return None
+        hops.append(hop)
+        cur = hop.target
+    return hops
+
+
 def _hop_question(h: _Hop) -> tuple[str, str]:
     """(sub-question, search query) that ask for one hop about a named subject."""
     s, sub = h.subject.name, h.subject.attrs.get("subtype")
@@ -200,14 +213,8 @@ def _path_candidates(w: World) -> list[_Candidate]:
         for kind, start, rels, fmt in _TEMPLATES:
             if e.kind != start:
                 continue
-            hops, cur = [], e
-            for rel in rels:
-                hop = _follow(cur, rel, w) if cur is not None else None
-                if hop is None:
-                    break
-                hops.append(hop)
-                cur = hop.target
-            if len(hops) != len(rels):
+            hops = _path(e, rels, w)
+            if hops is None:
                 continue
             # A chain that loops back (e.g. the spouse of the director is the subject) is not really multi-hop.
             ids = [h.subject.id for h in hops] + ([hops[-1].target.id] if hops[-1].target else [])
@@ -267,19 +274,6 @@ _SAME: list[tuple[str, tuple[str, ...], str]] = [
     ("work", ("publisher",), "Did {a} and {b} come out through the same {pn}?"),
     ("work", ("creator", "born_in", "country"), "Are the {cn}s of {a} and {b} from the same country?"),
 ]
-
-
-def _path(e: Entity, rels: tuple[str, ...], w: World) -> list[_Hop] | None:
-    """The hops from ``e`` along ``rels`` (only the last may end at a year), None where a relation is missing."""
-    hops: list[_Hop] = []
-    cur: Entity | None = e
-    for rel in rels:
-        hop = _follow(cur, rel, w) if cur is not None else None
-        if hop is None:
-            return None
-        hops.append(hop)
-        cur = hop.target
-    return hops
 
 
 def _same_candidates(w: World, n_wanted: int, rng: random.Random) -> list[_Candidate]:
