@@ -22,7 +22,7 @@ Compute: each baseline's SFT is one epoch over the training questions (their pro
 ``rag`` example is the prompt with its documents and a few answer tokens), comparable to the agent's cold start;
 each RL stage runs the recipe's steps, questions and group size. Writes
 ``benchmarks/results/trained_baselines.{json,md}`` (EM, F1, cover-EM, searches and generated tokens per question,
-the failure shares of the evaluation diagnostics, and the stage times).
+the failure shares of the evaluation diagnostics, right answers per question form, and the stage times).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from em_by_question_form import FORMS, split_em
 
 from searchrl.eval.diagnostics import FLAGS
 from searchrl.utils import write_portable
@@ -122,6 +124,9 @@ def collect(out: Path, stages: list[str]) -> dict:
             **{k: row.get(k) for k in ("n", "em", "f1", "cover_em", "cover_em_committed", "searches", "gen_tokens")},
             "failures": shares,
         }
+        preds = out / stage / "predictions" / f"heldout__{wanted}.jsonl"
+        if preds.exists():  # EM per question form: how much of it a guess between named options could reach
+            rows[method]["forms"] = split_em(preds)
     seconds = {}
     for name in stages:  # a stage that ran in an earlier invocation: its DONE marker has its time
         done = out / name / "DONE"
@@ -165,6 +170,14 @@ def report(res: dict, args: argparse.Namespace) -> list[str]:
     for m, r in rows.items():
         cells = ["-" if r["failures"].get(f) is None else f"{100 * r['failures'][f]:.0f}%" for f in flags]
         lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
+    if any("forms" in r for r in rows.values()):
+        lines += ["", "Right answers by question form (a choice or yes/no question can be guessed, an open one "
+                  "cannot; `benchmarks/em_by_question_form.py`):", "",
+                  "| method | " + " | ".join(FORMS) + " |", "|---|" + "---|" * len(FORMS)]  # fmt: skip
+        for m, r in rows.items():
+            f = r.get("forms", {})
+            cells = [f"{f[k]['correct']} / {f[k]['n']}" if k in f else "-" for k in FORMS]
+            lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
     times = ", ".join(f"{k} {v:.0f}" for k, v in res["stage_seconds"].items() if v is not None)
     lines += ["", f"Stage wall times (s): {times}."]
     missing = [m for m in METHODS if m not in rows]
