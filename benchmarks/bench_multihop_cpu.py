@@ -9,7 +9,7 @@ untrained agent) on the same held-out questions and index into ``OUT/eval_shippe
 reads what the run measured (nothing here is typed in by hand):
 
 - each stage's wall time (``OUT/<stage>/DONE``);
-- the cold start on the synthetic world: agent EM per question kind on 100 dev questions (``coldstart_eval``);
+- the cold start on the synthetic world: agent EM per question kind on the world's dev questions (``coldstart_eval``);
 - the RL curve: reward, held-out EM / F1, well-formed rate, searches, length and KL per step (``rl/metrics.jsonl``);
 - the final greedy evaluation on the 100 held-out questions: naive RAG vs the trained agent (``eval``), the
   RL stage's starting checkpoint on the same questions (the trainer's step-0 held-out evaluation) and, when
@@ -110,7 +110,7 @@ def main() -> None:
     evals = [m for m in metrics if "eval/em" in m]
     final = _rows(out / "eval" / "summary.json")
     cold = json.loads((out / "coldstart_eval" / "summary.json").read_text())
-    start, end = evals[0], evals[-1]
+    start, end = (evals[0], evals[-1]) if evals else ({}, {})  # training.eval_every=0: no held-out scores in RL
     result = {
         "command": " ".join(command),
         "out": str(out),
@@ -159,11 +159,8 @@ def main() -> None:
     shutil.copy(plot_run(out / "rl"), art / "rl_curves.png")
     shutil.copy(plot_run(out / "coldstart"), art / "coldstart_curves.png")
     eval_files = sorted((out / "rl" / "evals").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
-    write_viewer(
-        [eval_files[0], eval_files[-1]],
-        art / "heldout_trajectories.html",
-        title="multihop_cpu: held-out trajectories at the start and end of RL",
-    )
+    pages = [eval_files[0], eval_files[-1]] if eval_files else sorted((out / "eval" / "predictions").glob("*agent*"))
+    write_viewer(pages, art / "heldout_trajectories.html", title="multihop_cpu: held-out trajectories of the agent")
     write_portable(results / "multihop_cpu.json", json.dumps(result, indent=2) + "\n")
     write_portable(results / "multihop_cpu.md", render(result))
     print(render(result))
@@ -210,7 +207,7 @@ def render(r: dict) -> str:
         f"{_d(r['checks']['agent_minus_shipped_naive_rag_f1'])}. RL gain on the held-out questions (end minus start): "
         f"EM {_d(r['checks']['rl_gain_em'])}, F1 {_d(r['checks']['rl_gain_f1'])}.",
         "",
-        "Cold start on the synthetic world (agent, greedy, 100 dev questions):",
+        f"Cold start on the synthetic world (agent, greedy, {r['coldstart_world_dev']['all']['n']} dev questions):",
         "",
         "| kind | n | EM | F1 | searches/q |",
         "|---|---|---|---|---|",
@@ -231,8 +228,8 @@ def render(r: dict) -> str:
     lines += [r["note"], ""] if r.get("note") else []
     lines += [
         "Curves: [RL](multihop_cpu/rl_curves.png), [cold start](multihop_cpu/coldstart_curves.png); held-out "
-        "trajectories at the start and end",
-        "of RL: [multihop_cpu/heldout_trajectories.html](multihop_cpu/heldout_trajectories.html).",
+        "trajectories (at the start and end of RL when it scored them, else after RL)",
+        "in [multihop_cpu/heldout_trajectories.html](multihop_cpu/heldout_trajectories.html).",
         "",
     ]
     return "\n".join(lines)

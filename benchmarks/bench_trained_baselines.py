@@ -69,12 +69,14 @@ def pipeline(args: argparse.Namespace) -> list[dict]:
     real = {"data.source": "${cfg.data.source}", "data.dev": "${split}/heldout.jsonl"}
     rl_common = {**real, "training.eval_every": 0, **{k: v for k, v in smoke.items() if k != "sft.limit"}}
     baseline_sft = {"sft.data": "oracle", "data.train": "${split}/train.jsonl", "sft.limit": sft_limit,
-                    "sft.kinds": [], "sft.oracle_first_turns": 0, "sft.oracle_plan": False}  # fmt: skip
+                    "sft.kinds": [], "sft.oracle_first_turns": 0, "sft.oracle_plan": False,
+                    "sft.oracle_mix": {}, "sft.oracle_topk": None}  # all training questions, eval's top-k  # fmt: skip
     ev = {"evaluation.methods": ["agent"]} | ({"evaluation.limit": smoke["evaluation.limit"]} if smoke else {})
     stages: list[dict] = [
         {"name": "world", "kind": "data", "op": "synth"},
         {"name": "world_index", "kind": "data", "op": "index", "data": "${world}/corpus.jsonl"},
-        {"name": "coldstart", "kind": "sft", **({"set": {"sft.limit": sft_limit}} if smoke else {})},
+        {"name": "coldstart", "kind": "sft",
+         **({"set": {"sft.limit": sft_limit, "sft.oracle_mix": {}}} if smoke else {})},
         {"name": "split", "kind": "data", "op": "split", "data": "${cfg.data.source}/${cfg.data.train}",
          "args": {"heldout": args.heldout}},
         {"name": "index", "kind": "data", "op": "index", "data": "${cfg.data.source}/${cfg.data.corpus}"},

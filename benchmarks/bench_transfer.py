@@ -59,6 +59,7 @@ LABELS = {"em": "EM", "f1": "F1", "cover_em": "cover-EM"}
 #: --smoke: tiny stages, only to check that a setting runs (laptop profile underneath)
 SMOKE = {
     "sft.limit": 4,
+    "sft.oracle_mix": {},
     "sft.oracle_first_turns": 0,
     "rollout.max_new_tokens": 24,
     "rollout.max_turns": 2,

@@ -270,6 +270,7 @@ def test_a_recipes_cached_world_is_kept_per_comparison_shares(tmp_path: Path, mo
 
     monkeypatch.setenv("SEARCHRL_CACHE", str(tmp_path))
     base = ["data.source=synthetic", "data.world.entities=60"]
+    base += ["data.world.yes_no=0", "data.world.bridge_comparisons=0"]  # the recipe's own shares: off here
     plain = data_dir(load_config("multihop_cpu", base))
     mixed = data_dir(
         load_config("multihop_cpu", [*base, "data.world.yes_no=0.5", "data.world.bridge_comparisons=0.3"])

@@ -90,3 +90,12 @@ def test_warmup_schedule_shapes() -> None:
     assert abs(cos[6] - 0.5) < 0.1  # about half the peak halfway through the decay
     with pytest.raises(ValueError, match="constant, linear or cosine"):
         rates("step")
+
+
+def test_an_empty_dict_override_empties_the_key() -> None:
+    """Dicts merge key by key, so ``{}`` could never take a recipe's dict away; it empties it instead."""
+    assert load_config("multihop_cpu").sft.oracle_mix  # the recipe's kind mix
+    cfg = load_config("multihop_cpu", ["sft.oracle_mix={}", "sft.limit=16"])
+    assert (cfg.sft.oracle_mix, cfg.sft.limit) == ({}, 16)
+    merged = load_config("multihop_cpu", ["sft.oracle_mix={single_hop: 30}"]).sft.oracle_mix
+    assert merged["single_hop"] == 30 and merged["comparison"] == 48  # a non-empty dict still merges

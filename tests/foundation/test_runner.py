@@ -295,7 +295,8 @@ def test_a_world_stage_reads_the_worlds_own_files_whatever_the_users_data_overri
     dev_q = {ex.question for ex in load_split(cfg, "dev", None)}
     assert train_q and dev_q and not train_q & dev_q
     # the cold start's own SFT data, built as the stage builds it: every example is a world training question
-    cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"limit": 12})})
+    small = {"comparison": 3, "bridge": 3, "three_hop": 3, "single_hop": 3}  # the recipe's kind mix, scaled down
+    cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"oracle_mix": small})})
     examples = oracle_data(cfg, ByteTokenizer(), retriever=make_retriever_for(cfg, str(world / "corpus.jsonl")))
     asked = {t.question for t in examples}
     assert len(asked) == 12 and asked <= train_q and not asked & dev_q  # none from the world's dev split

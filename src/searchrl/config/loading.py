@@ -93,9 +93,10 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``, dicts merged key by key; an empty dict empties the key (``sft.oracle_mix={}``)."""
     merged = dict(base)
     for k, v in extra.items():
-        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+        merged[k] = _merge(merged[k], v) if v and isinstance(v, dict) and isinstance(merged.get(k), dict) else v
     return merged
 
 
