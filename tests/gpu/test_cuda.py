@@ -89,11 +89,16 @@ def test_decode_logprobs_match_a_forward(
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize(("device", "shape"), DEVICES)
-def test_compiled_decode_logprobs_match_a_forward(tokenizer_dir: str, device: str, shape: str, precision: str) -> None:
+def test_compiled_decode_logprobs_match_a_forward(
+    tokenizer_dir: str, device: str, shape: str, precision: str, tmp_path, monkeypatch
+) -> None:
     """``rollout.compile_decode``: every layer runs through the one compiled layer graph (replayed from a CUDA graph
     on a GPU), with a shared opening, and the recorded log-probs agree with a full forward as the plain step's do."""
     if device == "cpu" and precision == "bf16":
         pytest.skip("one CPU case keeps the suite short: the compiled arithmetic is the same in both precisions")
+    # a compile cache of its own: a half-written kernel left in the machine's shared cache by a killed process
+    # makes the compile fail (and the generator fall back to eager decoding) whatever this code does
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     place = placement.configure(device, precision)
     model, tok = random_policy(f"random:{shape}:{tokenizer_dir}", torch.float32, place.device)
     model.eval()
