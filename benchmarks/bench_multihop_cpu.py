@@ -12,11 +12,13 @@ reads what the run measured (nothing here is typed in by hand):
 - the cold start on the synthetic world: agent EM per question kind on the world's dev questions (``coldstart_eval``);
 - the RL curve: reward, held-out EM / F1, well-formed rate, searches, length and KL per step (``rl/metrics.jsonl``);
 - the final greedy evaluation on the 100 held-out questions: naive RAG vs the trained agent (``eval``), the
-  RL stage's starting checkpoint on the same questions (the trainer's step-0 held-out evaluation) and, when
+  RL stage's starting checkpoint on the same questions (the trainer's step-0 held-out evaluation, when
+  ``training.eval_every`` > 0; the recipe leaves it at 0 to save time, and the row reads "-") and, when
   ``OUT/eval_shipped`` exists, the shipped model's naive RAG and agent;
 
 and writes ``benchmarks/results/multihop_cpu.{json,md}``, the curve PNG and a viewer page of the held-out
-trajectories (before and after RL) into ``benchmarks/results/multihop_cpu/``.
+trajectories (before and after RL, or the final evaluation's without RL evaluations) into
+``benchmarks/results/multihop_cpu/``.
 """
 
 from __future__ import annotations
