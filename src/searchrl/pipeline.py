@@ -34,7 +34,7 @@ def data_dir(cfg: RunConfig) -> Path:
     w = cfg.data.world
     name = f"e{w.entities}-s{w.seed}" + ("" if w.surface == "fixed" else f"-{w.surface}")
     name += ("" if w.relations == "fixed" else f"-{w.relations}-relations") + (f"-yn{w.yes_no:g}" if w.yes_no else "")
-    name += f"-bc{w.bridge_comparisons:g}" if w.bridge_comparisons else ""
+    name += (f"-bc{w.bridge_comparisons:g}" if w.bridge_comparisons else "") + ("-deaths" if w.deaths else "")
     out = cache_dir() / "worlds" / name
     if not (out / "world.json").exists():
         from searchrl.data.synth import generate_world, write_world

@@ -140,7 +140,7 @@ def _count_lines(path: Path) -> int:
 
 #: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
 _OP_ARGS = {
-    "synth": {"entities", "seed", "surface", "relations", "yes_no", "bridge_comparisons"},
+    "synth": {"entities", "seed", "surface", "relations", "yes_no", "bridge_comparisons", "deaths"},
     "oracle": {"split", "limit", "kinds"},
 }
 #: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
@@ -197,7 +197,7 @@ def _sampling_cfg(ctx: StageContext) -> RunConfig:
 def _op_synth(ctx: StageContext) -> dict[str, Any]:
     from searchrl.stages import synth_world
 
-    # the stage's args over data.world: entities, seed, surface, relations, yes_no, bridge_comparisons
+    # the stage's args over data.world: entities, seed, surface, relations, yes_no, bridge_comparisons, deaths
     args = {k: type(v)(ctx.stage.args.get(k, v)) for k, v in ctx.cfg.data.world.model_dump().items()}
     world = synth_world(ctx.dir, **args)
     return {**args, "questions": world.summary()["questions"]}

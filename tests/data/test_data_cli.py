@@ -91,3 +91,7 @@ def test_synth_comparison_forms(tmp_path: Path) -> None:
     assert forms == {"comparison:same", "comparison:bridge"}
     res = runner.invoke(app, args[:5] + ["--yes-no", "0.7", "--bridge-comparisons", "0.5"])
     assert res.exit_code != 0 and "sum to at most 1" in res.output
+    res = runner.invoke(app, [*args[:5], "--bridge-comparisons", "1", "--deaths"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in (tmp_path / "w" / "train.jsonl").open()]
+    assert any("died" in r["question"] for r in rows if r["metadata"]["template"].endswith("death_year"))

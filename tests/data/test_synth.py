@@ -264,6 +264,29 @@ def test_bridge_comparisons() -> None:
         generate_world(150, seed=0, yes_no=0.6, bridge_comparisons=0.6)
 
 
+def test_death_comparisons() -> None:
+    """deaths: people compared by the year they died, and works by the year their creator died; the years come from
+    the passages the chain names, and worlds without the option ask no such question."""
+    world = generate_world(2000, seed=0, yes_no=0.35, bridge_comparisons=0.35, deaths=True)
+    text = {p.id: p.contents for p in world.passages}
+    died = [q for qs in world.questions.values() for q in qs if "death_year" in q.metadata["template"]]
+    assert {q.metadata["template"] for q in died} == {
+        "comparison:person.death_year",
+        "comparison:bridge.work.creator.death_year",
+    }
+    for q in died:
+        chain = q.metadata["chain"]
+        ends = [h for h in chain if h["relation"] == "death_year"]
+        assert len(ends) == 2 and all(f"died in {h['answer']}" in text[h["passage_id"]] for h in ends)
+        named = [chain[0]["subject"], chain[len(chain) // 2]["subject"]]
+        years = dict(zip(named, (int(h["answer"]) for h in ends), strict=True))
+        assert "died" in q.question and all(n in q.question for n in named)
+        pick = min if ("first" in q.question or "earlier" in q.question) else max
+        assert q.answers[0] == pick(years, key=years.get), q.question
+    plain = generate_world(2000, seed=0, yes_no=0.35, bridge_comparisons=0.35)
+    assert not [q for qs in plain.questions.values() for q in qs if "died" in q.question]
+
+
 def test_a_recipes_cached_world_is_kept_per_comparison_shares(tmp_path: Path, monkeypatch) -> None:
     from searchrl.config import load_config
     from searchrl.pipeline import data_dir

@@ -47,6 +47,9 @@ def synth(
         "--bridge-comparisons",
         help="share of comparison questions comparing by a year one hop away ('Which film has the director who...')",
     ),
+    deaths: bool = typer.Option(
+        False, "--deaths", help="also compare people, and works by their creators, on the year they died"
+    ),
 ) -> None:
     """Generate a synthetic multi-hop world: a fictional encyclopedia plus train/dev/test questions.
 
@@ -65,7 +68,7 @@ def synth(
         check_comparison_shares(yes_no, bridge_comparisons)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--yes-no / --bridge-comparisons") from err
-    world = synth_world(out_dir, entities, seed, surface, relations, yes_no, bridge_comparisons)
+    world = synth_world(out_dir, entities, seed, surface, relations, yes_no, bridge_comparisons, deaths)
     seconds = time.perf_counter() - t0
     summary = world.summary()
     table = Table("split", "single_hop", "bridge", "three_hop", "comparison", "total", title="questions")

@@ -67,6 +67,8 @@ class WorldConfig(Section):
     #: comparisons ("Which film has the director who was born earlier, A or B?"); 0 keeps the earlier world.
     yes_no: float = Field(default=0.0, ge=0.0, le=1.0)
     bridge_comparisons: float = Field(default=0.0, ge=0.0, le=1.0)
+    #: also compare people, and works by their creators, on the year they died ("Who died first, A or B?")
+    deaths: bool = False
 
     @model_validator(mode="after")
     def _comparison_shares(self) -> WorldConfig:

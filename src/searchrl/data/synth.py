@@ -87,6 +87,7 @@ def generate_world(
     relations: str = "fixed",
     yes_no: float = 0.0,
     bridge_comparisons: float = 0.0,
+    deaths: bool = False,
 ) -> World:
     """Build a world of ``n_entities`` entities with passages and train/dev/test questions, deterministic in ``seed``.
 
@@ -97,7 +98,8 @@ def generate_world(
     (:mod:`searchrl.data.synth_open`). ``yes_no`` (0-1) of the comparison questions ask instead whether two named
     entities lead to the same one ("Were A and B born in the same country?", answered yes or no), drawn from their
     own random stream; ``bridge_comparisons`` of them compare two named entities by a year one hop away from each
-    ("Which film has the director who was born earlier, A or B?"), from another.
+    ("Which film has the director who was born earlier, A or B?"), from another. ``deaths`` also compares people,
+    and works by their creators, on the year they died ("Who died first, A or B?").
     """
     check_comparison_shares(yes_no, bridge_comparisons)
     if surface not in SURFACES:
@@ -123,11 +125,11 @@ def generate_world(
     cands = _path_candidates(world)
     n_cmp = round(sum(sizes.values()) * KIND_SHARES["comparison"]) + 10
     n_same, n_bridge = round(n_cmp * yes_no), round(n_cmp * bridge_comparisons)
-    cands += _comparison_candidates(world, n_cmp - n_same - n_bridge, rng)
+    cands += _comparison_candidates(world, n_cmp - n_same - n_bridge, rng, deaths)
     if n_same:
         cands += _same_candidates(world, n_same, random.Random(f"{seed}/yes_no"))
     if n_bridge:
-        cands += _bridge_comparison_candidates(world, n_bridge, random.Random(f"{seed}/bridge_comparisons"))
+        cands += _bridge_comparison_candidates(world, n_bridge, random.Random(f"{seed}/bridge_comparisons"), deaths)
     if relations == "open":
         cands = mix(cands, open_candidates(world, orng), orng)
     world.questions = _split_questions(cands, sizes, rng)

@@ -10,7 +10,7 @@ from searchrl.data.records import QAExample
 from searchrl.data.synth_world import _CREATOR_NOUN, _PUBLISHER_NOUN, KIND_SHARES, KINDS, SPLITS, Entity, World
 
 # ------------------------------------------------------------------------------------------------------ questions
-_YEAR_ATTRS = ("birth_year", "founding_year", "year")  # the attributes questions ask about (answers are years)
+_YEAR_ATTRS = ("birth_year", "founding_year", "year", "death_year")  # attributes questions ask about (answers: years)
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,8 @@ def _hop_question(h: _Hop) -> tuple[str, str]:
             return f"In which city was {s} born?", f"{s} birthplace born in"
         case "birth_year":
             return f"In which year was {s} born?", f"{s} born year"
+        case "death_year":
+            return f"In which year did {s} die?", f"{s} died year"
         case "spouse":
             return f"Who was {s} married to?", f"{s} spouse married to"
         case "employer":
@@ -92,6 +94,7 @@ def _hop_fact(h: _Hop) -> str:
     return {
         "born_in": f"{s} was born in {a}",
         "birth_year": f"{s} was born in {a}",
+        "death_year": f"{s} died in {a}",
         "spouse": f"{s} was married to {a}",
         "employer": f"{s} worked for {a}",
         "founder": f"{s} was founded by {a}",
@@ -167,6 +170,8 @@ _COMPARISONS = [
     ("work", "year", "Which came out first, {a} or {b}?", "Which came out more recently, {a} or {b}?"),
     ("city", "founding_year", "Which city was founded earlier, {a} or {b}?", "Which city is younger, {a} or {b}?"),
 ]
+#: with ``data.world.deaths``, people are also compared by the year they died (only people the world lets die)
+_DEATH_COMPARISON = ("person", "death_year", "Who died first, {a} or {b}?", "Who died later, {a} or {b}?")
 
 
 @dataclass(frozen=True)
@@ -230,15 +235,25 @@ def _path_candidates(w: World) -> list[_Candidate]:
     return out
 
 
-def _comparison_candidates(w: World, n_wanted: int, rng: random.Random) -> list[_Candidate]:
+def _death_stated(w: World) -> set[str]:
+    """The people whose passage gives the year they died (a passage leaves some optional sentences out)."""
+    text = {p.id: p.contents for p in w.passages}
+    return {e.id for e in w.entities if "death_year" in e.attrs and f"died in {e.attrs['death_year']}" in text[e.id]}
+
+
+def _comparison_candidates(w: World, n_wanted: int, rng: random.Random, deaths: bool = False) -> list[_Candidate]:
     out: list[_Candidate] = []
     seen: set[str] = set()
-    pools = {kind: [e for e in w.entities if e.kind == kind] for kind, *_ in _COMPARISONS}
+    shapes = [*_COMPARISONS, _DEATH_COMPARISON] if deaths else _COMPARISONS
+    pools = {(k, attr): [e for e in w.entities if e.kind == k and attr in e.attrs] for k, attr, *_ in shapes}
+    if deaths:
+        stated = _death_stated(w)
+        pools["person", "death_year"] = [e for e in pools["person", "death_year"] if e.id in stated]
     for _ in range(n_wanted * 4):
         if len(out) >= n_wanted:
             break
-        kind, attr, q_first, q_later = rng.choice(_COMPARISONS)
-        pool = pools[kind]
+        kind, attr, q_first, q_later = rng.choice(shapes)
+        pool = pools[kind, attr]
         a, b = rng.sample(pool, 2)
         if kind == "work" and a.attrs["subtype"] != b.attrs["subtype"]:
             continue  # comparing a film with an album reads oddly
@@ -358,22 +373,35 @@ _BRIDGE_COMPARISONS: list[tuple[str, tuple[str, str], str, str]] = [
         "Which organisation has the founder who was born later, {a} or {b}?",
     ),
 ]
+#: with ``data.world.deaths``: works compared by the year their creator died
+_DEATH_BRIDGE_COMPARISON = (
+    "work",
+    ("creator", "death_year"),
+    "Which {w} has the {cn} who died earlier, {a} or {b}?",
+    "Which {w} has the {cn} who died later, {a} or {b}?",
+)
 
 
-def _bridge_comparison_candidates(w: World, n_wanted: int, rng: random.Random) -> list[_Candidate]:
+def _bridge_comparison_candidates(
+    w: World, n_wanted: int, rng: random.Random, deaths: bool = False
+) -> list[_Candidate]:
     """``n_wanted`` comparisons of two named entities by a year one hop away from each ("Which film has the director
     who was born earlier, A or B?"); the answer is the named entity. The chain holds A's two hops, then B's."""
+    shapes = [*_BRIDGE_COMPARISONS, _DEATH_BRIDGE_COMPARISON] if deaths else _BRIDGE_COMPARISONS
     starts = {
         t: [(e, hops) for e in w.entities if e.kind == kind and (hops := _path(e, rels, w)) is not None]
-        for t, (kind, rels, *_) in enumerate(_BRIDGE_COMPARISONS)
+        for t, (kind, rels, *_) in enumerate(shapes)
     }
+    if deaths:
+        stated, t = _death_stated(w), len(shapes) - 1
+        starts[t] = [(e, hops) for e, hops in starts[t] if hops[0].target.id in stated]
     out: list[_Candidate] = []
     seen: set[str] = set()
     for _ in range(n_wanted * 6):
         if len(out) >= n_wanted:
             break
-        t = rng.randrange(len(_BRIDGE_COMPARISONS))
-        kind, rels, q_first, q_later = _BRIDGE_COMPARISONS[t]
+        t = rng.randrange(len(shapes))
+        kind, rels, q_first, q_later = shapes[t]
         if len(starts[t]) < 2:
             continue
         (a, a_hops), (b, b_hops) = rng.sample(starts[t], 2)

@@ -148,7 +148,7 @@ _SINGLE: dict[str, tuple[str, ...]] = {
     "capital": ("Which city is the capital of {s}?", "{s} has which city as its capital?", "Name the capital of {s}."),
 }
 
-#: comparison (entity kind) -> (wordings asking for the earlier one, wordings asking for the later one)
+#: comparison (entity kind, or kind.attribute) -> (wordings asking for the earlier one, wordings asking for the later one)
 _COMPARE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "person": (
         ("Of {a} and {b}, who is older?", "Between {a} and {b}, who was born earlier?", "{a} or {b}: who came first?"),
@@ -161,6 +161,10 @@ _COMPARE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "work": (
         ("Of {a} and {b}, which came out earlier?", "Which of {a} and {b} is older?"),
         ("Of {a} and {b}, which came out later?", "Which of {a} and {b} is newer?"),
+    ),
+    "person.death_year": (
+        ("Of {a} and {b}, who died earlier?", "Between {a} and {b}, who passed away first?"),
+        ("Of {a} and {b}, who died later?", "Between {a} and {b}, who passed away later?"),
     ),
     "city": (
         ("Of the cities {a} and {b}, which is older?", "Between {a} and {b}, which city was founded first?"),
@@ -184,7 +188,7 @@ def _reword(ex: QAExample, world: World, rng: random.Random) -> str:
         first, second = sorted((h["subject"] for h in chain), key=ex.question.find)  # the question's order
         years = {h["subject"]: int(h["answer"]) for h in chain}
         earlier = years[chain[-1]["subject"]] == min(years.values())  # the answer's hop is recorded last
-        wordings = _COMPARE[shape.split(".")[0]][0 if earlier else 1]
+        wordings = (_COMPARE.get(shape) or _COMPARE[shape.split(".")[0]])[0 if earlier else 1]
         choice = rng.choice((None, *wordings))
         return ex.question if choice is None else choice.format(a=first, b=second)
     start = world.entity(chain[0]["passage_id"])

@@ -131,6 +131,7 @@ def _direction(chain: list[dict], answer: str, question: str) -> str:
 #: what kind of thing a hop's answer is, by the world's relation names ("decompose_explicit" states it first).
 _ANSWER_KIND = {
     "birth_year": "a year",
+    "death_year": "a year",
     "founding_year": "a year",
     "year": "a year",
     "born_in": "a city",

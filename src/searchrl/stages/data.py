@@ -19,15 +19,23 @@ def synth_world(
     relations: str = "fixed",
     yes_no: float = 0.0,
     bridge_comparisons: float = 0.0,
+    deaths: bool = False,
 ):
     """Generate a synthetic multi-hop world into ``out`` (corpus.jsonl, train/dev/test.jsonl, world.json); returns
     the world (its ``summary()`` counts the questions). ``surface``: "fixed" or "varied" question wording;
     ``relations``: "fixed" (twelve) or "open" (also a broad pool of further relations); ``yes_no`` and
-    ``bridge_comparisons``: the shares of comparison questions asked as yes/no and as bridge comparisons."""
+    ``bridge_comparisons``: the shares of comparison questions asked as yes/no and as bridge comparisons; ``deaths``: also
+    compare by the year a person died."""
     from searchrl.data.synth import generate_world, write_world
 
     world = generate_world(
-        entities, seed, surface=surface, relations=relations, yes_no=yes_no, bridge_comparisons=bridge_comparisons
+        entities,
+        seed,
+        surface=surface,
+        relations=relations,
+        yes_no=yes_no,
+        bridge_comparisons=bridge_comparisons,
+        deaths=deaths,
     )
     write_world(world, out)
     return world
