@@ -195,10 +195,18 @@ def _sampling_cfg(ctx: StageContext) -> RunConfig:
 
 
 def _op_synth(ctx: StageContext) -> dict[str, Any]:
+    from pydantic import ValidationError
+
     from searchrl.stages import synth_world
 
-    # the stage's args over data.world: entities, seed, surface, relations, yes_no, bridge_comparisons, deaths
-    args = {k: type(v)(ctx.stage.args.get(k, v)) for k, v in ctx.cfg.data.world.model_dump().items()}
+    # the stage's args over data.world, validated as data.world is ("false" is False, shares within 0-1)
+    world_cfg = ctx.cfg.data.world
+    try:
+        args = type(world_cfg).model_validate(world_cfg.model_dump() | dict(ctx.stage.args)).model_dump()
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = "".join(f".{part}" for part in first["loc"])
+        raise ConfigError(f"stage '{ctx.stage.name}': args{where}: {first['msg']}; fix that value") from None
     world = synth_world(ctx.dir, **args)
     return {**args, "questions": world.summary()["questions"]}
 

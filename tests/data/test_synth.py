@@ -285,6 +285,9 @@ def test_death_comparisons() -> None:
         assert q.answers[0] == pick(years, key=years.get), q.question
     plain = generate_world(2000, seed=0, yes_no=0.35, bridge_comparisons=0.35)
     assert not [q for qs in plain.questions.values() for q in qs if "died" in q.question]
+    varied = generate_world(2000, seed=0, yes_no=0.35, bridge_comparisons=0.35, deaths=True, surface="varied")
+    reworded = [q.question for q in varied.questions["train"] if q.metadata["template"].endswith("person.death_year")]
+    assert reworded and all(("died" in q or "passed away" in q) and "born" not in q for q in reworded)
 
 
 def test_a_recipes_cached_world_is_kept_per_comparison_shares(tmp_path: Path, monkeypatch) -> None:

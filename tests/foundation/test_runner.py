@@ -203,6 +203,16 @@ def test_a_stage_arg_its_function_does_not_take_fails_before_any_stage(tmp_path:
     assert [c["name"] for c in fake_handlers] == ["sel"]
 
 
+def test_synth_stage_args_are_validated_as_data_world(tmp_path: Path) -> None:
+    """A synth stage's args are read as data.world's fields: "false" is False, a bad share is a one-line error."""
+    world = {"name": "world", "kind": "data", "op": "synth", "args": {"entities": 60, "deaths": "false"}}
+    result = run_pipeline(_cfg([world]), tmp_path / "w")[0].result
+    assert result["deaths"] is False and result["entities"] == 60
+    bad = {"name": "world", "kind": "data", "op": "synth", "args": {"entities": 60, "yes_no": 2}}
+    with pytest.raises(ConfigError, match=r"stage 'world': args\.yes_no: .*fix that value"):
+        run_pipeline(_cfg([bad]), tmp_path / "bad")
+
+
 @pytest.mark.slow
 def test_real_data_stages_and_eval(tmp_path: Path) -> None:
     """synth -> index -> split -> oracle -> eval with the bundled model: the real handlers, tiny sizes."""

@@ -148,7 +148,7 @@ _SINGLE: dict[str, tuple[str, ...]] = {
     "capital": ("Which city is the capital of {s}?", "{s} has which city as its capital?", "Name the capital of {s}."),
 }
 
-#: comparison (entity kind, or kind.attribute) -> (wordings asking for the earlier one, wordings asking for the later one)
+#: comparison (entity kind, or kind.attribute) -> (wordings asking for the earlier one, for the later one)
 _COMPARE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "person": (
         ("Of {a} and {b}, who is older?", "Between {a} and {b}, who was born earlier?", "{a} or {b}: who came first?"),

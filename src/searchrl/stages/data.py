@@ -24,8 +24,8 @@ def synth_world(
     """Generate a synthetic multi-hop world into ``out`` (corpus.jsonl, train/dev/test.jsonl, world.json); returns
     the world (its ``summary()`` counts the questions). ``surface``: "fixed" or "varied" question wording;
     ``relations``: "fixed" (twelve) or "open" (also a broad pool of further relations); ``yes_no`` and
-    ``bridge_comparisons``: the shares of comparison questions asked as yes/no and as bridge comparisons; ``deaths``: also
-    compare by the year a person died."""
+    ``bridge_comparisons``: the shares of comparison questions asked as yes/no and as bridge comparisons;
+    ``deaths``: also compare by the year a person died."""
     from searchrl.data.synth import generate_world, write_world
 
     world = generate_world(
