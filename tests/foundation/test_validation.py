@@ -141,6 +141,7 @@ def test_stage_arg_names_follow_the_ops() -> None:
         "relations",
         "yes_no",
         "bridge_comparisons",
+        "deaths",
     }
     assert {"kind", "encoder", "k1", "faiss"} <= stage_arg_names("data", "index")
     assert "overwrite" not in stage_arg_names("data", "index")  # the runner passes it

@@ -67,8 +67,7 @@ class WorldConfig(Section):
     #: comparisons ("Which film has the director who was born earlier, A or B?"); 0 keeps the earlier world.
     yes_no: float = Field(default=0.0, ge=0.0, le=1.0)
     bridge_comparisons: float = Field(default=0.0, ge=0.0, le=1.0)
-    #: also compare people, and works by their creators, on the year they died ("Who died first, A or B?")
-    deaths: bool = False
+    deaths: bool = False  #: also compare people, and works by their creators, on the year they died
 
     @model_validator(mode="after")
     def _comparison_shares(self) -> WorldConfig:
@@ -329,8 +328,7 @@ class MemorizationConfig(Section):
     #: fine-tunes a separate model first: `searchrl sft --recipe r1_searcher_pp sft.data=rewriter_oracle`.
     rewriter: str | None = None
     max_new_tokens: int = 256
-    #: rewriter decoding (0 = greedy).
-    temperature: float = 0.0
+    temperature: float = 0.0  #: rewriter decoding (0 = greedy).
     #: correctness test of a rollout and of its rewrite (a name in searchrl.rewards.METRICS); null = the answer
     #: reward's own rule (searchrl.rewards.Correctness.from_reward_config), so "correct" means one thing per run.
     metric: str | None = None
