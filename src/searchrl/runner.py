@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
+from searchrl.config.sections import WorldConfig
 from searchrl.pipeline import index_kind
 from searchrl.utils import atomic_write_text, console
 
@@ -140,7 +141,7 @@ def _count_lines(path: Path) -> int:
 
 #: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
 _OP_ARGS = {
-    "synth": {"entities", "seed", "surface", "relations", "yes_no", "bridge_comparisons", "deaths"},
+    "synth": set(WorldConfig.model_fields),  # a synth stage's args are data.world's fields
     "oracle": {"split", "limit", "kinds"},
 }
 #: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
@@ -200,9 +201,8 @@ def _op_synth(ctx: StageContext) -> dict[str, Any]:
     from searchrl.stages import synth_world
 
     # the stage's args over data.world, validated as data.world is ("false" is False, shares within 0-1)
-    world_cfg = ctx.cfg.data.world
     try:
-        args = type(world_cfg).model_validate(world_cfg.model_dump() | dict(ctx.stage.args)).model_dump()
+        args = WorldConfig.model_validate(ctx.cfg.data.world.model_dump() | dict(ctx.stage.args)).model_dump()
     except ValidationError as err:
         first = err.errors()[0]
         where = "".join(f".{part}" for part in first["loc"])
