@@ -8,8 +8,9 @@ reports EM per form:
 
     python benchmarks/em_by_question_form.py --name em_by_form r1=runs/x/eval_r1/predictions/heldout__agent.jsonl ...
 
-Forms: ``choice`` when ``searchrl.eval.diagnostics.choice_options`` finds the options in the question; ``yes/no``
-when a gold answer is "yes" or "no"; ``open`` otherwise. Writes ``benchmarks/results/<name>.{json,md}``.
+Forms: ``searchrl.eval.diagnostics.question_form``: ``choice`` when the question names its options ("..., A or
+B?"), ``yes/no`` when a gold answer is "yes" or "no", ``open`` otherwise. Writes
+``benchmarks/results/<name>.{json,md}``.
 """
 
 from __future__ import annotations
@@ -19,20 +20,12 @@ import json
 import time
 from pathlib import Path
 
-from searchrl.eval.diagnostics import choice_options
+from searchrl.eval.diagnostics import QUESTION_FORMS, question_form
 from searchrl.rewards.metrics import exact_match
 from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"
-FORMS = ("choice", "yes/no", "open")
-
-
-def form(question: str, golds: list[str]) -> str:
-    if choice_options(question):
-        return "choice"
-    if any(g.strip().lower() in ("yes", "no") for g in golds):
-        return "yes/no"
-    return "open"
+FORMS = QUESTION_FORMS
 
 
 def split_em(path: Path) -> dict:
@@ -40,7 +33,7 @@ def split_em(path: Path) -> dict:
     rows = [json.loads(line) for line in path.open() if line.strip()]
     out: dict = {}
     for r in rows:
-        f = out.setdefault(form(r["question"], r["golds"]), {"n": 0, "correct": 0})
+        f = out.setdefault(question_form(r["question"], r["golds"]), {"n": 0, "correct": 0})
         f["n"] += 1
         f["correct"] += int(exact_match(r.get("prediction") or "", r["golds"]))
     for f in out.values():

@@ -101,11 +101,12 @@ def _stage_inputs(
     elif key in ("rejection-sample", "select-difficulty"):
         given("questions (stage data:)", stage.data) if stage.data else data("questions (data.train)", cfg.data.train)
     elif key == "sft":
-        sft_data = str(stage.data or cfg.sft.data)
-        if sft_data not in ("oracle", "rewriter_oracle"):
-            given("SFT data (sft.data)", sft_data.removeprefix("rewriter:"))
-        elif world:
-            given("world", world)
+        sources = stage.data or cfg.sft.data
+        for sft_data in sources if isinstance(sources, list) else [str(sources)]:
+            if sft_data not in ("oracle", "rewriter_oracle"):
+                given("SFT data (sft.data)", sft_data.removeprefix("rewriter:"))
+            elif world:
+                given("world", world)
     elif key == "rl":
         given("questions (stage data:)", stage.data) if stage.data else data("questions (data.train)", cfg.data.train)
         if cfg.training.eval_every > 0:

@@ -142,7 +142,7 @@ def _count_lines(path: Path) -> int:
 #: the keyword arguments each data op's ``args:`` may hold (None: any, passed on to the index builder).
 _OP_ARGS = {
     "synth": set(WorldConfig.model_fields),  # a synth stage's args are data.world's fields
-    "oracle": {"split", "limit", "kinds"},
+    "oracle": {"split", "limit", "kinds", "forms"},
 }
 #: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
 _TEACHER_ARGS = {"url", "served_model", "timeout_s"}
@@ -239,7 +239,7 @@ def _op_split(ctx: StageContext) -> dict[str, Any]:
 
 def _op_oracle(ctx: StageContext) -> dict[str, Any]:
     """Oracle trajectories of the stage's world (``data:``, else the latest synth stage's, else the config's);
-    ``args``: ``split`` (train), ``limit`` and ``kinds`` (``sft.limit`` / ``sft.kinds`` for this stage)."""
+    ``args``: ``split`` (train), ``limit``, ``kinds`` (``sft.limit``, ``sft.kinds`` here), ``forms`` (e.g. choice)."""
     from searchrl.pipeline import data_dir
     from searchrl.stages import write_oracle_data
 
@@ -251,7 +251,7 @@ def _op_oracle(ctx: StageContext) -> dict[str, Any]:
         update=dict(source=str(world), train="train.jsonl", dev="dev.jsonl", test="test.jsonl", corpus="corpus.jsonl")
     )
     cfg = cfg.model_copy(update={"data": data, "sft": cfg.sft.model_copy(update=sft)})
-    write_oracle_data(cfg, ctx.dir / "data.jsonl", split)
+    write_oracle_data(cfg, ctx.dir / "data.jsonl", split, ctx.stage.args.get("forms"))
     return {"examples": _count_lines(ctx.dir / "data.jsonl")}
 
 
@@ -289,8 +289,8 @@ def _sft(ctx: StageContext) -> dict[str, Any]:
     from searchrl.stages import run_sft
 
     cfg = _sampling_cfg(ctx)
-    if ctx.stage.data:
-        cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"data": str(ctx.stage.data)})})
+    if data := ctx.stage.data:  # a list: every source's examples together (e.g. [oracle, "${real}"])
+        cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"data": data})})
     history = run_sft(cfg, str(ctx.dir))
     return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
 

@@ -9,6 +9,7 @@ import pytest
 
 from searchrl import runner
 from searchrl.config import ConfigError, validate_dict
+from searchrl.eval.diagnostics import choice_options
 from searchrl.runner import run_pipeline
 
 
@@ -54,6 +55,12 @@ STAGES = [
     {"name": "rl", "kind": "rl", "set": {"training.steps": 3}},
     {"name": "eval", "kind": "eval", "data": ["${world}/dev.jsonl"]},
 ]
+
+
+def test_an_sft_stage_takes_several_data_sources(tmp_path: Path, fake_handlers) -> None:
+    stages = [*STAGES[:3], {"name": "sft", "kind": "sft", "data": ["oracle", "${oracle}"]}]
+    run_pipeline(_cfg(stages), tmp_path)
+    assert fake_handlers[-1]["data"] == ["oracle", str(tmp_path / "oracle" / "data.jsonl")]
 
 
 def test_stages_run_in_order_and_chain(tmp_path: Path, fake_handlers) -> None:
@@ -227,6 +234,14 @@ def test_real_data_stages_and_eval(tmp_path: Path) -> None:
             "args": {"limit": 3},
             "set": {"rollout.max_obs_tokens": 120},
         },
+        {  # the split's questions as a QA directory, only those that name their options ("..., A or B?")
+            "name": "choices",
+            "kind": "data",
+            "op": "oracle",
+            "data": "${split}",
+            "args": {"limit": 1, "forms": ["choice"]},
+            "set": {"rollout.max_obs_tokens": 120},
+        },
         {
             "name": "eval",
             "kind": "eval",
@@ -235,7 +250,9 @@ def test_real_data_stages_and_eval(tmp_path: Path) -> None:
         },
     ]
     results = run_pipeline(_cfg(stages), tmp_path)
-    assert [r.status for r in results] == ["ran"] * 5
+    assert [r.status for r in results] == ["ran"] * 6
+    choices = [json.loads(line) for line in (tmp_path / "choices" / "data.jsonl").read_text().splitlines()]
+    assert len(choices) == 1 and all(choice_options(r["question"]) for r in choices)
     assert (tmp_path / "index" / "index" / "manifest.json").exists()
     assert len((tmp_path / "split" / "heldout.jsonl").read_text().splitlines()) == 4
     rows = [json.loads(line) for line in (tmp_path / "oracle" / "data.jsonl").read_text().splitlines()]

@@ -430,3 +430,46 @@ def test_bridge_comparisons_set_the_two_years_side_by_side(tmp_path: Path, plan:
         assert t.n_turns == 5
         if plan == "decompose":
             assert f"pick the {word} of #2 and #4." in t.turns[0].text
+
+
+def test_sft_data_sources_train_together_and_real_questions_are_picked_by_form(world, tmp_path: Path) -> None:
+    """sft.data as a list: the world's oracle data (shaped by sft.oracle_mix) plus a trajectories file (not); the
+    oracle of a real QA file under sft.oracle_unchained=question keeps only the asked forms."""
+    import json
+
+    from searchrl.pipeline import make_protocol
+    from searchrl.stages import sft_examples
+    from searchrl.stages.data import oracle_data, write_oracle_data
+
+    d, _ = world
+    qa = tmp_path / "real"
+    qa.mkdir()
+    rows = [
+        ("Who was born first, Ada Lovelace or Charles Babbage?", "Charles Babbage"),
+        ("Where was the director of film Or Else born?", "Paris"),
+        ("Are both films from France?", "no"),
+        ("Which film came out earlier, Rope or Vertigo?", "Rope"),
+    ]
+    lines = [json.dumps({"id": f"q{i}", "question": q, "golden_answers": [a]}) for i, (q, a) in enumerate(rows)]
+    (qa / "train.jsonl").write_text("\n".join(lines) + "\n")
+    over = [f"data.source={qa}", f"data.corpus={d / 'corpus.jsonl'}", "retrieval.kind=bm25", "sft.kinds=[]"]
+    cfg = load_config("demo", [*over, "sft.oracle_unchained=question", "sft.limit=null"])
+    tok = ByteTokenizer()
+    choice = oracle_data(cfg, tok, forms="choice")
+    assert [t.question for t in choice] == [rows[0][0], rows[3][0]]
+    assert [t.question for t in oracle_data(cfg, tok, forms=["yes/no", "open"])] == [rows[1][0], rows[2][0]]
+    with pytest.raises(ValueError, match="oracle forms \\['multiple'\\]: use choice, yes/no, open"):
+        oracle_data(cfg, tok, forms=["multiple"])
+    real = tmp_path / "real.jsonl"
+    write_oracle_data(cfg, real, forms=["choice"])
+    mix = 'sft.oracle_mix={"comparison": 2, "single_hop": 1}'
+    world_cfg = load_config("demo", [f"data.source={d}", "retrieval.kind=bm25", "sft.kinds=[]", "sft.limit=null", mix])
+    alone = sft_examples(world_cfg, make_protocol(world_cfg), tok)
+    both_cfg = world_cfg.model_copy(update={"sft": world_cfg.sft.model_copy(update={"data": ["oracle", str(real)]})})
+    both = sft_examples(both_cfg, make_protocol(both_cfg), tok)
+    assert len(alone) == 3 and len(both) == 5  # the mix shapes the oracle source only; the file adds its two
+    assert [tok.decode(x.prompt_ids) for x in both[:3]] == [tok.decode(x.prompt_ids) for x in alone]
+    saved = [json.loads(line) for line in real.read_text().splitlines()]  # the policy's tokenizer wrote them
+    assert [list(x.prompt_ids) for x in both[3:]] == [r["prompt_ids"] for r in saved]
+    with pytest.raises(ValueError, match="empty list"):
+        sft_examples(both_cfg.model_copy(update={"sft": both_cfg.sft.model_copy(update={"data": []})}), None, tok)

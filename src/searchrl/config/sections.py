@@ -374,9 +374,9 @@ class SFTConfig(Section):
     max_length: int = 2048
     #: held-out fraction scored every epoch; ``final`` = the lowest-loss epoch (RAG-R1's checkpoint selection).
     val_fraction: float = 0.0
-    #: "oracle" (synthetic world), a JSONL of trajectories or step-level examples, or R1-Searcher++'s rewriter
-    #: data (documents in the prompt): "rewriter_oracle" (synthetic world) or "rewriter:FILE" (trajectories).
-    data: str = "oracle"
+    #: "oracle" (synthetic world), a JSONL of trajectories or step-level examples, R1-Searcher++'s rewriter data
+    #: ("rewriter_oracle": the world; "rewriter:FILE": trajectories), or a list of these trained on together.
+    data: str | list[str] = "oracle"
     #: oracle SFT only on these synthetic question kinds (empty = all), e.g. [single_hop] for a short cold start.
     kinds: list[str] = Field(default_factory=list)
     #: oracle reasoning: "none" (sub-question per hop), "count" ("Search 2 of 2"; ``true``), "decompose" (the plan
@@ -421,8 +421,8 @@ class StageConfig(Section):
     #: the model a stage starts from / samples with (sft, rl, eval, rejection-sample, select-difficulty); null =
     #: the previous sft/rl stage's model, else model.policy.
     init_from: str | None = None
-    #: input: a QA file (rl: the training questions; eval: the questions, a list allowed; rejection-sample /
-    #: select-difficulty / split: the questions), a world directory (oracle) or a corpus file (index).
+    #: input: a QA file (rl: the training questions; eval and sft: a list allowed; rejection-sample / select-difficulty
+    #: / split: the questions), sft.data (sft), a world or QA directory (oracle) or a corpus file (index).
     data: str | list[str] | None = None
     #: index directory (null = the latest index stage's output, else the recipe's retriever).
     index: str | None = None

@@ -115,6 +115,26 @@ def choice_options(question: str) -> list[str]:
     return options if all(normalize_answer(o) for o in options) else []
 
 
+#: the forms :func:`question_form` tells apart: a guess answers the first two right often, an open question rarely.
+QUESTION_FORMS = ("choice", "yes/no", "open")
+
+
+def question_form(question: str, golds: Sequence[str]) -> str:
+    """``choice`` when :func:`choice_options` finds the question's options, ``yes/no`` when a gold answer is "yes"
+    or "no", ``open`` otherwise.
+
+    >>> question_form("Who was born first, Ada Lovelace or Charles Babbage?", ["Ada Lovelace"])
+    'choice'
+    >>> question_form("Are both films from the same country?", ["no"])
+    'yes/no'
+    """
+    if choice_options(question):
+        return "choice"
+    if any(str(g).strip().lower() in ("yes", "no") for g in golds):
+        return "yes/no"
+    return "open"
+
+
 def names_options(prediction: str | None, options: Sequence[str]) -> int:
     """How many of ``options`` the prediction names (normalised, word-bounded). An option inside a longer named
     option is not counted twice: naming "The Tide Returns" does not also name "The Tide"."""

@@ -80,7 +80,14 @@ def build_index_for(cfg: RunConfig, out: Path, corpus: str | None = None, **opti
     return {"kind": kind, "corpus": str(corpus), "passages": manifest["counts"]["passages"]}
 
 
-def oracle_data(cfg: RunConfig, tokenizer, split: str = "train", protocol=None, retriever=None) -> list:
+def oracle_data(
+    cfg: RunConfig,
+    tokenizer,
+    split: str = "train",
+    protocol=None,
+    retriever=None,
+    forms: str | list[str] | None = None,
+) -> list:
     """Oracle trajectories of a synthetic world's questions (each recorded reasoning chain played out in the
     protocol's format, with the documents the retriever really returns), as every ``sft.oracle_*`` setting says.
 
@@ -88,7 +95,10 @@ def oracle_data(cfg: RunConfig, tokenizer, split: str = "train", protocol=None, 
     ``sft.oracle_balance``), then (``sft.oracle_first_turns``) the first turn of as many further questions as
     step-level samples (RAG-R1's slicing). ``sft.oracle_mix`` ({kind: n}) picks the whole trajectories per kind
     instead: the first n questions of each kind in file order (their total is the limit); the first turns then
-    come from the remaining questions. ``sft.oracle_topk`` documents per search (default ``retrieval.topk``)."""
+    come from the remaining questions. ``sft.oracle_topk`` documents per search (default ``retrieval.topk``).
+    ``forms``: only questions of these forms (:func:`searchrl.eval.diagnostics.question_form`: choice, yes/no,
+    open), e.g. ``["choice"]`` for a real QA file's "..., A or B?" questions under ``sft.oracle_unchained``."""
+    from searchrl.eval.diagnostics import QUESTION_FORMS, question_form
     from searchrl.sft.oracle import oracle_trajectories, round_robin_by_template
     from searchrl.sft.pipelines import slice_steps
 
@@ -107,8 +117,15 @@ def oracle_data(cfg: RunConfig, tokenizer, split: str = "train", protocol=None, 
         )
     limit = n_whole + n_first if n_first else n_whole
     kinds = s.kinds or None
+    forms = [forms] if isinstance(forms, str) else forms
+    if unknown := sorted(set(forms or ()) - set(QUESTION_FORMS)):
+        raise ValueError(f"oracle forms {unknown}: use {', '.join(QUESTION_FORMS)}")
+
+    def of_forms(examples: list) -> list:
+        return [e for e in examples if question_form(e.question, e.answers) in forms] if forms else examples
+
     if mix:
-        pool = load_split(cfg, split, None, kinds=kinds)
+        pool = of_forms(load_split(cfg, split, None, kinds=kinds))
         picked = {k: [e for e in pool if e.metadata.get("kind") == k][:n] for k, n in mix.items()}
         short = {k: f"{len(picked[k])} of {n}" for k, n in mix.items() if len(picked[k]) < n}
         if short:
@@ -121,11 +138,15 @@ def oracle_data(cfg: RunConfig, tokenizer, split: str = "train", protocol=None, 
         taken = {id(e) for e in whole}
         examples = whole + [e for e in pool if id(e) not in taken][:n_first]
     else:
-        examples = load_split(cfg, split, None if s.oracle_balance else limit, kinds=kinds)
+        examples = of_forms(load_split(cfg, split, None if s.oracle_balance or forms else limit, kinds=kinds))[:limit]
         if s.oracle_balance:
             examples = round_robin_by_template(examples)[:limit]
     if not examples:
-        raise ValueError(f"no {split} questions in {cfg.data.source}" + (f" of kinds {kinds}" if kinds else ""))
+        raise ValueError(
+            f"no {split} questions in {cfg.data.source}"
+            + (f" of kinds {kinds}" if kinds else "")
+            + (f" of forms {forms}" if forms else "")
+        )
     data = oracle_trajectories(
         protocol or make_protocol(cfg),
         examples,
@@ -142,7 +163,7 @@ def oracle_data(cfg: RunConfig, tokenizer, split: str = "train", protocol=None, 
     return data
 
 
-def write_oracle_data(cfg: RunConfig, out: Path, split: str = "train") -> list:
+def write_oracle_data(cfg: RunConfig, out: Path, split: str = "train", forms: str | list[str] | None = None) -> list:
     """:func:`oracle_data` of ``cfg``'s world with ``model.policy``'s tokenizer, written to ``out`` (SFT data)."""
     world = Path(cfg.data.source) if cfg.data.source != "synthetic" else data_dir(cfg)
     if not (world / "world.json").exists() and not (world / f"{split}.jsonl").exists():
@@ -151,6 +172,6 @@ def write_oracle_data(cfg: RunConfig, out: Path, split: str = "train") -> list:
         )
     if split not in ("train", "dev", "test"):
         raise ValueError(f"unknown split {split!r}; choose train, dev or test")
-    trajs = oracle_data(cfg, load_tokenizer(cfg.model.policy), split)
+    trajs = oracle_data(cfg, load_tokenizer(cfg.model.policy), split, forms=forms)
     write_jsonl(out, [t.to_dict() for t in trajs])
     return trajs

@@ -18,6 +18,15 @@ def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
     from searchrl.stages.data import oracle_data
 
     s = cfg.sft
+    if isinstance(s.data, list):  # several sources: each one's examples, in the order given (SFT shuffles)
+        if not s.data:
+            raise ValueError("sft.data is an empty list: give oracle, a trajectories JSONL, or a list of them")
+        out = []
+        for one in s.data:  # the sft.oracle_* settings shape the oracle source only
+            kept = {} if one in ("oracle", "rewriter_oracle") else {"oracle_mix": {}, "oracle_first_turns": 0}
+            one_cfg = cfg.model_copy(update={"sft": s.model_copy(update={"data": one, **kept})})
+            out += sft_examples(one_cfg, protocol, tokenizer)
+        return out
     if (s.oracle_mix or s.oracle_first_turns) and s.data != "oracle":
         raise ValueError("sft.oracle_mix and sft.oracle_first_turns shape oracle data: they need sft.data=oracle")
     if s.data in ("oracle", "rewriter_oracle"):
