@@ -10,6 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from searchrl.commands import data_build
+from searchrl.eval.diagnostics import choice_options
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.stages import data as data_stages
@@ -173,6 +174,14 @@ def test_data_oracle_writes_sft_trajectories(tmp_path, app, monkeypatch) -> None
         response = tok.decode(traj.response_ids, skip_special_tokens=True)
         assert response.count("<|begin_of_query|>") == len(chain) and "<answer>" in response
         assert traj.answer in response.split("<answer>")[-1]
+    # --form choice: only the questions that name their options
+    res = runner.invoke(
+        app,
+        ["oracle", "--world", str(world), "--index", str(index), "--out", str(out), "--limit", "2", "--form=choice"],
+    )
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    asked = [json.loads(x)["question"] for x in out.read_text().splitlines()]
+    assert len(asked) == 2 and all(choice_options(q) for q in asked)
     # a directory that is not a world gets a one-line error naming the fix
     res = runner.invoke(app, ["oracle", "--world", str(tmp_path / "nope"), "--out", str(out)])
     assert isinstance(res.exception, FileNotFoundError) and "searchrl data synth" in str(res.exception)

@@ -236,6 +236,9 @@ def oracle_cmd(
     split: str = typer.Option("train", help="questions of this split of the world: train, dev or test"),
     kinds: list[str] = typer.Option(None, "--kind", help="only these question kinds (repeatable), e.g. single_hop"),
     limit: int = typer.Option(None, help="use only the first N questions"),
+    forms: list[str] = typer.Option(
+        None, "--form", help="only questions of these forms (repeatable): choice ('..., A or B?'), yes/no, open"
+    ),
     max_obs_tokens: int = _MAX_OBS,
     topk: int = _TOPK,
     prompt_style: str = _STYLE,
@@ -243,6 +246,9 @@ def oracle_cmd(
     """Write oracle trajectories of a synthetic world: each question's recorded reasoning chain played out in a
     protocol's format, with the documents the index really returns for each hop (observations capped like the
     rollout engine caps them), shaped by the recipe's sft.oracle_* settings. The file is SFT data: `searchrl sft --recipe R sft.data=FILE`.
+
+    A QA directory (train.jsonl, no recorded chains) with --set sft.oracle_unchained=question gives one search with the
+    question itself, then the gold answer.
 
     Example: searchrl data oracle --world runs/world --protocol search_r1 --index runs/world/index-bm25 --out runs/oracle.jsonl
     """  # noqa: E501
@@ -255,7 +261,7 @@ def oracle_cmd(
         "sft.limit": limit,
     }
     cfg = _config(recipe, overrides, profile, protocol, option, index, **flags)
-    trajs = write_oracle_data(cfg, out, split)
+    trajs = write_oracle_data(cfg, out, split, forms or None)
     hops = sum(t.n_searches for t in trajs)
     result(
         f"wrote {len(trajs)} oracle trajectories ({cfg.rollout.protocol}, {hops} searches, top-"
