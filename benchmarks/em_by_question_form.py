@@ -20,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-from searchrl.eval.diagnostics import QUESTION_FORMS, question_form
+from searchrl.rewards.forms import QUESTION_FORMS, question_form
 from searchrl.rewards.metrics import exact_match
 from searchrl.utils import write_portable
 

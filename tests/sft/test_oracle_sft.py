@@ -473,3 +473,28 @@ def test_sft_data_sources_train_together_and_real_questions_are_picked_by_form(w
     assert [list(x.prompt_ids) for x in both[3:]] == [r["prompt_ids"] for r in saved]
     with pytest.raises(ValueError, match="empty list"):
         sft_examples(both_cfg.model_copy(update={"sft": both_cfg.sft.model_copy(update={"data": []})}), None, tok)
+
+
+@pytest.mark.parametrize("name", ["search_r1", "rag_r1", "r1_searcher"])
+def test_a_choice_question_without_a_chain_looks_up_each_option(world, name: str) -> None:
+    """sft.oracle_unchained=options: "..., A or B?" searches A, then B (one call under multi-query), then answers
+    the gold; a question that names no options is searched as asked."""
+    from searchrl.data.records import QAExample
+
+    _, retriever = world
+    protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))
+    choice = QAExample(
+        "c", "Who was born first, Ada Lovelace or George Nevill, 1st Earl?", ["George Nevill, 1st Earl"]
+    )
+    other = QAExample("o", "Where was the director of film Or Else born?", ["Paris"])
+    trajs = oracle_trajectories(protocol, [choice, other], retriever, ByteTokenizer(), topk=2, unchained="options")
+    tok = ByteTokenizer()
+    for t, ex in zip(trajs, [choice, other], strict=True):
+        report = protocol.check_format(t.response_text(tok))
+        assert report.ok and report.answer.strip() == ex.answers[0], (name, report.problems)
+    searched = [t.queries for t in trajs[0].turns if t.queries]
+    if protocol.max_queries > 1:
+        assert searched == [["Ada Lovelace", "George Nevill 1st Earl"]]  # commas separate a call's queries
+    else:
+        assert searched == [["Ada Lovelace"], ["George Nevill, 1st Earl"]]
+    assert [t.queries for t in trajs[1].turns if t.queries] == [[other.question]]

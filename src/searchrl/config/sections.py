@@ -388,9 +388,9 @@ class SFTConfig(Section):
     oracle_mix: dict[str, int] = Field(default_factory=dict)  #: oracle SFT: whole trajectories per kind
     #: oracle SFT: documents per search (null = retrieval.topk); fewer make a cheaper cold start.
     oracle_topk: int | None = Field(default=None, ge=1)
-    #: oracle SFT on questions without a recorded chain (a real QA file instead of a synthetic world): "error", or
-    #: "question": one search with the question itself, then the gold answer (a trajectory in the agent's format).
-    oracle_unchained: Literal["error", "question"] = "error"
+    #: oracle SFT on questions without a recorded chain (a real QA file): "error"; "question": one search with the
+    #: question itself, then the gold; "options": a choice question ("..., A or B?") searches each option instead.
+    oracle_unchained: Literal["error", "question", "options"] = "error"
     limit: int | None = None
 
 

@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from searchrl.rewards.forms import choice_options
 from searchrl.rewards.metrics import cover_em, exact_match, normalize_answer
 
 FLAGS = (
@@ -92,47 +93,6 @@ def query_entities(query: str) -> list[str]:
     if current:
         runs.append(current)
     return [" ".join(r).rstrip(".") for r in runs]
-
-
-# "..., A or B?": the options after the question's last comma before " or " (an option may hold commas after it).
-_CHOICE = re.compile(r",\s*(?P<a>[^,]+?)\s+or\s+(?P<b>.+?)\s*\?\s*$", re.IGNORECASE)
-
-
-def choice_options(question: str) -> list[str]:
-    """The options of a choice question worded "..., A or B?"; ``[]`` for any other question.
-
-    >>> choice_options("Who was born first, Ada Lovelace or Charles Babbage?")
-    ['Ada Lovelace', 'Charles Babbage']
-    >>> choice_options("Who was born earlier, Matt Hale or George Nevill, 1st Earl of Abergavenny?")
-    ['Matt Hale', 'George Nevill, 1st Earl of Abergavenny']
-    >>> choice_options("Where was the director of film Or Else born?")
-    []
-    """
-    m = _CHOICE.search(question or "")
-    if not m:
-        return []
-    options = [m.group("a").strip(), m.group("b").strip()]
-    return options if all(normalize_answer(o) for o in options) else []
-
-
-#: the forms :func:`question_form` tells apart: a guess answers the first two right often, an open question rarely.
-QUESTION_FORMS = ("choice", "yes/no", "open")
-
-
-def question_form(question: str, golds: Sequence[str]) -> str:
-    """``choice`` when :func:`choice_options` finds the question's options, ``yes/no`` when a gold answer is "yes"
-    or "no", ``open`` otherwise.
-
-    >>> question_form("Who was born first, Ada Lovelace or Charles Babbage?", ["Ada Lovelace"])
-    'choice'
-    >>> question_form("Are both films from the same country?", ["no"])
-    'yes/no'
-    """
-    if choice_options(question):
-        return "choice"
-    if any(str(g).strip().lower() in ("yes", "no") for g in golds):
-        return "yes/no"
-    return "open"
 
 
 def names_options(prediction: str | None, options: Sequence[str]) -> int:

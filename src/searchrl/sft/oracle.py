@@ -17,6 +17,7 @@ from searchrl.data.records import QAExample
 from searchrl.data.synth_open import when
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
+from searchrl.rewards.forms import choice_options
 from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
 from searchrl.rollout.trajectory import Trajectory, Turn
 
@@ -224,7 +225,9 @@ def oracle_texts(
     """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn.
 
     A question without a recorded chain (a real QA file) raises, unless ``unchained="question"``: then the
-    trajectory searches the question itself once and answers with the gold, whatever the documents hold.
+    trajectory searches the question itself once and answers with the gold, whatever the documents hold. With
+    ``unchained="options"`` a choice question ("..., A or B?") searches each option by name instead (in one call
+    under a multi-query protocol), as a comparison of the world looks up each entity; other questions as asked.
 
     ``plan`` (see :data:`PLAN_STYLES`): ``count`` makes the first reasoning step say how many searches the question
     needs and every step count them ("Search 2 of 2: ..."); ``decompose`` writes the question's decomposition first
@@ -241,18 +244,28 @@ def oracle_texts(
     style = protocol.format_reasoning
     answer = example.answers[0]
     if not chain:
-        if unchained != "question":
+        if unchained not in ("question", "options"):
             raise ValueError(
                 f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world, "
                 "or sft.oracle_unchained=question for one search with the question itself"
             )
-        question = example.question.replace(",", " ") if protocol.max_queries > 1 else example.question
-        query = " ".join(question.split())  # a multi-query call separates its queries with commas
-        first = style("I will search for the question as it is asked.") + protocol.format_search([query])
         final = style(f"So the answer is {answer}.")
         if evidence := protocol.format_evidence(f"{answer}."):
             final += evidence + "\n"
-        return [(first, [query]), (final + protocol.format_answer(answer), [])]
+        final += protocol.format_answer(answer)
+        options = choice_options(example.question)
+        if unchained == "options" and options and protocol.max_queries > 1:
+            reason = style(f"I need to know about {options[0]} and about {options[1]}.")
+            queries = [" ".join(o.replace(",", " ").split()) for o in options]  # commas separate a call's queries
+            return [(reason + protocol.format_search(queries), queries), (final, [])]
+        if unchained == "options" and options:
+            first = style(f"First, I need to know about {options[0]}.") + protocol.format_search([options[0]])
+            second = style(f"Next, I need to know about {options[1]}.") + protocol.format_search([options[1]])
+            return [(first, [options[0]]), (second, [options[1]]), (final, [])]
+        question = example.question.replace(",", " ") if protocol.max_queries > 1 else example.question
+        query = " ".join(question.split())
+        first = style("I will search for the question as it is asked.") + protocol.format_search([query])
+        return [(first, [query]), (final, [])]
     turns: list[tuple[str, list[str]]] = []
     comparison = example.metadata.get("kind") == "comparison"
     # a comparison's hops go out in one multi-query call when each asks about an entity the question names

@@ -98,7 +98,7 @@ def oracle_data(
     come from the remaining questions. ``sft.oracle_topk`` documents per search (default ``retrieval.topk``).
     ``forms``: only questions of these forms (:func:`searchrl.eval.diagnostics.question_form`: choice, yes/no,
     open), e.g. ``["choice"]`` for a real QA file's "..., A or B?" questions under ``sft.oracle_unchained``."""
-    from searchrl.eval.diagnostics import QUESTION_FORMS, question_form
+    from searchrl.rewards.forms import QUESTION_FORMS, question_form
     from searchrl.sft.oracle import oracle_trajectories, round_robin_by_template
     from searchrl.sft.pipelines import slice_steps
 
