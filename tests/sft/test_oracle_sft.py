@@ -498,3 +498,5 @@ def test_a_choice_question_without_a_chain_looks_up_each_option(world, name: str
     else:
         assert searched == [["Ada Lovelace"], ["George Nevill, 1st Earl"]]
     assert [t.queries for t in trajs[1].turns if t.queries] == [[other.question]]
+    closing = trajs[0].turns[-1].text  # the answer is tied to the question's options, not to any name
+    assert "Ada Lovelace and George Nevill, 1st Earl" in closing and "options" not in trajs[1].turns[-1].text

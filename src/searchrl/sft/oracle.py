@@ -249,16 +249,20 @@ def oracle_texts(
                 f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world, "
                 "or sft.oracle_unchained=question for one search with the question itself"
             )
-        final = style(f"So the answer is {answer}.")
+        options = choice_options(example.question) if unchained == "options" else []
+        # a choice question's answer is one of its options: the closing step says so, tying that answer to the
+        # question's form (a bare "So the answer is <name>" taught the model to answer open questions with a
+        # name from the question)
+        close = f"The question names two options, {options[0]} and {options[1]}. " if options else ""
+        final = style(f"{close}So the answer is {answer}.")
         if evidence := protocol.format_evidence(f"{answer}."):
             final += evidence + "\n"
         final += protocol.format_answer(answer)
-        options = choice_options(example.question)
-        if unchained == "options" and options and protocol.max_queries > 1:
+        if options and protocol.max_queries > 1:
             reason = style(f"I need to know about {options[0]} and about {options[1]}.")
             queries = [" ".join(o.replace(",", " ").split()) for o in options]  # commas separate a call's queries
             return [(reason + protocol.format_search(queries), queries), (final, [])]
-        if unchained == "options" and options:
+        if options:
             first = style(f"First, I need to know about {options[0]}.") + protocol.format_search([options[0]])
             second = style(f"Next, I need to know about {options[1]}.") + protocol.format_search([options[1]])
             return [(first, [options[0]]), (second, [options[1]]), (final, [])]
