@@ -247,8 +247,8 @@ def oracle_cmd(
     protocol's format, with the documents the index really returns for each hop (observations capped like the
     rollout engine caps them), shaped by the recipe's sft.oracle_* settings. The file is SFT data: `searchrl sft --recipe R sft.data=FILE`.
 
-    A QA directory (train.jsonl, no recorded chains) with --set sft.oracle_unchained=question gives one search with the
-    question itself, then the gold answer.
+    A QA directory (train.jsonl, no recorded chains) needs --set sft.oracle_unchained=question (one search with the
+    question itself, then the gold answer) or =options (a choice question looks up each of its options instead).
 
     Example: searchrl data oracle --world runs/world --protocol search_r1 --index runs/world/index-bm25 --out runs/oracle.jsonl
     """  # noqa: E501

@@ -247,7 +247,7 @@ def oracle_texts(
         if unchained not in ("question", "options"):
             raise ValueError(
                 f"question {example.id} has no recorded chain (metadata.chain); oracle needs a synthetic world, "
-                "or sft.oracle_unchained=question for one search with the question itself"
+                "or sft.oracle_unchained=question (one search with the question itself) or options"
             )
         options = choice_options(example.question) if unchained == "options" else []
         # a choice question's answer is one of its options: the closing step says so, tying that answer to the

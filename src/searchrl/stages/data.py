@@ -96,7 +96,7 @@ def oracle_data(
     step-level samples (RAG-R1's slicing). ``sft.oracle_mix`` ({kind: n}) picks the whole trajectories per kind
     instead: the first n questions of each kind in file order (their total is the limit); the first turns then
     come from the remaining questions. ``sft.oracle_topk`` documents per search (default ``retrieval.topk``).
-    ``forms``: only questions of these forms (:func:`searchrl.eval.diagnostics.question_form`: choice, yes/no,
+    ``forms``: only questions of these forms (:func:`searchrl.rewards.forms.question_form`: choice, yes/no,
     open), e.g. ``["choice"]`` for a real QA file's "..., A or B?" questions under ``sft.oracle_unchained``."""
     from searchrl.rewards.forms import QUESTION_FORMS, question_form
     from searchrl.sft.oracle import oracle_trajectories, round_robin_by_template

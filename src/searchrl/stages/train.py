@@ -22,7 +22,7 @@ def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
         if not s.data:
             raise ValueError("sft.data is an empty list: give oracle, a trajectories JSONL, or a list of them")
         out = []
-        for one in s.data:  # the sft.oracle_* settings shape the oracle source only
+        for one in s.data:  # the sft.oracle_* settings shape the oracle source only; sft.limit caps each source
             kept = {} if one in ("oracle", "rewriter_oracle") else {"oracle_mix": {}, "oracle_first_turns": 0}
             one_cfg = cfg.model_copy(update={"sft": s.model_copy(update={"data": one, **kept})})
             out += sft_examples(one_cfg, protocol, tokenizer)
