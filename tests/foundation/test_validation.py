@@ -148,7 +148,7 @@ def test_stage_arg_names_follow_the_ops() -> None:
     sampling = stage_arg_names("data", "rejection-sample")
     assert {"k", "slice", "require_internal_and_external", "quota", "url", "min_score"} <= sampling
     assert not {"model", "out", "data", "index", "recipe", "config", "set", "profile", "slice_steps"} & sampling
-    assert stage_arg_names("data", "oracle") == {"kinds", "split", "limit"}
+    assert stage_arg_names("data", "oracle") == {"kinds", "split", "limit", "forms"}
     assert stage_arg_names("rl", None) == stage_arg_names("sft", None) == set()
 
 
