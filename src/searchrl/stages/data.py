@@ -138,9 +138,8 @@ def oracle_data(
         taken = {id(e) for e in whole}
         examples = whole + [e for e in pool if id(e) not in taken][:n_first]
     else:
-        examples = of_forms(load_split(cfg, split, None if s.oracle_balance or forms else limit, kinds=kinds))[:limit]
-        if s.oracle_balance:
-            examples = round_robin_by_template(examples)[:limit]
+        examples = of_forms(load_split(cfg, split, None if s.oracle_balance or forms else limit, kinds=kinds))
+        examples = (round_robin_by_template(examples) if s.oracle_balance else examples)[:limit]
     if not examples:
         raise ValueError(
             f"no {split} questions in {cfg.data.source}"
