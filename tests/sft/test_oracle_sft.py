@@ -500,3 +500,84 @@ def test_a_choice_question_without_a_chain_looks_up_each_option(world, name: str
     assert [t.queries for t in trajs[1].turns if t.queries] == [[other.question]]
     closing = trajs[0].turns[-1].text  # the answer is tied to the question's options, not to any name
     assert "Ada Lovelace and George Nevill, 1st Earl" in closing and "options" not in trajs[1].turns[-1].text
+
+
+class _Shelf:
+    """A retriever over a few fixed documents: every query gets the same ones."""
+
+    def __init__(self, docs: list[tuple[str, str]]) -> None:
+        from searchrl.retrieval.base import Hit
+
+        self.hits = [Hit(f"d{i}", title, f"{title} {text}", 1.0) for i, (title, text) in enumerate(docs)]
+
+    def search(self, queries: list[str], topk: int) -> list[list]:
+        return [self.hits[:topk] for _ in queries]
+
+
+@pytest.mark.parametrize("name", ["search_r1", "r1_searcher"])
+def test_grounded_real_questions_quote_the_sentence_that_holds_the_answer(name: str) -> None:
+    """sft.oracle_grounded: a question searched as asked is kept only when a document holds a gold the question
+    does not name; its closing step quotes that sentence (without the title the corpus repeats) and answers with
+    the gold found there. Option lookups are kept as they are."""
+    from searchrl.data.records import QAExample
+    from searchrl.sft.oracle import evidence_sentence
+
+    shelf = _Shelf(
+        [
+            ("Rope (film)", "Rope is a 1948 film. It was directed by George Dewhurst."),
+            ("George Dewhurst", "George Dewhurst (1889 - 1968 in Tooting, London) was a director. He wrote plays."),
+        ]
+    )
+    found = QAExample("f", "Where did the director of film Rope die?", ["Greater London", "London"])
+    missed = QAExample("m", "Who is the mother of George Dewhurst?", ["Mary Dewhurst"])
+    named = QAExample("n", "Was Rope or Vertigo released first?", ["Rope"])
+    choice = QAExample("c", "Which film came out earlier, Rope or Vertigo?", ["Rope"])
+    protocol = get_protocol(name)
+    tok = ByteTokenizer()
+    examples = [found, missed, named, choice]
+    trajs = oracle_trajectories(protocol, examples, shelf, tok, topk=2, unchained="options", grounded=True)
+    assert [t.question_id for t in trajs] == ["f", "c"]
+    closing = trajs[0].turns[-1].text
+    assert (
+        "The documents say: George Dewhurst (1889 - 1968 in Tooting, London) was a director. So the answer" in closing
+    )
+    report = protocol.check_format(trajs[0].response_text(tok))
+    assert report.ok and report.answer.strip() == "London" and trajs[0].answer == "London"
+    assert "The question names two options, Rope and Vertigo." in trajs[1].turns[-1].text
+    assert len(oracle_trajectories(protocol, examples, shelf, tok, topk=2, unchained="options")) == 4  # not grounded
+    long = _Shelf([("T", " ".join(f"w{i}" for i in range(60)) + " Paris " + " ".join(f"v{i}" for i in range(60)))])
+    window = evidence_sentence(long.search(["q"], 1)[0:1], ["Paris"], max_words=10).split()
+    assert len(window) == 10 and window[5] == "Paris"
+    assert evidence_sentence(shelf.search(["q"], 2), ["Berlin"]) is None
+
+
+def test_a_grounded_oracle_limit_counts_the_kept_trajectories(tmp_path: Path) -> None:
+    """oracle_data under sft.oracle_grounded: questions whose documents miss the gold are skipped before
+    sft.limit is applied, so the limit is met from later questions."""
+    import json
+
+    from searchrl.stages.data import oracle_data
+
+    docs = [
+        ("Rope (film)", "Rope is a 1948 film directed by Alfred Hitchcock."),
+        ("Alfred Hitchcock", "Alfred Hitchcock was born in Leytonstone, London."),
+        ("Vertigo (film)", "Vertigo is a 1958 thriller film."),
+    ]
+    (tmp_path / "corpus.jsonl").write_text(
+        "".join(json.dumps({"id": str(i), "contents": f"{t}\n{x}"}) + "\n" for i, (t, x) in enumerate(docs))
+    )
+    rows = [
+        ("Who composed the music of film Vertigo?", "Bernard Herrmann"),  # no document holds it
+        ("Who directed the film Rope?", "Alfred Hitchcock"),
+        ("Where was the director of film Rope born?", "Leytonstone"),
+    ]
+    lines = [json.dumps({"id": f"q{i}", "question": q, "golden_answers": [a]}) for i, (q, a) in enumerate(rows)]
+    (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
+    over = [f"data.source={tmp_path}", "retrieval.kind=bm25", "sft.kinds=[]", "sft.oracle_unchained=question"]
+    tok = ByteTokenizer()
+    grounded = load_config("demo", [*over, "sft.oracle_grounded=true", "sft.limit=1", "sft.oracle_topk=3"])
+    assert [t.question_id for t in oracle_data(grounded, tok)] == ["q1"]
+    everything = grounded.model_copy(update={"sft": grounded.sft.model_copy(update={"limit": None})})
+    assert [t.question_id for t in oracle_data(everything, tok)] == ["q1", "q2"]
+    plain = load_config("demo", [*over, "sft.limit=1"])
+    assert [t.question_id for t in oracle_data(plain, tok)] == ["q0"]

@@ -342,15 +342,10 @@ class MemorizationConfig(Section):
     max_rewrites_per_step: int = 16
     #: a rewrite that mentions any of these (case-insensitive) reveals the documents and fails validation.
     reject_phrases: list[str] = Field(
-        default_factory=lambda: [
-            "provided",
-            "given documents",
-            "the documents",
-            "the document",
-            "knowledge matrix",
-            "search result",
-            "according to the",
-        ]
+        default_factory=lambda: (
+            "provided|given documents|the documents|the document|knowledge matrix|search result|"
+            "according to the".split("|")
+        )
     )
     #: validated paths are kept in a FIFO pool of this size across steps (0 = only this step's paths).
     pool_size: int = 256
@@ -391,6 +386,9 @@ class SFTConfig(Section):
     #: oracle SFT on questions without a recorded chain (a real QA file): "error"; "question": one search with the
     #: question itself, then the gold; "options": a choice question ("..., A or B?") searches each option instead.
     oracle_unchained: Literal["error", "question", "options"] = "error"
+    #: oracle SFT, a question without a chain searched as asked: kept only when the documents hold a gold answer,
+    #: and its closing step quotes the sentence that does (the model learns to read the answer off the documents).
+    oracle_grounded: bool = False
     limit: int | None = None
 
 

@@ -11,13 +11,16 @@ Protocol-specific pieces (reasoning wrappers, R-Search's evidence block, R1-Sear
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from searchrl.data.records import QAExample
 from searchrl.data.synth_open import when
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rewards.forms import choice_options
+from searchrl.rewards.metrics import cover_em
 from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
 from searchrl.rollout.trajectory import Trajectory, Turn
 
@@ -219,8 +222,31 @@ def plan_style(plan: bool | str) -> str:
     return style
 
 
+def evidence_sentence(hits: Sequence[Sequence[Hit]], golds: Sequence[str], max_words: int = 40) -> str | None:
+    """The first sentence of the documents (in retrieval order) that holds a gold answer as whole words (as
+    cover-EM matches), cut to ``max_words`` words around the answer; None when no document holds one."""
+    for hit in (h for hs in hits for h in hs):
+        text = " ".join(hit.text.split())
+        text = text[len(hit.title) :].lstrip() if hit.title and text.startswith(hit.title + " ") else text
+        for sentence in re.split(r"(?<=[.!?])\s+", text):
+            if not cover_em(sentence, list(golds)):
+                continue
+            words = sentence.split()
+            if len(words) <= max_words:
+                return sentence
+            low = sentence.lower()
+            at = len(sentence[: min((low.find(g.lower()) for g in golds if g.lower() in low), default=0)].split())
+            start = max(0, min(at - max_words // 2, len(words) - max_words))
+            return " ".join(words[start : start + max_words])
+    return None
+
+
 def oracle_texts(
-    protocol: Protocol, example: QAExample, plan: bool | str = False, unchained: str = "error"
+    protocol: Protocol,
+    example: QAExample,
+    plan: bool | str = False,
+    unchained: str = "error",
+    evidence: str | None = None,
 ) -> list[tuple[str, list[str]]]:
     """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn.
 
@@ -228,6 +254,8 @@ def oracle_texts(
     trajectory searches the question itself once and answers with the gold, whatever the documents hold. With
     ``unchained="options"`` a choice question ("..., A or B?") searches each option by name instead (in one call
     under a multi-query protocol), as a comparison of the world looks up each entity; other questions as asked.
+    ``evidence`` (a sentence of the documents that holds the gold, :func:`evidence_sentence`): the closing step of
+    a question searched as asked quotes it before the answer, so the model learns to read the answer off them.
 
     ``plan`` (see :data:`PLAN_STYLES`): ``count`` makes the first reasoning step say how many searches the question
     needs and every step count them ("Search 2 of 2: ..."); ``decompose`` writes the question's decomposition first
@@ -254,6 +282,8 @@ def oracle_texts(
         # question's form (a bare "So the answer is <name>" taught the model to answer open questions with a
         # name from the question)
         close = f"The question names two options, {options[0]} and {options[1]}. " if options else ""
+        if evidence and not options:
+            close = f"The documents say: {evidence} "
         final = style(f"{close}So the answer is {answer}.")
         if evidence := protocol.format_evidence(f"{answer}."):
             final += evidence + "\n"
@@ -328,21 +358,40 @@ def oracle_trajectories(
     max_obs_tokens: int | None = None,
     plan: bool | str = False,
     unchained: str = "error",
+    grounded: bool = False,
 ) -> list[Trajectory]:
     """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call.
     ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will;
-    ``plan`` and ``unchained``: see :func:`oracle_texts`."""
+    ``plan`` and ``unchained``: see :func:`oracle_texts`. ``grounded``: a question without a recorded chain that
+    is searched as asked keeps its trajectory only when the documents hold a gold answer that the question does not
+    name, and its closing step quotes the sentence that holds it (answering with that gold); the others are dropped,
+    so fewer trajectories than examples may come back. Chains and option lookups are kept as they are."""
     protocol.bind_tokenizer(tokenizer, prompt_style)  # tool_call: its replies come from the chat template
     plans = [oracle_texts(protocol, ex, plan, unchained) for ex in examples]
     queries = [q for plan in plans for _, qs in plan for q in qs]
     hits = retriever.search(queries, topk) if queries else []
-    pos = 0
+    found: list[list[list[Hit]]] = []  # each example's hits, one list per query
+    for p in plans:
+        n, pos = sum(len(qs) for _, qs in p), sum(map(len, found))
+        found.append(hits[pos : pos + n])
+    if grounded:
+        kept = []
+        for ex, p, mine in zip(examples, plans, found, strict=True):
+            if ex.metadata.get("chain") or (unchained == "options" and choice_options(ex.question)):
+                kept.append((ex, p, mine))
+            elif cover_em(ex.question, ex.answers):  # a gold the question names shows nothing about reading
+                continue
+            elif sentence := evidence_sentence(mine, ex.answers):
+                gold = next(g for g in ex.answers if cover_em(sentence, [g]))
+                ex = replace(ex, answers=[gold, *(a for a in ex.answers if a != gold)])
+                kept.append((ex, oracle_texts(protocol, ex, plan, unchained, evidence=sentence), mine))
+        examples, plans, found = [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept]
     out = []
     eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
     framed = [ex.question for ex in examples]
     if protocol.prompt_documents and examples:  # rag: the documents retrieved with the question, as the engine does
         framed = [protocol.frame_question(q, hs) for q, hs in zip(framed, retriever.search(framed, topk), strict=True)]
-    for ex, plan, question in zip(examples, plans, framed, strict=True):
+    for ex, plan, question, mine in zip(examples, plans, framed, found, strict=True):
         prompt = build_prompt_text(protocol, tokenizer, question, prompt_style)
         traj = Trajectory(
             uid=f"oracle/{ex.id}",
@@ -367,10 +416,9 @@ def oracle_trajectories(
                 n_gen_tokens=len(ids),
             )
             if qs:
-                mine: list[list[Hit]] = hits[pos : pos + len(qs)]
-                pos += len(qs)
-                turn.hit_ids = [[h.id for h in hs] for hs in mine]
-                turn.observation = protocol.render_observation(list(qs), mine)
+                these, mine = mine[: len(qs)], mine[len(qs) :]
+                turn.hit_ids = [[h.id for h in hs] for hs in these]
+                turn.observation = protocol.render_observation(list(qs), these)
                 obs_ids = list(tokenizer.encode(turn.observation, add_special_tokens=False))
                 if max_obs_tokens is not None:
                     obs_ids = truncate_observation(obs_ids, max_obs_tokens, observation_tail(protocol, tokenizer))

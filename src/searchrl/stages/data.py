@@ -97,7 +97,9 @@ def oracle_data(
     instead: the first n questions of each kind in file order (their total is the limit); the first turns then
     come from the remaining questions. ``sft.oracle_topk`` documents per search (default ``retrieval.topk``).
     ``forms``: only questions of these forms (:func:`searchrl.rewards.forms.question_form`: choice, yes/no,
-    open), e.g. ``["choice"]`` for a real QA file's "..., A or B?" questions under ``sft.oracle_unchained``."""
+    open), e.g. ``["choice"]`` for a real QA file's "..., A or B?" questions under ``sft.oracle_unchained``.
+    ``sft.oracle_grounded`` keeps only the questions searched as asked whose documents hold a gold answer (the
+    limit counts the trajectories kept)."""
     from searchrl.rewards.forms import QUESTION_FORMS, question_form
     from searchrl.sft.oracle import oracle_trajectories, round_robin_by_template
     from searchrl.sft.pipelines import slice_steps
@@ -138,8 +140,12 @@ def oracle_data(
         taken = {id(e) for e in whole}
         examples = whole + [e for e in pool if id(e) not in taken][:n_first]
     else:
-        examples = of_forms(load_split(cfg, split, None if s.oracle_balance or forms else limit, kinds=kinds))
-        examples = (round_robin_by_template(examples) if s.oracle_balance else examples)[:limit]
+        whole_split = s.oracle_balance or forms or s.oracle_grounded
+        examples = of_forms(load_split(cfg, split, None if whole_split else limit, kinds=kinds))
+        # grounding drops questions whose documents miss the gold: the limit then applies to the trajectories
+        examples = (round_robin_by_template(examples) if s.oracle_balance else examples)[
+            : None if s.oracle_grounded else limit
+        ]
     if not examples:
         raise ValueError(
             f"no {split} questions in {cfg.data.source}"
@@ -156,7 +162,10 @@ def oracle_data(
         cfg.rollout.max_obs_tokens,
         s.oracle_plan,
         s.oracle_unchained,
+        s.oracle_grounded,
     )
+    if s.oracle_grounded and not mix:
+        data = data[:limit]
     if n_first:
         data = data[:n_whole] + [slice_steps(t)[0] for t in data[n_whole:]]
     return data
