@@ -581,3 +581,35 @@ def test_a_grounded_oracle_limit_counts_the_kept_trajectories(tmp_path: Path) ->
     assert [t.question_id for t in oracle_data(everything, tok)] == ["q1", "q2"]
     plain = load_config("demo", [*over, "sft.limit=1"])
     assert [t.question_id for t in oracle_data(plain, tok)] == ["q0"]
+
+
+@pytest.mark.parametrize("name", ["search_r1", "rag_r1"])
+def test_name_options_makes_a_choice_comparison_close_on_its_options(world, name: str) -> None:
+    """sft.oracle_name_options: the closing step of a world's "..., A or B?" comparison names both options (and
+    for years sets them side by side) before the answer; other questions, and the default, are unchanged."""
+    from searchrl.rewards.forms import choice_options
+    from searchrl.sft.oracle import oracle_texts
+
+    d, _ = world
+    protocol = get_protocol(name, **({"multi_query": True} if name == "rag_r1" else {}))
+    examples = load_qa(d / "train.jsonl")
+    choices = [e for e in examples if e.metadata.get("kind") == "comparison" and choice_options(e.question)]
+    others = [e for e in examples if not choice_options(e.question)][:20]
+    assert choices and others
+    for ex in choices:
+        a, b = choice_options(ex.question)
+        closing = oracle_texts(protocol, ex, name_options=True)[-1][0]
+        assert (
+            f"The question names two options, {a} and {b}." in closing
+            and f"<answer> {ex.answers[0]} </answer>" in closing
+        )
+        assert "options" not in oracle_texts(protocol, ex)[-1][0]
+        if (
+            name == "search_r1"
+            and len(ex.metadata["chain"]) == 2
+            and all(h["answer"].isdigit() for h in ex.metadata["chain"])
+        ):
+            years = sorted((h["answer"] for h in ex.metadata["chain"]), key=int)
+            assert f"{years[0]} is earlier." in closing or f"{years[1]} is later." in closing, closing
+    for ex in others:
+        assert oracle_texts(protocol, ex, name_options=True) == oracle_texts(protocol, ex)

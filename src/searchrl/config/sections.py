@@ -389,6 +389,7 @@ class SFTConfig(Section):
     #: oracle SFT, a question without a chain searched as asked: kept only when the documents hold a gold answer,
     #: and its closing step quotes the sentence that does (the model learns to read the answer off the documents).
     oracle_grounded: bool = False
+    oracle_name_options: bool = False  #: oracle SFT: a choice comparison's closing step names its two options first
     limit: int | None = None
 
 

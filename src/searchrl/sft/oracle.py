@@ -159,11 +159,17 @@ def _recorded(hop: dict, k: int, mode: str) -> str:
     return f"#{k} is {hop['answer']}."
 
 
+def _options_text(options: Sequence[str]) -> str:
+    return f"The question names two options, {options[0]} and {options[1]}."
+
+
 def _steps(
-    chain: list[dict], answer: str, comparison: bool, mode: str, question: str = ""
+    chain: list[dict], answer: str, comparison: bool, mode: str, question: str = "", options: Sequence[str] = ()
 ) -> tuple[list[tuple[str, str]], str]:
     """Per hop ``(recorded, before)``: what the model notes about the previous hop's documents ("" on the first
-    hop) and its reasoning before the hop's search; then the final reasoning.
+    hop) and its reasoning before the hop's search; then the final reasoning. ``options`` (a choice question's,
+    :func:`searchrl.rewards.forms.choice_options`): the final reasoning names them, then sets their years side by
+    side when the hops found years, before the answer.
 
     ``decompose``: the first step writes the whole plan ("Plan: (1) Who wrote X? (2) In which city was #1 born?
     (3) answer #2."); after each hop the model records the answer ("#1 is Y.") and copies the plan's next item
@@ -195,6 +201,8 @@ def _steps(
             last = f"{last.rstrip('.')}: {_same_text(same, answer)}"
         elif comparison:
             last = last.rstrip(".") + ": " + " and ".join(h["answer"] for h in chain) + "."
+        if options:
+            last = f"{_options_text(options)} {last}"
         return steps, f"{_recorded(chain[-1], n, mode)} Step ({n + 1}): {last} So the answer is {answer}."
     steps = []
     for i, hop in enumerate(chain):
@@ -202,9 +210,11 @@ def _steps(
         steps.append((_reason_after_hop(chain[i - 1]) if i else "", before))
     done = f" That was search {n} of {n}." if mode == "count" else ""
     verdict = f" {_same_text(same, answer)}" if same else ""
-    if comparison and not same and len(_compared(chain)) == 2 and n >= 4:  # a bridge comparison: the two years
+    if comparison and not same and len(_compared(chain)) == 2 and (n >= 4 or options):  # the two years
         direction = _direction(chain, answer, question)
         verdict = f" {_years_side_by_side(chain, direction, question)}" if direction else ""
+    if options:
+        verdict = f" {_options_text(options)}{verdict}"
     return steps, f"{_reason_after_hop(chain[-1])}{done}{verdict} So the answer is {answer}."
 
 
@@ -247,6 +257,7 @@ def oracle_texts(
     plan: bool | str = False,
     unchained: str = "error",
     evidence: str | None = None,
+    name_options: bool = False,
 ) -> list[tuple[str, list[str]]]:
     """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn.
 
@@ -256,6 +267,8 @@ def oracle_texts(
     under a multi-query protocol), as a comparison of the world looks up each entity; other questions as asked.
     ``evidence`` (a sentence of the documents that holds the gold, :func:`evidence_sentence`): the closing step of
     a question searched as asked quotes it before the answer, so the model learns to read the answer off them.
+    ``name_options``: the closing step of a recorded choice comparison ("..., A or B?") names the two options (and
+    sets their years side by side), as the closing of an unchained one under ``unchained="options"`` does.
 
     ``plan`` (see :data:`PLAN_STYLES`): ``count`` makes the first reasoning step say how many searches the question
     needs and every step count them ("Search 2 of 2: ..."); ``decompose`` writes the question's decomposition first
@@ -281,7 +294,7 @@ def oracle_texts(
         # a choice question's answer is one of its options: the closing step says so, tying that answer to the
         # question's form (a bare "So the answer is <name>" taught the model to answer open questions with a
         # name from the question)
-        close = f"The question names two options, {options[0]} and {options[1]}. " if options else ""
+        close = f"{_options_text(options)} " if options else ""
         if evidence and not options:
             close = f"The documents say: {evidence} "
         final = style(f"{close}So the answer is {answer}.")
@@ -302,12 +315,13 @@ def oracle_texts(
         return [(first, [query]), (final, [])]
     turns: list[tuple[str, list[str]]] = []
     comparison = example.metadata.get("kind") == "comparison"
+    named = choice_options(example.question) if name_options and comparison else []
     # a comparison's hops go out in one multi-query call when each asks about an entity the question names
     independent = all((s := _subject(h, example.question)) and s in example.question for h in chain)
     multi = protocol.max_queries > 1 and comparison and independent
     if multi and mode.startswith("decompose"):  # the plan, then all its search steps in one multi-query call
         chain = question_order(chain, example.question)
-        steps, final_text = _steps(chain, answer, comparison, mode, example.question)
+        steps, final_text = _steps(chain, answer, comparison, mode, example.question, named)
         qs = [h["query"].replace(",", " ") for h in chain][: protocol.max_queries]
         turns.append((style(" ".join(before for _, before in steps)) + protocol.format_search(qs), qs))
         final_text = " ".join([recorded for recorded, _ in steps[1:]] + [final_text])
@@ -317,11 +331,12 @@ def oracle_texts(
         turns.append((reason + protocol.format_search(qs), qs))
         facts = " ".join(_reason_after_hop(h) for h in chain)
         same = _same_pair(chain, answer)
-        final_text = f"{facts}{' ' + _same_text(same, answer) if same else ''} So the answer is {answer}."
+        verdict = f" {_same_text(same, answer)}" if same else (f" {_options_text(named)}" if named else "")
+        final_text = f"{facts}{verdict} So the answer is {answer}."
     else:
         if comparison and mode.startswith("decompose"):  # the plan follows the question's order
             chain = question_order(chain, example.question)
-        steps, final_text = _steps(chain, answer, comparison, mode, example.question)
+        steps, final_text = _steps(chain, answer, comparison, mode, example.question, named)
         for hop, (recorded, before) in zip(chain, steps, strict=True):
             recalled = protocol.format_recalled(recorded) if recorded else None
             if recalled is not None:  # the protocol marks what the model already knows (R1-Searcher++)
@@ -359,15 +374,17 @@ def oracle_trajectories(
     plan: bool | str = False,
     unchained: str = "error",
     grounded: bool = False,
+    name_options: bool = False,
 ) -> list[Trajectory]:
     """Build one oracle trajectory per example. All hop queries go to the retriever in one batched call.
     ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will;
     ``plan`` and ``unchained``: see :func:`oracle_texts`. ``grounded``: a question without a recorded chain that
     is searched as asked keeps its trajectory only when the documents hold a gold answer that the question does not
     name, and its closing step quotes the sentence that holds it (answering with that gold); the others are dropped,
-    so fewer trajectories than examples may come back. Chains and option lookups are kept as they are."""
+    so fewer trajectories than examples may come back. Chains and option lookups are kept as they are.
+    ``name_options``: see :func:`oracle_texts`."""
     protocol.bind_tokenizer(tokenizer, prompt_style)  # tool_call: its replies come from the chat template
-    plans = [oracle_texts(protocol, ex, plan, unchained) for ex in examples]
+    plans = [oracle_texts(protocol, ex, plan, unchained, name_options=name_options) for ex in examples]
     queries = [q for plan in plans for _, qs in plan for q in qs]
     hits = retriever.search(queries, topk) if queries else []
     found: list[list[list[Hit]]] = []  # each example's hits, one list per query

@@ -163,6 +163,7 @@ def oracle_data(
         s.oracle_plan,
         s.oracle_unchained,
         s.oracle_grounded,
+        s.oracle_name_options,
     )
     if s.oracle_grounded and not mix:
         data = data[:limit]
