@@ -298,8 +298,8 @@ def oracle_texts(
         if evidence and not options:
             close = f"The documents say: {evidence} "
         final = style(f"{close}So the answer is {answer}.")
-        if evidence := protocol.format_evidence(f"{answer}."):
-            final += evidence + "\n"
+        if block := protocol.format_evidence(f"{answer}."):  # R-Search's evidence block
+            final += block + "\n"
         final += protocol.format_answer(answer)
         if options and protocol.max_queries > 1:
             reason = style(f"I need to know about {options[0]} and about {options[1]}.")
@@ -388,9 +388,11 @@ def oracle_trajectories(
     queries = [q for plan in plans for _, qs in plan for q in qs]
     hits = retriever.search(queries, topk) if queries else []
     found: list[list[list[Hit]]] = []  # each example's hits, one list per query
+    pos = 0
     for p in plans:
-        n, pos = sum(len(qs) for _, qs in p), sum(map(len, found))
+        n = sum(len(qs) for _, qs in p)
         found.append(hits[pos : pos + n])
+        pos += n
     if grounded:
         kept = []
         for ex, p, mine in zip(examples, plans, found, strict=True):
