@@ -390,3 +390,37 @@ def test_fused_copies_on_a_gpu_only_where_they_fit(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * need, 10 * need))
     assert step._copies_fit(torch.device("cuda"), torch.bfloat16)
     assert step._copies_fit(torch.device("cpu"), torch.float32)
+
+
+def test_the_cache_goes_under_the_keyword_the_forward_takes() -> None:
+    """``past_key_values`` before transformers renamed it, ``cache`` after; wrappers are looked through; the
+    installed release's own model takes the keyword without a deprecation warning."""
+    import warnings
+
+    from searchrl.generation.kvcache import cache_kwargs
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=None): ...
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids, cache=None, use_cache=None): ...
+
+    class Peft(torch.nn.Module):
+        def __init__(self, base) -> None:
+            super().__init__()
+            self.base = base
+
+        def forward(self, *args, **kwargs): ...
+
+        def get_base_model(self):
+            return self.base
+
+    cache = BufferedCache()
+    assert cache_kwargs(Old(), cache) == {"past_key_values": cache}
+    assert cache_kwargs(New(), cache) == {"cache": cache}
+    assert cache_kwargs(Peft(New()), cache) == {"cache": cache}
+    model = tiny_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True, **cache_kwargs(model, cache))
+    assert cache.get_seq_length() == 3

@@ -39,7 +39,7 @@ from searchrl import device as placement
 from searchrl.generation.base import Completion, ContinuousScheduler, Generator, SamplingParams
 from searchrl.generation.decode_step import DecodeStep, sharded
 from searchrl.generation.graph_decode import GraphRows
-from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, weights_version
+from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, cache_kwargs, weights_version
 from searchrl.generation.sampling import finish_row, row_uniforms, sample_tokens
 
 
@@ -285,7 +285,7 @@ class HFGenerator(Generator):
             input_ids=ids_US.to(device),
             attention_mask=mask_UL,
             position_ids=pos_US.to(device),
-            past_key_values=cache,
+            **cache_kwargs(self.model, cache),
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
@@ -308,7 +308,7 @@ class HFGenerator(Generator):
         cache = BufferedCache()
         self.model(
             input_ids=torch.tensor([first[:common]], device=device),
-            past_key_values=cache,
+            **cache_kwargs(self.model, cache),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -398,7 +398,7 @@ class _PaddedRows:
             input_ids=ids_B[:, None],
             attention_mask=self.mask_BL,
             position_ids=pos_B[:, None],
-            past_key_values=self.cache,
+            **cache_kwargs(self.model, self.cache),
             use_cache=True,
         )
         return out.logits[:, -1, :].float()

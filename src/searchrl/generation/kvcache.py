@@ -29,6 +29,21 @@ _GROW = 64  # spare slots allocated whenever a layer's buffer is (re)built
 
 
 _LAZY_KV = len(inspect.signature(DynamicLayer.lazy_initialization).parameters) > 2
+_CACHE_KWARG: dict[type, str] = {}
+
+
+def cache_kwargs(model, cache: Cache) -> dict[str, Cache]:
+    """``cache`` as the keyword ``model``'s forward takes it: ``cache=`` in transformers releases that renamed it
+    (``past_key_values`` is deprecated there and goes in 5.40), ``past_key_values=`` in those before. A PEFT or
+    ``torch.compile`` wrapper is looked through to the transformers model it calls."""
+    model = getattr(model, "_orig_mod", model)  # torch.compile
+    if hasattr(model, "get_base_model"):  # PEFT
+        model = model.get_base_model()
+    kind = type(model)
+    if kind not in _CACHE_KWARG:
+        params = inspect.signature(kind.forward).parameters
+        _CACHE_KWARG[kind] = "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+    return {_CACHE_KWARG[kind]: cache}
 
 
 class _BufferedLayer(DynamicLayer):

@@ -198,6 +198,8 @@ def _shared_forward(body: nn.Module, batch: Batch, prompts: list[list[int]], inv
     plain forward's (up to float reassociation)."""
     from transformers import DynamicCache
 
+    from searchrl.generation.kvcache import cache_kwargs
+
     dev = batch.input_ids.device
     U = len(prompts)
     cache = DynamicCache()
@@ -206,7 +208,7 @@ def _shared_forward(body: nn.Module, batch: Batch, prompts: list[list[int]], inv
             input_ids=torch.tensor([prompts[0][:common]], device=dev),
             attention_mask=torch.ones(1, common, dtype=torch.long, device=dev),
             position_ids=torch.arange(common, device=dev)[None],
-            past_key_values=cache,
+            **cache_kwargs(body, cache),
             use_cache=True,
         )
         cache.batch_repeat_interleave(U)
@@ -221,7 +223,7 @@ def _shared_forward(body: nn.Module, batch: Batch, prompts: list[list[int]], inv
         pos_UR[u, R - len(r) :] = torch.arange(common, common + len(r), device=dev)
         mask_UL[u, common + R - len(r) :] = 1
     h_URH = body(
-        input_ids=ids_UR, attention_mask=mask_UL, position_ids=pos_UR, past_key_values=cache, use_cache=True
+        input_ids=ids_UR, attention_mask=mask_UL, position_ids=pos_UR, use_cache=True, **cache_kwargs(body, cache)
     ).last_hidden_state  # (U, R, H)
     cache.batch_select_indices(inv_B)  # (U, ...) -> (B, ...), differentiable
     P = batch.prompt_len
@@ -229,7 +231,7 @@ def _shared_forward(body: nn.Module, batch: Batch, prompts: list[list[int]], inv
         input_ids=batch.input_ids[:, P:],
         attention_mask=torch.cat([mask_UL[inv_B], batch.attention_mask[:, P:]], dim=1),
         position_ids=batch.position_ids[:, P:],
-        past_key_values=cache,
+        **cache_kwargs(body, cache),
         use_cache=True,
     ).last_hidden_state  # (B, T, H)
     return torch.cat([h_URH[inv_B, -1:, :], h_BTH[:, :-1, :]], dim=1)  # (B, T, H)
