@@ -13,7 +13,7 @@ from searchrl.generation.base import SamplingParams
 from searchrl.generation.decode_step import DecodeStep
 from searchrl.generation.fake import ByteTokenizer
 from searchrl.generation.hf import HFGenerator
-from searchrl.generation.kvcache import BufferedCache, SharedPrefixCache
+from searchrl.generation.kvcache import BufferedCache, SharedPrefixCache, cache_kwargs
 from searchrl.generation.sampling import inverse_cdf
 from searchrl.testing import tiny_model
 
@@ -75,7 +75,7 @@ def _compare(model, step: DecodeStep, steps: int, owners: tuple[int, ...], commo
     full, prefix = BufferedCache(), BufferedCache()
     with torch.inference_mode():
         for c in (full, prefix):
-            model(input_ids=ids, attention_mask=mask_UL, position_ids=pos, past_key_values=c, use_cache=True)
+            model(input_ids=ids, attention_mask=mask_UL, position_ids=pos, use_cache=True, **cache_kwargs(model, c))
         full.batch_select_indices(own)
         shared = SharedPrefixCache(prefix, mask_UL, own, common=common)
         mask = mask_UL[own]
@@ -92,7 +92,7 @@ def _compare(model, step: DecodeStep, steps: int, owners: tuple[int, ...], commo
                 input_ids=nxt[:, None],
                 attention_mask=mask,
                 position_ids=p[:, None],
-                past_key_values=full,
+                **cache_kwargs(model, full),
                 use_cache=True,
             )
             ref = out.logits[:, -1].float()
@@ -128,7 +128,7 @@ def test_a_common_opening_must_be_real_tokens() -> None:
     prefix = BufferedCache()
     ids, mask = torch.randint(3, 259, (2, 4)), torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
     with torch.inference_mode():
-        model(input_ids=ids, attention_mask=mask, past_key_values=prefix, use_cache=True)
+        model(input_ids=ids, attention_mask=mask, use_cache=True, **cache_kwargs(model, prefix))
     with pytest.raises(ValueError, match="common=2"):
         SharedPrefixCache(prefix, mask, torch.tensor([0, 1]), common=2)
 
@@ -177,7 +177,7 @@ def test_fused_decode_under_autocast_matches_the_plain_step() -> None:
     for fuse in (False, True):
         prefix = BufferedCache()
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-            model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=prefix, use_cache=True)
+            model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **cache_kwargs(model, prefix))
             shared = SharedPrefixCache(prefix, mask, torch.tensor([0, 1]))
             with step.fused_weights() if fuse else contextlib.nullcontext():
                 assert (step.fused is not None and step.fused[0][0] is not None) == fuse
@@ -396,8 +396,6 @@ def test_the_cache_goes_under_the_keyword_the_forward_takes() -> None:
     """``past_key_values`` before transformers renamed it, ``cache`` after; wrappers are looked through; the
     installed release's own model takes the keyword without a deprecation warning."""
     import warnings
-
-    from searchrl.generation.kvcache import cache_kwargs
 
     class Old(torch.nn.Module):
         def forward(self, input_ids, past_key_values=None, use_cache=None): ...
