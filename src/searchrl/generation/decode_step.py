@@ -37,20 +37,13 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, rotate_half
 
-from searchrl.generation.kvcache import SharedPrefixCache
+from searchrl.generation.kvcache import SharedPrefixCache, causal_lm
 
 log = logging.getLogger(__name__)
 
 _SUPPORTED = ("llama", "qwen2", "mistral")
 _RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
 _MLPS = ("LlamaMLP", "Qwen2MLP", "MistralMLP")
-
-
-def _causal_lm(model: nn.Module) -> nn.Module:
-    """The ``*ForCausalLM`` inside DDP / PEFT wrappers (PEFT's injected LoRA layers stay in place)."""
-    model = getattr(model, "module", model)
-    get_base = getattr(model, "get_base_model", None)
-    return get_base() if callable(get_base) else model
 
 
 def sharded(model: nn.Module) -> bool:
@@ -135,7 +128,7 @@ class DecodeStep:
     def build(cls, model: nn.Module) -> DecodeStep | None:
         if sharded(model):  # FSDP gathers parameters in its own forward hooks, which calling submodules skips
             return None
-        lm = _causal_lm(model)
+        lm = causal_lm(model)
         cfg = getattr(lm, "config", None)
         body = getattr(lm, "model", None)
         if cfg is None or body is None or getattr(cfg, "model_type", None) not in _SUPPORTED:

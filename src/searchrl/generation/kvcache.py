@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 _GROW = 64  # spare slots allocated whenever a layer's buffer is (re)built
@@ -32,14 +32,18 @@ _LAZY_KV = len(inspect.signature(DynamicLayer.lazy_initialization).parameters) >
 _CACHE_KWARG: dict[type, str] = {}
 
 
-def cache_kwargs(model, cache: Cache) -> dict[str, Cache]:
+def causal_lm(model: nn.Module) -> nn.Module:
+    """The ``*ForCausalLM`` inside DDP / PEFT wrappers (PEFT's injected LoRA layers stay in place)."""
+    model = getattr(model, "module", model)
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def cache_kwargs(model: nn.Module, cache: Cache) -> dict[str, Cache]:
     """``cache`` as the keyword ``model``'s forward takes it: ``cache=`` in transformers releases that renamed it
-    (``past_key_values`` is deprecated there and goes in 5.40), ``past_key_values=`` in those before. A PEFT or
-    ``torch.compile`` wrapper is looked through to the transformers model it calls."""
-    model = getattr(model, "_orig_mod", model)  # torch.compile
-    if hasattr(model, "get_base_model"):  # PEFT
-        model = model.get_base_model()
-    kind = type(model)
+    (``past_key_values`` is deprecated there and goes in 5.40), ``past_key_values=`` in those before. DDP and PEFT
+    wrappers are looked through to the transformers model they call."""
+    kind = type(causal_lm(model))
     if kind not in _CACHE_KWARG:
         params = inspect.signature(kind.forward).parameters
         _CACHE_KWARG[kind] = "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
