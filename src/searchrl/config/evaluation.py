@@ -27,10 +27,13 @@ class EvalDataset(Section):
 class EvaluationConfig(Section):
     #: evaluation sets, each scored separately, plus their unweighted average (see EvalDataset).
     datasets: list[str | EvalDataset] = Field(default_factory=lambda: ["dev"])
-    methods: list[Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent"]] = Field(
-        default_factory=lambda: ["direct", "naive_rag", "agent"]
-    )
+    methods: list[
+        Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent", "prior"]
+    ] = Field(default_factory=lambda: ["direct", "naive_rag", "agent"])
     limit: int | None = 100
+    #: the ``prior`` method's training answers: a QA file (FlashRAG JSONL or a split name) whose answer priors it
+    #: applies (the choice position most often gold, the commoner yes/no answer, the commonest open answer).
+    prior_data: str | None = None
     metrics: list[str] = Field(default_factory=lambda: ["em", "f1", "cover_em", "cover_em_tokens"])
     judge_url: str | None = None
     judge_model: str | None = None

@@ -109,8 +109,8 @@ def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
     )
 
 
-def _load(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
-    """(source, every question) of one entry's ``data``."""
+def load_entry(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
+    """(source, every question) of a dataset entry's ``data``: a split name, a QA file or an ``hf:`` source."""
     if data in SPLITS:
         return resolve_file(cfg, getattr(cfg.data, data)), load_split(cfg, data)
     source = _resolve_qa_source(cfg, data)
@@ -137,7 +137,7 @@ def resolve_eval_sets(cfg: RunConfig) -> list[EvalSet]:
     out: list[EvalSet] = []
     for raw in ev.datasets:
         entry = as_entry(raw)
-        source, examples = _load(cfg, entry.data)
+        source, examples = load_entry(cfg, entry.data)
         examples = seeded_subset(examples, entry.sample, ev.seed)
         if ev.limit is not None:
             examples = examples[: ev.limit]

@@ -44,6 +44,7 @@ from searchrl.eval.baselines import (
 from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
 from searchrl.eval.diagnostics import DIAGNOSTICS_NOTE, add_diagnostics, failure_shares, shares_table, with_committed
 from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
+from searchrl.eval.prior import PriorMethod, prior_from_config
 from searchrl.eval.report import (
     POOLED_STYLES,
     aggregate,
@@ -107,8 +108,9 @@ def load_generator(cfg: RunConfig) -> Generator:
     return HFGenerator(model, tokenizer, max_batch_size=cfg.evaluation.batch_size)
 
 
-def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | None) -> dict[str, Method]:
-    """The methods of ``evaluation.methods``, configured from the run config."""
+def build_methods(cfg: RunConfig, generator: Generator | None, retriever: Retriever | None) -> dict[str, Method]:
+    """The methods of ``evaluation.methods``, configured from the run config (``generator`` None: only ``prior``,
+    which generates nothing)."""
     ev = cfg.evaluation
     common: dict[str, Any] = dict(
         prompt_style=cfg.model.prompt_style, temperature=ev.temperature, top_p=ev.top_p, seed=ev.seed
@@ -118,6 +120,10 @@ def build_methods(cfg: RunConfig, generator: Generator, retriever: Retriever | N
     for name in ev.methods:
         if name in RETRIEVAL_METHODS and name != "agent" and retriever is None:
             raise ValueError(f"method {name} needs a retriever: pass --index DIR or --url URL")
+        if name == "prior":
+            methods[name] = PriorMethod(prior_from_config(cfg))
+            continue
+        assert generator is not None, f"method {name} needs the policy"
         if name == "direct":
             methods[name] = DirectMethod(
                 generator, max_new_tokens=ev.max_new_tokens, answer_span=ev.answer_span, **common
@@ -443,6 +449,8 @@ def run_from_config(
         own = f"; its own index {s.index or s.corpus}" if s.retriever_key != (None, None) else ""
         console.log(f"dataset {s.name}: {len(s.examples)} questions from {s.source}{own}")
     needs = set(ev.methods) & RETRIEVAL_METHODS
+    if "prior" in ev.methods:
+        prior_from_config(cfg)  # a missing or answerless prior_data fails before any model loads
     if retriever is None and needs and any(s.retriever_key == (None, None) for s in sets):
         from searchrl.pipeline import make_retriever_for
 
@@ -453,7 +461,7 @@ def run_from_config(
         for key in dict.fromkeys(s.retriever_key for s in sets)
         if key != (None, None) and needs
     }
-    if generator is None:
+    if generator is None and set(ev.methods) - {"prior"}:  # the prior alone loads no model
         generator = load_generator(cfg)
     shared = any(s.retriever_key == (None, None) for s in sets)
     by_key = {key: build_methods(cfg, generator, r) for key, r in own_retrievers.items()}

@@ -12,6 +12,7 @@ from searchrl.eval.baselines import (
     Method,
     NaiveRAGMethod,
 )
+from searchrl.eval.prior import PriorMethod
 from searchrl.eval.search_o1 import SearchO1Method
 
 METHODS: dict[str, type[Method]] = {
@@ -24,6 +25,7 @@ METHODS: dict[str, type[Method]] = {
         IterRetGenMethod,
         SearchO1Method,
         AgentMethod,
+        PriorMethod,
     )
 }
 #: methods that need a retriever (each method class says so itself: ``Method.needs_retriever``)
