@@ -10,6 +10,9 @@ steps and the same BM25 top-k, and is evaluated greedily on the same held-out qu
 
 - ``agent``: the recipe itself: a cold start on synthetic-world oracle trajectories (the only source of multi-step
   search demonstrations), then GRPO with search on the real training questions (protocol ``search_r1``);
+- ``prior``: no model and no retrieval: the training questions' answer prior by question form (the choice position
+  most often gold, the commoner yes/no answer, the commonest open answer; ``searchrl.eval.prior``), the floor every
+  trained method must clear;
 - ``naive_rag``: the agent's final model answering from the top-k documents of one search with the question, the
   answer-only prompt and the answer span read out of the reply (``evaluation.answer_span``);
 - ``rag_sft``: SFT of the base model on (top-k documents retrieved with the question + question -> short answer)
@@ -46,6 +49,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 BASE = "smollm2-135m-instruct"
 #: method -> (protocol it is evaluated with, the eval stage that holds its row)
 METHODS = {
+    "prior": ("none", "eval"),
     "naive_rag": ("search_r1", "eval"),
     "agent": ("search_r1", "eval"),
     "rag_sft": ("rag", "eval_rag_sft"),
@@ -83,7 +87,8 @@ def pipeline(args: argparse.Namespace) -> list[dict]:
         {"name": "rl", "kind": "rl", "init_from": "${coldstart}", "data": "${split}/train.jsonl",
          "set": {**real, **{k: v for k, v in smoke.items() if k != "sft.limit"}}},
         {"name": "eval", "kind": "eval", "init_from": "${rl}", "data": ["${split}/heldout.jsonl"],
-         "set": {"evaluation.methods": ["naive_rag", "agent"]} | ({"evaluation.limit": 4} if smoke else {})},
+         "set": {"evaluation.methods": ["prior", "naive_rag", "agent"],
+                 "evaluation.prior_data": "${split}/train.jsonl"} | ({"evaluation.limit": 4} if smoke else {})},
     ]  # fmt: skip
     for protocol, sft_name, rl_name in (("rag", "rag_sft", "rag_rl"), ("reason", "r1_sft", "r1")):
         proto = {"rollout.protocol": protocol, "rollout.max_turns": 1}
@@ -116,7 +121,7 @@ def collect(out: Path, stages: list[str]) -> dict:
         if not path.exists():
             continue
         ev = json.loads(path.read_text())
-        wanted = "naive_rag" if method == "naive_rag" else "agent"
+        wanted = method if method in ("naive_rag", "prior") else "agent"
         row = next((r for r in ev["rows"] if r["method"] == wanted), None)
         if row is None:
             continue
@@ -159,6 +164,9 @@ def report(res: dict, args: argparse.Namespace) -> list[str]:
         best = max((r["em"] for m, r in rows.items() if m in ("rag_sft", "rag_rl", "r1")), default=None)
         if best is not None:
             lines += ["", f"Agent EM minus the best trained baseline's: {rows['agent']['em'] - best:+.3f}."]
+        if "prior" in rows:
+            diff = rows["agent"]["em"] - rows["prior"]["em"]
+            lines.append(f"Agent EM minus the answer prior's (no model): {diff:+.3f}.")
         if "naive_rag" in rows:
             diff = rows["agent"]["cover_em"] - rows["naive_rag"]["cover_em"]
             lines.append(f"Agent cover-EM minus naive RAG's: {diff:+.3f}.")

@@ -35,3 +35,21 @@ def test_report_counts_right_answers_per_question_form(tmp_path: Path) -> None:
     assert "| `r1` | 1 / 1 | 1 / 1 | 0 / 1 |" in lines
     assert "| `rag_rl` | 0 / 1 | 0 / 1 | 1 / 1 |" in lines
     assert any("`naive_rag`, `agent`" in line for line in lines)  # the methods still to evaluate are named
+
+
+def test_report_sets_the_agent_against_the_answer_prior(tmp_path: Path) -> None:
+    choice = ("Who was born first, Anna Berg or Tom Hale?", ["Tom Hale"])
+    _eval_stage(tmp_path, "eval", "agent", 0.2, [(*choice, "Anna Berg")])
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    prior = dict(summary["rows"][0], method="prior", em=0.3, searches=0.0)
+    summary["rows"].append(prior)
+    (tmp_path / "eval" / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "eval" / "predictions" / "heldout__prior.jsonl").write_text(
+        json.dumps({"question": choice[0], "golds": choice[1], "prediction": "Tom Hale"}) + "\n"
+    )
+    res = bench.collect(tmp_path, ["eval"])
+    assert res["rows"]["prior"]["em"] == 0.3 and res["rows"]["agent"]["em"] == 0.2
+    assert res["rows"]["prior"]["forms"]["choice"]["correct"] == 1
+    res["meta"] = {"date": "2026-01-01", "machine": "test"}
+    lines = bench.report(res, argparse.Namespace(heldout=1))
+    assert "Agent EM minus the answer prior's (no model): -0.100." in lines
