@@ -22,5 +22,7 @@ def test_each_question_is_counted_under_its_form(tmp_path: Path) -> None:
     got = em_by_form.split_em(path)
     assert got["n"] == 6 and got["em"] == 0.5
     assert (got["choice"]["n"], got["choice"]["correct"]) == (2, 1)
+    assert got["choice"]["answered"] == {"first": 2, "second": 0, "other": 0}  # both answers name the first option
+    assert got["choice"]["gold"] == {"first": 1, "second": 1, "other": 0}
     assert (got["yes/no"]["n"], got["yes/no"]["correct"]) == (1, 1)
     assert (got["open"]["n"], got["open"]["correct"], got["open"]["em"]) == (3, 1, 0.333)

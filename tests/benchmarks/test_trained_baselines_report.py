@@ -28,7 +28,11 @@ def test_report_counts_right_answers_per_question_form(tmp_path: Path) -> None:
     _eval_stage(tmp_path, "eval_rag_rl", "agent", 1 / 3, rag_rl)
     res = bench.collect(tmp_path, ["eval_r1", "eval_rag_rl"])
     assert set(res["rows"]) == {"r1", "rag_rl"}
-    assert res["rows"]["r1"]["forms"]["choice"] == {"n": 1, "correct": 1, "em": 1.0}
+    assert {k: res["rows"]["r1"]["forms"]["choice"][k] for k in ("n", "correct", "em")} == {
+        "n": 1,
+        "correct": 1,
+        "em": 1.0,
+    }
     assert res["rows"]["rag_rl"]["forms"]["open"]["correct"] == 1
     res["meta"] = {"date": "2026-01-01", "machine": "test"}
     lines = bench.report(res, argparse.Namespace(heldout=3))
