@@ -239,3 +239,14 @@ def test_rescore_uses_the_cover_em_rule_eval_recorded(tmp_path: Path) -> None:
     path.write_text(json.dumps(legacy) + "\n")
     (old,) = rescore_file(path, ["cover_em"])  # a file without a recorded rule: the metric's default (word)
     assert old["metrics"]["cover_em"] == 0.0
+
+
+def test_the_prior_from_the_command_line_loads_no_model(tmp_path, qa_file, monkeypatch) -> None:
+    monkeypatch.setattr(harness, "load_generator", lambda cfg: pytest.fail("the prior loaded the policy"))
+    args = ["eval", "--data", str(qa_file), "--methods", "prior", "--prior-data", str(qa_file)]
+    res = runner.invoke(cli.app, [*args, "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())["rows"]
+    assert row["method"] == "prior" and row["em"] == 1.0  # fitted on the same file: each wh-word has one answer
+    res = runner.invoke(cli.app, ["eval", "--data", str(qa_file), "--methods", "prior"])
+    assert isinstance(res.exception, ValueError) and "--prior-data" in str(res.exception)

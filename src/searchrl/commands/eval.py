@@ -35,6 +35,7 @@ def build_config(
     max_new_tokens: int | None = None,
     batch_size: int | None = None,
     profile: str | None = None,
+    prior_data: str | None = None,
 ):
     """The run config: the recipe (or defaults) with its profile, then dotted overrides, then the given flags."""
     from searchrl.commands.common import load
@@ -50,6 +51,7 @@ def build_config(
         "evaluation.judge_model": judge_model,
         "evaluation.max_new_tokens": max_new_tokens,
         "evaluation.batch_size": batch_size,
+        "evaluation.prior_data": prior_data,
         "rollout.protocol": protocol,
         "model.policy": model,
         "retrieval.topk": topk,
@@ -65,7 +67,10 @@ def main(
     config: str = typer.Option(None, "--config", "--recipe", help="recipe name or YAML with an evaluation: section"),
     data: list[str] = typer.Option(None, "--data", help="QA file or hf:NAME[:CONFIG]:SPLIT (repeatable)"),
     methods: str = typer.Option(
-        None, help="comma-separated: direct,cot,naive_rag,iterative_rag,iter_retgen,search_o1,agent"
+        None, help="comma-separated: direct,cot,naive_rag,iterative_rag,iter_retgen,search_o1,agent,prior"
+    ),
+    prior_data: str = typer.Option(
+        None, help="prior: the training QA file whose answers it counts (the prior alone loads no model)"
     ),
     protocol: str = typer.Option(
         None, help="agent protocol: search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1, search_o1"
@@ -86,8 +91,8 @@ def main(
     profile: str = typer.Option(None, "--profile", help="profile overlay of --config, e.g. laptop"),
     device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
 ) -> None:
-    """Evaluate the baselines (direct, CoT, naive RAG, IRCoT, ITER-RETGEN, Search-o1) and the agent on QA datasets,
-    or re-score predictions.
+    """Evaluate the baselines (direct, CoT, naive RAG, IRCoT, ITER-RETGEN, Search-o1, the training answers' prior)
+    and the agent on QA datasets, or re-score predictions.
 
     Writes predictions/<dataset>__<method>.jsonl, summary.{md,csv,json,png} and the resolved config.yaml into
     --out. Give a recipe (--config) and/or flags; flags win.
@@ -120,6 +125,7 @@ def main(
         max_new_tokens=max_new_tokens,
         batch_size=batch_size,
         profile=profile,
+        prior_data=prior_data,
     )
     from searchrl.models import check_fetchable
     from searchrl.validation import validate_deep

@@ -131,7 +131,7 @@ def prior_from_config(cfg) -> AnswerPrior:
     data = cfg.evaluation.prior_data
     if not data:
         raise ValueError(
-            "method prior needs evaluation.prior_data: the training QA file whose answers it counts "
-            "(e.g. evaluation.prior_data=train)"
+            "method prior needs evaluation.prior_data (searchrl eval --prior-data): the training QA file whose "
+            "answers it counts (e.g. evaluation.prior_data=train)"
         )
     return AnswerPrior.fit(load_entry(cfg, data)[1])
