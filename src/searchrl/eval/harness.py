@@ -44,7 +44,7 @@ from searchrl.eval.baselines import (
 from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
 from searchrl.eval.diagnostics import DIAGNOSTICS_NOTE, add_diagnostics, failure_shares, shares_table, with_committed
 from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
-from searchrl.eval.prior import PriorMethod, prior_from_config
+from searchrl.eval.prior import AnswerPrior, PriorMethod, prior_from_config
 from searchrl.eval.report import (
     POOLED_STYLES,
     aggregate,
@@ -108,9 +108,11 @@ def load_generator(cfg: RunConfig) -> Generator:
     return HFGenerator(model, tokenizer, max_batch_size=cfg.evaluation.batch_size)
 
 
-def build_methods(cfg: RunConfig, generator: Generator | None, retriever: Retriever | None) -> dict[str, Method]:
+def build_methods(
+    cfg: RunConfig, generator: Generator | None, retriever: Retriever | None, prior: AnswerPrior | None = None
+) -> dict[str, Method]:
     """The methods of ``evaluation.methods``, configured from the run config (``generator`` None: only ``prior``,
-    which generates nothing)."""
+    which generates nothing; its answer prior is ``prior``, else fitted on ``evaluation.prior_data``)."""
     ev = cfg.evaluation
     common: dict[str, Any] = dict(
         prompt_style=cfg.model.prompt_style, temperature=ev.temperature, top_p=ev.top_p, seed=ev.seed
@@ -121,7 +123,7 @@ def build_methods(cfg: RunConfig, generator: Generator | None, retriever: Retrie
         if name in RETRIEVAL_METHODS and name != "agent" and retriever is None:
             raise ValueError(f"method {name} needs a retriever: pass --index DIR or --url URL")
         if name == "prior":
-            methods[name] = PriorMethod(prior_from_config(cfg))
+            methods[name] = PriorMethod(prior or prior_from_config(cfg))
             continue
         assert generator is not None, f"method {name} needs the policy"
         if name == "direct":
@@ -449,8 +451,7 @@ def run_from_config(
         own = f"; its own index {s.index or s.corpus}" if s.retriever_key != (None, None) else ""
         console.log(f"dataset {s.name}: {len(s.examples)} questions from {s.source}{own}")
     needs = set(ev.methods) & RETRIEVAL_METHODS
-    if "prior" in ev.methods:
-        prior_from_config(cfg)  # a missing or answerless prior_data fails before any model loads
+    prior = prior_from_config(cfg) if "prior" in ev.methods else None  # a bad prior_data fails before any model loads
     if retriever is None and needs and any(s.retriever_key == (None, None) for s in sets):
         from searchrl.pipeline import make_retriever_for
 
@@ -464,9 +465,9 @@ def run_from_config(
     if generator is None and set(ev.methods) - {"prior"}:  # the prior alone loads no model
         generator = load_generator(cfg)
     shared = any(s.retriever_key == (None, None) for s in sets)
-    by_key = {key: build_methods(cfg, generator, r) for key, r in own_retrievers.items()}
+    by_key = {key: build_methods(cfg, generator, r, prior) for key, r in own_retrievers.items()}
     by_dataset = {s.name: by_key[s.retriever_key] for s in sets if s.retriever_key in by_key}
-    methods = build_methods(cfg, generator, retriever) if shared or not by_key else next(iter(by_key.values()))
+    methods = build_methods(cfg, generator, retriever, prior) if shared or not by_key else next(iter(by_key.values()))
     data = {s.name: (s.source, s.examples) for s in sets}
     out = Path(ev.output_dir)
     dump_config(cfg, out / "config.yaml")
