@@ -90,3 +90,8 @@ def test_the_prior_without_its_data_fails_before_any_model_loads(tmp_path, monke
     cfg = load_config(None, [f"evaluation.datasets=[{held_out}]", "evaluation.methods=[prior, direct]"])
     with pytest.raises(ValueError, match="evaluation.prior_data"):
         harness.run_from_config(cfg)
+
+
+def test_a_yes_no_question_counts_its_yes_or_no_gold_whichever_comes_first() -> None:
+    prior = AnswerPrior.fit([qa("Did Al win?", "He did", "yes"), qa("Did Bea win?", "no"), qa("Is Al tall?", "yes")])
+    assert prior.yes_no == {"yes": 2, "no": 1}

@@ -81,7 +81,7 @@ class AnswerPrior:
                 if len(hit) == 1:
                     prior.positions[hit[0]] += 1
             elif form == "yes/no":
-                prior.yes_no[gold.strip().lower()] += 1
+                prior.yes_no[next(a for a in (str(g).strip().lower() for g in ex.answers) if a in ("yes", "no"))] += 1
             else:
                 key = normalize_answer(gold)
                 if key:
@@ -95,8 +95,7 @@ class AnswerPrior:
         """The prior's answer to ``question`` (None when the training questions hold no answer of its form)."""
         options = choice_options(question)
         if options:
-            # most_common keeps first-seen order on ties; sorting by position first makes ties go to the first
-            best = max(sorted(self.positions), key=lambda i: self.positions[i], default=0)
+            best = max(sorted(self.positions), key=lambda i: self.positions[i], default=0)  # a tie: the lower
             return options[min(best, len(options) - 1)]
         if asks_yes_no(question):
             if not self.yes_no:
