@@ -13,34 +13,21 @@ gold of the choice questions on each side. Writes ``benchmarks/results/<--name>.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections import Counter
-from pathlib import Path
 
-from em_by_question_form import FORMS
+from em_by_question_form import FORMS, named_option, write_report
 
 from searchrl.data.loaders import load_qa
 from searchrl.data.splits import heldout_split
 from searchrl.eval.prior import AnswerPrior
 from searchrl.rewards.forms import choice_options, question_form
-from searchrl.rewards.metrics import exact_match, normalize_answer
-from searchrl.utils import write_portable
-
-RESULTS = Path(__file__).parent / "results"
+from searchrl.rewards.metrics import exact_match
 
 
 def gold_positions(examples) -> dict[str, int]:
-    """Choice questions by the option that holds the gold: ``first``, ``second``, ``neither`` (or both)."""
-    out: Counter[str] = Counter()
-    for e in examples:
-        options = [normalize_answer(o) for o in choice_options(e.question)]
-        if not options:
-            continue
-        golds = {normalize_answer(g) for g in e.answers}
-        hit = [i for i, o in enumerate(options) if o in golds]
-        out[("first", "second")[hit[0]] if len(hit) == 1 else "neither"] += 1
-    return dict(out)
+    """Choice questions by the option that holds the gold: ``first``, ``second``, ``other`` (neither, or both)."""
+    return dict(Counter(named_option(e.question, e.answers[0]) for e in examples if choice_options(e.question)))
 
 
 def measure(path: str, n_heldout: int | None) -> dict:
@@ -95,10 +82,7 @@ def main() -> None:
         pos = "; ".join(f"{p.get('first', 0)} / {p.get('second', 0)}" for p in sides)
         head = f"| {label} | {r['train']} / {r['heldout']} | {r['em']:.3f} | "
         lines.append(head + " | ".join(cells) + f" | {pos} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    write_portable(RESULTS / f"{args.name}.json", json.dumps(results, indent=1) + "\n")
-    write_portable(RESULTS / f"{args.name}.md", text)
+    write_report(args.name, results, lines)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,14 @@ def split_em(path: Path) -> dict:
     return {"n": len(rows), "em": round(sum(f["correct"] for f in out.values()) / max(len(rows), 1), 3), **out}
 
 
+def write_report(name: str, results: dict, lines: list[str]) -> None:
+    """Print the report's lines and write them and ``results`` to ``benchmarks/results/<name>.{md,json}``."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    write_portable(RESULTS / f"{name}.json", json.dumps(results, indent=1) + "\n")
+    write_portable(RESULTS / f"{name}.md", text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="em_by_question_form")
@@ -86,10 +94,7 @@ def main() -> None:
         said, gold = ("-" if s is None else "{first} / {second} / {other}".format(**s) for s in sides)
         named = "-" if said == "-" else f"{said} ({gold})"
         lines.append(f"| {label} | {r['n']} | {r['em']:.2f} | " + " | ".join(cells) + f" | {named} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    write_portable(RESULTS / f"{args.name}.json", json.dumps(results, indent=1) + "\n")
-    write_portable(RESULTS / f"{args.name}.md", text)
+    write_report(args.name, results, lines)
 
 
 if __name__ == "__main__":
