@@ -21,8 +21,8 @@ import json
 import time
 from pathlib import Path
 
-from searchrl.rewards.forms import QUESTION_FORMS, choice_options, question_form
-from searchrl.rewards.metrics import exact_match, normalize_answer
+from searchrl.rewards.forms import QUESTION_FORMS, option_index, question_form
+from searchrl.rewards.metrics import exact_match
 from searchrl.utils import write_portable
 
 RESULTS = Path(__file__).parent / "results"
@@ -31,10 +31,8 @@ FORMS = QUESTION_FORMS
 
 def named_option(question: str, text: str | None) -> str:
     """Which option of a choice question ``text`` names: ``first``, ``second``, else ``other`` (neither, or both)."""
-    options = [normalize_answer(o) for o in choice_options(question)]
-    said = normalize_answer(text or "")
-    hit = [i for i, o in enumerate(options) if o == said]
-    return ("first", "second")[hit[0]] if len(hit) == 1 else "other"
+    i = option_index(question, text)
+    return "other" if i is None else ("first", "second")[i]
 
 
 def split_em(path: Path) -> dict:

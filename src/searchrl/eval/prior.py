@@ -23,10 +23,11 @@ import re
 import time
 from collections import Counter
 from collections.abc import Sequence
+from functools import cached_property
 
 from searchrl.data.records import QAExample
 from searchrl.eval.method import Method, Prediction
-from searchrl.rewards.forms import choice_options, question_form
+from searchrl.rewards.forms import choice_options, option_index, question_form
 from searchrl.rewards.metrics import normalize_answer
 
 _AUXILIARY = re.compile(
@@ -75,11 +76,9 @@ class AnswerPrior:
             gold = str(ex.answers[0])
             form = question_form(ex.question, ex.answers)
             if form == "choice":
-                options = [normalize_answer(o) for o in choice_options(ex.question)]
-                golds = {normalize_answer(g) for g in ex.answers}
-                hit = [i for i, o in enumerate(options) if o in golds]
+                hit = {option_index(ex.question, str(g)) for g in ex.answers} - {None}
                 if len(hit) == 1:
-                    prior.positions[hit[0]] += 1
+                    prior.positions[hit.pop()] += 1
             elif form == "yes/no":
                 prior.yes_no[next(a for a in (str(g).strip().lower() for g in ex.answers) if a in ("yes", "no"))] += 1
             else:
@@ -91,6 +90,11 @@ class AnswerPrior:
             raise ValueError("the prior has no training answers: give evaluation.prior_data a QA file with golds")
         return prior
 
+    @cached_property
+    def open_all(self) -> Counter[str]:
+        """Every open question's answer counts, whatever its wh-word (the fallback of an unseen one)."""
+        return sum(self.open_by_wh.values(), Counter())
+
     def answer(self, question: str) -> str | None:
         """The prior's answer to ``question`` (None when the training questions hold no answer of its form)."""
         options = choice_options(question)
@@ -101,9 +105,7 @@ class AnswerPrior:
             if not self.yes_no:
                 return None
             return max(("yes", "no"), key=lambda a: self.yes_no[a])
-        counts = self.open_by_wh.get(wh_word(question))
-        if not counts:
-            counts = sum(self.open_by_wh.values(), Counter())
+        counts = self.open_by_wh.get(wh_word(question)) or self.open_all
         if not counts:
             return None
         return self.surface[counts.most_common(1)[0][0]]

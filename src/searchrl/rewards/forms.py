@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from searchrl.rewards.metrics import normalize_answer
 
-__all__ = ["QUESTION_FORMS", "choice_options", "question_form"]
+__all__ = ["QUESTION_FORMS", "choice_options", "option_index", "question_form"]
 
 # "..., A or B?": the options after the question's last comma before " or " (an option may hold commas after it).
 _CHOICE = re.compile(r",\s*(?P<a>[^,]+?)\s+or\s+(?P<b>.+?)\s*\?\s*$", re.IGNORECASE)
@@ -30,6 +30,20 @@ def choice_options(question: str) -> list[str]:
         return []
     options = [m.group("a").strip(), m.group("b").strip()]
     return options if all(normalize_answer(o) for o in options) else []
+
+
+def option_index(question: str, text: str | None) -> int | None:
+    """The index of the one option of a choice question that ``text`` names (after answer normalisation); None
+    when it names neither, or both, or the question names no options.
+
+    >>> option_index("Who was born first, Ada Lovelace or Charles Babbage?", "charles babbage.")
+    1
+    >>> option_index("Who was born first, Ada Lovelace or Charles Babbage?", "Byron") is None
+    True
+    """
+    said = normalize_answer(text or "")
+    hit = [i for i, o in enumerate(choice_options(question)) if normalize_answer(o) == said]
+    return hit[0] if len(hit) == 1 else None
 
 
 #: the forms :func:`question_form` tells apart: a guess answers the first two right often, an open question rarely.
