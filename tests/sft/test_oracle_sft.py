@@ -518,7 +518,7 @@ class _Shelf:
 def test_grounded_real_questions_quote_the_sentence_that_holds_the_answer(name: str) -> None:
     """sft.oracle_grounded: a question searched as asked is kept only when a document holds a gold the question
     does not name; its closing step quotes that sentence (without the title the corpus repeats) and answers with
-    the gold found there. Option lookups are kept as they are."""
+    the gold found there. A choice question whose options' years are not both in the documents is dropped."""
     from searchrl.data.records import QAExample
     from searchrl.sft.oracle import evidence_sentence
 
@@ -536,14 +536,13 @@ def test_grounded_real_questions_quote_the_sentence_that_holds_the_answer(name: 
     tok = ByteTokenizer()
     examples = [found, missed, named, choice]
     trajs = oracle_trajectories(protocol, examples, shelf, tok, topk=2, unchained="options", grounded=True)
-    assert [t.question_id for t in trajs] == ["f", "c"]
+    assert [t.question_id for t in trajs] == ["f"]  # no passage of Vertigo: its year is unread
     closing = trajs[0].turns[-1].text
     assert (
         "The documents say: George Dewhurst (1889 - 1968 in Tooting, London) was a director. So the answer" in closing
     )
     report = protocol.check_format(trajs[0].response_text(tok))
     assert report.ok and report.answer.strip() == "London" and trajs[0].answer == "London"
-    assert "The question names two options, Rope and Vertigo." in trajs[1].turns[-1].text
     assert len(oracle_trajectories(protocol, examples, shelf, tok, topk=2, unchained="options")) == 4  # not grounded
     long = _Shelf([("T", " ".join(f"w{i}" for i in range(60)) + " Paris " + " ".join(f"v{i}" for i in range(60)))])
     window = evidence_sentence(long.search(["q"], 1)[0:1], ["Paris"], max_words=10).split()
@@ -613,3 +612,53 @@ def test_name_options_makes_a_choice_comparison_close_on_its_options(world, name
             assert f"{years[0]} is earlier." in closing or f"{years[1]} is later." in closing, closing
     for ex in others:
         assert oracle_texts(protocol, ex, name_options=True) == oracle_texts(protocol, ex)
+
+
+class _ByTitle(_Shelf):
+    """A retriever that returns the documents whose title starts with the query."""
+
+    def search(self, queries: list[str], topk: int) -> list[list]:
+        return [[h for h in self.hits if h.title.startswith(q)][:topk] for q in queries]
+
+
+@pytest.mark.parametrize("name", ["search_r1", "r1_searcher"])
+def test_grounded_choice_questions_set_their_options_years_side_by_side(name: str) -> None:
+    """sft.oracle_grounded with options: a choice question comparing years is kept only when the years read off
+    each option's own passage decide its gold; the closing sets them side by side, and questions comparing no year,
+    or whose year a passage does not open with, or whose years pick the other option, are dropped."""
+    from searchrl.data.records import QAExample
+
+    shelf = _ByTitle(
+        [
+            ("Rope (film)", "Rope is a 1948 American film directed by Alfred Hitchcock."),
+            ("Vertigo", "Vertigo is a 1958 film. It was remade in 1998."),
+            ("Ada Byron", "Ada Byron (10 December 1815 - 27 November 1852) was a mathematician."),
+            ("Carl Berg", "Carl Berg (born 3 May 1791 in Oslo; died 1871) was a painter."),
+            ("Dora Holm", "Dora Holm (1801 – 1899) was a poet born in 1801."),
+        ]
+    )
+    asked = [
+        QAExample("early", "Which film came out earlier, Rope or Vertigo?", ["rope"]),
+        QAExample("misread", "Which film came out later, Rope or Vertigo?", ["Rope"]),
+        QAExample("died", "Who died first, Dora Holm or Ada Byron?", ["Ada Byron"]),
+        QAExample("born", "Who is younger, Carl Berg or Ada Byron?", ["Ada Byron"]),
+        QAExample("bridge", "Which film has the director who died first, Rope or Vertigo?", ["Rope"]),
+        QAExample("longer", "Who lived longer, Dora Holm or Ada Byron?", ["Dora Holm"]),
+        QAExample("unborn", "Who died first, Carl Berg or Ada Byron?", ["Ada Byron"]),
+    ]
+    protocol = get_protocol(name)
+    tok = ByteTokenizer()
+    trajs = oracle_trajectories(protocol, asked, shelf, tok, topk=2, unchained="options", grounded=True)
+    assert [t.question_id for t in trajs] == ["early", "died", "born"]
+    closings = [t.turns[-1].text for t in trajs]
+    assert (
+        "two options, Rope and Vertigo. Rope 1948, Vertigo 1958. 1948 is earlier. So the answer is Rope."
+        in (closings[0])
+    )
+    assert "Dora Holm 1899, Ada Byron 1852. 1852 is earlier." in closings[1]
+    assert "Carl Berg 1791, Ada Byron 1815. 1815 is later. So the answer is Ada Byron." in closings[2]
+    for t in trajs:  # answered with the option as the question spells it, searched option by option
+        report = protocol.check_format(t.response_text(tok))
+        assert report.ok and report.answer.strip() == t.answer and t.answer in t.question
+        options = [o.strip() for o in t.question[:-1].split(",")[1].split(" or ")]
+        assert [q for turn in t.turns for q in turn.queries] == options

@@ -23,6 +23,7 @@ from searchrl.rewards.forms import choice_options
 from searchrl.rewards.metrics import cover_em
 from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
 from searchrl.rollout.trajectory import Trajectory, Turn
+from searchrl.sft.option_years import option_years, years_text
 
 
 def _reason_before_hop(i: int, hop: dict) -> str:
@@ -258,6 +259,7 @@ def oracle_texts(
     unchained: str = "error",
     evidence: str | None = None,
     name_options: bool = False,
+    years: str | None = None,
 ) -> list[tuple[str, list[str]]]:
     """The policy's turns as ``(text, queries)``; queries are empty on the final (answer) turn.
 
@@ -269,6 +271,8 @@ def oracle_texts(
     a question searched as asked quotes it before the answer, so the model learns to read the answer off them.
     ``name_options``: the closing step of a recorded choice comparison ("..., A or B?") names the two options (and
     sets their years side by side), as the closing of an unchained one under ``unchained="options"`` does.
+    ``years`` (:func:`searchrl.sft.option_years.years_text`, "A 1957, B 1929. 1929 is earlier."): the closing
+    step of a choice question looked up option by option sets the years its documents give side by side.
 
     ``plan`` (see :data:`PLAN_STYLES`): ``count`` makes the first reasoning step say how many searches the question
     needs and every step count them ("Search 2 of 2: ..."); ``decompose`` writes the question's decomposition first
@@ -295,6 +299,8 @@ def oracle_texts(
         # question's form (a bare "So the answer is <name>" taught the model to answer open questions with a
         # name from the question)
         close = f"{_options_text(options)} " if options else ""
+        if options and years:
+            close += f"{years} "
         if evidence and not options:
             close = f"The documents say: {evidence} "
         final = style(f"{close}So the answer is {answer}.")
@@ -380,8 +386,10 @@ def oracle_trajectories(
     ``max_obs_tokens`` truncates observations exactly as the rollout engine does, so SFT sees what RL will;
     ``plan`` and ``unchained``: see :func:`oracle_texts`. ``grounded``: a question without a recorded chain that
     is searched as asked keeps its trajectory only when the documents hold a gold answer that the question does not
-    name, and its closing step quotes the sentence that holds it (answering with that gold); the others are dropped,
-    so fewer trajectories than examples may come back. Chains and option lookups are kept as they are.
+    name, and its closing step quotes the sentence that holds it (answering with that gold); a choice question looked
+    up option by option (``unchained="options"``) is kept only when the years its options' documents give decide the
+    gold, and its closing sets them side by side (:mod:`searchrl.sft.option_years`); the others are dropped, so
+    fewer trajectories than examples may come back. Recorded chains are kept as they are.
     ``name_options``: see :func:`oracle_texts`."""
     protocol.bind_tokenizer(tokenizer, prompt_style)  # tool_call: its replies come from the chat template
     plans = [oracle_texts(protocol, ex, plan, unchained, name_options=name_options) for ex in examples]
@@ -396,8 +404,15 @@ def oracle_trajectories(
     if grounded:
         kept = []
         for ex, p, mine in zip(examples, plans, found, strict=True):
-            if ex.metadata.get("chain") or (unchained == "options" and choice_options(ex.question)):
+            options = choice_options(ex.question) if unchained == "options" else []
+            if ex.metadata.get("chain"):
                 kept.append((ex, p, mine))
+            elif options:  # kept when the years its options' documents give decide the gold
+                read = option_years(ex.question, options, mine)
+                if read and (decided := years_text(ex.question, options, read, ex.answers)):
+                    said, winner = decided
+                    ex = replace(ex, answers=[winner, *(a for a in ex.answers if a != winner)])
+                    kept.append((ex, oracle_texts(protocol, ex, plan, unchained, years=said), mine))
             elif cover_em(ex.question, ex.answers):  # a gold the question names shows nothing about reading
                 continue
             elif sentence := evidence_sentence(mine, ex.answers):

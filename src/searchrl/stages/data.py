@@ -98,8 +98,9 @@ def oracle_data(
     come from the remaining questions. ``sft.oracle_topk`` documents per search (default ``retrieval.topk``).
     ``forms``: only questions of these forms (:func:`searchrl.rewards.forms.question_form`: choice, yes/no,
     open), e.g. ``["choice"]`` for a real QA file's "..., A or B?" questions under ``sft.oracle_unchained``.
-    ``sft.oracle_grounded`` keeps only the questions searched as asked whose documents hold a gold answer (the
-    limit counts the trajectories kept)."""
+    ``sft.oracle_grounded`` keeps only the questions searched as asked whose documents hold a gold answer, and the
+    choice questions whose options' passages give years that decide the gold (the limit counts the trajectories
+    kept)."""
     from searchrl.rewards.forms import QUESTION_FORMS, question_form
     from searchrl.sft.oracle import oracle_trajectories, round_robin_by_template
     from searchrl.sft.pipelines import slice_steps
