@@ -26,6 +26,7 @@ import re
 from collections.abc import Sequence
 
 from searchrl.retrieval.base import Hit
+from searchrl.rewards.forms import choice_options
 from searchrl.rewards.metrics import normalize_answer
 
 __all__ = ["compared_aspect", "compared_direction", "option_years", "years_text", "year_in_passage"]
@@ -48,8 +49,11 @@ _LIFESPAN_DASH = re.compile(r"\s[-–—]\s|[–—]")
 
 
 def _asked(question: str) -> str:
-    """The question's words before its options, lower-cased."""
-    return question.rsplit(",", 1)[0].lower() if "," in question else question.lower()
+    """The question's words before its options (:func:`searchrl.rewards.forms.choice_options`), lower-cased: an
+    option's own words ("The Last Samurai", "George Nevill, 1st Earl") say nothing about what is compared."""
+    options = choice_options(question)
+    cut = question.find(options[0]) if options else -1
+    return (question[:cut] if cut > 0 else question).lower()
 
 
 def compared_aspect(question: str) -> str | None:
@@ -61,13 +65,19 @@ def compared_aspect(question: str) -> str | None:
     'date'
     >>> compared_aspect("Who lived longer, Ada Lovelace or Charles Babbage?") is None
     True
+    >>> compared_aspect("Who lived longer, Ada Born or Charles Babbage?") is None  # an option's words are not asked
+    True
     """
     asked = _asked(question)
     return next((name for name, words in _ASPECTS if words.search(asked)), None)
 
 
 def compared_direction(question: str) -> str | None:
-    """``earlier`` or ``later``: which year a choice question asks for; None when its words say neither or both."""
+    """``earlier`` or ``later``: which year a choice question asks for; None when its words say neither or both.
+
+    >>> compared_direction("Who was born first, The Last Baron or George Nevill, 1st Earl?")
+    'earlier'
+    """
     asked = _asked(question)
     early, late = bool(_EARLIER.search(asked)), bool(_LATER.search(asked))
     return ("earlier" if early else "later") if early != late else None
