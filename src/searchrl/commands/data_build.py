@@ -248,7 +248,9 @@ def oracle_cmd(
     rollout engine caps them), shaped by the recipe's sft.oracle_* settings. The file is SFT data: `searchrl sft --recipe R sft.data=FILE`.
 
     A QA directory (train.jsonl, no recorded chains) needs --set sft.oracle_unchained=question (one search with the
-    question itself, then the gold answer) or =options (a choice question looks up each of its options instead).
+    question itself, then the gold answer) or =options (a choice question looks up each of its options instead);
+    --set sft.oracle_grounded=true then keeps only the questions whose documents support the answer (the sentence
+    that holds it, or for a choice question the years its options' passages give, quoted in the closing step).
 
     Example: searchrl data oracle --world runs/world --protocol search_r1 --index runs/world/index-bm25 --out runs/oracle.jsonl
     """  # noqa: E501
