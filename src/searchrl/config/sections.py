@@ -386,10 +386,8 @@ class SFTConfig(Section):
     #: oracle SFT on questions without a recorded chain (a real QA file): "error"; "question": one search with the
     #: question itself, then the gold; "options": a choice question ("..., A or B?") searches each option instead.
     oracle_unchained: Literal["error", "question", "options"] = "error"
-    #: oracle SFT, a question without a chain searched as asked: kept only when the documents hold a gold answer,
-    #: and its closing step quotes the sentence that does (the model learns to read the answer off the documents);
-    #: a choice question looked up option by option (oracle_unchained=options): kept only when the years its options'
-    #: passages give decide the gold, and its closing sets them side by side (searchrl.sft.option_years).
+    #: oracle SFT without a chain: keep a question only when its documents hold the gold (quoted in the closing), or
+    #: for a choice question under oracle_unchained=options, when its options' years decide it (sft.option_years).
     oracle_grounded: bool = False
     oracle_name_options: bool = False  #: oracle SFT: a choice comparison's closing step names its two options first
     limit: int | None = None
