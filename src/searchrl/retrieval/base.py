@@ -22,6 +22,14 @@ class Hit:
         """Search-R1 / FlashRAG corpus layout: title on the first line, then the text."""
         return f"{self.title}\n{self.text}"
 
+    @property
+    def body(self) -> str:
+        """The text without the title that Wikipedia chunks repeat at their start ("Rope (film) Rope is ...")."""
+        n = len(self.title)
+        if self.title and self.text.startswith(self.title) and self.text[n : n + 1].isspace():
+            return self.text[n:].lstrip()
+        return self.text
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -27,9 +27,9 @@ from collections.abc import Sequence
 
 from searchrl.retrieval.base import Hit
 from searchrl.rewards.forms import choice_options
-from searchrl.rewards.metrics import normalize_answer
+from searchrl.rewards.metrics import exact_match, normalize_answer
 
-__all__ = ["compared_aspect", "compared_direction", "option_years", "years_text", "year_in_passage"]
+__all__ = ["compared_aspect", "compared_direction", "option_years", "side_by_side", "year_in_passage", "years_text"]
 
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 _ASPECTS = (
@@ -127,8 +127,7 @@ def option_years(question: str, options: Sequence[str], hits: Sequence[Sequence[
         hit = _own_passage(option, found)
         if hit is None:
             return None
-        text = hit.text[len(hit.title) :] if hit.title and hit.text.startswith(hit.title) else hit.text
-        year = year_in_passage(text, aspect)
+        year = year_in_passage(hit.body, aspect)
         if year is None:
             return None
         years.append(year)
@@ -152,7 +151,12 @@ def years_text(
         return None
     pick = (min if direction == "earlier" else max)(years)
     winner = options[list(years).index(pick)]
-    if normalize_answer(winner) not in {normalize_answer(g) for g in golds}:
+    if not exact_match(winner, list(golds)):
         return None
-    pairs = ", ".join(f"{o} {y}" for o, y in zip(options, years, strict=True))
-    return f"{pairs}. {pick} is {direction}.", winner
+    return side_by_side(list(zip(options, years, strict=True)), pick, direction), winner
+
+
+def side_by_side(pairs: Sequence[tuple[str, object]], pick: object, direction: str) -> str:
+    """The closing of every oracle comparison of years, the world's and the real one's: "A 1950, B 1962. 1950 is
+    earlier." (``pairs`` of label and year or date, the one picked, and ``earlier`` or ``later``)."""
+    return ", ".join(f"{label} {value}" for label, value in pairs) + f". {pick} is {direction}."

@@ -23,7 +23,7 @@ from searchrl.rewards.forms import choice_options
 from searchrl.rewards.metrics import cover_em
 from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
 from searchrl.rollout.trajectory import Trajectory, Turn
-from searchrl.sft.option_years import option_years, years_text
+from searchrl.sft.option_years import option_years, side_by_side, years_text
 
 
 def _reason_before_hop(i: int, hop: dict) -> str:
@@ -119,8 +119,7 @@ def _years_side_by_side(chain: list[dict], direction: str, question: str) -> str
     """ "A 1950, B 1962. 1950 is earlier." for a comparison of years or dates."""
     ends = _compared(chain)
     pick = (min if direction == "earlier" else max)((chain[j]["answer"] for j in ends), key=when)
-    pairs = ", ".join(f"{_label(chain, j, question)} {chain[j]['answer']}" for j in ends)
-    return f"{pairs}. {pick} is {direction}."
+    return side_by_side([(_label(chain, j, question), chain[j]["answer"]) for j in ends], pick, direction)
 
 
 def _direction(chain: list[dict], answer: str, question: str) -> str:
@@ -237,8 +236,7 @@ def evidence_sentence(hits: Sequence[Sequence[Hit]], golds: Sequence[str], max_w
     """The first sentence of the documents (in retrieval order) that holds a gold answer as whole words (as
     cover-EM matches), cut to ``max_words`` words around the answer; None when no document holds one."""
     for hit in (h for hs in hits for h in hs):
-        text = " ".join(hit.text.split())
-        text = text[len(hit.title) :].lstrip() if hit.title and text.startswith(hit.title + " ") else text
+        text = " ".join(hit.body.split())
         for sentence in re.split(r"(?<=[.!?])\s+", text):
             if not cover_em(sentence, list(golds)):
                 continue
