@@ -87,3 +87,31 @@ def test_passage_store_roundtrip(tmp_path: Path) -> None:
     assert store[7].title == "T7" and store[7].text == "body 7 ünïcode"
     assert store.index_of("p31") == 31
     store.close()
+
+
+def test_beir_pyserini_and_untitled_rows_load(tmp_path: Path) -> None:
+    """The layouts retrieval researchers bring: BEIR's ``_id``, ir_datasets' ``doc_id``, Pyserini's one-line
+    ``contents`` (no title), a ``text`` with no ``title``; a row with no id at all names the fix."""
+    import pytest
+
+    from searchrl.data.corpus import CorpusFormatError
+
+    corpus = tmp_path / "mixed.jsonl"
+    rows = [
+        {"_id": "b1", "title": "Hamlet", "text": "A tragedy by Shakespeare.", "metadata": {}},
+        {"doc_id": "d1", "text": "Untitled passage."},
+        {"id": "m1", "contents": "The presence of communication amid scientific minds."},
+        {"id": 7, "contents": '"Elsinore"\nA castle.'},
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    got = [(p.id, p.title, p.text) for p in iter_passages(corpus)]
+    assert got == [
+        ("b1", "Hamlet", "A tragedy by Shakespeare."),
+        ("d1", "", "Untitled passage."),
+        ("m1", "", "The presence of communication amid scientific minds."),
+        ("7", "Elsinore", "A castle."),
+    ]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"title": "T", "text": "x"}) + "\n", encoding="utf-8")
+    with pytest.raises(CorpusFormatError, match=r"bad\.jsonl:2: row has 'title'/'text' but no 'id'.*add an id"):
+        list(iter_passages(bad))

@@ -45,6 +45,30 @@ def test_r1_searcher_rows_string_or_list_answer_and_line_ids(tmp_path: Path) -> 
     assert [g.id for g in got] == ["stage_2-1", "stage_2-3"]  # file stem + line number (blank line 2 skipped)
 
 
+def test_the_datasets_own_releases_load(tmp_path: Path) -> None:
+    """HotpotQA/2Wiki ``_id``, MuSiQue aliases, TriviaQA's answer dict, SQuAD's answers dict, PopQA's string list."""
+    rows = [
+        {"_id": "5a8b", "question": "Which magazine came first?", "answer": "Arthur's Magazine", "type": "comparison"},
+        {"id": "2hop__1", "question": "Who?", "answer": "Bob Dylan", "answer_aliases": ["Dylan", "Bob Dylan"]},
+        {"question_id": "tc_1", "question": "Where?", "answer": {"value": "Paris", "aliases": ["Paris, France"]}},
+        {"id": "s1", "question": "When?", "answers": {"text": ["1990", "in 1990"], "answer_start": [3, 0]}},
+        {"id": 4222362, "question": "What?", "possible_answers": '["cellist", "cello player"]'},
+    ]
+    got = load_qa(_write(tmp_path / "mixed.jsonl", rows))
+    assert [g.id for g in got] == ["5a8b", "2hop__1", "tc_1", "s1", "4222362"]
+    assert [g.answers for g in got] == [
+        ["Arthur's Magazine"],
+        ["Bob Dylan", "Dylan"],
+        ["Paris", "Paris, France"],
+        ["1990", "in 1990"],
+        ["cellist", "cello player"],
+    ]
+    assert got[0].metadata == {"type": "comparison"}  # the id and answer fields are not repeated in metadata
+    assert got[1].metadata == {} and got[3].metadata == {}
+    bad = _write(tmp_path / "bad.jsonl", [{"id": "p", "question": "q", "possible_answers": "['single quotes']"}])
+    assert load_qa(bad)[0].answers == ["['single quotes']"]  # not JSON: the string is the answer
+
+
 def test_limit_and_normalize(tmp_path: Path) -> None:
     f = _write(tmp_path / "t.jsonl", [{"question": f" q{i} ", "answer": "a"} for i in range(5)])
     assert len(load_qa(f, limit=2)) == 2
@@ -60,7 +84,7 @@ def test_limit_and_normalize(tmp_path: Path) -> None:
         ({"id": "a", "golden_answers": ["x"]}, "'question'"),
         ({"id": "a", "question": "q"}, "'golden_answers'"),
         ({"id": "a", "question": "q", "golden_answers": []}, "'golden_answers'"),
-        ({"id": "a", "question": "q", "answer": {"value": "x"}}, "'answer'"),
+        ({"id": "a", "question": "q", "answer": {"span": "x"}}, "'answer'"),
         ({"id": "a", "question": "", "answer": "x"}, "'question'"),
     ],
 )

@@ -2,8 +2,8 @@
 
 Formats (detected per row):
 - FlashRAG / Search-R1 JSONL ``{"id", "contents"}``: the title is the first line of ``contents`` (Search-R1 wraps
-  it in double quotes, which are stripped);
-- JSONL ``{"id", "title", "text"}``;
+  it in double quotes, which are stripped); a ``contents`` of one line (Pyserini's MS MARCO) is text without a title;
+- JSONL ``{"id", "title", "text"}`` (BEIR's ``_id`` and ``doc_id`` name the id too; ``title`` may be absent);
 - KILT pages ``{"wikipedia_title", "text": [paragraphs]}``: chunked into ~100-word passages that keep the title;
 - parquet files with either column layout.
 
@@ -42,8 +42,14 @@ class CorpusFormatError(ValueError):
 
 
 def split_contents(contents: str) -> tuple[str, str]:
-    """``'"Title"\\ntext'`` or ``'Title\\ntext'`` -> (title, text)."""
-    title, _, text = contents.partition("\n")
+    """``'"Title"\\ntext'`` or ``'Title\\ntext'`` -> (title, text); one line is text without a title.
+
+    >>> split_contents('"Hamlet"\\nA play.'), split_contents("A passage on its own.")
+    (('Hamlet', 'A play.'), ('', 'A passage on its own.'))
+    """
+    title, newline, text = contents.partition("\n")
+    if not newline:
+        return "", contents.strip()
     title = title.strip()
     if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
         title = title[1:-1]
@@ -80,18 +86,26 @@ def chunk_kilt_page(page: dict, size: int = 100, id_prefix: str | None = None) -
     return [Passage(f"{prefix}-{i}", title, chunk) for i, chunk in enumerate(chunk_words(body, size))]
 
 
+#: The fields that name a passage's id, in the order they are looked up (FlashRAG, BEIR, ir_datasets).
+ID_FIELDS = ("id", "_id", "doc_id", "docid")
+
+
+def _row_id(row: dict, where: str, fields: str) -> str:
+    key = next((f for f in ID_FIELDS if row.get(f) is not None and str(row[f]) != ""), None)
+    if key is None:
+        raise CorpusFormatError(f"{where}: row has {fields} but no 'id' (or '_id'); add an id field")
+    return str(row[key])
+
+
 def _row_to_passages(row: dict, where: str, chunk_size: int) -> list[Passage]:
     if "contents" in row:
-        if "id" not in row:
-            raise CorpusFormatError(f"{where}: row has 'contents' but no 'id'; add an id field")
         title, text = split_contents(str(row["contents"]))
-        return [Passage(str(row["id"]), title, text)]
+        return [Passage(_row_id(row, where, "'contents'"), title, text)]
     if "wikipedia_title" in row and "text" in row:
         return chunk_kilt_page(row, chunk_size)
-    if "title" in row and "text" in row:
-        if "id" not in row:
-            raise CorpusFormatError(f"{where}: row has 'title'/'text' but no 'id'; add an id field")
-        return [Passage(str(row["id"]), str(row["title"]).strip(), str(row["text"]).strip())]
+    if "text" in row and isinstance(row["text"], str):
+        title = row.get("title")
+        return [Passage(_row_id(row, where, "'title'/'text'"), str(title or "").strip(), row["text"].strip())]
     raise CorpusFormatError(
         f"{where}: unknown corpus row with fields {sorted(row)}; expected {{id, contents}}, {{id, title, text}} "
         "or a KILT page {wikipedia_title, text}"

@@ -3,9 +3,11 @@
 Accepted sources:
 
 - a JSONL file (``.jsonl.gz`` too, or ``.parquet``) in FlashRAG layout ``{"id", "question", "golden_answers": [...]}``
-  or R1-Searcher
-  layout ``{"question", "answer": str | [str]}`` (an ``answers`` list is accepted too); rows without an id get
-  ``<file stem>-<line>``;
+  or R1-Searcher layout ``{"question", "answer": str | [str]}``. The datasets' own releases load as they come:
+  an ``answers`` list (Natural Questions open), HotpotQA's and 2WikiMultiHopQA's ``_id``, MuSiQue's
+  ``answer_aliases`` (added to the gold answers), TriviaQA's ``answer: {"value", "aliases"}``, SQuAD's
+  ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON list in a string). Search-R1's parquet
+  files carry ``question`` and ``golden_answers`` beside their prompt. Rows without an id get ``<file stem>-<line>``;
 - a directory: ``<dir>/<split>.jsonl`` (e.g. a synthetic world), or a dataset saved with ``save_to_disk``;
 - ``hf:NAME[:CONFIG]:SPLIT``, e.g. ``hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev``, read with
   ``datasets.load_dataset`` (NAME may also be a local dataset directory). Hub downloads use huggingface_hub's
@@ -25,7 +27,9 @@ from typing import Any
 from searchrl.data.records import QAExample
 from searchrl.utils import open_lines
 
-_ANSWER_FIELDS = ("golden_answers", "answer", "answers")
+_ANSWER_FIELDS = ("golden_answers", "answer", "answers", "possible_answers")
+_ID_FIELDS = ("id", "_id", "question_id", "qid")
+_ALIAS_FIELDS = ("answer_aliases",)  # MuSiQue: more gold answers beside 'answer'
 _EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
 
 
@@ -39,11 +43,32 @@ def question_text(question: str) -> str:
     return q if q.endswith("?") else q + "?"
 
 
+def _unwrap(value: Any, field: str) -> Any:
+    """The datasets' answer containers -> a string or a list: TriviaQA's ``{"value", "aliases"}``, SQuAD's
+    ``{"text": [...]}``, PopQA's ``possible_answers`` (a JSON list in a string); anything else as it is."""
+    if isinstance(value, dict):
+        if "value" in value:
+            return [value["value"], *(value.get("aliases") or [])]
+        if "text" in value:
+            return value["text"]
+    if field == "possible_answers" and isinstance(value, str) and value.startswith("["):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        return parsed if isinstance(parsed, list) else value
+    return value
+
+
 def _answers(value: Any, where: str, field: str) -> list[str]:
+    value = _unwrap(value, field)
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         value = [value]
     if not isinstance(value, list | tuple) or not all(isinstance(a, str | int | float) for a in value):
-        raise ValueError(f"{where}: field '{field}' must be a string or a list of strings, got {value!r:.80}")
+        raise ValueError(
+            f"{where}: field '{field}' must be a string or a list of strings (or TriviaQA's {{value, aliases}}, "
+            f"SQuAD's {{text}}), got {value!r:.80}"
+        )
     answers = [str(a).strip() for a in value if str(a).strip()]
     if not answers:
         raise ValueError(f"{where}: field '{field}' is empty; give at least one gold answer")
@@ -65,16 +90,20 @@ def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: 
     question = row["question"]
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"{where}: field 'question' must be a non-empty string")
+    id_field = next((f for f in _ID_FIELDS if row.get(f) is not None and str(row[f]) != ""), None)
+    answers = _answers(row[answer_field], where, answer_field)
+    aliases = [f for f in _ALIAS_FIELDS if row.get(f)]
+    for field in aliases:
+        answers = list(dict.fromkeys([*answers, *_answers(row[field], where, field)]))
     metadata = dict(row["metadata"]) if isinstance(row.get("metadata"), dict) else {}
-    skip = {"id", "metadata", *present}
+    skip = {"metadata", *present, *aliases, *([id_field] if id_field else [])}
     metadata.update({k: v for k, v in row.items() if k not in skip})
     if "metadata" in row and not isinstance(row["metadata"], dict) and row["metadata"] is not None:
         metadata["metadata"] = row["metadata"]
-    rid = row.get("id")
     return QAExample(
-        id=str(rid) if rid is not None and str(rid) != "" else default_id,
+        id=str(row[id_field]) if id_field else default_id,
         question=question_text(question) if normalize else question.strip(),
-        answers=_answers(row[answer_field], where, answer_field),
+        answers=answers,
         metadata=metadata,
     )
 
