@@ -40,3 +40,13 @@ def test_recipe_and_override_flags_are_the_same_everywhere(command: list[str]) -
 def test_train_takes_out() -> None:
     page = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).stdout
     assert "--out" in page and "--resume" in page
+
+
+def test_help_text_wraps_to_the_terminal_not_to_the_docstring() -> None:
+    """A docstring's line breaks are not kept in the command lists: at 200 columns each command's summary in
+    ``searchrl --help`` is one line, and a paragraph of ``view --help`` that spans docstring lines reads as one."""
+    page = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).stdout
+    row = next(line for line in page.splitlines() if "│ ask " in line)
+    assert "The rollout limits" in row, row  # not cut where the docstring's line ends
+    page = runner.invoke(app, ["view", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "eval prediction rows. The summary follows the filter." in page

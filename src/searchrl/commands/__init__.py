@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import typer
@@ -71,7 +72,39 @@ def _register() -> None:
     app.add_typer(mcp.app, name="mcp")
 
 
+def reflow(text: str) -> str:
+    r"""A docstring's paragraphs as single lines, so help pages wrap them to the terminal (typer's rich mode keeps
+    a docstring's line breaks). Paragraphs with list items or indented lines keep theirs.
+
+    >>> reflow("Answer one question. The rollout\n    limits are the recipe's.\n\n    - one\n    - two")
+    "Answer one question. The rollout limits are the recipe's.\n\n- one\n- two"
+    """
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    keep = ("-", "*", " ", "\b")
+    return "\n\n".join(
+        p if any(line.startswith(keep) for line in p.split("\n")) else " ".join(p.split("\n")) for p in paragraphs
+    )
+
+
+def _reflow_help(group: typer.Typer) -> None:
+    """Reflow the help of every command and group under ``group`` (their ``help`` or their docstring)."""
+    for info in group.registered_commands:
+        text = info.help if isinstance(info.help, str) else inspect.getdoc(info.callback)
+        if text:
+            info.help = reflow(text)
+    for info in group.registered_groups:
+        sub = info.typer_instance
+        for holder in (info, sub.info, sub.registered_callback):
+            if holder is not None and isinstance(holder.help, str):
+                holder.help = reflow(holder.help)
+        callback = sub.registered_callback
+        if callback is not None and not isinstance(callback.help, str) and inspect.getdoc(callback.callback):
+            callback.help = reflow(inspect.getdoc(callback.callback))
+        _reflow_help(sub)
+
+
 _register()
+_reflow_help(app)
 
 
 def main() -> None:
