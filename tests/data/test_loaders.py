@@ -69,6 +69,27 @@ def test_the_datasets_own_releases_load(tmp_path: Path) -> None:
     assert load_qa(bad)[0].answers == ["['single quotes']"]  # not JSON: the string is the answer
 
 
+def test_json_arrays_as_hotpotqa_and_2wiki_release_them(tmp_path: Path) -> None:
+    """A ``.json`` file: one array of rows, an object with a ``data`` array, or JSON lines under a .json name."""
+    rows = [{"_id": "a1", "question": "q one", "answer": "x"}, {"_id": "a2", "question": "q two", "answer": "y"}]
+    (tmp_path / "dev.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    assert [(e.id, e.answers) for e in load_qa(tmp_path / "dev.json")] == [("a1", ["x"]), ("a2", ["y"])]
+    assert [e.id for e in load_qa(tmp_path, split="dev")] == ["a1", "a2"]  # <dir>/<split>.json
+    (tmp_path / "wrapped.json").write_text(json.dumps({"version": 1, "data": rows}), encoding="utf-8")
+    assert len(load_qa(tmp_path / "wrapped.json")) == 2
+    _write(tmp_path / "lines.json", rows)
+    assert [e.id for e in load_qa(tmp_path / "lines.json")] == ["a1", "a2"]
+    (tmp_path / "bad.json").write_text(json.dumps([rows[0], {"_id": "a3", "answer": "z"}]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad\.json:row 2: missing field 'question'"):
+        load_qa(tmp_path / "bad.json")
+    (tmp_path / "broken.json").write_text('[{"question": "q", ', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"broken\.json: not valid JSON .*fix the file"):
+        load_qa(tmp_path / "broken.json")
+    (tmp_path / "scalar.json").write_text('"just a string"', encoding="utf-8")
+    with pytest.raises(ValueError, match="expected a JSON array of question rows"):
+        load_qa(tmp_path / "scalar.json")
+
+
 def test_limit_and_normalize(tmp_path: Path) -> None:
     f = _write(tmp_path / "t.jsonl", [{"question": f" q{i} ", "answer": "a"} for i in range(5)])
     assert len(load_qa(f, limit=2)) == 2

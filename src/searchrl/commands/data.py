@@ -130,7 +130,9 @@ class _QAStats:
 
 
 def _detect(path: Path) -> str:
-    """'qa' or 'corpus', from the first row's fields."""
+    """'qa' or 'corpus', from the first row's fields (a ``.json`` array is a QA file, as the datasets release it)."""
+    if path.suffix == ".json":
+        return "qa"
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -148,10 +150,10 @@ def _detect(path: Path) -> str:
                 break
     if "question" in fields:
         return "qa"
-    if fields & {"contents", "wikipedia_title"} or {"title", "text"} <= fields:
+    if fields & {"contents", "wikipedia_title", "text"}:
         return "corpus"
     raise ValueError(
-        f"{path}: cannot tell a QA file (needs 'question') from a corpus (needs 'contents', 'title'+'text' or "
+        f"{path}: cannot tell a QA file (needs 'question') from a corpus (needs 'contents', 'text' or "
         f"'wikipedia_title'); first row has fields {sorted(fields)}"
     )
 

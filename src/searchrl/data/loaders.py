@@ -2,13 +2,14 @@
 
 Accepted sources:
 
-- a JSONL file (``.jsonl.gz`` too, or ``.parquet``) in FlashRAG layout ``{"id", "question", "golden_answers": [...]}``
-  or R1-Searcher layout ``{"question", "answer": str | [str]}``. The datasets' own releases load as they come:
+- a JSONL file (``.jsonl.gz`` too, ``.parquet``, or ``.json`` holding one array of rows) in FlashRAG layout
+  ``{"id", "question", "golden_answers": [...]}`` or R1-Searcher layout ``{"question", "answer": str | [str]}``. The datasets' own releases load as they come:
   an ``answers`` list (Natural Questions open), HotpotQA's and 2WikiMultiHopQA's ``_id``, MuSiQue's
   ``answer_aliases`` (added to the gold answers), TriviaQA's ``answer: {"value", "aliases"}``, SQuAD's
   ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON list in a string). Search-R1's parquet
   files carry ``question`` and ``golden_answers`` beside their prompt. Rows without an id get ``<file stem>-<line>``;
-- a directory: ``<dir>/<split>.jsonl`` (e.g. a synthetic world), or a dataset saved with ``save_to_disk``;
+- a directory: ``<dir>/<split>.jsonl`` (or ``.json``, ``.parquet``; e.g. a synthetic world), or a dataset saved
+  with ``save_to_disk``;
 - ``hf:NAME[:CONFIG]:SPLIT``, e.g. ``hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev``, read with
   ``datasets.load_dataset`` (NAME may also be a local dataset directory). Hub downloads use huggingface_hub's
   timeouts (``HF_HUB_ETAG_TIMEOUT`` / ``HF_HUB_DOWNLOAD_TIMEOUT``, 10 s by default).
@@ -122,6 +123,28 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
         raise ValueError(f"{path}: cannot be read ({err}); re-download or re-compress it") from None
 
 
+def _iter_json(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """A ``.json`` file: one JSON array of rows (HotpotQA's and 2WikiMultiHopQA's releases), an object whose
+    ``data`` is that array, or JSON lines under a ``.json`` name."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot be read ({err}); check the file's encoding (UTF-8)") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        if err.msg == "Extra data":  # several JSON values: JSON lines
+            yield from _iter_jsonl(path)
+            return
+        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}); fix the file") from None
+    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+        doc = doc["data"]
+    if not isinstance(doc, list):
+        raise ValueError(f"{path}: expected a JSON array of question rows (or JSON lines), got a {type(doc).__name__}")
+    for n, row in enumerate(doc, 1):
+        yield f"{path}:row {n}", n, row
+
+
 def _iter_parquet(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
     import pyarrow.parquet as pq
 
@@ -189,12 +212,14 @@ def _rows(source: str | Path, split: str | None) -> tuple[Iterable[tuple[str, in
             return _iter_hf(str(path), None, split or "train"), split or "train"
         if split is None:
             raise ValueError(f"{path} is a directory; pass split= (e.g. 'dev') to read {path}/<split>.jsonl")
-        for ext in (".jsonl", ".jsonl.gz", ".parquet"):
+        for ext in (".jsonl", ".jsonl.gz", ".parquet", ".json"):
             if (path / f"{split}{ext}").exists():
                 path = path / f"{split}{ext}"
                 break
         else:
-            raise FileNotFoundError(f"no {split}.jsonl(.gz) or {split}.parquet in {path}; check the split name")
+            raise FileNotFoundError(
+                f"no {split}.jsonl(.gz), {split}.parquet or {split}.json in {path}; check the split name"
+            )
     elif not path.exists():
         raise FileNotFoundError(f"QA file not found: {path} (for Hugging Face datasets write hf:NAME[:CONFIG]:SPLIT)")
     elif split is not None and Path(path.name.removesuffix(".gz")).stem != split:
@@ -202,6 +227,8 @@ def _rows(source: str | Path, split: str | None) -> tuple[Iterable[tuple[str, in
     stem = Path(path.name.removesuffix(".gz")).stem  # dev.jsonl.gz -> dev
     if path.suffix == ".parquet":
         return _iter_parquet(path), stem
+    if path.suffix == ".json":
+        return _iter_json(path), stem
     return _iter_jsonl(path), stem
 
 
