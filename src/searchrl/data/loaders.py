@@ -3,11 +3,12 @@
 Accepted sources:
 
 - a JSONL file (``.jsonl.gz`` too, ``.parquet``, or ``.json`` holding one array of rows) in FlashRAG layout
-  ``{"id", "question", "golden_answers": [...]}`` or R1-Searcher layout ``{"question", "answer": str | [str]}``. The datasets' own releases load as they come:
-  an ``answers`` list (Natural Questions open), HotpotQA's and 2WikiMultiHopQA's ``_id``, MuSiQue's
-  ``answer_aliases`` (added to the gold answers), TriviaQA's ``answer: {"value", "aliases"}``, SQuAD's
-  ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON list in a string). Search-R1's parquet
-  files carry ``question`` and ``golden_answers`` beside their prompt. Rows without an id get ``<file stem>-<line>``;
+  ``{"id", "question", "golden_answers": [...]}`` or R1-Searcher layout ``{"question", "answer": str | [str]}``.
+  The datasets' own releases load as they come: an ``answers`` list (Natural Questions open), HotpotQA's and
+  2WikiMultiHopQA's ``_id``, MuSiQue's ``answer_aliases`` (added to the gold answers), TriviaQA's
+  ``answer: {"value", "aliases"}``, SQuAD's ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON
+  list in a string). Search-R1's parquet files carry ``question`` and ``golden_answers`` beside their prompt. Rows
+  without an id get ``<file stem>-<line>``;
 - a directory: ``<dir>/<split>.jsonl`` (or ``.json``, ``.parquet``; e.g. a synthetic world), or a dataset saved
   with ``save_to_disk``;
 - ``hf:NAME[:CONFIG]:SPLIT``, e.g. ``hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev``, read with
