@@ -101,6 +101,27 @@ def split(
     out.print(f"{train} train, {held} held-out questions in {out_dir}")
 
 
+@app.command("contexts")
+def contexts(
+    sources: list[str] = typer.Argument(..., help="QA files (or hf:NAME[:CONFIG]:SPLIT) whose rows carry passages"),
+    out_file: Path = typer.Option(..., "--out", help="corpus JSONL to write ({id, contents})"),
+) -> None:
+    """Write a corpus of the passages the questions ship with: HotpotQA's and 2WikiMultiHopQA's context, MuSiQue's
+    paragraphs, DPR's ctxs. Each distinct title and text is one passage with a content-hash id; index it with
+    searchrl index build.
+
+    Example: searchrl data contexts hotpot_dev_distractor_v1.json --out runs/hotpot/corpus.jsonl
+    """
+    from searchrl.data.contexts import shipped_passages
+    from searchrl.data.loaders import iter_qa
+    from searchrl.utils import write_jsonl
+
+    rows = ((f"{source} question {ex.id}", ex.metadata) for source in sources for ex in iter_qa(source))
+    passages = list(shipped_passages(rows))
+    write_jsonl(out_file, ({"id": p.id, "contents": p.contents} for p in passages))
+    out.print(f"{len(passages)} passage{'' if len(passages) == 1 else 's'} from {', '.join(sources)} in {out_file}")
+
+
 @dataclass
 class _Range:
     """Running min / mean / max without keeping the values."""
