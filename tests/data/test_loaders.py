@@ -64,6 +64,7 @@ def test_the_datasets_own_releases_load(tmp_path: Path) -> None:
         ["cellist", "cello player"],
     ]
     assert got[0].metadata == {"type": "comparison"}  # the id and answer fields are not repeated in metadata
+    assert [g.kind for g in got] == ["comparison", "2hop", None, None, None]  # HotpotQA's type, MuSiQue's hops
     assert got[1].metadata == {} and got[3].metadata == {}
     bad = _write(tmp_path / "bad.jsonl", [{"id": "p", "question": "q", "possible_answers": "['single quotes']"}])
     assert load_qa(bad)[0].answers == ["['single quotes']"]  # not JSON: the string is the answer

@@ -279,7 +279,7 @@ def item_row(
         "gen_tokens": pred.gen_tokens,
         "latency_s": pred.latency_s,
         "well_formed": pred.well_formed,
-        "kind": example.metadata.get("kind") or example.metadata.get("type"),
+        "kind": example.kind,
         "style": question_style(example),
         "metrics": scores,
         "trajectory": pred.trajectory,
@@ -379,7 +379,7 @@ def evaluate(
         "latency_batch_size": answer_batch,
         **(extra or {}),
     }
-    if any(it.get("kind") for it in items):  # question kinds (synthetic worlds, 2Wiki's types): scored separately
+    if any(it.get("kind") for it in items):  # question kinds (worlds, 2Wiki's types, MuSiQue's hops): apart
         info["by_kind"] = by_kind(items, score_names)
     styles, styles_table = by_style(items, score_names), []
     if any(len(per_dataset) > 1 and set(per_dataset) != {POOLED_STYLES} for per_dataset in _styles_of(styles)):
