@@ -170,6 +170,10 @@ def plan_pipeline(
             plan.inputs.append((what, path))
             if not (skipped or elsewhere or _under(path, produced) or Path(path).exists()):
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
+                if what.startswith("corpus"):  # HotpotQA, 2Wiki, MuSiQue and DPR files carry their own paragraphs
+                    problems.append(
+                        f"questions that ship with paragraphs make one: searchrl data contexts QA_FILE --out {path}"
+                    )
         plans.append(plan)
         refs[stage.name] = str(output)
         produced.append(str(output))
