@@ -293,6 +293,25 @@ def test_by_kind_scores_each_question_kind_and_well_formed_is_averaged() -> None
     assert aggregate(items, ["em"])[0]["well_formed"] == pytest.approx(2 / 3)
 
 
+def test_summary_markdown_scores_the_datasets_own_question_types(tmp_path, examples, fakes) -> None:
+    """HotpotQA's ``type`` and MuSiQue's hop ids reach a "Scores by question type" section of summary.md."""
+    from dataclasses import replace
+
+    typed = [
+        replace(examples[0], metadata={"type": "bridge"}),
+        replace(examples[1], id="2hop__7"),
+        replace(examples[2], metadata={"type": "comparison"}),
+    ]
+    direct = DirectMethod(fakes.scripted(fakes.direct_reply))
+    evaluate({"toy": typed}, {"direct": direct}, tmp_path, metrics=["em"], show=False)
+    md = (tmp_path / "summary.md").read_text()
+    section = md[md.index("## Scores by question type") :]
+    rows = {r[2]: r for r in table_rows(section)[1:]}
+    assert set(rows) == {"bridge", "2hop", "comparison"}
+    assert rows["bridge"][4] == "100.0" and rows["2hop"][4] == "0.0" and rows["comparison"][4] == "0.0"
+    assert {r["kind"] for r in json.loads((tmp_path / "summary.json").read_text())["by_kind"]} == set(rows)
+
+
 def test_every_protocol_has_an_evaluation_convention() -> None:
     from searchrl.eval.harness import EVAL_CONVENTIONS
     from searchrl.protocols import PROTOCOLS

@@ -379,17 +379,19 @@ def evaluate(
         "latency_batch_size": answer_batch,
         **(extra or {}),
     }
+    tables = []
     if any(it.get("kind") for it in items):  # question kinds (worlds, 2Wiki's types, MuSiQue's hops): apart
         info["by_kind"] = by_kind(items, score_names)
-    styles, styles_table = by_style(items, score_names), []
+        tables.append(group_table(info["by_kind"], score_names, "kind", "Scores by question type"))
+    styles = by_style(items, score_names)
     if any(len(per_dataset) > 1 and set(per_dataset) != {POOLED_STYLES} for per_dataset in _styles_of(styles)):
         info["by_style"] = styles  # question styles (searchrl.data.styles): a transfer test's held-out ones apart
-        styles_table = [group_table(styles, score_names, "style", "Scores by question style")]
+        tables.append(group_table(styles, score_names, "style", "Scores by question style"))
     shares = failure_shares(items)
     info["diagnostics"] = {f"{d} / {m}": s for (d, m), s in shares.items()}
     why = "\n".join([DIAGNOSTICS_NOTE, "", *shares_table(shares, list(datasets))])
     notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch)]
-    paths.update(write_reports(summary, score_names, out, info, notes=notes, after=[why, *styles_table]))
+    paths.update(write_reports(summary, score_names, out, info, notes=notes, after=[why, *tables]))
     if show:
         print_summary(summary, score_names)
         console.print(why, soft_wrap=True, markup=False)
