@@ -70,6 +70,40 @@ def test_the_datasets_own_releases_load(tmp_path: Path) -> None:
     assert load_qa(bad)[0].answers == ["['single quotes']"]  # not JSON: the string is the answer
 
 
+def test_search_r1_training_rows_read_their_prompt_and_targets(tmp_path: Path) -> None:
+    """verl rows without the original question column: the question after the template's "Question:", the gold
+    answers from ``reward_model.ground_truth.target``; with the column, the column wins."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    template = "Answer the given question. Use <search> query </search> when needed. Question: who wrote Hamlet?\n"
+    rows = [
+        {
+            "data_source": "nq",
+            "prompt": [{"role": "user", "content": template}],
+            "ability": "fact-reasoning",
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["Shakespeare", "William Shakespeare"]}},
+            "extra_info": {"split": "train", "index": 0},
+        },
+        {
+            "id": "train_1",
+            "question": "where is Elsinore?",
+            "golden_answers": ["Denmark"],
+            "prompt": [{"role": "user", "content": "Question: where is Elsinore?\n"}],
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["Denmark"]}},
+        },
+    ]
+    pq.write_table(pa.Table.from_pylist(rows[:1]), tmp_path / "train.parquet")
+    (first,) = load_qa(tmp_path / "train.parquet")
+    assert (first.question, first.answers) == ("who wrote Hamlet?", ["Shakespeare", "William Shakespeare"])
+    assert first.metadata["data_source"] == "nq" and "prompt" not in first.metadata
+    second = load_qa(_write(tmp_path / "with_question.jsonl", rows[1:]))[0]
+    assert (second.id, second.question, second.answers) == ("train_1", "where is Elsinore?", ["Denmark"])
+    bad = dict(rows[0], prompt=[{"role": "user", "content": "no marker here"}])
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: field 'question' .*'Question: \.\.\.' in its user message"):
+        load_qa(_write(tmp_path / "bad.jsonl", [bad]))
+
+
 def test_json_arrays_as_hotpotqa_and_2wiki_release_them(tmp_path: Path) -> None:
     """A ``.json`` file: one array of rows, an object with a ``data`` array, or JSON lines under a .json name."""
     rows = [{"_id": "a1", "question": "q one", "answer": "x"}, {"_id": "a2", "question": "q two", "answer": "y"}]

@@ -7,8 +7,8 @@ Accepted sources:
   The datasets' own releases load as they come: an ``answers`` list (Natural Questions open), HotpotQA's and
   2WikiMultiHopQA's ``_id``, MuSiQue's ``answer_aliases`` (added to the gold answers), TriviaQA's
   ``answer: {"value", "aliases"}``, SQuAD's ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON
-  list in a string). Search-R1's parquet files carry ``question`` and ``golden_answers`` beside their prompt. Rows
-  without an id get ``<file stem>-<line>``;
+  list in a string). Search-R1's (verl's) parquet rows load from their prompt's text after ``Question:`` and
+  ``reward_model.ground_truth.target``. Rows without an id get ``<file stem>-<line>``;
 - a directory: ``<dir>/<split>.jsonl`` (or ``.json``, ``.parquet``; e.g. a synthetic world), or a dataset saved
   with ``save_to_disk``;
 - ``hf:NAME[:CONFIG]:SPLIT``, e.g. ``hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev``, read with
@@ -77,10 +77,26 @@ def _answers(value: Any, where: str, field: str) -> list[str]:
     return answers
 
 
+def _from_verl(row: dict[str, Any]) -> dict[str, Any]:
+    """A verl / Search-R1 training row (``prompt`` messages, ``reward_model.ground_truth.target``) without the
+    original ``question`` column -> the question after the template's last ``Question:`` and the targets as gold
+    answers; any other row as it is."""
+    truth = (row.get("reward_model") or {}).get("ground_truth") if isinstance(row.get("reward_model"), dict) else None
+    prompt = row.get("prompt")
+    if "question" in row or not isinstance(truth, dict) or "target" not in truth or not isinstance(prompt, list):
+        return row
+    user = next((m.get("content") for m in reversed(prompt) if isinstance(m, dict) and m.get("role") == "user"), "")
+    _, marker, question = str(user).rpartition("Question:")
+    rest = {k: v for k, v in row.items() if k not in ("prompt", "reward_model")}
+    return {**rest, "question": question.strip() if marker else "", "golden_answers": truth["target"]}
+
+
 def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: bool = False) -> QAExample:
     """One dataset row -> QAExample. ``where`` (``file:line``) and ``default_id`` are used for errors and ids."""
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object per row, got {type(row).__name__}")
+    verl = _from_verl(row)
+    from_verl, row = verl is not row, verl
     present = [f for f in ("question", *_ANSWER_FIELDS) if f in row]
     if "question" not in row:
         raise ValueError(f"{where}: missing field 'question' ({_EXPECTED}; found fields {sorted(row)})")
@@ -91,7 +107,8 @@ def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: 
         )
     question = row["question"]
     if not isinstance(question, str) or not question.strip():
-        raise ValueError(f"{where}: field 'question' must be a non-empty string")
+        hint = "; a verl prompt needs 'Question: ...' in its user message" if from_verl else ""
+        raise ValueError(f"{where}: field 'question' must be a non-empty string{hint}")
     id_field = next((f for f in _ID_FIELDS if row.get(f) is not None and str(row[f]) != ""), None)
     answers = _answers(row[answer_field], where, answer_field)
     aliases = [f for f in _ALIAS_FIELDS if row.get(f)]
