@@ -169,7 +169,7 @@ def _detect(path: Path) -> str:
                 except (json.JSONDecodeError, TypeError):
                     raise ValueError(f"{path}:{i}: not a JSON object; inspect reads JSONL or parquet") from None
                 break
-    if "question" in fields:
+    if "question" in fields or {"prompt", "reward_model"} <= fields:  # verl's rows keep the question in the prompt
         return "qa"
     if fields & {"contents", "wikipedia_title", "text"}:
         return "corpus"
