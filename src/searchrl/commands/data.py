@@ -190,8 +190,8 @@ def _inspect_qa(source: str | Path, n: int, limit: int | None, styles: bool = Fa
         seen.add(ex.id)
         stats.question_words.add(len(ex.question.split()))
         stats.answers.add(len(ex.answers))
-        if "kind" in ex.metadata:
-            stats.kinds[str(ex.metadata["kind"])] += 1
+        if ex.kind:
+            stats.kinds[ex.kind] += 1
         stats.styles[question_style(ex)] += 1
         if isinstance(ex.metadata.get("chain"), list):
             stats.hops[len(ex.metadata["chain"])] += 1
@@ -216,7 +216,7 @@ def _inspect_qa(source: str | Path, n: int, limit: int | None, styles: bool = Fa
     out.print(table)
     rows = Table("id", "question", "answers", "kind", title="samples")
     for ex in samples:
-        rows.add_row(ex.id, ex.question, " | ".join(ex.answers), str(ex.metadata.get("kind", "")))
+        rows.add_row(ex.id, ex.question, " | ".join(ex.answers), ex.kind or "")
     out.print(rows)
     if styles:
         listed = Table("style", "questions", "share", title="question styles (data.styles, data.held_out_styles)")
