@@ -63,6 +63,17 @@ def test_each_layout_gives_its_passages_once_in_order() -> None:
     assert doctest.testmod(contexts).failed == 0
 
 
+def test_hugging_face_copies_hold_the_context_as_columns() -> None:
+    """The hub's hotpot_qa keeps ``context`` as ``{"title": [...], "sentences": [[...], ...]}``."""
+    columns = {
+        "title": [t for t, _ in HOTPOT["context"]],
+        "sentences": [sents for _, sents in HOTPOT["context"]],
+    }
+    from_rows = [(p.id, p.title, p.text) for p in shipped_passages([("a", {"context": HOTPOT["context"]})])]
+    from_columns = [(p.id, p.title, p.text) for p in shipped_passages([("b", {"context": columns})])]
+    assert from_columns == from_rows and len(from_rows) == 2
+
+
 def test_malformed_or_missing_passages_name_the_fix() -> None:
     with pytest.raises(ValueError, match=r"q7: field 'context' holds .*expected \[title, \[sentences\]\]"):
         list(shipped_passages([("q7", {"context": [{"no_text": 1}]})]))

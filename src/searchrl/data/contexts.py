@@ -3,7 +3,8 @@
 Several multi-hop datasets come with each question's candidate paragraphs instead of a separate corpus, and papers
 evaluated on them (the "distractor" setting) retrieve over the union of those paragraphs. The layouts read here:
 
-- HotpotQA and 2WikiMultiHopQA: ``context: [[title, [sentence, ...]], ...]`` (sentences joined with a space);
+- HotpotQA and 2WikiMultiHopQA: ``context: [[title, [sentence, ...]], ...]`` (sentences joined with a space), or
+  the Hugging Face copies' ``context: {"title": [...], "sentences": [[...], ...]}``;
 - MuSiQue: ``paragraphs: [{"title", "paragraph_text"}, ...]``;
 - DPR / FiD: ``ctxs``, ``positive_ctxs``, ``negative_ctxs``, ``hard_negative_ctxs``: ``[{"title", "text"}, ...]``.
 
@@ -61,6 +62,8 @@ def shipped_passages(rows: Iterable[tuple[str, dict[str, Any]]]) -> Iterator[Pas
             if items is None:
                 continue
             found = True
+            if isinstance(items, dict) and isinstance(items.get("title"), list):  # HF: columns, not rows
+                items = list(zip(items["title"], items.get("sentences") or items.get("text") or [], strict=False))
             if not isinstance(items, list | tuple):
                 raise ValueError(f"{where}: field '{field}' must be a list of passages, got {type(items).__name__}")
             for item in items:
