@@ -104,6 +104,37 @@ def test_search_r1_training_rows_read_their_prompt_and_targets(tmp_path: Path) -
         load_qa(_write(tmp_path / "bad.jsonl", [bad]))
 
 
+def test_csv_and_capitalised_fields_as_bamboogle_and_triviaqa_release_them(tmp_path: Path) -> None:
+    """Bamboogle's CSV (``Question,Answer``), a TSV, and TriviaQA's ``{"Data": [{"Question", "Answer": {"Value",
+    "Aliases"}, "QuestionId"}]}``."""
+    (tmp_path / "bamboogle.csv").write_text(
+        'Question,Answer\n"Who was president when the Eiffel Tower opened?",Benjamin Harrison\n', encoding="utf-8"
+    )
+    (got,) = load_qa(tmp_path / "bamboogle.csv")
+    assert (got.id, got.question, got.answers) == (
+        "bamboogle-2",
+        "Who was president when the Eiffel Tower opened?",
+        ["Benjamin Harrison"],
+    )  # the line of the row in the file
+    (tmp_path / "t.tsv").write_text("id\tquestion\tanswer\nq1\twhere?\tOslo\n", encoding="utf-8")
+    assert [(e.id, e.answers) for e in load_qa(tmp_path / "t.tsv")] == [("q1", ["Oslo"])]
+    trivia = {
+        "Data": [
+            {
+                "QuestionId": "tc_3",
+                "Question": "Which city?",
+                "Answer": {"Value": "Paris", "Aliases": ["City of Light"]},
+            }
+        ]
+    }
+    (tmp_path / "wikipedia-dev.json").write_text(json.dumps(trivia), encoding="utf-8")
+    (ex,) = load_qa(tmp_path / "wikipedia-dev.json")
+    assert (ex.id, ex.question, ex.answers) == ("tc_3", "Which city?", ["Paris", "City of Light"])
+    (tmp_path / "bad.csv").write_text("Query,Answer\nq,a\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad\.csv:2: missing field 'question'"):
+        load_qa(tmp_path / "bad.csv")
+
+
 def test_json_arrays_as_hotpotqa_and_2wiki_release_them(tmp_path: Path) -> None:
     """A ``.json`` file: one array of rows, an object with a ``data`` array, or JSON lines under a .json name."""
     rows = [{"_id": "a1", "question": "q one", "answer": "x"}, {"_id": "a2", "question": "q two", "answer": "y"}]

@@ -151,8 +151,9 @@ class _QAStats:
 
 
 def _detect(path: Path) -> str:
-    """'qa' or 'corpus', from the first row's fields (a ``.json`` array is a QA file, as the datasets release it)."""
-    if path.suffix == ".json":
+    """'qa' or 'corpus', from the first row's fields (``.json`` arrays and ``.csv`` tables are QA files, as the
+    datasets release them)."""
+    if path.suffix in (".json", ".csv", ".tsv"):
         return "qa"
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq

@@ -2,13 +2,14 @@
 
 Accepted sources:
 
-- a JSONL file (``.jsonl.gz`` too, ``.parquet``, or ``.json`` holding one array of rows) in FlashRAG layout
-  ``{"id", "question", "golden_answers": [...]}`` or R1-Searcher layout ``{"question", "answer": str | [str]}``.
-  The datasets' own releases load as they come: an ``answers`` list (Natural Questions open), HotpotQA's and
-  2WikiMultiHopQA's ``_id``, MuSiQue's ``answer_aliases`` (added to the gold answers), TriviaQA's
-  ``answer: {"value", "aliases"}``, SQuAD's ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON
-  list in a string). Search-R1's (verl's) parquet rows load from their prompt's text after ``Question:`` and
-  ``reward_model.ground_truth.target``. Rows without an id get ``<file stem>-<line>``;
+- a JSONL file (``.jsonl.gz`` too, ``.parquet``, ``.csv`` / ``.tsv``, or ``.json`` holding one array of rows) in
+  FlashRAG layout ``{"id", "question", "golden_answers": [...]}`` or R1-Searcher layout ``{"question", "answer": str |
+  [str]}``. The datasets' own releases load as they come: an ``answers`` list (Natural Questions open), HotpotQA's and
+  2WikiMultiHopQA's ``_id``, MuSiQue's ``answer_aliases`` (added to the gold answers), TriviaQA's ``answer: {"value",
+  "aliases"}``, SQuAD's ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON list in a string).
+  Search-R1's (verl's) parquet rows load from their prompt's text after ``Question:`` and
+  ``reward_model.ground_truth.target``; capitalised fields (Bamboogle's ``.csv``, TriviaQA's ``.json``) too. Rows
+  without an id get ``<file stem>-<line>``;
 - a directory: ``<dir>/<split>.jsonl`` (or ``.json``, ``.parquet``; e.g. a synthetic world), or a dataset saved
   with ``save_to_disk``;
 - ``hf:NAME[:CONFIG]:SPLIT``, e.g. ``hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev``, read with
@@ -30,7 +31,7 @@ from searchrl.data.records import QAExample
 from searchrl.utils import open_lines
 
 _ANSWER_FIELDS = ("golden_answers", "answer", "answers", "possible_answers")
-_ID_FIELDS = ("id", "_id", "question_id", "qid")
+_ID_FIELDS = ("id", "_id", "question_id", "questionid", "qid")
 _ALIAS_FIELDS = ("answer_aliases",)  # MuSiQue: more gold answers beside 'answer'
 _EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
 
@@ -91,11 +92,22 @@ def _from_verl(row: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "question": question.strip() if marker else "", "golden_answers": truth["target"]}
 
 
+def _lower_keys(row: dict[str, Any]) -> dict[str, Any]:
+    """Capitalised layouts (Bamboogle's CSV ``Question, Answer``, TriviaQA's ``Question``, ``Answer: {Value,
+    Aliases}``) -> lower-case keys, an answer dict's too; rows with a ``question`` field as they are."""
+    if "question" in row or not any(str(k).lower() == "question" for k in row):
+        return row
+    return {
+        str(k).lower(): {str(kk).lower(): vv for kk, vv in v.items()} if isinstance(v, dict) else v
+        for k, v in row.items()
+    }
+
+
 def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: bool = False) -> QAExample:
     """One dataset row -> QAExample. ``where`` (``file:line``) and ``default_id`` are used for errors and ids."""
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object per row, got {type(row).__name__}")
-    verl = _from_verl(row)
+    verl = _from_verl(_lower_keys(row))
     from_verl, row = verl is not row, verl
     present = [f for f in ("question", *_ANSWER_FIELDS) if f in row]
     if "question" not in row:
@@ -155,12 +167,25 @@ def _iter_json(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
             yield from _iter_jsonl(path)
             return
         raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}); fix the file") from None
-    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
-        doc = doc["data"]
+    if isinstance(doc, dict):  # {"data": [...]}; TriviaQA's {"Data": [...]}
+        doc = next((doc[k] for k in ("data", "Data") if isinstance(doc.get(k), list)), doc)
     if not isinstance(doc, list):
         raise ValueError(f"{path}: expected a JSON array of question rows (or JSON lines), got a {type(doc).__name__}")
     for n, row in enumerate(doc, 1):
         yield f"{path}:row {n}", n, row
+
+
+def _iter_csv(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """A ``.csv`` / ``.tsv`` file with a header row (Bamboogle's ``Question,Answer``); each cell a string."""
+    import csv
+
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
+            for row in reader:
+                yield f"{path}:{reader.line_num}", reader.line_num, {k: v for k, v in row.items() if k is not None}
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 ({err.reason}); re-save the file as UTF-8") from None
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
@@ -247,6 +272,8 @@ def _rows(source: str | Path, split: str | None) -> tuple[Iterable[tuple[str, in
         return _iter_parquet(path), stem
     if path.suffix == ".json":
         return _iter_json(path), stem
+    if path.suffix in (".csv", ".tsv"):
+        return _iter_csv(path), stem
     return _iter_jsonl(path), stem
 
 
