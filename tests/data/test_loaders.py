@@ -116,6 +116,8 @@ def test_csv_and_capitalised_fields_as_bamboogle_and_triviaqa_release_them(tmp_p
         "Who was president when the Eiffel Tower opened?",
         ["Benjamin Harrison"],
     )  # the line of the row in the file
+    (tmp_path / "excel.csv").write_text("\ufeffQuestion,Answer\nq,a\n", encoding="utf-8")  # a byte-order mark
+    assert load_qa(tmp_path / "excel.csv")[0].answers == ["a"]
     (tmp_path / "t.tsv").write_text("id\tquestion\tanswer\nq1\twhere?\tOslo\n", encoding="utf-8")
     assert [(e.id, e.answers) for e in load_qa(tmp_path / "t.tsv")] == [("q1", ["Oslo"])]
     trivia = {

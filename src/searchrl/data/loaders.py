@@ -180,7 +180,7 @@ def _iter_csv(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
     import csv
 
     try:
-        with path.open(encoding="utf-8", newline="") as f:
+        with path.open(encoding="utf-8-sig", newline="") as f:  # -sig: a spreadsheet's byte-order mark
             reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
             for row in reader:
                 yield f"{path}:{reader.line_num}", reader.line_num, {k: v for k, v in row.items() if k is not None}
