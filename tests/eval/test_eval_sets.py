@@ -87,6 +87,57 @@ def test_two_datasets_with_their_own_indexes(tmp_path, two_worlds, fakes, monkey
     assert rag_line.split()[1:4] == ["100.0", "100.0", "100.0"]
 
 
+def test_a_set_searches_the_paragraphs_its_questions_ship_with(tmp_path, fakes, monkeypatch) -> None:
+    """``corpus: contexts`` (``searchrl eval --corpus contexts``): each set's own corpus of the paragraphs its
+    questions carry, all of the file's questions (not only the sampled ones), written once into the cache."""
+    from searchrl.commands.eval import build_config
+
+    monkeypatch.setenv("SEARCHRL_CACHE", str(tmp_path / "cache"))
+    rows = [
+        {
+            "_id": f"h{i}",
+            "question": f"Who founded the Order of {name}?",
+            "answer": founder,
+            "type": "bridge",
+            "context": [[f"Order of {name}", [f"The Order of {name} was founded by {founder}."]], ["Filler", ["x."]]],
+        }
+        for i, (name, founder) in enumerate([("Brill", "Mira Tan"), ("Avalon", "Osk Vey"), ("Kelm", "Ada Roe")])
+    ]
+    data = tmp_path / "hotpot.json"
+    data.write_text(json.dumps(rows), encoding="utf-8")
+    cfg = build_config(
+        None,
+        ["evaluation.methods=[naive_rag]", "evaluation.metrics=[em]", "retrieval.kind=bm25", "retrieval.topk=1"],
+        data=[{"data": str(data), "corpus": "contexts", "sample": 2}],
+        out=str(tmp_path / "out"),
+    )
+    (s,) = resolve_eval_sets(cfg)
+    assert len(s.examples) == 2 and s.corpus.startswith(str(tmp_path / "cache" / "contexts"))
+    corpus = [json.loads(line)["contents"] for line in open(s.corpus, encoding="utf-8")]
+    assert len(corpus) == 4  # three foundings and the filler, once: every question's paragraphs, not the sample's
+    monkeypatch.setattr(
+        harness, "load_generator", lambda cfg: fakes.scripted(reader(("Mira Tan", "Osk Vey", "Ada Roe")))
+    )
+    result = harness.run_from_config(cfg)
+    assert next(r for r in result.rows if r["method"] == "naive_rag" and r["dataset"] == "hotpot")["em"] == 1.0
+
+
+def test_eval_corpus_contexts_gives_each_data_set_its_own(tmp_path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    import searchrl.stages
+    from searchrl.commands.eval import app
+
+    seen = {}
+    monkeypatch.setattr(searchrl.stages, "evaluation", lambda cfg, corpus=None: seen.update(cfg=cfg, corpus=corpus))
+    args = ["--data", "a.json", "--data", "b.jsonl", "--corpus", "contexts", "--methods", "naive_rag"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    sets = seen["cfg"].evaluation.datasets
+    assert [(e.data, e.corpus) for e in sets] == [("a.json", "contexts"), ("b.jsonl", "contexts")]
+    assert seen["corpus"] is None  # no run-wide corpus
+
+
 def test_seeded_subset_and_limit(tmp_path) -> None:
     data = write_jsonl(
         tmp_path / "qa.jsonl",

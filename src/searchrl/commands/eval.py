@@ -20,7 +20,7 @@ def build_config(
     config: str | None,
     overrides: list[str],
     *,
-    data: list[str] | None = None,
+    data: list[str | dict] | None = None,
     methods: str | None = None,
     protocol: str | None = None,
     model: str | None = None,
@@ -78,7 +78,11 @@ def main(
     model: str = typer.Option(None, help="policy spec: alias, local directory or HF id"),
     index: str = typer.Option(None, help="local index directory (built from --corpus when empty)"),
     url: list[str] = typer.Option(None, "--url", help="retrieval server URL (repeatable)"),
-    corpus: str = typer.Option(None, help="corpus file: checked against --index, or used to build it"),
+    corpus: str = typer.Option(
+        None,
+        help="corpus file: checked against --index, or used to build it; 'contexts': each --data set searches the "
+        "paragraphs its questions ship with",
+    ),
     topk: int = typer.Option(None, help="documents per query"),
     limit: int = typer.Option(None, help="first N questions of each dataset"),
     out: str = typer.Option(None, help="output directory (default: evaluation.output_dir)"),
@@ -107,6 +111,8 @@ def main(
     from searchrl.stages import evaluation
 
     device_set = [f"model.device={device}"] if device else []
+    if corpus == "contexts" and data:  # each set its own corpus: the paragraphs its questions ship with
+        data, corpus = [{"data": d, "corpus": "contexts"} for d in data], None
     cfg = build_config(
         config,
         [*(overrides or []), *device_set],

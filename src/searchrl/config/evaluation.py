@@ -21,6 +21,7 @@ class EvalDataset(Section):
     #: this set's own index directory (null = the run's retriever); built from ``corpus`` when empty.
     index: str | None = None
     #: this set's own corpus (under data.source when relative); without ``index`` its index is built on demand.
+    #: ``contexts``: the paragraphs the set's questions ship with (HotpotQA, 2Wiki, MuSiQue, DPR files).
     corpus: str | None = None
 
 

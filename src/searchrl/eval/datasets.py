@@ -4,6 +4,7 @@ each with its own retriever when its entry names an index or a corpus.
 The papers report every dataset separately plus their unweighted average, on a random subset of each dev / test
 set (e.g. 500 questions, all 125 of Bamboogle). An entry is a string (a split name, a QA file, or
 ``hf:NAME[:CONFIG]:SPLIT``) or a mapping ``{data, name, sample, index, corpus}`` (``searchrl.config.EvalDataset``).
+``corpus: contexts`` gives a set the paragraphs its questions ship with (HotpotQA, 2Wiki, MuSiQue, DPR files).
 """
 
 from __future__ import annotations
@@ -128,6 +129,31 @@ def _local(cfg: RunConfig, path: str | None) -> str | None:
     return resolve_file(cfg, path)
 
 
+#: ``corpus:`` value of an evaluation set that searches the paragraphs its own questions ship with
+CONTEXTS = "contexts"
+
+
+def contexts_corpus(source: str, examples: list[QAExample]) -> str:
+    """The corpus of the paragraphs ``examples`` (every question of ``source``) ship with, written once into the
+    cache (``<cache>/contexts/<name>-<hash of the source's path, size and mtime>/corpus.jsonl``); its index is
+    then built beside it on demand. Returns the corpus path."""
+    import hashlib
+
+    from searchrl.data.contexts import shipped_passages
+    from searchrl.models import cache_dir
+    from searchrl.utils import write_jsonl
+
+    path = Path(source)
+    st = path.stat() if not source.startswith("hf:") and path.exists() else None
+    key = f"{path.resolve() if st else source}|{st.st_size if st else 0}|{st.st_mtime_ns if st else 0}"
+    out = cache_dir() / "contexts" / f"{dataset_name(source)}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    corpus = out / "corpus.jsonl"
+    if not corpus.exists():
+        rows = ((f"{source} question {ex.id}", ex.metadata) for ex in examples)
+        write_jsonl(corpus, ({"id": p.id, "contents": p.contents} for p in shipped_passages(rows)))
+    return str(corpus)
+
+
 def resolve_eval_sets(cfg: RunConfig) -> list[EvalSet]:
     """``evaluation.datasets`` -> one :class:`EvalSet` each: its ``sample`` (seeded by ``evaluation.seed``), then at
     most ``evaluation.limit`` questions. Names are the entry's ``name`` or the file's; clashes get a suffix."""
@@ -138,6 +164,7 @@ def resolve_eval_sets(cfg: RunConfig) -> list[EvalSet]:
     for raw in ev.datasets:
         entry = as_entry(raw)
         source, examples = load_entry(cfg, entry.data)
+        corpus = contexts_corpus(source, examples) if entry.corpus == CONTEXTS else _local(cfg, entry.corpus)
         examples = seeded_subset(examples, entry.sample, ev.seed)
         if ev.limit is not None:
             examples = examples[: ev.limit]
@@ -147,7 +174,7 @@ def resolve_eval_sets(cfg: RunConfig) -> list[EvalSet]:
         unique, k = base, 2
         while any(s.name == unique for s in out) or unique == AVERAGE:  # "average" names the summary's mean row
             unique, k = f"{base}_{k}", k + 1
-        out.append(EvalSet(unique, source, examples, _local(cfg, entry.index), _local(cfg, entry.corpus)))
+        out.append(EvalSet(unique, source, examples, _local(cfg, entry.index), corpus))
     return out
 
 
