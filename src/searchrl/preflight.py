@@ -114,10 +114,18 @@ def _stage_inputs(
     elif key == "eval":
         entries = stage.data if stage.data else cfg.evaluation.datasets
         for entry in entries if isinstance(entries, list) else [entries]:
-            if entry in _SPLITS:
-                data(f"questions (data.{entry})", getattr(cfg.data, entry))
+            mapping = not isinstance(entry, str)  # an EvalDataset ({data, corpus, index, ...}) or a plain string
+            qa, own, own_index = (entry.data, entry.corpus, entry.index) if mapping else (entry, None, None)
+            if qa in _SPLITS:
+                data(f"questions (data.{qa})", getattr(cfg.data, qa))
+            elif str(qa).startswith("hf:"):
+                given("questions (evaluation.datasets)", qa)
             else:
-                given("questions (evaluation.datasets)", entry)
+                data("questions (evaluation.datasets)", str(qa))
+            if own and own != "contexts":  # contexts: built from the questions themselves
+                data("its corpus (evaluation.datasets)", own)
+            elif own_index and not own:
+                data("its index (evaluation.datasets)", own_index)
     if (
         key in ("rl", "eval", "rejection-sample", "select-difficulty", "oracle")
         and cfg.retrieval.kind in ("bm25", "dense", "hybrid")
@@ -185,7 +193,7 @@ def plan_pipeline(
             model = str(output)
     if problems:
         fix = "fix the path (e.g. data.source=DIR, data.train=FILE) or the stage's data: in the recipe"
-        raise ConfigError("; ".join(problems) + f"; {fix}")
+        raise ConfigError("; ".join(dict.fromkeys(problems)) + f"; {fix}")  # each problem once
     return plans
 
 

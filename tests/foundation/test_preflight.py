@@ -75,3 +75,14 @@ def test_bad_reward_value_in_a_stage_override_is_rejected(tmp_path: Path) -> Non
     bad = 'reward.components=[{"name": "answer", "params": {"metric": "bleu"}}]'
     res = searchrl_cmd("run", "--recipe", "multihop_cpu", "--dry-run", bad, cwd=tmp_path)
     assert res.returncode == 2 and "bleu" in res.stderr
+
+
+def test_mapping_evaluation_sets_are_checked_by_their_files(tmp_path: Path) -> None:
+    """R-Search's evaluation sets are mappings ({name, data, corpus}): each names its questions and its corpus as
+    paths under data.source, a hub source is not a missing file, and a corpus shared by sets is named once."""
+    res = searchrl_cmd("run", "--recipe", "r_search", "data.source=d", "--dry-run", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    err = " ".join(res.stderr.split())
+    assert "data='" not in err and "hf:RUC-NLPIR" not in err  # no object reprs; hub sets are fetched at run time
+    assert "reads questions (evaluation.datasets) d/hotpotqa_ircot_test.jsonl, which does not exist" in err
+    assert err.count("reads its corpus (evaluation.datasets) d/wiki-18.jsonl, which does not exist") == 1
