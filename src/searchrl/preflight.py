@@ -157,6 +157,7 @@ def plan_pipeline(
     world = index = model = None
     plans: list[StagePlan] = []
     problems: list[str] = []
+    no_corpus = False
     check_reward_params(cfg.reward.components, "the run's config")
     for raw_stage in cfg.pipeline:
         check_stage_args(raw_stage)
@@ -178,10 +179,7 @@ def plan_pipeline(
             plan.inputs.append((what, path))
             if not (skipped or elsewhere or _under(path, produced) or Path(path).exists()):
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
-                if what.startswith("corpus"):  # HotpotQA, 2Wiki, MuSiQue and DPR files carry their own paragraphs
-                    problems.append(
-                        f"questions that ship with paragraphs make one: searchrl data contexts QA_FILE --out {path}"
-                    )
+                no_corpus = no_corpus or "corpus" in what
         plans.append(plan)
         refs[stage.name] = str(output)
         produced.append(str(output))
@@ -193,6 +191,8 @@ def plan_pipeline(
             model = str(output)
     if problems:
         fix = "fix the path (e.g. data.source=DIR, data.train=FILE) or the stage's data: in the recipe"
+        if no_corpus:  # HotpotQA, 2Wiki, MuSiQue and DPR files carry their own paragraphs
+            fix += "; questions that ship with paragraphs make a corpus: searchrl data contexts QA_FILE --out FILE"
         raise ConfigError("; ".join(dict.fromkeys(problems)) + f"; {fix}")  # each problem once
     return plans
 

@@ -74,6 +74,6 @@ def shipped_passages(rows: Iterable[tuple[str, dict[str, Any]]]) -> Iterator[Pas
                     yield Passage(pid, title, text)
     if not found:
         raise ValueError(
-            f"no question carries passages ({', '.join(CONTEXT_FIELDS)}); these questions need a corpus of their "
-            "own: give one with data.corpus=FILE"
+            f"no question carries passages ({', '.join(CONTEXT_FIELDS)}); these questions need a corpus file of "
+            "their own: data.corpus=FILE, or an evaluation set's corpus: FILE"
         )
