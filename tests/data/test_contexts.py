@@ -85,7 +85,8 @@ def test_malformed_or_missing_passages_name_the_fix() -> None:
 
 def test_cli_writes_a_corpus_the_index_reads(tmp_path: Path) -> None:
     (tmp_path / "hotpot.json").write_text(json.dumps([HOTPOT]), encoding="utf-8")
-    (tmp_path / "musique.jsonl").write_text(json.dumps(MUSIQUE) + "\n", encoding="utf-8")
+    unanswered = {k: v for k, v in MUSIQUE.items() if k != "answer"}  # a test set's row: paragraphs, no answer
+    (tmp_path / "musique.jsonl").write_text(json.dumps(unanswered) + "\n", encoding="utf-8")
     out = tmp_path / "corpus.jsonl"
     res = CliRunner().invoke(
         app, ["contexts", str(tmp_path / "hotpot.json"), str(tmp_path / "musique.jsonl"), "--out", str(out)]

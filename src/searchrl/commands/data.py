@@ -113,10 +113,10 @@ def contexts(
     Example: searchrl data contexts hotpot_dev_distractor_v1.json --out runs/hotpot/corpus.jsonl
     """
     from searchrl.data.contexts import shipped_passages
-    from searchrl.data.loaders import iter_qa
+    from searchrl.data.loaders import iter_rows
     from searchrl.utils import write_jsonl
 
-    rows = ((f"{source} question {ex.id}", ex.metadata) for source in sources for ex in iter_qa(source))
+    rows = (row for source in sources for row in iter_rows(source))  # answers not needed: test sets have none
     passages = list(shipped_passages(rows))
     write_jsonl(out_file, ({"id": p.id, "contents": p.contents} for p in passages))
     out.print(f"{len(passages)} passage{'' if len(passages) == 1 else 's'} from {', '.join(sources)} in {out_file}")

@@ -277,6 +277,16 @@ def _rows(source: str | Path, split: str | None) -> tuple[Iterable[tuple[str, in
     return _iter_jsonl(path), stem
 
 
+def iter_rows(source: str | Path, split: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every row of a QA source as it is, with its location (``file:line``): for readers that need other fields
+    than a question and its answers (a test set without answers still has its paragraphs)."""
+    rows, _ = _rows(source, split)
+    for where, _, row in rows:
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object per row, got {type(row).__name__}")
+        yield where, row
+
+
 def iter_qa(source: str | Path, split: str | None = None, normalize: bool = False) -> Iterator[QAExample]:
     """Stream QA examples from any supported source (see the module docstring)."""
     rows, prefix = _rows(source, split)
