@@ -180,6 +180,8 @@ def plan_pipeline(
             if not (skipped or elsewhere or _under(path, produced) or Path(path).exists()):
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
                 no_corpus = no_corpus or "corpus" in what
+        if key == "split" and not skipped and plan.inputs and Path(plan.inputs[0][1]).is_file():
+            problems.extend(_split_too_small(stage.name, plan.inputs[0][1], stage.args))
         plans.append(plan)
         refs[stage.name] = str(output)
         produced.append(str(output))
@@ -190,11 +192,34 @@ def plan_pipeline(
         elif stage.kind in ("sft", "rl"):
             model = str(output)
     if problems:
-        fix = "fix the path (e.g. data.source=DIR, data.train=FILE) or the stage's data: in the recipe"
+        fixes = []
+        if any(p.endswith("which does not exist") for p in problems):
+            fixes.append("fix the path (e.g. data.source=DIR, data.train=FILE) or the stage's data: in the recipe")
         if no_corpus:  # HotpotQA, 2Wiki, MuSiQue and DPR files carry their own paragraphs
-            fix += "; questions that ship with paragraphs make a corpus: searchrl data contexts QA_FILE --out FILE"
-        raise ConfigError("; ".join(dict.fromkeys(problems)) + f"; {fix}")  # each problem once
+            fixes.append("questions shipping paragraphs make a corpus: searchrl data contexts QA_FILE --out FILE")
+        raise ConfigError("; ".join([*dict.fromkeys(problems), *fixes]))  # each problem once
     return plans
+
+
+def _split_too_small(name: str, path: str, args: dict[str, Any]) -> list[str]:
+    """A split stage that would hold out every question of its file (or more), found before any stage runs rather
+    than after the stages before it; a file that cannot be read is left for the stage to name."""
+    if args.get("heldout_fraction") is not None:
+        return []
+    from searchrl.data.loaders import iter_rows
+
+    try:
+        n = sum(1 for _ in iter_rows(path))
+    except (ValueError, OSError):
+        return []
+    n = min(n, args["limit"]) if args.get("limit") else n
+    held = int(args.get("heldout", 100))  # split_questions' default
+    if held < n:
+        return []
+    return [
+        f"stage '{name}' holds out {held} of the {n} questions in {path}, leaving none to train on; give it "
+        f"args: {{heldout: N}} with N below {n} (or {{heldout_fraction: 0.2}}) in a copy of the recipe"
+    ]
 
 
 def format_plan(plans: Sequence[StagePlan]) -> str:

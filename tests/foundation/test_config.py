@@ -99,3 +99,19 @@ def test_an_empty_dict_override_empties_the_key() -> None:
     assert (cfg.sft.oracle_mix, cfg.sft.limit) == ({}, 16)
     merged = load_config("multihop_cpu", ["sft.oracle_mix={single_hop: 30}"]).sft.oracle_mix
     assert merged["single_hop"] == 30 and merged["comparison"] == 48  # a non-empty dict still merges
+
+
+def test_a_pipeline_stage_value_is_set_from_the_command_line() -> None:
+    """``pipeline.<stage>.<key>=value`` sets one value of the named stage (a ``set:`` key stays dotted, as the
+    recipes write it); the recipe's other stages and values stay; an unknown stage names the recipe's stages."""
+    base = load_config("multihop_cpu")
+    cfg = load_config("multihop_cpu", ["pipeline.split.args.heldout=20", "pipeline.rl.set.training.steps=5"])
+    stages = {s.name: s for s in cfg.pipeline}
+    assert stages["split"].args == {"heldout": 20}
+    assert stages["rl"].set["training.steps"] == 5 and stages["rl"].set["data.dev"] == "${split}/heldout.jsonl"
+    assert [s.model_dump() for s in base.pipeline if s.name not in ("split", "rl")] == [
+        s.model_dump() for s in cfg.pipeline if s.name not in ("split", "rl")
+    ]
+    assert {s.name: s for s in load_config("multihop_cpu").pipeline}["split"].args == {"heldout": 100}
+    with pytest.raises(ConfigError, match=r"no pipeline stage 'splt' \(its stages: world, .*split"):
+        load_config("multihop_cpu", ["pipeline.splt.args.heldout=20"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,7 +36,8 @@ def test_missing_data_path_fails_at_once_naming_it(tmp_path: Path) -> None:
 def test_dry_run_prints_stages_inputs_and_outputs_on_stdout(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    (data / "qa.jsonl").write_text('{"id": "1", "question": "Who?", "golden_answers": ["A"]}\n')
+    rows = [{"id": str(i), "question": f"Who {i}?", "golden_answers": ["A"]} for i in range(120)]  # 100 held out
+    (data / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (data / "corpus.jsonl").write_text('{"id": "p1", "contents": "A\\ntext"}\n')
     res = searchrl_cmd(
         "run",
@@ -86,3 +88,19 @@ def test_mapping_evaluation_sets_are_checked_by_their_files(tmp_path: Path) -> N
     assert "data='" not in err and "hf:RUC-NLPIR" not in err  # no object reprs; hub sets are fetched at run time
     assert "reads questions (evaluation.datasets) d/hotpotqa_ircot_test.jsonl, which does not exist" in err
     assert err.count("reads its corpus (evaluation.datasets) d/wiki-18.jsonl, which does not exist") == 1
+
+
+def test_a_split_that_would_hold_out_every_question_fails_before_any_stage(tmp_path: Path) -> None:
+    """multihop_cpu holds out 100 questions: a file of 30 fails at the preflight, not after the cold start."""
+    data = tmp_path / "mine"
+    data.mkdir()
+    rows = [{"id": f"q{i}", "question": f"Question {i}?", "golden_answers": ["a"]} for i in range(30)]
+    (data / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (data / "corpus.jsonl").write_text(json.dumps({"id": "d", "contents": "T\nx"}) + "\n", encoding="utf-8")
+    args = ("run", "--recipe", "multihop_cpu", f"data.source={data}", "data.train=q.jsonl", "--out", "r")
+    res = searchrl_cmd(*args, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    err = " ".join(res.stderr.split())
+    assert "stage 'split' holds out 100 of the 30 questions" in err and "{heldout: N} with N below 30" in err
+    assert "fix the path" not in err  # no path is wrong
+    assert not (tmp_path / "r").exists(), "no stage may start"

@@ -92,6 +92,31 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return out
 
 
+def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dict[str, Any]:
+    """``pipeline.<stage>.<key>=value`` overrides: a value of the pipeline stage of that name (e.g.
+    ``pipeline.split.args.heldout=20``); an unknown stage names the recipe's stages."""
+    if not items:
+        return raw
+    stages = [dict(st) if isinstance(st, dict) else st for st in raw.get("pipeline") or []]
+    by_name = {st.get("name"): st for st in stages if isinstance(st, dict)}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like pipeline.STAGE.key=value (e.g. ...args.heldout=20)")
+        key, value = item.split("=", 1)
+        _, name, *rest = key.strip().split(".")
+        if name not in by_name or not rest:
+            known = ", ".join(str(n) for n in by_name) or "none"
+            raise ConfigError(f"override '{item}': {source} has no pipeline stage '{name}' (its stages: {known})")
+        stage = by_name[name]
+        if rest[0] == "set" and len(rest) > 1:  # a stage's set: holds dotted config keys, as the recipes write them
+            stage["set"] = {**(stage.get("set") or {}), ".".join(rest[1:]): yaml.safe_load(value)}
+            continue
+        if isinstance(stage.get(rest[0]), dict):  # copy what is changed, so the recipe's own dicts stay as read
+            stage[rest[0]] = json.loads(json.dumps(stage[rest[0]]))
+        _set_dotted(stage, ".".join(rest), yaml.safe_load(value))
+    return {**raw, "pipeline": stages}
+
+
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``extra`` over ``base``, dicts merged key by key; an empty dict empties the key (``sft.oracle_mix={}``)."""
     merged = dict(base)
@@ -131,7 +156,9 @@ def load_config(
         raw = _merge(raw, layer)
         origins.update(dict.fromkeys(flat_keys(layer), f"profile {profile}"))
     if overrides:
-        raw = _merge(raw, parse_overrides(overrides))
+        stage_items = [o for o in overrides if o.strip().startswith("pipeline.")]
+        raw = _merge(raw, parse_overrides([o for o in overrides if o not in stage_items]))
+        raw = _set_stage_values(raw, stage_items, source)
         for item in overrides:
             origins[item.split("=", 1)[0].strip()] = f"command-line override '{item}'"
     return validate_dict(raw, source, origins)
