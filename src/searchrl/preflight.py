@@ -213,7 +213,9 @@ def _split_too_small(name: str, path: str, args: dict[str, Any]) -> list[str]:
     except (ValueError, OSError):
         return []
     n = min(n, args["limit"]) if args.get("limit") else n
-    held = int(args.get("heldout", 100))  # split_questions' default
+    held = args.get("heldout", 100)  # split_questions' default
+    if not isinstance(held, int) or isinstance(held, bool) or held < 0:
+        return [f"stage '{name}': args heldout must be a whole number of questions, got {held!r}"]
     if held < n:
         return []
     return [

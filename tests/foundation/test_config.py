@@ -115,3 +115,5 @@ def test_a_pipeline_stage_value_is_set_from_the_command_line() -> None:
     assert {s.name: s for s in load_config("multihop_cpu").pipeline}["split"].args == {"heldout": 100}
     with pytest.raises(ConfigError, match=r"no pipeline stage 'splt' \(its stages: world, .*split"):
         load_config("multihop_cpu", ["pipeline.splt.args.heldout=20"])
+    with pytest.raises(ConfigError, match=r"name a value of the stage, e.g. pipeline.split.args.heldout=20"):
+        load_config("multihop_cpu", ["pipeline.split=3"])

@@ -104,7 +104,9 @@ def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dic
             raise ConfigError(f"override '{item}' must look like pipeline.STAGE.key=value (e.g. ...args.heldout=20)")
         key, value = item.split("=", 1)
         _, name, *rest = key.strip().split(".")
-        if name not in by_name or not rest:
+        if not rest:
+            raise ConfigError(f"override '{item}': name a value of the stage, e.g. pipeline.{name}.args.heldout=20")
+        if name not in by_name:
             known = ", ".join(str(n) for n in by_name) or "none"
             raise ConfigError(f"override '{item}': {source} has no pipeline stage '{name}' (its stages: {known})")
         stage = by_name[name]
