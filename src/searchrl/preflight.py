@@ -219,8 +219,8 @@ def _split_too_small(name: str, path: str, args: dict[str, Any]) -> list[str]:
     if held < n:
         return []
     return [
-        f"stage '{name}' holds out {held} of the {n} questions in {path}, leaving none to train on; give it "
-        f"args: {{heldout: N}} with N below {n} (or {{heldout_fraction: 0.2}}) in a copy of the recipe"
+        f"stage '{name}' holds out {held} of the {n} questions in {path}, leaving none to train on; hold out fewer: "
+        f"pipeline.{name}.args.heldout=N with N below {n} (or pipeline.{name}.args.heldout_fraction=0.2)"
     ]
 
 

@@ -101,6 +101,9 @@ def test_a_split_that_would_hold_out_every_question_fails_before_any_stage(tmp_p
     res = searchrl_cmd(*args, cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     err = " ".join(res.stderr.split())
-    assert "stage 'split' holds out 100 of the 30 questions" in err and "{heldout: N} with N below 30" in err
+    assert (
+        "stage 'split' holds out 100 of the 30 questions" in err
+        and "pipeline.split.args.heldout=N with N below 30" in err
+    )
     assert "fix the path" not in err  # no path is wrong
     assert not (tmp_path / "r").exists(), "no stage may start"

@@ -28,7 +28,7 @@ def heldout_split(examples: Sequence[QAExample], n_heldout: int) -> tuple[list[Q
     if not 0 <= n_heldout <= len(examples):
         raise ValueError(
             f"cannot hold out {n_heldout} of {len(examples)} questions; hold out fewer: searchrl data split "
-            "--heldout N, or a split stage's args: {heldout: N} or {heldout_fraction: 0.2} in a copy of the recipe"
+            "--heldout N, or searchrl run ... pipeline.STAGE.args.heldout=N for a split stage"
         )
     held = set(sorted(ids, key=id_hash)[:n_heldout])
     return [e for e in examples if e.id not in held], [e for e in examples if e.id in held]
