@@ -156,19 +156,28 @@ def make_retriever_for(cfg: RunConfig, corpus: str | Path | None = None, *, simu
     return make_retriever(r.model_copy(update={"kind": kind or r.kind}), corpus)
 
 
+def source_digest(source: str | Path) -> str:
+    """12 hex digits of a file's resolved path, size and mtime (a changed file gets a new digest); an ``hf:``
+    source or a missing file: of its name. Names what the cache derives from a user's file."""
+    import hashlib
+
+    if str(source).startswith("hf:"):
+        key = f"{source}|0|0"
+    else:
+        path = Path(source).resolve()
+        st = path.stat() if path.exists() else None
+        key = f"{path}|{st.st_size if st else 0}|{st.st_mtime_ns if st else 0}"
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
 def default_index_dir(corpus: str | Path, kind: str) -> Path:
     """Where an index built on demand lives. Data directories are read-only inputs: an index of a user's corpus goes
     into the cache (``<cache>/indexes/<corpus name>-<hash of its path, size and mtime>/index-<kind>``), so a changed
     corpus gets a new index; a synthetic world, which lives in the cache already, keeps it beside its corpus."""
-    import hashlib
-
     corpus = Path(corpus).resolve()
     if corpus.parent.is_relative_to(cache_dir().resolve()):
         return corpus.parent / f"index-{kind}"
-    st = corpus.stat() if corpus.exists() else None
-    key = f"{corpus}|{st.st_size if st else 0}|{st.st_mtime_ns if st else 0}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return cache_dir() / "indexes" / f"{corpus.parent.name}-{digest}" / f"index-{kind}"
+    return cache_dir() / "indexes" / f"{corpus.parent.name}-{source_digest(corpus)}" / f"index-{kind}"
 
 
 # ------------------------------------------------------------------------------------------------ policy

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.config import ConfigError, RewardComponent, RunConfig, StageConfig
+from searchrl.config.evaluation import CONTEXTS
 
 #: splits a config names by key (data.train, ...) rather than by path.
 _SPLITS = ("train", "dev", "test")
@@ -122,7 +123,7 @@ def _stage_inputs(
                 given("questions (evaluation.datasets)", qa)
             else:
                 data("questions (evaluation.datasets)", str(qa))
-            if own and own != "contexts":  # contexts: built from the questions themselves
+            if own and own != CONTEXTS:  # built from the questions themselves
                 data("its corpus (evaluation.datasets)", own)
             elif own_index and not own:
                 data("its index (evaluation.datasets)", own_index)

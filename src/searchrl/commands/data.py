@@ -113,13 +113,12 @@ def contexts(
     Example: searchrl data contexts hotpot_dev_distractor_v1.json --out runs/hotpot/corpus.jsonl
     """
     from searchrl.data.contexts import shipped_passages
+    from searchrl.data.corpus import write_corpus
     from searchrl.data.loaders import iter_rows
-    from searchrl.utils import write_jsonl
 
     rows = (row for source in sources for row in iter_rows(source))  # answers not needed: test sets have none
-    passages = list(shipped_passages(rows))
-    write_jsonl(out_file, ({"id": p.id, "contents": p.contents} for p in passages))
-    out.print(f"{len(passages)} passage{'' if len(passages) == 1 else 's'} from {', '.join(sources)} in {out_file}")
+    n = write_corpus(out_file, shipped_passages(rows))
+    out.print(f"{n} passage{'' if n == 1 else 's'} from {', '.join(sources)} in {out_file}")
 
 
 @dataclass

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from searchrl.config.evaluation import CONTEXTS
+
 # No help= here: the callback's docstring (with its Example line) is the group's help.
 app = typer.Typer(invoke_without_command=True, add_completion=False)
 
@@ -111,8 +113,8 @@ def main(
     from searchrl.stages import evaluation
 
     device_set = [f"model.device={device}"] if device else []
-    if corpus == "contexts" and data:  # each set its own corpus: the paragraphs its questions ship with
-        data, corpus = [{"data": d, "corpus": "contexts"} for d in data], None
+    if corpus == CONTEXTS and data:  # each set its own corpus: the paragraphs its questions ship with
+        data, corpus = [{"data": d, "corpus": CONTEXTS} for d in data], None
     cfg = build_config(
         config,
         [*(overrides or []), *device_set],

@@ -9,6 +9,9 @@ from pydantic import Field
 
 from searchrl.config.base import Section
 
+#: ``corpus:`` of an evaluation set that searches the paragraphs its own questions ship with
+CONTEXTS = "contexts"
+
 
 class EvalDataset(Section):
     """One entry of ``evaluation.datasets`` written as a mapping; a plain string ``S`` is ``{data: S}``."""

@@ -161,6 +161,16 @@ def _first_duplicate(path: Path, chunk_size: int, hashes: array, lines: array) -
     return None
 
 
+def write_corpus(path: str | Path, passages: Iterable[Passage]) -> int:
+    """Write ``passages`` in FlashRAG's corpus layout ``{"id", "contents": "Title\\ntext"}`` (atomically); returns
+    how many."""
+    from searchrl.utils import write_jsonl
+
+    rows = [{"id": p.id, "contents": p.contents} for p in passages]
+    write_jsonl(path, rows)
+    return len(rows)
+
+
 def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
     """Stream passages from a JSONL (``.jsonl.gz`` too) or parquet corpus, whatever its layout.
 

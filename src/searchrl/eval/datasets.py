@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from searchrl.config import EvalDataset, RunConfig
+from searchrl.config.evaluation import CONTEXTS
 from searchrl.data import loaders
 from searchrl.data.records import QAExample
 from searchrl.eval.report import AVERAGE
@@ -24,6 +25,7 @@ from searchrl.pipeline import (
     load_split,
     make_retriever_for,
     resolve_file,
+    source_digest,
     with_retriever,
 )
 
@@ -129,28 +131,17 @@ def _local(cfg: RunConfig, path: str | None) -> str | None:
     return resolve_file(cfg, path)
 
 
-#: ``corpus:`` value of an evaluation set that searches the paragraphs its own questions ship with
-CONTEXTS = "contexts"
-
-
 def contexts_corpus(source: str, examples: list[QAExample]) -> str:
     """The corpus of the paragraphs ``examples`` (every question of ``source``) ship with, written once into the
     cache (``<cache>/contexts/<name>-<hash of the source's path, size and mtime>/corpus.jsonl``); its index is
     then built beside it on demand. Returns the corpus path."""
-    import hashlib
-
     from searchrl.data.contexts import shipped_passages
+    from searchrl.data.corpus import write_corpus
     from searchrl.models import cache_dir
-    from searchrl.utils import write_jsonl
 
-    path = Path(source)
-    st = path.stat() if not source.startswith("hf:") and path.exists() else None
-    key = f"{path.resolve() if st else source}|{st.st_size if st else 0}|{st.st_mtime_ns if st else 0}"
-    out = cache_dir() / "contexts" / f"{dataset_name(source)}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    corpus = out / "corpus.jsonl"
+    corpus = cache_dir() / "contexts" / f"{dataset_name(source)}-{source_digest(source)}" / "corpus.jsonl"
     if not corpus.exists():
-        rows = ((f"{source} question {ex.id}", ex.metadata) for ex in examples)
-        write_jsonl(corpus, ({"id": p.id, "contents": p.contents} for p in shipped_passages(rows)))
+        write_corpus(corpus, shipped_passages((f"{source} question {ex.id}", ex.metadata) for ex in examples))
     return str(corpus)
 
 
