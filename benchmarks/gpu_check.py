@@ -189,14 +189,21 @@ def main() -> None:
     )
     ap.add_argument("--seconds", type=int, default=0, help="the check's wall time")
     ap.add_argument("--results", action="store_true", help="also copy the report into benchmarks/results/")
+    ap.add_argument(
+        "--onto",
+        type=Path,
+        help="an earlier report (e.g. benchmarks/results/gpu_check.json) that these runs update: its test outcomes, "
+        "recipes, TRL pairs and rollout records stay where the runs did not measure them again",
+    )
     ap.add_argument("--note", default="", help="a line for the report (e.g. how several runs were combined)")
     args = ap.parse_args()
     runs = [Path(r) for r in args.runs]
     run = runs[-1]
+    base = json.loads(args.onto.read_text()) if args.onto else {}
     outcomes: dict[str, str] = {}
     recs: dict[str, dict] = {}
-    peer: dict = {}
-    rollout: dict = {}
+    peer: dict = dict(base.get("peer_trl", {}))
+    rollout: dict = base.get("rollout", {})
     for r in runs:
         outcomes.update(junit(r / "cuda_tests.xml")["tests"])
         recs.update(records(r))
@@ -207,16 +214,18 @@ def main() -> None:
                     peer[shape] = portable_commands(rec)
         if (r / "gpu_rollout.json").exists():
             rollout = merge_rollout(rollout, json.loads((r / "gpu_rollout.json").read_text()))
+    measured = recipes(recs, outcomes)
+    outcomes = {**base.get("cuda_tests", {}).get("tests", {}), **outcomes}
     tests = {o: sum(v == o for v in outcomes.values()) for o in ("passed", "failed", "skipped")}
     first = next((r for r in runs if (r / "device.txt").exists()), None)
     res = {
         "date": dt.date.today().isoformat(),
-        "device": (first / "device.txt").read_text().strip() if first else "unknown",
-        **versions(first or run),
+        "device": (first / "device.txt").read_text().strip() if first else base.get("device", "unknown"),
+        **({k: base[k] for k in ("torch", "transformers")} if base and not first else versions(first or run)),
         "seconds": args.seconds,
         "note": args.note,
         "cuda_tests": {**tests, "tests": outcomes},
-        "recipes": recipes(recs, outcomes),
+        "recipes": {**base.get("recipes", {}), **measured},
         "peer_trl": peer,
         "rollout": rollout,
     }
@@ -225,6 +234,8 @@ def main() -> None:
     if args.results:
         for name in ("gpu_check.json", "gpu_check.md"):
             shutil.copy(run / name, RESULTS / name)
+        if any((r / "gpu_rollout.json").exists() for r in runs):  # the decode records, merged as in the report
+            write_portable(RESULTS / "gpu_rollout.json", json.dumps(rollout, indent=1))
     print(markdown(res))
 
 

@@ -17,7 +17,8 @@
 # profiled step of ours, its tables now summed in seconds; with compiled decoding on, PEER_STEPS=4 keeps a step
 # that recompiles for new prompt lengths out of the median): where a command may run 10 minutes,
 # run PHASES=tests, then PHASES="peer rollout"; `python benchmarks/gpu_check.py RUN1 RUN2 --results` merges the two
-# (each gpu_check_logs.tgz unpacked into its own directory).
+# (each gpu_check_logs.tgz unpacked into its own directory); `--onto benchmarks/results/gpu_check.json` updates the
+# committed report with a run that measured only part of it.
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
 # into /tmp/site, never into the system). Aim: under 8 minutes on one H100/H200. Exit status: non-zero when a
 # cuda test failed or a phase did not finish.

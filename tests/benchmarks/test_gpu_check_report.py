@@ -90,6 +90,39 @@ def test_a_pair_cut_short_keeps_ours_without_replacing_a_full_pair(tmp_path: Pat
     assert "| qwen2.5-1.5b | 3.0 | - | - |" in (cut / "gpu_check.md").read_text()
 
 
+def test_runs_update_an_earlier_report_onto_which_they_merge(tmp_path: Path, monkeypatch) -> None:
+    """``--onto`` keeps an earlier report's test outcomes, recipes, TRL pairs and device where the new run (here a
+    decode benchmark alone) did not measure them again; its decode record replaces the earlier one."""
+    earlier, run = tmp_path / "earlier", tmp_path / "run"
+    for d in (earlier, run):
+        d.mkdir()
+    (earlier / "cuda_tests.xml").write_text(JUNIT)
+    (earlier / "peer_trl_gpu.json").write_text(json.dumps({"qwen2.5-3b": {"ours_s": 2.0, "trl_s": 4.0, "ratio": 0.5}}))
+    (earlier / "device.txt").write_text("NVIDIA H200, 143771 MiB\n")
+    (earlier / "versions.json").write_text(json.dumps({"torch": "2.11.0+cu130", "transformers": "5.17"}))
+    old = {"shape": "qwen2.5-1.5b", "batch": 512, "ours_step_ms": 17.0, "bound_step_ms": 2.0, "decode_vs_bound": 8.5}
+    mfu = {"shape": "qwen2.5-3b", "update_s": 0.4, "update_tokens": 8192, "update_mfu": 0.49}
+    peak = {"matmul_peak_tflops": 770.0, "copy_bandwidth_gbs": 4200.0}
+    (earlier / "gpu_rollout.json").write_text(json.dumps({**peak, "runs": [old, mfu], "update_mfu_3b": 0.49}))
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(earlier)])
+    gpu_check.main()
+    (run / "gpu_rollout.json").write_text(
+        json.dumps(
+            {**peak, "runs": [{**old, "ours_step_ms": 7.0, "decode_vs_bound": 3.5}], "decode_vs_bound_b512_1.5b": 3.5}
+        )
+    )
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(run), "--onto", str(earlier / "gpu_check.json")])
+    gpu_check.main()
+    res = json.loads((run / "gpu_check.json").read_text())
+    assert res["device"].startswith("NVIDIA H200") and res["torch"] == "2.11.0+cu130"
+    assert (res["cuda_tests"]["passed"], res["cuda_tests"]["failed"], res["cuda_tests"]["skipped"]) == (1, 1, 1)
+    assert res["recipes"]["r_search"]["ok"] and not res["recipes"]["rag_r1"]["ok"]
+    assert res["peer_trl"]["qwen2.5-3b"]["ratio"] == 0.5
+    ro = res["rollout"]
+    assert (ro["decode_vs_bound_b512_1.5b"], ro["update_mfu_3b"]) == (3.5, 0.49)
+    assert sorted(r.get("ours_step_ms", 0) for r in ro["runs"]) == [0, 7.0]
+
+
 def test_the_pair_passes_repeated_settings_to_ours(tmp_path: Path, monkeypatch) -> None:
     """``--ours-args`` (repeatable) lands at the end of ours' `searchrl train` command, as separate settings."""
     import argparse
