@@ -132,9 +132,33 @@ def test_csv_and_capitalised_fields_as_bamboogle_and_triviaqa_release_them(tmp_p
     (tmp_path / "wikipedia-dev.json").write_text(json.dumps(trivia), encoding="utf-8")
     (ex,) = load_qa(tmp_path / "wikipedia-dev.json")
     assert (ex.id, ex.question, ex.answers) == ("tc_3", "Which city?", ["Paris", "City of Light"])
-    (tmp_path / "bad.csv").write_text("Query,Answer\nq,a\n", encoding="utf-8")
+    (tmp_path / "bad.csv").write_text("Text,Answer\nq,a\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad\.csv:2: missing field 'question'"):
         load_qa(tmp_path / "bad.csv")
+
+
+def test_other_names_of_the_question_and_kilt_outputs(tmp_path: Path) -> None:
+    """KILT's ``{"id", "input", "output": [{"answer", "provenance"}]}``, SimpleQA's ``problem``, a ``query`` and
+    Frames' capitalised ``Prompt, Answer``; a KILT row whose outputs hold no answer is missing its gold answers."""
+    kilt = {
+        "id": "k1",
+        "input": "who sang hey jude",
+        "output": [{"answer": "The Beatles", "provenance": [{"wikipedia_id": "1"}]}, {"answer": "Beatles"}, {}],
+    }
+    rows = [kilt, {"problem": "Which year?", "answer": "1968"}, {"query": "capital of Peru", "answers": ["Lima"]}]
+    got = load_qa(_write(tmp_path / "mixed.jsonl", rows))
+    assert [(e.id, e.question, e.answers) for e in got] == [
+        ("k1", "who sang hey jude", ["The Beatles", "Beatles"]),
+        ("mixed-2", "Which year?", ["1968"]),
+        ("mixed-3", "capital of Peru", ["Lima"]),
+    ]
+    assert got[0].metadata == {"provenance": [{"wikipedia_id": "1"}]}
+    (tmp_path / "frames.csv").write_text('Prompt,Answer,wiki_links\n"Who?",Ada,"[]"\n', encoding="utf-8")
+    (ex,) = load_qa(tmp_path / "frames.csv")
+    assert (ex.question, ex.answers, ex.metadata) == ("Who?", ["Ada"], {"wiki_links": "[]"})
+    no_answer = {"id": "k2", "input": "q?", "output": [{"provenance": []}]}
+    with pytest.raises(ValueError, match=r"nogold\.jsonl:1: missing field 'golden_answers'.*'output'"):
+        load_qa(_write(tmp_path / "nogold.jsonl", [no_answer]))
 
 
 def test_json_arrays_as_hotpotqa_and_2wiki_release_them(tmp_path: Path) -> None:
@@ -187,7 +211,7 @@ def test_malformed_row_names_file_line_and_field(tmp_path: Path, row: dict, fiel
 
 
 def test_missing_field_message_lists_expected_layouts(tmp_path: Path) -> None:
-    f = _write(tmp_path / "bad.jsonl", [{"query": "q", "golden_answers": ["y"]}])
+    f = _write(tmp_path / "bad.jsonl", [{"text": "q", "golden_answers": ["y"]}])
     with pytest.raises(ValueError, match=r"bad\.jsonl:1: missing field 'question'.*golden_answers.*found fields"):
         load_qa(f)
 

@@ -169,13 +169,17 @@ def _detect(path: Path) -> str:
                 except (json.JSONDecodeError, TypeError):
                     raise ValueError(f"{path}:{i}: not a JSON object; inspect reads JSONL or parquet") from None
                 break
-    if "question" in fields or {"prompt", "reward_model"} <= fields:  # verl's rows keep the question in the prompt
+    from searchrl.data.loaders import QUESTION_FIELDS
+
+    if {str(f).lower() for f in fields} & set(QUESTION_FIELDS):  # verl's rows keep the question in the prompt
         return "qa"
     if fields & {"contents", "wikipedia_title", "text"}:
         return "corpus"
+    if not fields:
+        raise ValueError(f"{path}: no rows; give a QA file or a corpus with at least one JSON object per line")
     raise ValueError(
-        f"{path}: cannot tell a QA file (needs 'question') from a corpus (needs 'contents', 'text' or "
-        f"'wikipedia_title'); first row has fields {sorted(fields)}"
+        f"{path}: cannot tell a QA file (needs 'question', 'query' or 'input') from a corpus (needs 'contents', "
+        f"'text' or 'wikipedia_title'); first row has fields {sorted(fields)}"
     )
 
 

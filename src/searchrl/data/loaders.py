@@ -8,8 +8,9 @@ Accepted sources:
   2WikiMultiHopQA's ``_id``, MuSiQue's ``answer_aliases`` (added to the gold answers), TriviaQA's ``answer: {"value",
   "aliases"}``, SQuAD's ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON list in a string).
   Search-R1's (verl's) parquet rows load from their prompt's text after ``Question:`` and
-  ``reward_model.ground_truth.target``; capitalised fields (Bamboogle's ``.csv``, TriviaQA's ``.json``) too. Rows
-  without an id get ``<file stem>-<line>``;
+  ``reward_model.ground_truth.target``; capitalised fields (Bamboogle's ``.csv``, TriviaQA's ``.json``) too. The
+  question may also be named ``query``, ``problem`` (SimpleQA, BrowseComp), ``input`` (KILT, whose ``output``
+  answers are the gold answers) or ``prompt`` (Frames). Rows without an id get ``<file stem>-<line>``;
 - a directory: ``<dir>/<split>.jsonl`` (or ``.json``, ``.parquet``; e.g. a synthetic world), or a dataset saved
   with ``save_to_disk``;
 - ``hf:NAME[:CONFIG]:SPLIT``, e.g. ``hf:RUC-NLPIR/FlashRAG_datasets:hotpotqa:dev``, read with
@@ -31,6 +32,9 @@ from searchrl.data.records import QAExample
 from searchrl.utils import open_lines
 
 _ANSWER_FIELDS = ("golden_answers", "answer", "answers", "possible_answers")
+# Other names of the question: BEIR-style ``query``, SimpleQA's and BrowseComp's ``problem``, KILT's ``input``, and a
+# ``prompt`` string (Frames); the first present, as a string, is the question.
+QUESTION_FIELDS = ("question", "query", "problem", "input", "prompt")
 _ID_FIELDS = ("id", "_id", "question_id", "questionid", "qid")
 _ALIAS_FIELDS = ("answer_aliases",)  # MuSiQue: more gold answers beside 'answer'
 _EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
@@ -94,8 +98,9 @@ def _from_verl(row: dict[str, Any]) -> dict[str, Any]:
 
 def _lower_keys(row: dict[str, Any]) -> dict[str, Any]:
     """Capitalised layouts (Bamboogle's CSV ``Question, Answer``, TriviaQA's ``Question``, ``Answer: {Value,
-    Aliases}``) -> lower-case keys, an answer dict's too; rows with a ``question`` field as they are."""
-    if "question" in row or not any(str(k).lower() == "question" for k in row):
+    Aliases}``, Frames' ``Prompt``) -> lower-case keys, an answer dict's too; rows with a lower-case question field
+    as they are."""
+    if any(f in row for f in QUESTION_FIELDS) or not any(str(k).lower() in QUESTION_FIELDS for k in row):
         return row
     return {
         str(k).lower(): {str(kk).lower(): vv for kk, vv in v.items()} if isinstance(v, dict) else v
@@ -103,15 +108,42 @@ def _lower_keys(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _renamed(row: dict[str, Any]) -> dict[str, Any]:
+    """Another name of the question (``query``, ``problem``, KILT's ``input``, a ``prompt`` string) -> ``question``;
+    KILT's ``output: [{"answer", "provenance"}, ...]`` -> ``golden_answers``. Other rows as they are."""
+    if "question" not in row:
+        name = next((f for f in QUESTION_FIELDS if isinstance(row.get(f), str)), None)
+        if name:
+            row = {"question": row[name], **{k: v for k, v in row.items() if k != name}}
+    output = row.get("output")
+    if not any(f in row for f in _ANSWER_FIELDS) and isinstance(output, list) and output:
+        if all(isinstance(o, dict) for o in output):
+            answers = [o["answer"] for o in output if isinstance(o.get("answer"), str) and o["answer"].strip()]
+            rest = {k: v for k, v in row.items() if k != "output"}
+            row = (
+                row
+                if not answers
+                else {
+                    **rest,
+                    "golden_answers": answers,
+                    "provenance": [p for o in output for p in o.get("provenance", [])],
+                }
+            )
+    return row
+
+
 def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: bool = False) -> QAExample:
     """One dataset row -> QAExample. ``where`` (``file:line``) and ``default_id`` are used for errors and ids."""
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object per row, got {type(row).__name__}")
     verl = _from_verl(_lower_keys(row))
-    from_verl, row = verl is not row, verl
+    from_verl, row = verl is not row, _renamed(verl)
     present = [f for f in ("question", *_ANSWER_FIELDS) if f in row]
     if "question" not in row:
-        raise ValueError(f"{where}: missing field 'question' ({_EXPECTED}; found fields {sorted(row)})")
+        raise ValueError(
+            f"{where}: missing field 'question' (or 'query', 'problem', 'input') ({_EXPECTED}; found fields "
+            f"{sorted(row)})"
+        )
     answer_field = next((f for f in _ANSWER_FIELDS if f in row and row[f] is not None), None)
     if answer_field is None:
         raise ValueError(
