@@ -115,3 +115,34 @@ def test_beir_pyserini_and_untitled_rows_load(tmp_path: Path) -> None:
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"title": "T", "text": "x"}) + "\n", encoding="utf-8")
     with pytest.raises(CorpusFormatError, match=r"bad\.jsonl:2: row has 'title'/'text' but no 'id'.*add an id"):
         list(iter_passages(bad))
+
+
+def test_tab_separated_corpora_as_dpr_and_ms_marco_ship_them(tmp_path: Path) -> None:
+    """DPR's ``psgs_w100.tsv`` (header ``id text title``, CSV-quoted cells; gzip too) and MS MARCO's headerless
+    ``collection.tsv`` (``pid<TAB>passage``, quotes are text); a row with the wrong number of columns names its line.
+    ``data inspect`` tells such a corpus from a QA table by its header."""
+    import gzip
+
+    import pytest
+
+    from searchrl.commands.data import _detect
+    from searchrl.data.corpus import CorpusFormatError
+
+    dpr = 'id\ttext\ttitle\n1\t"Aaron ( or ; ""Aharon"") is a prophet"\tAaron\n2\tSecond passage.\tB\n'
+    (tmp_path / "psgs_w100.tsv.gz").write_bytes(gzip.compress(dpr.encode()))
+    got = [(p.id, p.title, p.text) for p in iter_passages(tmp_path / "psgs_w100.tsv.gz")]
+    assert got == [("1", "Aaron", 'Aaron ( or ; "Aharon") is a prophet'), ("2", "B", "Second passage.")]
+    (tmp_path / "collection.tsv").write_text('0\t"The Hunger Games is a novel\n1\tsecond\tTitled\n', encoding="utf-8")
+    got = [(p.id, p.title, p.text) for p in iter_passages(tmp_path / "collection.tsv")]
+    assert got == [("0", "", '"The Hunger Games is a novel'), ("1", "Titled", "second")]
+    (tmp_path / "bad.tsv").write_text("id\ttext\ttitle\n1\ta\tA\n2\tb\n", encoding="utf-8")
+    with pytest.raises(
+        CorpusFormatError, match=r"bad\.tsv:3: 2 tab-separated columns, expected 3 \(id, text, title\)"
+    ):
+        list(iter_passages(tmp_path / "bad.tsv"))
+    (tmp_path / "qa.tsv").write_text("id\tquestion\tanswer\nq1\twhere?\tOslo\n", encoding="utf-8")
+    assert [_detect(tmp_path / f) for f in ("psgs_w100.tsv.gz", "collection.tsv", "qa.tsv")] == [
+        "corpus",
+        "corpus",
+        "qa",
+    ]

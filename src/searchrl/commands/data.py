@@ -151,9 +151,17 @@ class _QAStats:
 
 def _detect(path: Path) -> str:
     """'qa' or 'corpus', from the first row's fields (``.json`` arrays and ``.csv`` tables are QA files, as the
-    datasets release them)."""
-    if path.suffix in (".json", ".csv", ".tsv"):
+    datasets release them; a ``.tsv`` is a QA table when its header names a question, else a corpus)."""
+    from searchrl.data.corpus import is_tsv
+    from searchrl.data.loaders import QUESTION_FIELDS
+
+    if path.suffix in (".json", ".csv"):
         return "qa"
+    if is_tsv(path):  # a header that names a question: a QA table
+        from searchrl.utils import open_lines
+
+        header = next((line for _, line in open_lines(path)), "").lstrip("\ufeff").rstrip("\r\n").lower()
+        return "qa" if {c.strip() for c in header.split("\t")} & set(QUESTION_FIELDS) else "corpus"
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -169,8 +177,6 @@ def _detect(path: Path) -> str:
                 except (json.JSONDecodeError, TypeError):
                     raise ValueError(f"{path}:{i}: not a JSON object; inspect reads JSONL or parquet") from None
                 break
-    from searchrl.data.loaders import QUESTION_FIELDS
-
     if {str(f).lower() for f in fields} & set(QUESTION_FIELDS):  # verl's rows keep the question in the prompt
         return "qa"
     if fields & {"contents", "wikipedia_title", "text"}:

@@ -5,7 +5,10 @@ Formats (detected per row):
   it in double quotes, which are stripped); a ``contents`` of one line (Pyserini's MS MARCO) is text without a title;
 - JSONL ``{"id", "title", "text"}`` (BEIR's ``_id`` and ``doc_id`` name the id too; ``title`` may be absent);
 - KILT pages ``{"wikipedia_title", "text": [paragraphs]}``: chunked into ~100-word passages that keep the title;
-- parquet files with either column layout.
+- parquet files with either column layout;
+- tab-separated files (``.tsv``, ``.tsv.gz``): DPR's ``psgs_w100.tsv`` with its header ``id text title`` (any
+  columns named ``id``, ``text``, ``title`` or ``contents``), or headerless ``id<TAB>text[<TAB>title]`` lines such
+  as MS MARCO's ``collection.tsv``.
 
 ``PassageStore`` keeps passages as one JSONL file plus an int64 offsets array (numpy memmap), so a 21M-passage
 corpus never sits in Python objects: a lookup is one seek and one JSON parse.
@@ -112,6 +115,49 @@ def _row_to_passages(row: dict, where: str, chunk_size: int) -> list[Passage]:
     )
 
 
+def is_tsv(path: str | Path) -> bool:
+    """A tab-separated corpus (``.tsv`` or ``.tsv.gz``)."""
+    return Path(path).name.lower().endswith((".tsv", ".tsv.gz"))
+
+
+def _iter_tsv(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, row) of a tab-separated corpus. With a header naming ``text`` or ``contents``, its columns
+    name the fields and cells may be quoted as CSV quotes them (DPR); without one, the columns are id, text and an
+    optional title, and quotes are text (MS MARCO)."""
+    import csv
+
+    from searchrl.utils import open_lines
+
+    csv.field_size_limit(2**31 - 1)
+    lines = (line for _, line in open_lines(path))
+    first = next(lines, "")
+    header = [c.strip().lower() for c in first.rstrip("\r\n").split("\t")]
+    if {"text", "contents"} & set(header):
+        reader, names, offset = csv.reader(lines, delimiter="\t"), header, 1
+    else:
+        reader = csv.reader(_chain(first, lines), delimiter="\t", quoting=csv.QUOTE_NONE)
+        names, offset = ["id", "text", "title"], 0
+    for cells in reader:
+        n = reader.line_num + offset
+        if not cells or cells == [""]:
+            continue
+        if len(cells) != len(names) and not (offset == 0 and len(cells) == 2):  # headerless: the title is optional
+            raise CorpusFormatError(
+                f"{path}:{n}: {len(cells)} tab-separated columns, expected {len(names)} ({', '.join(names)}); "
+                + (
+                    "fix that line (quote a cell that holds a tab)"
+                    if offset
+                    else "fix that line or give the file a header"
+                )
+            )
+        yield n, dict(zip(names, cells, strict=False))
+
+
+def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
+    yield first
+    yield from rest
+
+
 def _iter_rows(path: Path, chunk_size: int) -> Iterator[tuple[int, Passage]]:
     """(line or row number, passage) of every passage in a corpus file."""
     if path.suffix == ".parquet":
@@ -126,7 +172,7 @@ def _iter_rows(path: Path, chunk_size: int) -> Iterator[tuple[int, Passage]]:
                     yield n, p
         return
     try:
-        for i, row in read_jsonl(path):
+        for i, row in _iter_tsv(path) if is_tsv(path) else read_jsonl(path):
             for p in _row_to_passages(row, f"{path}:{i}", chunk_size):
                 yield i, p
     except CorpusFormatError:
