@@ -80,7 +80,7 @@ def reflow(text: str) -> str:
     "Answer one question. The rollout limits are the recipe's.\n\n- one\n- two"
     """
     paragraphs = inspect.cleandoc(text).split("\n\n")
-    keep = ("-", "*", " ", "\b")
+    keep = ("- ", "* ", " ", "\b")
     return "\n\n".join(
         p if any(line.startswith(keep) for line in p.split("\n")) else " ".join(p.split("\n")) for p in paragraphs
     )
