@@ -55,7 +55,18 @@ def resolve_file(cfg: RunConfig, name: str) -> str:
     the loader reports)."""
     if name.startswith("hf:") or Path(name).is_absolute():
         return name
-    in_data = data_dir(cfg) / name
+    return data_file(str(data_dir(cfg)), name)
+
+
+def data_file(directory: str, name: str) -> str:
+    """``name`` as a file of the data directory ``directory``, as :func:`resolve_file` finds it.
+
+    >>> data_file("data", "hf:org/qa:dev"), data_file("data", "/abs/q.jsonl"), data_file("data", "q.jsonl")
+    ('hf:org/qa:dev', '/abs/q.jsonl', 'data/q.jsonl')
+    """
+    if name.startswith("hf:") or Path(name).is_absolute():
+        return name
+    in_data = Path(directory) / name
     if not in_data.exists() and Path(name).exists():
         return str(Path(name).resolve())
     return str(in_data)

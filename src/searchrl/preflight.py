@@ -56,14 +56,11 @@ class _StandIn:
 def _data_file(cfg: RunConfig, name: str) -> tuple[str, bool]:
     """(path, produced) for a data file as :func:`searchrl.pipeline.resolve_file` would find it, without its side
     effect of generating the cached synthetic world (which is then 'produced')."""
-    if name.startswith("hf:") or Path(name).is_absolute():
-        return name, False
-    if cfg.data.source == "synthetic":
+    from searchrl.pipeline import data_file
+
+    if cfg.data.source == "synthetic" and not (name.startswith("hf:") or Path(name).is_absolute()):
         return f"<synthetic world>/{name}", True
-    in_data = Path(cfg.data.source) / name
-    if not in_data.exists() and Path(name).exists():
-        return str(Path(name).resolve()), False
-    return str(in_data), False
+    return data_file(cfg.data.source, name), False
 
 
 def _under(path: str, dirs: Sequence[str]) -> bool:
@@ -86,7 +83,8 @@ def _stage_inputs(
         if _under(name, produced):  # an earlier stage's output, e.g. data.dev=${split}/heldout.jsonl
             out.append((what, name, False))
         else:
-            out.append((what, *_data_file(cfg, name)))
+            path, made = _data_file(cfg, name)
+            out.append((what, path, made or path.startswith("hf:")))  # the hub is not checked here
 
     def given(what: str, value: Any) -> None:
         for v in value if isinstance(value, list) else [value]:

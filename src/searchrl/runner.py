@@ -17,10 +17,8 @@ Stage outputs, referenced by later stages as ``${name}``:
 Defaults that chain the stages: after a ``synth`` stage, ``data.source`` is its world; after an ``index`` stage,
 ``retrieval.index`` is its index; a stage that needs a model (sft, rl, eval, rejection-sample, select-difficulty)
 starts from the latest sft/rl stage's model unless ``init_from`` says otherwise. A stage's ``set:`` overrides win.
-Stages run in this process: each is a function of :mod:`searchrl.stages` called with the stage's resolved config
-and its ``args`` as keyword arguments (the single-stage commands, e.g. ``searchrl data rejection-sample``, call the
-same functions, so a stage does exactly what its command does).
-"""
+Stages run in this process, each a function of :mod:`searchrl.stages` called with the stage's resolved config and
+its ``args`` as keyword arguments; a single-stage command (``searchrl data split``) calls the same function."""
 
 from __future__ import annotations
 
@@ -37,10 +35,11 @@ import yaml
 
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
 from searchrl.config.sections import WorldConfig
-from searchrl.pipeline import index_kind
+from searchrl.pipeline import data_file, index_kind
 from searchrl.utils import atomic_write_text, console
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
+_JOINED = re.compile(r"\$\{cfg\.(data\.source)\}/\$\{cfg\.(data\.\w+)\}")
 _MODEL_STAGES = ("sft", "rl")
 _NEEDS_MODEL = ("sft", "rl", "eval", "rejection-sample", "select-difficulty")
 
@@ -68,8 +67,7 @@ class StageResult:
     seconds: float
     output: str
     result: dict[str, Any] = field(default_factory=dict)
-    #: CPU time of this process over the stage, all threads (2 busy cores: about twice ``seconds``).
-    cpu_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # of this process over the stage, all threads (2 busy cores: about twice ``seconds``)
 
 
 def stage_output(stage: StageConfig, run_dir: Path) -> Path:
@@ -94,9 +92,11 @@ def _cfg_value(cfg: dict[str, Any], dotted: str, stage: str) -> str:
 
 
 def _subst(value: Any, refs: dict[str, str], stage: str, cfg: dict[str, Any] | None = None) -> Any:
-    """``${name}`` -> the output path of an earlier stage; ``${cfg.a.b}`` -> the run config's value (the recipe
-    with the command line's overrides, e.g. ``${cfg.data.source}``); in strings, lists and dicts."""
+    """``${name}`` -> an earlier stage's output path; ``${cfg.a.b}`` -> the run config's value (the command line's
+    overrides in), ``${cfg.data.source}/${cfg.data.X}`` as :func:`~searchrl.pipeline.data_file` finds it."""
     if isinstance(value, str):
+        if cfg is not None:  # a data file joined to its directory: an hf: source or an absolute path as it is
+            value = _JOINED.sub(lambda m: data_file(*(_cfg_value(cfg, k, stage) for k in m.groups())), value)
 
         def one(m: re.Match) -> str:
             if m.group(1).startswith("cfg.") and cfg is not None:

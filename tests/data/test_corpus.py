@@ -146,3 +146,37 @@ def test_tab_separated_corpora_as_dpr_and_ms_marco_ship_them(tmp_path: Path) -> 
         "corpus",
         "qa",
     ]
+
+
+def test_a_datasets_corpus_is_written_once_into_the_cache_and_indexed(tmp_path: Path, monkeypatch) -> None:
+    """``hf:NAME[:CONFIG]:SPLIT`` (here a dataset saved with ``save_to_disk``, as BEIR's corpora load) becomes a
+    FlashRAG-layout file in the cache, reused by a second call; ``index build`` and the corpus check take it, and
+    a run's preflight accepts it as ``data.corpus``."""
+    import datasets
+
+    from searchrl.config import load_config
+    from searchrl.data.corpus import local_corpus
+    from searchrl.preflight import plan_pipeline
+    from searchrl.retrieval.index import build_index, check_corpus, read_manifest
+
+    monkeypatch.setenv("SEARCHRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    rows = [{"_id": "d1", "title": "Hamlet", "text": "A play."}, {"_id": "d2", "title": "", "text": "Untitled."}]
+    datasets.DatasetDict({"corpus": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "beir"))
+    source = f"hf:{tmp_path / 'beir'}:corpus"
+    path = local_corpus(source)
+    assert path.is_relative_to(tmp_path / "cache" / "corpora") and path.suffix == ".jsonl"
+    assert [(p.id, p.title, p.text) for p in iter_passages(source)] == [
+        ("d1", "Hamlet", "A play."),
+        ("d2", "", "Untitled."),
+    ]
+    stamp = path.stat().st_mtime_ns
+    assert local_corpus(source) == path and path.stat().st_mtime_ns == stamp
+    build_index(source, "bm25", tmp_path / "index")
+    check_corpus(read_manifest(tmp_path / "index"), source, tmp_path / "index")
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"id": "q", "question": "Who?", "golden_answers": ["x"]}) + "\n", encoding="utf-8")
+    cfg = load_config("multihop_cpu", [f"data.source={tmp_path}", "data.train=qa.jsonl", f"data.corpus={source}"])
+    cfg = cfg.model_copy(update={"pipeline": [s for s in cfg.pipeline if s.name == "index"]})
+    (plan,) = plan_pipeline(cfg, tmp_path / "run")
+    assert plan.inputs == [("corpus (stage data:)", source)]

@@ -271,6 +271,11 @@ def test_cfg_references_resolve_from_the_run_config() -> None:
     }
     with pytest.raises(ConfigError, match="not a config value"):
         _subst("${cfg.data.nope}", {}, "split", cfg)
+    for name in ("/elsewhere/qa.jsonl", "hf:org/qa:train"):  # a data file given whole is not joined to the source
+        assert (
+            _subst("${cfg.data.source}/${cfg.data.train}", {}, "split", {"data": {**cfg["data"], "train": name}})
+            == name
+        )
 
 
 def test_multihop_cpu_without_user_data_names_the_fix(tmp_path) -> None:

@@ -28,7 +28,10 @@ class Kind(StrEnum):
 
 @app.command("build")
 def build(
-    corpus: Path = typer.Option(..., help="passage file: JSONL {id, contents} / {id, title, text} / KILT, or parquet"),
+    corpus: Path = typer.Option(
+        ...,
+        help="passage file: JSONL {id, contents} / {id, title, text} / KILT, TSV, parquet, or hf:NAME[:CONFIG]:SPLIT",
+    ),
     kind: Kind = typer.Option(Kind.bm25, help="index type"),
     out: Path = typer.Option(..., help="index directory to create"),
     encoder: str = typer.Option("minilm-l6-v2", help="dense encoder: alias, local directory or HF id"),

@@ -6,6 +6,8 @@ Formats (detected per row):
 - JSONL ``{"id", "title", "text"}`` (BEIR's ``_id`` and ``doc_id`` name the id too; ``title`` may be absent);
 - KILT pages ``{"wikipedia_title", "text": [paragraphs]}``: chunked into ~100-word passages that keep the title;
 - parquet files with either column layout;
+- ``hf:NAME[:CONFIG]:SPLIT`` datasets whose rows take one of these layouts (BEIR's corpora), written once into
+  the cache in FlashRAG's layout (:func:`local_corpus`);
 - tab-separated files (``.tsv``, ``.tsv.gz``): DPR's ``psgs_w100.tsv`` with its header ``id text title`` (any
   columns named ``id``, ``text``, ``title`` or ``contents``), or headerless ``id<TAB>text[<TAB>title]`` lines such
   as MS MARCO's ``collection.tsv``.
@@ -208,13 +210,56 @@ def _first_duplicate(path: Path, chunk_size: int, hashes: array, lines: array) -
 
 
 def write_corpus(path: str | Path, passages: Iterable[Passage]) -> int:
-    """Write ``passages`` in FlashRAG's corpus layout ``{"id", "contents": "Title\\ntext"}`` (atomically); returns
-    how many."""
-    from searchrl.utils import write_jsonl
+    """Write ``passages`` in FlashRAG's corpus layout ``{"id", "contents": "Title\\ntext"}``, streamed, and
+    atomically: the file appears complete or not at all. Returns how many."""
+    import tempfile
 
-    rows = [{"id": p.id, "contents": p.contents} for p in passages]
-    write_jsonl(path, rows)
-    return len(rows)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    n = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for p in passages:
+                f.write(json.dumps({"id": p.id, "contents": p.contents}, ensure_ascii=False) + "\n")
+                n += 1
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return n
+
+
+def local_corpus(source: str | Path, chunk_size: int = 100) -> Path:
+    """The file of a corpus: a path as it is; ``hf:NAME[:CONFIG]:SPLIT`` (a hub dataset, or a local dataset
+    directory) read once with ``datasets``, its rows in any layout above, and written in FlashRAG's layout to
+    ``<cache>/corpora/<name>-<hash>.jsonl``, whose path is returned (later calls reuse it)."""
+    if not str(source).startswith("hf:"):
+        return Path(source)
+    import re
+
+    from searchrl.data.loaders import _iter_hf, parse_hf_source
+    from searchrl.models import cache_dir
+
+    name, config, split = parse_hf_source(str(source))
+    local = Path(name).expanduser()
+    stamp = f"{local.resolve()}|{local.stat().st_mtime_ns}" if local.exists() else name
+    digest = hashlib.sha256(f"{stamp}|{config}|{split}".encode()).hexdigest()[:12]
+    out = cache_dir() / "corpora" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', local.name)}-{digest}.jsonl"
+    if not out.exists():
+        rows = _iter_hf(name, config, split)
+        try:
+            write_corpus(out, (p for where, _, row in rows for p in _row_to_passages(row, where, chunk_size)))
+        except (CorpusFormatError, ImportError):
+            raise
+        except Exception as err:  # offline, an unknown name or split: one line that names the fix
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"corpus {source}: cannot be read with datasets ({first}); check the name, config and split, "
+                "or download the files and give their path"
+            ) from None
+    return out
 
 
 def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
@@ -223,7 +268,7 @@ def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
     A passage id that occurs twice raises :class:`CorpusFormatError` naming the id and its first two lines, once
     the file has been read (before an index built from it is written).
     """
-    path = Path(path)
+    path = local_corpus(path, chunk_size)
     if not path.exists():
         raise FileNotFoundError(f"corpus not found: {path}")
     hashes, lines = array("q"), array("q")

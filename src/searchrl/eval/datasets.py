@@ -193,7 +193,7 @@ def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
             f"evaluation index {index} holds no index; build it with `searchrl index build` or "
             "give the set's corpus: in its evaluation.datasets entry"
         )
-    if corpus is not None and not Path(corpus).exists() and not built:
+    if corpus is not None and not str(corpus).startswith("hf:") and not Path(corpus).exists() and not built:
         raise FileNotFoundError(
             f"evaluation corpus not found: {corpus} (give the corpus file of this dataset's "
             "entry, e.g. the IRCoT corpus of HotpotQA / 2Wiki / MuSiQue)"

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from searchrl import __version__
-from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages
+from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages, local_corpus
 from searchrl.retrieval import dense as dense_backend
 from searchrl.retrieval.bm25 import BM25Options, BM25Retriever, build_bm25
 from searchrl.retrieval.dense import (
@@ -108,9 +108,9 @@ def build_index(
         raise ValueError(f"unknown index kind '{kind}'; use one of {', '.join(KINDS)}")
     if query_encoder not in (None, "onnx", "sentence-transformers"):
         raise ValueError(f"unknown query encoder '{query_encoder}'; use onnx or sentence-transformers")
-    corpus, out = Path(corpus).resolve(), Path(out)
+    corpus, out = local_corpus(corpus).resolve(), Path(out)
     if not corpus.is_file():
-        raise FileNotFoundError(f"corpus not found: {corpus} (give a .jsonl or .parquet passage file)")
+        raise FileNotFoundError(f"corpus not found: {corpus} (give a .jsonl, .tsv or .parquet passage file)")
     if (out / "manifest.json").exists() and not overwrite:
         raise ValueError(f"{out} already holds an index; pass --force (overwrite=True) or choose another --out")
     if out.exists() and not (out / "manifest.json").exists() and any(out.iterdir()):
@@ -305,7 +305,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
 
 def check_corpus(manifest: dict[str, Any], corpus: str | Path, directory: str | Path) -> None:
     """Refuse an index built from a different corpus than ``corpus`` (compared by fingerprint, not by path)."""
-    corpus = Path(corpus)
+    corpus = local_corpus(corpus)
     if not corpus.is_file():
         raise FileNotFoundError(f"corpus not found: {corpus}")
     built = manifest["corpus"]
