@@ -153,7 +153,9 @@ def test_a_datasets_corpus_is_written_once_into_the_cache_and_indexed(tmp_path: 
     FlashRAG-layout file in the cache, reused by a second call; ``index build`` and the corpus check take it, and
     a run's preflight accepts it as ``data.corpus``."""
     import datasets
+    from typer.testing import CliRunner
 
+    from searchrl.commands import app
     from searchrl.config import load_config
     from searchrl.data.corpus import local_corpus
     from searchrl.preflight import plan_pipeline
@@ -180,3 +182,5 @@ def test_a_datasets_corpus_is_written_once_into_the_cache_and_indexed(tmp_path: 
     cfg = cfg.model_copy(update={"pipeline": [s for s in cfg.pipeline if s.name == "index"]})
     (plan,) = plan_pipeline(cfg, tmp_path / "run")
     assert plan.inputs == [("corpus (stage data:)", source)]
+    out = CliRunner().invoke(app, ["data", "inspect", source])
+    assert out.exit_code == 0 and "passages without a title" in out.output and "Hamlet" in out.output

@@ -235,11 +235,11 @@ def _inspect_qa(source: str | Path, n: int, limit: int | None, styles: bool = Fa
         out.print(listed)
 
 
-def _inspect_corpus(path: Path, n: int, limit: int | None) -> None:
-    from searchrl.data.corpus import iter_passages
+def _inspect_corpus(path: Path | str, n: int, limit: int | None) -> None:
+    from searchrl.data.corpus import hf_passages, iter_passages
 
     count, words, titles, empty_titles, samples = 0, _Range(), Counter(), 0, []
-    for p in iter_passages(path):
+    for p in hf_passages(path) if str(path).startswith("hf:") else iter_passages(path):
         count += 1
         words.add(len(p.text.split()))
         titles[p.title] += 1
@@ -277,8 +277,14 @@ def inspect(
 
     Example: searchrl data inspect data/world/dev.jsonl --n 5 --styles
     """
-    if path.startswith("hf:"):
-        _inspect_qa(path, n, limit, styles)
+    if path.startswith("hf:"):  # a corpus when its first row names no question
+        from searchrl.data.loaders import QUESTION_FIELDS, iter_rows
+
+        first = next((row for _, row in iter_rows(path)), {})
+        if {str(k).lower() for k in first} & set(QUESTION_FIELDS) or not first.keys() & {"contents", "text"}:
+            _inspect_qa(path, n, limit, styles)
+        else:
+            _inspect_corpus(path, n, limit)
         return
     p = Path(path).expanduser()
     if not p.exists():

@@ -231,6 +231,14 @@ def write_corpus(path: str | Path, passages: Iterable[Passage]) -> int:
     return n
 
 
+def hf_passages(source: str, chunk_size: int = 100) -> Iterator[Passage]:
+    """Stream the passages of a dataset ``hf:NAME[:CONFIG]:SPLIT`` whose rows take one of the layouts above."""
+    from searchrl.data.loaders import _iter_hf, parse_hf_source
+
+    for where, _, row in _iter_hf(*parse_hf_source(source)):
+        yield from _row_to_passages(row, where, chunk_size)
+
+
 def local_corpus(source: str | Path, chunk_size: int = 100) -> Path:
     """The file of a corpus: a path as it is; ``hf:NAME[:CONFIG]:SPLIT`` (a hub dataset, or a local dataset
     directory) read once with ``datasets``, its rows in any layout above, and written in FlashRAG's layout to
@@ -239,7 +247,7 @@ def local_corpus(source: str | Path, chunk_size: int = 100) -> Path:
         return Path(source)
     import re
 
-    from searchrl.data.loaders import _iter_hf, parse_hf_source
+    from searchrl.data.loaders import parse_hf_source
     from searchrl.models import cache_dir
 
     name, config, split = parse_hf_source(str(source))
@@ -248,9 +256,8 @@ def local_corpus(source: str | Path, chunk_size: int = 100) -> Path:
     digest = hashlib.sha256(f"{stamp}|{config}|{split}".encode()).hexdigest()[:12]
     out = cache_dir() / "corpora" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', local.name)}-{digest}.jsonl"
     if not out.exists():
-        rows = _iter_hf(name, config, split)
         try:
-            write_corpus(out, (p for where, _, row in rows for p in _row_to_passages(row, where, chunk_size)))
+            write_corpus(out, hf_passages(str(source), chunk_size))
         except (CorpusFormatError, ImportError):
             raise
         except Exception as err:  # offline, an unknown name or split: one line that names the fix
