@@ -52,6 +52,8 @@ def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) 
     retriever = fakes.KeywordRetriever()
     monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(reply))
     monkeypatch.setattr(pipeline, "make_retriever_for", lambda cfg, corpus=None: retriever)
+    (tmp_path / "idx").mkdir()
+    (tmp_path / "idx" / "manifest.json").write_text('{"kind": "bm25"}')  # an index directory (its retriever faked)
     out = tmp_path / "out"
     res = runner.invoke(
         cli.app,
@@ -133,10 +135,17 @@ def test_bad_flags_name_the_fix(qa_file, args, match) -> None:
     assert isinstance(res.exception, ValueError) and match in str(res.exception)
 
 
-def test_retrieval_method_without_index_on_explicit_data(qa_file) -> None:
+def test_retrieval_method_without_index_on_explicit_data(qa_file, tmp_path) -> None:
+    """Own questions with the synthetic world's data: no retriever, or an index directory holding none (a typo),
+    is refused instead of searching the world; a corpus to build from is enough."""
     cfg = build_config(None, [], data=[str(qa_file)], methods="naive_rag")
-    with pytest.raises(ValueError, match="--index DIR"):
+    with pytest.raises(ValueError, match="--corpus FILE.*--index DIR"):
         harness.check_retriever_source(cfg)
+    harness.check_retriever_source(cfg, corpus=tmp_path / "corpus.jsonl")
+    typo = build_config(None, [], data=[str(qa_file)], methods="naive_rag", index=str(tmp_path / "idx-typo"))
+    with pytest.raises(FileNotFoundError, match=r"idx-typo holds no index; build it with `searchrl index build"):
+        harness.check_retriever_source(typo)
+    assert not (tmp_path / "idx-typo").exists()
 
 
 def test_no_arguments_prints_help() -> None:

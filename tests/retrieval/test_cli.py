@@ -126,3 +126,10 @@ def test_ask_takes_the_recipes_rollout_limits_protocol_and_model(tiny_bm25: Path
     cfg = load_config("r1_searcher_stage1", ["rollout.max_turns=2"], "laptop")
     assert seen["limits"] == RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
     assert seen["protocol"] == "R1SearcherProtocol" and seen["policy"] == cfg.model.policy and seen["kind"] == "bm25"
+
+
+def test_ask_with_an_index_directory_holding_none_names_the_build(tmp_path: Path) -> None:
+    """A mistyped --index fails before any model loads instead of building an index of the recipe's corpus there."""
+    res = CliRunner().invoke(app, ["ask", "Q?", "--index", str(tmp_path / "typo")])
+    assert isinstance(res.exception, FileNotFoundError) and "holds no index" in str(res.exception)
+    assert not (tmp_path / "typo").exists()

@@ -38,7 +38,7 @@ def ask(
     from searchrl.device import configure_from
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
-    from searchrl.pipeline import make_protocol, make_retriever_for, policy_spec, with_retriever
+    from searchrl.pipeline import index_kind, make_protocol, make_retriever_for, policy_spec, with_retriever
     from searchrl.rollout.engine import RolloutEngine, RolloutLimits
     from searchrl.rollout.render import render_trajectory
 
@@ -52,6 +52,10 @@ def ask(
     cfg = with_retriever(cfg, index, url)
     if model is not None:  # an explicit --model wins over the recipe's checkpoint
         cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"init_from": None})})
+    if index is not None and not index_kind(index):  # a typo would otherwise build an index of the recipe's corpus
+        raise FileNotFoundError(
+            f"{index} holds no index; build it with `searchrl index build --corpus FILE --out {index}`"
+        )
     configure_from(cfg)
     retriever = make_retriever_for(cfg)
     policy, tok = load_policy(policy_spec(cfg), frozen=True)

@@ -11,8 +11,7 @@ from a ``RunConfig``, then calls :func:`evaluate`, which for every dataset x met
 and finally writes ``summary.{md,csv,json,png}`` and the resolved ``config.yaml`` and prints the table.
 
 :mod:`searchrl.eval.rescore` re-scores an existing predictions file: ours, or R1-Searcher's released format
-(``question``,
-``answer`` (gold, a string or a list), ``pred_ans``); the latter is scored the authors' way by default, which
+(``question``, ``answer`` (gold, a string or a list), ``pred_ans``), scored the authors' way by default, which
 reproduces the EM, ACC_R (cover-EM tokens) and F1 of their paper (``benchmarks/rescore_r1_searcher.py``).
 
 ``evaluation.timing: single`` answers every question alone (batch size 1), so ``latency_s`` is one question's own
@@ -77,20 +76,23 @@ class EvalResult:
 # ------------------------------------------------------------------------------------------------ resolution
 
 
-def check_retriever_source(cfg: RunConfig) -> None:
-    """Without an index, the retriever is the data directory's: refuse when the datasets are files of their own and
-    the data is the synthetic world (its index would answer other questions)."""
-    from searchrl.pipeline import REMOTE_KINDS
+def check_retriever_source(cfg: RunConfig, corpus: str | Path | None = None) -> None:
+    """Without a built index or a ``corpus``, the retriever is the data directory's: refuse when the datasets are
+    files of their own and the data is the synthetic world (its index would answer other questions)."""
+    from searchrl.pipeline import REMOTE_KINDS, index_kind
 
     r = cfg.retrieval
-    if r.kind in REMOTE_KINDS or r.index is not None:
+    if r.kind in REMOTE_KINDS or corpus is not None or (r.index is not None and index_kind(r.index)):
         return
     entries = [as_entry(d) for d in cfg.evaluation.datasets]
     explicit = [e.data for e in entries if e.data not in SPLITS and e.index is None and e.corpus is None]
     if explicit and cfg.data.source == "synthetic":
+        if r.index is not None:  # a mistyped or unbuilt index directory
+            build = f"`searchrl index build --corpus FILE --kind {r.kind} --out {r.index}`"
+            raise FileNotFoundError(f"{r.index} holds no index; build it with {build}, or pass --corpus FILE")
         raise ValueError(
             f"methods {sorted(set(cfg.evaluation.methods) & RETRIEVAL_METHODS)} need a retriever for "
-            f"{explicit[0]}: pass --index DIR (with --corpus FILE to build it) or --url URL"
+            f"{explicit[0]}: pass --corpus FILE (its index is built and cached), --index DIR or --url URL"
         )
 
 
@@ -457,7 +459,7 @@ def run_from_config(
     if retriever is None and needs and any(s.retriever_key == (None, None) for s in sets):
         from searchrl.pipeline import make_retriever_for
 
-        check_retriever_source(cfg)
+        check_retriever_source(cfg, corpus)
         retriever = make_retriever_for(cfg, corpus)
     own_retrievers = {
         key: own_retriever(cfg, *key)
