@@ -410,6 +410,11 @@ def test_retrieval_methods_refuse_bad_sizes(direct_generator, retriever) -> None
         ("Blue Lake is a film about a lake and its director.", "a film about a lake and its director"),
         ("I do not know who made that film at all.", "I do not know who made that film at all"),
         ("   ", None),
+        # initials and abbreviations end no sentence; a comma before one ends no clause
+        ("The director of Blue Lake is Robert F. Hill. He was born", "Robert F. Hill"),
+        ("The director of Blue Lake was J. R. R. Tolkien.", "J. R. R. Tolkien"),
+        ("The answer is Washington, D.C.", "Washington, D.C"),
+        ("The director of Blue Lake lived in St. Louis, Missouri.", "St. Louis"),
     ],
 )
 def test_answer_span_reads_the_answer_out_of_a_restating_sentence(reply: str, span: str | None) -> None:

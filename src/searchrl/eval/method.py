@@ -19,7 +19,13 @@ from searchrl.rollout.trajectory import Trajectory
 _LABEL = re.compile(r"^\s*(?:final answer|the answer is|answer)\s*[:：]?\s*", re.IGNORECASE)
 _FINAL = re.compile(r"final answer\s*[:：]\s*(.*)", re.IGNORECASE)
 _ANSWER_IS = re.compile(r"the answer is\s*[:：]?\s*(.*)", re.IGNORECASE | re.DOTALL)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+#: a sentence end: ".", "!" or "?" before whitespace, or a newline; a "." after an initial ("Robert F. Hill"), an
+#: abbreviation ("St. Louis", "Washington, D.C. is") or before a lower-case word ends nothing
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=(\S?))|\n")
+_ABBREVIATION = re.compile(
+    r"(?:^|[\s(])(?:[A-Za-z]|(?:[A-Za-z]\.)+[A-Za-z]|St|Mt|Ft|Dr|Mr|Mrs|Ms|Jr|Sr|No|Nos|vs|Co|Corp|Inc|Ltd|Bros|Gen|"
+    r"Col|Lt|Sgt|Capt|Adm|Gov|Sen|Rep|Prof|Rev|Hon|Ave|Blvd|Rd|Jan|Feb|Mar|Apr|Aug|Sept?|Oct|Nov|Dec|approx|ca)\.$"
+)
 
 
 @dataclass
@@ -68,7 +74,10 @@ _PARTICIPLE_LEAD = re.compile(
     r"^(?:(?:\w+ed|born|made|built|held|known|set)\s+)?(?:on|in|at|by|from|as)\s+", re.IGNORECASE
 )
 #: where an answer span restated as a sentence ends: a clause after it
-_CLAUSE = re.compile(r",|;|\s(?:because|which|who|since|while|whereas|and (?:he|she|it|they))\s", re.IGNORECASE)
+_CLAUSE = re.compile(
+    r",(?!\s*(?:(?:[A-Z]\.)+|Jr\.|Sr\.))|;|\s(?:because|which|who|since|while|whereas|and (?:he|she|it|they))\s",
+    re.IGNORECASE,
+)
 _STOPWORDS = frozenset(
     "the a an of in on at to for by from with and or is was are were what who whom whose which".split()
 )
@@ -152,9 +161,18 @@ def first_sentence(text: str) -> str:
 
     >>> first_sentence("Anna was born in Rome. She moved")
     'Anna was born in Rome.'
+    >>> first_sentence("It was directed by Robert F. Hill in St. Louis. Then"), first_sentence("Washington, D.C. is")
+    ('It was directed by Robert F. Hill in St. Louis.', 'Washington, D.C. is')
     """
-    m = _SENTENCE_END.search(text)
-    return (text[: m.start()] if m else text).strip()
+    for m in _SENTENCE_END.finditer(text):
+        before = text[: m.start()]
+        if (
+            m.group(0) == "\n"
+            or not before.endswith(".")
+            or not (m.group(1).islower() or _ABBREVIATION.search(before))
+        ):
+            return before.strip()
+    return text.strip()
 
 
 def answer_in_sentence(sentence: str) -> str | None:
