@@ -153,14 +153,21 @@ def open_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield (line_number, text) of a text file, plain or gzip-compressed (``.gz``), decoded as UTF-8.
 
     A line that is not UTF-8 raises ValueError naming ``file:line`` and the byte offset, instead of a bare
-    UnicodeDecodeError.
+    UnicodeDecodeError; a file that is not gzip or is cut short raises ValueError too. A byte-order mark is dropped.
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
-        for i, raw in enumerate(f, 1):
+        lines = enumerate(f, 1)
+        while True:
             try:
-                yield i, raw.decode("utf-8")
+                i, raw = next(lines)
+            except StopIteration:
+                return
+            except (OSError, EOFError) as err:  # not gzip, or cut short
+                raise ValueError(f"{path}: cannot be read ({err}); re-download or re-compress it") from None
+            try:
+                yield i, raw.decode("utf-8-sig" if i == 1 else "utf-8")  # -sig: an editor's byte-order mark
             except UnicodeDecodeError as err:
                 raise ValueError(
                     f"{path}:{i}: not UTF-8 text (byte {err.start} of the line is 0x{raw[err.start]:02x}); "

@@ -64,3 +64,25 @@ def test_index_build_of_a_corpus_with_a_repeated_id_fails_and_leaves_nothing(tmp
     with pytest.raises(CorpusFormatError, match="at lines 1 and 2"):
         build_index(path, "bm25", tmp_path / "idx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl.gz"]
+
+
+def test_a_byte_order_mark_is_dropped_and_a_broken_gzip_named(tmp_path: Path) -> None:
+    """An editor's byte-order mark before the first row reads as nothing; a ``.gz`` that is not gzip, or is cut
+    short, is one line naming the file and the fix, for questions, corpora and ``data inspect`` alike."""
+    from typer.testing import CliRunner
+
+    from searchrl.commands import app
+
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + _rows([{"id": "a", "contents": "A\nx"}]))
+    assert [p.id for p in iter_passages(tmp_path / "bom.jsonl")] == ["a"]
+    (tmp_path / "q.jsonl").write_bytes(b"\xef\xbb\xbf" + _rows([{"question": "Q?", "answer": "x"}]))
+    assert load_qa(tmp_path / "q.jsonl")[0].question == "Q?"
+    (tmp_path / "not.jsonl.gz").write_bytes(b"plain text")
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(_rows([{"id": "a", "contents": "A\nx"}]))[:20])
+    for name in ("not.jsonl.gz", "cut.jsonl.gz"):
+        with pytest.raises(ValueError, match=rf"{name}: cannot be read \(.*\); re-download or re-compress it"):
+            list(iter_passages(tmp_path / name))
+        with pytest.raises(ValueError, match=rf"{name}: cannot be read"):
+            load_qa(tmp_path / name)
+        res = CliRunner().invoke(app, ["data", "inspect", str(tmp_path / name)])
+        assert isinstance(res.exception, ValueError) and "re-download" in str(res.exception)

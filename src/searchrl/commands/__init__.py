@@ -9,6 +9,7 @@ import inspect
 import sys
 
 import typer
+from rich.markup import escape
 from typer.core import TyperOption
 
 from searchrl import __version__
@@ -79,7 +80,7 @@ def reflow(text: str) -> str:
     >>> reflow("Answer one question. The rollout\n    limits are the recipe's.\n\n    - one\n    - two")
     "Answer one question. The rollout limits are the recipe's.\n\n- one\n- two"
     """
-    paragraphs = inspect.cleandoc(text).split("\n\n")
+    paragraphs = escape(inspect.cleandoc(text)).split("\n\n")  # brackets as written: 'searchrl[mcp]', not markup
     keep = ("- ", "* ", " ", "\b")
     return "\n\n".join(
         p if any(line.startswith(keep) for line in p.split("\n")) else " ".join(p.split("\n")) for p in paragraphs
@@ -112,7 +113,7 @@ def main() -> None:
         app()
     except (ConfigError, ModelResolutionError, FileNotFoundError, ValueError, ConnectionError) as err:
         # User-caused errors: one line naming the fix, no traceback.
-        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
+        console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)  # "[title, [sentences]]" as written
         sys.exit(2)
 
 
