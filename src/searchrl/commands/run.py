@@ -38,7 +38,7 @@ def run_cmd(
     """
     from searchrl import runner
     from searchrl.config import ConfigError
-    from searchrl.models import check_fetchable
+    from searchrl.models import check_fetchable, model_origin, models_of
     from searchrl.preflight import format_plan, plan_pipeline
     from searchrl.validation import validate_deep
 
@@ -63,6 +63,9 @@ def run_cmd(
     if dry_run:
         print(f"run {name} (profile {profile or 'none'}) into {run_dir}:")
         print(format_plan(plans))
+        print("models:")
+        for role, spec, _ in models_of(cfg, pipeline=True):
+            print(f"  {role}={spec}: {model_origin(spec)}")
         return
     results = runner.run_pipeline(
         cfg, run_dir, only=only or None, start=start, recipe=name, profile=profile, load=load_stage_recipe
