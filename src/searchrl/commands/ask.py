@@ -16,7 +16,9 @@ def ask(
     overrides: list[str] = SET,
     profile: str = PROFILE,
     protocol: str = typer.Option(
-        None, help="search_r1 | r1_searcher | r1_searcher_pp | r_search | rag_r1 | search_o1 (default: the recipe's)"
+        None,
+        help="search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1, search_o1, tool_call, reason (no search) or "
+        "rag (documents in the prompt); default: the recipe's",
     ),
     index: str = typer.Option(None, help="a local index directory (default: the recipe's retriever)"),
     url: list[str] = typer.Option(None, help="retrieval server URL(s) (searchrl serve ...); repeatable"),

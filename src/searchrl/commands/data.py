@@ -93,7 +93,7 @@ def split(
     """Split a QA file into train.jsonl and heldout.jsonl by a fixed rule: the questions with the smallest SHA-256 of
     their id are held out (no seed, independent of row order).
 
-    Example: searchrl data split ../shared/data/2wiki-mini/dev.jsonl --out runs/2wiki --heldout 100
+    Example: searchrl data split data/2wiki/dev.jsonl --out runs/2wiki --heldout 100
     """
     from searchrl.stages import split_questions
 

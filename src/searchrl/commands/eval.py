@@ -69,13 +69,15 @@ def main(
     config: str = typer.Option(None, "--config", "--recipe", help="recipe name or YAML with an evaluation: section"),
     data: list[str] = typer.Option(None, "--data", help="QA file or hf:NAME[:CONFIG]:SPLIT (repeatable)"),
     methods: str = typer.Option(
-        None, help="comma-separated: direct,cot,naive_rag,iterative_rag,iter_retgen,search_o1,agent,prior"
+        None, help="comma-separated, of: direct, cot, naive_rag, iterative_rag, iter_retgen, search_o1, agent, prior"
     ),
     prior_data: str = typer.Option(
         None, help="prior: the training QA file whose answers it counts (the prior alone loads no model)"
     ),
     protocol: str = typer.Option(
-        None, help="agent protocol: search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1, search_o1"
+        None,
+        help="agent protocol: search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1, search_o1, tool_call, reason "
+        "(no search), rag (documents in the prompt)",
     ),
     model: str = typer.Option(None, help="policy spec: alias, local directory or HF id"),
     index: str = typer.Option(None, help="local index directory (built from --corpus when empty)"),

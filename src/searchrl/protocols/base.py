@@ -84,7 +84,7 @@ class Protocol(ABC):
     response_prefix: str = ""
     #: the text that opens the final answer inside a turn (R1-Searcher++: ``\\boxed``); "" when not marked so.
     answer_marker: str = ""
-    #: the rollout engine retrieves ``rollout.topk`` documents with each question before the first turn and builds
+    #: the rollout engine retrieves ``retrieval.topk`` documents with each question before the first turn and builds
     #: the prompt from ``frame_question(question, hits)`` (the ``rag`` baseline protocol); False for the others.
     prompt_documents: bool = False
     #: False for a protocol that never searches during the rollout (the ``reason`` and ``rag`` baselines).

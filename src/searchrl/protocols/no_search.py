@@ -8,7 +8,7 @@ same answer extraction, rewards and format penalty apply:
   ``<answer></answer>``; nothing is retrieved. A ``<search>`` call is an invalid action (``no_search``) with feedback
   that asks for the answer.
 * ``rag`` (the RAG-SFT and RAG-RL baselines): as ``reason``, but the prompt holds the top-k documents retrieved
-  once with the question (``rollout.topk`` of them, one batched retriever call per rollout). The rollout engine
+  once with the question (``retrieval.topk`` of them, one batched retriever call per rollout). The rollout engine
   retrieves them (``prompt_documents``) and records them on the trajectory (``metadata.prompt_docs``), so the
   evaluation's diagnostics see what the model read.
 
