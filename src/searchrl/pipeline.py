@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from searchrl.config import RunConfig
+from searchrl.config.evaluation import CONTEXTS
 from searchrl.data.records import QAExample
 from searchrl.models import cache_dir
 from searchrl.protocols import get_protocol
@@ -59,12 +60,13 @@ def resolve_file(cfg: RunConfig, name: str) -> str:
 
 
 def data_file(directory: str, name: str) -> str:
-    """``name`` as a file of the data directory ``directory``, as :func:`resolve_file` finds it.
+    """``name`` as a file of the data directory ``directory``, as :func:`resolve_file` finds it (``contexts``, the
+    corpus of the paragraphs the questions ship with, as it is).
 
     >>> data_file("data", "hf:org/qa:dev"), data_file("data", "/abs/q.jsonl"), data_file("data", "q.jsonl")
     ('hf:org/qa:dev', '/abs/q.jsonl', 'data/q.jsonl')
     """
-    if name.startswith("hf:") or Path(name).is_absolute():
+    if name.startswith("hf:") or Path(name).is_absolute() or name == CONTEXTS:
         return name
     in_data = Path(directory) / name
     if not in_data.exists() and Path(name).exists():

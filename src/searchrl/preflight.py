@@ -85,11 +85,11 @@ def _stage_inputs(
             out.append((what, name, False))
         else:
             path, made = _data_file(cfg, name)
-            out.append((what, path, made or path.startswith("hf:")))  # the hub is not checked here
+            out.append((what, path, made or path.startswith("hf:") or path == CONTEXTS))  # the hub is not checked
 
-    def given(what: str, value: Any) -> None:
+    def given(what: str, value: Any) -> None:  # an hf: source, or the corpus of the questions' own paragraphs
         for v in value if isinstance(value, list) else [value]:
-            out.append((what, str(v), str(v).startswith("hf:")))
+            out.append((what, str(v), str(v).startswith("hf:") or str(v) == CONTEXTS))
 
     if key == "index":
         given("corpus (stage data:)", stage.data) if stage.data else data("corpus (data.corpus)", cfg.data.corpus)

@@ -96,3 +96,23 @@ def test_cli_writes_a_corpus_the_index_reads(tmp_path: Path) -> None:
     passages = list(iter_passages(out))
     assert [p.title for p in passages] == ["Arthur's Magazine", "First for Women", "Bauer Media"]
     assert len({p.id for p in passages}) == 3
+
+
+def test_a_run_indexes_the_paragraphs_its_questions_ship_with(tmp_path: Path, monkeypatch) -> None:
+    """``data.corpus=contexts`` in ``searchrl run``: the recipe's index stage builds the corpus of ``data.train``'s
+    own paragraphs (cached), and the preflight takes the value as a corpus, not as a missing file."""
+    from searchrl.config import load_config
+    from searchrl.preflight import plan_pipeline
+    from searchrl.runner import _subst
+    from searchrl.stages import build_index_for
+
+    monkeypatch.setenv("SEARCHRL_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "hotpot.json").write_text(json.dumps([HOTPOT]), encoding="utf-8")
+    cfg = load_config("multihop_cpu", [f"data.source={tmp_path}", "data.train=hotpot.json", "data.corpus=contexts"])
+    (stage,) = [s for s in cfg.pipeline if s.name == "index"]
+    corpus = _subst(stage.data, {}, "index", cfg.model_dump())
+    assert corpus == "contexts"
+    plans = plan_pipeline(cfg.model_copy(update={"pipeline": [stage]}), tmp_path / "run")
+    assert plans[0].inputs == [("corpus (stage data:)", "contexts")]
+    res = build_index_for(cfg, tmp_path / "index", corpus, kind="bm25")
+    assert res["passages"] == 2 and Path(res["corpus"]).is_relative_to(tmp_path / "cache" / "contexts")

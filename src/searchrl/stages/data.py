@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.config import ConfigError, RunConfig
+from searchrl.config.evaluation import CONTEXTS
 from searchrl.pipeline import data_dir, load_split, load_tokenizer, make_protocol, make_retriever_for, resolve_file
 from searchrl.utils import write_jsonl
 
@@ -64,11 +65,18 @@ def split_questions(
 
 def build_index_for(cfg: RunConfig, out: Path, corpus: str | None = None, **options: Any) -> dict[str, Any]:
     """Build the config's retriever index (``retrieval.kind``, ``encoder``, ``faiss``) of ``corpus`` (default: the
-    data corpus) into ``out``; ``options`` go to :func:`searchrl.retrieval.index.build_index` (``kind`` and
-    ``encoder`` replace the config's). Returns the kind, the corpus and the number of passages."""
+    data corpus; ``contexts``: the paragraphs ``data.train``'s questions ship with) into ``out``; ``options`` go to
+    :func:`searchrl.retrieval.index.build_index` (``kind`` and ``encoder`` replace the config's). Returns the kind,
+    the corpus and the number of passages."""
     from searchrl.retrieval.index import build_index
 
     corpus = corpus or resolve_file(cfg, cfg.data.corpus)
+    if corpus == CONTEXTS:  # the paragraphs data.train's questions ship with (HotpotQA, 2Wiki, MuSiQue, DPR)
+        from searchrl.data.loaders import load_qa
+        from searchrl.eval.datasets import contexts_corpus
+
+        source = resolve_file(cfg, cfg.data.train)
+        corpus = contexts_corpus(source, load_qa(source))
     kind = options.pop("kind", cfg.retrieval.kind)
     encoder = options.pop("encoder", cfg.retrieval.encoder)
     if kind not in ("bm25", "dense", "hybrid"):
