@@ -482,6 +482,6 @@ def check_fetchable(cfg, profile: str | None = None, pipeline: bool = False) -> 
         fix = (
             f"profile '{profile}' still names it; override it (e.g. {role}=smollm2-135m-instruct)"
             if profile
-            else "add --profile laptop (bundled model, BM25) or point it at a local model directory"
+            else f"give a local model directory, the bundled {role}=smollm2-135m-instruct, or --profile laptop"
         )
         raise ModelResolutionError(f"{role} '{spec}' cannot be fetched here: {reason}; {fix}")

@@ -257,5 +257,6 @@ def test_the_prior_from_the_command_line_loads_no_model(tmp_path, qa_file, monke
     assert res.exit_code == 0, res.output
     (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())["rows"]
     assert row["method"] == "prior" and row["em"] == 1.0  # fitted on the same file: each wh-word has one answer
+    assert "warning: prior: 3 of toy's questions" in " ".join(res.output.split())
     res = runner.invoke(cli.app, ["eval", "--data", str(qa_file), "--methods", "prior"])
     assert isinstance(res.exception, ValueError) and "--prior-data" in str(res.exception)

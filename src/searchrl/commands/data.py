@@ -254,7 +254,7 @@ def _inspect_corpus(path: Path | str, n: int, limit: int | None) -> None:
     table = Table("statistic", "value", title=f"corpus: {path}" + (f" (first {limit} passages)" if limit else ""))
     table.add_row("passages", f"{count:,}")
     table.add_row("words per passage", str(words))
-    table.add_row("distinct titles", f"{len(titles):,}")
+    table.add_row("distinct titles", f"{len(titles.keys() - {''}):,}")
     table.add_row("passages per title", str(per_title))
     table.add_row("passages without a title", str(empty_titles))
     out.print(table)

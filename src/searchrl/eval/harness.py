@@ -455,7 +455,7 @@ def run_from_config(
         own = f"; its own index {s.index or s.corpus}" if s.retriever_key != (None, None) else ""
         console.log(f"dataset {s.name}: {len(s.examples)} question{'s' * (len(s.examples) != 1)} from {s.source}{own}")
     needs = set(ev.methods) & RETRIEVAL_METHODS
-    prior = prior_from_config(cfg) if "prior" in ev.methods else None  # a bad prior_data fails before any model loads
+    prior = prior_from_config(cfg, sets) if "prior" in ev.methods else None  # fails before any model loads
     if retriever is None and needs and any(s.retriever_key == (None, None) for s in sets):
         from searchrl.pipeline import make_retriever_for
 

@@ -66,11 +66,13 @@ class AnswerPrior:
         self.yes_no: Counter[str] = Counter()  # yes/no questions: "yes" / "no"
         self.open_by_wh: dict[str, Counter[str]] = {}  # open questions: normalised gold -> count, per wh-word
         self.surface: dict[str, str] = {}  # normalised gold -> its first written form
+        self.questions: set[str] = set()  # the training questions (an evaluation of them is no held-out score)
 
     @classmethod
     def fit(cls, examples: Sequence[QAExample]) -> AnswerPrior:
         prior = cls()
         for ex in examples:
+            prior.questions.add(ex.question.strip().lower())
             if not ex.answers:
                 continue
             gold = str(ex.answers[0])
@@ -125,9 +127,11 @@ class PriorMethod(Method):
         return self._stamp(preds, t0)
 
 
-def prior_from_config(cfg) -> AnswerPrior:
-    """:class:`AnswerPrior` of ``evaluation.prior_data`` (a QA file, a split name or an ``hf:`` source)."""
+def prior_from_config(cfg, sets: Sequence = ()) -> AnswerPrior:
+    """:class:`AnswerPrior` of ``evaluation.prior_data`` (a QA file, a split name or an ``hf:`` source); a warning
+    for each evaluation set of ``sets`` whose questions it was fitted on."""
     from searchrl.eval.datasets import load_entry
+    from searchrl.utils import console
 
     data = cfg.evaluation.prior_data
     if not data:
@@ -135,4 +139,8 @@ def prior_from_config(cfg) -> AnswerPrior:
             "method prior needs evaluation.prior_data (searchrl eval --prior-data): the training QA file whose "
             "answers it counts (e.g. evaluation.prior_data=train)"
         )
-    return AnswerPrior.fit(load_entry(cfg, data)[1])
+    prior = AnswerPrior.fit(load_entry(cfg, data)[1])
+    for s in sets:
+        if seen := sum(ex.question.strip().lower() in prior.questions for ex in s.examples):
+            console.log(f"[yellow]warning:[/yellow] prior: {seen} of {s.name}'s questions are in its prior_data")
+    return prior

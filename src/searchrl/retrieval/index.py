@@ -112,7 +112,7 @@ def build_index(
     if not corpus.is_file():
         raise FileNotFoundError(f"corpus not found: {corpus} (give a .jsonl, .tsv or .parquet passage file)")
     if (out / "manifest.json").exists() and not overwrite:
-        raise ValueError(f"{out} already holds an index; pass --force (overwrite=True) or choose another --out")
+        raise ValueError(f"{out} already holds an index; pass --force to replace it or choose another --out")
     if out.exists() and not (out / "manifest.json").exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not an index directory; choose an empty or new --out")
     # Validate options before the (possibly long) corpus pass.
