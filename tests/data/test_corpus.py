@@ -184,3 +184,20 @@ def test_a_datasets_corpus_is_written_once_into_the_cache_and_indexed(tmp_path: 
     assert plan.inputs == [("corpus (stage data:)", source)]
     out = CliRunner().invoke(app, ["data", "inspect", source])
     assert out.exit_code == 0 and "passages without a title" in out.output and "Hamlet" in out.output
+
+
+def test_a_json_array_of_passages_is_a_corpus(tmp_path: Path) -> None:
+    """A ``.json`` file holding one array of passages reads like JSONL; ``data inspect`` tells it from an array of
+    questions (HotpotQA's release) by its first row."""
+    from searchrl.commands.data import _detect
+
+    rows = [{"id": "1", "title": "A", "text": "a b"}, {"id": "2", "contents": "B\nc"}]
+    (tmp_path / "corpus.json").write_text(json.dumps(rows), encoding="utf-8")
+    assert [(p.id, p.title, p.text) for p in iter_passages(tmp_path / "corpus.json")] == [
+        ("1", "A", "a b"),
+        ("2", "B", "c"),
+    ]
+    (tmp_path / "hotpot.json").write_text(
+        json.dumps([{"_id": "h", "question": "Q?", "answer": "a"}]), encoding="utf-8"
+    )
+    assert (_detect(tmp_path / "corpus.json"), _detect(tmp_path / "hotpot.json")) == ("corpus", "qa")

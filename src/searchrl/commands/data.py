@@ -149,13 +149,25 @@ class _QAStats:
     duplicate_ids: int = 0
 
 
+def _first_row_kind(source: str | Path) -> str:
+    """'qa' or 'corpus' of a ``.json`` array or an ``hf:`` dataset, from its first row: a corpus names no question
+    but has ``contents`` or ``text``."""
+    from searchrl.data.loaders import QUESTION_FIELDS, iter_rows
+
+    first = next((row for _, row in iter_rows(source)), {})
+    asks = {str(k).lower() for k in first} & set(QUESTION_FIELDS)
+    return "corpus" if not asks and first.keys() & {"contents", "text"} else "qa"
+
+
 def _detect(path: Path) -> str:
-    """'qa' or 'corpus', from the first row's fields (``.json`` arrays and ``.csv`` tables are QA files, as the
-    datasets release them; a ``.tsv`` is a QA table when its header names a question, else a corpus)."""
+    """'qa' or 'corpus', from the first row's fields (``.csv`` tables are QA files, as the datasets release them; a
+    ``.tsv`` is a QA table when its header names a question, else a corpus)."""
     from searchrl.data.corpus import is_tsv
     from searchrl.data.loaders import QUESTION_FIELDS
 
-    if path.suffix in (".json", ".csv"):
+    if path.suffix == ".json":  # an array of questions (HotpotQA, 2Wiki) or of passages
+        return _first_row_kind(path)
+    if path.suffix == ".csv":
         return "qa"
     if is_tsv(path):  # a header that names a question: a QA table
         from searchrl.utils import open_lines
@@ -277,11 +289,8 @@ def inspect(
 
     Example: searchrl data inspect data/world/dev.jsonl --n 5 --styles
     """
-    if path.startswith("hf:"):  # a corpus when its first row names no question
-        from searchrl.data.loaders import QUESTION_FIELDS, iter_rows
-
-        first = next((row for _, row in iter_rows(path)), {})
-        if {str(k).lower() for k in first} & set(QUESTION_FIELDS) or not first.keys() & {"contents", "text"}:
+    if path.startswith("hf:"):
+        if _first_row_kind(path) == "qa":
             _inspect_qa(path, n, limit, styles)
         else:
             _inspect_corpus(path, n, limit)

@@ -5,7 +5,7 @@ Formats (detected per row):
   it in double quotes, which are stripped); a ``contents`` of one line (Pyserini's MS MARCO) is text without a title;
 - JSONL ``{"id", "title", "text"}`` (BEIR's ``_id`` and ``doc_id`` name the id too; ``title`` may be absent);
 - KILT pages ``{"wikipedia_title", "text": [paragraphs]}``: chunked into ~100-word passages that keep the title;
-- parquet files with either column layout;
+- parquet files with either column layout, and ``.json`` files holding one array of such rows;
 - ``hf:NAME[:CONFIG]:SPLIT`` datasets whose rows take one of these layouts (BEIR's corpora), written once into
   the cache in FlashRAG's layout (:func:`local_corpus`);
 - tab-separated files (``.tsv``, ``.tsv.gz``): DPR's ``psgs_w100.tsv`` with its header ``id text title`` (any
@@ -172,6 +172,15 @@ def _iter_rows(path: Path, chunk_size: int) -> Iterator[tuple[int, Passage]]:
                 n += 1
                 for p in _row_to_passages(row, f"{path}:row {n}", chunk_size):
                     yield n, p
+        return
+    if path.suffix == ".json":  # one JSON array of passages (or JSON lines under a .json name)
+        from searchrl.data.loaders import _iter_json
+
+        for where, n, row in _iter_json(path):
+            if not isinstance(row, dict):
+                raise CorpusFormatError(f"{where}: expected a JSON object per passage, got {type(row).__name__}")
+            for p in _row_to_passages(row, where, chunk_size):
+                yield n, p
         return
     try:
         for i, row in _iter_tsv(path) if is_tsv(path) else read_jsonl(path):
