@@ -192,18 +192,34 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
-    return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    """Write ``rows`` as JSON lines, streamed and atomically (see :func:`atomic_write_lines`)."""
+    atomic_write_lines(path, (json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return Path(path)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
+    atomic_write_lines(path, [text])
+    return Path(path)
+
+
+def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> int:
+    """Write ``lines`` (each with its own newline) into ``path`` through a temporary file beside it, so the file
+    appears complete or not at all, even when ``lines`` raises part-way. Returns how many lines were written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.fchmod(fd, 0o644)  # mkstemp creates 0600; results are meant to be read by others
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
+    n = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line)
+                n += 1
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return n
 
 
 def _root() -> Path:

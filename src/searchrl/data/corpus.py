@@ -221,23 +221,11 @@ def _first_duplicate(path: Path, chunk_size: int, hashes: array, lines: array) -
 def write_corpus(path: str | Path, passages: Iterable[Passage]) -> int:
     """Write ``passages`` in FlashRAG's corpus layout ``{"id", "contents": "Title\\ntext"}``, streamed, and
     atomically: the file appears complete or not at all. Returns how many."""
-    import tempfile
+    from searchrl.utils import atomic_write_lines
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    n = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for p in passages:
-                f.write(json.dumps({"id": p.id, "contents": p.contents}, ensure_ascii=False) + "\n")
-                n += 1
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return n
+    return atomic_write_lines(
+        path, (json.dumps({"id": p.id, "contents": p.contents}, ensure_ascii=False) + "\n" for p in passages)
+    )
 
 
 def hf_passages(source: str, chunk_size: int = 100) -> Iterator[Passage]:
