@@ -312,3 +312,24 @@ def test_shared_qa_files_load(shared_data: Path) -> None:
         assert len(got) == lines > 0, rel
         assert len({g.id for g in got}) == lines and all(g.answers and g.question for g in got), rel
         print(f"{rel}: {len(got)} questions")
+
+
+def test_a_dataset_the_hub_cannot_give_is_one_line_naming_the_download(tmp_path: Path, monkeypatch) -> None:
+    """Offline (or no such dataset), ``hf:`` questions and corpora fail in one line that says how to download the
+    files, whatever ``datasets`` raised."""
+    import datasets
+
+    from searchrl.data.corpus import local_corpus
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'org/qa' on the Hub (LocalEntryNotFoundError)\nmore detail")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setenv("SEARCHRL_CACHE", str(tmp_path))
+    for call in (lambda: load_qa("hf:org/qa:dev"), lambda: local_corpus("hf:org/qa:corpus")):
+        with pytest.raises(ValueError) as err:
+            call()
+        msg = str(err.value)
+        assert "\n" not in msg and "Couldn't reach 'org/qa'" in msg
+        assert "huggingface-cli download --repo-type dataset org/qa --local-dir DIR" in msg
+    assert not list(tmp_path.rglob("*.jsonl*"))  # no corpus file, not even a partial one

@@ -252,6 +252,13 @@ def _iter_hf(name: str, config: str | None, split: str) -> Iterator[tuple[str, i
             ds = datasets.load_dataset(str(local) if local.is_dir() else name, config, split=split)
         except ValueError as err:  # unknown split or config: datasets' message lists the valid ones
             raise ValueError(f"hf:{name}{':' + config if config else ''}:{split}: {err}") from None
+        except Exception as err:  # offline, or no such dataset: one line that names the fix
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise ValueError(
+                f"hf:{name}{':' + config if config else ''}:{split}: cannot be loaded ({first}); where the hub cannot "
+                f"be reached, download it (huggingface-cli download --repo-type dataset {name} --local-dir DIR) and "
+                "give hf:DIR[:CONFIG]:SPLIT or its files"
+            ) from None
     label = f"hf:{name}{':' + config if config else ''}:{split}"
     for i, row in enumerate(ds, 1):
         yield f"{label}:row {i}", i, row
