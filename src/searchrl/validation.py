@@ -170,27 +170,27 @@ def dotted_key_problem(key: str, model: type[BaseModel] = RunConfig) -> str | No
 
 
 def stage_problems(cfg: RunConfig, load: Callable[[str], RunConfig], run_dir: Path = Path("<run>")) -> list[str]:
-    """``pipeline[i].args`` and ``pipeline[i].set`` of every stage, and each stage's merged config."""
+    """``pipeline.<stage>.args`` and ``pipeline.<stage>.set`` of every stage, and each stage's merged config."""
     from searchrl.runner import _subst, stage_arg_names, stage_config, stage_output
 
     problems: list[str] = []
     refs: dict[str, str] = {"run": str(run_dir)}
     base_values = cfg.model_dump()
-    for i, raw_stage in enumerate(cfg.pipeline):
-        label = f"pipeline[{i}] (stage '{raw_stage.name}')"
+    for raw_stage in cfg.pipeline:
+        label = f"pipeline.{raw_stage.name}"
         names = stage_arg_names(raw_stage.kind, raw_stage.op) if raw_stage.args else set()
         owner = f"op '{raw_stage.op}'" if raw_stage.kind == "data" else f"{raw_stage.kind} stages"
         for key in sorted(raw_stage.args):
             if key in names:
                 continue
-            line = _unknown(f"pipeline[{i}].args", key, owner, sorted(names))
+            line = _unknown(f"pipeline.{raw_stage.name}.args", key, owner, sorted(names))
             if key in _SET_BY_RUNNER and raw_stage.kind == "data":
                 line += f" ('{key}' is set by the runner from {_SET_BY_RUNNER[key]})"
             elif not names:
                 line += " (config values go in set:)"
             problems.append(line)
         bad_keys = [p for k in raw_stage.set if (p := dotted_key_problem(k)) is not None]
-        problems += [f"pipeline[{i}].set: {p}" for p in bad_keys]
+        problems += [f"pipeline.{raw_stage.name}.set: {p}" for p in bad_keys]
         try:
             stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
             if not bad_keys:

@@ -32,7 +32,7 @@ def test_misspelt_key_names_key_and_closest(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(bad)
     msg = str(err.value)
-    assert "training.stpes" in msg and "'steps'" in msg
+    assert "training.stpes" in msg and "did you mean 'training.steps'" in msg
     assert "training.learning_rate" in msg
 
 
@@ -46,7 +46,7 @@ def test_misspelt_section_suggests_section(tmp_path: Path) -> None:
 def test_nested_reward_component_key_is_checked(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("reward: {components: [{name: answer, wieght: 2}]}\n")
-    with pytest.raises(ConfigError, match="did you mean 'weight'"):
+    with pytest.raises(ConfigError, match=r"did you mean 'reward\.components\.0\.weight'"):
         load_config(bad)
 
 

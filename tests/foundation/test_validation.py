@@ -102,9 +102,9 @@ def test_bad_pipeline_set_keys_rejected(tmp_path: Path) -> None:
     stages = [{"name": "rl", "kind": "rl", "set": {"training.stpes": 5, "training.steps.max": 1, "nosuch.x": 1}}]
     lines = _problems(tmp_path, {"pipeline": stages})
     assert sorted(lines) == [
-        "pipeline[0].set: unknown key 'nosuch.x'; valid: " + ", ".join(RunConfig.model_fields),
-        "pipeline[0].set: unknown key 'training.steps.max': 'training.steps' is a value, not a section",
-        "pipeline[0].set: unknown key 'training.stpes' (did you mean 'training.steps'?); valid: "
+        "pipeline.rl.set: unknown key 'nosuch.x'; valid: " + ", ".join(RunConfig.model_fields),
+        "pipeline.rl.set: unknown key 'training.steps.max': 'training.steps' is a value, not a section",
+        "pipeline.rl.set: unknown key 'training.stpes' (did you mean 'training.steps'?); valid: "
         + ", ".join(f"training.{f}" for f in TrainingConfig.model_fields),
     ]
 
@@ -115,9 +115,9 @@ def test_stage_set_values_are_validated_in_the_merged_config(tmp_path: Path) -> 
               {"name": "ev", "kind": "eval", "data": "${nope}/test.jsonl"}]  # fmt: skip
     lines = _problems(tmp_path, {"pipeline": stages})
     assert len(lines) == 3, lines
-    assert lines[0].startswith("pipeline[0] (stage 'rl'): stage 'rl': training.steps: Input should be greater")
-    assert lines[1].startswith("pipeline[1] (stage 'rl2'): rollout.options: unknown key 'multi_qeury'")
-    assert lines[2].startswith("pipeline[2] (stage 'ev'): stage 'ev': ${nope} is not an earlier stage")
+    assert lines[0].startswith("pipeline.rl: stage 'rl': training.steps: Input should be greater")
+    assert lines[1].startswith("pipeline.rl2: rollout.options: unknown key 'multi_qeury'")
+    assert lines[2].startswith("pipeline.ev: stage 'ev': ${nope} is not an earlier stage")
 
 
 def test_unknown_pipeline_args_rejected(tmp_path: Path) -> None:
@@ -126,11 +126,11 @@ def test_unknown_pipeline_args_rejected(tmp_path: Path) -> None:
               {"name": "rl", "kind": "rl", "args": {"steps": 2}}]  # fmt: skip
     lines = _problems(tmp_path, {"pipeline": stages})
     assert len(lines) == 3, lines
-    head = "pipeline[2].args: unknown key 'kepe' for op 'select-difficulty' (did you mean 'keep'?); valid: "
+    head = "pipeline.sel.args: unknown key 'kepe' for op 'select-difficulty' (did you mean 'keep'?); valid: "
     assert lines[0].startswith(head + "batch_size, easy_below, easy_fraction, hard_above, keep, ")
-    assert lines[1].startswith("pipeline[2].args: unknown key 'model' for op 'select-difficulty'")
+    assert lines[1].startswith("pipeline.sel.args: unknown key 'model' for op 'select-difficulty'")
     assert lines[1].endswith("('model' is set by the runner from the stage's init_from:)")
-    assert lines[2] == "pipeline[3].args: unknown key 'steps' for rl stages; valid: none (config values go in set:)"
+    assert lines[2] == "pipeline.rl.args: unknown key 'steps' for rl stages; valid: none (config values go in set:)"
 
 
 def test_stage_arg_names_follow_the_ops() -> None:

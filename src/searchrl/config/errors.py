@@ -60,7 +60,9 @@ def validation_message(err: ValidationError, model: type[BaseModel], source: str
         if e["type"] == "extra_forbidden":
             valid = model_fields_at(model, loc)
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
+            parent = ".".join(str(p) for p in loc[:-1])
+            hint = f"; did you mean '{'.'.join([parent, close[0]]) if parent else close[0]}'?" if close else ""
+            hint = hint or f"; valid keys: {', '.join(valid)}"
             line = f"unknown key '{where}'{hint}"
         else:
             msg = e["msg"].removeprefix("Value error, ")
