@@ -21,7 +21,9 @@ _FINAL = re.compile(r"final answer\s*[:：]\s*(.*)", re.IGNORECASE)
 _ANSWER_IS = re.compile(r"the answer is\s*[:：]?\s*(.*)", re.IGNORECASE | re.DOTALL)
 #: a sentence end: ".", "!" or "?" before whitespace, or a newline; a "." after an initial ("Robert F. Hill"), an
 #: abbreviation ("St. Louis", "Washington, D.C. is") or before a lower-case word ends nothing
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=(\S?))|\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=(\S?)(\w*))|\n")
+#: words that start a new sentence even after an abbreviation ("... F.T.A. The film ...")
+_STARTERS = frozenset("The A An He She It They This That These Those His Her Its Their There So But In On".split())
 _ABBREVIATION = re.compile(
     r"(?:^|[\s(])(?:[A-Za-z]|(?:[A-Za-z]\.)+[A-Za-z]|St|Mt|Ft|Dr|Mr|Mrs|Ms|Jr|Sr|No|Nos|vs|Co|Corp|Inc|Ltd|Bros|Gen|"
     r"Col|Lt|Sgt|Capt|Adm|Gov|Sen|Rep|Prof|Rev|Hon|Ave|Blvd|Rd|Jan|Feb|Mar|Apr|Aug|Sept?|Oct|Nov|Dec|approx|ca)\.$"
@@ -75,7 +77,8 @@ _PARTICIPLE_LEAD = re.compile(
 )
 #: where an answer span restated as a sentence ends: a clause after it
 _CLAUSE = re.compile(
-    r",(?!\s*(?:(?:[A-Z]\.)+|Jr\.|Sr\.))|;|\s(?:because|which|who|since|while|whereas|and (?:he|she|it|they))\s",
+    r",(?!\s*(?:Jr\.|Sr\.|(?:[A-Z]\.)+(?=\s*$|[,;])))|;"  # not the comma of "Washington, D.C."
+    r"|\s(?:because|which|who|since|while|whereas|and (?:he|she|it|they))\s",
     re.IGNORECASE,
 )
 _STOPWORDS = frozenset(
@@ -170,6 +173,7 @@ def first_sentence(text: str) -> str:
             m.group(0) == "\n"
             or not before.endswith(".")
             or not (m.group(1).islower() or _ABBREVIATION.search(before))
+            or m.group(1) + m.group(2) in _STARTERS
         ):
             return before.strip()
     return text.strip()
