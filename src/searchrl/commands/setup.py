@@ -34,14 +34,15 @@ def models_list() -> None:
 
 @models_app.command("where")
 def models_where(spec: str) -> None:
-    """Print where a spec resolves to, without fetching anything.
+    """Print where a spec resolves to, and where it comes from, without fetching anything.
 
     Example: searchrl models where smollm2-135m-instruct
     """
-    if spec in ALIASES:
-        print(alias_dir(spec))
-    else:
-        print(spec)
+    from searchrl.models import model_origin
+    from searchrl.utils import console
+
+    print(alias_dir(spec) if spec in ALIASES else spec)
+    console.print(f"({model_origin(spec)})")  # stderr: stdout stays the path alone
 
 
 @models_app.command("fetch")
