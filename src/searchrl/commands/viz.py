@@ -26,7 +26,9 @@ def view(
     limit: int = typer.Option(500, help="render at most N records (the first ones); 0 = all"),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed rows (counted) instead of failing"),
     title: str = typer.Option(None, help="page title (default: the file names)"),
-    last: bool = typer.Option(False, "--last", help="render the last N records (a run's latest steps)"),
+    last: bool = typer.Option(
+        False, "--last", help="render the last --limit records (a run's latest steps), not the first"
+    ),
 ) -> None:
     """Write one self-contained HTML page to browse trajectories: policy text vs inserted documents, queries,
     invalid turns, correctness, with a filter box and sorting by step or reward.
