@@ -47,12 +47,19 @@ def resolve_device(spec: str = "auto") -> torch.device:
         if not torch.cuda.is_available():
             return torch.device("cpu")
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    dev = torch.device(spec)
+    try:
+        dev = torch.device(spec)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda") or (dev.index is not None and dev.index < 0):
+        raise ValueError(f"model.device={spec}: use auto, cpu, cuda or cuda:N (--device)")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             f"model.device={spec} but this torch build sees no CUDA device; use model.device=cpu "
             "(or install a CUDA build of torch)"
         )
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"model.device={spec} but there are {torch.cuda.device_count()} CUDA devices (cuda:0...)")
     return dev
 
 

@@ -333,6 +333,20 @@ def test_device_flag_reaches_the_placement_and_names_the_fix_without_cuda(comman
     assert "model.device=cuda" in str(res.exception) and "model.device=cpu" in str(res.exception)
 
 
+@pytest.mark.parametrize("spec", ["tpu", "CPU", "mps", "cuda:-1", "cuda:99"])
+def test_a_device_that_is_none_is_one_line_naming_the_choices(spec: str) -> None:
+    """An unknown device fails in the config (so a dry run says so) and in the placement, never as torch's
+    traceback; a CUDA index past the machine's devices names how many there are."""
+    from searchrl.config import ConfigError, load_config
+    from searchrl.device import resolve_device
+
+    if spec != "cuda:99":
+        with pytest.raises(ConfigError, match=r"is not a device; use auto, cpu, cuda or cuda:N"):
+            load_config("demo", [f"model.device={spec}"])
+    with pytest.raises(ValueError, match=rf"model.device={spec}"):
+        resolve_device(spec)
+
+
 def test_placement_defaults_and_frozen_dtype() -> None:
     place = placement.configure("cpu", "auto")
     assert place.precision == "fp32" and place.autocast_dtype is None

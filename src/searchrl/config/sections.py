@@ -9,7 +9,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, GROUP_ALGORITHMS, algorithm
-from searchrl.config.base import Section
+from searchrl.config.base import DeviceSpec, Section
 from searchrl.config.evaluation import EvaluationConfig
 from searchrl.config.retrieval import MCPConfig, SimulatedConfig, WebConfig
 
@@ -42,7 +42,7 @@ class ModelConfig(Section):
     #: the trained policy's weights (fp32 = master weights under bf16 mixed precision; see training.precision).
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     #: auto (CUDA when present, else CPU), cpu, cuda, cuda:N: every model and sampler follows it (searchrl.device).
-    device: str = "auto"
+    device: DeviceSpec = "auto"
     lora: LoraConfig | None = None
     #: chat template for instruct models, plain text for base models; "auto" asks the tokenizer.
     prompt_style: Literal["auto", "chat", "raw"] = "auto"
