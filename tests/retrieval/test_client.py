@@ -136,8 +136,43 @@ def test_documents_without_scores_and_with_title_text() -> None:
     assert parse_result_item({"id": "1", "contents": '"Quoted"\nbody'}).title == "Quoted"
     hit = parse_result_item({"document": {"title": "T", "text": "x"}, "score": 2})
     assert (hit.id, hit.title, hit.text, hit.score) == ("", "T", "x", 2.0)
-    with pytest.raises(ValueError, match="needs 'contents'"):
+    with pytest.raises(ValueError, match="needs a 'contents'"):
         parse_result_item({"id": "1"})
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        ({"result": [[{"document": {"contents": "T\nx"}, "score": None}]]}, "score must be a number, got None"),
+        ({"result": [[{"document": {"contents": "T\nx"}, "score": "high"}]]}, "score must be a number, got 'high'"),
+        ({"result": [[{"document": {"contents": None}}]]}, "needs a 'contents' \\(or 'text'\\) string"),
+        ({"result": [{"a": 1}]}, "returned 0 result lists for 1 queries"),
+        ({"result": [5]}, "returned 0 result lists for 1 queries"),
+    ],
+)
+def test_a_server_answering_out_of_format_is_one_line_naming_it(body: dict, match: str) -> None:
+    """Whatever a server sends back, the client says which server broke the /retrieve format, and how."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=body))
+    retriever = RemoteRetriever("http://h:1", retries=0, client=httpx.Client(transport=transport))
+    with pytest.raises(ValueError, match=match) as err:
+        retriever.search(["q"], k=1)
+    assert "http://h:1/retrieve" in str(err.value)
+
+
+def test_an_error_body_that_is_a_list_and_a_timeout_name_their_fix() -> None:
+    rejecting = httpx.MockTransport(lambda request: httpx.Response(400, json=["bad", "request"]))
+    retriever = RemoteRetriever("http://h:1", retries=0, client=httpx.Client(transport=rejecting))
+    with pytest.raises(ValueError, match=r"rejected the request \(HTTP 400\): \[\"bad\""):
+        retriever.search(["q"], k=1)
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    retriever = RemoteRetriever(
+        "http://h:1", retries=0, timeout_s=2, client=httpx.Client(transport=httpx.MockTransport(slow))
+    )
+    with pytest.raises(RetrievalUnavailableError, match=r"raise retrieval.timeout_s \(now 2 s\)"):
+        retriever.search(["q"], k=1)
 
 
 def test_endpoint_url_and_lru() -> None:

@@ -14,6 +14,7 @@ Works against ``searchrl serve`` and against Search-R1's own retrieval server.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 from email.utils import parsedate_to_datetime
@@ -44,18 +45,20 @@ def endpoint_url(url: str) -> str:
 def parse_result_item(item: Any) -> Hit:
     """One element of an inner ``result`` list (with or without scores) -> ``Hit``."""
     if isinstance(item, dict) and "document" in item:
-        doc, score = item["document"], float(item.get("score", 0.0))
+        doc, score = item["document"], item.get("score", 0.0)
+        if not isinstance(score, int | float) or isinstance(score, bool):
+            raise ValueError(f"a result's score must be a number, got {score!r:.40}")
     else:
         doc, score = item, 0.0
     if not isinstance(doc, dict):
         raise ValueError(f"a result document must be a JSON object, got {type(doc).__name__}")
-    if "contents" in doc:
-        title, text = split_contents(str(doc["contents"]))
-    elif "title" in doc or "text" in doc:
-        title, text = str(doc.get("title", "")), str(doc.get("text", ""))
+    if isinstance(doc.get("contents"), str):
+        title, text = split_contents(doc["contents"])
+    elif isinstance(doc.get("text"), str):
+        title, text = str(doc.get("title") or ""), doc["text"]
     else:
-        raise ValueError(f"a result document needs 'contents' (or title/text); got fields {sorted(doc)}")
-    return Hit(str(doc.get("id", "")), title, text, score)
+        raise ValueError(f"a result document needs a 'contents' (or 'text') string; got {json.dumps(doc)[:120]}")
+    return Hit(str(doc.get("id", "")), title, text, float(score))
 
 
 class RemoteRetriever:
@@ -139,9 +142,15 @@ class RemoteRetriever:
                         f"retrieval server {url} rejected the request (HTTP {resp.status_code}): {_detail(resp)}"
                     )
                 return self._parse(resp, url, len(queries))
+        if "Timeout" in last_error:
+            fix = f"the server is slow or stuck: check it, or raise retrieval.timeout_s (now {self.timeout_s:g} s)"
+        elif "HTTP" in last_error:
+            fix = "the server failed the request: see its log"
+        else:
+            fix = "start one with `searchrl serve --index DIR` or fix retrieval.urls"
         raise RetrievalUnavailableError(
             f"no retrieval server answered at {', '.join(self.urls)} after {self.retries + 1} attempts "
-            f"(last error: {last_error}); start one with `searchrl serve --index DIR` or fix retrieval.urls"
+            f"(last error: {last_error}); {fix}"
         )
 
     @staticmethod
@@ -152,12 +161,13 @@ class RemoteRetriever:
             raise ValueError(
                 f"{url} did not answer in the /retrieve format ({{'result': [...]}}); is it a retrieval server?"
             ) from None
-        if not isinstance(result, list) or len(result) != n_queries:
-            raise ValueError(
-                f"{url} returned {len(result) if isinstance(result, list) else 'no'} result lists "
-                f"for {n_queries} queries"
-            )
-        return [[parse_result_item(item) for item in hits] for hits in result]
+        if not isinstance(result, list) or len(result) != n_queries or not all(isinstance(h, list) for h in result):
+            got = sum(isinstance(h, list) for h in result) if isinstance(result, list) else "no"
+            raise ValueError(f"{url} returned {got} result lists for {n_queries} queries")
+        try:
+            return [[parse_result_item(item) for item in hits] for hits in result]
+        except ValueError as err:
+            raise ValueError(f"{url} answered in an unknown format: {err}") from None
 
     def close(self) -> None:
         self._client.close()
@@ -186,7 +196,7 @@ def _retry_after_s(resp: httpx.Response) -> float:
 
 def _detail(resp: httpx.Response) -> str:
     try:
-        detail = resp.json().get("detail", resp.text)
+        body = resp.json()
     except ValueError:
-        detail = resp.text
-    return str(detail)[:300]
+        body = None
+    return str(body.get("detail", resp.text) if isinstance(body, dict) else resp.text)[:300]
