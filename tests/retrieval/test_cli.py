@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from searchrl.cli import app
@@ -142,3 +143,18 @@ def test_ask_and_models_fetch_name_an_unfetchable_hub_model_in_one_line(tmp_path
     assert "cannot be fetched here" in str(res.exception) and "smollm2-135m-instruct" in str(res.exception)
     res = CliRunner().invoke(app, ["models", "fetch", "org-nope/model-x"])
     assert isinstance(res.exception, ValueError) and str(res.exception).startswith("cannot download org-nope/model-x")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--port", "70000"],
+        ["serve", "--topk", "0"],
+        ["serve", "--max-queries", "0"],
+        ["mcp", "serve", "--max-topk", "0"],
+    ],
+)
+def test_servers_refuse_a_port_or_limit_that_cannot_work_at_start(tmp_path: Path, args: list[str]) -> None:
+    """A port past 65535 or a limit of 0 is refused by the option itself, before any index loads."""
+    res = CliRunner().invoke(app, [*args, "--index", str(tmp_path)])
+    assert res.exit_code == 2 and "Invalid value for" in res.output

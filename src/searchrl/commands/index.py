@@ -162,12 +162,12 @@ def _is_loopback(host: str) -> bool:
 def serve(
     index: Path = typer.Option(..., help="index directory (from `searchrl index build`)"),
     host: str = typer.Option("127.0.0.1", help="interface to bind; loopback by default"),
-    port: int = typer.Option(8000, help="TCP port"),
+    port: int = typer.Option(8000, min=0, max=65535, help="TCP port"),
     corpus: Path = typer.Option(None, help="refuse to start unless the index was built from this corpus file"),
-    topk: int = typer.Option(3, help="passages per query when a request gives no topk"),
-    max_topk: int = typer.Option(100, help="largest topk a request may ask for"),
-    max_queries: int = typer.Option(4096, help="most queries in one request"),
-    max_query_chars: int = typer.Option(4096, help="longest query, in characters"),
+    topk: int = typer.Option(3, min=1, help="passages per query when a request gives no topk"),
+    max_topk: int = typer.Option(100, min=1, help="largest topk a request may ask for"),
+    max_queries: int = typer.Option(4096, min=1, help="most queries in one request"),
+    max_query_chars: int = typer.Option(4096, min=1, help="longest query, in characters"),
     query_encoder: str = typer.Option(
         None, help="dense query encoding: onnx | sentence-transformers (default: what the index manifest says)"
     ),

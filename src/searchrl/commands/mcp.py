@@ -30,12 +30,12 @@ def serve(
     corpus: Path = typer.Option(None, help="refuse to start unless the index was built from this corpus file"),
     http: bool = typer.Option(False, "--http", help="serve streamable HTTP on --host/--port instead of stdio"),
     host: str = typer.Option("127.0.0.1", help="--http: interface to bind; loopback by default"),
-    port: int = typer.Option(8001, help="--http: TCP port"),
+    port: int = typer.Option(8001, min=0, max=65535, help="--http: TCP port"),
     path: str = typer.Option("/mcp", help="--http: the endpoint's path"),
-    topk: int = typer.Option(3, help="documents per query when a call gives no topk"),
-    max_topk: int = typer.Option(100, help="largest topk a call may ask for"),
-    max_queries: int = typer.Option(4096, help="most queries in one call"),
-    max_query_chars: int = typer.Option(4096, help="longest query, in characters"),
+    topk: int = typer.Option(3, min=1, help="documents per query when a call gives no topk"),
+    max_topk: int = typer.Option(100, min=1, help="largest topk a call may ask for"),
+    max_queries: int = typer.Option(4096, min=1, help="most queries in one call"),
+    max_query_chars: int = typer.Option(4096, min=1, help="longest query, in characters"),
     query_encoder: str = typer.Option(
         None, help="dense query encoding: onnx | sentence-transformers (default: what the index manifest says)"
     ),
