@@ -19,6 +19,9 @@ from searchrl.config import ConfigError, load_config
         ("retrieval.topk=0", "greater than or equal to 1"),
         ("rollout.max_turns=0", "greater than or equal to 1"),
         ("rollout.temperature=-0.5", "greater than or equal to 0"),
+        ("rollout.max_new_tokens=0", "greater than or equal to 1"),
+        ("memorization.max_new_tokens=0", "greater than or equal to 1"),
+        ("memorization.temperature=-1", "greater than or equal to 0"),
     ],
 )
 def test_out_of_range_override_is_blamed_on_the_override(override: str, says: str) -> None:

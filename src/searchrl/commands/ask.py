@@ -26,7 +26,7 @@ def ask(
     topk: int = typer.Option(None, help="documents per query (default: retrieval.topk)"),
     max_turns: int = typer.Option(None, help="generation turns (default: rollout.max_turns)"),
     max_new_tokens: int = typer.Option(None, help="new tokens per turn (default: rollout.max_new_tokens)"),
-    temperature: float = typer.Option(0.0, help="0 = greedy"),
+    temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy"),
     seed: int = typer.Option(0, help="sampling seed"),
     as_json: bool = typer.Option(False, "--json", help="print the full trajectory record as JSON"),
     device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),

@@ -163,7 +163,7 @@ class RolloutConfig(Section):
     group_size: int = Field(default=4, ge=1)
     max_turns: int = Field(default=4, ge=1)
     max_searches: int = 4
-    max_new_tokens: int = 128
+    max_new_tokens: int = Field(default=128, ge=1)
     max_obs_tokens: int = 256
     #: each query's documents cut to this many tokens (head kept) before the observation is built; null = no cap.
     #: RAG-R1's code (max_obs_length = 1000 per query); only protocols that take ``fit_docs`` (rag_r1) support it.
@@ -327,8 +327,8 @@ class MemorizationConfig(Section):
     #: rewriter model spec (HF id, local dir, alias); None = a frozen copy of the initial policy. The paper
     #: fine-tunes a separate model first: `searchrl sft --recipe r1_searcher_pp sft.data=rewriter_oracle`.
     rewriter: str | None = None
-    max_new_tokens: int = 256
-    temperature: float = 0.0  #: rewriter decoding (0 = greedy).
+    max_new_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)  #: rewriter decoding (0 = greedy).
     #: correctness test of a rollout and of its rewrite (a name in searchrl.rewards.METRICS); null = the answer
     #: reward's own rule (searchrl.rewards.Correctness.from_reward_config), so "correct" means one thing per run.
     metric: str | None = None
