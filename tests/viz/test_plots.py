@@ -51,3 +51,14 @@ def test_no_plottable_metric_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no plottable metrics"):
         plot_run(_run(tmp_path, [{"step": 1, "other": 1.0}]))
     assert plots.PANELS[0][0] == "reward/total"
+
+
+def test_a_run_still_writing_its_last_line_plots_what_is_complete(tmp_path: Path) -> None:
+    """A half-written last line (the run is still going) is left out; a broken line before it names file:line."""
+    run = _run(tmp_path, [{"step": 1, "reward/total": 0.1}, {"step": 2, "reward/total": 0.2}])
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "rew')
+    assert [r["step"] for r in plots.load_metrics(run)] == [1, 2]
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{oops\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not valid JSON"):
+        plots.load_metrics(run)

@@ -26,7 +26,18 @@ def load_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: point to a run directory written by `searchrl train`")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if i == len(lines):  # a run still writing its last line: plot what is complete
+                break
+            raise ValueError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
+    return rows
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
