@@ -83,6 +83,8 @@ def _stage_inputs(
     def data(what: str, name: str) -> None:
         if _under(name, produced):  # an earlier stage's output, e.g. data.dev=${split}/heldout.jsonl
             out.append((what, name, False))
+        elif _under(cfg.data.source, produced) and not (Path(name).is_absolute() or name.startswith("hf:")):
+            out.append((what, str(Path(cfg.data.source) / name), False))
         else:
             path, made = _data_file(cfg, name)
             out.append((what, path, made or path.startswith("hf:") or path == CONTEXTS))  # the hub is not checked

@@ -139,3 +139,14 @@ def test_a_malformed_question_file_or_corpus_fails_before_any_stage(tmp_path: Pa
             assert re.search(match, str(err)), str(err)
         else:
             raise AssertionError(f"{train} / {corpus} passed the preflight")
+
+
+def test_a_world_an_earlier_stage_makes_is_read_from_the_run_not_the_working_directory(tmp_path: Path) -> None:
+    """With a world stage, later stages read the world's files even where the working directory holds files of the
+    same names (which the preflight used to take)."""
+    for name in ("corpus.jsonl", "train.jsonl", "dev.jsonl"):
+        (tmp_path / name).write_text("")
+    res = searchrl_cmd("run", "--recipe", "search_r1_grpo", "--profile", "laptop", "--dry-run", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    reads = [line.split(": ", 1)[1] for line in res.stdout.splitlines() if "reads" in line and ".jsonl" in line]
+    assert reads and all(path.startswith("runs/search_r1_grpo-laptop/") for path in reads), reads
