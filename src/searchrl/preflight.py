@@ -191,6 +191,8 @@ def plan_pipeline(
         source = plan.inputs[0][1] if plan.inputs else ""
         if key == "split" and not skipped and Path(source).is_file() and source not in unreadable:
             problems.extend(_split_too_small(stage.name, source, stage.args))
+        if stage.args.get("quota") and not skipped and Path(source).is_file() and source not in unreadable:
+            problems.extend(_quota_sources_absent(stage.name, source, stage.args["quota"]))
         plans.append(plan)
         refs[stage.name] = str(output)
         produced.append(str(output))
@@ -229,6 +231,26 @@ def _unreadable(name: str, what: str, path: str) -> list[str]:
     except (ValueError, OSError) as err:
         return [f"stage '{name}' reads {what}: {err}"]
     return [] if n else [f"stage '{name}' reads {what} {path}, which holds no {what.split()[0]}"]
+
+
+def _quota_sources_absent(name: str, path: str, quota: Any) -> list[str]:
+    """A selection stage whose quotas name source datasets (``hotpotqa/medium=200``) that no question of its file
+    names in a ``source`` field would keep nothing, found before the labelling pass rather than after it."""
+    from searchrl.data.loaders import load_qa
+    from searchrl.sft.quotas import ANY, SOURCE_FIELDS, parse_quotas, source_of
+
+    wanted = {src for src, _ in parse_quotas(quota)}
+    if ANY in wanted:
+        return []
+    present = {source_of(ex.metadata) for ex in load_qa(path)}
+    if present & wanted:
+        return []
+    named = "name no source" if present == {"all"} else f"name only {', '.join(sorted(present - {'all'}))}"
+    return [
+        f"stage '{name}' keeps questions from {', '.join(sorted(wanted))} by its quota, but the questions in {path} "
+        f"{named} (a {' / '.join(SOURCE_FIELDS)} field); add that field, or quota by bucket alone: "
+        f"pipeline.{name}.args.quota='[\"*/medium=350\"]'"
+    ]
 
 
 def _split_too_small(name: str, path: str, args: dict[str, Any]) -> list[str]:

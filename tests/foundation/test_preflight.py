@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import searchrl
 
 SRC = str(Path(searchrl.__file__).resolve().parents[1])
@@ -150,3 +152,27 @@ def test_a_world_an_earlier_stage_makes_is_read_from_the_run_not_the_working_dir
     assert res.returncode == 0, res.stderr
     reads = [line.split(": ", 1)[1] for line in res.stdout.splitlines() if "reads" in line and ".jsonl" in line]
     assert reads and all(path.startswith("runs/search_r1_grpo-laptop/") for path in reads), reads
+
+
+def test_a_selection_quota_naming_sources_the_questions_lack_fails_before_labelling(tmp_path: Path) -> None:
+    """R1-Searcher's quotas keep HotpotQA and 2Wiki questions by their source field: questions without one would all
+    be dropped after the labelling pass, so the preflight says so first; a bucket-only quota passes."""
+    from searchrl.config import ConfigError, load_config
+    from searchrl.preflight import plan_pipeline
+
+    rows = [{"id": f"q{i}", "question": f"Q{i}?", "golden_answers": ["a"]} for i in range(3)]
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "tagged.jsonl").write_text(
+        "".join(json.dumps({**r, "source": "HotpotQA"}) + "\n" for r in rows), encoding="utf-8"
+    )
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"id": "d", "contents": "T\nx"}) + "\n", encoding="utf-8")
+
+    def plan(train: str, *extra: str) -> None:
+        cfg = load_config("r1_searcher_stage1", [f"data.source={tmp_path}", f"data.train={train}", *extra])
+        cfg = cfg.model_copy(update={"pipeline": [s for s in cfg.pipeline if s.name == "select"]})
+        plan_pipeline(cfg, tmp_path / "run")
+
+    with pytest.raises(ConfigError, match=r"stage 'select' keeps questions from 2wikimultihopqa, hotpotqa .* name no"):
+        plan("qa.jsonl")
+    plan("tagged.jsonl")  # a source the quota names
+    plan("qa.jsonl", 'pipeline.select.args.quota=["*/medium=350"]')  # a quota by bucket alone
