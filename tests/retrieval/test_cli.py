@@ -158,3 +158,11 @@ def test_servers_refuse_a_port_or_limit_that_cannot_work_at_start(tmp_path: Path
     """A port past 65535 or a limit of 0 is refused by the option itself, before any index loads."""
     res = CliRunner().invoke(app, [*args, "--index", str(tmp_path)])
     assert res.exit_code == 2 and "Invalid value for" in res.output
+
+
+def test_a_corpus_given_as_the_index_is_never_offered_as_a_build_target(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl.gz"
+    corpus.write_bytes(b"")
+    res = CliRunner().invoke(app, ["serve", "--index", str(corpus)])
+    msg = str(res.exception)
+    assert "is a file, not an index directory" in msg and f"--out {tmp_path / 'corpus-bm25'}" in msg

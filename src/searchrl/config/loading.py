@@ -31,8 +31,9 @@ def recipe_names() -> list[str]:
 def recipe_path(name_or_path: str | Path) -> Path:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.exists():
-            raise ConfigError(f"recipe file not found: {p} (give a path to a YAML file or one of: {recipe_names()})")
+        if not p.is_file():
+            what = "a directory, not a recipe file" if p.is_dir() else "recipe file not found"
+            raise ConfigError(f"{what}: {p} (give a path to a YAML file or one of: {recipe_names()})")
         return p
     root = resources.files("searchrl") / "recipes"
     candidate = Path(str(root / f"{name_or_path}.yaml"))

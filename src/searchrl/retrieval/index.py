@@ -278,6 +278,11 @@ def _export_query_encoder(store: PassageStore, directory: Path, options: Any, re
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The manifest of an index directory; one-line errors when the directory is not a usable index."""
     directory = Path(directory)
+    if directory.is_file():  # e.g. the corpus given as --index: never suggest building over it
+        raise FileNotFoundError(
+            f"{directory} is a file, not an index directory; build one from it with "
+            f"`{_rebuild_hint(directory, 'bm25', directory.parent / (directory.name.split('.')[0] + '-bm25'))}`"
+        )
     if not directory.is_dir():
         raise FileNotFoundError(
             f"index directory not found: {directory}; build one with "
