@@ -385,3 +385,19 @@ def test_cli_view(traj_file: Path, eval_file: Path, tmp_path: Path) -> None:
 
     res = runner.invoke(app, ["view", "--help"])
     assert res.exit_code == 0 and "searchrl view" in res.output
+
+
+def test_a_run_directory_names_its_files_and_an_out_directory_takes_the_page(tmp_path: Path) -> None:
+    """``view runs/x/rl`` names the JSONL file to give; ``--out DIR`` writes ``DIR/<first file stem>.html``."""
+    from searchrl.viz.viewer import write_viewer
+
+    run = tmp_path / "run" / "rl"
+    run.mkdir(parents=True)
+    (run / "rollouts.jsonl").write_text("")
+    with pytest.raises(
+        FileNotFoundError, match=r"is a directory: the viewer reads JSONL files; e\.g\. .*rollouts\.jsonl"
+    ):
+        write_viewer([run])
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    assert write_viewer([run / "rollouts.jsonl"], pages) == pages / "rollouts.html"

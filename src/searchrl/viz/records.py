@@ -285,6 +285,11 @@ def load_records(
     skipped instead and its message appended to ``errors`` (when given).
     """
     path = Path(path)
+    if path.is_dir():  # a run directory: name the files in it that the viewer reads
+        found = sorted(str(f) for f in path.rglob("*.jsonl") if f.name in ("rollouts.jsonl", "trajectories.jsonl"))
+        found += sorted(str(f) for f in path.glob("predictions/*.jsonl"))
+        hint = f"; e.g. {found[0]}" if found else "; give its rollouts.jsonl or predictions/*.jsonl"
+        raise FileNotFoundError(f"{path} is a directory: the viewer reads JSONL files{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"trajectory file not found: {path}")
     out: list[ViewRecord] = []

@@ -365,6 +365,8 @@ def write_viewer(
     if not paths:
         raise ValueError("no trajectory files given")
     out = Path(out) if out is not None else paths[0].with_name(f"{paths[0].stem}.html")
+    if out.is_dir():  # --out runs/pages: the page goes inside, named after the first file
+        out = out / f"{paths[0].stem}.html"
     if any(out.resolve() == p.resolve() for p in paths):
         raise ValueError(f"output {out} is one of the input files; pass --out FILE.html")
     bad: list[str] = []
