@@ -62,3 +62,10 @@ def test_a_run_still_writing_its_last_line_plots_what_is_complete(tmp_path: Path
     (run / "metrics.jsonl").write_text('{"step": 1}\n{oops\n{"step": 2}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not valid JSON"):
         plots.load_metrics(run)
+
+
+def test_the_printed_path_is_the_file_written(tmp_path: Path) -> None:
+    """``--out DIR`` writes DIR/curves.png and ``--out name`` writes name.png; the returned path is that file."""
+    run = _run(tmp_path, [{"step": 1, "reward/total": 0.1}, {"step": 2, "reward/total": 0.2}])
+    assert plot_run(run, tmp_path) == tmp_path / "curves.png" and (tmp_path / "curves.png").is_file()
+    assert plot_run(run, tmp_path / "noext") == tmp_path / "noext.png" and (tmp_path / "noext.png").is_file()

@@ -101,6 +101,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, *, smooth: int 
     fig.suptitle(title or Path(run_dir).resolve().name, fontsize=11)
     fig.tight_layout()
     out = Path(out) if out else Path(run_dir) / "curves.png"
+    out = out / "curves.png" if out.is_dir() else out if out.suffix else out.with_suffix(".png")  # the path written
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
