@@ -47,6 +47,21 @@ def test_missing_or_unfinished_index(tmp_path: Path) -> None:
         load_index(tmp_path / "half")
 
 
+def test_an_index_missing_a_file_or_with_a_manifest_that_is_no_object_names_the_rebuild(
+    tiny_bm25: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_bm25, copy)
+    (copy / "bm25" / "params.index.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"is incomplete \(params\.index\.json is missing\); rebuild it with"):
+        load_index(copy)
+    (copy / "manifest.json").write_text("[1]")
+    with pytest.raises(ValueError, match="is not a SearchRL index manifest"):
+        load_index(copy)
+
+
 def test_old_format_version_is_refused(tiny_bm25: Path, tmp_path: Path) -> None:
     import shutil
 

@@ -298,7 +298,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError:
         raise ValueError(f"{path} is not valid JSON; rebuild the index") from None
-    if manifest.get("format") != FORMAT or manifest.get("kind") not in KINDS:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("kind") not in KINDS:
         raise ValueError(f"{path} is not a SearchRL index manifest; rebuild the index")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise IndexMismatchError(
@@ -337,13 +337,22 @@ def load_index(
     kind = manifest["kind"]
     if manifest.get("precomputed_vectors") and not manifest.get("vectors_source"):
         console.log(f"note: {directory} holds precomputed passage vectors (not produced by {manifest['encoder']})")
-    store = PassageStore(directory / "passages")
     sparse = dense = None
-    if kind in ("bm25", "hybrid"):
-        sparse = BM25Retriever.load(directory / "bm25", store, BM25Options(**manifest["options"]["bm25"]), manifest)
-    if kind in ("dense", "hybrid"):
-        options = DenseOptions(**manifest["options"]["dense"])
-        dense = DenseRetriever.load(directory / "dense", store, options, manifest, query_encoder=query_encoder)
+    try:
+        store = PassageStore(directory / "passages")
+        if kind in ("bm25", "hybrid"):
+            sparse = BM25Retriever.load(
+                directory / "bm25", store, BM25Options(**manifest["options"]["bm25"]), manifest
+            )
+        if kind in ("dense", "hybrid"):
+            options = DenseOptions(**manifest["options"]["dense"])
+            dense = DenseRetriever.load(directory / "dense", store, options, manifest, query_encoder=query_encoder)
+    except FileNotFoundError as err:  # a file of the index removed or never written
+        missing = Path(err.filename).name if err.filename else str(err)
+        raise FileNotFoundError(
+            f"index {directory} is incomplete ({missing} is missing); rebuild it with "
+            f"`{_rebuild_hint(manifest['corpus']['path'], kind, directory)}`"
+        ) from None
     if kind == "bm25":
         return sparse  # type: ignore[return-value]
     if kind == "dense":
