@@ -104,6 +104,15 @@ def test_bad_input_gets_4xx_with_message_and_service_keeps_serving(bm25_app, ser
     assert stats["requests"] == len(BAD_INPUTS) and stats["errors"] == 0
 
 
+def test_a_json_body_labelled_as_a_form_is_read_as_json(bm25_app, serve_app) -> None:
+    """``curl -d '{...}'`` sends the body as application/x-www-form-urlencoded; the service reads it as JSON."""
+    body = '{"queries": ["volcano lava"], "topk": 1}'
+    with serve_app(bm25_app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        for headers in ({"content-type": "application/x-www-form-urlencoded"}, {}):
+            resp = client.post("/retrieve", content=body, headers=headers)
+            assert resp.status_code == 200 and resp.json()["result"][0][0]["id"] == "10", resp.text
+
+
 def test_search_failure_is_a_500_and_service_recovers(serve_app) -> None:
     class Flaky:
         def __init__(self) -> None:

@@ -324,6 +324,20 @@ def _one_line(err: RequestValidationError) -> str:
     return "; ".join(parts)
 
 
+class _JsonBodies:
+    """ASGI layer: every POST body is read as JSON, whatever its content type says (``curl -d '{...}'`` labels a
+    JSON body as a form; Search-R1's clients send JSON)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 def create_app(
     retriever: Retriever,
     *,
@@ -368,6 +382,7 @@ def create_app(
     )
     app.state.stats = stats
     app.state.batcher = batcher
+    app.add_middleware(_JsonBodies)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
