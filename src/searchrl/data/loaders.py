@@ -116,20 +116,14 @@ def _renamed(row: dict[str, Any]) -> dict[str, Any]:
         if name:
             row = {"question": row[name], **{k: v for k, v in row.items() if k != name}}
     output = row.get("output")
-    if not any(f in row for f in _ANSWER_FIELDS) and isinstance(output, list) and output:
-        if all(isinstance(o, dict) for o in output):
-            answers = [o["answer"] for o in output if isinstance(o.get("answer"), str) and o["answer"].strip()]
-            rest = {k: v for k, v in row.items() if k != "output"}
-            row = (
-                row
-                if not answers
-                else {
-                    **rest,
-                    "golden_answers": answers,
-                    "provenance": [p for o in output for p in o.get("provenance", [])],
-                }
-            )
-    return row
+    if any(f in row for f in _ANSWER_FIELDS) or not isinstance(output, list):
+        return row
+    answers = [o["answer"] for o in output if isinstance(o, dict) and isinstance(o.get("answer"), str)]
+    if not any(a.strip() for a in answers):
+        return row
+    provenance = [p for o in output if isinstance(o, dict) for p in o.get("provenance") or []]
+    rest = {k: v for k, v in row.items() if k != "output"}
+    return {**rest, "golden_answers": [a for a in answers if a.strip()], "provenance": provenance}
 
 
 def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: bool = False) -> QAExample:
