@@ -170,7 +170,7 @@ def first_sentence(text: str) -> str:
     for m in _SENTENCE_END.finditer(text):
         before = text[: m.start()]
         if (
-            m.group(0) == "\n"
+            "\n" in m.group(0)
             or not before.endswith(".")
             or not (m.group(1).islower() or _ABBREVIATION.search(before))
             or m.group(1) + m.group(2) in _STARTERS
