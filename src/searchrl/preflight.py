@@ -31,6 +31,7 @@ class StagePlan:
     output: str
     skipped: bool  # DONE marker present and not forced again
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (what, path)
+    model: str | None = None  # the model the stage starts from (stages that load one)
 
 
 def check_reward_params(components: Sequence[RewardComponent], where: str) -> None:
@@ -175,7 +176,9 @@ def plan_pipeline(
             check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
         recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
         stage_model = stage.init_from or model or recipe_model or scfg.model.policy
-        plan = StagePlan(stage.name, str(key), str(output), skipped)
+        plan = StagePlan(
+            stage.name, str(key), str(output), skipped, model=str(stage_model) if key in _NEEDS_MODEL else None
+        )
         for what, path, elsewhere in _stage_inputs(
             str(key), stage, scfg, str(stage_model), stage.index or index, world, produced
         ):

