@@ -401,3 +401,5 @@ def test_a_run_directory_names_its_files_and_an_out_directory_takes_the_page(tmp
     pages = tmp_path / "pages"
     pages.mkdir()
     assert write_viewer([run / "rollouts.jsonl"], pages) == pages / "rollouts.html"
+    res = CliRunner().invoke(app, ["view", str(run / "rollouts.jsonl"), "--out", str(pages)])
+    assert res.exit_code == 0 and "no records in" in res.output  # an empty file: a page, and a warning

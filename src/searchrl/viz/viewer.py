@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.eval.diagnostics import LABELS as DIAGNOSTIC_LABELS
-from searchrl.utils import atomic_write_text
+from searchrl.utils import atomic_write_text, console
 from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, summarize: re-exported)
     COLLAPSE_CHARS,
     COLLAPSE_LINES,
@@ -378,6 +378,8 @@ def write_viewer(
             records.append(rec)
     if errors is not None:
         errors.extend(bad)
+    if not records:
+        console.print(f"[yellow]warning:[/yellow] no records in {', '.join(map(str, paths))}; the page is empty")
     shown = (records[-limit:] if last else records[:limit]) if limit > 0 else records
     if title is None:
         title = "SearchRL trajectories: " + ", ".join(p.name for p in paths[:3]) + (" …" if len(paths) > 3 else "")
