@@ -73,6 +73,10 @@ def ask(
         print(json.dumps(trajectory_record(traj, source="ask"), ensure_ascii=False))
     else:
         render_trajectory(traj, tok)
+    if url and not traj.n_searches:  # the server was never asked: say so rather than imply it answered
+        from searchrl.utils import console
+
+        console.print(f"note: the model made no search, so {', '.join(url)} was not contacted")
 
 
 def register(app: typer.Typer) -> None:
