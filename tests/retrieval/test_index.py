@@ -154,3 +154,22 @@ def test_make_retriever_remote_and_web(monkeypatch: pytest.MonkeyPatch) -> None:
     w = make_retriever(RetrievalConfig(kind="web", urls=["http://127.0.0.1:9/search"]))
     assert isinstance(w, WebRetriever) and w.provider.name == "google" and w.base_url == "http://127.0.0.1:9/search"
     w.close()
+
+
+def test_long_documents_are_cut_into_titled_chunks_when_asked(tmp_path: Path) -> None:
+    """``max_words`` cuts a whole document into chunks that keep its title (ids ``<id>#<k>``) and leaves short
+    passages alone; the manifest records it, and a pipeline's index stage takes it as an arg."""
+    from searchrl.runner import stage_arg_names
+
+    rows = [{"id": "doc", "title": "Long", "text": " ".join(f"w{i}" for i in range(250))}]
+    rows.append({"id": "short", "title": "S", "text": "a short passage"})
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    index = load_index(build_index(corpus, "bm25", tmp_path / "idx", max_words=100))
+    assert index.manifest["counts"]["passages"] == 4 and index.manifest["max_words"] == 100
+    (hit,) = index.search(["w150"], k=1)[0]
+    assert (hit.id, hit.title, hit.text.split()[0], len(hit.text.split())) == ("doc#1", "Long", "w100", 100)
+    assert index.search(["short passage"], k=1)[0][0].id == "short"
+    assert "max_words" in stage_arg_names("data", "index")
+    with pytest.raises(ValueError, match="max_words must be at least 1"):
+        build_index(corpus, "bm25", tmp_path / "idx2", max_words=0)

@@ -53,6 +53,9 @@ def build(
         help="dense: onnx (export the encoder for fast, torch-free serving) or sentence-transformers; "
         "default: onnx when the encoder can be exported",
     ),
+    max_words: int = typer.Option(
+        None, min=1, help="cut passages longer than this many words into chunks of it (ids ID#0, ID#1, ...)"
+    ),
     force: bool = typer.Option(False, "--force", help="replace an existing index in --out"),
     device: str = typer.Option("auto", "--device", help="dense: where the encoder runs: auto, cpu, cuda, cuda:N"),
 ) -> None:
@@ -83,6 +86,7 @@ def build(
         stemmer=None if stemmer.lower() == "none" else stemmer,
         stopwords=None if stopwords.lower() == "none" else stopwords,
         query_encoder=query_encoder,
+        max_words=max_words,
         overwrite=force,
     )
     manifest = json.loads((path / "manifest.json").read_text())

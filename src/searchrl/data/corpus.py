@@ -67,6 +67,19 @@ def chunk_words(text: str, size: int = 100) -> list[str]:
     return [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
 
 
+def split_long(passages: Iterable[Passage], max_words: int) -> Iterator[Passage]:
+    """Passages of more than ``max_words`` words cut into consecutive ``max_words``-word chunks that keep their
+    title, with ids ``<id>#<k>`` (k from 0); shorter ones as they are. For corpora of whole documents, whose
+    passages would otherwise be truncated to their head in an observation.
+
+    >>> [(p.id, p.text) for p in split_long([Passage("d", "T", "a b c d e")], 2)]
+    [('d#0', 'a b'), ('d#1', 'c d'), ('d#2', 'e')]
+    """
+    for p in passages:
+        chunks = chunk_words(p.text, max_words) if len(p.text.split()) > max_words else [p.text]
+        yield from [p] if len(chunks) == 1 else (Passage(f"{p.id}#{k}", p.title, c) for k, c in enumerate(chunks))
+
+
 #: KILT markup at the start of a paragraph: section headings and list items.
 KILT_MARKERS = ("Section::::", "BULLET::::")
 

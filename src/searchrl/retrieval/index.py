@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from searchrl import __version__
-from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages, local_corpus
+from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages, local_corpus, split_long
 from searchrl.retrieval import dense as dense_backend
 from searchrl.retrieval.bm25 import BM25Options, BM25Retriever, build_bm25
 from searchrl.retrieval.dense import (
@@ -86,6 +86,7 @@ def build_index(
     vectors: Any = None,
     query_encoder: Literal["onnx", "sentence-transformers"] | None = None,
     vectors_source: str | None = None,
+    max_words: int | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Build a ``kind`` index of ``corpus`` in the directory ``out`` and return ``out``.
@@ -103,9 +104,13 @@ def build_index(
     ``query_encoder``: ``"onnx"`` exports the encoder to ``dense/query_encoder/`` for fast, torch-free serving
     (see ``searchrl.retrieval.onnx_encoder``); ``"sentence-transformers"`` serves with the reference path. Default:
     ONNX when the passages are encoded here and the encoder can be exported, else sentence-transformers.
+    ``max_words``: passages longer than this are cut into chunks of that many words (ids ``<id>#<k>``), for corpora
+    of whole documents; the manifest records it.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown index kind '{kind}'; use one of {', '.join(KINDS)}")
+    if max_words is not None and (max_words < 1 or vectors is not None):
+        raise ValueError("max_words must be at least 1, and cannot cut passages whose vectors are given")
     if query_encoder not in (None, "onnx", "sentence-transformers"):
         raise ValueError(f"unknown query encoder '{query_encoder}'; use onnx or sentence-transformers")
     corpus, out = local_corpus(corpus).resolve(), Path(out)
@@ -149,7 +154,10 @@ def build_index(
                 yield item
 
         try:  # a bad corpus (a repeated id, a non-UTF-8 line) leaves no half-written staging directory behind
-            store = PassageStore.build(counted(iter_passages(corpus)), staging / "passages")
+            passages = iter_passages(corpus)
+            store = PassageStore.build(
+                counted(split_long(passages, max_words) if max_words else passages), staging / "passages"
+            )
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -180,6 +188,7 @@ def build_index(
         "dimension": dimension,
         "precomputed_vectors": vectors is not None and dense_opts is not None,
         "vectors_source": vectors_source,
+        "max_words": max_words,
         "options": {
             "bm25": bm25_opts.to_dict() if bm25_opts else None,
             "dense": dense_opts.to_dict() if dense_opts else None,
