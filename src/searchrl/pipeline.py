@@ -19,7 +19,7 @@ from searchrl.models import cache_dir
 from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Retriever
-from searchrl.utils import console
+from searchrl.utils import console, source_digest  # noqa: F401  (source_digest: re-exported)
 
 #: retrieval kinds that are clients of a service, not local indexes.
 REMOTE_KINDS = ("remote", "web", "mcp")
@@ -167,20 +167,6 @@ def make_retriever_for(cfg: RunConfig, corpus: str | Path | None = None, *, simu
     if kind is None and corpus is None:
         corpus = resolve_file(cfg, cfg.data.corpus)
     return make_retriever(r.model_copy(update={"kind": kind or r.kind}), corpus)
-
-
-def source_digest(source: str | Path) -> str:
-    """12 hex digits of a file's resolved path, size and mtime (a changed file gets a new digest); an ``hf:``
-    source or a missing file: of its name. Names what the cache derives from a user's file."""
-    import hashlib
-
-    if str(source).startswith("hf:"):
-        key = f"{source}|0|0"
-    else:
-        path = Path(source).resolve()
-        st = path.stat() if path.exists() else None
-        key = f"{path}|{st.st_size if st else 0}|{st.st_mtime_ns if st else 0}"
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def default_index_dir(corpus: str | Path, kind: str) -> Path:

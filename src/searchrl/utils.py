@@ -254,3 +254,25 @@ def portable_text(text: str) -> str:
 def write_portable(path: str | Path, text: str) -> Path:
     """Write a result file (markdown, JSON, HTML) with :func:`portable_text` applied: no absolute paths in it."""
     return atomic_write_text(path, portable_text(text))
+
+
+def source_digest(source: str | Path) -> str:
+    """12 hex digits of a file's resolved path, size and mtime (a changed file gets a new digest); an ``hf:``
+    source of its text, and of its directory's stat when it names a local dataset directory; a missing file of its
+    name. Names what the cache derives from a user's file."""
+    import hashlib
+
+    key = str(source)
+    if key.startswith("hf:"):
+        local = Path(key[3:].split(":")[0]).expanduser()
+        st = local.stat() if local.is_dir() else None
+    else:
+        path = Path(source).resolve()
+        key, st = str(path), path.stat() if path.exists() else None
+    key += f"|{st.st_size if st else 0}|{st.st_mtime_ns if st else 0}"
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def error_line(err: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message (its type when it has none), for a one-line error."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:limit]

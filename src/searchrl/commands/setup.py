@@ -56,11 +56,12 @@ def models_fetch(spec: str) -> None:
     if spec not in ALIASES and not Path(spec).expanduser().exists():  # a hub id: download it into the HF cache
         from huggingface_hub import snapshot_download
 
+        from searchrl.utils import error_line
+
         try:
             print(snapshot_download(spec, etag_timeout=10))
         except Exception as err:  # offline, unknown id, gated: one line
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-            raise ValueError(f"cannot download {spec} ({first}); check the id and the network") from None
+            raise ValueError(f"cannot download {spec} ({error_line(err)}); check the id and the network") from None
         return
     kind = ALIASES[spec].kind if spec in ALIASES else "policy"
     print(resolve_policy(spec) if kind == "policy" else resolve_embedder(spec))

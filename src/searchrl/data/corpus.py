@@ -259,23 +259,12 @@ def local_corpus(source: str | Path, chunk_size: int = 100) -> Path:
 
     from searchrl.data.loaders import parse_hf_source
     from searchrl.models import cache_dir
+    from searchrl.utils import source_digest
 
-    name, config, split = parse_hf_source(str(source))
-    local = Path(name).expanduser()
-    stamp = f"{local.resolve()}|{local.stat().st_mtime_ns}" if local.exists() else name
-    digest = hashlib.sha256(f"{stamp}|{config}|{split}".encode()).hexdigest()[:12]
-    out = cache_dir() / "corpora" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', local.name)}-{digest}.jsonl"
-    if not out.exists():
-        try:
-            write_corpus(out, hf_passages(str(source), chunk_size))
-        except (CorpusFormatError, ImportError):
-            raise
-        except Exception as err:  # offline, an unknown name or split: one line that names the fix
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(
-                f"corpus {source}: cannot be read with datasets ({first}); check the name, config and split, "
-                "or download the files and give their path"
-            ) from None
+    local = Path(parse_hf_source(str(source))[0]).expanduser()
+    out = cache_dir() / "corpora" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', local.name)}-{source_digest(source)}.jsonl"
+    if not out.exists():  # an unreachable hub or an unknown name fails in one line (loaders._iter_hf)
+        write_corpus(out, hf_passages(str(source), chunk_size))
     return out
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.data.records import QAExample
-from searchrl.utils import open_lines
+from searchrl.utils import error_line, open_lines
 
 _ANSWER_FIELDS = ("golden_answers", "answer", "answers", "possible_answers")
 # Other names of the question: BEIR-style ``query``, SimpleQA's and BrowseComp's ``problem``, KILT's ``input``, and a
@@ -247,7 +247,7 @@ def _iter_hf(name: str, config: str | None, split: str) -> Iterator[tuple[str, i
         except ValueError as err:  # unknown split or config: datasets' message lists the valid ones
             raise ValueError(f"hf:{name}{':' + config if config else ''}:{split}: {err}") from None
         except Exception as err:  # offline, or no such dataset: one line that names the fix
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            first = error_line(err)
             raise ValueError(
                 f"hf:{name}{':' + config if config else ''}:{split}: cannot be loaded ({first}); where the hub cannot "
                 f"be reached, download it (huggingface-cli download --repo-type dataset {name} --local-dir DIR) and "
