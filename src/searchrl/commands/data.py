@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,21 +150,29 @@ class _QAStats:
     duplicate_ids: int = 0
 
 
-def _first_row_kind(source: str | Path) -> str:
-    """'qa' or 'corpus' of a ``.json`` array or an ``hf:`` dataset, from its first row: a corpus names no question
-    but has ``contents`` or ``text``."""
-    from searchrl.data.loaders import QUESTION_FIELDS, iter_rows
+def _kind_of_fields(fields: Iterable[str]) -> str | None:
+    """'qa' when the fields name a question (in any case; verl's rows keep theirs in ``prompt``), 'corpus' when they
+    name passage text, else None."""
+    from searchrl.data.loaders import QUESTION_FIELDS
 
-    first = next((row for _, row in iter_rows(source)), {})
-    asks = {str(k).lower() for k in first} & set(QUESTION_FIELDS)
-    return "corpus" if not asks and first.keys() & {"contents", "text"} else "qa"
+    names = {str(f).strip().lower() for f in fields}
+    if names & set(QUESTION_FIELDS):
+        return "qa"
+    return "corpus" if names & {"contents", "wikipedia_title", "text"} else None
+
+
+def _first_row_kind(source: str | Path) -> str:
+    """'qa' or 'corpus' of a ``.json`` array or an ``hf:`` dataset, from its first row (a question file unless the
+    row is a passage)."""
+    from searchrl.data.loaders import iter_rows
+
+    return _kind_of_fields(next((row for _, row in iter_rows(source)), {})) or "qa"
 
 
 def _detect(path: Path) -> str:
     """'qa' or 'corpus', from the first row's fields (``.csv`` tables are QA files, as the datasets release them; a
     ``.tsv`` is a QA table when its header names a question, else a corpus)."""
     from searchrl.data.corpus import is_tsv
-    from searchrl.data.loaders import QUESTION_FIELDS
 
     if path.suffix == ".json":  # an array of questions (HotpotQA, 2Wiki) or of passages
         return _first_row_kind(path)
@@ -172,8 +181,8 @@ def _detect(path: Path) -> str:
     if is_tsv(path):  # a header that names a question: a QA table
         from searchrl.utils import open_lines
 
-        header = next((line for _, line in open_lines(path)), "").lstrip("\ufeff").rstrip("\r\n").lower()
-        return "qa" if {c.strip() for c in header.split("\t")} & set(QUESTION_FIELDS) else "corpus"
+        header = next((line for _, line in open_lines(path)), "").lstrip("\ufeff").rstrip("\r\n")
+        return "qa" if _kind_of_fields(header.split("\t")) == "qa" else "corpus"
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -189,10 +198,8 @@ def _detect(path: Path) -> str:
                 except (json.JSONDecodeError, TypeError):
                     raise ValueError(f"{path}:{i}: not a JSON object; inspect reads JSONL or parquet") from None
                 break
-    if {str(f).lower() for f in fields} & set(QUESTION_FIELDS):  # verl's rows keep the question in the prompt
-        return "qa"
-    if fields & {"contents", "wikipedia_title", "text"}:
-        return "corpus"
+    if kind := _kind_of_fields(fields):
+        return kind
     if not fields:
         raise ValueError(f"{path}: no rows; give a QA file or a corpus with at least one JSON object per line")
     raise ValueError(
