@@ -160,7 +160,7 @@ def plan_pipeline(
     world = index = model = None
     plans: list[StagePlan] = []
     problems: list[str] = []
-    unreadable: set[str] = set()
+    questions: dict[str, list] = {}  # a user's question file, read once: path -> its examples
     no_corpus = False
     check_reward_params(cfg.reward.components, "the run's config")
     for raw_stage in cfg.pipeline:
@@ -188,14 +188,16 @@ def plan_pipeline(
             if not Path(path).exists():
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
                 no_corpus = no_corpus or "corpus" in what
-            elif Path(path).is_file() and (bad := _unreadable(stage.name, what, path)):
+            elif Path(path).is_file() and path not in questions:  # a file two stages read is read once
+                bad, rows = _read_input(stage.name, what, path)
                 problems.extend(bad)
-                unreadable.add(path)
+                if rows:
+                    questions[path] = rows
         source = plan.inputs[0][1] if plan.inputs else ""
-        if key == "split" and not skipped and Path(source).is_file() and source not in unreadable:
-            problems.extend(_split_too_small(stage.name, source, stage.args))
-        if stage.args.get("quota") and not skipped and Path(source).is_file() and source not in unreadable:
-            problems.extend(_quota_sources_absent(stage.name, source, stage.args["quota"]))
+        if key == "split" and source in questions:
+            problems.extend(_split_too_small(stage.name, source, len(questions[source]), stage.args))
+        if stage.args.get("quota") and source in questions:
+            problems.extend(_quota_sources_absent(stage.name, source, questions[source], stage.args["quota"]))
         plans.append(plan)
         refs[stage.name] = str(output)
         produced.append(str(output))
@@ -216,36 +218,38 @@ def plan_pipeline(
     return plans
 
 
-def _unreadable(name: str, what: str, path: str) -> list[str]:
-    """What a stage would find wrong in a user's file, found before any stage runs: every row of a question file
-    (as the loader reads it), the first thousand passages of a corpus (duplicate ids wait for the index stage)."""
+def _read_input(name: str, what: str, path: str) -> tuple[list[str], list | None]:
+    """(what a stage would find wrong in a user's file, its questions when it is a readable question file), found
+    before any stage runs: every row of a question file (as the loader reads it), the first thousand passages of a
+    corpus (duplicate ids wait for the index stage)."""
     from itertools import islice
 
     from searchrl.data.corpus import iter_passages
     from searchrl.data.loaders import load_qa
 
+    rows = None
     try:
         if what.startswith("questions"):
-            n = len(load_qa(path))
+            rows = load_qa(path)
+            n = len(rows)
         elif what.startswith("corpus"):
             n = sum(1 for _ in islice(iter_passages(path), 1000))
         else:
-            return []
+            return [], None
     except (ValueError, OSError) as err:
-        return [f"stage '{name}' reads {what}: {err}"]
-    return [] if n else [f"stage '{name}' reads {what} {path}, which holds no {what.split()[0]}"]
+        return [f"stage '{name}' reads {what}: {err}"], None
+    return ([], rows) if n else ([f"stage '{name}' reads {what} {path}, which holds no {what.split()[0]}"], None)
 
 
-def _quota_sources_absent(name: str, path: str, quota: Any) -> list[str]:
-    """A selection stage whose quotas name source datasets (``hotpotqa/medium=200``) that no question of its file
-    names in a ``source`` field would keep nothing, found before the labelling pass rather than after it."""
-    from searchrl.data.loaders import load_qa
+def _quota_sources_absent(name: str, path: str, examples: list, quota: Any) -> list[str]:
+    """A selection stage whose quotas name source datasets (``hotpotqa/medium=200``) that none of its ``examples``
+    (the questions of ``path``) names in a ``source`` field would keep nothing, found before the labelling pass."""
     from searchrl.sft.quotas import ANY, SOURCE_FIELDS, parse_quotas, source_of
 
     wanted = {src for src, _ in parse_quotas(quota)}
     if ANY in wanted:
         return []
-    present = {source_of(ex.metadata) for ex in load_qa(path)}
+    present = {source_of(ex.metadata) for ex in examples}
     if present & wanted:
         return []
     named = "name no source" if present == {"all"} else f"name only {', '.join(sorted(present - {'all'}))}"
@@ -256,16 +260,10 @@ def _quota_sources_absent(name: str, path: str, quota: Any) -> list[str]:
     ]
 
 
-def _split_too_small(name: str, path: str, args: dict[str, Any]) -> list[str]:
-    """A split stage that would hold out every question of its file (or more), found before any stage runs rather
-    than after the stages before it; a file that cannot be read is left for the stage to name."""
+def _split_too_small(name: str, path: str, n: int, args: dict[str, Any]) -> list[str]:
+    """A split stage that would hold out every one of the ``n`` questions of its file (or more), found before any
+    stage runs rather than after the stages before it."""
     if args.get("heldout_fraction") is not None:
-        return []
-    from searchrl.data.loaders import iter_rows
-
-    try:
-        n = sum(1 for _ in iter_rows(path))
-    except (ValueError, OSError):
         return []
     n = min(n, args["limit"]) if args.get("limit") else n
     held = args.get("heldout", 100)  # split_questions' default
