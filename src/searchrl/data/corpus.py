@@ -140,6 +140,7 @@ def _iter_tsv(path: Path) -> Iterator[tuple[int, dict]]:
     name the fields and cells may be quoted as CSV quotes them (DPR); without one, the columns are id, text and an
     optional title, and quotes are text (MS MARCO)."""
     import csv
+    import itertools
 
     from searchrl.utils import open_lines
 
@@ -150,7 +151,7 @@ def _iter_tsv(path: Path) -> Iterator[tuple[int, dict]]:
     if {"text", "contents"} & set(header):
         reader, names, offset = csv.reader(lines, delimiter="\t"), header, 1
     else:
-        reader = csv.reader(_chain(first, lines), delimiter="\t", quoting=csv.QUOTE_NONE)
+        reader = csv.reader(itertools.chain([first], lines), delimiter="\t", quoting=csv.QUOTE_NONE)
         names, offset = ["id", "text", "title"], 0
     for cells in reader:
         n = reader.line_num + offset
@@ -166,11 +167,6 @@ def _iter_tsv(path: Path) -> Iterator[tuple[int, dict]]:
                 )
             )
         yield n, dict(zip(names, cells, strict=False))
-
-
-def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
-    yield first
-    yield from rest
 
 
 def _iter_rows(path: Path, chunk_size: int) -> Iterator[tuple[int, Passage]]:
