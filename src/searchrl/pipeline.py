@@ -19,7 +19,7 @@ from searchrl.models import cache_dir
 from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Retriever
-from searchrl.utils import console, source_digest  # noqa: F401  (source_digest: re-exported)
+from searchrl.utils import console, source_digest
 
 #: retrieval kinds that are clients of a service, not local indexes.
 REMOTE_KINDS = ("remote", "web", "mcp")

@@ -25,9 +25,9 @@ from searchrl.pipeline import (
     load_split,
     make_retriever_for,
     resolve_file,
-    source_digest,
     with_retriever,
 )
+from searchrl.utils import source_digest
 
 SPLITS = ("train", "dev", "test")
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
