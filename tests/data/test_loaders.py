@@ -333,3 +333,25 @@ def test_a_dataset_the_hub_cannot_give_is_one_line_naming_the_download(tmp_path:
         assert "\n" not in msg and "Couldn't reach 'org/qa'" in msg
         assert "huggingface-cli download --repo-type dataset org/qa --local-dir DIR" in msg
     assert not list(tmp_path.rglob("*.jsonl*"))  # no corpus file, not even a partial one
+
+
+def test_an_id_repeated_for_another_question_is_made_unique(tmp_path: Path, monkeypatch) -> None:
+    from searchrl.utils import console
+
+    monkeypatch.setattr(console, "width", 400)
+    # FlashRAG's per-dataset files each number from train_0; merged, two questions would share one rollout group
+    f = _write(
+        tmp_path / "merged.jsonl",
+        [
+            {"id": "train_0", "question": "who wrote it", "golden_answers": ["A"]},
+            {"id": "train_1", "question": "where?", "golden_answers": ["B"]},
+            {"id": "train_0", "question": "when was it built", "golden_answers": ["C"]},
+            {"id": "train_1", "question": "where?", "golden_answers": ["B"]},  # the same question again: kept
+        ],
+    )
+    with console.capture() as cap:
+        got = load_qa(f)
+    assert [e.id for e in got] == ["train_0", "train_1", "train_0@3", "train_1"]
+    assert [e.question for e in got] == ["who wrote it", "where?", "when was it built", "where?"]
+    out = cap.get()
+    assert out.count("already names another question") == 1 and "merged.jsonl:3" in out

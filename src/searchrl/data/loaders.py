@@ -23,13 +23,16 @@ A malformed row raises ``ValueError`` naming ``file:line``, the missing field an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from searchrl.data.records import QAExample
-from searchrl.utils import error_line, open_lines
+from searchrl.utils import console, error_line, open_lines
 
 _ANSWER_FIELDS = ("golden_answers", "answer", "answers", "possible_answers")
 # Other names of the question: BEIR-style ``query``, SimpleQA's and BrowseComp's ``problem``, KILT's ``input``, and a
@@ -321,10 +324,27 @@ def iter_rows(source: str | Path, split: str | None = None) -> Iterator[tuple[st
 
 
 def iter_qa(source: str | Path, split: str | None = None, normalize: bool = False) -> Iterator[QAExample]:
-    """Stream QA examples from any supported source (see the module docstring)."""
+    """Stream QA examples from any supported source (see the module docstring).
+
+    An id that an earlier row of another question already has (files merged from datasets whose ids each restart
+    at ``train_0``) becomes ``<id>@<line>`` (``@<row>`` in an array or parquet file), with one warning: an id names
+    one question's rollout group, its split side and its rewrites. A question repeated under its id stays as it is.
+    """
     rows, prefix = _rows(source, split)
+    seen: dict[str, str] = {}
+    warned = False
     for where, index, row in rows:
-        yield row_to_example(row, where, f"{prefix}-{index}", normalize)
+        ex = row_to_example(row, where, f"{prefix}-{index}", normalize)
+        if seen.setdefault(ex.id, ex.question) != ex.question:
+            if not warned:
+                warned = True
+                console.log(
+                    f"[yellow]warning:[/yellow] {escape(where)}: id {escape(repr(ex.id))} already names another "
+                    "question; ids repeated for other questions get '@' and their line (give each question its own id)"
+                )
+            ex = dataclasses.replace(ex, id=f"{ex.id}@{index}")
+            seen.setdefault(ex.id, ex.question)
+        yield ex
 
 
 def load_qa(
