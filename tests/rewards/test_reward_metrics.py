@@ -78,9 +78,24 @@ def test_metric_table(case, pred, golds, em, f1, cw, cc, ct):
 
 
 def test_metrics_registry_and_compute_metrics():
-    assert set(METRICS) == {"em", "f1", "cover_em", "cover_em_tokens"}
+    assert set(METRICS) == {"em", "f1", "token_f1", "cover_em", "cover_em_tokens"}
     row = compute_metrics("Paris, France", ["Paris"])
-    assert row == {"em": 0.0, "f1": pytest.approx(2 / 3), "cover_em": 1.0, "cover_em_tokens": 1.0}
+    assert row == {
+        "em": 0.0,
+        "f1": pytest.approx(2 / 3),
+        "token_f1": pytest.approx(2 / 3),
+        "cover_em": 1.0,
+        "cover_em_tokens": 1.0,
+    }
+
+
+def test_token_f1_is_f1_without_the_yes_no_rule():
+    # R-Search's reward and evaluation code: plain SQuAD token F1, partial credit for a verbose yes / no
+    for pred, gold, plain in [("Yes they are", "yes", 0.5), ("no", "no, they are not", 0.4), ("yes", "no", 0.0)]:
+        assert get_metric("f1")(pred, [gold]) == 0.0
+        assert get_metric("token_f1")(pred, [gold]) == pytest.approx(plain)
+    assert get_metric("token_f1")("Paris", ["Lyon", "paris"]) == 1.0  # best over the golds
+    assert get_metric("token_f1")("", ["yes"]) == 0.0
 
 
 def test_get_metric_options_change_the_result():

@@ -34,6 +34,7 @@ AVERAGE = "average"
 LABELS = {
     "em": "EM",
     "f1": "F1",
+    "token_f1": "F1 (plain)",
     "cover_em": "cover-EM",
     "cover_em_committed": "cover-EM (committed)",
     "cover_em_tokens": "cover-EM (tokens)",

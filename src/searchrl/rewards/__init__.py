@@ -29,6 +29,7 @@ from searchrl.rewards.metrics import (
     normalize_answer,
     normalize_answer_r1,
     normalize_answer_rag_r1,
+    token_f1,
 )
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "evidence_reward",
     "exact_match",
     "f1_score",
+    "token_f1",
     "format_reward",
     "generator_reader",
     "get_metric",

@@ -144,8 +144,8 @@ def exact_match(prediction: str | None, golds: Golds, *, normalizer: Normalizer 
     return float(any(pred == normalizer(g) for g in golds))
 
 
-def _f1_single(pred: str, gold: str) -> float:
-    if (pred in _YES_NO or gold in _YES_NO) and pred != gold:
+def _f1_single(pred: str, gold: str, yes_no: bool = True) -> float:
+    if yes_no and (pred in _YES_NO or gold in _YES_NO) and pred != gold:
         return 0.0
     pred_toks, gold_toks = pred.split(), gold.split()
     common = Counter(pred_toks) & Counter(gold_toks)
@@ -169,6 +169,20 @@ def f1_score(prediction: str | None, golds: Golds, *, normalizer: Normalizer = n
         return 0.0
     pred = normalizer(prediction)
     return max(_f1_single(pred, normalizer(g)) for g in golds)
+
+
+def token_f1(prediction: str | None, golds: Golds, *, normalizer: Normalizer = normalize_answer) -> float:
+    """Best token-multiset F1 over golds without the yes/no rule of :func:`f1_score`: the plain SQuAD F1 of
+    R-Search's reward and evaluation code, which gives a verbose yes/no answer partial credit.
+
+    >>> f1_score("Yes, both are American", ["yes"]), round(token_f1("Yes, both are American", ["yes"]), 2)
+    (0.0, 0.4)
+    """
+    golds = _gold_list(golds)
+    if _missing(prediction):
+        return 0.0
+    pred = normalizer(prediction)
+    return max(_f1_single(pred, normalizer(g), yes_no=False) for g in golds)
 
 
 def cover_em(
@@ -234,6 +248,7 @@ def cover_em_tokens(prediction: str | None, golds: Golds, *, normalizer: Normali
 METRICS: dict[str, MetricFn] = {
     "em": exact_match,
     "f1": f1_score,
+    "token_f1": token_f1,
     "cover_em": cover_em,
     "cover_em_tokens": cover_em_tokens,
 }
