@@ -170,8 +170,12 @@ def test_r1_searcher_pp_parse() -> None:
     call = "<|begin_external_search|> who raised Boba Fett<|end_external_search|>"
     assert p.parse(internal + call) == Search(("who raised Boba Fett",))
     assert p.parse("So the answer is \\boxed{Jango Fett}.") == Answer("Jango Fett")
-    assert p.parse("\\boxed{\\text{Jango {Fett}}}") == Answer("\\text{Jango {Fett}}")
+    assert p.parse("\\boxed{\\text{Jango {Fett}}}") == Answer("Jango {Fett}")  # LaTeX's \\text{} unwrapped
     assert p.parse("\\boxed{A} then " + call) == Answer("A")
+    # a turn that boxes twice answers with its last box, the answer the format reward scores
+    two = "So \\boxed{Lyon}. No, the records say \\boxed{Paris}."
+    assert p.parse(two) == Answer("Paris") and p.check_format(two).answer == "Paris"
+    assert p.parse("\\boxed{A}, \\boxed{B} then " + call + " \\boxed{C}") == Answer("B")
     assert p.parse(call + " and \\boxed{A}") == Search(("who raised Boba Fett",))
     assert p.parse("\\boxed{unclosed") == Invalid(NO_ACTION)
     assert p.parse("<|begin_external_search|>  <|end_external_search|>") == Invalid(EMPTY_QUERY)
@@ -498,7 +502,7 @@ SEARCH_O1_PARSE = [
     ("Let me check. " + SO1_CALL, Search(("Curious fragrance singer",))),
     ("<|begin_search_query|> a\n b <|end_search_query|>", Search(("a b",))),
     ("Maybe \\boxed{Paris}, let me verify. " + SO1_CALL, Search(("Curious fragrance singer",))),  # the call ends it
-    ("It is \\boxed{Rome}, or rather \\boxed{\\text{McComb}}.", Answer("\\text{McComb}")),  # the last box
+    ("It is \\boxed{Rome}, or rather \\boxed{\\text{McComb}}.", Answer("McComb")),  # the last box, unwrapped
     ("<|begin_search_query|>  <|end_search_query|> \\boxed{x}", Invalid(EMPTY_QUERY)),
     ("<|begin_search_query|> unclosed", Invalid(NO_ACTION)),
     ("\\boxed{unclosed", Invalid(NO_ACTION)),

@@ -16,7 +16,7 @@ from searchrl.generation.prompts import render_user_prompt
 from searchrl.retrieval.base import Hit
 from searchrl.rollout.trajectory import Trajectory
 
-_LABEL = re.compile(r"^\s*(?:final answer|the answer is|answer)\s*[:：]?\s*", re.IGNORECASE)
+_LABEL = re.compile(r"^\s*(?:final answer|the answer is|answer)\b\s*[:：]?\s*", re.IGNORECASE)
 _FINAL = re.compile(r"final answer\s*[:：]\s*(.*)", re.IGNORECASE)
 _ANSWER_IS = re.compile(r"the answer is\s*[:：]?\s*(.*)", re.IGNORECASE | re.DOTALL)
 #: a sentence end: ".", "!" or "?" before whitespace, or a newline; a "." after an initial ("Robert F. Hill"), an

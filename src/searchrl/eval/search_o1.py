@@ -39,7 +39,6 @@ REASON_IN_DOCUMENTS_PROMPT = (
 )
 NO_HELPFUL_INFORMATION = "No helpful information found."
 _FINAL_INFORMATION = re.compile(r"final information", re.IGNORECASE)
-_TEXT_WRAP = re.compile(r"^\\text\{(.*)\}$", re.DOTALL)
 
 
 def previous_steps(response: str, keep_last: int = 4) -> str:
@@ -81,19 +80,6 @@ def final_information(analysis: str) -> tuple[str, bool]:
         return NO_HELPFUL_INFORMATION, False
     text = " ".join(analysis[found[-1].end() :].strip(" \t\r\n*:：#`").split())
     return (text or NO_HELPFUL_INFORMATION), True
-
-
-def unbox(content: str | None) -> str | None:
-    """A ``\\boxed{}`` answer without a ``\\text{...}`` wrapper; None when empty.
-
-    >>> unbox(" \\\\text{Rome} "), unbox("  ")
-    ('Rome', None)
-    """
-    if content is None:
-        return None
-    text = content.strip()
-    m = _TEXT_WRAP.match(text)
-    return (m.group(1).strip() if m else text) or None
 
 
 class ReasonInDocuments:
@@ -212,7 +198,7 @@ class SearchO1Method(Method):
             )
             preds.append(
                 Prediction(
-                    unbox(report.answer),
+                    report.answer,
                     raw=response,
                     trajectory=d,
                     searches=t.n_searches,

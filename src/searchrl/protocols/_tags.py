@@ -50,7 +50,9 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 # C0 control characters other than tab / newline / carriage return, and the Unicode replacement character.
 _UNREADABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 # Chat-role markers inside a response mean the model is writing the other side of the dialogue. R1-Searcher's
-# reward code rejects "Assistant:" / "assistant:"; the chat-template tokens are the same failure in other models.
+# reward code rejects any "Assistant" / "assistant", even inside retrieved documents; here only the role marker with
+# its colon counts ("assistant manager" is a fair answer), and the chat-template tokens, the same failure in other
+# models.
 ROLE_MARKERS = ("Assistant:", "assistant:", "<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|eot_id|>")
 
 
@@ -117,6 +119,27 @@ def boxed_spans(text: str) -> list[tuple[int, int, str]]:
         else:
             stack.append((token != "{", m.start(), m.end()))
     return spans
+
+
+def unbox(content: str | None) -> str | None:
+    """A ``\\boxed{}`` answer stripped, without a LaTeX ``\\text{...}`` wrapping all of it (``\\boxed{\\text{Rome}}``,
+    as instruction-tuned models often write it); None when empty.
+
+    >>> unbox(" \\\\text{Rome} "), unbox("\\\\text{A} {B}"), unbox("  ")
+    ('Rome', '\\\\text{A} {B}', None)
+    """
+    if content is None:
+        return None
+    text = content.strip()
+    if text.startswith("\\text{") and text.endswith("}"):
+        depth = 0
+        for i, ch in enumerate(text[5:], start=5):
+            depth += {"{": 1, "}": -1}.get(ch, 0)
+            if depth == 0:  # the brace that closes \text{: the wrapper holds everything only if it is the last
+                if i == len(text) - 1:
+                    text = text[6:-1].strip()
+                break
+    return text or None
 
 
 # ----------------------------------------------------------------------------------------------- response scanning

@@ -27,6 +27,7 @@ from searchrl.protocols._tags import (
     hit_contents,
     model_text,
     unanswered_searches,
+    unbox,
     word_count,
 )
 from searchrl.protocols.base import Action, Answer, FormatReport, Invalid, format_scheme
@@ -88,11 +89,12 @@ class R1SearcherPPProtocol(TagProtocol):
         return f"{INTERNAL[0]}{text}{INTERNAL[1]}\n"
 
     def parse(self, turn_text: str) -> Action:
-        """The first of: a complete external search call, a complete ``\\boxed{...}`` (by where it ends)."""
+        """A complete ``\\boxed{...}`` that ends before the turn's first complete external search call (the last
+        such box, the answer :meth:`check_format` scores), else that search call."""
         search = first_action(turn_text, {"search": EXTERNAL})
-        boxed = boxed_spans(turn_text)
-        if boxed and (search is None or boxed[0][1] <= search.end):
-            return Answer(boxed[0][2].strip())
+        boxed = [b for b in boxed_spans(turn_text) if search is None or b[1] <= search.end]
+        if boxed:
+            return Answer(unbox(boxed[-1][2]) or "")
         if search is None:
             return Invalid(NO_ACTION)
         return self._search_from(search.content)
@@ -143,7 +145,7 @@ class R1SearcherPPProtocol(TagProtocol):
         if any(ev.kind == "obs_unclosed" for ev in events):
             problems.append("unclosed search-result block")
         spans = boxed_spans(model_text(events))
-        answer = spans[-1][2].strip() if spans else None
+        answer = unbox(spans[-1][2]) if spans else None
         if not answer:
             problems.append("no non-empty \\boxed{} final answer")
         problems.extend(garbled_problems(events))

@@ -33,6 +33,7 @@ from searchrl.protocols._tags import (
     first_action,
     model_text,
     unanswered_searches,
+    unbox,
     word_count,
 )
 from searchrl.protocols.base import Action, Answer, FormatReport, Invalid
@@ -103,7 +104,7 @@ class SearchO1Protocol(TagProtocol):
             return self._search_from(search.content)
         spans = boxed_spans(turn_text)
         if spans:
-            return Answer(spans[-1][2].strip())
+            return Answer(unbox(spans[-1][2]) or "")
         return Invalid(NO_ACTION)
 
     # ------------------------------------------------------------------------------------------ inserted texts
@@ -163,7 +164,7 @@ class SearchO1Protocol(TagProtocol):
         if any(ev.kind == "obs_unclosed" for ev in events):
             problems.append("unclosed search-result block")
         spans = boxed_spans(model_text(events))
-        answer = spans[-1][2].strip() if spans else None
+        answer = unbox(spans[-1][2]) if spans else None
         if not answer:
             problems.append("no non-empty \\boxed{} final answer")
         return FormatReport(

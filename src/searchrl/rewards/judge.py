@@ -37,12 +37,12 @@ import httpx
 from searchrl.utils import atomic_write_text
 
 #: bump when the prompt text changes, so cached replies to the old prompt are not reused.
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2
 
 JUDGE_PROMPT = (
     "You are checking answers to questions. Decide whether the predicted answer is correct. It is correct when it "
     "states the same key information as the golden answer (any one of them, if several are listed), even if it is "
-    "worded differently; it is not correct if it is wrong, incomplete, or hedges between several answers.\n"
+    "worded differently; it is not correct if it is wrong or leaves out key information.\n"
     "Reply with a single word: True if the predicted answer is correct, False otherwise.\n\n"
     "Question: {question}\n"
     "Golden answer: {golds}\n"
@@ -51,7 +51,8 @@ JUDGE_PROMPT = (
 
 _TRUE_WORDS = {"true", "yes", "correct"}
 _FALSE_WORDS = {"false", "no", "incorrect", "wrong"}
-_NEGATED = re.compile(r"\b(?:not|isn't|isnt|is not)\s+(?:correct|true|right)\b")
+#: "not correct", and with one word between ("not entirely correct", "not fully true")
+_NEGATED = re.compile(r"\b(?:not|isn't|isnt)\s+(?:[a-z]+\s+)?(?:correct|true|right)\b")
 _WORD = re.compile(r"[a-z']+")
 
 
