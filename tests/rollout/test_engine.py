@@ -142,6 +142,29 @@ def test_invalid_action_gets_feedback_and_eos_ends() -> None:
     assert t2.stop_reason == "eos" and t2.n_turns == 1
 
 
+def t2_eos_kept(tok, protocol) -> bool:
+    """Without continue_after_eos the EOS that ends the trajectory stays its last token."""
+    (t,) = RolloutEngine(ScriptedGenerator(tok, lambda ctx: "x"), None, protocol).run([QAExample("q", "Q?", ["a"])])
+    return t.response_ids[-1] == tok.eos_token_id
+
+
+def test_continue_after_eos_gives_a_turn_without_action_the_feedback() -> None:
+    # Search-R1's loop cuts turns at tags only: a turn with no action gets the invalid-action text, EOS or not
+    tok = ByteTokenizer()
+    protocol = get_protocol("search_r1")
+    replies = iter(["no action here", "<answer> a </answer>"])
+    gen = ScriptedGenerator(tok, lambda ctx: next(replies))  # each turn ends in EOS
+    limits = RolloutLimits(max_turns=3, max_new_tokens=100, max_obs_tokens=1000, continue_after_eos=True)
+    (t,) = RolloutEngine(gen, CountingRetriever(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    first = t.turns[0]
+    assert first.action == "invalid" and first.observation == protocol.invalid_feedback(protocol.parse(first.text))
+    assert t.stop_reason == "answer" and t.answer == "a" and t.n_turns == 2
+    # the first turn's EOS token is dropped (text follows it); the answer turn ends at its stop string
+    assert tok.eos_token_id not in t.response_ids and t2_eos_kept(tok, protocol)
+    assert len(t.logprobs) == len(t.response_ids)
+    assert tok.decode(t.response_ids).count(protocol.invalid_feedback(protocol.parse(first.text))) == 1
+
+
 def test_total_length_never_drops_the_question() -> None:
     tok = ByteTokenizer()
     protocol = get_protocol("search_r1")

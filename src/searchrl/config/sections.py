@@ -146,11 +146,9 @@ class RolloutConfig(Section):
     max_batch_size: int | None = Field(default=None, ge=1)
     #: "hf" backend on CUDA: replay each decode step from a CUDA graph (searchrl.generation.graph_decode).
     cuda_graphs: bool = True
-    #: "hf" backend: compile the decode step's layers with torch.compile (one graph serves every layer), fusing
-    #: the small elementwise kernels (norms, rotary embedding, casts, attention masking) that dominate a GPU decode
-    #: step; on CUDA the compiled layers are replayed from CUDA graphs. null: on CUDA, off on the CPU. The first
-    #: decode calls pay the compilation (~7 s a graph on an H200, a few graphs until sizes are treated as dynamic);
-    #: without a working compiler the step warns once and decodes eagerly.
+    #: "hf" backend: compile the decode step's layers (torch.compile, one graph for every layer), fusing the small
+    #: kernels (norms, rotary, casts, masking) that dominate a GPU decode step; replayed from CUDA graphs on CUDA.
+    #: null: on CUDA, off on the CPU. Compiling costs ~7 s a graph on an H200; without a compiler it decodes eagerly.
     compile_decode: bool | None = None
     #: continuous batching across turns (searchrl.rollout.continuous): a row that finishes a turn leaves the decode
     #: batch, its search runs in a background thread, and it re-enters with only the new tokens prefilled while the
@@ -175,6 +173,9 @@ class RolloutConfig(Section):
     #: inserted, search disabled), "end" (the sample ends; an over-budget search is not run), "off" (no final turn;
     #: an over-budget search gets the hint). true = hint, false = off. See searchrl.rollout.engine.
     force_answer: Literal["hint", "silent", "end", "off"] = "hint"
+    #: a turn ending in EOS with no answer gets the protocol's invalid-action text and the trajectory goes on, the
+    #: EOS dropped (Search-R1's, R-Search's, RAG-R1's loops); false: it ends the trajectory (stop_reason eos).
+    continue_after_eos: bool = False
     #: RAG-R1 multi-query mode and tool_call: at most this many queries in one search call.
     max_queries_per_call: int = 3
     #: protocol-specific options (e.g. {"multi_query": true} for rag_r1).

@@ -16,6 +16,7 @@ class ByteTokenizer:
     """UTF-8 bytes as tokens (ids 3..258); 0 = pad, 1 = bos, 2 = eos. No chat template: prompts are raw text."""
 
     pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+    all_special_ids = [0, 1, 2]
     pad_token, eos_token = "<pad>", "<eos>"
     chat_template = None
     padding_side = "left"

@@ -23,8 +23,9 @@ Limits and truncation policy (documented in docs/rollout.md):
   chat template's text after a tool reply, needs them) and drops the middle.
 - ``max_total_tokens`` (prompt + response): the context is never cut from the left, so the question is never
   dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``.
-- A turn that ends in EOS without an answer ends the trajectory (``"eos"``); an invalid action that did not end in
-  EOS gets the protocol's feedback text and the trajectory continues (as Search-R1's loop does).
+- A turn that ends in EOS without an answer ends the trajectory (``"eos"``), unless ``continue_after_eos``; an
+  invalid action that did not end in EOS gets the protocol's feedback text and the trajectory continues. Search-R1's
+  loop, which ends turns at tags only, gives every turn without an action the feedback (``continue_after_eos``).
 
 With ``continuous`` (``rollout.continuous``) and a generator that supports it, the same per-trajectory state machine
 runs without the turn barrier: :mod:`searchrl.rollout.continuous`.
@@ -98,6 +99,8 @@ class RolloutLimits:
     max_obs_tokens_per_query: int | None = None
     #: not a limit but how turns are scheduled: continuous batching across turns (rollout.continuous).
     continuous: bool = False
+    #: a turn ending in EOS without an answer gets the invalid-action feedback instead of ending the trajectory.
+    continue_after_eos: bool = False
 
     @classmethod
     def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
@@ -111,6 +114,7 @@ class RolloutLimits:
             topk=topk,
             max_obs_tokens_per_query=getattr(rollout_cfg, "max_obs_tokens_per_query", None),
             continuous=rollout_cfg.continuous,
+            continue_after_eos=getattr(rollout_cfg, "continue_after_eos", False),
         )
 
 
@@ -347,6 +351,9 @@ class RolloutEngine:
         if len(ids) < len(comp.token_ids):  # cut by the total-length limit
             text = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
             finish = "length"
+        goes_on = finish == "eos" and lim.continue_after_eos and not last and not forced
+        if goes_on and ids and ids[-1] in self.tokenizer.all_special_ids:  # text follows: the EOS token would end it
+            ids, lps = ids[:-1], lps[:-1]
         traj.append(ids, sampled=True, logprobs=lps)
         timing["gen_tokens"] += len(ids)
         action = self.protocol.parse(text)
@@ -361,7 +368,7 @@ class RolloutEngine:
             turn.action = "search"
             turn.queries = list(action.queries)
             return turn, "search"
-        if finish == "eos":
+        if finish == "eos" and not goes_on:
             turn.action = "invalid" if isinstance(action, Invalid) else "none"
             turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
             self._stop(traj, "eos")
