@@ -180,6 +180,7 @@ def test_ppo_critic_mask_choice_runs_with_inserted_documents(tmp_path: Path, cri
             "training.tensorboard=false",
             "rollout.max_turns=2",
             "rollout.max_total_tokens=1024",
+            "training.weight_decay=0.01",
         ],
     )
     qs = [QAExample(f"q{i}", "Where is Lyon?", ["France"]) for i in range(2)]
@@ -197,6 +198,9 @@ def test_ppo_critic_mask_choice_runs_with_inserted_documents(tmp_path: Path, cri
     traj = trainer.last_trajectories[0]
     assert 0 < sum(traj.action_mask) < len(traj.action_mask)  # documents were inserted
     assert m["rollout/searches"] == 1 and m["value/return_mean"] == m["value/return_mean"]  # finite
+    # veRL's AdamW weight decay applies to the critic as to the policy
+    assert {g["weight_decay"] for g in trainer.critic_opt.param_groups} == {0.01}
+    assert {g["weight_decay"] for g in trainer.opt.param_groups} == {0.01}
 
 
 def test_profile_step_writes_the_operator_tables_of_that_step_only(tmp_path: Path) -> None:

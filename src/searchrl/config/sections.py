@@ -271,7 +271,7 @@ class TrainingConfig(Section):
     critic_lr: float = 1e-5
     warmup_steps: int = 0
     critic_warmup_steps: int = 0  #: linear warm-up of the critic's learning rate (PPO), in steps
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  #: AdamW's, for the policy and the critic
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches);
     #: null: 16 on the CPU, 64 on a GPU.

@@ -148,7 +148,9 @@ class Trainer:
         self.policy = self.acc.unwrap_model(self.model).lm
         if self.estimator.critic:
             critic = ValueModel(copy.deepcopy(self.policy))
-            self.critic_opt = make_adamw(critic.parameters(), lr=self.tcfg.critic_lr)
+            self.critic_opt = make_adamw(
+                critic.parameters(), lr=self.tcfg.critic_lr, weight_decay=self.tcfg.weight_decay
+            )
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
             self.critic_sched = warmup_schedule(self.critic_opt, self.tcfg.critic_warmup_steps)
         # The default generator shares the policy's weights; another backend (e.g. vLLM) keeps its own copy, which
