@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -50,6 +51,9 @@ def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) 
         return "Rome" if "Documents:" in ctx else fakes.direct_reply(ctx)
 
     retriever = fakes.KeywordRetriever()
+    # modules that bind make_retriever_for by name, imported first: imported under the patch, they would keep the
+    # fake for every later test
+    importlib.import_module("searchrl.stages")
     monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(reply))
     monkeypatch.setattr(pipeline, "make_retriever_for", lambda cfg, corpus=None: retriever)
     (tmp_path / "idx").mkdir()

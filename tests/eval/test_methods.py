@@ -24,6 +24,7 @@ from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
 from searchrl.rollout.engine import RolloutLimits
+from searchrl.rollout.trajectory import Trajectory
 
 METRICS = ("em", "f1", "cover_em", "cover_em_tokens")
 # The same questions as the conftest's ``examples`` fixture.
@@ -388,6 +389,8 @@ def test_agent_runs_the_rollout_engine(examples, retriever) -> None:
             f"<think>found</think>\n<answer> {answer} </answer>"
         )
         assert "never sampled" not in p.raw and "<information>" in p.raw
+        back = Trajectory.from_dict(p.trajectory)  # a predictions file reads back as trajectories
+        assert back.metadata["protocol"] == "search_r1" and back.answer == answer and back.n_searches == 1
     m = mean_metrics(examples, preds)
     assert m["em"] == pytest.approx(2 / 3) and m["f1"] == pytest.approx(2 / 3)
 

@@ -54,7 +54,7 @@ def test_rag_frames_documents_into_the_prompt() -> None:
     p = get_protocol("rag")
     framed = p.frame_question("Where does Anna live?", [Hit("d1", "Anna", "Anna lives in Rome.", 1.0)])
     text = p.instruction(framed)
-    assert "Doc 1(Title: Anna) Anna lives in Rome." in text
+    assert 'Doc 1(Title: "Anna") Anna lives in Rome.' in text
     assert text.rstrip().endswith("Question: Where does Anna live?")
     assert "Question: Where" in p.instruction("Where does Anna live?")  # unframed: the question alone
 

@@ -35,8 +35,8 @@ SEARCHING = [name for name, cls in PROTOCOLS.items() if cls.searches]
 def test_search_r1_observation_layout() -> None:
     obs = get_protocol("search_r1").render_observation(Q, [HITS])
     assert obs == (
-        "\n\n<information>Doc 1(Title: Curious (fragrance)) Curious is a women's fragrance by Britney Spears.\n"
-        "Doc 2(Title: Britney Spears) Spears was born in McComb, Mississippi.</information>\n\n"
+        '\n\n<information>Doc 1(Title: "Curious (fragrance)") Curious is a women\'s fragrance by Britney Spears.\n'
+        'Doc 2(Title: "Britney Spears") Spears was born in McComb, Mississippi.</information>\n\n'
     )
 
 
@@ -63,8 +63,8 @@ def test_r1_searcher_pp_observation_layout() -> None:
 def test_r_search_observation_layout() -> None:
     obs = get_protocol("r_search").render_observation(Q, [HITS])
     assert obs == (
-        "\n\n<observation>(Title: Curious (fragrance)) Curious is a women's fragrance by Britney Spears.\n"
-        "(Title: Britney Spears) Spears was born in McComb, Mississippi.\n</observation>\n\n"
+        '\n\n<observation>(Title: "Curious (fragrance)") Curious is a women\'s fragrance by Britney Spears.\n'
+        '(Title: "Britney Spears") Spears was born in McComb, Mississippi.\n</observation>\n\n'
     )
 
 

@@ -130,7 +130,7 @@ def test_invalid_action_gets_feedback_and_eos_ends() -> None:
         return next(replies, "still rambling")
 
     gen = ScriptedGenerator(tok, script, eos=False)
-    limits = RolloutLimits(max_turns=2, max_new_tokens=100, force_answer=False)
+    limits = RolloutLimits(max_turns=2, max_new_tokens=100, max_obs_tokens=1000, force_answer=False)
     engine = RolloutEngine(gen, CountingRetriever(), protocol, limits)
     (t,) = engine.run([QAExample("q", "Q?", ["a"])])
     first = t.turns[0]
@@ -253,3 +253,22 @@ def test_per_query_cap_is_refused_by_other_protocols() -> None:
         RolloutEngine(
             ScriptedGenerator(ByteTokenizer(), lambda c: ""), LongDocRetriever(), get_protocol("search_r1"), limits
         )
+
+
+def test_a_cut_observation_is_recorded_as_the_policy_reads_it() -> None:
+    # diagnostics and rewards read turn.observation: a document cut from the middle must not be in it
+    class LongDoc:
+        def search(self, queries, k):
+            return [[Hit("d", "T", "head " * 40 + "GOLDEN " + "tail " * 40, 1.0)] for _ in queries]
+
+    tok = ByteTokenizer()
+    protocol = get_protocol("search_r1")
+    replies = iter([protocol.format_search(["q"]), "<answer> a </answer>"])
+    limits = RolloutLimits(max_turns=2, max_new_tokens=100, max_obs_tokens=120, topk=1)
+    engine = RolloutEngine(ScriptedGenerator(tok, lambda ctx: next(replies)), LongDoc(), protocol, limits)
+    (t,) = engine.run([QAExample("q", "Q?", ["a"])])
+    turn = t.turns[0]
+    inserted = [i for i, m in zip(t.response_ids, t.action_mask, strict=True) if not m]
+    assert turn.n_obs_tokens == len(inserted) == 120
+    assert turn.observation == tok.decode(inserted) and "GOLDEN" not in turn.observation
+    assert "GOLDEN" not in t.retrieved_text and turn.observation.endswith("</information>\n\n")

@@ -327,7 +327,14 @@ def test_oracle_topk_sets_the_documents_per_search_of_the_sft_data_only(world) -
     from searchrl.stages import sft_examples as oracle_sft_data
 
     d, _ = world
-    base = [f"data.source={d}", "sft.limit=5", "retrieval.kind=bm25", "retrieval.topk=3"]
+    # bytes are tokens here: room for three whole documents (a cut observation is recorded as cut)
+    base = [
+        f"data.source={d}",
+        "sft.limit=5",
+        "retrieval.kind=bm25",
+        "retrieval.topk=3",
+        "rollout.max_obs_tokens=4000",
+    ]
     for extra, k in (([], 3), (["sft.oracle_topk=2"], 2)):
         cfg = load_config("demo", base + extra)
         data = oracle_sft_data(cfg, make_protocol(cfg), ByteTokenizer())
@@ -573,6 +580,7 @@ def test_a_grounded_oracle_limit_counts_the_kept_trajectories(tmp_path: Path) ->
     lines = [json.dumps({"id": f"q{i}", "question": q, "golden_answers": [a]}) for i, (q, a) in enumerate(rows)]
     (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
     over = [f"data.source={tmp_path}", "retrieval.kind=bm25", "sft.kinds=[]", "sft.oracle_unchained=question"]
+    over.append("rollout.max_obs_tokens=4000")  # bytes are tokens here: the three documents whole
     tok = ByteTokenizer()
     grounded = load_config("demo", [*over, "sft.oracle_grounded=true", "sft.limit=1", "sft.oracle_topk=3"])
     assert [t.question_id for t in oracle_data(grounded, tok)] == ["q1"]

@@ -56,6 +56,16 @@ _UNREADABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 ROLE_MARKERS = ("Assistant:", "assistant:", "<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|eot_id|>")
 
 
+def quoted_title(hit: Hit) -> str:
+    """The title in quotes, as the papers' corpora store it (wiki-18's ``"Title"\\ntext``) and Search-R1's and
+    R-Search's observations show it; empty for an untitled passage.
+
+    >>> quoted_title(Hit("d", "Hamlet", "A play.", 1.0)), quoted_title(Hit("d", "", "Text.", 1.0))
+    ('"Hamlet"', '')
+    """
+    return f'"{hit.title}"' if hit.title else ""
+
+
 def hit_contents(hit: Hit) -> str:
     """``title text`` on one line (the "100-word passages with appended titles" of the papers' corpora)."""
     return f"{hit.title} {hit.text}" if hit.title else hit.text

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from searchrl.protocols._tags import Event, TagProtocol, blocks, count_tag, unanswered_searches
+from searchrl.protocols._tags import Event, TagProtocol, blocks, count_tag, quoted_title, unanswered_searches
 from searchrl.protocols.base import FormatReport, format_scheme
 from searchrl.retrieval.base import Hit
 
@@ -65,7 +65,7 @@ class RSearchProtocol(TagProtocol):
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         hits = self._prepared(queries, hits)
-        docs = "".join(f"(Title: {h.title}) {h.text}\n" for h in hits[0])
+        docs = "".join(f"(Title: {quoted_title(h)}) {h.text}\n" for h in hits[0])
         return f"\n\n{OBSERVATION[0]}{docs}{OBSERVATION[1]}\n\n"
 
     def _feedback_how(self) -> str:

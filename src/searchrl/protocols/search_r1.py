@@ -25,6 +25,7 @@ from searchrl.protocols._tags import (
     TagProtocol,
     blocks,
     count_tag,
+    quoted_title,
     unanswered_searches,
 )
 from searchrl.protocols.base import FormatReport
@@ -67,7 +68,7 @@ class SearchR1Protocol(TagProtocol):
         return f"<think> {text} </think>\n"
 
     def _docs(self, hits: list[Hit]) -> str:
-        return "".join(f"Doc {i}(Title: {h.title}) {h.text}\n" for i, h in enumerate(hits, start=1))
+        return "".join(f"Doc {i}(Title: {quoted_title(h)}) {h.text}\n" for i, h in enumerate(hits, start=1))
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         hits = self._prepared(queries, hits)

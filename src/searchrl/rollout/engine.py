@@ -186,12 +186,17 @@ class RolloutEngine:
     def prompt_ids(self, question: str) -> list[int]:
         return self._encode(build_prompt_text(self.protocol, self.tokenizer, question, self.prompt_style))
 
-    def _insert(self, traj: Trajectory, text: str) -> int:
-        ids = truncate_observation(self._encode(text), self.limits.max_obs_tokens, self._obs_tail)
-        room = self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
-        ids = ids[: max(room, 0)]
+    def _insert(self, traj: Trajectory, text: str) -> tuple[str, int]:
+        """Append ``text`` as inserted tokens, cut to ``max_obs_tokens`` and to the room left. Returns what the
+        policy will read (``text`` itself unless it was cut) and its token count: a turn records these, so whatever
+        reads its observation (diagnostics, rewards, the viewer) sees no document the policy did not."""
+        full = self._encode(text)
+        ids = truncate_observation(full, self.limits.max_obs_tokens, self._obs_tail)
+        ids = ids[: max(self._room(traj), 0)]
         traj.append(ids, sampled=False)
-        return len(ids)
+        if len(ids) < len(full):
+            text = self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return text, len(ids)
 
     def _fit_docs(self, text: str) -> str:
         """One query's documents cut to ``max_obs_tokens_per_query`` tokens (the head, as RAG-R1's code)."""
@@ -392,7 +397,7 @@ class RolloutEngine:
             turn.action = "invalid"
             turn.invalid_reason = action.reason
             turn.observation = self.protocol.invalid_feedback(action)
-        turn.n_obs_tokens = self._insert(traj, turn.observation)
+        turn.observation, turn.n_obs_tokens = self._insert(traj, turn.observation)
         return turn, "next"
 
     def _retrieve(self, queries: list[str], timing: dict[str, float]) -> tuple[list[list[Hit]], float]:
@@ -433,7 +438,7 @@ class RolloutEngine:
             if all(q in searched for q in qs):
                 turn.action = "search_repeated"  # not executed, not counted against the search limit
                 turn.observation = self.repeated_query_text
-                turn.n_obs_tokens = self._insert(traj, turn.observation)
+                turn.observation, turn.n_obs_tokens = self._insert(traj, turn.observation)
             else:
                 fresh.append((traj, turn, qs))
         return fresh
@@ -460,8 +465,7 @@ class RolloutEngine:
             texts = [self.protocol.render_observation(list(c.queries), c.hits, **self._render_kwargs) for c in calls]
         for c, text, dt in zip(calls, texts, dts, strict=True):
             c.turn.hit_ids = [[h.id for h in hs] for hs in c.hits]
-            c.turn.observation = text
-            c.turn.n_obs_tokens = self._insert(c.traj, text)
+            c.turn.observation, c.turn.n_obs_tokens = self._insert(c.traj, text)
             c.turn.timings["retrieve_s"] = dt
 
     @staticmethod

@@ -7,7 +7,7 @@ environment inserted (documents, feedback). Nothing is ever re-tokenized: ``acti
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -119,6 +119,11 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
-        d = {k: v for k, v in d.items() if k != "counts"}
-        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
-        return cls(**d)
+        """The record :meth:`to_dict` wrote. Keys that a writer added beside the fields (an evaluation's
+        ``protocol``, Search-o1's ``reason_in_documents``) are kept in ``metadata``."""
+        names = {f.name for f in fields(cls)}
+        known = {k: v for k, v in d.items() if k in names}
+        extra = {k: v for k, v in d.items() if k not in names and k != "counts"}
+        known["metadata"] = {**extra, **dict(known.get("metadata") or {})}
+        known["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        return cls(**known)

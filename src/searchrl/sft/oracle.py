@@ -452,8 +452,11 @@ def oracle_trajectories(
                 turn.hit_ids = [[h.id for h in hs] for hs in these]
                 turn.observation = protocol.render_observation(list(qs), these)
                 obs_ids = list(tokenizer.encode(turn.observation, add_special_tokens=False))
-                if max_obs_tokens is not None:
+                if max_obs_tokens is not None and len(obs_ids) > max_obs_tokens:  # the turn keeps what is read
                     obs_ids = truncate_observation(obs_ids, max_obs_tokens, observation_tail(protocol, tokenizer))
+                    turn.observation = tokenizer.decode(
+                        obs_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+                    )
                 traj.append(obs_ids, sampled=False)
                 turn.n_obs_tokens = len(obs_ids)
             traj.turns.append(turn)
