@@ -93,9 +93,9 @@ def protocol_problems(cfg: RunConfig) -> list[str]:
 def _component_params(comp: RewardComponent) -> list[str] | None:
     """The params a reward component takes (None: its function checks them itself and gives no list)."""
     from searchrl.protocols.base import FORMAT_SCHEMES
-    from searchrl.rewards.components import _DEPENDENCIES, COMPONENTS
+    from searchrl.rewards.components import _DEPENDENCIES, component_fn
 
-    sig = inspect.signature(COMPONENTS[comp.name]).parameters
+    sig = inspect.signature(component_fn(comp.name)).parameters
     dep = _DEPENDENCIES.get(comp.name)
     names = [p for p, v in sig.items() if p not in ("inputs", dep) and v.kind != v.VAR_KEYWORD]
     if any(v.kind == v.VAR_KEYWORD for v in sig.values()):  # format: the params of the scheme ``paper`` names
@@ -115,7 +115,11 @@ def reward_problems(cfg: RunConfig) -> list[str]:
     problems: list[str] = []
     for i, comp in enumerate(cfg.reward.components):
         where = f"reward.components[{i}].params"
-        valid = _component_params(comp)
+        try:
+            valid = _component_params(comp)
+        except ValueError as err:  # your own component's file or module cannot be loaded
+            problems.append(f"reward.components[{i}].name: {_error_text(err)}")
+            continue
         unknown = sorted(set(comp.params) - set(valid)) if valid is not None else []
         if unknown:
             problems += [_unknown(where, k, f"component '{comp.name}'", valid or []) for k in unknown]

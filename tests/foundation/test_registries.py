@@ -65,7 +65,7 @@ def test_evaluation_methods_accept_exactly_the_registered_methods() -> None:
 
 
 def test_reward_component_names_are_exactly_the_registered_components() -> None:
-    from searchrl.config import RewardComponent
+    from searchrl.config.rewards import BuiltinComponent
     from searchrl.rewards.components import COMPONENTS
 
-    assert set(get_args(RewardComponent.model_fields["name"].annotation)) == set(COMPONENTS)
+    assert set(get_args(BuiltinComponent)) == set(COMPONENTS)

@@ -549,3 +549,45 @@ def test_r1_searcher_protocol_reports_feed_stage_rewards():
     assert stage1(inputs).total == [1.0, 0.5, 0.0]
     stage2 = RewardComposer.from_config(load_config("r1_searcher_stage2").reward)
     assert stage2(inputs).total == [1.0, 1.0, -1.0]  # answer F1 1, format penalty -2 on the broken one
+
+
+def test_your_own_component_from_a_file_or_a_module(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(
+        "def brevity(inputs, *, max_words=3):\n"
+        "    scores = [float(len((i.answer or '').split()) <= max_words) for i in inputs]\n"
+        "    return scores, {'short_rate': sum(scores) / max(len(scores), 1)}\n"
+    )
+    monkeypatch.chdir(tmp_path)  # a file is named relative to the working directory
+    rows = [make("Paris"), make("the city of Paris"), make(None)]
+    comp = RewardComponent(name="my_rewards.py:brevity", weight=2.0, params={"max_words": 2})
+    result = RewardComposer([comp, RewardComponent(name="answer")])(rows)
+    assert result.components["my_rewards.py:brevity"] == [1.0, 0.0, 1.0]
+    assert result.total == [3.0, 0.0, 2.0]  # 2 x brevity + answer EM
+    assert result.metrics["my_rewards.py:brevity/short_rate"] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match=r"unknown param\(s\) \['max_wrds'\].*did you mean 'max_words'"):
+        RewardComposer([RewardComponent(name="my_rewards.py:brevity", params={"max_wrds": 2})])
+    with pytest.raises(ValueError, match="my_rewards.py has no function 'shortness'"):
+        RewardComposer([RewardComponent(name="my_rewards.py:shortness")])
+    with pytest.raises(ValueError, match="there is no file missing.py"):
+        RewardComposer([RewardComponent(name="missing.py:f")])
+    with pytest.raises(ValueError, match="no_such_pkg.rewards cannot be loaded: .*PYTHONPATH"):
+        RewardComposer([RewardComponent(name="no_such_pkg.rewards:f")])
+    # an importable module works the same way
+    module = RewardComposer([RewardComponent(name="searchrl.rewards.components:retrieval_reward")])(rows)
+    assert module.total == [0.0, 0.0, 0.0]  # none of the rows searched
+
+
+def test_a_recipe_names_your_component_and_the_checks_read_its_signature(tmp_path, monkeypatch):
+    from searchrl.validation import reward_problems
+
+    (tmp_path / "mine.py").write_text("def bonus(inputs, *, value=1.0):\n    return [value] * len(inputs), {}\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("demo", ["reward.components=[{name: 'mine.py:bonus', params: {valu: 2}}]"])
+    (problem,) = reward_problems(cfg)
+    assert "reward.components[0].params" in problem and "valu" in problem and "value" in problem
+    broken = load_config("demo", ["reward.components=[{name: 'gone.py:bonus'}]"])
+    assert reward_problems(broken) == [
+        "reward.components[0].name: reward component 'gone.py:bonus': there is no file gone.py"
+    ]
+    with pytest.raises(ValueError, match="unknown reward component 'answr'.*'path/to/file.py:function'"):
+        load_config("demo", ["reward.components=[{name: answr}]"])

@@ -109,6 +109,14 @@ def test_dynamic_sampling_refills_until_the_step_holds_enough_informative_groups
     assert trainer.state.data_epoch * 16 + trainer.state.data_pos == 4 * len(calls)  # each round took fresh ones
 
 
+def test_the_logged_reward_is_the_mean_of_the_scores_trained_on(tmp_path: Path) -> None:
+    # a reward_fn of one's own need not report reward/total (the progress bar and metrics.jsonl show it)
+    trainer = make_trainer(tmp_path, lr=1e-3, steps=1, **{"training.save_at_end": "false"})
+    trainer.reward_fn = lambda trajs: ([1.0 if i % 4 == 0 else 0.0 for i in range(len(trajs))], {})
+    (m,) = trainer.train()
+    assert m["reward/total"] == pytest.approx(0.25)
+
+
 @pytest.mark.slow
 def test_same_run_at_lr0_does_not_learn(tmp_path: Path) -> None:
     """The control: the identical GRPO run with a learning rate too small to move fp32 weights (training.lr must be

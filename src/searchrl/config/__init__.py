@@ -21,6 +21,7 @@ from searchrl.config.loading import (
     recipe_path,
     validate_dict,
 )
+from searchrl.config.rewards import RewardComponent, RewardConfig
 from searchrl.config.sections import (
     AlgorithmConfig,
     DataConfig,
@@ -29,8 +30,6 @@ from searchrl.config.sections import (
     MemorizationConfig,
     ModelConfig,
     RetrievalConfig,
-    RewardComponent,
-    RewardConfig,
     RolloutConfig,
     RunConfig,
     SFTConfig,

@@ -12,6 +12,7 @@ from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, GROUP_ALGO
 from searchrl.config.base import DeviceSpec, Section
 from searchrl.config.evaluation import EvaluationConfig
 from searchrl.config.retrieval import MCPConfig, SimulatedConfig, WebConfig
+from searchrl.config.rewards import RewardConfig
 
 
 def _group_baselines() -> str:
@@ -185,18 +186,6 @@ class RolloutConfig(Section):
     @classmethod
     def _force_mode(cls, v: Any) -> Any:
         return ("hint" if v else "off") if isinstance(v, bool) else v
-
-
-class RewardComponent(Section):
-    name: Literal["answer", "format", "retrieval", "answer_recall", "group", "evidence", "judge", "hops"]
-    weight: float = 1.0
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class RewardConfig(Section):
-    components: list[RewardComponent] = Field(
-        default_factory=lambda: [RewardComponent(name="answer", params={"metric": "em"})]
-    )
 
 
 class AlgorithmConfig(Section):

@@ -34,6 +34,10 @@ hops       a process reward of ours [O], for data that records each hop's answer
            states (see :func:`hop_reward`). None of the five papers has it.
 =========  ==================================================================================================
 
+Your own component is any function of that shape, named by where it lives: ``{name: "my_rewards.py:brevity",
+params: {...}}`` (a file, relative to the working directory) or ``{name: "mypkg.rewards:brevity"}`` (an importable
+module); see :func:`component_fn`. Its params are checked against its signature like the built-in ones'.
+
 R-Search's total reward (spec 002 §4.4, Eq. 6: r = r_answer + r_evidence + r_format, with r_answer, r_evidence in
 [0, 1] and r_format in {0, 0.2, 0.4}) is three components with weight 1::
 
@@ -51,11 +55,14 @@ weight 1.
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.util
 import inspect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import fmean
 from typing import Any, Literal
 
@@ -73,6 +80,7 @@ from searchrl.rewards.model_rewards import (
     judge_reward,
     reader_prompt,
 )
+from searchrl.utils import error_line
 
 __all__ = [
     "COMPONENTS",
@@ -322,6 +330,48 @@ COMPONENTS: dict[str, Callable[..., Scores]] = {
     "judge": judge_reward,
     "hops": hop_reward,
 }
+_LOADED: dict[Path, Any] = {}  # component files already run, by path
+
+
+def component_fn(name: str) -> Callable[..., Scores]:
+    """The function of a reward component: one of :data:`COMPONENTS`, or your own
+    ``fn(inputs, **params) -> (scores, metrics)`` named ``path/to/file.py:function`` or ``module:function``.
+
+    >>> component_fn("answer") is answer_reward
+    True
+    """
+    if name in COMPONENTS:
+        return COMPONENTS[name]
+    where, _, attr = name.rpartition(":")
+    if not where or not attr.isidentifier():
+        raise ValueError(
+            f"unknown reward component {name!r}: use one of {', '.join(COMPONENTS)}, or your own function as "
+            "'path/to/file.py:function' or 'module:function'"
+        )
+    try:
+        if where.endswith(".py"):
+            path = Path(where).expanduser().resolve()
+            if not path.is_file():
+                raise ValueError(f"reward component {name!r}: there is no file {where}")
+            if path not in _LOADED:
+                spec = importlib.util.spec_from_file_location(f"searchrl_user_reward_{len(_LOADED)}", path)
+                module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+                _LOADED[path] = module
+            module = _LOADED[path]
+        else:
+            module = importlib.import_module(where)
+    except ValueError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- whatever the user's module raises on import: one line naming it
+        fix = "" if where.endswith(".py") else "; put its package on PYTHONPATH, or name its file (file.py:function)"
+        raise ValueError(f"reward component {name!r}: {where} cannot be loaded: {error_line(err)}{fix}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"reward component {name!r}: {where} has no function {attr!r}")
+    return fn
+
+
 #: runtime objects (not config) a component takes; the composer passes them in.
 _DEPENDENCIES = {"evidence": "reader", "judge": "judge"}
 #: params the group reward inherits from the answer component, so "correct" means the same in both.
@@ -360,7 +410,7 @@ class RewardComposer:
         deps = {"reader": reader, "judge": judge}
         self._steps: list[tuple[str, float, Callable[..., Scores], dict[str, Any]]] = []
         for comp in components:
-            fn = COMPONENTS[comp.name]
+            fn = component_fn(comp.name)
             params = dict(comp.params)
             if comp.name == "group":
                 params = {**answer_params, **params}
