@@ -272,3 +272,27 @@ def test_a_cut_observation_is_recorded_as_the_policy_reads_it() -> None:
     assert turn.n_obs_tokens == len(inserted) == 120
     assert turn.observation == tok.decode(inserted) and "GOLDEN" not in turn.observation
     assert "GOLDEN" not in t.retrieved_text and turn.observation.endswith("</information>\n\n")
+
+
+def test_a_retriever_of_ones_own_is_checked_with_a_one_line_error() -> None:
+    tok = ByteTokenizer()
+    protocol = get_protocol("search_r1")
+    gen = ScriptedGenerator(tok, lambda ctx: protocol.format_search(["q"]))
+    with pytest.raises(TypeError, match=r"has no search method: give an object with search\(queries"):
+        RolloutEngine(gen, lambda queries, k: [], protocol)  # a bare function
+
+    class Returns:
+        def __init__(self, value) -> None:
+            self.value = value
+
+        def search(self, queries, k):
+            return self.value
+
+    for value, match in [
+        ([], r"Returns.search returned 0 lists for 1 queries"),
+        ([{"id": "d", "contents": "x"}], r"returned a dict for a query's results"),
+        ([["a passage"]], r"returned a str as a hit: each must be a searchrl.retrieval.base.Hit"),
+    ]:
+        engine = RolloutEngine(gen, Returns(value), protocol, RolloutLimits(max_turns=2, force_answer=False))
+        with pytest.raises(TypeError, match=match):
+            engine.run([QAExample("q", "Q?", ["a"])])

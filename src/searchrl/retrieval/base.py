@@ -39,3 +39,32 @@ class Retriever(Protocol):
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """One list of at most ``k`` hits per query, best first; order of the outer list = order of queries."""
         ...
+
+
+def check_hits(hits: Any, n_queries: int, retriever: Any) -> list[list[Hit]]:
+    """``hits`` as a retriever must return them for ``n_queries`` queries: one list of :class:`Hit` per query. Else a
+    one-line ``TypeError`` naming the retriever and the shape it should give (a retriever of one's own is checked
+    at its first search, before any observation is built from it).
+
+    >>> check_hits([[Hit("d1", "T", "text", 1.0)]], 1, None)[0][0].id
+    'd1'
+    >>> check_hits([{"id": "d1"}], 1, None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: NoneType.search returned a dict for a query's results: each must be a list of ...Hit(...)
+    """
+    name = f"{type(retriever).__name__}.search"
+    if not isinstance(hits, list | tuple) or len(hits) != n_queries:
+        got = f"{len(hits)} lists" if isinstance(hits, list | tuple) else f"a {type(hits).__name__}"
+        raise TypeError(f"{name} returned {got} for {n_queries} queries: it must return one list of hits per query")
+    for row in hits:
+        if not isinstance(row, list | tuple):
+            raise TypeError(
+                f"{name} returned a {type(row).__name__} for a query's results: each must be a list of "
+                "searchrl.retrieval.base.Hit(id, title, text, score)"
+            )
+        if bad := next((h for h in row if not isinstance(h, Hit)), None):
+            raise TypeError(
+                f"{name} returned a {type(bad).__name__} as a hit: each must be a "
+                "searchrl.retrieval.base.Hit(id, title, text, score)"
+            )
+    return [list(row) for row in hits]

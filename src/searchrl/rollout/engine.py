@@ -47,7 +47,7 @@ from searchrl.generation.base import Completion, Generator, SamplingParams, mix_
 from searchrl.generation.prompts import render_prompt, wants_chat
 from searchrl.protocols._tags import hit_contents
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
-from searchrl.retrieval.base import Hit, Retriever
+from searchrl.retrieval.base import Hit, Retriever, check_hits
 from searchrl.rollout.trajectory import Trajectory, Turn
 
 log = logging.getLogger(__name__)
@@ -159,6 +159,11 @@ class RolloutEngine:
         document_step: DocumentStep | None = None,
         repeated_query_text: str | None = None,
     ) -> None:
+        if retriever is not None and not callable(getattr(retriever, "search", None)):
+            raise TypeError(
+                f"the retriever ({type(retriever).__name__}) has no search method: give an object with "
+                "search(queries: list[str], k: int) -> list[list[Hit]] (searchrl.retrieval.base.Retriever)"
+            )
         self.generator = generator
         self.retriever = retriever
         self.protocol = protocol
@@ -413,7 +418,7 @@ class RolloutEngine:
         if self.retriever is None:
             raise ValueError(NO_RETRIEVER)
         t0 = time.perf_counter()
-        hits = self.retriever.search(queries, self.limits.topk)
+        hits = check_hits(self.retriever.search(queries, self.limits.topk), len(queries), self.retriever)
         return hits, time.perf_counter() - t0
 
     def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:
