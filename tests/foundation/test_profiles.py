@@ -132,3 +132,20 @@ def test_a_hub_model_that_cannot_be_fetched_fails_naming_the_profile(monkeypatch
     res = CliRunner().invoke(app, ["run", "--recipe", "rag_r1", "--out", str(tmp_path / "run")])
     assert res.exit_code != 0 and isinstance(res.exception, ModelResolutionError)
     assert not (tmp_path / "run").exists()  # nothing ran
+
+
+def test_a_renamed_copy_of_a_recipe_is_warned_that_the_profile_has_no_section_for_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from searchrl.utils import console
+
+    text = recipe_path("search_r1_grpo").read_text()
+    (tmp_path / "mine.yaml").write_text(re.sub(r"(?m)^name: search_r1_grpo", "name: my_search_r1", text))
+    monkeypatch.setattr(console, "width", 400)
+    with console.capture() as cap:
+        mine = load_config(str(tmp_path / "mine.yaml"), profile="laptop")
+        load_config("search_r1_grpo", profile="laptop")  # a bundled recipe: no warning
+    out = cap.get()
+    assert out.count("profile 'laptop' has no section for recipe 'my_search_r1'") == 1, out
+    assert "search_r1_grpo, search_r1_ppo" in out and "keeps that name: to take its section" in out
+    assert len(mine.pipeline) < len(load_config("search_r1_grpo", profile="laptop").pipeline)

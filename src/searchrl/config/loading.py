@@ -68,8 +68,28 @@ def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
         raise ConfigError(
             f"{p}: unknown top-level key(s) {sorted(unknown)}; a profile has all:, recipes: (and _name: anchors)"
         )
+    sections = raw.get("recipes") or {}
+    if sections and recipe_name not in sections and recipe_name not in recipe_names():
+        _warn_once(
+            f"profile '{profile}' has no section for recipe '{recipe_name}', so only its all: settings apply (it has "
+            f"sections for {', '.join(sorted(sections))}); a recipe copied from one of those keeps that name: to "
+            "take its section"
+        )
     out = _merge({}, raw.get("all") or {})
-    return _merge(out, (raw.get("recipes") or {}).get(recipe_name) or {})
+    return _merge(out, sections.get(recipe_name) or {})
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    from rich.markup import escape
+
+    from searchrl.utils import console
+
+    if message not in _WARNED:
+        _WARNED.add(message)
+        console.log(f"[yellow]warning:[/yellow] {escape(message)}")
 
 
 def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
