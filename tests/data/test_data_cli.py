@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,15 @@ def test_inspect_r1_searcher_and_kilt_files(tmp_path: Path) -> None:
     res = runner.invoke(app, ["inspect", str(kilt)])
     assert res.exit_code == 0, res.output
     assert "min 51 / mean 83.7 / max 100" in res.output  # 251 words -> 100 + 100 + 51
+
+
+def test_inspect_counts_ids_a_file_repeats(tmp_path: Path) -> None:
+    qa = tmp_path / "merged.jsonl"
+    rows = [("a", "q one?"), ("a", "q two?"), ("b", "q three?"), ("b", "q three?")]  # another question; the same one
+    qa.write_text("".join(json.dumps({"id": i, "question": q, "answer": "x"}) + "\n" for i, q in rows))
+    res = runner.invoke(app, ["inspect", str(qa)])
+    assert res.exit_code == 0, res.output
+    assert re.search(r"duplicate ids\s*│\s*2\b", res.output), res.output
 
 
 def test_inspect_errors_name_the_fix(tmp_path: Path) -> None:

@@ -353,5 +353,6 @@ def test_an_id_repeated_for_another_question_is_made_unique(tmp_path: Path, monk
         got = load_qa(f)
     assert [e.id for e in got] == ["train_0", "train_1", "train_0@3", "train_1"]
     assert [e.question for e in got] == ["who wrote it", "where?", "when was it built", "where?"]
+    assert got[2].metadata == {"id_in_file": "train_0"} and got[0].metadata == {}
     out = cap.get()
     assert out.count("already names another question") == 1 and "merged.jsonl:3" in out

@@ -552,10 +552,16 @@ def test_r1_searcher_protocol_reports_feed_stage_rewards():
 
 
 def test_your_own_component_from_a_file_or_a_module(tmp_path, monkeypatch):
+    # a module as users write them: annotations postponed, a dataclass, a mean that assumes a non-empty batch
     (tmp_path / "my_rewards.py").write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n\n"
+        "@dataclass\n"
+        "class Limit:\n"
+        "    words: int\n\n"
         "def brevity(inputs, *, max_words=3):\n"
-        "    scores = [float(len((i.answer or '').split()) <= max_words) for i in inputs]\n"
-        "    return scores, {'short_rate': sum(scores) / max(len(scores), 1)}\n"
+        "    scores = [float(len((i.answer or '').split()) <= Limit(max_words).words) for i in inputs]\n"
+        "    return scores, {'short_rate': sum(scores) / len(scores)}\n"
     )
     monkeypatch.chdir(tmp_path)  # a file is named relative to the working directory
     rows = [make("Paris"), make("the city of Paris"), make(None)]

@@ -174,6 +174,8 @@ def test_corrupt_cache_is_a_clear_error(tmp_path):
         ("Not exactly correct.", False),
         ("The prediction is not entirely correct.", False),
         ("It is not fully true", False),
+        ("The answer is not at all correct.", False),
+        ("Not 100% correct", False),
         ("The answer is wrong.", False),
         ("True or False?", None),
         ("Maybe.", None),

@@ -163,6 +163,12 @@ def test_continue_after_eos_gives_a_turn_without_action_the_feedback() -> None:
     assert tok.eos_token_id not in t.response_ids and t2_eos_kept(tok, protocol)
     assert len(t.logprobs) == len(t.response_ids)
     assert tok.decode(t.response_ids).count(protocol.invalid_feedback(protocol.parse(first.text))) == 1
+    # an answer that ends in EOS (R1-Searcher++'s \boxed{} has no stop string) keeps its EOS: nothing follows
+    boxed = get_protocol("r1_searcher_pp")
+    gen = ScriptedGenerator(tok, lambda ctx: "I know it. \\boxed{a}")
+    roomy = RolloutLimits(max_turns=3, max_new_tokens=100, max_total_tokens=20000, continue_after_eos=True)
+    (t,) = RolloutEngine(gen, CountingRetriever(), boxed, roomy).run([QAExample("q", "Q?", ["a"])])
+    assert t.stop_reason == "answer" and t.answer == "a" and t.response_ids[-1] == tok.eos_token_id
 
 
 def test_total_length_never_drops_the_question() -> None:

@@ -215,7 +215,7 @@ def _inspect_qa(source: str | Path, n: int, limit: int | None, styles: bool = Fa
     stats, seen, samples = _QAStats(), set(), []
     for ex in iter_qa(source):
         stats.count += 1
-        stats.duplicate_ids += ex.id in seen
+        stats.duplicate_ids += ex.id in seen or "id_in_file" in ex.metadata  # made unique on loading, or not
         seen.add(ex.id)
         stats.question_words.add(len(ex.question.split()))
         stats.answers.add(len(ex.answers))

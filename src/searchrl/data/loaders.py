@@ -327,8 +327,9 @@ def iter_qa(source: str | Path, split: str | None = None, normalize: bool = Fals
     """Stream QA examples from any supported source (see the module docstring).
 
     An id that an earlier row of another question already has (files merged from datasets whose ids each restart
-    at ``train_0``) becomes ``<id>@<line>`` (``@<row>`` in an array or parquet file), with one warning: an id names
-    one question's rollout group, its split side and its rewrites. A question repeated under its id stays as it is.
+    at ``train_0``) becomes ``<id>@<line>`` (``@<row>`` in an array or parquet file; ``metadata.id_in_file`` keeps
+    the id as written), with one warning: an id names one question's rollout group, its split side and its
+    rewrites. A question repeated under its id stays as it is.
     """
     rows, prefix = _rows(source, split)
     seen: dict[str, str] = {}
@@ -342,7 +343,7 @@ def iter_qa(source: str | Path, split: str | None = None, normalize: bool = Fals
                     f"[yellow]warning:[/yellow] {escape(where)}: id {escape(repr(ex.id))} already names another "
                     "question; ids repeated for other questions get '@' and their line (give each question its own id)"
                 )
-            ex = dataclasses.replace(ex, id=f"{ex.id}@{index}")
+            ex = dataclasses.replace(ex, id=f"{ex.id}@{index}", metadata={**ex.metadata, "id_in_file": ex.id})
             seen.setdefault(ex.id, ex.question)
         yield ex
 

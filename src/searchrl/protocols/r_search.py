@@ -8,7 +8,8 @@ evidence reward: a frozen reader of another model family answers from it (§4.2)
 
 Prompt: our own wording of the system template (Table 1), question as the user turn (as in the authors' code,
 §2.2). Observation layout (§2.6 [CODE]): ``"\\n\\n<observation>" + docs + "</observation>\\n\\n"`` with one
-``"(Title: {title}) {text}\\n"`` per document. Parsing as Search-R1 (first complete ``<search>``/``<answer>``).
+``"(Title: \"{title}\") {text}\\n"`` per document (quoted, as Table 8 shows). Parsing as Search-R1 (first
+complete ``<search>``/``<answer>``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the top documents inside ``<information></information>`` and ends with ``<answer
 Layouts follow the authors' code (spec 003 §2.4-2.5 [R]):
 
 * observation: ``"\\n\\n<information>" + docs.strip() + "</information>\\n\\n"`` with one
-  ``"Doc {i}(Title: {title}) {text}\\n"`` per document;
+  ``"Doc {i}(Title: \"{title}\") {text}\\n"`` per document (the title quoted, as wiki-18's contents hold it);
 * the prompt is one user message (no system prompt), the same text for base and instruct models;
 * parse: the first complete ``<search>``/``<answer>`` block of the turn, content stripped.
 

@@ -55,10 +55,12 @@ weight 1.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
 import importlib.util
 import inspect
 import math
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -354,9 +356,16 @@ def component_fn(name: str) -> Callable[..., Scores]:
             if not path.is_file():
                 raise ValueError(f"reward component {name!r}: there is no file {where}")
             if path not in _LOADED:
-                spec = importlib.util.spec_from_file_location(f"searchrl_user_reward_{len(_LOADED)}", path)
+                # a module of its own in sys.modules, as an import would give it (dataclasses and pickle look it up)
+                key = f"searchrl_user_reward_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+                spec = importlib.util.spec_from_file_location(key, path)
                 module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-                spec.loader.exec_module(module)  # type: ignore[union-attr]
+                sys.modules[key] = module
+                try:
+                    spec.loader.exec_module(module)  # type: ignore[union-attr]
+                except BaseException:
+                    del sys.modules[key]
+                    raise
                 _LOADED[path] = module
             module = _LOADED[path]
         else:
@@ -427,7 +436,8 @@ class RewardComposer:
                 )
             if dep is not None:
                 params[dep] = deps[dep]
-            fn([], **params)  # validates params (and dependencies) now rather than mid-run
+            if comp.name in COMPONENTS:  # validates params (and dependencies) now rather than mid-run
+                fn([], **params)
             self._steps.append((comp.name, comp.weight, fn, params))
 
     @classmethod

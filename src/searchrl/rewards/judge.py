@@ -51,8 +51,8 @@ JUDGE_PROMPT = (
 
 _TRUE_WORDS = {"true", "yes", "correct"}
 _FALSE_WORDS = {"false", "no", "incorrect", "wrong"}
-#: "not correct", and with one word between ("not entirely correct", "not fully true")
-_NEGATED = re.compile(r"\b(?:not|isn't|isnt)\s+(?:[a-z]+\s+)?(?:correct|true|right)\b")
+#: "not correct", and with up to three words between ("not entirely correct", "not at all true", "not 100% right")
+_NEGATED = re.compile(r"\b(?:not|isn't|isnt)\s+(?:\S+\s+){0,3}?(?:correct|true|right)\b")
 _WORD = re.compile(r"[a-z']+")
 
 

@@ -109,7 +109,7 @@ class Sampler:
                 if self.passes.global_count(float(informative)) >= cfg.training.prompts_per_step:
                     break
         reward_metrics = {k: float(np.mean([m[k] for m in per_round if k in m])) for k in per_round[0]}
-        reward_metrics["reward/total"] = float(np.mean(scores)) if scores else 0.0  # what is trained on, any reward_fn
+        reward_metrics["reward/total"] = float(np.mean(scores)) if scores else 0.0  # the scores given, any reward_fn
         reward_metrics["sampling/rounds"] = float(len(per_round))
         gen_counts = Counter(engine.generator.counters())
         gen_counts.subtract(before)

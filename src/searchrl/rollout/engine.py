@@ -209,6 +209,15 @@ class RolloutEngine:
         ids = self._encode(text)
         return text if cap is None or len(ids) <= cap else self.tokenizer.decode(ids[:cap])
 
+    def _eos_ids(self) -> set[int]:
+        """The token ids that end a generation: the generator's own (a model's generation config may add some),
+        the tokenizer's EOS and its special tokens."""
+        ids = set(getattr(self.generator, "eos_ids", ()) or ())
+        ids |= set(getattr(self.tokenizer, "all_special_ids", ()) or ())
+        if (eos := getattr(self.tokenizer, "eos_token_id", None)) is not None:
+            ids.add(eos)
+        return ids
+
     def _room(self, traj: Trajectory) -> int:
         return self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
 
@@ -361,12 +370,16 @@ class RolloutEngine:
         if len(ids) < len(comp.token_ids):  # cut by the total-length limit
             text = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
             finish = "length"
+        action = self.protocol.parse(text)
+        # continue_after_eos: text follows a turn that ended in EOS with no answer (feedback, a hint, documents), so
+        # its EOS token is dropped; an answer, or an over-budget search that ends the sample, keeps it
+        over_budget_end = isinstance(action, Search) and mode == "end" and traj.n_searches >= lim.max_searches
         goes_on = finish == "eos" and lim.continue_after_eos and not last and not forced
-        if goes_on and ids and ids[-1] in self.tokenizer.all_special_ids:  # text follows: the EOS token would end it
+        goes_on = goes_on and not isinstance(action, Answer) and not over_budget_end
+        if goes_on and ids and ids[-1] in self._eos_ids():
             ids, lps = ids[:-1], lps[:-1]
         traj.append(ids, sampled=True, logprobs=lps)
         timing["gen_tokens"] += len(ids)
-        action = self.protocol.parse(text)
         turn = Turn(text=text, action="none", finish_reason=finish, n_gen_tokens=len(ids))
         traj.turns.append(turn)
         if isinstance(action, Answer):
