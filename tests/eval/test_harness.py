@@ -317,3 +317,14 @@ def test_every_protocol_has_an_evaluation_convention() -> None:
     from searchrl.protocols import PROTOCOLS
 
     assert set(PROTOCOLS) <= set(EVAL_CONVENTIONS)
+
+
+def test_settings_default_to_the_methods_protocol_as_the_cli_picks_them(tmp_path, examples, fakes) -> None:
+    from searchrl.eval.baselines import AgentMethod
+    from searchrl.protocols import get_protocol
+
+    agent = AgentMethod(fakes.scripted(lambda ctx: "<answer> Rome </answer>"), None, get_protocol("search_r1"))
+    direct = DirectMethod(fakes.scripted(fakes.direct_reply))
+    for methods, boundary in (({"agent": agent, "direct": direct}, "char"), ({"direct": direct}, "word")):
+        result = evaluate({"toy": examples}, methods, tmp_path / boundary, metrics=["cover_em"], show=False)
+        assert {r["metric_settings"]["cover_em"]["boundary"] for r in result.items} == {boundary}

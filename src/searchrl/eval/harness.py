@@ -7,15 +7,11 @@ from a ``RunConfig``, then calls :func:`evaluate`, which for every dataset x met
 2. scores each prediction with every metric of ``evaluation.metrics`` under the method's own normalisation
    (``evaluation.normalize`` / ``boundary``, see :func:`metric_settings`) and the LLM judge, when configured,
 3. writes ``predictions/<dataset>__<method>.jsonl`` (question, golds, prediction, trajectory, per-item metrics),
-
 and finally writes ``summary.{md,csv,json,png}`` and the resolved ``config.yaml`` and prints the table.
 
-:mod:`searchrl.eval.rescore` re-scores an existing predictions file: ours, or R1-Searcher's released format
-(``question``, ``answer`` (gold, a string or a list), ``pred_ans``), scored the authors' way by default, which
-reproduces the EM, ACC_R (cover-EM tokens) and F1 of their paper (``benchmarks/rescore_r1_searcher.py``).
-
-``evaluation.timing: single`` answers every question alone (batch size 1), so ``latency_s`` is one question's own
-wall time, as RAG-R1 measures it; ``searches`` counts search calls and ``queries`` the queries they held.
+:mod:`searchrl.eval.rescore` re-scores a predictions file: ours, or R1-Searcher's released one, the authors' way
+(``benchmarks/rescore_r1_searcher.py``). ``evaluation.timing: single`` answers every question alone, so
+``latency_s`` is one question's own wall time (RAG-R1's measure); ``searches`` counts search calls, ``queries`` theirs.
 """
 
 from __future__ import annotations
@@ -339,14 +335,19 @@ def evaluate(
 
     ``methods_by_dataset`` gives some datasets their own methods (the same names over another retriever).
 
-    ``settings`` (from :func:`metric_settings`; default: each metric's own) fixes each metric's normalisation;
+    ``settings`` (from :func:`metric_settings`) fixes each metric's normalisation; by default the methods'
+    protocol's, as ``searchrl eval`` picks them, when they share one (else each metric's own);
     ``timing="single"`` answers one question at a time so that latency is per question at batch size 1."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
     if timing not in ("batch", "single"):
         raise ValueError(f"timing must be 'batch' or 'single' (got {timing!r})")
     metrics = check_metrics(metrics)
-    settings = dict(settings) if settings is not None else metric_settings(metrics)
+    if settings is None:
+        every = [methods, *(methods_by_dataset or {}).values()]
+        protocols = {getattr(getattr(m, "protocol", None), "name", None) for ms in every for m in ms.values()} - {None}
+        settings = metric_settings(metrics, protocol=protocols.pop() if len(protocols) == 1 else None)
+    settings = dict(settings)
     fns = metric_functions({m: settings[m] for m in metrics})
     answer_batch = 1 if timing == "single" else batch_size
     out = Path(out_dir)
