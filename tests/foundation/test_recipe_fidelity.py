@@ -162,3 +162,22 @@ def test_difficulty_quotas() -> None:
         "2wikimultihopqa/medium=1087",
         "2wikimultihopqa/hard=2500",
     ]
+
+
+@pytest.mark.parametrize("recipe", PAPERS)
+def test_paper_recipes_keep_fp32_master_weights(recipe: str) -> None:
+    # bf16 weights would round away updates at the papers' learning rates (1e-6 to 2e-6); their code keeps fp32
+    # masters (veRL's FSDP actor, DeepSpeed bf16) and computes in bf16, as training.precision=bf16 does here
+    assert load_config(recipe).model.dtype == "float32"
+
+
+def test_training_half_precision_weights_is_warned(monkeypatch) -> None:
+    from searchrl.stages.train import _warn_half_weights
+    from searchrl.utils import console
+
+    monkeypatch.setattr(console, "width", 400)
+    with console.capture() as cap:
+        _warn_half_weights(load_config("demo", ["model.dtype=bfloat16"]))
+        _warn_half_weights(load_config("demo", ["model.dtype=bfloat16", "model.lora={r: 8}"]))  # adapters in fp32
+        _warn_half_weights(load_config("demo"))
+    assert cap.get().count("model.dtype=bfloat16 trains the weights in bfloat16 itself") == 1

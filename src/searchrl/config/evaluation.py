@@ -66,7 +66,7 @@ class EvaluationConfig(Section):
     #: rag_r1's, else SQuAD's; cover_em_tokens keeps R1-Searcher's), or squad / r1_searcher / rag_r1 for all.
     normalize: Literal["auto", "squad", "r1_searcher", "rag_r1"] = "auto"
     #: cover_em match: "auto" = the method's code (char, a plain substring test, for search_r1, r1_searcher,
-    #: r1_searcher_pp and r_search, whose scripts test substrings; word otherwise), or word / char.
+    #: r1_searcher_pp, r_search and Search-R1's reason / rag baselines; word otherwise), or word / char.
     boundary: Literal["auto", "word", "char"] = "auto"
     #: how latency_s is measured: "batch" = each batch's wall time divided by its size (fast); "single" = every
     #: question answered alone at batch size 1, its own wall time, retrieval included (RAG-R1's Table 5).
