@@ -350,11 +350,11 @@ def component_fn(name: str) -> Callable[..., Scores]:
             f"unknown reward component {name!r}: use one of {', '.join(COMPONENTS)}, or your own function as "
             "'path/to/file.py:function' or 'module:function'"
         )
+    path = Path(where).expanduser().resolve() if where.endswith(".py") else None
+    if path is not None and not path.is_file():
+        raise ValueError(f"reward component {name!r}: there is no file {where}")
     try:
-        if where.endswith(".py"):
-            path = Path(where).expanduser().resolve()
-            if not path.is_file():
-                raise ValueError(f"reward component {name!r}: there is no file {where}")
+        if path is not None:
             if path not in _LOADED:
                 # a module of its own in sys.modules, as an import would give it (dataclasses and pickle look it up)
                 key = f"searchrl_user_reward_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
@@ -370,10 +370,8 @@ def component_fn(name: str) -> Callable[..., Scores]:
             module = _LOADED[path]
         else:
             module = importlib.import_module(where)
-    except ValueError:
-        raise
     except Exception as err:  # noqa: BLE001 -- whatever the user's module raises on import: one line naming it
-        fix = "" if where.endswith(".py") else "; put its package on PYTHONPATH, or name its file (file.py:function)"
+        fix = "" if path is not None else "; put its package on PYTHONPATH, or name its file (file.py:function)"
         raise ValueError(f"reward component {name!r}: {where} cannot be loaded: {error_line(err)}{fix}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):

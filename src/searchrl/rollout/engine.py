@@ -23,9 +23,8 @@ Limits and truncation policy (documented in docs/rollout.md):
   chat template's text after a tool reply, needs them) and drops the middle.
 - ``max_total_tokens`` (prompt + response): the context is never cut from the left, so the question is never
   dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``.
-- A turn that ends in EOS without an answer ends the trajectory (``"eos"``), unless ``continue_after_eos``; an
-  invalid action that did not end in EOS gets the protocol's feedback text and the trajectory continues. Search-R1's
-  loop, which ends turns at tags only, gives every turn without an action the feedback (``continue_after_eos``).
+- A turn that ends in EOS without an answer ends the trajectory (``"eos"``) unless ``continue_after_eos`` (Search-R1's
+  loop); an invalid action that did not end in EOS gets the protocol's feedback text and the trajectory continues.
 
 With ``continuous`` (``rollout.continuous``) and a generator that supports it, the same per-trajectory state machine
 runs without the turn barrier: :mod:`searchrl.rollout.continuous`.
@@ -33,6 +32,7 @@ runs without the turn barrier: :mod:`searchrl.rollout.continuous`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import random
@@ -74,6 +74,20 @@ def truncate_observation(ids: list[int], max_tokens: int, tail: int = _OBS_TAIL)
         return ids
     head = max(max_tokens - tail, 0)
     return ids[:head] + ids[-tail:]
+
+
+def cut_observation(
+    tokenizer, text: str, max_tokens: int | None, tail: int = _OBS_TAIL, room: int | None = None
+) -> tuple[list[int], str]:
+    """``text``'s tokens as inserted (:func:`truncate_observation`, then what fits in ``room``) and the text the
+    policy reads from them, which a turn records: diagnostics and rewards see no document the policy did not."""
+    full = list(tokenizer.encode(text, add_special_tokens=False))
+    ids = full if max_tokens is None else truncate_observation(full, max_tokens, tail)
+    if room is not None:
+        ids = ids[: max(room, 0)]
+    if len(ids) < len(full):
+        text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return ids, text
 
 
 def observation_tail(protocol: Protocol, tokenizer) -> int:
@@ -192,15 +206,9 @@ class RolloutEngine:
         return self._encode(build_prompt_text(self.protocol, self.tokenizer, question, self.prompt_style))
 
     def _insert(self, traj: Trajectory, text: str) -> tuple[str, int]:
-        """Append ``text`` as inserted tokens, cut to ``max_obs_tokens`` and to the room left. Returns what the
-        policy will read (``text`` itself unless it was cut) and its token count: a turn records these, so whatever
-        reads its observation (diagnostics, rewards, the viewer) sees no document the policy did not."""
-        full = self._encode(text)
-        ids = truncate_observation(full, self.limits.max_obs_tokens, self._obs_tail)
-        ids = ids[: max(self._room(traj), 0)]
+        """Append ``text`` as inserted tokens; returns what the policy reads and its token count."""
+        ids, text = cut_observation(self.tokenizer, text, self.limits.max_obs_tokens, self._obs_tail, self._room(traj))
         traj.append(ids, sampled=False)
-        if len(ids) < len(full):
-            text = self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         return text, len(ids)
 
     def _fit_docs(self, text: str) -> str:
@@ -209,14 +217,14 @@ class RolloutEngine:
         ids = self._encode(text)
         return text if cap is None or len(ids) <= cap else self.tokenizer.decode(ids[:cap])
 
-    def _eos_ids(self) -> set[int]:
-        """The token ids that end a generation: the generator's own (a model's generation config may add some),
-        the tokenizer's EOS and its special tokens."""
+    @functools.cached_property
+    def _eos_ids(self) -> frozenset[int]:
+        """The ids that end a generation: the generator's own (from the generation config), the tokenizer's."""
         ids = set(getattr(self.generator, "eos_ids", ()) or ())
         ids |= set(getattr(self.tokenizer, "all_special_ids", ()) or ())
         if (eos := getattr(self.tokenizer, "eos_token_id", None)) is not None:
             ids.add(eos)
-        return ids
+        return frozenset(ids)
 
     def _room(self, traj: Trajectory) -> int:
         return self.limits.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
@@ -376,7 +384,7 @@ class RolloutEngine:
         over_budget_end = isinstance(action, Search) and mode == "end" and traj.n_searches >= lim.max_searches
         goes_on = finish == "eos" and lim.continue_after_eos and not last and not forced
         goes_on = goes_on and not isinstance(action, Answer) and not over_budget_end
-        if goes_on and ids and ids[-1] in self._eos_ids():
+        if goes_on and ids and ids[-1] in self._eos_ids:
             ids, lps = ids[:-1], lps[:-1]
         traj.append(ids, sampled=True, logprobs=lps)
         timing["gen_tokens"] += len(ids)

@@ -21,7 +21,7 @@ from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rewards.forms import choice_options
 from searchrl.rewards.metrics import cover_em
-from searchrl.rollout.engine import build_prompt_text, observation_tail, truncate_observation
+from searchrl.rollout.engine import build_prompt_text, cut_observation, observation_tail
 from searchrl.rollout.trajectory import Trajectory, Turn
 from searchrl.sft.option_years import option_years, side_by_side, years_text
 
@@ -450,13 +450,12 @@ def oracle_trajectories(
             if qs:
                 these, mine = mine[: len(qs)], mine[len(qs) :]
                 turn.hit_ids = [[h.id for h in hs] for hs in these]
-                turn.observation = protocol.render_observation(list(qs), these)
-                obs_ids = list(tokenizer.encode(turn.observation, add_special_tokens=False))
-                if max_obs_tokens is not None and len(obs_ids) > max_obs_tokens:  # the turn keeps what is read
-                    obs_ids = truncate_observation(obs_ids, max_obs_tokens, observation_tail(protocol, tokenizer))
-                    turn.observation = tokenizer.decode(
-                        obs_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
-                    )
+                obs_ids, turn.observation = cut_observation(
+                    tokenizer,
+                    protocol.render_observation(list(qs), these),
+                    max_obs_tokens,
+                    observation_tail(protocol, tokenizer),
+                )
                 traj.append(obs_ids, sampled=False)
                 turn.n_obs_tokens = len(obs_ids)
             traj.turns.append(turn)
