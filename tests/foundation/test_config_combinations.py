@@ -35,6 +35,33 @@ def test_group_algorithms_need_groups(algo: str) -> None:
     load_config(None, ["algorithm.name=reinforce_pp", "rollout.group_size=1"])
 
 
+def test_a_retrieval_timeout_must_be_positive() -> None:
+    assert "timeout_s" in _error("retrieval.timeout_s=0")
+
+
+@pytest.mark.parametrize("estimator", ["reinforce_baseline", "group_norm"])
+def test_group_baselined_reinforce_needs_groups(estimator: str) -> None:
+    msg = _error("algorithm.name=reinforce_pp", f"algorithm.reinforce_estimator={estimator}", "rollout.group_size=1")
+    assert estimator in msg and "rollout.group_size=5" in msg and "reinforce_estimator=reinforce" in msg
+
+
+def test_an_algorithm_with_its_own_loss_aggregation_refuses_another() -> None:
+    assert "remove algorithm.loss_agg" in _error("algorithm.name=dr_grpo", "algorithm.loss_agg=seq_mean_token_mean")
+    for agg in ("token_mean", "seq_mean_token_sum_norm"):  # the default (as a resolved config repeats it), its own
+        load_config(None, ["algorithm.name=dr_grpo", f"algorithm.loss_agg={agg}"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "fix"),
+    [("algorithm.old_logprobs=rollout", "old_logprobs=auto"), ("training.off_policy_steps=1", "off_policy_steps=0")],
+)
+def test_the_masking_ablation_refuses_rollout_log_probs(setting: str, fix: str) -> None:
+    """The rollout has no log-probs for retrieved tokens (0 in the record): with them in the loss the ratio there
+    would be exp(logp - 0)."""
+    assert fix in _error("algorithm.mask_observations=false", setting, "rollout.backend=hf")
+    load_config(None, [setting, "rollout.backend=hf"])
+
+
 @pytest.mark.parametrize(
     "field",
     [

@@ -319,6 +319,21 @@ def test_grpo_accepts_tensor_ids_and_edge_groups_give_zero_not_nan():
         grpo_advantages(scores, [1, 2], mask)
 
 
+@pytest.mark.parametrize("value", [0.1, 0.7, 1 / 3, 0.8571428571428571])
+def test_a_group_of_equal_inexact_scores_has_no_signal(value):
+    # 16 copies of a score binary floating point cannot hold: sum / n leaves a residue of ~1e-17 which, divided by a
+    # std of ~1e-17, would give every row an advantage of order 1 and pass the group as informative
+    scores = torch.tensor([value] * 16 + [0.0, 1.0], dtype=torch.float32)
+    ids = [0] * 16 + [1, 1]
+    mask = torch.ones(18, 2)
+    adv, metrics = grpo_advantages(scores, ids, mask)
+    assert torch.equal(adv[:16], torch.zeros(16, 2)) and metrics["grpo/zero_std_frac"] == pytest.approx(16 / 18)
+    assert torch.equal(group_normalised(scores, ids)[:16], torch.zeros(16))
+    assert torch.equal(group_centred(scores, ids)[:16], torch.zeros(16))
+    assert torch.equal(rloo_advantages(scores, ids, mask)[0][:16], torch.zeros(16, 2))
+    assert informative_rows(scores.tolist(), ids)[0] == [16, 17]
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_rloo_matches_leave_one_out_loop(seed):
     gen = torch.Generator().manual_seed(seed)

@@ -107,6 +107,8 @@ def test_rollout_logprobs_match_a_recomputation(tmp_path: Path) -> None:
         (("algorithm.kl_coef=0.01", "algorithm.mini_batch_size=8"), 1),  # the reference pass only
         (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=4"), 1),  # two updates: old log-probs recomputed
         (("algorithm.kl_coef=0.0", "algorithm.old_logprobs=recompute"), 1),
+        # the masking ablation trains on retrieved tokens, whose log-probs the rollout does not have
+        (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8", "algorithm.mask_observations=false"), 1),
         # bf16 (the placement's precision; one accelerate state per process keeps the test in fp32 arithmetic), one
         # update: the update's own forward, detached, is the old policy's, with no pass of its own
         (("algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8", "bf16"), 0),
@@ -252,3 +254,15 @@ def test_compiled_layers_train_as_the_plain_ones(tmp_path: Path) -> None:
     ma, mb = a.train_step(), b.train_step()
     for key in ("loss/policy_total", "grad_norm", "reward/total"):
         assert ma[key] == pytest.approx(mb[key], rel=1e-4, abs=1e-6), key
+
+
+def test_the_adaptive_kl_coefficient_moves_on_the_kl_of_all_processes(tmp_path: Path, monkeypatch) -> None:
+    """Each process measures the KL of its own rows; with one process's KL alone the coefficients would drift
+    apart. Here a second process measured 0.2 beside this one's 0.0: their mean, 0.1, is the target: no change."""
+    trainer = make(tmp_path, "algorithm.kl_coef=0.01", "algorithm.kl_ctrl=adaptive", "algorithm.kl_target=0.1")
+    monkeypatch.setattr(trainer.passes, "global_count", lambda x: x + 0.2)
+    monkeypatch.setattr(type(trainer.acc), "num_processes", property(lambda self: 2))
+    trainer._update_kl({"kl/mean": 0.0}, 8)
+    assert trainer.kl_ctrl.value == trainer.state.kl_coef == 0.01
+    trainer._update_kl({"kl/mean": 0.3}, 8)  # mean 0.25: above the target, the coefficient grows
+    assert trainer.kl_ctrl.value > 0.01

@@ -58,6 +58,20 @@ def algorithm(name: str) -> Algorithm:
     return ALGORITHMS[name]
 
 
+def group_baselines() -> str:
+    """``grpo, rloo, or reinforce_pp with reinforce_estimator=reinforce_baseline or group_norm``."""
+    conditional = [
+        f"{a.name} with reinforce_estimator={' or '.join(a.group_baseline_estimators)}"
+        for a in ALGORITHMS.values()
+        if a.group_baseline_estimators and not a.grouped
+    ]
+    return ", or ".join(filter(None, [", ".join(GROUP_ALGORITHMS), *conditional]))
+
+
+def ungrouped() -> list[str]:
+    return [n for n, a in ALGORITHMS.items() if not a.grouped]
+
+
 #: Algorithms whose advantage is relative to the other rollouts of the same question.
 GROUP_ALGORITHMS = tuple(n for n, a in ALGORITHMS.items() if a.grouped)
 #: Algorithms that train a value model (critic).

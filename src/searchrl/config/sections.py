@@ -8,25 +8,11 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, GROUP_ALGORITHMS, algorithm
+from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, algorithm, group_baselines, ungrouped
 from searchrl.config.base import DeviceSpec, Section
 from searchrl.config.evaluation import EvaluationConfig
 from searchrl.config.retrieval import MCPConfig, SimulatedConfig, WebConfig
 from searchrl.config.rewards import RewardConfig
-
-
-def _group_baselines() -> str:
-    """``grpo, rloo, or reinforce_pp with reinforce_estimator=reinforce_baseline or group_norm``."""
-    conditional = [
-        f"{a.name} with reinforce_estimator={' or '.join(a.group_baseline_estimators)}"
-        for a in ALGORITHMS.values()
-        if a.group_baseline_estimators and not a.grouped
-    ]
-    return ", or ".join(filter(None, [", ".join(GROUP_ALGORITHMS), *conditional]))
-
-
-def _ungrouped() -> list[str]:
-    return [n for n, a in ALGORITHMS.items() if not a.grouped]
 
 
 class LoraConfig(Section):
@@ -116,7 +102,7 @@ class RetrievalConfig(Section):
     #: dense / hybrid indexes built on demand: exact inner product (flat), ivf, hnsw, or a faiss index_factory
     #: string such as "IVF1024,PQ96" (a compressed index re-ranked exactly; see searchrl.retrieval.compressed).
     faiss: str = Field(default="flat", pattern=r"^(flat|ivf|hnsw|[A-Za-z0-9_,.=()\-]*[A-Z][A-Za-z0-9_,.=()\-]*)$")
-    timeout_s: float = 10.0
+    timeout_s: float = Field(default=10.0, gt=0)
     #: ``kind: web`` only: the search API, page fetching and the summariser.
     web: WebConfig = WebConfig()
     #: ``kind: simulated`` only: the writer model and its noise curriculum.
@@ -248,7 +234,15 @@ class AlgorithmConfig(Section):
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError("algorithm.dual_clip must be > 1 (e.g. 3.0) or null to disable it")
         if self.drop_uniform_groups and not algorithm(self.name).has_group_baseline(self.reinforce_estimator):
-            raise ValueError(f"algorithm.drop_uniform_groups needs a group baseline: {_group_baselines()}")
+            raise ValueError(f"algorithm.drop_uniform_groups needs a group baseline: {group_baselines()}")
+        own = algorithm(self.name).loss_agg
+        if own and self.loss_agg not in (own, type(self).model_fields["loss_agg"].default):
+            raise ValueError(f"algorithm.name={self.name} aggregates the loss as {own}: remove algorithm.loss_agg")
+        if self.old_logprobs == "rollout" and not self.mask_observations:
+            raise ValueError(
+                "algorithm.old_logprobs=rollout has no log-probs for retrieved tokens, which mask_observations=false "
+                "trains on: use algorithm.old_logprobs=auto or recompute"
+            )
         return self
 
 
@@ -466,10 +460,17 @@ class RunConfig(Section):
                 "training.off_policy_steps=1 needs rollout.backend=hf or vllm (hf_generate samples from torch's "
                 "global random generator, which the background rollout would share with the update)"
             )
-        if traits.grouped and self.rollout.group_size < 2:
+        if self.training.off_policy_steps and not alg.mask_observations:
             raise ValueError(
-                f"algorithm.name={alg.name} needs rollout.group_size > 1 (with groups of one every advantage is 0); "
-                f"set rollout.group_size=5, or use algorithm.name={' or '.join(_ungrouped())}"
+                "training.off_policy_steps=1 takes the behaviour log-probs from the rollout, which has none for the "
+                "retrieved tokens that algorithm.mask_observations=false trains on: set training.off_policy_steps=0"
+            )
+        if traits.has_group_baseline(alg.reinforce_estimator) and self.rollout.group_size < 2:
+            est = "" if traits.grouped else f" with reinforce_estimator={alg.reinforce_estimator}"
+            other = f"name={' or '.join(ungrouped())}" if traits.grouped else "reinforce_estimator=reinforce"
+            raise ValueError(
+                f"algorithm.name={alg.name}{est} needs rollout.group_size > 1 (with groups of one every advantage "
+                f"is 0); set rollout.group_size=5, or use algorithm.{other}"
             )
         if traits.critic:
             return self

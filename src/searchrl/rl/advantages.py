@@ -85,7 +85,8 @@ def ppo_gae(
     """PPO: the score on the last critic position, ``-kl_coef * kl`` per token when ``kl_in_reward``, GAE over the
     critic's positions, advantages whitened over the critic's positions of the whole step (all processes): the
     policy's tokens by default, every response token with ``critic_mask_observations: false`` (veRL's
-    ``masked_whiten`` over the response mask, as Search-R1's and RAG-R1's code)."""
+    ``masked_whiten`` over the response mask, as Search-R1's and RAG-R1's code; with the biased variance of
+    OpenRLHF where veRL takes the unbiased one, a factor sqrt(n / (n - 1)) on n counted tokens)."""
     if values_BT is None:
         raise ValueError("ppo needs the critic's values")
     cm_BT = mask_BT if critic_mask_BT is None else critic_mask_BT  # (B, T)

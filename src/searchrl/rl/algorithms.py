@@ -122,10 +122,16 @@ def _group_index(group_ids_B: GroupIds, batch: int, device: torch.device) -> tup
 
 
 def _group_stats(scores_B: Tensor, index_B: Tensor, n_groups: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-sample group ``(size, mean, unbiased std)``, each ``(B,)``; std is 0 for groups of size 1."""
+    """Per-sample group ``(size, mean, unbiased std)``, each ``(B,)``; std is 0 for groups of size 1.
+
+    A group whose scores are all equal gets exactly its score as mean and 0 as std: ``sum / n`` of a value that binary
+    floating point cannot hold (0.1, an F1) leaves a rounding residue, which ``(r - mean) / (std + eps)`` would blow
+    up to an advantage of order 1 on every row and which would pass the group as informative."""
     zeros_G = torch.zeros(n_groups, dtype=scores_B.dtype, device=scores_B.device)  # (G,)
     size_G = zeros_G.index_add(0, index_B, torch.ones_like(scores_B))  # (G,)
-    mean_G = zeros_G.index_add(0, index_B, scores_B) / size_G  # (G,)
+    max_G = zeros_G.scatter_reduce(0, index_B, scores_B, reduce="amax", include_self=False)  # (G,)
+    min_G = zeros_G.scatter_reduce(0, index_B, scores_B, reduce="amin", include_self=False)  # (G,)
+    mean_G = torch.where(max_G == min_G, max_G, zeros_G.index_add(0, index_B, scores_B) / size_G)  # (G,)
     sq_dev_B = (scores_B - mean_G[index_B]) ** 2  # (B,)
     var_G = zeros_G.index_add(0, index_B, sq_dev_B) / (size_G - 1).clamp(min=1)  # (G,)
     return size_G[index_B], mean_G[index_B], var_G.sqrt()[index_B]  # (B,) each

@@ -91,10 +91,12 @@ class Passes:
 
     @torch.no_grad()
     def values(self, critic: nn.Module, batch: Batch) -> torch.Tensor:
-        """The (unwrapped) critic's values of every response position."""
+        """The (unwrapped) critic's values of every response position, in the update's precision (the value clip's
+        reference)."""
         out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)  # (B, T)
         for idx, real in self.equal(self.micro(batch, grad=False)):
-            v_BT = critic(batch.select(idx))
+            with self.acc.autocast():
+                v_BT = critic(batch.select(idx))
             if real:
                 out[idx, : v_BT.shape[1]] = v_BT.float()
         return out
@@ -113,12 +115,14 @@ class Passes:
 
         Every process makes as many passes as the process with the most micro-batches (DDP and FSDP synchronise at
         every pass); a process short of rows makes zero-weight passes on its first row."""
-        g_tok = self.global_count(float(st.mask_BT[mini].sum()))
-        g_seq = self.global_count(float((st.mask_BT[mini].sum(-1) > 0).sum()))
+        # at least 1: a mini-batch with no counted token (every prompt at the length cap) has a loss of 0, not an error
+        g_tok = max(1.0, self.global_count(float(st.mask_BT[mini].sum())))
+        g_seq = max(1.0, self.global_count(float((st.mask_BT[mini].sum(-1) > 0).sum())))
         c_tok, c_seq = g_tok, g_seq
         if critic is not None and st.cmask_BT is not st.mask_BT:
             cm = st.cmask_BT[mini]
-            c_tok, c_seq = self.global_count(float(cm.sum())), self.global_count(float((cm.sum(-1) > 0).sum()))
+            c_tok = max(1.0, self.global_count(float(cm.sum())))
+            c_seq = max(1.0, self.global_count(float((cm.sum(-1) > 0).sum())))
         out: dict[str, list[float]] = {}
         for idx, real in self.equal(self.micro(batch, mini) if mini else []):
             weight = 1.0 if real else 0.0

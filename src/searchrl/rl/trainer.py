@@ -1,7 +1,8 @@
 """The RL loop on accelerate: prompts -> rollouts -> rewards -> log-probs -> advantages -> K epochs of updates.
 
 How this departs from the textbook algorithms (each choice is configurable where the papers disagree):
-- Retrieved tokens are out of the policy loss, KL, entropy and value loss (``mask_observations``; off: the ablation).
+- Retrieved tokens are out of the policy loss, KL and entropy (``mask_observations``; off: the ablation), and out of
+  the value loss unless ``critic_mask_observations: false`` (RAG-R1's and Search-R1's code).
 - Old log-probs (``algorithm.old_logprobs``): with one on-policy update per step (one epoch, one mini-batch) and the
   policy's own weights in the generator, the generator's in fp32 (a recomputation's to ~1e-5, tested) and the
   update's own forward, detached, in bf16 (ratio exactly 1): one pass saved either way; else recomputed after the
@@ -186,7 +187,7 @@ class Trainer:
             )
         if mode != "auto":
             return mode
-        if not one_update:
+        if not one_update or not self.alg.mask_observations:  # the rollout has no log-probs of retrieved tokens
             return "recompute"
         if self.place.precision == "fp32" and self.generator.runs_on(self.policy):
             return "rollout"
@@ -363,12 +364,16 @@ class Trainer:
 
     def _end_step(self, step: int, exp: Experience, metrics: dict[str, float], n_global: int) -> None:
         """The KL controller sees the step's KL; the state moves on; the step's rollouts are logged."""
-        if "kl/mean" in metrics:
-            self.kl_ctrl.update(metrics["kl/mean"], n_global)
-        self.state.kl_coef = self.kl_ctrl.value
+        self._update_kl(metrics, n_global)
         self.state.step += 1
         self.last_trajectories = exp.trajs
         self._log_rollouts(step + 1, exp.trajs, exp.scores)
+
+    def _update_kl(self, metrics: dict[str, float], n_global: int) -> None:
+        """The adaptive controller moves on the mean of every process's KL, so all processes keep one coefficient."""
+        if "kl/mean" in metrics and self.alg.kl_ctrl == "adaptive":
+            self.kl_ctrl.update(self.passes.global_count(metrics["kl/mean"]) / self.acc.num_processes, n_global)
+        self.state.kl_coef = self.kl_ctrl.value
 
     @torch.no_grad()
     def _values(self, batch: Batch) -> torch.Tensor:
