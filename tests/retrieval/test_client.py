@@ -175,6 +175,46 @@ def test_an_error_body_that_is_a_list_and_a_timeout_name_their_fix() -> None:
         retriever.search(["q"], k=1)
 
 
+def test_a_server_that_trickles_its_answer_times_out(serve_app) -> None:
+    """Headers at once, then a byte every 0.1 s: each read is quick, so only a deadline on the whole answer ends it."""
+    import asyncio
+
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    async def retrieve() -> StreamingResponse:
+        async def drip():
+            for _ in range(100):
+                yield b" "
+                await asyncio.sleep(0.1)
+
+        return StreamingResponse(drip(), media_type="application/json")
+
+    with serve_app(app) as url:
+        t0 = time.monotonic()
+        with pytest.raises(RetrievalUnavailableError, match=r"ReadTimeout.*raise retrieval.timeout_s \(now 0.5 s\)"):
+            RemoteRetriever(url, retries=0, timeout_s=0.5).search(["q"], k=1)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_more_hits_than_asked_are_cut_and_an_overload_says_so() -> None:
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.extend(json.loads(request.content)["queries"])
+        return httpx.Response(200, json=_ok(json.loads(request.content)["queries"], 5))  # ignores topk
+
+    hits = RemoteRetriever("http://a:1", client=_mock(handler)).search(["a", "b" * 5000], 2)
+    assert [len(h) for h in hits] == [2, 2]
+    assert [len(q) for q in sent] == [1, 4096]  # a query over the service's limit goes cut to it, not refused
+    busy = _mock(lambda request: httpx.Response(503, json={"detail": "retrieval service overloaded (9 waiting)"}))
+    with pytest.raises(RetrievalUnavailableError, match=r"HTTP 503 \(retrieval service overloaded.*max-pending"):
+        RemoteRetriever("http://a:1", retries=0, client=busy).search(["q"], 1)
+
+
 def test_endpoint_url_and_lru() -> None:
     assert endpoint_url("http://h:8000") == "http://h:8000/retrieve"
     assert endpoint_url("http://h:8000/") == "http://h:8000/retrieve"

@@ -137,3 +137,29 @@ def test_missing_configuration(monkeypatch: pytest.MonkeyPatch, dead_url: str) -
         web.search(["okapi"], 1)
     assert KEY not in str(err.value)
     web.close()
+
+
+@pytest.mark.parametrize(
+    "body", [[1, 2], {"organic_results": [1, "x"]}, {"organic_results": {"a": 1}}, "just a string"]
+)
+def test_an_answer_in_another_format_is_one_line(serve_app, monkeypatch: pytest.MonkeyPatch, body) -> None:
+    app = FastAPI()
+    app.get("/serpapi")(lambda: JSONResponse(content=body))
+    monkeypatch.setenv("SERPAPI_API_KEY", KEY)
+    with serve_app(app) as url:
+        web = WebRetriever("serpapi", base_url=f"{url}/serpapi", retries=0)
+        with pytest.raises(ValueError, match="answered in an unknown format .* check retrieval.web.base_url") as err:
+            web.search(["q"], 2)
+        web.close()
+    assert "\n" not in str(err.value) and KEY not in str(err.value)
+
+
+def test_null_title_or_snippet_is_no_text(serve_app, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = FastAPI()
+    app.get("/serpapi")(lambda: {"organic_results": [{"link": "https://ex.org", "title": None, "snippet": "s"}]})
+    monkeypatch.setenv("SERPAPI_API_KEY", KEY)
+    with serve_app(app) as url:
+        web = WebRetriever("serpapi", base_url=f"{url}/serpapi", retries=0)
+        hit = web.search(["q"], 1)[0][0]
+        web.close()
+    assert (hit.title, hit.text) == ("", "s")

@@ -62,7 +62,12 @@ def parse_result_item(item: Any) -> Hit:
 
 
 class RemoteRetriever:
-    """Search through HTTP ``/retrieve`` endpoints, with failover, retries and an LRU cache."""
+    """Search through HTTP ``/retrieve`` endpoints, with failover, retries and an LRU cache.
+
+    A query longer than ``max_query_chars`` (the service's default limit) is sent cut to it: ITER-RETGEN and IRCoT
+    search with the question plus generated text, and an encoder reads far fewer tokens anyway."""
+
+    max_query_chars = 4096
 
     def __init__(
         self,
@@ -95,6 +100,7 @@ class RemoteRetriever:
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         check_search_args(queries, k)
+        queries = [q[: self.max_query_chars] for q in queries]
         found: dict[str, list[Hit]] = {}
         missing: list[str] = []
         for q in dict.fromkeys(queries):  # unique, in order
@@ -128,22 +134,25 @@ class RemoteRetriever:
                 if j:
                     self.failovers += 1
                 try:
-                    resp = self._client.post(url, json=payload, timeout=self.timeout_s)
+                    resp = request_within(self._client, "POST", url, self.timeout_s, json=payload)
                 except httpx.TransportError as err:
                     last_error = f"{url}: {type(err).__name__}"
                     continue
                 self.requests += 1
                 if resp.status_code >= 500 or resp.status_code == 429:
-                    last_error = f"{url}: HTTP {resp.status_code}"
+                    last_error = f"{url}: HTTP {resp.status_code} ({' '.join(_detail(resp).split())[:200]})"
                     retry_after = max(retry_after, min(_retry_after_s(resp), self.max_retry_after_s))
                     continue
                 if resp.status_code >= 400:
                     raise ValueError(
                         f"retrieval server {url} rejected the request (HTTP {resp.status_code}): {_detail(resp)}"
                     )
-                return self._parse(resp, url, len(queries))
+                return self._parse(resp, url, len(queries), k)
         if "Timeout" in last_error:
             fix = f"the server is slow or stuck: check it, or raise retrieval.timeout_s (now {self.timeout_s:g} s)"
+        elif "HTTP 503" in last_error or "HTTP 429" in last_error:
+            fix = "the server is overloaded: add endpoints to retrieval.urls, send fewer rollouts at once, or serve "
+            fix += "with a larger --max-pending"
         elif "HTTP" in last_error:
             fix = "the server failed the request: see its log"
         else:
@@ -154,7 +163,7 @@ class RemoteRetriever:
         )
 
     @staticmethod
-    def _parse(resp: httpx.Response, url: str, n_queries: int) -> list[list[Hit]]:
+    def _parse(resp: httpx.Response, url: str, n_queries: int, k: int) -> list[list[Hit]]:
         try:
             result = resp.json()["result"]
         except (ValueError, KeyError, TypeError):
@@ -165,7 +174,8 @@ class RemoteRetriever:
             got = sum(isinstance(h, list) for h in result) if isinstance(result, list) else "no"
             raise ValueError(f"{url} returned {got} result lists for {n_queries} queries")
         try:
-            return [[parse_result_item(item) for item in hits] for hits in result]
+            # at most k: a server may answer its own count (Search-R1's reranking server ignores topk)
+            return [[parse_result_item(item) for item in hits[:k]] for hits in result]
         except ValueError as err:
             raise ValueError(f"{url} answered in an unknown format: {err}") from None
 
@@ -177,6 +187,23 @@ class RemoteRetriever:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def request_within(client: httpx.Client, method: str, url: str, timeout_s: float, **kwargs: Any) -> httpx.Response:
+    """``client.request`` whose ``timeout_s`` bounds the whole answer: httpx's timeout bounds each connect and each
+    read, so a server that trickles its body a byte at a time would hold the call for ever. The body is read as it
+    arrives, the deadline checked after every piece; past it, ``httpx.ReadTimeout``. (At most about twice
+    ``timeout_s`` in all: a read that stalls waits out its own timeout.)"""
+    deadline = time.monotonic() + timeout_s
+    with client.stream(method, url, timeout=timeout_s, **kwargs) as resp:
+        if resp.is_stream_consumed:  # answered whole already (a mock transport)
+            return resp
+        raw = bytearray()
+        for chunk in resp.iter_raw():
+            raw += chunk
+            if time.monotonic() > deadline:
+                raise httpx.ReadTimeout(f"the answer took over {timeout_s:g} s", request=resp.request)
+    return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(raw), request=resp.request)
 
 
 def _retry_after_s(resp: httpx.Response) -> float:

@@ -6,8 +6,9 @@ Protocol (Search-R1's ``search_r1/search/retrieval_server.py``, unchanged so its
     ->  {"result": [[{"document": {"id": "...", "contents": "Title\\ntext"}, "score": 12.3}, ...], ...]}
 
 With ``"return_scores": false`` (the default, as in Search-R1) each inner list holds the documents themselves.
-``topk`` may be omitted (server default, 3). Beyond Search-R1: unknown fields, empty queries and out-of-range
-``topk`` are rejected with a 4xx and a one-line ``detail`` message instead of a 500; ``GET /health``; ``GET /stats``.
+``topk`` may be omitted or 0 (server default, 3). As Search-R1's server, an empty list gets ``{"result": []}`` and a
+blank query no passage. Beyond Search-R1: unknown fields, wrong types and out-of-range ``topk`` are rejected with a
+4xx and a one-line ``detail`` message instead of a 500; ``GET /health``; ``GET /stats``.
 
 Concurrency: requests that arrive together are merged by a ``MicroBatcher`` into one ``search`` call (one encoder
 forward pass and one faiss search for a dense index), which runs in a worker thread so the event loop keeps
@@ -403,31 +404,31 @@ def create_app(
         if app.openapi_schema is None:
             schema = FastAPI.openapi(app)
             props = schema["components"]["schemas"]["RetrieveRequest"]["properties"]
-            props["queries"] |= {"minItems": 1, "maxItems": max_queries}
-            props["queries"]["items"] |= {"minLength": 1, "maxLength": max_query_chars, "pattern": r"\S"}
-            props["topk"] |= {"minimum": 1, "maximum": max_topk}
+            props["queries"] |= {"maxItems": max_queries}
+            props["queries"]["items"] |= {"maxLength": max_query_chars}
+            props["topk"] |= {"minimum": 0, "maximum": max_topk}
         return app.openapi_schema
 
     app.openapi = openapi_with_limits  # type: ignore[method-assign]
 
     @app.post("/retrieve")
     async def retrieve(body: RetrieveRequest) -> JSONResponse:
-        """Top-k passages for each query (Search-R1 format)."""
+        """Top-k passages for each query (Search-R1 format). As Search-R1's own server: an empty list gets an empty
+        result (its rollout asks every turn, also when no rollout searched), a blank query no passage (an empty
+        ``<search></search>``), a ``topk`` of 0 or null the default."""
         t0 = time.perf_counter()
-        topk = default_topk if body.topk is None else body.topk
-        if not body.queries:
-            raise BadRequest("'queries' is empty; send at least one query string")
+        topk = body.topk or default_topk
         if len(body.queries) > max_queries:
             raise BadRequest(f"{len(body.queries)} queries in one request; the limit is {max_queries}", 413)
         for i, q in enumerate(body.queries):
-            if not q.strip():
-                raise BadRequest(f"queries[{i}] is empty; every query needs some text")
             if len(q) > max_query_chars:
                 raise BadRequest(f"queries[{i}] has {len(q)} characters; the limit is {max_query_chars}", 413)
         if not 1 <= topk <= max_topk:
-            raise BadRequest(f"topk must be between 1 and {max_topk} (got {topk})")
+            raise BadRequest(f"topk must be between 0 (the default, {default_topk}) and {max_topk} (got {topk})")
+        asked = [i for i, q in enumerate(body.queries) if q.strip()]
+        results: list[list[Hit]] = [[] for _ in body.queries]
         try:
-            results = await batcher.search(body.queries, topk)
+            found = await batcher.search([body.queries[i] for i in asked], topk) if asked else []
         except Overloaded as err:
             detail = f"retrieval service overloaded ({err}); retry after {err.retry_after_s} s"
             return JSONResponse(
@@ -436,6 +437,8 @@ def create_app(
         except Exception as err:  # noqa: BLE001 - reported to the client; the service keeps running
             stats.errors += 1
             return JSONResponse(status_code=500, content={"detail": f"search failed: {type(err).__name__}: {err}"})
+        for i, hits in zip(asked, found, strict=True):
+            results[i] = hits
         if body.return_scores:
             payload = [
                 [{"document": {"id": h.id, "contents": h.contents}, "score": h.score} for h in hits]

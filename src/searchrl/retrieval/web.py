@@ -35,6 +35,7 @@ import httpx
 
 from searchrl.retrieval.base import Hit
 from searchrl.retrieval.cache import LRUCache
+from searchrl.retrieval.client import request_within
 from searchrl.retrieval.local import check_search_args
 
 if TYPE_CHECKING:
@@ -172,10 +173,10 @@ class WebRetriever:
         num = min(k, self.provider.max_num)
         if self.provider.name == "serpapi":
             params = {"engine": "google", "q": query, "num": num, "api_key": self._key}
-            return self._client.get(self.base_url, params=params, timeout=self.timeout_s)
+            return request_within(self._client, "GET", self.base_url, self.timeout_s, params=params)
         params = {"q": query, "cx": self.cx, "num": num}
         headers = {"X-goog-api-key": self._key}
-        return self._client.get(self.base_url, params=params, headers=headers, timeout=self.timeout_s)
+        return request_within(self._client, "GET", self.base_url, self.timeout_s, params=params, headers=headers)
 
     def _search_one(self, query: str, k: int) -> list[Hit]:
         key = (query, k, self.provider.name, self.base_url)
@@ -209,14 +210,20 @@ class WebRetriever:
             body: dict[str, Any] = resp.json()
         except ValueError:
             raise ValueError(f"{where} did not return JSON") from None
-        items = body.get(self.provider.results_field)
-        if items is None:
+        field = self.provider.results_field
+        items = body.get(field) if isinstance(body, dict) else None
+        if items is None and isinstance(body, dict):
             # Both APIs omit the results field when nothing matched; SerpAPI then also sets "error".
             return []
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise ValueError(
+                f"{where} answered in an unknown format (expected an object whose '{field}' lists result objects); "
+                f"check retrieval.web.base_url and provider"
+            )
         hits = []
         for rank, item in enumerate(items[:k], start=1):
-            link = str(item.get("link", ""))
-            hits.append(Hit(link, str(item.get("title", "")), str(item.get("snippet", "")), 1.0 / rank))
+            title, snippet = (str(item.get(f) or "") for f in ("title", "snippet"))  # null is no text, not "None"
+            hits.append(Hit(str(item.get("link") or ""), title, snippet, 1.0 / rank))
         return hits
 
     def close(self) -> None:
