@@ -266,3 +266,10 @@ def test_the_adaptive_kl_coefficient_moves_on_the_kl_of_all_processes(tmp_path: 
     assert trainer.kl_ctrl.value == trainer.state.kl_coef == 0.01
     trainer._update_kl({"kl/mean": 0.3}, 8)  # mean 0.25: above the target, the coefficient grows
     assert trainer.kl_ctrl.value > 0.01
+
+
+def test_a_step_whose_prompts_fill_the_length_cap_trains_on_nothing_without_failing(tmp_path: Path) -> None:
+    """Every prompt at rollout.max_total_tokens: no response token, so no counted token in the mini-batch."""
+    trainer = make(tmp_path, "rollout.max_total_tokens=4", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8")
+    m = trainer.train_step()
+    assert m["tokens/response"] == 0.0 and m["loss/policy_total"] == 0.0
