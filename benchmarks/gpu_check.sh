@@ -6,22 +6,26 @@
 #   bash benchmarks/gpu_check.sh --prepare     # on a machine with pip and ../shared: wheels -> .whl/, tokenizer -> .gpu/
 #   bash benchmarks/gpu_check.sh [OUT_DIR]     # on the GPU machine (torch with CUDA preinstalled, no registry needed)
 #
-# PHASES picks phases ("tests peer rollout", the default, all three; e.g. PHASES=peer), CUDA_TESTS_K selects tests
-# (pytest -k, e.g. "ppo or recipe"), CUDA_TESTS_ARGS adds pytest arguments, PEER_ARGS / ROLLOUT_ARGS the benchmarks' (e.g. "--shapes qwen2.5-1.5b"); each
-# phase has a timeout (CUDA_TESTS_TIMEOUT 300 s, PEER_TIMEOUT 240 s, ROLLOUT_TIMEOUT 120 s; PYTEST_TIMEOUT 150 s a
-# test where pytest-timeout is installed), so a run ends within about 10 minutes whatever happens. OUT_DIR receives
-# gpu_check.{json,md} and gpu_check_logs.tgz (every log, the JUnit XML, per-recipe records, nvidia-smi samples).
-# On one H200 the tests took 200-250 s and the TRL pair about 140 s at the 1.5B shape, 175 s at 3B on 16 prompts x 5
-# (PEER_ARGS="--prompts 64": ours alone took ~90 s at 1.5B, four steps with the warm-up; give each shape its own
-# command and PEER_TIMEOUT; ours is written before TRL's side starts, so a timeout there keeps it; --profile adds a
-# profiled step of ours, its tables now summed in seconds; with compiled decoding on, PEER_STEPS=4 keeps a step
-# that recompiles for new prompt lengths out of the median): where a command may run 10 minutes,
-# run PHASES=tests, then PHASES="peer rollout"; `python benchmarks/gpu_check.py RUN1 RUN2 --results` merges the two
-# (each gpu_check_logs.tgz unpacked into its own directory); `--onto benchmarks/results/gpu_check.json` updates the
-# committed report with a run that measured only part of it.
+# PHASES picks phases ("tests peer rollout", the default, all three; e.g. PHASES=peer). CUDA_TESTS_K selects tests
+# (pytest -k, e.g. "ppo or recipe"), CUDA_TESTS_ARGS adds pytest arguments, PEER_ARGS / ROLLOUT_ARGS the benchmarks'
+# (e.g. "--shapes qwen2.5-1.5b"), PEER_STEPS the peer's steps (4: with compiled decoding on, the median then leaves
+# out a step that recompiles for new prompt lengths). Each phase has a timeout: CUDA_TESTS_TIMEOUT 420 s (pytest is
+# interrupted, so it still writes the JUnit XML of the tests that finished), PEER_TIMEOUT 240 s, ROLLOUT_TIMEOUT
+# 120 s, and PYTEST_TIMEOUT 150 s a test. Together they exceed one 10-minute command: give each command the phases
+# that fit. OUT_DIR receives gpu_check.{json,md} and gpu_check_logs.tgz (every log, the JUnit XML, per-recipe
+# records, nvidia-smi samples).
+#
+# Measured on one H200: the tests 230-340 s; the TRL pair on 16 prompts x 5 about 140 s at the 1.5B shape and 175 s
+# at 3B (on 64 prompts ours alone took ~90 s at 1.5B: give each shape its own command; ours is written before TRL's
+# side starts, so a timeout there keeps it; --profile adds a profiled step of ours); the rollout phase ~120 s with
+# ROLLOUT_ARGS limited as below. A 15-minute lease (machine start included) fits two commands, carrying .whl and .gpu:
+#   1. PHASES=tests bash benchmarks/gpu_check.sh $OUT                                           (timeout_s 480)
+#   2. PHASES=rollout ROLLOUT_ARGS="--decode-shapes qwen2.5-1.5b --batches 512 --hf-batches 0 --skip-rollout
+#      --compile" bash benchmarks/gpu_check.sh $OUT                                             (timeout_s 200)
+# then here `python benchmarks/gpu_check.py RUN1 RUN2 --onto benchmarks/results/gpu_check.json --results` (each
+# gpu_check_logs.tgz unpacked into its own directory) updates the committed report with what these runs measured.
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
-# into /tmp/site, never into the system). Aim: under 8 minutes on one H100/H200. Exit status: non-zero when a
-# cuda test failed or a phase did not finish.
+# into /tmp/site, never into the system). Exit status: non-zero when a cuda test failed or a phase did not finish.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,7 +89,8 @@ if [[ " ${PHASES:-tests peer rollout} " == *" tests "* ]]; then
   per_test=()
   python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${PYTEST_TIMEOUT:-150}")
   [[ -n "${CUDA_TESTS_K:-}" ]] && per_test+=(-k "$CUDA_TESTS_K")
-  timeout "${CUDA_TESTS_TIMEOUT:-300}" python3 -m pytest -m cuda tests/gpu -q -p no:cacheprovider --durations=0 \
+  # SIGINT, not timeout's TERM: an interrupted pytest still writes the JUnit XML of the tests that finished
+  timeout -s INT -k 30 "${CUDA_TESTS_TIMEOUT:-420}" python3 -m pytest -m cuda tests/gpu -q -p no:cacheprovider --durations=0 \
     "${per_test[@]}" ${CUDA_TESTS_ARGS:-} --junitxml="$RUN/cuda_tests.xml" 2>&1 | tee "$RUN/cuda_tests.log" | tail -40
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   rm -rf "$SEARCHRL_GPU_TMP"
@@ -94,7 +99,7 @@ fi
 if [[ " ${PHASES:-tests peer rollout} " == *" peer "* ]]; then
   echo "== GRPO step vs TRL ($(($(date +%s) - START)) s)"
   timeout "${PEER_TIMEOUT:-240}" python3 benchmarks/peer_trl_grpo.py --device cuda \
-    --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" --steps "${PEER_STEPS:-3}" ${PEER_ARGS:-} \
+    --tokenizer "$SEARCHRL_SHARED_DATA/tokenizers/qwen3" --steps "${PEER_STEPS:-4}" ${PEER_ARGS:-} \
     --out "$RUN/peer_trl_gpu.json" --workdir "$SHM/peer-trl-gpu" 2>&1 | tee "$RUN/peer_trl_gpu.log" | tail -12
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   mkdir -p "$RUN/peer" && cp "$SHM"/peer-trl-gpu/*.log "$RUN/peer/" 2>/dev/null

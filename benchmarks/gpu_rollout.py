@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
         model.eval()
         N = n_params(shape)
         wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        placement.configure(args.device)  # no autocast: the bf16 policy decodes in its own dtype
+        placement.configure(args.device)  # bf16 autocast on CUDA, a no-op for the bf16 policy's own weights
         decode = args.decode_shapes is None or shape in args.decode_shapes.split(",")
         for layout in args.layouts.split(",") if decode else []:
             if layout == "master":  # the trainer's layout: fp32 master weights, bf16 autocast on CUDA

@@ -143,3 +143,29 @@ def test_the_pair_passes_repeated_settings_to_ours(tmp_path: Path, monkeypatch) 
         "rollout.compile_decode=false",
         "rollout.cuda_graphs=false",
     ]
+
+
+def test_an_interrupted_test_run_counts_the_test_it_cut_as_failed(tmp_path: Path) -> None:
+    """pytest interrupted by the phase's timeout writes the finished tests and one unnamed test case."""
+    (tmp_path / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", '<testcase time="0.000" /></testsuite>'))
+    res = gpu_check.junit(tmp_path / "cuda_tests.xml")
+    assert (res["passed"], res["failed"], res["skipped"]) == (1, 2, 1) and res["tests"]["interrupted"] == "failed"
+
+
+def test_a_failing_lora_step_is_not_ok_onto_an_earlier_report_where_it_was(tmp_path: Path, monkeypatch) -> None:
+    earlier, run = tmp_path / "earlier", tmp_path / "run"
+    for d in (earlier, run):
+        d.mkdir()
+    lora = '<testcase classname="tests.gpu.test_cuda" name="test_7b_lora_grpo_step_fits_one_gpu" time="30"/>'
+    (earlier / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", lora + "</testsuite>"))
+    rec = {"recipe": "7b_lora_grpo", "shape": "qwen2.5-7b", "rl_steps": 1, "peak_gb": 60.0, "step_s": 9.0}
+    (earlier / "recipes.jsonl").write_text(json.dumps(rec) + "\n")
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(earlier)])
+    gpu_check.main()
+    assert json.loads((earlier / "gpu_check.json").read_text())["recipes"]["7b_lora_grpo"]["ok"] is True
+    failed = lora.replace("/>", '><failure message="OOM">trace</failure></testcase>')
+    (run / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", failed + "</testsuite>"))
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(run), "--onto", str(earlier / "gpu_check.json")])
+    gpu_check.main()
+    lora_now = json.loads((run / "gpu_check.json").read_text())["recipes"]["7b_lora_grpo"]
+    assert lora_now["ok"] is False and lora_now["rl_steps"] == 0
