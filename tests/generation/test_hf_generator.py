@@ -112,6 +112,23 @@ def test_a_call_that_no_call_continues_keeps_no_cache() -> None:
     assert dropped.stats["reused_tokens"] == 0
 
 
+def test_rows_that_end_in_eos_keep_their_caches_when_the_next_call_continues_them() -> None:
+    """``keep_eos_rows`` (``rollout.continue_after_eos``): a turn that ended in EOS goes on after feedback, from its
+    context plus its tokens without the EOS, so its cache serves the next call as a stop string's does."""
+    tok, model = ByteTokenizer(), tiny_model()
+    prompts = _prompts(tok, TEXTS[:2])
+    greedy = HFGenerator(model, tok).generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.0))
+    for keep in (False, True):
+        gen = HFGenerator(model, tok)
+        gen.eos_ids = {greedy[0].token_ids[2]}  # row 0 now ends in EOS by its third token
+        sp = SamplingParams(max_new_tokens=8, temperature=0.0, keep_eos_rows=keep)
+        first = gen.generate(prompts, sp)
+        assert first[0].finish_reason == "eos"
+        nxt = [p + c.token_ids[:-1] + [40] for p, c in zip(prompts, first, strict=True)]  # the EOS dropped
+        gen.generate(nxt[:1], SamplingParams(max_new_tokens=2, temperature=0.0))
+        assert gen.stats["reused_tokens"] == (len(nxt[0]) - 1 if keep else 0)  # all but the new token
+
+
 def test_weight_change_or_reset_drops_the_cache() -> None:
     tok, model = ByteTokenizer(), tiny_model()
     gen = HFGenerator(model, tok)

@@ -51,6 +51,8 @@ class SamplingParams:
     #: a generator that reuses prefixes may keep this call's caches for a call that continues its contexts; False
     #: when none will (a rollout's last turn), which spares the copies.
     keep_cache: bool = True
+    #: kept too are the caches of rows that end in EOS, which the next call continues (``rollout.continue_after_eos``)
+    keep_eos_rows: bool = False
 
 
 @dataclass

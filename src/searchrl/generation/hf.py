@@ -243,7 +243,7 @@ class HFGenerator(Generator):
             if n_done == len(live) or last:
                 break
             if n_done >= max(1, len(live) // 4):  # compact: keep the finished rows' caches, drop them
-                self._keep(rows, live, contexts, toks, stopped, params)
+                self._keep(rows, live, contexts, toks, done if params.keep_eos_rows else stopped, params)
                 keep = [b for b, r in enumerate(live) if not done[r]]
                 idx = torch.tensor(keep, device=device)
                 rows.select(idx)
@@ -254,7 +254,8 @@ class HFGenerator(Generator):
             if not ahead:
                 pos_B = pos_B + 1
                 logits_BV = rows.step(next_B, pos_B)
-        self._keep(rows, live, contexts, toks, [not done[r] or stopped[r] for r in range(B)], params)
+        wanted = [not done[r] or stopped[r] or params.keep_eos_rows for r in range(B)]  # rows a next call continues
+        self._keep(rows, live, contexts, toks, wanted, params)
         self.stats["graph_captures"] += getattr(rows, "captures", 0)
         self.stats["graph_capture_s"] += getattr(rows, "capture_s", 0.0)
         for row in range(B):

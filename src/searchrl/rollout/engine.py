@@ -299,10 +299,7 @@ class RolloutEngine:
         return [self.protocol.frame_question(q, hs) for q, hs in zip(questions, hits, strict=True)], list(hits)
 
     def _loop(self, trajs: list[Trajectory], timing: dict[str, float], temperature, top_p, seed, base_seed) -> None:
-        active = list(trajs)
-        index = {id(t): i for i, t in enumerate(trajs)}
-        lim = self.limits
-        n_turns = self.n_turns()
+        active, index, lim, n_turns = list(trajs), {id(t): i for i, t in enumerate(trajs)}, self.limits, self.n_turns()
         final_next: set[int] = set()  # silent: trajectories whose next turn is their final one (over budget)
         for turn_no in range(n_turns):
             for t in active:
@@ -319,6 +316,7 @@ class RolloutEngine:
                 seed=None if seed is None else seed + turn_no,
                 row_seeds=tuple(mix_seed(base_seed, turn_no, index[id(t)]) for t in active),
                 keep_cache=turn_no < n_turns - 1,  # a last turn's caches would serve no later call
+                keep_eos_rows=lim.continue_after_eos,
             )
             t0 = time.perf_counter()
             completions = self.generator.generate([t.prompt_ids + t.response_ids for t in active], params)
