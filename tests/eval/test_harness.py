@@ -183,7 +183,9 @@ def test_judge_column(tmp_path, examples, fakes) -> None:
     assert row["judge"] == pytest.approx(1 / 2) and row["judge_unparsed"] == 1
     lines = [json.loads(x) for x in (tmp_path / "predictions" / "toy__direct.jsonl").read_text().splitlines()]
     assert [r["metrics"]["judge"] for r in lines] == [1.0, 0.0, None]
-    assert "toy judge" in table_rows((tmp_path / "summary.md").read_text())[0]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "toy judge" in table_rows(summary)[0]
+    assert "could not be read, left out of its accuracy: direct on toy: 1." in summary
     assert judge.n_requests == 3
 
 

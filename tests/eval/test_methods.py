@@ -420,6 +420,11 @@ def test_retrieval_methods_refuse_bad_sizes(direct_generator, retriever) -> None
         ("The director of Blue Lake was J. R. R. Tolkien.", "J. R. R. Tolkien"),
         ("The answer is Washington, D.C.", "Washington, D.C"),
         ("The director of Blue Lake lived in St. Louis, Missouri.", "St. Louis"),
+        # numbers and dates keep their commas
+        ("The answer is 1,500,000.", "1,500,000"),
+        ("Answer: 12,000", "12,000"),
+        ("The director of Blue Lake was born on January 5, 1950.", "January 5, 1950"),
+        ("The director of Blue Lake was born in 1950, in Oslo.", "1950"),
     ],
 )
 def test_answer_span_reads_the_answer_out_of_a_restating_sentence(reply: str, span: str | None) -> None:

@@ -77,7 +77,8 @@ _PARTICIPLE_LEAD = re.compile(
 )
 #: where an answer span restated as a sentence ends: a clause after it
 _CLAUSE = re.compile(
-    r",(?!\s*(?:Jr\.|Sr\.|(?:[A-Z]\.)+(?=\s*$|[,;])))|;"  # not the comma of "Washington, D.C."
+    r"(?:(?<!\d),|,(?!\s?\d))"  # not the comma of a number (12,000) or a date (May 5, 1950)
+    r"(?!\s*(?:Jr\.|Sr\.|(?:[A-Z]\.)+(?=\s*$|[,;])))|;"  # nor that of "Washington, D.C."
     r"|\s(?:because|which|who|since|while|whereas|and (?:he|she|it|they))\s",
     re.IGNORECASE,
 )

@@ -184,6 +184,9 @@ def render_markdown(
         if r["dataset"] != AVERAGE:
             n_by_dataset.setdefault(r["dataset"], r["n"])
     sizes = ", ".join(f"{d}: {n}" for d, n in n_by_dataset.items())
+    unread = [f"{r['method']} on {r['dataset']}: {r['judge_unparsed']}" for r in rows if r.get("judge_unparsed")]
+    if unread:  # the judge's accuracy is over the replies it could read: say over how many fewer
+        notes = [*notes, f"Judge replies that could not be read, left out of its accuracy: {', '.join(unread)}."]
     lines = [
         f"# {title}",
         "",

@@ -37,12 +37,13 @@ import httpx
 from searchrl.utils import atomic_write_text
 
 #: bump when the prompt text changes, so cached replies to the old prompt are not reused.
-PROMPT_VERSION = 2
+PROMPT_VERSION = 3
 
+#: the papers' criterion in our words: correct only when it agrees fully with the golden answer's meaning and key
+#: information (no added leniency); several golden answers are aliases, one of which it must agree with.
 JUDGE_PROMPT = (
-    "You are checking answers to questions. Decide whether the predicted answer is correct. It is correct when it "
-    "states the same key information as the golden answer (any one of them, if several are listed), even if it is "
-    "worded differently; it is not correct if it is wrong or leaves out key information.\n"
+    "Decide whether the predicted answer to a question is correct. It is correct only if it agrees fully with the "
+    "meaning and the key information of the golden answer (of one of them, if several are listed).\n"
     "Reply with a single word: True if the predicted answer is correct, False otherwise.\n\n"
     "Question: {question}\n"
     "Golden answer: {golds}\n"
