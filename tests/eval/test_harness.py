@@ -248,8 +248,9 @@ def test_evaluation_section_overrides_topk_limits_and_temperature(fakes) -> None
     assert plain["agent"].engine.limits.topk == demo.retrieval.topk
 
 
-def test_search_o1_is_built_with_the_agents_limits(fakes) -> None:
-    """Search-o1 uses the evaluation top-k and the agent's limits; its search limit is the prompt's."""
+def test_search_o1_is_built_with_its_own_limits_unless_set(fakes) -> None:
+    """Search-o1 uses the evaluation top-k and its own limits (10 searches, 15 turns, 1,024 tokens a turn), not the
+    trained agent's rollout ones, where the evaluation does not set them; its search limit is the prompt's."""
     from searchrl.config import load_config
     from searchrl.eval.harness import build_methods
     from searchrl.eval.search_o1 import SearchO1Method
@@ -269,6 +270,11 @@ def test_search_o1_is_built_with_the_agents_limits(fakes) -> None:
     assert "no more than 10 times" in method.protocol.instruction("q")
     with pytest.raises(ValueError, match="needs a retriever"):
         build_methods(load_config("demo", over), gen, None)
+    own = build_methods(load_config("demo", over[:1]), gen, fakes.KeywordRetriever())["search_o1"].engine.limits
+    assert (own.max_searches, own.max_turns, own.max_new_tokens) == (10, 15, 1024)
+    set_here = ["evaluation.methods=[search_o1]", "evaluation.max_searches=2", "evaluation.agent_max_new_tokens=64"]
+    limits = build_methods(load_config("demo", set_here), gen, fakes.KeywordRetriever())["search_o1"].engine.limits
+    assert (limits.max_searches, limits.max_turns, limits.max_new_tokens) == (2, 15, 64)
 
 
 def test_by_kind_scores_each_question_kind_and_well_formed_is_averaged() -> None:

@@ -54,7 +54,7 @@ class EvaluationConfig(Section):
     iterative_steps: int = 4
     #: ITER-RETGEN: retrieval-generation rounds (FlashRAG's default is 3).
     iter_retgen_iterations: int = 3
-    #: Search-o1: token budget of each Reason-in-Documents call; its reasoning turns use the agent's limits below.
+    #: Search-o1: token budget of each Reason-in-Documents call; its reasoning turns use the limits below.
     search_o1_refine_max_new_tokens: int = 512
     #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
     batch_size: int = 16
@@ -73,7 +73,8 @@ class EvaluationConfig(Section):
     timing: Literal["batch", "single"] = "batch"
     #: passages per query at evaluation (null = retrieval.topk); some papers evaluate with more than they train.
     topk: int | None = None
-    #: the agent's (and Search-o1's) limits at evaluation (null = rollout's; Search-o1's paper: 10 searches).
+    #: the agent's and Search-o1's limits at evaluation (null: the agent takes rollout's, Search-o1 its own: 10
+    #: searches, 15 turns, 1,024 tokens a turn).
     max_turns: int | None = None
     max_searches: int | None = None
     agent_max_new_tokens: int | None = None

@@ -158,12 +158,9 @@ def build_methods(
         elif name in ("agent", "search_o1"):
             from searchrl.pipeline import make_protocol
 
-            over = {
-                "max_turns": ev.max_turns,
-                "max_searches": ev.max_searches,
-                "max_new_tokens": ev.agent_max_new_tokens,
-            }
-            rollout = cfg.rollout.model_copy(update={k: v for k, v in over.items() if v is not None})
+            over = dict(max_turns=ev.max_turns, max_searches=ev.max_searches, max_new_tokens=ev.agent_max_new_tokens)
+            own = SearchO1Method.LIMITS if name == "search_o1" else {}  # its own limits, unless set
+            rollout = cfg.rollout.model_copy(update={**own, **{k: v for k, v in over.items() if v is not None}})
             limits = RolloutLimits.from_config(rollout, topk)
             if name == "agent":
                 methods[name] = AgentMethod(generator, retriever, make_protocol(cfg), limits=limits, **common)

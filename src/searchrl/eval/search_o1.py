@@ -21,6 +21,7 @@ from searchrl.rollout.trajectory import Trajectory
 
 # --------------------------------------------------------------------------------------------- Search-o1
 
+
 REASON_IN_DOCUMENTS_PROMPT = (
     "You are helping a reasoning assistant that is answering a question step by step and has just run a search. "
     "Read the documents the search returned and work out what they say that helps with the current search query, "
@@ -155,6 +156,11 @@ class SearchO1Method(Method):
 
     name = "search_o1"
     needs_retriever = True
+    #: Search-o1's own limits where ``evaluation.max_turns`` / ``max_searches`` / ``agent_max_new_tokens`` are
+    #: unset (its code: 10 searches for multi-hop questions, 15 turns; a per-turn budget far larger than an agent's
+    #: 128 tokens, 1,024 here), not the trained agent's ``rollout`` ones. Its top-10 documents are not taken: every
+    #: method of a run reads the same ``topk``.
+    LIMITS = {"max_searches": 10, "max_turns": 15, "max_new_tokens": 1024}
 
     def __init__(
         self,
