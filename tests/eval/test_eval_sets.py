@@ -9,7 +9,7 @@ import pytest
 
 from searchrl.config import load_config
 from searchrl.eval import harness
-from searchrl.eval.datasets import resolve_eval_sets, seeded_subset, where_to_get
+from searchrl.eval.datasets import limit_note, resolve_eval_sets, seeded_subset, where_to_get
 from searchrl.eval.report import plain_table
 
 
@@ -154,6 +154,9 @@ def test_seeded_subset_and_limit(tmp_path) -> None:
     assert [e.id for e in same[0].examples] == ids and [e.id for e in other[0].examples] != ids
     limited = resolve_eval_sets(load_config(None, [sets, "evaluation.limit=2"]))
     assert [e.id for e in limited[0].examples] == ids[:2]
+    # the limit cut the set: the summary says so; a limit that cuts nothing says nothing
+    assert limit_note(limited) == ["Only the first questions of a set (evaluation.limit): Q 2 of 5."]
+    assert limit_note(resolve_eval_sets(load_config(None, [sets, "evaluation.limit=5"]))) == [] == limit_note(one)
     everything = {**entry, "sample": 125}  # more than the file holds: all of it (Bamboogle's 125)
     (s,) = resolve_eval_sets(
         load_config(None, [f"evaluation.datasets=[{json.dumps(everything)}]", "evaluation.limit=null"])

@@ -177,6 +177,7 @@ def test_judge_column(tmp_path, examples, fakes) -> None:
         metrics=["em"],
         judge=judge,
         show=False,
+        extra={"notes": ["Only the first questions of a set (evaluation.limit): toy 3 of 9."]},
     )
     row = result.rows[0]
     # verdicts: True, False, unreadable -> accuracy over the two readable ones, one unparsed
@@ -186,6 +187,7 @@ def test_judge_column(tmp_path, examples, fakes) -> None:
     summary = (tmp_path / "summary.md").read_text()
     assert "toy judge" in table_rows(summary)[0]
     assert "could not be read, left out of its accuracy: direct on toy: 1." in summary
+    assert "(evaluation.limit): toy 3 of 9." in summary  # the run's own notes reach the summary
     assert judge.n_requests == 3
 
 

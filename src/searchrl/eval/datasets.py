@@ -53,6 +53,8 @@ class EvalSet:
     #: this set's own index directory / corpus file (None: the run's retriever).
     index: str | None = None
     corpus: str | None = None
+    #: the set's questions before ``evaluation.limit`` kept its first ones (0: not cut)
+    of: int = 0
 
     @property
     def retriever_key(self) -> tuple[str | None, str | None]:
@@ -157,16 +159,23 @@ def resolve_eval_sets(cfg: RunConfig) -> list[EvalSet]:
         source, examples = load_entry(cfg, entry.data)
         corpus = contexts_corpus(source, examples) if entry.corpus == CONTEXTS else _local(cfg, entry.corpus)
         examples = seeded_subset(examples, entry.sample, ev.seed)
-        if ev.limit is not None:
-            examples = examples[: ev.limit]
+        before, examples = len(examples), examples[: ev.limit] if ev.limit is not None else examples
         if not examples:
             raise ValueError(f"dataset {entry.data} has no questions; check the file (or drop it from --data)")
         base = entry.name or (entry.data if entry.data in SPLITS else dataset_name(entry.data))
         unique, k = base, 2
         while any(s.name == unique for s in out) or unique == AVERAGE:  # "average" names the summary's mean row
             unique, k = f"{base}_{k}", k + 1
-        out.append(EvalSet(unique, source, examples, _local(cfg, entry.index), corpus))
+        out.append(
+            EvalSet(unique, source, examples, _local(cfg, entry.index), corpus, before * (before > len(examples)))
+        )
     return out
+
+
+def limit_note(sets: list[EvalSet]) -> list[str]:
+    """The summary's line on sets that ``evaluation.limit`` cut to their first questions (none when it cut none)."""
+    cut = [f"{s.name} {len(s.examples)} of {s.of}" for s in sets if s.of]
+    return [f"Only the first questions of a set (evaluation.limit): {', '.join(cut)}."] if cut else []
 
 
 def resolve_datasets(cfg: RunConfig) -> dict[str, tuple[str, list[QAExample]]]:

@@ -27,6 +27,7 @@ from rich.progress import Progress, TaskID
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.data.styles import question_style
+from searchrl.eval import datasets as eval_sets
 from searchrl.eval.baselines import (
     AgentMethod,
     DirectMethod,
@@ -390,7 +391,7 @@ def evaluate(
     shares = failure_shares(items)
     info["diagnostics"] = {f"{d} / {m}": s for (d, m), s in shares.items()}
     why = "\n".join([DIAGNOSTICS_NOTE, "", *shares_table(shares, list(datasets))])
-    notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch)]
+    notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch), *(extra or {}).get("notes", [])]
     paths.update(write_reports(summary, score_names, out, info, notes=notes, after=[why, *tables]))
     if show:
         print_summary(summary, score_names)
@@ -451,6 +452,7 @@ def run_from_config(
     sets = resolve_eval_sets(cfg)
     for s in sets:
         own = f"; its own index {s.index or s.corpus}" if s.retriever_key != (None, None) else ""
+        own += f"; the first {len(s.examples)} of {s.of} (evaluation.limit)" if s.of else ""
         console.log(f"dataset {s.name}: {len(s.examples)} question{'s' * (len(s.examples) != 1)} from {s.source}{own}")
     needs = set(ev.methods) & RETRIEVAL_METHODS
     prior = prior_from_config(cfg, sets) if "prior" in ev.methods else None  # fails before any model loads
@@ -479,6 +481,7 @@ def run_from_config(
             "sources": {d: s for d, (s, _) in data.items()},
             "policy": cfg.training.init_from or cfg.model.policy,
             "indexes": {s.name: s.index or s.corpus for s in sets if s.retriever_key != (None, None)},
+            "notes": eval_sets.limit_note(sets),
         }
         return evaluate(
             {d: exs for d, (_, exs) in data.items()},
