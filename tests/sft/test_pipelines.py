@@ -329,6 +329,18 @@ def test_select_by_attempts_buckets_and_keeps_medium_and_hard(stop_early: bool, 
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 6
 
 
+def test_an_unsolved_question_can_count_as_hard() -> None:
+    """``unsolved_as="hard"``: no correct answer in the attempts reads as "more than hard_above rollouts"."""
+    correct_at = {"q0": {2}, "q1": set()}
+    examples = questions(2)
+    engine, _ = make_engine(SR1, examples, plan_from(correct_at, 6), direct_behaviours)
+    kept, records = select_by_attempts(engine, examples, 6, easy_below=2, hard_above=4, unsolved_as="hard")
+    assert [r["bucket"] for r in records] == ["medium", "hard"] and records[1]["first_correct"] is None
+    assert [(ex.id, ex.metadata["difficulty"]) for ex in kept] == [("q0", "medium"), ("q1", "hard")]
+    with pytest.raises(ValueError, match="unsolved_as hard"):
+        select_by_attempts(engine, examples, 6, easy_below=2, hard_above=4, unsolved_as="easy")
+
+
 def test_select_by_attempts_needs_enough_attempts_to_see_hard_questions() -> None:
     engine, _ = make_engine(SR1, questions(1), {"q0": ["right"] * 8}, direct_behaviours)
     with pytest.raises(ValueError, match="raise n above 20"):

@@ -89,6 +89,9 @@ def select_difficulty(
     easy_below: int = typer.Option(10, help="r1_searcher: first correct attempt below this is easy"),
     hard_above: int = typer.Option(20, help="r1_searcher: first correct attempt above this is hard"),
     keep: list[str] = typer.Option(["medium", "hard"], help="r1_searcher: buckets to keep (repeatable)"),
+    unsolved_as: str = typer.Option(
+        "unsolved", help="r1_searcher: a question no attempt answered is 'unsolved' (its own bucket) or 'hard'"
+    ),
     easy_fraction: float = typer.Option(0.25, help="rag_r1: share of the initially correct questions kept"),
     temperature: float = typer.Option(None, help="sampling temperature (default: 1.0 r1_searcher, 1.2 rag_r1)"),
     top_p: float = typer.Option(1.0, help="nucleus sampling"),
@@ -127,6 +130,7 @@ def select_difficulty(
         metric=metric,
         easy_below=easy_below,
         hard_above=hard_above,
+        unsolved_as=unsolved_as,
         keep=keep,
         easy_fraction=easy_fraction,
         temperature=temperature,

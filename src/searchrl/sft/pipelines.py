@@ -345,6 +345,7 @@ def select_by_attempts(
     easy_below: int = 10,
     hard_above: int = 20,
     keep: Sequence[str] = ("medium", "hard"),
+    unsolved_as: str = "unsolved",
     metric: str = "cover_em",
     min_score: float = 1.0,
     correctness: Correctness | None = None,
@@ -359,7 +360,9 @@ def select_by_attempts(
     """R1-Searcher's difficulty-based selection: roll each question out up to ``n`` times and bucket it by the
     attempt that first answers it correctly (``attempt_bucket``); keep the ``keep`` buckets (medium and hard).
 
-    ``n`` must exceed ``hard_above`` so that a hard question can be told from a medium one. With
+    ``n`` must exceed ``hard_above`` so that a hard question can be told from a medium one. ``unsolved_as="hard"``
+    counts a question no attempt answered as hard ("more than 20 rollouts" when the attempts stop at ``n``): first
+    correct at attempts 21-24 alone is rare, so few questions would be hard. With
     ``stop_at_first_correct`` (default) a solved question is not sampled again, so ``n_correct`` is 0 or 1;
     without it every question gets ``n`` rollouts and ``n_correct`` is its full count. Returns the kept
     examples (input order, ``metadata["difficulty"]`` set) and one record per question; writes them as JSONL
@@ -372,9 +375,9 @@ def select_by_attempts(
             f"with n={n} attempts a hard question (first correct after attempt {hard_above}) cannot be seen; "
             f"raise n above {hard_above} or lower hard_above"
         )
-    unknown = set(keep) - set(ATTEMPT_BUCKETS)
+    unknown = set(keep) - set(ATTEMPT_BUCKETS) or {unsolved_as} - {"unsolved", "hard"}
     if unknown:
-        raise ValueError(f"unknown bucket(s) {sorted(unknown)} to keep; choose from {', '.join(ATTEMPT_BUCKETS)}")
+        raise ValueError(f"unknown bucket(s) {sorted(unknown)}: keep {', '.join(ATTEMPT_BUCKETS)}; unsolved_as hard")
     judge = _Judge(engine, _rule(metric, min_score, correctness))
     attempts = sample_attempts(
         engine,
@@ -392,7 +395,7 @@ def select_by_attempts(
     for ex, trajs in zip(examples, attempts, strict=True):
         correct = [judge.correct(t) for t in trajs]
         first = correct.index(True) + 1 if any(correct) else None
-        bucket = attempt_bucket(first, easy_below, hard_above)
+        bucket = attempt_bucket(first, easy_below, hard_above).replace("unsolved", unsolved_as)
         if bucket in keep:
             kept.append(_with_difficulty(ex, bucket))
         records.append(
