@@ -36,10 +36,11 @@ def fit_length(ex: Any, max_length: int) -> Any | None:
     """``ex`` itself when prompt + target fit in ``max_length``; else a copy whose target is cut at the end, or None
     when the prompt alone does not leave room for a single target token."""
     p, r, m = _parts(ex)
+    uid = getattr(ex, "source_uid", "") or getattr(ex, "uid", "")
     if len(p) + len(r) <= max_length:
-        return ex if getattr(ex, "loss_mask", None) is not None else SFTExample(p, r, m)
+        return ex if getattr(ex, "loss_mask", None) is not None else SFTExample(p, r, m, source_uid=uid)
     room = max_length - len(p)
-    return SFTExample(p, r[:room], m[:room]) if room > 0 else None
+    return SFTExample(p, r[:room], m[:room], source_uid=uid) if room > 0 else None
 
 
 def sft_loss(
@@ -81,13 +82,22 @@ class SFTTrainer:
         if self.scfg.val_fraction > 0:
             if not 0 < self.scfg.val_fraction < 1:
                 raise ValueError(f"sft.val_fraction must be in (0, 1), got {self.scfg.val_fraction}")
-            order = list(range(len(kept)))
+            # whole trajectories to one side: the step-level samples of one trajectory share their context, so
+            # split apart they would make the validation loss an optimistic one
+            groups: dict[str, list[int]] = {}
+            for i, e in enumerate(kept):
+                groups.setdefault(getattr(e, "source_uid", "") or f"#{i}", []).append(i)
+            order = list(groups)
             random.Random(cfg.training.seed + 1).shuffle(order)
-            n_val = max(1, round(len(kept) * self.scfg.val_fraction))
-            if n_val >= len(kept):
+            n_val, val = max(1, round(len(kept) * self.scfg.val_fraction)), set()
+            for key in order:
+                if len(val) >= n_val:
+                    break
+                val.update(groups[key])
+            if len(val) >= len(kept):
                 raise ValueError(f"sft.val_fraction={self.scfg.val_fraction} leaves no training example")
-            self.val = [kept[i] for i in order[:n_val]]
-            kept = [kept[i] for i in sorted(order[n_val:])]
+            self.val = [kept[i] for i in sorted(val)]
+            kept = [e for i, e in enumerate(kept) if i not in val]
         self.examples = kept
         self.best_val, self.best_epoch = float("inf"), -1  # the validation set's best epoch so far
         if self.scfg.freeze_layers and cfg.model.lora is not None:

@@ -1,0 +1,25 @@
+"""sft.val_fraction holds out whole trajectories: the step-level samples of one trajectory share their context, so
+one on each side would make the validation loss optimistic."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from searchrl.config import load_config
+from searchrl.sft.trainer import SFTTrainer, fit_length
+from searchrl.testing import letter_sft_examples, tiny_model, tokenizer
+
+
+def test_validation_holds_out_whole_trajectories(tmp_path: Path) -> None:
+    steps = [dataclasses.replace(e, source_uid=f"t{i // 3}") for i, e in enumerate(letter_sft_examples(15))]
+    trainer = SFTTrainer(load_config(None, ["sft.val_fraction=0.2"]), tiny_model(), tokenizer(), steps, tmp_path)
+    held, trained = {e.source_uid for e in trainer.val}, {e.source_uid for e in trainer.examples}
+    assert len(trainer.val) == 3 and len(held) == 1 and not held & trained  # one trajectory of 3 steps
+    assert len(trainer.examples) == 12
+
+
+def test_a_cut_example_keeps_its_trajectory() -> None:
+    ex = dataclasses.replace(letter_sft_examples(1)[0], source_uid="t7")
+    cut = fit_length(ex, len(ex.prompt_ids) + 2)
+    assert cut is not None and len(cut.response_ids) == 2 and cut.source_uid == "t7"
