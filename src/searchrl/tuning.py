@@ -50,11 +50,12 @@ def freeze_bottom(model: nn.Module, n_layers: int) -> nn.Module:
 
 
 def warmup_schedule(
-    opt: torch.optim.Optimizer, steps: int, total: int = 0, decay: str = "constant"
+    opt: torch.optim.Optimizer, steps: int, total: int = 0, decay: str = "constant", min_ratio: float = 0.0
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """The learning rate rises linearly over ``steps`` optimizer steps (the first step at ``1/steps``), then stays
-    (``decay="constant"``) or falls to 0 at step ``total``, along a line (``"linear"``) or a half cosine
-    (``"cosine"``); the last of ``total`` steps runs at a small positive rate."""
+    (``decay="constant"``) or falls to ``min_ratio`` of its peak at step ``total`` (0: to 0; OpenRLHF's
+    ``cosine_with_min_lr``: 0.1), along a line (``"linear"``) or a half cosine (``"cosine"``); the last of ``total``
+    steps runs at a little above the floor."""
     warm = max(steps, 0)
     if decay not in ("constant", "linear", "cosine"):
         raise ValueError(f"learning-rate decay {decay!r}: use constant, linear or cosine")
@@ -65,7 +66,8 @@ def warmup_schedule(
         if decay == "constant" or total <= warm:
             return 1.0
         p = min(1.0, (s + 1 - warm) / (total + 1 - warm))  # the step after the peak is the first one lower
-        return 1.0 - p if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
+        f = 1.0 - p if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
+        return min_ratio + (1.0 - min_ratio) * f
 
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 

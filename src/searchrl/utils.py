@@ -122,15 +122,15 @@ def tune_allocator() -> None:
         pass
 
 
-def make_adamw(params, lr: float, weight_decay: float = 0.0):
+def make_adamw(params, lr: float, weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999)):
     """AdamW with the fused kernel where torch has one for the parameters' device (CPU included since torch 2.4)."""
     import torch
 
     params = list(params)
     try:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, fused=True)
     except (RuntimeError, TypeError):
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
 
 
 def seed_everything(seed: int) -> None:

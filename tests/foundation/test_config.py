@@ -74,9 +74,9 @@ def test_warmup_schedule_shapes() -> None:
 
     from searchrl.tuning import warmup_schedule
 
-    def rates(decay: str, total: int = 12, warm: int = 2) -> list[float]:
+    def rates(decay: str, total: int = 12, warm: int = 2, floor: float = 0.0) -> list[float]:
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-        sched, out = warmup_schedule(opt, warm, total, decay), []
+        sched, out = warmup_schedule(opt, warm, total, decay, floor), []
         for _ in range(total):
             out.append(sched.get_last_lr()[0])
             opt.step()
@@ -90,6 +90,9 @@ def test_warmup_schedule_shapes() -> None:
     assert abs(cos[6] - 0.5) < 0.1  # about half the peak halfway through the decay
     with pytest.raises(ValueError, match="constant, linear or cosine"):
         rates("step")
+    floored = rates("cosine", floor=0.1)  # OpenRLHF's cosine_with_min_lr: the decay ends at 0.1 of the peak
+    pairs = zip(floored[1:], cos[1:], strict=True)
+    assert floored[:2] == [0.5, 1.0] and all(abs(f - (0.1 + 0.9 * c)) < 1e-9 for f, c in pairs)
 
 
 def test_an_empty_dict_override_empties_the_key() -> None:

@@ -347,6 +347,8 @@ class SFTConfig(Section):
     warmup_steps: int = 5
     #: after warm-up: "constant", or "linear" / "cosine" decay to 0 at the last step (a steadier final model).
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    min_lr_ratio: float = Field(default=0.0, ge=0.0, lt=1.0)  #: the decay's floor, a share of lr (OpenRLHF's 0.1)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  #: AdamW's betas (OpenRLHF's SFT: 0.9, 0.95)
     #: freeze the embeddings and the bottom N transformer blocks (backward stops above them; 0 = full fine-tuning).
     freeze_layers: int = Field(default=0, ge=0)
     #: prompt + target tokens at most; longer targets are cut (counted in the log), too-long prompts dropped.

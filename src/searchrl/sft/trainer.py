@@ -112,10 +112,12 @@ class SFTTrainer:
         self.out_dir = Path(output_dir)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = make_adamw(params, lr=self.scfg.lr, weight_decay=0.0)
+        self.opt = make_adamw(params, lr=self.scfg.lr, weight_decay=0.0, betas=self.scfg.adam_betas)
         tune_allocator()
         total = self.scfg.epochs * ((len(self.examples) + self.scfg.batch_size - 1) // self.scfg.batch_size)
-        self.sched = warmup_schedule(self.opt, self.scfg.warmup_steps, total, self.scfg.lr_schedule)
+        self.sched = warmup_schedule(
+            self.opt, self.scfg.warmup_steps, total, self.scfg.lr_schedule, self.scfg.min_lr_ratio
+        )
 
     def train(self) -> list[dict[str, float]]:
         dump_config(self.cfg, self.out_dir / "config.yaml")
