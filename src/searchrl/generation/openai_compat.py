@@ -13,6 +13,7 @@ import time
 import httpx
 
 from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.utils import console
 
 
 class OpenAICompatGenerator(Generator):
@@ -32,6 +33,7 @@ class OpenAICompatGenerator(Generator):
         key = os.environ.get(api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.client = httpx.Client(timeout=timeout_s, headers=headers)
+        self._told_inexact = False
 
     def _post(self, payload: dict) -> dict:
         last: Exception | None = None
@@ -47,6 +49,14 @@ class OpenAICompatGenerator(Generator):
             f"completions server at {self.base_url} failed after {self.retries} tries ({last}); "
             "check the URL and that the server is running"
         )
+
+    def _tell_inexact(self) -> None:
+        if not self._told_inexact:
+            self._told_inexact = True
+            console.log(
+                f"[yellow]warning[/] {self.base_url} returns text, not token ids (vLLM's return_tokens_as_token_ids): "
+                "its completions are re-tokenized, which serves teacher data and judges but not RL"
+            )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         out = []
@@ -78,12 +88,16 @@ class OpenAICompatGenerator(Generator):
             if exact:
                 token_ids = [int(t.split(":", 1)[1]) for t in tokens]
                 logprobs = [float(x) for x in lp.get("token_logprobs", [0.0] * len(token_ids))]
-            else:
-                token_ids = self.tokenizer.encode(text, add_special_tokens=False)
-                logprobs = [0.0] * len(token_ids)
             reason = {"stop": "stop" if stop_str else "eos", "length": "length"}.get(
                 choice.get("finish_reason"), "eos"
             )
+            if not exact:
+                token_ids = self.tokenizer.encode(text, add_special_tokens=False)
+                eos = getattr(self.tokenizer, "eos_token_id", None)
+                if reason == "eos" and eos is not None:  # as a sampled EOS ends a local completion's ids
+                    token_ids.append(eos)
+                logprobs = [0.0] * len(token_ids)
+                self._tell_inexact()
             out.append(
                 Completion(
                     token_ids,
