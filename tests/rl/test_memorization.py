@@ -168,8 +168,15 @@ def test_internalize_turns_searches_into_internal_steps() -> None:
     assert m.validate(text, ["France"]) == ""
     tok = ByteTokenizer()
     good, bad = _retrieval_trajectory("Lyon is in France."), _retrieval_trajectory("The search result says France.")
-    data, rejected = rewriter_sft_from_trajectories([good, bad], Memorizer(MemorizationConfig(), None, PP, tok), tok)
-    assert len(data) == 1 and rejected == {"mentions 'search result'": 1}
+    # an opening that credits the documents goes; the rest of the sentence is what the model knows now
+    credited = _retrieval_trajectory(
+        "Based on the search results, Lyon is in France. According to the documents, it is."
+    )
+    assert "<|begin_internal_answer|>Lyon is in France. It is.<|end_internal_answer|>" in internalize(credited, PP)
+    data, rejected = rewriter_sft_from_trajectories(
+        [good, bad, credited], Memorizer(MemorizationConfig(), None, PP, tok), tok
+    )
+    assert len(data) == 2 and rejected == {"mentions 'search result'": 1}
     prompt = tok.decode(data[0].prompt_ids)
     assert "(1)Lyon: Lyon is a city in France." in prompt and "Where is Lyon?" in prompt
     assert "<|begin_external_search|>" not in tok.decode(data[0].response_ids)

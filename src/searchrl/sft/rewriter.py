@@ -6,6 +6,7 @@ targets must pass the RL memorizer's own validation). The rewriter itself runs i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from searchrl.protocols import get_protocol
@@ -51,12 +52,29 @@ def rewriter_sft_examples(oracle: Sequence[Trajectory], protocol: Protocol, toke
     return out
 
 
+#: a sentence's opening that credits the documents ("Based on the search results, ..."), which the memorizer's
+#: validation rejects: the rest of the sentence is what the model now knows
+_SOURCE_OPENING = re.compile(
+    r"(?:(?<=^)|(?<=[.!?]\s))(?:(?:based on|according to|from) (?:the |these |my )?"
+    r"(?:search results?|(?:retrieved |given |provided )?(?:documents?|information|passages?))"
+    r"(?: (?:above|provided|retrieved))?,?|(?:the )?(?:search results?|documents?|passages?) "
+    r"(?:shows?|states?|says?|indicates?|mentions?|confirms?) that)\s+(?P<next>\w)",
+    re.IGNORECASE,
+)
+
+
+def _known(text: str) -> str:
+    """``text`` without openings that credit the documents, each sentence's first letter kept upper-case."""
+    return _SOURCE_OPENING.sub(lambda m: m["next"].upper(), text)
+
+
 def internalize(traj: Trajectory, protocol: Protocol) -> str:
     """A retrieval trajectory written as an internal-only path (the rewriter's SFT target from real trajectories).
 
     Search calls and their documents are dropped; the text the policy wrote after each search (up to its next call
-    or its final answer) becomes an internal step, since it states what the documents gave. The final answer
-    sentence is kept as it is. The paper calls this data "pre-processed" without saying how (spec 000 §2.2).
+    or its final answer) becomes an internal step, since it states what the documents gave, without a sentence opening
+    that credits them ("Based on the search results, X" -> "X"). The final answer sentence is kept as it is. The
+    paper calls this data "pre-processed" without saying how (spec 000 §2.2).
     """
     if not isinstance(protocol, TagProtocol) or not protocol.answer_marker or protocol.format_recalled("") is None:
         raise ValueError(
@@ -78,6 +96,8 @@ def internalize(traj: Trajectory, protocol: Protocol) -> str:
             body, tail = text[:cut].strip(), text[cut:].strip()
         else:
             body, tail = text.strip(), ""
+        if body and after_search:
+            body = _known(body)
         if body:
             recalled = after_search and recalled_open not in body
             parts.append((protocol.format_recalled(body) or body).rstrip("\n") if recalled else body)
