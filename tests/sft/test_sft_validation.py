@@ -23,3 +23,14 @@ def test_a_cut_example_keeps_its_trajectory() -> None:
     ex = dataclasses.replace(letter_sft_examples(1)[0], source_uid="t7")
     cut = fit_length(ex, len(ex.prompt_ids) + 2)
     assert cut is not None and len(cut.response_ids) == 2 and cut.source_uid == "t7"
+
+
+def test_sft_under_several_processes_is_one_line_naming_the_fix(monkeypatch) -> None:
+    """Each process would train its own copy of the model into the same directory."""
+    import pytest
+
+    from searchrl.stages import run_sft
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="SFT runs in one process: run `searchrl sft` without accelerate launch"):
+        run_sft(load_config("demo"), "unused")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from searchrl.config import RunConfig
@@ -76,6 +77,10 @@ def run_sft(cfg: RunConfig, out: str | Path) -> list[dict[str, float]]:
     from searchrl.models import load_policy
     from searchrl.sft.trainer import SFTTrainer
 
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each process would train its own copy into the same directory
+        raise ValueError(
+            "SFT runs in one process: run `searchrl sft` without accelerate launch / torchrun (RL stages take them)"
+        )
     seed_everything(cfg.training.seed)
     configure_from(cfg)
     _warn_half_weights(cfg)
