@@ -19,10 +19,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
-
-from rich.progress import Progress, TaskID
 
 from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
@@ -50,6 +49,7 @@ from searchrl.eval.report import (
     print_summary,
     write_reports,
 )
+from searchrl.eval.resume import answer_pair, finish_pair, settings_key
 from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
@@ -295,24 +295,13 @@ def predictions_path(out_dir: str | Path, dataset: str, method: str) -> Path:
     return Path(out_dir) / "predictions" / f"{dataset}__{method}.jsonl"
 
 
-def answer_all(
-    method: Method,
-    examples: Sequence[QAExample],
-    batch_size: int,
-    bar: Progress | None = None,
-    task: TaskID | None = None,
-) -> list[Prediction]:
-    """Run ``method`` over ``examples`` in batches, advancing ``task`` of ``bar`` after each batch."""
-    preds: list[Prediction] = []
-    for start in range(0, len(examples), batch_size):
-        batch = examples[start : start + batch_size]
-        out = method.answer(batch)
-        if len(out) != len(batch):
-            raise RuntimeError(f"method {method.name} returned {len(out)} predictions for {len(batch)} questions")
-        preds.extend(out)
-        if bar is not None and task is not None:
-            bar.advance(task, len(batch))
-    return preds
+def _scored_row(
+    dname: str, mname: str, ex: QAExample, pred: Prediction, fns: Mapping[str, MetricFn], settings: Mapping
+) -> dict[str, Any]:
+    row = item_row(dname, mname, ex, pred, fns)
+    row["metric_settings"] = {m: dict(settings[m]) for m in fns}  # the rule of each score: `eval rescore` takes it
+    add_diagnostics(row)  # the failure flags, and cover-EM counting hedged answers wrong
+    return row
 
 
 def evaluate(
@@ -328,10 +317,13 @@ def evaluate(
     settings: Mapping[str, Mapping[str, str]] | None = None,
     timing: str = "batch",
     methods_by_dataset: Mapping[str, dict[str, Method]] | None = None,
+    resume_key: str | None = None,
 ) -> EvalResult:
     """Every method on every dataset; writes predictions and the summary files into ``out_dir``.
 
     ``methods_by_dataset`` gives some datasets their own methods (the same names over another retriever).
+    ``resume_key`` (the settings, e.g. a hash of the resolved config) makes each pair resumable
+    (:mod:`searchrl.eval.resume`): a rerun with the same key keeps the answers an interrupted one wrote.
 
     ``settings`` (from :func:`metric_settings`) fixes each metric's normalisation; by default the methods'
     protocol's, as ``searchrl eval`` picks them, when they share one (else each metric's own);
@@ -356,13 +348,12 @@ def evaluate(
         for dname, examples in datasets.items():
             for mname, method in (methods_by_dataset or {}).get(dname, methods).items():
                 task = bar.add_task(f"{dname} / {mname}", total=len(examples))
-                preds = answer_all(method, examples, answer_batch, bar, task)
-                rows = [item_row(dname, mname, ex, p, fns) for ex, p in zip(examples, preds, strict=True)]
-                for row in rows:  # the rule each score was computed with: `eval rescore` applies the same one
-                    row["metric_settings"] = {m: dict(settings[m]) for m in metrics}
-                    add_diagnostics(row)  # the failure flags, and cover-EM counting hedged answers wrong
                 path = predictions_path(out, dname, mname)
+                key = resume_key and f"{resume_key}/{dname}/{mname}"
+                to_row = partial(_scored_row, dname, mname, fns=fns, settings=settings)
+                rows = answer_pair(method, examples, answer_batch, to_row, path, key, bar, task)
                 write_jsonl(path, rows)  # written before judging: a failing judge does not lose the predictions
+                finish_pair(path)
                 if judge is not None:
                     apply_judge(rows, judge)
                     write_jsonl(path, rows)
@@ -494,6 +485,7 @@ def run_from_config(
             settings=metric_settings(check_metrics(ev.metrics), ev.normalize, ev.boundary, cfg.rollout.protocol),
             timing=ev.timing,
             methods_by_dataset=by_dataset,
+            resume_key=settings_key(cfg),
         )
     finally:
         if judge is not None:
