@@ -86,3 +86,15 @@ def test_the_settings_key_follows_the_config_and_a_local_policys_files(tmp_path:
     assert key != settings_key(load_config("demo", [f"model.policy={policy}", "evaluation.seed=1"]))
     (policy / "model.safetensors").write_bytes(b"weights trained again")
     assert key != settings_key(cfg)
+
+
+def test_a_sampled_baseline_gives_a_question_the_same_answer_in_any_batch(examples) -> None:
+    """Each prompt samples from its own stream: a resumed or re-batched evaluation answers a question alike."""
+    from searchrl.generation.fake import ByteTokenizer
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.testing import tiny_model
+
+    method = DirectMethod(HFGenerator(tiny_model(), ByteTokenizer()), temperature=1.0, max_new_tokens=12, seed=3)
+    together = method.answer(examples)
+    alone = method.answer(examples[2:])
+    assert together[2].raw == alone[0].raw and together[0].raw != together[1].raw

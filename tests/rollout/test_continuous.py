@@ -349,3 +349,23 @@ def test_config_setting_reaches_the_engine() -> None:
     assert load_config(None, []).rollout.continuous is False
     cfg = load_config(None, ["rollout.continuous=true"])
     assert RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk).continuous is True
+
+
+@pytest.mark.parametrize("continuous_", [False, True])
+def test_a_question_samples_the_same_tokens_whatever_its_batch(continuous_: bool) -> None:
+    """Each trajectory's sampling stream is keyed by its uid (a question and its sample index), not its place in
+    the call: a question rolled out alone, or among others in another order, samples the same tokens (an
+    evaluation split into other batches, or resumed, gives each question the same answer)."""
+    model = tiny_policy()
+    lim = dict(max_turns=3, max_searches=2, max_new_tokens=16, max_obs_tokens=40, max_total_tokens=200, topk=2)
+
+    def run(examples):
+        limits = RolloutLimits(**lim, continuous=continuous_)
+        engine = RolloutEngine(HFGenerator(model, ByteTokenizer()), SlowRetriever(), RandomActions(), limits)
+        return {t.uid: t for t in engine.run(examples, group_size=2, temperature=1.0, seed=5)}
+
+    together, alone = run(EXAMPLES[:6]), run(EXAMPLES[5:6])
+    reordered = run(EXAMPLES[:6][::-1])
+    assert_same([together["id5#0"], together["id5#1"]], [alone["id5#0"], alone["id5#1"]])
+    assert_same(list(together.values()), [reordered[uid] for uid in together])
+    assert together["id5#0"].response_ids != together["id5#1"].response_ids  # a group's samples still differ

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 import time
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from searchrl.data.records import QAExample
-from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
 from searchrl.generation.prompts import render_user_prompt
 from searchrl.retrieval.base import Hit
 from searchrl.rollout.trajectory import Trajectory
@@ -242,7 +243,8 @@ class Method(ABC):
     def _generate(
         self, texts: list[str], max_new_tokens: int, stop: tuple[str, ...] = (), step: int = 0
     ) -> list[Completion]:
-        """One generate call for the whole batch (the seed is offset by the step so steps differ when sampling)."""
+        """One generate call for the whole batch (the seed is offset by the step so steps differ when sampling; each
+        prompt samples from its own stream, so a question's tokens do not depend on its batch)."""
         prompts = [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
         params = SamplingParams(
             max_new_tokens=max_new_tokens,
@@ -250,6 +252,7 @@ class Method(ABC):
             top_p=self.top_p,
             stop=stop,
             seed=self.seed + step,
+            row_seeds=tuple(mix_seed(self.seed, step, zlib.crc32(t.encode())) for t in texts),
         )
         return self.generator.generate(prompts, params)
 

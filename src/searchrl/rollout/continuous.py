@@ -69,7 +69,7 @@ class ContinuousRollout:
         if not budget:
             return False
         context = row.traj.prompt_ids + row.traj.response_ids
-        self.waiting.append(Segment(key, context, budget, mix_seed(self.base_seed, row.turn_no, key)))
+        self.waiting.append(Segment(key, context, budget, mix_seed(self.base_seed, row.turn_no, row.traj.stream_key)))
         return True
 
     def _next(self, key: int) -> bool:

@@ -299,7 +299,7 @@ class RolloutEngine:
         return [self.protocol.frame_question(q, hs) for q, hs in zip(questions, hits, strict=True)], list(hits)
 
     def _loop(self, trajs: list[Trajectory], timing: dict[str, float], temperature, top_p, seed, base_seed) -> None:
-        active, index, lim, n_turns = list(trajs), {id(t): i for i, t in enumerate(trajs)}, self.limits, self.n_turns()
+        active, lim, n_turns = list(trajs), self.limits, self.n_turns()
         final_next: set[int] = set()  # silent: trajectories whose next turn is their final one (over budget)
         for turn_no in range(n_turns):
             for t in active:
@@ -314,7 +314,7 @@ class RolloutEngine:
                 top_p=top_p,
                 stop=self.stop_strings(),
                 seed=None if seed is None else seed + turn_no,
-                row_seeds=tuple(mix_seed(base_seed, turn_no, index[id(t)]) for t in active),
+                row_seeds=tuple(mix_seed(base_seed, turn_no, t.stream_key) for t in active),
                 keep_cache=turn_no < n_turns - 1,  # a last turn's caches would serve no later call
                 keep_eos_rows=lim.continue_after_eos,
             )

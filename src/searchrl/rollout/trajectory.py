@@ -7,6 +7,7 @@ environment inserted (documents, feedback). Nothing is ever re-tokenized: ``acti
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -45,6 +46,12 @@ class Trajectory:
     answer: str | None = None
     stop_reason: str = ""  # "answer" | "eos" | "length" | "max_turns" | "no_answer" | "max_searches"
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stream_key(self) -> int:
+        """The key of this trajectory's sampling stream (with the run's seed and the turn): from its uid, so a
+        question samples the same tokens whichever batch, and wherever in it, the question is rolled out."""
+        return zlib.crc32(self.uid.encode())
 
     @property
     def n_searches(self) -> int:
