@@ -262,7 +262,7 @@ class RolloutEngine:
                         metadata=dict(meta),
                     )
                 )
-        base_seed = seed if seed is not None else random.getrandbits(63)  # each row's stream: (seed, turn, row)
+        base_seed = seed if seed is not None else random.getrandbits(63)  # a row's stream: (seed, turn, its uid)
         t_start = time.perf_counter()
         try:
             if self.limits.continuous and self.generator.supports_continuous:
