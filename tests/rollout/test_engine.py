@@ -171,6 +171,35 @@ def test_continue_after_eos_gives_a_turn_without_action_the_feedback() -> None:
     assert t.stop_reason == "answer" and t.answer == "a" and t.response_ids[-1] == tok.eos_token_id
 
 
+@pytest.mark.parametrize("name", ["search_r1", "search_o1"])
+def test_feedback_that_does_not_fit_whole_is_not_cut_into_an_answer(name: str) -> None:
+    """The invalid-action text quotes the answer syntax ("between <answer> and </answer>", "\\boxed{answer}"): a
+    copy cut to the room left would end in that syntax and read as the model's answer. It goes in whole or the
+    trajectory stops (``length``), with nothing inserted and no answer."""
+    tok, protocol = ByteTokenizer(), get_protocol(name)
+    gen = ScriptedGenerator(tok, lambda ctx: "thinking without any tag " * 3, eos=False)
+    feedback = len(tok.encode(protocol.invalid_feedback(protocol.parse("thinking"))))
+    (prompt,) = [len(RolloutEngine(gen, None, protocol).prompt_ids("Q?"))]
+    for room_after_turn, fits in ((feedback - 5, False), (feedback + 40, True)):
+        total = prompt + len(tok.encode("thinking without any tag " * 3)) + room_after_turn
+        limits = RolloutLimits(max_turns=2, max_new_tokens=200, max_obs_tokens=8, max_total_tokens=total)
+        (t,) = RolloutEngine(gen, CountingRetriever(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
+        first = t.turns[0]
+        assert first.action == "invalid" and (first.n_obs_tokens == feedback) == fits, (room_after_turn, first)
+        assert t.answer is None and not protocol.check_format(tok.decode(t.response_ids)).has_answer
+        if not fits:
+            assert t.stop_reason == "length" and first.observation == "" and t.n_turns == 1
+
+
+def test_an_invalid_forced_final_turn_counts_as_invalid() -> None:
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    replies = iter([protocol.format_search(["q"]), "no tags at all"])
+    gen = ScriptedGenerator(tok, lambda ctx: next(replies), eos=False)
+    limits = RolloutLimits(max_turns=1, max_new_tokens=100, max_total_tokens=20000, force_answer="hint")
+    (t,) = RolloutEngine(gen, CountingRetriever(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    assert [turn.action for turn in t.turns] == ["search", "invalid"] and t.stop_reason == "no_answer"
+
+
 def test_total_length_never_drops_the_question() -> None:
     tok = ByteTokenizer()
     protocol = get_protocol("search_r1")

@@ -22,7 +22,8 @@ Limits and truncation policy (documented in docs/rollout.md):
   last ``_OBS_TAIL`` tokens (so closing tags survive; more when the protocol's ``observation_suffix``, e.g. the
   chat template's text after a tool reply, needs them) and drops the middle.
 - ``max_total_tokens`` (prompt + response): the context is never cut from the left, so the question is never
-  dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``.
+  dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``, as one does whose feedback or
+  hint text does not fit whole (a cut copy of its quoted answer syntax would read as an answer).
 - A turn that ends in EOS without an answer ends the trajectory (``"eos"``) unless ``continue_after_eos`` (Search-R1's
   loop); an invalid action that did not end in EOS gets the protocol's feedback text and the trajectory continues.
 
@@ -38,7 +39,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from searchrl.config import RolloutConfig
@@ -118,18 +119,9 @@ class RolloutLimits:
 
     @classmethod
     def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
-        return cls(
-            max_turns=rollout_cfg.max_turns,
-            max_searches=rollout_cfg.max_searches,
-            max_new_tokens=rollout_cfg.max_new_tokens,
-            max_obs_tokens=rollout_cfg.max_obs_tokens,
-            max_total_tokens=rollout_cfg.max_total_tokens,
-            force_answer=rollout_cfg.force_answer,
-            topk=topk,
-            max_obs_tokens_per_query=getattr(rollout_cfg, "max_obs_tokens_per_query", None),
-            continuous=rollout_cfg.continuous,
-            continue_after_eos=getattr(rollout_cfg, "continue_after_eos", False),
-        )
+        """The limits of ``rollout_cfg`` (those it sets; a config section of its own may lack the newer ones)."""
+        names = [f.name for f in fields(cls) if f.name != "topk" and hasattr(rollout_cfg, f.name)]
+        return cls(topk=topk, **{n: getattr(rollout_cfg, n) for n in names})
 
 
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
@@ -205,9 +197,14 @@ class RolloutEngine:
     def prompt_ids(self, question: str) -> list[int]:
         return self._encode(build_prompt_text(self.protocol, self.tokenizer, question, self.prompt_style))
 
-    def _insert(self, traj: Trajectory, text: str) -> tuple[str, int]:
-        """Append ``text`` as inserted tokens; returns what the policy reads and its token count."""
-        ids, text = cut_observation(self.tokenizer, text, self.limits.max_obs_tokens, self._obs_tail, self._room(traj))
+    def _insert(self, traj: Trajectory, text: str, whole: bool = False) -> tuple[str, int]:
+        """Append ``text`` as inserted tokens; returns what the policy reads and its token count. ``whole`` (feedback,
+        hints): uncut or not at all, and then the trajectory stops (the module docstring says why)."""
+        room, cap = self._room(traj), None if whole else self.limits.max_obs_tokens
+        ids, text = cut_observation(self.tokenizer, text, cap, self._obs_tail, None if whole else room)
+        if len(ids) > room:  # whole text only
+            self._stop(traj, "length")
+            return "", 0
         traj.append(ids, sampled=False)
         return text, len(ids)
 
@@ -353,8 +350,10 @@ class RolloutEngine:
         """Start turn ``turn_no``: the hint before the forced final turn, then the room check. Returns the turn's
         token budget; 0 when the trajectory stopped (``length``)."""
         lim = self.limits
-        if turn_no == lim.max_turns and force_mode(lim.force_answer) == "hint":
-            self._insert(traj, self.protocol.force_answer_text())
+        if turn_no == lim.max_turns and force_mode(lim.force_answer) == "hint" and not traj.stop_reason:
+            self._insert(traj, self.protocol.force_answer_text(), whole=True)
+        if traj.stop_reason:  # its last insertion did not fit
+            return 0
         if self._room(traj) < _MIN_ROOM:
             self._stop(traj, "length")
             return 0
@@ -403,7 +402,7 @@ class RolloutEngine:
             self._stop(traj, "eos")
             return turn, "stop"
         if last or forced:  # no turn follows: no feedback, no observation, the search is not run
-            turn.action = "invalid" if isinstance(action, Invalid) and not forced else "none"
+            turn.action = "invalid" if isinstance(action, Invalid) else "none"
             turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
             self._stop(traj, "no_answer" if forced else "max_turns")
             return turn, "stop"
@@ -421,8 +420,8 @@ class RolloutEngine:
             turn.action = "invalid"
             turn.invalid_reason = action.reason
             turn.observation = self.protocol.invalid_feedback(action)
-        turn.observation, turn.n_obs_tokens = self._insert(traj, turn.observation)
-        return turn, "next"
+        turn.observation, turn.n_obs_tokens = self._insert(traj, turn.observation, whole=True)
+        return turn, "stop" if traj.stop_reason else "next"
 
     def _retrieve(self, queries: list[str], timing: dict[str, float]) -> tuple[list[list[Hit]], float]:
         """ONE batched retriever call for ``queries``; returns the hits and the call's wall time (also added to
@@ -462,7 +461,7 @@ class RolloutEngine:
             if all(q in searched for q in qs):
                 turn.action = "search_repeated"  # not executed, not counted against the search limit
                 turn.observation = self.repeated_query_text
-                turn.observation, turn.n_obs_tokens = self._insert(traj, turn.observation)
+                turn.observation, turn.n_obs_tokens = self._insert(traj, turn.observation, whole=True)
             else:
                 fresh.append((traj, turn, qs))
         return fresh
