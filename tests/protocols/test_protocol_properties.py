@@ -229,4 +229,4 @@ def test_boxed_spans_match_a_reference_brace_matcher(text: str) -> None:
                 i += 1
             if depth == 0:
                 expected.append((start, i, text[start + len("\\boxed{") : i - 1]))
-    assert sorted(boxed_spans(text)) == sorted(expected)
+    assert sorted((s, e, text[cs:ce]) for s, e, cs, ce in boxed_spans(text)) == sorted(expected)

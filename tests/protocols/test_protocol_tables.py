@@ -171,11 +171,12 @@ def test_r1_searcher_pp_parse() -> None:
     assert p.parse(internal + call) == Search(("who raised Boba Fett",))
     assert p.parse("So the answer is \\boxed{Jango Fett}.") == Answer("Jango Fett")
     assert p.parse("\\boxed{\\text{Jango {Fett}}}") == Answer("Jango {Fett}")  # LaTeX's \\text{} unwrapped
-    assert p.parse("\\boxed{A} then " + call) == Answer("A")
+    # generation pauses at the end of a search call: a box before it is tentative, the search runs
+    assert p.parse("\\boxed{A} then " + call) == Search(("who raised Boba Fett",))
     # a turn that boxes twice answers with its last box, the answer the format reward scores
     two = "So \\boxed{Lyon}. No, the records say \\boxed{Paris}."
     assert p.parse(two) == Answer("Paris") and p.check_format(two).answer == "Paris"
-    assert p.parse("\\boxed{A}, \\boxed{B} then " + call + " \\boxed{C}") == Answer("B")
+    assert p.parse("\\boxed{A}, \\boxed{B} then " + call + " \\boxed{C}") == Search(("who raised Boba Fett",))
     assert p.parse(call + " and \\boxed{A}") == Search(("who raised Boba Fett",))
     assert p.parse("\\boxed{unclosed") == Invalid(NO_ACTION)
     assert p.parse("<|begin_external_search|>  <|end_external_search|>") == Invalid(EMPTY_QUERY)

@@ -112,12 +112,13 @@ def first_action(text: str, pairs: dict[str, tuple[str, str]]) -> Found | None:
     return None
 
 
-def boxed_spans(text: str) -> list[tuple[int, int, str]]:
-    """Every complete ``\\boxed{...}`` as ``(start, end, content)``, braces nested to any depth, in order of end.
+def boxed_spans(text: str) -> list[tuple[int, int, int, int]]:
+    """Every complete ``\\boxed{...}`` as ``(start, end, content start, content end)``, braces nested to any depth,
+    in order of end.
 
-    One pass with a stack, so a text full of unclosed ``\\boxed{`` stays linear.
+    One pass with a stack and no copies, so a text full of unclosed (or deeply nested) ``\\boxed{`` stays linear.
     """
-    spans: list[tuple[int, int, str]] = []
+    spans: list[tuple[int, int, int, int]] = []
     stack: list[tuple[bool, int, int]] = []  # (is_boxed, start of "\boxed{", start of content)
     for m in re.finditer(r"\\boxed\{|\{|\}", text):
         token = m.group(0)
@@ -125,10 +126,16 @@ def boxed_spans(text: str) -> list[tuple[int, int, str]]:
             if stack:
                 is_boxed, start, content_start = stack.pop()
                 if is_boxed:
-                    spans.append((start, m.end(), text[content_start : m.start()]))
+                    spans.append((start, m.end(), content_start, m.start()))
         else:
             stack.append((token != "{", m.start(), m.end()))
     return spans
+
+
+def last_box(text: str) -> str | None:
+    """The content of ``text``'s last complete ``\\boxed{...}`` (the one that ends last); None without one."""
+    spans = boxed_spans(text)
+    return text[spans[-1][2] : spans[-1][3]] if spans else None
 
 
 def unbox(content: str | None) -> str | None:

@@ -10,8 +10,8 @@ tags and rules); the question follows in the user turn after ``Question:`` (§1.
 Observation layout (App. C Table 6, §1.3), right after the closing search tag:
 ``" <|begin_search_result|>\\n(1)title text\\n(2)...\\n<|end_search_result|>"``; the model continues right
 after the closing result tag. Stop string: ``<|end_external_search|>`` (implied; not stated). The answer is the
-last complete ``\\boxed{}`` with nested braces handled; ``parse`` returns whichever comes first in a turn: a
-complete external search or a complete ``\\boxed{}``.
+last complete ``\\boxed{}`` with nested braces handled; ``parse`` returns a turn's complete external search when it
+has one (generation pauses at its end tag, as in the paper's loop), else its last complete ``\\boxed{}``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from searchrl.protocols._tags import (
     NO_ACTION,
     TagProtocol,
     blocks,
-    boxed_spans,
     count_tag,
     first_action,
     garbled_problems,
     hit_contents,
+    last_box,
     model_text,
     unanswered_searches,
     unbox,
@@ -89,15 +89,14 @@ class R1SearcherPPProtocol(TagProtocol):
         return f"{INTERNAL[0]}{text}{INTERNAL[1]}\n"
 
     def parse(self, turn_text: str) -> Action:
-        """A complete ``\\boxed{...}`` that ends before the turn's first complete external search call (the last
-        such box, the answer :meth:`check_format` scores), else that search call."""
+        """The turn's first complete external search call (generation pauses at its end tag, so a box written
+        before it is a tentative answer the search goes on from), else its last complete ``\\boxed{...}`` (the
+        answer :meth:`check_format` scores)."""
         search = first_action(turn_text, {"search": EXTERNAL})
-        boxed = [b for b in boxed_spans(turn_text) if search is None or b[1] <= search.end]
-        if boxed:
-            return Answer(unbox(boxed[-1][2]) or "")
-        if search is None:
-            return Invalid(NO_ACTION)
-        return self._search_from(search.content)
+        if search is not None:
+            return self._search_from(search.content)
+        box = last_box(turn_text)
+        return Invalid(NO_ACTION) if box is None else Answer(unbox(box) or "")
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         hits = self._prepared(queries, hits)
@@ -144,8 +143,7 @@ class R1SearcherPPProtocol(TagProtocol):
             problems.append("search-result tag written by the policy (documents without retrieval)")
         if any(ev.kind == "obs_unclosed" for ev in events):
             problems.append("unclosed search-result block")
-        spans = boxed_spans(model_text(events))
-        answer = unbox(spans[-1][2]) if spans else None
+        answer = unbox(last_box(model_text(events)))
         if not answer:
             problems.append("no non-empty \\boxed{} final answer")
         problems.extend(garbled_problems(events))

@@ -28,9 +28,9 @@ from searchrl.protocols._tags import (
     NO_ACTION,
     TagProtocol,
     blocks,
-    boxed_spans,
     count_tag,
     first_action,
+    last_box,
     model_text,
     unanswered_searches,
     unbox,
@@ -102,10 +102,8 @@ class SearchO1Protocol(TagProtocol):
         search = first_action(turn_text, {"search": QUERY})
         if search is not None:
             return self._search_from(search.content)
-        spans = boxed_spans(turn_text)
-        if spans:
-            return Answer(unbox(spans[-1][2]) or "")
-        return Invalid(NO_ACTION)
+        box = last_box(turn_text)
+        return Invalid(NO_ACTION) if box is None else Answer(unbox(box) or "")
 
     # ------------------------------------------------------------------------------------------ inserted texts
     def format_result(self, text: str) -> str:
@@ -163,8 +161,7 @@ class SearchO1Protocol(TagProtocol):
             problems.append("search-result tag written by the model (results without a search)")
         if any(ev.kind == "obs_unclosed" for ev in events):
             problems.append("unclosed search-result block")
-        spans = boxed_spans(model_text(events))
-        answer = unbox(spans[-1][2]) if spans else None
+        answer = unbox(last_box(model_text(events)))
         if not answer:
             problems.append("no non-empty \\boxed{} final answer")
         return FormatReport(
