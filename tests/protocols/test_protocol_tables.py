@@ -192,10 +192,13 @@ RAG_MQ_PARSE = [
     ("<search> , , </search>", Invalid(EMPTY_QUERY)),
     ('<search> ["a", "b, with comma"] </search>', Search(("a", "b, with comma"))),
     ('<search> {"query": ["a"], "documents": []} </search>', Search(("a",))),
-    ("<search> [a, b </search>", Invalid(BAD_JSON)),
+    ("<search> [a, b </search>", Search(("[a", "b"))),  # not JSON after all: the authors' comma split
+    ("<search> [Jr.] Sammy Davis, Rat Pack </search>", Search(("[Jr.] Sammy Davis", "Rat Pack"))),
+    ("<search> a, b, c, " + "x" * 501 + " </search>", Search(("a", "b", "c"))),  # a 4th, dropped, is not checked
+    ("<search> \u200b\u202e </search>", Invalid(EMPTY_QUERY)),  # invisible format characters only
     ('<search> {"x": 1} </search>', Invalid(BAD_JSON)),
     ("<search> [1, 2] </search>", Invalid(BAD_JSON)),
-    ("<search> " + "[" * 5000 + " </search>", Invalid(BAD_JSON)),
+    ("<search> " + "[" * 5000 + " </search>", Invalid(QUERY_TOO_LONG)),  # not JSON: one long query
     ('<search> ["", " "] </search>', Invalid(EMPTY_QUERY)),
     ("<search> ok, " + "x" * 501 + " </search>", Invalid(QUERY_TOO_LONG)),
 ]

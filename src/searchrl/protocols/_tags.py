@@ -17,6 +17,7 @@ Parsers never raise. Invalid actions carry one of the short reason codes below, 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -327,9 +328,12 @@ class TagProtocol(Protocol):
         return self._search_from(found.content)
 
     def _clean_query(self, raw: str) -> str:
-        """Protocol tags removed (they are never part of a query), whitespace collapsed."""
+        """Protocol tags removed (they are never part of a query), invisible format characters (zero-width, bidi
+        marks) dropped, whitespace collapsed."""
         for tag in self.all_tags:
             raw = raw.replace(tag, " ")
+        if not raw.isascii():
+            raw = "".join(ch for ch in raw if unicodedata.category(ch) != "Cf")
         return collapse_ws(raw)
 
     def _split_queries(self, content: str) -> list[str] | Invalid:
@@ -340,13 +344,14 @@ class TagProtocol(Protocol):
         split = self._split_queries(content)
         if isinstance(split, Invalid):
             return split
-        queries = [q for q in (self._clean_query(raw) for raw in split) if q]
+        # More queries than allowed: keep the first ``max_queries`` (documented on RAG-R1's protocol); the ones
+        # dropped are not checked
+        queries = [q for q in (self._clean_query(raw) for raw in split) if q][: self.max_queries]
         if not queries:
             return Invalid(EMPTY_QUERY)
         if any(len(q) > self.max_query_chars for q in queries):
             return Invalid(QUERY_TOO_LONG)
-        # More queries than allowed: keep the first ``max_queries`` (documented on RAG-R1's protocol).
-        return Search(tuple(queries[: self.max_queries]))
+        return Search(tuple(queries))
 
     # ------------------------------------------------------------------------------------ inserted texts
     def _feedback_how(self) -> str:

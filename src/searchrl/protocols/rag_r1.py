@@ -16,7 +16,8 @@ Layouts follow the authors' code (§1.4 [CODE]): each query's documents are
 "\\n</information>\\n"``, where body is the JSON (multi-query) or the documents string (single-query).
 Query splitting is the code's ``split(',')``, strip, drop empties, so a query cannot contain a comma. Lenient
 addition: a call whose content is a JSON list of strings (models imitating the information block) is accepted;
-content that starts like JSON (``[`` or ``{``) but does not parse to a list of strings is ``Invalid("bad_json")``.
+JSON of another shape is ``Invalid("bad_json")``; content that only starts like JSON (``[Jr.] Sammy Davis, Rat
+Pack``) is split on commas, as the code splits everything.
 
 Deviations: our own prompt wording; JSON is written with ``ensure_ascii=False`` so non-ASCII titles stay readable
 to the model (the code escapes them); no format reward exists in the paper (§3), so ``check_format`` is
@@ -80,8 +81,8 @@ class RAGR1Protocol(SearchR1Protocol):
         if stripped[:1] in ("[", "{"):
             try:
                 loaded = json.loads(stripped)
-            except (ValueError, RecursionError):
-                return Invalid(BAD_JSON)
+            except (ValueError, RecursionError):  # "[Jr.] Sammy Davis, Rat Pack": the authors' comma split
+                return content.split(",")
             if isinstance(loaded, dict):
                 loaded = loaded.get("query", loaded.get("queries"))
             if not isinstance(loaded, list) or not all(isinstance(q, str) for q in loaded):
