@@ -87,14 +87,18 @@ def test_grpo_learns_with_uniform_groups_dropped(tmp_path: Path) -> None:
 def test_dynamic_sampling_refills_until_the_step_holds_enough_informative_groups(tmp_path: Path) -> None:
     """DAPO's refill: a step samples further rounds of 4 fresh questions until it holds 4 informative groups (here
     the odd-numbered questions'; even ones score a constant) or 3 rounds are made, and updates on all of them."""
-    calls: list[tuple[int, int]] = []  # (step, odd groups in the round)
+    calls: list[tuple[int, int]] = []  # (step, informative groups in the round: odd ones whose samples differ)
     refill = {"algorithm.drop_uniform_groups": "true", "algorithm.max_sampling_rounds": "3"}
     trainer = make_trainer(tmp_path / "refill", lr=1e-3, steps=6, **refill)
 
     def half_constant(trajs):
         scores, _ = letter_fraction_reward(trajs)
         odd = [int(t.question_id[1:]) % 2 == 1 for t in trajs]
-        calls.append((trainer.state.step, sum(odd) // 8))
+        groups: dict[str, list[float]] = {}
+        for t, s, o in zip(trajs, scores, odd, strict=True):
+            if o:
+                groups.setdefault(t.group_id, []).append(s)
+        calls.append((trainer.state.step, sum(max(g) != min(g) for g in groups.values())))
         return [s if o else 0.5 for s, o in zip(scores, odd, strict=True)], {"reward/total": _mean(scores)}
 
     trainer.reward_fn = half_constant
