@@ -572,3 +572,18 @@ def test_search_o1_prompt_states_the_search_limit() -> None:
     assert make_protocol(cfg).max_searches == 2  # a recipe's search budget is the one the prompt states
     with pytest.raises(ValueError, match="positive integer"):
         get_protocol("search_o1", max_searches=0)
+
+
+def test_r1_searcher_labels_difficulty_with_the_data_selection_prompt() -> None:
+    """The paper's two system prompts: the RL one (single triple per query) and the instruct labeller's (decompose,
+    reflect, brainstorm, verify, refine, revise); the R1-Searcher recipes' selection stages take the latter."""
+    rl, selection = get_protocol("r1_searcher"), get_protocol("r1_searcher", prompt="selection")
+    assert "single triple" in rl.system_prompt() and "single triple" not in selection.system_prompt()
+    assert "brainstorming" in selection.system_prompt() and "<|begin_of_query|>" in selection.system_prompt()
+    with pytest.raises(ValueError, match="use rl or selection"):
+        get_protocol("r1_searcher", prompt="other")
+    from searchrl.config import load_config
+
+    for recipe in ("r1_searcher_stage1", "r1_searcher_stage2"):
+        stages = [s for s in load_config(recipe).pipeline if s.op == "select-difficulty"]
+        assert stages and all(s.set == {"rollout.options.prompt": "selection"} for s in stages)

@@ -10,6 +10,8 @@ raw text ending ``User:{question}\\nAssistant:``. As in the authors' code the as
 documents follow the query as ``"\\n\\n<|begin_of_documents|>\\n(1){doc}\\n(2){doc}\\n<|end_of_documents|>\\n\\n"``,
 where ``{doc}`` is ``title text``. Queries have ``"`` removed and whitespace collapsed (as in the code).
 
+Option ``prompt: selection`` gives the instruct model that labels difficulty the paper's data-selection prompt.
+
 Deviations: our own prompt wording; the paper's rollout simply ends when a turn has no query (code); here such a
 turn is ``Invalid`` and the engine may insert ``invalid_feedback`` (the engine's budget still bounds the loop).
 """
@@ -54,6 +56,19 @@ SYSTEM_PROMPT = (
     + _SEARCH_RULES.format(who="you are", whom="you")
 )
 
+#: the paper's "System Prompt for Data Selection" (§1.2a), in our words: the instruct model that labels difficulty
+#: reasons by decomposing, reflecting, brainstorming, verifying, refining and revising, and searches with keywords
+#: (no single-triple rule); option ``prompt: selection``.
+SELECTION_PROMPT = (
+    "You are a helpful assistant. For every question, first work through the reasoning in your mind and then give "
+    "the final answer. "
+    + _FORMAT_RULES
+    + "Reason by breaking the question down, reflecting, brainstorming, checking, refining and revising. When you "
+    'are unsure of a fact you may search, using the form "<|begin_of_query|> search query (keywords only) here '
+    '<|end_of_query|>". The search system then returns what it found to you in the form '
+    '"<|begin_of_documents|> ...search results... <|end_of_documents|>".'
+)
+
 BASE_PROMPT = (
     "The User asks a question and the Assistant answers it. The Assistant first works through the reasoning in its "
     "mind and then gives the User the final answer. "
@@ -71,17 +86,19 @@ class R1SearcherProtocol(TagProtocol):
     result_tags = DOCUMENTS
     answer_tags = ANSWER
     other_tags = THINK
-    option_defaults = {**TagProtocol.option_defaults, "prefill_think": True, "max_answer_words": 10}
+    option_defaults = {**TagProtocol.option_defaults, "prefill_think": True, "max_answer_words": 10, "prompt": "rl"}
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        if self.options["prompt"] not in ("rl", "selection"):
+            raise ValueError(f"r1_searcher option prompt={self.options['prompt']!r}: use rl or selection")
         self.prefill_think: bool = self.options["prefill_think"]
         self.max_answer_words: int = self.options["max_answer_words"]
         self.response_prefix = THINK[0] if self.prefill_think else ""
 
     # ----------------------------------------------------------------------------------------------- prompt
     def system_prompt(self) -> str:
-        return SYSTEM_PROMPT
+        return SELECTION_PROMPT if self.options["prompt"] == "selection" else SYSTEM_PROMPT
 
     def instruction(self, question: str) -> str:
         return question.strip()
