@@ -39,34 +39,24 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from typing import Literal
+from dataclasses import dataclass
 
-from searchrl.config import RolloutConfig
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
 from searchrl.generation.prompts import render_prompt, wants_chat
 from searchrl.protocols._tags import hit_contents
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit, Retriever, check_hits
+from searchrl.rollout.limits import FORCE_MODES as FORCE_MODES
+from searchrl.rollout.limits import ForceMode as ForceMode
+from searchrl.rollout.limits import RolloutLimits, force_mode
 from searchrl.rollout.trajectory import Trajectory, Turn
 
 log = logging.getLogger(__name__)
 
 _OBS_TAIL = 16  # tokens kept from the end of a truncated observation
 _MIN_ROOM = 8  # a trajectory with less room than this for new tokens stops with "length"
-FORCE_MODES = ("hint", "silent", "end", "off")
 NO_RETRIEVER = "the policy issued a search but no retriever is configured (pass --index or --url)"
-ForceMode = Literal["hint", "silent", "end", "off"]
-
-
-def force_mode(value: bool | str) -> str:
-    """``rollout.force_answer`` as a mode name: ``true`` is ``hint``, ``false`` is ``off``."""
-    if isinstance(value, bool):
-        return "hint" if value else "off"
-    if value not in FORCE_MODES:
-        raise ValueError(f"rollout.force_answer must be one of {', '.join(FORCE_MODES)} (got {value!r})")
-    return value
 
 
 def truncate_observation(ids: list[int], max_tokens: int, tail: int = _OBS_TAIL) -> list[int]:
@@ -99,29 +89,6 @@ def observation_tail(protocol: Protocol, tokenizer) -> int:
     if not suffix or tokenizer is None:
         return _OBS_TAIL
     return max(_OBS_TAIL, len(tokenizer.encode(suffix, add_special_tokens=False)) + 1)
-
-
-@dataclass(frozen=True)
-class RolloutLimits:
-    max_turns: int = 4
-    max_searches: int = 4
-    max_new_tokens: int = 128
-    max_obs_tokens: int = 256
-    max_total_tokens: int = 1536
-    force_answer: bool | str = "hint"  # a mode of FORCE_MODES (true = hint, false = off)
-    topk: int = 3
-    #: each query's documents cut to this many tokens before the protocol builds the observation (RAG-R1).
-    max_obs_tokens_per_query: int | None = None
-    #: not a limit but how turns are scheduled: continuous batching across turns (rollout.continuous).
-    continuous: bool = False
-    #: a turn ending in EOS without an answer gets the invalid-action feedback instead of ending the trajectory.
-    continue_after_eos: bool = False
-
-    @classmethod
-    def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
-        """The limits of ``rollout_cfg`` (those it sets; a config section of its own may lack the newer ones)."""
-        names = [f.name for f in fields(cls) if f.name != "topk" and hasattr(rollout_cfg, f.name)]
-        return cls(topk=topk, **{n: getattr(rollout_cfg, n) for n in names})
 
 
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:

@@ -1,0 +1,54 @@
+"""The rollout engine's limits (``rollout.max_turns``, ``max_searches``, token budgets, ``force_answer``...) as one
+frozen record, and the force-answer modes (``searchrl.rollout.engine`` says what each limit does)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from searchrl.config import RolloutConfig
+
+FORCE_MODES = ("hint", "silent", "end", "off")
+ForceMode = Literal["hint", "silent", "end", "off"]
+
+
+def force_mode(value: bool | str) -> str:
+    """``rollout.force_answer`` as a mode name: ``true`` is ``hint``, ``false`` is ``off``."""
+    if isinstance(value, bool):
+        return "hint" if value else "off"
+    if value not in FORCE_MODES:
+        raise ValueError(f"rollout.force_answer must be one of {', '.join(FORCE_MODES)} (got {value!r})")
+    return value
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    max_turns: int = 4
+    max_searches: int = 4
+    max_new_tokens: int = 128
+    max_obs_tokens: int = 256
+    max_total_tokens: int = 1536
+    force_answer: bool | str = "hint"  # a mode of FORCE_MODES (true = hint, false = off)
+    topk: int = 3
+    #: each query's documents cut to this many tokens before the protocol builds the observation (RAG-R1).
+    max_obs_tokens_per_query: int | None = None
+    #: not a limit but how turns are scheduled: continuous batching across turns (rollout.continuous).
+    continuous: bool = False
+    #: a turn ending in EOS without an answer gets the invalid-action feedback instead of ending the trajectory.
+    continue_after_eos: bool = False
+
+    @classmethod
+    def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
+        c = rollout_cfg
+        return cls(
+            c.max_turns,
+            c.max_searches,
+            c.max_new_tokens,
+            c.max_obs_tokens,
+            c.max_total_tokens,
+            c.force_answer,
+            topk,
+            getattr(c, "max_obs_tokens_per_query", None),
+            c.continuous,
+            getattr(c, "continue_after_eos", False),
+        )
