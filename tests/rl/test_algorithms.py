@@ -494,6 +494,22 @@ def test_dual_clip_caps_negative_advantage_loss_and_leaves_positive_alone():
         policy_loss(logp, old, adv, mask, 0.2, 1.0)
 
 
+def test_clip_higher_raises_only_the_upper_bound():
+    """DAPO's clip-higher: a positive-advantage token is clipped at 1 + eps_high, a negative one still at 1 - eps."""
+    logp = torch.tensor([[math.log(1.25), math.log(0.7)]], dtype=torch.float64, requires_grad=True)
+    old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2)
+    adv = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    same, _ = policy_loss(logp, old, adv, mask, 0.2, None, "seq_mean_token_sum")
+    assert close(same, -1.2 + 0.8)  # ratio 1.25 clipped at 1.2; ratio 0.7 for A < 0: max(0.7, 0.8)
+    higher, m = policy_loss(logp, old, adv, mask, 0.2, None, "seq_mean_token_sum", clip_eps_high=0.28)
+    assert close(higher, -1.25 + 0.8) and m["policy/clip_frac"] == 0.5  # 1.25 is inside 1.28 now
+    with pytest.raises(ValueError, match="clip_eps_high must be > 0"):
+        policy_loss(logp, old, adv, mask, 0.2, None, clip_eps_high=0.0)
+    from searchrl.config import load_config
+
+    assert load_config(None, ["algorithm.clip_eps_high=0.28"]).algorithm.clip_eps_high == 0.28
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("seed", "clip"), [(0, 0.2), (1, None), (2, 0.05)])
 def test_value_loss_matches_loop_and_masked_grad_is_zero(mode, seed, clip):

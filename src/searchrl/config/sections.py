@@ -177,7 +177,9 @@ class RolloutConfig(Section):
 class AlgorithmConfig(Section):
     #: one of searchrl.config.algorithms.ALGORITHMS (the Literal is built from it).
     name: Literal[tuple(ALGORITHMS)] = "grpo"  # type: ignore[valid-type]
-    clip_eps: float = 0.2
+    clip_eps: float = Field(default=0.2, gt=0)
+    #: the ratio's upper clip is 1 + this (DAPO's clip-higher: 0.28); null: clip_eps.
+    clip_eps_high: float | None = Field(default=None, gt=0)
     dual_clip: float | None = None  # dual-clip constant c (> 1) for negative advantages; None: off
     kl_coef: float = 0.001
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"

@@ -67,9 +67,11 @@ def policy_loss(
     global_tokens: float | None = None,
     global_seqs: float | None = None,
     norm_tokens: float | None = None,
+    clip_eps_high: float | None = None,
 ) -> tuple[Tensor, Metrics]:
     """PPO clipped surrogate (Schulman et al., 2017), to minimise: per token
-    ``max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps))`` with ``rho = exp(logp - old_logp)``.
+    ``max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high))`` with ``rho = exp(logp - old_logp)``; ``eps_high``
+    (``clip_eps_high``, DAPO's clip-higher) defaults to ``eps``.
 
     ``dual_clip = c`` (> 1) adds Ye et al.'s (2020) bound for negative advantages: there the per-token loss is
     ``min(max(...), -c * A)``, so a token whose ratio has blown up cannot produce an unbounded loss. Aggregated with
@@ -78,8 +80,9 @@ def policy_loss(
     of KL(old || new)), and the min / mean / max ratio over counted tokens.
     """
     _check_same_shape(logp=logp_BT, old_logp=old_logp_BT, advantages=advantages_BT)
-    if clip_eps <= 0:
-        raise ValueError(f"clip_eps must be > 0, got {clip_eps}")
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    if clip_eps <= 0 or eps_high <= 0:
+        raise ValueError(f"clip_eps and clip_eps_high must be > 0, got {clip_eps} and {eps_high}")
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None, got {dual_clip}")
     m = _bool_mask(mask_BT, logp_BT)  # (B, T)
@@ -89,7 +92,7 @@ def policy_loss(
     ratio_BT = torch.exp(log_ratio_BT)  # (B, T)
     adv_BT = torch.where(m, advantages_BT.detach().to(logp_BT.dtype), zeros_BT)  # (B, T)
     unclipped_BT = -adv_BT * ratio_BT  # (B, T)
-    clipped_BT = -adv_BT * ratio_BT.clamp(1.0 - clip_eps, 1.0 + clip_eps)  # (B, T)
+    clipped_BT = -adv_BT * ratio_BT.clamp(1.0 - clip_eps, 1.0 + eps_high)  # (B, T)
     loss_BT = torch.maximum(unclipped_BT, clipped_BT)  # (B, T)
     dual_active_BT = torch.zeros_like(m)  # (B, T) bool
     if dual_clip is not None:

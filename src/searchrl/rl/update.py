@@ -64,7 +64,8 @@ def policy_micro_loss(
     if method.policy_loss == "gspo":
         loss, pm = A.gspo_loss(logp_BT, old_BT, adv_BT, mm, alg.gspo_clip_low, alg.gspo_clip_high, g_seq)
     else:
-        loss, pm = A.policy_loss(logp_BT, old_BT, adv_BT, mm, alg.clip_eps, alg.dual_clip, agg=mode, **norms)
+        clip = (alg.clip_eps, alg.dual_clip, mode)
+        loss, pm = A.policy_loss(logp_BT, old_BT, adv_BT, mm, *clip, clip_eps_high=alg.clip_eps_high, **norms)
     if st.ref_logp_BT is not None:
         kl_cur_BT, _ = A.kl_penalty(logp_BT, st.ref_logp_BT[idx, :T], mm, alg.kl_estimator)
         loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, mode, **norms)
