@@ -1,5 +1,6 @@
 """An interrupted evaluation resumes: each answered batch is on disk as it finishes, a rerun with the same settings
-answers only the rest (the same predictions as one whole run), other settings start afresh, a cut line is redone."""
+answers only the rest (the same predictions as one whole run), pairs finished before the interruption included;
+other settings or other questions start afresh, a cut line is redone, and repeated questions keep their own rows."""
 
 from __future__ import annotations
 
@@ -9,29 +10,33 @@ from pathlib import Path
 import pytest
 
 from searchrl.config import load_config
+from searchrl.data.records import QAExample
 from searchrl.eval.baselines import DirectMethod
 from searchrl.eval.harness import evaluate
 from searchrl.eval.resume import partial_path, settings_key
 
 
 class Counting(DirectMethod):
-    """DirectMethod that counts the questions it answers and can fail on its n-th batch (an interruption)."""
+    """DirectMethod that records the questions it answers and can fail once it has answered ``fail_at`` batches
+    in this run (an interruption)."""
 
     def __init__(self, generator, fail_at: int | None = None) -> None:
         super().__init__(generator)
         self.asked: list[str] = []
+        self.batches = 0
         self.fail_at = fail_at
 
     def answer(self, examples):
-        if self.fail_at is not None and len(self.asked) >= self.fail_at:
+        if self.fail_at is not None and self.batches >= self.fail_at:
             raise KeyboardInterrupt
+        self.batches += 1
         self.asked += [ex.id for ex in examples]
         return super().answer(examples)
 
 
-def _run(examples, method, out: Path, key: str | None):
+def _run(sets, method, out: Path, key: str | None, methods=("direct",)):
     return evaluate(
-        {"toy": examples}, {"direct": method}, out, metrics=["em"], batch_size=1, show=False, resume_key=key
+        sets, dict.fromkeys(methods, method), out, metrics=["em"], batch_size=1, show=False, resume_key=key
     )
 
 
@@ -39,41 +44,55 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _strip(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "latency_s"} for r in rows]  # wall times differ between runs
+
+
 def test_a_rerun_answers_only_what_the_interrupted_run_left(tmp_path: Path, examples, fakes) -> None:
-    whole = _run(examples, Counting(fakes.scripted(fakes.direct_reply)), tmp_path / "whole", "k1")
-    pred = tmp_path / "cut" / "predictions" / "toy__direct.jsonl"
+    sets = {"toy": examples, "two": examples[:2]}
+    whole = _run(sets, Counting(fakes.scripted(fakes.direct_reply)), tmp_path / "whole", "k1")
+    cut = Counting(fakes.scripted(fakes.direct_reply), fail_at=4)  # the second pair's second batch never comes
     with pytest.raises(KeyboardInterrupt):
-        _run(examples, Counting(fakes.scripted(fakes.direct_reply), fail_at=2), tmp_path / "cut", "k1")
-    kept = _rows(partial_path(pred))
-    assert kept[0] == {"resume_key": "k1/toy/direct"} and [r["id"] for r in kept[1:]] == ["q1", "q2"]
+        _run(sets, cut, tmp_path / "cut", "k1")
+    assert cut.asked == ["q1", "q2", "q3", "q1"]
     again = Counting(fakes.scripted(fakes.direct_reply))
-    resumed = _run(examples, again, tmp_path / "cut", "k1")
-    assert again.asked == ["q3"] and not partial_path(pred).exists()
-    drop = ("latency_s",)  # wall times differ between runs
-    strip = [{k: v for k, v in r.items() if k not in drop} for r in _rows(pred)]
-    assert strip == [{k: v for k, v in r.items() if k not in drop} for r in _rows(whole.paths["toy__direct"])]
-    assert resumed.rows[0]["em"] == whole.rows[0]["em"]
+    resumed = _run(sets, again, tmp_path / "cut", "k1")
+    assert again.asked == ["q2"]  # the finished first pair and the first answer of the second are kept
+    for pair in ("toy__direct", "two__direct"):
+        assert _strip(_rows(resumed.paths[pair])) == _strip(_rows(whole.paths[pair]))
+        assert not partial_path(resumed.paths[pair]).exists()  # the whole evaluation is written: they go
+    assert [r["em"] for r in resumed.rows] == [r["em"] for r in whole.rows]
 
 
 def test_a_cut_line_is_redone_and_other_settings_or_no_key_start_afresh(tmp_path: Path, examples, fakes) -> None:
+    sets = {"toy": examples}
     pred = tmp_path / "predictions" / "toy__direct.jsonl"
     with pytest.raises(KeyboardInterrupt):
-        _run(examples, Counting(fakes.scripted(fakes.direct_reply), fail_at=2), tmp_path, "k1")
-    lines = partial_path(pred).read_text().splitlines()
-    partial_path(pred).write_text("\n".join([*lines[:-1], lines[-1][:20]]) + "\n")  # the interruption cut q2's line
+        _run(sets, Counting(fakes.scripted(fakes.direct_reply), fail_at=2), tmp_path, "k1")
+    raw = partial_path(pred).read_bytes().rstrip(b"\n").split(b"\n")
+    assert json.loads(raw[0]).keys() == {"resume_key"} and len(raw) == 3
+    partial_path(pred).write_bytes(b"\n".join([*raw[:-1], raw[-1][:25]]) + b"\n")  # the interruption cut q2's line
     cut = Counting(fakes.scripted(fakes.direct_reply), fail_at=1)
     with pytest.raises(KeyboardInterrupt):
-        _run(examples, cut, tmp_path, "k1")
-    assert cut.asked == ["q2"] and [json.loads(x)["id"] for x in partial_path(pred).read_text().splitlines()[1:]] == [
-        "q1",
-        "q2",
-    ]
+        _run(sets, cut, tmp_path, "k1")
+    assert cut.asked == ["q2"]
     other = Counting(fakes.scripted(fakes.direct_reply))
-    _run(examples, other, tmp_path, "k2")  # other settings: every question answered again
+    _run(sets, other, tmp_path, "k2")  # other settings: every question answered again
     assert other.asked == ["q1", "q2", "q3"] and not partial_path(pred).exists()
     plain = Counting(fakes.scripted(fakes.direct_reply))
-    _run(examples, plain, tmp_path / "plain", None)  # no key: nothing on disk but the predictions
-    assert plain.asked == ["q1", "q2", "q3"] and not list((tmp_path / "plain" / "predictions").glob("*.partial.*"))
+    _run(sets, plain, tmp_path / "plain", None)  # no key: nothing on disk but the predictions
+    assert plain.asked == ["q1", "q2", "q3"] and not list((tmp_path / "plain" / "predictions").glob("*.partial"))
+
+
+def test_other_questions_start_afresh_and_a_repeated_question_keeps_its_own_row(tmp_path: Path, fakes) -> None:
+    first = [QAExample("q1", fakes.Q_ROME, ["Rome"]), QAExample("q1", fakes.Q_ROME, ["Roma"])]
+    with pytest.raises(KeyboardInterrupt):
+        _run({"toy": first}, Counting(fakes.scripted(fakes.direct_reply), fail_at=1), tmp_path, "k")
+    regenerated = [QAExample("q1", fakes.Q_ROME, ["Paris"]), first[1]]  # the set's file written again, other golds
+    again = Counting(fakes.scripted(fakes.direct_reply))
+    res = _run({"toy": regenerated}, again, tmp_path, "k")
+    assert again.asked == ["q1", "q1"]  # other questions: nothing kept
+    assert [r["golds"] for r in _rows(res.paths["toy__direct"])] == [["Paris"], ["Roma"]]  # one row per occurrence
 
 
 def test_the_settings_key_follows_the_config_and_a_local_policys_files(tmp_path: Path) -> None:

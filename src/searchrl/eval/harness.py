@@ -7,7 +7,8 @@ from a ``RunConfig``, then calls :func:`evaluate`, which for every dataset x met
 2. scores each prediction with every metric of ``evaluation.metrics`` under the method's own normalisation
    (``evaluation.normalize`` / ``boundary``, see :func:`metric_settings`) and the LLM judge, when configured,
 3. writes ``predictions/<dataset>__<method>.jsonl`` (question, golds, prediction, trajectory, per-item metrics),
-and finally writes ``summary.{md,csv,json,png}`` and the resolved ``config.yaml`` and prints the table.
+and finally writes ``summary.{md,csv,json,png}`` and the resolved ``config.yaml`` and prints the table. A run cut
+short resumes: the same command again keeps every answer already written (:mod:`searchrl.eval.resume`).
 
 :mod:`searchrl.eval.rescore` re-scores a predictions file: ours, or R1-Searcher's released one, the authors' way
 (``benchmarks/rescore_r1_searcher.py``). ``evaluation.timing: single`` answers every question alone, so
@@ -27,6 +28,7 @@ from searchrl.config import RunConfig, dump_config
 from searchrl.data.records import QAExample
 from searchrl.data.styles import question_style
 from searchrl.eval import datasets as eval_sets
+from searchrl.eval import resume
 from searchrl.eval.baselines import (
     AgentMethod,
     DirectMethod,
@@ -49,7 +51,7 @@ from searchrl.eval.report import (
     print_summary,
     write_reports,
 )
-from searchrl.eval.resume import answer_pair, finish_pair, settings_key
+from searchrl.eval.resume import answer_pair, settings_key
 from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
@@ -353,12 +355,12 @@ def evaluate(
                 to_row = partial(_scored_row, dname, mname, fns=fns, settings=settings)
                 rows = answer_pair(method, examples, answer_batch, to_row, path, key, bar, task)
                 write_jsonl(path, rows)  # written before judging: a failing judge does not lose the predictions
-                finish_pair(path)
                 if judge is not None:
                     apply_judge(rows, judge)
                     write_jsonl(path, rows)
                 paths[f"{dname}__{mname}"] = path
                 items.extend(rows)
+    resume.finish(paths.values())
     score_names = with_committed([*metrics, *(["judge"] if judge is not None else [])])
     summary = aggregate(items, score_names)
     runtime = time.perf_counter() - t0

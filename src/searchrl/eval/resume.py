@@ -1,16 +1,19 @@
 """Answering one (dataset, method) pair of an evaluation, resumable.
 
-With a resume key, each answered batch's rows are appended to ``predictions/<pair>.partial.jsonl`` as the batch
-finishes (after a first line holding the key). A rerun whose key is the same (``searchrl eval`` keys on the whole
-resolved config) keeps those rows and answers only the questions they lack; another key starts the pair afresh. The
-finished pair's predictions file replaces its partial file. A last line cut by the interruption is dropped.
+With a resume key, each answered batch's rows are appended to ``predictions/<pair>.jsonl.partial`` as the batch
+finishes (after a first line holding the key). A rerun whose key is the same keeps those rows and answers only the
+questions they lack; another key starts the pair afresh. ``searchrl eval`` keys on the whole resolved config, a
+local policy directory's files and each pair's questions (ids, texts and golds). The partial files stay until the
+whole evaluation has finished, so a run cut short in its fifth pair keeps the four it finished; a line cut by the
+interruption is answered again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,32 +33,61 @@ def settings_key(cfg: RunConfig) -> str:
     policy = Path(cfg.training.init_from or cfg.model.policy)
     files = sorted(f for f in policy.iterdir() if f.is_file()) if policy.is_dir() else []
     stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-    return hashlib.sha256((cfg.model_dump_json() + json.dumps(stamp)).encode()).hexdigest()[:16]
+    return _digest(cfg.model_dump_json(), json.dumps(stamp))
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def partial_path(path: Path) -> Path:
-    return path.with_name(path.stem + ".partial.jsonl")
+    return path.with_name(path.name + ".partial")
 
 
-def _kept(partial: Path, key: str) -> list[Row]:
-    """The rows an interrupted run with the same key wrote (its whole lines), rewritten without a cut last line."""
+def _slots(examples: Sequence[QAExample]) -> list[str]:
+    """One name per example, unique even where a file repeats a question under its id: the id and its occurrence."""
+    seen: Counter[str] = Counter()
+    out = []
+    for ex in examples:
+        out.append(f"{ex.id}#{seen[ex.id]}")
+        seen[ex.id] += 1
+    return out
+
+
+def _kept(partial: Path, key: str) -> dict[str, Row]:
+    """The rows by slot that an interrupted run with the same key wrote, the file rewritten without the line the
+    interruption cut (and anything after it)."""
     if not partial.exists():
-        return []
-    lines = partial.read_text(encoding="utf-8").splitlines()
-    try:
-        same = bool(lines) and json.loads(lines[0]).get("resume_key") == key
-    except (json.JSONDecodeError, AttributeError):
-        same = False
-    if not same:
-        return []
-    rows: list[Row] = []
+        return {}
+    lines = partial.read_bytes().split(b"\n")
+    header = {"resume_key": key}
+    if _load(lines[0]) != header:
+        return {}
+    rows: dict[str, Row] = {}
     for line in lines[1:]:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # the line the interruption cut: it and anything after it are answered again
+        entry = _load(line)
+        if not (isinstance(entry, dict) and isinstance(entry.get("slot"), str) and isinstance(entry.get("row"), dict)):
             break
-    atomic_write_lines(partial, [lines[0] + "\n", *(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)])
+        rows[entry["slot"]] = entry["row"]
+    _write(partial, header, rows.items(), "w")
     return rows
+
+
+def _load(line: bytes) -> Any:
+    try:
+        return json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):  # a line cut mid-character or mid-object
+        return None
+
+
+def _write(partial: Path, header: Row | None, entries: Iterable[tuple[str, Row]], mode: str) -> None:
+    lines = [json.dumps(header) + "\n"] if header else []
+    lines += [json.dumps({"slot": s, "row": r}, ensure_ascii=False) + "\n" for s, r in entries]
+    if mode == "w":
+        atomic_write_lines(partial, lines)
+    else:
+        with partial.open("a", encoding="utf-8") as f:
+            f.writelines(lines)
 
 
 def answer_pair(
@@ -69,33 +101,36 @@ def answer_pair(
     task: TaskID | None = None,
 ) -> list[Row]:
     """Every example's row, in order: run ``method`` in batches (advancing ``task`` of ``bar``), ``to_row`` each
-    prediction. With ``key``, resumable as the module says; ``path`` is the pair's predictions file."""
-    partial = partial_path(path)
-    kept = {r["id"]: r for r in _kept(partial, key)} if key else {}
-    kept = {ex.id: kept[ex.id] for ex in examples if ex.id in kept}
+    prediction. With ``key`` (plus a digest of the pair's questions), resumable as the module says; ``path`` is the
+    pair's predictions file."""
+    slots, partial = _slots(examples), partial_path(path)
+    if key:
+        key = _digest(key, *(json.dumps([ex.id, ex.question, list(ex.answers)]) for ex in examples))
+    kept = _kept(partial, key) if key else {}
+    kept = {s: kept[s] for s in slots if s in kept}
     if kept:
         console.log(f"{path.stem}: {len(kept)} of {len(examples)} answers kept from an interrupted run")
-    if key and not kept:
+    elif key:
         partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps({"resume_key": key}) + "\n", encoding="utf-8")
+        _write(partial, {"resume_key": key}, [], "w")
     if bar is not None and task is not None:
         bar.advance(task, len(kept))
-    todo = [ex for ex in examples if ex.id not in kept]
+    todo = [(s, ex) for s, ex in zip(slots, examples, strict=True) if s not in kept]
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
-        preds = method.answer(batch)
+        preds = method.answer([ex for _, ex in batch])
         if len(preds) != len(batch):
             raise RuntimeError(f"method {method.name} returned {len(preds)} predictions for {len(batch)} questions")
-        rows = [to_row(ex, p) for ex, p in zip(batch, preds, strict=True)]
-        kept.update((r["id"], r) for r in rows)
+        rows = [(s, to_row(ex, p)) for (s, ex), p in zip(batch, preds, strict=True)]
+        kept.update(rows)
         if key:
-            with partial.open("a", encoding="utf-8") as f:
-                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+            _write(partial, None, rows, "a")
         if bar is not None and task is not None:
             bar.advance(task, len(batch))
-    return [kept[ex.id] for ex in examples]
+    return [kept[s] for s in slots]
 
 
-def finish_pair(path: Path) -> None:
-    """The pair's predictions file is written: its partial file goes."""
-    partial_path(path).unlink(missing_ok=True)
+def finish(paths: Iterable[Path]) -> None:
+    """The whole evaluation is written: the pairs' partial files go."""
+    for path in paths:
+        partial_path(path).unlink(missing_ok=True)
