@@ -369,3 +369,16 @@ def test_a_question_samples_the_same_tokens_whatever_its_batch(continuous_: bool
     assert_same([together["id5#0"], together["id5#1"]], [alone["id5#0"], alone["id5#1"]])
     assert_same(list(together.values()), [reordered[uid] for uid in together])
     assert together["id5#0"].response_ids != together["id5#1"].response_ids  # a group's samples still differ
+
+
+def test_a_question_twice_in_one_call_samples_two_streams() -> None:
+    """A step whose questions wrap around its data holds a question twice: each occurrence gets its own uids, so its
+    own sampling streams (keyed by uid), not a copy of the other's tokens."""
+    model = tiny_policy()
+    lim = RolloutLimits(
+        max_turns=2, max_searches=1, max_new_tokens=16, max_obs_tokens=40, max_total_tokens=200, topk=2
+    )
+    engine = RolloutEngine(HFGenerator(model, ByteTokenizer()), SlowRetriever(), RandomActions(), lim)
+    trajs = engine.run([EXAMPLES[0], EXAMPLES[0]], group_size=2, temperature=1.0, seed=5)
+    assert [t.uid for t in trajs] == ["id0#0", "id0#1", "id0#2", "id0#3"]
+    assert len({t.group_id for t in trajs}) == 1 and len({tuple(t.response_ids) for t in trajs}) == 4

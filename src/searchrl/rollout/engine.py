@@ -208,7 +208,9 @@ class RolloutEngine:
         trajs: list[Trajectory] = []
         timing = {"generate_s": 0.0, "retrieve_s": 0.0, "engine_s": 0.0, "gen_tokens": 0.0, "retrieve_calls": 0.0}
         framed, docs = self._prompt_documents(examples, timing)
+        seen: dict[str, int] = {}  # a question twice in one call (a step that wraps its data) gets other uids
         for ex, question, hits in zip(examples, framed, docs, strict=True):
+            first = seen[ex.id] = seen.get(ex.id, -group_size) + group_size
             pids = self.prompt_ids(question)
             meta = dict(ex.metadata)
             if hits is not None:  # what a ``rag`` trajectory read (the diagnostics look for the gold there)
@@ -217,7 +219,7 @@ class RolloutEngine:
             for j in range(group_size):
                 trajs.append(
                     Trajectory(
-                        uid=f"{group_prefix}{ex.id}#{j}",
+                        uid=f"{group_prefix}{ex.id}#{first + j}",
                         group_id=f"{group_prefix}{ex.id}",
                         question_id=ex.id,
                         question=ex.question,
