@@ -332,6 +332,29 @@ def test_search_o1_inserts_only_the_refined_documents(retriever) -> None:
     assert mean_metrics(examples, [a, b])["em"] == 1.0
 
 
+def test_search_o1_refines_each_trajectory_from_its_own_stream(retriever) -> None:
+    """Reason-in-Documents samples each trajectory's refinement from a stream of its own (its uid and how many
+    refinements it had), so a sampled evaluation refines a question alike whatever shares its batch."""
+    seeds: dict[str, list[int]] = {}
+
+    class Recording(type(scripted(search_o1_reply))):
+        def generate(self, prompts, params):
+            texts = [self.tokenizer.decode(p) for p in prompts]
+            if params.row_seeds is not None and all("Current search query: " in t for t in texts):
+                for t, s in zip(texts, params.row_seeds, strict=True):  # a refinement call: by its query
+                    seeds.setdefault(t.split("Current search query: ")[1].split("\n")[0], []).append(s)
+            return super().generate(prompts, params)
+
+    limits = RolloutLimits(max_turns=5, max_searches=4, max_new_tokens=200, max_total_tokens=20000, topk=2)
+    gen = Recording(scripted(search_o1_reply).tokenizer, search_o1_reply)
+    method = SearchO1Method(gen, retriever, limits=limits, max_searches=2, temperature=1.0, seed=7)
+    method.answer([QAExample("a", Q_BRIDGE, ["Norway"]), QAExample("b", Q_ACME, ["Jane Roe"])])
+    together = dict(seeds)
+    seeds.clear()
+    method.answer([QAExample("b", Q_ACME, ["Jane Roe"])])
+    assert seeds and all(seeds[q] == together[q] for q in seeds)  # b's refinements: the same streams alone
+
+
 def test_search_o1_without_a_box_has_no_answer(retriever) -> None:
     gen = scripted(lambda ctx: "Rome, I think.")
     (pred,) = SearchO1Method(gen, retriever).answer([QAExample("q", Q_ROME, ["Rome"])])

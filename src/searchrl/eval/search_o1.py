@@ -13,7 +13,7 @@ from typing import Any
 
 from searchrl.data.records import QAExample
 from searchrl.eval.method import Method, Prediction, executed_queries, render_documents, render_prompt
-from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.base import Generator, SamplingParams, mix_seed
 from searchrl.protocols.search_o1 import QUERY, RESULT, SearchO1Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits, SearchCall
@@ -120,11 +120,15 @@ class ReasonInDocuments:
     def __call__(self, calls: list[SearchCall], timing: dict[str, float]) -> list[str]:
         prompts = [self._prompt(c.traj, c.queries[0], c.hits[0]) for c in calls]
         temperature, top_p, seed = self._sampling
+        # each trajectory's own stream (its uid, its refinements so far), not its batch's
+        done = [len(self.refinements.get(c.traj.uid, ())) for c in calls]
+        rows = [mix_seed(seed or 0, 10_000 + n, c.traj.stream_key) for c, n in zip(calls, done, strict=True)]
         params = SamplingParams(
             max_new_tokens=self.refine_max_new_tokens,
             temperature=temperature,
             top_p=top_p,
             seed=None if seed is None else seed + 10_000 + self._n_calls,
+            row_seeds=tuple(rows) if seed is not None else None,
         )
         self._n_calls += 1
         t0 = time.perf_counter()
