@@ -36,6 +36,7 @@ import yaml
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
 from searchrl.config.sections import WorldConfig
 from searchrl.pipeline import data_file, index_kind
+from searchrl.stages.train import one_process_sft
 from searchrl.utils import atomic_write_text, console
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
@@ -154,8 +155,7 @@ _OP_FUNCTIONS = {
 
 
 def stage_arg_names(kind: str, op: str | None) -> set[str]:
-    """The ``args:`` keys a stage of this kind and op takes: its stage function's options (empty: no args; sft, rl
-    and eval stages take their settings from ``set:``)."""
+    """The ``args:`` keys a data stage's op takes (its function's options); sft, rl and eval stages take ``set:``."""
     import inspect
 
     if kind != "data":
@@ -175,8 +175,9 @@ def stage_arg_names(kind: str, op: str | None) -> set[str]:
 
 
 def check_stage_args(stage: StageConfig) -> None:
-    """ConfigError when a stage's ``args:`` hold a key its function does not take (named with the ones it does);
-    ``searchrl run`` checks every stage before the first one runs."""
+    """A stage that cannot run (``args:`` its function does not take, SFT under several processes), before any runs."""
+    if stage.kind == "sft":
+        one_process_sft()
     if not stage.args:
         return
     if stage.kind != "data":
@@ -314,8 +315,7 @@ def _rl(ctx: StageContext) -> dict[str, Any]:
 
 
 def _same_run(cfg: RunConfig, saved: Path) -> bool:
-    """Whether ``cfg`` is the config an interrupted RL stage was started with (``saved``), up to
-    ``training.steps``: a longer run may go on from the checkpoint of a shorter one."""
+    """Whether ``cfg`` is the config an interrupted RL stage started with (``saved``) but for ``training.steps``."""
     if not saved.exists():
         return False
     old = yaml.safe_load(saved.read_text()) or {}

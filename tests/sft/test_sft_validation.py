@@ -25,12 +25,17 @@ def test_a_cut_example_keeps_its_trajectory() -> None:
     assert cut is not None and len(cut.response_ids) == 2 and cut.source_uid == "t7"
 
 
-def test_sft_under_several_processes_is_one_line_naming_the_fix(monkeypatch) -> None:
+def test_sft_under_several_processes_is_one_line_naming_the_fix(monkeypatch, tmp_path: Path) -> None:
     """Each process would train its own copy of the model into the same directory."""
     import pytest
 
+    from searchrl.runner import run_pipeline
     from searchrl.stages import run_sft
 
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="SFT runs in one process: run `searchrl sft` without accelerate launch"):
+    with pytest.raises(ValueError, match="SFT runs in one process: run `searchrl sft` .* without accelerate launch"):
         run_sft(load_config("demo"), "unused")
+    # a pipeline with an SFT stage stops before its first stage, not after the stages before the SFT one
+    with pytest.raises(ValueError, match="SFT runs in one process") as err:
+        run_pipeline(load_config("demo"), tmp_path / "run")
+    assert not (tmp_path / "run" / "coldstart").exists() and "\n" not in str(err.value)

@@ -74,7 +74,7 @@ class EvaluationConfig(Section):
     #: passages per query at evaluation (null = retrieval.topk); some papers evaluate with more than they train.
     topk: int | None = None
     #: the agent's and Search-o1's limits at evaluation (null: the agent takes rollout's, Search-o1 its own: 10
-    #: searches, 15 turns, 1,024 tokens a turn).
+    #: searches, 15 turns, 1,024 tokens a turn; rollout.max_total_tokens still bounds the whole).
     max_turns: int | None = None
     max_searches: int | None = None
     agent_max_new_tokens: int | None = None

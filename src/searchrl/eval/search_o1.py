@@ -163,7 +163,7 @@ class SearchO1Method(Method):
     #: Search-o1's own limits where ``evaluation.max_turns`` / ``max_searches`` / ``agent_max_new_tokens`` are
     #: unset (its code: 10 searches for multi-hop questions, 15 turns; a per-turn budget far larger than an agent's
     #: 128 tokens, 1,024 here), not the trained agent's ``rollout`` ones. Its top-10 documents are not taken: every
-    #: method of a run reads the same ``topk``.
+    #: method of a run reads the same ``topk``; nor its context: ``rollout.max_total_tokens`` still bounds a run.
     LIMITS = {"max_searches": 10, "max_turns": 15, "max_new_tokens": 1024}
 
     def __init__(

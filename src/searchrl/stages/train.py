@@ -71,16 +71,22 @@ def _warn_half_weights(cfg: RunConfig) -> None:
         )
 
 
+def one_process_sft() -> None:
+    """Under several processes each would train its own copy of the model into the same directory."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError(
+            "SFT runs in one process: run `searchrl sft` (or a pipeline with an SFT stage) without accelerate launch "
+            "/ torchrun; `searchrl train` takes them"
+        )
+
+
 def run_sft(cfg: RunConfig, out: str | Path) -> list[dict[str, float]]:
     """SFT of ``model.policy`` on ``sft.data``; the model is saved in ``<out>/final``. Returns the log."""
     from searchrl.device import configure_from
     from searchrl.models import load_policy
     from searchrl.sft.trainer import SFTTrainer
 
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each process would train its own copy into the same directory
-        raise ValueError(
-            "SFT runs in one process: run `searchrl sft` without accelerate launch / torchrun (RL stages take them)"
-        )
+    one_process_sft()
     seed_everything(cfg.training.seed)
     configure_from(cfg)
     _warn_half_weights(cfg)
