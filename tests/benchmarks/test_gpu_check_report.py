@@ -169,3 +169,25 @@ def test_a_failing_lora_step_is_not_ok_onto_an_earlier_report_where_it_was(tmp_p
     gpu_check.main()
     lora_now = json.loads((run / "gpu_check.json").read_text())["recipes"]["7b_lora_grpo"]
     assert lora_now["ok"] is False and lora_now["rl_steps"] == 0
+
+
+def test_a_later_run_of_the_tests_drops_the_cut_test_and_a_skipped_lora_step_is_not_measured(
+    tmp_path: Path, monkeypatch
+) -> None:
+    cut, clean = tmp_path / "cut", tmp_path / "clean"
+    for d in (cut, clean):
+        d.mkdir()
+    lora = '<testcase classname="tests.gpu.test_cuda" name="test_7b_lora_grpo_step_fits_one_gpu" time="30"/>'
+    (cut / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", lora + '<testcase time="0.000" /></testsuite>'))
+    rec = {"recipe": "7b_lora_grpo", "shape": "qwen2.5-7b", "rl_steps": 1, "peak_gb": 60.0, "step_s": 9.0}
+    (cut / "recipes.jsonl").write_text(json.dumps(rec) + "\n")
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(cut)])
+    gpu_check.main()
+    assert json.loads((cut / "gpu_check.json").read_text())["cuda_tests"]["tests"]["interrupted"] == "failed"
+    skipped = lora.replace("/>", '><skipped message="no GPU memory"/></testcase>')
+    (clean / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", skipped + "</testsuite>"))
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(clean), "--onto", str(cut / "gpu_check.json")])
+    gpu_check.main()
+    res = json.loads((clean / "gpu_check.json").read_text())
+    assert "interrupted" not in res["cuda_tests"]["tests"]
+    assert res["recipes"]["7b_lora_grpo"]["ok"] is True and res["recipes"]["7b_lora_grpo"]["rl_steps"] == 1

@@ -41,14 +41,14 @@ class RolloutLimits:
     def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
         c = rollout_cfg
         return cls(
-            c.max_turns,
-            c.max_searches,
-            c.max_new_tokens,
-            c.max_obs_tokens,
-            c.max_total_tokens,
-            c.force_answer,
-            topk,
-            getattr(c, "max_obs_tokens_per_query", None),
-            c.continuous,
-            getattr(c, "continue_after_eos", False),
+            max_turns=c.max_turns,
+            max_searches=c.max_searches,
+            max_new_tokens=c.max_new_tokens,
+            max_obs_tokens=c.max_obs_tokens,
+            max_total_tokens=c.max_total_tokens,
+            force_answer=c.force_answer,
+            topk=topk,
+            max_obs_tokens_per_query=getattr(c, "max_obs_tokens_per_query", None),
+            continuous=c.continuous,
+            continue_after_eos=getattr(c, "continue_after_eos", False),
         )
