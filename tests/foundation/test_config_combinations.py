@@ -35,6 +35,12 @@ def test_group_algorithms_need_groups(algo: str) -> None:
     load_config(None, ["algorithm.name=reinforce_pp", "rollout.group_size=1"])
 
 
+def test_clip_higher_is_for_token_ratios_and_adam_betas_below_one() -> None:
+    assert "use gspo_clip_high" in _error("algorithm.name=gspo", "algorithm.clip_eps_high=0.28")
+    load_config(None, ["algorithm.name=grpo", "algorithm.clip_eps_high=0.28"])
+    assert "adam_betas" in _error("sft.adam_betas=[0.9, 1.0]")
+
+
 def test_a_retrieval_timeout_must_be_positive() -> None:
     assert "timeout_s" in _error("retrieval.timeout_s=0")
 
@@ -53,7 +59,7 @@ def test_an_algorithm_with_its_own_loss_aggregation_refuses_another() -> None:
 
 @pytest.mark.parametrize(
     ("setting", "fix"),
-    [("algorithm.old_logprobs=rollout", "old_logprobs=auto"), ("training.off_policy_steps=1", "off_policy_steps=0")],
+    [("algorithm.old_logprobs=rollout", "auto or recompute"), ("training.off_policy_steps=1", "off_policy_steps=0")],
 )
 def test_the_masking_ablation_refuses_rollout_log_probs(setting: str, fix: str) -> None:
     """The rollout has no log-probs for retrieved tokens (0 in the record): with them in the loss the ratio there

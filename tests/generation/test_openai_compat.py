@@ -13,18 +13,29 @@ from searchrl.generation.openai_compat import OpenAICompatGenerator
 
 def test_a_text_only_server_gives_re_tokenized_ids_ending_in_eos_and_one_warning(monkeypatch) -> None:
     tok = ByteTokenizer()
-    replies = iter([("The answer.", "stop", None), ("cut sh", "length", None), ("Search [q]", "stop", "]")])
+    # EOS (the server says no stop string fired), the length cut, a stop string, and a stripped stop string the
+    # server does not name: "eos" by its finish, but no EOS id is made up for it
+    replies = iter(
+        [
+            ("The answer.", "stop", None),
+            ("cut sh", "length", None),
+            ("Search [q]", "stop", "]"),
+            ("Search [q", "stop", "unsaid"),
+        ]
+    )
 
     def handler(request: httpx.Request) -> httpx.Response:
         text, finish, fired = next(replies)
-        return httpx.Response(200, json={"choices": [{"text": text, "finish_reason": finish, "stop_reason": fired}]})
+        choice = {"text": text, "finish_reason": finish} | ({} if fired == "unsaid" else {"stop_reason": fired})
+        return httpx.Response(200, json={"choices": [choice]})
 
     gen = OpenAICompatGenerator("http://teacher.test/v1", "teacher", tok, timeout_s=5.0)
     gen.client = httpx.Client(transport=httpx.MockTransport(handler), timeout=5.0)
     monkeypatch.setattr(utils.console, "width", 400)
     with utils.console.capture() as cap:
-        eos, length, stop = gen.generate([[1, 2]] * 3, SamplingParams(max_new_tokens=8, stop=("]",)))
+        eos, length, stop, unsaid = gen.generate([[1, 2]] * 4, SamplingParams(max_new_tokens=8, stop=("]",)))
     assert (eos.finish_reason, eos.token_ids) == ("eos", tok.encode("The answer.") + [tok.eos_token_id])
     assert length.token_ids == tok.encode("cut sh") and tok.eos_token_id not in length.token_ids
     assert (stop.finish_reason, stop.text, stop.token_ids[-1]) == ("stop", "Search [q]", tok.encode("]")[-1])
     assert cap.get().count("returns text, not token ids") == 1
+    assert unsaid.finish_reason == "eos" and unsaid.token_ids == tok.encode("Search [q")

@@ -171,8 +171,9 @@ def test_continue_after_eos_gives_a_turn_without_action_the_feedback() -> None:
     assert t.stop_reason == "answer" and t.answer == "a" and t.response_ids[-1] == tok.eos_token_id
 
 
+@pytest.mark.parametrize("continuous", [False, True])
 @pytest.mark.parametrize("name", ["search_r1", "search_o1"])
-def test_feedback_that_does_not_fit_whole_is_not_cut_into_an_answer(name: str) -> None:
+def test_feedback_that_does_not_fit_whole_is_not_cut_into_an_answer(name: str, continuous: bool) -> None:
     """The invalid-action text quotes the answer syntax ("between <answer> and </answer>", "\\boxed{answer}"): a
     copy cut to the room left would end in that syntax and read as the model's answer. It goes in whole or the
     trajectory stops (``length``), with nothing inserted and no answer."""
@@ -182,7 +183,9 @@ def test_feedback_that_does_not_fit_whole_is_not_cut_into_an_answer(name: str) -
     (prompt,) = [len(RolloutEngine(gen, None, protocol).prompt_ids("Q?"))]
     for room_after_turn, fits in ((feedback - 5, False), (feedback + 40, True)):
         total = prompt + len(tok.encode("thinking without any tag " * 3)) + room_after_turn
-        limits = RolloutLimits(max_turns=2, max_new_tokens=200, max_obs_tokens=8, max_total_tokens=total)
+        limits = RolloutLimits(
+            max_turns=2, max_new_tokens=200, max_obs_tokens=8, max_total_tokens=total, continuous=continuous
+        )
         (t,) = RolloutEngine(gen, CountingRetriever(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
         first = t.turns[0]
         assert first.action == "invalid" and (first.n_obs_tokens == feedback) == fits, (room_after_turn, first)

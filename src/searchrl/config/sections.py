@@ -4,7 +4,7 @@ the settings that are valid alone but not together."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -241,10 +241,9 @@ class AlgorithmConfig(Section):
         if own and self.loss_agg not in (own, type(self).model_fields["loss_agg"].default):
             raise ValueError(f"algorithm.name={self.name} aggregates the loss as {own}: remove algorithm.loss_agg")
         if self.old_logprobs == "rollout" and not self.mask_observations:
-            raise ValueError(
-                "algorithm.old_logprobs=rollout has no log-probs for retrieved tokens, which mask_observations=false "
-                "trains on: use algorithm.old_logprobs=auto or recompute"
-            )
+            raise ValueError("algorithm.old_logprobs=rollout lacks retrieved tokens' log-probs: use auto or recompute")
+        if self.clip_eps_high is not None and algorithm(self.name).policy_loss == "gspo":
+            raise ValueError("algorithm.clip_eps_high clips tokens; gspo clips sequences: use gspo_clip_high")
         return self
 
 
@@ -339,6 +338,9 @@ class MemorizationConfig(Section):
     batch_size: int = 16
 
 
+_Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
 class SFTConfig(Section):
     epochs: int = 1
     lr: float = 5e-5
@@ -349,8 +351,9 @@ class SFTConfig(Section):
     warmup_steps: int = 5
     #: after warm-up: "constant", or "linear" / "cosine" decay to 0 at the last step (a steadier final model).
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
-    min_lr_ratio: float = Field(default=0.0, ge=0.0, lt=1.0)  #: the decay's floor, a share of lr (OpenRLHF's 0.1)
-    adam_betas: tuple[float, float] = (0.9, 0.999)  #: AdamW's betas (OpenRLHF's SFT: 0.9, 0.95)
+    #: linear / cosine: the decay's floor, a share of lr (OpenRLHF's 0.1); constant has none.
+    min_lr_ratio: float = Field(default=0.0, ge=0.0, lt=1.0)
+    adam_betas: tuple[_Beta, _Beta] = (0.9, 0.999)  #: AdamW's betas, each in [0, 1) (OpenRLHF's SFT: 0.9, 0.95)
     #: freeze the embeddings and the bottom N transformer blocks (backward stops above them; 0 = full fine-tuning).
     freeze_layers: int = Field(default=0, ge=0)
     #: prompt + target tokens at most; longer targets are cut (counted in the log), too-long prompts dropped.

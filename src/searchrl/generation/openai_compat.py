@@ -94,7 +94,11 @@ class OpenAICompatGenerator(Generator):
             if not exact:
                 token_ids = self.tokenizer.encode(text, add_special_tokens=False)
                 eos = getattr(self.tokenizer, "eos_token_id", None)
-                if reason == "eos" and eos is not None:  # as a sampled EOS ends a local completion's ids
+                # as a sampled EOS ends a local completion's ids; only where it surely was one: no stop string could
+                # have fired, or the server said none did (a server that strips the stop string and says nothing
+                # would otherwise get an EOS after a search call)
+                surely = not params.stop or ("stop_reason" in choice and fired is None)
+                if reason == "eos" and eos is not None and surely:
                     token_ids.append(eos)
                 logprobs = [0.0] * len(token_ids)
                 self._tell_inexact()

@@ -15,11 +15,12 @@ loop:
   (the protocol's renderer, or ``document_step`` for the calls that finished together) and inserted, and those rows
   re-enter the batch; the generator prefills only the new tokens.
 
-Each row's turn ``t`` samples from its own stream, seeded by (the run's seed, ``t``, the row), as the synchronous loop
-seeds it, so with a generator whose rows do not interact (``HFGenerator``) both loops give the same trajectories (up
-to floating-point differences between batch layouts). Timings in ``engine.stats``: ``generate_s`` is the decode
-loop's own time (without the engine's work between steps and without ``wait_s``); ``wait_s`` the time it had no row to
-decode and waited on the retriever; ``retrieve_s`` the retriever calls' summed wall time (they overlap decoding).
+Each row's turn ``t`` samples from its own stream, seeded by (the run's seed, ``t``, its trajectory's uid), as the
+synchronous loop seeds it, so with a generator whose rows do not interact (``HFGenerator``) both loops give the same
+trajectories (up to floating-point differences between batch layouts). Timings in ``engine.stats``: ``generate_s`` is
+the decode loop's own time (without the engine's work between steps and without ``wait_s``); ``wait_s`` the time it
+had no row to decode and waited on the retriever; ``retrieve_s`` the retriever calls' summed wall time (they overlap
+decoding).
 """
 
 from __future__ import annotations
