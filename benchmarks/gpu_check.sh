@@ -20,8 +20,8 @@
 # side starts, so a timeout there keeps it; --profile adds a profiled step of ours); the rollout phase ~120 s with
 # ROLLOUT_ARGS limited as below. A 15-minute lease (machine start included) fits two commands, carrying .whl and .gpu:
 #   1. PHASES=tests bash benchmarks/gpu_check.sh $OUT                                           (timeout_s 480)
-#   2. PHASES=rollout ROLLOUT_ARGS="--decode-shapes qwen2.5-1.5b --batches 512 --hf-batches 0 --skip-rollout
-#      --compile" bash benchmarks/gpu_check.sh $OUT                                             (timeout_s 200)
+#   2. PHASES=rollout ROLLOUT_TIMEOUT=170 ROLLOUT_ARGS="--decode-shapes qwen2.5-1.5b --batches 512 --hf-batches 0
+#      --skip-rollout --compile" bash benchmarks/gpu_check.sh $OUT                              (timeout_s 200)
 # then here `python benchmarks/gpu_check.py RUN1 RUN2 --onto benchmarks/results/gpu_check.json --results` (each
 # gpu_check_logs.tgz unpacked into its own directory) updates the committed report with what these runs measured.
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
