@@ -69,3 +69,27 @@ def test_the_printed_path_is_the_file_written(tmp_path: Path) -> None:
     run = _run(tmp_path, [{"step": 1, "reward/total": 0.1}, {"step": 2, "reward/total": 0.2}])
     assert plot_run(run, tmp_path) == tmp_path / "curves.png" and (tmp_path / "curves.png").is_file()
     assert plot_run(run, tmp_path / "noext") == tmp_path / "noext.png" and (tmp_path / "noext.png").is_file()
+
+
+def test_a_resumed_run_plots_each_step_once_and_lost_values_are_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed run appends the steps after its last checkpoint again: the last value of a step is drawn, in step
+    order; values logged as null (NaN, inf) are counted aloud, and a row that is not an object names its line."""
+    from searchrl import utils
+
+    first = [{"step": s, "reward/total": 0.1 * s} for s in range(1, 6)]
+    again = [{"step": s, "reward/total": 1.0 + s} for s in range(3, 8)] + [{"step": 8, "reward/total": None}]
+    run = _run(tmp_path, first + again)
+    assert plots._points(plots.load_metrics(run), "reward/total") == [
+        (1, 0.1),
+        (2, 0.2),
+        *[(s, 1.0 + s) for s in range(3, 8)],
+    ]
+    monkeypatch.setattr(utils.console, "width", 400)
+    with utils.console.capture() as cap:
+        plot_run(run)
+    assert "1 logged values are not finite numbers" in cap.get()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not a JSON object"):
+        plots.load_metrics(run)

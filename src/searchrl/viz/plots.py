@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+from searchrl.utils import console
+
 #: (metric key, panel title, y-axis label)
 PANELS = [
     ("reward/total", "reward", "mean reward"),
@@ -32,11 +34,14 @@ def load_metrics(run_dir: str | Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as err:
             if i == len(lines):  # a run still writing its last line: plot what is complete
                 break
             raise ValueError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{i}: not a JSON object of metrics; fix or remove that line")
+        rows.append(row)
     return rows
 
 
@@ -58,13 +63,14 @@ def moving_average(values: list[float], window: int) -> list[float]:
 
 
 def _points(rows: list[dict], key: str) -> list[tuple[float, float]]:
-    """(step, value) pairs with a finite number for ``key``; a panel with none is not drawn."""
-    pts = []
+    """(step, value) pairs with a finite number for ``key``, in step order, the last value of a step that a resumed
+    run logged again (``metrics.jsonl`` is appended to); a panel with none is not drawn."""
+    by_step: dict[float, float] = {}
     for r in rows:
         v, s = r.get(key), r.get("step")
         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and isinstance(s, int | float):
-            pts.append((s, float(v)))
-    return pts
+            by_step[s] = float(v)
+    return sorted(by_step.items())
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None, *, smooth: int = 0, title: str | None = None) -> Path:
@@ -79,7 +85,15 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, *, smooth: int 
     rows = load_metrics(run_dir)
     panels = [(k, t, y, pts) for k, t, y in PANELS if (pts := _points(rows, k))]
     if not rows or not panels:
-        raise ValueError(f"{run_dir}/metrics.jsonl has no plottable metrics yet")
+        keys = sorted({k for r in rows for k in r})[:12]
+        raise ValueError(
+            f"{run_dir}/metrics.jsonl has no plottable metrics yet (its keys: {', '.join(keys) or 'none'})"
+        )
+    lost = sum(1 for r in rows for k, _, _ in PANELS if k in r and not _points([{"step": 0, k: r[k]}], k))
+    if lost:  # NaN / inf are logged as null: a run that blew up must not look smooth
+        console.log(
+            f"[yellow]warning:[/yellow] {lost} logged values are not finite numbers (NaN, inf) and are not drawn"
+        )
     ncols = min(4, len(panels))
     nrows = (len(panels) + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.8 * ncols, 3.1 * nrows + 0.5), squeeze=False)

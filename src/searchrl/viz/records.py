@@ -15,6 +15,7 @@ from typing import Any
 from searchrl.eval.diagnostics import flag_shares
 from searchrl.rewards import exact_match, f1_score
 from searchrl.rollout.record import is_record
+from searchrl.utils import console, open_lines
 
 DEFAULT_LIMIT = 500
 COLLAPSE_CHARS = 600  # observations longer than this (or with more lines than COLLAPSE_LINES) start collapsed
@@ -293,22 +294,24 @@ def load_records(
     if not path.is_file():
         raise FileNotFoundError(f"trajectory file not found: {path}")
     out: list[ViewRecord] = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{display or path}:{line_no}"
+    for line_no, line in open_lines(path):  # plain or .gz; a line that is not UTF-8 is one error naming it
+        if not line.strip():
+            continue
+        where = f"{display or path}:{line_no}"
+        try:
             try:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{where}: not valid JSON ({err.msg}); {EXPECTED}") from None
-                out.append(parse_row(row, where))
-            except ValueError as err:
-                if not skip_bad:
-                    raise
-                if errors is not None:
-                    errors.append(str(err))
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                if not line.endswith("\n"):  # the last line, still being written (a run in progress): not an error
+                    console.log(f"[yellow]warning:[/yellow] {where}: the last line is incomplete; left out")
+                    break
+                raise ValueError(f"{where}: not valid JSON ({err.msg}, column {err.colno}); {EXPECTED}") from None
+            out.append(parse_row(row, where))
+        except ValueError as err:
+            if not skip_bad:
+                raise
+            if errors is not None:
+                errors.append(str(err))
     return out
 
 
