@@ -157,7 +157,7 @@ def test_other_names_of_the_question_and_kilt_outputs(tmp_path: Path) -> None:
     (ex,) = load_qa(tmp_path / "frames.csv")
     assert (ex.question, ex.answers, ex.metadata) == ("Who?", ["Ada"], {"wiki_links": "[]"})
     no_answer = {"id": "k2", "input": "q?", "output": [{"provenance": []}]}
-    with pytest.raises(ValueError, match=r"nogold\.jsonl:1: missing field 'golden_answers'.*'output'"):
+    with pytest.raises(ValueError, match=r"nogold\.jsonl:1: no 'golden_answers'.*'output'"):
         load_qa(_write(tmp_path / "nogold.jsonl", [no_answer]))
 
 
@@ -356,3 +356,12 @@ def test_an_id_repeated_for_another_question_is_made_unique(tmp_path: Path, monk
     assert got[2].metadata == {"id_in_file": "train_0"} and got[0].metadata == {}
     out = cap.get()
     assert out.count("already names another question") == 1 and "merged.jsonl:3" in out
+
+
+def test_searchrl_records_load_their_golds_not_the_models_answer(tmp_path) -> None:
+    """A trajectory or prediction row holds the model's answer in ``answer`` and the gold in ``golds``."""
+    rows = [{"id": "t1", "question": "Where?", "golds": ["Oslo"], "answer": "Bergen", "turns": []}]
+    path = tmp_path / "traj.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (ex,) = load_qa(path)
+    assert ex.answers == ["Oslo"]

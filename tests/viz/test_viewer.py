@@ -253,6 +253,24 @@ def test_malformed_rows_name_file_and_line(traj_file: Path, tmp_path: Path) -> N
         write_viewer([bad], tmp_path / "bad.html")
 
 
+def test_a_run_still_writing_and_compressed_or_foreign_bytes(traj_file: Path, tmp_path: Path) -> None:
+    """A run in progress has a half-written last line: left out, not an error. A .gz file reads as its text; bytes
+    that are not UTF-8 name file:line and the fix."""
+    import gzip
+
+    good = traj_file.read_text().splitlines()
+    live = tmp_path / "rollouts.jsonl"
+    live.write_text("\n".join(good[:2]) + "\n" + good[2][:300])  # no newline: the writer is mid-row
+    assert len(load_records(live)) == 2
+    packed = tmp_path / "rollouts.jsonl.gz"
+    packed.write_bytes(gzip.compress(("\n".join(good) + "\n").encode()))
+    assert len(load_records(packed)) == len(good)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(good[0].encode() + b"\n" + b'{"question": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=rf"{re.escape(str(latin))}:2: not UTF-8 text .* re-encode"):
+        load_records(latin)
+
+
 def test_missing_file() -> None:
     with pytest.raises(FileNotFoundError, match="not found"):
         load_records("/nonexistent/rollouts.jsonl")

@@ -34,7 +34,8 @@ from rich.markup import escape
 from searchrl.data.records import QAExample
 from searchrl.utils import console, error_line, open_lines
 
-_ANSWER_FIELDS = ("golden_answers", "answer", "answers", "possible_answers")
+#: ``golds`` before ``answer``: SearchRL's own records (trajectories, predictions) hold the model's answer there
+_ANSWER_FIELDS = ("golden_answers", "golds", "answer", "answers", "possible_answers")
 # Other names of the question: BEIR-style ``query``, SimpleQA's and BrowseComp's ``problem``, KILT's ``input``, and a
 # ``prompt`` string (Frames); the first present, as a string, is the question.
 QUESTION_FIELDS = ("question", "query", "problem", "input", "prompt")
@@ -144,7 +145,7 @@ def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: 
     answer_field = next((f for f in _ANSWER_FIELDS if f in row and row[f] is not None), None)
     if answer_field is None:
         raise ValueError(
-            f"{where}: missing field 'golden_answers' (or 'answer') ({_EXPECTED}; found fields {sorted(row)})"
+            f"{where}: no 'golden_answers' (or 'answer'), or only null ones ({_EXPECTED}; found fields {sorted(row)})"
         )
     question = row["question"]
     if not isinstance(question, str) or not question.strip():
