@@ -92,7 +92,8 @@ _JS = """
       answered: fmt(mean(col('answered')), true), searches: fmt(mean(col('searches')), false, 2),
       turns: fmt(mean(col('turns')), false, 2), invalid: fmt(mean(col('invalid')), true),
       reward: fmt(mean(col('reward')))};
-    Object.keys(stats).forEach(function (k) { if (k in values) stats[k].b.textContent = values[k]; });
+    // the failure shares are not recomputed per filter: '-' rather than the totals of every record
+    Object.keys(stats).forEach(function (k) { stats[k].b.textContent = k in values ? values[k] : '-'; });
     note.textContent = '(over the ' + vis.length + ' records the filter shows)';
   }
   function num(a, key) { var v = a.dataset[key]; return v === '' || v === undefined ? NaN : parseFloat(v); }
@@ -120,13 +121,14 @@ _JS = """
   // A view can be linked: page.html#sort=reward:desc&q=london&only=wrong&expand=1
   var params = {};
   location.hash.replace(/^#/, '').split('&').forEach(function (kv) {
-    var i = kv.indexOf('='); if (i > 0) params[kv.slice(0, i)] = decodeURIComponent(kv.slice(i + 1));
+    var i = kv.indexOf('=');
+    if (i > 0) { try { params[kv.slice(0, i)] = decodeURIComponent(kv.slice(i + 1)); } catch (e) { /* bad link */ } }
   });
   if (params.q) q.value = params.q;
   if (params.only === 'correct') oc.checked = true;
   if (params.only === 'wrong') ow.checked = true;
   if (params.only === 'invalid') oi.checked = true;
-  if (params.sort && sort.querySelector('option[value="' + params.sort + '"]')) {
+  if (params.sort && Array.prototype.some.call(sort.options, function (o) { return o.value === params.sort; })) {
     sort.value = params.sort; reorder();
   }
   if (params.expand === '1') toggle(true);
