@@ -99,3 +99,20 @@ def test_summary_script_recomputes_over_visible_records(tmp_path: Path) -> None:
     html = write_viewer(path).read_text()
     for needle in ("function summarize(filtered)", "records the filter shows", "data-answered=", "data-turns="):
         assert needle in html
+
+
+def test_an_odd_retrieval_trace_is_shown_not_an_error(tmp_path: Path) -> None:
+    """A baseline's trace whose hit ids are not a list of strings renders as its JSON; the page is still written."""
+    row = {
+        "source": "eval/toy/iterative_rag",
+        "question": "Q?",
+        "golds": ["a"],
+        "prediction": "a",
+        "raw": "a",
+        "metrics": {"em": 1.0},
+        "trajectory": {"queries": ["q1"], "hit_ids": [{"odd": 1}], "steps": [{"sentence": "s", "hit_ids": {"x": 2}}]},
+    }
+    src = tmp_path / "pred.jsonl"
+    src.write_text(json.dumps(row) + "\n")
+    page = write_viewer([src], tmp_path / "page.html").read_text()
+    assert "q1" in page and "odd" in page

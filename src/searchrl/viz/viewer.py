@@ -160,16 +160,24 @@ def _json_block(label: str, value: Any, limit: int = 6000) -> str:
     return f'<details class="extra"><summary>{_e(label)}</summary><pre>{_e(text)}</pre></details>'
 
 
+def _any_strs(x: Any) -> list[str]:
+    """A trace's list of strings as text; anything else is shown as its JSON, never an error at render time."""
+    try:
+        return _str_list(x)
+    except ValueError:
+        return [json.dumps(x, ensure_ascii=False, default=str)[:200]]
+
+
 def _trace_html(rec: ViewRecord) -> str:
     """A non-agent eval row: the model output, the retrieval trace and any context text."""
     parts = []
     tr = rec.trace
-    queries = _str_list(tr.get("queries")) if isinstance(tr.get("queries"), list) else []
+    queries = _any_strs(tr.get("queries")) if isinstance(tr.get("queries"), list) else []
     hits = tr.get("hit_ids") if isinstance(tr.get("hit_ids"), list) else []
     if queries:
         parts.append(
             f'<li class="turn action-retrieve"><div class="turn-label">retrieval</div>'
-            f"{_queries(queries, [_str_list(h) for h in hits])}</li>"
+            f"{_queries(queries, [_any_strs(h) for h in hits])}</li>"
         )
     for k, ctx in enumerate(rec.context, 1):
         parts.append(f'<li class="turn action-context">{_observation(ctx, 0, f"context {k}")}</li>')
@@ -181,7 +189,7 @@ def _trace_html(rec: ViewRecord) -> str:
         parts.append(
             f'<li class="turn action-step"><div class="turn-label">step {k}</div>'
             f'<pre class="policy">{_e(st.get("sentence"))}</pre>'
-            f"{_queries([q] if q else [], [_str_list(st.get('hit_ids'))])}</li>"
+            f"{_queries([q] if q else [], [_any_strs(st.get('hit_ids'))])}</li>"
         )
     if rec.raw:
         parts.append(
