@@ -152,42 +152,35 @@ def test_an_interrupted_test_run_counts_the_test_it_cut_as_failed(tmp_path: Path
     assert (res["passed"], res["failed"], res["skipped"]) == (1, 2, 1) and res["tests"]["interrupted"] == "failed"
 
 
+LORA = '<testcase classname="tests.gpu.test_cuda" name="test_7b_lora_grpo_step_fits_one_gpu" time="30"/>'
+LORA_RECORD = {"recipe": "7b_lora_grpo", "shape": "qwen2.5-7b", "rl_steps": 1, "peak_gb": 60.0, "step_s": 9.0}
+
+
+def _report(run: Path, cases: str, monkeypatch, onto: Path | None = None, record: bool = False) -> dict:
+    """The report of a run whose JUnit XML holds JUNIT's cases plus ``cases`` (with the LoRA step's record)."""
+    run.mkdir()
+    (run / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", cases + "</testsuite>"))
+    if record:
+        (run / "recipes.jsonl").write_text(json.dumps(LORA_RECORD) + "\n")
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(run), *(["--onto", str(onto)] if onto else [])])
+    gpu_check.main()
+    return json.loads((run / "gpu_check.json").read_text())
+
+
 def test_a_failing_lora_step_is_not_ok_onto_an_earlier_report_where_it_was(tmp_path: Path, monkeypatch) -> None:
-    earlier, run = tmp_path / "earlier", tmp_path / "run"
-    for d in (earlier, run):
-        d.mkdir()
-    lora = '<testcase classname="tests.gpu.test_cuda" name="test_7b_lora_grpo_step_fits_one_gpu" time="30"/>'
-    (earlier / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", lora + "</testsuite>"))
-    rec = {"recipe": "7b_lora_grpo", "shape": "qwen2.5-7b", "rl_steps": 1, "peak_gb": 60.0, "step_s": 9.0}
-    (earlier / "recipes.jsonl").write_text(json.dumps(rec) + "\n")
-    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(earlier)])
-    gpu_check.main()
-    assert json.loads((earlier / "gpu_check.json").read_text())["recipes"]["7b_lora_grpo"]["ok"] is True
-    failed = lora.replace("/>", '><failure message="OOM">trace</failure></testcase>')
-    (run / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", failed + "</testsuite>"))
-    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(run), "--onto", str(earlier / "gpu_check.json")])
-    gpu_check.main()
-    lora_now = json.loads((run / "gpu_check.json").read_text())["recipes"]["7b_lora_grpo"]
-    assert lora_now["ok"] is False and lora_now["rl_steps"] == 0
+    earlier = _report(tmp_path / "earlier", LORA, monkeypatch, record=True)
+    assert earlier["recipes"]["7b_lora_grpo"]["ok"] is True
+    failed = LORA.replace("/>", '><failure message="OOM">trace</failure></testcase>')
+    lora_now = _report(tmp_path / "run", failed, monkeypatch, onto=tmp_path / "earlier" / "gpu_check.json")
+    assert lora_now["recipes"]["7b_lora_grpo"]["ok"] is False and lora_now["recipes"]["7b_lora_grpo"]["rl_steps"] == 0
 
 
 def test_a_later_run_of_the_tests_drops_the_cut_test_and_a_skipped_lora_step_is_not_measured(
     tmp_path: Path, monkeypatch
 ) -> None:
-    cut, clean = tmp_path / "cut", tmp_path / "clean"
-    for d in (cut, clean):
-        d.mkdir()
-    lora = '<testcase classname="tests.gpu.test_cuda" name="test_7b_lora_grpo_step_fits_one_gpu" time="30"/>'
-    (cut / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", lora + '<testcase time="0.000" /></testsuite>'))
-    rec = {"recipe": "7b_lora_grpo", "shape": "qwen2.5-7b", "rl_steps": 1, "peak_gb": 60.0, "step_s": 9.0}
-    (cut / "recipes.jsonl").write_text(json.dumps(rec) + "\n")
-    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(cut)])
-    gpu_check.main()
-    assert json.loads((cut / "gpu_check.json").read_text())["cuda_tests"]["tests"]["interrupted"] == "failed"
-    skipped = lora.replace("/>", '><skipped message="no GPU memory"/></testcase>')
-    (clean / "cuda_tests.xml").write_text(JUNIT.replace("</testsuite>", skipped + "</testsuite>"))
-    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(clean), "--onto", str(cut / "gpu_check.json")])
-    gpu_check.main()
-    res = json.loads((clean / "gpu_check.json").read_text())
+    cut = _report(tmp_path / "cut", LORA + '<testcase time="0.000" />', monkeypatch, record=True)
+    assert cut["cuda_tests"]["tests"]["interrupted"] == "failed"
+    skipped = LORA.replace("/>", '><skipped message="no GPU memory"/></testcase>')
+    res = _report(tmp_path / "clean", skipped, monkeypatch, onto=tmp_path / "cut" / "gpu_check.json")
     assert "interrupted" not in res["cuda_tests"]["tests"]
     assert res["recipes"]["7b_lora_grpo"]["ok"] is True and res["recipes"]["7b_lora_grpo"]["rl_steps"] == 1
