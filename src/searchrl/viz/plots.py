@@ -62,13 +62,17 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return out
 
 
+def _finite(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _points(rows: list[dict], key: str) -> list[tuple[float, float]]:
     """(step, value) pairs with a finite number for ``key``, in step order, the last value of a step that a resumed
     run logged again (``metrics.jsonl`` is appended to); a panel with none is not drawn."""
     by_step: dict[float, float] = {}
     for r in rows:
         v, s = r.get(key), r.get("step")
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and isinstance(s, int | float):
+        if _finite(v) and isinstance(s, int | float):
             by_step[s] = float(v)
     return sorted(by_step.items())
 
@@ -89,7 +93,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, *, smooth: int 
         raise ValueError(
             f"{run_dir}/metrics.jsonl has no plottable metrics yet (its keys: {', '.join(keys) or 'none'})"
         )
-    lost = sum(1 for r in rows for k, _, _ in PANELS if k in r and not _points([{"step": 0, k: r[k]}], k))
+    lost = sum(1 for r in rows for k, _, _ in PANELS if k in r and not _finite(r[k]))
     if lost:  # NaN / inf are logged as null: a run that blew up must not look smooth
         console.log(
             f"[yellow]warning:[/yellow] {lost} logged values are not finite numbers (NaN, inf) and are not drawn"
