@@ -47,8 +47,6 @@ from searchrl.generation.prompts import render_prompt, wants_chat
 from searchrl.protocols._tags import hit_contents
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit, Retriever, check_hits
-from searchrl.rollout.limits import FORCE_MODES as FORCE_MODES
-from searchrl.rollout.limits import ForceMode as ForceMode
 from searchrl.rollout.limits import RolloutLimits, force_mode
 from searchrl.rollout.trajectory import Trajectory, Turn
 
