@@ -122,6 +122,37 @@ def test_a_json_body_labelled_as_a_form_is_read_as_json(bm25_app, serve_app) -> 
             assert resp.status_code == 200 and resp.json()["result"][0][0]["id"] == "10", resp.text
 
 
+def test_a_body_over_the_size_limit_is_refused_before_it_is_read(tiny_bm25: Path, serve_app) -> None:
+    """By Content-Length, or while a chunked body arrives; a chunked body within the limit is served."""
+    app = create_app(load_index(tiny_bm25), max_body_bytes=200)
+    big = ('{"queries": ["' + "volcano " * 40 + '"]}').encode()
+
+    def chunked(body: bytes):
+        for i in range(0, len(body), 50):
+            yield body[i : i + 50]
+
+    with serve_app(app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        sized = client.post("/retrieve", content=big)
+        streamed = client.post("/retrieve", content=chunked(big))
+        small = client.post("/retrieve", content=chunked(b'{"queries": ["volcano lava"], "topk": 1}'))
+        after = client.post("/retrieve", json={"queries": ["volcano lava"], "topk": 1})
+    assert sized.status_code == 413 and sized.json()["detail"].startswith(f"request body of {len(big)} bytes; the")
+    assert streamed.status_code == 413 and streamed.json()["detail"].startswith("request body over ")
+    assert "bytes; the limit is 200 (send fewer" in streamed.json()["detail"]
+    assert small.status_code == 200 and small.json()["result"][0][0]["id"] == "10", small.text
+    assert after.status_code == 200
+
+
+def test_the_default_body_limit_admits_the_largest_valid_request(tiny_bm25: Path, serve_app) -> None:
+    app = create_app(load_index(tiny_bm25), max_queries=3, max_query_chars=10)
+    largest = {"queries": ["\u0001" * 10] * 3, "topk": 1}  # every character escaped: 6 bytes each
+    with serve_app(app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        ok = client.post("/retrieve", json=largest)
+        too_big = client.post("/retrieve", content=b" " * 1300 + b'{"queries": []}')
+    assert ok.status_code == 200 and len(ok.json()["result"]) == 3, ok.text
+    assert too_big.status_code == 413, too_big.text
+
+
 def test_search_failure_is_a_500_and_service_recovers(serve_app) -> None:
     class Flaky:
         def __init__(self) -> None:
