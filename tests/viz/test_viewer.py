@@ -241,6 +241,13 @@ def test_malformed_rows_name_file_and_line(traj_file: Path, tmp_path: Path) -> N
     bad2.write_text(good[0] + '\n{"question": "q", "turns": "oops"}\n')
     with pytest.raises(ValueError, match=rf"{re.escape(str(bad2))}:2: malformed row"):
         load_records(bad2)
+    bad3 = tmp_path / "bad3.jsonl"
+    bad3.write_text('{"question": "q", "turns": [{"queries": {"q": 1}}], "golds": ["a"]}\n')
+    with pytest.raises(ValueError, match=r"bad3\.jsonl:1: malformed row \(turn 1 queries: expected a list of strings"):
+        load_records(bad3)
+    bad3.write_text('{"question": "q", "turns": [], "golds": {"a": 1}}\n')
+    with pytest.raises(ValueError, match=r":1: malformed row \(golds: expected a list of strings, got dict\)"):
+        load_records(bad3)
 
     errors: list[str] = []
     recs = load_records(bad, skip_bad=True, errors=errors)

@@ -113,13 +113,13 @@ def _opt_float(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _str_list(x: Any) -> list[str]:
+def _str_list(x: Any, name: str = "value") -> list[str]:
     if x is None:
         return []
     if isinstance(x, (str, int, float, bool)):
         x = [x]
     if not isinstance(x, list):
-        raise ValueError(f"expected a list of strings, got {type(x).__name__}")
+        raise ValueError(f"{name}: expected a list of strings, got {type(x).__name__}")
     return [_str(v) for v in x if v is not None]
 
 
@@ -137,8 +137,8 @@ def _turn(d: Any, i: int) -> ViewTurn:
         text=_str(d.get("text")),
         action=_str(d.get("action")) or "none",
         finish_reason=_str(d.get("finish_reason")),
-        queries=_str_list(d.get("queries")),
-        hit_ids=[_str_list(h) for h in hits] if isinstance(hits, list) else [],
+        queries=_str_list(d.get("queries"), f"turn {i} queries"),
+        hit_ids=[_str_list(h, f"turn {i} hit_ids") for h in hits] if isinstance(hits, list) else [],
         observation=_str(d.get("observation")),
         invalid_reason=_str(d.get("invalid_reason")),
         n_gen_tokens=_int(d.get("n_gen_tokens")),
@@ -181,7 +181,7 @@ def _from_trajectory(traj: dict[str, Any], source: str, kind: str) -> ViewRecord
         source=source,
         kind=kind,
         question=_str(traj.get("question")),
-        golds=_str_list(traj.get("golds")),
+        golds=_str_list(traj.get("golds"), "golds"),
         answer=None if answer is None else _str(answer),
         stop_reason=_str(traj.get("stop_reason")),
         turns=turns,
@@ -212,7 +212,7 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
             "inserted_tokens": 0,
         }
     rec.question = _str(row.get("question")) or rec.question
-    rec.golds = _str_list(row.get("golds")) or rec.golds
+    rec.golds = _str_list(row.get("golds"), "golds") or rec.golds
     rec.uid = _str(row.get("id")) or rec.uid
     rec.dataset = _str(row.get("dataset")) or None
     rec.method = _str(row.get("method")) or None
