@@ -398,6 +398,9 @@ def test_cli_view(traj_file: Path, eval_file: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["view", str(traj_file), "--out", str(custom), "--limit", "2"])
     assert res.exit_code == 0, res.output
     assert custom.read_text().count("<article") == 2
+    for cmd in (["view", str(traj_file), "--limit", "-1"], ["plot", str(tmp_path), "--smooth", "-3"]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 2 and f"Invalid value for '{cmd[2]}'" in res.output, res.output
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(traj_file.read_text() + "[1, 2]\n")

@@ -8,7 +8,7 @@ import typer
 def plot(
     run_dir: str = typer.Argument(..., help="a run directory with metrics.jsonl"),
     out: str = typer.Option(None, "--out", "-o", help="PNG path (default: RUN_DIR/curves.png)"),
-    smooth: int = typer.Option(0, "--smooth", help="overlay a moving average over this many steps (0: none)"),
+    smooth: int = typer.Option(0, "--smooth", min=0, help="overlay a moving average over this many steps (0: none)"),
     title: str = typer.Option(None, "--title", help="figure title (default: the run directory's name)"),
 ) -> None:
     """Write reward / length / searches curves over steps as a PNG.
@@ -23,7 +23,7 @@ def plot(
 def view(
     paths: list[str] = typer.Argument(..., help="JSONL files: trajectories, rollouts.jsonl or eval predictions"),
     out: str = typer.Option(None, "--out", "-o", help="HTML path (default: <first path stem>.html beside it)"),
-    limit: int = typer.Option(500, help="render at most N records (the first ones); 0 = all"),
+    limit: int = typer.Option(500, min=0, help="render at most N records (the first ones); 0 = all"),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed rows (counted) instead of failing"),
     title: str = typer.Option(None, help="page title (default: the file names)"),
     last: bool = typer.Option(
