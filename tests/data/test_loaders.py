@@ -137,6 +137,32 @@ def test_csv_and_capitalised_fields_as_bamboogle_and_triviaqa_release_them(tmp_p
         load_qa(tmp_path / "bad.csv")
 
 
+def test_list_cells_in_csv_dpr_question_files_and_non_string_answers(tmp_path: Path) -> None:
+    """A list column written to CSV (pandas' Python literal, or JSON) is that list, not one literal answer; DPR's
+    header-less ``question<TAB>["answer"]`` files load; booleans are yes/no and whole floats integers."""
+    pandas_csv = tmp_path / "pandas.csv"
+    pandas_csv.write_text(
+        'id,question,golden_answers\nq1,How many moons?,"[\'2\', \'two\']"\n\nq2,Which?,"[""Ayn Rand""]"\n',
+        encoding="utf-8",
+    )
+    assert [(e.id, e.answers) for e in load_qa(pandas_csv)] == [("q1", ["2", "two"]), ("q2", ["Ayn Rand"])]
+    dpr = tmp_path / "nq-test.qa.csv"
+    dpr.write_text('who found x rays\t["Wilhelm R\\u00f6ntgen"]\nwhen, then?\t["May 18, 2018", "2018"]\n')
+    got = [(e.id, e.question, e.answers) for e in load_qa(dpr)]
+    assert got == [
+        ("nq-test.qa-1", "who found x rays", ["Wilhelm Röntgen"]),
+        ("nq-test.qa-2", "when, then?", ["May 18, 2018", "2018"]),
+    ]
+    bad = tmp_path / "bad_list.csv"
+    bad.write_text('question,answer\nq?,"[Ada, Grace"]\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad_list\.csv:2: field 'answer' looks like a list .* write it as JSON"):
+        load_qa(bad)
+    rows = [{"question": "a?", "answer": True}, {"question": "b?", "answer": [False, 6.0, 7.5]}]
+    assert [e.answers for e in load_qa(_write(tmp_path / "typed.jsonl", rows))] == [["yes"], ["no", "6", "7.5"]]
+    with pytest.raises(ValueError, match=r"nan\.jsonl:1: field 'answer' holds NaN"):
+        load_qa(_write(tmp_path / "nan.jsonl", ['{"question": "c?", "answer": NaN}']))
+
+
 def test_other_names_of_the_question_and_kilt_outputs(tmp_path: Path) -> None:
     """KILT's ``{"id", "input", "output": [{"answer", "provenance"}]}``, SimpleQA's ``problem``, a ``query`` and
     Frames' capitalised ``Prompt, Answer``; a KILT row whose outputs hold no answer is missing its gold answers."""

@@ -8,7 +8,8 @@ Accepted sources:
   2WikiMultiHopQA's ``_id``, MuSiQue's ``answer_aliases`` (added to the gold answers), TriviaQA's ``answer: {"value",
   "aliases"}``, SQuAD's ``answers: {"text": [...]}`` and PopQA's ``possible_answers`` (a JSON list in a string).
   Search-R1's (verl's) parquet rows load from their prompt's text after ``Question:`` and
-  ``reward_model.ground_truth.target``; capitalised fields (Bamboogle's ``.csv``, TriviaQA's ``.json``) too. The
+  ``reward_model.ground_truth.target``; capitalised fields (Bamboogle's ``.csv``, TriviaQA's ``.json``) too, and
+  DPR's header-less ``question<TAB>["answer", ...]`` files. A CSV answer cell may hold a list; booleans are yes/no. The
   question may also be named ``query``, ``problem`` (SimpleQA, BrowseComp), ``input`` (KILT, whose ``output``
   answers are the gold answers) or ``prompt`` (Frames). Rows without an id get ``<file stem>-<line>``;
 - a directory: ``<dir>/<split>.jsonl`` (or ``.json``, ``.parquet``; e.g. a synthetic world), or a dataset saved
@@ -41,6 +42,7 @@ _ANSWER_FIELDS = ("golden_answers", "golds", "answer", "answers", "possible_answ
 QUESTION_FIELDS = ("question", "query", "problem", "input", "prompt")
 _ID_FIELDS = ("id", "_id", "question_id", "questionid", "qid")
 _ALIAS_FIELDS = ("answer_aliases",)  # MuSiQue: more gold answers beside 'answer'
+_LIST_CELLS = {*_ANSWER_FIELDS, *_ALIAS_FIELDS}  # a CSV / TSV cell of these fields may hold a list
 _EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
 
 
@@ -71,19 +73,52 @@ def _unwrap(value: Any, field: str) -> Any:
     return value
 
 
+def _answer_text(a: str | int | float | bool) -> str:
+    """One gold answer as text: a boolean as yes/no (StrategyQA's ``answer: true``; as R1-Searcher's evaluation
+    maps them), a whole float as an integer (a numeric column read back as ``6.0``)."""
+    if isinstance(a, bool):
+        return "yes" if a else "no"
+    if isinstance(a, float) and a.is_integer():
+        return str(int(a))
+    return str(a).strip()
+
+
 def _answers(value: Any, where: str, field: str) -> list[str]:
     value = _unwrap(value, field)
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
+    if isinstance(value, str | int | float):
         value = [value]
     if not isinstance(value, list | tuple) or not all(isinstance(a, str | int | float) for a in value):
         raise ValueError(
             f"{where}: field '{field}' must be a string or a list of strings (or TriviaQA's {{value, aliases}}, "
             f"SQuAD's {{text}}), got {value!r:.80}"
         )
-    answers = [str(a).strip() for a in value if str(a).strip()]
+    if any(isinstance(a, float) and a != a for a in value):  # NaN: an empty cell of a numeric column
+        raise ValueError(f"{where}: field '{field}' holds NaN (an empty numeric cell); give the gold answer")
+    answers = [t for t in map(_answer_text, value) if t]
     if not answers:
         raise ValueError(f"{where}: field '{field}' is empty; give at least one gold answer")
     return answers
+
+
+def _list_cell(value: str, where: str, field: str) -> Any:
+    """A text cell holding a list of answers (``["a", "b"]`` as JSON, or ``['a', 'b']`` as pandas writes a list
+    column to CSV) -> the list; any other text as it is."""
+    text = value.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return value
+    import ast
+
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            parsed = parse(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if isinstance(parsed, list):
+            return parsed
+    raise ValueError(
+        f"{where}: field '{field}' looks like a list but is neither JSON nor a Python literal; write it as JSON, "
+        'e.g. ["first answer", "second"]'
+    )
 
 
 def _from_verl(row: dict[str, Any]) -> dict[str, Any]:
@@ -206,16 +241,48 @@ def _iter_json(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
 
 
 def _iter_csv(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """A ``.csv`` / ``.tsv`` file with a header row (Bamboogle's ``Question,Answer``); each cell a string."""
+    """A ``.csv`` / ``.tsv`` file with a header row (Bamboogle's ``Question,Answer``); each cell a string, an answer
+    cell holding a list (JSON, or a Python literal as pandas writes one) read as that list. DPR's question files
+    (``nq-test.qa.csv``: no header, ``question<TAB>["answer", ...]``) load too."""
     import csv
 
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:  # -sig: a spreadsheet's byte-order mark
-            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
-            for row in reader:
-                yield f"{path}:{reader.line_num}", reader.line_num, {k: v for k, v in row.items() if k is not None}
+            first = f.readline()
+            f.seek(0)
+            tab = path.suffix == ".tsv" or "\t" in first
+            reader = csv.reader(f, delimiter="\t" if tab else ",")
+            header = next(reader, None)
+            if header is None:
+                return
+            headless = _dpr_row(header)
+            names = ["question", "answers"] if headless else header
+            rows = [header] if headless else []
+            for n, cells in enumerate(_chain(rows, reader), 1):
+                if not any(c.strip() for c in cells):
+                    continue  # a blank line
+                line = n if headless else reader.line_num
+                where = f"{path}:{line}"
+                row = dict(zip(names, cells, strict=False))
+                row = {k: _list_cell(v, where, k) if k.lower() in _LIST_CELLS else v for k, v in row.items()}
+                yield where, line, row
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 ({err.reason}); re-save the file as UTF-8") from None
+
+
+def _chain(first: list[list[str]], rest: Iterator[list[str]]) -> Iterator[list[str]]:
+    yield from first
+    yield from rest
+
+
+def _dpr_row(cells: list[str]) -> bool:
+    """A first row that is data, not a header: two cells, the second a JSON list (DPR's question files)."""
+    if len(cells) != 2 or cells[0].strip().lower() in QUESTION_FIELDS:
+        return False
+    try:
+        return isinstance(json.loads(cells[1]), list)
+    except json.JSONDecodeError:
+        return False
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
