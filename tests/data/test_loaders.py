@@ -97,6 +97,7 @@ def test_search_r1_training_rows_read_their_prompt_and_targets(tmp_path: Path) -
     (first,) = load_qa(tmp_path / "train.parquet")
     assert (first.question, first.answers) == ("who wrote Hamlet?", ["Shakespeare", "William Shakespeare"])
     assert first.metadata["data_source"] == "nq" and "prompt" not in first.metadata
+    assert first.id == "nq-0"  # extra_info.index, unique across the sources of a merged test.parquet
     second = load_qa(_write(tmp_path / "with_question.jsonl", rows[1:]))[0]
     assert (second.id, second.question, second.answers) == ("train_1", "where is Elsinore?", ["Denmark"])
     bad = dict(rows[0], prompt=[{"role": "user", "content": "no marker here"}])

@@ -164,6 +164,31 @@ def test_seeded_subset_and_limit(tmp_path) -> None:
     assert len(s.examples) == 20 and seeded_subset(s.examples, None, 0) == s.examples
 
 
+def test_flashrag_folders_name_their_sets_and_a_merged_file_splits_by_data_source(tmp_path) -> None:
+    """FlashRAG's ``nq/test.jsonl`` and ``popqa/test.jsonl`` are ``nq_test`` and ``popqa_test``, not ``test`` and
+    ``test_2``; Search-R1's merged ``test.parquet`` is scored per ``data_source``, each limited on its own."""
+    files = []
+    for name in ("nq", "popqa"):
+        (tmp_path / name).mkdir()
+        rows = [{"id": f"{name}{i}", "question": f"{name} {i}?", "golden_answers": ["a"]} for i in range(3)]
+        files.append(write_jsonl(tmp_path / name / "test.jsonl", rows))
+    sets = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{','.join(files)}]"]))
+    assert [s.name for s in sets] == ["nq_test", "popqa_test"]
+    sources = ["nq", "hotpotqa", "nq", "bamboogle", "nq"]
+    merged = write_jsonl(
+        tmp_path / "test.jsonl",
+        [{"question": f"q{i}?", "golden_answers": ["a"], "data_source": d} for i, d in enumerate(sources)],
+    )
+    sets = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{merged}]", "evaluation.limit=2"]))
+    assert [(s.name, len(s.examples), s.of) for s in sets] == [("nq", 2, 3), ("hotpotqa", 1, 0), ("bamboogle", 1, 0)]
+    named = {"data": merged, "name": "sr1"}
+    sets = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{json.dumps(named)}]"]))
+    assert [s.name for s in sets] == ["sr1_nq", "sr1_hotpotqa", "sr1_bamboogle"]
+    whole = {"data": merged, "group_by": None}
+    (s,) = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{json.dumps(whole)}]"]))
+    assert (s.name, len(s.examples)) == ("test", 5)
+
+
 def test_missing_dataset_names_where_to_get_it(tmp_path) -> None:
     cfg = load_config(None, [f"evaluation.datasets=[{tmp_path / 'bamboogle' / 'test.jsonl'}]"])
     with pytest.raises(FileNotFoundError) as err:

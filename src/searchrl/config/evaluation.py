@@ -26,6 +26,9 @@ class EvalDataset(Section):
     #: this set's own corpus (under data.source when relative); without ``index`` its index is built on demand.
     #: ``contexts``: the paragraphs the set's questions ship with (HotpotQA, 2Wiki, MuSiQue, DPR files).
     corpus: str | None = None
+    #: a field whose values split the file into sets scored apart, named by the value (Search-R1's merged
+    #: ``test.parquet`` holds nq, hotpotqa, ... in ``data_source``); a file with one value is one set. null: never.
+    group_by: str | None = "data_source"
 
 
 class EvaluationConfig(Section):

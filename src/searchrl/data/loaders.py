@@ -132,6 +132,9 @@ def _from_verl(row: dict[str, Any]) -> dict[str, Any]:
     user = next((m.get("content") for m in reversed(prompt) if isinstance(m, dict) and m.get("role") == "user"), "")
     _, marker, question = str(user).rpartition("Question:")
     rest = {k: v for k, v in row.items() if k not in ("prompt", "reward_model")}
+    index = (row.get("extra_info") or {}).get("index") if isinstance(row.get("extra_info"), dict) else None
+    if index is not None and not any(row.get(f) is not None for f in _ID_FIELDS):  # unique across merged sources
+        rest["id"] = f"{row['data_source']}-{index}" if row.get("data_source") else str(index)
     return {**rest, "question": question.strip() if marker else "", "golden_answers": truth["target"]}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,28 +149,52 @@ def contexts_corpus(source: str, examples: list[QAExample]) -> str:
 
 
 def resolve_eval_sets(cfg: RunConfig) -> list[EvalSet]:
-    """``evaluation.datasets`` -> one :class:`EvalSet` each: its ``sample`` (seeded by ``evaluation.seed``), then at
-    most ``evaluation.limit`` questions. Names are the entry's ``name`` or the file's; clashes get a suffix."""
+    """``evaluation.datasets`` -> one :class:`EvalSet` each (one per value of the entry's ``group_by`` field when
+    the file holds several): its ``sample`` (seeded by ``evaluation.seed``), then at most ``evaluation.limit``
+    questions. Names are the entry's ``name`` or the file's (``<folder>_<file>`` when files share a name, as
+    FlashRAG's ``nq/test.jsonl`` and ``popqa/test.jsonl``), or the group's value; clashes get a suffix."""
     ev = cfg.evaluation
     if not ev.datasets:
         raise ValueError("no datasets to evaluate: pass --data FILE (repeatable) or set evaluation.datasets")
+    entries = [as_entry(raw) for raw in ev.datasets]
+    stems = Counter(dataset_name(e.data) for e in entries if e.name is None and e.data not in SPLITS)
     out: list[EvalSet] = []
-    for raw in ev.datasets:
-        entry = as_entry(raw)
+    for entry in entries:
         source, examples = load_entry(cfg, entry.data)
         corpus = contexts_corpus(source, examples) if entry.corpus == CONTEXTS else _local(cfg, entry.corpus)
-        examples = seeded_subset(examples, entry.sample, ev.seed)
-        before, examples = len(examples), examples[: ev.limit] if ev.limit is not None else examples
-        if not examples:
-            raise ValueError(f"dataset {entry.data} has no questions; check the file (or drop it from --data)")
         base = entry.name or (entry.data if entry.data in SPLITS else dataset_name(entry.data))
-        unique, k = base, 2
-        while any(s.name == unique for s in out) or unique == AVERAGE:  # "average" names the summary's mean row
-            unique, k = f"{base}_{k}", k + 1
-        out.append(
-            EvalSet(unique, source, examples, _local(cfg, entry.index), corpus, before * (before > len(examples)))
-        )
+        if entry.name is None and stems[base] > 1 and Path(entry.data).parent.name:  # FlashRAG's nq/test.jsonl, ...
+            base = f"{Path(entry.data).parent.name}_{base}"
+        for name, group in _groups(base, examples, entry.group_by, prefix=entry.name):
+            group = seeded_subset(group, entry.sample, ev.seed)
+            before, group = len(group), group[: ev.limit] if ev.limit is not None else group
+            if not group:
+                raise ValueError(f"dataset {entry.data} has no questions; check the file (or drop it from --data)")
+            unique, k = name, 2
+            while any(s.name == unique for s in out) or unique == AVERAGE:  # "average" names the summary's mean row
+                unique, k = f"{name}_{k}", k + 1
+            out.append(
+                EvalSet(unique, source, group, _local(cfg, entry.index), corpus, before * (before > len(group)))
+            )
     return out
+
+
+def _groups(
+    base: str, examples: list[QAExample], field: str | None, prefix: str | None = None
+) -> list[tuple[str, list[QAExample]]]:
+    """A file's questions split by the value of their ``field`` (in file order of first appearance), each group
+    named by its value (``<prefix>_<value>`` when the entry is named); one group, named ``base``, when the field is
+    unset or has fewer than two values."""
+    if field is None:
+        return [(base, examples)]
+    groups: dict[str, list[QAExample]] = {}
+    for ex in examples:
+        value = ex.metadata.get(field)
+        groups.setdefault("" if value is None else str(value), []).append(ex)
+    if len(groups) < 2:
+        return [(base, examples)]
+    names = [re.sub(r"[^\w.-]+", "_", value) or f"no_{field}" for value in groups]
+    return [(f"{prefix}_{n}" if prefix else n, group) for n, group in zip(names, groups.values(), strict=True)]
 
 
 def limit_note(sets: list[EvalSet]) -> list[str]:
