@@ -313,7 +313,10 @@ def _iter_hf(name: str, config: str | None, split: str) -> Iterator[tuple[str, i
         ds = datasets.load_from_disk(str(local))
         if isinstance(ds, datasets.DatasetDict):
             if split not in ds:
-                raise ValueError(f"{local} has splits {sorted(ds)}, not '{split}'; pick one of those")
+                raise ValueError(
+                    f"{local} has splits {sorted(ds)}, not '{split}'; name one as hf:{local}:SPLIT, e.g. "
+                    f"hf:{local}:{sorted(ds)[0]}"
+                )
             ds = ds[split]
     else:
         try:
