@@ -454,6 +454,22 @@ def test_answer_span_reads_the_answer_out_of_a_restating_sentence(reply: str, sp
     assert answer_span(reply, "Who is the director of Blue Lake?") == span
 
 
+@pytest.mark.parametrize(
+    ("reply", "question", "span"),
+    [
+        ("Atlas Shrugged was written by Ayn Rand.", "Who wrote Atlas Shrugged?", "Ayn Rand"),
+        ("Hallelujah was first sung by Leonard Cohen.", "Who first sang Hallelujah?", "Leonard Cohen"),
+        ("The Battle of Marengo was fought in 1800, during the war.", "When was the Battle of Marengo?", "1800"),
+        ("Yes, Zurich is the largest city in Switzerland.", "Is Zurich the largest city in Switzerland?", "Yes"),
+        ("No. They are from different countries.", "Are both films from the same country?", "No"),
+        ("No, the capital is Bern.", "What is the capital of Switzerland?", "Bern"),  # not a yes/no question
+        ("Nobody knows.", "Is it raining?", "Nobody knows"),
+    ],
+)
+def test_answer_span_irregular_participles_and_yes_no_replies(reply: str, question: str, span: str) -> None:
+    assert answer_span(reply, question) == span
+
+
 def test_direct_and_naive_rag_read_the_span_unless_turned_off(retriever) -> None:
     example = QAExample("q", "Who is the director of Blue Lake?", ["Tom Hale"])
     gen = scripted(lambda ctx: "The director of Blue Lake is Tom Hale.")

@@ -72,10 +72,19 @@ _SOURCE_LEAD = re.compile(
     r"(?:\s+(?:states?|says?|mentions?|shows?|indicates?|suggests?)(?:\s+that)?)?[\s,:]+",
     re.IGNORECASE,
 )
-#: "born in X", "buried at X", "in X" -> "X"
+#: "born in X", "buried at X", "written by X", "first sung by X", "in X" -> "X": a participle (regular, or an
+#: irregular one's usual ending), with an adverb before it, then a preposition
 _PARTICIPLE_LEAD = re.compile(
-    r"^(?:(?:\w+ed|born|made|built|held|known|set)\s+)?(?:on|in|at|by|from|as)\s+", re.IGNORECASE
+    r"^(?:(?:\w+ly\s+|first\s+|later\s+|also\s+)?"
+    r"(?:\w+(?:ed|en|wn|ng|ght|lt|ld|rn|de)|set|put|led|met|won|sent|spent|lost|sold|told|found|bound|shot|hung)\s+)?"
+    r"(?:on|in|at|by|from|as)\s+",
+    re.IGNORECASE,
 )
+#: a question answered yes or no, and a reply that starts with the answer ("Yes, Zurich is ...")
+_YES_NO_QUESTION = re.compile(
+    r"^\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|shall|may|might)\b", re.IGNORECASE
+)
+_YES_NO_LEAD = re.compile(r"^\W*(yes|no)\b(?=\s*(?:[,.;:!]|$))", re.IGNORECASE)
 #: where an answer span restated as a sentence ends: a clause after it
 _CLAUSE = re.compile(
     r"(?:(?<!\d),|,(?!\s?\d))"  # not the comma of a number (12,000) or a date (May 5, 1950)
@@ -104,7 +113,8 @@ def answer_span(reply: str | None, question: str) -> str | None:
     one side of the first sentence's first copula (is / was / are / were) restates the question, the other side,
     else the text after the first preposition (on / in / at / by / from) whose left side restates the question
     ("X's father died on 3 May 1900" -> "3 May 1900"); the span ends at its next clause and loses a leading "born
-    in" / "in". A reply of at most four words, or one that fits no pattern, is :func:`clean_answer`'s first line.
+    in" / "written by" / "in". A yes/no question's reply that starts with "Yes," or "No." is that word. A reply of at
+    most four words, or one that fits no pattern, is :func:`clean_answer`'s first line.
 
     >>> q = "Who is the father of Emperor Taizong of Song?"
     >>> answer_span("The father of Emperor Taizong of Song is Zhao Hongyin, a general.", q)
@@ -121,6 +131,8 @@ def answer_span(reply: str | None, question: str) -> str | None:
         return None
     first = next(ln for ln in (reply or "").splitlines() if ln.strip())
     said = _ANSWER_IS.search(first)
+    if _YES_NO_QUESTION.match(question) and (yes_no := _YES_NO_LEAD.match(line)):
+        return yes_no.group(1)
     if said or _LABEL.match(first.strip(" \t*_`\"'“”‘’.")):  # "the answer is X" / "Answer: X", then a clause
         return clean_answer(_CLAUSE.split(said.group(1) if said else line)[0]) or line
     if len(line.split()) <= 4:
