@@ -304,7 +304,7 @@ def test_hf_saved_dataset_dict_by_split(tmp_path: Path, hf_cache: Path) -> None:
     assert [g.id for g in got] == ["h0", "h1", "h2"]
     assert got[0].answers == ["a0"] and got[0].metadata == {"type": "comparison"}
     assert len(load_qa(tmp_path / "saved", split="test")) == 1  # a saved dataset directory works without hf:
-    with pytest.raises(ValueError, match=rf"not 'train'; name one as hf:.*saved:SPLIT, e\.g\. hf:.*saved:dev$"):
+    with pytest.raises(ValueError, match=r"not 'train'; name one as hf:.*saved:SPLIT, e\.g\. hf:.*saved:dev$"):
         load_qa(f"hf:{tmp_path / 'saved'}:train")
 
 
