@@ -23,6 +23,7 @@ its ``args`` as keyword arguments; a single-stage command (``searchrl data split
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -388,6 +389,11 @@ def run_pipeline(
         load = load_config
     if not cfg.pipeline:
         raise ConfigError(f"recipe {recipe or cfg.name} has no pipeline: section; add stages (see docs/recipes.md)")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each process would run every stage into the same directory
+        raise ConfigError(
+            "searchrl run drives its stages from one process: start it without accelerate launch / torchrun; train "
+            "on several GPUs with `accelerate launch ... -m searchrl train` (README, Several GPUs)"
+        )
     run_dir = Path(out)
     run_dir.mkdir(parents=True, exist_ok=True)
     names = [s.name for s in cfg.pipeline]

@@ -35,7 +35,7 @@ def test_sft_under_several_processes_is_one_line_naming_the_fix(monkeypatch, tmp
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="SFT runs in one process: run `searchrl sft` .* without accelerate launch"):
         run_sft(load_config("demo"), "unused")
-    # a pipeline with an SFT stage stops before its first stage, not after the stages before the SFT one
-    with pytest.raises(ValueError, match="SFT runs in one process") as err:
+    # a pipeline stops before its first stage: every process would run every stage into the same directory
+    with pytest.raises(ValueError, match="searchrl run drives its stages from one process") as err:
         run_pipeline(load_config("demo"), tmp_path / "run")
     assert not (tmp_path / "run" / "coldstart").exists() and "\n" not in str(err.value)
