@@ -155,6 +155,17 @@ def test_a_world_an_earlier_stage_makes_is_read_from_the_run_not_the_working_dir
     assert reads and all(path.startswith("runs/search_r1_grpo-laptop/") for path in reads), reads
 
 
+def test_a_stage_override_is_not_applied_to_the_recipe_a_stage_loads(tmp_path: Path) -> None:
+    """r1_searcher_stage2's stage1 loads r1_searcher_stage1, whose pipeline has other stages: the run's
+    pipeline.stage1.* override belongs to the run's recipe only."""
+    for stage in ("stage1", "stage2"):
+        override = f"pipeline.{stage}.set.training.steps=5"
+        res = searchrl_cmd(
+            "run", "--recipe", "r1_searcher_stage2", "--profile", "laptop", override, "--dry-run", cwd=tmp_path
+        )
+        assert res.returncode == 0 and f"{stage} [rl] run" in res.stdout, res.stderr
+
+
 def test_a_selection_quota_naming_sources_the_questions_lack_fails_before_labelling(tmp_path: Path) -> None:
     """R1-Searcher's quotas keep HotpotQA and 2Wiki questions by their source field: questions without one would all
     be dropped after the labelling pass, so the preflight says so first; a bucket-only quota passes."""

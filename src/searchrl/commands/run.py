@@ -44,8 +44,11 @@ def run_cmd(
 
     overrides = [*(overrides or []), *(sets or [])]
 
+    # a stage's own recipe takes the run's overrides but not its pipeline.* ones (they name this recipe's stages)
+    stage_overrides = [o for o in overrides if not o.split("=", 1)[0].strip().startswith("pipeline")]
+
     def load_stage_recipe(name: str) -> RunConfig:
-        return resolve_run(name, overrides, profile, device)
+        return resolve_run(name, stage_overrides, profile, device)
 
     cfg = resolve_run(recipe, overrides, profile, device)
     name = Path(recipe).stem
