@@ -4,7 +4,8 @@ Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marke
 with a marker is skipped; ``--only NAME`` re-runs one stage (its inputs must exist), ``--from NAME`` re-runs that
 stage and every later one. A stage that runs again starts from an empty directory, except an RL stage that stopped
 part-way: it goes on from its last checkpoint (``training.save_every``) when its settings are unchanged (a larger
-``training.steps`` allowed), and starts again otherwise or when named by ``--only`` / ``--from``. ``OUT/run.log``
+``training.steps`` allowed) and so are its starting model's weights (:mod:`searchrl.stages.resume`), and starts again
+otherwise or when named by ``--only`` / ``--from``. ``OUT/run.log``
 records each stage's start, end and wall time; ``OUT/summary.json`` the stages, their outputs, times and results.
 
 Stage outputs, referenced by later stages as ``${name}``:
@@ -32,13 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
 from searchrl.config.sections import WorldConfig
 from searchrl.pipeline import data_file, index_kind
+from searchrl.stages.resume import resume_mismatch
 from searchrl.stages.train import one_process_sft
-from searchrl.utils import atomic_write_text, console
+from searchrl.utils import atomic_write_text, console, restore_interrupted
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
 _JOINED = re.compile(r"\$\{cfg\.(data\.source)\}/\$\{cfg\.(data\.\w+)\}")
@@ -305,25 +305,15 @@ def _rl(ctx: StageContext) -> dict[str, Any]:
     if ctx.stage.data:
         raw["data"]["train"] = str(ctx.stage.data)
     cfg = validate_dict(raw, f"stage '{ctx.stage.name}'")
-    resume = ctx.resume and _same_run(cfg, ctx.dir / "config.yaml")
+    why = resume_mismatch(cfg) if ctx.resume else None
+    resume = ctx.resume and why is None
     if ctx.resume and not resume:
-        _log(ctx.run_dir, f"stage {ctx.stage.name}: its settings changed since the checkpoint; starting it again")
+        _log(ctx.run_dir, f"stage {ctx.stage.name}: {why}; starting it again")
         shutil.rmtree(ctx.dir, ignore_errors=True)  # the old metrics.jsonl would otherwise be appended to
         ctx.dir.mkdir(parents=True)
     history = run_train(cfg, resume=resume)
     last = history[-1] if history else {}
     return {k: v for k, v in last.items() if k in ("step", "reward/total") or k.startswith("eval/")}
-
-
-def _same_run(cfg: RunConfig, saved: Path) -> bool:
-    """Whether ``cfg`` is the config an interrupted RL stage started with (``saved``) but for ``training.steps``."""
-    if not saved.exists():
-        return False
-    old = yaml.safe_load(saved.read_text()) or {}
-    new = json.loads(cfg.model_dump_json())
-    for c in (old, new):
-        c.get("training", {}).pop("steps", None)
-    return old == new
 
 
 def _eval(ctx: StageContext) -> dict[str, Any]:
@@ -433,9 +423,8 @@ def run_pipeline(
         else:
             # An RL stage that stopped part-way (no DONE, a checkpoint) goes on from its checkpoint unless it was
             # asked to run again (--only / --from); every other stage starts from an empty directory.
-            resume = (
-                stage.kind == "rl" and stage.name not in forced and (sdir / "checkpoint" / "trainer_state.pt").exists()
-            )
+            restore_interrupted(checkpoint := sdir / "checkpoint")
+            resume = stage.kind == "rl" and stage.name not in forced and (checkpoint / "trainer_state.pt").exists()
             if sdir.exists() and not resume:
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True, exist_ok=True)

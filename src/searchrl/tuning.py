@@ -4,9 +4,6 @@ weights of a LoRA policy, saving a loadable model without touching the live one,
 from __future__ import annotations
 
 import math
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -130,18 +127,3 @@ def load_policy_weights(model: nn.Module, model_dir: Path) -> None:
         )
     if tied:
         model.tie_weights()
-
-
-@contextmanager
-def atomic_dir(path: Path) -> Iterator[Path]:
-    """Yield a sibling temp dir to fill; on success it replaces ``path`` (the old one is removed only afterwards)."""
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    yield tmp
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        path.rename(old)
-    tmp.rename(path)
-    shutil.rmtree(old, ignore_errors=True)

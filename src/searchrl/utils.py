@@ -9,10 +9,12 @@ import logging
 import os
 import random
 import re
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +278,27 @@ def source_digest(source: str | Path) -> str:
 def error_line(err: BaseException, limit: int = 160) -> str:
     """The first line of an exception's message (its type when it has none), for a one-line error."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:limit]
+
+
+def restore_interrupted(path: Path) -> None:
+    """A save by :func:`atomic_dir` that stopped between its two renames left the previous copy, whole, at
+    ``<path>.old`` and nothing at ``path``: put it back."""
+    old = path.with_name(path.name + ".old")
+    if not path.exists() and old.is_dir():
+        old.rename(path)
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield a sibling temp dir to fill; on success it replaces ``path`` (the old one is removed only afterwards;
+    :func:`restore_interrupted` recovers it from a stop between the renames)."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    yield tmp
+    old = path.with_name(path.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)

@@ -154,6 +154,48 @@ def test_rl_resumes_only_with_the_settings_it_was_started_with(tmp_path: Path, m
     assert seen[-1] is False  # no saved config: nothing to compare with
 
 
+def test_a_checkpoint_save_cut_between_its_renames_is_resumed_from(tmp_path: Path, fake_handlers) -> None:
+    """The save renames checkpoint to checkpoint.old, then the new one into place: a stop between the two leaves the
+    whole previous checkpoint at checkpoint.old, which the stage goes on from."""
+    run_pipeline(_cfg(STAGES), tmp_path)
+    (tmp_path / "rl" / "DONE").unlink()
+    (tmp_path / "rl" / "checkpoint.old").mkdir()
+    (tmp_path / "rl" / "checkpoint.old" / "trainer_state.pt").write_bytes(b"x")
+    fake_handlers.clear()
+    run_pipeline(_cfg(STAGES), tmp_path)
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True)]
+    assert (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").exists()
+
+
+def test_rl_starts_again_when_its_starting_model_changed(tmp_path: Path, monkeypatch) -> None:
+    """An earlier stage that ran again wrote new weights at the same path: the checkpoint is stale."""
+    from searchrl import stages
+    from searchrl.config import dump_config
+    from searchrl.stages.resume import record_init
+
+    seen: list[bool] = []
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
+    model = tmp_path / "sft" / "final"
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"weights v1")
+    stage = runner.StageConfig.model_validate({"name": "rl", "kind": "rl"})
+    sdir = tmp_path / "rl"
+    raw = validate_dict({"name": "t"}).model_dump()
+    raw["training"].update(init_from=str(model), output_dir=str(sdir))
+    cfg = validate_dict(raw)
+    for trained_again in (False, True):
+        (sdir / "checkpoint").mkdir(parents=True, exist_ok=True)
+        (sdir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+        dump_config(cfg, sdir / "config.yaml")  # what the interrupted stage wrote when it started
+        record_init(cfg)
+        if trained_again:
+            (model / "model.safetensors").write_bytes(b"weights v2")
+        expect = not trained_again
+        runner._rl(runner.StageContext(stage, cfg, sdir, tmp_path, str(model), None, None, resume=True))
+        assert seen[-1] is expect
+    assert "rl: the starting model" in (tmp_path / "run.log").read_text()
+
+
 def test_only_needs_its_inputs(tmp_path: Path, fake_handlers) -> None:
     with pytest.raises(ConfigError, match="has not run yet"):
         run_pipeline(_cfg(STAGES), tmp_path, only=["rl"])

@@ -42,3 +42,28 @@ def test_train_one_step_from_recipe(tmp_path: Path, recipe: str) -> None:
     assert (out / "rollouts.jsonl").exists()
     if recipe == "r1_searcher_pp":  # the memorization hook ran (rewriter = frozen copy of the initial policy)
         assert "memorization/candidates" in rows[0] and "memorization/pool" in rows[0]
+
+
+def test_resume_checks_the_checkpoint_and_its_settings_before_loading_a_model(tmp_path: Path, monkeypatch) -> None:
+    """No checkpoint, or one made with other settings: one line naming the fix, and no model is loaded."""
+    from searchrl import stages
+    from searchrl.config import dump_config, load_config
+    from searchrl.stages.resume import record_init
+
+    calls: list[bool] = []
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: calls.append(resume) or [])
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out), "--resume"])
+    assert res.exit_code != 0 and "no checkpoint at" in str(res.exception) and "without --resume" in str(res.exception)
+    cfg = load_config("demo", [f"training.output_dir={out}"])
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    dump_config(cfg, out / "config.yaml")
+    record_init(cfg)
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out), "--resume", "training.seed=7"])
+    msg = str(res.exception)
+    assert res.exit_code != 0 and msg.startswith(f"cannot resume {out}: settings differ from the checkpoint's (")
+    assert "training.seed" in msg and "a new --out" in msg and "\n" not in msg
+    assert calls == []  # no model was loaded
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out), "--resume", "training.steps=99"])
+    assert res.exit_code == 0 and calls == [True], res.output  # a longer run of the same settings resumes

@@ -8,6 +8,23 @@ import typer
 from searchrl.commands.common import DEVICE, PROFILE, SET, load
 
 
+def check_resumable(cfg) -> None:
+    """``--resume`` needs a checkpoint in the output directory, made with these settings from this model: checked
+    before any model loads."""
+    from pathlib import Path
+
+    from searchrl.config import ConfigError
+    from searchrl.stages.resume import resume_mismatch
+    from searchrl.utils import restore_interrupted
+
+    out = Path(cfg.training.output_dir)
+    restore_interrupted(out / "checkpoint")
+    if not (out / "checkpoint" / "trainer_state.pt").exists():
+        raise ConfigError(f"no checkpoint at {out / 'checkpoint'}; run without --resume to start fresh")
+    if why := resume_mismatch(cfg):
+        raise ConfigError(f"cannot resume {out}: {why}; use the same settings, or a new --out to start fresh")
+
+
 def train(
     recipe: str = typer.Option(..., "--recipe", "--config", "-r", help="recipe name (e.g. search_r1_grpo) or YAML"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.steps=20 rollout.group_size=4"),
@@ -29,6 +46,8 @@ def train(
     cfg = load(recipe, items, profile, device=device, **{"training.output_dir": out})
     validate_deep(cfg, lambda name: load(name, items, profile, device=device))
     check_fetchable(cfg, profile)
+    if resume:
+        check_resumable(cfg)
     history = run_train(cfg, resume=resume)
     if history:
         last = history[-1]

@@ -13,9 +13,16 @@ import numpy as np
 import torch
 
 from searchrl.models import portable_tokenizer_config
-from searchrl.tuning import atomic_dir, load_policy_weights
+from searchrl.tuning import load_policy_weights
+from searchrl.utils import atomic_dir, restore_interrupted
 
 STATE_FILE = "trainer_state.pt"
+
+
+def has_checkpoint(path: Path) -> bool:
+    """A whole checkpoint at ``path`` (one a save interrupted between its renames left behind is restored first)."""
+    restore_interrupted(path)
+    return (path / STATE_FILE).exists()
 
 
 @dataclass
@@ -41,7 +48,7 @@ def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any]) -> Non
 
 def load_checkpoint(path: Path, policy) -> dict[str, Any]:
     """Loads the saved weights into ``policy`` and restores the random generators; the saved ``state``."""
-    if not (path / STATE_FILE).exists():
+    if not has_checkpoint(path):
         raise FileNotFoundError(f"no checkpoint at {path}; run without --resume to start fresh")
     load_policy_weights(policy, path / "model")
     state = torch.load(path / STATE_FILE, weights_only=False)

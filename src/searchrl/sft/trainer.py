@@ -21,8 +21,8 @@ from searchrl.config import RunConfig, dump_config
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.sft.types import SFTExample, as_sft_example
-from searchrl.tuning import atomic_dir, freeze_bottom, save_merged, warmup_schedule, wrap_lora
-from searchrl.utils import console, make_adamw, progress, tune_allocator
+from searchrl.tuning import freeze_bottom, save_merged, warmup_schedule, wrap_lora
+from searchrl.utils import atomic_dir, console, make_adamw, progress, tune_allocator
 
 
 def _parts(ex: Any) -> tuple[list[int], list[int], list[int]]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from searchrl.config import RunConfig
 from searchrl.pipeline import load_split, make_protocol, make_retriever_for, policy_spec
+from searchrl.stages.resume import record_init
 from searchrl.utils import console, read_jsonl, seed_everything
 
 
@@ -165,6 +166,8 @@ def _evidence_reward(cfg: RunConfig, protocol, model, tok):
 def run_train(cfg: RunConfig, resume: bool = False) -> list[dict[str, float]]:
     """RL on a resolved config; outputs (metrics, checkpoints, ``final``) in ``training.output_dir``."""
     trainer = build_trainer(cfg)
+    if not resume and trainer.acc.is_main_process:
+        record_init(cfg)  # what a later resume checks it starts from the same model
     history = trainer.train(resume=resume)
     trainer.close(exit_process=True)
     return history
