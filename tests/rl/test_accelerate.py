@@ -78,6 +78,12 @@ def test_two_processes_match_one(tmp_path: Path, algo: str) -> None:
     assert [m["grad_norm"] for m in h2["history"]] == pytest.approx([m["grad_norm"] for m in h1["history"]], rel=1e-5)
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], rtol=1e-3, atol=3e-4, msg=k)
+    # the logged metrics are the whole step's, not process 0's share: rewards and lengths averaged, counts summed
+    shared = ["reward/total", "tokens/response", "tokens/prompt", "tokens/generated"]
+    shared += [k for k in h1["history"][0] if k.startswith("rollout/") and "time" not in k]
+    assert len(shared) > 4
+    for m1, m2 in zip(h1["history"], h2["history"], strict=True):
+        assert {k: m2[k] for k in shared} == pytest.approx({k: m1[k] for k in shared}, rel=1e-6), algo
 
 
 @pytest.mark.slow

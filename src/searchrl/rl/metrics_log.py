@@ -78,3 +78,25 @@ def log_rollouts(out_dir: Path, n: int, step: int, trajs: Sequence, scores: Sequ
             metrics = {"reward": float(scores[i]), "correct": correct}
             row = trajectory_record(trajs[i], source="train", score=float(scores[i]), step=step, metrics=metrics)
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+#: per-process counts add up; a step lasts as long as its slowest process and needs its largest memory
+_SUMS, _MAXIMA = ("tokens/", "gen/"), ("time/", "mem/")
+
+
+def combine_process_metrics(per_process: Sequence[dict[str, float]]) -> dict[str, float]:
+    """One step's metrics of every process -> the step's: counts (``tokens/*``, ``gen/*``) summed, times and memory
+    (``time/*``, ``mem/*``) their maximum, anything else (rewards, rates, lengths, losses; values every process
+    already shares, such as ``grad_norm``, alike) the mean over the processes that report it. Processes roll out
+    equal shares of a step's prompts, so the mean of their means is the step's mean."""
+    keys = list(dict.fromkeys(k for m in per_process for k in m))
+    out: dict[str, float] = {}
+    for k in keys:
+        values = [float(m[k]) for m in per_process if k in m]
+        if k.startswith(_SUMS):
+            out[k] = sum(values)
+        elif k.startswith(_MAXIMA):
+            out[k] = max(values)
+        else:
+            out[k] = sum(values) / len(values)
+    return out

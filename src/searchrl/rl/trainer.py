@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.utils import gather_object
 from torch import nn
 
 from searchrl import device as placement
@@ -52,7 +53,7 @@ from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories
 from searchrl.rl.checkpoint import TrainState
 from searchrl.rl.hooks import AuxNLLHook, NLLSequence, RewardFn, as_aux_nll, default_reward_fn
 from searchrl.rl.kl_control import make_kl_controller
-from searchrl.rl.metrics_log import MetricsWriter, log_rollouts
+from searchrl.rl.metrics_log import MetricsWriter, combine_process_metrics, log_rollouts
 from searchrl.rl.passes import Passes
 from searchrl.rl.profiling import maybe_profiled, phase
 from searchrl.rl.sampling import Experience, Sampler
@@ -225,6 +226,8 @@ class Trainer:
         metrics = self._step_metrics(step, exp, sb, update_metrics, clock)
         metrics.update(self.rollouts.metrics() if self.rollouts is not None else {})
         self._end_step(step, exp, metrics, sb.n_global)
+        if self.acc.num_processes > 1:  # every process's share of the step: the step's metrics
+            metrics = combine_process_metrics(gather_object([metrics]))
         return metrics
 
     def _experience(self, step: int) -> Experience:
