@@ -86,13 +86,14 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
-def save_merged(model: nn.Module, tokenizer, path: Path) -> None:
+def save_merged(model: nn.Module, tokenizer, path: Path, weights: dict[str, torch.Tensor] | None = None) -> None:
     """Save a plain model (LoRA adapters merged into a copy of the weights) that ``from_pretrained`` loads; the live
-    model keeps its adapters attached and trainable."""
+    model keeps its adapters attached and trainable. ``weights``: the whole weights, gathered beforehand when they
+    are sharded."""
     if is_peft(model):
         model.get_base_model().save_pretrained(path, state_dict=full_state_dict(model), safe_serialization=True)
     else:
-        model.save_pretrained(path, safe_serialization=True)
+        model.save_pretrained(path, safe_serialization=True, state_dict=weights)
     if hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(path)
         portable_tokenizer_config(path)

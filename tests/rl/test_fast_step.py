@@ -193,6 +193,9 @@ def test_separate_engine_always_generates_with_the_latest_weights(tmp_path: Path
         trainer.train_step()
     assert engine.used == [0, 1, 2]  # one push per rollout that follows optimizer steps, never stale (-1)
     assert trainer._weights_version == 6
+    trainer.eval_examples = QUESTIONS[:2]
+    trainer.evaluate()  # the held-out rollouts too run on the latest weights
+    assert engine.used[3:] and set(engine.used[3:]) == {3}
 
 
 def test_backend_chooses_the_generator(tmp_path: Path) -> None:
@@ -273,3 +276,21 @@ def test_a_step_whose_prompts_fill_the_length_cap_trains_on_nothing_without_fail
     trainer = make(tmp_path, "rollout.max_total_tokens=4", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8")
     m = trainer.train_step()
     assert m["tokens/response"] == 0.0 and m["loss/policy_total"] == 0.0
+
+
+def test_fsdp_over_several_processes_needs_an_engine_with_its_own_weights(tmp_path: Path, monkeypatch) -> None:
+    """Each process's in-process decode loop would gather the sharded weights a different number of times."""
+    from accelerate import Accelerator
+
+    from searchrl.config import ConfigError
+    from searchrl.rl import trainer as trainer_module
+
+    monkeypatch.setattr(Accelerator, "num_processes", property(lambda self: 2))
+    monkeypatch.setattr(trainer_module, "sharded", lambda model: True)
+    with pytest.raises(ConfigError, match=r"FSDP over several processes needs rollout\.backend=vllm"):
+        make(tmp_path)
+    ref: list = []
+    engine = VersionedEngine(tiny_model(), tokenizer(), ref)
+    assert make(tmp_path, generator=engine).sharded  # an engine with its own weights: accepted
+    with pytest.raises(ConfigError, match="and no model.lora"):
+        make(tmp_path, "model.lora.r=4", generator=engine)

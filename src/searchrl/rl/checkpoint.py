@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from searchrl.models import portable_tokenizer_config
+from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
 from searchrl.tuning import load_policy_weights
 from searchrl.utils import atomic_dir, restore_interrupted
 
@@ -35,10 +36,11 @@ class TrainState:
     kl_coef: float | None = None  # the KL controller's coefficient (adaptive control changes it step by step)
 
 
-def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any]) -> None:
-    """The policy (and tokenizer) under ``path/model``; ``state`` plus the random generators' states beside it."""
+def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any], weights: dict | None = None) -> None:
+    """The policy (and tokenizer) under ``path/model``; ``state`` plus the random generators' states beside it.
+    ``weights``: the policy's whole weights, gathered beforehand when they are sharded."""
     with atomic_dir(path) as tmp:
-        policy.save_pretrained(tmp / "model", safe_serialization=True)
+        policy.save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
         if hasattr(tokenizer, "save_pretrained"):
             tokenizer.save_pretrained(tmp / "model")
             portable_tokenizer_config(tmp / "model")
@@ -46,13 +48,59 @@ def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any]) -> Non
         torch.save({**state, "rng": rng}, tmp / STATE_FILE)
 
 
-def load_checkpoint(path: Path, policy) -> dict[str, Any]:
-    """Loads the saved weights into ``policy`` and restores the random generators; the saved ``state``."""
+def load_checkpoint(path: Path, policy, sharded: bool = False) -> dict[str, Any]:
+    """Loads the saved weights into ``policy`` (each process its shard, when ``sharded``) and restores the random
+    generators; the saved ``state``."""
     if not has_checkpoint(path):
         raise FileNotFoundError(f"no checkpoint at {path}; run without --resume to start fresh")
-    load_policy_weights(policy, path / "model")
+    if sharded:
+        from safetensors.torch import load_file
+
+        load_full_weights(policy, load_file(str(path / "model" / "model.safetensors")))
+    else:
+        load_policy_weights(policy, path / "model")
     state = torch.load(path / STATE_FILE, weights_only=False)
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
     torch.set_rng_state(state["rng"]["torch"])
     return state
+
+
+def save_trainer(tr, path: Path) -> None:
+    """A :class:`~searchrl.rl.trainer.Trainer`'s checkpoint. Every process calls it: FSDP-sharded weights and
+    optimizer state over several processes (``tr.sharded``) are gathered by all of them; the main process writes."""
+    sharded = tr.sharded
+    critic = tr.acc.unwrap_model(tr.critic) if tr.critic is not None else None
+    weights = full_weights(tr.policy) if sharded else None
+    state: dict[str, Any] = {
+        "optimizer": full_optimizer_state(tr.model, tr.opt) if sharded else tr.opt.state_dict(),
+        "scheduler": tr.sched.state_dict(),
+        "train_state": vars(tr.state),
+    }
+    if critic is not None:
+        state["critic"] = full_weights(critic) if sharded else critic.state_dict()
+        state["critic_optimizer"] = (
+            full_optimizer_state(critic, tr.critic_opt) if sharded else tr.critic_opt.state_dict()
+        )
+        state["critic_scheduler"] = tr.critic_sched.state_dict()
+    if tr.acc.is_main_process:
+        save_checkpoint(path, tr.policy, tr.tokenizer, state, weights)
+
+
+def load_trainer(tr, path: Path) -> None:
+    """Every process reads the checkpoint; sharded weights and optimizer state keep each process's shard."""
+    sharded = tr.sharded
+    state = load_checkpoint(path, tr.policy, sharded=sharded)
+    tr._weights_version += 1
+    load_opt = load_full_optimizer_state if sharded else lambda _model, opt, st: opt.load_state_dict(st)
+    load_opt(tr.model, tr.opt, state["optimizer"])
+    tr.sched.load_state_dict(state["scheduler"])
+    tr.state = TrainState(**state["train_state"])
+    if tr.state.kl_coef is not None:
+        tr.kl_ctrl.value = tr.state.kl_coef
+    if tr.critic is not None and "critic" in state:
+        critic = tr.acc.unwrap_model(tr.critic)
+        load_full_weights(critic, state["critic"]) if sharded else critic.load_state_dict(state["critic"])
+        load_opt(critic, tr.critic_opt, state["critic_optimizer"])
+        if "critic_scheduler" in state:
+            tr.critic_sched.load_state_dict(state["critic_scheduler"])

@@ -23,12 +23,12 @@ How this departs from the textbook algorithms (each choice is configurable where
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -57,6 +57,7 @@ from searchrl.rl.metrics_log import MetricsWriter, combine_process_metrics, log_
 from searchrl.rl.passes import Passes
 from searchrl.rl.profiling import maybe_profiled, phase
 from searchrl.rl.sampling import Experience, Sampler
+from searchrl.rl.sharded import full_weights, sharded
 from searchrl.rl.update import StepTensors, ValueModel
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
@@ -160,6 +161,12 @@ class Trainer:
         if generator is None and cfg.rollout.backend == "vllm":
             raise ValueError("rollout.backend=vllm: pass the engine as generator= (searchrl train builds it for you)")
         self.generator = generator or rollout_generator(cfg.rollout, self.policy, tokenizer, self.acc.device)
+        self.sharded = self.acc.num_processes > 1 and sharded(self.policy)  # FSDP over several processes
+        if self.sharded and (self.generator.runs_on(self.policy) or cfg.model.lora is not None):
+            raise ConfigError(
+                "FSDP over several processes needs rollout.backend=vllm (each process's own decode loop would gather "
+                "the sharded weights a different number of times) and no model.lora; use configs/accelerate/ddp.yaml"
+            )
         self._weights_version = 0  # optimizer steps (and checkpoint loads) applied to the policy
         self._generator_version = 0  # the policy version the generator's weights hold
         self.passes = Passes(self.acc, self.micro, self.tcfg.micro_batch_tokens or tokens)
@@ -205,7 +212,8 @@ class Trainer:
         optimizer state, before it generates."""
         if self._generator_version == self._weights_version or self.generator.runs_on(self.policy):
             return
-        self.generator.load_weights(full_state_dict(self.policy))
+        weights = full_weights(self.policy, everywhere=True) if self.sharded else full_state_dict(self.policy)
+        self.generator.load_weights(weights)
         self._generator_version = self._weights_version
 
     def train_step(self) -> dict[str, float]:
@@ -389,13 +397,17 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Greedy rollouts on the held-out questions (main process only): ``eval/*`` metrics, and the trajectories
-        in ``<output_dir>/evals/step_<k>.jsonl`` for ``searchrl view``."""
-        if not self.eval_examples or not self.acc.is_main_process:
+        in ``<output_dir>/evals/step_<k>.jsonl`` for ``searchrl view``. Every process calls it (an engine with its
+        own weights first gets the current ones, which sharded weights need every process to gather)."""
+        if not self.eval_examples:
             return {}
         if self.rollouts is not None:
             self.rollouts.settle()  # the engine's retriever (and an external generator) serve one thread at a time
+        self._sync_generator()
+        if not self.acc.is_main_process:
+            return {}
         t0, step = time.perf_counter(), self.state.step
-        with placement.unsharded(self.model):
+        with placement.unsharded(self.model) if self.generator.runs_on(self.policy) else contextlib.nullcontext():
             trajs = self.engine.run(self.eval_examples, temperature=0.0, seed=self.tcfg.seed, group_prefix="eval/")
         summary = summarize(trajs, self.protocol, self.tokenizer, self.correctness)
         rows = scored_records(trajs, source=f"eval/step_{step}", correctness=self.correctness, step=step)
@@ -459,35 +471,15 @@ class Trainer:
             self.rollouts.close()
 
     def save_model(self, path: Path) -> None:
-        """A plain model (LoRA adapters merged into a copy) that ``from_pretrained`` loads."""
+        """A plain model (LoRA adapters merged into a copy) that ``from_pretrained`` loads. Every process calls it:
+        sharded weights are gathered by all of them; the main process writes."""
+        weights = full_weights(self.policy) if self.sharded else None
         if self.acc.is_main_process:
-            save_merged(self.policy, self.tokenizer, path)
+            save_merged(self.policy, self.tokenizer, path, weights)
 
     def save_checkpoint(self, path: Path) -> None:
-        """Atomic (``searchrl.rl.checkpoint``); a LoRA policy saves its adapters only."""
-        if not self.acc.is_main_process:
-            return
-        state: dict[str, Any] = {
-            "optimizer": self.opt.state_dict(),
-            "scheduler": self.sched.state_dict(),
-            "train_state": vars(self.state),
-        }
-        if self.critic is not None:
-            state["critic"] = self.acc.unwrap_model(self.critic).state_dict()
-            state["critic_optimizer"] = self.critic_opt.state_dict()
-            state["critic_scheduler"] = self.critic_sched.state_dict()
-        checkpoint.save_checkpoint(path, self.policy, self.tokenizer, state)
+        """Atomic; a LoRA policy saves its adapters only. Every process calls it (``searchrl.rl.checkpoint``)."""
+        checkpoint.save_trainer(self, path)
 
     def load_checkpoint(self, path: Path) -> None:
-        state = checkpoint.load_checkpoint(path, self.policy)
-        self._weights_version += 1
-        self.opt.load_state_dict(state["optimizer"])
-        self.sched.load_state_dict(state["scheduler"])
-        self.state = TrainState(**state["train_state"])
-        if self.state.kl_coef is not None:
-            self.kl_ctrl.value = self.state.kl_coef
-        if self.critic is not None and "critic" in state:
-            self.acc.unwrap_model(self.critic).load_state_dict(state["critic"])
-            self.critic_opt.load_state_dict(state["critic_optimizer"])
-            if "critic_scheduler" in state:
-                self.critic_sched.load_state_dict(state["critic_scheduler"])
+        checkpoint.load_trainer(self, path)
