@@ -150,6 +150,7 @@ cfg = GRPOConfig(
     beta=a["beta"], learning_rate=a["lr"], temperature=1.0, num_iterations=1, bf16=False, fp16=False,
     use_cpu=True, logging_steps=1, save_strategy="no", report_to="none", seed=a["seed"],
     dataloader_num_workers=0, disable_tqdm=True,
+    gradient_checkpointing=False,  # TRL's default is on; ours is off: the same work on both sides
 )
 timer = StepTimer()
 trainer = GRPOTrainer(model=a["model"], reward_funcs=exact_match, args=cfg, train_dataset=ds, callbacks=[timer])
@@ -157,7 +158,8 @@ trainer.train()
 import trl, transformers
 json.dump({"steps": timer.steps, "trl": trl.__version__, "transformers": transformers.__version__,
            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-           "loss_type": cfg.loss_type}, open(a["out"], "w"), indent=1)
+           "loss_type": cfg.loss_type, "gradient_checkpointing": cfg.gradient_checkpointing},
+          open(a["out"], "w"), indent=1)
 '''
 
 
@@ -593,7 +595,9 @@ def main() -> None:
             "TRL stops a completion at EOS or 64 tokens; ours also stops at the protocol's stop strings "
             "(</search>, </answer>), so the sides generate different token counts; the bounds use each side's own.",
             "TRL runs with bf16=False (fp32, like ours: bf16 matmul is slower on this CPU), its default loss_type "
-            f"({trl.get('loss_type')}), exact-match reward written in the driver; glibc's default allocator (ours "
+            f"({trl.get('loss_type')}), gradient_checkpointing={trl.get('gradient_checkpointing')} (TRL's default "
+            "is on, ours off: set off so both sides do the same work), exact-match reward written in the driver; "
+            "glibc's default allocator (ours "
             "raises the malloc trim/mmap thresholds, searchrl.utils.tune_allocator).",
             "peak RSS: each side's process, from wait4's rusage (ru_maxrss); both hold a policy and a frozen "
             "reference copy.",

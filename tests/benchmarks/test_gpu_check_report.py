@@ -184,3 +184,22 @@ def test_a_later_run_of_the_tests_drops_the_cut_test_and_a_skipped_lora_step_is_
     res = _report(tmp_path / "clean", skipped, monkeypatch, onto=tmp_path / "cut" / "gpu_check.json")
     assert "interrupted" not in res["cuda_tests"]["tests"]
     assert res["recipes"]["7b_lora_grpo"]["ok"] is True and res["recipes"]["7b_lora_grpo"]["rl_steps"] == 1
+
+
+def test_a_skipped_recipe_test_keeps_the_earlier_record(tmp_path: Path, monkeypatch) -> None:
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "cuda_tests.xml").write_text(JUNIT)
+    (earlier / "recipes.jsonl").write_text(
+        json.dumps({"recipe": "r_search", "shape": "qwen2.5-3b", "rl_steps": 1, "peak_gb": 41.5, "step_s": 7.0}) + "\n"
+    )
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(earlier)])
+    gpu_check.main()
+    later = tmp_path / "later"
+    later.mkdir()
+    skipped = JUNIT.replace('time="9.1"/>', 'time="0"><skipped message="not enough memory"/></testcase>')
+    (later / "cuda_tests.xml").write_text(skipped)
+    monkeypatch.setattr("sys.argv", ["gpu_check.py", str(later), "--onto", str(earlier / "gpu_check.json")])
+    gpu_check.main()
+    res = json.loads((later / "gpu_check.json").read_text())
+    assert res["recipes"]["r_search"]["ok"] is True and res["recipes"]["r_search"]["peak_gb"] == 41.5
