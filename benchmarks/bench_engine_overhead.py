@@ -1,10 +1,13 @@
-"""Rollout engine overhead (issue 5): bundled model, Search-R1 protocol, 32 trajectories on the synthetic world.
+"""Rollout engine overhead: bundled model, Search-R1 protocol, 32 trajectories on the synthetic world.
 
-overhead = (engine wall time - pure generation time for the same token counts) / pure generation time
+overhead = (engine wall time - the engine's generator time) / the generator time: what the engine adds around its
+generator calls (stop-string parsing, retrieval, observation insertion, bookkeeping).
 
-"Pure generation" replays every turn as a plain `model.generate` call on the same contexts and batch, forced to
-produce the same number of new tokens (min = max = the turn's longest completion), with no stop strings, no
-log-prob output, no parsing, retrieval or insertion.
+Beside it, for scale, ``vs_hf_generate``: the engine's wall time against a replay of every turn as a plain
+``model.generate`` call on the same contexts and batch, forced to produce the same number of new tokens (min = max
+= the turn's longest completion), with no stop strings, no log-prob output, no parsing, retrieval or insertion. That
+replay is another generator (HF's loop, every row run to the chunk's longest turn), so it measures the engine and its
+generator together against HF's, not the engine's own overhead.
 
     python benchmarks/bench_engine_overhead.py [--n 32] [--model SPEC]
 
@@ -95,9 +98,10 @@ def main() -> None:
         "engine_wall_s": round(engine_wall, 2),
         "engine_generate_s": round(engine.stats["generate_s"], 2),
         "engine_retrieve_s": round(engine.stats["retrieve_s"], 3),
-        "pure_generation_s": round(pure, 2),
-        "overhead": round((engine_wall - pure) / pure, 4),
+        "hf_generate_replay_s": round(pure, 2),
+        "overhead": round((engine_wall - engine.stats["generate_s"]) / engine.stats["generate_s"], 4),
         "target": 0.10,
+        "vs_hf_generate": round((engine_wall - pure) / pure, 4),
     }
     RESULTS.mkdir(exist_ok=True)
     write_portable(RESULTS / "engine_overhead.json", json.dumps(result, indent=2))
