@@ -8,7 +8,9 @@ KL coefficient 0.001 (a frozen reference on both sides), one optimizer step per 
 A random policy rarely writes EOS or a stop string, so both sides generate close to the full length: equal work.
 
 Each side runs ``--steps`` steps in its own process; the first ``--warmup`` are dropped, the rest reported as
-medians. Peak memory: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` over each side's process.
+medians. Peak memory: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``: for TRL over its whole process,
+for ours the largest of the timed steps' peaks (the trainer resets the counter at each step's start; the model and
+optimizer state it holds are in every step's peak, the one-time setup before the first step is not).
 TRL must import in the interpreter given by ``--python`` (on a GPU machine without a registry: carried wheels).
 
 Writes ``--out`` (JSON): {shape: {ours_s, trl_s, ratio, ours_phases, trl_phases, ours_peak_gb, trl_peak_gb}}.
@@ -156,8 +158,8 @@ def ours(args, shape: str, tmp: Path, env: dict[str, str]) -> dict:
     return {
         "step_s": statistics.median(r["time/step_s"] for r in rows),
         "phases": phases,
-        "peak_gb": max(r.get("mem/peak_allocated_gb", 0.0) for r in rows),
-        "reserved_gb": max(r.get("mem/peak_reserved_gb", 0.0) for r in rows),
+        "peak_gb": max((r["mem/peak_allocated_gb"] for r in rows if "mem/peak_allocated_gb" in r), default=None),
+        "reserved_gb": max((r["mem/peak_reserved_gb"] for r in rows if "mem/peak_reserved_gb" in r), default=None),
         "command": shlex.join(cmd),
     }
 
