@@ -509,7 +509,9 @@ def write_report(result: dict) -> None:
 def acceptance(o: dict, t: dict) -> dict:
     ratio = o["step_s"] / t["step_s"]
     targets = {"ours / TRL step <= 0.5": (round(ratio, 2), ratio <= 0.5)}
-    for kind in ("nominal", "executed"):
+    # targets on the executed work only: the nominal bound counts passes neither side runs (an old-policy pass, every
+    # row in full), so a share of it is no measure of speed; it stays in the report as a reference
+    for kind in ("executed",):
         s = o[kind]
         targets[f"step <= 1.4x {kind} bound"] = (s["step_over_bound"], s["step_over_bound"] <= 1.4)
         sh = s["share_of_bound"]
