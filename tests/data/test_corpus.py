@@ -201,3 +201,64 @@ def test_a_json_array_of_passages_is_a_corpus(tmp_path: Path) -> None:
         json.dumps([{"_id": "h", "question": "Q?", "answer": "a"}]), encoding="utf-8"
     )
     assert (_detect(tmp_path / "corpus.json"), _detect(tmp_path / "hotpot.json")) == ("corpus", "qa")
+
+
+def test_a_null_or_non_text_contents_or_text_is_refused_with_its_line(tmp_path: Path) -> None:
+    """Rather than indexed as the text "None" (contents) or reported as an unknown row layout (text)."""
+    import pytest
+
+    from searchrl.data.corpus import CorpusFormatError
+
+    good = json.dumps({"id": "ok", "contents": "T\nfine"})
+    cases = [
+        ({"id": "a", "contents": None}, "'contents' is null; give it text"),
+        ({"id": "a", "contents": 7}, "'contents' is not text (a int); give it text"),
+        ({"id": "a", "title": "T", "text": None}, "'text' is null; give it text"),
+        ({"id": "a", "title": "T", "text": ["x", "y"]}, "'text' is not text (a list); give it text"),
+    ]
+    for row, message in cases:
+        path = tmp_path / "c.jsonl"
+        path.write_text(good + "\n" + json.dumps(row) + "\n", encoding="utf-8")
+        with pytest.raises(CorpusFormatError, match=re.escape(f"{path}:2: {message}")) as err:
+            list(iter_passages(path))
+        assert "\n" not in str(err.value)
+
+
+def test_a_lone_surrogate_escape_names_its_line(tmp_path: Path) -> None:
+    """JSON's "\\ud800" decodes to a lone surrogate, which cannot be written as UTF-8: refused while reading,
+    with file:line, instead of an encode error from deep in the build."""
+    import pytest
+
+    from searchrl.data.corpus import CorpusFormatError
+
+    path = tmp_path / "c.jsonl"
+    lines = ['{"id": "a", "contents": "T\\nfine \\ud83d\\ude00 pair"}', '{"id": "b", "contents": "T\\nbad \\ud800 x"}']
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(CorpusFormatError, match=re.escape(f"{path}:2: lone surrogate \\ud800")) as err:
+        list(iter_passages(path))
+    assert "\n" not in str(err.value) and "remove that escape" in str(err.value)
+    title_only = tmp_path / "t.jsonl"
+    title_only.write_text('{"id": "c", "title": "\\udfff", "text": "x"}\n', encoding="utf-8")
+    with pytest.raises(CorpusFormatError, match=re.escape(f"{title_only}:1: lone surrogate \\udfff")):
+        list(iter_passages(title_only))
+    path.write_text(lines[0] + "\n", encoding="utf-8")  # a proper surrogate pair is one character: fine
+    assert [p.text for p in iter_passages(path)] == ["fine \U0001f600 pair"]
+
+
+def test_ids_that_repeat_after_cutting_long_passages_are_refused(tmp_path: Path) -> None:
+    """A 250-word passage ``d`` cut at 100 words gives ``d#0``, ``d#1``, ``d#2``; a passage already called ``d#1``
+    then repeats an id, which must be caught after the cut, not before it."""
+    import pytest
+
+    from searchrl.data.corpus import CorpusFormatError
+
+    rows = [{"id": "d", "title": "Long", "text": " ".join(f"w{i}" for i in range(250))}]
+    rows.append({"id": "d#1", "title": "Other", "text": "a short passage"})
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert [p.id for p in iter_passages(path)] == ["d", "d#1"]  # no cut: no repeat
+    with pytest.raises(CorpusFormatError) as err:
+        list(iter_passages(path, max_words=100))
+    message = str(err.value)
+    assert "passage id 'd#1' occurs twice, at lines 1 and 2" in message and "give every passage its own id" in message
+    assert "longer than 100 words" in message and "\n" not in message

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from searchrl.retrieval.bm25 import Analyzer, BM25Options, BM25Retriever, build_bm25
+from searchrl.retrieval.bm25 import BM25S_FILES, Analyzer, BM25Options, BM25Retriever, build_bm25
 from searchrl.retrieval.index import build_index, load_index
 
 
@@ -146,3 +146,163 @@ def test_bm25s_keeps_jax_off_the_gpu_unless_asked(preset: str | None, expected: 
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == expected
+
+
+class _Rows:
+    """Stands in for a PassageStore where only the number of passages matters."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _synthetic_bm25(n: int, postings: dict[str, tuple[np.ndarray, np.ndarray]]) -> BM25Retriever:
+    """A BM25Retriever over hand-made posting lists {term: (rows ascending, float32 weights)}."""
+    vocab = {t: i for i, t in enumerate(postings)}
+    indptr = np.cumsum([0] + [len(r) for r, _ in postings.values()]).astype(np.int64)
+    indices = np.concatenate([r for r, _ in postings.values()]).astype(np.int32)
+    data = np.concatenate([w for _, w in postings.values()]).astype(np.float32)
+    return BM25Retriever(data, indices, indptr, vocab, _Rows(n), BM25Options(stemmer=None, stopwords=None), None, [])
+
+
+def _dense_accumulator_scores(r: BM25Retriever, query: str) -> np.ndarray:
+    """The reference: every posting's weight added into an array of all N passages, (N,) float64."""
+    ids = r.term_ids(query)
+    if not ids:
+        return np.zeros(r._n)
+    spans = [(r._indptr[t], r._indptr[t + 1]) for t in ids]
+    rows = np.concatenate([r._indices[s:e] for s, e in spans])
+    weights = np.concatenate([r._data[s:e] for s, e in spans])
+    return np.bincount(rows, weights=weights, minlength=r._n)
+
+
+def _dense_accumulator_rank(r: BM25Retriever, query: str, depth: int) -> list[tuple[int, float]]:
+    """The reference ranking: the top ``depth`` of the dense scores by score, ties by row (what
+    BM25Retriever.rank did before it accumulated over the postings only)."""
+    s = _dense_accumulator_scores(r, query)
+    cand = np.flatnonzero(s > 0)
+    if len(cand) > depth:
+        cand = cand[np.argpartition(-s[cand], depth - 1)[:depth]]
+    cand = cand[np.lexsort((cand, -s[cand]))]
+    return [(int(x), float(s[x])) for x in cand]
+
+
+def test_ranking_over_postings_equals_the_dense_accumulator_ties_included() -> None:
+    rng = np.random.default_rng(0)
+    n = 500
+    postings = {}
+    for t in range(40):
+        rows = np.sort(rng.choice(n, int(rng.integers(1, 120)), replace=False))
+        weights = rng.choice([0.25, 0.5, 1.0, 1.5], len(rows)).astype(np.float32)  # few values: many ties
+        weights[rng.random(len(rows)) < 0.05] = rng.random() * 3  # and some odd ones
+        postings[f"t{t}"] = (rows, weights)
+    r = _synthetic_bm25(n, postings)
+    queries = [" ".join(f"t{t}" for t in rng.integers(0, 40, int(rng.integers(1, 6)))) for _ in range(200)]
+    queries += ["nothing known", "t3 t3 t3", ""]
+    for depth in (1, 3, 10, 57, 1000):
+        got = r.rank(queries, depth)
+        for q, ranking in zip(queries, got, strict=True):
+            assert ranking == _dense_accumulator_rank(r, q, depth), (q, depth)
+    tied = [x for q in queries for x in r.rank([q], 10)[0]]
+    assert len({s for _, s in tied}) < len(tied) / 2, "the corpus must produce ties for this test to mean much"
+    for q in queries[:20]:
+        np.testing.assert_array_equal(r.scores(q), _dense_accumulator_scores(r, q))
+
+
+def test_a_query_costs_its_postings_not_the_corpus() -> None:
+    """A rare term in a large corpus: no array of N scores is allocated (it was N float64 per query)."""
+    import tracemalloc
+
+    n = 400_000
+    rng = np.random.default_rng(1)
+    common = np.sort(rng.choice(n, 2000, replace=False))
+    r = _synthetic_bm25(
+        n,
+        {
+            "rare": (np.array([5, 70_000, 399_999]), np.array([1.0, 2.0, 1.0], dtype=np.float32)),
+            "common": (common, np.ones(len(common), dtype=np.float32)),
+        },
+    )
+    r.rank(["rare common"], 10)  # warm up
+    tracemalloc.start()
+    try:
+        hits = r.rank(["rare", "rare common"], 10)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert hits[0] == [(70_000, 2.0), (5, 1.0), (399_999, 1.0)]
+    assert peak < n  # bytes: far below one float64 (8 n bytes) or bool (n bytes) per passage
+
+
+def _bm25s_build(texts: list[str], directory: Path, options: BM25Options) -> None:
+    """The reference: bm25s's own index() over a Python list of token ids per passage, then its save()."""
+    import bm25s
+    from bm25s.tokenization import Tokenizer
+
+    from searchrl.retrieval.bm25 import TOKEN_PATTERN, _make_stemmer, stopword_list
+
+    tokenizer = Tokenizer(
+        splitter=TOKEN_PATTERN, stopwords=stopword_list(options.stopwords), stemmer=_make_stemmer(options.stemmer)
+    )
+    token_ids = list(tokenizer.streaming_tokenize(texts, update_vocab=True))
+    model = bm25s.BM25(k1=options.k1, b=options.b, method=options.method)
+    model.index((token_ids, tokenizer.get_vocab_dict()), show_progress=False)
+    model.save(str(directory), show_progress=False)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        BM25Options(),
+        BM25Options(method="robertson", k1=1.5, b=0.75, stemmer=None),
+        BM25Options(method="atire", stopwords=None),
+    ],
+    ids=["lucene", "robertson", "atire"],
+)
+def test_streamed_build_writes_bm25s_files_byte_for_byte(
+    options: BM25Options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Token ids in one flat array, the matrix assembled in chunks: the same files as bm25s's index() + save(),
+    over passages with repeated terms, no words at all, and only stopwords."""
+    monkeypatch.setattr("searchrl.retrieval.bm25_build.CHUNK_TOKENS", 37)  # many chunks, passages across edges
+    rng = np.random.default_rng(3)
+    words = ["apple", "banana", "cherry", "running", "runner", "the", "and", "of", "zebra", "quantum", "x"]
+    texts = [" ".join(rng.choice(words, int(rng.integers(0, 25)))) for _ in range(300)]
+    texts += ["", "the and of", "!!!", "apple apple apple apple"]
+    build_bm25(texts, tmp_path / "streamed", options)
+    _bm25s_build(texts, tmp_path / "reference", options)
+    for name in BM25S_FILES.values():
+        assert (tmp_path / "streamed" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+
+
+def test_streamed_build_matches_bm25s_on_real_passages(shared_data: Path, tmp_path: Path) -> None:
+    from searchrl.data.corpus import iter_passages
+
+    texts = [p.contents for p in iter_passages(shared_data / "2wiki-mini" / "corpus.jsonl")]
+    build_bm25(texts, tmp_path / "streamed", BM25Options())
+    _bm25s_build(texts, tmp_path / "reference", BM25Options())
+    for name in BM25S_FILES.values():
+        assert (tmp_path / "streamed" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("csc_backend", ["numpy", "scipy"])
+def test_score_matrix_equals_bm25s_for_either_csc_builder(csc_backend: str) -> None:
+    """bm25s builds its CSC arrays with numpy (int64 indptr) or scipy (one index type); both are mirrored."""
+    import bm25s
+
+    from searchrl.retrieval.bm25_build import TokenStream, score_matrix
+
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(0, 30, int(rng.integers(0, 12))).tolist() for _ in range(200)]
+    model = bm25s.BM25(csc_backend=csc_backend)
+    expected = model.build_index_from_ids(list(range(30)), docs, show_progress=False)
+    tokens = TokenStream()
+    for d in docs:
+        tokens.append(d)
+    got = score_matrix(tokens, 30, model)
+    assert got["num_docs"] == expected["num_docs"] == 200
+    for key in ("data", "indices", "indptr"):
+        assert got[key].dtype == np.asarray(expected[key]).dtype, key
+        np.testing.assert_array_equal(got[key], expected[key])

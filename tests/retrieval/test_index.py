@@ -173,3 +173,15 @@ def test_long_documents_are_cut_into_titled_chunks_when_asked(tmp_path: Path) ->
     assert "max_words" in stage_arg_names("data", "index")
     with pytest.raises(ValueError, match="max_words must be at least 1"):
         build_index(corpus, "bm25", tmp_path / "idx2", max_words=0)
+
+
+def test_cutting_long_passages_into_an_existing_id_is_refused(tmp_path: Path) -> None:
+    from searchrl.data.corpus import CorpusFormatError
+
+    rows = [{"id": "d", "title": "Long", "text": " ".join(f"w{i}" for i in range(250))}]
+    rows.append({"id": "d#1", "title": "Other", "text": "a short passage"})
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(CorpusFormatError, match=r"passage id 'd#1' occurs twice, at lines 1 and 2 \(after cutting"):
+        build_index(corpus, "bm25", tmp_path / "idx", max_words=100)
+    assert not (tmp_path / "idx").exists() and not list(tmp_path.glob(".*.partial"))

@@ -176,6 +176,13 @@ def serve(
         None, help="dense query encoding: onnx | sentence-transformers (default: what the index manifest says)"
     ),
     query_cache: int = typer.Option(10_000, help="query embeddings kept in an LRU cache (0: none)"),
+    nprobe: int = typer.Option(
+        None, min=1, help="dense ivf / factory IVF: inverted lists probed per query (default: the index's)"
+    ),
+    ef_search: int = typer.Option(None, min=1, help="dense hnsw: search breadth (default: the index's)"),
+    candidates: int = typer.Option(
+        None, min=1, help="dense factory index: passages per query re-ranked exactly (default: the index's)"
+    ),
     max_pending: int = typer.Option(
         16_384, help="queries that may wait for a batch; beyond, requests get 503 with Retry-After"
     ),
@@ -198,7 +205,9 @@ def serve(
     sock = _bind(host, port)  # before loading the index: a busy port fails at once, and nothing claims to serve
     port = sock.getsockname()[1]  # the real port when --port 0 asked for any free one
     t0 = time.perf_counter()
-    retriever = load_index(index, corpus, query_encoder=query_encoder)
+    retriever = load_index(
+        index, corpus, query_encoder=query_encoder, nprobe=nprobe, ef_search=ef_search, candidates=candidates
+    )
     dense = getattr(retriever, "dense", retriever)
     if hasattr(dense, "query_cache"):
         dense.query_cache.maxsize = query_cache

@@ -115,15 +115,46 @@ def _row_id(row: dict, where: str, fields: str) -> str:
     return str(row[key])
 
 
+def _text_field(row: dict, field: str, where: str) -> str:
+    """``row[field]`` when it is a string; a null or non-text value (a number, a list) is refused, rather than
+    indexed as the text "None"."""
+    value = row[field]
+    if not isinstance(value, str):
+        kind = "null" if value is None else f"not text (a {type(value).__name__})"
+        raise CorpusFormatError(f"{where}: {field!r} is {kind}; give it text")
+    return value
+
+
+def _check_unicode(passages: list[Passage], where: str) -> list[Passage]:
+    """Refuse text that cannot be written as UTF-8: a lone surrogate, which JSON's ``\\ud800`` escape produces."""
+    for p in passages:
+        for value in (p.id, p.title, p.text):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as err:
+                    char = value[err.start]
+                    raise CorpusFormatError(
+                        f"{where}: lone surrogate {char.encode('unicode_escape').decode()} (half of a UTF-16 pair) "
+                        "in the passage; remove that escape or give its other half"
+                    ) from None
+    return passages
+
+
 def _row_to_passages(row: dict, where: str, chunk_size: int) -> list[Passage]:
+    return _check_unicode(_parse_row(row, where, chunk_size), where)
+
+
+def _parse_row(row: dict, where: str, chunk_size: int) -> list[Passage]:
     if "contents" in row:
-        title, text = split_contents(str(row["contents"]))
+        title, text = split_contents(_text_field(row, "contents", where))
         return [Passage(_row_id(row, where, "'contents'"), title, text)]
     if "wikipedia_title" in row and "text" in row:
         return chunk_kilt_page(row, chunk_size)
-    if "text" in row and isinstance(row["text"], str):
+    if "text" in row:
         title = row.get("title")
-        return [Passage(_row_id(row, where, "'title'/'text'"), str(title or "").strip(), row["text"].strip())]
+        text = _text_field(row, "text", where)
+        return [Passage(_row_id(row, where, "'title'/'text'"), str(title or "").strip(), text.strip())]
     raise CorpusFormatError(
         f"{where}: unknown corpus row with fields {sorted(row)}; expected {{id, contents}}, {{id, title, text}} "
         "or a KILT page {wikipedia_title, text}"
@@ -203,7 +234,9 @@ def _iter_rows(path: Path, chunk_size: int) -> Iterator[tuple[int, Passage]]:
         raise CorpusFormatError(f"{path}: cannot be read ({err}); re-download or re-compress it") from None
 
 
-def _first_duplicate(path: Path, chunk_size: int, hashes: array, lines: array) -> tuple[str, int, int] | None:
+def _first_duplicate(
+    path: Path, chunk_size: int, hashes: array, lines: array, max_words: int | None = None
+) -> tuple[str, int, int] | None:
     """(id, first line, second line) of the duplicated id that repeats earliest, or None.
 
     Ids are compared by 64-bit hash while streaming (16 bytes a passage, not a dict of 21M strings); a candidate is
@@ -220,7 +253,7 @@ def _first_duplicate(path: Path, chunk_size: int, hashes: array, lines: array) -
     ln = np.frombuffer(lines, dtype=np.int64)
     pairs = sorted((int(ln[order[k + 1]]), int(ln[order[k]]), int(order[k]), int(order[k + 1])) for k in same)
     wanted = {pos for _, _, a, b in pairs for pos in (a, b)}
-    ids = {pos: p.id for pos, (_, p) in enumerate(_iter_rows(path, chunk_size)) if pos in wanted}
+    ids = {pos: p.id for pos, (_, p) in enumerate(_iter_split(path, chunk_size, max_words)) if pos in wanted}
     for second, first, a, b in pairs:
         if ids.get(a) == ids.get(b):
             return ids[a], first, second
@@ -264,25 +297,41 @@ def local_corpus(source: str | Path, chunk_size: int = 100) -> Path:
     return out
 
 
-def iter_passages(path: str | Path, chunk_size: int = 100) -> Iterator[Passage]:
+def _iter_split(path: Path, chunk_size: int, max_words: int | None) -> Iterator[tuple[int, Passage]]:
+    """``_iter_rows``, with passages longer than ``max_words`` words cut as :func:`split_long` cuts them."""
+    for line_no, p in _iter_rows(path, chunk_size):
+        if max_words is None:
+            yield line_no, p
+        else:
+            for part in split_long([p], max_words):
+                yield line_no, part
+
+
+def iter_passages(path: str | Path, chunk_size: int = 100, max_words: int | None = None) -> Iterator[Passage]:
     """Stream passages from a JSONL (``.jsonl.gz`` too) or parquet corpus, whatever its layout.
 
-    A passage id that occurs twice raises :class:`CorpusFormatError` naming the id and its first two lines, once
-    the file has been read (before an index built from it is written).
+    ``max_words``: passages longer than this are cut into chunks with ids ``<id>#<k>`` (:func:`split_long`).
+    A passage id that occurs twice (after that cut, so a chunk ``d#1`` that meets a passage ``d#1`` counts)
+    raises :class:`CorpusFormatError` naming the id and its first two lines, once the file has been read (before
+    an index built from it is written).
     """
     path = local_corpus(path, chunk_size)
     if not path.exists():
         raise FileNotFoundError(f"corpus not found: {path}")
     hashes, lines = array("q"), array("q")
-    for line_no, p in _iter_rows(path, chunk_size):
+    for line_no, p in _iter_split(path, chunk_size, max_words):
         hashes.append(hash(p.id))
         lines.append(line_no)
         yield p
-    dup = _first_duplicate(path, chunk_size, hashes, lines)
+    dup = _first_duplicate(path, chunk_size, hashes, lines, max_words)
     if dup is not None:
         pid, first, second = dup
+        cut = ""
+        if max_words and "#" in pid:
+            cut = f" (after cutting passages longer than {max_words} words into <id>#<k> chunks)"
         raise CorpusFormatError(
-            f"{path}: passage id {pid!r} occurs twice, at lines {first} and {second}; give every passage its own id"
+            f"{path}: passage id {pid!r} occurs twice, at lines {first} and {second}{cut}; give every passage its "
+            "own id"
         )
 
 

@@ -6,7 +6,8 @@ scikit-learn pattern bm25s uses), drop stopwords, stem with PyStemmer (Snowball)
 
 Defaults follow Lucene/Pyserini (``k1=0.9, b=0.4``, Lucene's idf), the BM25 setup Search-R1 and FlashRAG use for their
 sparse baselines. Scoring a query is a sum over the posting lists of its terms; we do that sum with ``np.bincount``
-(faster than bm25s's ``np.add.at``) on bm25s's own saved arrays, so scores are bm25s's scores exactly.
+(faster than bm25s's ``np.add.at``) on bm25s's own saved arrays, so scores are bm25s's scores exactly. The sum runs
+over the passages the postings touch, not over the corpus: a query costs what its postings cost.
 """
 
 from __future__ import annotations
@@ -113,32 +114,41 @@ def build_bm25(
     """Tokenise ``texts`` (one per passage, in store order) and save a bm25s index in ``directory``.
 
     ``on_progress(n)`` is called every few thousand passages with the number just tokenised. Returns counts
-    (``passages``, ``vocab``) for the manifest.
+    (``passages``, ``vocab``) for the manifest. Token ids are kept in one flat int32 array, not a list per passage,
+    and the score matrix is assembled from it in chunks (``searchrl.retrieval.bm25_build``); the files are the ones
+    bm25s's own ``index`` and ``save`` write.
     """
     import bm25s
     from bm25s.tokenization import Tokenizer
 
+    from searchrl.retrieval.bm25_build import TokenStream, score_matrix
+
     stopwords = stopword_list(options.stopwords)
     tokenizer = Tokenizer(splitter=TOKEN_PATTERN, stopwords=stopwords, stemmer=_make_stemmer(options.stemmer))
-    token_ids: list[list[int]] = []
+    tokens = TokenStream()
     pending = 0
     for ids in tokenizer.streaming_tokenize(texts, update_vocab=True):
-        token_ids.append(ids)
+        tokens.append(ids)
         pending += 1
         if on_progress is not None and pending == 5000:
             on_progress(pending)
             pending = 0
     if on_progress is not None and pending:
         on_progress(pending)
-    if not token_ids:
+    if not len(tokens):
         raise ValueError("cannot build a BM25 index over an empty corpus; check the corpus file has passages")
     vocab = tokenizer.get_vocab_dict()
     model = bm25s.BM25(k1=options.k1, b=options.b, method=options.method)
-    model.index((token_ids, vocab), show_progress=False)
+    model.scores = score_matrix(tokens, len(vocab), model)
+    del tokens
+    if "" not in vocab:  # as bm25s's index(): an empty token, scored nowhere
+        vocab[""] = max(vocab.values()) + 1
+    model.vocab_dict = vocab
+    model.nonoccurrence_array = None  # BM25L / BM25+ only, which METHODS leaves out
     model.save(str(directory), show_progress=False)
     # The exact stopwords travel with the index: query analysis then needs neither bm25s nor its list names.
     (Path(directory) / STOPWORDS_FILE).write_text(json.dumps(stopwords))
-    return {"passages": len(token_ids), "vocab": len(model.vocab_dict)}
+    return {"passages": model.scores["num_docs"], "vocab": len(model.vocab_dict)}
 
 
 #: the files ``bm25s.BM25.save`` writes (and ``bm25s.BM25.load`` reads): a CSC matrix of precomputed scores.
@@ -205,24 +215,41 @@ class BM25Retriever(LocalRetriever):
         vocab = self._vocab
         return [vocab[t] for t in self.analyzer(query) if t in vocab]
 
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every passage for one query: (N,) float64."""
+    def _postings(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """Passage rows and BM25 weights of every posting of the query's terms (a row repeats across terms)."""
         ids = self.term_ids(query)
         if not ids:
-            return np.zeros(self._n)
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         starts, ends = self._indptr[ids], self._indptr[np.asarray(ids) + 1]
         rows = np.concatenate([self._indices[s:e] for s, e in zip(starts, ends, strict=True)])
         weights = np.concatenate([self._data[s:e] for s, e in zip(starts, ends, strict=True)])
-        return np.bincount(rows, weights=weights, minlength=self._n)  # (N,)
+        return rows, weights
+
+    def sparse_scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores): the passages that share a term with the query, ascending, and their BM25 scores
+        (float64). Costs what the query's postings cost, not the corpus size: no array of N scores."""
+        rows, weights = self._postings(query)
+        touched, slot = np.unique(rows, return_inverse=True)  # (R,) ascending; (P,) each posting's slot
+        # bincount adds each slot's weights in posting order, as a bincount over all N rows would: same sums.
+        return touched, np.bincount(slot.reshape(-1), weights=weights, minlength=len(touched))
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every passage for one query: (N,) float64."""
+        out = np.zeros(self._n)
+        rows, scores = self.sparse_scores(query)
+        out[rows] = scores
+        return out
 
     def rank(self, queries: list[str], depth: int) -> list[Ranking]:
         out: list[Ranking] = []
         for q in queries:
-            s = self.scores(q)  # (N,)
-            cand = np.flatnonzero(s > 0)  # passages sharing no term with the query are not results
+            rows, s = self.sparse_scores(q)  # (R,) each
+            keep = s > 0  # passages sharing no term with the query are not results
+            cand, s = rows[keep], s[keep]
             if len(cand) > depth:
-                cand = cand[np.argpartition(-s[cand], depth - 1)[:depth]]
+                top = np.argpartition(-s, depth - 1)[:depth]
+                cand, s = cand[top], s[top]
             # Sort by score, ties by row, so equal-score results come back in a stable order.
-            cand = cand[np.lexsort((cand, -s[cand]))]
-            out.append([(int(r), float(s[r])) for r in cand])
+            order = np.lexsort((cand, -s))
+            out.append([(int(r), float(x)) for r, x in zip(cand[order], s[order], strict=True)])
         return out

@@ -17,6 +17,7 @@ process's resident memory, even for files larger than RAM.
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -43,15 +44,42 @@ def faiss_error(factory: str, err: Exception) -> ValueError:
 
 
 # ---------------------------------------------------------------------------------------------- vector files
-class VectorWriter:
-    """Write an (N, D) float16 ``.npy`` file from row chunks, without holding the array."""
+def npy_header(n: int, d: int, dtype: str = "<f2") -> bytes:
+    """The ``.npy`` header of a C-ordered (N, D) array of ``dtype``."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": (n, d)})
+    return buf.getvalue()
 
-    def __init__(self, path: str | Path, n: int, d: int) -> None:
-        self.path, self.n, self.d, self.rows = Path(path), n, d, 0
+
+class VectorWriter:
+    """Write an (N, D) matrix file from row chunks, without holding the array: a float16 ``.npy`` file by default,
+    or rows of any ``dtype`` after any fixed ``header`` (a faiss Flat index file is a header and float32 rows).
+
+    ``start``: continue a file this writer began, after its first ``start`` rows (an interrupted build). Its header
+    must be the same, and what follows those rows is dropped; otherwise ``ValueError``.
+    """
+
+    def __init__(
+        self, path: str | Path, n: int, d: int, *, dtype: str = "<f2", header: bytes | None = None, start: int = 0
+    ) -> None:
+        self.path, self.n, self.d, self.dtype = Path(path), n, d, np.dtype(dtype)
+        self.header = npy_header(n, d, self.dtype.str) if header is None else header
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = self.path.open("wb")
-        header = {"descr": "<f2", "fortran_order": False, "shape": (n, d)}
-        np.lib.format.write_array_header_1_0(self._f, header)
+        if start:
+            end = len(self.header) + start * d * self.dtype.itemsize
+            self._f = self.path.open("r+b")
+            if not 0 < start <= n or self._f.read(len(self.header)) != self.header or self._size() < end:
+                self._f.close()
+                raise ValueError(f"{self.path} does not hold the first {start} of its {n} rows; cannot resume it")
+            self._f.truncate(end)
+            self._f.seek(end)
+        else:
+            self._f = self.path.open("wb")
+            self._f.write(self.header)
+        self.rows = start
+
+    def _size(self) -> int:
+        return os.fstat(self._f.fileno()).st_size
 
     def write(self, chunk: np.ndarray) -> None:
         chunk = np.asarray(chunk)
@@ -59,8 +87,13 @@ class VectorWriter:
             raise ValueError(f"vector chunk has shape {chunk.shape}; expected (rows, {self.d})")
         if self.rows + len(chunk) > self.n:
             raise ValueError(f"more than the {self.n} announced vectors were written")
-        self._f.write(np.ascontiguousarray(chunk, dtype="<f2").tobytes())
+        self._f.write(np.ascontiguousarray(chunk, dtype=self.dtype).data)  # the array's buffer, not a copy
         self.rows += len(chunk)
+
+    def sync(self) -> None:
+        """Make the rows written so far durable (before recording how many there are)."""
+        self._f.flush()
+        os.fsync(self._f.fileno())
 
     def close(self) -> Path:
         self._f.close()
@@ -71,11 +104,15 @@ class VectorWriter:
     def __enter__(self) -> VectorWriter:
         return self
 
+    def stop(self) -> None:
+        """Close the file with fewer rows than announced (a build that failed or was interrupted)."""
+        self._f.close()
+
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
             self.close()
         else:
-            self._f.close()
+            self.stop()
 
 
 class RowFile:

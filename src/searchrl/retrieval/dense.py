@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,15 @@ import numpy as np
 from searchrl import models
 from searchrl.data.corpus import PassageStore
 from searchrl.retrieval.cache import LRUCache
-from searchrl.retrieval.compressed import VECTORS_FILE, RerankedIndex, build_compressed, chunk_rows, write_vector_file
+from searchrl.retrieval.compressed import (
+    VECTORS_FILE,
+    RerankedIndex,
+    RowFile,
+    build_compressed,
+    chunk_rows,
+    write_vector_file,
+)
+from searchrl.retrieval.dense_build import Texts, empty_faiss_index, encode_to_file, index_from_rows, vector_target
 from searchrl.retrieval.local import LocalRetriever, Ranking
 from searchrl.retrieval.onnx_encoder import OnnxEncoder
 
@@ -164,27 +172,18 @@ class Encoder:
 
 
 def make_faiss_index(vectors: np.ndarray, options: DenseOptions) -> Any:
-    """An inner-product faiss index holding ``vectors`` (N, D) float32."""
-    import faiss
-
+    """An inner-product faiss index holding ``vectors`` (N, D) float32 (precomputed vectors, already in memory)."""
     n, d = vectors.shape
-    if options.faiss == "flat":
-        index = faiss.IndexFlatIP(d)
-    elif options.faiss == "hnsw":
-        index = faiss.IndexHNSWFlat(d, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-    else:
-        nlist = options.nlist or max(1, min(int(4 * np.sqrt(n)), n // 39 or 1))  # faiss wants >= 39 points/list
-        quantizer = faiss.IndexFlatIP(d)
-        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
-        rng = np.random.default_rng(0)
-        sample = vectors if n <= 256 * nlist else vectors[np.sort(rng.choice(n, 256 * nlist, replace=False))]
+    index, train = empty_faiss_index(n, d, options)
+    if train:
+        sample = vectors if train >= n else vectors[np.sort(np.random.default_rng(0).choice(n, train, replace=False))]
         index.train(np.ascontiguousarray(sample))
     index.add(vectors)
     return index
 
 
 def build_dense(
-    texts: Iterable[str],
+    texts: Texts,
     n: int,
     directory: str | Path,
     options: DenseOptions,
@@ -192,42 +191,43 @@ def build_dense(
     batch_size: int = 64,
     encoder: Encoder | None = None,
     on_progress: Callable[[int], None] | None = None,
+    resume_key: dict[str, Any] | None = None,
 ) -> dict[str, int]:
     """Encode ``n`` passage texts (store order) and write ``index.faiss`` in ``directory``. Returns counts.
 
-    A compressed (factory) index streams the embeddings to disk as they come, so RAM does not grow with ``n``.
+    The embeddings go to disk chunk by chunk as they come and are never all held in memory: a flat index file is
+    written row by row, ivf and hnsw indexes are filled from a float32 staging file in chunks, and a compressed
+    (factory) index from its fp16 vector file (``searchrl.retrieval.dense_build``). ``texts`` may be a function
+    of the first row to encode. With ``resume_key`` (what the vectors depend on), progress is recorded beside the
+    vectors, and a later call with the same key in the same directory continues after the rows already encoded.
     """
+    import faiss
+
     enc = encoder or Encoder(options)
-
-    def chunks() -> Iterator[np.ndarray]:
-        # Encode in chunks of a few batches so progress moves and memory stays bounded.
-        chunk: list[str] = []
-        for text in texts:
-            chunk.append(text)
-            if len(chunk) == batch_size * 8:
-                yield enc.encode(chunk, is_query=False, batch_size=batch_size)  # (C, D)
-                if on_progress is not None:
-                    on_progress(len(chunk))
-                chunk = []
-        if chunk:
-            yield enc.encode(chunk, is_query=False, batch_size=batch_size)
-            if on_progress is not None:
-                on_progress(len(chunk))
-
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    n_dims = enc.dimension
+    path, dtype, header = vector_target(directory, options, n, n_dims)
+    encode_to_file(
+        texts,
+        n,
+        n_dims,
+        path,
+        lambda batch: enc.encode(batch, is_query=False, batch_size=batch_size),  # (C, D)
+        dtype=dtype,
+        header=header,
+        chunk=batch_size * 8,  # a few batches per chunk, so progress moves and memory stays bounded
+        key=resume_key,
+        on_progress=on_progress,
+    )
     if options.compressed:
-        write_vector_chunks(chunks(), n, enc.dimension, directory, options)
-        return {"passages": n, "dimension": enc.dimension}
-    vectors = np.empty((n, enc.dimension), dtype=np.float32)  # (N, D)
-    row = 0
-    for block in chunks():
-        if row + len(block) > n:
-            raise RuntimeError(f"expected {n} passages to encode, got more")
-        vectors[row : row + len(block)] = block
-        row += len(block)
-    if row != n:
-        raise RuntimeError(f"expected {n} passages to encode, got {row}")
-    write_vectors(vectors, directory, options)
-    return {"passages": n, "dimension": enc.dimension}
+        build_compressed(path, directory / "index.faiss", options.faiss)
+    elif path.name != "index.faiss":  # ivf / hnsw: filled from the staged float32 rows, then those are removed
+        index = index_from_rows(RowFile.npy(path), options)
+        faiss.write_index(index, str(directory / "index.faiss"))
+        del index
+        path.unlink()
+    return {"passages": n, "dimension": n_dims}
 
 
 def write_vector_chunks(

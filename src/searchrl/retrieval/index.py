@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from searchrl import __version__
-from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages, local_corpus, split_long
+from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages, local_corpus
 from searchrl.retrieval import dense as dense_backend
 from searchrl.retrieval.bm25 import BM25Options, BM25Retriever, build_bm25
 from searchrl.retrieval.dense import (
@@ -36,10 +36,11 @@ from searchrl.retrieval.dense import (
     write_vector_chunks,
     write_vectors,
 )
+from searchrl.retrieval.dense_build import PROGRESS_FILE, keep_resumable
 from searchrl.retrieval.hybrid import HybridRetriever
 from searchrl.retrieval.local import LocalRetriever
 from searchrl.retrieval.onnx_encoder import ExportUnsupported, OnnxEncoder, export_encoder
-from searchrl.utils import atomic_write_text, console, progress
+from searchrl.utils import atomic_write_text, console, progress, source_digest
 
 FORMAT = "searchrl-index"
 FORMAT_VERSION = 1
@@ -55,10 +56,10 @@ def _rebuild_hint(corpus: str | Path, kind: str, out: str | Path) -> str:
     return f"searchrl index build --corpus {corpus} --kind {kind} --out {out}"
 
 
-def _passage_texts(store: PassageStore) -> Iterator[str]:
-    """What gets indexed: title and text, as in Search-R1's ``contents`` field."""
-    for p in store:
-        yield p.contents
+def _passage_texts(store: PassageStore, start: int = 0) -> Iterator[str]:
+    """What gets indexed: title and text, as in Search-R1's ``contents`` field (from row ``start`` on)."""
+    for i in range(start, len(store)):
+        yield store[i].contents
 
 
 def build_index(
@@ -106,6 +107,11 @@ def build_index(
     ONNX when the passages are encoded here and the encoder can be exported, else sentence-transformers.
     ``max_words``: passages longer than this are cut into chunks of that many words (ids ``<id>#<k>``), for corpora
     of whole documents; the manifest records it.
+
+    The build happens in ``.<out>.partial`` beside ``out``, renamed to ``out`` when complete. Encoded passage vectors
+    are recorded there as they are written: when a dense encoding is interrupted (an error, Ctrl-C, a lost
+    machine), the same build run again (same corpus file, unchanged; same encoder options) skips the rows already
+    encoded.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown index kind '{kind}'; use one of {', '.join(KINDS)}")
@@ -140,8 +146,15 @@ def build_index(
         )
 
     staging = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    # What the encoded vectors depend on: an interrupted build's vectors are kept only for the same key. The index
+    # type is not part of it, so a factory string that faiss refused once the encoding was done can be fixed.
+    resume_key = None
+    if dense_opts is not None and vectors is None:
+        encoding = {k: getattr(dense_opts, k) for k in ("encoder", "passage_prefix", "normalize", "max_length")}
+        resume_key = {"corpus": source_digest(corpus), "max_words": max_words, "encoding": encoding}
+    resuming = resume_key is not None and staging.is_dir() and keep_resumable(staging / "dense", resume_key)
+    _discard(staging, keep="dense" if resuming else None)
+    staging.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     counts: dict[str, int] = {}
     with progress() as bar:
@@ -154,17 +167,14 @@ def build_index(
                 yield item
 
         try:  # a bad corpus (a repeated id, a non-UTF-8 line) leaves no half-written staging directory behind
-            passages = iter_passages(corpus)
-            store = PassageStore.build(
-                counted(split_long(passages, max_words) if max_words else passages), staging / "passages"
-            )
+            store = PassageStore.build(counted(iter_passages(corpus, max_words=max_words)), staging / "passages")
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            _discard(staging, keep="dense" if resuming else None)  # an interrupted read keeps encoded vectors
             raise
         n = len(store)
         bar.update(task, completed=n, total=n)
         if n == 0:
-            shutil.rmtree(staging, ignore_errors=True)
+            _discard(staging)
             raise ValueError(f"{corpus} holds no passages; check the file's format (see `searchrl data --help`)")
         counts["passages"] = n
         if bm25_opts is not None:
@@ -176,8 +186,9 @@ def build_index(
         dimension = None
         if dense_opts is not None:
             dimension, dense_opts = _build_dense_part(
-                store, staging / "dense", dense_opts, batch_size, vectors, query_encoder, bar
+                store, staging / "dense", dense_opts, batch_size, vectors, query_encoder, bar, resume_key
             )
+            (staging / "dense" / PROGRESS_FILE).unlink(missing_ok=True)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -206,8 +217,25 @@ def build_index(
     return out
 
 
+def _discard(staging: Path, keep: str | None = None) -> None:
+    """Remove a staging directory, or all of it but its entry ``keep``."""
+    if keep is None or not staging.is_dir():
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    for child in staging.iterdir():
+        if child.name != keep:
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+
+
 def _build_dense_part(
-    store: PassageStore, directory: Path, options: Any, batch_size: int, vectors: Any, query_encoder: Any, bar
+    store: PassageStore,
+    directory: Path,
+    options: Any,
+    batch_size: int,
+    vectors: Any,
+    query_encoder: Any,
+    bar,
+    resume_key: dict[str, Any] | None = None,
 ) -> tuple[int, Any]:
     """Write ``index.faiss`` (and the exported query encoder); returns the dimension and the final options."""
 
@@ -237,13 +265,14 @@ def _build_dense_part(
         task = bar.add_task(f"dense: encoding ({options.encoder})", total=n)
         encoder = dense_backend.Encoder(options)  # looked up when called, so it can be swapped
         stats = build_dense(
-            _passage_texts(store),
+            lambda start: _passage_texts(store, start),
             n,
             directory,
             options,
             batch_size=batch_size,
             encoder=encoder,
             on_progress=lambda k: bar.advance(task, k),
+            resume_key=resume_key,
         )
         dimension = stats["dimension"]
     if query_encoder is None:
@@ -331,13 +360,42 @@ def check_corpus(manifest: dict[str, Any], corpus: str | Path, directory: str | 
         )
 
 
+#: search settings of a dense index that ``load_index`` may override, and the index types that have them.
+SEARCH_SETTINGS = {"nprobe": "ivf or IVF factory", "ef_search": "hnsw", "candidates": "factory (compressed)"}
+
+
+def _search_settings(options: DenseOptions, overrides: dict[str, int | None]) -> DenseOptions:
+    """``options`` with the given search settings replaced; a note for one the index type does not use."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    for name, value in given.items():
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1 (got {value})")
+        factory_ivf = options.compressed and "IVF" in options.faiss
+        used = {
+            "nprobe": options.faiss == "ivf" or factory_ivf,
+            "ef_search": options.faiss == "hnsw",
+            "candidates": options.compressed,
+        }[name]
+        if not used:
+            console.print(f"note: {name} applies to {SEARCH_SETTINGS[name]} indexes, not '{options.faiss}'; ignored")
+    return replace(options, **given)
+
+
 def load_index(
-    directory: str | Path, corpus: str | Path | None = None, *, query_encoder: str | None = None
+    directory: str | Path,
+    corpus: str | Path | None = None,
+    *,
+    query_encoder: str | None = None,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    candidates: int | None = None,
 ) -> LocalRetriever:
     """Open an index directory as a retriever (fast: arrays and vectors are memory-mapped, text is read lazily).
 
     When ``corpus`` is given, the index must have been built from a file with the same fingerprint.
-    ``query_encoder`` (``"onnx"`` / ``"sentence-transformers"``) overrides the manifest's choice for dense parts.
+    ``query_encoder`` (``"onnx"`` / ``"sentence-transformers"``) overrides the manifest's choice for dense parts;
+    ``nprobe`` (ivf), ``ef_search`` (hnsw) and ``candidates`` (compressed) override the search settings recorded
+    at build time, trading recall for speed without a rebuild. The retriever's manifest shows the values in use.
     """
     directory = Path(directory)
     manifest = read_manifest(directory)
@@ -355,6 +413,10 @@ def load_index(
             )
         if kind in ("dense", "hybrid"):
             options = DenseOptions(**manifest["options"]["dense"])
+            overrides = {"nprobe": nprobe, "ef_search": ef_search, "candidates": candidates}
+            if any(v is not None for v in overrides.values()):
+                options = _search_settings(options, overrides)
+                manifest["options"]["dense"] = options.to_dict()
             dense = DenseRetriever.load(directory / "dense", store, options, manifest, query_encoder=query_encoder)
     except FileNotFoundError as err:  # a file of the index removed or never written
         missing = Path(err.filename).name if err.filename else str(err)
@@ -363,6 +425,8 @@ def load_index(
             f"`{_rebuild_hint(manifest['corpus']['path'], kind, directory)}`"
         ) from None
     if kind == "bm25":
+        if any(v is not None for v in (nprobe, ef_search, candidates)):
+            console.print("note: nprobe, ef_search and candidates apply to dense indexes; ignored for bm25")
         return sparse  # type: ignore[return-value]
     if kind == "dense":
         return dense  # type: ignore[return-value]
