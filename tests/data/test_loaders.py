@@ -147,17 +147,19 @@ def test_list_cells_in_csv_dpr_question_files_and_non_string_answers(tmp_path: P
         encoding="utf-8",
     )
     assert [(e.id, e.answers) for e in load_qa(pandas_csv)] == [("q1", ["2", "two"]), ("q2", ["Ayn Rand"])]
-    dpr = tmp_path / "nq-test.qa.csv"
-    dpr.write_text('who found x rays\t["Wilhelm R\\u00f6ntgen"]\nwhen, then?\t["May 18, 2018", "2018"]\n')
+    dpr = tmp_path / "nq-test.qa.csv"  # DPR's own files hold Python lists
+    dpr.write_text("who found x rays\t['Wilhelm Röntgen']\nwhen, then?\t[\"May 18, 2018\", '2018']\n")
     got = [(e.id, e.question, e.answers) for e in load_qa(dpr)]
     assert got == [
         ("nq-test.qa-1", "who found x rays", ["Wilhelm Röntgen"]),
         ("nq-test.qa-2", "when, then?", ["May 18, 2018", "2018"]),
     ]
-    bad = tmp_path / "bad_list.csv"
-    bad.write_text('question,answer\nq?,"[Ada, Grace"]\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad_list\.csv:2: field 'answer' looks like a list .* write it as JSON"):
-        load_qa(bad)
+    json_dpr = tmp_path / "trivia-test.qa.csv"
+    json_dpr.write_text('which city?\t["Oslo"]\n')
+    assert [e.answers for e in load_qa(json_dpr)] == [["Oslo"]]
+    text = tmp_path / "bracketed.csv"  # a bracketed answer that is not a list of strings stays as it is
+    text.write_text('question,answer\nq?,[citation needed]\nr?,"[0, 1]"\n', encoding="utf-8")
+    assert [e.answers for e in load_qa(text)] == [["[citation needed]"], ["[0, 1]"]]
     rows = [{"question": "a?", "answer": True}, {"question": "b?", "answer": [False, 6.0, 7.5]}]
     assert [e.answers for e in load_qa(_write(tmp_path / "typed.jsonl", rows))] == [["yes"], ["no", "6", "7.5"]]
     with pytest.raises(ValueError, match=r"nan\.jsonl:1: field 'answer' holds NaN"):

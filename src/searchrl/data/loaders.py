@@ -100,12 +100,19 @@ def _answers(value: Any, where: str, field: str) -> list[str]:
     return answers
 
 
-def _list_cell(value: str, where: str, field: str) -> Any:
+def _list_cell(value: str) -> Any:
     """A text cell holding a list of answers (``["a", "b"]`` as JSON, or ``['a', 'b']`` as pandas writes a list
-    column to CSV) -> the list; any other text as it is."""
-    text = value.strip()
+    column to CSV and DPR's question files hold them) -> the list; any other text (``[citation needed]``, a list of
+    numbers) as it is."""
+    parsed = _string_list(value)
+    return value if parsed is None else parsed
+
+
+def _string_list(text: str) -> list[str] | None:
+    """``text`` read as a JSON or Python list of strings; None when it is not one."""
+    text = text.strip()
     if not (text.startswith("[") and text.endswith("]")):
-        return value
+        return None
     import ast
 
     for parse in (json.loads, ast.literal_eval):
@@ -113,12 +120,9 @@ def _list_cell(value: str, where: str, field: str) -> Any:
             parsed = parse(text)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             continue
-        if isinstance(parsed, list):
+        if isinstance(parsed, list) and parsed and all(isinstance(a, str) for a in parsed):
             return parsed
-    raise ValueError(
-        f"{where}: field '{field}' looks like a list but is neither JSON nor a Python literal; write it as JSON, "
-        'e.g. ["first answer", "second"]'
-    )
+    return None
 
 
 def _from_verl(row: dict[str, Any]) -> dict[str, Any]:
@@ -267,7 +271,7 @@ def _iter_csv(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
                 line = n if headless else reader.line_num
                 where = f"{path}:{line}"
                 row = dict(zip(names, cells, strict=False))
-                row = {k: _list_cell(v, where, k) if k.lower() in _LIST_CELLS else v for k, v in row.items()}
+                row = {k: _list_cell(v) if k.lower() in _LIST_CELLS else v for k, v in row.items()}
                 yield where, line, row
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 ({err.reason}); re-save the file as UTF-8") from None
@@ -279,13 +283,8 @@ def _chain(first: list[list[str]], rest: Iterator[list[str]]) -> Iterator[list[s
 
 
 def _dpr_row(cells: list[str]) -> bool:
-    """A first row that is data, not a header: two cells, the second a JSON list (DPR's question files)."""
-    if len(cells) != 2 or cells[0].strip().lower() in QUESTION_FIELDS:
-        return False
-    try:
-        return isinstance(json.loads(cells[1]), list)
-    except json.JSONDecodeError:
-        return False
+    """A first row that is data, not a header: two cells, the second a list of strings (DPR's question files)."""
+    return len(cells) == 2 and cells[0].strip().lower() not in QUESTION_FIELDS and _string_list(cells[1]) is not None
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
