@@ -464,6 +464,18 @@ def test_answer_span_reads_the_answer_out_of_a_restating_sentence(reply: str, sp
         ("No. They are from different countries.", "Are both films from the same country?", "No"),
         ("No, the capital is Bern.", "What is the capital of Switzerland?", "Bern"),  # not a yes/no question
         ("Nobody knows.", "Is it raining?", "Nobody knows"),
+        # a leading noun or gerund is part of the answer, not a participle
+        (
+            "The song that won the Grammy in 1985 was Dancing in the Dark.",
+            "Which song won the Grammy in 1985?",
+            "Dancing in the Dark",
+        ),
+        ("The novel he wrote in 1920 was Women in Love.", "Which novel did he write in 1920?", "Women in Love"),
+        (
+            "The capital of the republic is Bern in the central plateau.",
+            "What is the capital of the republic?",
+            "Bern in the central plateau",
+        ),
     ],
 )
 def test_answer_span_irregular_participles_and_yes_no_replies(reply: str, question: str, span: str) -> None:

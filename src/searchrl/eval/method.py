@@ -72,12 +72,17 @@ _SOURCE_LEAD = re.compile(
     r"(?:\s+(?:states?|says?|mentions?|shows?|indicates?|suggests?)(?:\s+that)?)?[\s,:]+",
     re.IGNORECASE,
 )
-#: "born in X", "buried at X", "written by X", "first sung by X", "in X" -> "X": a participle (regular, or an
-#: irregular one's usual ending), with an adverb before it, then a preposition
+#: irregular past participles a restating sentence puts before "by" / "in" / ... ("written by X", "sung by X")
+_IRREGULAR = (
+    "born|made|built|held|known|set|written|sung|given|taken|drawn|shown|sworn|grown|thrown|chosen|spoken|stolen|"
+    "driven|ridden|beaten|broken|frozen|hidden|bitten|eaten|fallen|forgotten|begun|run|won|led|met|sent|spent|lost|"
+    "sold|told|found|bound|shot|hung|fought|bought|brought|taught|thought|caught|sought|laid|paid|said|kept|left|"
+    "felt|dealt|meant|read|put|cut|hit|shut|struck|stuck|sunk|sprung|swum|done|seen|gone|become|come|overseen"
+)
+#: "born in X", "buried at X", "written by X", "first sung by X", "in X" -> "X": a regular participle or an
+#: irregular one, with an adverb before it, then a preposition
 _PARTICIPLE_LEAD = re.compile(
-    r"^(?:(?:\w+ly\s+|first\s+|later\s+|also\s+)?"
-    r"(?:\w+(?:ed|en|wn|ng|ght|lt|ld|rn|de)|set|put|led|met|won|sent|spent|lost|sold|told|found|bound|shot|hung)\s+)?"
-    r"(?:on|in|at|by|from|as)\s+",
+    rf"^(?:(?:\w+ly\s+|first\s+|later\s+|also\s+)?(?:\w+ed|{_IRREGULAR})\s+)?(?:on|in|at|by|from|as)\s+",
     re.IGNORECASE,
 )
 #: a question answered yes or no, and a reply that starts with the answer ("Yes, Zurich is ...")
