@@ -156,6 +156,33 @@ def test_a_changed_corpus_or_other_options_start_afresh(
     assert fresh.encoded == 200
 
 
+def test_another_index_type_or_retrained_encoder_leaves_no_stale_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_hashing_encoder
+) -> None:
+    """An interrupted ivf build then a flat one: the ivf staging file is not shipped inside the flat index. A local
+    encoder whose weights changed since the interruption encodes everything again."""
+    corpus = write_corpus(tmp_path / "c.jsonl", 200)
+    opts = {"query_encoder": "sentence-transformers", "batch_size": 4, "nlist": 2}
+    use_encoder(monkeypatch, Interrupting(make_hashing_encoder(), fail_after=2))
+    with pytest.raises(KeyboardInterrupt):
+        build_index(corpus, "dense", tmp_path / "idx", faiss="ivf", **opts)
+    use_encoder(monkeypatch, Interrupting(make_hashing_encoder()))
+    out = build_index(corpus, "dense", tmp_path / "idx", faiss="flat", **opts)
+    assert sorted(p.name for p in (out / "dense").iterdir()) == ["index.faiss"]
+
+    model = tmp_path / "my-encoder"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"v1")
+    use_encoder(monkeypatch, Interrupting(make_hashing_encoder(), fail_after=2))
+    with pytest.raises(KeyboardInterrupt):
+        build_index(corpus, "dense", tmp_path / "idx2", encoder=str(model), **opts)
+    (model / "model.safetensors").write_bytes(b"v2, trained again")
+    fresh = Interrupting(make_hashing_encoder())
+    use_encoder(monkeypatch, fresh)
+    build_index(corpus, "dense", tmp_path / "idx2", encoder=str(model), **opts)
+    assert fresh.encoded == 200
+
+
 def test_progress_is_recorded_as_chunks_are_written(tmp_path: Path, make_hashing_encoder, monkeypatch) -> None:
     """Every SAVE_EVERY_S seconds the record follows the file, so a killed build (no exception handler runs)
     loses little; a record never counts rows that are not on disk."""

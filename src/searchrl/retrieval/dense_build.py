@@ -159,6 +159,10 @@ def encode_to_file(
     """Encode ``n`` texts, ``chunk`` at a time, into the rows of ``path``; returns the row it resumed from (0: a
     fresh encoding). With a ``key``, progress is recorded in ``encode.json`` beside ``path`` (see the module)."""
     start = resume_point(path.parent, key, path, n, d)
+    if not start:  # an interrupted build's rows in another file (another index type): not to ship with this index
+        stale = _progress(path.parent).get("file")
+        if isinstance(stale, str) and stale != path.name and "/" not in stale:
+            (path.parent / stale).unlink(missing_ok=True)
     writer = None
     if start:
         try:

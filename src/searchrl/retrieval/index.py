@@ -62,6 +62,15 @@ def _passage_texts(store: PassageStore, start: int = 0) -> Iterator[str]:
         yield store[i].contents
 
 
+def weights_fingerprint(spec: str | None) -> list[str]:
+    """A local model directory's resolved path and its weight files' digests (path, size, mtime); [] for a hub id."""
+    path = Path(spec).expanduser() if spec else None
+    if path is None or not path.is_dir():
+        return []
+    files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in (".safetensors", ".bin", ".pt", ".onnx"))
+    return [str(path.resolve()), *(source_digest(str(f)) for f in files)]
+
+
 def build_index(
     corpus: str | Path,
     kind: IndexKind,
@@ -151,6 +160,7 @@ def build_index(
     resume_key = None
     if dense_opts is not None and vectors is None:
         encoding = {k: getattr(dense_opts, k) for k in ("encoder", "passage_prefix", "normalize", "max_length")}
+        encoding["weights"] = weights_fingerprint(dense_opts.encoder)  # a local encoder retrained in place
         resume_key = {"corpus": source_digest(corpus), "max_words": max_words, "encoding": encoding}
     resuming = resume_key is not None and staging.is_dir() and keep_resumable(staging / "dense", resume_key)
     _discard(staging, keep="dense" if resuming else None)
