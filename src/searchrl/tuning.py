@@ -99,9 +99,32 @@ def save_merged(model: nn.Module, tokenizer, path: Path, weights: dict[str, torc
         portable_tokenizer_config(path)
 
 
-def load_policy_weights(model: nn.Module, model_dir: Path) -> None:
+def read_saved_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    """The weights ``save_pretrained`` wrote into ``model_dir``: ``model.safetensors``, or the shards its
+    ``model.safetensors.index.json`` lists (a large model)."""
+    from safetensors.torch import load_file
+
+    single, index = model_dir / "model.safetensors", model_dir / "model.safetensors.index.json"
+    if single.exists():
+        return load_file(str(single))
+    if index.exists():
+        import json
+
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return {k: v for shard in shards for k, v in load_file(str(model_dir / shard)).items()}
+    hint = (
+        "the checkpoint holds LoRA adapters; set model.lora as when saved"
+        if (model_dir / "adapter_model.safetensors").exists()
+        else "the checkpoint is incomplete; resume from another or start afresh"
+    )
+    raise FileNotFoundError(f"{single} missing: {hint}")
+
+
+def load_policy_weights(model: nn.Module, model_dir: Path, load_state=None) -> None:
     """Load weights saved by ``model.save_pretrained(model_dir)``: the adapters of a LoRA policy, all weights
-    otherwise. Every key must match, so a checkpoint of another model fails loudly instead of loading nothing."""
+    otherwise. Every key must match, so a checkpoint of another model fails loudly instead of loading nothing.
+    ``load_state(model, weights)`` puts whole weights into the model (default ``load_state_dict``; FSDP-sharded
+    weights: :func:`searchrl.rl.sharded.load_full_weights`); it returns the missing and unexpected keys."""
     from safetensors.torch import load_file
 
     if is_peft(model):
@@ -115,16 +138,16 @@ def load_policy_weights(model: nn.Module, model_dir: Path) -> None:
         if bad:
             raise ValueError(f"{adapters}: adapter keys do not fit this model ({bad[:3]}); check model.lora")
         return
-    weights = model_dir / "model.safetensors"
-    if not weights.exists():
-        raise FileNotFoundError(f"{weights} missing: the checkpoint holds LoRA adapters; set model.lora as when saved")
     tied = getattr(model.config, "tie_word_embeddings", False)
-    res = model.load_state_dict(load_file(str(weights)), strict=False)
+    if load_state is None:
+        res = model.load_state_dict(read_saved_weights(model_dir), strict=False)
+    else:
+        res = load_state(model, read_saved_weights(model_dir))
     missing = [k for k in res.missing_keys if not (tied and k.startswith("lm_head."))]
     if missing or res.unexpected_keys:
         raise ValueError(
-            f"{weights} does not fit the policy (missing {missing[:3]}, unexpected {res.unexpected_keys[:3]}); "
+            f"{model_dir} does not fit the policy (missing {missing[:3]}, unexpected {res.unexpected_keys[:3]}); "
             "resume with the model the checkpoint was saved from"
         )
-    if tied:
+    if tied and load_state is None:
         model.tie_weights()

@@ -285,7 +285,10 @@ def restore_interrupted(path: Path) -> None:
     ``<path>.old`` and nothing at ``path``: put it back."""
     old = path.with_name(path.name + ".old")
     if not path.exists() and old.is_dir():
-        old.rename(path)
+        try:
+            old.rename(path)
+        except FileNotFoundError:  # another process of the run put it back first
+            pass
 
 
 @contextmanager

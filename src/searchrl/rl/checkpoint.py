@@ -53,13 +53,9 @@ def load_checkpoint(path: Path, policy, sharded: bool = False) -> dict[str, Any]
     generators; the saved ``state``."""
     if not has_checkpoint(path):
         raise FileNotFoundError(f"no checkpoint at {path}; run without --resume to start fresh")
-    if sharded:
-        from safetensors.torch import load_file
-
-        load_full_weights(policy, load_file(str(path / "model" / "model.safetensors")))
-    else:
-        load_policy_weights(policy, path / "model")
-    state = torch.load(path / STATE_FILE, weights_only=False)
+    load_policy_weights(policy, path / "model", load_state=load_full_weights if sharded else None)
+    # memory-mapped: every process of a sharded run reads the whole state; its pages are shared, not copied
+    state = torch.load(path / STATE_FILE, weights_only=False, mmap=True)
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
     torch.set_rng_state(state["rng"]["torch"])
@@ -100,7 +96,12 @@ def load_trainer(tr, path: Path) -> None:
         tr.kl_ctrl.value = tr.state.kl_coef
     if tr.critic is not None and "critic" in state:
         critic = tr.acc.unwrap_model(tr.critic)
-        load_full_weights(critic, state["critic"]) if sharded else critic.load_state_dict(state["critic"])
+        if sharded:
+            res = load_full_weights(critic, state["critic"])
+            if res.missing_keys or res.unexpected_keys:
+                raise ValueError(f"{path}: the critic's weights do not fit ({res.missing_keys[:3]}, ...)")
+        else:
+            critic.load_state_dict(state["critic"])
         load_opt(critic, tr.critic_opt, state["critic_optimizer"])
         if "critic_scheduler" in state:
             tr.critic_sched.load_state_dict(state["critic_scheduler"])

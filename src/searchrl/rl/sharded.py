@@ -33,9 +33,10 @@ def full_weights(model: nn.Module, everywhere: bool = False) -> dict[str, torch.
 
 def load_full_weights(model: nn.Module, weights: dict[str, torch.Tensor]) -> Any:
     """Whole weights (as :func:`full_weights` gives them, read on every process) into ``model``, each process
-    keeping its shard (an output head tied to the embeddings may be absent, as ``save_pretrained`` leaves it out)."""
+    keeping its shard; returns the missing and unexpected keys, for the caller to check (an output head tied to the
+    embeddings may be absent, as ``save_pretrained`` leaves it out)."""
     if not sharded(model):
-        return model.load_state_dict(weights)
+        return model.load_state_dict(weights, strict=False)
     from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
     return set_model_state_dict(model, weights, options=_options(strict=False))
