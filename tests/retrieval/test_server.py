@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -145,10 +146,11 @@ def test_a_body_over_the_size_limit_is_refused_before_it_is_read(tiny_bm25: Path
 
 def test_the_default_body_limit_admits_the_largest_valid_request(tiny_bm25: Path, serve_app) -> None:
     app = create_app(load_index(tiny_bm25), max_queries=3, max_query_chars=10)
-    largest = {"queries": ["\u0001" * 10] * 3, "topk": 1}  # every character escaped: 6 bytes each
+    largest = {"queries": ["\U0001f600" * 10] * 3, "topk": 1}  # an emoji is escaped as a surrogate pair: 12 bytes
     with serve_app(app) as url, httpx.Client(base_url=url, timeout=10) as client:
-        ok = client.post("/retrieve", json=largest)
-        too_big = client.post("/retrieve", content=b" " * 1300 + b'{"queries": []}')
+        body = json.dumps(largest, indent=1).encode()  # escaped and pretty-printed: as large as valid JSON gets
+        ok = client.post("/retrieve", content=body)
+        too_big = client.post("/retrieve", content=b" " * 1500 + b'{"queries": []}')
     assert ok.status_code == 200 and len(ok.json()["result"]) == 3, ok.text
     assert too_big.status_code == 413, too_big.text
 

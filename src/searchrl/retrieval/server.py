@@ -24,7 +24,6 @@ of piling up until clients time out; ``RemoteRetriever`` waits that long and ret
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections import deque
@@ -39,6 +38,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from searchrl import __version__
+from searchrl.retrieval.asgi import JsonBodies
 from searchrl.retrieval.base import Hit, Retriever
 
 SearchFn = Callable[[list[str], int], list[list[Hit]]]
@@ -326,62 +326,6 @@ def _one_line(err: RequestValidationError) -> str:
     return "; ".join(parts)
 
 
-class _JsonBodies:
-    """ASGI layer: every POST body is read as JSON, whatever its content type says (``curl -d '{...}'`` labels a
-    JSON body as a form; Search-R1's clients send JSON), and a body over ``max_bytes`` is refused with 413 before it
-    is read into memory (by its Content-Length, or while a chunked one arrives)."""
-
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
-        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-        length = dict((k.lower(), v) for k, v in headers).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._too_large(send, int(length))
-            return
-        if length is None:  # chunked: read it here, within the limit, and hand it on whole
-            chunks, size = [], 0
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return  # the client went away
-                chunks.append(message.get("body", b""))
-                size += len(chunks[-1])
-                if size > self.max_bytes:
-                    await self._too_large(send, size, at_least=True)
-                    return
-                if not message.get("more_body", False):
-                    break
-            receive = _replay(b"".join(chunks), receive)
-        await self.app(scope, receive, send)
-
-    async def _too_large(self, send: Any, size: int, at_least: bool = False) -> None:
-        detail = (
-            f"request body {'over' if at_least else 'of'} {size:,} bytes; the limit is {self.max_bytes:,} "
-            "(send fewer or shorter queries per request)"
-        )
-        body = json.dumps({"detail": detail}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    """An ASGI ``receive`` that gives ``body`` whole first, then whatever the client sends next."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replayed() -> dict:
-        return pending.pop() if pending else await receive()
-
-    return replayed
-
-
 def create_app(
     retriever: Retriever,
     *,
@@ -400,7 +344,7 @@ def create_app(
 
     Search-R1 sends every active rollout's query in one request, so ``max_queries`` is generous by default. A body
     larger than the largest valid one (``max_body_bytes``; by default every query at its longest, each character
-    JSON-escaped) is refused with 413 before it is read.
+    JSON-escaped as a surrogate pair, 12 bytes) is refused with 413 before it is read.
     Overload (more than ``max_pending_queries`` waiting, or a wait over ``max_queue_wait_s``) is answered with 503
     and ``Retry-After``.
     """
@@ -430,8 +374,8 @@ def create_app(
     app.state.stats = stats
     app.state.batcher = batcher
     if max_body_bytes is None:
-        max_body_bytes = max_queries * (6 * max_query_chars + 4) + 1024
-    app.add_middleware(_JsonBodies, max_bytes=max_body_bytes)
+        max_body_bytes = max_queries * (12 * max_query_chars + 16) + 1024
+    app.add_middleware(JsonBodies, max_bytes=max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
