@@ -139,15 +139,26 @@ def load_policy_weights(model: nn.Module, model_dir: Path, load_state=None) -> N
             raise ValueError(f"{adapters}: adapter keys do not fit this model ({bad[:3]}); check model.lora")
         return
     tied = getattr(model.config, "tie_word_embeddings", False)
+    weights = read_saved_weights(model_dir)
+    check_fits(model, weights, f"{model_dir}", tied=tied)
     if load_state is None:
-        res = model.load_state_dict(read_saved_weights(model_dir), strict=False)
+        model.load_state_dict(weights, strict=False)
+        if tied:
+            model.tie_weights()
     else:
-        res = load_state(model, read_saved_weights(model_dir))
-    missing = [k for k in res.missing_keys if not (tied and k.startswith("lm_head."))]
-    if missing or res.unexpected_keys:
+        load_state(model, weights)
+
+
+def check_fits(model: nn.Module, weights: dict[str, torch.Tensor], where: str, tied: bool = False) -> None:
+    """Every weight ``model`` has is in ``weights`` with its shape, and nothing else (an output head tied to the
+    embeddings may be absent): one line naming the first mismatches, before anything is loaded. Shapes are the
+    whole tensors' also for FSDP-sharded parameters."""
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing = [k for k in own if k not in weights and not (tied and k.startswith("lm_head."))]
+    unexpected = [k for k in weights if k not in own]
+    shapes = [f"{k} {tuple(v.shape)} vs {own[k]}" for k, v in weights.items() if k in own and tuple(v.shape) != own[k]]
+    if missing or unexpected or shapes:
         raise ValueError(
-            f"{model_dir} does not fit the policy (missing {missing[:3]}, unexpected {res.unexpected_keys[:3]}); "
-            "resume with the model the checkpoint was saved from"
+            f"{where} does not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]}, other shapes "
+            f"{shapes[:2]}); resume with the model the checkpoint was saved from"
         )
-    if tied and load_state is None:
-        model.tie_weights()

@@ -157,9 +157,13 @@ def test_list_cells_in_csv_dpr_question_files_and_non_string_answers(tmp_path: P
     json_dpr = tmp_path / "trivia-test.qa.csv"
     json_dpr.write_text('which city?\t["Oslo"]\n')
     assert [e.answers for e in load_qa(json_dpr)] == [["Oslo"]]
-    text = tmp_path / "bracketed.csv"  # a bracketed answer that is not a list of strings stays as it is
-    text.write_text('question,answer\nq?,[citation needed]\nr?,"[0, 1]"\n', encoding="utf-8")
-    assert [e.answers for e in load_qa(text)] == [["[citation needed]"], ["[0, 1]"]]
+    text = tmp_path / "bracketed.csv"  # a bracketed answer that is not a list stays as it is; numbers are a list
+    text.write_text('question,answer\nq?,[citation needed]\nr?,"[1990, 1991]"\n', encoding="utf-8")
+    assert [e.answers for e in load_qa(text)] == [["[citation needed]"], ["1990", "1991"]]
+    empty = tmp_path / "empty.csv"
+    empty.write_text("question,answer\nq?,[]\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"empty\.csv:2: field 'answer' is empty; give at least one gold answer"):
+        load_qa(empty)
     rows = [{"question": "a?", "answer": True}, {"question": "b?", "answer": [False, 6.0, 7.5]}]
     assert [e.answers for e in load_qa(_write(tmp_path / "typed.jsonl", rows))] == [["yes"], ["no", "6", "7.5"]]
     with pytest.raises(ValueError, match=r"nan\.jsonl:1: field 'answer' holds NaN"):

@@ -476,6 +476,14 @@ def test_answer_span_reads_the_answer_out_of_a_restating_sentence(reply: str, sp
             "What is the capital of the republic?",
             "Bern in the central plateau",
         ),
+        (
+            "The song that topped the chart in 1982 was Come on Eileen.",
+            "Which song topped the chart?",
+            "Come on Eileen",
+        ),
+        ("The album they released in 1987 was Paid in Full.", "Which album did they release?", "Paid in Full"),
+        ("The film remade in 2000 was Gone in 60 Seconds.", "Which film was remade in 2000?", "Gone in 60 Seconds"),
+        ("The film is set in Paris.", "Where is the film set?", "Paris"),
     ],
 )
 def test_answer_span_irregular_participles_and_yes_no_replies(reply: str, question: str, span: str) -> None:

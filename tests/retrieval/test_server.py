@@ -145,12 +145,13 @@ def test_a_body_over_the_size_limit_is_refused_before_it_is_read(tiny_bm25: Path
 
 
 def test_the_default_body_limit_admits_the_largest_valid_request(tiny_bm25: Path, serve_app) -> None:
-    app = create_app(load_index(tiny_bm25), max_queries=3, max_query_chars=10)
-    largest = {"queries": ["\U0001f600" * 10] * 3, "topk": 1}  # an emoji is escaped as a surrogate pair: 12 bytes
+    app = create_app(load_index(tiny_bm25), max_queries=3, max_query_chars=100)
+    largest = {"queries": ["\U0001f600" * 100] * 3, "topk": 1}  # an emoji is escaped as a surrogate pair: 12 bytes
     with serve_app(app) as url, httpx.Client(base_url=url, timeout=10) as client:
-        body = json.dumps(largest, indent=1).encode()  # escaped and pretty-printed: as large as valid JSON gets
+        body = json.dumps(largest, indent=1).encode()  # every character escaped, one query a line
+        assert len(body) > 3 * (6 * 100 + 4) + 1024  # more than a limit of 6 bytes a character admits
         ok = client.post("/retrieve", content=body)
-        too_big = client.post("/retrieve", content=b" " * 1500 + b'{"queries": []}')
+        too_big = client.post("/retrieve", content=b" " * 5000 + b'{"queries": []}')
     assert ok.status_code == 200 and len(ok.json()["result"]) == 3, ok.text
     assert too_big.status_code == 413, too_big.text
 

@@ -121,3 +121,35 @@ def test_sharded_weights_and_optimizer_state_round_trip(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert "gathered True True" in lines and "elsewhere empty True" in lines and "resumed True" in lines, out
     assert "trainer checkpoint True True" in lines, out
+
+
+def test_a_checkpoint_of_another_model_is_one_line_before_anything_loads(tmp_path: Path) -> None:
+    """Missing or extra weights, or another shape, name the first mismatches; the model is left as it was."""
+    import torch
+
+    from searchrl.testing import tiny_model
+    from searchrl.tuning import load_policy_weights
+
+    model = tiny_model(seed=0)
+    model.save_pretrained(tmp_path / "ok", safe_serialization=True)
+    other = tiny_model(seed=1)
+    load_policy_weights(other, tmp_path / "ok")  # the same model: loads (its tied head left out by the save)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters(), strict=True))
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(tmp_path / "ok" / "model.safetensors"))
+    cases = {
+        "missing": {k: v for k, v in weights.items() if "layers.0.mlp" not in k},
+        "unexpected": {**weights, "model.extra.weight": torch.zeros(2)},
+        "other shapes": {**weights, "model.norm.weight": torch.zeros(3)},
+    }
+    before = [p.clone() for p in other.parameters()]
+    for name, bad in cases.items():
+        (tmp_path / name).mkdir()
+        save_file(bad, str(tmp_path / name / "model.safetensors"))
+        with pytest.raises(ValueError) as err:
+            load_policy_weights(other, tmp_path / name)
+        msg = str(err.value)
+        assert "\n" not in msg and "does not fit the model" in msg and "resume with the model" in msg, msg
+        assert {"missing": "mlp", "unexpected": "model.extra.weight", "other shapes": "(3,) vs (64,)"}[name] in msg
+    assert all(torch.equal(a, b) for a, b in zip(before, other.parameters(), strict=True))

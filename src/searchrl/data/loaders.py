@@ -101,15 +101,15 @@ def _answers(value: Any, where: str, field: str) -> list[str]:
 
 
 def _list_cell(value: str) -> Any:
-    """A text cell holding a list of answers (``["a", "b"]`` as JSON, or ``['a', 'b']`` as pandas writes a list
-    column to CSV and DPR's question files hold them) -> the list; any other text (``[citation needed]``, a list of
-    numbers) as it is."""
-    parsed = _string_list(value)
+    """A text cell holding a list of answers (``["a", "b"]`` as JSON, or ``['a', 'b']`` / ``[1990, 1991]`` as pandas
+    writes a list column to CSV and DPR's question files hold them) -> the list (an empty one is then refused as no
+    answer); any other text (``[citation needed]``) as it is."""
+    parsed = _scalar_list(value)
     return value if parsed is None else parsed
 
 
-def _string_list(text: str) -> list[str] | None:
-    """``text`` read as a JSON or Python list of strings; None when it is not one."""
+def _scalar_list(text: str) -> list | None:
+    """``text`` read as a JSON or Python list of strings and numbers; None when it is not one."""
     text = text.strip()
     if not (text.startswith("[") and text.endswith("]")):
         return None
@@ -120,7 +120,7 @@ def _string_list(text: str) -> list[str] | None:
             parsed = parse(text)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             continue
-        if isinstance(parsed, list) and parsed and all(isinstance(a, str) for a in parsed):
+        if isinstance(parsed, list) and all(isinstance(a, str | int | float) for a in parsed):
             return parsed
     return None
 
@@ -283,8 +283,8 @@ def _chain(first: list[list[str]], rest: Iterator[list[str]]) -> Iterator[list[s
 
 
 def _dpr_row(cells: list[str]) -> bool:
-    """A first row that is data, not a header: two cells, the second a list of strings (DPR's question files)."""
-    return len(cells) == 2 and cells[0].strip().lower() not in QUESTION_FIELDS and _string_list(cells[1]) is not None
+    """A first row that is data, not a header: two cells, the second a list of answers (DPR's question files)."""
+    return len(cells) == 2 and cells[0].strip().lower() not in QUESTION_FIELDS and bool(_scalar_list(cells[1]))
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:

@@ -72,17 +72,18 @@ _SOURCE_LEAD = re.compile(
     r"(?:\s+(?:states?|says?|mentions?|shows?|indicates?|suggests?)(?:\s+that)?)?[\s,:]+",
     re.IGNORECASE,
 )
-#: irregular past participles a restating sentence puts before "by" / "in" / ... ("written by X", "sung by X")
+#: irregular past participles a restating sentence puts before "by" / "in" / ... ("written by X", "sung by X"); none
+#: that is also a common base form (come, run, put, ...), which titles open with ("Come on Eileen")
 _IRREGULAR = (
     "born|made|built|held|known|set|written|sung|given|taken|drawn|shown|sworn|grown|thrown|chosen|spoken|stolen|"
-    "driven|ridden|beaten|broken|frozen|hidden|bitten|eaten|fallen|forgotten|begun|run|won|led|met|sent|spent|lost|"
+    "driven|ridden|beaten|broken|frozen|hidden|bitten|eaten|fallen|forgotten|begun|won|led|met|sent|spent|lost|"
     "sold|told|found|bound|shot|hung|fought|bought|brought|taught|thought|caught|sought|laid|paid|said|kept|left|"
-    "felt|dealt|meant|read|put|cut|hit|shut|struck|stuck|sunk|sprung|swum|done|seen|gone|become|come|overseen"
+    "felt|dealt|meant|struck|stuck|sunk|sprung|swum|done|seen|gone|overseen"
 )
-#: "born in X", "buried at X", "written by X", "first sung by X", "in X" -> "X": a regular participle or an
-#: irregular one, with an adverb before it, then a preposition
+#: "born in X", "buried at X", "written by X", "first sung by X", "in X" -> "X": a participle in lower case (a
+#: capitalised word opens a title: "Paid in Full", "Gone in 60 Seconds"), an adverb before it, then a preposition
 _PARTICIPLE_LEAD = re.compile(
-    rf"^(?:(?:\w+ly\s+|first\s+|later\s+|also\s+)?(?:\w+ed|{_IRREGULAR})\s+)?(?:on|in|at|by|from|as)\s+",
+    rf"^(?:(?:\w+ly\s+|first\s+|later\s+|also\s+)?(?-i:[a-z]\w*ed|{_IRREGULAR})\s+)?(?:on|in|at|by|from|as)\s+",
     re.IGNORECASE,
 )
 #: a question answered yes or no, and a reply that starts with the answer ("Yes, Zurich is ...")

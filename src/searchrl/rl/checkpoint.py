@@ -14,7 +14,7 @@ import torch
 
 from searchrl.models import portable_tokenizer_config
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
-from searchrl.tuning import load_policy_weights
+from searchrl.tuning import check_fits, load_policy_weights
 from searchrl.utils import atomic_dir, restore_interrupted
 
 STATE_FILE = "trainer_state.pt"
@@ -96,12 +96,8 @@ def load_trainer(tr, path: Path) -> None:
         tr.kl_ctrl.value = tr.state.kl_coef
     if tr.critic is not None and "critic" in state:
         critic = tr.acc.unwrap_model(tr.critic)
-        if sharded:
-            res = load_full_weights(critic, state["critic"])
-            if res.missing_keys or res.unexpected_keys:
-                raise ValueError(f"{path}: the critic's weights do not fit ({res.missing_keys[:3]}, ...)")
-        else:
-            critic.load_state_dict(state["critic"])
+        check_fits(critic, state["critic"], f"{path}: the critic's weights")
+        load_full_weights(critic, state["critic"]) if sharded else critic.load_state_dict(state["critic"])
         load_opt(critic, tr.critic_opt, state["critic_optimizer"])
         if "critic_scheduler" in state:
             tr.critic_sched.load_state_dict(state["critic_scheduler"])
