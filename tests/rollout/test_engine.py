@@ -334,3 +334,12 @@ def test_a_retriever_of_ones_own_is_checked_with_a_one_line_error() -> None:
         engine = RolloutEngine(gen, Returns(value), protocol, RolloutLimits(max_turns=2, force_answer=False))
         with pytest.raises(TypeError, match=match):
             engine.run([QAExample("q", "Q?", ["a"])])
+
+
+def test_an_observation_cap_below_the_kept_tail_still_holds() -> None:
+    from searchrl.rollout.engine import truncate_observation
+
+    ids = list(range(100))
+    assert truncate_observation(ids, 40) == ids[:24] + ids[-16:]  # the head, then the closing tail
+    assert truncate_observation(ids, 8) == ids[:8] and truncate_observation(ids, 0) == []
+    assert truncate_observation(ids, 100) == ids

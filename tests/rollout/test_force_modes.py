@@ -21,7 +21,7 @@ class CountingRetriever:
         return [[Hit(f"{q}-{i}", f"T{i}", f"text {i} on {q}", 1.0) for i in range(k)] for q in queries]
 
 
-def always_search(mode: str, max_turns: int = 3, max_searches: int = 3):
+def always_search(mode: str, max_turns: int = 3, max_searches: int = 3, max_total_tokens: int = 50_000):
     """A model that searches on every turn and never answers."""
     tok = ByteTokenizer()
     protocol = get_protocol("search_r1")
@@ -31,7 +31,7 @@ def always_search(mode: str, max_turns: int = 3, max_searches: int = 3):
         max_turns=max_turns,
         max_searches=max_searches,
         topk=1,
-        max_total_tokens=50_000,
+        max_total_tokens=max_total_tokens,
         max_obs_tokens=500,
         force_answer=mode,
     )
@@ -68,6 +68,16 @@ def test_hint_inserts_the_protocol_text() -> None:
     protocol, _, t = always_search("hint", max_turns=2, max_searches=1)
     assert [turn.action for turn in t.turns] == ["search", "search_over_budget", "none"]
     assert t.turns[1].observation == protocol.force_answer_text()
+
+
+def test_a_hint_that_would_leave_no_room_for_the_final_turn_is_not_inserted() -> None:
+    """Text the policy would never read (no turn could follow it) is neither scored nor trained on."""
+    protocol, _, full = always_search("hint", max_turns=2, max_searches=2)
+    hint = len(protocol.force_answer_text().encode())  # the byte tokenizer: one token a byte
+    before = len(full.prompt_ids) + sum(t.n_gen_tokens + t.n_obs_tokens for t in full.turns[:2])
+    _, _, t = always_search("hint", max_turns=2, max_searches=2, max_total_tokens=before + hint + 5)
+    assert t.stop_reason == "length" and len(t.turns) == 2
+    assert len(t.prompt_ids) + len(t.response_ids) == before  # nothing after the last turn it got
 
 
 @pytest.mark.parametrize("value, mode", [(True, "hint"), (False, "off"), ("silent", "silent"), ("end", "end")])

@@ -61,8 +61,9 @@ def truncate_observation(ids: list[int], max_tokens: int, tail: int = _OBS_TAIL)
     """Keep the head and the last ``tail`` tokens of an over-long observation (closing tags survive)."""
     if len(ids) <= max_tokens:
         return ids
-    head = max(max_tokens - tail, 0)
-    return ids[:head] + ids[-tail:]
+    if max_tokens <= tail:  # no room for a head: the cap holds
+        return ids[:max_tokens]
+    return ids[: max_tokens - tail] + ids[-tail:]
 
 
 def cut_observation(
@@ -167,7 +168,7 @@ class RolloutEngine:
         hints): uncut or not at all, and then the trajectory stops (the module docstring says why)."""
         room, cap = self._room(traj), None if whole else self.limits.max_obs_tokens
         ids, text = cut_observation(self.tokenizer, text, cap, self._obs_tail, None if whole else room)
-        if len(ids) > room:  # whole text only
+        if len(ids) > room or (whole and len(ids) + _MIN_ROOM > room):  # no turn could follow a whole text
             self._stop(traj, "length")
             return "", 0
         traj.append(ids, sampled=False)
