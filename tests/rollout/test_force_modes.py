@@ -70,6 +70,17 @@ def test_hint_inserts_the_protocol_text() -> None:
     assert t.turns[1].observation == protocol.force_answer_text()
 
 
+def test_the_hint_before_the_final_turn_is_recorded_with_the_turn_it_follows() -> None:
+    """The turns account for every response token: the viewer shows the hint, and counts add up."""
+    from searchrl.rollout.trajectory import Trajectory
+
+    protocol, _, t = always_search("hint", max_turns=2, max_searches=2)
+    assert [turn.action for turn in t.turns] == ["search", "search", "none"]
+    assert t.turns[1].hint == protocol.force_answer_text() and t.turns[1].n_hint_tokens > 0
+    assert sum(x.n_gen_tokens + x.n_obs_tokens + x.n_hint_tokens for x in t.turns) == len(t.response_ids)
+    assert Trajectory.from_dict(t.to_dict()).turns[1].hint == t.turns[1].hint
+
+
 def test_a_hint_that_would_leave_no_room_for_the_final_turn_is_not_inserted() -> None:
     """Text the policy would never read (no turn could follow it) is neither scored nor trained on."""
     protocol, _, full = always_search("hint", max_turns=2, max_searches=2)

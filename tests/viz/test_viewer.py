@@ -431,3 +431,25 @@ def test_a_run_directory_names_its_files_and_an_out_directory_takes_the_page(tmp
     assert write_viewer([run / "rollouts.jsonl"], pages) == pages / "rollouts.html"
     res = CliRunner().invoke(app, ["view", str(run / "rollouts.jsonl"), "--out", str(pages)])
     assert res.exit_code == 0 and "no records in" in res.output  # an empty file: a page, and a warning
+
+
+def test_the_hint_before_the_final_turn_is_shown_and_counted(tmp_path: Path) -> None:
+    row = {
+        "question": "Q?",
+        "golds": ["a"],
+        "turns": [
+            {
+                "text": "<search>x</search>",
+                "action": "search",
+                "n_gen_tokens": 5,
+                "observation": "docs",
+                "n_obs_tokens": 3,
+                "hint": "Answer now.",
+                "n_hint_tokens": 4,
+            },
+            {"text": "<answer>a</answer>", "action": "answer", "n_gen_tokens": 6},
+        ],
+    }
+    (rec,) = load_records(_write_jsonl(tmp_path / "t.jsonl", [row]))
+    assert rec.counts["inserted_tokens"] == 7 and rec.turns[0].hint == "Answer now."
+    assert "hint before the final turn (4 tokens" in render_html([rec])

@@ -319,7 +319,9 @@ class RolloutEngine:
         token budget; 0 when the trajectory stopped (``length``)."""
         lim = self.limits
         if turn_no == lim.max_turns and force_mode(lim.force_answer) == "hint" and not traj.stop_reason:
-            self._insert(traj, self.protocol.force_answer_text(), whole=True)
+            text, n = self._insert(traj, self.protocol.force_answer_text(), whole=True)
+            if n and traj.turns:  # recorded with the turn it follows: a trajectory's turns account for its tokens
+                traj.turns[-1].hint, traj.turns[-1].n_hint_tokens = text, n
         if traj.stop_reason:  # its last insertion did not fit
             return 0
         if self._room(traj) < _MIN_ROOM:

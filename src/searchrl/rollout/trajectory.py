@@ -29,6 +29,9 @@ class Turn:
     n_gen_tokens: int = 0
     n_obs_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    #: the hint inserted after this turn's observation, before the forced final turn (``force_answer: hint``)
+    hint: str = ""
+    n_hint_tokens: int = 0
 
 
 @dataclass

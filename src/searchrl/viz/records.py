@@ -40,6 +40,8 @@ class ViewTurn:
     n_gen_tokens: int = 0
     n_obs_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    hint: str = ""
+    n_hint_tokens: int = 0
 
 
 @dataclass
@@ -144,6 +146,8 @@ def _turn(d: Any, i: int) -> ViewTurn:
         n_gen_tokens=_int(d.get("n_gen_tokens")),
         n_obs_tokens=_int(d.get("n_obs_tokens")),
         timings=_timings(d.get("timings")),
+        hint=_str(d.get("hint")),
+        n_hint_tokens=_int(d.get("n_hint_tokens")),
     )
 
 
@@ -159,7 +163,7 @@ def _counts(traj: dict[str, Any], turns: list[ViewTurn]) -> dict[str, int]:
         "turns": len(turns),
         "invalid": sum(1 for t in turns if t.action == "invalid"),
         "policy_tokens": sum(t.n_gen_tokens for t in turns),
-        "inserted_tokens": sum(t.n_obs_tokens for t in turns),
+        "inserted_tokens": sum(t.n_obs_tokens + t.n_hint_tokens for t in turns),
     }
     given = traj.get("counts") if isinstance(traj.get("counts"), dict) else {}
     out = {**computed, **{k: _int(v) for k, v in given.items() if _int(v, -1) >= 0}}

@@ -149,6 +149,8 @@ def _turn_html(i: int, t: ViewTurn) -> str:
     parts.append(_queries(t.queries, t.hit_ids))
     if t.observation:
         parts.append(_observation(t.observation, t.n_obs_tokens))
+    if t.hint:
+        parts.append(_observation(t.hint, t.n_hint_tokens, label="hint before the final turn"))
     parts.append("</li>")
     return "".join(parts)
 
