@@ -388,7 +388,9 @@ def run_trl(args, tmp: Path, py: Path, model_dir: str, prompts_file: Path, sizes
                 "scored_positions": {"logprob": s["logprob_positions"], "update": s["update_positions"]},
             }
         )
-    meta = {k: res[k] for k in ("trl", "transformers", "torch", "torch_threads", "loss_type", "gradient_checkpointing")}
+    meta = {
+        k: res[k] for k in ("trl", "transformers", "torch", "torch_threads", "loss_type", "gradient_checkpointing")
+    }
     return {"process": proc, "command": shlex.join(cmd), "driver": DRIVER, "steps": steps, **meta}
 
 
