@@ -275,6 +275,20 @@ def source_digest(source: str | Path) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
+#: the files a model directory's weights are in
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf", ".onnx")
+
+
+def weights_fingerprint(spec: str | None) -> list[str]:
+    """A local model directory's resolved path and its weight files' digests (path, size, modification time); []
+    for a hub id or a bundled model, which no earlier stage or training in place can change."""
+    path = Path(spec).expanduser() if spec else None
+    if path is None or not path.is_dir():
+        return []
+    files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in WEIGHT_SUFFIXES)
+    return [str(path.resolve()), *(source_digest(str(f)) for f in files)]
+
+
 def error_line(err: BaseException, limit: int = 160) -> str:
     """The first line of an exception's message (its type when it has none), for a one-line error."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:limit]

@@ -40,7 +40,7 @@ from searchrl.retrieval.dense_build import PROGRESS_FILE, keep_resumable
 from searchrl.retrieval.hybrid import HybridRetriever
 from searchrl.retrieval.local import LocalRetriever
 from searchrl.retrieval.onnx_encoder import ExportUnsupported, OnnxEncoder, export_encoder
-from searchrl.utils import atomic_write_text, console, progress, source_digest
+from searchrl.utils import atomic_write_text, console, progress, source_digest, weights_fingerprint
 
 FORMAT = "searchrl-index"
 FORMAT_VERSION = 1
@@ -60,15 +60,6 @@ def _passage_texts(store: PassageStore, start: int = 0) -> Iterator[str]:
     """What gets indexed: title and text, as in Search-R1's ``contents`` field (from row ``start`` on)."""
     for i in range(start, len(store)):
         yield store[i].contents
-
-
-def weights_fingerprint(spec: str | None) -> list[str]:
-    """A local model directory's resolved path and its weight files' digests (path, size, mtime); [] for a hub id."""
-    path = Path(spec).expanduser() if spec else None
-    if path is None or not path.is_dir():
-        return []
-    files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in (".safetensors", ".bin", ".pt", ".onnx"))
-    return [str(path.resolve()), *(source_digest(str(f)) for f in files)]
 
 
 def build_index(

@@ -11,10 +11,9 @@ from typing import Any
 import yaml
 
 from searchrl.config import RunConfig
-from searchrl.utils import atomic_write_text
+from searchrl.utils import atomic_write_text, weights_fingerprint
 
 INIT_FILE = "init_from.json"
-_WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -36,21 +35,11 @@ def settings_diff(cfg: RunConfig, saved: Path) -> list[str]:
     return sorted(k for k in old.keys() | new.keys() if k != "training.steps" and old.get(k) != new.get(k))
 
 
-def init_fingerprint(model: str | None) -> dict[str, list[int]]:
-    """Size and modification time of each weight file of a local model directory ({} for a hub id or a bundled
-    model, which a re-run of an earlier stage cannot change)."""
-    path = Path(model) if model else None
-    if path is None or not path.is_dir():
-        return {}
-    files = sorted({f for pattern in _WEIGHTS for f in path.rglob(pattern) if f.is_file()})
-    return {str(f.relative_to(path)): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
-
-
 def record_init(cfg: RunConfig) -> None:
     """Note the fingerprint of the model a fresh run starts from, beside its outputs."""
     out = Path(cfg.training.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / INIT_FILE, json.dumps(init_fingerprint(cfg.training.init_from or cfg.model.policy)))
+    atomic_write_text(out / INIT_FILE, json.dumps(weights_fingerprint(cfg.training.init_from or cfg.model.policy)))
 
 
 def resume_mismatch(cfg: RunConfig) -> str | None:
@@ -61,6 +50,6 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
     if changed:
         return f"settings differ from the checkpoint's ({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})"
     noted, start = out / INIT_FILE, cfg.training.init_from or cfg.model.policy
-    if noted.exists() and json.loads(noted.read_text()) != init_fingerprint(start):
+    if noted.exists() and json.loads(noted.read_text()) != weights_fingerprint(start):
         return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
     return None
