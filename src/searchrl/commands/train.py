@@ -14,12 +14,11 @@ def check_resumable(cfg) -> None:
     from pathlib import Path
 
     from searchrl.config import ConfigError
+    from searchrl.rl.checkpoint import has_checkpoint
     from searchrl.stages.resume import resume_mismatch
-    from searchrl.utils import restore_interrupted
 
     out = Path(cfg.training.output_dir)
-    restore_interrupted(out / "checkpoint")
-    if not (out / "checkpoint" / "trainer_state.pt").exists():
+    if not has_checkpoint(out / "checkpoint"):
         raise ConfigError(f"no checkpoint at {out / 'checkpoint'}; run without --resume to start fresh")
     if why := resume_mismatch(cfg):
         raise ConfigError(f"cannot resume {out}: {why}; use the same settings, or a new --out to start fresh")
