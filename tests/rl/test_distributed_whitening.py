@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from searchrl.config import AlgorithmConfig
 from searchrl.rl.advantages import get_estimator
 from searchrl.rl.algorithms import whiten
+from searchrl.utils import hard_exit
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -49,8 +50,10 @@ def _worker(rank: int, port: int, out: str) -> None:
             sum_across=total,
         )
         torch.save({"whiten": w, "reinforce_pp": adv}, Path(out) / f"rank{rank}.pt")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+    hard_exit()  # as the trainer ends: gloo's teardown at interpreter exit can abort a process whose work is done
 
 
 def test_whitening_spans_processes(tmp_path: Path) -> None:

@@ -43,7 +43,10 @@ SCRIPT = textwrap.dedent(
         out = gen.generate([tok("hello there")["input_ids"]], SamplingParams(4, seed=0))
     print("unsharded:", out[0].token_ids == plain[0].token_ids)
     print("resharded:", type(model.model.embed_tokens.weight).__name__)
+    dist.barrier()
     dist.destroy_process_group()
+    from searchrl.utils import hard_exit
+    hard_exit()  # as the trainer ends: gloo's teardown at interpreter exit can abort a process whose work is done
     """
 )
 
