@@ -6,6 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests: no per-example deadline (a garbage-collection pause late in a long run is not a failure), and in
+# CI the same examples on every run, so one run's luck cannot turn the suite red. Locally they explore anew.
+settings.register_profile("searchrl", deadline=None, derandomize=bool(os.environ.get("CI")))
+settings.load_profile("searchrl")
 
 _DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SHARED_DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", _DEFAULT))

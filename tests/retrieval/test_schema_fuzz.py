@@ -40,11 +40,11 @@ def fuzz_app(request, tiny_corpus: Path, tiny_bm25: Path, make_hashing_encoder, 
     return create_app(retriever, max_queries=16, max_query_chars=500, max_topk=20)
 
 
-def _fuzz(operation, mode: GenerationMode, *, derandomize: bool = False) -> list[int]:
+def _fuzz(operation, mode: GenerationMode) -> list[int]:
     """Run schemathesis cases for one operation; every response must be below 500. Returns the status codes.
 
-    ``derandomize``: the same cases on every run (hypothesis seeds from the test itself), for tests that must not
-    depend on the luck of the draw.
+    Derandomised: the same cases on every run (hypothesis seeds from the test itself), so a pass or a failure does
+    not depend on the luck of the draw.
     """
     statuses: list[int] = []
 
@@ -54,7 +54,7 @@ def _fuzz(operation, mode: GenerationMode, *, derandomize: bool = False) -> list
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
-        derandomize=derandomize,
+        derandomize=True,
     )
     def fuzz(case) -> None:
         response = case.call()
@@ -85,19 +85,21 @@ def test_no_server_errors_from_schema_fuzzing(fuzz_app, mode: GenerationMode) ->
 
 
 def test_fuzzing_finds_a_planted_server_error(tiny_bm25: Path) -> None:
-    """The check above can fail: a retriever that crashes on some valid inputs is caught.
+    """The check above can fail: a retriever that crashes on valid inputs is caught.
 
-    Derandomised: a random search once missed the planted error; the fixed cases always reach topk >= 4.
+    The planted bug is hit by any request with a non-blank query, most of the cases drawn. (A bug hit only by
+    ``topk >= 4`` was missed by some draws: how often an optional field is sent, and its values, vary with the seed
+    and with what else the session imported.)
     """
     bm25 = load_index(tiny_bm25)
 
     class Fragile:
         def search(self, queries: list[str], k: int):
-            if k >= 4:
+            if any(q.strip() for q in queries):
                 raise RuntimeError("planted bug")
             return bm25.search(queries, k)
 
     schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(Fragile(), max_topk=20))
     operation = schema.find_operation_by_label("POST /retrieve")
     with pytest.raises(FailureGroup, match="Server error"):
-        _fuzz(operation, GenerationMode.POSITIVE, derandomize=True)
+        _fuzz(operation, GenerationMode.POSITIVE)

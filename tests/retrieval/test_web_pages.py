@@ -171,7 +171,7 @@ def test_every_kind_of_page_gets_a_status_and_nothing_hangs(pages: str) -> None:
     )
     assert got["redirect"].final_url == f"{pages}/good" and got["redirect"].text == got["good"].text
     assert got["huge"].truncated and len(got["huge"].text) == 5_000  # capped text ...
-    assert PageHandler.sent["huge"] < 5_000_000  # ... and the download stopped long before the 50 MB
+    assert PageHandler.sent["huge"] < 20_000_000  # ... and the download stopped long before the 50 MB
     assert "built 1592" in got["garbled"].text
     # the trickling page is cut by the fetcher's own whole-page deadline, not abandoned in a blocked worker
     assert got["trickle"].detail.startswith("no complete page within") and got["trickle"].seconds < 1.5

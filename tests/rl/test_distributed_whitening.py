@@ -3,8 +3,6 @@ both, equals the whole batch whitened in one process. The PPO and REINFORCE++ es
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
 import torch
@@ -26,9 +24,9 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return x_BT, mask_BT, scores_B
 
 
-def _worker(rank: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _worker(rank: int, out: str) -> None:
+    # a file rendezvous: no port to find free and lose to another program before binding it
+    dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", rank=rank, world_size=2)
     try:
         x_BT, mask_BT, scores_B = _batch()
         rows = slice(0, 2) if rank == 0 else slice(2, 6)  # uneven shards
@@ -57,10 +55,7 @@ def _worker(rank: int, port: int, out: str) -> None:
 
 
 def test_whitening_spans_processes(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_worker, args=(port, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_worker, args=(str(tmp_path),), nprocs=2, join=True, start_method="spawn")
     x_BT, mask_BT, scores_B = _batch()
     parts = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
     torch.testing.assert_close(torch.cat([p["whiten"] for p in parts]), whiten(x_BT, mask_BT))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -102,10 +101,8 @@ SCRIPT = textwrap.dedent(
 def test_sharded_weights_and_optimizer_state_round_trip(tmp_path: Path) -> None:
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
-    with socket.socket() as s:  # a free port (torchrun's static rendezvous does not take 0)
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
+    # --standalone: the launcher binds a free port itself (no window for another program to take it)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [*cmd, str(script), str(tmp_path / "ckpt")],
