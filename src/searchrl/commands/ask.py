@@ -4,14 +4,21 @@ told apart (or as a trajectory record with ``--json``)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
 from searchrl.commands.common import PROFILE, RECIPE, SET, load, with_protocol
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise typer.BadParameter('the question is empty; give one, e.g. searchrl ask "Who founded X?"')
+    return value
+
+
 def ask(
-    question: str = typer.Argument(..., help="the question to answer"),
+    question: str = typer.Argument(..., help="the question to answer", callback=_not_blank),
     recipe: str = RECIPE,
     overrides: list[str] = SET,
     profile: str = PROFILE,
@@ -58,6 +65,10 @@ def ask(
 
     check_fetchable(cfg, profile)  # an uncached hub model fails here in one line, not after the hub's retries
     if index is not None and not index_kind(index):  # a typo would otherwise build an index of the recipe's corpus
+        if Path(index).is_file():  # a corpus given as --index: read_manifest names the build for it
+            from searchrl.retrieval.index import read_manifest
+
+            read_manifest(index)
         raise FileNotFoundError(
             f"{index} holds no index; build it with `searchrl index build --corpus FILE --out {index}`"
         )

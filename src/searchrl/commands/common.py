@@ -60,3 +60,33 @@ def result(text: str) -> None:
     from rich.console import Console
 
     Console(soft_wrap=True).print(text)
+
+
+def writable_dir(value: Any) -> Any:
+    """``--out`` callback for a directory a command writes into: an existing file there is refused in one line."""
+    from pathlib import Path
+
+    if value is not None and Path(value).is_file():
+        raise typer.BadParameter(f"{value} is a file; give a directory path (it is made if missing)")
+    return value
+
+
+def writable_file(value: Any) -> Any:
+    """``--out`` callback for a file a command writes: an existing directory there is refused in one line."""
+    from pathlib import Path
+
+    if value is not None and Path(value).is_dir():
+        raise typer.BadParameter(f"{value} is a directory; give a file path")
+    return value
+
+
+def not_an_input(out: Any, inputs: list[Any], flag: str = "--out") -> None:
+    """Refuse an output path that is one of the command's own inputs (writing it would destroy what it reads); an
+    input of None (the recipe's default) is none of them."""
+    from pathlib import Path
+
+    for source in inputs:
+        if source is not None and Path(source).exists() and Path(out).exists() and Path(source).resolve() == Path(out).resolve():
+            raise typer.BadParameter(
+                f"{out} would overwrite the input {source}; choose another {flag}", param_hint=flag
+            )

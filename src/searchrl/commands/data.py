@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from searchrl.commands.common import not_an_input, writable_dir, writable_file
+
 app = typer.Typer(
     help="Datasets and corpora: generate a synthetic world, inspect QA files and corpora.\n\n"
     "Example: searchrl data inspect hf:RUC-NLPIR/FlashRAG_datasets:nq:test --limit 100",
@@ -30,7 +32,7 @@ _WORLD_FILES = ("corpus.jsonl", "train.jsonl", "dev.jsonl", "test.jsonl")
 @app.command("synth")
 def synth(
     out_dir: Path = typer.Option(
-        ..., "--out", help="directory to write corpus.jsonl, train/dev/test.jsonl, world.json"
+        ..., "--out", help="directory to write corpus.jsonl, train/dev/test.jsonl, world.json", callback=writable_dir
     ),
     entities: int = typer.Option(600, "--entities", help="number of entities (one passage each)"),
     seed: int = typer.Option(0, "--seed", help="random seed; the same seed gives byte-identical files"),
@@ -88,7 +90,9 @@ def synth(
 @app.command("split")
 def split(
     source: str = typer.Argument(..., help="QA file (FlashRAG / R1-Searcher JSONL) or hf:NAME[:CONFIG]:SPLIT"),
-    out_dir: Path = typer.Option(..., "--out", help="directory to write train.jsonl and heldout.jsonl"),
+    out_dir: Path = typer.Option(
+        ..., "--out", help="directory to write train.jsonl and heldout.jsonl", callback=writable_dir
+    ),
     heldout: int = typer.Option(100, "--heldout", help="questions to hold out"),
 ) -> None:
     """Split a QA file into train.jsonl and heldout.jsonl by a fixed rule: the questions with the smallest SHA-256 of
@@ -98,6 +102,8 @@ def split(
     """
     from searchrl.stages import split_questions
 
+    not_an_input(out_dir / "train.jsonl", [source])
+    not_an_input(out_dir / "heldout.jsonl", [source])
     train, held = split_questions(source, out_dir, heldout)
     out.print(f"{train} train, {held} held-out questions in {out_dir}")
 
@@ -105,7 +111,7 @@ def split(
 @app.command("contexts")
 def contexts(
     sources: list[str] = typer.Argument(..., help="QA files (or hf:NAME[:CONFIG]:SPLIT) whose rows carry passages"),
-    out_file: Path = typer.Option(..., "--out", help="corpus JSONL to write ({id, contents})"),
+    out_file: Path = typer.Option(..., "--out", help="corpus JSONL to write ({id, contents})", callback=writable_file),
 ) -> None:
     """Write a corpus of the passages the questions ship with: HotpotQA's and 2WikiMultiHopQA's context, MuSiQue's
     paragraphs, DPR's ctxs. Each distinct title and text is one passage with a content-hash id; index it with
@@ -117,6 +123,7 @@ def contexts(
     from searchrl.data.corpus import write_corpus
     from searchrl.data.loaders import iter_rows
 
+    not_an_input(out_file, sources)
     rows = (row for source in sources for row in iter_rows(source))  # answers not needed: test sets have none
     n = write_corpus(out_file, shipped_passages(rows))
     out.print(f"{n} passage{'' if n == 1 else 's'} from {', '.join(sources)} in {out_file}")

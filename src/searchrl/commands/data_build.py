@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from searchrl.commands.common import load, result, with_protocol
+from searchrl.commands.common import load, not_an_input, result, with_protocol, writable_file
 from searchrl.config import RunConfig
 from searchrl.pipeline import with_retriever
 
@@ -109,7 +109,7 @@ def select_difficulty(
     prompt_style: str = _STYLE,
     batch_size: int = typer.Option(32, help="questions rolled out together"),
     timeout_s: float = typer.Option(120.0, help="--url request timeout, seconds"),
-    out: Path = typer.Option(..., "--out", help="kept questions, FlashRAG JSONL"),
+    out: Path = typer.Option(..., "--out", help="kept questions, FlashRAG JSONL", callback=writable_file),
     records: Path = typer.Option(None, help="per-question records JSONL (default: <out>.records.jsonl)"),
 ) -> None:
     """Select training questions by difficulty: R1-Searcher's attempt buckets or RAG-R1's answerability filter.
@@ -118,6 +118,7 @@ def select_difficulty(
     """  # noqa: E501
     from searchrl.stages import Teacher, difficulty_selection
 
+    not_an_input(out, [data])
     flags = _rollout_flags(model, prompt_style, topk, None, None, max_new_tokens, max_obs_tokens, max_total_tokens)
     cfg = _config(recipe, overrides, profile, protocol, option, index, **flags)
     res = difficulty_selection(
@@ -185,7 +186,9 @@ def rejection_sample_cmd(
     prompt_style: str = _STYLE,
     batch_size: int = typer.Option(32, help="questions rolled out together"),
     timeout_s: float = typer.Option(120.0, help="--url request timeout, seconds"),
-    out: Path = typer.Option(..., "--out", help="output JSONL (trajectories, or SFT examples with --slice)"),
+    out: Path = typer.Option(
+        ..., "--out", help="output JSONL (trajectories, or SFT examples with --slice)", callback=writable_file
+    ),
 ) -> None:
     """Sample K trajectories per question and keep the correct, well-formed ones (R1-Searcher++ cold start data;
     with --url and --slice, RAG-R1 teacher data cut into step-level samples).
@@ -197,6 +200,7 @@ def rejection_sample_cmd(
     flags = _rollout_flags(
         model, prompt_style, topk, max_turns, max_searches, max_new_tokens, max_obs_tokens, max_total_tokens
     )
+    not_an_input(out, [data])
     cfg = _config(recipe, overrides, profile, protocol, option, index, **flags)
     res = rejection_sampling(
         cfg,
@@ -231,7 +235,9 @@ def oracle_cmd(
     index: Path = typer.Option(
         None, "--index", help="index directory (default: <world>/index-<retrieval.kind>, built when missing)"
     ),
-    out: Path = typer.Option(..., "--out", help="output JSONL of trajectories (an sft.data file)"),
+    out: Path = typer.Option(
+        ..., "--out", help="output JSONL of trajectories (an sft.data file)", callback=writable_file
+    ),
     recipe: str = _RECIPE,
     overrides: list[str] = _SET,
     profile: str = _PROFILE,

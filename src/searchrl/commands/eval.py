@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from searchrl.commands.common import writable_dir
 from searchrl.config.evaluation import CONTEXTS
 
 # No help= here: the callback's docstring (with its Example line) is the group's help.
@@ -89,7 +90,7 @@ def main(
     ),
     topk: int = typer.Option(None, help="documents per query"),
     limit: int = typer.Option(None, help="first N questions of each dataset"),
-    out: str = typer.Option(None, help="output directory (default: evaluation.output_dir)"),
+    out: str = typer.Option(None, help="output directory (default: evaluation.output_dir)", callback=writable_dir),
     judge_url: str = typer.Option(None, help="OpenAI-compatible judge endpoint, e.g. http://127.0.0.1:8000/v1"),
     judge_model: str = typer.Option(None, help="judge model name"),
     metrics: str = typer.Option(None, help="comma-separated metrics (default: em,f1,cover_em,cover_em_tokens)"),

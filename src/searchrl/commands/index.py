@@ -13,6 +13,8 @@ from pathlib import Path
 
 import typer
 
+from searchrl.commands.common import writable_dir
+
 app = typer.Typer(
     help="Build and inspect retrieval indexes (BM25, dense, hybrid).\n\n"
     "Example: searchrl index build --corpus corpus.jsonl --kind bm25 --out indexes/bm25",
@@ -33,7 +35,7 @@ def build(
         help="passage file: JSONL {id, contents} / {id, title, text} / KILT, TSV, parquet, or hf:NAME[:CONFIG]:SPLIT",
     ),
     kind: Kind = typer.Option(Kind.bm25, help="index type"),
-    out: Path = typer.Option(..., help="index directory to create"),
+    out: Path = typer.Option(..., help="index directory to create", callback=writable_dir),
     encoder: str = typer.Option("minilm-l6-v2", help="dense encoder: alias, local directory or HF id"),
     batch_size: int = typer.Option(64, help="dense: passages per encoder batch"),
     faiss: str = typer.Option(
@@ -100,7 +102,7 @@ def build(
 def convert(
     flat: Path = typer.Option(..., help="faiss IndexFlatIP file, e.g. Search-R1's e5_Flat.index"),
     corpus: Path = typer.Option(..., help="the passage file the Flat index was built from (same order)"),
-    out: Path = typer.Option(..., help="index directory to create"),
+    out: Path = typer.Option(..., help="index directory to create", callback=writable_dir),
     encoder: str = typer.Option("intfloat/e5-base-v2", help="the encoder that produced the Flat file's vectors"),
     faiss: str = typer.Option(None, help="faiss index_factory string; default OPQ{m},IVF{~4 sqrt N},PQ{m}"),
     nprobe: int = typer.Option(64, help="inverted lists probed per query"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from searchrl.commands.common import DEVICE, PROFILE, SET, load
+from searchrl.commands.common import DEVICE, PROFILE, SET, load, writable_dir
 from searchrl.config import RunConfig
 
 
@@ -22,7 +22,9 @@ def run_cmd(
     overrides: list[str] = typer.Argument(None, help="dotted overrides for every stage, e.g. training.steps=2"),
     sets: list[str] = SET,
     profile: str = PROFILE,
-    out: str = typer.Option(None, "--out", help="run directory (default: runs/<recipe>[-<profile>])"),
+    out: str = typer.Option(
+        None, "--out", help="run directory (default: runs/<recipe>[-<profile>])", callback=writable_dir
+    ),
     only: list[str] = typer.Option(None, "--only", help="re-run only this stage (repeatable); inputs must exist"),
     start: str = typer.Option(None, "--from", help="re-run this stage and every later one"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the stages, their inputs and outputs; run nothing"),
@@ -86,7 +88,9 @@ def demo(
     questions: int = typer.Option(None, help="held-out dev questions evaluated before and after training (30)"),
     sft_examples: int = typer.Option(None, help="oracle trajectories in the cold start (64)"),
     rl_steps: int = typer.Option(None, help="GRPO steps after the cold start (3)"),
-    out: str = typer.Option("runs/demo", help="run directory: checkpoints, metrics, curves, viewer, summary.json"),
+    out: str = typer.Option(
+        "runs/demo", help="run directory: checkpoints, metrics, curves, viewer, summary.json", callback=writable_dir
+    ),
     fresh: bool = typer.Option(False, help="ignore existing checkpoints in --out and train again"),
     device: str = DEVICE,
     overrides: list[str] = typer.Option(None, "--set", help="dotted override of the recipe, e.g. rollout.max_turns=2"),

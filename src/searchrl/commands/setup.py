@@ -38,11 +38,14 @@ def models_where(spec: str) -> None:
 
     Example: searchrl models where smollm2-135m-instruct
     """
-    from searchrl.models import model_origin
+    from searchrl.models import NOT_A_SPEC, model_origin
     from searchrl.utils import console
 
+    origin = model_origin(spec)
+    if origin == NOT_A_SPEC:
+        raise ValueError(f"'{spec}' is {NOT_A_SPEC}; see searchrl models list")
     print(alias_dir(spec) if spec in ALIASES else spec)
-    console.print(f"({model_origin(spec)})")  # stderr: stdout stays the path alone
+    console.print(f"({origin})")  # stderr: stdout stays the path alone
 
 
 @models_app.command("fetch")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from searchrl.commands.common import DEVICE, PROFILE, SET, load
+from searchrl.commands.common import DEVICE, PROFILE, SET, load, writable_dir
 
 
 def check_resumable(cfg) -> None:
@@ -28,7 +28,9 @@ def train(
     recipe: str = typer.Option(..., "--recipe", "--config", "-r", help="recipe name (e.g. search_r1_grpo) or YAML"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.steps=20 rollout.group_size=4"),
     sets: list[str] = SET,
-    out: str = typer.Option(None, "--out", help="output directory (training.output_dir; default runs/default)"),
+    out: str = typer.Option(
+        None, "--out", help="output directory (training.output_dir; default runs/default)", callback=writable_dir
+    ),
     resume: bool = typer.Option(False, "--resume", help="continue from <output_dir>/checkpoint"),
     device: str = DEVICE,
     profile: str = PROFILE,
@@ -60,7 +62,9 @@ def sft(
     recipe: str = typer.Option(..., "--recipe", "--config", "-r", help="recipe name or YAML path (its sft: section)"),
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. sft.epochs=1 sft.limit=250"),
     sets: list[str] = SET,
-    out: str = typer.Option(None, "--out", help="output dir (default: <training.output_dir>-sft)"),
+    out: str = typer.Option(
+        None, "--out", help="output dir (default: <training.output_dir>-sft)", callback=writable_dir
+    ),
     device: str = DEVICE,
     profile: str = PROFILE,
 ) -> None:

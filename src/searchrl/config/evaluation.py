@@ -37,7 +37,7 @@ class EvaluationConfig(Section):
     methods: list[
         Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent", "prior"]
     ] = Field(default_factory=lambda: ["direct", "naive_rag", "agent"])
-    limit: int | None = 100
+    limit: int | None = Field(default=100, ge=1)
     #: the ``prior`` method's training answers: a QA file (FlashRAG JSONL or a split name) whose answer priors it
     #: applies (the choice position most often gold, the commoner yes/no answer, the commonest open answer).
     prior_data: str | None = None

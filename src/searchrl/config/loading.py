@@ -49,6 +49,39 @@ def profile_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *anchor`` merges; several are allowed
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise ConfigError(f"{mark.name}:{mark.line + 1}: key '{key}' is given twice; keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path) -> Any:
+    """A recipe or profile file, parsed; one-line errors with the line for bad syntax and repeated keys."""
+    text = path.read_text()
+    try:
+        loader = _UniqueKeyLoader(text)
+        loader.name = str(path)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or err.__class__.__name__
+        raise ConfigError(f"{where}: not valid YAML ({problem}); fix the file's syntax") from None
+
+
 def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
     """A profile overlay for one recipe: the profile's ``all:`` section, then its ``recipes: {NAME: ...}`` section.
 
@@ -62,7 +95,7 @@ def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
         close = difflib.get_close_matches(str(profile), profile_names(), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"unknown profile '{profile}'{hint} (available: {', '.join(profile_names())})")
-    raw = yaml.safe_load(p.read_text()) or {}
+    raw = read_yaml(p) or {}
     unknown = {k for k in raw if not k.startswith("_")} - {"all", "recipes", "description"}  # _x: YAML anchors
     if unknown:
         raise ConfigError(
@@ -166,10 +199,7 @@ def load_config(
     if recipe is not None:
         path = recipe_path(recipe)
         source = str(path)
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML ({err.__class__.__name__}); fix the file's syntax") from None
+        raw = read_yaml(path) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a recipe must be a mapping of sections (model:, data:, ...)")
     origins: dict[str, str] = {}

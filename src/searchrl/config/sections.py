@@ -81,7 +81,7 @@ class DataConfig(Section):
     #: drop training questions of these styles (same names as data.styles): held out, to measure at evaluation how
     #: the trained agent does on question styles it never trained on (the per-style table of the eval summary).
     held_out_styles: list[str] = Field(default_factory=list)
-    train_limit: int | None = None
+    train_limit: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _check_styles(self) -> DataConfig:
@@ -181,7 +181,7 @@ class AlgorithmConfig(Section):
     #: the ratio's upper clip is 1 + this (DAPO's clip-higher: 0.28); null: clip_eps.
     clip_eps_high: float | None = Field(default=None, gt=0)
     dual_clip: float | None = None  # dual-clip constant c (> 1) for negative advantages; None: off
-    kl_coef: float = 0.001
+    kl_coef: float = Field(default=0.001, ge=0)
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     #: True: -kl_coef * KL folded into the reward before the estimator (PPO, REINFORCE++: per token; GRPO, RLOO: the
     #: sequence's summed KL off its score, as verl does); False: a loss term.
@@ -189,10 +189,10 @@ class AlgorithmConfig(Section):
     kl_ctrl: Literal["fixed", "adaptive"] = "fixed"  #: adaptive: PPO's KL control toward kl_target (rl/kl_control.py)
     kl_target: float = Field(default=0.1, gt=0)
     kl_horizon: int = Field(default=10000, ge=1)
-    gamma: float = 1.0
-    lam: float = 1.0
-    value_clip: float = 0.2
-    value_coef: float = 0.5
+    gamma: float = Field(default=1.0, ge=0, le=1)
+    lam: float = Field(default=1.0, ge=0, le=1)
+    value_clip: float = Field(default=0.2, gt=0)
+    value_coef: float = Field(default=0.5, ge=0)
     entropy_coef: float = 0.0
     norm_adv_by_std: bool = True
     #: how per-token losses become one (searchrl.rl.masked.aggregate_loss); dr_grpo: seq_mean_token_sum_norm.
@@ -212,7 +212,7 @@ class AlgorithmConfig(Section):
     mask_observations: bool = True  # retrieved tokens out of every loss term; False: the masking ablation only
     #: PPO critic on the policy's tokens only (True) or every response token (False, RAG-R1's code)
     critic_mask_observations: bool = True
-    ppo_epochs: int = 1
+    ppo_epochs: int = Field(default=1, ge=1)
     #: trajectories per optimizer step over all processes (P prompts x G rollouts: ceil(P * G / mini_batch_size)
     #: optimizer steps per epoch). Upstream veRL's ``ppo_mini_batch_size`` counts prompts (multiply it by
     #: rollout.n); Search-R1's veRL fork (also under R-Search) repeats prompts n_agent times first and does not
@@ -252,9 +252,9 @@ class TrainingConfig(Section):
     #: questions per RL step over all processes (must be divisible by the number of processes).
     prompts_per_step: int = Field(default=4, ge=1)
     lr: float = Field(default=1e-6, gt=0.0)
-    critic_lr: float = 1e-5
-    warmup_steps: int = 0
-    critic_warmup_steps: int = 0  #: linear warm-up of the critic's learning rate (PPO), in steps
+    critic_lr: float = Field(default=1e-5, gt=0.0)
+    warmup_steps: int = Field(default=0, ge=0)
+    critic_warmup_steps: int = Field(default=0, ge=0)  #: linear warm-up of the critic's learning rate (PPO), in steps
     weight_decay: float = 0.0  #: AdamW's, for the policy and the critic
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches);
@@ -288,7 +288,7 @@ class TrainingConfig(Section):
     #: greedy held-out evaluation (data.dev questions) before training, every this many steps and at the end;
     #: 0 disables. Logged as eval/* in metrics.jsonl; trajectories in <output_dir>/evals/step_<k>.jsonl.
     eval_every: int = 0
-    eval_limit: int | None = 100  #: held-out questions evaluated (the first N of data.dev)
+    eval_limit: int | None = Field(default=100, ge=1)  #: held-out questions evaluated (the first N of data.dev)
     #: 1: one-step off-policy. Step t+1's rollouts are made in a background thread while step t updates, by a frozen
     #: copy of the weights step t started from (staleness 1; that copy's log-probs are the ratio's old log-probs).
     #: 0: on-policy. One process only; docs/recipes.md "One-step off-policy rollouts".
@@ -342,13 +342,14 @@ _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class SFTConfig(Section):
-    epochs: int = 1
-    lr: float = 5e-5
-    batch_size: int = 4
-    micro_batch_size: int | None = None  #: examples per forward/backward pass (null = batch_size)
+    epochs: int = Field(default=1, ge=1)
+    lr: float = Field(default=5e-5, gt=0)
+    batch_size: int = Field(default=4, ge=1)
+    #: examples per forward/backward pass (null = batch_size)
+    micro_batch_size: int | None = Field(default=None, ge=1)
     #: padded tokens per micro-batch at most (rows x longest row; rows of similar length go together).
-    micro_batch_tokens: int = 4096
-    warmup_steps: int = 5
+    micro_batch_tokens: int = Field(default=4096, ge=1)
+    warmup_steps: int = Field(default=5, ge=0)
     #: after warm-up: "constant", or "linear" / "cosine" decay to 0 at the last step (a steadier final model).
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     #: linear / cosine: the decay's floor, a share of lr (OpenRLHF's 0.1); constant has none.
@@ -357,9 +358,9 @@ class SFTConfig(Section):
     #: freeze the embeddings and the bottom N transformer blocks (backward stops above them; 0 = full fine-tuning).
     freeze_layers: int = Field(default=0, ge=0)
     #: prompt + target tokens at most; longer targets are cut (counted in the log), too-long prompts dropped.
-    max_length: int = 2048
+    max_length: int = Field(default=2048, ge=1)
     #: held-out fraction scored every epoch; ``final`` = the lowest-loss epoch (RAG-R1's checkpoint selection).
-    val_fraction: float = 0.0
+    val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
     #: "oracle" (synthetic world), a JSONL of trajectories or step-level examples, R1-Searcher++'s rewriter data
     #: ("rewriter_oracle": the world; "rewriter:FILE": trajectories), or a list of these trained on together.
     data: str | list[str] = "oracle"
@@ -369,7 +370,7 @@ class SFTConfig(Section):
     #: first, then one step of it per search) and its variants (sft/oracle.py PLAN_STYLES says more).
     oracle_plan: bool | Literal["none", "count", "decompose", "decompose_explicit", "decompose_facts"] = False
     #: oracle SFT: this many more questions (after ``limit`` whole ones) add only their first turn (~1/4 the tokens).
-    oracle_first_turns: int = 0
+    oracle_first_turns: int = Field(default=0, ge=0)
     oracle_balance: bool = False  #: oracle SFT: questions round-robin over templates (each shape equally often)
     oracle_mix: dict[str, int] = Field(default_factory=dict)  #: oracle SFT: whole trajectories per kind
     #: oracle SFT: documents per search (null = retrieval.topk); fewer make a cheaper cold start.
@@ -381,7 +382,7 @@ class SFTConfig(Section):
     #: for a choice question under oracle_unchained=options, when its options' years decide it (sft.option_years).
     oracle_grounded: bool = False
     oracle_name_options: bool = False  #: oracle SFT: a choice comparison's closing step names its two options first
-    limit: int | None = None
+    limit: int | None = Field(default=None, ge=1)
 
 
 _CRITIC_FIELDS = {

@@ -87,6 +87,10 @@ def check_retriever_source(cfg: RunConfig, corpus: str | Path | None = None) -> 
     explicit = [e.data for e in entries if e.data not in SPLITS and e.index is None and e.corpus is None]
     if explicit and cfg.data.source == "synthetic":
         if r.index is not None:  # a mistyped or unbuilt index directory
+            if Path(r.index).is_file():  # a corpus given as the index: read_manifest names the build for it
+                from searchrl.retrieval.index import read_manifest
+
+                read_manifest(r.index)
             build = f"`searchrl index build --corpus FILE --kind {r.kind} --out {r.index}`"
             raise FileNotFoundError(f"{r.index} holds no index; build it with {build}, or pass --corpus FILE")
         raise ValueError(

@@ -68,6 +68,10 @@ def rescore_file(
     A ``protocol`` scores every row by that protocol's convention. Every row gets the settings it was scored with.
     """
     path = Path(path)
+    if path.is_dir():  # an evaluation's output directory: its files are under predictions/
+        found = sorted(path.glob("predictions/*.jsonl")) or sorted(path.glob("*.jsonl"))
+        example = found[0] if found else path / "predictions" / "DATASET__METHOD.jsonl"
+        raise FileNotFoundError(f"{path} is a directory; give its predictions files, e.g. {example}")
     if not path.is_file():
         raise FileNotFoundError(f"predictions file not found: {path}")
     metrics = check_metrics(metrics)

@@ -82,12 +82,14 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
             query_suffix=web.query_suffix,
         )
 
-    from searchrl.retrieval.index import build_index, load_index
+    from searchrl.retrieval.index import build_index, load_index, read_manifest
 
     if cfg.index is None:
         raise ValueError(f"retrieval.kind={cfg.kind} needs retrieval.index (an index directory to load or build)")
     index = Path(cfg.index)
     if not (index / "manifest.json").exists():
+        if index.is_file():  # a corpus file given as the index: read_manifest names the build for it
+            read_manifest(index)
         if corpus is None:
             raise FileNotFoundError(
                 f"no index at {index}; build it with "

@@ -52,8 +52,9 @@ class IndexMismatchError(ValueError):
     """The index was built from a different corpus (or by an incompatible version); the message names the fix."""
 
 
-def _rebuild_hint(corpus: str | Path, kind: str, out: str | Path) -> str:
-    return f"searchrl index build --corpus {corpus} --kind {kind} --out {out}"
+def _rebuild_hint(corpus: str | Path, kind: str, out: str | Path, force: bool = False) -> str:
+    """The build command to suggest; ``force`` where ``out`` already holds an index (a build refuses it otherwise)."""
+    return f"searchrl index build --corpus {corpus} --kind {kind} --out {out}" + (" --force" if force else "")
 
 
 def _passage_texts(store: PassageStore, start: int = 0) -> Iterator[str]:
@@ -121,7 +122,8 @@ def build_index(
         raise ValueError(f"unknown query encoder '{query_encoder}'; use onnx or sentence-transformers")
     corpus, out = local_corpus(corpus).resolve(), Path(out)
     if not corpus.is_file():
-        raise FileNotFoundError(f"corpus not found: {corpus} (give a .jsonl, .tsv or .parquet passage file)")
+        what = f"corpus {corpus} is a directory" if corpus.is_dir() else f"corpus not found: {corpus}"
+        raise FileNotFoundError(f"{what}; give a .jsonl, .tsv or .parquet passage file")
     if (out / "manifest.json").exists() and not overwrite:
         raise ValueError(f"{out} already holds an index; pass --force to replace it or choose another --out")
     if out.exists() and not (out / "manifest.json").exists() and any(out.iterdir()):
@@ -330,8 +332,8 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     path = directory / "manifest.json"
     if not path.is_file():
         raise FileNotFoundError(
-            f"{directory} has no manifest.json: not a SearchRL index, or its build did not finish; rebuild it with "
-            f"`{_rebuild_hint('CORPUS.jsonl', 'bm25', directory)}`"
+            f"{directory} has no manifest.json: not a SearchRL index; build one into a new directory with "
+            f"`{_rebuild_hint('CORPUS.jsonl', 'bm25', 'NEW_DIR')}`"
         )
     try:
         manifest = json.loads(path.read_text())
@@ -342,7 +344,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise IndexMismatchError(
             f"{directory} uses index format {manifest.get('format_version')}, this SearchRL reads {FORMAT_VERSION}; "
-            f"rebuild it with `{_rebuild_hint(manifest['corpus']['path'], manifest['kind'], directory)}`"
+            f"rebuild it with `{_rebuild_hint(manifest['corpus']['path'], manifest['kind'], directory, force=True)}`"
         )
     return manifest
 
@@ -357,7 +359,8 @@ def check_corpus(manifest: dict[str, Any], corpus: str | Path, directory: str | 
     if actual != built["fingerprint"]:
         raise IndexMismatchError(
             f"index {directory} was built from {built['path']} (fingerprint {built['fingerprint']}), but corpus "
-            f"{corpus} has fingerprint {actual}; rebuild with `{_rebuild_hint(corpus, manifest['kind'], directory)}`"
+            f"{corpus} has fingerprint {actual}; "
+            f"rebuild with `{_rebuild_hint(corpus, manifest['kind'], directory, force=True)}`"
         )
 
 
@@ -423,7 +426,7 @@ def load_index(
         missing = Path(err.filename).name if err.filename else str(err)
         raise FileNotFoundError(
             f"index {directory} is incomplete ({missing} is missing); rebuild it with "
-            f"`{_rebuild_hint(manifest['corpus']['path'], kind, directory)}`"
+            f"`{_rebuild_hint(manifest['corpus']['path'], kind, directory, force=True)}`"
         ) from None
     if kind == "bm25":
         if any(v is not None for v in (nprobe, ef_search, candidates)):

@@ -57,6 +57,12 @@ def split_questions(
         )
     examples = load_qa(source)[:limit]
     n_held = round(heldout_fraction * len(examples)) if heldout_fraction is not None else heldout
+    if not 0 <= n_held < len(examples):
+        raise ConfigError(
+            f"holding out {n_held} of the {len(examples)} questions in {source} leaves "
+            f"{'none' if n_held >= len(examples) else 'a negative number'} to train on; hold out 0 to "
+            f"{len(examples) - 1} (--heldout N, or the split stage's heldout / heldout_fraction)"
+        )
     train, held = heldout_split(examples, n_held)
     for name, rows in (("train", train), ("heldout", held)):
         write_jsonl(out / f"{name}.jsonl", [e.to_flashrag() for e in rows])

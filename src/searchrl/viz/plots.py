@@ -120,6 +120,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, *, smooth: int 
     fig.tight_layout()
     out = Path(out) if out else Path(run_dir) / "curves.png"
     out = out / "curves.png" if out.is_dir() else out if out.suffix else out.with_suffix(".png")  # the path written
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
