@@ -7,6 +7,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from searchrl.data.corpus import PassageStore, chunk_kilt_page, iter_passages
 
 
@@ -262,3 +264,12 @@ def test_ids_that_repeat_after_cutting_long_passages_are_refused(tmp_path: Path)
     message = str(err.value)
     assert "passage id 'd#1' occurs twice, at lines 1 and 2" in message and "give every passage its own id" in message
     assert "longer than 100 words" in message and "\n" not in message
+
+
+def test_a_corrupt_parquet_corpus_names_the_file(tmp_path: Path) -> None:
+    from searchrl.data.corpus import CorpusFormatError
+
+    bad = tmp_path / "corpus.parquet"
+    bad.write_bytes(b"not parquet at all")
+    with pytest.raises(CorpusFormatError, match=rf"^{re.escape(str(bad))}: not a readable parquet .*re-export it$"):
+        next(iter_passages(bad))

@@ -86,7 +86,9 @@ def not_an_input(out: Any, inputs: list[Any], flag: str = "--out") -> None:
     from pathlib import Path
 
     for source in inputs:
-        if source is not None and Path(source).exists() and Path(out).exists() and Path(source).resolve() == Path(out).resolve():
+        if source is None or not (Path(source).exists() and Path(out).exists()):
+            continue
+        if Path(source).resolve() == Path(out).resolve():
             raise typer.BadParameter(
                 f"{out} would overwrite the input {source}; choose another {flag}", param_hint=flag
             )

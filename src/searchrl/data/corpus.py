@@ -203,9 +203,13 @@ def _iter_tsv(path: Path) -> Iterator[tuple[int, dict]]:
 def _iter_rows(path: Path, chunk_size: int) -> Iterator[tuple[int, Passage]]:
     """(line or row number, passage) of every passage in a corpus file."""
     if path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(path)
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as err:
+            raise CorpusFormatError(f"{path}: not a readable parquet file ({err}); re-export it") from None
         n = 0
         for batch in pf.iter_batches(batch_size=10_000):
             for row in batch.to_pylist():
