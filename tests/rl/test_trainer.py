@@ -142,6 +142,26 @@ def test_resume_matches_straight_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_resume_writes_the_steps_after_the_checkpoint_once(tmp_path: Path) -> None:
+    """A run stopped after its checkpoint (step 2) had logged step 3 and half a line of step 4: the resumed run's
+    logs hold every step once, each line whole (before, step 3 twice and a line glued onto the cut one)."""
+    import json
+
+    out = tmp_path / "b"
+    make_trainer(out, lr=1e-3, steps=2, **{"training.log_rollouts": 2}).train()
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 3, "reward/total": 9.0}) + "\n" + '{"step": 4, "rew')
+    with (out / "rollouts.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 3, "question": "stale"}) + "\n")
+    make_trainer(out, lr=1e-3, steps=4, **{"training.log_rollouts": 2}).train(resume=True)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4] and 9.0 not in [m["reward/total"] for m in metrics]
+    text = (out / "rollouts.jsonl").read_text()
+    assert [json.loads(line)["step"] for line in text.splitlines()] == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert "stale" not in text
+
+
+@pytest.mark.slow
 def test_resume_with_lora_restores_the_adapters_exactly(tmp_path: Path) -> None:
     lora = {"model.lora.r": "4", "model.lora.dropout": "0.0"}
     straight = make_trainer(tmp_path / "a", lr=1e-2, steps=4, **lora)

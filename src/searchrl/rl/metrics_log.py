@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.rollout.record import trajectory_record
+from searchrl.utils import atomic_write_lines
 
 
 class MetricsWriter:
@@ -100,3 +101,27 @@ def combine_process_metrics(per_process: Sequence[dict[str, float]]) -> dict[str
         else:
             out[k] = sum(values) / len(values)
     return out
+
+
+def trim_logs(out_dir: Path, step: int) -> int:
+    """Before a resumed run appends again: keep only the complete rows of ``metrics.jsonl`` and ``rollouts.jsonl``
+    whose ``step`` is at most the checkpoint's ``step``. Rows of later steps (the stopped run's, written again by
+    the resumed one) and a last line cut short by the stop are dropped. Returns how many rows were dropped."""
+    dropped = 0
+    for path in (Path(out_dir) / "metrics.jsonl", Path(out_dir) / "rollouts.jsonl"):
+        if not path.exists():
+            continue
+        kept: list[str] = []
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            later = isinstance(row, dict) and isinstance(row.get("step"), int | float) and row["step"] > step
+            if not later:
+                kept.append(line + "\n")
+        if len(kept) < len(lines):
+            dropped += len(lines) - len(kept)
+            atomic_write_lines(path, kept)
+    return dropped

@@ -53,7 +53,7 @@ from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories
 from searchrl.rl.checkpoint import TrainState
 from searchrl.rl.hooks import AuxNLLHook, NLLSequence, RewardFn, as_aux_nll, default_reward_fn
 from searchrl.rl.kl_control import make_kl_controller
-from searchrl.rl.metrics_log import MetricsWriter, combine_process_metrics, log_rollouts
+from searchrl.rl.metrics_log import MetricsWriter, combine_process_metrics, log_rollouts, trim_logs
 from searchrl.rl.passes import Passes
 from searchrl.rl.profiling import maybe_profiled, phase
 from searchrl.rl.sampling import Experience, Sampler
@@ -434,6 +434,8 @@ class Trainer:
         if resume:
             self.load_checkpoint(self.out_dir / "checkpoint")
         if self.acc.is_main_process:
+            if resume:  # the stopped run's rows after the checkpoint are written again, not twice
+                trim_logs(self.out_dir, self.state.step)
             dump_config(self.cfg, self.out_dir / "config.yaml")
         history = []
         every = self.tcfg.eval_every
