@@ -36,7 +36,7 @@ from typing import Any
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
 from searchrl.config.sections import WorldConfig
 from searchrl.pipeline import data_file, index_kind
-from searchrl.stages.resume import resume_mismatch
+from searchrl.stages.resume import changed_since, resume_mismatch, stage_settings
 from searchrl.stages.train import one_process_sft
 from searchrl.utils import atomic_write_text, console, restore_interrupted
 
@@ -408,6 +408,15 @@ def run_pipeline(
         stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
         sdir, output = run_dir / stage.name, stage_output(stage, run_dir)
         done = sdir / "DONE"
+        stage_index = stage.index or index
+        scfg = stage_config(load(stage.recipe) if stage.recipe else cfg, stage, world, stage_index)
+        key = stage.op if stage.kind == "data" else stage.kind
+        recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
+        stage_model = stage.init_from or model or recipe_model or scfg.model.policy
+        settings = stage_settings(stage, scfg, stage_model if key in _NEEDS_MODEL else None)
+        if only is None and done.exists() and stage.name not in forced and (why := changed_since(done, settings)):
+            _log(run_dir, f"stage {stage.name}: {why}; running it again")
+            done.unlink()
         skip = (only is not None and stage.name not in forced) or (done.exists() and stage.name not in forced)
         if skip:
             if only is not None and not done.exists():
@@ -428,11 +437,8 @@ def run_pipeline(
             if sdir.exists() and not resume:
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True, exist_ok=True)
-            stage_index = stage.index or index
-            scfg = stage_config(load(stage.recipe) if stage.recipe else cfg, stage, world, stage_index)
-            key = stage.op if stage.kind == "data" else stage.kind
-            recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
-            stage_model = stage.init_from or model or recipe_model or scfg.model.policy
+            for later in names[i + 1 :]:  # they were made from this stage's old output: they run again too
+                (run_dir / later / "DONE").unlink(missing_ok=True)
             ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index, resume)
             _log(
                 run_dir,
@@ -456,6 +462,7 @@ def run_pipeline(
                 "cpu_seconds": round(cpu, 2),
                 "output": str(output),
                 "result": result,
+                "settings": settings,
             } | ({"resumed": True} if resume else {})  # times: this process's part only
             atomic_write_text(done, json.dumps(marker, default=str))
             _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s ({cpu:.0f} CPU-s) -> {output}")
@@ -485,11 +492,6 @@ def _write_summary(
     total: float,
     failed: str | None = None,
 ) -> None:
-    data = {
-        "recipe": recipe,
-        "profile": profile,
-        "total_seconds": round(total, 2),
-        "failed": failed,
-        "stages": [r.__dict__ for r in results],
-    }
+    stages = [r.__dict__ for r in results]
+    data = {"recipe": recipe, "profile": profile, "total_seconds": round(total, 2), "failed": failed, "stages": stages}
     atomic_write_text(run_dir / "summary.json", json.dumps(data, indent=2, default=str))

@@ -90,10 +90,35 @@ def test_done_stages_are_skipped(tmp_path: Path, fake_handlers) -> None:
     fake_handlers.clear()
     results = run_pipeline(_cfg(STAGES), tmp_path)
     assert fake_handlers == [] and all(r.status == "skipped" for r in results)
-    (tmp_path / "rl" / "DONE").unlink()  # an unfinished stage runs again, the others stay
+    (tmp_path / "rl" / "DONE").unlink()  # an unfinished stage runs again, and so do those made from its output
     run_pipeline(_cfg(STAGES), tmp_path)
-    assert [c["name"] for c in fake_handlers] == ["rl"]
+    assert [c["name"] for c in fake_handlers] == ["rl", "eval"]
     assert fake_handlers[0]["model"] == str(tmp_path / "sft" / "final")  # a skipped stage still feeds the next
+
+
+def test_a_done_stage_whose_settings_changed_runs_again_and_the_stages_after_it(
+    tmp_path: Path, fake_handlers
+) -> None:
+    """DONE records a stage's settings: a rerun with other settings for it runs it (and what follows) again, instead
+    of reporting the old results as this run's. Where it runs (model.device) changes nothing it makes."""
+    run_pipeline(_cfg(STAGES), tmp_path)
+    fake_handlers.clear()
+    changed = [dict(s) for s in STAGES]
+    changed[3] = {**changed[3], "set": {"sft.limit": 500}}
+    run_pipeline(_cfg(changed), tmp_path)
+    assert [c["name"] for c in fake_handlers] == ["sft", "rl", "eval"]
+    assert (
+        "stage sft: settings changed since it ran (config.sft.limit); running it again"
+        in (tmp_path / "run.log").read_text()
+    )
+    fake_handlers.clear()
+    moved = [{**s, "set": {**s.get("set", {}), "model.device": "cpu"}} for s in changed]
+    assert all(r.status == "skipped" for r in run_pipeline(_cfg(moved), tmp_path)) and fake_handlers == []
+    marker = json.loads((tmp_path / "rl" / "DONE").read_text())
+    del marker["settings"]  # a marker from before settings were recorded is trusted
+    (tmp_path / "rl" / "DONE").write_text(json.dumps(marker))
+    run_pipeline(_cfg(changed), tmp_path)
+    assert fake_handlers == []
 
 
 def test_only_and_from(tmp_path: Path, fake_handlers) -> None:
@@ -117,7 +142,7 @@ def test_an_rl_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path
     (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
     fake_handlers.clear()
     run_pipeline(_cfg(STAGES), tmp_path)
-    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True)]  # eval has its DONE
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True), ("eval", False)]  # eval: a new model
     assert (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").exists()  # the directory was kept
     assert json.loads((tmp_path / "rl" / "DONE").read_text())["resumed"] is True
     assert "stage rl (rl): resuming from its checkpoint" in (tmp_path / "run.log").read_text()
@@ -163,7 +188,7 @@ def test_a_checkpoint_save_cut_between_its_renames_is_resumed_from(tmp_path: Pat
     (tmp_path / "rl" / "checkpoint.old" / "trainer_state.pt").write_bytes(b"x")
     fake_handlers.clear()
     run_pipeline(_cfg(STAGES), tmp_path)
-    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True)]
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True), ("eval", False)]
     assert (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").exists()
 
 

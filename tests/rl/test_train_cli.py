@@ -67,3 +67,27 @@ def test_resume_checks_the_checkpoint_and_its_settings_before_loading_a_model(tm
     assert calls == []  # no model was loaded
     res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out), "--resume", "training.steps=99"])
     assert res.exit_code == 0 and calls == [True], res.output  # a longer run of the same settings resumes
+
+
+def test_a_fresh_run_into_an_earlier_one_is_refused_or_forced_clean(tmp_path: Path, monkeypatch) -> None:
+    """Without --resume, an output directory holding an earlier run is refused (its logs would be appended to and
+    its checkpoint later resumed as if it were this run's); --force removes that run's outputs and starts over."""
+    from searchrl import stages
+
+    calls: list[bool] = []
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: calls.append(resume) or [])
+    out = tmp_path / "run"
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "notes.txt").write_text("mine")
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out)])
+    msg = str(res.exception)
+    assert res.exit_code != 0 and calls == []
+    assert msg.startswith(f"{out} holds an earlier run (checkpoint, metrics.jsonl); continue it with --resume")
+    assert "--force" in msg and "\n" not in msg
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out), "--force"])
+    assert res.exit_code == 0 and calls == [False], res.output
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # the user's own file stays
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(tmp_path / "new")])
+    assert res.exit_code == 0 and calls == [False, False]  # a new directory needs nothing

@@ -19,9 +19,28 @@ def check_resumable(cfg) -> None:
 
     out = Path(cfg.training.output_dir)
     if not has_checkpoint(out / "checkpoint"):
-        raise ConfigError(f"no checkpoint at {out / 'checkpoint'}; run without --resume to start fresh")
+        raise ConfigError(f"no checkpoint at {out / 'checkpoint'}; run without --resume to start afresh")
     if why := resume_mismatch(cfg):
         raise ConfigError(f"cannot resume {out}: {why}; use the same settings, or a new --out to start fresh")
+
+
+def start_fresh(cfg, force: bool) -> None:
+    """A fresh run into a directory holding an earlier one would mix with it (logs appended to, an old checkpoint a
+    later ``--resume`` takes): refused, or with ``force`` the earlier run's outputs are removed first."""
+    from pathlib import Path
+
+    from searchrl.config import ConfigError
+    from searchrl.stages.resume import clear_run, earlier_run
+
+    out = Path(cfg.training.output_dir)
+    if not (found := earlier_run(out)):
+        return
+    if not force:
+        raise ConfigError(
+            f"{out} holds an earlier run ({', '.join(found)}); continue it with --resume, start over with --force "
+            "(its outputs are removed), or give another --out"
+        )
+    clear_run(out)
 
 
 def train(
@@ -32,6 +51,7 @@ def train(
         None, "--out", help="output directory (training.output_dir; default runs/default)", callback=writable_dir
     ),
     resume: bool = typer.Option(False, "--resume", help="continue from <output_dir>/checkpoint"),
+    force: bool = typer.Option(False, "--force", help="start over in an output directory that holds an earlier run"),
     device: str = DEVICE,
     profile: str = PROFILE,
 ) -> None:
@@ -49,6 +69,8 @@ def train(
     check_fetchable(cfg, profile)
     if resume:
         check_resumable(cfg)
+    else:
+        start_fresh(cfg, force)
     history = run_train(cfg, resume=resume)
     if history:
         last = history[-1]

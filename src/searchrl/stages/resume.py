@@ -53,3 +53,51 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
     if noted.exists() and json.loads(noted.read_text()) != weights_fingerprint(start):
         return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
     return None
+
+
+#: what an RL run writes into its output directory (``tb``: tensorboard; ``*.old`` / ``*.tmp``: a stopped save).
+RUN_OUTPUTS = (
+    "checkpoint checkpoint.old checkpoint.tmp final final.old final.tmp metrics.jsonl rollouts.jsonl evals tb "
+    f"{INIT_FILE} config.yaml"
+).split()
+
+
+def earlier_run(out: Path) -> list[str]:
+    """What an earlier RL run left in ``out`` that a fresh one would mix with its own: a checkpoint (which a later
+    ``--resume`` would take), a model, logs appended to."""
+    return [name for name in ("checkpoint", "final", "metrics.jsonl", "rollouts.jsonl") if (out / name).exists()]
+
+
+def clear_run(out: Path) -> None:
+    """Remove an earlier RL run's outputs from ``out`` (other files there are left alone)."""
+    import shutil
+
+    for name in RUN_OUTPUTS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+#: settings that change where or how visibly a stage runs, not what it makes
+_NOT_OUTCOME = ("config.model.device", "config.training.tensorboard", "config.training.wandb")
+
+
+def stage_settings(stage: Any, cfg: RunConfig, model: str | None) -> dict[str, Any]:
+    """A pipeline stage's settings as its ``DONE`` marker records them: the stage (references resolved), the run
+    config it ran with and the model it started from."""
+    raw = {"stage": json.loads(stage.model_dump_json()), "config": json.loads(cfg.model_dump_json()), "model": model}
+    return {k: v for k, v in _flat(raw).items() if k not in _NOT_OUTCOME}
+
+
+def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
+    """Why a stage marked ``done`` must run again: its settings changed since (None: they did not, or the marker
+    predates recorded settings). Settings that exist on one side only (another SearchRL version) do not count."""
+    old = json.loads(done.read_text() or "{}").get("settings")
+    if not isinstance(old, dict):
+        return None
+    diff = sorted(k for k in old.keys() & settings.keys() if old[k] != settings[k])
+    if not diff:
+        return None
+    return f"settings changed since it ran ({', '.join(diff[:5])}{', ...' if len(diff) > 5 else ''})"
