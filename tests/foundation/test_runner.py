@@ -96,9 +96,7 @@ def test_done_stages_are_skipped(tmp_path: Path, fake_handlers) -> None:
     assert fake_handlers[0]["model"] == str(tmp_path / "sft" / "final")  # a skipped stage still feeds the next
 
 
-def test_a_done_stage_whose_settings_changed_runs_again_and_the_stages_after_it(
-    tmp_path: Path, fake_handlers
-) -> None:
+def test_a_done_stage_whose_settings_changed_runs_again_and_the_stages_after_it(tmp_path: Path, fake_handlers) -> None:
     """DONE records a stage's settings: a rerun with other settings for it runs it (and what follows) again, instead
     of reporting the old results as this run's. Where it runs (model.device) changes nothing it makes."""
     run_pipeline(_cfg(STAGES), tmp_path)

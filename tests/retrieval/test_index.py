@@ -185,3 +185,27 @@ def test_cutting_long_passages_into_an_existing_id_is_refused(tmp_path: Path) ->
     with pytest.raises(CorpusFormatError, match=r"passage id 'd#1' occurs twice, at lines 1 and 2 \(after cutting"):
         build_index(corpus, "bm25", tmp_path / "idx", max_words=100)
     assert not (tmp_path / "idx").exists() and not list(tmp_path.glob(".*.partial"))
+
+
+def test_a_forced_rebuild_keeps_the_old_index_until_the_new_one_is_in_place(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """--force moves the old index aside and removes it only after the new one is renamed in: never a moment with
+    the old index deleted and the new one not yet there (the old rmtree-then-rename order)."""
+    import shutil as shutil_module
+
+    from searchrl.retrieval import index as index_module
+
+    out = tmp_path / "i"
+    build_index(tiny_corpus, "bm25", out)
+    seen: list[bool] = []
+    real_rmtree = shutil_module.rmtree
+
+    def watch(path, *args, **kwargs):  # whenever anything is removed, an index must be in place at out
+        if Path(path).name.endswith(".old") and Path(path).exists():
+            seen.append((out / "manifest.json").exists())
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(index_module.shutil, "rmtree", watch)
+    build_index(tiny_corpus, "bm25", out, overwrite=True)
+    assert seen == [True] and (out / "manifest.json").exists() and not (tmp_path / ".i.old").exists()

@@ -276,3 +276,24 @@ def test_profile_summary_counts_self_time_and_labelled_ranges() -> None:
     assert rows["aten::mm"][0] == "11.0" and rows["aten::mm"][3] == "3"  # self ms, calls
     assert rows["aten::linear"][0] == "1.0" and rows["aten::linear"][2] == "4.0"  # self, total
     assert rows["update"][0] == "10.0" and rows["gemm_kernel"][0] == "2.5"
+
+
+def test_a_final_model_cut_short_leaves_the_previous_one_whole(tmp_path: Path, monkeypatch) -> None:
+    """``final`` is written beside and renamed into place: a stop mid-save never leaves a partial model there."""
+    from types import SimpleNamespace
+
+    from searchrl.rl import trainer as trainer_module
+
+    final = tmp_path / "final"
+    final.mkdir()
+    (final / "model.safetensors").write_text("the previous model")
+
+    def cut_short(model, tokenizer, path, weights=None):
+        (path / "model.safetensors").write_text("half a")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer_module, "save_merged", cut_short)
+    fake = SimpleNamespace(sharded=False, policy=None, tokenizer=None, acc=SimpleNamespace(is_main_process=True))
+    with pytest.raises(KeyboardInterrupt):
+        Trainer.save_model(fake, final)
+    assert (final / "model.safetensors").read_text() == "the previous model"

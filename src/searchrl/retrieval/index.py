@@ -213,10 +213,13 @@ def build_index(
     }
     store.close()
     atomic_write_text(staging / "manifest.json", json.dumps(manifest, indent=2) + "\n").chmod(0o644)  # mkstemp: 0600
-    if out.exists():
-        shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    old = out.with_name(f".{out.name}.old")  # an index replaced (--force) is removed only once the new one is in place
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
     staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
     return out
 
 
