@@ -107,6 +107,18 @@ def test_the_settings_key_follows_the_config_and_a_local_policys_files(tmp_path:
     assert key != settings_key(cfg)
 
 
+def test_the_settings_key_follows_an_index_rebuilt_in_place(tmp_path: Path) -> None:
+    """Answers retrieved from an index are not kept once it is rebuilt at the same path (same config, new index)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / "manifest.json").write_text('{"created": "then"}')
+    cfg = load_config("demo", [f"retrieval.index={index}", "retrieval.kind=bm25"])
+    key = settings_key(cfg)
+    assert key == settings_key(cfg)
+    (index / "manifest.json").write_text('{"created": "now, from another corpus"}')
+    assert key != settings_key(cfg)
+
+
 def test_a_sampled_baseline_gives_a_question_the_same_answer_in_any_batch(examples) -> None:
     """Each prompt samples from its own stream: a resumed or re-batched evaluation answers a question alike."""
     from searchrl.generation.fake import ByteTokenizer

@@ -3,9 +3,9 @@
 With a resume key, each answered batch's rows are appended to ``predictions/<pair>.jsonl.partial`` as the batch
 finishes (after a first line holding the key). A rerun whose key is the same keeps those rows and answers only the
 questions they lack; another key starts the pair afresh. ``searchrl eval`` keys on the whole resolved config, a
-local policy directory's files and each pair's questions (ids, texts and golds). The partial files stay until the
-whole evaluation has finished, so a run cut short in its fifth pair keeps the four it finished; a line cut by the
-interruption is answered again.
+local policy directory's files, the indexes' manifests and each pair's questions (ids, texts and golds). The partial
+files stay until the whole evaluation has finished, so a run cut short in its fifth pair keeps the four it finished;
+a line cut by the interruption is answered again.
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ Row = dict[str, Any]
 
 
 def settings_key(cfg: RunConfig) -> str:
-    """The whole resolved config and, for a policy in a local directory, its files' sizes and times: answers of a
-    model trained again into the same directory are not taken for the new one's."""
+    """The whole resolved config and, for a policy in a local directory, its files' sizes and times, and the same of
+    every index's manifest: answers of a model trained again into the same directory, or retrieved from an index
+    rebuilt in place, are not taken for the new one's."""
     policy = Path(cfg.training.init_from or cfg.model.policy)
     files = sorted(f for f in policy.iterdir() if f.is_file()) if policy.is_dir() else []
-    stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    indexes = [cfg.retrieval.index, *(d.index for d in cfg.evaluation.datasets if not isinstance(d, str))]
+    files += [m for d in indexes if d and (m := Path(d) / "manifest.json").is_file()]
+    stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     return _digest(cfg.model_dump_json(), json.dumps(stamp))
 
 
