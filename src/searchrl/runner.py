@@ -36,7 +36,7 @@ from typing import Any
 from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
 from searchrl.config.sections import WorldConfig
 from searchrl.pipeline import data_file, index_kind
-from searchrl.stages.resume import changed_since, resume_mismatch, stage_settings
+from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch, stage_settings
 from searchrl.stages.train import one_process_sft
 from searchrl.utils import atomic_write_text, console, restore_interrupted
 
@@ -431,11 +431,11 @@ def run_pipeline(
             )
         else:
             # An RL stage that stopped part-way (no DONE, a checkpoint) goes on from its checkpoint unless it was
-            # asked to run again (--only / --from); every other stage starts from an empty directory.
+            # asked to run again (--only / --from); every other stage starts from an emptied directory (clear_stage).
             restore_interrupted(checkpoint := sdir / "checkpoint")
             resume = stage.kind == "rl" and stage.name not in forced and (checkpoint / "trainer_state.pt").exists()
             if sdir.exists() and not resume:
-                shutil.rmtree(sdir)
+                clear_stage(sdir)
             sdir.mkdir(parents=True, exist_ok=True)
             for later in names[i + 1 :]:  # they were made from this stage's old output: they run again too
                 (run_dir / later / "DONE").unlink(missing_ok=True)

@@ -417,3 +417,24 @@ def test_sampling_stages_get_their_teacher_from_args(tmp_path: Path, monkeypatch
         True,
     )
     assert seen["model"] == "smollm2-135m-instruct"  # the tokenizer of the served model: the stage's model
+
+
+def test_a_stopped_stage_keeps_what_its_build_or_evaluation_goes_on_from(tmp_path: Path, fake_handlers) -> None:
+    """A stage with no DONE starts again from an emptied directory, but a dense build's staging directory and an
+    evaluation's answered batches stay (each keyed to its settings), so the rerun goes on from them."""
+    run_pipeline(_cfg(STAGES), tmp_path)
+    for name in ("index", "eval"):
+        (tmp_path / name / "DONE").unlink()
+    staging, answered = tmp_path / "index" / ".index.partial", tmp_path / "eval" / "predictions" / "dev__agent.jsonl"
+    staging.mkdir()
+    (staging / "vectors.f32").write_bytes(b"encoded")
+    answered.parent.mkdir(parents=True)
+    answered.with_name(answered.name + ".partial").write_text('{"resume_key": "k"}\n')
+    answered.write_text("an old complete file\n")
+    (tmp_path / "eval" / "summary.md").write_text("an old summary")
+    fake_handlers.clear()
+    run_pipeline(_cfg(STAGES), tmp_path)
+    assert [c["name"] for c in fake_handlers] == ["index", "oracle", "sft", "rl", "eval"]
+    assert (staging / "vectors.f32").read_bytes() == b"encoded"
+    assert answered.with_name(answered.name + ".partial").exists()
+    assert not answered.exists() and not (tmp_path / "eval" / "summary.md").exists()

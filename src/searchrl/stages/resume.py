@@ -101,3 +101,23 @@ def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
     if not diff:
         return None
     return f"settings changed since it ran ({', '.join(diff[:5])}{', ...' if len(diff) > 5 else ''})"
+
+
+def clear_stage(sdir: Path) -> None:
+    """Empty a pipeline stage's directory for a fresh start, keeping what a stopped build or evaluation goes on from:
+    a staging directory ``.NAME.partial`` (a dense index's encoded vectors) and ``predictions/*.partial`` (an
+    evaluation's answered batches). Both are keyed to their settings, so a changed stage starts them afresh."""
+    import shutil
+
+    def remove(path: Path) -> None:
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+    for path in sdir.iterdir():
+        if path.name.startswith(".") and path.name.endswith(".partial"):
+            continue
+        if path.name == "predictions" and path.is_dir():
+            for inner in path.iterdir():
+                if not inner.name.endswith(".partial"):
+                    remove(inner)
+            continue
+        remove(path)
