@@ -413,7 +413,7 @@ def run_pipeline(
         key = stage.op if stage.kind == "data" else stage.kind
         recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
         stage_model = stage.init_from or model or recipe_model or scfg.model.policy
-        settings = stage_settings(stage, scfg, stage_model if key in _NEEDS_MODEL else None)
+        settings = stage_settings(stage, scfg, stage_model if key in _NEEDS_MODEL else None, run_dir)
         if only is None and done.exists() and stage.name not in forced and (why := changed_since(done, settings)):
             _log(run_dir, f"stage {stage.name}: {why}; running it again")
             done.unlink()

@@ -438,3 +438,17 @@ def test_a_stopped_stage_keeps_what_its_build_or_evaluation_goes_on_from(tmp_pat
     assert (staging / "vectors.f32").read_bytes() == b"encoded"
     assert answered.with_name(answered.name + ".partial").exists()
     assert not answered.exists() and not (tmp_path / "eval" / "summary.md").exists()
+
+
+def test_the_same_run_by_a_relative_or_an_absolute_path_is_skipped(tmp_path: Path, fake_handlers, monkeypatch) -> None:
+    """Stage references hold the run directory as given; DONE records it as ``${run}``, so naming the same run
+    directory another way is not a change of settings."""
+    monkeypatch.chdir(tmp_path)
+    run_pipeline(_cfg(STAGES), Path("runs/mine"))
+    fake_handlers.clear()
+    results = run_pipeline(_cfg(STAGES), tmp_path / "runs" / "mine")
+    assert fake_handlers == [] and all(r.status == "skipped" for r in results)
+    assert (
+        json.loads((tmp_path / "runs/mine/sft/DONE").read_text())["settings"]["stage.data"]
+        == "${run}/oracle/data.jsonl"
+    )

@@ -84,11 +84,23 @@ def clear_run(out: Path) -> None:
 _NOT_OUTCOME = ("config.model.device", "config.training.tensorboard", "config.training.wandb")
 
 
-def stage_settings(stage: Any, cfg: RunConfig, model: str | None) -> dict[str, Any]:
+def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path) -> dict[str, Any]:
     """A pipeline stage's settings as its ``DONE`` marker records them: the stage (references resolved), the run
-    config it ran with and the model it started from."""
+    config it ran with and the model it started from, with the run directory written ``${run}`` (the same run given
+    as a relative or an absolute path is the same run)."""
+    root = str(run_dir)
+
+    def placed(v: Any) -> Any:
+        if isinstance(v, list):
+            return [placed(x) for x in v]
+        if isinstance(v, dict):
+            return {k: placed(x) for k, x in v.items()}
+        if isinstance(v, str) and (v == root or v.startswith(root + "/")):
+            return "${run}" + v[len(root) :]
+        return v
+
     raw = {"stage": json.loads(stage.model_dump_json()), "config": json.loads(cfg.model_dump_json()), "model": model}
-    return {k: v for k, v in _flat(raw).items() if k not in _NOT_OUTCOME}
+    return {k: placed(v) for k, v in _flat(raw).items() if k not in _NOT_OUTCOME}
 
 
 def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
