@@ -129,3 +129,11 @@ def test_a_sampled_baseline_gives_a_question_the_same_answer_in_any_batch(exampl
     together = method.answer(examples)
     alone = method.answer(examples[2:])
     assert together[2].raw == alone[0].raw and together[0].raw != together[1].raw
+
+
+def test_an_interrupted_rerun_leaves_no_earlier_summary_beside_its_answers(tmp_path: Path, examples, fakes) -> None:
+    _run({"toy": examples}, Counting(fakes.scripted(fakes.direct_reply)), tmp_path, "k1")
+    assert (tmp_path / "summary.json").exists() and (tmp_path / "summary.md").exists()
+    with pytest.raises(KeyboardInterrupt):  # another evaluation into the same directory, cut short
+        _run({"toy": examples}, Counting(fakes.scripted(fakes.direct_reply), fail_at=1), tmp_path, "k2")
+    assert not list(tmp_path.glob("summary.*"))  # the first run's figures are not left to pass for this one's

@@ -347,6 +347,8 @@ def evaluate(
     fns = metric_functions({m: settings[m] for m in metrics})
     answer_batch = 1 if timing == "single" else batch_size
     out = Path(out_dir)
+    for old in ("md", "csv", "json", "png"):  # an earlier run's summary would stand beside this run's answers
+        (out / f"summary.{old}").unlink(missing_ok=True)
     t0 = time.perf_counter()
     items: list[dict[str, Any]] = []
     paths: dict[str, Path] = {}
