@@ -17,6 +17,7 @@ from typing import Any
 
 from searchrl.config import ConfigError, RewardComponent, RunConfig, StageConfig
 from searchrl.config.evaluation import CONTEXTS
+from searchrl.stages.resume import changed_since, stage_settings
 
 #: splits a config names by key (data.train, ...) rather than by path.
 _SPLITS = ("train", "dev", "test")
@@ -162,21 +163,24 @@ def plan_pipeline(
     problems: list[str] = []
     questions: dict[str, list] = {}  # a user's question file, read once: path -> its examples
     read: set[tuple[str, str]] = set()  # (as what, path): a file two stages read as the same kind is read once
-    no_corpus = False
+    no_corpus = reruns = False
     check_reward_params(cfg.reward.components, "the run's config")
     for raw_stage in cfg.pipeline:
         check_stage_args(raw_stage)
         stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
         output = stage_output(stage, run_dir)
-        done = (run_dir / stage.name / "DONE").exists()
-        skipped = (only and stage.name not in forced) or (done and stage.name not in forced)
         key = stage.op if stage.kind == "data" else stage.kind
         base = load(stage.recipe) if (stage.recipe and load is not None) else cfg
         scfg = stage_config(base, stage, world, stage.index or index)
-        if stage.kind == "rl" or (stage.kind == "data" and stage.op in _NEEDS_MODEL):
-            check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
         recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
         stage_model = stage.init_from or model or recipe_model or scfg.model.policy
+        marker = run_dir / stage.name / "DONE"
+        settings = stage_settings(stage, scfg, stage_model if key in _NEEDS_MODEL else None, run_dir)
+        done = marker.exists() and (only or not (reruns or changed_since(marker, settings)))
+        skipped = (only and stage.name not in forced) or (done and stage.name not in forced)
+        reruns = reruns or not skipped  # as the run does: a stage that runs again re-runs those after it
+        if stage.kind == "rl" or (stage.kind == "data" and stage.op in _NEEDS_MODEL):
+            check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
         plan = StagePlan(
             stage.name, str(key), str(output), skipped, model=str(stage_model) if key in _NEEDS_MODEL else None
         )

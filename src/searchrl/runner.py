@@ -1,12 +1,15 @@
 """``searchrl run``: a method end to end, its recipe's ``pipeline:`` stages in order (data -> SFT -> RL -> eval).
 
-Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marker (JSON: seconds, output). A stage
-with a marker is skipped; ``--only NAME`` re-runs one stage (its inputs must exist), ``--from NAME`` re-runs that
-stage and every later one. A stage that runs again starts from an empty directory, except an RL stage that stopped
-part-way: it goes on from its last checkpoint (``training.save_every``) when its settings are unchanged (a larger
-``training.steps`` allowed) and so are its starting model's weights (:mod:`searchrl.stages.resume`), and starts again
-otherwise or when named by ``--only`` / ``--from``. ``OUT/run.log``
-records each stage's start, end and wall time; ``OUT/summary.json`` the stages, their outputs, times and results.
+Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marker (JSON: seconds, output, the
+stage's settings). A stage with a marker is skipped unless its settings changed since
+(:func:`searchrl.stages.resume.stage_settings`); a stage that runs clears the markers of the stages after it (made
+from its old output). ``--only NAME`` re-runs one stage (its inputs must exist) and leaves the other markers,
+``--from NAME`` re-runs that stage and every later one. A stage that runs again starts from an emptied directory
+(:func:`searchrl.stages.resume.clear_stage` keeps a dense build's staging and an evaluation's answered batches), and an
+RL stage that stopped part-way goes on from its last checkpoint (``training.save_every``) when its settings are
+unchanged (a larger ``training.steps`` allowed) and so are its starting model's weights, and starts again otherwise
+or when named by ``--only`` / ``--from``. ``OUT/run.log`` records each stage's start, end and wall time;
+``OUT/summary.json`` the stages, their outputs, times and results.
 
 Stage outputs, referenced by later stages as ``${name}``:
 
@@ -437,7 +440,7 @@ def run_pipeline(
             if sdir.exists() and not resume:
                 clear_stage(sdir)
             sdir.mkdir(parents=True, exist_ok=True)
-            for later in names[i + 1 :]:  # they were made from this stage's old output: they run again too
+            for later in names[i + 1 :] if only is None else ():  # made from this stage's old output: run again
                 (run_dir / later / "DONE").unlink(missing_ok=True)
             ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index, resume)
             _log(

@@ -444,11 +444,43 @@ def test_the_same_run_by_a_relative_or_an_absolute_path_is_skipped(tmp_path: Pat
     """Stage references hold the run directory as given; DONE records it as ``${run}``, so naming the same run
     directory another way is not a change of settings."""
     monkeypatch.chdir(tmp_path)
-    run_pipeline(_cfg(STAGES), Path("runs/mine"))
+    stages = [*STAGES[:-1], {**STAGES[-1], "data": ["runs/mine/world/dev.jsonl"]}]  # a literal path in the recipe
+    run_pipeline(_cfg(stages), Path("runs/mine"))
     fake_handlers.clear()
-    results = run_pipeline(_cfg(STAGES), tmp_path / "runs" / "mine")
+    results = run_pipeline(_cfg(stages), tmp_path / "runs" / "mine")
     assert fake_handlers == [] and all(r.status == "skipped" for r in results)
     assert (
         json.loads((tmp_path / "runs/mine/sft/DONE").read_text())["settings"]["stage.data"]
         == "${run}/oracle/data.jsonl"
     )
+
+
+def test_a_run_wide_change_reruns_only_the_stages_that_read_it(tmp_path: Path, fake_handlers) -> None:
+    """A longer ``training.steps`` (or another ``evaluation.limit``) is no reason to rebuild the world, the index or
+    the cold start: each stage compares only the config sections its kind reads."""
+    stages = [{k: v for k, v in s.items() if k != "set"} for s in STAGES]
+    run_pipeline(_cfg(stages), tmp_path)
+    fake_handlers.clear()
+    longer = validate_dict({"name": "t", "pipeline": stages, "training": {"steps": 40}})
+    run_pipeline(longer, tmp_path)
+    assert [c["name"] for c in fake_handlers] == ["rl", "eval"]  # RL goes on from its checkpoint; eval: a new model
+    fake_handlers.clear()
+    other_eval = validate_dict(
+        {"name": "t", "pipeline": stages, "training": {"steps": 40}, "evaluation": {"limit": 7}}
+    )
+    run_pipeline(other_eval, tmp_path)
+    assert [c["name"] for c in fake_handlers] == ["eval"]
+
+
+def test_only_leaves_the_other_markers_and_the_dry_run_agrees_with_the_run(tmp_path: Path, fake_handlers) -> None:
+    from searchrl.preflight import plan_pipeline
+
+    run_pipeline(_cfg(STAGES), tmp_path)
+    run_pipeline(_cfg(STAGES), tmp_path, only=["sft"])
+    assert all((tmp_path / s["name"] / "DONE").exists() for s in STAGES)  # --only re-runs one stage, no more
+    changed = [dict(s) for s in STAGES]
+    changed[3] = {**changed[3], "set": {"sft.limit": 500}}
+    planned = [p.name for p in plan_pipeline(_cfg(changed), tmp_path) if not p.skipped]
+    fake_handlers.clear()
+    run_pipeline(_cfg(changed), tmp_path)
+    assert planned == [c["name"] for c in fake_handlers] == ["sft", "rl", "eval"]

@@ -209,3 +209,5 @@ def test_a_forced_rebuild_keeps_the_old_index_until_the_new_one_is_in_place(
     monkeypatch.setattr(index_module.shutil, "rmtree", watch)
     build_index(tiny_corpus, "bm25", out, overwrite=True)
     assert seen == [True] and (out / "manifest.json").exists() and not (tmp_path / ".i.old").exists()
+    out.rename(tmp_path / ".i.old")  # a stop between the two renames: the old index is put back where it was
+    assert load_index(out).search(["anything"], 1) is not None and not (tmp_path / ".i.old").exists()

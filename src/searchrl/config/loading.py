@@ -58,6 +58,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *anchor`` merges; several are allowed
                 continue
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool) or key is None:  # e.g. a list as a key: YAML's own error
+                break
             if key in seen:
                 mark = key_node.start_mark
                 raise ConfigError(f"{mark.name}:{mark.line + 1}: key '{key}' is given twice; keep one")

@@ -57,6 +57,13 @@ def _rebuild_hint(corpus: str | Path, kind: str, out: str | Path, force: bool = 
     return f"searchrl index build --corpus {corpus} --kind {kind} --out {out}" + (" --force" if force else "")
 
 
+def _restore_replaced(out: Path) -> None:
+    """A forced rebuild stopped between its two renames leaves the old index at ``.NAME.old``: it is put back."""
+    old = out.with_name(f".{out.name}.old")
+    if not out.exists() and (old / "manifest.json").is_file():
+        old.rename(out)
+
+
 def _passage_texts(store: PassageStore, start: int = 0) -> Iterator[str]:
     """What gets indexed: title and text, as in Search-R1's ``contents`` field (from row ``start`` on)."""
     for i in range(start, len(store)):
@@ -121,6 +128,7 @@ def build_index(
     if query_encoder not in (None, "onnx", "sentence-transformers"):
         raise ValueError(f"unknown query encoder '{query_encoder}'; use onnx or sentence-transformers")
     corpus, out = local_corpus(corpus).resolve(), Path(out)
+    _restore_replaced(out)
     if not corpus.is_file():
         what = f"corpus {corpus} is a directory" if corpus.is_dir() else f"corpus not found: {corpus}"
         raise FileNotFoundError(f"{what}; give a .jsonl, .tsv or .parquet passage file")
@@ -322,6 +330,7 @@ def _export_query_encoder(store: PassageStore, directory: Path, options: Any, re
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The manifest of an index directory; one-line errors when the directory is not a usable index."""
     directory = Path(directory)
+    _restore_replaced(directory)
     if directory.is_file():  # e.g. the corpus given as --index: never suggest building over it
         raise FileNotFoundError(
             f"{directory} is a file, not an index directory; build one from it with "

@@ -57,6 +57,8 @@ def split_questions(
         )
     examples = load_qa(source)[:limit]
     n_held = round(heldout_fraction * len(examples)) if heldout_fraction is not None else heldout
+    if not examples:
+        raise ConfigError(f"{source} holds no questions; check the file (or the split stage's limit)")
     if not 0 <= n_held < len(examples):
         raise ConfigError(
             f"holding out {n_held} of the {len(examples)} questions in {source} leaves "

@@ -5,6 +5,8 @@ must be the ones it would start with now; only ``training.steps`` may grow."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,38 +71,66 @@ def earlier_run(out: Path) -> list[str]:
 
 
 def clear_run(out: Path) -> None:
-    """Remove an earlier RL run's outputs from ``out`` (other files there are left alone)."""
+    """Remove an earlier RL run's outputs from ``out`` (other files there are left alone). Under a multi-process
+    launch only the first process removes them (``RANK``), so no two remove the same file."""
     import shutil
 
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
     for name in RUN_OUTPUTS:
         path = out / name
         if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
-#: settings that change where or how visibly a stage runs, not what it makes
-_NOT_OUTCOME = ("config.model.device", "config.training.tensorboard", "config.training.wandb")
+#: the config sections each kind of stage reads: what its DONE marker compares (a change elsewhere, e.g. in
+#: ``training.steps`` for the data and SFT stages before RL, leaves it done). The stage itself and its starting model
+#: always count.
+_READS = {
+    "synth": ("data.world",),
+    "index": ("data", "retrieval"),
+    "split": ("data",),
+    "oracle": ("data", "retrieval", "rollout", "sft"),
+    "rejection-sample": ("model", "data", "retrieval", "rollout", "reward", "sft"),
+    "select-difficulty": ("model", "data", "retrieval", "rollout", "reward"),
+    "sft": ("model", "data", "retrieval", "rollout", "sft"),
+    "rl": ("model", "data", "retrieval", "rollout", "reward", "algorithm", "training", "memorization"),
+    "eval": ("model", "data", "retrieval", "rollout", "evaluation"),
+}
+#: settings that change where or how visibly a stage runs, not what it makes (the runner sets an RL stage's
+#: output directory itself)
+_NOT_OUTCOME = ("model.device", "training.tensorboard", "training.wandb", "training.output_dir")
+_PREFIXED = re.compile(r"^([a-z_]+:)?(.+)$")  # "rewriter:PATH" names a path after its kind
 
 
 def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path) -> dict[str, Any]:
-    """A pipeline stage's settings as its ``DONE`` marker records them: the stage (references resolved), the run
-    config it ran with and the model it started from, with the run directory written ``${run}`` (the same run given
-    as a relative or an absolute path is the same run)."""
-    root = str(run_dir)
+    """A pipeline stage's settings as its ``DONE`` marker records them: the stage (references resolved), the config
+    sections its kind reads (:data:`_READS`) and the model it started from. A path inside the run directory is
+    written ``${run}/...``, so the same run named by a relative or an absolute path is the same run."""
+    root = os.path.abspath(run_dir)
 
     def placed(v: Any) -> Any:
         if isinstance(v, list):
             return [placed(x) for x in v]
         if isinstance(v, dict):
             return {k: placed(x) for k, x in v.items()}
-        if isinstance(v, str) and (v == root or v.startswith(root + "/")):
-            return "${run}" + v[len(root) :]
+        if isinstance(v, str) and (m := _PREFIXED.match(v)) and ("/" in v or os.sep in v or v == str(run_dir)):
+            path = os.path.abspath(m.group(2))
+            if path == root or path.startswith(root + os.sep):
+                return (m.group(1) or "") + "${run}" + path[len(root) :]
         return v
 
-    raw = {"stage": json.loads(stage.model_dump_json()), "config": json.loads(cfg.model_dump_json()), "model": model}
-    return {k: placed(v) for k, v in _flat(raw).items() if k not in _NOT_OUTCOME}
+    kind = stage.op if stage.kind == "data" else stage.kind
+    reads = _READS.get(str(kind), ())
+    config = {
+        k: v
+        for k, v in _flat(json.loads(cfg.model_dump_json())).items()
+        if any(k == r or k.startswith(r + ".") for r in reads) and k not in _NOT_OUTCOME
+    }
+    raw = {"stage": json.loads(stage.model_dump_json()), "config": config, "model": model}
+    return {k: placed(v) for k, v in _flat(raw).items()}
 
 
 def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
