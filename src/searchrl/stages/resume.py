@@ -92,10 +92,10 @@ _READS = {
     "synth": ("data.world",),
     "index": ("data", "retrieval"),
     "split": ("data",),
-    "oracle": ("data", "retrieval", "rollout", "sft"),
+    "oracle": ("model.policy", "data", "retrieval", "rollout", "sft"),  # the policy's tokenizer cuts documents
     "rejection-sample": ("model", "data", "retrieval", "rollout", "reward", "sft"),
     "select-difficulty": ("model", "data", "retrieval", "rollout", "reward"),
-    "sft": ("model", "data", "retrieval", "rollout", "sft"),
+    "sft": ("model", "data", "retrieval", "rollout", "sft", "training.seed", "training.max_grad_norm"),
     "rl": ("model", "data", "retrieval", "rollout", "reward", "algorithm", "training", "memorization"),
     "eval": ("model", "data", "retrieval", "rollout", "evaluation"),
 }
