@@ -39,3 +39,28 @@ def test_sft_under_several_processes_is_one_line_naming_the_fix(monkeypatch, tmp
     with pytest.raises(ValueError, match="searchrl run drives its stages from one process") as err:
         run_pipeline(load_config("demo"), tmp_path / "run")
     assert not (tmp_path / "run" / "coldstart").exists() and "\n" not in str(err.value)
+
+
+def test_with_validation_final_appears_only_when_training_ends(tmp_path: Path, monkeypatch) -> None:
+    """The best epoch so far is kept aside (``best``), and becomes ``final`` at the end: a run stopped after its first
+    epoch leaves no complete-looking but under-trained ``final``."""
+    import pytest
+
+    steps = [dataclasses.replace(e, source_uid=f"t{i // 3}") for i, e in enumerate(letter_sft_examples(15))]
+    cfg = load_config(None, ["sft.val_fraction=0.2", "sft.epochs=2", "sft.warmup_steps=0"])
+    trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), steps, tmp_path)
+    real, calls = trainer.validation_loss, []
+
+    def stop_in_the_second_epoch():
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real()
+
+    monkeypatch.setattr(trainer, "validation_loss", stop_in_the_second_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert (tmp_path / "best" / "config.json").exists() and not (tmp_path / "final").exists()
+    done = SFTTrainer(cfg, tiny_model(), tokenizer(), steps, tmp_path / "whole")
+    done.train()
+    assert (tmp_path / "whole" / "final" / "config.json").exists() and not (tmp_path / "whole" / "best").exists()

@@ -166,13 +166,16 @@ class SFTTrainer:
                     history[-1]["val_loss"] = val_loss
                     log.write(json.dumps({"step": step, "epoch": epoch, "val_loss": val_loss}) + "\n")
                     log.flush()
-                    if val_loss < self.best_val:
+                    if val_loss < self.best_val:  # kept aside: a run stopped mid-way leaves no final model
                         self.best_val, self.best_epoch = val_loss, epoch
-                        self.save(self.out_dir / "final")
+                        self.save(self.out_dir / "best")
                     self.model.train()
         if not self.val:
             self.save(self.out_dir / "final")
         else:
+            with atomic_dir(self.out_dir / "final") as tmp:
+                tmp.rmdir()
+                (self.out_dir / "best").rename(tmp)
             console.log(f"kept epoch {self.best_epoch} (lowest validation loss {self.best_val:.4f}) as final")
         console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
         return history
