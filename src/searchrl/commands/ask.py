@@ -4,7 +4,6 @@ told apart (or as a trajectory record with ``--json``)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 
@@ -65,13 +64,9 @@ def ask(
 
     check_fetchable(cfg, profile)  # an uncached hub model fails here in one line, not after the hub's retries
     if index is not None and not index_kind(index):  # a typo would otherwise build an index of the recipe's corpus
-        if Path(index).is_file():  # a corpus given as --index: read_manifest names the build for it
-            from searchrl.retrieval.index import read_manifest
+        from searchrl.retrieval.index import missing_index
 
-            read_manifest(index)
-        raise FileNotFoundError(
-            f"{index} holds no index; build it with `searchrl index build --corpus FILE --out {index}`"
-        )
+        raise missing_index(index)
     configure_from(cfg)
     retriever = make_retriever_for(cfg)
     policy, tok = load_policy(policy_spec(cfg), frozen=True)

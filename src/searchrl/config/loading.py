@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Hashable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *anchor`` merges; several are allowed
                 continue
             key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, str | int | float | bool) or key is None:  # e.g. a list as a key: YAML's own error
+            if not isinstance(key, Hashable):  # e.g. a list as a key: YAML's own error follows
                 break
             if key in seen:
                 mark = key_node.start_mark

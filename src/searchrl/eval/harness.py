@@ -87,12 +87,9 @@ def check_retriever_source(cfg: RunConfig, corpus: str | Path | None = None) -> 
     explicit = [e.data for e in entries if e.data not in SPLITS and e.index is None and e.corpus is None]
     if explicit and cfg.data.source == "synthetic":
         if r.index is not None:  # a mistyped or unbuilt index directory
-            if Path(r.index).is_file():  # a corpus given as the index: read_manifest names the build for it
-                from searchrl.retrieval.index import read_manifest
+            from searchrl.retrieval.index import missing_index
 
-                read_manifest(r.index)
-            build = f"`searchrl index build --corpus FILE --kind {r.kind} --out {r.index}`"
-            raise FileNotFoundError(f"{r.index} holds no index; build it with {build}, or pass --corpus FILE")
+            raise FileNotFoundError(f"{missing_index(r.index, r.kind)}, or pass --corpus FILE")
         raise ValueError(
             f"methods {sorted(set(cfg.evaluation.methods) & RETRIEVAL_METHODS)} need a retriever for "
             f"{explicit[0]}: pass --corpus FILE (its index is built and cached), --index DIR or --url URL"
@@ -347,8 +344,8 @@ def evaluate(
     fns = metric_functions({m: settings[m] for m in metrics})
     answer_batch = 1 if timing == "single" else batch_size
     out = Path(out_dir)
-    for old in ("md", "csv", "json", "png"):  # an earlier run's summary would stand beside this run's answers
-        (out / f"summary.{old}").unlink(missing_ok=True)
+    for old in out.glob("summary.*"):  # an earlier run's summary would stand beside this run's answers
+        old.unlink()
     t0 = time.perf_counter()
     items: list[dict[str, Any]] = []
     paths: dict[str, Path] = {}

@@ -82,19 +82,14 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
             query_suffix=web.query_suffix,
         )
 
-    from searchrl.retrieval.index import build_index, load_index, read_manifest
+    from searchrl.retrieval.index import build_index, load_index, missing_index
 
     if cfg.index is None:
         raise ValueError(f"retrieval.kind={cfg.kind} needs retrieval.index (an index directory to load or build)")
     index = Path(cfg.index)
     if not (index / "manifest.json").exists():
-        if index.is_file():  # a corpus file given as the index: read_manifest names the build for it
-            read_manifest(index)
-        if corpus is None:
-            raise FileNotFoundError(
-                f"no index at {index}; build it with "
-                f"`searchrl index build --corpus FILE --kind {cfg.kind} --out {index}`"
-            )
+        if corpus is None or index.is_file():  # nothing to build from, or a corpus file given as the index
+            raise missing_index(index, cfg.kind)
         build_index(corpus, cfg.kind, index, encoder=cfg.encoder, faiss=cfg.faiss)
     retriever = load_index(index, corpus)
     built = retriever.manifest.get("kind")

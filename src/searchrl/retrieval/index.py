@@ -57,6 +57,18 @@ def _rebuild_hint(corpus: str | Path, kind: str, out: str | Path, force: bool = 
     return f"searchrl index build --corpus {corpus} --kind {kind} --out {out}" + (" --force" if force else "")
 
 
+def missing_index(path: str | Path, kind: str = "bm25") -> FileNotFoundError:
+    """The one-line error for a path that holds no index, naming the build for it; a file given instead (e.g. the
+    corpus) gets a build of that file into a directory beside it, never over it."""
+    path = Path(path)
+    if path.is_file():
+        out = path.parent / f"{path.name.split('.')[0]}-{kind}"
+        return FileNotFoundError(
+            f"{path} is a file, not an index directory; build one from it with `{_rebuild_hint(path, kind, out)}`"
+        )
+    return FileNotFoundError(f"{path} holds no index; build it with `{_rebuild_hint('FILE', kind, path)}`")
+
+
 def _restore_replaced(out: Path) -> None:
     """A forced rebuild stopped between its two renames leaves the old index at ``.NAME.old``: it is put back."""
     old = out.with_name(f".{out.name}.old")
@@ -332,10 +344,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     directory = Path(directory)
     _restore_replaced(directory)
     if directory.is_file():  # e.g. the corpus given as --index: never suggest building over it
-        raise FileNotFoundError(
-            f"{directory} is a file, not an index directory; build one from it with "
-            f"`{_rebuild_hint(directory, 'bm25', directory.parent / (directory.name.split('.')[0] + '-bm25'))}`"
-        )
+        raise missing_index(directory)
     if not directory.is_dir():
         raise FileNotFoundError(
             f"index directory not found: {directory}; build one with "

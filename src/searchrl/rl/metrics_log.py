@@ -103,11 +103,10 @@ def combine_process_metrics(per_process: Sequence[dict[str, float]]) -> dict[str
     return out
 
 
-def trim_logs(out_dir: Path, step: int) -> int:
+def trim_logs(out_dir: Path, step: int) -> None:
     """Before a resumed run appends again: keep only the complete rows of ``metrics.jsonl`` and ``rollouts.jsonl``
     whose ``step`` is at most the checkpoint's ``step``. Rows of later steps (the stopped run's, written again by
-    the resumed one) and a last line cut short by the stop are dropped. Returns how many rows were dropped."""
-    dropped = 0
+    the resumed one) and a last line cut short by the stop are dropped."""
     for path in (Path(out_dir) / "metrics.jsonl", Path(out_dir) / "rollouts.jsonl"):
         if not path.exists():
             continue
@@ -122,6 +121,4 @@ def trim_logs(out_dir: Path, step: int) -> int:
             if not later:
                 kept.append(line + "\n")
         if len(kept) < len(lines):
-            dropped += len(lines) - len(kept)
             atomic_write_lines(path, kept)
-    return dropped
