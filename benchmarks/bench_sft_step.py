@@ -55,10 +55,11 @@ def main() -> None:
     from searchrl.models import load_policy
     from searchrl.pipeline import make_protocol
     from searchrl.rl.batch import collate
-    from searchrl.runner import run_pipeline, stage_config, stage_output
+    from searchrl.runner import run_pipeline
     from searchrl.sft.trainer import SFTTrainer, _parts, sft_loss
     from searchrl.sft.types import as_sft_example
     from searchrl.stages import sft_examples as oracle_sft_data
+    from searchrl.stages.chain import stage_config, stage_output
     from searchrl.utils import seed_everything, write_portable
 
     rate = matmul_peak()["1024x1024x1024"] * 1e9  # best of 5, a 1024^3 fp32 matmul

@@ -17,7 +17,7 @@ from typing import Any
 
 from searchrl.config import ConfigError, RewardComponent, RunConfig, StageConfig
 from searchrl.config.evaluation import CONTEXTS
-from searchrl.stages.resume import changed_since, stage_settings
+from searchrl.stages.resume import changed_since
 
 #: splits a config names by key (data.train, ...) rather than by path.
 _SPLITS = ("train", "dev", "test")
@@ -151,7 +151,9 @@ def plan_pipeline(
 ) -> list[StagePlan]:
     """Every stage of ``cfg.pipeline`` with its inputs; ConfigError naming each input that does not exist (and is
     not written by an earlier stage), and each stage whose reward params are wrong, before anything runs."""
-    from searchrl.runner import _NEEDS_MODEL, _subst, check_stage_args, stage_config, stage_output
+    from searchrl.runner import check_stage_args
+    from searchrl.stages.chain import NEEDS_MODEL as _NEEDS_MODEL
+    from searchrl.stages.chain import _subst, resolve_stage, stage_output
 
     run_dir = Path(run_dir)
     forced = forced or set()
@@ -169,13 +171,9 @@ def plan_pipeline(
         check_stage_args(raw_stage)
         stage = StageConfig.model_validate(_subst(raw_stage.model_dump(), refs, raw_stage.name, base_values))
         output = stage_output(stage, run_dir)
-        key = stage.op if stage.kind == "data" else stage.kind
         base = load(stage.recipe) if (stage.recipe and load is not None) else cfg
-        scfg = stage_config(base, stage, world, stage.index or index)
-        recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
-        stage_model = stage.init_from or model or recipe_model or scfg.model.policy
+        scfg, key, stage_model, settings = resolve_stage(base, stage, world, stage.index or index, model, run_dir)
         marker = run_dir / stage.name / "DONE"
-        settings = stage_settings(stage, scfg, stage_model if key in _NEEDS_MODEL else None, run_dir)
         done = marker.exists() and (only or not (reruns or changed_since(marker, settings)))
         skipped = (only and stage.name not in forced) or (done and stage.name not in forced)
         reruns = reruns or not skipped  # as the run does: a stage that runs again re-runs those after it

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -36,17 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, dump_config, parse_overrides, validate_dict
+from searchrl.config import ConfigError, RunConfig, StageConfig, dump_config, validate_dict
 from searchrl.config.sections import WorldConfig
-from searchrl.pipeline import data_file, index_kind
-from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch, stage_settings
+from searchrl.stages.chain import MODEL_STAGES as _MODEL_STAGES
+from searchrl.stages.chain import NEEDS_MODEL as _NEEDS_MODEL
+from searchrl.stages.chain import _subst, resolve_stage, stage_output
+from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch
 from searchrl.stages.train import one_process_sft
 from searchrl.utils import atomic_write_text, console, restore_interrupted
-
-_REF = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
-_JOINED = re.compile(r"\$\{cfg\.(data\.source)\}/\$\{cfg\.(data\.\w+)\}")
-_MODEL_STAGES = ("sft", "rl")
-_NEEDS_MODEL = ("sft", "rl", "eval", "rejection-sample", "select-difficulty")
 
 
 @dataclass
@@ -73,67 +69,6 @@ class StageResult:
     output: str
     result: dict[str, Any] = field(default_factory=dict)
     cpu_seconds: float = 0.0  # of this process over the stage, all threads (2 busy cores: about twice ``seconds``)
-
-
-def stage_output(stage: StageConfig, run_dir: Path) -> Path:
-    """The path a stage's ``${name}`` stands for."""
-    d = run_dir / stage.name
-    if stage.kind in _MODEL_STAGES:
-        return d / "final"
-    if stage.kind == "eval" or stage.op in ("synth", "split"):
-        return d
-    if stage.op == "index":
-        return d / "index"
-    return d / "data.jsonl"
-
-
-def _cfg_value(cfg: dict[str, Any], dotted: str, stage: str) -> str:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"stage '{stage}': ${{cfg.{dotted}}} is not a config value")
-        node = node[part]
-    return str(node)
-
-
-def _subst(value: Any, refs: dict[str, str], stage: str, cfg: dict[str, Any] | None = None) -> Any:
-    """``${name}`` -> an earlier stage's output path; ``${cfg.a.b}`` -> the run config's value (the command line's
-    overrides in), ``${cfg.data.source}/${cfg.data.X}`` as :func:`~searchrl.pipeline.data_file` finds it."""
-    if isinstance(value, str):
-        if cfg is not None:  # a data file joined to its directory: an hf: source or an absolute path as it is
-            value = _JOINED.sub(lambda m: data_file(*(_cfg_value(cfg, k, stage) for k in m.groups())), value)
-
-        def one(m: re.Match) -> str:
-            if m.group(1).startswith("cfg.") and cfg is not None:
-                return _cfg_value(cfg, m.group(1)[4:], stage)
-            if m.group(1) not in refs:
-                raise ConfigError(
-                    f"stage '{stage}': ${{{m.group(1)}}} is not an earlier stage (known: {', '.join(refs) or 'none'})"
-                )
-            return refs[m.group(1)]
-
-        return _REF.sub(one, value)
-    if isinstance(value, list):
-        return [_subst(v, refs, stage, cfg) for v in value]
-    if isinstance(value, dict):
-        return {k: _subst(v, refs, stage, cfg) for k, v in value.items()}
-    return value
-
-
-def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: str | None) -> RunConfig:
-    """The run config a stage runs with: the recipe's, the chaining defaults (world, index), then ``stage.set``."""
-    raw = base.model_dump()
-    raw["pipeline"] = []
-    if world is not None:  # a world stage reads the world's own files, never a file name meant for the user's data
-        raw["data"].update(
-            source=world, train="train.jsonl", dev="dev.jsonl", test="test.jsonl", corpus="corpus.jsonl"
-        )
-    if index is not None:
-        raw["retrieval"]["index"] = index
-        raw["retrieval"]["kind"] = index_kind(index) or raw["retrieval"]["kind"]
-    dotted = [f"{k}={json.dumps(v)}" for k, v in stage.set.items()]
-    raw = _merge(raw, parse_overrides(dotted))
-    return validate_dict(raw, f"stage '{stage.name}'")
 
 
 # ------------------------------------------------------------------------------------------------- handlers
@@ -412,11 +347,8 @@ def run_pipeline(
         sdir, output = run_dir / stage.name, stage_output(stage, run_dir)
         done = sdir / "DONE"
         stage_index = stage.index or index
-        scfg = stage_config(load(stage.recipe) if stage.recipe else cfg, stage, world, stage_index)
-        key = stage.op if stage.kind == "data" else stage.kind
-        recipe_model = scfg.training.init_from if key in ("rl", "eval") else None
-        stage_model = stage.init_from or model or recipe_model or scfg.model.policy
-        settings = stage_settings(stage, scfg, stage_model if key in _NEEDS_MODEL else None, run_dir)
+        base = load(stage.recipe) if stage.recipe else cfg
+        scfg, key, stage_model, settings = resolve_stage(base, stage, world, stage_index, model, run_dir)
         if only is None and done.exists() and stage.name not in forced and (why := changed_since(done, settings)):
             _log(run_dir, f"stage {stage.name}: {why}; running it again")
             done.unlink()

@@ -175,7 +175,8 @@ def dotted_key_problem(key: str, model: type[BaseModel] = RunConfig) -> str | No
 
 def stage_problems(cfg: RunConfig, load: Callable[[str], RunConfig], run_dir: Path = Path("<run>")) -> list[str]:
     """``pipeline.<stage>.args`` and ``pipeline.<stage>.set`` of every stage, and each stage's merged config."""
-    from searchrl.runner import _subst, stage_arg_names, stage_config, stage_output
+    from searchrl.runner import stage_arg_names
+    from searchrl.stages.chain import _subst, stage_config, stage_output
 
     problems: list[str] = []
     refs: dict[str, str] = {"run": str(run_dir)}

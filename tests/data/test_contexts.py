@@ -103,8 +103,8 @@ def test_a_run_indexes_the_paragraphs_its_questions_ship_with(tmp_path: Path, mo
     own paragraphs (cached), and the preflight takes the value as a corpus, not as a missing file."""
     from searchrl.config import load_config
     from searchrl.preflight import plan_pipeline
-    from searchrl.runner import _subst
     from searchrl.stages import build_index_for
+    from searchrl.stages.chain import _subst
 
     monkeypatch.setenv("SEARCHRL_CACHE", str(tmp_path / "cache"))
     (tmp_path / "hotpot.json").write_text(json.dumps([HOTPOT]), encoding="utf-8")

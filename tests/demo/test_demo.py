@@ -74,12 +74,12 @@ def test_demo_and_run_resolve_the_same_config(tmp_path: Path, monkeypatch) -> No
 def test_the_demo_recipe_keeps_the_values_it_learns_with() -> None:
     """No KL reference pass, 2 prompts per step, lr 5e-6, RL on the single-hop kind the cold start covers, held-out
     evaluation at the RL stage's start and end."""
-    from searchrl import runner
     from searchrl.config import StageConfig, load_config
+    from searchrl.stages import chain
 
     cfg = load_config("demo", ["training.steps=4"])
     assert (cfg.algorithm.kl_coef, cfg.training.prompts_per_step, cfg.training.lr) == (0, 2, 5e-6)
     assert [s.kind for s in cfg.pipeline] == ["sft", "rl"] and cfg.sft.kinds == ["single_hop"]
-    rl = StageConfig.model_validate(runner._subst(cfg.pipeline[1].model_dump(), {}, "rl", cfg.model_dump()))
-    scfg = runner.stage_config(cfg, rl, None, None)
+    rl = StageConfig.model_validate(chain._subst(cfg.pipeline[1].model_dump(), {}, "rl", cfg.model_dump()))
+    scfg = chain.stage_config(cfg, rl, None, None)
     assert scfg.data.kinds == ["single_hop"] and scfg.training.eval_every == scfg.training.steps == 4

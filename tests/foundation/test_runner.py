@@ -11,6 +11,7 @@ from searchrl import runner
 from searchrl.config import ConfigError, validate_dict
 from searchrl.eval.diagnostics import choice_options
 from searchrl.runner import run_pipeline
+from searchrl.stages import chain
 
 
 def _cfg(stages: list[dict]):
@@ -328,7 +329,7 @@ def test_real_data_stages_and_eval(tmp_path: Path) -> None:
 
 def test_cfg_references_resolve_from_the_run_config() -> None:
     from searchrl.config import ConfigError
-    from searchrl.runner import _subst
+    from searchrl.stages.chain import _subst
 
     cfg = {"data": {"source": "/data/hotpot", "train": "qa.jsonl"}}
     assert _subst({"data": "${cfg.data.source}/${cfg.data.train}"}, {}, "split", cfg) == {
@@ -386,7 +387,7 @@ def test_a_world_stage_reads_the_worlds_own_files_whatever_the_users_data_overri
     write_world(generate_world(120, 0), world)
     base = load_config("multihop_cpu", [f"data.source={tmp_path / 'user'}", "data.train=dev.jsonl"])
     coldstart = next(s for s in base.pipeline if s.name == "coldstart")
-    cfg = runner.stage_config(base, coldstart, str(world), None)
+    cfg = chain.stage_config(base, coldstart, str(world), None)
     assert (cfg.data.source, cfg.data.train, cfg.data.dev) == (str(world), "train.jsonl", "dev.jsonl")
     train_q = {ex.question for ex in load_split(cfg, "train", None)}
     dev_q = {ex.question for ex in load_split(cfg, "dev", None)}
