@@ -273,3 +273,20 @@ def test_a_corrupt_parquet_corpus_names_the_file(tmp_path: Path) -> None:
     bad.write_bytes(b"not parquet at all")
     with pytest.raises(CorpusFormatError, match=rf"^{re.escape(str(bad))}: not a readable parquet .*re-export it$"):
         next(iter_passages(bad))
+
+
+def test_passages_with_nothing_in_them_are_kept_and_counted_in_one_warning(tmp_path: Path, capsys) -> None:
+    rows = [
+        {"id": "a", "contents": "T\nfine"},
+        {"id": "b", "contents": ""},
+        {"id": "c", "title": " ", "text": "  "},
+        {"id": "d", "title": "Only a title", "text": ""},
+    ]
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert [p.id for p in iter_passages(path)] == ["a", "b", "c", "d"]
+    err = " ".join(capsys.readouterr().err.split())
+    assert "2 passage(s) have no title and no text (first at line 2)" in err
+    path.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
+    list(iter_passages(path))
+    assert "warning" not in capsys.readouterr().err

@@ -157,6 +157,11 @@ def test_no_arguments_prints_help() -> None:
     assert res.exit_code == 0 and "rescore" in res.output and "--data" in res.output
 
 
+def test_flags_without_questions_are_refused() -> None:
+    res = runner.invoke(cli.app, ["eval", "--methods", "agent", "--limit", "5"])
+    assert res.exit_code == 2 and "nothing to evaluate on" in res.output and "Usage" in res.output
+
+
 # --------------------------------------------------------------------------------------------- rescore
 
 R1_ROWS = [

@@ -111,6 +111,10 @@ def main(
     if ctx.invoked_subcommand is not None:
         return
     if config is None and not data:
+        if any(v not in (None, [], ()) for v in ctx.params.values()):  # flags, but nothing to evaluate on
+            raise typer.BadParameter(
+                "nothing to evaluate on; give --data FILE (repeatable) or --config", param_hint="--data"
+            )
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
     from searchrl.stages import evaluation

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from searchrl.utils import read_jsonl
+from searchrl.utils import console, read_jsonl
 
 
 @dataclass(frozen=True)
@@ -315,6 +315,7 @@ def iter_passages(path: str | Path, chunk_size: int = 100, max_words: int | None
     """Stream passages from a JSONL (``.jsonl.gz`` too) or parquet corpus, whatever its layout.
 
     ``max_words``: passages longer than this are cut into chunks with ids ``<id>#<k>`` (:func:`split_long`).
+    Passages with neither title nor text are kept (ids stay as given) and counted in one warning at the end.
     A passage id that occurs twice (after that cut, so a chunk ``d#1`` that meets a passage ``d#1`` counts)
     raises :class:`CorpusFormatError` naming the id and its first two lines, once the file has been read (before
     an index built from it is written).
@@ -323,10 +324,19 @@ def iter_passages(path: str | Path, chunk_size: int = 100, max_words: int | None
     if not path.exists():
         raise FileNotFoundError(f"corpus not found: {path}")
     hashes, lines = array("q"), array("q")
+    empty, first_empty = 0, 0
     for line_no, p in _iter_split(path, chunk_size, max_words):
         hashes.append(hash(p.id))
         lines.append(line_no)
+        if not (p.text.strip() or p.title.strip()):
+            empty += 1
+            first_empty = first_empty or line_no
         yield p
+    if empty:
+        console.print(
+            f"[yellow]warning:[/yellow] {path}: {empty} passage(s) have no title and no text (first at line "
+            f"{first_empty}); they are indexed but hold nothing to find, so drop or fill them"
+        )
     dup = _first_duplicate(path, chunk_size, hashes, lines, max_words)
     if dup is not None:
         pid, first, second = dup
