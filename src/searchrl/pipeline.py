@@ -14,6 +14,7 @@ from pathlib import Path
 
 from searchrl.config import RunConfig
 from searchrl.config.evaluation import CONTEXTS
+from searchrl.config.extensions import registered
 from searchrl.data.records import QAExample
 from searchrl.models import cache_dir
 from searchrl.protocols import get_protocol
@@ -23,6 +24,11 @@ from searchrl.utils import console, source_digest
 
 #: retrieval kinds that are clients of a service, not local indexes.
 REMOTE_KINDS = ("remote", "web", "mcp")
+
+
+def is_service(kind: str) -> bool:
+    """A retrieval kind with no local index: a service's client, or a plugin's retriever."""
+    return kind in REMOTE_KINDS or kind in registered("retriever")
 
 
 def data_dir(cfg: RunConfig) -> Path:
@@ -84,7 +90,7 @@ def load_split(
     from searchrl.data.styles import select_styles
 
     name = {"train": cfg.data.train, "dev": cfg.data.dev, "test": cfg.data.test}.get(split, split)
-    examples = load_qa(resolve_file(cfg, name), limit=None)
+    examples = load_qa(resolve_file(cfg, name), limit=None, fields=cfg.data.fields)
     if split == "train":
         d = cfg.data
         examples = select_styles(examples, d.styles, d.held_out_styles, where=f"the train split ({name})")
@@ -98,7 +104,9 @@ def load_questions(cfg: RunConfig, data: str | None = None, limit: int | None = 
     """The questions of a QA file (``data``) when given, else the config's train split; never empty."""
     from searchrl.data.loaders import load_qa
 
-    examples = load_qa(data, limit=limit) if data is not None else load_split(cfg, "train", limit)
+    examples = (
+        load_qa(data, limit=limit, fields=cfg.data.fields) if data is not None else load_split(cfg, "train", limit)
+    )
     if not examples:
         where = data or f"the train split of {cfg.data.source} ({cfg.data.train})"
         raise ValueError(f"{where} holds no questions; check the file (or the limit)")
@@ -133,7 +141,7 @@ def with_retriever(cfg: RunConfig, index: str | Path | None = None, urls: Sequen
         raise ValueError("give either --index DIR or --url URL, not both")
     r = cfg.retrieval
     if index is not None:
-        kind = index_kind(index) or (r.kind if r.kind not in REMOTE_KINDS else "bm25")
+        kind = index_kind(index) or (r.kind if not is_service(r.kind) else "bm25")
         r = r.model_copy(update={"index": str(index), "kind": kind})
     elif urls:
         r = r.model_copy(update={"kind": "remote", "urls": list(urls)})
@@ -158,7 +166,7 @@ def make_retriever_for(cfg: RunConfig, corpus: str | Path | None = None, *, simu
         real = cfg.retrieval.model_copy(update={"kind": cfg.retrieval.simulated.eval_kind})
         cfg = cfg.model_copy(update={"retrieval": real})
     r = cfg.retrieval
-    if r.kind in REMOTE_KINDS:
+    if is_service(r.kind):
         return make_retriever(r)
     if r.index is None:
         corpus = corpus or resolve_file(cfg, cfg.data.corpus)

@@ -165,7 +165,7 @@ def plan_pipeline(
     problems: list[str] = []
     questions: dict[str, list] = {}  # a user's question file, read once: path -> its examples
     read: set[tuple[str, str]] = set()  # (as what, path): a file two stages read as the same kind is read once
-    no_corpus = reruns = False
+    no_corpus = reruns = own_data = False
     check_reward_params(cfg.reward.components, "the run's config")
     for raw_stage in cfg.pipeline:
         check_stage_args(raw_stage)
@@ -191,9 +191,11 @@ def plan_pipeline(
             if not Path(path).exists():
                 problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
                 no_corpus = no_corpus or "corpus" in what
+                # a stage reading ${cfg.data.source}/FILE while data.source names the built-in world, not a directory
+                own_data = own_data or (cfg.data.source == "synthetic" and _under(path, ["synthetic"]))
             elif Path(path).is_file() and (what.split()[0], path) not in read:
                 read.add((what.split()[0], path))
-                bad, rows = _read_input(stage.name, what, path)
+                bad, rows = _read_input(stage.name, what, path, scfg.data.fields)
                 problems.extend(bad)
                 if rows:
                     questions[path] = rows
@@ -213,7 +215,12 @@ def plan_pipeline(
             model = str(output)
     if problems:
         fixes = []
-        if any(p.endswith("which does not exist") for p in problems):
+        if own_data:
+            fixes.append(
+                f"recipe {cfg.name} trains on your own data: give data.source=DIR, a directory holding its QA file "
+                f"(data.train) and corpus (data.corpus), e.g. searchrl run --recipe {cfg.name} data.source=mydata"
+            )
+        elif any(p.endswith("which does not exist") for p in problems):
             example = "data.corpus=FILE" if no_corpus else "data.source=DIR, data.train=FILE"
             fixes.append(f"fix the path (e.g. {example}) or the stage's data: in the recipe")
         if no_corpus:  # HotpotQA, 2Wiki, MuSiQue and DPR files carry their own paragraphs
@@ -222,7 +229,7 @@ def plan_pipeline(
     return plans
 
 
-def _read_input(name: str, what: str, path: str) -> tuple[list[str], list | None]:
+def _read_input(name: str, what: str, path: str, fields: dict[str, str]) -> tuple[list[str], list | None]:
     """(what a stage would find wrong in a user's file, its questions when it is a readable question file), found
     before any stage runs: every row of a question file (as the loader reads it), the first thousand passages of a
     corpus (duplicate ids wait for the index stage)."""
@@ -234,7 +241,7 @@ def _read_input(name: str, what: str, path: str) -> tuple[list[str], list | None
     rows = None
     try:
         if what.startswith("questions"):
-            rows = load_qa(path)
+            rows = load_qa(path, fields=fields)
             n = len(rows)
         elif what.startswith("corpus"):
             n = sum(1 for _ in islice(iter_passages(path), 1000))

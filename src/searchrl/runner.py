@@ -108,7 +108,7 @@ def stage_arg_names(kind: str, op: str | None) -> set[str]:
         from searchrl import stages
 
         params = inspect.signature(getattr(stages, _OP_FUNCTIONS[op])).parameters
-        known = set(params) - {"cfg", "out", "source", "data", "teacher"}  # what the runner passes itself
+        known = set(params) - {"cfg", "out", "source", "data", "teacher", "fields"}  # what the runner passes itself
         return known | _TEACHER_ARGS if "teacher" in params else known
     return set(_OP_ARGS.get(op or "", set()))
 
@@ -171,7 +171,7 @@ def _op_split(ctx: StageContext) -> dict[str, Any]:
     if isinstance(source, list):
         raise ConfigError(f"stage '{ctx.stage.name}': split takes one QA file in data:")
     try:
-        train, held = split_questions(str(source), ctx.dir, **ctx.stage.args)
+        train, held = split_questions(str(source), ctx.dir, **ctx.stage.args, fields=ctx.cfg.data.fields)
     except ConfigError as err:
         raise ConfigError(f"stage '{ctx.stage.name}': {err}") from None
     return {"source": str(source), "train": train, "heldout": held}

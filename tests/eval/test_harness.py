@@ -323,10 +323,10 @@ def test_summary_markdown_scores_the_datasets_own_question_types(tmp_path, examp
 
 
 def test_every_protocol_has_an_evaluation_convention() -> None:
-    from searchrl.eval.harness import EVAL_CONVENTIONS
-    from searchrl.protocols import PROTOCOLS
+    from searchrl.config.extensions import NAMES, registered
+    from searchrl.eval.scoring import EVAL_CONVENTIONS
 
-    assert set(PROTOCOLS) <= set(EVAL_CONVENTIONS)
+    assert set(NAMES["protocol"]) - set(registered("protocol")) == set(EVAL_CONVENTIONS)
 
 
 def test_settings_default_to_the_methods_protocol_as_the_cli_picks_them(tmp_path, examples, fakes) -> None:

@@ -42,6 +42,15 @@ def test_train_takes_out() -> None:
     assert "--out" in page and "--resume" in page
 
 
+def test_help_defaults_name_the_recipe_key_and_train_names_every_algorithm() -> None:
+    """A flag whose default comes from the recipe names that key, not one recipe's value."""
+    page = " ".join(runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "200"}).stdout.split())
+    assert "(default: evaluation.metrics)" in page and "em,f1,cover_em" not in page
+    page = " ".join(runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).stdout.split())
+    assert "(default: training.output_dir)" in page and "runs/default" not in page
+    assert "(PPO / GRPO / Dr. GRPO / GSPO / REINFORCE++ / RLOO)" in page
+
+
 def test_help_text_wraps_to_the_terminal_not_to_the_docstring() -> None:
     """A docstring's line breaks are not kept in the command lists: at 200 columns each command's summary in
     ``searchrl --help`` is one line, and a paragraph of ``view --help`` that spans docstring lines reads as one."""

@@ -1,7 +1,8 @@
 """Every config field is read by the package: a field nothing reads is a setting that silently does nothing.
 
 A field ``section.field`` counts as read when some module outside the config's own package (searchrl/config/)
-reads the attribute ``field`` of the section: ``cfg.rollout.max_turns``, or of a name bound to the section
+reads the attribute ``field`` of the section (a top-level field such as ``description``: of ``cfg`` or a name
+annotated ``RunConfig``): ``cfg.rollout.max_turns``, or of a name bound to the section
 (``r = cfg.retrieval`` then ``r.kind``; ``self.cfg, self.scfg = cfg, cfg.sft``; ``for comp in cfg.reward.components``;
 ``entry = as_entry(raw)`` for ``raw`` in ``ev.datasets``; a parameter annotated with the section's class), or through
 ``getattr(..., "field")``. A bare name (``.seed``) is not enough: every section has one.
@@ -23,8 +24,11 @@ from searchrl.config import RunConfig
 ROOT = Path(searchrl.__file__).parent
 #: the package that defines the config (searchrl/config/): its validators read fields, which is not use.
 CONFIG_PACKAGE = ROOT / "config"
-#: fields read only dynamically (by a name built at run time), with where. Each must still exist.
-DYNAMIC: dict[str, str] = {}
+#: fields read only dynamically (by a name built at run time), or only by your own code, with where. Each must still
+#: exist.
+DYNAMIC: dict[str, str] = {
+    "retrieval.options": "the factory of a retriever kind a plugin registers (searchrl.retrieval.register_retriever)",
+}
 
 
 def section_model(annotation: object) -> type[BaseModel] | None:
@@ -36,12 +40,15 @@ def section_model(annotation: object) -> type[BaseModel] | None:
     return None
 
 
+#: the name a top-level field is read from (``cfg.description``), beside the names annotated ``RunConfig``.
+TOP = "cfg"
+
+
 def config_fields(model: type[BaseModel] = RunConfig, prefix: str = "") -> Iterator[tuple[str, str, str]]:
-    """``(dotted path, section name, section class name)`` for every field below the top level."""
+    """``(dotted path, section name, section class name)`` for every field, the top level's under :data:`TOP`."""
     for name, field in model.model_fields.items():
         path = f"{prefix}.{name}" if prefix else name
-        if prefix:
-            yield path, prefix.split(".")[-1], model.__name__
+        yield path, prefix.split(".")[-1] if prefix else TOP, model.__name__
         if (sub := section_model(field.annotation)) is not None:
             yield from config_fields(sub, path)
 
@@ -154,5 +161,11 @@ def test_the_check_finds_an_unread_field() -> None:
     """The walk reaches nested sections and a field no module reads is reported."""
     paths = {path for path, _, _ in config_fields()}
     assert {"data.world.entities", "retrieval.web.pages", "reward.components.params", "pipeline.set"} <= paths
+    assert {"name", "description", "pipeline"} <= paths  # the top level too
     assert is_read("rollout", "RolloutConfig", "max_turns")
     assert not is_read("rollout", "RolloutConfig", "no_such_field_anywhere")
+    assert is_read(TOP, "RunConfig", "name")
+    # an attribute of other objects does not count (a tool's .description is not the recipe's): the package reads
+    # its MCP tools' .input_schema, which is no read of the config
+    assert any(attr == "input_schema" for path in _modules() for _, attr in _module(path)[2])
+    assert not is_read(TOP, "RunConfig", "input_schema")

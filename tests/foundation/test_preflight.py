@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import searchrl
+from searchrl.config import load_config
 
 SRC = str(Path(searchrl.__file__).resolve().parents[1])
 
@@ -36,6 +37,19 @@ def test_missing_data_path_fails_at_once_naming_it(tmp_path: Path) -> None:
     assert elapsed < 5, f"took {elapsed:.1f} s"
 
 
+@pytest.mark.parametrize("profile", [[], ["--profile", "laptop"]])
+def test_multihop_cpu_without_data_source_says_it_needs_a_data_directory(tmp_path: Path, profile: list[str]) -> None:
+    """multihop_cpu's data.source is `synthetic` (no directory), with the laptop profile too: the error names the
+    missing files once and data.source=DIR, not a path to fix in the recipe."""
+    res = searchrl_cmd("run", "--recipe", "multihop_cpu", *profile, "--dry-run", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    err = " ".join(res.stderr.split())
+    assert "synthetic/train.jsonl, which does not exist" in err and "synthetic/corpus.jsonl" in err
+    assert "give data.source=DIR, a directory holding its QA file (data.train) and corpus (data.corpus)" in err
+    assert "e.g. searchrl run --recipe multihop_cpu data.source=mydata" in err
+    assert "fix the path" not in err and len(res.stderr.strip().splitlines()) <= 3
+
+
 def test_dry_run_prints_stages_inputs_and_outputs_on_stdout(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
@@ -55,6 +69,8 @@ def test_dry_run_prints_stages_inputs_and_outputs_on_stdout(tmp_path: Path) -> N
     )
     assert res.returncode == 0, res.stderr
     out = res.stdout
+    about = " ".join(load_config("multihop_cpu").description.split())  # the recipe's description, one line
+    assert out.startswith(f"run multihop_cpu (profile none) into r:\n   {about}\n1. world [synth]"), out[:300]
     for stage in ("world", "world_index", "coldstart", "coldstart_eval", "split", "index", "rl", "eval"):
         assert f" {stage} [" in out
     assert f"reads questions (stage data:): {data}/qa.jsonl" in out

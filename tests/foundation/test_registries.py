@@ -11,7 +11,10 @@ from searchrl.config.algorithms import Algorithm, declare
 
 
 def test_algorithm_name_accepts_exactly_the_declared_algorithms() -> None:
-    assert set(get_args(AlgorithmConfig.model_fields["name"].annotation)) == set(ALGORITHMS)
+    for name in ALGORITHMS:
+        assert AlgorithmConfig(name=name).name == name
+    with pytest.raises(ValueError, match="unknown algorithm.name 'grpo2'; one of: ppo, grpo, reinforce_pp, rloo"):
+        AlgorithmConfig(name="grpo2")
 
 
 def test_every_declared_algorithm_has_an_estimator_and_shares_its_traits() -> None:
@@ -56,10 +59,12 @@ def test_config_checks_follow_the_traits(name: str) -> None:
 
 
 def test_evaluation_methods_accept_exactly_the_registered_methods() -> None:
+    from searchrl.config.extensions import NAMES, registered
     from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
 
-    (item,) = get_args(EvaluationConfig.model_fields["methods"].annotation)
-    assert set(get_args(item)) == set(METHODS)
+    assert set(NAMES["method"]) - set(registered("method")) == set(METHODS)
+    with pytest.raises(ValueError, match="unknown method 'naive-rag'; one of: direct, cot, naive_rag"):
+        EvaluationConfig(methods=["naive-rag"])
     assert {n for n, m in METHODS.items() if m.needs_retriever} == RETRIEVAL_METHODS
     assert {"naive_rag", "agent"} <= RETRIEVAL_METHODS and "direct" not in RETRIEVAL_METHODS
 

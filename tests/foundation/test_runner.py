@@ -120,6 +120,40 @@ def test_a_done_stage_whose_settings_changed_runs_again_and_the_stages_after_it(
     assert fake_handlers == []
 
 
+def test_editing_your_reward_function_or_plugin_runs_the_stages_that_use_it_again(
+    tmp_path: Path, fake_handlers, monkeypatch
+) -> None:
+    """A stage records a digest of the code of yours it ran: an edited reward file re-runs the stages that score
+    (rl and after), an edited plugin every stage; an unchanged one nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.py").write_text("def bonus(inputs):\n    return [1.0] * len(inputs), {}\n")
+    (tmp_path / "ext.py").write_text("X = 1\n")
+
+    def cfg():
+        return validate_dict(
+            {
+                "name": "t",
+                "plugins": ["ext.py"],
+                "reward": {"components": [{"name": "mine.py:bonus"}]},
+                "pipeline": STAGES,
+            }
+        )
+
+    run = tmp_path / "run"
+    run_pipeline(cfg(), run)
+    fake_handlers.clear()
+    run_pipeline(cfg(), run)
+    assert fake_handlers == []
+    (tmp_path / "mine.py").write_text("def bonus(inputs):\n    return [2.0] * len(inputs), {}\n")
+    run_pipeline(cfg(), run)
+    assert [c["name"] for c in fake_handlers] == ["rl", "eval"]
+    assert "stage rl: settings changed since it ran (code.mine.py:bonus)" in (run / "run.log").read_text()
+    fake_handlers.clear()
+    (tmp_path / "ext.py").write_text("X = 2\n")
+    run_pipeline(cfg(), run)
+    assert [c["name"] for c in fake_handlers] == [s["name"] for s in STAGES]
+
+
 def test_only_and_from(tmp_path: Path, fake_handlers) -> None:
     run_pipeline(_cfg(STAGES), tmp_path)
     (tmp_path / "sft" / "stale.txt").write_text("x")

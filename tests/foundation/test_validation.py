@@ -181,3 +181,15 @@ def test_config_validate_checks_every_bundled_recipe_with_a_profile(no_models: N
     res = CliRunner().invoke(app, ["config", "validate", "--profile", "laptop"])
     assert res.exit_code == 0, res.output
     assert res.output.count("ok   ") == len(recipe_names())
+    for name in recipe_names():  # each recipe's description, as one line under its ok line
+        about = " ".join(load_config(name).description.split())
+        assert about and f".yaml)\n     {about}\n" in res.output, name
+
+
+def test_config_validate_prints_no_description_line_for_a_recipe_without_one(tmp_path: Path) -> None:
+    from searchrl.cli import app
+
+    bare, described = _recipe(tmp_path, {}, "bare"), _recipe(tmp_path, {"description": "Two\n lines.\n"}, "told")
+    res = CliRunner().invoke(app, ["config", "validate", str(bare), str(described)])
+    assert res.exit_code == 0, res.output
+    assert res.output == f"ok   {bare} ({bare})\nok   {described} ({described})\n     Two lines.\n"

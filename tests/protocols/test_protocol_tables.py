@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import typing
 
 import pytest
 
-from searchrl.config import RolloutConfig
 from searchrl.protocols import (
     BAD_JSON,
     EMPTY_QUERY,
@@ -455,8 +453,9 @@ def test_rag_r1_format() -> None:
 
 # ------------------------------------------------------------------------------------------------------ registry
 def test_registry_names_match_the_config_choices() -> None:
-    field = RolloutConfig.model_fields["protocol"].annotation
-    assert set(typing.get_args(field)) == set(PROTOCOLS)
+    from searchrl.config.extensions import NAMES
+
+    assert NAMES["protocol"] == list(PROTOCOLS)
     for name, cls in PROTOCOLS.items():
         assert cls.name == name and isinstance(get_protocol(name), cls)
 

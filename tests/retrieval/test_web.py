@@ -148,7 +148,9 @@ def test_an_answer_in_another_format_is_one_line(serve_app, monkeypatch: pytest.
     monkeypatch.setenv("SERPAPI_API_KEY", KEY)
     with serve_app(app) as url:
         web = WebRetriever("serpapi", base_url=f"{url}/serpapi", retries=0)
-        with pytest.raises(ValueError, match="answered in an unknown format .* check retrieval.web.base_url") as err:
+        with pytest.raises(
+            ValueError, match=r"unknown format .* check retrieval\.urls\[0\] .* and retrieval\.web\.provider$"
+        ) as err:
             web.search(["q"], 2)
         web.close()
     assert "\n" not in str(err.value) and KEY not in str(err.value)

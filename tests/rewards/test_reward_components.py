@@ -572,12 +572,23 @@ def test_your_own_component_from_a_file_or_a_module(tmp_path, monkeypatch):
     assert result.metrics["my_rewards.py:brevity/short_rate"] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match=r"unknown param\(s\) \['max_wrds'\].*did you mean 'max_words'"):
         RewardComposer([RewardComponent(name="my_rewards.py:brevity", params={"max_wrds": 2})])
-    with pytest.raises(ValueError, match="my_rewards.py has no function 'shortness'"):
+    with pytest.raises(ValueError, match="my_rewards.py has no 'shortness'"):
         RewardComposer([RewardComponent(name="my_rewards.py:shortness")])
     with pytest.raises(ValueError, match="there is no file missing.py"):
         RewardComposer([RewardComponent(name="missing.py:f")])
     with pytest.raises(ValueError, match="no_such_pkg.rewards cannot be loaded: .*PYTHONPATH"):
         RewardComposer([RewardComponent(name="no_such_pkg.rewards:f")])
+    # a function that returns the scores alone, or too few of them, is named with the shape it must return
+    (tmp_path / "bad_rewards.py").write_text(
+        "def scores_only(inputs):\n    return [1.0] * len(inputs)\n\n"
+        "def one_short(inputs):\n    return [1.0] * (len(inputs) - 1), {}\n"
+    )
+    with pytest.raises(
+        TypeError, match=r"'bad_rewards.py:scores_only' returned list; return a pair \(scores, metrics"
+    ):
+        RewardComposer([RewardComponent(name="bad_rewards.py:scores_only")])(rows)
+    with pytest.raises(RuntimeError, match="'bad_rewards.py:one_short' returned 2 scores for 3 inputs"):
+        RewardComposer([RewardComponent(name="bad_rewards.py:one_short")])(rows)
     # an importable module works the same way
     module = RewardComposer([RewardComponent(name="searchrl.rewards.components:retrieval_reward")])(rows)
     assert module.total == [0.0, 0.0, 0.0]  # none of the rows searched

@@ -34,6 +34,12 @@ def load(
     return load_config(recipe, [*(overrides or []), *dotted(**{"model.device": device}, **flags)], profile)
 
 
+def description_line(cfg: RunConfig) -> str:
+    """The recipe's ``description:`` as one line ("" when it has none), as ``config validate`` and ``run --dry-run``
+    print it."""
+    return " ".join(cfg.description.split())
+
+
 def with_protocol(cfg: RunConfig, protocol: str | None, options: list[str] | None) -> RunConfig:
     """``--protocol`` and ``--option KEY=VALUE`` (YAML values) applied: a protocol other than the recipe's drops the
     recipe's protocol options (they belong to its protocol); each option adds to them."""

@@ -160,7 +160,7 @@ class _QAStats:
 def _kind_of_fields(fields: Iterable[str]) -> str | None:
     """'qa' when the fields name a question (in any case; verl's rows keep theirs in ``prompt``), 'corpus' when they
     name passage text, else None."""
-    from searchrl.data.loaders import QUESTION_FIELDS
+    from searchrl.data.fields import QUESTION_FIELDS
 
     names = {str(f).strip().lower() for f in fields}
     if names & set(QUESTION_FIELDS):

@@ -93,7 +93,7 @@ def main(
     out: str = typer.Option(None, help="output directory (default: evaluation.output_dir)", callback=writable_dir),
     judge_url: str = typer.Option(None, help="OpenAI-compatible judge endpoint, e.g. http://127.0.0.1:8000/v1"),
     judge_model: str = typer.Option(None, help="judge model name"),
-    metrics: str = typer.Option(None, help="comma-separated metrics (default: em,f1,cover_em,cover_em_tokens)"),
+    metrics: str = typer.Option(None, help="comma-separated metrics (default: evaluation.metrics)"),
     max_new_tokens: int = typer.Option(None, help="token budget of direct / naive_rag answers and IRCoT sentences"),
     batch_size: int = typer.Option(None, help="questions per batch"),
     overrides: list[str] = typer.Option(None, "--set", help="dotted config override, e.g. rollout.max_turns=2"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from searchrl.commands.common import DEVICE, PROFILE, SET, load, writable_dir
+from searchrl.commands.common import DEVICE, PROFILE, SET, description_line, load, writable_dir
 from searchrl.config import RunConfig
 
 
@@ -67,6 +67,8 @@ def run_cmd(
     plans = plan_pipeline(cfg, run_dir, forced=forced, only=bool(only), load=load_stage_recipe)
     if dry_run:
         print(f"run {name} (profile {profile or 'none'}) into {run_dir}:")
+        if about := description_line(cfg):
+            print(f"   {about}")
         print(format_plan(plans))
         print("models:")
         made = {p.output: p.name for p in plans}

@@ -113,16 +113,18 @@ def config_validate(
 
     Example: searchrl config validate my_recipe.yaml
     """
+    from searchrl.commands.common import description_line
     from searchrl.utils import console
     from searchrl.validation import validate_deep
 
     failed = 0
     for r in recipes or recipe_names():
         try:
-            validate_deep(
-                load_config(r, profile=profile), lambda name: load_config(name, profile=profile), str(recipe_path(r))
-            )
+            cfg = load_config(r, profile=profile)
+            validate_deep(cfg, lambda name: load_config(name, profile=profile), str(recipe_path(r)))
             print(f"ok   {r} ({recipe_path(r)})")
+            if about := description_line(cfg):
+                print(f"     {about}")
         except ConfigError as err:
             failed += 1
             console.print(f"[red]fail[/red] {err}", soft_wrap=True)

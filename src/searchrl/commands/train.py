@@ -48,14 +48,14 @@ def train(
     overrides: list[str] = typer.Argument(None, help="dotted overrides, e.g. training.steps=20 rollout.group_size=4"),
     sets: list[str] = SET,
     out: str = typer.Option(
-        None, "--out", help="output directory (training.output_dir; default runs/default)", callback=writable_dir
+        None, "--out", help="output directory (default: training.output_dir)", callback=writable_dir
     ),
     resume: bool = typer.Option(False, "--resume", help="continue from <output_dir>/checkpoint"),
     force: bool = typer.Option(False, "--force", help="start over in an output directory that holds an earlier run"),
     device: str = DEVICE,
     profile: str = PROFILE,
 ) -> None:
-    """Train a policy with RL (PPO / GRPO / REINFORCE++ / RLOO) on a recipe.
+    """Train a policy with RL (PPO / GRPO / Dr. GRPO / GSPO / REINFORCE++ / RLOO) on a recipe.
 
     Example: searchrl train --recipe demo --out runs/grpo-demo training.steps=20
     """

@@ -7,7 +7,15 @@ default. Every public name is importable from ``searchrl.config``.
 
 from __future__ import annotations
 
-from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, GROUP_ALGORITHMS, Algorithm, algorithm
+from searchrl.config.algorithms import (
+    ALGORITHMS,
+    Algorithm,
+    AlgorithmConfig,
+    algorithm,
+    critic_algorithms,
+    declare,
+    group_algorithms,
+)
 from searchrl.config.base import ConfigError, Section
 from searchrl.config.evaluation import EvalDataset, EvaluationConfig
 from searchrl.config.loading import (
@@ -21,29 +29,23 @@ from searchrl.config.loading import (
     recipe_path,
     validate_dict,
 )
+from searchrl.config.retrieval import MCPConfig, RetrievalConfig, SimulatedConfig, WebConfig
 from searchrl.config.rewards import RewardComponent, RewardConfig
 from searchrl.config.sections import (
-    AlgorithmConfig,
     DataConfig,
     LoraConfig,
-    MCPConfig,
     MemorizationConfig,
     ModelConfig,
-    RetrievalConfig,
     RolloutConfig,
     RunConfig,
     SFTConfig,
-    SimulatedConfig,
     StageConfig,
     TrainingConfig,
-    WebConfig,
     WorldConfig,
 )
 
 __all__ = [
     "ALGORITHMS",
-    "CRITIC_ALGORITHMS",
-    "GROUP_ALGORITHMS",
     "Algorithm",
     "AlgorithmConfig",
     "ConfigError",
@@ -68,6 +70,9 @@ __all__ = [
     "WorldConfig",
     "_merge",
     "algorithm",
+    "critic_algorithms",
+    "declare",
+    "group_algorithms",
     "dump_config",
     "load_config",
     "load_profile",

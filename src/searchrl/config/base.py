@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -26,3 +27,21 @@ def _device(value: str) -> str:
 
 #: where models run: auto (CUDA when present, else CPU), cpu, cuda or cuda:N
 DeviceSpec = Annotated[str, AfterValidator(_device)]
+
+
+#: what ``fields=`` may map: a QAExample's part -> the field the loader reads it from
+FIELD_TARGETS = {"question": "question", "answers": "golden_answers", "id": "id"}
+
+
+def check_fields(fields: Mapping[str, str] | None) -> dict[str, str]:
+    """A ``fields`` mapping ({"question": "query_text", "answers": "gold", "id": "uid"}) checked: known parts, field
+    names as strings."""
+    fields = dict(fields or {})
+    unknown = sorted(set(fields) - set(FIELD_TARGETS))
+    if unknown:
+        raise ValueError(
+            f"fields: unknown part(s) {unknown}; map any of {', '.join(FIELD_TARGETS)} to your field names"
+        )
+    if bad := next((k for k, v in fields.items() if not isinstance(v, str) or not v), None):
+        raise ValueError(f"fields: {bad!r} must name a field (a non-empty string), got {fields[bad]!r}")
+    return fields

@@ -4,6 +4,7 @@ recipe file, a profile, a command-line override) whose value was wrong."""
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -39,6 +40,13 @@ def origin_of(loc: tuple[Any, ...], origins: dict[str, str]) -> str | None:
     return None
 
 
+def origin_named(msg: str, origins: dict[str, str]) -> str | None:
+    """The layer that set a key the message names (a section's own check names the fields it refuses, as in
+    "algorithm.kl_target applies with ..."); the longest such key's."""
+    named = [k for k in origins if "." in k and re.search(rf"(?<![\w.]){re.escape(k)}(?![\w])", msg)]
+    return origins[max(named, key=len)] if named else None
+
+
 def flat_keys(d: dict[str, Any], prefix: str = "") -> list[str]:
     """Every dotted key of a nested mapping, sections included: ``{"a": {"b": 1}}`` -> ``["a", "a.b"]``."""
     out = []
@@ -67,6 +75,7 @@ def validation_message(err: ValidationError, model: type[BaseModel], source: str
         else:
             msg = e["msg"].removeprefix("Value error, ")
             line = f"{where}: {msg}" if where else msg
+            origin = origin or origin_named(msg, origins)
         lines.append(f"{origin}: {line}" if origin else line)
         blamed_source = blamed_source or origin is None
     return (f"{source}: " if blamed_source else "") + "; ".join(lines)

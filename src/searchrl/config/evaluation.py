@@ -3,11 +3,12 @@ answered and timed."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, field_validator
 
-from searchrl.config.base import Section
+from searchrl.config.base import Section, check_fields
+from searchrl.config.extensions import known
 
 #: ``corpus:`` of an evaluation set that searches the paragraphs its own questions ship with
 CONTEXTS = "contexts"
@@ -29,14 +30,23 @@ class EvalDataset(Section):
     #: a field whose values split the file into sets scored apart, named by the value (Search-R1's merged
     #: ``test.parquet`` holds nq, hotpotqa, ... in ``data_source``); a file with one value is one set. null: never.
     group_by: str | None = "data_source"
+    #: this file's names of a question's parts where they differ from the usual ones (null: data.fields), e.g.
+    #: {question: query_text, answers: gold}.
+    fields: dict[str, str] | None = None
+
+    @field_validator("fields")
+    @classmethod
+    def _check_fields(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        return None if v is None else check_fields(v)
 
 
 class EvaluationConfig(Section):
     #: evaluation sets, each scored separately, plus their unweighted average (see EvalDataset).
     datasets: list[str | EvalDataset] = Field(default_factory=lambda: ["dev"])
-    methods: list[
-        Literal["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent", "prior"]
-    ] = Field(default_factory=lambda: ["direct", "naive_rag", "agent"])
+    #: direct, cot, naive_rag, iterative_rag, iter_retgen, search_o1, agent, prior, or a method a plugin registered.
+    methods: list[Annotated[str, AfterValidator(known("method"))]] = Field(
+        default_factory=lambda: ["direct", "naive_rag", "agent"]
+    )
     limit: int | None = Field(default=100, ge=1)
     #: the ``prior`` method's training answers: a QA file (FlashRAG JSONL or a split name) whose answer priors it
     #: applies (the choice position most often gold, the commoner yes/no answer, the commonest open answer).

@@ -1,14 +1,15 @@
-"""The settings of the retrieval kinds that are services or models, subsections of the ``retrieval`` section:
+"""The ``retrieval`` section, and the settings of the retrieval kinds that are services or models, its subsections:
 ``web`` (a search API and its pages), ``simulated`` (a model writes the documents) and ``mcp`` (an MCP server's
 search tool)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from searchrl.config.base import Section
+from searchrl.config.extensions import known, registered
 
 
 class WebConfig(Section):
@@ -103,3 +104,39 @@ class MCPConfig(Section):
                 "indexes/bm25') or a URL (e.g. http://127.0.0.1:8001/mcp), or null"
             )
         return v
+
+
+class RetrievalConfig(Section):
+    #: bm25, dense, hybrid (local indexes), remote, web, simulated, mcp, or a kind a plugin registered.
+    kind: Annotated[str, AfterValidator(known("retriever"))] = "bm25"
+    #: index directory for local kinds; built on demand when missing.
+    index: str | None = None
+    #: one or more endpoints for ``kind: remote``.
+    urls: list[str] = Field(default_factory=list)
+    topk: int = Field(default=3, ge=1)
+    encoder: str = "minilm-l6-v2"
+    #: dense / hybrid indexes built on demand: exact inner product (flat), ivf, hnsw, or a faiss index_factory
+    #: string such as "IVF1024,PQ96" (a compressed index re-ranked exactly; see searchrl.retrieval.compressed).
+    faiss: str = Field(default="flat", pattern=r"^(flat|ivf|hnsw|[A-Za-z0-9_,.=()\-]*[A-Z][A-Za-z0-9_,.=()\-]*)$")
+    timeout_s: float = Field(default=10.0, gt=0)
+    #: ``kind: web`` only: the search API, page fetching and the summariser.
+    web: WebConfig = WebConfig()
+    #: ``kind: simulated`` only: the writer model and its noise curriculum.
+    simulated: SimulatedConfig = SimulatedConfig()
+    #: ``kind: mcp`` only: the MCP server, its search tool and how the query reaches it.
+    mcp: MCPConfig = MCPConfig()
+    #: a plugin's retriever kind only: the settings its factory reads (searchrl.retrieval.register_retriever).
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_mcp(self) -> RetrievalConfig:
+        if self.kind == "mcp" and self.mcp.server is None:
+            raise ValueError(
+                "retrieval.kind=mcp needs retrieval.mcp.server: a command line (e.g. 'searchrl mcp serve --index "
+                "indexes/bm25') or a streamable-HTTP URL (e.g. http://127.0.0.1:8001/mcp)"
+            )
+        if self.options and self.kind not in registered("retriever"):
+            raise ValueError(
+                f"retrieval.options configures a plugin's retriever; retrieval.kind={self.kind} takes none: remove it"
+            )
+        return self

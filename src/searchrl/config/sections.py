@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from searchrl.config.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, algorithm, group_baselines, ungrouped
-from searchrl.config.base import DeviceSpec, Section
+from searchrl.config.algorithms import AlgorithmConfig, algorithm, critic_algorithms, ungrouped
+from searchrl.config.base import DeviceSpec, Section, check_fields
 from searchrl.config.evaluation import EvaluationConfig
-from searchrl.config.retrieval import MCPConfig, SimulatedConfig, WebConfig
+from searchrl.config.extensions import import_plugin, known
+from searchrl.config.retrieval import RetrievalConfig
 from searchrl.config.rewards import RewardConfig
 
 
@@ -72,6 +73,9 @@ class DataConfig(Section):
     dev: str = "dev.jsonl"
     test: str = "test.jsonl"
     corpus: str = "corpus.jsonl"
+    #: your QA files' names for a question's parts where they differ from the usual ones (question, golden_answers
+    #: / answer, id): e.g. {question: query_text, answers: gold, id: uid}.
+    fields: dict[str, str] = Field(default_factory=dict)
     #: restrict the training questions to these synthetic kinds (empty = all).
     kinds: list[str] = Field(default_factory=list)
     #: keep only training questions of these styles (empty = all): a synthetic question's template (e.g.
@@ -83,6 +87,11 @@ class DataConfig(Section):
     held_out_styles: list[str] = Field(default_factory=list)
     train_limit: int | None = Field(default=None, ge=1)
 
+    @field_validator("fields")
+    @classmethod
+    def _check_fields(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_fields(v)
+
     @model_validator(mode="after")
     def _check_styles(self) -> DataConfig:
         both = sorted(set(self.styles) & set(self.held_out_styles))
@@ -91,40 +100,9 @@ class DataConfig(Section):
         return self
 
 
-class RetrievalConfig(Section):
-    kind: Literal["bm25", "dense", "hybrid", "remote", "web", "simulated", "mcp"] = "bm25"
-    #: index directory for local kinds; built on demand when missing.
-    index: str | None = None
-    #: one or more endpoints for ``kind: remote``.
-    urls: list[str] = Field(default_factory=list)
-    topk: int = Field(default=3, ge=1)
-    encoder: str = "minilm-l6-v2"
-    #: dense / hybrid indexes built on demand: exact inner product (flat), ivf, hnsw, or a faiss index_factory
-    #: string such as "IVF1024,PQ96" (a compressed index re-ranked exactly; see searchrl.retrieval.compressed).
-    faiss: str = Field(default="flat", pattern=r"^(flat|ivf|hnsw|[A-Za-z0-9_,.=()\-]*[A-Z][A-Za-z0-9_,.=()\-]*)$")
-    timeout_s: float = Field(default=10.0, gt=0)
-    #: ``kind: web`` only: the search API, page fetching and the summariser.
-    web: WebConfig = WebConfig()
-    #: ``kind: simulated`` only: the writer model and its noise curriculum.
-    simulated: SimulatedConfig = SimulatedConfig()
-    #: ``kind: mcp`` only: the MCP server, its search tool and how the query reaches it.
-    mcp: MCPConfig = MCPConfig()
-
-    @model_validator(mode="after")
-    def _check_mcp(self) -> RetrievalConfig:
-        if self.kind == "mcp" and self.mcp.server is None:
-            raise ValueError(
-                "retrieval.kind=mcp needs retrieval.mcp.server: a command line (e.g. 'searchrl mcp serve --index "
-                "indexes/bm25') or a streamable-HTTP URL (e.g. http://127.0.0.1:8001/mcp)"
-            )
-        return self
-
-
 class RolloutConfig(Section):
     #: the text protocol; "reason" and "rag" are the trained baselines' (no search; rag: documents in the prompt).
-    protocol: Literal[
-        "search_r1", "r1_searcher", "r1_searcher_pp", "r_search", "rag_r1", "search_o1", "tool_call", "reason", "rag"
-    ] = "search_r1"
+    protocol: Annotated[str, AfterValidator(known("protocol"))] = "search_r1"
     #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
     backend: Literal["hf", "hf_generate", "vllm"] = "hf"
@@ -172,79 +150,6 @@ class RolloutConfig(Section):
     @classmethod
     def _force_mode(cls, v: Any) -> Any:
         return ("hint" if v else "off") if isinstance(v, bool) else v
-
-
-class AlgorithmConfig(Section):
-    #: one of searchrl.config.algorithms.ALGORITHMS (the Literal is built from it).
-    name: Literal[tuple(ALGORITHMS)] = "grpo"  # type: ignore[valid-type]
-    clip_eps: float = Field(default=0.2, gt=0)
-    #: the ratio's upper clip is 1 + this (DAPO's clip-higher: 0.28); null: clip_eps.
-    clip_eps_high: float | None = Field(default=None, gt=0)
-    dual_clip: float | None = None  # dual-clip constant c (> 1) for negative advantages; None: off
-    kl_coef: float = Field(default=0.001, ge=0)
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    #: True: -kl_coef * KL folded into the reward before the estimator (PPO, REINFORCE++: per token; GRPO, RLOO: the
-    #: sequence's summed KL off its score, as verl does); False: a loss term.
-    kl_in_reward: bool = False
-    kl_ctrl: Literal["fixed", "adaptive"] = "fixed"  #: adaptive: PPO's KL control toward kl_target (rl/kl_control.py)
-    kl_target: float = Field(default=0.1, gt=0)
-    kl_horizon: int = Field(default=10000, ge=1)
-    gamma: float = Field(default=1.0, ge=0, le=1)
-    lam: float = Field(default=1.0, ge=0, le=1)
-    value_clip: float = Field(default=0.2, gt=0)
-    value_coef: float = Field(default=0.5, ge=0)
-    entropy_coef: float = 0.0
-    norm_adv_by_std: bool = True
-    #: how per-token losses become one (searchrl.rl.masked.aggregate_loss); dr_grpo: seq_mean_token_sum_norm.
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"] = (
-        "token_mean"
-    )
-    #: the constant length of seq_mean_token_sum_norm (Dr. GRPO's "a constant instead of |o_i|"); under Adam it
-    #: scales the gradient only as gradient clipping sees it.
-    loss_norm_tokens: int = Field(default=1024, ge=1)
-    #: GSPO's clip range around 1 of the per-sequence ratio: 1 - low, 1 + high (the paper's 3e-4 and 4e-4).
-    gspo_clip_low: float = Field(default=3e-4, gt=0)
-    gspo_clip_high: float = Field(default=4e-4, gt=0)
-    #: REINFORCE++ only (OpenRLHF's advantage_estimator): "reinforce" = plain (R1-Searcher++ Eq. 1), returns whitened;
-    #: "reinforce_baseline" = score minus group mean first (R1-Searcher's code); "group_norm" = (score - group mean) /
-    #: (group std + 1e-9), returns not whitened (R1-Searcher's stage-1 code).
-    reinforce_estimator: Literal["reinforce", "reinforce_baseline", "group_norm"] = "reinforce"
-    mask_observations: bool = True  # retrieved tokens out of every loss term; False: the masking ablation only
-    #: PPO critic on the policy's tokens only (True) or every response token (False, RAG-R1's code)
-    critic_mask_observations: bool = True
-    ppo_epochs: int = Field(default=1, ge=1)
-    #: trajectories per optimizer step over all processes (P prompts x G rollouts: ceil(P * G / mini_batch_size)
-    #: optimizer steps per epoch). Upstream veRL's ``ppo_mini_batch_size`` counts prompts (multiply it by
-    #: rollout.n); Search-R1's veRL fork (also under R-Search) repeats prompts n_agent times first and does not
-    #: scale the mini-batch, so there it counts trajectories as given.
-    mini_batch_size: int = Field(default=8, ge=1)
-    #: old log-probs of the ratio: "rollout" (the generator's), "recompute" (a pass after the rollout), "current" (the
-    #: update's own forward, detached: only for one update per step), or "auto": with one on-policy update per step,
-    #: the rollout's when the policy's own weights generated in fp32, the current ones in bf16 (unless the KL is in
-    #: the reward); else recomputed.
-    old_logprobs: Literal["auto", "rollout", "recompute", "current"] = "auto"
-    #: DAPO's dynamic sampling (group baselines only): groups that all scored alike (advantage 0) skip the log-prob and
-    #: update passes and leave the token-mean loss; max_sampling_rounds > 1 refills them: rounds of prompts_per_step
-    #: fresh questions until the step holds that many informative groups (all of them are kept).
-    drop_uniform_groups: bool = False
-    max_sampling_rounds: int = Field(1, ge=1)
-
-    @model_validator(mode="after")
-    def _check(self) -> AlgorithmConfig:
-        if self.max_sampling_rounds > 1 and not self.drop_uniform_groups:
-            raise ValueError("max_sampling_rounds > 1 refills dropped groups: set algorithm.drop_uniform_groups=true")
-        if self.dual_clip is not None and self.dual_clip <= 1.0:
-            raise ValueError("algorithm.dual_clip must be > 1 (e.g. 3.0) or null to disable it")
-        if self.drop_uniform_groups and not algorithm(self.name).has_group_baseline(self.reinforce_estimator):
-            raise ValueError(f"algorithm.drop_uniform_groups needs a group baseline: {group_baselines()}")
-        own = algorithm(self.name).loss_agg
-        if own and self.loss_agg not in (own, type(self).model_fields["loss_agg"].default):
-            raise ValueError(f"algorithm.name={self.name} aggregates the loss as {own}: remove algorithm.loss_agg")
-        if self.old_logprobs == "rollout" and not self.mask_observations:
-            raise ValueError("algorithm.old_logprobs=rollout lacks retrieved tokens' log-probs: use auto or recompute")
-        if self.clip_eps_high is not None and algorithm(self.name).policy_loss == "gspo":
-            raise ValueError("algorithm.clip_eps_high clips tokens; gspo clips sequences: use gspo_clip_high")
-        return self
 
 
 class TrainingConfig(Section):
@@ -436,6 +341,10 @@ class StageConfig(Section):
 class RunConfig(Section):
     name: str = "default"
     description: str = ""
+    #: Python files (relative to the working directory) or modules imported before the rest of the config is
+    #: validated; they register your own protocols, retrievers, evaluation methods and algorithms
+    #: (searchrl.config.extensions).
+    plugins: list[str] = Field(default_factory=list)
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
@@ -448,6 +357,15 @@ class RunConfig(Section):
     evaluation: EvaluationConfig = EvaluationConfig()
     #: the method's stages for ``searchrl run`` (data building -> SFT -> RL -> evaluation), in order.
     pipeline: list[StageConfig] = Field(default_factory=list)
+
+    @field_validator("plugins")
+    @classmethod
+    def _import_plugins(cls, plugins: list[str]) -> list[str]:
+        """Plugins run first (fields are validated in order): the names they register are then valid values of the
+        sections below."""
+        for spec in plugins:
+            import_plugin(spec)
+        return plugins
 
     @model_validator(mode="after")
     def _check_pipeline(self) -> RunConfig:
@@ -487,12 +405,12 @@ class RunConfig(Section):
             for f in fields:  # a resolved config (dump_config) repeats the defaults: only other values fail
                 if getattr(sec, f) != type(sec).model_fields[f].default:
                     raise ValueError(
-                        f"{section}.{f} configures the critic, which only {'/'.join(CRITIC_ALGORITHMS)} trains; "
-                        f"remove it or set algorithm.name={CRITIC_ALGORITHMS[0]}"
+                        f"{section}.{f} configures the critic, which only {'/'.join(critic_algorithms())} trains; "
+                        f"remove it or set algorithm.name={critic_algorithms()[0]}"
                     )
         if alg.gamma != 1.0:
             raise ValueError(
                 f"algorithm.gamma={alg.gamma} is the discount of the critic's GAE; {alg.name} is undiscounted "
-                f"here: remove it or set algorithm.name={CRITIC_ALGORITHMS[0]}"
+                f"here: remove it or set algorithm.name={critic_algorithms()[0]}"
             )
         return self

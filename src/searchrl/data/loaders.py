@@ -26,23 +26,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
+from searchrl.config.base import check_fields
+from searchrl.data.fields import (
+    ALIAS_FIELDS,
+    ANSWER_FIELDS,
+    ID_FIELDS,
+    LIST_CELLS,
+    QUESTION_FIELDS,
+    mapped,
+    note_question_field,
+)
 from searchrl.data.records import QAExample
 from searchrl.utils import console, error_line, open_lines
 
-#: ``golds`` before ``answer``: SearchRL's own records (trajectories, predictions) hold the model's answer there
-_ANSWER_FIELDS = ("golden_answers", "golds", "answer", "answers", "possible_answers")
-# Other names of the question: BEIR-style ``query``, SimpleQA's and BrowseComp's ``problem``, KILT's ``input``, and a
-# ``prompt`` string (Frames); the first present, as a string, is the question.
-QUESTION_FIELDS = ("question", "query", "problem", "input", "prompt")
-_ID_FIELDS = ("id", "_id", "question_id", "questionid", "qid")
-_ALIAS_FIELDS = ("answer_aliases",)  # MuSiQue: more gold answers beside 'answer'
-_LIST_CELLS = {*_ANSWER_FIELDS, *_ALIAS_FIELDS}  # a CSV / TSV cell of these fields may hold a list
 _EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
 
 
@@ -137,7 +139,7 @@ def _from_verl(row: dict[str, Any]) -> dict[str, Any]:
     _, marker, question = str(user).rpartition("Question:")
     rest = {k: v for k, v in row.items() if k not in ("prompt", "reward_model")}
     index = (row.get("extra_info") or {}).get("index") if isinstance(row.get("extra_info"), dict) else None
-    if index is not None and not any(row.get(f) is not None for f in _ID_FIELDS):  # unique across merged sources
+    if index is not None and not any(row.get(f) is not None for f in ID_FIELDS):  # unique across merged sources
         rest["id"] = f"{row['data_source']}-{index}" if row.get("data_source") else str(index)
     return {**rest, "question": question.strip() if marker else "", "golden_answers": truth["target"]}
 
@@ -162,7 +164,7 @@ def _renamed(row: dict[str, Any]) -> dict[str, Any]:
         if name:
             row = {"question": row[name], **{k: v for k, v in row.items() if k != name}}
     output = row.get("output")
-    if any(f in row for f in _ANSWER_FIELDS) or not isinstance(output, list):
+    if any(f in row for f in ANSWER_FIELDS) or not isinstance(output, list):
         return row
     answers = [o["answer"] for o in output if isinstance(o, dict) and isinstance(o.get("answer"), str)]
     if not any(a.strip() for a in answers):
@@ -172,19 +174,28 @@ def _renamed(row: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "golden_answers": [a for a in answers if a.strip()], "provenance": provenance}
 
 
-def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: bool = False) -> QAExample:
-    """One dataset row -> QAExample. ``where`` (``file:line``) and ``default_id`` are used for errors and ids."""
+def row_to_example(
+    row: dict[str, Any],
+    where: str,
+    default_id: str,
+    normalize: bool = False,
+    fields: Mapping[str, str] | None = None,
+) -> QAExample:
+    """One dataset row -> QAExample. ``where`` (``file:line``) and ``default_id`` are used for errors and ids;
+    ``fields`` maps a part to the row's field when the row names it otherwise (``{"question": "query_text"}``)."""
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object per row, got {type(row).__name__}")
+    if fields:
+        row = mapped(row, fields, where)
     verl = _from_verl(_lower_keys(row))
     from_verl, row = verl is not row, _renamed(verl)
-    present = [f for f in ("question", *_ANSWER_FIELDS) if f in row]
+    present = [f for f in ("question", *ANSWER_FIELDS) if f in row]
     if "question" not in row:
         raise ValueError(
             f"{where}: missing field 'question' (or 'query', 'problem', 'input') ({_EXPECTED}; found fields "
             f"{sorted(row)})"
         )
-    answer_field = next((f for f in _ANSWER_FIELDS if f in row and row[f] is not None), None)
+    answer_field = next((f for f in ANSWER_FIELDS if f in row and row[f] is not None), None)
     if answer_field is None:
         raise ValueError(
             f"{where}: no 'golden_answers' (or 'answer'), or only null ones ({_EXPECTED}; found fields {sorted(row)})"
@@ -193,9 +204,9 @@ def row_to_example(row: dict[str, Any], where: str, default_id: str, normalize: 
     if not isinstance(question, str) or not question.strip():
         hint = "; a verl prompt needs 'Question: ...' in its user message" if from_verl else ""
         raise ValueError(f"{where}: field 'question' must be a non-empty string{hint}")
-    id_field = next((f for f in _ID_FIELDS if row.get(f) is not None and str(row[f]) != ""), None)
+    id_field = next((f for f in ID_FIELDS if row.get(f) is not None and str(row[f]) != ""), None)
     answers = _answers(row[answer_field], where, answer_field)
-    aliases = [f for f in _ALIAS_FIELDS if row.get(f)]
+    aliases = [f for f in ALIAS_FIELDS if row.get(f)]
     for field in aliases:
         answers = list(dict.fromkeys([*answers, *_answers(row[field], where, field)]))
     metadata = dict(row["metadata"]) if isinstance(row.get("metadata"), dict) else {}
@@ -271,7 +282,7 @@ def _iter_csv(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
                 line = n if headless else reader.line_num
                 where = f"{path}:{line}"
                 row = dict(zip(names, cells, strict=False))
-                row = {k: _list_cell(v) if k.lower() in _LIST_CELLS else v for k, v in row.items()}
+                row = {k: _list_cell(v) if k.lower() in LIST_CELLS else v for k, v in row.items()}
                 yield where, line, row
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 ({err.reason}); re-save the file as UTF-8") from None
@@ -396,19 +407,28 @@ def iter_rows(source: str | Path, split: str | None = None) -> Iterator[tuple[st
         yield where, row
 
 
-def iter_qa(source: str | Path, split: str | None = None, normalize: bool = False) -> Iterator[QAExample]:
-    """Stream QA examples from any supported source (see the module docstring).
+def iter_qa(
+    source: str | Path,
+    split: str | None = None,
+    normalize: bool = False,
+    fields: Mapping[str, str] | None = None,
+) -> Iterator[QAExample]:
+    """Stream QA examples from any supported source (see the module docstring). ``fields`` maps a question's parts
+    to the source's field names where they differ: ``{"question": "query_text", "answers": "gold", "id": "uid"}``.
 
     An id that an earlier row of another question already has (files merged from datasets whose ids each restart
     at ``train_0``) becomes ``<id>@<line>`` (``@<row>`` in an array or parquet file; ``metadata.id_in_file`` keeps
     the id as written), with one warning: an id names one question's rollout group, its split side and its
     rewrites. A question repeated under its id stays as it is.
     """
+    fields = check_fields(fields)
     rows, prefix = _rows(source, split)
     seen: dict[str, str] = {}
-    warned = False
+    warned = noted = False
     for where, index, row in rows:
-        ex = row_to_example(row, where, f"{prefix}-{index}", normalize)
+        if not noted and "question" not in fields and isinstance(row, dict):
+            noted = note_question_field(row, where)
+        ex = row_to_example(row, where, f"{prefix}-{index}", normalize, fields)
         if seen.setdefault(ex.id, ex.question) != ex.question:
             if not warned:
                 warned = True
@@ -422,19 +442,23 @@ def iter_qa(source: str | Path, split: str | None = None, normalize: bool = Fals
 
 
 def load_qa(
-    source: str | Path, split: str | None = None, limit: int | None = None, normalize: bool = False
+    source: str | Path,
+    split: str | None = None,
+    limit: int | None = None,
+    normalize: bool = False,
+    fields: Mapping[str, str] | None = None,
 ) -> list[QAExample]:
     """Load QA examples from a file, a directory or ``hf:NAME[:CONFIG]:SPLIT``.
 
     ``limit`` keeps the first N examples (without reading the rest); ``normalize`` applies :func:`question_text`
-    (off by default, so questions stay exactly as the dataset has them).
+    (off by default, so questions stay exactly as the dataset has them); ``fields`` as in :func:`iter_qa`.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     out: list[QAExample] = []
     if limit == 0:
         return out
-    for ex in iter_qa(source, split, normalize):
+    for ex in iter_qa(source, split, normalize, fields):
         out.append(ex)
         if limit is not None and len(out) >= limit:
             break

@@ -10,8 +10,8 @@ from searchrl.eval.baselines import (
     NaiveRAGMethod,
     Prediction,
 )
-from searchrl.eval.harness import EvalResult, evaluate, run_from_config
-from searchrl.eval.methods import METHODS
+from searchrl.eval.harness import EvalResult, build_methods, evaluate, metric_settings, run_from_config
+from searchrl.eval.methods import METHODS, register_method
 from searchrl.eval.report import aggregate, render_markdown, write_reports
 from searchrl.eval.rescore import rescore_file
 
@@ -26,7 +26,10 @@ __all__ = [
     "NaiveRAGMethod",
     "Prediction",
     "aggregate",
+    "build_methods",
     "evaluate",
+    "metric_settings",
+    "register_method",
     "render_markdown",
     "rescore_file",
     "run_from_config",

@@ -21,8 +21,8 @@ from searchrl.data import loaders
 from searchrl.data.records import QAExample
 from searchrl.eval.report import AVERAGE
 from searchrl.pipeline import (
-    REMOTE_KINDS,
     default_index_dir,
+    is_service,
     load_split,
     make_retriever_for,
     resolve_file,
@@ -115,13 +115,14 @@ def _resolve_qa_source(cfg: RunConfig, entry: str) -> str:
     )
 
 
-def load_entry(cfg: RunConfig, data: str) -> tuple[str, list[QAExample]]:
-    """(source, every question) of a dataset entry's ``data``: a split name, a QA file or an ``hf:`` source."""
+def load_entry(cfg: RunConfig, data: str, fields: dict[str, str] | None = None) -> tuple[str, list[QAExample]]:
+    """(source, every question) of a dataset entry's ``data``: a split name, a QA file or an ``hf:`` source;
+    ``fields``: the file's names of a question's parts (default: ``data.fields``)."""
     if data in SPLITS:
         return resolve_file(cfg, getattr(cfg.data, data)), load_split(cfg, data)
     source = _resolve_qa_source(cfg, data)
     try:
-        return source, loaders.load_qa(source)
+        return source, loaders.load_qa(source, fields=cfg.data.fields if fields is None else fields)
     except Exception as err:  # an hf: source that cannot be fetched (offline, unknown name): one line, the fix
         if not source.startswith("hf:") or (isinstance(err, ValueError) and "\n" not in str(err)):
             raise
@@ -160,7 +161,7 @@ def resolve_eval_sets(cfg: RunConfig) -> list[EvalSet]:
     stems = Counter(dataset_name(e.data) for e in entries if e.name is None and e.data not in SPLITS)
     out: list[EvalSet] = []
     for entry in entries:
-        source, examples = load_entry(cfg, entry.data)
+        source, examples = load_entry(cfg, entry.data, entry.fields)
         corpus = contexts_corpus(source, examples) if entry.corpus == CONTEXTS else _local(cfg, entry.corpus)
         base = entry.name or (entry.data if entry.data in SPLITS else dataset_name(entry.data))
         if entry.name is None and stems[base] > 1 and Path(entry.data).parent.name:  # FlashRAG's nq/test.jsonl, ...
@@ -212,7 +213,7 @@ def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
     """The retriever of a set that names its own index directory and / or corpus, with the run's retrieval
     settings (kind, encoder, top-k). An index directory that holds an index decides its own kind."""
     r = cfg.retrieval
-    if r.kind in REMOTE_KINDS:
+    if is_service(r.kind):
         raise ValueError(
             f"an evaluation set's own index or corpus needs a local retrieval.kind, not {r.kind}; "
             "drop index/corpus from the entry or set retrieval.kind=bm25 or dense"

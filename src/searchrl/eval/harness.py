@@ -40,7 +40,7 @@ from searchrl.eval.baselines import (
 )
 from searchrl.eval.datasets import SPLITS, as_entry, dataset_name, own_retriever, resolve_datasets, resolve_eval_sets
 from searchrl.eval.diagnostics import DIAGNOSTICS_NOTE, add_diagnostics, failure_shares, shares_table, with_committed
-from searchrl.eval.methods import METHODS, RETRIEVAL_METHODS
+from searchrl.eval.methods import CUSTOM_METHODS, METHODS, RETRIEVAL_METHODS
 from searchrl.eval.prior import AnswerPrior, PriorMethod, prior_from_config
 from searchrl.eval.report import (
     POOLED_STYLES,
@@ -52,11 +52,12 @@ from searchrl.eval.report import (
     write_reports,
 )
 from searchrl.eval.resume import answer_pair, settings_key
+from searchrl.eval.scoring import check_metrics, metric_functions, metric_settings
 from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
 from searchrl.rewards.judge import LLMJudge
-from searchrl.rewards.metrics import MetricFn, get_metric, get_metrics
+from searchrl.rewards.metrics import MetricFn, get_metrics
 from searchrl.rollout.engine import RolloutLimits
 from searchrl.utils import console, progress, seed_everything, write_jsonl
 
@@ -78,10 +79,10 @@ class EvalResult:
 def check_retriever_source(cfg: RunConfig, corpus: str | Path | None = None) -> None:
     """Without a built index or a ``corpus``, the retriever is the data directory's: refuse when the datasets are
     files of their own and the data is the synthetic world (its index would answer other questions)."""
-    from searchrl.pipeline import REMOTE_KINDS, index_kind
+    from searchrl.pipeline import index_kind, is_service
 
     r = cfg.retrieval
-    if r.kind in REMOTE_KINDS or corpus is not None or (r.index is not None and index_kind(r.index)):
+    if is_service(r.kind) or corpus is not None or (r.index is not None and index_kind(r.index)):
         return
     entries = [as_entry(d) for d in cfg.evaluation.datasets]
     explicit = [e.data for e in entries if e.data not in SPLITS and e.index is None and e.corpus is None]
@@ -124,6 +125,9 @@ def build_methods(
     for name in ev.methods:
         if name in RETRIEVAL_METHODS and name != "agent" and retriever is None:
             raise ValueError(f"method {name} needs a retriever: pass --index DIR or --url URL")
+        if name in CUSTOM_METHODS:
+            methods[name] = CUSTOM_METHODS[name](cfg, generator, retriever)
+            continue
         if name == "prior":
             methods[name] = PriorMethod(prior or prior_from_config(cfg))
             continue
@@ -187,70 +191,6 @@ def make_judge(cfg: RunConfig, out_dir: str | Path) -> LLMJudge | None:
 
 
 # ------------------------------------------------------------------------------------------------ scoring
-
-
-#: each method's own evaluation code, by protocol: (normalisation, cover_em boundary). Search-R1's ``qa_em.py``:
-#: SQuAD EM and a plain-substring ``subem_check``; R1-Searcher's ``metric_calc_rule.py``: its own normalisation,
-#: token cover (ACC_R) and a substring cover; R1-Searcher++ evaluates with FlashRAG (SQuAD, substring ``acc``);
-#: R-Search's code: SQuAD EM/F1 and a substring Acc; RAG-R1's ``eval.py``: punctuation as spaces, no True/False
-#: mapping, EM only; Search-o1 is a baseline here and tool_call our own protocol (SQuAD, word-bounded cover); the
-#: trained baselines' reason and rag protocols are Search-R1's, scored like its agent.
-EVAL_CONVENTIONS: dict[str, tuple[str, str]] = {
-    "search_r1": ("squad", "char"),
-    "r1_searcher": ("r1_searcher", "char"),
-    "r1_searcher_pp": ("squad", "char"),
-    "r_search": ("squad", "char"),
-    "rag_r1": ("rag_r1", "word"),
-    "search_o1": ("squad", "word"),
-    "tool_call": ("squad", "word"),
-    "reason": ("squad", "char"),  # Search-R1's trained baselines: scored as Search-R1 scores its agent
-    "rag": ("squad", "char"),
-}
-#: each metric's own normalisation when nothing else is asked for (cover_em_tokens is R1-Searcher's ACC_R).
-_METRIC_DEFAULT_NORMALIZE = {"cover_em_tokens": "r1_searcher"}
-
-
-def metric_settings(
-    metrics: Sequence[str], normalize: str = "auto", boundary: str = "auto", protocol: str | None = None
-) -> dict[str, dict[str, str]]:
-    """``{metric: {"normalize": ..., ["boundary": ...]}}``: what each score of an evaluation table means.
-
-    ``auto`` takes the protocol's entry of :data:`EVAL_CONVENTIONS` (the method's own evaluation code), or each
-    metric's default without a protocol (SQuAD, word-bounded cover, R1-Searcher's for ``cover_em_tokens``). Under
-    ``auto``, ``cover_em_tokens`` keeps R1-Searcher's normalisation, which defines that metric.
-
-    >>> metric_settings(["em", "cover_em", "cover_em_tokens"], protocol="search_r1")
-    {'em': {'normalize': 'squad'}, 'cover_em': {'normalize': 'squad', 'boundary': 'char'}, \
-'cover_em_tokens': {'normalize': 'r1_searcher'}}
-    """
-    if protocol is not None and protocol not in EVAL_CONVENTIONS:
-        raise ValueError(f"no evaluation convention for protocol {protocol!r}; set evaluation.normalize explicitly")
-    conv_norm, conv_boundary = EVAL_CONVENTIONS.get(protocol or "", ("squad", "word"))
-    out: dict[str, dict[str, str]] = {}
-    for m in metrics:
-        if normalize != "auto":
-            norm = normalize
-        else:
-            norm = _METRIC_DEFAULT_NORMALIZE.get(m, conv_norm)
-        out[m] = {"normalize": norm}
-        if m == "cover_em":
-            out[m]["boundary"] = conv_boundary if boundary == "auto" else boundary
-    return out
-
-
-def metric_functions(settings: Mapping[str, Mapping[str, str]]) -> dict[str, MetricFn]:
-    """The scoring functions of :func:`metric_settings`' output."""
-    return {m: get_metric(m, normalize=s["normalize"], boundary=s.get("boundary")) for m, s in settings.items()}
-
-
-def check_metrics(metrics: Sequence[str]) -> list[str]:
-    """Validate metric names (``judge`` is added by the harness, not listed here)."""
-    names = [m for m in metrics if m != "judge"]
-    if not names:
-        raise ValueError("no metrics: set evaluation.metrics, e.g. [em, f1, cover_em, cover_em_tokens]")
-    for m in names:
-        get_metric(m)  # raises a ValueError naming the valid metrics
-    return names
 
 
 def item_row(

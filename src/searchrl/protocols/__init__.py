@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from searchrl.config.extensions import add_name
 from searchrl.protocols._tags import (
     BAD_ARGUMENTS,
     BAD_JSON,
@@ -18,6 +19,7 @@ from searchrl.protocols._tags import (
     NO_SEARCH,
     QUERY_TOO_LONG,
     UNKNOWN_TOOL,
+    TagProtocol,
 )
 from searchrl.protocols.base import Action, Answer, FormatReport, Invalid, Protocol, Search
 from searchrl.protocols.no_search import RAGProtocol, ReasonProtocol
@@ -40,6 +42,21 @@ PROTOCOLS: dict[str, type[Protocol]] = {
     "reason": ReasonProtocol,
     "rag": RAGProtocol,
 }
+
+
+def register_protocol(name: str, cls: type[Protocol]) -> type[Protocol]:
+    """Make your protocol class selectable as ``rollout.protocol: name`` (call it in a module that a run config's
+    ``plugins:`` lists). A name already taken is refused. A subclass of a tag protocol that only renames its tags,
+    e.g. ``SearchR1Protocol`` with ``search_tags = ("<query>", "</query>")``, writes its prompt, calls and
+    observations in them."""
+    if not (isinstance(cls, type) and issubclass(cls, Protocol)):
+        raise TypeError(f"register_protocol({name!r}, ...) needs a subclass of searchrl.protocols.Protocol")
+    if "name" in vars(cls) and cls.name != name:
+        raise ValueError(f"{cls.__name__}.name is {cls.name!r}; register it under that name, or change its name")
+    add_name("protocol", name)
+    cls.name = name
+    PROTOCOLS[name] = cls
+    return cls
 
 
 def get_protocol(name: str, **options: Any) -> Protocol:
@@ -75,7 +92,9 @@ __all__ = [
     "Search",
     "SearchO1Protocol",
     "SearchR1Protocol",
+    "TagProtocol",
     "ToolCallProtocol",
     "get_protocol",
+    "register_protocol",
     "search_tool",
 ]

@@ -89,6 +89,9 @@ class Protocol(ABC):
     prompt_documents: bool = False
     #: False for a protocol that never searches during the rollout (the ``reason`` and ``rag`` baselines).
     searches: bool = True
+    #: how ``searchrl eval`` scores this protocol's answers under ``normalize: auto``: (answer normalisation,
+    #: cover-EM boundary); the built-in protocols' entries are ``searchrl.eval.scoring.EVAL_CONVENTIONS``.
+    eval_convention: tuple[str, str] = ("squad", "word")
 
     def __init__(self, **options: Any) -> None:
         self.options = options

@@ -54,34 +54,53 @@ class SearchR1Protocol(TagProtocol):
     result_tags = INFORMATION
     answer_tags = ANSWER
     other_tags = THINK
+    think_tags = THINK
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that renames the search or answer tags stops generation at its own closing tags."""
+        super().__init_subclass__(**kwargs)
+        if "search_tags" in vars(cls) and "stop_strings" not in vars(cls):
+            cls.stop_strings = (cls.search_tags[1],)
+        if "answer_tags" in vars(cls) and "answer_stop_strings" not in vars(cls):
+            cls.answer_stop_strings = (cls.answer_tags[1],)
+
+    def _retag(self, text: str) -> str:
+        """``text`` with Search-R1's tags replaced by this class's own: a subclass that renames its tags (e.g.
+        ``search_tags = ("<query>", "</query>")``) gets prompts, calls, observations and feedback in them."""
+        ours = (*self.think_tags, *self.search_tags, *self.result_tags, *self.answer_tags)
+        for old, new in zip((*THINK, *SEARCH, *INFORMATION, *ANSWER), ours, strict=True):
+            if old != new:
+                text = text.replace(old, new)
+        return text
 
     def instruction(self, question: str) -> str:
-        return INSTRUCTION.format(question=question.strip())
+        return self._retag(INSTRUCTION).format(question=question.strip())
 
     def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
-        return f"<search> {queries[0]} </search>"
+        return self._retag(f"<search> {queries[0]} </search>")
 
     def format_answer(self, answer: str) -> str:
-        return f"<answer> {answer} </answer>"
+        return self._retag(f"<answer> {answer} </answer>")
 
     def format_reasoning(self, text: str) -> str:
-        return f"<think> {text} </think>\n"
+        return self._retag(f"<think> {text} </think>\n")
 
     def _docs(self, hits: list[Hit]) -> str:
         return "".join(f"Doc {i}(Title: {quoted_title(h)}) {h.text}\n" for i, h in enumerate(hits, start=1))
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         hits = self._prepared(queries, hits)
-        return f"\n\n<information>{self._docs(hits[0]).strip()}</information>\n\n"
+        r_open, r_close = self.result_tags
+        return f"\n\n{r_open}{self._docs(hits[0]).strip()}{r_close}\n\n"
 
     def _feedback_how(self) -> str:
-        return (
+        return self._retag(
             "To search, I should write the query between <search> and </search>; to give the final answer, I "
             "should write it between <answer> and </answer>."
         )
 
     def force_answer_text(self) -> str:
-        return (
+        return self._retag(
             "\nI have used up my searches, so after a last bit of reasoning I will give the final answer between "
             "<answer> and </answer>.\n"
         )
@@ -95,9 +114,9 @@ class SearchR1Protocol(TagProtocol):
         information comes a new think block; only whitespace between blocks; nothing after ``</answer>``.
         Returns the first violation, or None.
         """
-        t_open, t_close = THINK
+        t_open, t_close = self.think_tags
         s_open, s_close = self.search_tags
-        a_open, a_close = ANSWER
+        a_open, a_close = self.answer_tags
         moves = {
             ("start", t_open): "in_think",
             ("information", t_open): "in_think",
@@ -139,7 +158,7 @@ class SearchR1Protocol(TagProtocol):
         (``<information>`` tags the policy wrote itself).
         """
         events = self.scan_response(response)
-        answers = blocks(events, *ANSWER).contents
+        answers = blocks(events, *self.answer_tags).contents
         answer = answers[-1].strip() if answers else None
         problems = []
         seq = self._sequence_problem(events)
@@ -148,7 +167,7 @@ class SearchR1Protocol(TagProtocol):
         extra, more = self._extra(events)
         problems.extend(more)
         extra.update(
-            n_think=len(blocks(events, *THINK).contents),
+            n_think=len(blocks(events, *self.think_tags).contents),
             n_unanswered_searches=unanswered_searches(events, self.search_tags[1]),
             n_fabricated_information=count_tag(events, self.result_tags[0]),
         )

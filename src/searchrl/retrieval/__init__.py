@@ -1,6 +1,6 @@
 """Retrieval: one batched interface, ``search(queries, k) -> list[list[Hit]]``, over local indexes (BM25, dense,
 hybrid), remote ``/retrieve`` servers, web search and MCP servers' search tools. ``make_retriever`` turns a
-``RetrievalConfig`` into one.
+``RetrievalConfig`` into one; ``register_retriever`` adds your own kind.
 
 Submodules import their heavy dependencies (bm25s, faiss, torch, httpx, mcp) only when used, so importing this package
 is cheap.
@@ -9,9 +9,11 @@ is cheap.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from searchrl.config.extensions import add_name
 from searchrl.retrieval.base import Hit, Retriever
 
 if TYPE_CHECKING:
@@ -21,12 +23,30 @@ __all__ = [
     "Hit",
     "Retriever",
     "make_retriever",
+    "register_retriever",
+    "RETRIEVERS",
     "build_index",
     "load_index",
     "RemoteRetriever",
     "WebRetriever",
     "MCPRetriever",
 ]
+
+
+#: your own retrieval kinds: ``retrieval.kind`` -> a factory of the retriever from the retrieval section.
+RETRIEVERS: dict[str, Callable[[RetrievalConfig], Retriever]] = {}
+
+
+def register_retriever(kind: str, factory: Callable[[RetrievalConfig], Retriever]) -> None:
+    """Make ``retrieval.kind: kind`` build your retriever (call it in a module that a run config's ``plugins:``
+    lists). ``factory(cfg)`` gets the retrieval section: your settings in ``cfg.options``, and ``cfg.topk`` and
+    ``cfg.timeout_s``. It returns an object with ``search(queries, k) -> list[list[Hit]]`` (:class:`Retriever`;
+    the rollout keeps the first ``k`` hits of each query). Such a kind has no local index, so none is built for it.
+    A kind already taken is refused."""
+    if not callable(factory):
+        raise TypeError(f"register_retriever({kind!r}, ...) needs a callable factory(cfg) -> Retriever")
+    add_name("retriever", kind)
+    RETRIEVERS[kind] = factory
 
 
 def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Retriever:
@@ -39,7 +59,10 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
       ``$GOOGLE_API_KEY`` is set and ``$SERPAPI_API_KEY`` is not, else ``serpapi`` (or ``cfg.web.provider``);
       ``cfg.urls[0]``, when given, replaces the provider's base URL.
     - ``mcp``: an ``MCPRetriever`` over ``cfg.mcp.server``'s search tool (calls time out after ``cfg.timeout_s``).
+    - a kind of :func:`register_retriever`: its factory's retriever.
     """
+    if cfg.kind in RETRIEVERS:
+        return RETRIEVERS[cfg.kind](cfg)
     if cfg.kind == "mcp":
         from searchrl.retrieval.mcp import MCPRetriever
 

@@ -41,10 +41,11 @@ class Retriever(Protocol):
         ...
 
 
-def check_hits(hits: Any, n_queries: int, retriever: Any) -> list[list[Hit]]:
-    """``hits`` as a retriever must return them for ``n_queries`` queries: one list of :class:`Hit` per query. Else a
-    one-line ``TypeError`` naming the retriever and the shape it should give (a retriever of one's own is checked
-    at its first search, before any observation is built from it).
+def check_hits(hits: Any, n_queries: int, retriever: Any, k: int | None = None) -> list[list[Hit]]:
+    """``hits`` as a retriever must return them for ``n_queries`` queries: one list of :class:`Hit` per query, the
+    first ``k`` of each kept (a retriever of one's own may return more than it was asked for). Else a one-line
+    ``TypeError`` naming the retriever and the shape it should give (a retriever of one's own is checked at its first
+    search, before any observation is built from it).
 
     >>> check_hits([[Hit("d1", "T", "text", 1.0)]], 1, None)[0][0].id
     'd1'
@@ -67,4 +68,4 @@ def check_hits(hits: Any, n_queries: int, retriever: Any) -> list[list[Hit]]:
                 f"{name} returned a {type(bad).__name__} as a hit: each must be a "
                 "searchrl.retrieval.base.Hit(id, title, text, score)"
             )
-    return [list(row) for row in hits]
+    return [list(row[:k]) for row in hits]

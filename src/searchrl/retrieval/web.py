@@ -218,7 +218,7 @@ class WebRetriever:
         if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
             raise ValueError(
                 f"{where} answered in an unknown format (expected an object whose '{field}' lists result objects); "
-                f"check retrieval.web.base_url and provider"
+                f"check retrieval.urls[0] (the search endpoint) and retrieval.web.provider"
             )
         hits = []
         for rank, item in enumerate(items[:k], start=1):

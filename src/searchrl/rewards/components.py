@@ -55,20 +55,16 @@ weight 1.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import math
-import sys
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import fmean
 from typing import Any, Literal
 
 from searchrl.config import RewardComponent, RewardConfig
+from searchrl.config.extensions import load_object
 from searchrl.protocols.base import FORMAT_SCHEMES
 from searchrl.rewards.correctness import CORRECTNESS_PARAMS, Correctness
 from searchrl.rewards.inputs import Reader, RewardInput, Scores
@@ -82,7 +78,6 @@ from searchrl.rewards.model_rewards import (
     judge_reward,
     reader_prompt,
 )
-from searchrl.utils import error_line
 
 __all__ = [
     "COMPONENTS",
@@ -332,7 +327,6 @@ COMPONENTS: dict[str, Callable[..., Scores]] = {
     "judge": judge_reward,
     "hops": hop_reward,
 }
-_LOADED: dict[Path, Any] = {}  # component files already run, by path
 
 
 def component_fn(name: str) -> Callable[..., Scores]:
@@ -344,38 +338,14 @@ def component_fn(name: str) -> Callable[..., Scores]:
     """
     if name in COMPONENTS:
         return COMPONENTS[name]
-    where, _, attr = name.rpartition(":")
-    if not where or not attr.isidentifier():
+    if ":" not in name:
         raise ValueError(
             f"unknown reward component {name!r}: use one of {', '.join(COMPONENTS)}, or your own function as "
             "'path/to/file.py:function' or 'module:function'"
         )
-    path = Path(where).expanduser().resolve() if where.endswith(".py") else None
-    if path is not None and not path.is_file():
-        raise ValueError(f"reward component {name!r}: there is no file {where}")
-    try:
-        if path is not None:
-            if path not in _LOADED:
-                # a module of its own in sys.modules, as an import would give it (dataclasses and pickle look it up)
-                key = f"searchrl_user_reward_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-                spec = importlib.util.spec_from_file_location(key, path)
-                module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-                sys.modules[key] = module
-                try:
-                    spec.loader.exec_module(module)  # type: ignore[union-attr]
-                except BaseException:
-                    del sys.modules[key]
-                    raise
-                _LOADED[path] = module
-            module = _LOADED[path]
-        else:
-            module = importlib.import_module(where)
-    except Exception as err:  # noqa: BLE001 -- whatever the user's module raises on import: one line naming it
-        fix = "" if path is not None else "; put its package on PYTHONPATH, or name its file (file.py:function)"
-        raise ValueError(f"reward component {name!r}: {where} cannot be loaded: {error_line(err)}{fix}") from None
-    fn = getattr(module, attr, None)
+    fn = load_object(name, "reward component")
     if not callable(fn):
-        raise ValueError(f"reward component {name!r}: {where} has no function {attr!r}")
+        raise ValueError(f"reward component {name!r}: {name.rpartition(':')[2]!r} is not a function")
     return fn
 
 
@@ -451,9 +421,16 @@ class RewardComposer:
         per_component: dict[str, list[float]] = {}
         metrics: dict[str, float] = {}
         for name, weight, fn, params in self._steps:
-            scores, comp_metrics = fn(inputs, **params)
-            if len(scores) != len(inputs):
-                raise RuntimeError(f"reward component {name!r} returned {len(scores)} scores for {len(inputs)} inputs")
+            out = fn(inputs, **params)
+            if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping)):
+                raise TypeError(
+                    f"reward component {name!r} returned {type(out).__name__}; return a pair (scores, metrics): a "
+                    "list with one float per input and a dict of metrics to log ({} for none)"
+                )
+            scores, comp_metrics = out
+            if not isinstance(scores, Sequence) or len(scores) != len(inputs):
+                got = f"{len(scores)} scores" if isinstance(scores, Sequence) else f"a {type(scores).__name__}"
+                raise RuntimeError(f"reward component {name!r} returned {got} for {len(inputs)} inputs")
             per_component[name] = scores
             total = [t + weight * s for t, s in zip(total, scores, strict=True)]
             metrics[f"reward/{name}"] = _mean(scores)

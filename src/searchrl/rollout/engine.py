@@ -406,7 +406,9 @@ class RolloutEngine:
         if self.retriever is None:
             raise ValueError(NO_RETRIEVER)
         t0 = time.perf_counter()
-        hits = check_hits(self.retriever.search(queries, self.limits.topk), len(queries), self.retriever)
+        hits = check_hits(
+            self.retriever.search(queries, self.limits.topk), len(queries), self.retriever, self.limits.topk
+        )
         return hits, time.perf_counter() - t0
 
     def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:

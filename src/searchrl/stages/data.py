@@ -43,10 +43,17 @@ def synth_world(
 
 
 def split_questions(
-    source: str, out: Path, heldout: int = 100, heldout_fraction: float | None = None, limit: int | None = None
+    source: str,
+    out: Path,
+    heldout: int = 100,
+    heldout_fraction: float | None = None,
+    limit: int | None = None,
+    *,
+    fields: dict[str, str] | None = None,
 ) -> tuple[int, int]:
     """Split a QA file into ``out``/train.jsonl and heldout.jsonl by a fixed rule (the smallest SHA-256 of the ids
-    are held out); ``heldout_fraction`` (e.g. 0.05) instead of a count. Returns (train, held-out) sizes."""
+    are held out); ``heldout_fraction`` (e.g. 0.05) instead of a count; ``fields``: the file's names of a question's
+    parts (``data.fields``; the files written use the usual ones). Returns (train, held-out) sizes."""
     from searchrl.data.loaders import load_qa
     from searchrl.data.splits import heldout_split
 
@@ -55,7 +62,7 @@ def split_questions(
             f"QA file {source} not found; give your questions and corpus, e.g. data.source=DIR "
             "data.train=questions.jsonl data.corpus=corpus.jsonl"
         )
-    examples = load_qa(source)[:limit]
+    examples = load_qa(source, fields=fields)[:limit]
     n_held = round(heldout_fraction * len(examples)) if heldout_fraction is not None else heldout
     if not examples:
         raise ConfigError(f"{source} holds no questions; check the file (or the split stage's limit)")
@@ -84,7 +91,7 @@ def build_index_for(cfg: RunConfig, out: Path, corpus: str | None = None, **opti
         from searchrl.eval.datasets import contexts_corpus
 
         source = resolve_file(cfg, cfg.data.train)
-        corpus = contexts_corpus(source, load_qa(source))
+        corpus = contexts_corpus(source, load_qa(source, fields=cfg.data.fields))
     kind = options.pop("kind", cfg.retrieval.kind)
     encoder = options.pop("encoder", cfg.retrieval.encoder)
     if kind not in ("bm25", "dense", "hybrid"):

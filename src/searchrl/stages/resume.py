@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from searchrl.config import RunConfig
+from searchrl.config.extensions import code_digests
 from searchrl.utils import atomic_write_text, weights_fingerprint
 
 INIT_FILE = "init_from.json"
@@ -107,7 +108,8 @@ _PREFIXED = re.compile(r"^([a-z_]+:)?(.+)$")  # "rewriter:PATH" names a path aft
 
 def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path) -> dict[str, Any]:
     """A pipeline stage's settings as its ``DONE`` marker records them: the stage (references resolved), the config
-    sections its kind reads (:data:`_READS`) and the model it started from. A path inside the run directory is
+    sections its kind reads (:data:`_READS`), the model it started from, and a digest of each file of your code it
+    ran (plugins, reward functions), so that editing one makes the stage run again. A path inside the run directory is
     written ``${run}/...``, so the same run named by a relative or an absolute path is the same run."""
     root = os.path.abspath(run_dir)
 
@@ -129,7 +131,9 @@ def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path)
         for k, v in _flat(json.loads(cfg.model_dump_json())).items()
         if any(k == r or k.startswith(r + ".") for r in reads) and k not in _NOT_OUTCOME
     }
-    raw = {"stage": json.loads(stage.model_dump_json()), "config": config, "model": model}
+    # the code it ran: your plugins, and the reward functions of the stages that score
+    code = [*cfg.plugins, *(c.name for c in cfg.reward.components if ":" in c.name and "reward" in reads)]
+    raw = {"stage": json.loads(stage.model_dump_json()), "config": config, "model": model, "code": code_digests(code)}
     return {k: placed(v) for k, v in _flat(raw).items()}
 
 

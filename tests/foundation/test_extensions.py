@@ -1,0 +1,227 @@
+"""Your own protocol, retriever, evaluation method and algorithm, added from a plugin file that a config's
+``plugins:`` lists: the config accepts their names, the pipeline builds them, and a name taken twice is refused."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from searchrl.config import ALGORITHMS, ConfigError, load_config
+from searchrl.config import extensions as ext
+from searchrl.data.loaders import load_qa
+from searchrl.data.records import QAExample
+from searchrl.eval import methods as eval_methods
+from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.protocols import PROTOCOLS, SearchR1Protocol, register_protocol
+from searchrl.retrieval import RETRIEVERS
+from searchrl.rl.advantages import ESTIMATORS
+from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+
+PLUGIN = '''
+from searchrl.config.algorithms import Algorithm, declare
+from searchrl.eval import register_method
+from searchrl.eval.method import Method, Prediction
+from searchrl.protocols import SearchR1Protocol, register_protocol
+from searchrl.retrieval import register_retriever
+from searchrl.retrieval.base import Hit
+from searchrl.rl import algorithms as A
+from searchrl.rl.advantages import register
+
+
+class QueryTags(SearchR1Protocol):
+    search_tags = ("<query>", "</query>")
+    result_tags = ("<result>", "</result>")
+
+
+class Echo:
+    """Ten hits per query, whatever k asks for."""
+
+    def __init__(self, cfg):
+        self.prefix = cfg.options.get("prefix", "")
+
+    def search(self, queries, k):
+        return [[Hit(f"{q}-{i}", "T", f"{self.prefix}{q} {i}", 1.0) for i in range(10)] for q in queries]
+
+
+class Shout(Method):
+    name = "shout"
+
+    def answer(self, examples):
+        return [Prediction(text=ex.question.upper()) for ex in examples]
+
+
+register_protocol("query_tags", QueryTags)
+register_retriever("echo", Echo)
+register_method("shout", lambda cfg, generator, retriever: Shout(generator))
+declare(Algorithm("my_grpo", grouped=True))
+
+
+@register("my_grpo")
+def my_grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg, **_):
+    """GRPO's group baseline without the std division, scaled by the batch's score range."""
+    adv_BT, metrics = A.grpo_advantages(scores_B, group_ids, mask_BT, norm_by_std=False)
+    spread = float(scores_B.max() - scores_B.min())
+    return adv_BT / max(spread, 1e-6), None, {**metrics, "my_grpo/spread": spread}
+'''
+
+
+@pytest.fixture
+def registries():
+    """The registries as they were, restored after the test (a plugin registers into process-wide tables)."""
+    saved = [
+        (ext.NAMES, copy.deepcopy(ext.NAMES)),
+        (PROTOCOLS, dict(PROTOCOLS)),
+        (RETRIEVERS, dict(RETRIEVERS)),
+        (eval_methods.CUSTOM_METHODS, dict(eval_methods.CUSTOM_METHODS)),
+        (ALGORITHMS, dict(ALGORITHMS)),
+        (ESTIMATORS, dict(ESTIMATORS)),
+    ]
+    retrieval_methods = set(eval_methods.RETRIEVAL_METHODS)
+    yield
+    for table, before in saved:
+        table.clear()
+        table.update(before)
+    eval_methods.RETRIEVAL_METHODS.clear()
+    eval_methods.RETRIEVAL_METHODS.update(retrieval_methods)
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch, registries) -> Path:
+    (tmp_path / "my_ext.py").write_text(PLUGIN)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "my_ext.py"
+
+
+def test_a_plugins_names_are_valid_config_values_and_build_what_it_registered(plugin: Path) -> None:
+    from searchrl.pipeline import make_protocol, make_retriever_for
+
+    with pytest.raises(ConfigError, match="unknown protocol 'query_tags'.*register it in a module that plugins"):
+        load_config(None, ["rollout.protocol=query_tags"])  # not without the plugin
+    cfg = load_config(
+        None,
+        [
+            "plugins=[my_ext.py]",
+            "rollout.protocol=query_tags",
+            "retrieval.kind=echo",
+            "retrieval.options={prefix: 'doc about '}",
+            "evaluation.methods=[shout, direct]",
+            "algorithm.name=my_grpo",
+            "rollout.group_size=2",
+        ],
+    )
+    protocol = make_protocol(cfg)
+    assert protocol.name == "query_tags" and protocol.stop_strings == ("</query>",)
+    assert "<query> query </query>" in protocol.instruction("Who?") and "<search>" not in protocol.instruction("Who?")
+    retriever = make_retriever_for(cfg)  # a service: no index is looked for or built
+    assert retriever.search(["x"], 3)[0][0].text == "doc about x 0"
+
+    # a rollout in the renamed tags; the retriever's ten hits are cut to topk
+    script = {
+        False: "<think> look </think>\n<query> paris </query>",
+        True: "<think> ok </think>\n<answer> Paris </answer>",
+    }
+    gen = ScriptedGenerator(ByteTokenizer(), lambda ctx: script["doc about" in ctx])
+    limits = RolloutLimits(
+        max_turns=3, max_searches=2, max_new_tokens=80, max_obs_tokens=400, max_total_tokens=4000, topk=2
+    )
+    (traj,) = RolloutEngine(gen, retriever, protocol, limits).run([QAExample("q1", "Capital?", ["Paris"])])
+    assert traj.answer == "Paris" and traj.n_searches == 1
+    assert '<result>Doc 1(Title: "T") doc about paris 0\nDoc 2(Title: "T") doc about paris 1</result>' in (
+        traj.response_text(ByteTokenizer())
+    )
+    assert protocol.check_format(traj.response_text(ByteTokenizer())).ok
+
+
+def test_a_plugins_algorithm_trains(plugin: Path, tmp_path: Path) -> None:
+    from searchrl.rl.trainer import Trainer
+    from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
+
+    overrides = ["plugins=[my_ext.py]", "algorithm.name=my_grpo", "algorithm.kl_coef=0.0", "training.steps=2"]
+    overrides += ["training.prompts_per_step=2", "rollout.group_size=4", "rollout.max_new_tokens=8"]
+    overrides += ["rollout.max_turns=1", "rollout.force_answer=false", "rollout.max_total_tokens=96"]
+    overrides += [f"training.output_dir={tmp_path / 'rl'}", "training.save_every=0", "training.tensorboard=false"]
+    cfg = load_config(None, overrides)
+    questions = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(4)]
+    trainer = Trainer(cfg, tiny_model(), tokenizer(), LettersProtocol(), None, questions, letter_fraction_reward)
+    history = trainer.train()
+    assert len(history) == 2 and all("my_grpo/spread" in m for m in history)
+
+
+def test_a_plugins_method_is_evaluated_beside_the_built_in_ones(plugin: Path, tmp_path: Path) -> None:
+    from searchrl.eval import build_methods, evaluate
+
+    cfg = load_config(None, ["plugins=[my_ext.py]", "evaluation.methods=[shout]"])
+    methods = build_methods(cfg, generator=ScriptedGenerator(ByteTokenizer(), str), retriever=None)
+    result = evaluate({"toy": [QAExample("q1", "paris", ["PARIS"])]}, methods, tmp_path / "out", show=False)
+    (row,) = [r for r in result.items if r["method"] == "shout"]
+    assert row["prediction"] == "PARIS" and row["metrics"]["em"] == 1.0
+
+
+def test_a_plugins_protocol_is_scored_by_its_own_convention_and_unknown_ones_name_the_fix(plugin: Path) -> None:
+    from searchrl.eval.scoring import metric_settings
+
+    load_config(None, ["plugins=[my_ext.py]"])
+    assert metric_settings(["cover_em"], protocol="query_tags") == {
+        "cover_em": {"normalize": "squad", "boundary": "word"}
+    }
+    with pytest.raises(ValueError, match="unknown protocol 'nope'.*register_protocol.*metric_settings\\(metrics"):
+        metric_settings(["em"], protocol="nope")
+    assert metric_settings(["em"], "squad", "word", protocol="nope") == {"em": {"normalize": "squad"}}
+
+
+def test_names_taken_twice_and_broken_plugins_are_refused_in_one_line(registries, tmp_path, monkeypatch) -> None:
+    with pytest.raises(ValueError, match="protocol 'search_r1' is a built-in protocol; register yours under another"):
+        register_protocol("search_r1", type("Mine", (SearchR1Protocol,), {}))
+    register_protocol("mine", type("Mine", (SearchR1Protocol,), {}))
+    with pytest.raises(ValueError, match="protocol 'mine' is an already registered protocol"):
+        register_protocol("mine", type("Other", (SearchR1Protocol,), {}))
+    with pytest.raises(TypeError, match="needs a subclass of searchrl.protocols.Protocol"):
+        register_protocol("thing", object)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="retriever 'bm25' is a built-in retriever"):
+        ext.add_name("retriever", "bm25")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.py").write_text("raise RuntimeError('no API key')\n")
+    with pytest.raises(ConfigError, match=r"plugins: plugin 'broken.py' cannot be loaded: no API key$"):
+        load_config(None, ["plugins=[broken.py]"])
+    with pytest.raises(ConfigError, match="plugin 'gone.py': there is no file .*relative to the working directory"):
+        load_config(None, ["plugins=[gone.py]"])
+    with pytest.raises(ConfigError, match="plugin 'no_such_pkg.ext' cannot be loaded: .*PYTHONPATH"):
+        load_config(None, ["plugins=[no_such_pkg.ext]"])
+    with pytest.raises(ConfigError, match="retrieval.options configures a plugin's retriever; retrieval.kind=bm25"):
+        load_config(None, ["retrieval.options={prefix: x}"])
+
+
+def test_your_own_field_names_for_a_question_file(tmp_path: Path, capsys) -> None:
+    rows = [
+        {"uid": "u1", "query_text": "Capital of France?", "gold": ["Paris"], "prompt": "You are a helpful assistant."},
+        {"uid": "u2", "query_text": "Capital of Italy?", "gold": "Rome", "prompt": "You are a helpful assistant."},
+    ]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # without a mapping the 'prompt' string is taken for the question, and a note says which field was read
+    with pytest.raises(ValueError, match="no 'golden_answers'"):
+        load_qa(path)
+    assert "the question is read from field 'prompt'" in " ".join(capsys.readouterr().err.split())
+    fields = {"question": "query_text", "answers": "gold", "id": "uid"}
+    ex = load_qa(path, fields=fields)
+    assert [(e.id, e.question, e.answers) for e in ex] == [
+        ("u1", "Capital of France?", ["Paris"]),
+        ("u2", "Capital of Italy?", ["Rome"]),
+    ]
+    assert ex[0].metadata == {"prompt": "You are a helpful assistant."}
+    assert "note:" not in capsys.readouterr().err  # a mapped question needs no note
+    # a file SearchRL wrote from yours (the usual names) reads with the same mapping
+    written = tmp_path / "written.jsonl"
+    written.write_text("".join(json.dumps(e.to_flashrag()) + "\n" for e in ex))
+    assert load_qa(written, fields=fields) == ex
+    with pytest.raises(ValueError, match="qa.jsonl:1: no field 'question_text', which fields= maps"):
+        load_qa(path, fields={"question": "question_text"})
+    with pytest.raises(ValueError, match="fields: unknown part\\(s\\) \\['q'\\]; map any of question, answers, id"):
+        load_qa(path, fields={"q": "query_text"})
+    cfg = load_config(None, [f"data.source={tmp_path}", "data.train=qa.jsonl", f"data.fields={json.dumps(fields)}"])
+    from searchrl.pipeline import load_split
+
+    assert [e.question for e in load_split(cfg, "train")] == ["Capital of France?", "Capital of Italy?"]
