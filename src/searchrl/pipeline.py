@@ -142,9 +142,9 @@ def with_retriever(cfg: RunConfig, index: str | Path | None = None, urls: Sequen
     r = cfg.retrieval
     if index is not None:
         kind = index_kind(index) or (r.kind if not is_service(r.kind) else "bm25")
-        r = r.model_copy(update={"index": str(index), "kind": kind})
+        r = r.model_copy(update={"index": str(index), "kind": kind, "options": {}})
     elif urls:
-        r = r.model_copy(update={"kind": "remote", "urls": list(urls)})
+        r = r.model_copy(update={"kind": "remote", "urls": list(urls), "options": {}})
     else:
         return cfg
     return cfg.model_copy(update={"retrieval": r})

@@ -78,22 +78,25 @@ def _stage_inputs(
     index: str | None,
     world: str | None,
     produced: Sequence[str],
-) -> list[tuple[str, str, bool]]:
-    """(what, path, produced elsewhere) for each input the stage's handler opens."""
-    out: list[tuple[str, str, bool]] = []
+) -> list[tuple[str, str, bool, dict[str, str]]]:
+    """(what, path, produced elsewhere, the file's field names: data.fields or an evaluation set's own) for each
+    input the stage's handler opens."""
+    out: list[tuple[str, str, bool, dict[str, str]]] = []
 
-    def data(what: str, name: str) -> None:
+    def data(what: str, name: str, fields: dict[str, str] | None = None) -> None:
+        fields = cfg.data.fields if fields is None else fields
         if _under(name, produced):  # an earlier stage's output, e.g. data.dev=${split}/heldout.jsonl
-            out.append((what, name, False))
+            out.append((what, name, False, fields))
         elif _under(cfg.data.source, produced) and not (Path(name).is_absolute() or name.startswith("hf:")):
-            out.append((what, str(Path(cfg.data.source) / name), False))
+            out.append((what, str(Path(cfg.data.source) / name), False, fields))
         else:
             path, made = _data_file(cfg, name)
-            out.append((what, path, made or path.startswith("hf:") or path == CONTEXTS))  # the hub is not checked
+            hub = path.startswith("hf:") or path == CONTEXTS  # the hub is not checked
+            out.append((what, path, made or hub, fields))
 
     def given(what: str, value: Any) -> None:  # an hf: source, or the corpus of the questions' own paragraphs
         for v in value if isinstance(value, list) else [value]:
-            out.append((what, str(v), str(v).startswith("hf:") or str(v) == CONTEXTS))
+            out.append((what, str(v), str(v).startswith("hf:") or str(v) == CONTEXTS, cfg.data.fields))
 
     if key == "index":
         given("corpus (stage data:)", stage.data) if stage.data else data("corpus (data.corpus)", cfg.data.corpus)
@@ -125,7 +128,7 @@ def _stage_inputs(
             elif str(qa).startswith("hf:"):
                 given("questions (evaluation.datasets)", qa)
             else:
-                data("questions (evaluation.datasets)", str(qa))
+                data("questions (evaluation.datasets)", str(qa), entry.fields if mapping else None)
             if own and own != CONTEXTS:  # built from the questions themselves
                 data("its corpus (evaluation.datasets)", own)
             elif own_index and not own:
@@ -179,10 +182,14 @@ def plan_pipeline(
         reruns = reruns or not skipped  # as the run does: a stage that runs again re-runs those after it
         if stage.kind == "rl" or (stage.kind == "data" and stage.op in _NEEDS_MODEL):
             check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
+        sft_data = stage.data or scfg.sft.data
+        oracle = key == "oracle" or (key == "sft" and {"oracle", "rewriter_oracle"} & set(_as_list(sft_data)))
+        if oracle and not skipped and (gap := _oracle_gap(scfg.rollout.protocol)):
+            problems.append(f"stage '{stage.name}' writes oracle trajectories, but protocol {gap}")
         plan = StagePlan(
             stage.name, str(key), str(output), skipped, model=str(stage_model) if key in _NEEDS_MODEL else None
         )
-        for what, path, elsewhere in _stage_inputs(
+        for what, path, elsewhere, fields in _stage_inputs(
             str(key), stage, scfg, str(stage_model), stage.index or index, world, produced
         ):
             plan.inputs.append((what, path))
@@ -195,7 +202,7 @@ def plan_pipeline(
                 own_data = own_data or (cfg.data.source == "synthetic" and _under(path, ["synthetic"]))
             elif Path(path).is_file() and (what.split()[0], path) not in read:
                 read.add((what.split()[0], path))
-                bad, rows = _read_input(stage.name, what, path, scfg.data.fields)
+                bad, rows = _read_input(stage.name, what, path, fields)
                 problems.extend(bad)
                 if rows:
                     questions[path] = rows
@@ -227,6 +234,20 @@ def plan_pipeline(
             fixes.append("questions shipping paragraphs make a corpus: searchrl data contexts QA_FILE --out FILE")
         raise ConfigError("; ".join([*dict.fromkeys(problems), *fixes]))  # each problem once
     return plans
+
+
+def _as_list(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _oracle_gap(name: str) -> str | None:
+    """What a protocol lacks to write oracle trajectories (its search call and answer as text), or None."""
+    from searchrl.protocols import PROTOCOLS
+    from searchrl.protocols.base import Protocol
+
+    cls = PROTOCOLS[name]
+    missing = [m for m in ("format_search", "format_answer") if getattr(cls, m) is getattr(Protocol, m)]
+    return f"{name} does not define {' and '.join(missing)}; define them in its class" if missing else None
 
 
 def _read_input(name: str, what: str, path: str, fields: dict[str, str]) -> tuple[list[str], list | None]:

@@ -161,13 +161,25 @@ def test_a_plugins_method_is_evaluated_beside_the_built_in_ones(plugin: Path, tm
 
 
 def test_a_plugins_protocol_is_scored_by_its_own_convention_and_unknown_ones_name_the_fix(plugin: Path) -> None:
-    from searchrl.eval.scoring import metric_settings
+    from searchrl.eval.scoring import convention, metric_settings
+    from searchrl.protocols import RAGR1Protocol
+    from searchrl.testing import LettersProtocol
 
     load_config(None, ["plugins=[my_ext.py]"])
+    # a Search-R1 variant is scored as Search-R1 (char-bounded cover), a RAG-R1 one as RAG-R1; a class may set its
+    # own; one written from scratch gets the class default
     assert metric_settings(["cover_em"], protocol="query_tags") == {
-        "cover_em": {"normalize": "squad", "boundary": "word"}
+        "cover_em": {"normalize": "squad", "boundary": "char"}
     }
-    with pytest.raises(ValueError, match="unknown protocol 'nope'.*register_protocol.*metric_settings\\(metrics"):
+    register_protocol("my_rag_r1", type("MyRAGR1", (RAGR1Protocol,), {}))
+    register_protocol("mine", type("Mine", (SearchR1Protocol,), {"eval_convention": ("r1_searcher", "word")}))
+    register_protocol("letters", LettersProtocol)
+    assert [convention(p) for p in ("my_rag_r1", "mine", "letters")] == [
+        ("rag_r1", "word"),
+        ("r1_searcher", "word"),
+        ("squad", "word"),
+    ]
+    with pytest.raises(ValueError, match="unknown protocol 'nope'.*rescore --plugin FILE.*--normalize and --boundary"):
         metric_settings(["em"], protocol="nope")
     assert metric_settings(["em"], "squad", "word", protocol="nope") == {"em": {"normalize": "squad"}}
 
@@ -225,3 +237,147 @@ def test_your_own_field_names_for_a_question_file(tmp_path: Path, capsys) -> Non
     from searchrl.pipeline import load_split
 
     assert [e.question for e in load_split(cfg, "train")] == ["Capital of France?", "Capital of Italy?"]
+
+
+def test_renamed_tags_reach_every_text_of_the_search_r1_family(registries) -> None:
+    from searchrl.protocols import RAGR1Protocol, ReasonProtocol
+    from searchrl.protocols.base import Invalid
+
+    class Reasoning(SearchR1Protocol):
+        think_tags = ("<reason>", "</reason>")
+
+    assert Reasoning().check_format("<reason> a </reason>\n<answer> b </answer>").ok
+    assert "<reason>" in Reasoning().instruction("Q?") and "<think>" not in Reasoning().instruction("Q?")
+
+    class MultiQuery(RAGR1Protocol):
+        search_tags = ("<query>", "</query>")
+        result_tags = ("<result>", "</result>")
+
+    p = MultiQuery(multi_query=True)
+    texts = [p.instruction("Q?"), p.format_search(["a", "b"]), p.invalid_feedback(Invalid("no_action"))]
+    texts.append(p.render_observation(["a"], [[]]))
+    assert all("<search>" not in t and "<information>" not in t for t in texts), texts
+    assert p.format_search(["a", "b"]) == "<query> a, b </query>" and p.stop_strings == ("</query>",)
+    assert p.render_observation(["a"], [[]]).startswith("\n<result>")
+
+    class Final(ReasonProtocol):
+        answer_tags = ("<final>", "</final>")
+
+    assert Final().check_format("<think> a </think>\n<final> b </final>").answer == "b"
+    assert Final().check_format("<think> a </think>\n<final> b </final>").ok
+    assert "<final>" in Final().instruction("Q?") and "<answer>" not in Final().force_answer_text()
+    # the built-in protocols keep their texts: a rename is the subclass's alone
+    assert "<search> query </search>" in SearchR1Protocol().instruction("Q?")
+
+
+def test_a_file_named_as_a_plugin_and_as_a_module_runs_once(plugin: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(plugin.parent))
+    (plugin.parent / "my_rewards.py").write_text("def bonus(inputs):\n    return [1.0] * len(inputs), {}\n")
+    cfg = load_config(
+        None, ["plugins=[my_ext.py]", "reward.components=[{name: 'my_ext:Echo'}, {name: 'my_rewards.py:bonus'}]"]
+    )
+    assert cfg.plugins == [str(plugin)]  # kept absolute: a dumped config loads from anywhere
+    load_config(None, ["plugins=[my_ext]"])  # the module of the file that already ran: not run again
+
+
+def test_other_retrievers_drop_a_plugin_retrievers_options(plugin: Path, tmp_path: Path) -> None:
+    from searchrl.config import dump_config
+    from searchrl.pipeline import with_retriever
+
+    cfg = load_config(None, ["plugins=[my_ext.py]", "retrieval.kind=echo", "retrieval.options={prefix: x}"])
+    remote = with_retriever(cfg, urls=["http://127.0.0.1:9"])
+    assert remote.retrieval.kind == "remote" and remote.retrieval.options == {}
+    local = with_retriever(cfg, index=tmp_path / "idx")
+    assert local.retrieval.kind == "bm25" and local.retrieval.options == {}
+    dump_config(remote, tmp_path / "config.yaml")  # what a run directory's config.yaml holds loads again
+    assert load_config(str(tmp_path / "config.yaml")).retrieval.kind == "remote"
+
+
+def test_the_pre_run_check_reads_each_question_file_with_its_own_field_names(tmp_path: Path) -> None:
+    from searchrl.preflight import plan_pipeline
+
+    (tmp_path / "mine.jsonl").write_text(json.dumps({"query_text": "Capital of France?", "gold": "Paris"}) + "\n")
+    (tmp_path / "other.jsonl").write_text(json.dumps({"prompt_text": "Capital of Italy?", "answer": "Rome"}) + "\n")
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"id": "d", "contents": "Paris\nParis is in France."}) + "\n")
+    sets = [
+        f"{tmp_path / 'mine.jsonl'}",
+        {"data": str(tmp_path / "other.jsonl"), "fields": {"question": "prompt_text"}},
+    ]
+    cfg = load_config(
+        None,
+        [
+            f"data.source={tmp_path}",
+            "data.fields={question: query_text, answers: gold}",
+            f"evaluation.datasets={json.dumps(sets)}",
+            "pipeline=[{name: ev, kind: eval}]",
+            "evaluation.methods=[direct]",
+        ],
+    )
+    (plan,) = plan_pipeline(cfg, tmp_path / "run")
+    assert [p for _, p in plan.inputs][:2] == [str(tmp_path / "mine.jsonl"), str(tmp_path / "other.jsonl")]
+
+
+def test_lenient_and_list_valued_mapped_fields(tmp_path: Path) -> None:
+    """An R1-Searcher row (question, answer) and a row without an id read under a mapping meant for another file;
+    a CSV answers column of another name holds lists as golden_answers does."""
+    rows = [{"query_text": "Q1?", "gold": ["a"], "uid": "u1"}, {"question": "Q2?", "answer": "b"}]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ex = load_qa(path, fields={"question": "query_text", "answers": "gold", "id": "uid"})
+    assert [(e.id, e.question, e.answers) for e in ex] == [("u1", "Q1?", ["a"]), ("mixed-2", "Q2?", ["b"])]
+    with pytest.raises(ValueError, match="mixed.jsonl:1: no field 'prompt_text'"):  # "prompt" is no question name
+        path.write_text(json.dumps({"prompt": "You are helpful.", "answer": "b"}) + "\n")
+        load_qa(path, fields={"question": "prompt_text"})
+    table = tmp_path / "qa.csv"
+    table.write_text('text,gold\nCapital of France?,"[""Paris"", ""City of Light""]"\n')
+    (e,) = load_qa(table, fields={"question": "text", "answers": "gold"})
+    assert e.answers == ["Paris", "City of Light"]
+
+
+def test_data_commands_and_rescore_take_field_names_and_plugins(plugin: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from searchrl import cli
+
+    runner = CliRunner()
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps({"uid": f"u{i}", "q": f"Q{i}?", "gold": "x"}) + "\n" for i in range(5)))
+    res = runner.invoke(cli.app, ["data", "inspect", str(path), "--field", "question=q", "--field", "answers=gold"])
+    assert res.exit_code == 0, res.output
+    assert "5" in res.output and "Q0?" in res.output
+    mapping = ["--field", "question=q", "--field", "answers=gold", "--field", "id=uid"]
+    res = runner.invoke(
+        cli.app, ["data", "split", str(path), "--out", str(tmp_path / "sp"), "--heldout", "1", *mapping]
+    )
+    assert res.exit_code == 0, res.output
+    assert {json.loads(line)["question"] for line in (tmp_path / "sp" / "train.jsonl").read_text().splitlines()} <= {
+        f"Q{i}?" for i in range(5)
+    }
+    res = runner.invoke(cli.app, ["data", "split", str(path), "--out", str(tmp_path / "s2"), "--field", "question"])
+    assert res.exit_code == 2 and "write PART=NAME" in res.output
+    # re-scoring by a plugin's protocol
+    preds = tmp_path / "toy__agent.jsonl"
+    preds.write_text(json.dumps({"question": "Q?", "golds": ["Paris"], "prediction": "Paris"}) + "\n")
+    res = runner.invoke(cli.app, ["eval", "rescore", str(preds), "--protocol", "query_tags", "--plugin", "my_ext.py"])
+    assert res.exit_code == 0, res.output
+
+
+def test_an_oracle_stage_needs_a_protocol_that_writes_calls(registries, tmp_path: Path) -> None:
+    from searchrl.preflight import plan_pipeline
+    from searchrl.testing import LettersProtocol
+
+    register_protocol("letters", LettersProtocol)
+    cfg = load_config("demo", ["rollout.protocol=letters"])
+    gap = "stage 'coldstart' writes oracle trajectories, but protocol letters does not define format_search and"
+    with pytest.raises(ConfigError, match=gap):
+        plan_pipeline(cfg, tmp_path / "run")
+
+
+def test_an_edited_plugin_invalidates_an_interrupted_evaluations_answers(plugin: Path) -> None:
+    from searchrl.eval.resume import settings_key
+
+    cfg = load_config(None, ["plugins=[my_ext.py]"])
+    before = settings_key(cfg)
+    assert settings_key(cfg) == before
+    plugin.write_text(PLUGIN + "\n# edited\n")
+    assert settings_key(cfg) != before

@@ -13,6 +13,25 @@ RECIPE = typer.Option(None, "--recipe", "--config", "-r", help="recipe name or Y
 SET = typer.Option(None, "--set", help="a dotted override, like a positional KEY=VALUE (repeatable)")
 PROFILE = typer.Option(None, "--profile", help="profile overlay, e.g. laptop (recipes/profiles/)")
 DEVICE = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N")
+FIELD = typer.Option(
+    None, "--field", help="your file's name of a part: question=NAME, answers=NAME or id=NAME (repeatable)"
+)
+
+
+def field_map(values: list[str] | None) -> dict[str, str]:
+    """``--field question=query_text --field answers=gold`` -> ``{"question": "query_text", "answers": "gold"}``."""
+    from searchrl.config.base import check_fields
+
+    pairs = {}
+    for v in values or []:
+        part, eq, name = v.partition("=")
+        if not eq:
+            raise typer.BadParameter(f"{v!r}: write PART=NAME, e.g. question=query_text", param_hint="--field")
+        pairs[part.strip()] = name.strip()
+    try:
+        return check_fields(pairs)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--field") from None
 
 
 def dotted(**flags: Any) -> list[str]:

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from searchrl.commands.common import not_an_input, writable_dir, writable_file
+from searchrl.commands.common import FIELD, field_map, not_an_input, writable_dir, writable_file
 
 app = typer.Typer(
     help="Datasets and corpora: generate a synthetic world, inspect QA files and corpora.\n\n"
@@ -94,9 +94,12 @@ def split(
         ..., "--out", help="directory to write train.jsonl and heldout.jsonl", callback=writable_dir
     ),
     heldout: int = typer.Option(100, "--heldout", help="questions to hold out"),
+    fields: list[str] = FIELD,
 ) -> None:
     """Split a QA file into train.jsonl and heldout.jsonl by a fixed rule: the questions with the smallest SHA-256 of
     their id are held out (no seed, independent of row order).
+
+    The files written name the parts as usual (id, question, golden_answers), whatever --field mapped.
 
     Example: searchrl data split data/2wiki/dev.jsonl --out runs/2wiki --heldout 100
     """
@@ -104,7 +107,7 @@ def split(
 
     not_an_input(out_dir / "train.jsonl", [source])
     not_an_input(out_dir / "heldout.jsonl", [source])
-    train, held = split_questions(source, out_dir, heldout)
+    train, held = split_questions(source, out_dir, heldout, fields=field_map(fields))
     out.print(f"{train} train, {held} held-out questions in {out_dir}")
 
 
@@ -215,12 +218,14 @@ def _detect(path: Path) -> str:
     )
 
 
-def _inspect_qa(source: str | Path, n: int, limit: int | None, styles: bool = False) -> None:
+def _inspect_qa(
+    source: str | Path, n: int, limit: int | None, styles: bool = False, fields: dict[str, str] | None = None
+) -> None:
     from searchrl.data.loaders import iter_qa
     from searchrl.data.styles import question_style
 
     stats, seen, samples = _QAStats(), set(), []
-    for ex in iter_qa(source):
+    for ex in iter_qa(source, fields=fields):
         stats.count += 1
         stats.duplicate_ids += ex.id in seen or "id_in_file" in ex.metadata  # made unique on loading, or not
         seen.add(ex.id)
@@ -298,14 +303,16 @@ def inspect(
     n: int = typer.Option(3, "--n", help="sample rows to show"),
     limit: int | None = typer.Option(None, "--limit", help="read at most this many rows (for huge corpora)"),
     styles: bool = typer.Option(False, "--styles", help="list every question style of a QA file with its count"),
+    fields: list[str] = FIELD,
 ) -> None:
     """Print counts, field statistics and sample rows of a QA file or a corpus (detected from the fields).
 
     Example: searchrl data inspect data/world/dev.jsonl --n 5 --styles
     """
+    mapping = field_map(fields)  # a mapping says the file holds questions
     if path.startswith("hf:"):
-        if _first_row_kind(path) == "qa":
-            _inspect_qa(path, n, limit, styles)
+        if mapping or _first_row_kind(path) == "qa":
+            _inspect_qa(path, n, limit, styles, mapping)
         else:
             _inspect_corpus(path, n, limit)
         return
@@ -316,7 +323,7 @@ def inspect(
     if not files:
         raise FileNotFoundError(f"{p} holds none of {', '.join(_WORLD_FILES)}; pass a file instead")
     for f in files:
-        if _detect(f) == "qa":
-            _inspect_qa(f, n, limit, styles)
+        if mapping or _detect(f) == "qa":
+            _inspect_qa(f, n, limit, styles, mapping)
         else:
             _inspect_corpus(f, n, limit)

@@ -166,6 +166,9 @@ def rescore(
     ),
     judge_url: str = typer.Option(None, help="OpenAI-compatible judge endpoint (adds the judge column)"),
     judge_model: str = typer.Option(None, help="judge model name"),
+    plugins: list[str] = typer.Option(
+        None, "--plugin", help="a plugin file or module to load first: a --protocol of your own (repeatable)"
+    ),
 ) -> None:
     """Re-score existing predictions files and print the summary table.
 
@@ -176,6 +179,7 @@ def rescore(
 
     Example: searchrl eval rescore runs/eval/predictions/dev__agent.jsonl --out runs/rescored
     """
+    from searchrl.config.extensions import import_plugin
     from searchrl.eval.diagnostics import with_committed
     from searchrl.eval.harness import predictions_path, scoring_note
     from searchrl.eval.report import aggregate, print_summary, write_reports
@@ -183,6 +187,8 @@ def rescore(
     from searchrl.rewards.judge import LLMJudge
     from searchrl.utils import console, write_jsonl
 
+    for spec in plugins or []:
+        import_plugin(spec)
     names = _split_list(metrics)
     if normalize not in ("auto", "squad", "r1_searcher", "rag_r1", "r1"):
         raise ValueError(f"unknown --normalize {normalize!r}; choose auto, squad, r1_searcher or rag_r1")

@@ -100,6 +100,24 @@ def _run_file(path: Path, prefix: str) -> ModuleType:
     return _MODULES[key]
 
 
+def _import(name: str) -> ModuleType:
+    """``importlib.import_module``, except that a module whose file already ran by its path (``my_ext.py``) is that
+    module, not a second run of the file (which would register its names twice)."""
+    if name not in sys.modules:
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        origin = getattr(found, "origin", None)
+        if origin and (key := str(Path(origin).resolve())) in _MODULES:
+            sys.modules[name] = _MODULES[key]
+            return _MODULES[key]
+    module = importlib.import_module(name)
+    if getattr(module, "__file__", None):
+        _MODULES.setdefault(str(Path(module.__file__).resolve()), module)
+    return module
+
+
 def import_plugin(spec: str) -> ModuleType:
     """Import a plugin, a ``path/to/file.py`` or a ``module``, once; every failure is one line naming the fix."""
     if spec.endswith(".py"):
@@ -108,7 +126,7 @@ def import_plugin(spec: str) -> ModuleType:
             raise ValueError(f"plugin {spec!r}: there is no file {path}; paths are relative to the working directory")
         load: Callable[[], ModuleType] = lambda: _run_file(path, "searchrl_plugin")  # noqa: E731
     else:
-        load = lambda: importlib.import_module(spec)  # noqa: E731
+        load = lambda: _import(spec)  # noqa: E731
     try:
         return load()
     except Exception as err:  # noqa: BLE001 -- whatever the user's module raises on import: one line naming it
@@ -126,7 +144,7 @@ def load_object(spec: str, what: str) -> Any:
     if path is not None and not path.is_file():
         raise ValueError(f"{what} {spec!r}: there is no file {where}")
     try:
-        module = _run_file(path, "searchrl_user") if path is not None else importlib.import_module(where)
+        module = _run_file(path, "searchrl_user") if path is not None else _import(where)
     except Exception as err:  # noqa: BLE001 -- whatever the user's module raises on import: one line naming it
         fix = "" if path is not None else "; put its package on PYTHONPATH, or name its file (file.py:name)"
         raise ValueError(f"{what} {spec!r}: {where} cannot be loaded: {error_line(err)}{fix}") from None

@@ -4,6 +4,7 @@ the settings that are valid alone but not together."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -362,10 +363,10 @@ class RunConfig(Section):
     @classmethod
     def _import_plugins(cls, plugins: list[str]) -> list[str]:
         """Plugins run first (fields are validated in order): the names they register are then valid values of the
-        sections below."""
+        sections below. A file is kept by its absolute path, so a dumped config loads from any directory."""
         for spec in plugins:
             import_plugin(spec)
-        return plugins
+        return [str(Path(p).expanduser().resolve()) if p.endswith(".py") else p for p in plugins]
 
     @model_validator(mode="after")
     def _check_pipeline(self) -> RunConfig:

@@ -22,8 +22,11 @@ LIST_CELLS = {*ANSWER_FIELDS, *ALIAS_FIELDS}  # a CSV / TSV cell of these fields
 
 def mapped(row: dict[str, Any], fields: Mapping[str, str], where: str) -> dict[str, Any]:
     """``row`` with the fields ``fields`` names moved to the names the loader reads (the others as they are). A row
-    that already has a part under its usual name (a file SearchRL wrote from yours) keeps it."""
-    missing = [v for k, v in fields.items() if v not in row and k not in row and FIELD_TARGETS[k] not in row]
+    without the named field but with the part under its own name (``question``, an answer field: a file SearchRL
+    wrote from yours, or another set of the run) keeps that, and one without an id gets the default one."""
+    usual = {"question": ("question",), "answers": ANSWER_FIELDS, "id": ID_FIELDS}  # not "prompt": often no question
+    names = {str(f).lower() for f in row}
+    missing = [v for k, v in fields.items() if v not in row and k != "id" and not names & set(usual[k])]
     if missing:
         raise ValueError(f"{where}: no field {missing[0]!r}, which fields= maps (found fields {sorted(row)})")
     named = {FIELD_TARGETS[k]: row[v] for k, v in fields.items() if v in row}

@@ -193,12 +193,13 @@ def row_to_example(
     if "question" not in row:
         raise ValueError(
             f"{where}: missing field 'question' (or 'query', 'problem', 'input') ({_EXPECTED}; found fields "
-            f"{sorted(row)})"
+            f"{sorted(row)}); name yours with fields: {{question: NAME}} (data.fields, --field question=NAME)"
         )
     answer_field = next((f for f in ANSWER_FIELDS if f in row and row[f] is not None), None)
     if answer_field is None:
         raise ValueError(
-            f"{where}: no 'golden_answers' (or 'answer'), or only null ones ({_EXPECTED}; found fields {sorted(row)})"
+            f"{where}: no 'golden_answers' (or 'answer'), or only null ones ({_EXPECTED}; found fields "
+            f"{sorted(row)}); name yours with fields: {{answers: NAME}} (data.fields, --field answers=NAME)"
         )
     question = row["question"]
     if not isinstance(question, str) or not question.strip():
@@ -258,7 +259,7 @@ def _iter_json(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
         yield f"{path}:row {n}", n, row
 
 
-def _iter_csv(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def _iter_csv(path: Path, lists: set[str] = LIST_CELLS) -> Iterator[tuple[str, int, dict[str, Any]]]:
     """A ``.csv`` / ``.tsv`` file with a header row (Bamboogle's ``Question,Answer``); each cell a string, an answer
     cell holding a list (JSON, or a Python literal as pandas writes one) read as that list. DPR's question files
     (``nq-test.qa.csv``: no header, ``question<TAB>["answer", ...]``) load too."""
@@ -282,7 +283,7 @@ def _iter_csv(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
                 line = n if headless else reader.line_num
                 where = f"{path}:{line}"
                 row = dict(zip(names, cells, strict=False))
-                row = {k: _list_cell(v) if k.lower() in LIST_CELLS else v for k, v in row.items()}
+                row = {k: _list_cell(v) if k.lower() in lists else v for k, v in row.items()}
                 yield where, line, row
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 ({err.reason}); re-save the file as UTF-8") from None
@@ -364,8 +365,11 @@ def parse_hf_source(source: str, split: str | None = None) -> tuple[str, str | N
     return name, config, in_split
 
 
-def _rows(source: str | Path, split: str | None) -> tuple[Iterable[tuple[str, int, dict[str, Any]]], str]:
-    """(rows as (where, index, row), prefix for default ids)."""
+def _rows(
+    source: str | Path, split: str | None, fields: Mapping[str, str] | None = None
+) -> tuple[Iterable[tuple[str, int, dict[str, Any]]], str]:
+    """(rows as (where, index, row), prefix for default ids); ``fields``: a CSV's answers column of another name
+    holds lists as the usual one does."""
     if isinstance(source, str) and source.startswith("hf:"):
         name, config, sp = parse_hf_source(source, split)
         return _iter_hf(name, config, sp), sp
@@ -393,7 +397,9 @@ def _rows(source: str | Path, split: str | None) -> tuple[Iterable[tuple[str, in
     if path.suffix == ".json":
         return _iter_json(path), stem
     if path.suffix in (".csv", ".tsv"):
-        return _iter_csv(path), stem
+        return _iter_csv(
+            path, {*LIST_CELLS, *[str(v).lower() for k, v in (fields or {}).items() if k == "answers"]}
+        ), stem
     return _iter_jsonl(path), stem
 
 
@@ -422,7 +428,7 @@ def iter_qa(
     rewrites. A question repeated under its id stays as it is.
     """
     fields = check_fields(fields)
-    rows, prefix = _rows(source, split)
+    rows, prefix = _rows(source, split, fields)
     seen: dict[str, str] = {}
     warned = noted = False
     for where, index, row in rows:

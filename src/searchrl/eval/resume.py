@@ -20,6 +20,7 @@ from typing import Any
 from rich.progress import Progress, TaskID
 
 from searchrl.config import RunConfig
+from searchrl.config.extensions import code_digests
 from searchrl.data.records import QAExample
 from searchrl.eval.method import Method, Prediction
 from searchrl.utils import atomic_write_lines, console
@@ -28,15 +29,17 @@ Row = dict[str, Any]
 
 
 def settings_key(cfg: RunConfig) -> str:
-    """The whole resolved config and, for a policy in a local directory, its files' sizes and times, and the same of
-    every index's manifest: answers of a model trained again into the same directory, or retrieved from an index
-    rebuilt in place, are not taken for the new one's."""
+    """The whole resolved config, the digests of its plugins' files and, for a policy in a local directory, its files'
+    sizes and times, and the same of every index's manifest: answers of a model trained again into the same
+    directory, or retrieved from an index rebuilt in place, are not taken for the new one's."""
     policy = Path(cfg.training.init_from or cfg.model.policy)
     files = sorted(f for f in policy.iterdir() if f.is_file()) if policy.is_dir() else []
     indexes = [cfg.retrieval.index, *(d.index for d in cfg.evaluation.datasets if not isinstance(d, str))]
     files += [m for d in indexes if d and (m := Path(d) / "manifest.json").is_file()]
     stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-    return _digest(cfg.model_dump_json(), json.dumps(stamp))
+    # a plugin's method or protocol edited since: its answers are not the new one's
+    code = [json.dumps(code_digests(cfg.plugins), sort_keys=True)] if cfg.plugins else []
+    return _digest(cfg.model_dump_json(), json.dumps(stamp), *code)
 
 
 def _digest(*parts: str) -> str:

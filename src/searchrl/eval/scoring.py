@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from searchrl.protocols import PROTOCOLS
+from searchrl.protocols import PROTOCOLS, Protocol
 from searchrl.rewards.metrics import MetricFn, get_metric
 
 #: each method's own evaluation code, by protocol: (normalisation, cover_em boundary). Search-R1's ``qa_em.py``:
@@ -72,13 +72,21 @@ def check_metrics(metrics: Sequence[str]) -> list[str]:
 
 
 def convention(protocol: str) -> tuple[str, str]:
-    """(normalisation, cover-EM boundary) of a protocol's answers: its entry of :data:`EVAL_CONVENTIONS`, or, for a
-    registered protocol of your own, its class's ``eval_convention``."""
+    """(normalisation, cover-EM boundary) of a protocol's answers: its entry of :data:`EVAL_CONVENTIONS`; for a
+    registered protocol of your own, the ``eval_convention`` its class sets, else the entry of the built-in protocol
+    it subclasses (a Search-R1 variant is scored as Search-R1), else the class default."""
     if protocol in EVAL_CONVENTIONS:
         return EVAL_CONVENTIONS[protocol]
     if protocol in PROTOCOLS:
+        builtin = {cls: name for name, cls in PROTOCOLS.items() if name in EVAL_CONVENTIONS}
+        for cls in PROTOCOLS[protocol].__mro__:
+            if "eval_convention" in vars(cls) and cls.__module__ != Protocol.__module__:
+                return cls.eval_convention
+            if cls in builtin:
+                return EVAL_CONVENTIONS[builtin[cls]]
         return PROTOCOLS[protocol].eval_convention
     raise ValueError(
-        f"unknown protocol {protocol!r}, so no evaluation convention: register it (searchrl.protocols."
-        "register_protocol), or score with explicit rules, e.g. metric_settings(metrics, 'squad', 'word')"
+        f"unknown protocol {protocol!r}, so no scoring convention: load the plugin that registers it (plugins:, "
+        "or eval rescore --plugin FILE), or give the rule (--normalize and --boundary; from Python "
+        "metric_settings(metrics, 'squad', 'word'))"
     )

@@ -90,7 +90,8 @@ class Protocol(ABC):
     #: False for a protocol that never searches during the rollout (the ``reason`` and ``rag`` baselines).
     searches: bool = True
     #: how ``searchrl eval`` scores this protocol's answers under ``normalize: auto``: (answer normalisation,
-    #: cover-EM boundary); the built-in protocols' entries are ``searchrl.eval.scoring.EVAL_CONVENTIONS``.
+    #: cover-EM boundary). The built-in protocols' are ``searchrl.eval.scoring.EVAL_CONVENTIONS``, which a subclass
+    #: of one inherits unless it sets this.
     eval_convention: tuple[str, str] = ("squad", "word")
 
     def __init__(self, **options: Any) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from searchrl.protocols._tags import NO_SEARCH, Event
 from searchrl.protocols.base import Action, Invalid, Search
-from searchrl.protocols.search_r1 import ANSWER, THINK, SearchR1Protocol
+from searchrl.protocols.search_r1 import SearchR1Protocol
 from searchrl.retrieval.base import Hit
 
 REASON_INSTRUCTION = (
@@ -45,7 +45,7 @@ class ReasonProtocol(SearchR1Protocol):
     searches = False
 
     def instruction(self, question: str) -> str:
-        return REASON_INSTRUCTION.format(question=question.strip())
+        return self._retag(REASON_INSTRUCTION).format(question=question.strip())
 
     def parse(self, turn_text: str) -> Action:
         action = super().parse(turn_text)
@@ -55,20 +55,23 @@ class ReasonProtocol(SearchR1Protocol):
         raise ValueError(f"the {self.name} protocol has no search call")
 
     def _feedback_how(self) -> str:
-        return "I should reason inside <think> and </think>, then give the answer between <answer> and </answer>."
+        return self._retag(
+            "I should reason inside <think> and </think>, then give the answer between <answer> and </answer>."
+        )
 
     def force_answer_text(self) -> str:
-        return "\nI will now give the final answer between <answer> and </answer>.\n"
+        return self._retag("\nI will now give the final answer between <answer> and </answer>.\n")
 
     def _sequence_problem(self, events: list[Event]) -> str | None:
         """Optional think block, then the answer, then nothing; no search tag anywhere."""
         state = "start"
+        (t_open, t_close), (a_open, a_close) = self.think_tags, self.answer_tags
         moves = {
-            ("start", THINK[0]): "in_think",
-            ("in_think", THINK[1]): "after_think",
-            ("start", ANSWER[0]): "in_answer",
-            ("after_think", ANSWER[0]): "in_answer",
-            ("in_answer", ANSWER[1]): "end",
+            ("start", t_open): "in_think",
+            ("in_think", t_close): "after_think",
+            ("start", a_open): "in_answer",
+            ("after_think", a_open): "in_answer",
+            ("in_answer", a_close): "end",
         }
         for ev in events:
             if ev.kind.startswith("obs"):
@@ -80,7 +83,7 @@ class ReasonProtocol(SearchR1Protocol):
                 state = nxt
             elif ev.value.strip() and state not in ("in_think", "in_answer"):
                 return f"text outside any tag in state {state}"
-        return None if state == "end" else f"response does not end with a complete {ANSWER[0]} block (state {state})"
+        return None if state == "end" else f"response does not end with a complete {a_open} block (state {state})"
 
 
 class RAGProtocol(ReasonProtocol):
@@ -92,7 +95,8 @@ class RAGProtocol(ReasonProtocol):
     def instruction(self, question: str) -> str:
         # ``question`` is what ``frame_question`` returned (the documents, then the question), or a bare question
         framed = question.strip()
-        return RAG_INSTRUCTION.format(question=framed if framed.startswith(_DOCS) else f"Question: {framed}")
+        question = framed if framed.startswith(_DOCS) else f"Question: {framed}"
+        return self._retag(RAG_INSTRUCTION).format(question=question)
 
     def frame_question(self, question: str, hits: Sequence[Hit]) -> str:
         docs = self._docs(list(hits)).strip() or "(none)"  # Search-R1's document lines

@@ -63,16 +63,16 @@ class RAGR1Protocol(SearchR1Protocol):
 
     def instruction(self, question: str) -> str:
         if not self.multi_query:
-            return SINGLE_QUERY_INSTRUCTION.format(question=question.strip())
+            return self._retag(SINGLE_QUERY_INSTRUCTION).format(question=question.strip())
         n = _NUMBER_WORDS.get(self.max_queries, str(self.max_queries))
-        return MULTI_QUERY_INSTRUCTION.format(n=n, question=question.strip())
+        return self._retag(MULTI_QUERY_INSTRUCTION).format(n=n, question=question.strip())
 
     def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
         if not self.multi_query:
             return super().format_search(queries)
         if any("," in q for q in queries):
             raise ValueError("multi-query search calls separate queries with commas; a query cannot contain one")
-        return f"<search> {', '.join(queries)} </search>"
+        return self._retag(f"<search> {', '.join(queries)} </search>")
 
     def _split_queries(self, content: str) -> list[str] | Invalid:
         if not self.multi_query:
@@ -105,12 +105,13 @@ class RAGR1Protocol(SearchR1Protocol):
             body = json.dumps(payload, indent=2, ensure_ascii=False)
         else:
             body = fit(self._docs(hits[0]))
-        return f"\n<information>\n{body}\n</information>\n"
+        r_open, r_close = self.result_tags
+        return f"\n{r_open}\n{body}\n{r_close}\n"
 
     def _feedback_how(self) -> str:
         if not self.multi_query:
             return super()._feedback_how()
-        return (
+        return self._retag(
             f"To search, I should write up to {self.max_queries} comma-separated queries between <search> and "
             "</search>; to give the final answer, I should write it between <answer> and </answer>."
         )

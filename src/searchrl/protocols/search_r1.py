@@ -59,6 +59,8 @@ class SearchR1Protocol(TagProtocol):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass that renames the search or answer tags stops generation at its own closing tags."""
         super().__init_subclass__(**kwargs)
+        if "think_tags" in vars(cls) and "other_tags" not in vars(cls):
+            cls.other_tags = cls.think_tags
         if "search_tags" in vars(cls) and "stop_strings" not in vars(cls):
             cls.stop_strings = (cls.search_tags[1],)
         if "answer_tags" in vars(cls) and "answer_stop_strings" not in vars(cls):
