@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchrl.config import ConfigError, RunConfig, StageConfig, dump_config, validate_dict
+from searchrl.config import ConfigError, RunConfig, StageConfig, record_run, validate_dict
 from searchrl.config.sections import WorldConfig
 from searchrl.stages.chain import MODEL_STAGES as _MODEL_STAGES
 from searchrl.stages.chain import NEEDS_MODEL as _NEEDS_MODEL
@@ -326,7 +326,7 @@ def run_pipeline(
     run_dir.mkdir(parents=True, exist_ok=True)
     names = [s.name for s in cfg.pipeline]
     forced = _to_run(names, only, start)
-    dump_config(cfg, run_dir / "config.yaml")
+    record_run(cfg, run_dir)
     _log(
         run_dir,
         f"run {recipe or cfg.name} (profile {profile or 'none'}) into {run_dir}: stages {', '.join(names)}"

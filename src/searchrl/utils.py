@@ -319,3 +319,57 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         path.rename(old)
     tmp.rename(path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _source_commit() -> str | None:
+    """The git commit of the SearchRL source this runs from ("+dirty" with uncommitted changes), or None outside a
+    checkout (an installed wheel) or without git."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--", "."],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "") if commit else None
+
+
+def run_environment() -> dict[str, Any]:
+    """What a run's results depend on beside its config: the command, SearchRL's version and commit, the versions
+    of the libraries that compute, and the hardware; a line of a run directory's ``run_info.jsonl``."""
+    import platform
+    from datetime import UTC, datetime
+    from importlib import metadata
+
+    from searchrl import __version__
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "searchrl": __version__,
+        "commit": _source_commit(),
+        "python": platform.python_version(),
+        "libraries": {d: version(d) for d in ("torch", "transformers", "accelerate", "peft", "vllm")},
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "processes": int(os.environ.get("WORLD_SIZE", "1")),
+    }

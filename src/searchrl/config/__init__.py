@@ -27,6 +27,7 @@ from searchrl.config.loading import (
     profile_names,
     recipe_names,
     recipe_path,
+    record_run,
     validate_dict,
 )
 from searchrl.config.retrieval import MCPConfig, RetrievalConfig, SimulatedConfig, WebConfig
@@ -74,6 +75,7 @@ __all__ = [
     "declare",
     "group_algorithms",
     "dump_config",
+    "record_run",
     "load_config",
     "load_profile",
     "parse_overrides",

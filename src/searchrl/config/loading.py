@@ -227,3 +227,15 @@ def dump_config(cfg: RunConfig, path: str | Path) -> Path:
     data = json.loads(cfg.model_dump_json())
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def record_run(cfg: RunConfig, out_dir: str | Path) -> Path:
+    """A run's record in ``out_dir``: its resolved config (``config.yaml``) and one more line of ``run_info.jsonl``
+    (:func:`searchrl.utils.run_environment`: command, versions, commit, hardware; a resumed run adds a line)."""
+    from searchrl.utils import run_environment
+
+    out_dir = Path(out_dir)
+    path = dump_config(cfg, out_dir / "config.yaml")
+    with (out_dir / "run_info.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(run_environment()) + "\n")
+    return path

@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from searchrl.config import RunConfig, dump_config
+from searchrl.config import RunConfig, record_run
 from searchrl.data.records import QAExample
 from searchrl.data.styles import question_style
 from searchrl.eval import datasets as eval_sets
@@ -410,7 +410,7 @@ def run_from_config(
     methods = build_methods(cfg, generator, retriever, prior) if shared or not by_key else next(iter(by_key.values()))
     data = {s.name: (s.source, s.examples) for s in sets}
     out = Path(ev.output_dir)
-    dump_config(cfg, out / "config.yaml")
+    record_run(cfg, out)
     judge = make_judge(cfg, out)
     try:
         extra = {

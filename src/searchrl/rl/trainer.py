@@ -37,7 +37,7 @@ from accelerate.utils import gather_object
 from torch import nn
 
 from searchrl import device as placement
-from searchrl.config import ConfigError, RunConfig, dump_config
+from searchrl.config import ConfigError, RunConfig, record_run
 from searchrl.data.records import QAExample
 from searchrl.generation import rollout_generator
 from searchrl.generation.base import Generator
@@ -436,7 +436,7 @@ class Trainer:
         if self.acc.is_main_process:
             if resume:  # the stopped run's rows after the checkpoint are written again, not twice
                 trim_logs(self.out_dir, self.state.step)
-            dump_config(self.cfg, self.out_dir / "config.yaml")
+            record_run(self.cfg, self.out_dir)
         history = []
         every = self.tcfg.eval_every
         if every and self.state.step == 0 and self.eval_examples:

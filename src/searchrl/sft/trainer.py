@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from searchrl import device as placement
-from searchrl.config import RunConfig, dump_config
+from searchrl.config import RunConfig, record_run
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.sft.types import SFTExample, as_sft_example
@@ -120,7 +120,7 @@ class SFTTrainer:
         )
 
     def train(self) -> list[dict[str, float]]:
-        dump_config(self.cfg, self.out_dir / "config.yaml")
+        record_run(self.cfg, self.out_dir)
         rng = random.Random(self.cfg.training.seed)
         bs = self.scfg.batch_size
         n_batches = (len(self.examples) + bs - 1) // bs

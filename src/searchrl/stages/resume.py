@@ -61,7 +61,7 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
 #: what an RL run writes into its output directory (``tb``: tensorboard; ``*.old`` / ``*.tmp``: a stopped save).
 RUN_OUTPUTS = (
     "checkpoint checkpoint.old checkpoint.tmp final final.old final.tmp metrics.jsonl rollouts.jsonl evals tb "
-    f"{INIT_FILE} config.yaml"
+    f"{INIT_FILE} config.yaml run_info.jsonl"
 ).split()
 
 
