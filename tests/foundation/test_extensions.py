@@ -198,7 +198,7 @@ def test_names_taken_twice_and_broken_plugins_are_refused_in_one_line(registries
     (tmp_path / "broken.py").write_text("raise RuntimeError('no API key')\n")
     with pytest.raises(ConfigError, match=r"plugins: plugin 'broken.py' cannot be loaded: no API key$"):
         load_config(None, ["plugins=[broken.py]"])
-    with pytest.raises(ConfigError, match="plugin 'gone.py': there is no file .*relative to the working directory"):
+    with pytest.raises(ConfigError, match=r"plugin 'gone.py': there is no file .*gone.py \(nor beside the recipe\)$"):
         load_config(None, ["plugins=[gone.py]"])
     with pytest.raises(ConfigError, match="plugin 'no_such_pkg.ext' cannot be loaded: .*PYTHONPATH"):
         load_config(None, ["plugins=[no_such_pkg.ext]"])
@@ -381,3 +381,18 @@ def test_an_edited_plugin_invalidates_an_interrupted_evaluations_answers(plugin:
     assert settings_key(cfg) == before
     plugin.write_text(PLUGIN + "\n# edited\n")
     assert settings_key(cfg) != before
+
+
+def test_a_recipes_plugin_and_reward_files_are_found_beside_it(registries, tmp_path: Path, monkeypatch) -> None:
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "my_ext.py").write_text(PLUGIN)
+    (exp / "mine.py").write_text("def bonus(inputs):\n    return [1.0] * len(inputs), {}\n")
+    (exp / "r.yaml").write_text(
+        "plugins: [my_ext.py]\nrollout: {protocol: query_tags}\nreward: {components: [{name: 'mine.py:bonus'}]}\n"
+    )
+    monkeypatch.chdir(tmp_path)  # the files are not in the working directory, but beside the recipe
+    cfg = load_config("exp/r.yaml")
+    assert cfg.plugins == [str(exp / "my_ext.py")] and cfg.reward.components[0].name == f"{exp / 'mine.py'}:bonus"
+    (tmp_path / "mine.py").write_text("def bonus(inputs):\n    return [2.0] * len(inputs), {}\n")
+    assert load_config("exp/r.yaml").reward.components[0].name == "mine.py:bonus"  # the working directory first

@@ -1,8 +1,8 @@
 """Your own protocols, retrievers, evaluation methods and RL algorithms, by name, and the code that adds them.
 
-A run config's ``plugins:`` lists Python files (``my_ext.py``, relative to the working directory) or modules
-(``my_pkg.ext``, on ``PYTHONPATH``). Each is imported once, before the rest of the config is validated, and registers
-what it adds with the register function of its kind:
+A run config's ``plugins:`` lists Python files (``my_ext.py``, in the working directory or beside the recipe) or
+modules (``my_pkg.ext``, on ``PYTHONPATH``). Each is imported once, before the rest of the config is validated, and
+registers what it adds with the register function of its kind:
 
 - a protocol: ``searchrl.protocols.register_protocol("query_tags", QueryProtocol)``; ``rollout.protocol: query_tags``;
 - a retriever: ``searchrl.retrieval.register_retriever("my_api", factory)``; ``retrieval.kind: my_api``;
@@ -47,8 +47,6 @@ NAMES: dict[str, list[str]] = {
     "retriever": ["bm25", "dense", "hybrid", "remote", "web", "simulated", "mcp"],
     "method": ["direct", "cot", "naive_rag", "iterative_rag", "iter_retgen", "search_o1", "agent", "prior"],
 }
-#: the config field of each kind, for error messages
-FIELDS = {"protocol": "rollout.protocol", "retriever": "retrieval.kind", "method": "evaluation.methods"}
 _BUILTIN = {kind: tuple(names) for kind, names in NAMES.items()}
 _MODULES: dict[str, ModuleType] = {}  # user files and plugins already run, by resolved path (or module name)
 
@@ -123,7 +121,7 @@ def import_plugin(spec: str) -> ModuleType:
     if spec.endswith(".py"):
         path = Path(spec).expanduser().resolve()
         if not path.is_file():
-            raise ValueError(f"plugin {spec!r}: there is no file {path}; paths are relative to the working directory")
+            raise ValueError(f"plugin {spec!r}: there is no file {path} (nor beside the recipe)")
         load: Callable[[], ModuleType] = lambda: _run_file(path, "searchrl_plugin")  # noqa: E731
     else:
         load = lambda: _import(spec)  # noqa: E731

@@ -193,6 +193,29 @@ def validate_dict(raw: dict[str, Any], source: str = "<config>", origins: dict[s
         raise ConfigError(validation_message(err, RunConfig, source, origins or {})) from None
 
 
+def _code_beside(raw: dict[str, Any], where: Path) -> dict[str, Any]:
+    """A recipe's plugin files and reward files (``file.py`` / ``file.py:function``) that are not in the working
+    directory but beside the recipe, named by their absolute paths there."""
+
+    def placed(spec: Any) -> Any:
+        if not isinstance(spec, str):
+            return spec
+        file, colon, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+        if not file.endswith(".py") or Path(file).expanduser().is_absolute() or Path(file).is_file():
+            return spec
+        beside = where / file
+        return f"{beside.resolve()}{colon}{attr}" if beside.is_file() else spec
+
+    out = dict(raw)
+    if isinstance(raw.get("plugins"), list):
+        out["plugins"] = [placed(p) for p in raw["plugins"]]
+    reward = raw.get("reward")
+    if isinstance(reward, dict) and isinstance(reward.get("components"), list):
+        comps = [{**c, "name": placed(c.get("name"))} if isinstance(c, dict) else c for c in reward["components"]]
+        out["reward"] = {**reward, "components": comps}
+    return out
+
+
 def load_config(
     recipe: str | Path | None = None, overrides: list[str] | None = None, profile: str | Path | None = None
 ) -> RunConfig:
@@ -205,6 +228,7 @@ def load_config(
         raw = read_yaml(path) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a recipe must be a mapping of sections (model:, data:, ...)")
+        raw = _code_beside(raw, path.parent)
     origins: dict[str, str] = {}
     if profile:
         name = str(raw.get("name") or (Path(str(recipe)).stem if recipe is not None else "default"))

@@ -14,7 +14,7 @@ BuiltinComponent = Literal["answer", "format", "retrieval", "answer_recall", "gr
 
 class RewardComponent(Section):
     #: a built-in component, or your own ``fn(inputs, **params) -> (scores, metrics)`` named
-    #: ``path/to/file.py:function`` (relative to the working directory) or ``module:function``.
+    #: ``path/to/file.py:function`` (in the working directory or beside the recipe) or ``module:function``.
     name: str
     weight: float = 1.0
     params: dict[str, Any] = Field(default_factory=dict)

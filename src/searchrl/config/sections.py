@@ -342,8 +342,8 @@ class StageConfig(Section):
 class RunConfig(Section):
     name: str = "default"
     description: str = ""
-    #: Python files (relative to the working directory) or modules imported before the rest of the config is
-    #: validated; they register your own protocols, retrievers, evaluation methods and algorithms
+    #: Python files (in the working directory or beside the recipe) or modules imported before the rest of the
+    #: config is validated; they register your own protocols, retrievers, evaluation methods and algorithms
     #: (searchrl.config.extensions).
     plugins: list[str] = Field(default_factory=list)
     model: ModelConfig = ModelConfig()

@@ -35,8 +35,8 @@ hops       a process reward of ours [O], for data that records each hop's answer
 =========  ==================================================================================================
 
 Your own component is any function of that shape, named by where it lives: ``{name: "my_rewards.py:brevity",
-params: {...}}`` (a file, relative to the working directory) or ``{name: "mypkg.rewards:brevity"}`` (an importable
-module); see :func:`component_fn`. Its params are checked against its signature like the built-in ones'.
+params: {...}}`` (a file in the working directory or beside the recipe) or ``{name: "mypkg.rewards:brevity"}`` (an
+importable module); see :func:`component_fn`. Its params are checked against its signature like the built-in ones'.
 
 R-Search's total reward (spec 002 §4.4, Eq. 6: r = r_answer + r_evidence + r_format, with r_answer, r_evidence in
 [0, 1] and r_format in {0, 0.2, 0.4}) is three components with weight 1::
