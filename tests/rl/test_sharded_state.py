@@ -15,7 +15,7 @@ import pytest
 
 SCRIPT = textwrap.dedent(
     """
-    import sys
+    import os, sys
     from pathlib import Path
     import torch, torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -23,6 +23,9 @@ SCRIPT = textwrap.dedent(
     from safetensors.torch import load_file
     from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
     from searchrl.testing import tiny_model
+
+    def say(*parts):  # one write per line: the two processes share stdout, and print writes its parts one by one
+        os.write(1, (" ".join(map(str, parts)) + "\\n").encode())
 
     dist.init_process_group("gloo")
     rank, out = dist.get_rank(), sys.argv[1]
@@ -49,11 +52,11 @@ SCRIPT = textwrap.dedent(
     weights, optim = full_weights(model), full_optimizer_state(model, opt)  # every process takes part
     if rank == 0:
         ref = plain.state_dict()
-        print("gathered", all(torch.allclose(weights[k], ref[k], atol=1e-5) for k in ref), len(weights) == len(ref))
+        say("gathered", all(torch.allclose(weights[k], ref[k], atol=1e-5) for k in ref), len(weights) == len(ref))
         model.save_pretrained(out, state_dict=weights, safe_serialization=True)
         torch.save(optim, f"{out}/optim.pt")
     else:
-        print("elsewhere empty", weights == {})
+        say("elsewhere empty", weights == {})
     dist.barrier()
     again, again_opt = make(shard=True)  # a resumed run: every process reads the files
     load_full_weights(again, load_file(f"{out}/model.safetensors"))
@@ -62,7 +65,7 @@ SCRIPT = textwrap.dedent(
     resumed = full_weights(again)
     if rank == 0:
         ref = plain.state_dict()
-        print("resumed", all(torch.allclose(resumed[k], ref[k], atol=1e-4) for k in ref))
+        say("resumed", all(torch.allclose(resumed[k], ref[k], atol=1e-4) for k in ref))
 
     # the trainer's own checkpoint functions, on a trainer's parts
     from types import SimpleNamespace
@@ -89,7 +92,7 @@ SCRIPT = textwrap.dedent(
     if rank == 0:
         ref = plain.state_dict()
         ok = all(torch.allclose(after[k], ref[k], atol=1e-4) for k in ref)
-        print("trainer checkpoint", ok, fresh.state.step == 3)
+        say("trainer checkpoint", ok, fresh.state.step == 3)
     dist.barrier()
     dist.destroy_process_group()
     from searchrl.utils import hard_exit
