@@ -322,22 +322,23 @@ def atomic_dir(path: Path) -> Iterator[Path]:
 
 
 def _source_commit() -> str | None:
-    """The git commit of the SearchRL source this runs from ("+dirty" with uncommitted changes), or None outside a
-    checkout (an installed wheel) or without git."""
+    """The git commit of the SearchRL source this runs from ("+dirty" with uncommitted changes to it), or None
+    outside a checkout of SearchRL itself (an installed wheel, even inside another project's repository) or without
+    git."""
     import subprocess
 
     here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--", "."],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
+        if git("rev-parse", "--show-prefix") != "src/searchrl/":  # the package's own checkout, not a repo around it
+            return None
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("+dirty" if dirty else "") if commit else None

@@ -173,6 +173,17 @@ def dotted_key_problem(key: str, model: type[BaseModel] = RunConfig) -> str | No
     return None
 
 
+def algorithm_problems(cfg: RunConfig) -> list[str]:
+    """An algorithm a plugin declared without registering its advantage estimator (the trainer would fail)."""
+    from searchrl.rl.advantages import ESTIMATORS
+
+    name = cfg.algorithm.name
+    if name in ESTIMATORS:
+        return []
+    fix = f"add @register({name!r}) (searchrl.rl.advantages) beside its declare()"
+    return [f"algorithm.name: {name} is declared but has no advantage estimator; {fix}"]
+
+
 def stage_problems(cfg: RunConfig, load: Callable[[str], RunConfig], run_dir: Path = Path("<run>")) -> list[str]:
     """``pipeline.<stage>.args`` and ``pipeline.<stage>.set`` of every stage, and each stage's merged config."""
     from searchrl.runner import stage_arg_names
@@ -203,6 +214,8 @@ def stage_problems(cfg: RunConfig, load: Callable[[str], RunConfig], run_dir: Pa
                 scfg = stage_config(base, stage, None, None)
                 if stage.recipe or any(k.split(".")[0] in ("rollout", "retrieval", "reward") for k in stage.set):
                     problems += [f"{label}: {p}" for p in protocol_problems(scfg) + reward_problems(scfg)]
+                if stage.kind == "rl" and (stage.recipe or any(k.startswith("algorithm.") for k in stage.set)):
+                    problems += [f"{label}: {p}" for p in algorithm_problems(scfg)]
         except ConfigError as err:
             problems.append(f"{label}: {err}")
         refs[raw_stage.name] = str(stage_output(raw_stage, run_dir))
@@ -222,7 +235,7 @@ def validate_deep(cfg: RunConfig, load: Callable[[str], RunConfig] | None = None
         from searchrl.config import load_config
 
         load = load_config
-    problems = protocol_problems(cfg) + reward_problems(cfg) + stage_problems(cfg, load)
+    problems = protocol_problems(cfg) + reward_problems(cfg) + algorithm_problems(cfg) + stage_problems(cfg, load)
     if problems:
         prefix = f"{source}: " if source else ""
         raise ConfigError("\n".join(prefix + p for p in dict.fromkeys(problems)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,13 @@ def registries():
         (ESTIMATORS, dict(ESTIMATORS)),
     ]
     retrieval_methods = set(eval_methods.RETRIEVAL_METHODS)
+    modules, loaded = dict(ext._MODULES), set(sys.modules)
     yield
+    ext._MODULES.clear()
+    ext._MODULES.update(modules)
+    for name in set(sys.modules) - loaded:  # the plugin files run in this test, under any name
+        if name.startswith(("searchrl_plugin_", "searchrl_user_")) or name in ("my_ext", "mine", "ext"):
+            del sys.modules[name]
     for table, before in saved:
         table.clear()
         table.update(before)
@@ -395,4 +402,32 @@ def test_a_recipes_plugin_and_reward_files_are_found_beside_it(registries, tmp_p
     cfg = load_config("exp/r.yaml")
     assert cfg.plugins == [str(exp / "my_ext.py")] and cfg.reward.components[0].name == f"{exp / 'mine.py'}:bonus"
     (tmp_path / "mine.py").write_text("def bonus(inputs):\n    return [2.0] * len(inputs), {}\n")
-    assert load_config("exp/r.yaml").reward.components[0].name == "mine.py:bonus"  # the working directory first
+    # the working directory first; a file of yours is kept by its absolute path, and logged by its file name
+    assert load_config("exp/r.yaml").reward.components[0].name == f"{tmp_path / 'mine.py'}:bonus"
+
+
+def test_a_split_set_takes_the_runs_field_names_and_old_saved_configs_still_resume(tmp_path: Path) -> None:
+    import yaml
+
+    from searchrl.stages.resume import settings_diff
+
+    with pytest.raises(ConfigError, match="the dev split is read with data.fields: set those, not this set's"):
+        load_config(None, ["evaluation.datasets=[{data: dev, fields: {question: q}}]"])
+    # a config saved before plugins, data.fields and retrieval.options existed: not a changed setting
+    cfg = load_config("demo")
+    saved = json.loads(cfg.model_dump_json())
+    del saved["plugins"], saved["data"]["fields"], saved["retrieval"]["options"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert settings_diff(cfg, tmp_path / "config.yaml") == []
+    with_plugin = cfg.model_copy(update={"plugins": ["x.py"]})
+    assert settings_diff(with_plugin, tmp_path / "config.yaml") == ["plugins"]
+
+
+def test_a_plugin_retriever_is_checked_and_cut_to_k_in_the_evaluation_baselines_too(plugin: Path) -> None:
+    from searchrl.eval.baselines import NaiveRAGMethod
+    from searchrl.pipeline import make_retriever_for
+
+    cfg = load_config(None, ["plugins=[my_ext.py]", "retrieval.kind=echo"])
+    gen = ScriptedGenerator(ByteTokenizer(), lambda ctx: "Paris")
+    (pred,) = NaiveRAGMethod(gen, make_retriever_for(cfg), topk=2).answer([QAExample("q", "Capital?", ["Paris"])])
+    assert len(pred.trajectory["hit_ids"][0]) == 2  # the plugin returns ten

@@ -453,9 +453,10 @@ def test_rag_r1_format() -> None:
 
 # ------------------------------------------------------------------------------------------------------ registry
 def test_registry_names_match_the_config_choices() -> None:
-    from searchrl.config.extensions import NAMES
+    from searchrl.config.extensions import NAMES, registered
 
-    assert NAMES["protocol"] == list(PROTOCOLS)
+    builtin = [n for n in PROTOCOLS if n not in registered("protocol")]
+    assert [n for n in NAMES["protocol"] if n not in registered("protocol")] == builtin
     for name, cls in PROTOCOLS.items():
         assert cls.name == name and isinstance(get_protocol(name), cls)
 

@@ -323,7 +323,7 @@ def inspect(
     if not files:
         raise FileNotFoundError(f"{p} holds none of {', '.join(_WORLD_FILES)}; pass a file instead")
     for f in files:
-        if mapping or _detect(f) == "qa":
+        if (mapping and not p.is_dir()) or _detect(f) == "qa":  # in a world directory the corpus stays a corpus
             _inspect_qa(f, n, limit, styles, mapping)
         else:
             _inspect_corpus(f, n, limit)

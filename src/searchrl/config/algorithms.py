@@ -63,7 +63,10 @@ _BUILTIN = tuple(ALGORITHMS)
 
 def algorithm(name: str) -> Algorithm:
     if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm.name '{name}'; one of: {', '.join(ALGORITHMS)}")
+        raise ValueError(
+            f"unknown algorithm.name '{name}'; one of: {', '.join(ALGORITHMS)} (your own: declare it in a module "
+            "that plugins: lists)"
+        )
     return ALGORITHMS[name]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from searchrl.config.base import Section, check_fields
 from searchrl.config.extensions import known
@@ -38,6 +38,12 @@ class EvalDataset(Section):
     @classmethod
     def _check_fields(cls, v: dict[str, str] | None) -> dict[str, str] | None:
         return None if v is None else check_fields(v)
+
+    @model_validator(mode="after")
+    def _split_fields(self) -> EvalDataset:
+        if self.fields is not None and self.data in ("train", "dev", "test"):
+            raise ValueError(f"the {self.data} split is read with data.fields: set those, not this set's fields")
+        return self
 
 
 class EvaluationConfig(Section):

@@ -167,13 +167,19 @@ def _source_file(spec: str) -> Path | None:
 
 
 def code_digests(specs: Iterable[str]) -> dict[str, str]:
-    """``{spec: sha256 of its file}`` for the specs that name a user file or module (built-in names are skipped):
-    what a finished stage records, so that editing a plugin or a reward function makes it run again."""
+    """``{spec: sha256 of its code}`` for the specs that name a user file or module (built-in names are skipped): the
+    file, or every module of a package. What a finished stage records, so that editing a plugin or a reward function
+    makes it run again. (Other modules a plugin file imports are not followed.)"""
     out = {}
     for spec in specs:
         path = _source_file(spec)
-        if path is not None and "site-packages" not in path.parts and not path.is_relative_to(_PACKAGE):
-            out[spec] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        if path is None or "site-packages" in path.parts or path.is_relative_to(_PACKAGE):
+            continue
+        files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+        h = hashlib.sha256()
+        for f in files:
+            h.update(str(f.relative_to(path.parent)).encode() + b"\0" + f.read_bytes())
+        out[spec] = h.hexdigest()[:16]
     return out
 
 

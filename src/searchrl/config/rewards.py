@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
@@ -23,8 +24,12 @@ class RewardComponent(Section):
     @classmethod
     def _builtin_or_yours(cls, v: str) -> str:
         builtin = get_args(BuiltinComponent)
-        if v in builtin or ":" in v:
+        if v in builtin:
             return v
+        if ":" in v:  # a file of yours is kept by its absolute path, so a dumped config loads from anywhere
+            file, _, attr = v.rpartition(":")
+            path = Path(file).expanduser()
+            return f"{path.resolve()}:{attr}" if file.endswith(".py") and path.is_file() else v
         raise ValueError(
             f"unknown reward component {v!r}: use one of {', '.join(builtin)}, or your own function as "
             "'path/to/file.py:function' or 'module:function'"

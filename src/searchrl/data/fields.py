@@ -38,7 +38,8 @@ def note_question_field(row: dict[str, Any], where: str) -> bool:
     (a ``prompt`` may be a system prompt, not the question); True once said, or when nothing needs saying."""
     if any(str(k).lower() == "question" for k in row) or "reward_model" in row:
         return True
-    text = [f for f in row if str(f).lower() in QUESTION_FIELDS and isinstance(row[f], str)]
+    lower = {str(f).lower(): f for f in row}  # the loader reads the first of QUESTION_FIELDS a row has, in any case
+    text = [lower[q] for q in QUESTION_FIELDS if q in lower and isinstance(row[lower[q]], str)][:1]
     skip = {*QUESTION_FIELDS, *ID_FIELDS, *ANSWER_FIELDS, *ALIAS_FIELDS}
     others = [str(f) for f in row if isinstance(row[f], str) and str(f).lower() not in skip]
     if text and others:

@@ -41,8 +41,9 @@ CUSTOM_METHODS: dict[str, Callable[..., Method]] = {}
 def register_method(name: str, factory: Callable[[Any, Any, Any], Method], *, needs_retriever: bool = False) -> None:
     """Make ``evaluation.methods: [name]`` evaluate your method beside the built-in ones (call it in a module that a
     run config's ``plugins:`` lists). ``factory(cfg, generator, retriever)`` gets the run config, the policy's
-    generator and the run's retriever (None unless ``needs_retriever``) and returns a :class:`Method`: an object
-    with ``answer(examples) -> list[Prediction]``. A name already taken is refused."""
+    generator and the run's retriever (None when the run has none; ``needs_retriever`` makes that an error before
+    anything loads) and returns a :class:`Method`: an object with ``answer(examples) -> list[Prediction]``. A name
+    already taken is refused."""
     if not callable(factory):
         raise TypeError(f"register_method({name!r}, ...) needs a callable factory(cfg, generator, retriever)")
     add_name("method", name)

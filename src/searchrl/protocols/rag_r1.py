@@ -72,7 +72,8 @@ class RAGR1Protocol(SearchR1Protocol):
             return super().format_search(queries)
         if any("," in q for q in queries):
             raise ValueError("multi-query search calls separate queries with commas; a query cannot contain one")
-        return self._retag(f"<search> {', '.join(queries)} </search>")
+        s_open, s_close = self.search_tags
+        return f"{s_open} {', '.join(queries)} {s_close}"
 
     def _split_queries(self, content: str) -> list[str] | Invalid:
         if not self.multi_query:

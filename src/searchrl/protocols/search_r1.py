@@ -18,6 +18,7 @@ repository (``qa_em_format.is_valid_sequence``; not part of the paper): see ``Se
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from searchrl.protocols._tags import (
@@ -66,26 +67,30 @@ class SearchR1Protocol(TagProtocol):
         if "answer_tags" in vars(cls) and "answer_stop_strings" not in vars(cls):
             cls.answer_stop_strings = (cls.answer_tags[1],)
 
-    def _retag(self, text: str) -> str:
-        """``text`` with Search-R1's tags replaced by this class's own: a subclass that renames its tags (e.g.
-        ``search_tags = ("<query>", "</query>")``) gets prompts, calls, observations and feedback in them."""
-        ours = (*self.think_tags, *self.search_tags, *self.result_tags, *self.answer_tags)
-        for old, new in zip((*THINK, *SEARCH, *INFORMATION, *ANSWER), ours, strict=True):
-            if old != new:
-                text = text.replace(old, new)
-        return text
+    def _retag(self, template: str) -> str:
+        """One of this module's constant texts with Search-R1's tags replaced by this class's own, in one pass (a
+        subclass that renames its tags, e.g. ``search_tags = ("<query>", "</query>")``, gets prompts and feedback in
+        them). Never applied to text that holds the model's or the user's words."""
+        mine = (*self.think_tags, *self.search_tags, *self.result_tags, *self.answer_tags)
+        ours = dict(zip((*THINK, *SEARCH, *INFORMATION, *ANSWER), mine, strict=True))
+        if all(k == v for k, v in ours.items()):
+            return template
+        return re.sub("|".join(map(re.escape, sorted(ours, key=len, reverse=True))), lambda m: ours[m[0]], template)
 
     def instruction(self, question: str) -> str:
         return self._retag(INSTRUCTION).format(question=question.strip())
 
     def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
-        return self._retag(f"<search> {queries[0]} </search>")
+        s_open, s_close = self.search_tags
+        return f"{s_open} {queries[0]} {s_close}"
 
     def format_answer(self, answer: str) -> str:
-        return self._retag(f"<answer> {answer} </answer>")
+        a_open, a_close = self.answer_tags
+        return f"{a_open} {answer} {a_close}"
 
     def format_reasoning(self, text: str) -> str:
-        return self._retag(f"<think> {text} </think>\n")
+        t_open, t_close = self.think_tags
+        return f"{t_open} {text} {t_close}\n"
 
     def _docs(self, hits: list[Hit]) -> str:
         return "".join(f"Doc {i}(Title: {quoted_title(h)}) {h.text}\n" for i, h in enumerate(hits, start=1))

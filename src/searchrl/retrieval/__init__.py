@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from searchrl.config.extensions import add_name
-from searchrl.retrieval.base import Hit, Retriever
+from searchrl.retrieval.base import CheckedRetriever, Hit, Retriever
 
 if TYPE_CHECKING:
     from searchrl.config import RetrievalConfig
@@ -62,7 +62,7 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
     - a kind of :func:`register_retriever`: its factory's retriever.
     """
     if cfg.kind in RETRIEVERS:
-        return RETRIEVERS[cfg.kind](cfg)
+        return CheckedRetriever(RETRIEVERS[cfg.kind](cfg))
     if cfg.kind == "mcp":
         from searchrl.retrieval.mcp import MCPRetriever
 

@@ -69,3 +69,17 @@ def check_hits(hits: Any, n_queries: int, retriever: Any, k: int | None = None) 
                 "searchrl.retrieval.base.Hit(id, title, text, score)"
             )
     return [list(row[:k]) for row in hits]
+
+
+class CheckedRetriever:
+    """A retriever of one's own (a plugin's), its results checked (:func:`check_hits`) and cut to ``k`` wherever
+    they are used: rollouts, the evaluation baselines, the documents of a ``rag`` prompt."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return check_hits(self.inner.search(queries, k), len(queries), self.inner, k)
+
+    def __getattr__(self, name: str) -> Any:  # anything else the retriever offers (close, cache stats, ...)
+        return getattr(self.inner, name)

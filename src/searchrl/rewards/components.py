@@ -60,6 +60,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import fmean
 from typing import Any, Literal
 
@@ -329,6 +330,17 @@ COMPONENTS: dict[str, Callable[..., Scores]] = {
 }
 
 
+def component_label(name: str) -> str:
+    """How a component's scores are logged (``reward/<label>``): its name, a file of yours by its file name only
+    (``/home/me/exp/my_rewards.py:brevity`` -> ``my_rewards.py:brevity``), so logs do not depend on where it lives.
+
+    >>> component_label("/home/me/exp/my_rewards.py:brevity"), component_label("answer")
+    ('my_rewards.py:brevity', 'answer')
+    """
+    file, colon, attr = name.rpartition(":")
+    return f"{Path(file).name}:{attr}" if colon and file.endswith(".py") else name
+
+
 def component_fn(name: str) -> Callable[..., Scores]:
     """The function of a reward component: one of :data:`COMPONENTS`, or your own
     ``fn(inputs, **params) -> (scores, metrics)`` named ``path/to/file.py:function`` or ``module:function``.
@@ -406,7 +418,7 @@ class RewardComposer:
                 params[dep] = deps[dep]
             if comp.name in COMPONENTS:  # validates params (and dependencies) now rather than mid-run
                 fn([], **params)
-            self._steps.append((comp.name, comp.weight, fn, params))
+            self._steps.append((component_label(comp.name), comp.weight, fn, params))
 
     @classmethod
     def from_config(cls, cfg: RewardConfig, **deps: Any) -> RewardComposer:

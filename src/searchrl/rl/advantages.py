@@ -66,6 +66,10 @@ def register(name: str) -> Callable[[EstimatorFn], EstimatorFn]:
 
 def get_estimator(name: str) -> Estimator:
     if name not in ESTIMATORS:
+        if name in ALGORITHMS:
+            raise ValueError(
+                f"algorithm.name {name} is declared but has no advantage estimator: add @register({name!r})"
+            )
         raise ValueError(f"unknown algorithm.name '{name}'; registered estimators: {', '.join(sorted(ESTIMATORS))}")
     return ESTIMATORS[name]
 

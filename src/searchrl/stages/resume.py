@@ -30,12 +30,20 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 def settings_diff(cfg: RunConfig, saved: Path) -> list[str]:
     """The dotted settings in which ``cfg`` differs from the config saved at ``saved`` (``training.steps`` aside);
-    ``["(no saved config)"]`` when there is none."""
+    ``["(no saved config)"]`` when there is none. A key on one side only (a setting another SearchRL version did not
+    have) counts only when its value is not empty: a run saved before ``plugins`` existed had none."""
     if not saved.exists():
         return ["(no saved config)"]
     old = _flat(yaml.safe_load(saved.read_text()) or {})
     new = _flat(json.loads(cfg.model_dump_json()))
-    return sorted(k for k in old.keys() | new.keys() if k != "training.steps" and old.get(k) != new.get(k))
+    empty = (None, [], {})
+    return sorted(
+        k
+        for k in old.keys() | new.keys()
+        if k != "training.steps"
+        and old.get(k) != new.get(k)
+        and not ((k not in old and new[k] in empty) or (k not in new and old[k] in empty))
+    )
 
 
 def record_init(cfg: RunConfig) -> None:
@@ -131,8 +139,9 @@ def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path)
         for k, v in _flat(json.loads(cfg.model_dump_json())).items()
         if any(k == r or k.startswith(r + ".") for r in reads) and k not in _NOT_OUTCOME
     }
-    # the code it ran: your plugins, and the reward functions of the stages that score
-    code = [*cfg.plugins, *(c.name for c in cfg.reward.components if ":" in c.name and "reward" in reads)]
+    # the code it ran: your plugins (in the stages that can call them) and the reward functions of those that score
+    plugins = cfg.plugins if kind not in ("synth", "index", "split") else []
+    code = [*plugins, *(c.name for c in cfg.reward.components if ":" in c.name and "reward" in reads)]
     raw = {"stage": json.loads(stage.model_dump_json()), "config": config, "model": model, "code": code_digests(code)}
     return {k: placed(v) for k, v in _flat(raw).items()}
 
