@@ -42,7 +42,7 @@ from searchrl.stages.chain import NEEDS_MODEL as _NEEDS_MODEL
 from searchrl.stages.chain import _subst, resolve_stage, stage_output
 from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch
 from searchrl.stages.train import one_process_sft
-from searchrl.utils import atomic_write_text, console, restore_interrupted
+from searchrl.utils import StopRequested, atomic_write_text, console, restore_interrupted
 
 
 @dataclass
@@ -385,10 +385,8 @@ def run_pipeline(
             try:
                 result = HANDLERS[key](ctx)
             except BaseException as err:
-                _log(
-                    run_dir,
-                    f"stage {stage.name}: FAILED after {time.perf_counter() - t0:.1f} s: {type(err).__name__}: {err}",
-                )
+                ended = "stopped" if isinstance(err, StopRequested) else f"FAILED: {type(err).__name__}"
+                _log(run_dir, f"stage {stage.name}: {ended} after {time.perf_counter() - t0:.1f} s: {err}")
                 _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
                 raise
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,19 +21,33 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+
+class _LogConsole(Console):
+    """Rich's console, except that ``log`` to a file or a pipe (``nohup``, a cluster's job log) writes one plain line
+    per message, ``[HH:MM:SS] message``: not wrapped at 80 columns, no source-file column, easy to grep."""
+
+    def log(self, *objects: Any, **kwargs: Any) -> None:
+        if self.is_terminal or not all(isinstance(o, str) for o in objects):
+            super().log(*objects, **kwargs)
+        else:
+            self.print(f"[{time.strftime('%H:%M:%S')}] " + " ".join(objects), soft_wrap=True, highlight=False)
+
+
 # log lines are read by people and by programs (a URL, a path): a terminal wraps them, rich must not break them
-console = Console(stderr=True, soft_wrap=True)
+console = _LogConsole(stderr=True, soft_wrap=True, log_path=False)
 
 
 class _LoggedProgress(Progress):
     """A rich progress bar that, when stderr is not a terminal (a CI log, ``nohup``, a pipe), instead prints one
-    plain line per task every ``every`` percent (and at the end): readable in any log."""
+    plain line per task every ``every`` percent, or at the first update after ``every_s`` seconds without a line
+    (a 1000-step run is not silent for 50 steps), and at the end: readable in any log."""
 
-    def __init__(self, *columns, every: float = 5.0, **kwargs) -> None:
+    def __init__(self, *columns, every: float = 5.0, every_s: float = 600.0, **kwargs) -> None:
         super().__init__(*columns, **kwargs)
         self._plain = not self.console.is_terminal and not self.disable
-        self._every = every
+        self._every, self._every_s = every, every_s
         self._last_pct: dict[int, float] = {}
+        self._last_t: dict[int, float] = {}
         self._t0: dict[int, float] = {}
         self._start: dict[int, float] = {}  # work already done when the task was added (a resumed run)
         if self._plain:
@@ -42,6 +56,7 @@ class _LoggedProgress(Progress):
     def add_task(self, description: str, *args, **kwargs):
         task = super().add_task(description, *args, **kwargs)
         self._last_pct[task], self._t0[task] = -1e9, time.perf_counter()
+        self._last_t[task] = self._t0[task]
         self._start[task] = self._tasks[task].completed
         return task
 
@@ -56,11 +71,13 @@ class _LoggedProgress(Progress):
         if not t.total:
             return
         pct = 100.0 * t.completed / t.total
-        if pct - self._last_pct[task_id] >= self._every or t.completed >= t.total:
+        now = time.perf_counter()
+        quiet = now - self._last_t[task_id] >= self._every_s
+        if pct - self._last_pct[task_id] >= self._every or t.completed >= t.total or quiet:
             if pct == self._last_pct[task_id]:
                 return
-            self._last_pct[task_id] = pct
-            elapsed = time.perf_counter() - self._t0[task_id]
+            self._last_pct[task_id], self._last_t[task_id] = pct, now
+            elapsed = now - self._t0[task_id]
             done = t.completed - self._start[task_id]  # the rate comes from this process's work only
             eta = elapsed * (t.total - t.completed) / done if done > 0 else float("nan")
             desc = re.sub(r"\[/?[a-z ]*\]", "", str(t.description))
@@ -373,4 +390,45 @@ def run_environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
         "processes": int(os.environ.get("WORLD_SIZE", "1")),
+        "host": platform.node(),
+        "pid": os.getpid(),
+        "job": os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID") or os.environ.get("LSB_JOBID"),
     }
+
+
+class StopRequested(SystemExit):
+    """A run stopped by SIGTERM (a cluster's preemption, ``kill``): exit status 143, as the signal's own would be,
+    after saying where it stopped and how to go on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(143)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@contextmanager
+def on_sigterm(defer: bool = False) -> Iterator[Callable[[], bool]]:
+    """While inside, SIGTERM raises :class:`StopRequested` at once (``defer=False``: the run logs why it ended
+    instead of vanishing), or only sets a flag the caller polls at a safe point (``defer=True``: the RL trainer saves
+    a checkpoint first). Yields the poll. The previous handler comes back after; outside the main thread, where no
+    signal handler can be set, nothing changes."""
+    import signal
+
+    got: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        got.append(signum)
+        if not defer:
+            raise StopRequested("stopped by SIGTERM")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield lambda: False
+        return
+    try:
+        yield lambda: bool(got)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

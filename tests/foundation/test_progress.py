@@ -35,3 +35,16 @@ def test_eta_of_a_resumed_task_counts_only_the_work_done_here(monkeypatch, capsy
         bar.update(task, advance=1)
     line = next(line for line in capsys.readouterr().err.splitlines() if "rl steps" in line)
     assert "13/20" in line and "elapsed 10s eta 70s" in line  # 7 steps left at 10 s each
+
+
+def test_a_slow_task_prints_a_line_after_a_quiet_spell_whatever_its_percent(monkeypatch, capsys) -> None:
+    """1000 steps of 61 s: every 5% would be a line every 50 steps (51 minutes); one comes every 10 minutes."""
+    monkeypatch.delenv("SEARCHRL_NO_PROGRESS", raising=False)
+    clock = iter(61.0 * i for i in range(100))
+    monkeypatch.setattr(utils.time, "perf_counter", lambda: next(clock))
+    with utils.progress() as bar:
+        task = bar.add_task("rl steps", total=1000)
+        for _ in range(25):
+            bar.update(task, advance=1)
+    steps = [line.split(": ")[1].split(" ")[0] for line in capsys.readouterr().err.splitlines() if "rl steps" in line]
+    assert steps == ["1/1000", "11/1000", "21/1000"]  # the first, then one after each 600 s without a line

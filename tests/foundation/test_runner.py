@@ -521,3 +521,20 @@ def test_only_leaves_the_other_markers_and_the_dry_run_agrees_with_the_run(tmp_p
     fake_handlers.clear()
     run_pipeline(_cfg(changed), tmp_path)
     assert planned == [c["name"] for c in fake_handlers] == ["sft", "rl", "eval"]
+
+
+def test_a_stage_stopped_by_sigterm_is_logged_as_stopped_and_the_rerun_goes_on(
+    tmp_path: Path, fake_handlers, monkeypatch
+) -> None:
+    from searchrl.utils import StopRequested
+
+    def stopped(ctx):
+        raise StopRequested("stopped by SIGTERM at step 2 of 3, checkpoint in X; to go on: ...")
+
+    monkeypatch.setitem(runner.HANDLERS, "rl", stopped)
+    with pytest.raises(StopRequested):
+        run_pipeline(_cfg(STAGES), tmp_path)
+    log = (tmp_path / "run.log").read_text()
+    assert "stage rl: stopped after" in log and "FAILED" not in log
+    assert json.loads((tmp_path / "summary.json").read_text())["failed"] == "rl"
+    assert not (tmp_path / "rl" / "DONE").exists()

@@ -229,3 +229,14 @@ def test_endpoint_url_and_lru() -> None:
     cache.get("a")
     cache.put("c", 3)  # evicts b, the least recently used
     assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3
+
+
+def test_retries_and_backoff_come_from_the_config() -> None:
+    from searchrl.config import load_config
+    from searchrl.retrieval import make_retriever
+
+    cfg = load_config(None, ["retrieval.kind=remote", "retrieval.urls=[http://127.0.0.1:9]"])
+    assert (make_retriever(cfg.retrieval).retries, make_retriever(cfg.retrieval).backoff_s) == (3, 0.2)
+    cfg = load_config(None, ["retrieval.kind=remote", "retrieval.urls=[http://127.0.0.1:9]", "retrieval.retries=8"])
+    patient = make_retriever(cfg.retrieval.model_copy(update={"backoff_s": 1.0}))
+    assert (patient.retries, patient.backoff_s) == (8, 1.0)

@@ -297,3 +297,31 @@ def test_a_final_model_cut_short_leaves_the_previous_one_whole(tmp_path: Path, m
     with pytest.raises(KeyboardInterrupt):
         Trainer.save_model(fake, final)
     assert (final / "model.safetensors").read_text() == "the previous model"
+
+
+def test_sigterm_saves_a_checkpoint_at_the_end_of_the_step_and_a_resume_goes_on(tmp_path: Path) -> None:
+    """A cluster's preemption (SIGTERM) mid-step: the step finishes, the checkpoint is saved, the run ends with
+    StopRequested (exit 143) naming the step; --resume then finishes the run."""
+    import os
+    import signal
+
+    from searchrl.utils import StopRequested
+
+    trainer = make_trainer(tmp_path / "run", lr=1e-3, steps=5)
+    calls = []
+
+    def preempted_in_step_2(trajs):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return letter_fraction_reward(trajs)
+
+    trainer.reward_fn = preempted_in_step_2
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(
+        StopRequested, match=r"stopped by SIGTERM at step 2 of 5, checkpoint in .*run/checkpoint"
+    ) as err:
+        trainer.train()
+    assert err.value.code == 143 and signal.getsignal(signal.SIGTERM) == previous  # the handler is put back
+    resumed = make_trainer(tmp_path / "run", lr=1e-3, steps=5)
+    assert [m["step"] for m in resumed.train(resume=True)] == [3, 4, 5]  # the checkpoint was step 2's

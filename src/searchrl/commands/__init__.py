@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 
 import typer
@@ -109,8 +110,16 @@ _reflow_help(app)
 
 
 def main() -> None:
+    from searchrl.utils import StopRequested, on_sigterm
+
+    if not sys.stderr.isatty():  # a job log: the hub's and transformers' bars would write carriage returns into it
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
-        app()
+        with on_sigterm():  # a SIGTERM (a cluster's preemption) ends the run with a line saying so, not silently
+            app()
+    except StopRequested as err:
+        console.print(f"[yellow]{escape(str(err))}[/yellow]", soft_wrap=True)
+        sys.exit(err.code)
     except (ConfigError, ModelResolutionError, FileNotFoundError, ValueError, ConnectionError) as err:
         # User-caused errors: one line naming the fix, no traceback.
         console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)  # "[title, [sentences]]" as written

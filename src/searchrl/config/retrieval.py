@@ -119,6 +119,10 @@ class RetrievalConfig(Section):
     #: string such as "IVF1024,PQ96" (a compressed index re-ranked exactly; see searchrl.retrieval.compressed).
     faiss: str = Field(default="flat", pattern=r"^(flat|ivf|hnsw|[A-Za-z0-9_,.=()\-]*[A-Z][A-Za-z0-9_,.=()\-]*)$")
     timeout_s: float = Field(default=10.0, gt=0)
+    #: ``kind: remote``: attempts after a failed request (a connection error, a 5xx, a timeout), waiting ``backoff_s``
+    #: doubled each time; a long run against a shared server may wait out a restart: retries 8, backoff_s 1 is ~4 min.
+    retries: int = Field(default=3, ge=0)
+    backoff_s: float = Field(default=0.2, ge=0)
     #: ``kind: web`` only: the search API, page fetching and the summariser.
     web: WebConfig = WebConfig()
     #: ``kind: simulated`` only: the writer model and its noise curriculum.

@@ -72,7 +72,7 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
 
         if not cfg.urls:
             raise ValueError("retrieval.kind=remote needs retrieval.urls, e.g. [http://127.0.0.1:8000]")
-        return RemoteRetriever(cfg.urls, timeout_s=cfg.timeout_s)
+        return RemoteRetriever(cfg.urls, timeout_s=cfg.timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s)
     if cfg.kind == "web":
         from searchrl.retrieval.pages import FetchOptions, PageFetcher, make_summarizer
         from searchrl.retrieval.web import WebRetriever

@@ -156,7 +156,8 @@ class RemoteRetriever:
         elif "HTTP" in last_error:
             fix = "the server failed the request: see its log"
         else:
-            fix = "start one with `searchrl serve --index DIR` or fix retrieval.urls"
+            fix = "start one with `searchrl serve --index DIR` or fix retrieval.urls (to wait out a restart, raise "
+            fix += "retrieval.retries / backoff_s)"
         raise RetrievalUnavailableError(
             f"no retrieval server answered at {', '.join(self.urls)} after {self.retries + 1} attempts "
             f"(last error: {last_error}); {fix}"

@@ -15,7 +15,7 @@ import torch
 from searchrl.models import portable_tokenizer_config
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
 from searchrl.tuning import check_fits, load_policy_weights
-from searchrl.utils import atomic_dir, restore_interrupted
+from searchrl.utils import StopRequested, atomic_dir, restore_interrupted
 
 STATE_FILE = "trainer_state.pt"
 
@@ -101,3 +101,15 @@ def load_trainer(tr, path: Path) -> None:
         load_opt(critic, tr.critic_opt, state["critic_optimizer"])
         if "critic_scheduler" in state:
             tr.critic_sched.load_state_dict(state["critic_scheduler"])
+
+
+def stop_if_requested(trainer: Any, requested: bool, total: int, saved: bool) -> None:
+    """After a step: when any process got SIGTERM, every process saves the checkpoint (unless the step just did) and
+    the run ends with :class:`searchrl.utils.StopRequested`, saying how to go on. One all-reduce a step."""
+    if trainer.passes.global_count(float(requested)) == 0:
+        return
+    if not saved:
+        trainer.save_checkpoint(trainer.out_dir / "checkpoint")
+    trainer._close()
+    where = f"step {trainer.state.step} of {total}, checkpoint in {trainer.out_dir / 'checkpoint'}"
+    raise StopRequested(f"stopped by SIGTERM at {where}; to go on: searchrl train --resume, or the same searchrl run")

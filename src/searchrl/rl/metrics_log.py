@@ -4,6 +4,7 @@ in the same file), TensorBoard and Weights & Biases when asked for and installed
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -11,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.rollout.record import trajectory_record
-from searchrl.utils import atomic_write_lines
+from searchrl.utils import atomic_write_lines, console, error_line
+
+
+def _warn(message: str) -> None:
+    console.print(f"[yellow]warning:[/yellow] {message}; metrics still go to metrics.jsonl", soft_wrap=True)
 
 
 class MetricsWriter:
@@ -45,18 +50,31 @@ class MetricsWriter:
                     self._tb = SummaryWriter(str(self.out_dir / "tb"))
                 except ImportError:
                     self._tb = False
+                    _warn("training.tensorboard is on but tensorboard is not installed (pip install tensorboard)")
             if self._tb:
                 for k, v in m.items():
                     self._tb.add_scalar(k, v, int(m["step"]))
         if self.wandb:
-            try:
-                import wandb
+            self._to_wandb(m)
 
-                if wandb.run is None:
-                    wandb.init(project="searchrl", name=self.run_name, config=self.run_config)
-                wandb.log(m, step=int(m["step"]))
-            except ImportError:
-                pass
+    def _to_wandb(self, m: dict[str, float]) -> None:
+        """Log to Weights & Biases. One run per output directory (a resumed run goes on in it); a missing package
+        or a failed login (no API key, no network: ``WANDB_MODE=offline`` logs locally) is one warning, after which
+        the run goes on without it rather than losing hours of training to a logging sink."""
+        try:
+            import wandb
+        except ImportError:
+            self.wandb = False
+            _warn("training.wandb is on but wandb is not installed (pip install wandb)")
+            return
+        try:
+            if wandb.run is None:
+                run_id = hashlib.sha1(str(self.out_dir.resolve()).encode()).hexdigest()[:16]
+                wandb.init(project="searchrl", name=self.run_name, config=self.run_config, id=run_id, resume="allow")
+            wandb.log(m, step=int(m["step"]))
+        except Exception as err:  # noqa: BLE001 -- whatever W&B raises (login, network): warn once, train on
+            self.wandb = False
+            _warn(f"Weights & Biases failed ({error_line(err)}); set WANDB_MODE=offline or run wandb login")
 
     def close(self) -> None:
         if self._f:

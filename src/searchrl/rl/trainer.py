@@ -62,7 +62,7 @@ from searchrl.rl.update import StepTensors, ValueModel
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
 from searchrl.tuning import full_state_dict, save_merged, warmup_schedule, wrap_lora
-from searchrl.utils import atomic_dir, hard_exit, make_adamw, progress, tune_allocator, write_jsonl
+from searchrl.utils import atomic_dir, hard_exit, make_adamw, on_sigterm, progress, tune_allocator, write_jsonl
 
 __all__ = ["AuxNLLHook", "RewardFn", "TrainState", "Trainer", "default_reward_fn"]
 
@@ -441,7 +441,7 @@ class Trainer:
         every = self.tcfg.eval_every
         if every and self.state.step == 0 and self.eval_examples:
             self._log({"step": 0, **self.evaluate()})  # the starting point of the held-out curve
-        with progress() as bar:
+        with progress() as bar, on_sigterm(defer=True) as stop_requested:
             task = bar.add_task("rl steps", total=total, completed=self.state.step)
             while self.state.step < total:
                 profile_step = self.tcfg.profile_step if self.acc.is_main_process else 0  # one table, one writer
@@ -449,14 +449,17 @@ class Trainer:
                     m = self.train_step()
                 if every and (self.state.step % every == 0 or self.state.step == total):
                     m.update(self.evaluate())
+                m["time/wall"] = round(time.time(), 1)  # the clock (epoch s) when each step ended, across resumes
                 history.append(m)
                 self._log(m)
                 desc = f"rl steps  reward={m.get('reward/total', 0):.3f}"
                 if "eval/em" in m:
                     desc += f"  held-out EM={m['eval/em']:.3f}"
                 bar.update(task, advance=1, description=desc)
-                if self.tcfg.save_every and self.state.step % self.tcfg.save_every == 0:
+                saved = bool(self.tcfg.save_every) and self.state.step % self.tcfg.save_every == 0
+                if saved:
                     self.save_checkpoint(self.out_dir / "checkpoint")
+                checkpoint.stop_if_requested(self, stop_requested(), total, saved)
         if self.tcfg.save_at_end:
             self.save_checkpoint(self.out_dir / "checkpoint")
             self.save_model(self.out_dir / "final")

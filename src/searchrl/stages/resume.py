@@ -29,7 +29,8 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def settings_diff(cfg: RunConfig, saved: Path) -> list[str]:
-    """The dotted settings in which ``cfg`` differs from the config saved at ``saved`` (``training.steps`` aside);
+    """The dotted settings in which ``cfg`` differs from the config saved at ``saved`` (``training.steps`` and where or
+    how often the run saves, logs and evaluates aside: :data:`_NOT_OUTCOME`);
     ``["(no saved config)"]`` when there is none. A key on one side only (a setting another SearchRL version did not
     have) counts only when its value is not empty: a run saved before ``plugins`` existed had none."""
     if not saved.exists():
@@ -41,6 +42,7 @@ def settings_diff(cfg: RunConfig, saved: Path) -> list[str]:
         k
         for k in old.keys() | new.keys()
         if k != "training.steps"
+        and k not in _NOT_OUTCOME
         and old.get(k) != new.get(k)
         and not ((k not in old and new[k] in empty) or (k not in new and old[k] in empty))
     )
@@ -110,7 +112,18 @@ _READS = {
 }
 #: settings that change where or how visibly a stage runs, not what it makes (the runner sets an RL stage's
 #: output directory itself)
-_NOT_OUTCOME = ("model.device", "training.tensorboard", "training.wandb", "training.output_dir")
+_NOT_OUTCOME = (
+    "model.device",
+    "training.tensorboard",
+    "training.wandb",
+    "training.output_dir",
+    # how often a run saves, evaluates, logs and profiles: a resumed run may do these more or less often
+    "training.save_every",
+    "training.eval_every",
+    "training.eval_limit",
+    "training.log_rollouts",
+    "training.profile_step",
+)
 _PREFIXED = re.compile(r"^([a-z_]+:)?(.+)$")  # "rewriter:PATH" names a path after its kind
 
 

@@ -1,0 +1,54 @@
+"""Optional metric sinks: a missing package or a failing W&B login is one warning and the run goes on; a resumed run
+logs into the same W&B run."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+from searchrl.rl.metrics_log import MetricsWriter
+
+
+def _fake_wandb(fail: bool) -> types.ModuleType:
+    mod = types.ModuleType("wandb")
+    mod.run = None
+    mod.calls = []
+
+    def init(**kwargs):
+        mod.calls.append(("init", kwargs))
+        if fail:
+            raise RuntimeError("api_key not configured (no-tty)")
+        mod.run = object()
+
+    mod.init = init
+    mod.log = lambda m, step: mod.calls.append(("log", step))
+    return mod
+
+
+def test_a_failing_wandb_login_warns_once_and_the_metrics_file_goes_on(tmp_path: Path, monkeypatch, capsys) -> None:
+    fake = _fake_wandb(fail=True)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    w = MetricsWriter(tmp_path, wandb=True)
+    for step in (1, 2, 3):
+        w.write({"step": step, "reward/total": 0.5})
+    w.close()
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("Weights & Biases failed (api_key not configured (no-tty))") == 1 and "WANDB_MODE=offline" in err
+    assert [c[0] for c in fake.calls] == ["init"]  # tried once
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_wandb_keeps_one_run_per_output_directory_and_a_missing_package_is_said(tmp_path, monkeypatch, capsys):
+    fake = _fake_wandb(fail=False)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    MetricsWriter(tmp_path / "a", wandb=True).write({"step": 1})
+    first = fake.calls[0][1]
+    fake.run = None  # a resumed process
+    MetricsWriter(tmp_path / "a", wandb=True).write({"step": 2})
+    again = [c for c in fake.calls if c[0] == "init"][1][1]
+    assert first["id"] == again["id"] and first["resume"] == "allow"
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    MetricsWriter(tmp_path / "b", wandb=True).write({"step": 1})
+    assert "wandb is not installed (pip install wandb)" in " ".join(capsys.readouterr().err.split())
