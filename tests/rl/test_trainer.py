@@ -325,3 +325,12 @@ def test_sigterm_saves_a_checkpoint_at_the_end_of_the_step_and_a_resume_goes_on(
     assert err.value.code == 143 and signal.getsignal(signal.SIGTERM) == previous  # the handler is put back
     resumed = make_trainer(tmp_path / "run", lr=1e-3, steps=5)
     assert [m["step"] for m in resumed.train(resume=True)] == [3, 4, 5]  # the checkpoint was step 2's
+
+
+def test_models_kept_every_n_steps_load_as_models(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    make_trainer(tmp_path / "run", lr=1e-3, steps=4, **{"training.keep_models_every": "2"}).train()
+    kept = sorted(p.name for p in (tmp_path / "run" / "models").iterdir())
+    assert kept == ["step_2", "step_4"]
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "models" / "step_2").num_parameters() > 0

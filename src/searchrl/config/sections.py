@@ -183,6 +183,9 @@ class TrainingConfig(Section):
     output_dir: str = "runs/default"
     #: a resumable checkpoint (weights, optimizer, data position, RNG) every this many steps; 0: only at the end.
     save_every: int = 10
+    #: also keep the model (weights only, as <output_dir>/models/step_<k>) every this many steps, to go back to a step
+    #: before a collapse; 0: none. The checkpoint above is only ever the latest.
+    keep_models_every: int = Field(default=0, ge=0)
     #: at the end, write the resumable checkpoint and the trained model (<output_dir>/final, what a pipeline's next
     #: stage loads); false for runs that only time steps (a 3B policy's checkpoint with its Adam state is ~36 GB).
     save_at_end: bool = True

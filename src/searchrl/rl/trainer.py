@@ -459,6 +459,8 @@ class Trainer:
                 saved = bool(self.tcfg.save_every) and self.state.step % self.tcfg.save_every == 0
                 if saved:
                     self.save_checkpoint(self.out_dir / "checkpoint")
+                if self.tcfg.keep_models_every and self.state.step % self.tcfg.keep_models_every == 0:
+                    self.save_model(self.out_dir / "models" / f"step_{self.state.step}")
                 checkpoint.stop_if_requested(self, stop_requested(), total, saved)
         if self.tcfg.save_at_end:
             self.save_checkpoint(self.out_dir / "checkpoint")

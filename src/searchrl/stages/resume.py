@@ -71,7 +71,7 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
 #: what an RL run writes into its output directory (``tb``: tensorboard; ``*.old`` / ``*.tmp``: a stopped save).
 RUN_OUTPUTS = (
     "checkpoint checkpoint.old checkpoint.tmp final final.old final.tmp metrics.jsonl rollouts.jsonl evals tb "
-    f"{INIT_FILE} config.yaml run_info.jsonl"
+    f"{INIT_FILE} config.yaml run_info.jsonl models"
 ).split()
 
 
@@ -119,6 +119,7 @@ _NOT_OUTCOME = (
     "training.output_dir",
     # how often a run saves, evaluates, logs and profiles: a resumed run may do these more or less often
     "training.save_every",
+    "training.keep_models_every",
     "training.eval_every",
     "training.eval_limit",
     "training.log_rollouts",
