@@ -52,3 +52,22 @@ def test_wandb_keeps_one_run_per_output_directory_and_a_missing_package_is_said(
     monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
     MetricsWriter(tmp_path / "b", wandb=True).write({"step": 1})
     assert "wandb is not installed (pip install wandb)" in " ".join(capsys.readouterr().err.split())
+
+
+def test_the_closing_line_summarises_the_whole_run_not_its_last_step(tmp_path: Path) -> None:
+    import doctest
+
+    from searchrl.rl import metrics_log
+
+    assert doctest.testmod(metrics_log).failed == 0
+    rows = [{"step": 0, "eval/em": 0.05}]  # the held-out point before training
+    rows += [
+        {"step": s, "reward/total": float(s % 2), **({"eval/em": s / 100} if s % 5 == 0 else {})} for s in range(1, 21)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 21, "rew')
+    line = metrics_log.run_summary(tmp_path)
+    assert line == (
+        "step 20, reward 0.500 (mean of the last 10 steps), held-out EM 0.200 at the end, best 0.200 at step 20"
+    )
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert metrics_log.run_summary(tmp_path) == "no steps logged"

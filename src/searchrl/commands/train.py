@@ -73,11 +73,12 @@ def train(
         start_fresh(cfg, force)
     history = run_train(cfg, resume=resume)
     if history:
-        last = history[-1]
-        print(
-            f"done: step {int(last['step'])}, reward {last.get('reward/total', 0):.3f}, "
-            f"outputs in {cfg.training.output_dir}"
-        )  # the result: stdout
+        from pathlib import Path
+
+        from searchrl.rl.metrics_log import run_summary
+
+        summary = run_summary(Path(cfg.training.output_dir))
+        print(f"done: {summary}; outputs in {cfg.training.output_dir}")  # the result: stdout
 
 
 def sft(
