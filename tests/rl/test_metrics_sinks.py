@@ -65,9 +65,11 @@ def test_the_closing_line_summarises_the_whole_run_not_its_last_step(tmp_path: P
         {"step": s, "reward/total": float(s % 2), **({"eval/em": s / 100} if s % 5 == 0 else {})} for s in range(1, 21)
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 21, "rew')
-    line = metrics_log.run_summary(tmp_path)
+    from searchrl.viz.plots import load_metrics
+
+    line = metrics_log.run_summary(load_metrics(tmp_path))
     assert line == (
         "step 20, reward 0.500 (mean of the last 10 steps), held-out EM 0.200 at the end, best 0.200 at step 20"
     )
     (tmp_path / "metrics.jsonl").write_text("")
-    assert metrics_log.run_summary(tmp_path) == "no steps logged"
+    assert metrics_log.run_summary(load_metrics(tmp_path)) == "no steps logged"

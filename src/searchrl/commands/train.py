@@ -73,11 +73,10 @@ def train(
         start_fresh(cfg, force)
     history = run_train(cfg, resume=resume)
     if history:
-        from pathlib import Path
-
         from searchrl.rl.metrics_log import run_summary
+        from searchrl.viz.plots import load_metrics
 
-        summary = run_summary(Path(cfg.training.output_dir))
+        summary = run_summary(load_metrics(cfg.training.output_dir))
         print(f"done: {summary}; outputs in {cfg.training.output_dir}")  # the result: stdout
 
 

@@ -80,6 +80,24 @@ def known(kind: str) -> Callable[[str], str]:
     return check
 
 
+def split_file(spec: str) -> tuple[str | None, str]:
+    """The file of a ``file.py`` / ``file.py:name`` spec and the rest; ``(None, "")`` for a module or a built-in name.
+
+    >>> split_file("exp/my_rewards.py:brevity"), split_file("my_ext.py"), split_file("mypkg.rewards:brevity")
+    (('exp/my_rewards.py', ':brevity'), ('my_ext.py', ''), (None, ''))
+    """
+    file, colon, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    return (file, colon + attr) if file.endswith(".py") else (None, "")
+
+
+def absolute_file(spec: str) -> str:
+    """``spec`` with its file named by its absolute path when the file exists (a dumped config then loads from any
+    directory); anything else as given."""
+    file, rest = split_file(spec)
+    path = Path(file).expanduser() if file else None
+    return f"{path.resolve()}{rest}" if path is not None and path.is_file() else spec
+
+
 def _run_file(path: Path, prefix: str) -> ModuleType:
     """Execute a Python file once, as a module of its own in ``sys.modules`` (as an import would: dataclasses and
     pickle look it up)."""

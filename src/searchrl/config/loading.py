@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from searchrl.config.base import ConfigError
 from searchrl.config.errors import flat_keys, validation_message
+from searchrl.config.extensions import absolute_file, split_file
 from searchrl.config.sections import RunConfig
 
 
@@ -200,11 +201,10 @@ def _code_beside(raw: dict[str, Any], where: Path) -> dict[str, Any]:
     def placed(spec: Any) -> Any:
         if not isinstance(spec, str):
             return spec
-        file, colon, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
-        if not file.endswith(".py") or Path(file).expanduser().is_absolute() or Path(file).is_file():
+        file, rest = split_file(spec)
+        if file is None or Path(file).expanduser().is_absolute() or Path(file).is_file():
             return spec
-        beside = where / file
-        return f"{beside.resolve()}{colon}{attr}" if beside.is_file() else spec
+        return absolute_file(f"{where / file}{rest}")
 
     out = dict(raw)
     if isinstance(raw.get("plugins"), list):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
 
 from searchrl.config.base import Section
+from searchrl.config.extensions import absolute_file
 
 #: the built-in components (searchrl.rewards.components.COMPONENTS).
 BuiltinComponent = Literal["answer", "format", "retrieval", "answer_recall", "group", "evidence", "judge", "hops"]
@@ -27,9 +27,7 @@ class RewardComponent(Section):
         if v in builtin:
             return v
         if ":" in v:  # a file of yours is kept by its absolute path, so a dumped config loads from anywhere
-            file, _, attr = v.rpartition(":")
-            path = Path(file).expanduser()
-            return f"{path.resolve()}:{attr}" if file.endswith(".py") and path.is_file() else v
+            return absolute_file(v)
         raise ValueError(
             f"unknown reward component {v!r}: use one of {', '.join(builtin)}, or your own function as "
             "'path/to/file.py:function' or 'module:function'"

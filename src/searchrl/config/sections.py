@@ -4,7 +4,6 @@ the settings that are valid alone but not together."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -12,7 +11,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from searchrl.config.algorithms import AlgorithmConfig, algorithm, critic_algorithms, ungrouped
 from searchrl.config.base import DeviceSpec, Section, check_fields
 from searchrl.config.evaluation import EvaluationConfig
-from searchrl.config.extensions import import_plugin, known
+from searchrl.config.extensions import absolute_file, import_plugin, known
 from searchrl.config.retrieval import RetrievalConfig
 from searchrl.config.rewards import RewardConfig
 
@@ -369,7 +368,7 @@ class RunConfig(Section):
         sections below. A file is kept by its absolute path, so a dumped config loads from any directory."""
         for spec in plugins:
             import_plugin(spec)
-        return [str(Path(p).expanduser().resolve()) if p.endswith(".py") else p for p in plugins]
+        return [absolute_file(p) for p in plugins]
 
     @model_validator(mode="after")
     def _check_pipeline(self) -> RunConfig:

@@ -65,7 +65,7 @@ from statistics import fmean
 from typing import Any, Literal
 
 from searchrl.config import RewardComponent, RewardConfig
-from searchrl.config.extensions import load_object
+from searchrl.config.extensions import load_object, split_file
 from searchrl.protocols.base import FORMAT_SCHEMES
 from searchrl.rewards.correctness import CORRECTNESS_PARAMS, Correctness
 from searchrl.rewards.inputs import Reader, RewardInput, Scores
@@ -337,8 +337,8 @@ def component_label(name: str) -> str:
     >>> component_label("/home/me/exp/my_rewards.py:brevity"), component_label("answer")
     ('my_rewards.py:brevity', 'answer')
     """
-    file, colon, attr = name.rpartition(":")
-    return f"{Path(file).name}:{attr}" if colon and file.endswith(".py") else name
+    file, rest = split_file(name)
+    return f"{Path(file).name}{rest}" if file and rest else name
 
 
 def component_fn(name: str) -> Callable[..., Scores]:

@@ -142,22 +142,15 @@ def trim_logs(out_dir: Path, step: int) -> None:
             atomic_write_lines(path, kept)
 
 
-def run_summary(out_dir: Path, window: int = 10) -> str:
-    """One line on a run from its whole ``metrics.jsonl`` (every attempt of a resumed run): the last step, the mean
-    reward of the last ``window`` steps (one step's reward is noisy), and the held-out EM at the end and at its best.
+def run_summary(rows: Sequence[dict[str, Any]], window: int = 10) -> str:
+    """One line on a run from its whole ``metrics.jsonl`` (``rows``: every attempt of a resumed run): the last step,
+    the mean reward of the last ``window`` steps (one step's reward is noisy), and the held-out EM at the end and at
+    its best.
 
-    >>> import tempfile; d = Path(tempfile.mkdtemp())
-    >>> _ = (d / "metrics.jsonl").write_text('{"step": 1, "reward/total": 0.2, "eval/em": 0.1}\\n'
-    ...     '{"step": 2, "reward/total": 0.4, "eval/em": 0.3}\\n{"step": 3, "reward/total": 0.6, "eval/em": 0.2}\\n')
-    >>> run_summary(d)
+    >>> rows = [{"step": 1, "reward/total": 0.2, "eval/em": 0.1}, {"step": 2, "reward/total": 0.4, "eval/em": 0.3}]
+    >>> run_summary(rows + [{"step": 3, "reward/total": 0.6, "eval/em": 0.2}])
     'step 3, reward 0.400 (mean of the last 3 steps), held-out EM 0.200 at the end, best 0.300 at step 2'
     """
-    rows = []
-    for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a stop
-            continue
     steps = [r for r in rows if r.get("step", 0) > 0 and isinstance(r.get("reward/total"), int | float)]
     if not steps:
         return "no steps logged"
@@ -167,7 +160,6 @@ def run_summary(out_dir: Path, window: int = 10) -> str:
     evals = [r for r in rows if isinstance(r.get("eval/em"), int | float)]
     if evals:
         best = max(evals, key=lambda r: r["eval/em"])
-        text += (
-            f", held-out EM {evals[-1]['eval/em']:.3f} at the end, best {best['eval/em']:.3f} at step {best['step']}"
-        )
+        text += f", held-out EM {evals[-1]['eval/em']:.3f} at the end, best {best['eval/em']:.3f}"
+        text += f" at step {best['step']}"
     return text
