@@ -9,7 +9,6 @@ read whole and a corpus's first passages, so a malformed row fails here too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -319,6 +318,3 @@ def format_plan(plans: Sequence[StagePlan]) -> str:
             lines.append(f"     reads {what}: {path}")
     return "\n".join(lines)
 
-
-def plan_as_json(plans: Sequence[StagePlan]) -> str:
-    return json.dumps([p.__dict__ for p in plans], indent=2)
