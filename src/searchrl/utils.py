@@ -230,7 +230,8 @@ def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> int:
     os.fchmod(fd, 0o644)  # mkstemp creates 0600; results are meant to be read by others
     n = 0
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # a lone surrogate (a "\\ud800" escape in an input file) is written as that escape: in JSON the same string
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             for line in lines:
                 f.write(line)
                 n += 1

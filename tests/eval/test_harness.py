@@ -1,4 +1,6 @@
-"""The harness end to end with fakes: predictions files, exact summary numbers, valid markdown, a PNG that opens."""
+"""The harness end to end with fakes: predictions files, exact summary numbers, valid markdown, a PNG that opens; and
+the summaries' edge cases (methods run on some datasets only, empty datasets, `|` in names, many panels, a re-scored
+run, text UTF-8 cannot hold)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,17 @@ import csv
 import json
 
 import httpx
+import matplotlib.image as mpimg
 import pytest
+from typer.testing import CliRunner
 
+from searchrl import cli
 from searchrl.eval.baselines import DirectMethod, NaiveRAGMethod
+from searchrl.eval.diagnostics import shares_table
 from searchrl.eval.harness import dataset_name, evaluate
-from searchrl.eval.report import AVERAGE, aggregate, render_markdown
+from searchrl.eval.report import AVERAGE, aggregate, plot_summary, render_markdown
 from searchrl.rewards.judge import LLMJudge
+from searchrl.utils import read_jsonl, write_jsonl
 
 METRICS = ["em", "f1", "cover_em", "cover_em_tokens"]
 SCORES = ["em", "f1", "cover_em", "cover_em_committed", "cover_em_tokens"]  # what the summaries show
@@ -138,8 +145,6 @@ def test_summary_csv_and_json_carry_the_same_rows(run) -> None:
 
 
 def test_summary_png_opens(run) -> None:
-    import matplotlib.image as mpimg
-
     out, _, _ = run
     png = out / "summary.png"
     assert png.stat().st_size > 5_000
@@ -338,3 +343,81 @@ def test_settings_default_to_the_methods_protocol_as_the_cli_picks_them(tmp_path
     for methods, boundary in (({"agent": agent, "direct": direct}, "char"), ({"direct": direct}, "word")):
         result = evaluate({"toy": examples}, methods, tmp_path / boundary, metrics=["cover_em"], show=False)
         assert {r["metric_settings"]["cover_em"]["boundary"] for r in result.items} == {boundary}
+
+
+# ------------------------------------------------------------------- summary edge cases
+
+
+def _methods(fakes):
+    return {
+        "direct": DirectMethod(fakes.scripted(fakes.direct_reply)),
+        "naive_rag": NaiveRAGMethod(fakes.scripted(rag_reply), fakes.KeywordRetriever(), topk=2),
+    }
+
+
+def test_a_method_on_some_datasets_gets_no_average(tmp_path, examples, fakes) -> None:
+    methods = _methods(fakes)
+    result = evaluate(
+        {"toy": examples, "toy2": examples[:2]},
+        methods,
+        tmp_path,
+        metrics=["em"],
+        show=False,
+        methods_by_dataset={"toy2": {"direct": methods["direct"]}},
+    )
+    averaged = {r["method"] for r in result.rows if r["dataset"] == AVERAGE}
+    assert averaged == {"direct"}  # naive_rag ran on toy only: an average over one dataset would mislead
+    md = (tmp_path / "summary.md").read_text()
+    header, *body = table_rows(md)
+    rag = dict(zip(header, next(b for b in body if b[0] == "naive_rag"), strict=True))
+    assert rag["Average EM"] == "-" and rag["searches/q"] == "-" and rag["toy EM"] == "66.7"
+    assert "`-` for a method not run on all" in md
+
+
+def test_every_method_on_every_dataset_needs_no_note(tmp_path, examples, fakes) -> None:
+    evaluate({"toy": examples, "toy2": examples[:2]}, _methods(fakes), tmp_path, metrics=["em"], show=False)
+    assert "not run on all" not in (tmp_path / "summary.md").read_text()
+
+
+def test_an_empty_dataset_is_named(tmp_path, examples, fakes, capsys) -> None:
+    evaluate({"empty": [], "toy": examples}, _methods(fakes), tmp_path, metrics=["em"], show=False)
+    md = (tmp_path / "summary.md").read_text()
+    assert "Questions per dataset: empty: 0, toy: 3." in md
+    assert "no questions in empty" in capsys.readouterr().err
+
+
+def test_the_failure_table_escapes_pipes_in_names() -> None:
+    shares = {("toy", "naive|rag"): {"gold_in_docs": 0.5}, ("toy", "direct"): {}}
+    lines = shares_table(shares, ["toy"])
+    header, *rows = table_rows("\n".join(lines))
+    assert len(rows) == 2 and all(len(r) == len(header) for r in rows)
+
+
+def test_many_panels_wrap_into_rows(tmp_path) -> None:
+    metrics = ["em", "f1", "cover_em", "cover_em_tokens", "judge"]
+    rows = [
+        {"dataset": d, "method": m, "n": 3, **{k: 0.1 * i for k in metrics}}
+        for d in ("a", "b", "c")
+        for i, m in enumerate(("m1", "m2", "m3", "m4", "m5"))
+    ]
+    img = mpimg.imread(plot_summary(rows, metrics, tmp_path / "s.png"))
+    height, width = img.shape[:2]
+    assert width <= 16 * 110 + 10 and height > width / 2  # five 8-inch panels: two per row, three rows
+
+
+def test_rescore_out_keeps_the_failure_table(tmp_path, examples, fakes) -> None:
+    evaluate({"toy": examples}, _methods(fakes), tmp_path / "run", metrics=["em"], show=False)
+    pred = tmp_path / "run" / "predictions" / "toy__naive_rag.jsonl"
+    res = CliRunner().invoke(cli.app, ["eval", "rescore", str(pred), "--out", str(tmp_path / "again")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "again" / "summary.md").read_text()
+    assert "Why answers are wrong" in md and "| toy | naive_rag |" in md
+    summary = json.loads((tmp_path / "again" / "summary.json").read_text())
+    original = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["diagnostics"]["toy / naive_rag"] == original["diagnostics"]["toy / naive_rag"]
+
+
+@pytest.mark.parametrize("text", ["q\ud800", "\udfff end", "fine é"])
+def test_lone_surrogates_round_trip_through_jsonl(tmp_path, text: str) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"question": text}])
+    assert [r["question"] for _, r in read_jsonl(path)] == [text]

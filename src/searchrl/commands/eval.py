@@ -181,7 +181,7 @@ def rescore(
     """
     from searchrl.config.extensions import import_plugin
     from searchrl.eval.diagnostics import with_committed
-    from searchrl.eval.harness import predictions_path, scoring_note
+    from searchrl.eval.harness import predictions_path, scoring_note, summary_sections
     from searchrl.eval.report import aggregate, print_summary, write_reports
     from searchrl.eval.rescore import rescore_file
     from searchrl.rewards.judge import LLMJudge
@@ -219,6 +219,7 @@ def rescore(
         for it in items:  # one line per distinct way of scoring (R1-Searcher's files and ours may differ)
             settings.setdefault(json.dumps(it["metric_settings"], sort_keys=True), it["metric_settings"])
         notes = [scoring_note(s, names) for s in settings.values()]
-        extra = {"rescored": [str(f) for f in files], "metric_settings": list(settings.values())}
-        write_reports(rows, score_names, out, extra, title="Re-scored predictions", notes=notes)
+        sections, after = summary_sections(items, score_names, list(dict.fromkeys(it["dataset"] for it in items)))
+        extra = {"rescored": [str(f) for f in files], "metric_settings": list(settings.values()), **sections}
+        write_reports(rows, score_names, out, extra, title="Re-scored predictions", notes=notes, after=after)
         console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png")

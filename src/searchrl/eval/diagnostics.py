@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from searchrl.eval.report import md_cell
 from searchrl.rewards.forms import choice_options
 from searchrl.rewards.metrics import cover_em, exact_match, normalize_answer
 
@@ -63,7 +64,8 @@ LABELS = {
     "hedged": "hedged",
 }
 DIAGNOSTICS_NOTE = (
-    "Why answers are wrong (share of questions; `gold in docs` over the questions that retrieved text): the gold "
+    "Why answers are wrong (share of all questions, right answers included; `gold in docs` over the questions that "
+    "retrieved text, `reading fail` and `retrieval fail` count wrong answers only): the gold "
     "answer in the retrieved documents, a wrong answer although the documents held it (reading), a wrong answer "
     "after searches that missed it (retrieval), a query naming an entity found in neither the question nor the "
     "documents before it (made-up hop), an agent that never searched, no extractable answer or a broken format, "
@@ -228,5 +230,5 @@ def shares_table(shares: Mapping[tuple[str, str], Mapping[str, float | None]], d
     order = {d: i for i, d in enumerate(datasets)}
     for (dataset, method), s in sorted(shares.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][1])):
         cells = ["" if s.get(f) is None else f"{100 * s[f]:.0f}%" for f in FLAGS]
-        lines.append(f"| {dataset} | {method} | " + " | ".join(cells) + " |")
+        lines.append(f"| {md_cell(dataset)} | {md_cell(method)} | " + " | ".join(cells) + " |")
     return lines

@@ -316,6 +316,27 @@ def evaluate(
         "latency_batch_size": answer_batch,
         **(extra or {}),
     }
+    empty = [d for d, exs in datasets.items() if not exs]
+    if empty:
+        console.log(f"[yellow]warning:[/yellow] no questions in {', '.join(empty)}: left out of the summary table")
+    sections, after = summary_sections(items, score_names, list(datasets))
+    info.update(sections)
+    notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch), *(extra or {}).get("notes", [])]
+    paths.update(write_reports(summary, score_names, out, info, notes=notes, after=after, sizes=info["datasets"]))
+    if show:
+        print_summary(summary, score_names)
+        console.print(after[0], soft_wrap=True, markup=False)
+        console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
+    return EvalResult(summary, score_names, items, paths, runtime)
+
+
+def summary_sections(
+    items: Sequence[dict[str, Any]], score_names: Sequence[str], datasets: Sequence[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """What ``summary.{json,md}`` hold after the main table, for ``searchrl eval`` and ``eval rescore`` alike: the
+    failure flags of every (dataset, method), then scores by question kind and by style where the rows carry them.
+    Returns (the JSON's keys, the markdown sections, the failure table first)."""
+    info: dict[str, Any] = {}
     tables = []
     if any(it.get("kind") for it in items):  # question kinds (worlds, 2Wiki's types, MuSiQue's hops): apart
         info["by_kind"] = by_kind(items, score_names)
@@ -327,13 +348,7 @@ def evaluate(
     shares = failure_shares(items)
     info["diagnostics"] = {f"{d} / {m}": s for (d, m), s in shares.items()}
     why = "\n".join([DIAGNOSTICS_NOTE, "", *shares_table(shares, list(datasets))])
-    notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch), *(extra or {}).get("notes", [])]
-    paths.update(write_reports(summary, score_names, out, info, notes=notes, after=[why, *tables]))
-    if show:
-        print_summary(summary, score_names)
-        console.print(why, soft_wrap=True, markup=False)
-        console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
-    return EvalResult(summary, score_names, items, paths, runtime)
+    return info, [why, *tables]
 
 
 def by_kind(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:

@@ -3,8 +3,8 @@
 A *summary row* is one (dataset, method) pair: ``n``, the mean of every score (``em``, ``f1``, ``cover_em``,
 ``cover_em_tokens``, and ``judge`` when a judge ran), and the efficiency figures per question (``searches``:
 search calls, ``queries``: the queries they held, ``gen_tokens``, ``latency_s``). When there is more than one
-dataset, each method also gets a row with ``dataset == "average"``: the unweighted mean over its datasets (the
-papers' "Avg." column).
+dataset, each method that ran on all of them also gets a row with ``dataset == "average"``: the unweighted mean
+over the datasets (the papers' "Avg." column).
 
 Scores are fractions in JSON and CSV, and percentages (one decimal) in the markdown, console and PNG tables. The
 markdown table is wide, paper-style: one row per method, one column per dataset x score, then the average columns,
@@ -19,7 +19,7 @@ import io
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -82,6 +82,8 @@ def aggregate(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[d
     if len(datasets) > 1:
         for method in dict.fromkeys(r["method"] for r in rows):
             mine = [r for r in rows if r["method"] == method]
+            if len(mine) < len(datasets):  # an average over fewer datasets would not compare with the others
+                continue
             avg: dict[str, Any] = {"dataset": AVERAGE, "method": method, "n": sum(r["n"] for r in mine)}
             for key in [*metrics, *(["judge_unparsed"] if "judge" in metrics else []), *(k for k, _, _ in EFFICIENCY)]:
                 if any(key in r for r in mine):
@@ -128,7 +130,7 @@ def group_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str], key: str
         "|---|---|---|---:|" + "---:|" * len(metrics),
     ]
     lines += [
-        f"| {_md_cell(r['dataset'])} | {_md_cell(r['method'])} | {_md_cell(str(r[key]))} | {r['n']} | "
+        f"| {md_cell(r['dataset'])} | {md_cell(r['method'])} | {md_cell(str(r[key]))} | {r['n']} | "
         + " | ".join(_pct(r.get(m)) for m in metrics)
         + " |"
         for r in ordered
@@ -165,7 +167,7 @@ def wide_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[
     return header, body
 
 
-def _md_cell(text: str) -> str:
+def md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -175,28 +177,33 @@ def render_markdown(
     title: str = "Evaluation summary",
     notes: Sequence[str] = (),
     after: Sequence[str] = (),
+    sizes: Mapping[str, int] | None = None,
 ) -> str:
     """A heading, one line on what the numbers are (plus ``notes``: how they were scored and timed), the wide
-    table (every row has the header's column count), then the ``after`` sections (e.g. why answers are wrong)."""
+    table (every row has the header's column count), then the ``after`` sections (e.g. why answers are wrong).
+    ``sizes``: questions per dataset, empty ones included (default: read off the rows)."""
     header, body = wide_table(rows, metrics)
-    n_by_dataset: dict[str, int] = {}
+    n_by_dataset: dict[str, int] = dict(sizes or {})
     for r in rows:
         if r["dataset"] != AVERAGE:
             n_by_dataset.setdefault(r["dataset"], r["n"])
-    sizes = ", ".join(f"{d}: {n}" for d, n in n_by_dataset.items())
+    counts = ", ".join(f"{d}: {n}" for d, n in n_by_dataset.items()) or "none"
+    averaged = {r["method"] for r in rows if r["dataset"] == AVERAGE}
+    if averaged and averaged != {r["method"] for r in rows}:
+        notes = [*notes, "Average and efficiency columns: over every dataset; `-` for a method not run on all."]
     unread = [f"{r['method']} on {r['dataset']}: {r['judge_unparsed']}" for r in rows if r.get("judge_unparsed")]
     if unread:  # the judge's accuracy is over the replies it could read: say over how many fewer
         notes = [*notes, f"Judge replies that could not be read, left out of its accuracy: {', '.join(unread)}."]
     lines = [
         f"# {title}",
         "",
-        f"Scores in %; efficiency figures per question (averaged over datasets). Questions per dataset: {sizes}.",
+        f"Scores in %; efficiency figures per question (averaged over datasets). Questions per dataset: {counts}.",
         *(line for note in notes for line in ("", note)),
         "",
-        "| " + " | ".join(_md_cell(h) for h in header) + " |",
+        "| " + " | ".join(md_cell(h) for h in header) + " |",
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
     ]
-    lines += ["| " + " | ".join(_md_cell(c) for c in line) + " |" for line in body]
+    lines += ["| " + " | ".join(md_cell(c) for c in line) + " |" for line in body]
     lines += [line for section in after for line in ("", section)]
     return "\n".join(lines) + "\n"
 
@@ -259,12 +266,15 @@ def plot_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], path: s
     methods = list(dict.fromkeys(r["method"] for r in rows))
     by_key = {(r["dataset"], r["method"]): r for r in rows}
     panels = list(metrics) or ["em"]
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(max(4.0, 1.2 + 0.5 * len(datasets) * len(methods)) * len(panels), 4.0), squeeze=False
-    )
+    panel_width = min(8.0, max(4.0, 1.2 + 0.5 * len(datasets) * len(methods)))
+    ncols = max(1, min(len(panels), int(16 // panel_width)))  # at most ~16 inches wide: more panels wrap
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_width * ncols, 4.0 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
     x = np.arange(len(datasets))
     width = 0.8 / max(len(methods), 1)
-    for ax, metric in zip(axes[0], panels, strict=True):
+    for ax, metric in zip(axes.flat, panels, strict=False):
         for j, method in enumerate(methods):
             values = [by_key.get((d, method), {}).get(metric) for d in datasets]
             heights = [0.0 if v is None else 100 * v for v in values]
@@ -274,7 +284,8 @@ def plot_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], path: s
         ax.set_xticks(x, datasets, rotation=20 if len(datasets) > 3 else 0)
         ax.set_ylim(0, max(5.0, ax.get_ylim()[1] * 1.1))
         ax.set_ylabel("%")
-    axes[0][0].legend(fontsize=8)
+    if methods:
+        axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -295,6 +306,7 @@ def write_reports(
     title: str = "Evaluation summary",
     notes: Sequence[str] = (),
     after: Sequence[str] = (),
+    sizes: Mapping[str, int] | None = None,
 ) -> dict[str, Path]:
     """Write ``summary.md``, ``summary.csv``, ``summary.json`` (rows plus ``extra``) and ``summary.png``."""
     out = Path(out_dir)
@@ -304,7 +316,7 @@ def write_reports(
         "rows": [{k: _jsonable(v) for k, v in r.items()} for r in rows],
     }
     return {
-        "md": atomic_write_text(out / "summary.md", render_markdown(rows, metrics, title, notes, after)),
+        "md": atomic_write_text(out / "summary.md", render_markdown(rows, metrics, title, notes, after, sizes)),
         "csv": atomic_write_text(out / "summary.csv", render_csv(rows)),
         "json": atomic_write_text(out / "summary.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n"),
         "png": plot_summary(rows, metrics, out / "summary.png"),

@@ -92,7 +92,7 @@ def _write(partial: Path, header: Row | None, entries: Iterable[tuple[str, Row]]
     if mode == "w":
         atomic_write_lines(partial, lines)
     else:
-        with partial.open("a", encoding="utf-8") as f:
+        with partial.open("a", encoding="utf-8", errors="backslashreplace") as f:
             f.writelines(lines)
 
 

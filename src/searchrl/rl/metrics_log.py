@@ -38,7 +38,7 @@ class MetricsWriter:
         """One line of ``m`` (NaN written as null), keyed by ``m["step"]`` in the optional sinks."""
         if self._f is None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            self._f = (self.out_dir / "metrics.jsonl").open("a")
+            self._f = (self.out_dir / "metrics.jsonl").open("a", encoding="utf-8")
         self._f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in m.items()}))
         self._f.write("\n")
         self._f.flush()
@@ -91,7 +91,7 @@ def log_rollouts(out_dir: Path, n: int, step: int, trajs: Sequence, scores: Sequ
         return
     idx = sorted({round(i * (len(trajs) - 1) / max(n - 1, 1)) for i in range(min(n, len(trajs)))})
     out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / "rollouts.jsonl").open("a") as f:
+    with (out_dir / "rollouts.jsonl").open("a", encoding="utf-8", errors="backslashreplace") as f:
         for i in idx:
             correct = float(correctness(trajs[i].answer, trajs[i].golds))
             metrics = {"reward": float(scores[i]), "correct": correct}
