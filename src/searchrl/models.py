@@ -57,8 +57,7 @@ def cache_dir() -> Path:
     """``$SEARCHRL_CACHE``, else ``$XDG_CACHE_HOME/searchrl``, else ``~/.cache/searchrl``."""
     if env := os.environ.get("SEARCHRL_CACHE"):
         return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "searchrl"
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "searchrl"
 
 
 def alias_dir(name: str) -> Path:
@@ -229,8 +228,7 @@ def resolve_embedder(spec: str) -> str:
 
 @contextlib.contextmanager
 def _quiet_local_load(where: str):
-    """Without transformers' per-tensor "Loading weights" bar for weights already on disk (it floods logs with
-    carriage returns); a hub download keeps its progress bars."""
+    """Without transformers' per-tensor "Loading weights" bar for weights on disk (a flood of carriage returns)."""
     from transformers.utils import logging as hf_logging
 
     quiet = Path(where).is_dir() and hf_logging.is_progress_bar_enabled()
@@ -262,6 +260,8 @@ def load_policy(spec: str, dtype: str = "float32", device: str | None = None, fr
         model, tok = random_policy(spec, dt, dev)
     else:
         where = resolve_policy(spec)
+        if not Path(where).is_dir() and (why := _hub_reason(where)):  # one line, not transformers' long traceback
+            raise ModelResolutionError(f"policy '{spec}' cannot be loaded: {why}; give a local model directory")
         tok = AutoTokenizer.from_pretrained(where)
         with _quiet_local_load(where):
             model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa").to(dev)

@@ -317,4 +317,3 @@ def format_plan(plans: Sequence[StagePlan]) -> str:
         for what, path in p.inputs:
             lines.append(f"     reads {what}: {path}")
     return "\n".join(lines)
-

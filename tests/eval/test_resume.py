@@ -137,3 +137,47 @@ def test_an_interrupted_rerun_leaves_no_earlier_summary_beside_its_answers(tmp_p
     with pytest.raises(KeyboardInterrupt):  # another evaluation into the same directory, cut short
         _run({"toy": examples}, Counting(fakes.scripted(fakes.direct_reply), fail_at=1), tmp_path, "k2")
     assert not list(tmp_path.glob("summary.*"))  # the first run's figures are not left to pass for this one's
+
+
+def test_run_from_config_with_objects_given_does_not_resume_unless_asked(tmp_path: Path, examples, fakes) -> None:
+    """The settings key cannot tell two generators (or retrievers) apart: answers an interrupted call with other
+    objects left behind are not kept, unless resume=True says they are the same."""
+    from searchrl.eval import harness
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(
+        "".join(json.dumps({"id": e.id, "question": e.question, "golden_answers": e.answers}) + "\n" for e in examples)
+    )
+    cfg = load_config(
+        None,
+        [
+            f"evaluation.datasets=[{qa}]",
+            "evaluation.methods=[direct]",
+            "evaluation.batch_size=1",
+            f"evaluation.output_dir={tmp_path / 'out'}",
+        ],
+    )
+    first = fakes.scripted(lambda ctx: "Rome")
+
+    class Cut:  # answers one question, then is interrupted
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def generate(self, prompts, params):
+            self.calls += 1
+            if self.calls > 1:
+                raise KeyboardInterrupt
+            return self.inner.generate(prompts, params)
+
+    with pytest.raises(KeyboardInterrupt):
+        harness.run_from_config(cfg, generator=Cut(first), resume=True, show=False)
+    other = fakes.scripted(lambda ctx: "Oslo")
+    fresh = harness.run_from_config(cfg, generator=other, show=False)
+    assert [it["prediction"] for it in fresh.items] == ["Oslo"] * 3  # nothing of the first generator's kept
+    with pytest.raises(KeyboardInterrupt):
+        harness.run_from_config(cfg, generator=Cut(first), resume=True, show=False)
+    kept = harness.run_from_config(cfg, generator=other, resume=True, show=False)
+    assert [it["prediction"] for it in kept.items] == ["Rome", "Oslo", "Oslo"]  # asked to resume: kept

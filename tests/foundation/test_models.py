@@ -20,6 +20,14 @@ def test_hub_id_passes_through() -> None:
     assert resolve_policy("Qwen/Qwen2.5-3B-Instruct") == "Qwen/Qwen2.5-3B-Instruct"
 
 
+def test_a_hub_policy_that_cannot_be_fetched_fails_in_one_line(monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as a machine without network: no retries, no traceback
+    t0 = time.perf_counter()
+    with pytest.raises(ModelResolutionError, match=r"^policy 'nobody-here/no-such-model' cannot be loaded: not in"):
+        load_policy("nobody-here/no-such-model")
+    assert time.perf_counter() - t0 < 10
+
+
 def test_wrong_alias_kind() -> None:
     with pytest.raises(ModelResolutionError, match="embedder alias"):
         resolve_policy("minilm-l6-v2")

@@ -334,3 +334,17 @@ def test_models_kept_every_n_steps_load_as_models(tmp_path: Path) -> None:
     kept = sorted(p.name for p in (tmp_path / "run" / "models").iterdir())
     assert kept == ["step_2", "step_4"]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "models" / "step_2").num_parameters() > 0
+
+
+def test_a_fresh_run_into_an_earlier_runs_directory_is_refused_unless_forced(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "run"
+    make_trainer(out, lr=1e-3, steps=2, **{"training.save_at_end": "false"}).train()
+    again = make_trainer(out, lr=1e-3, steps=1, **{"training.save_at_end": "false"})
+    with pytest.raises(FileExistsError, match=r"holds an earlier run \(metrics.jsonl.*resume=True.*force=True"):
+        again.train()
+    assert again.train(force=True)[-1]["step"] == 1
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1]  # the earlier run's rows were removed, not appended to
+    assert len((out / "run_info.jsonl").read_text().splitlines()) == 1

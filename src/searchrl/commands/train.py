@@ -30,7 +30,7 @@ def start_fresh(cfg, force: bool) -> None:
     from pathlib import Path
 
     from searchrl.config import ConfigError
-    from searchrl.stages.resume import clear_run, earlier_run
+    from searchrl.rl.run_dir import clear_run, earlier_run
 
     out = Path(cfg.training.output_dir)
     if not (found := earlier_run(out)):

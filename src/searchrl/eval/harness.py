@@ -391,11 +391,17 @@ def run_from_config(
     corpus: str | Path | None = None,
     generator: Generator | None = None,
     retriever: Retriever | None = None,
+    resume: bool | None = None,
+    show: bool = True,
 ) -> EvalResult:
     """Resolve data, retriever and policy from ``cfg`` (or use the ones given) and evaluate.
 
-    Bad inputs fail before any model is loaded: datasets first, then the retriever, then the policy.
+    Bad inputs fail before any model is loaded: datasets first, then the retriever, then the policy. ``resume``:
+    keep the answers an interrupted run with the same settings wrote (default: only when neither a ``generator``
+    nor a ``retriever`` is given, since the settings cannot tell objects apart). ``show``: print the tables.
     """
+    if resume is None:
+        resume = generator is None and retriever is None
     ev = cfg.evaluation
     if not ev.methods:
         raise ValueError("no methods: pass --methods direct,naive_rag,agent or set evaluation.methods")
@@ -445,7 +451,8 @@ def run_from_config(
             settings=metric_settings(check_metrics(ev.metrics), ev.normalize, ev.boundary, cfg.rollout.protocol),
             timing=ev.timing,
             methods_by_dataset=by_dataset,
-            resume_key=settings_key(cfg),
+            resume_key=settings_key(cfg) if resume else None,
+            show=show,
         )
     finally:
         if judge is not None:

@@ -14,9 +14,8 @@ import yaml
 
 from searchrl.config import RunConfig
 from searchrl.config.extensions import code_digests
+from searchrl.rl.run_dir import INIT_FILE
 from searchrl.utils import atomic_write_text, weights_fingerprint
-
-INIT_FILE = "init_from.json"
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -66,34 +65,6 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
     if noted.exists() and json.loads(noted.read_text()) != weights_fingerprint(start):
         return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
     return None
-
-
-#: what an RL run writes into its output directory (``tb``: tensorboard; ``*.old`` / ``*.tmp``: a stopped save).
-RUN_OUTPUTS = (
-    "checkpoint checkpoint.old checkpoint.tmp final final.old final.tmp metrics.jsonl rollouts.jsonl evals tb "
-    f"{INIT_FILE} config.yaml run_info.jsonl models"
-).split()
-
-
-def earlier_run(out: Path) -> list[str]:
-    """What an earlier RL run left in ``out`` that a fresh one would mix with its own: a checkpoint (which a later
-    ``--resume`` would take), a model, logs appended to."""
-    return [name for name in ("checkpoint", "final", "metrics.jsonl", "rollouts.jsonl") if (out / name).exists()]
-
-
-def clear_run(out: Path) -> None:
-    """Remove an earlier RL run's outputs from ``out`` (other files there are left alone). Under a multi-process
-    launch only the first process removes them (``RANK``), so no two remove the same file."""
-    import shutil
-
-    if int(os.environ.get("RANK", "0")) != 0:
-        return
-    for name in RUN_OUTPUTS:
-        path = out / name
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
 
 
 #: the config sections each kind of stage reads: what its DONE marker compares (a change elsewhere, e.g. in

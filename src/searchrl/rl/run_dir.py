@@ -1,0 +1,51 @@
+"""An RL run's output directory: what a run writes there, and what keeps a fresh run from mixing with an earlier one
+(logs appended to, an old checkpoint that a later resume would take)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+#: the fingerprint of the weights an RL run started from (a resume checks it is the same model)
+INIT_FILE = "init_from.json"
+
+
+#: what an RL run writes into its output directory (``tb``: tensorboard; ``*.old`` / ``*.tmp``: a stopped save).
+RUN_OUTPUTS = (
+    "checkpoint checkpoint.old checkpoint.tmp final final.old final.tmp metrics.jsonl rollouts.jsonl evals tb "
+    f"{INIT_FILE} config.yaml run_info.jsonl models"
+).split()
+
+
+def earlier_run(out: Path) -> list[str]:
+    """What an earlier RL run left in ``out`` that a fresh one would mix with its own: a checkpoint (which a later
+    ``--resume`` would take), a model, logs appended to."""
+    return [name for name in ("checkpoint", "final", "metrics.jsonl", "rollouts.jsonl") if (out / name).exists()]
+
+
+def clear_run(out: Path, keep: tuple[str, ...] = ()) -> None:
+    """Remove an earlier RL run's outputs from ``out`` (other files there, and ``keep``, are left alone). Under a
+    multi-process launch only the first process removes them (``RANK``), so no two remove the same file."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    for name in set(RUN_OUTPUTS) - set(keep):
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def check_fresh(out: Path, force: bool) -> None:
+    """A fresh run into ``out`` holding an earlier one would mix with it (logs appended to, an old checkpoint a later
+    resume takes): refused, or with ``force`` the earlier run's outputs are removed (the starting model's fingerprint,
+    which the caller may just have written, stays)."""
+    if not (found := earlier_run(out)):
+        return
+    if not force:
+        raise FileExistsError(
+            f"{out} holds an earlier run ({', '.join(found)}); continue it with resume=True (--resume), start over "
+            "with force=True (--force; its outputs are removed), or write to another training.output_dir"
+        )
+    clear_run(out, keep=(INIT_FILE,))
