@@ -54,7 +54,7 @@ def test_eval_runs_end_to_end_from_flags(tmp_path, qa_file, fakes, monkeypatch) 
     # modules that bind make_retriever_for by name, imported first: imported under the patch, they would keep the
     # fake for every later test
     importlib.import_module("searchrl.stages")
-    monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(reply))
+    monkeypatch.setattr(harness, "eval_generator", lambda cfg: fakes.scripted(reply))
     monkeypatch.setattr(pipeline, "make_retriever_for", lambda cfg, corpus=None: retriever)
     (tmp_path / "idx").mkdir()
     (tmp_path / "idx" / "manifest.json").write_text('{"kind": "bm25"}')  # an index directory (its retriever faked)
@@ -105,7 +105,7 @@ def test_eval_from_a_recipe_file(tmp_path, qa_file, fakes, monkeypatch) -> None:
         "output_dir": str(tmp_path / "o"),
     }
     recipe.write_text(yaml.safe_dump({"evaluation": evaluation}))
-    monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(fakes.direct_reply))
+    monkeypatch.setattr(harness, "eval_generator", lambda cfg: fakes.scripted(fakes.direct_reply))
     res = runner.invoke(cli.app, ["eval", "--config", str(recipe)])
     assert res.exit_code == 0, res.output + repr(res.exception)
     (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())["rows"]
@@ -260,7 +260,7 @@ def test_rescore_uses_the_cover_em_rule_eval_recorded(tmp_path: Path) -> None:
 
 
 def test_the_prior_from_the_command_line_loads_no_model(tmp_path, qa_file, monkeypatch) -> None:
-    monkeypatch.setattr(harness, "load_generator", lambda cfg: pytest.fail("the prior loaded the policy"))
+    monkeypatch.setattr(harness, "eval_generator", lambda cfg: pytest.fail("the prior loaded the policy"))
     args = ["eval", "--data", str(qa_file), "--methods", "prior", "--prior-data", str(qa_file)]
     res = runner.invoke(cli.app, [*args, "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output

@@ -69,7 +69,7 @@ def test_two_datasets_with_their_own_indexes(tmp_path, two_worlds, fakes, monkey
         "evaluation.limit=null",
     ]
     cfg = load_config(None, overrides)
-    monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(reader()))
+    monkeypatch.setattr(harness, "eval_generator", lambda cfg: fakes.scripted(reader()))
     result = harness.run_from_config(cfg)
     rows = {(r["dataset"], r["method"]): r for r in result.rows}
     assert rows[("WorldA", "naive_rag")]["em"] == 1.0 and rows[("WorldB", "naive_rag")]["em"] == 1.0
@@ -116,7 +116,7 @@ def test_a_set_searches_the_paragraphs_its_questions_ship_with(tmp_path, fakes, 
     corpus = [json.loads(line)["contents"] for line in open(s.corpus, encoding="utf-8")]
     assert len(corpus) == 4  # three foundings and the filler, once: every question's paragraphs, not the sample's
     monkeypatch.setattr(
-        harness, "load_generator", lambda cfg: fakes.scripted(reader(("Mira Tan", "Osk Vey", "Ada Roe")))
+        harness, "eval_generator", lambda cfg: fakes.scripted(reader(("Mira Tan", "Osk Vey", "Ada Roe")))
     )
     result = harness.run_from_config(cfg)
     assert next(r for r in result.rows if r["method"] == "naive_rag" and r["dataset"] == "hotpot")["em"] == 1.0
@@ -205,7 +205,7 @@ def test_own_index_without_corpus_or_index_is_a_one_line_error(tmp_path, fakes, 
     cfg = load_config(
         None, [f"evaluation.datasets=[{json.dumps(entry)}]", "evaluation.methods=[naive_rag]", "retrieval.kind=bm25"]
     )
-    monkeypatch.setattr(harness, "load_generator", lambda cfg: fakes.scripted(lambda ctx: "a"))
+    monkeypatch.setattr(harness, "eval_generator", lambda cfg: fakes.scripted(lambda ctx: "a"))
     with pytest.raises(FileNotFoundError, match="searchrl index build") as err:
         harness.run_from_config(cfg)
     assert "\n" not in str(err.value)

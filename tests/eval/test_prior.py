@@ -65,7 +65,7 @@ def test_the_prior_alone_loads_no_model_and_is_scored_like_any_method(tmp_path, 
     def no_model(cfg):
         raise AssertionError("the prior must not load the policy")
 
-    monkeypatch.setattr(harness, "load_generator", no_model)
+    monkeypatch.setattr(harness, "eval_generator", no_model)
     held_out = [qa("Who was born later, Al or Bea?", "Bea"), qa("Is Al older than Bea?", "yes")]
     cfg = load_config(
         None,
@@ -85,7 +85,7 @@ def test_the_prior_alone_loads_no_model_and_is_scored_like_any_method(tmp_path, 
 
 
 def test_the_prior_without_its_data_fails_before_any_model_loads(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(harness, "load_generator", lambda cfg: pytest.fail("loaded the policy"))
+    monkeypatch.setattr(harness, "eval_generator", lambda cfg: pytest.fail("loaded the policy"))
     held_out = _write(tmp_path / "heldout.jsonl", [qa("Is Al older than Bea?", "yes")])
     cfg = load_config(None, [f"evaluation.datasets=[{held_out}]", "evaluation.methods=[prior, direct]"])
     with pytest.raises(ValueError, match="evaluation.prior_data"):

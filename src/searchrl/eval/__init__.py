@@ -10,7 +10,14 @@ from searchrl.eval.baselines import (
     NaiveRAGMethod,
     Prediction,
 )
-from searchrl.eval.harness import EvalResult, build_methods, evaluate, metric_settings, run_from_config
+from searchrl.eval.harness import (
+    EvalResult,
+    build_methods,
+    eval_generator,
+    evaluate,
+    metric_settings,
+    run_from_config,
+)
 from searchrl.eval.methods import METHODS, register_method
 from searchrl.eval.report import aggregate, render_markdown, write_reports
 from searchrl.eval.rescore import rescore_file
@@ -27,6 +34,7 @@ __all__ = [
     "Prediction",
     "aggregate",
     "build_methods",
+    "eval_generator",
     "evaluate",
     "metric_settings",
     "register_method",

@@ -97,7 +97,7 @@ def check_retriever_source(cfg: RunConfig, corpus: str | Path | None = None) -> 
         )
 
 
-def load_generator(cfg: RunConfig) -> Generator:
+def eval_generator(cfg: RunConfig) -> Generator:
     """An HF generator over the configured policy (``training.init_from`` if set, else ``model.policy``), after
     seeding every RNG with ``evaluation.seed``."""
     from searchrl.device import configure_from
@@ -424,7 +424,7 @@ def run_from_config(
         if key != (None, None) and needs
     }
     if generator is None and set(ev.methods) - {"prior"}:  # the prior alone loads no model
-        generator = load_generator(cfg)
+        generator = eval_generator(cfg)
     shared = any(s.retriever_key == (None, None) for s in sets)
     by_key = {key: build_methods(cfg, generator, r, prior) for key, r in own_retrievers.items()}
     by_dataset = {s.name: by_key[s.retriever_key] for s in sets if s.retriever_key in by_key}
