@@ -6,18 +6,32 @@ import typer
 
 
 def plot(
-    run_dir: str = typer.Argument(..., help="a run directory with metrics.jsonl"),
-    out: str = typer.Option(None, "--out", "-o", help="PNG path (default: RUN_DIR/curves.png)"),
-    smooth: int = typer.Option(0, "--smooth", min=0, help="overlay a moving average over this many steps (0: none)"),
+    run_dirs: list[str] = typer.Argument(
+        ..., help="run directories with metrics.jsonl; several: overlaid, a colour each"
+    ),
+    out: str = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="image file (.png, .pdf, .svg, ...), or a directory (created) for curves.png; default: "
+        "RUN_DIR/curves.png, for several runs curves.png in the directory that holds them",
+    ),
+    smooth: int = typer.Option(
+        0, "--smooth", min=0, help="overlay a trailing mean over each metric's last N logged points (0: none)"
+    ),
     title: str = typer.Option(None, "--title", help="figure title (default: the run directory's name)"),
 ) -> None:
-    """Write reward / length / searches curves over steps as a PNG.
+    """Write reward / EM / length / searches curves over steps as an image; several runs share each panel.
+
+    NaN / inf values break the line and are marked with a red x. --smooth counts logged points, not steps: an
+    eval metric logged every 20 steps averages over 20*N steps.
 
     Example: searchrl plot runs/demo/rl --smooth 5
+    Example: searchrl plot runs/grpo runs/ppo --out compare.png
     """
-    from searchrl.viz.plots import plot_run
+    from searchrl.viz.plots import plot_runs
 
-    print(plot_run(run_dir, out, smooth=smooth, title=title))
+    print(plot_runs(run_dirs, out, smooth=smooth, title=title))
 
 
 def view(
