@@ -37,7 +37,9 @@ def plot(
 def view(
     paths: list[str] = typer.Argument(..., help="JSONL files: trajectories, rollouts.jsonl or eval predictions"),
     out: str = typer.Option(None, "--out", "-o", help="HTML path (default: <first path stem>.html beside it)"),
-    limit: int = typer.Option(500, min=0, help="render at most N records (the first ones); 0 = all"),
+    limit: int = typer.Option(
+        500, min=0, help="render at most N records (the first ones, or the last with --last); 0 = all"
+    ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed rows (counted) instead of failing"),
     title: str = typer.Option(None, help="page title (default: the file names)"),
     last: bool = typer.Option(
@@ -48,7 +50,8 @@ def view(
     invalid turns, correctness, with a filter box and sorting by step or reward.
 
     Reads raw trajectories (searchrl demo / ask --json), training rollout rows and eval prediction rows. The summary
-    follows the filter. A view can be linked: PAGE.html#sort=reward:desc&q=london&only=wrong&expand=1.
+    follows the filter. Several files (or row sources, datasets, methods) also get a row each. EM and F1 are each
+    row's own scores when it has them. A view can be linked: PAGE.html#sort=reward:desc&q=london&only=wrong.
 
     Example: searchrl view runs/demo/rl/rollouts.jsonl --out demo.html
     """
