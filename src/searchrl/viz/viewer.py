@@ -52,8 +52,8 @@ from searchrl.viz.viewer_assets import _CSS, _JS
 
 # ------------------------------------------------------------------------------------------------ rendering
 
-#: how a record's meta line names the count of each kind of marked block
-_BLOCK_LABELS = {"internal": "internal steps", "evidence": "evidence blocks"}
+#: what one marked block of each kind is called (the legend; a record counts them in the plural)
+_BLOCK_NAMES = {"internal": "internal step", "evidence": "evidence block"}
 
 
 def _verdict(rec: ViewRecord) -> tuple[str, str]:
@@ -182,7 +182,7 @@ def _record_html(idx: int, rec: ViewRecord) -> str:
     blocks = marked_blocks(rec.protocol)
     for kind, (opening, _) in blocks.items():  # R1-Searcher++'s internal steps, R-Search's evidence
         if n := sum(t.text.count(opening) for t in rec.turns):
-            meta.append(f"<span><b>{esc(_BLOCK_LABELS.get(kind, kind))}:</b> {n}</span>")
+            meta.append(f"<span><b>{esc(_BLOCK_NAMES.get(kind, kind))}s:</b> {n}</span>")
     if rec.n_invalid:
         meta.append(f'<span class="badge inv">{rec.n_invalid} invalid</span>')
     if rec.step is not None:
@@ -267,8 +267,8 @@ _LEGEND = (
 
 
 def _legend(articles: str) -> str:
-    kinds = [k for k in ("internal", "evidence") if f'<span class="blk {k}">' in articles]
-    return _LEGEND + "".join(f'<span class="blk {k}">{_BLOCK_LABELS[k][:-1]}</span>' for k in kinds) + "</div>"
+    kinds = [k for k in _BLOCK_NAMES if f'<span class="blk {k}">' in articles]
+    return _LEGEND + "".join(f'<span class="blk {k}">{_BLOCK_NAMES[k]}</span>' for k in kinds) + "</div>"
 
 
 def render_html(
