@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from searchrl.cli import app
 from searchrl.viz import plots
 from searchrl.viz.plots import moving_average, plot_run
+
+runner = CliRunner()
 
 
 def _run(tmp: Path, rows: list[dict]) -> Path:
@@ -65,10 +70,13 @@ def test_a_run_still_writing_its_last_line_plots_what_is_complete(tmp_path: Path
 
 
 def test_the_printed_path_is_the_file_written(tmp_path: Path) -> None:
-    """``--out DIR`` writes DIR/curves.png and ``--out name`` writes name.png; the returned path is that file."""
+    """``--out DIR`` (existing or not) writes DIR/curves.png and ``--out name.pdf`` that file; the returned path is
+    the file written."""
     run = _run(tmp_path, [{"step": 1, "reward/total": 0.1}, {"step": 2, "reward/total": 0.2}])
     assert plot_run(run, tmp_path) == tmp_path / "curves.png" and (tmp_path / "curves.png").is_file()
-    assert plot_run(run, tmp_path / "noext") == tmp_path / "noext.png" and (tmp_path / "noext.png").is_file()
+    assert plot_run(run, tmp_path / "new") == tmp_path / "new" / "curves.png"  # no image suffix: a directory
+    assert (tmp_path / "new" / "curves.png").is_file()
+    assert plot_run(run, tmp_path / "c.pdf") == tmp_path / "c.pdf" and (tmp_path / "c.pdf").read_bytes()[:4] == b"%PDF"
 
 
 def test_a_resumed_run_plots_each_step_once_and_lost_values_are_counted(
@@ -81,15 +89,104 @@ def test_a_resumed_run_plots_each_step_once_and_lost_values_are_counted(
     first = [{"step": s, "reward/total": 0.1 * s} for s in range(1, 6)]
     again = [{"step": s, "reward/total": 1.0 + s} for s in range(3, 8)] + [{"step": 8, "reward/total": None}]
     run = _run(tmp_path, first + again)
-    assert plots._points(plots.load_metrics(run), "reward/total") == [
-        (1, 0.1),
-        (2, 0.2),
-        *[(s, 1.0 + s) for s in range(3, 8)],
-    ]
+    points = plots._points(plots.load_metrics(run), "reward/total")
+    assert points[:-1] == [(1, 0.1), (2, 0.2), *[(s, 1.0 + s) for s in range(3, 8)]]
+    assert points[-1][0] == 8 and math.isnan(points[-1][1])  # null: not finite, a break in the line
     monkeypatch.setattr(utils.console, "width", 400)
     with utils.console.capture() as cap:
         plot_run(run)
-    assert "1 logged values are not finite numbers" in cap.get()
+    assert "1 value not finite (NaN, inf): the line breaks there, marked x (reward/total at step 8)" in cap.get()
     (run / "metrics.jsonl").write_text('{"step": 1}\n[1, 2]\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not a JSON object"):
         plots.load_metrics(run)
+
+
+def _figure(monkeypatch: pytest.MonkeyPatch):
+    """The figures plot_runs draws, kept from being closed so a test can read them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures: list = []
+    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    return figures
+
+
+def _axes(fig) -> dict:
+    return {a.get_title(): a for a in fig.get_axes()}
+
+
+def test_a_blow_up_breaks_the_line_and_is_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NaN / inf are gaps in the line and red x marks at the panel's edge; strings and rows without an integer step
+    are named apart in the warning."""
+    from searchrl import utils
+
+    figures = _figure(monkeypatch)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"step": 1, "reward/total": 0.1}\n{"step": 2, "reward/total": NaN}\n{"step": 3, "reward/total": Infinity}\n'
+        '{"step": 4, "reward/total": 0.4}\n{"step": 5, "reward/total": "0.5"}\n{"step": "6", "reward/total": 0.6}\n'
+        '{"step": 6.5, "reward/total": 0.6}\n{"reward/total": 0.7}\n{"step": 7, "reward/total": 0.7}\n'
+    )
+    monkeypatch.setattr(utils.console, "width", 400)
+    with utils.console.capture() as cap:
+        plot_run(run)
+    log = cap.get()
+    assert "2 values not finite (NaN, inf): the line breaks there, marked x" in log
+    assert "1 value not a number: not drawn (reward/total = '0.5' at step 5)" in log
+    assert "3 rows without an integer step: not drawn (step '6'; step 6.5; ...)" in log
+    ax = _axes(figures[0])["reward"]
+    (line,) = ax.get_lines()
+    ys = list(line.get_ydata())
+    assert list(line.get_xdata()) == [1, 2, 3, 4, 5, 7] and all(math.isnan(y) for y in ys[1:3] + ys[4:5])
+    (marks,) = ax.collections
+    assert [list(p) for p in marks.get_offsets()] == [[2, 1.0], [3, 1.0]]  # at the top edge, in axes coordinates
+    assert ax.get_xlim()[0] < 1 and ax.get_xlim()[1] > 7
+
+
+def test_rate_panels_share_the_unit_range_and_one_step_gets_integer_ticks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _figure(monkeypatch)
+    rows = [{"step": 3, "rollout/em": 0.2, "eval/f1": 0.25, "reward/total": 0.4, "rollout/well_formed": 1.0}]
+    plot_run(_run(tmp_path, rows))
+    axes = _axes(figures[0])
+    for name in ("EM (rollouts)", "F1 (held-out, greedy)", "well-formed rate"):
+        assert axes[name].get_ylim() == (-0.05, 1.05)
+    assert axes["reward"].get_ylim() != (-0.05, 1.05)  # a reward is not a rate
+    for ax in axes.values():
+        assert ax.get_xlim() == (2, 4) and ax.get_lines()[0].get_markersize() >= 5
+        assert all(float(t).is_integer() for t in ax.get_xticks())
+
+
+def test_several_runs_overlay_with_a_colour_and_a_legend_entry_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _figure(monkeypatch)
+    runs = []
+    for name, scale in (("grpo", 1.0), ("ppo", 2.0)):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        rows = [{"step": s, "reward/total": scale * s} for s in range(1, 6)] + [{"step": 5, "eval/em": 0.1 * scale}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs.append(run)
+    out = plots.plot_runs(runs, smooth=2)
+    assert out == tmp_path / "runs" / "curves.png" and out.is_file()  # beside the runs, not inside one of them
+    (fig,) = figures
+    reward = _axes(fig)["reward"]
+    colours = {line.get_color() for line in reward.get_lines()}
+    assert colours == {"C0", "C1"} and len(reward.get_lines()) == 4  # per step and mean, per run
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["grpo", "ppo"]
+    assert fig._suptitle.get_text() == "grpo vs ppo"
+    res = runner.invoke(app, ["plot", *map(str, runs), "--out", str(tmp_path / "cmp.svg")])
+    assert res.exit_code == 0 and res.stdout.strip() == str(tmp_path / "cmp.svg"), res.output
+
+
+def test_smoothing_skips_gaps_and_its_help_says_points() -> None:
+    assert moving_average([1.0, float("nan"), 5.0, 7.0], 2)[2:] == [5.0, 6.0]
+    assert math.isnan(moving_average([1.0, float("nan")], 3)[1])
+    res = runner.invoke(app, ["plot", "--help"])
+    assert "logged points" in " ".join(res.output.split())

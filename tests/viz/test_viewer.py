@@ -305,7 +305,7 @@ def test_html_content_escaping_and_structure(traj_file: Path, eval_file: Path) -
     assert p.counts["invalid"] == 1 and "no_action" in p.text("invalid-reason")
     # long observations start collapsed, short ones open
     assert re.search(r'<details class="inserted"><summary>inserted \(30 tokens, ' + str(len(LONG_OBS)), html)
-    assert f'<details class="inserted" open><summary>inserted (30 tokens, {len(OBS)} chars, 1 documents)' in html
+    assert f'<details class="inserted" open><summary>inserted (30 tokens, {len(OBS)} chars, 1 document)' in html
     # the direct baseline shows its prediction and raw output; naive RAG its retrieval
     assert "Answer: Paris." in p.text("policy") and "w7, w9" in p.text("hits")
     # controls and a self-contained page

@@ -83,9 +83,10 @@ def test_prediction_rows_sort_by_their_score(tmp_path: Path) -> None:
 
 def test_documents_of_an_observation_are_rendered_apart(tmp_path: Path) -> None:
     assert split_documents(OBS) == [
-        "<information>",
-        "Doc 1(Title: Ada) Ada was born in London. ",
-        "Doc 2(Title: Bob) Bob was born in Paris.</information>",
+        ("<information>", False),
+        ("Doc 1(Title: Ada) Ada was born in London. ", True),
+        ("Doc 2(Title: Bob) Bob was born in Paris.", True),
+        ("</information>", False),
     ]
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(_traj("Where?", "London")) + "\n")

@@ -6,24 +6,40 @@ import typer
 
 
 def plot(
-    run_dir: str = typer.Argument(..., help="a run directory with metrics.jsonl"),
-    out: str = typer.Option(None, "--out", "-o", help="PNG path (default: RUN_DIR/curves.png)"),
-    smooth: int = typer.Option(0, "--smooth", min=0, help="overlay a moving average over this many steps (0: none)"),
+    run_dirs: list[str] = typer.Argument(
+        ..., help="run directories with metrics.jsonl; several: overlaid, a colour each"
+    ),
+    out: str = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="image file (.png, .pdf, .svg, ...), or a directory (created) for curves.png; default: "
+        "RUN_DIR/curves.png, for several runs curves.png in the directory that holds them",
+    ),
+    smooth: int = typer.Option(
+        0, "--smooth", min=0, help="overlay a trailing mean over each metric's last N logged points (0: none)"
+    ),
     title: str = typer.Option(None, "--title", help="figure title (default: the run directory's name)"),
 ) -> None:
-    """Write reward / length / searches curves over steps as a PNG.
+    """Write reward / EM / length / searches curves over steps as an image; several runs share each panel.
+
+    NaN / inf values break the line and are marked with a red x. --smooth counts logged points, not steps: an
+    eval metric logged every 20 steps averages over 20*N steps.
 
     Example: searchrl plot runs/demo/rl --smooth 5
+    Example: searchrl plot runs/grpo runs/ppo --out compare.png
     """
-    from searchrl.viz.plots import plot_run
+    from searchrl.viz.plots import plot_runs
 
-    print(plot_run(run_dir, out, smooth=smooth, title=title))
+    print(plot_runs(run_dirs, out, smooth=smooth, title=title))
 
 
 def view(
     paths: list[str] = typer.Argument(..., help="JSONL files: trajectories, rollouts.jsonl or eval predictions"),
     out: str = typer.Option(None, "--out", "-o", help="HTML path (default: <first path stem>.html beside it)"),
-    limit: int = typer.Option(500, min=0, help="render at most N records (the first ones); 0 = all"),
+    limit: int = typer.Option(
+        500, min=0, help="render at most N records (the first ones, or the last with --last); 0 = all"
+    ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed rows (counted) instead of failing"),
     title: str = typer.Option(None, help="page title (default: the file names)"),
     last: bool = typer.Option(
@@ -34,7 +50,8 @@ def view(
     invalid turns, correctness, with a filter box and sorting by step or reward.
 
     Reads raw trajectories (searchrl demo / ask --json), training rollout rows and eval prediction rows. The summary
-    follows the filter. A view can be linked: PAGE.html#sort=reward:desc&q=london&only=wrong&expand=1.
+    follows the filter. Several files (or row sources, datasets, methods) also get a row each. EM and F1 are each
+    row's own scores when it has them. A view can be linked: PAGE.html#sort=reward:desc&q=london&only=wrong.
 
     Example: searchrl view runs/demo/rl/rollouts.jsonl --out demo.html
     """

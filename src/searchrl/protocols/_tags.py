@@ -384,6 +384,16 @@ class TagProtocol(Protocol):
         return self.scan_text(self.strip_inserted(response))
 
     # ----------------------------------------------------------------------------------------- rendering
+    def split_documents(self, observation: str) -> list[tuple[str, bool]]:
+        """As :meth:`Protocol.split_documents`, with the result block's closing tag (and what follows it) apart from
+        the last document."""
+        parts = super().split_documents(observation)
+        text, is_doc = parts[-1] if parts else ("", False)
+        cut = text.rfind(self.result_tags[1]) if is_doc else -1
+        if cut > 0:
+            parts[-1:] = [(text[:cut], True), (text[cut:], False)]
+        return parts
+
     def observation_documents(self, observation: str) -> str:
         for tag in self.result_tags:
             observation = observation.replace(tag, " ")

@@ -10,6 +10,7 @@ Parsers never raise: any text maps to ``Search``, ``Answer`` or ``Invalid``.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,6 +94,10 @@ class Protocol(ABC):
     #: cover-EM boundary). The built-in protocols' are ``searchrl.eval.scoring.EVAL_CONVENTIONS``, which a subclass
     #: of one inherits unless it sets this.
     eval_convention: tuple[str, str] = ("squad", "word")
+    #: where each retrieved document starts in an inserted observation (:meth:`split_documents`): a regex with the
+    #: document's number as group ``n`` when documents are numbered, and an alternative with group ``head`` where
+    #: a multi-query observation starts one query's results; None: the observation is not cut into documents.
+    document_start: re.Pattern[str] | None = None
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -165,6 +170,31 @@ class Protocol(ABC):
         """The documents of an inserted observation as plain text, without the protocol's wrapper tags (R1-Searcher++'s
         rewriter reads them as its own knowledge). The text as given by default."""
         return observation
+
+    def split_documents(self, observation: str) -> list[tuple[str, bool]]:
+        """An inserted observation cut for display into ``(text, is_document)`` parts, in order, that join back to
+        it: the text around the documents and one part per retrieved document. A part starts at each
+        ``document_start`` match; a numbered document only where its number follows the previous one (1 after a
+        ``head`` or at the start), so a "(3)" inside a document's text does not cut it. Without documents: one
+        ``(observation, False)`` part ([] for "")."""
+        cuts: list[tuple[int, bool]] = []
+        last = 0
+        for m in self.document_start.finditer(observation) if self.document_start else ():
+            head, n = m.groupdict().get("head"), m.groupdict().get("n")
+            if head is not None or n is None or int(n) == last + 1:
+                cuts.append((m.start(), head is None))
+                last = 0 if head is not None or n is None else int(n)
+        if not any(is_doc for _, is_doc in cuts):
+            return [(observation, False)] if observation else []
+        cuts = [(0, False), *cuts] if cuts[0][0] > 0 else cuts
+        ends = [start for start, _ in cuts[1:]] + [len(observation)]
+        return [(observation[start:end], is_doc) for (start, is_doc), end in zip(cuts, ends, strict=True)]
+
+    def marked_blocks(self) -> dict[str, tuple[str, str]]:
+        """Blocks of the policy's own text that a viewer shows apart, by kind: ``{"evidence": (open, close)}``
+        (R-Search's evidence), ``{"internal": (open, close)}`` (R1-Searcher++'s steps answered from its own
+        knowledge). None by default."""
+        return {}
 
     @abstractmethod
     def invalid_feedback(self, action: Invalid) -> str:

@@ -18,6 +18,7 @@ turn is ``Invalid`` and the engine may insert ``invalid_feedback`` (the engine's
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from searchrl.protocols._tags import (
@@ -86,6 +87,7 @@ class R1SearcherProtocol(TagProtocol):
     result_tags = DOCUMENTS
     answer_tags = ANSWER
     other_tags = THINK
+    document_start = re.compile(r"(?m)^\((?P<n>\d+)\)")
     option_defaults = {**TagProtocol.option_defaults, "prefill_think": True, "max_answer_words": 10, "prompt": "rl"}
 
     def __init__(self, **options: Any) -> None:

@@ -16,6 +16,8 @@ has one (generation pauses at its end tag, as in the paper's loop), else its las
 
 from __future__ import annotations
 
+import re
+
 from searchrl.protocols._tags import (
     NO_ACTION,
     TagProtocol,
@@ -72,6 +74,7 @@ class R1SearcherPPProtocol(TagProtocol):
     answer_marker = "\\boxed"
     answer_tags = None
     other_tags = INTERNAL
+    document_start = re.compile(r"(?m)^\((?P<n>\d+)\)")
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
@@ -87,6 +90,9 @@ class R1SearcherPPProtocol(TagProtocol):
 
     def format_recalled(self, text: str) -> str:
         return f"{INTERNAL[0]}{text}{INTERNAL[1]}\n"
+
+    def marked_blocks(self) -> dict[str, tuple[str, str]]:
+        return {"internal": INTERNAL}
 
     def parse(self, turn_text: str) -> Action:
         """The turn's first complete external search call (generation pauses at its end tag, so a box written

@@ -14,6 +14,7 @@ complete ``<search>``/``<answer>``).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from searchrl.protocols._tags import Event, TagProtocol, blocks, count_tag, quoted_title, unanswered_searches
@@ -44,6 +45,7 @@ class RSearchProtocol(TagProtocol):
     result_tags = OBSERVATION
     answer_tags = ANSWER
     other_tags = EVIDENCE
+    document_start = re.compile(rf"(?m)(?:^|(?<={re.escape(OBSERVATION[0])}))\(Title: ")
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
@@ -63,6 +65,9 @@ class RSearchProtocol(TagProtocol):
     def format_evidence(self, evidence: str) -> str:
         """The evidence block as the model should write it before its answer."""
         return f"{EVIDENCE[0]}{evidence}{EVIDENCE[1]}"
+
+    def marked_blocks(self) -> dict[str, tuple[str, str]]:
+        return {"evidence": EVIDENCE}
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         hits = self._prepared(queries, hits)

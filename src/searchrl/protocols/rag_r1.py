@@ -27,6 +27,7 @@ Search-R1's structural check plus the multi-query counts.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,7 @@ MULTI_QUERY_INSTRUCTION = (
 
 class RAGR1Protocol(SearchR1Protocol):
     name = "rag_r1"
+    document_start = re.compile(r"(?m)^Doc (?P<n>\d+): ")
     option_defaults = {**SearchR1Protocol.option_defaults, "multi_query": False, "max_queries": 3}
 
     @classmethod
@@ -108,6 +110,23 @@ class RAGR1Protocol(SearchR1Protocol):
             body = fit(self._docs(hits[0]))
         r_open, r_close = self.result_tags
         return f"\n{r_open}\n{body}\n{r_close}\n"
+
+    def split_documents(self, observation: str) -> list[tuple[str, bool]]:
+        """As :meth:`Protocol.split_documents`; a multi-query observation's JSON is decoded: each query's line, then
+        its documents (these parts show the observation but do not join back to its JSON text)."""
+        r_open, r_close = self.result_tags
+        body = observation.strip().removeprefix(r_open).removesuffix(r_close)
+        try:
+            payload = json.loads(body) if body.lstrip().startswith("{") else None
+        except (ValueError, RecursionError):
+            payload = None
+        queries, docs = (payload.get("query"), payload.get("documents")) if isinstance(payload, dict) else (0, 0)
+        if not (isinstance(queries, list) and isinstance(docs, list) and len(queries) == len(docs)):
+            return super().split_documents(observation)
+        parts = [(r_open + "\n", False)]
+        for q, text in zip(queries, docs, strict=True):
+            parts += [(f"query: {q}\n", False), *super().split_documents(str(text) + "\n")]
+        return [*parts, (r_close, False)]
 
     def _feedback_how(self) -> str:
         if not self.multi_query:

@@ -22,6 +22,7 @@ tentative answer the model chose to check); otherwise the turn's last complete `
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from searchrl.protocols._tags import (
@@ -70,6 +71,7 @@ class SearchO1Protocol(TagProtocol):
     stop_strings = (QUERY[1],)
     search_tags = QUERY
     result_tags = RESULT
+    document_start = re.compile(r"Doc (?P<n>\d+) \(Title: ")
     answer_tags = None
     option_defaults = {**TagProtocol.option_defaults, "max_searches": 10}
 

@@ -55,6 +55,7 @@ class SearchR1Protocol(TagProtocol):
     result_tags = INFORMATION
     answer_tags = ANSWER
     other_tags = THINK
+    document_start = re.compile(r"Doc (?P<n>\d+)\(Title: ")
     think_tags = THINK
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -32,6 +32,7 @@ Options: ``max_queries`` (default ``rollout.max_queries_per_call``) and ``max_qu
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from searchrl.protocols._tags import (
@@ -152,6 +153,7 @@ class ToolCallProtocol(TagProtocol):
     answer_stop_strings = (ANSWER[1],)
     search_tags = CALL
     result_tags = RESPONSE_TAGS
+    document_start = re.compile(r'(?m)(?P<head>^Results for ")|Doc (?P<n>\d+)\(Title: ')
     answer_tags = ANSWER
     option_defaults = {**TagProtocol.option_defaults, "max_queries": 3}
 

@@ -63,11 +63,13 @@ class ViewRecord:
     dataset: str | None = None
     method: str | None = None
     protocol: str | None = None
-    row_metrics: dict[str, Any] = field(default_factory=dict)  # an eval row's own per-item metrics
+    row_metrics: dict[str, Any] = field(default_factory=dict)  # the row's own metrics (scores, correct, reward)
     raw: str = ""  # an eval row's model output, shown when there are no turns
     trace: dict[str, Any] = field(default_factory=dict)  # a non-agent method's retrieval trace
     context: list[str] = field(default_factory=list)  # documents/context text an eval row carries
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: the row's own ``source`` field ("train", "eval/step_20", "demo/before", "eval/<dataset>/<method>")
+    row_source: str | None = None
     #: the writer's verdict (its run's Correctness rule), when the row carries one; else EM decides
     correct: float | None = None
     #: an evaluation row's failure flags (searchrl.eval.diagnostics): why its answer is wrong
@@ -75,12 +77,34 @@ class ViewRecord:
 
     @property
     def em(self) -> float | None:
-        """Exact match of the answer against the golds; None when there are no golds (e.g. ``searchrl ask``)."""
-        return exact_match(self.answer, self.golds) if self.golds else None
+        """Exact match of the answer against the golds: the row's own ``metrics.em`` (scored with its run's answer
+        normalisation) when it has one, else recomputed; None when there are no golds (e.g. ``searchrl ask``)."""
+        return self._stored_or("em", exact_match)
 
     @property
     def f1(self) -> float | None:
-        return f1_score(self.answer, self.golds) if self.golds else None
+        """Token F1, as :attr:`em`: the row's ``metrics.f1`` when it has one, else recomputed."""
+        return self._stored_or("f1", f1_score)
+
+    def _stored_or(self, name: str, score: Any) -> float | None:
+        if not self.golds:
+            return None
+        stored = _opt_float(self.row_metrics.get(name))
+        return stored if stored is not None else score(self.answer, self.golds)
+
+    @property
+    def verdict(self) -> bool | None:
+        """Correct by the writer's own rule (``metrics.correct``) when the row has one, else by EM; None without
+        golds."""
+        em = self.em
+        if em is None:
+            return None
+        return (self.correct if self.correct is not None else em) >= 1.0
+
+    @property
+    def file(self) -> str:
+        """The file the record was read from (its ``source`` without the line number)."""
+        return self.source.rpartition(":")[0] or self.source
 
     @property
     def answered(self) -> bool:
@@ -220,6 +244,7 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
     rec.uid = _str(row.get("id")) or rec.uid
     rec.dataset = _str(row.get("dataset")) or None
     rec.method = _str(row.get("method")) or None
+    rec.row_source = _str(row.get("source")) or None
     if isinstance(row.get("metrics"), dict):
         rec.row_metrics = dict(row["metrics"])
         rec.correct = _opt_float(row["metrics"].get("correct"))
@@ -258,6 +283,8 @@ def _from_rollout(row: dict[str, Any], source: str) -> ViewRecord:
     # a training row's reward; an evaluation record's score (its EM), so eval pages sort by it too
     rec.reward = _opt_float(metrics.get("reward", row.get("reward", row.get("score"))))
     rec.correct = _opt_float(metrics.get("correct"))
+    rec.row_metrics = dict(metrics)
+    rec.row_source = _str(row.get("source")) or None
     comps = row.get("reward_components")
     rec.reward_components = dict(comps) if isinstance(comps, dict) else {}
     return rec
@@ -328,14 +355,18 @@ def _mean(xs: Iterable[float]) -> float | None:
 
 
 def summarize(records: Sequence[ViewRecord]) -> dict[str, Any]:
-    """n, EM / F1 (over records with golds), answered rate, mean searches / turns, invalid rate, mean reward."""
+    """n, EM / F1 (over records with golds; each row's own scores where it has them), the correct rate (the share
+    the badges call correct; None unless some row carries its writer's ``metrics.correct``), answered rate, mean
+    searches / turns, invalid rate, mean reward."""
     scored = [r for r in records if r.golds]
     rewards = [r.reward for r in records if r.reward is not None]
+    ruled = any(r.correct is not None for r in scored)
     return {
         "n": len(records),
         "n_scored": len(scored),
         "em": _mean(r.em or 0.0 for r in scored),
         "f1": _mean(r.f1 or 0.0 for r in scored),
+        "correct": _mean(float(bool(r.verdict)) for r in scored) if ruled else None,
         "answered": _mean(float(r.answered) for r in records),
         "searches": _mean(r.counts.get("searches", 0) for r in records),
         "turns": _mean(r.counts.get("turns", 0) for r in records),

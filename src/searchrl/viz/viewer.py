@@ -6,10 +6,12 @@ Every writer emits one record format (:mod:`searchrl.rollout.record`): ``{"sourc
 (agent), a retrieval trace (RAG baselines) or None (direct)). Files written by earlier releases hold bare
 trajectories (``Trajectory.to_dict()``) or ``{"step", "reward", "trajectory"}`` rows; they are read as well.
 
-Everything is rendered from the turns' text (no tokenizer needed); model output is untrusted and always escaped.
-A row's verdict is the writer's own ``metrics.correct`` (its run's :class:`searchrl.rewards.correctness.Correctness`)
-when present, else exact match; EM and F1 are recomputed from the final answer and the golds, so every file shows
-them alike.
+Everything is rendered from the turns' text (no tokenizer needed); model output is untrusted and always escaped
+(:mod:`searchrl.viz.render`). A row's verdict is the writer's own ``metrics.correct`` (its run's
+:class:`searchrl.rewards.correctness.Correctness`) when present, else exact match; EM and F1 are the row's own
+``metrics.em`` / ``metrics.f1`` (scored with its run's answer normalisation) when present, else recomputed from the
+final answer and the golds, so the page agrees with the run's own summary. Observations are cut into documents by
+the protocol that wrote them (the one a row names, else the one that finds the most documents).
 
 >>> from searchrl.viz.viewer import write_viewer
 >>> write_viewer(["runs/demo/before.jsonl"])  # doctest: +SKIP
@@ -20,17 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
-from html import escape
 from pathlib import Path
 from typing import Any
 
 from searchrl.eval.diagnostics import LABELS as DIAGNOSTIC_LABELS
 from searchrl.utils import atomic_write_text, console
 from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, summarize: re-exported)
-    COLLAPSE_CHARS,
-    COLLAPSE_LINES,
     DEFAULT_LIMIT,
     ViewRecord,
     ViewTurn,
@@ -41,86 +39,32 @@ from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, sum
     parse_row,
     summarize,
 )
+from searchrl.viz.render import (  # noqa: F401  (split_documents: re-exported)
+    esc,
+    fmt,
+    highlight,
+    marked_blocks,
+    observation_html,
+    plural,
+    split_documents,
+)
 from searchrl.viz.viewer_assets import _CSS, _JS
 
 # ------------------------------------------------------------------------------------------------ rendering
 
-
-def _e(x: Any) -> str:
-    return escape(_str(x), quote=True)
-
-
-def _fmt(x: float | None, pct: bool = False, digits: int = 3) -> str:
-    """``0.5`` -> ``0.5``, ``1/3`` -> ``0.333``; with ``pct``, ``0.5`` -> ``50.0%``; None -> ``n/a``."""
-    if x is None:
-        return "n/a"
-    if pct:
-        return f"{100 * x:.1f}%"
-    text = f"{x:.{digits}f}".rstrip("0").rstrip(".")
-    return "0" if text in ("", "-0") else text
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
-def _highlight(text: str, queries: Sequence[str]) -> str:
-    """Escaped ``text`` with every occurrence of a query wrapped in ``<mark class="q">``."""
-    needles = sorted({q for q in queries if q.strip()}, key=len, reverse=True)
-    if not needles:
-        return _e(text)
-    out, i = [], 0
-    while i < len(text):
-        best = None
-        for q in needles:
-            j = text.find(q, i)
-            if j >= 0 and (best is None or j < best[0]):
-                best = (j, q)
-        if best is None:
-            break
-        j, q = best
-        out.append(_e(text[i:j]))
-        out.append(f'<mark class="q">{_e(q)}</mark>')
-        i = j + len(q)
-    out.append(_e(text[i:]))
-    return "".join(out)
+#: what one marked block of each kind is called (the legend; a record counts them in the plural)
+_BLOCK_NAMES = {"internal": "internal step", "evidence": "evidence block"}
 
 
 def _verdict(rec: ViewRecord) -> tuple[str, str]:
-    """(css class of the article, badge html)."""
-    em = rec.em
-    if em is None:
+    """(css class of the article, badge html): the writer's verdict (else EM) and the row's EM and F1."""
+    verdict = rec.verdict
+    if verdict is None:
         return "unscored", '<span class="badge na">no golds</span>'
-    f1 = rec.f1
-    if (rec.correct if rec.correct is not None else em) >= 1.0:
-        return "correct", f'<span class="badge ok">correct</span> EM {em:g} · F1 {_fmt(f1)}'
-    return "wrong", f'<span class="badge bad">wrong</span> EM {em:g} · F1 {_fmt(f1)}'
-
-
-#: where a retrieved document starts inside an observation ("Doc 2(Title: ...)", Search-R1's format and ours).
-_DOC_START = re.compile(r"(?=\bDoc \d+\s*\(Title:)")
-
-
-def split_documents(text: str) -> list[str]:
-    """An observation cut at each ``Doc k(Title: ...)``; text without documents is one part.
-
-    >>> split_documents("<information>Doc 1(Title: A) a. Doc 2(Title: B) b.</information>")
-    ['<information>', 'Doc 1(Title: A) a. ', 'Doc 2(Title: B) b.</information>']
-    """
-    return [part for part in _DOC_START.split(text) if part]
-
-
-def _observation(text: str, n_tokens: int, label: str = "inserted") -> str:
-    lines = text.count("\n") + 1
-    long = len(text) > COLLAPSE_CHARS or lines > COLLAPSE_LINES
-    size = f"{n_tokens} tokens, " if n_tokens else ""
-    docs = split_documents(text)
-    n_docs = sum(1 for d in docs if _DOC_START.match(d))
-    body = "".join(f'<pre class="inserted{" doc" if _DOC_START.match(d) else ""}">{_e(d.strip())}</pre>' for d in docs)
-    return (
-        f'<details class="inserted"{"" if long else " open"}><summary>{_e(label)} ({size}{len(text)} chars'
-        f"{f', {n_docs} documents' if n_docs else ''})</summary>{body}</details>"
-    )
+    scores = f"EM {fmt(rec.em)} · F1 {fmt(rec.f1)}"
+    if verdict:
+        return "correct", f'<span class="badge ok">correct</span> {scores}'
+    return "wrong", f'<span class="badge bad">wrong</span> {scores}'
 
 
 def _queries(queries: Sequence[str], hit_ids: Sequence[Sequence[str]]) -> str:
@@ -129,28 +73,28 @@ def _queries(queries: Sequence[str], hit_ids: Sequence[Sequence[str]]) -> str:
     items = []
     for k, q in enumerate(queries):
         hits = hit_ids[k] if k < len(hit_ids) else []
-        hit_html = f' <span class="hits">→ {_e(", ".join(hits))}</span>' if hits else ""
-        items.append(f'<span class="query">{_e(q)}</span>{hit_html}')
+        hit_html = f' <span class="hits">→ {esc(", ".join(hits))}</span>' if hits else ""
+        items.append(f'<span class="query">{esc(q)}</span>{hit_html}')
     return f'<div class="queries">query: {" ".join(items)}</div>'
 
 
-def _turn_html(i: int, t: ViewTurn) -> str:
-    cls = f"turn action-{_e(t.action)}" + (" invalid" if t.action == "invalid" else "")
+def _turn_html(i: int, t: ViewTurn, protocol: str | None, blocks: dict[str, tuple[str, str]]) -> str:
+    cls = f"turn action-{esc(t.action)}" + (" invalid" if t.action == "invalid" else "")
     label = [f"turn {i}", t.action]
     if t.finish_reason:
         label.append(f"finish: {t.finish_reason}")
     label.append(f"{t.n_gen_tokens} policy tokens")
     if t.timings:
         label.append(", ".join(f"{k} {float(v):.3g}" for k, v in t.timings.items()))
-    parts = [f'<li class="{cls}"><div class="turn-label">{_e(" · ".join(label))}</div>']
-    parts.append(f'<pre class="policy">{_highlight(t.text, t.queries)}</pre>')
+    parts = [f'<li class="{cls}"><div class="turn-label">{esc(" · ".join(label))}</div>']
+    parts.append(f'<pre class="policy">{highlight(t.text, t.queries, blocks)}</pre>')
     if t.action == "invalid" or t.invalid_reason:
-        parts.append(f'<div class="invalid-reason">⚠ invalid: {_e(t.invalid_reason or "(no reason given)")}</div>')
+        parts.append(f'<div class="invalid-reason">⚠ invalid: {esc(t.invalid_reason or "(no reason given)")}</div>')
     parts.append(_queries(t.queries, t.hit_ids))
     if t.observation:
-        parts.append(_observation(t.observation, t.n_obs_tokens))
+        parts.append(observation_html(t.observation, t.n_obs_tokens, protocol=protocol))
     if t.hint:
-        parts.append(_observation(t.hint, t.n_hint_tokens, label="hint before the final turn"))
+        parts.append(observation_html(t.hint, t.n_hint_tokens, "hint before the final turn", protocol))
     parts.append("</li>")
     return "".join(parts)
 
@@ -159,7 +103,7 @@ def _json_block(label: str, value: Any, limit: int = 6000) -> str:
     text = json.dumps(value, ensure_ascii=False, indent=1, default=str)
     if len(text) > limit:
         text = text[:limit] + f"\n… ({len(text) - limit} more characters)"
-    return f'<details class="extra"><summary>{_e(label)}</summary><pre>{_e(text)}</pre></details>'
+    return f'<details class="extra"><summary>{esc(label)}</summary><pre>{esc(text)}</pre></details>'
 
 
 def _any_strs(x: Any) -> list[str]:
@@ -182,7 +126,7 @@ def _trace_html(rec: ViewRecord) -> str:
             f"{_queries(queries, [_any_strs(h) for h in hits])}</li>"
         )
     for k, ctx in enumerate(rec.context, 1):
-        parts.append(f'<li class="turn action-context">{_observation(ctx, 0, f"context {k}")}</li>')
+        parts.append(f'<li class="turn action-context">{observation_html(ctx, 0, f"context {k}", rec.protocol)}</li>')
     steps = tr.get("steps") if isinstance(tr.get("steps"), list) else []
     for k, st in enumerate(steps, 1):
         if not isinstance(st, dict):
@@ -190,13 +134,13 @@ def _trace_html(rec: ViewRecord) -> str:
         q = _str(st.get("query"))
         parts.append(
             f'<li class="turn action-step"><div class="turn-label">step {k}</div>'
-            f'<pre class="policy">{_e(st.get("sentence"))}</pre>'
+            f'<pre class="policy">{esc(st.get("sentence"))}</pre>'
             f"{_queries([q] if q else [], [_any_strs(st.get('hit_ids'))])}</li>"
         )
     if rec.raw:
         parts.append(
             f'<li class="turn action-output"><div class="turn-label">model output</div>'
-            f'<pre class="policy">{_e(rec.raw)}</pre></li>'
+            f'<pre class="policy">{esc(rec.raw)}</pre></li>'
         )
     rest = {k: v for k, v in tr.items() if k not in ("queries", "hit_ids", "steps")}
     if rest:
@@ -221,67 +165,110 @@ def _record_html(idx: int, rec: ViewRecord) -> str:
         "answered": "1" if rec.answered else "0",
         "turns": str(c.get("turns", 0)),
     }
-    attrs = " ".join(f'data-{k}="{_e(v)}"' for k, v in data.items())
+    attrs = " ".join(f'data-{k}="{esc(v)}"' for k, v in data.items())
     meta = [
         f"<span>{badge}</span>",
-        f"<span><b>golds:</b> {_e(' | '.join(rec.golds)) if rec.golds else '(none)'}</span>",
-        f"<span><b>answer:</b> {_e(rec.answer) if rec.answer is not None else '<i>(none)</i>'}</span>",
+        f"<span><b>golds:</b> {esc(' | '.join(rec.golds)) if rec.golds else '(none)'}</span>",
+        f"<span><b>answer:</b> {esc(rec.answer) if rec.answer is not None else '<i>(none)</i>'}</span>",
     ]
     if rec.stop_reason:
-        meta.append(f"<span><b>stop:</b> {_e(rec.stop_reason)}</span>")
-    queries = _plural(c.get("queries", 0), "query", "queries")
+        meta.append(f"<span><b>stop:</b> {esc(rec.stop_reason)}</span>")
+    queries = plural(c.get("queries", 0), "query", "queries")
     meta.append(
         f"<span><b>searches:</b> {c.get('searches', 0)} ({queries}) · <b>turns:</b> "
         f"{c.get('turns', 0)} · <b>tokens:</b> {c.get('policy_tokens', 0)} policy / "
         f"{c.get('inserted_tokens', 0)} inserted</span>"
     )
+    blocks = marked_blocks(rec.protocol)
+    for kind, (opening, _) in blocks.items():  # R1-Searcher++'s internal steps, R-Search's evidence
+        if n := sum(t.text.count(opening) for t in rec.turns):
+            meta.append(f"<span><b>{esc(_BLOCK_NAMES.get(kind, kind))}s:</b> {n}</span>")
     if rec.n_invalid:
         meta.append(f'<span class="badge inv">{rec.n_invalid} invalid</span>')
     if rec.step is not None:
         meta.append(f"<span><b>step:</b> {rec.step}</span>")
     if rec.reward is not None:
         comps = ", ".join(
-            f"{_e(k)} {_e(_fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
+            f"{esc(k)} {esc(fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
             for k, v in rec.reward_components.items()
         )
         label = "reward" if rec.kind == "rollout" else "score"  # an evaluation row's reward is its score
-        meta.append(f"<span><b>{label}:</b> {_fmt(rec.reward)}{f' ({comps})' if comps else ''}</span>")
+        meta.append(f"<span><b>{label}:</b> {fmt(rec.reward)}{f' ({comps})' if comps else ''}</span>")
     for label, value in (("dataset", rec.dataset), ("method", rec.method), ("protocol", rec.protocol)):
         if value:
-            meta.append(f"<span><b>{label}:</b> {_e(value)}</span>")
+            meta.append(f"<span><b>{label}:</b> {esc(value)}</span>")
     if rec.row_metrics:
         ms = ", ".join(
-            f"{_e(k)} {_e(_fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
+            f"{esc(k)} {esc(fmt(_opt_float(v)) if _opt_float(v) is not None else v)}"
             for k, v in rec.row_metrics.items()
         )
         meta.append(f"<span><b>row metrics:</b> {ms}</span>")
-    meta.append(f"<span><b>id:</b> {_e(rec.uid)} · {_e(rec.source)}</span>")
-    body = "".join(_turn_html(i, t) for i, t in enumerate(rec.turns, 1)) if rec.turns else _trace_html(rec)
+    meta.append(f"<span><b>id:</b> {esc(rec.uid)} · {esc(rec.source)}</span>")
+    turns = (_turn_html(i, t, rec.protocol, blocks) for i, t in enumerate(rec.turns, 1))
+    body = "".join(turns) if rec.turns else _trace_html(rec)
     extra = _json_block("metadata", rec.metadata) if rec.metadata else ""
     return (
-        f'<article class="traj {cls}" {attrs}><header class="traj-head"><h2 class="question">{_e(rec.question)}</h2>'
+        f'<article class="traj {cls}" {attrs}><header class="traj-head"><h2 class="question">{esc(rec.question)}</h2>'
         f'<div class="meta">{"".join(meta)}</div></header><ol class="turns">{body}</ol>{extra}</article>\n'
     )
 
 
-def _groups_html(records: Sequence[ViewRecord]) -> str:
-    """A per dataset/method table when the records come from more than one of them."""
-    if not any(r.dataset or r.method for r in records):
-        return ""
+def _group_table(records: Sequence[ViewRecord], heading: str, keys: Sequence[str]) -> str:
+    """One summary row per distinct key (``keys`` runs parallel to ``records``), in order of first appearance."""
     groups: dict[str, list[ViewRecord]] = {}
-    for r in records:
-        groups.setdefault(f"{r.dataset or '-'} / {r.method or '-'}", []).append(r)
-    if len(groups) < 2:
-        return ""
+    for key, r in zip(keys, records, strict=True):
+        groups.setdefault(key, []).append(r)
+    every = summarize(records)
+    reward = "reward" if any(r.kind == "rollout" for r in records) else "score"
+    cols = [("n", "n", False), ("EM", "em", False), ("F1", "f1", False), ("correct", "correct", True)]
+    cols += [(reward, "reward", False), ("searches", "searches", False), ("answered", "answered", True)]
+    cols = [c for c in cols if every[c[1]] is not None]
     rows = []
     for name, rs in groups.items():
         s = summarize(rs)
-        rows.append(
-            f"<tr><td>{_e(name)}</td><td>{s['n']}</td><td>{_fmt(s['em'])}</td><td>{_fmt(s['f1'])}</td>"
-            f"<td>{_fmt(s['searches'], digits=2)}</td><td>{_fmt(s['answered'], pct=True)}</td></tr>"
-        )
-    head = "<tr><th>dataset / method</th><th>n</th><th>EM</th><th>F1</th><th>searches</th><th>answered</th></tr>"
+        cells = "".join(f"<td>{s[k] if k == 'n' else fmt(s[k], pct=pct)}</td>" for _, k, pct in cols)
+        rows.append(f"<tr><td>{esc(name)}</td>{cells}</tr>")
+    head = f"<tr><th>{esc(heading)}</th>{''.join(f'<th>{esc(label)}</th>' for label, _, _ in cols)}</tr>"
     return f'<table class="groups">{head}{"".join(rows)}</table>'
+
+
+def _input_keys(records: Sequence[ViewRecord]) -> tuple[str, list[str]]:
+    """(heading, key per record) telling apart the input files, and the row sources within a file; ("", []) when
+    all records come from one file and one source."""
+    files = [r.file for r in records]
+    sources = [r.row_source or "-" for r in records]
+    by_file, by_source = len(set(files)) > 1, len(set(zip(files, sources, strict=True))) > len(set(files))
+    if by_file and by_source:
+        return "file · source", [f"{f} · {s}" for f, s in zip(files, sources, strict=True)]
+    return ("file", files) if by_file else ("source", sources) if by_source else ("", [])
+
+
+def _groups_html(records: Sequence[ViewRecord]) -> str:
+    """Summary tables when the records come from more than one dataset / method, and from more than one input file
+    or row source (e.g. a demo's before and after); the second is left out when it groups the records alike."""
+    methods = [f"{r.dataset or '-'} / {r.method or '-'}" for r in records]
+    heading, inputs = _input_keys(records)
+    tables = []
+    if len(set(methods)) > 1:
+        tables.append(_group_table(records, "dataset / method", methods))
+    if inputs:
+        alike = len(set(zip(methods, inputs, strict=True))) == len(set(methods)) == len(set(inputs))
+        if not (tables and alike):
+            tables.append(_group_table(records, heading, inputs))
+    return "".join(tables)
+
+
+#: what the styles of a card mean; a marked block's entry only when the page has one
+_LEGEND = (
+    '<div class="legend"><span class="policy-key">policy text (sampled by the model: in the loss)</span>'
+    '<span class="inserted-key">inserted text (documents, feedback, hints: masked out of the loss)</span>'
+    '<mark class="q">query</mark>'
+)
+
+
+def _legend(articles: str) -> str:
+    kinds = [k for k in _BLOCK_NAMES if f'<span class="blk {k}">' in articles]
+    return _LEGEND + "".join(f'<span class="blk {k}">{_BLOCK_NAMES[k]}</span>' for k in kinds) + "</div>"
 
 
 def render_html(
@@ -303,20 +290,21 @@ def render_html(
     total = len(summary_over) if total is None else total
     stats = [
         ("trajectories", str(s["n"]), "n"),
-        ("EM", _fmt(s["em"]), "em"),
-        ("F1", _fmt(s["f1"]), "f1"),
-        ("answered", _fmt(s["answered"], pct=True), "answered"),
-        ("mean searches", _fmt(s["searches"], digits=2), "searches"),
-        ("mean turns", _fmt(s["turns"], digits=2), "turns"),
-        ("with invalid turns", _fmt(s["invalid"], pct=True), "invalid"),
+        ("EM", fmt(s["em"]), "em"),
+        ("F1", fmt(s["f1"]), "f1"),
+        *([("correct", fmt(s["correct"], pct=True), "correct")] if s["correct"] is not None else []),
+        ("answered", fmt(s["answered"], pct=True), "answered"),
+        ("mean searches", fmt(s["searches"], digits=2), "searches"),
+        ("mean turns", fmt(s["turns"], digits=2), "turns"),
+        ("with invalid turns", fmt(s["invalid"], pct=True), "invalid"),
     ]
     for name, share in s["diagnostics"].items():  # evaluation rows: why answers are wrong
-        stats.append((DIAGNOSTIC_LABELS.get(name, name), _fmt(share, pct=True), f"diag-{name}"))
+        stats.append((DIAGNOSTIC_LABELS.get(name, name), fmt(share, pct=True), f"diag-{name}"))
     if s["reward"] is not None:
         training = any(r.kind == "rollout" for r in summary_over)  # else evaluation rows: their score
-        stats.append(("mean reward" if training else "mean score", _fmt(s["reward"]), "reward"))
+        stats.append(("mean reward" if training else "mean score", fmt(s["reward"]), "reward"))
     stat_html = "".join(
-        f'<span class="stat" data-stat="{k}">{_e(label)}: <b>{_e(v)}</b></span>' for label, v, k in stats
+        f'<span class="stat" data-stat="{k}">{esc(label)}: <b>{esc(v)}</b></span>' for label, v, k in stats
     )
     if s["n_scored"] < s["n"]:
         stat_html += f'<span class="stat">({s["n"] - s["n_scored"]} without golds, not scored)</span>'
@@ -328,7 +316,7 @@ def render_html(
         )
     if n_bad:
         notices.append(f"{n_bad} malformed row{'s' if n_bad != 1 else ''} skipped (--skip-bad).")
-    notice_html = "".join(f'<div class="notice">{_e(n)}</div>' for n in notices)
+    notice_html = "".join(f'<div class="notice">{esc(n)}</div>' for n in notices)
     articles = "".join(_record_html(i, r) for i, r in enumerate(records))
     controls = (
         '<div class="controls"><input type="search" id="filter" placeholder="filter: any text in a trajectory">'
@@ -347,9 +335,9 @@ def render_html(
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body>\n"
-        f'<header class="page"><h1>{_e(title)}</h1><div class="summary" id="summary">{stat_html}</div>'
-        f"{_groups_html(summary_over)}{notice_html}</header>\n{controls}\n"
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        f'<header class="page"><h1>{esc(title)}</h1><div class="summary" id="summary">{stat_html}</div>'
+        f"{_groups_html(summary_over)}{notice_html}{_legend(articles)}</header>\n{controls}\n"
         f'<main id="records">\n{articles}</main>\n<script>{_JS}</script>\n</body></html>\n'
     )
 
@@ -374,9 +362,10 @@ def write_viewer(
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if not paths:
         raise ValueError("no trajectory files given")
-    out = Path(out) if out is not None else paths[0].with_name(f"{paths[0].stem}.html")
+    page = f"{Path(paths[0].name.removesuffix('.gz')).stem}.html"  # rollouts.jsonl(.gz) -> rollouts.html
+    out = Path(out) if out is not None else paths[0].with_name(page)
     if out.is_dir():  # --out runs/pages: the page goes inside, named after the first file
-        out = out / f"{paths[0].stem}.html"
+        out = out / page
     if any(out.resolve() == p.resolve() for p in paths):
         raise ValueError(f"output {out} is one of the input files; pass --out FILE.html")
     bad: list[str] = []

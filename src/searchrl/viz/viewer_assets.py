@@ -47,6 +47,15 @@ pre.inserted { color:#4a5a6a; }
 pre.inserted.doc { border-top:1px solid var(--insline); padding-top:4px; margin-top:4px; }
 pre.inserted.doc:first-of-type { border-top:none; }
 .summary.filtered .stat b { color:var(--warn); }
+.legend { display:flex; flex-wrap:wrap; gap:4px 10px; margin:6px 0 2px; font-size:12px; color:var(--muted); }
+.legend > * { padding:0 6px; border-radius:4px; }
+.legend .policy-key { border:1px solid var(--line); color:var(--fg); }
+.legend .inserted-key { background:var(--ins); border:1px solid var(--insline); }
+.blk.evidence { background:#e6f4ea; outline:1px solid #8cc59a; }
+.blk.internal { background:#f1e8fb; outline:1px solid #b89ad8; }
+.clipped { color:var(--warn); font-size:12px; margin:2px 0; }
+/* model and document text never reorders the text around it (bidirectional controls stay inside their field) */
+pre, .question, .meta span, .query, .hits, td, summary, .turn-label, .invalid-reason { unicode-bidi:isolate; }
 details.extra summary { cursor:pointer; color:var(--muted); font-size:12px; }
 """
 
@@ -89,6 +98,7 @@ _JS = """
       return vis.map(function (a) { return num(a, key); }).filter(function (x) { return !isNaN(x); });
     }
     var values = {n: String(vis.length), em: fmt(mean(col('em'))), f1: fmt(mean(col('f1'))),
+      correct: fmt(mean(col('correct')), true),
       answered: fmt(mean(col('answered')), true), searches: fmt(mean(col('searches')), false, 2),
       turns: fmt(mean(col('turns')), false, 2), invalid: fmt(mean(col('invalid')), true),
       reward: fmt(mean(col('reward')))};
