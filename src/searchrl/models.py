@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from searchrl.bundled import ALIASES, ModelResolutionError, materialise  # the aliases are defined there
-from searchrl.utils import error_line
+from searchrl.utils import MissingDependency, error_line
 
 
 def cache_dir() -> Path:
@@ -326,10 +326,25 @@ def models_of(cfg, pipeline: bool = False) -> list[tuple[str, str, str]]:
     return out
 
 
+def missing_extras(cfg) -> list[str]:
+    """What ``cfg`` needs of the optional packages (``pip install 'searchrl[...]'``) and this environment lacks."""
+    import importlib.util
+
+    needs = {"vllm": cfg.rollout.backend == "vllm", "mcp": cfg.retrieval.kind == "mcp"}
+    setting = {"vllm": "rollout.backend=vllm", "mcp": "retrieval.kind=mcp"}
+    return [
+        f"{setting[pkg]} needs {pkg}, which is not installed: pip install 'searchrl[{pkg}]'"
+        for pkg, needed in needs.items()
+        if needed and importlib.util.find_spec(pkg) is None
+    ]
+
+
 def check_fetchable(cfg, profile: str | None = None, pipeline: bool = False) -> None:
     """Fail early, in one line naming the profile, when a model or encoder of ``cfg`` (and with ``pipeline``, of its
-    stages) can be neither found locally nor fetched (a hub id without network). Aliases and local directories
-    always pass (aliases come from PyPI)."""
+    stages) can be neither found locally nor fetched (a hub id without network), or an optional package it needs is
+    not installed. Aliases and local directories always pass (aliases come from PyPI)."""
+    if missing := missing_extras(cfg):
+        raise MissingDependency(missing[0])
     for role, spec, _kind in models_of(cfg, pipeline):
         if spec in ALIASES or Path(spec).expanduser().exists():
             continue

@@ -397,6 +397,10 @@ def run_environment() -> dict[str, Any]:
     }
 
 
+class MissingDependency(ImportError):
+    """An optional package a setting needs is not installed; the message names the setting and the install."""
+
+
 class StopRequested(SystemExit):
     """A run stopped by SIGTERM (a cluster's preemption, ``kill``): exit status 143, as the signal's own would be,
     after saying where it stopped and how to go on."""

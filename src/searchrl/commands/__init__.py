@@ -110,7 +110,7 @@ _reflow_help(app)
 
 
 def main() -> None:
-    from searchrl.utils import StopRequested, on_sigterm
+    from searchrl.utils import MissingDependency, StopRequested, on_sigterm
 
     if not sys.stderr.isatty():  # a job log: the hub's and transformers' bars would write carriage returns into it
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -120,7 +120,14 @@ def main() -> None:
     except StopRequested as err:
         console.print(f"[yellow]{escape(str(err))}[/yellow]", soft_wrap=True)
         sys.exit(err.code)
-    except (ConfigError, ModelResolutionError, FileNotFoundError, ValueError, ConnectionError) as err:
+    except (
+        ConfigError,
+        ModelResolutionError,
+        MissingDependency,
+        FileNotFoundError,
+        ValueError,
+        ConnectionError,
+    ) as err:
         # User-caused errors: one line naming the fix, no traceback.
         console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)  # "[title, [sentences]]" as written
         sys.exit(2)

@@ -40,7 +40,7 @@ def run_cmd(
     """
     from searchrl import runner
     from searchrl.config import ConfigError
-    from searchrl.models import check_fetchable, model_origin, models_of
+    from searchrl.models import check_fetchable, missing_extras, model_origin, models_of
     from searchrl.preflight import format_plan, plan_pipeline
     from searchrl.validation import validate_deep
 
@@ -78,6 +78,8 @@ def run_cmd(
                 print(f"  {p.name} starts from {p.model}: {origin}")
         for role, spec, _ in models_of(cfg)[1:]:
             print(f"  {role}={spec}: {model_origin(spec)}")
+        for line in missing_extras(cfg):
+            print(f"missing: {line}")
         return
     results = runner.run_pipeline(
         cfg, run_dir, only=only or None, start=start, recipe=name, profile=profile, load=load_stage_recipe

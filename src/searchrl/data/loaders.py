@@ -43,7 +43,7 @@ from searchrl.data.fields import (
     note_question_field,
 )
 from searchrl.data.records import QAExample
-from searchrl.utils import console, error_line, open_lines
+from searchrl.utils import MissingDependency, console, error_line, open_lines
 
 _EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
 
@@ -318,7 +318,7 @@ def _iter_hf(name: str, config: str | None, split: str) -> Iterator[tuple[str, i
     try:
         import datasets
     except ImportError as err:  # pragma: no cover - datasets is a core dependency
-        raise ImportError("reading hf: sources needs the 'datasets' package: pip install datasets") from err
+        raise MissingDependency("reading hf: sources needs the 'datasets' package: pip install datasets") from err
     local = Path(name).expanduser()
     if local.is_dir() and _is_saved_dataset(local):
         ds = datasets.load_from_disk(str(local))

@@ -6,6 +6,7 @@ Imported lazily. ``load_weights`` pushes the trainer's current policy weights in
 from __future__ import annotations
 
 from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.utils import MissingDependency
 
 
 class VLLMGenerator(Generator):
@@ -15,7 +16,7 @@ class VLLMGenerator(Generator):
         try:
             from vllm import LLM
         except ImportError as err:  # pragma: no cover - depends on an optional install
-            raise ImportError("the vLLM backend needs vllm: pip install 'searchrl[vllm]'") from err
+            raise MissingDependency("rollout.backend=vllm needs vllm: pip install 'searchrl[vllm]'") from err
         self.tokenizer = tokenizer
         self.llm = LLM(
             model=model_path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enable_prefix_caching=True

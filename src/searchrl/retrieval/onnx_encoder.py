@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from searchrl.models import resolve_embedder
+from searchrl.utils import MissingDependency
 
 ARTIFACT_FORMAT = "searchrl-onnx-encoder"
 ARTIFACT_VERSION = 1
@@ -214,7 +215,7 @@ class OnnxEncoder:
             import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as err:
-            raise ImportError(
+            raise MissingDependency(
                 f"{err.name} is missing; `pip install onnxruntime tokenizers` (or load the index with "
                 "query_encoder='sentence-transformers')"
             ) from None

@@ -34,6 +34,8 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from typing import Any
 
+from searchrl.utils import MissingDependency
+
 INSTALL_HINT = "pip install 'searchrl[mcp]' (the mcp package)"
 #: seconds given to the session and a stdio server to shut down in ``close()`` (the mcp package bounds its own
 #: shutdown at about 6 s: stdin closed, then SIGTERM, then SIGKILL).
@@ -202,7 +204,7 @@ class MCPClient:
         try:
             import mcp  # noqa: F401 - fail here, in the caller's thread, with the install hint
         except ImportError as err:
-            raise ImportError(f"MCP support needs the mcp package: {INSTALL_HINT}") from err
+            raise MissingDependency(f"MCP support needs the mcp package: {INSTALL_HINT}") from err
         if timeout_s <= 0 or connect_timeout_s <= 0:
             raise ValueError(f"MCP timeouts must be > 0 (got {timeout_s} and connect_timeout_s={connect_timeout_s})")
         if concurrency < 1:
