@@ -2,4 +2,5 @@
 
 from searchrl.commands import main
 
-main()
+if __name__ == "__main__":
+    main()

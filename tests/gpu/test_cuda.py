@@ -285,7 +285,7 @@ def test_7b_lora_grpo_step_fits_one_gpu(tmp_path: Path, tokenizer_dir: str) -> N
 @pytest.mark.cuda
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_accelerate_fsdp_launch_one_process(tmp_path: Path, tokenizer_dir: str) -> None:
-    """`accelerate launch --config_file configs/accelerate/fsdp.yaml` with one process runs two GRPO steps."""
+    """`accelerate launch` with the shipped fsdp.yaml and one process runs two GRPO steps."""
     import subprocess
     import sys
 
@@ -296,7 +296,7 @@ def test_accelerate_fsdp_launch_one_process(tmp_path: Path, tokenizer_dir: str) 
         "-m",
         "accelerate.commands.launch",
         "--config_file",
-        str(root / "configs/accelerate/fsdp.yaml"),
+        str(root / "src/searchrl/recipes/accelerate/fsdp.yaml"),
         "--num_processes",
         "1",
         "-m",

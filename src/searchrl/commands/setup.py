@@ -131,6 +131,24 @@ def config_validate(
     raise typer.Exit(1 if failed else 0)
 
 
+@config_app.command("accelerate")
+def config_accelerate(
+    name: str = typer.Argument(..., help="ddp (data parallel) or fsdp (sharded: parameters, gradients, optimizer)"),
+) -> None:
+    """Print the path of a shipped `accelerate launch` config, for several GPUs; copy it to edit num_processes.
+
+    Example: accelerate launch --config_file "$(searchrl config accelerate ddp)" -m searchrl train --recipe demo
+    """
+    from importlib import resources
+
+    shipped = sorted(
+        p.name.removesuffix(".yaml") for p in (resources.files("searchrl") / "recipes" / "accelerate").iterdir()
+    )
+    if name not in shipped:
+        raise ConfigError(f"no accelerate config '{name}'; choose {' or '.join(shipped)}")
+    print(resources.files("searchrl") / "recipes" / "accelerate" / f"{name}.yaml")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(models_app, name="models")
     app.add_typer(config_app, name="config")

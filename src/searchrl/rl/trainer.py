@@ -166,7 +166,8 @@ class Trainer:
         if self.sharded and (self.generator.runs_on(self.policy) or cfg.model.lora is not None):
             raise ConfigError(
                 "FSDP over several processes needs rollout.backend=vllm (each process's own decode loop would gather "
-                "the sharded weights a different number of times) and no model.lora; use configs/accelerate/ddp.yaml"
+                "the sharded weights a different number of times) and no model.lora; else use DDP "
+                "(`searchrl config accelerate ddp`)"
             )
         self._weights_version = 0  # optimizer steps (and checkpoint loads) applied to the policy
         self._generator_version = 0  # the policy version the generator's weights hold
