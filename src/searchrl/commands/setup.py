@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from searchrl.config import ConfigError, dump_config, load_config, recipe_names, recipe_path
+from searchrl.config import ConfigError, load_config, recipe_names, recipe_path, to_yaml
 from searchrl.models import ALIASES, alias_dir, cache_dir, resolve_embedder, resolve_policy
 
 # ------------------------------------------------------------------------------------------------------ models
@@ -89,18 +89,13 @@ def config_show(
 
     Example: searchrl config show search_r1_grpo --profile laptop training.steps=5
     """
-    import tempfile
-    from pathlib import Path
-
     items = [*(overrides or []), *(sets or [])]
     if named is not None:  # --recipe given: a positional word is an override, not the recipe
         items = [*([recipe] if recipe else []), *items]
         recipe = named
     if recipe is None:
         raise ConfigError("name a recipe: searchrl config show RECIPE (or --recipe RECIPE)")
-    cfg = load_config(recipe, items, profile)
-    with tempfile.TemporaryDirectory() as tmp:
-        print(dump_config(cfg, Path(tmp) / "config.yaml").read_text(), end="")
+    print(to_yaml(load_config(recipe, items, profile)), end="")
 
 
 @config_app.command("validate")

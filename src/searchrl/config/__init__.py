@@ -19,7 +19,7 @@ from searchrl.config.algorithms import (
 from searchrl.config.base import ConfigError, Section
 from searchrl.config.evaluation import EvalDataset, EvaluationConfig
 from searchrl.config.loading import (
-    _merge,
+    deep_merge,
     dump_config,
     load_config,
     load_profile,
@@ -28,7 +28,9 @@ from searchrl.config.loading import (
     recipe_names,
     recipe_path,
     record_run,
+    to_yaml,
     validate_dict,
+    with_overrides,
 )
 from searchrl.config.retrieval import MCPConfig, RetrievalConfig, SimulatedConfig, WebConfig
 from searchrl.config.rewards import RewardComponent, RewardConfig
@@ -69,8 +71,8 @@ __all__ = [
     "SimulatedConfig",
     "WebConfig",
     "WorldConfig",
-    "_merge",
     "algorithm",
+    "deep_merge",
     "critic_algorithms",
     "declare",
     "group_algorithms",
@@ -82,5 +84,7 @@ __all__ = [
     "profile_names",
     "recipe_names",
     "recipe_path",
+    "to_yaml",
     "validate_dict",
+    "with_overrides",
 ]

@@ -112,8 +112,8 @@ def load_profile(profile: str | Path, recipe_name: str) -> dict[str, Any]:
             f"sections for {', '.join(sorted(sections))}); a recipe copied from one of those keeps that name: to "
             "take its section"
         )
-    out = _merge({}, raw.get("all") or {})
-    return _merge(out, sections.get(recipe_name) or {})
+    out = deep_merge({}, raw.get("all") or {})
+    return deep_merge(out, sections.get(recipe_name) or {})
 
 
 _WARNED: set[str] = set()
@@ -177,11 +177,11 @@ def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dic
     return {**raw, "pipeline": stages}
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``extra`` over ``base``, dicts merged key by key; an empty dict empties the key (``sft.oracle_mix={}``)."""
     merged = dict(base)
     for k, v in extra.items():
-        merged[k] = _merge(merged[k], v) if v and isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+        merged[k] = deep_merge(merged[k], v) if v and isinstance(v, dict) and isinstance(merged.get(k), dict) else v
     return merged
 
 
@@ -233,23 +233,39 @@ def load_config(
     if profile:
         name = str(raw.get("name") or (Path(str(recipe)).stem if recipe is not None else "default"))
         layer = load_profile(profile, name)
-        raw = _merge(raw, layer)
+        raw = deep_merge(raw, layer)
         origins.update(dict.fromkeys(flat_keys(layer), f"profile {profile}"))
+    return _overridden(raw, overrides or [], source, origins)
+
+
+def _overridden(
+    raw: dict[str, Any], overrides: list[str], source: str, origins: dict[str, str], label: str = "command-line"
+) -> RunConfig:
     if overrides:
         stage_items = [o for o in overrides if o.strip().startswith("pipeline.")]
-        raw = _merge(raw, parse_overrides([o for o in overrides if o not in stage_items]))
+        raw = deep_merge(raw, parse_overrides([o for o in overrides if o not in stage_items]))
         raw = _set_stage_values(raw, stage_items, source)
         for item in overrides:
-            origins[item.split("=", 1)[0].strip()] = f"command-line override '{item}'"
+            origins[item.split("=", 1)[0].strip()] = f"{label} override '{item}'".lstrip()
     return validate_dict(raw, source, origins)
+
+
+def with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """A copy of ``cfg`` with dotted overrides (``["training.lr=2e-6", "pipeline.rl.args.steps=5"]``), validated as a
+    whole again, as :func:`load_config` validates them. Sections are frozen: this is how to change one in Python."""
+    return _overridden(json.loads(cfg.model_dump_json()), list(overrides), "<config>", {}, "")
+
+
+def to_yaml(cfg: RunConfig) -> str:
+    """The fully resolved config (every default filled in) as YAML text, as ``config.yaml`` holds it."""
+    return yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False)
 
 
 def dump_config(cfg: RunConfig, path: str | Path) -> Path:
     """Write the fully resolved config (every default filled in) beside a run's outputs."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(cfg.model_dump_json())
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path.write_text(to_yaml(cfg))
     return path
 
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from searchrl.config import ConfigError, RunConfig, StageConfig, _merge, parse_overrides, validate_dict
+from searchrl.config import ConfigError, RunConfig, StageConfig, deep_merge, parse_overrides, validate_dict
 from searchrl.config.extensions import registered
 from searchrl.pipeline import data_file, index_kind
 from searchrl.stages.resume import stage_settings
@@ -78,7 +78,7 @@ def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: 
         if raw["retrieval"]["kind"] not in registered("retriever"):  # a plugin retriever's settings leave with it
             raw["retrieval"]["options"] = {}
     dotted = [f"{k}={json.dumps(v)}" for k, v in stage.set.items()]
-    raw = _merge(raw, parse_overrides(dotted))
+    raw = deep_merge(raw, parse_overrides(dotted))
     return validate_dict(raw, f"stage '{stage.name}'")
 
 
