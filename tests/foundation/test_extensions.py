@@ -16,7 +16,7 @@ from searchrl.data.loaders import load_qa
 from searchrl.data.records import QAExample
 from searchrl.eval import methods as eval_methods
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
-from searchrl.protocols import PROTOCOLS, SearchR1Protocol, register_protocol
+from searchrl.protocols import PROTOCOLS, SearchR1Protocol, get_protocol, register_protocol
 from searchrl.retrieval import RETRIEVERS
 from searchrl.rl.advantages import ESTIMATORS
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
@@ -197,6 +197,29 @@ def test_names_taken_twice_and_broken_plugins_are_refused_in_one_line(registries
     register_protocol("mine", type("Mine", (SearchR1Protocol,), {}))
     with pytest.raises(ValueError, match="protocol 'mine' is an already registered protocol"):
         register_protocol("mine", type("Other", (SearchR1Protocol,), {}))
+    cell = "from searchrl.protocols import SearchR1Protocol\nclass Cell(SearchR1Protocol):\n    pass\n"
+    for _ in range(2):  # a notebook cell run twice defines the class again: it replaces the first, not refused
+        namespace = {"__name__": "__main__"}
+        exec(cell, namespace)
+        register_protocol("cell", namespace["Cell"])
+    assert get_protocol("cell").__class__ is namespace["Cell"]
+    cell = (
+        "from searchrl.config.algorithms import Algorithm, declare\n"
+        "from searchrl.eval import register_method\n"
+        "from searchrl.rl.advantages import register\n"
+        "declare(Algorithm('cell_algo', grouped=True))\n"
+        "@register('cell_algo')\n"
+        "def est(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg, **_):\n"
+        "    return None, None, {}\n"
+        "def method(cfg, gen, ret):\n"
+        "    return None\n"
+        "register_method('cell_method', method)\n"
+    )
+    for _ in range(2):
+        exec(cell, {"__name__": "__main__"})
+    assert ESTIMATORS["cell_algo"].fn.__qualname__ == "est" and "cell_method" in eval_methods.CUSTOM_METHODS
+    with pytest.raises(ValueError, match="estimator 'cell_algo' is registered twice"):
+        exec("from searchrl.rl.advantages import register\nregister('cell_algo')(lambda *a, **k: None)\n", {})
     with pytest.raises(TypeError, match="needs a subclass of searchrl.protocols.Protocol"):
         register_protocol("thing", object)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="retriever 'bm25' is a built-in retriever"):

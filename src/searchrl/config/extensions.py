@@ -51,10 +51,22 @@ _BUILTIN = {kind: tuple(names) for kind, names in NAMES.items()}
 _MODULES: dict[str, ModuleType] = {}  # user files and plugins already run, by resolved path (or module name)
 
 
-def add_name(kind: str, name: str) -> None:
-    """Make ``name`` a valid value of ``kind``'s config field; a name already taken is refused."""
+def same_definition(old: Any, new: Any) -> bool:
+    """Whether ``new`` is ``old`` defined again: the same module and qualified name, as when a notebook cell or a
+    reloaded module registers it a second time (then it replaces the first, instead of being refused)."""
+    return old is not None and all(
+        getattr(old, a, None) is not None and getattr(old, a, None) == getattr(new, a, None)
+        for a in ("__module__", "__qualname__")
+    )
+
+
+def add_name(kind: str, name: str, again: bool = False) -> None:
+    """Make ``name`` a valid value of ``kind``'s config field; a name already taken is refused, unless ``again``
+    (the same definition registered again, :func:`same_definition`)."""
     if not name or not isinstance(name, str):
         raise ValueError(f"a {kind} needs a name (a non-empty string)")
+    if again and name in NAMES[kind] and name not in _BUILTIN[kind]:
+        return
     if name in NAMES[kind]:
         origin = "a built-in" if name in _BUILTIN[kind] else "an already registered"
         raise ValueError(f"{kind} {name!r} is {origin} {kind}; register yours under another name")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from searchrl.config.extensions import add_name
+from searchrl.config.extensions import add_name, same_definition
 from searchrl.eval.baselines import (
     AgentMethod,
     CoTMethod,
@@ -46,7 +46,7 @@ def register_method(name: str, factory: Callable[[Any, Any, Any], Method], *, ne
     already taken is refused."""
     if not callable(factory):
         raise TypeError(f"register_method({name!r}, ...) needs a callable factory(cfg, generator, retriever)")
-    add_name("method", name)
+    add_name("method", name, again=same_definition(CUSTOM_METHODS.get(name), factory))
     CUSTOM_METHODS[name] = factory
     if needs_retriever:
         RETRIEVAL_METHODS.add(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from searchrl.config.extensions import add_name
+from searchrl.config.extensions import add_name, same_definition
 from searchrl.protocols._tags import (
     BAD_ARGUMENTS,
     BAD_JSON,
@@ -53,7 +53,7 @@ def register_protocol(name: str, cls: type[Protocol]) -> type[Protocol]:
         raise TypeError(f"register_protocol({name!r}, ...) needs a subclass of searchrl.protocols.Protocol")
     if "name" in vars(cls) and cls.name != name:
         raise ValueError(f"{cls.__name__}.name is {cls.name!r}; register it under that name, or change its name")
-    add_name("protocol", name)
+    add_name("protocol", name, again=same_definition(PROTOCOLS.get(name), cls))
     cls.name = name
     PROTOCOLS[name] = cls
     return cls

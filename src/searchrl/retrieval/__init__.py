@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from searchrl.config.extensions import add_name
+from searchrl.config.extensions import add_name, same_definition
 from searchrl.retrieval.base import CheckedRetriever, Hit, Retriever
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def register_retriever(kind: str, factory: Callable[[RetrievalConfig], Retriever
     A kind already taken is refused."""
     if not callable(factory):
         raise TypeError(f"register_retriever({kind!r}, ...) needs a callable factory(cfg) -> Retriever")
-    add_name("retriever", kind)
+    add_name("retriever", kind, again=same_definition(RETRIEVERS.get(kind), factory))
     RETRIEVERS[kind] = factory
 
 

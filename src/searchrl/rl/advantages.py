@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from searchrl.config import ALGORITHMS, Algorithm, AlgorithmConfig
+from searchrl.config.extensions import same_definition
 from searchrl.rl import algorithms as A
 
 Returns = tuple[Tensor, Tensor | None, A.Metrics]
@@ -54,7 +55,7 @@ def register(name: str) -> Callable[[EstimatorFn], EstimatorFn]:
     that ``searchrl.config.algorithms`` does not declare, is refused."""
 
     def deco(fn: EstimatorFn) -> EstimatorFn:
-        if name in ESTIMATORS:
+        if name in ESTIMATORS and not same_definition(ESTIMATORS[name].fn, fn):
             raise ValueError(f"estimator '{name}' is registered twice; give the new one another name")
         if name not in ALGORITHMS:
             raise ValueError(f"estimator '{name}': declare the algorithm first (searchrl.config.algorithms.declare)")
