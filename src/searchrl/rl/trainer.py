@@ -219,7 +219,7 @@ class Trainer:
         self._generator_version = self._weights_version
 
     def train_step(self) -> dict[str, float]:
-        """One RL step: experience (rollouts, rewards), advantages, optimise (mini-batch updates), then metrics."""
+        """One RL step (rollouts, rewards, advantages, updates); returns its metrics, which only train() logs."""
         # the step's algorithm settings carry the KL controller's current coefficient (fixed: algorithm.kl_coef)
         self.alg = self.cfg.algorithm.model_copy(update={"kl_coef": self.kl_ctrl.value})
         step, clock = self.state.step, {"start": time.perf_counter()}
