@@ -1,0 +1,77 @@
+"""The rollout from Python: ``RolloutEngine.from_config``, questions as strings or rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchrl import device
+from searchrl.config import load_config
+from searchrl.data.records import QAExample
+from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.retrieval.base import Hit
+from searchrl.rollout import RolloutEngine, RolloutLimits
+
+
+class Retriever:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        self.calls.append(list(queries))
+        return [[Hit(f"{q}-{i}", f"Title {i}", f"text {i} about {q}", 1.0) for i in range(k)] for q in queries]
+
+
+def searcher(context: str) -> str:
+    """Search once, then answer."""
+    return "<answer>Oslo</answer>" if "<information>" in context else "<search>the city</search>"
+
+
+@pytest.fixture
+def engine() -> RolloutEngine:
+    cfg = load_config("search_r1_grpo", ["rollout.max_turns=2", "retrieval.topk=2"])
+    return RolloutEngine.from_config(cfg, ScriptedGenerator(ByteTokenizer(), searcher), Retriever())
+
+
+def test_from_config_takes_the_protocol_limits_and_prompt_style_of_the_config(engine: RolloutEngine) -> None:
+    cfg = load_config("search_r1_grpo", ["rollout.max_turns=2", "retrieval.topk=2"])
+    assert engine.protocol.name == "search_r1" and engine.prompt_style == cfg.model.prompt_style
+    assert engine.limits == RolloutLimits.from_config(cfg) == RolloutLimits.from_config(cfg.rollout, 2)
+    assert engine.limits.max_turns == 2 and engine.limits.topk == 2
+    assert RolloutLimits.from_config(cfg.rollout).topk == RolloutLimits().topk  # a rollout section alone: the default
+
+
+def test_run_takes_question_strings_rows_and_records(engine: RolloutEngine) -> None:
+    trajs = engine.run(
+        ["Who?", {"question": "Where?", "golden_answers": ["Oslo"]}, QAExample("mine", "What?", ["x"])], seed=0
+    )
+    assert [(t.uid, t.question, t.golds) for t in trajs] == [
+        ("q0#0", "Who?", []),
+        ("q1#0", "Where?", ["Oslo"]),
+        ("mine#0", "What?", ["x"]),
+    ]
+    assert all(t.answer == "Oslo" and t.stop_reason == "answer" for t in trajs)
+    (one,) = engine.run("Who?", seed=0)  # one question on its own
+    assert one.uid == "q0#0" and one.answer == "Oslo"
+    with pytest.raises(TypeError, match="question 1 is a int: .*QAExample"):
+        engine.run(["Who?", 3])
+
+
+def test_from_config_builds_what_is_not_given(monkeypatch) -> None:
+    """The retriever and the policy come from the config; a protocol that never searches gets no retriever."""
+    built: list[str] = []
+    gen = ScriptedGenerator(ByteTokenizer(), searcher)
+
+    def load_generator(model: str):
+        built.append(model)
+        return gen
+
+    monkeypatch.setattr("searchrl.pipeline.load_generator", load_generator)
+    monkeypatch.setattr("searchrl.pipeline.make_retriever_for", lambda cfg: Retriever())
+    monkeypatch.setattr(device, "_current", None)
+    cfg = load_config("search_r1_grpo", profile="laptop")
+    engine = RolloutEngine.from_config(cfg)
+    assert built == [cfg.model.policy] and engine.generator is gen and isinstance(engine.retriever, Retriever)
+    mine = Retriever()
+    assert RolloutEngine.from_config(cfg, retriever=mine).retriever is mine
+    no_search = RolloutEngine.from_config(load_config("search_r1_grpo", ["rollout.protocol=reason"], "laptop"))
+    assert no_search.retriever is None and no_search.protocol.name == "reason"
