@@ -1,15 +1,21 @@
-"""The rollout from Python: ``RolloutEngine.from_config``, questions as strings or rows."""
+"""The rollout from Python: ``RolloutEngine.from_config``, questions as strings or rows, the documented example."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
+import searchrl
 from searchrl import device
 from searchrl.config import load_config
 from searchrl.data.records import QAExample
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.retrieval.base import Hit
 from searchrl.rollout import RolloutEngine, RolloutLimits
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "rollout.md"
 
 
 class Retriever:
@@ -75,3 +81,19 @@ def test_from_config_builds_what_is_not_given(monkeypatch) -> None:
     assert RolloutEngine.from_config(cfg, retriever=mine).retriever is mine
     no_search = RolloutEngine.from_config(load_config("search_r1_grpo", ["rollout.protocol=reason"], "laptop"))
     assert no_search.retriever is None and no_search.protocol.name == "reason"
+
+
+def test_the_documented_example_runs(monkeypatch) -> None:
+    """docs/rollout.md's example, with a scripted policy and an in-memory retriever in place of the real ones."""
+    block = re.search(r"## From Python\n.*?```python\n(.*?)```", DOC.read_text(), re.S)
+    assert block, "docs/rollout.md lost its Python example"
+    gen = ScriptedGenerator(ByteTokenizer(), searcher)
+    monkeypatch.setattr("searchrl.pipeline.load_generator", lambda model: gen)
+    monkeypatch.setattr("searchrl.pipeline.make_retriever_for", lambda cfg: Retriever())
+    monkeypatch.setattr(device, "_current", None)
+    scope: dict = {}
+    exec(compile(block.group(1), str(DOC), "exec"), scope)
+    trajs = scope["trajectories"]
+    assert scope["searchrl"] is searchrl
+    assert [t.uid for t in trajs] == ["q0#0", "q0#1", "q1#0", "q1#1"]
+    assert trajs[2].golds == ["Thebes"] and all(t.answer == "Oslo" for t in trajs)
