@@ -29,7 +29,7 @@ class Retriever:
 
 def searcher(context: str) -> str:
     """Search once, then answer."""
-    return "<answer>Oslo</answer>" if "<information>" in context else "<search>the city</search>"
+    return "<answer>Oslo</answer>" if "text 0 about the city" in context else "<search>the city</search>"
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_run_takes_question_strings_rows_and_records(engine: RolloutEngine) -> N
         ("q1#0", "Where?", ["Oslo"]),
         ("mine#0", "What?", ["x"]),
     ]
-    assert all(t.answer == "Oslo" and t.stop_reason == "answer" for t in trajs)
+    assert all(t.answer == "Oslo" and t.stop_reason == "answer" and t.n_searches == 1 for t in trajs)
     (one,) = engine.run("Who?", seed=0)  # one question on its own
     assert one.uid == "q0#0" and one.answer == "Oslo"
     with pytest.raises(TypeError, match="question 1 is a int: .*QAExample"):
@@ -97,3 +97,17 @@ def test_the_documented_example_runs(monkeypatch) -> None:
     assert scope["searchrl"] is searchrl
     assert [t.uid for t in trajs] == ["q0#0", "q0#1", "q1#0", "q1#1"]
     assert trajs[2].golds == ["Thebes"] and all(t.answer == "Oslo" for t in trajs)
+
+
+def test_a_trajectory_shows_a_summary_not_its_tokens(engine: RolloutEngine) -> None:
+    (traj,) = engine.run([{"question": "Where? " * 30, "golden_answers": ["Oslo"]}], seed=0)
+    assert len(traj.response_ids) > 100 and len(repr(traj.logprobs)) > 400
+    text = repr(traj)
+    assert len(text) < 300, text
+    c = traj.counts()
+    assert text == (
+        f"Trajectory(uid='q0#0', question='{'Where? ' * 8}Whe…', stop='answer', answer='Oslo', golds=['Oslo'], "
+        f"turns=2, searches=1, prompt_tokens={c['prompt_tokens']}, policy_tokens={c['policy_tokens']}, "
+        f"inserted_tokens={c['inserted_tokens']})"
+    )
+    assert repr(traj.turns[0]).startswith("Turn(action='search', queries=['the city'], finish='stop', text=")

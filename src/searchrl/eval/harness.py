@@ -72,6 +72,13 @@ class EvalResult:
     paths: dict[str, Path] = field(default_factory=dict)
     runtime_s: float = 0.0
 
+    def __repr__(self) -> str:
+        """The summary table (scores in %) as ``searchrl eval`` prints it; the per-item rows stay in ``items``."""
+        from searchrl.eval.report import plain_table, wide_table
+
+        head = f"EvalResult({len(self.items)} items, {self.runtime_s:.1f} s; scores in %)"
+        return f"{head}\n{plain_table(*wide_table(self.rows, self.metrics))}" if self.rows else head
+
 
 # ------------------------------------------------------------------------------------------------ resolution
 
