@@ -131,7 +131,10 @@ def build_methods(
     methods: dict[str, Method] = {}
     for name in ev.methods:
         if name in RETRIEVAL_METHODS and name != "agent" and retriever is None:
-            raise ValueError(f"method {name} needs a retriever: pass --index DIR or --url URL")
+            raise ValueError(
+                f"method {name} needs a retriever: pass retriever= (e.g. load_index(DIR)), or set retrieval.index or "
+                "retrieval.urls (--index DIR, --url URL)"
+            )
         if name in CUSTOM_METHODS:
             methods[name] = CUSTOM_METHODS[name](cfg, generator, retriever)
             continue
