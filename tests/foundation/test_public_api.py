@@ -45,3 +45,17 @@ def test_importing_a_package_loads_neither_torch_nor_transformers(package: str) 
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"import {package} loaded {out.strip()}"
+
+
+def test_the_main_entry_points_say_what_they_take() -> None:
+    import inspect
+
+    from searchrl.eval.method import Method
+    from searchrl.generation.base import Generator
+    from searchrl.rollout.engine import RolloutEngine
+
+    for fn in (Generator.generate, Method.answer, RolloutEngine.run, RolloutEngine.from_config):
+        assert fn.__doc__ and len(fn.__doc__) > 100, fn.__qualname__
+    params = [p for p in inspect.signature(RolloutEngine.__init__).parameters if p != "self"]
+    undocumented = [p for p in params if f"    {p}: " not in RolloutEngine.__doc__]
+    assert not undocumented, f"RolloutEngine's docstring lacks its arguments {undocumented}"

@@ -267,7 +267,10 @@ class Method(ABC):
         self.seed = seed
 
     @abstractmethod
-    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]: ...
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
+        """Answer a batch of questions: one :class:`Prediction` per example, in order, with the short answer
+        (``text``; None when the reply held none), everything the model generated (``raw``), the searches it ran and
+        its token and latency figures. Scoring against the gold answers is the harness's (:func:`evaluate`)."""
 
     def __repr__(self) -> str:
         """The method's name and what it wraps: its protocol, retriever and generator."""

@@ -97,7 +97,15 @@ class Generator(ABC):
     supports_continuous: bool = False
 
     @abstractmethod
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """Sample one completion per prompt, the whole batch in one call.
+
+        ``prompts``: token ids, each a whole context (prompt, then the tokens sampled and inserted so far).
+        ``params``: the new-token budget, temperature (0: greedy), top-p, stop strings and seeds. Returns, in prompt
+        order, each completion's sampled token ids (ending with the token that completes the first stop string, or
+        with EOS), their log-probs under the model at temperature 1, its decoded text and why it ended
+        (``finish_reason``: ``"stop"``, ``"eos"`` or ``"length"``).
+        """
 
     def decode_continuous(self, scheduler: ContinuousScheduler, params: SamplingParams) -> None:
         """Decode the segments ``scheduler`` hands out until it has none left: a row that finishes a segment is
