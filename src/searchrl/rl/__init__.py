@@ -39,5 +39,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'searchrl.rl' has no attribute {name!r}")
 
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+def __dir__() -> list[str]:  # tab completion: the exports and submodules, not this file's own imports
+    return sorted({*globals(), *_EXPORTS} - {"annotations", "importlib", "Any"})
