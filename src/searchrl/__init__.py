@@ -1,3 +1,51 @@
-"""SearchRL: train language models to reason with a search engine through reinforcement learning."""
+"""SearchRL: train language models to reason with a search engine through reinforcement learning.
+
+The names a notebook needs are here, each imported on first use (``import searchrl`` loads neither torch nor
+transformers)::
+
+    import searchrl
+
+    cfg = searchrl.load_config("search_r1_grpo", ["retrieval.index=my-index"])
+    engine = searchrl.RolloutEngine.from_config(cfg)
+    trajectories = engine.run(["Who directed 3000 Nights?"])
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+#: name -> the module that defines it. A table rather than import statements: the package's own ``__init__`` sits
+#: below every layer it re-exports from, and nothing here is imported until it is asked for.
+_EXPORTS = {
+    "load_config": "searchrl.config",
+    "load_qa": "searchrl.data.loaders",
+    "QAExample": "searchrl.data.records",
+    "build_index": "searchrl.retrieval.index",
+    "load_index": "searchrl.retrieval.index",
+    "get_protocol": "searchrl.protocols",
+    "load_policy": "searchrl.models",
+    "make_generator": "searchrl.generation",
+    "RolloutEngine": "searchrl.rollout.engine",
+    "RolloutLimits": "searchrl.rollout.limits",
+    "Trajectory": "searchrl.rollout.trajectory",
+    "read_trajectories": "searchrl.rollout.record",
+    "Trainer": "searchrl.rl.trainer",
+    "evaluate": "searchrl.eval.harness",
+    "run_from_config": "searchrl.eval.harness",
+    "write_viewer": "searchrl.viz.viewer",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'searchrl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:  # tab completion: the exports and submodules, not this file's own imports
+    return sorted({*globals(), *_EXPORTS} - {"annotations", "importlib", "Any"})

@@ -102,13 +102,13 @@ def test_select_difficulty_takes_turns_and_searches_from_the_recipe(
 ) -> None:
     _, index, data = corpus_and_questions
     seen: list[sampling.RolloutLimits] = []
-    real_engine = sampling.RolloutEngine
 
-    def engine(generator, retriever, protocol, limits, style):
-        seen.append(limits)
-        return real_engine(generator, retriever, protocol, limits, style)
+    class Engine(sampling.RolloutEngine):
+        def __init__(self, generator, retriever, protocol, limits, style):
+            seen.append(limits)
+            super().__init__(generator, retriever, protocol, limits, style)
 
-    monkeypatch.setattr(sampling, "RolloutEngine", engine)
+    monkeypatch.setattr(sampling, "RolloutEngine", Engine)
     monkeypatch.setattr(sampling, "load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
     common = ["--data", str(data), "--index", str(index), "--n", "2", "--out", str(tmp_path / "sel.jsonl")]
     res = runner.invoke(

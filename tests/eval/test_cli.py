@@ -147,7 +147,7 @@ def test_retrieval_method_without_index_on_explicit_data(qa_file, tmp_path) -> N
         harness.check_retriever_source(cfg)
     harness.check_retriever_source(cfg, corpus=tmp_path / "corpus.jsonl")
     typo = build_config(None, [], data=[str(qa_file)], methods="naive_rag", index=str(tmp_path / "idx-typo"))
-    with pytest.raises(FileNotFoundError, match=r"idx-typo holds no index; build it with `searchrl index build"):
+    with pytest.raises(FileNotFoundError, match=r"idx-typo holds no index; build it with `build_index\('FILE', "):
         harness.check_retriever_source(typo)
     assert not (tmp_path / "idx-typo").exists()
 

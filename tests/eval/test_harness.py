@@ -275,7 +275,7 @@ def test_search_o1_is_built_with_its_own_limits_unless_set(fakes) -> None:
     assert method.reason_in_documents.refine_max_new_tokens == 300 and method.protocol.max_searches == 10
     assert method.engine.document_step is method.reason_in_documents
     assert "no more than 10 times" in method.protocol.instruction("q")
-    with pytest.raises(ValueError, match="needs a retriever"):
+    with pytest.raises(ValueError, match=r"needs a retriever: pass retriever= .* \(--index DIR, --url URL\)"):
         build_methods(load_config("demo", over), gen, None)
     own = build_methods(load_config("demo", over[:1]), gen, fakes.KeywordRetriever())["search_o1"].engine.limits
     assert (own.max_searches, own.max_turns, own.max_new_tokens) == (10, 15, 1024)

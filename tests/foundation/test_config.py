@@ -134,3 +134,17 @@ def test_the_accelerate_configs_ship_with_the_package() -> None:
         assert path.is_file() and yaml.safe_load(path.read_text())["distributed_type"] == kind
     res = CliRunner().invoke(app, ["config", "accelerate", "deepspeed"])
     assert res.exit_code != 0 and "choose ddp or fsdp" in str(res.exception)
+
+
+def test_a_run_config_shows_a_short_repr_and_its_yaml_in_ipython(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    cfg = load_config("search_r1_grpo", ["rollout.group_size=4"])
+    assert repr(cfg) == (
+        "RunConfig(name='search_r1_grpo', protocol='search_r1', algorithm='grpo', "
+        f"policy={cfg.model.policy!r}, retrieval={cfg.retrieval.kind!r})"
+    )
+    shown: list[str] = []
+    cfg._repr_pretty_(SimpleNamespace(text=shown.append), cycle=False)  # what IPython's printer receives
+    assert "\n  group_size: 4\n" in shown[0]
+    assert yaml.safe_load(shown[0]) == yaml.safe_load(dump_config(cfg, tmp_path / "config.yaml").read_text())

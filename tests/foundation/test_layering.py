@@ -13,6 +13,7 @@ sideways, never up, and the units (a subpackage or a top-level module) import ea
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import searchrl
@@ -181,3 +182,16 @@ def test_no_module_is_over_500_lines_and_none_is_packed() -> None:
     marker = "fmt: " + "skip"
     packed = sorted(name for name, text in texts.items() if marker in text)
     assert not packed, f"let the formatter format these modules (drop the {marker} comments): {packed}"
+
+
+def test_lazy_exports_keep_the_layer_order() -> None:
+    """A package's lazy names (its ``_EXPORTS`` table: name -> module, imported on first use) come from its own layer
+    or below, like its import statements. The top level ``searchrl`` is the exception: its table re-exports the
+    notebook names of every layer, and its ``__init__`` imports none of them until asked."""
+    tables = [p.parent for p in ROOT.glob("*/__init__.py") if "_EXPORTS" in p.read_text()]
+    assert {"rollout", "rl", "data", "sft"} <= {p.name for p in tables}
+    for package in tables:
+        module = importlib.import_module(f"searchrl.{package.name}")
+        for name, where in module._EXPORTS.items():
+            assert layer_of(unit_of(where)) <= layer_of(package.name), f"searchrl.{package.name}.{name} <- {where}"
+    assert not [line for line, _ in imports_of(ROOT / "__init__.py")], "searchrl/__init__.py imports at load time"

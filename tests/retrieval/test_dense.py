@@ -129,3 +129,16 @@ def test_hybrid_fuses_bm25_and_dense(tiny_corpus: Path, tiny_bm25: Path, tmp_pat
     assert [h[0].title for h in hits] == ["Chess", "Photosynthesis"]
     assert all(len(h) == 2 for h in hits)
     assert hits[0][0].score == pytest.approx(2 / 61)  # ranked first by both
+
+
+def test_retrievers_show_their_kind_size_encoder_and_index(
+    tiny_corpus: Path, tiny_bm25: Path, tmp_path: Path, hashing_encoder
+) -> None:
+    sparse = load_index(tiny_bm25)
+    n = len(sparse)
+    assert repr(sparse) == f"BM25Retriever(passages={n}, index={str(tiny_bm25)!r})"
+    dense = _dense(tiny_corpus, tmp_path, hashing_encoder, "flat")
+    dense.manifest = {"encoder": "hashing"}
+    assert repr(dense) == f"DenseRetriever(passages={n}, encoder='hashing', index={str(tmp_path / 'flat')!r})"
+    hybrid = HybridRetriever(sparse, dense, manifest={"kind": "hybrid", "encoder": "hashing"})
+    assert repr(hybrid) == f"HybridRetriever(passages={n}, encoder='hashing', index={str(tiny_bm25)!r})"

@@ -36,12 +36,18 @@ def test_loading_against_another_corpus_is_refused(tiny_bm25: Path, tmp_path: Pa
         load_index(tiny_bm25, corpus=other)
     message = str(err.value)
     assert "\n" not in message and "fingerprint" in message
-    assert f"searchrl index build --corpus {other} --kind bm25 --out {tiny_bm25}" in message
+    assert f"`build_index({str(other)!r}, 'bm25', {str(tiny_bm25)!r}, overwrite=True)`" in message
+    assert f"(`searchrl index build --corpus {other} --kind bm25 --out {tiny_bm25} --force`)" in message
 
 
 def test_missing_or_unfinished_index(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="index directory not found.*searchrl index build"):
+    with pytest.raises(FileNotFoundError) as err:
         load_index(tmp_path / "nope")
+    nope = tmp_path / "nope"
+    assert str(err.value) == (
+        f"index directory not found: {nope}; build one with `build_index('CORPUS.jsonl', 'bm25', {str(nope)!r})` "
+        f"(`searchrl index build --corpus CORPUS.jsonl --kind bm25 --out {nope}`)"
+    )
     (tmp_path / "half").mkdir()
     with pytest.raises(FileNotFoundError, match="no manifest.json"):
         load_index(tmp_path / "half")
@@ -76,13 +82,13 @@ def test_old_format_version_is_refused(tiny_bm25: Path, tmp_path: Path) -> None:
 
 def test_build_refuses_to_clobber(tiny_corpus: Path, tmp_path: Path) -> None:
     out = build_index(tiny_corpus, "bm25", tmp_path / "i")
-    with pytest.raises(ValueError, match="--force"):
+    with pytest.raises(ValueError, match=r"already holds an index; pass overwrite=True \(--force\) to replace it"):
         build_index(tiny_corpus, "bm25", out)
     build_index(tiny_corpus, "bm25", out, stemmer=None, overwrite=True)
     assert read_manifest(out)["options"]["bm25"]["stemmer"] is None
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "file.txt").write_text("x")
-    with pytest.raises(ValueError, match="not an index directory"):
+    with pytest.raises(ValueError, match=r"not an index directory; choose an empty or new out \(--out\)"):
         build_index(tiny_corpus, "bm25", tmp_path / "junk")
     assert not list(tmp_path.glob(".*.partial")), "staging directories must not be left behind"
 

@@ -161,10 +161,16 @@ def test_length_grouped_batches_keep_each_texts_own_embedding(exported: Path) ->
 
 
 @pytest.mark.slow
-def test_export_is_reproducible(exported: Path, tmp_path: Path) -> None:
+def test_export_is_reproducible_and_quiet(exported: Path, tmp_path: Path) -> None:
+    """Two exports give the same files; neither prints the tracer's or the exporter's warnings."""
+    import warnings
+
     from searchrl.retrieval.onnx_encoder import export_encoder
 
-    export_encoder("minilm-l6-v2", tmp_path / "again")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_encoder("minilm-l6-v2", tmp_path / "again")
+    assert not [f"{w.category.__name__}: {w.message}" for w in caught]
     for name in ("model.onnx", "tokenizer.json", "encoder.json"):
         a, b = (hashlib.sha256((d / name).read_bytes()).hexdigest() for d in (exported, tmp_path / "again"))
         assert a == b, f"{name} differs between two exports"

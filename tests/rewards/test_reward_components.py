@@ -402,6 +402,22 @@ def test_composer_weights_and_per_component_logging():
     assert m["answer/em"] == 0.5 and m["format/ok_rate"] == 0.5 and m["retrieval/searched_rate"] == 0.5
 
 
+def test_composer_takes_components_as_mappings_as_a_recipe_writes_them():
+    inputs = [make("Paris"), make("Paris Hilton")]
+    as_dicts = RewardComposer([{"name": "answer", "params": {"metric": "f1"}}, {"name": "retrieval", "weight": 0.5}])
+    as_models = RewardComposer(
+        [RewardComponent(name="answer", params={"metric": "f1"}), RewardComponent(name="retrieval", weight=0.5)]
+    )
+    assert as_dicts(inputs) == as_models(inputs) and as_dicts(inputs).components["answer"] == [
+        1.0,
+        pytest.approx(2 / 3),
+    ]
+    with pytest.raises(ValueError, match="unknown reward component 'answr'"):
+        RewardComposer([{"name": "answr"}])
+    with pytest.raises(ValueError, match=r"\['metirc'\] \(did you mean 'metric'\?\)"):
+        RewardComposer([{"name": "answer", "params": {"metirc": "f1"}}])
+
+
 def test_composer_validates_at_construction():
     with pytest.raises(
         ValueError, match=r"unknown param\(s\) \['metirc'\] \(did you mean 'metric'\?\); valid params: metric"

@@ -319,6 +319,35 @@ def test_grpo_accepts_tensor_ids_and_edge_groups_give_zero_not_nan():
         grpo_advantages(scores, [1, 2], mask)
 
 
+def test_advantages_take_python_lists_as_float32_tensors_and_leave_tensors_as_they_are():
+    from searchrl.config import AlgorithmConfig
+    from searchrl.rl.advantages import get_estimator
+
+    scores, groups, mask = [1.0, 0.0, 0.5, 0.5], ["a", "a", "b", "b"], [[1, 1], [1, 0], [1, 1], [1, 1]]
+    scores_t, mask_t = torch.tensor(scores), torch.tensor(mask, dtype=torch.float32)
+    adv, metrics = grpo_advantages(scores, groups, mask)
+    assert adv.dtype == torch.float32 and metrics == grpo_advantages(scores_t, groups, mask_t)[1]
+    assert torch.equal(adv, grpo_advantages(scores_t, groups, mask_t)[0]) and adv[1, 1] == 0
+    assert torch.equal(rloo_advantages(scores, groups, mask)[0], rloo_advantages(scores_t, groups, mask_t)[0])
+    assert torch.equal(group_centred(scores, groups), group_centred(scores_t, groups))
+    assert torch.equal(group_normalised(scores, groups), group_normalised(scores_t, groups))
+    zeros = [[0.0, 0.0]] * 4
+    ref = reinforce_pp_returns(scores_t, torch.zeros(4, 2), mask_t, 0.1)[0]
+    assert torch.equal(reinforce_pp_returns(scores, zeros, mask, 0.1)[0], ref)
+    (adv_gae, ret), _ = gae_advantages([[0.0, 1.0]], [[0.5, 0.25]], [[1, 1]])
+    assert torch.allclose(adv_gae, torch.tensor([[0.5, 0.75]])) and torch.allclose(ret, torch.tensor([[1.0, 1.0]]))
+    exact = torch.tensor(scores, dtype=torch.float64)  # a tensor keeps its dtype
+    assert grpo_advantages(exact, groups, mask_t)[0].dtype == torch.float64
+    for name in ("grpo", "dr_grpo", "gspo", "rloo", "reinforce_pp", "ppo"):
+        est, cfg = get_estimator(name), AlgorithmConfig(name=name)
+        values = zeros if name == "ppo" else None
+        listed = est.fn(scores, zeros, values, mask, groups, cfg)[0]
+        tensors = est.fn(
+            scores_t, torch.zeros(4, 2), None if values is None else torch.zeros(4, 2), mask_t, groups, cfg
+        )
+        assert torch.equal(listed, tensors[0]), name
+
+
 @pytest.mark.parametrize("value", [0.1, 0.7, 1 / 3, 0.8571428571428571])
 def test_a_group_of_equal_inexact_scores_has_no_signal(value):
     # 16 copies of a score binary floating point cannot hold: sum / n leaves a residue of ~1e-17 which, divided by a

@@ -337,7 +337,7 @@ def test_a_retriever_of_ones_own_is_checked_with_a_one_line_error() -> None:
 
 
 def test_an_observation_cap_below_the_kept_tail_still_holds() -> None:
-    from searchrl.rollout.engine import truncate_observation
+    from searchrl.rollout.observation import truncate_observation
 
     ids = list(range(100))
     assert truncate_observation(ids, 40) == ids[:24] + ids[-16:]  # the head, then the closing tail

@@ -361,6 +361,22 @@ class RunConfig(Section):
     #: the method's stages for ``searchrl run`` (data building -> SFT -> RL -> evaluation), in order.
     pipeline: list[StageConfig] = Field(default_factory=list)
 
+    def __repr__(self) -> str:
+        """The recipe and its main choices; IPython shows every field (:meth:`_repr_pretty_`)."""
+        return (
+            f"RunConfig(name={self.name!r}, protocol={self.rollout.protocol!r}, algorithm={self.algorithm.name!r}, "
+            f"policy={self.model.policy!r}, retrieval={self.retrieval.kind!r})"
+        )
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython and Jupyter show the resolved config as YAML, as ``dump_config`` writes it."""
+        import json
+
+        import yaml
+
+        text = yaml.safe_dump(json.loads(self.model_dump_json()), sort_keys=False).rstrip()
+        printer.text(repr(self) if cycle else text)
+
     @field_validator("plugins")
     @classmethod
     def _import_plugins(cls, plugins: list[str]) -> list[str]:

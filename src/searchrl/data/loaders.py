@@ -180,9 +180,11 @@ def row_to_example(
     default_id: str,
     normalize: bool = False,
     fields: Mapping[str, str] | None = None,
+    need_answers: bool = True,
 ) -> QAExample:
     """One dataset row -> QAExample. ``where`` (``file:line``) and ``default_id`` are used for errors and ids;
-    ``fields`` maps a part to the row's field when the row names it otherwise (``{"question": "query_text"}``)."""
+    ``fields`` maps a part to the row's field when the row names it otherwise (``{"question": "query_text"}``).
+    Without ``need_answers`` a row with no answer field gets none."""
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object per row, got {type(row).__name__}")
     if fields:
@@ -196,7 +198,7 @@ def row_to_example(
             f"{sorted(row)}); name yours with fields: {{question: NAME}} (data.fields, --field question=NAME)"
         )
     answer_field = next((f for f in ANSWER_FIELDS if f in row and row[f] is not None), None)
-    if answer_field is None:
+    if answer_field is None and need_answers:
         raise ValueError(
             f"{where}: no 'golden_answers' (or 'answer'), or only null ones ({_EXPECTED}; found fields "
             f"{sorted(row)}); name yours with fields: {{answers: NAME}} (data.fields, --field answers=NAME)"
@@ -206,7 +208,7 @@ def row_to_example(
         hint = "; a verl prompt needs 'Question: ...' in its user message" if from_verl else ""
         raise ValueError(f"{where}: field 'question' must be a non-empty string{hint}")
     id_field = next((f for f in ID_FIELDS if row.get(f) is not None and str(row[f]) != ""), None)
-    answers = _answers(row[answer_field], where, answer_field)
+    answers = _answers(row[answer_field], where, answer_field) if answer_field else []
     aliases = [f for f in ALIAS_FIELDS if row.get(f)]
     for field in aliases:
         answers = list(dict.fromkeys([*answers, *_answers(row[field], where, field)]))

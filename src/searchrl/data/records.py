@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 _HOPS_ID = re.compile(r"^(\d+hop)")  # MuSiQue's ids: "2hop__482757_12019", "3hop1__..."
 
@@ -36,3 +37,35 @@ class QAExample:
         if self.metadata:
             row["metadata"] = self.metadata
         return row
+
+
+#: what a rollout or a method takes as its questions: records, question strings or dataset rows, or one of them.
+Questions: TypeAlias = "QAExample | str | Mapping[str, Any] | Sequence[QAExample | str | Mapping[str, Any]]"
+
+
+def as_examples(items: Questions) -> list[QAExample]:
+    """Questions as :class:`QAExample` records: a record as it is, a string as a question with no gold answers (id
+    ``q<i>``, its position), a mapping as a dataset row (``{"question", "golden_answers"}`` or ``"answer"``, an
+    optional ``"id"``; without answers it has none).
+
+    >>> [(e.id, e.question, e.answers) for e in as_examples(["Who?", {"question": "Where?", "answer": "Oslo"}])]
+    [('q0', 'Who?', []), ('q1', 'Where?', ['Oslo'])]
+    """
+    from searchrl.data.loaders import row_to_example
+
+    if isinstance(items, QAExample | str | Mapping):
+        items = [items]
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, QAExample):
+            out.append(item)
+        elif isinstance(item, str):
+            out.append(QAExample(f"q{i}", item, []))
+        elif isinstance(item, Mapping):
+            out.append(row_to_example(dict(item), f"question {i}", f"q{i}", need_answers=False))
+        else:
+            raise TypeError(
+                f"question {i} is a {type(item).__name__}: give question strings, {{'question', 'golden_answers'}} "
+                "rows or QAExample records (searchrl.data.records.QAExample)"
+            )
+    return out

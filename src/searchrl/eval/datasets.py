@@ -224,9 +224,11 @@ def own_retriever(cfg: RunConfig, index: str | None, corpus: str | None):
         index = str(default_index_dir(corpus, r.kind))
     built = (Path(index) / "manifest.json").exists()
     if corpus is None and not built:
+        from searchrl.retrieval.index import missing_index
+
         raise FileNotFoundError(
-            f"evaluation index {index} holds no index; build it with `searchrl index build` or "
-            "give the set's corpus: in its evaluation.datasets entry"
+            f"evaluation index {missing_index(index, r.kind)}, or give the set's corpus: in its "
+            "evaluation.datasets entry"
         )
     if corpus is not None and not str(corpus).startswith("hf:") and not Path(corpus).exists() and not built:
         raise FileNotFoundError(

@@ -72,6 +72,13 @@ class EvalResult:
     paths: dict[str, Path] = field(default_factory=dict)
     runtime_s: float = 0.0
 
+    def __repr__(self) -> str:
+        """The summary table (scores in %) as ``searchrl eval`` prints it; the per-item rows stay in ``items``."""
+        from searchrl.eval.report import plain_table, wide_table
+
+        head = f"EvalResult({len(self.items)} items, {self.runtime_s:.1f} s; scores in %)"
+        return f"{head}\n{plain_table(*wide_table(self.rows, self.metrics))}" if self.rows else head
+
 
 # ------------------------------------------------------------------------------------------------ resolution
 
@@ -124,7 +131,10 @@ def build_methods(
     methods: dict[str, Method] = {}
     for name in ev.methods:
         if name in RETRIEVAL_METHODS and name != "agent" and retriever is None:
-            raise ValueError(f"method {name} needs a retriever: pass --index DIR or --url URL")
+            raise ValueError(
+                f"method {name} needs a retriever: pass retriever= (e.g. load_index(DIR)), or set retrieval.index or "
+                "retrieval.urls (--index DIR, --url URL)"
+            )
         if name in CUSTOM_METHODS:
             methods[name] = CUSTOM_METHODS[name](cfg, generator, retriever)
             continue

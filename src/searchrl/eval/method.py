@@ -8,14 +8,14 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
 from searchrl.generation.prompts import render_user_prompt
 from searchrl.retrieval.base import Hit
-from searchrl.rollout.trajectory import Trajectory
+from searchrl.rollout.trajectory import Trajectory, short
 
 _LABEL = re.compile(r"^\s*(?:final answer|the answer is|answer)\b\s*[:：]?\s*", re.IGNORECASE)
 _FINAL = re.compile(r"final answer\s*[:：]\s*(.*)", re.IGNORECASE)
@@ -36,13 +36,24 @@ class Prediction:
     """One method's output for one question."""
 
     text: str | None  # the extracted answer; None when the method produced none
-    raw: str = ""  # everything the model generated for this question (decoded)
-    trajectory: dict[str, Any] | None = None  # agent: Trajectory.to_dict(); RAG methods: retrieval trace
+    raw: str = field(default="", repr=False)  # everything the model generated for this question (decoded)
+    #: agent: Trajectory.to_dict(); RAG methods: retrieval trace
+    trajectory: dict[str, Any] | None = field(default=None, repr=False)
     searches: int = 0  # search calls made for this question (one call may hold several queries)
     queries: int = 0  # queries those search calls held
     gen_tokens: int = 0  # tokens the model generated for this question
     latency_s: float = 0.0  # batch wall time / batch size
     well_formed: bool | None = None  # agent methods: the protocol's own format check of the whole response; else None
+
+    def __repr__(self) -> str:
+        """A summary: the answer, how an agent's trajectory ended, and counts (the raw text and trace stay out)."""
+        stop = (self.trajectory or {}).get("stop_reason")
+        return (
+            f"Prediction(text={short(self.text)!r}, raw={short(self.raw, 40)!r}"
+            + (f", stop={stop!r}" if stop else "")
+            + f", searches={self.searches}, queries={self.queries}, gen_tokens={self.gen_tokens}, "
+            f"latency_s={self.latency_s:.3g}, well_formed={self.well_formed})"
+        )
 
 
 def clean_answer(text: str | None) -> str | None:
@@ -256,7 +267,19 @@ class Method(ABC):
         self.seed = seed
 
     @abstractmethod
-    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]: ...
+    def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
+        """Answer a batch of questions: one :class:`Prediction` per example, in order, with the short answer
+        (``text``; None when the reply held none), everything the model generated (``raw``), the searches it ran and
+        its token and latency figures. Scoring against the gold answers is the harness's (:func:`evaluate`)."""
+
+    def __repr__(self) -> str:
+        """The method's name and what it wraps: its protocol, retriever and generator."""
+        engine = getattr(self, "engine", None)  # the agent methods keep theirs in the rollout engine
+        parts = [f"name={getattr(self, 'name', '?')!r}"]
+        for attr in ("protocol", "retriever"):
+            if (value := getattr(self, attr, None) or getattr(engine, attr, None)) is not None:
+                parts.append(f"{attr}={value!r}")
+        return f"{type(self).__name__}({', '.join([*parts, f'generator={self.generator!r}'])})"
 
     def _generate(
         self, texts: list[str], max_new_tokens: int, stop: tuple[str, ...] = (), step: int = 0

@@ -97,7 +97,15 @@ class Generator(ABC):
     supports_continuous: bool = False
 
     @abstractmethod
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """Sample one completion per prompt, the whole batch in one call.
+
+        ``prompts``: token ids, each a whole context (prompt, then the tokens sampled and inserted so far).
+        ``params``: the new-token budget, temperature (0: greedy), top-p, stop strings and seeds. Returns, in prompt
+        order, each completion's sampled token ids (ending with the token that completes the first stop string, or
+        with EOS), their log-probs under the model at temperature 1, its decoded text and why it ended
+        (``finish_reason``: ``"stop"``, ``"eos"`` or ``"length"``).
+        """
 
     def decode_continuous(self, scheduler: ContinuousScheduler, params: SamplingParams) -> None:
         """Decode the segments ``scheduler`` hands out until it has none left: a row that finishes a segment is
@@ -121,3 +129,22 @@ class Generator(ABC):
 
     def reset(self) -> None:  # noqa: B027 - optional hook
         """Forget state kept between calls (e.g. cached prefixes); the rollout engine calls it after each run."""
+
+    def __repr__(self) -> str:
+        """The backend, its model and where it runs: ``HFGenerator(model='HuggingFaceTB/SmolLM2-135M', device='cpu')``;
+        a server's client names its URL."""
+        parts = []
+        model = getattr(self, "model", None) or getattr(self, "model_path", None)
+        if isinstance(model, str):
+            parts.append(f"model={model!r}")
+        elif model is not None:
+            parts.append(f"model={getattr(model, 'name_or_path', '') or type(model).__name__!r}")
+            device = getattr(model, "device", None)
+            if device is None and callable(getattr(model, "parameters", None)):
+                device = next(iter(model.parameters()), None)
+                device = None if device is None else device.device
+            if device is not None:
+                parts.append(f"device={str(device)!r}")
+        if url := getattr(self, "base_url", None):
+            parts.append(f"url={url!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"

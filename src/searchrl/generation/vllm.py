@@ -18,6 +18,7 @@ class VLLMGenerator(Generator):
         except ImportError as err:  # pragma: no cover - depends on an optional install
             raise MissingDependency("rollout.backend=vllm needs vllm: pip install 'searchrl[vllm]'") from err
         self.tokenizer = tokenizer
+        self.model_path = model_path
         self.llm = LLM(
             model=model_path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enable_prefix_caching=True
         )

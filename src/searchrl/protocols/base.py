@@ -102,6 +102,10 @@ class Protocol(ABC):
     def __init__(self, **options: Any) -> None:
         self.options = options
 
+    def __repr__(self) -> str:
+        options = "".join(f", {k}={v!r}" for k, v in (getattr(self, "options", None) or {}).items())
+        return f"{type(self).__name__}(name={getattr(self, 'name', '?')!r}{options})"
+
     @classmethod
     def options_from_rollout(cls, rollout: Any) -> dict[str, Any]:
         """Protocol options that follow the rollout config (``RolloutConfig``) unless ``rollout.options`` sets them,

@@ -81,5 +81,8 @@ class CheckedRetriever:
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         return check_hits(self.inner.search(queries, k), len(queries), self.inner, k)
 
+    def __repr__(self) -> str:
+        return f"CheckedRetriever({self.inner!r})"
+
     def __getattr__(self, name: str) -> Any:  # anything else the retriever offers (close, cache stats, ...)
         return getattr(self.inner, name)

@@ -53,8 +53,11 @@ class IndexMismatchError(ValueError):
 
 
 def _rebuild_hint(corpus: str | Path, kind: str, out: str | Path, force: bool = False) -> str:
-    """The build command to suggest; ``force`` where ``out`` already holds an index (a build refuses it otherwise)."""
-    return f"searchrl index build --corpus {corpus} --kind {kind} --out {out}" + (" --force" if force else "")
+    """The build to suggest, as a Python call and as a command; ``force`` where ``out`` already holds an index (a
+    build refuses it otherwise)."""
+    call = f"build_index({str(corpus)!r}, {kind!r}, {str(out)!r}" + (", overwrite=True)" if force else ")")
+    command = f"searchrl index build --corpus {corpus} --kind {kind} --out {out}" + (" --force" if force else "")
+    return f"`{call}` (`{command}`)"
 
 
 def missing_index(path: str | Path, kind: str = "bm25") -> FileNotFoundError:
@@ -64,9 +67,9 @@ def missing_index(path: str | Path, kind: str = "bm25") -> FileNotFoundError:
     if path.is_file():
         out = path.parent / f"{path.name.split('.')[0]}-{kind}"
         return FileNotFoundError(
-            f"{path} is a file, not an index directory; build one from it with `{_rebuild_hint(path, kind, out)}`"
+            f"{path} is a file, not an index directory; build one from it with {_rebuild_hint(path, kind, out)}"
         )
-    return FileNotFoundError(f"{path} holds no index; build it with `{_rebuild_hint('FILE', kind, path)}`")
+    return FileNotFoundError(f"{path} holds no index; build it with {_rebuild_hint('FILE', kind, path)}")
 
 
 def _restore_replaced(out: Path) -> None:
@@ -145,9 +148,11 @@ def build_index(
         what = f"corpus {corpus} is a directory" if corpus.is_dir() else f"corpus not found: {corpus}"
         raise FileNotFoundError(f"{what}; give a .jsonl, .tsv or .parquet passage file")
     if (out / "manifest.json").exists() and not overwrite:
-        raise ValueError(f"{out} already holds an index; pass --force to replace it or choose another --out")
+        raise ValueError(
+            f"{out} already holds an index; pass overwrite=True (--force) to replace it, or another out (--out)"
+        )
     if out.exists() and not (out / "manifest.json").exists() and any(out.iterdir()):
-        raise ValueError(f"{out} exists and is not an index directory; choose an empty or new --out")
+        raise ValueError(f"{out} exists and is not an index directory; choose an empty or new out (--out)")
     # Validate options before the (possibly long) corpus pass.
     bm25_opts = BM25Options(k1=k1, b=b, stemmer=stemmer, stopwords=stopwords) if kind != "dense" else None
     dense_opts = None
@@ -348,13 +353,13 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise FileNotFoundError(
             f"index directory not found: {directory}; build one with "
-            f"`{_rebuild_hint('CORPUS.jsonl', 'bm25', directory)}`"
+            f"{_rebuild_hint('CORPUS.jsonl', 'bm25', directory)}"
         )
     path = directory / "manifest.json"
     if not path.is_file():
         raise FileNotFoundError(
             f"{directory} has no manifest.json: not a SearchRL index; build one into a new directory with "
-            f"`{_rebuild_hint('CORPUS.jsonl', 'bm25', 'NEW_DIR')}`"
+            f"{_rebuild_hint('CORPUS.jsonl', 'bm25', 'NEW_DIR')}"
         )
     try:
         manifest = json.loads(path.read_text())
@@ -365,7 +370,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise IndexMismatchError(
             f"{directory} uses index format {manifest.get('format_version')}, this SearchRL reads {FORMAT_VERSION}; "
-            f"rebuild it with `{_rebuild_hint(manifest['corpus']['path'], manifest['kind'], directory, force=True)}`"
+            f"rebuild it with {_rebuild_hint(manifest['corpus']['path'], manifest['kind'], directory, force=True)}"
         )
     return manifest
 
@@ -381,7 +386,7 @@ def check_corpus(manifest: dict[str, Any], corpus: str | Path, directory: str | 
         raise IndexMismatchError(
             f"index {directory} was built from {built['path']} (fingerprint {built['fingerprint']}), but corpus "
             f"{corpus} has fingerprint {actual}; "
-            f"rebuild with `{_rebuild_hint(corpus, manifest['kind'], directory, force=True)}`"
+            f"rebuild with {_rebuild_hint(corpus, manifest['kind'], directory, force=True)}"
         )
 
 
@@ -447,7 +452,7 @@ def load_index(
         missing = Path(err.filename).name if err.filename else str(err)
         raise FileNotFoundError(
             f"index {directory} is incomplete ({missing} is missing); rebuild it with "
-            f"`{_rebuild_hint(manifest['corpus']['path'], kind, directory, force=True)}`"
+            f"{_rebuild_hint(manifest['corpus']['path'], kind, directory, force=True)}"
         ) from None
     if kind == "bm25":
         if any(v is not None for v in (nprobe, ef_search, candidates)):

@@ -48,3 +48,10 @@ class LocalRetriever(ABC):
 
     def __len__(self) -> int:
         return len(self.store)
+
+    def __repr__(self) -> str:
+        """``BM25Retriever(passages=5009, index='indexes/wiki-bm25')``, with the encoder of a dense index."""
+        dense = hasattr(self, "encoder") or hasattr(self, "dense")  # not the BM25 part of a hybrid index
+        encoder = (self.manifest or {}).get("encoder") if dense else None
+        shown = f", encoder={encoder!r}" if encoder else ""
+        return f"{type(self).__name__}(passages={len(self.store)}{shown}, index={str(self.store.dir.parent)!r})"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,12 @@ def export_encoder(spec: str, out: str | Path, *, max_length: int | None = None)
         "attention_mask": {0: "batch", 1: "tokens"},
         "embedding": {0: "batch"},
     }
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        # Tracing warns of the model code's Python branches, the exporter of how it lowers ops and that it is the
+        # legacy one: all expected here (an index build compares the exported graph with sentence-transformers).
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx|searchrl\.retrieval")
         # The TorchScript exporter writes one self-contained file in a couple of seconds; the dynamo exporter
         # (torch >= 2.9's default) writes external weights and took 10 s for MiniLM.
         torch.onnx.export(

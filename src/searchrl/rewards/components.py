@@ -378,12 +378,18 @@ class RewardComposer:
     """Sums weighted components; logs each one separately.
 
     Metrics: ``reward/total`` (mean total), ``reward/<name>`` (mean unweighted component score) and
-    ``<name>/<key>`` for each component's own statistics. A component may appear once.
+    ``<name>/<key>`` for each component's own statistics. A component may appear once. A component is a
+    ``RewardComponent`` or a mapping of its fields, as a recipe writes it: ``{"name": "answer", "params": {...}}``.
     """
 
     def __init__(
-        self, components: Sequence[RewardComponent], *, reader: Reader | None = None, judge: Any = None
+        self,
+        components: Sequence[RewardComponent | Mapping[str, Any]],
+        *,
+        reader: Reader | None = None,
+        judge: Any = None,
     ) -> None:
+        components = [c if isinstance(c, RewardComponent) else RewardComponent.model_validate(c) for c in components]
         if not components:
             raise ValueError("reward.components is empty: add at least one component (e.g. {name: answer})")
         names = [c.name for c in components]

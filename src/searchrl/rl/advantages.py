@@ -17,6 +17,7 @@ estimator is a function here plus ``@register("name")``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -75,7 +76,25 @@ def get_estimator(name: str) -> Estimator:
     return ESTIMATORS[name]
 
 
+def takes_sequences(fn: EstimatorFn) -> EstimatorFn:
+    """An estimator that also takes Python numbers (``[1.0, 0.0]`` scores, nested-list masks): they become float32
+    tensors (on the device of the tensors given); tensors pass as they are."""
+
+    @functools.wraps(fn)
+    def estimator(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg, **kwargs) -> Returns:
+        like = next((t for t in (mask_BT, kl_BT, values_BT, scores_B) if isinstance(t, Tensor)), None)
+        if kwargs.get("critic_mask_BT") is not None:
+            kwargs["critic_mask_BT"] = A.as_tensor(kwargs["critic_mask_BT"], like)
+        values_BT = None if values_BT is None else A.as_tensor(values_BT, like)
+        tensors = (A.as_tensor(t, like) for t in (scores_B, kl_BT, mask_BT))
+        scores_B, kl_BT, mask_BT = tensors
+        return fn(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg, **kwargs)
+
+    return estimator
+
+
 @register("ppo")
+@takes_sequences
 def ppo_gae(
     scores_B: Tensor,
     kl_BT: Tensor,
@@ -114,6 +133,7 @@ def _kl_shaped(scores_B: Tensor, kl_BT: Tensor, mask_BT: Tensor, cfg: AlgorithmC
 
 
 @register("grpo")
+@takes_sequences
 def grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
     """GRPO: ``(r - group mean) / (group std + eps)`` (``norm_adv_by_std``), KL in the loss (or the reward)."""
     adv_BT, metrics = A.grpo_advantages(
@@ -123,6 +143,7 @@ def grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, *
 
 
 @register("dr_grpo")
+@takes_sequences
 def dr_grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
     """Dr. GRPO: ``r - group mean``, never divided by the group's std (its difficulty bias); the loss aggregation
     (``seq_mean_token_sum_norm``) is the algorithm's, see ``searchrl.config.algorithms``."""
@@ -131,6 +152,7 @@ def dr_grpo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig
 
 
 @register("gspo")
+@takes_sequences
 def gspo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
     """GSPO: GRPO's group-normalised advantage; its own policy loss (``searchrl.rl.losses.gspo_loss``)."""
     adv_BT, metrics = A.grpo_advantages(
@@ -140,6 +162,7 @@ def gspo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, *
 
 
 @register("rloo")
+@takes_sequences
 def rloo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, **_: object) -> Returns:
     """RLOO: the score less the mean of the group's other scores; KL in the loss (or the reward)."""
     adv_BT, metrics = A.rloo_advantages(_kl_shaped(scores_B, kl_BT, mask_BT, cfg), group_ids, mask_BT)
@@ -147,6 +170,7 @@ def rloo(scores_B, kl_BT, values_BT, mask_BT, group_ids, cfg: AlgorithmConfig, *
 
 
 @register("reinforce_pp")
+@takes_sequences
 def reinforce_pp(
     scores_B: Tensor,
     kl_BT: Tensor,

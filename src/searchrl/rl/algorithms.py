@@ -76,12 +76,14 @@ from searchrl.rl.masked import (
 )
 
 __all__ = [
+    "Floats",
     "GroupIds",
     "KLEstimator",
     "LossAgg",
     "Metrics",
     "SumAcross",
     "aggregate_loss",
+    "as_tensor",
     "entropy_from_logits",
     "gae_advantages",
     "group_centred",
@@ -104,6 +106,16 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 # group helpers
 # ----------------------------------------------------------------------------------------------------------------
+
+#: a tensor, or Python numbers as a notebook writes them: ``[1.0, 0.0]``, ``[[1, 1, 0], [1, 0, 0]]``
+Floats = Tensor | Sequence[float] | Sequence[Sequence[float]]
+
+
+def as_tensor(x: Floats, like: Tensor | None = None) -> Tensor:
+    """A tensor as it is; a (nested) sequence of numbers as a float32 tensor on ``like``'s device."""
+    if isinstance(x, Tensor):
+        return x
+    return torch.as_tensor(x, dtype=torch.float32, device=like.device if isinstance(like, Tensor) else None)
 
 
 def _group_index(group_ids_B: GroupIds, batch: int, device: torch.device) -> tuple[Tensor, int]:
@@ -137,8 +149,8 @@ def _group_stats(scores_B: Tensor, index_B: Tensor, n_groups: int) -> tuple[Tens
     return size_G[index_B], mean_G[index_B], var_G.sqrt()[index_B]  # (B,) each
 
 
-def _broadcast(adv_B: Tensor, mask_BT: Tensor) -> Tensor:
-    m = (mask_BT != 0).to(adv_B.device)  # (B, T)
+def _broadcast(adv_B: Tensor, mask_BT: Floats) -> Tensor:
+    m = (as_tensor(mask_BT, adv_B) != 0).to(adv_B.device)  # (B, T)
     if m.dim() != 2 or m.shape[0] != adv_B.shape[0]:
         raise ValueError(f"mask shape {tuple(m.shape)} does not fit {adv_B.shape[0]} scores")
     return torch.where(m, adv_B[:, None].expand_as(m), torch.zeros((), dtype=adv_B.dtype, device=adv_B.device))
@@ -151,7 +163,7 @@ def _broadcast(adv_B: Tensor, mask_BT: Tensor) -> Tensor:
 
 @torch.no_grad()
 def gae_advantages(
-    rewards_BT: Tensor, values_BT: Tensor, mask_BT: Tensor, gamma: float = 1.0, lam: float = 1.0
+    rewards_BT: Floats, values_BT: Floats, mask_BT: Floats, gamma: float = 1.0, lam: float = 1.0
 ) -> tuple[tuple[Tensor, Tensor], Metrics]:
     """Generalised Advantage Estimation (Schulman et al., 2015) over the counted (action) positions.
 
@@ -160,6 +172,8 @@ def gae_advantages(
     any reward on them is added to the preceding action's reward. Returns ``((advantages_BT, returns_BT), metrics)``
     with ``returns = advantages + values`` (the critic's target); both are 0 at masked positions. No gradient.
     """
+    values_BT = as_tensor(values_BT, mask_BT)
+    rewards_BT, mask_BT = as_tensor(rewards_BT, values_BT), as_tensor(mask_BT, values_BT)
     _check_same_shape(rewards=rewards_BT, values=values_BT)
     m = _bool_mask(mask_BT, rewards_BT)  # (B, T)
     rewards_BT = rewards_BT.to(values_BT.dtype)
@@ -187,11 +201,12 @@ def gae_advantages(
 
 @torch.no_grad()
 def grpo_advantages(
-    scores_B: Tensor, group_ids_B: GroupIds, mask_BT: Tensor, norm_by_std: bool = True, eps: float = 1e-6
+    scores_B: Floats, group_ids_B: GroupIds, mask_BT: Floats, norm_by_std: bool = True, eps: float = 1e-6
 ) -> tuple[Tensor, Metrics]:
     """GRPO outcome advantage (Shao et al., 2024): ``(r - group mean) / (group std + eps)``, or ``r - group mean``
     when ``norm_by_std`` is False (Dr. GRPO's fix for the std's difficulty bias). Broadcast over each sequence's
     counted positions; 0 at masked positions and for groups of size 1. Returns ``(advantages_BT, metrics)``."""
+    scores_B = as_tensor(scores_B, mask_BT)
     index_B, n_groups = _group_index(group_ids_B, scores_B.shape[0], scores_B.device)
     size_B, mean_B, std_B = _group_stats(scores_B, index_B, n_groups)  # (B,) each
     centred_B = scores_B - mean_B  # (B,)
@@ -238,26 +253,29 @@ def informative_group_count(scores: Sequence[float], group_ids: Sequence[Hashabl
 
 
 @torch.no_grad()
-def group_centred(scores_B: Tensor, group_ids_B: GroupIds) -> Tensor:
+def group_centred(scores_B: Floats, group_ids_B: GroupIds) -> Tensor:
     """``r - group mean`` (OpenRLHF's ``reinforce_baseline`` before REINFORCE++ returns); 0 for groups of one."""
+    scores_B = as_tensor(scores_B)
     index_B, n_groups = _group_index(group_ids_B, scores_B.shape[0], scores_B.device)
     size_B, mean_B, _ = _group_stats(scores_B, index_B, n_groups)  # (B,) each
     return torch.where(size_B > 1, scores_B - mean_B, torch.zeros_like(scores_B))
 
 
 @torch.no_grad()
-def group_normalised(scores_B: Tensor, group_ids_B: GroupIds, eps: float = 1e-9) -> Tensor:
+def group_normalised(scores_B: Floats, group_ids_B: GroupIds, eps: float = 1e-9) -> Tensor:
     """``(r - group mean) / (group std + eps)`` with the unbiased std (OpenRLHF's ``group_norm``, R1-Searcher's
     stage-1 code, before the REINFORCE++ returns, which it then does not whiten); 0 for groups of one."""
+    scores_B = as_tensor(scores_B)
     index_B, n_groups = _group_index(group_ids_B, scores_B.shape[0], scores_B.device)
     size_B, mean_B, std_B = _group_stats(scores_B, index_B, n_groups)  # (B,) each
     return torch.where(size_B > 1, (scores_B - mean_B) / (std_B + eps), torch.zeros_like(scores_B))
 
 
 @torch.no_grad()
-def rloo_advantages(scores_B: Tensor, group_ids_B: GroupIds, mask_BT: Tensor) -> tuple[Tensor, Metrics]:
+def rloo_advantages(scores_B: Floats, group_ids_B: GroupIds, mask_BT: Floats) -> tuple[Tensor, Metrics]:
     """REINFORCE leave-one-out (Ahmadian et al., 2024): ``r_i - mean_{j != i, same group} r_j``, broadcast over the
     counted positions; 0 for groups of size 1 and at masked positions. Returns ``(advantages_BT, metrics)``."""
+    scores_B = as_tensor(scores_B, mask_BT)
     index_B, n_groups = _group_index(group_ids_B, scores_B.shape[0], scores_B.device)
     size_B, mean_B, _ = _group_stats(scores_B, index_B, n_groups)  # (B,) each
     # mean of the others = (n * mean - r_i) / (n - 1), so r_i - that = n / (n - 1) * (r_i - mean)
@@ -273,9 +291,9 @@ def rloo_advantages(scores_B: Tensor, group_ids_B: GroupIds, mask_BT: Tensor) ->
 
 @torch.no_grad()
 def reinforce_pp_returns(
-    scores_B: Tensor,
-    kl_BT: Tensor,
-    mask_BT: Tensor,
+    scores_B: Floats,
+    kl_BT: Floats,
+    mask_BT: Floats,
     kl_coef: float,
     eps: float = _WHITEN_EPS,
     whiten_returns: bool = True,
@@ -288,6 +306,8 @@ def reinforce_pp_returns(
     stage-1 ``group_norm``, :func:`group_normalised` scores and ``whiten_returns=False``
     (``algorithm.reinforce_estimator``). ``sum_across`` whitens over all processes' rows (see :func:`whiten`).
     Rows with no counted token contribute nothing. Returns ``(advantages_BT, metrics)``; 0 at masked positions."""
+    kl_BT = as_tensor(kl_BT, mask_BT)
+    scores_B, mask_BT = as_tensor(scores_B, kl_BT), as_tensor(mask_BT, kl_BT)
     m = _bool_mask(mask_BT, kl_BT)  # (B, T)
     if scores_B.shape != (kl_BT.shape[0],):
         raise ValueError(f"scores shape {tuple(scores_B.shape)} does not fit kl shape {tuple(kl_BT.shape)}")

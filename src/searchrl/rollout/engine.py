@@ -40,54 +40,25 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from searchrl.data.records import QAExample
+from searchrl.data.records import QAExample, Questions, as_examples
 from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
 from searchrl.generation.prompts import render_prompt, wants_chat
 from searchrl.protocols._tags import hit_contents
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit, Retriever, check_hits
 from searchrl.rollout.limits import RolloutLimits, force_mode
+from searchrl.rollout.observation import cut_observation, observation_tail
 from searchrl.rollout.trajectory import Trajectory, Turn
+
+if TYPE_CHECKING:
+    from searchrl.config import RunConfig
 
 log = logging.getLogger(__name__)
 
-_OBS_TAIL = 16  # tokens kept from the end of a truncated observation
 _MIN_ROOM = 8  # a trajectory with less room than this for new tokens stops with "length"
 NO_RETRIEVER = "the policy issued a search but no retriever is configured (pass --index or --url)"
-
-
-def truncate_observation(ids: list[int], max_tokens: int, tail: int = _OBS_TAIL) -> list[int]:
-    """Keep the head and the last ``tail`` tokens of an over-long observation (closing tags survive)."""
-    if len(ids) <= max_tokens:
-        return ids
-    if max_tokens <= tail:  # no room for a head: the cap holds
-        return ids[:max_tokens]
-    return ids[: max_tokens - tail] + ids[-tail:]
-
-
-def cut_observation(
-    tokenizer, text: str, max_tokens: int | None, tail: int = _OBS_TAIL, room: int | None = None
-) -> tuple[list[int], str]:
-    """``text``'s tokens as inserted (:func:`truncate_observation`, then what fits in ``room``) and the text the
-    policy reads from them, which a turn records: diagnostics and rewards see no document the policy did not."""
-    full = list(tokenizer.encode(text, add_special_tokens=False))
-    ids = full if max_tokens is None else truncate_observation(full, max_tokens, tail)
-    if room is not None:
-        ids = ids[: max(room, 0)]
-    if len(ids) < len(full):
-        text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    return ids, text
-
-
-def observation_tail(protocol: Protocol, tokenizer) -> int:
-    """Tokens a truncated observation keeps from its end: ``_OBS_TAIL``, or more when the protocol's closing text
-    (``Protocol.observation_suffix``: a chat template's text up to the next turn) needs them, plus one for a token
-    the suffix may share with the text before it."""
-    suffix = protocol.observation_suffix()
-    if not suffix or tokenizer is None:
-        return _OBS_TAIL
-    return max(_OBS_TAIL, len(tokenizer.encode(suffix, add_special_tokens=False)) + 1)
 
 
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
@@ -116,9 +87,22 @@ DocumentStep = Callable[[list[SearchCall], dict[str, float]], list[str]]
 
 
 class RolloutEngine:
-    """``document_step`` replaces how documents become observations (see :data:`DocumentStep`);
-    ``repeated_query_text``, when set, is inserted instead of running a search call whose queries the trajectory
-    already searched (the turn's action becomes ``search_repeated``, not counted against the search limit)."""
+    """Rolls questions out with a policy, a retriever and a protocol: ``engine.run(questions)`` -> trajectories.
+
+    Args:
+        generator: the policy's sampler (:class:`~searchrl.generation.base.Generator`; ``make_generator("hf", model,
+            tokenizer)`` wraps a transformers model); its tokenizer tokenizes prompts and inserted text.
+        retriever: any object with ``search(queries, k) -> list[list[Hit]]``; ``None`` when the protocol never
+            searches (a search call then fails).
+        protocol: the tags and prompts of the method (``get_protocol("search_r1")``).
+        limits: turns, searches and token budgets (:class:`RolloutLimits`; ``RolloutLimits.from_config(cfg)``).
+        prompt_style: ``auto`` (the chat template when the tokenizer has one), ``chat`` or ``raw``.
+        document_step: replaces how documents become observations (see :data:`DocumentStep`).
+        repeated_query_text: when set, inserted instead of running a search call whose queries the trajectory
+            already searched (the turn's action becomes ``search_repeated``, not counted against the search limit).
+
+    :meth:`from_config` builds one from a run config.
+    """
 
     def __init__(
         self,
@@ -155,6 +139,38 @@ class RolloutEngine:
                     "(only rag_r1 builds observations per query); set it to null"
                 )
             self._render_kwargs = {"fit_docs": self._fit_docs}
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: RunConfig,
+        generator: Generator | None = None,
+        retriever: Retriever | None = None,
+        *,
+        protocol: Protocol | None = None,
+        limits: RolloutLimits | None = None,
+    ) -> RolloutEngine:
+        """The engine a run config describes: its protocol (``rollout.protocol`` and options), limits (``rollout.*``,
+        ``retrieval.topk``) and prompt style (``model.prompt_style``). What is not given is built from the config:
+        the retriever (``retrieval.*``; none for a protocol that never searches), and the policy
+        (``model.policy`` with transformers, placed by ``model.device``)."""
+        from searchrl.pipeline import load_generator, make_protocol, make_retriever_for
+
+        protocol = protocol or make_protocol(cfg)
+        wants_retriever = retriever is None and (protocol.searches or protocol.prompt_documents)
+        if generator is None:
+            from searchrl.device import configure_from
+            from searchrl.models import check_fetchable
+
+            if wants_retriever:  # every model the config names will load: an unfetchable one fails here, in a line
+                check_fetchable(cfg)
+            configure_from(cfg)  # model.device places the policy (and a dense retriever's encoder)
+        if wants_retriever:
+            retriever = make_retriever_for(cfg)  # before the policy loads: a missing index fails fast
+        if generator is None:
+            generator = load_generator(cfg.model.policy)
+        limits = limits or RolloutLimits.from_config(cfg)
+        return cls(generator, retriever, protocol, limits, cfg.model.prompt_style)
 
     # -------------------------------------------------------------------------------------------- helpers
     def _encode(self, text: str) -> list[int]:
@@ -195,15 +211,18 @@ class RolloutEngine:
     # ------------------------------------------------------------------------------------------------ run
     def run(
         self,
-        examples: Sequence[QAExample],
+        examples: Questions,
         group_size: int = 1,
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | None = None,
         group_prefix: str = "",
     ) -> list[Trajectory]:
-        """Roll out ``group_size`` trajectories per example. Group ids are ``f"{group_prefix}{example.id}"``;
-        give each dataset / step a distinct prefix so ids stay globally unique when data sets are merged."""
+        """Roll out ``group_size`` trajectories per example. ``examples``: :class:`QAExample` records, question
+        strings (ids ``q0``, ``q1``...; no gold answers) or dataset rows (``{"question", "golden_answers"}``), or one
+        of them. Group ids are ``f"{group_prefix}{example.id}"``; give each dataset / step a distinct prefix so ids
+        stay globally unique when data sets are merged."""
+        examples = as_examples(examples)
         trajs: list[Trajectory] = []
         timing = {"generate_s": 0.0, "retrieve_s": 0.0, "engine_s": 0.0, "gen_tokens": 0.0, "retrieve_calls": 0.0}
         framed, docs = self._prompt_documents(examples, timing)

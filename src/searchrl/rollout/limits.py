@@ -4,9 +4,12 @@ frozen record, and the force-answer modes (``searchrl.rollout.engine`` says what
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from searchrl.config import RolloutConfig
+
+if TYPE_CHECKING:
+    from searchrl.config import RunConfig
 
 FORCE_MODES = ("hint", "silent", "end", "off")
 ForceMode = Literal["hint", "silent", "end", "off"]
@@ -38,8 +41,13 @@ class RolloutLimits:
     continue_after_eos: bool = False
 
     @classmethod
-    def from_config(cls, rollout_cfg: RolloutConfig, topk: int) -> RolloutLimits:
-        c = rollout_cfg
+    def from_config(cls, cfg: RunConfig | RolloutConfig, topk: int | None = None) -> RolloutLimits:
+        """The limits of a run config (its ``rollout`` section, ``topk`` from ``retrieval.topk``), or of a rollout
+        section alone (``topk`` as given, else 3). A ``topk`` given wins over the run config's."""
+        if hasattr(cfg, "rollout"):  # a whole run config
+            topk = cfg.retrieval.topk if topk is None else topk
+            cfg = cfg.rollout
+        c = cfg
         return cls(
             max_turns=c.max_turns,
             max_searches=c.max_searches,
@@ -47,7 +55,7 @@ class RolloutLimits:
             max_obs_tokens=c.max_obs_tokens,
             max_total_tokens=c.max_total_tokens,
             force_answer=c.force_answer,
-            topk=topk,
+            topk=cls.topk if topk is None else topk,
             max_obs_tokens_per_query=getattr(c, "max_obs_tokens_per_query", None),
             continuous=c.continuous,
             continue_after_eos=getattr(c, "continue_after_eos", False),

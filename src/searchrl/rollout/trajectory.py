@@ -12,6 +12,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
+def short(text: str | None, width: int = 60) -> str | None:
+    """``text`` on one line, cut to ``width`` characters (an ellipsis marks a cut), for reprs."""
+    if text is None:
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def _decode(tokenizer, ids: list[int]) -> str:
     """Decode exactly: no clean-up of spaces before punctuation (HF's default would alter document text)."""
     return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -33,6 +41,13 @@ class Turn:
     hint: str = ""
     n_hint_tokens: int = 0
 
+    def __repr__(self) -> str:
+        queries = f", queries={self.queries!r}" if self.queries else ""
+        return (
+            f"Turn(action={self.action!r}{queries}, finish={self.finish_reason!r}, text={short(self.text)!r}, "
+            f"gen_tokens={self.n_gen_tokens}, obs_tokens={self.n_obs_tokens})"
+        )
+
 
 @dataclass
 class Trajectory:
@@ -41,14 +56,24 @@ class Trajectory:
     question_id: str
     question: str
     golds: list[str]
-    prompt_ids: list[int]
-    response_ids: list[int] = field(default_factory=list)
-    action_mask: list[int] = field(default_factory=list)  # 1 = sampled by the policy, 0 = inserted
-    logprobs: list[float] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
+    prompt_ids: list[int] = field(repr=False)
+    response_ids: list[int] = field(default_factory=list, repr=False)
+    action_mask: list[int] = field(default_factory=list, repr=False)  # 1 = sampled by the policy, 0 = inserted
+    logprobs: list[float] = field(default_factory=list, repr=False)
+    turns: list[Turn] = field(default_factory=list, repr=False)
     answer: str | None = None
     stop_reason: str = ""  # "answer" | "eos" | "length" | "max_turns" | "no_answer" | "max_searches"
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        """A summary: ids, the question, how it ended, and counts (the token ids and log-probs stay out)."""
+        c = self.counts()
+        return (
+            f"Trajectory(uid={self.uid!r}, question={short(self.question)!r}, stop={self.stop_reason!r}, "
+            f"answer={short(self.answer)!r}, golds={self.golds[:3]!r}, turns={c['turns']}, searches={c['searches']}, "
+            f"prompt_tokens={c['prompt_tokens']}, policy_tokens={c['policy_tokens']}, "
+            f"inserted_tokens={c['inserted_tokens']})"
+        )
 
     @property
     def stream_key(self) -> int:

@@ -21,7 +21,8 @@ from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rewards.forms import choice_options
 from searchrl.rewards.metrics import cover_em
-from searchrl.rollout.engine import build_prompt_text, cut_observation, observation_tail
+from searchrl.rollout.engine import build_prompt_text
+from searchrl.rollout.observation import cut_observation, observation_tail
 from searchrl.rollout.trajectory import Trajectory, Turn
 from searchrl.sft.option_years import option_years, side_by_side, years_text
 

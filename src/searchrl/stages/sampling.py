@@ -38,12 +38,13 @@ class SamplingResult:
 
 
 def rollout_engine(cfg: RunConfig, teacher: Teacher | None = None, limits: RolloutLimits | None = None):
-    """The engine a sampling stage rolls out with: the config's protocol, retriever and limits, and the policy."""
+    """The engine a sampling stage rolls out with (:meth:`RolloutEngine.from_config`): the config's protocol,
+    retriever and limits, and ``model.policy`` run here or on the teacher's server."""
     from searchrl.device import configure_from
     from searchrl.models import check_fetchable
 
     teacher = teacher or Teacher()
-    limits = limits or RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+    limits = limits or RolloutLimits.from_config(cfg)
     check_fetchable(cfg)
     configure_from(cfg)  # model.device places the sampling model
     console.log(
@@ -53,7 +54,7 @@ def rollout_engine(cfg: RunConfig, teacher: Teacher | None = None, limits: Rollo
     )
     protocol, retriever = make_protocol(cfg), make_retriever_for(cfg)
     generator = load_generator(cfg.model.policy, teacher.url, teacher.served_model, teacher.timeout_s)
-    return RolloutEngine(generator, retriever, protocol, limits, cfg.model.prompt_style)
+    return RolloutEngine.from_config(cfg, generator, retriever, protocol=protocol, limits=limits)
 
 
 def rejection_sampling(
@@ -164,7 +165,7 @@ def difficulty_selection(
         raise ValueError(f"unknown rule {rule!r}; choose r1_searcher or rag_r1")
     if rule == "rag_r1":
         max_turns, max_searches = max_turns or 10, max_searches or 10
-    limits = RolloutLimits.from_config(cfg.rollout, cfg.retrieval.topk)
+    limits = RolloutLimits.from_config(cfg)
     limits = replace(limits, max_turns=max_turns or limits.max_turns, max_searches=max_searches or limits.max_searches)
     examples = load_questions(cfg, data, limit)
     engine = rollout_engine(cfg, teacher, limits)
