@@ -413,7 +413,7 @@ def test_agent_runs_the_rollout_engine(examples, retriever) -> None:
         )
         assert "never sampled" not in p.raw and "<information>" in p.raw
         back = Trajectory.from_dict(p.trajectory)  # a predictions file reads back as trajectories
-        assert back.metadata["protocol"] == "search_r1" and back.answer == answer and back.n_searches == 1
+        assert back.protocol == "search_r1" and back.answer == answer and back.n_searches == 1
     m = mean_metrics(examples, preds)
     assert m["em"] == pytest.approx(2 / 3) and m["f1"] == pytest.approx(2 / 3)
 

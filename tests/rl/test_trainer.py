@@ -159,6 +159,8 @@ def test_resume_writes_the_steps_after_the_checkpoint_once(tmp_path: Path) -> No
     text = (out / "rollouts.jsonl").read_text()
     assert [json.loads(line)["step"] for line in text.splitlines()] == [1, 1, 2, 2, 3, 3, 4, 4]
     assert "stale" not in text
+    protocol = make_trainer(out, lr=1e-3, steps=4).protocol.name  # the viewer cuts documents by it
+    assert {json.loads(line)["trajectory"]["protocol"] for line in text.splitlines()} == {protocol}
 
 
 @pytest.mark.slow

@@ -385,7 +385,6 @@ class AgentMethod(Method):
         preds = []
         for t in trajs:
             d = t.to_dict()
-            d["protocol"] = self.protocol.name
             raw = t.response_text(self.tokenizer)
             preds.append(
                 Prediction(

@@ -244,6 +244,7 @@ class RolloutEngine:
                         golds=list(ex.answers),
                         prompt_ids=list(pids),
                         metadata=dict(meta),
+                        protocol=self.protocol.name,
                     )
                 )
         base_seed = seed if seed is not None else random.getrandbits(63)  # a row's stream: (seed, turn, its uid)

@@ -64,6 +64,7 @@ class Trajectory:
     answer: str | None = None
     stop_reason: str = ""  # "answer" | "eos" | "length" | "max_turns" | "no_answer" | "max_searches"
     metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+    protocol: str = ""  # the protocol that wrote it: a viewer cuts its observations into documents by it
 
     def __repr__(self) -> str:
         """A summary: ids, the question, how it ended, and counts (the token ids and log-probs stay out)."""
@@ -154,8 +155,8 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
-        """The record :meth:`to_dict` wrote. Keys that a writer added beside the fields (an evaluation's
-        ``protocol``, Search-o1's ``reason_in_documents``) are kept in ``metadata``."""
+        """The record :meth:`to_dict` wrote. Keys that a writer added beside the fields (Search-o1's
+        ``reason_in_documents``) are kept in ``metadata``."""
         names = {f.name for f in fields(cls)}
         known = {k: v for k, v in d.items() if k in names}
         extra = {k: v for k, v in d.items() if k not in names and k != "counts"}

@@ -434,6 +434,7 @@ def oracle_trajectories(
             golds=list(ex.answers),
             prompt_ids=list(tokenizer.encode(prompt, add_special_tokens=False)),
             metadata=dict(ex.metadata),
+            protocol=protocol.name,
         )
         for i, (text, qs) in enumerate(plan):
             ids = list(tokenizer.encode(text, add_special_tokens=False))
