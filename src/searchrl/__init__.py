@@ -12,8 +12,7 @@ transformers)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from searchrl._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -41,11 +40,4 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'searchrl' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:  # tab completion: the exports and submodules, not this file's own imports
-    return sorted({*globals(), *_EXPORTS} - {"annotations", "importlib", "Any"})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -6,8 +6,7 @@ Names are imported on first use, so importing this package stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from searchrl._lazy import lazy_exports
 
 #: name -> the module that defines it (this package's, or a layer below it)
 _EXPORTS = {
@@ -33,11 +32,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'searchrl.rl' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:  # tab completion: the exports and submodules, not this file's own imports
-    return sorted({*globals(), *_EXPORTS} - {"annotations", "importlib", "Any"})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
