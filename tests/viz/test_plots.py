@@ -77,6 +77,10 @@ def test_the_printed_path_is_the_file_written(tmp_path: Path) -> None:
     assert plot_run(run, tmp_path / "new") == tmp_path / "new" / "curves.png"  # no image suffix: a directory
     assert (tmp_path / "new" / "curves.png").is_file()
     assert plot_run(run, tmp_path / "c.pdf") == tmp_path / "c.pdf" and (tmp_path / "c.pdf").read_bytes()[:4] == b"%PDF"
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(ValueError, match="is a file without an image suffix"):
+        plot_run(run, tmp_path / "notes")  # not made a directory over a file of the user's
+    assert (tmp_path / "notes").read_text() == "mine"
 
 
 def test_a_resumed_run_plots_each_step_once_and_lost_values_are_counted(
@@ -89,7 +93,7 @@ def test_a_resumed_run_plots_each_step_once_and_lost_values_are_counted(
     first = [{"step": s, "reward/total": 0.1 * s} for s in range(1, 6)]
     again = [{"step": s, "reward/total": 1.0 + s} for s in range(3, 8)] + [{"step": 8, "reward/total": None}]
     run = _run(tmp_path, first + again)
-    points = plots._points(plots.load_metrics(run), "reward/total")
+    points = plots._series(plots.load_metrics(run))[0]["reward/total"]
     assert points[:-1] == [(1, 0.1), (2, 0.2), *[(s, 1.0 + s) for s in range(3, 8)]]
     assert points[-1][0] == 8 and math.isnan(points[-1][1])  # null: not finite, a break in the line
     monkeypatch.setattr(utils.console, "width", 400)
@@ -172,8 +176,9 @@ def test_several_runs_overlay_with_a_colour_and_a_legend_entry_each(
         rows = [{"step": s, "reward/total": scale * s} for s in range(1, 6)] + [{"step": 5, "eval/em": 0.1 * scale}]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         runs.append(run)
+    monkeypatch.chdir(tmp_path)
     out = plots.plot_runs(runs, smooth=2)
-    assert out == tmp_path / "runs" / "curves.png" and out.is_file()  # beside the runs, not inside one of them
+    assert out == Path("curves.png") and out.is_file()  # in the working directory, not inside one of the runs
     (fig,) = figures
     reward = _axes(fig)["reward"]
     colours = {line.get_color() for line in reward.get_lines()}

@@ -6,7 +6,8 @@ import json
 import re
 from pathlib import Path
 
-from searchrl.viz.viewer import split_documents, write_viewer
+from searchrl.viz.render import split_documents
+from searchrl.viz.viewer import write_viewer
 
 OBS = "<information>Doc 1(Title: Ada) Ada was born in London. Doc 2(Title: Bob) Bob was born in Paris.</information>"
 

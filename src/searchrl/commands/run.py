@@ -59,11 +59,12 @@ def run_cmd(
         raise ConfigError(f"recipe {name} has no pipeline: section; add stages (see docs/recipes.md)")
     forced = runner._to_run([s.name for s in cfg.pipeline], only or None, start)
     validate_deep(cfg, load_stage_recipe)
+    rl = any(stage.kind == "rl" and not stage.recipe for stage in cfg.pipeline)  # its RL stages run with cfg
     if not dry_run:  # models first: a hub model that cannot be fetched is the likelier mistake with paper recipes
-        check_fetchable(cfg, profile, pipeline=True)
+        check_fetchable(cfg, profile, pipeline=True, training=rl)
         for stage in cfg.pipeline:
             if stage.recipe:
-                check_fetchable(load_stage_recipe(stage.recipe), profile)
+                check_fetchable(load_stage_recipe(stage.recipe), profile, training=stage.kind == "rl")
     plans = plan_pipeline(cfg, run_dir, forced=forced, only=bool(only), load=load_stage_recipe)
     if dry_run:
         print(f"run {name} (profile {profile or 'none'}) into {run_dir}:")
@@ -78,7 +79,7 @@ def run_cmd(
                 print(f"  {p.name} starts from {p.model}: {origin}")
         for role, spec, _ in models_of(cfg)[1:]:
             print(f"  {role}={spec}: {model_origin(spec)}")
-        for line in missing_extras(cfg):
+        for line in missing_extras(cfg, training=rl):
             print(f"missing: {line}")
         return
     results = runner.run_pipeline(

@@ -30,17 +30,13 @@ def start_fresh(cfg, force: bool) -> None:
     from pathlib import Path
 
     from searchrl.config import ConfigError
-    from searchrl.rl.run_dir import clear_run, earlier_run
+    from searchrl.rl.run_dir import check_fresh
 
-    out = Path(cfg.training.output_dir)
-    if not (found := earlier_run(out)):
-        return
-    if not force:
-        raise ConfigError(
-            f"{out} holds an earlier run ({', '.join(found)}); continue it with --resume, start over with --force "
-            "(its outputs are removed), or give another --out"
-        )
-    clear_run(out)
+    fix = "continue it with --resume, start over with --force (its outputs are removed), or give another --out"
+    try:
+        check_fresh(Path(cfg.training.output_dir), force, fix)
+    except FileExistsError as err:
+        raise ConfigError(str(err)) from None
 
 
 def train(
@@ -66,7 +62,7 @@ def train(
     items = [*(overrides or []), *(sets or [])]
     cfg = load(recipe, items, profile, device=device, **{"training.output_dir": out})
     validate_deep(cfg, lambda name: load(name, items, profile, device=device))
-    check_fetchable(cfg, profile)
+    check_fetchable(cfg, profile, training=True)
     if resume:
         check_resumable(cfg)
     else:

@@ -14,7 +14,7 @@ def plot(
         "--out",
         "-o",
         help="image file (.png, .pdf, .svg, ...), or a directory (created) for curves.png; default: "
-        "RUN_DIR/curves.png, for several runs curves.png in the directory that holds them",
+        "RUN_DIR/curves.png, for several runs ./curves.png",
     ),
     smooth: int = typer.Option(
         0, "--smooth", min=0, help="overlay a trailing mean over each metric's last N logged points (0: none)"

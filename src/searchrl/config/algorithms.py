@@ -38,13 +38,12 @@ class Algorithm:
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
-_BUILT_IN = ("ppo", "grpo", "reinforce_pp", "rloo", "dr_grpo", "gspo")  # declared below
 
 
 def declare(algorithm: Algorithm) -> Algorithm:
     """Make ``algorithm.name`` a valid ``algorithm.name`` with these traits (then register its estimator with
     :func:`searchrl.rl.advantages.register`). Declaring the same traits again (a re-run notebook cell) is a no-op."""
-    if ALGORITHMS.get(algorithm.name) == algorithm and algorithm.name not in _BUILT_IN:
+    if ALGORITHMS.get(algorithm.name) == algorithm and algorithm.name not in _BUILTIN:
         return algorithm
     if algorithm.name in ALGORITHMS:
         raise ValueError(f"algorithm '{algorithm.name}' is declared twice; give the new one another name")

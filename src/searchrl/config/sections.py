@@ -370,12 +370,9 @@ class RunConfig(Section):
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython and Jupyter show the resolved config as YAML, as ``dump_config`` writes it."""
-        import json
+        from searchrl.config.loading import to_yaml
 
-        import yaml
-
-        text = yaml.safe_dump(json.loads(self.model_dump_json()), sort_keys=False).rstrip()
-        printer.text(repr(self) if cycle else text)
+        printer.text(repr(self) if cycle else to_yaml(self).rstrip())
 
     @field_validator("plugins")
     @classmethod

@@ -279,7 +279,8 @@ class Method(ABC):
         for attr in ("protocol", "retriever"):
             if (value := getattr(self, attr, None) or getattr(engine, attr, None)) is not None:
                 parts.append(f"{attr}={value!r}")
-        return f"{type(self).__name__}({', '.join([*parts, f'generator={self.generator!r}'])})"
+        parts.append(f"generator={getattr(self, 'generator', None)!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
 
     def _generate(
         self, texts: list[str], max_new_tokens: int, stop: tuple[str, ...] = (), step: int = 0

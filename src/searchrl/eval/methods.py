@@ -43,10 +43,9 @@ def register_method(name: str, factory: Callable[[Any, Any, Any], Method], *, ne
     run config's ``plugins:`` lists). ``factory(cfg, generator, retriever)`` gets the run config, the policy's
     generator and the run's retriever (None when the run has none; ``needs_retriever`` makes that an error before
     anything loads) and returns a :class:`Method`: an object with ``answer(examples) -> list[Prediction]``. A name
-    already taken is refused."""
+    already taken is refused, unless the same definition registers it again (a re-run notebook cell)."""
     if not callable(factory):
         raise TypeError(f"register_method({name!r}, ...) needs a callable factory(cfg, generator, retriever)")
     add_name("method", name, again=same_definition(CUSTOM_METHODS.get(name), factory))
     CUSTOM_METHODS[name] = factory
-    if needs_retriever:
-        RETRIEVAL_METHODS.add(name)
+    (RETRIEVAL_METHODS.add if needs_retriever else RETRIEVAL_METHODS.discard)(name)

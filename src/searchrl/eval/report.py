@@ -189,7 +189,7 @@ def render_markdown(
             n_by_dataset.setdefault(r["dataset"], r["n"])
     counts = ", ".join(f"{d}: {n}" for d, n in n_by_dataset.items()) or "none"
     averaged = {r["method"] for r in rows if r["dataset"] == AVERAGE}
-    if averaged and averaged != {r["method"] for r in rows}:
+    if len({r["dataset"] for r in rows} - {AVERAGE}) > 1 and averaged != {r["method"] for r in rows}:
         notes = [*notes, "Average and efficiency columns: over every dataset; `-` for a method not run on all."]
     unread = [f"{r['method']} on {r['dataset']}: {r['judge_unparsed']}" for r in rows if r.get("judge_unparsed")]
     if unread:  # the judge's accuracy is over the replies it could read: say over how many fewer

@@ -46,9 +46,10 @@ PROTOCOLS: dict[str, type[Protocol]] = {
 
 def register_protocol(name: str, cls: type[Protocol]) -> type[Protocol]:
     """Make your protocol class selectable as ``rollout.protocol: name`` (call it in a module that a run config's
-    ``plugins:`` lists). A name already taken is refused. A subclass of ``SearchR1Protocol`` (or of ``RAGR1Protocol``,
-    ``ReasonProtocol``, ``RAGProtocol``) that only renames its tags, e.g. ``search_tags = ("<query>", "</query>")``,
-    writes its prompt, calls and observations in them; other protocols' texts keep their own tags."""
+    ``plugins:`` lists). A name already taken is refused, unless the same class registers it again (a re-run
+    notebook cell). A subclass of ``SearchR1Protocol`` (or of ``RAGR1Protocol``, ``ReasonProtocol``,
+    ``RAGProtocol``) that only renames its tags, e.g. ``search_tags = ("<query>", "</query>")``, writes its prompt,
+    calls and observations in them; other protocols' texts keep their own tags."""
     if not (isinstance(cls, type) and issubclass(cls, Protocol)):
         raise TypeError(f"register_protocol({name!r}, ...) needs a subclass of searchrl.protocols.Protocol")
     if "name" in vars(cls) and cls.name != name:

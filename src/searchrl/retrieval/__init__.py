@@ -42,7 +42,7 @@ def register_retriever(kind: str, factory: Callable[[RetrievalConfig], Retriever
     lists). ``factory(cfg)`` gets the retrieval section: your settings in ``cfg.options``, and ``cfg.topk`` and
     ``cfg.timeout_s``. It returns an object with ``search(queries, k) -> list[list[Hit]]`` (:class:`Retriever`;
     the rollout keeps the first ``k`` hits of each query). Such a kind has no local index, so none is built for it.
-    A kind already taken is refused."""
+    A kind already taken is refused, unless the same definition registers it again (a re-run notebook cell)."""
     if not callable(factory):
         raise TypeError(f"register_retriever({kind!r}, ...) needs a callable factory(cfg) -> Retriever")
     add_name("retriever", kind, again=same_definition(RETRIEVERS.get(kind), factory))

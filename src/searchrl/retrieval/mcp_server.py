@@ -43,8 +43,9 @@ def create_mcp_server(
         from mcp.server.mcpserver.exceptions import ToolError
     except ImportError as err:
         from searchrl.tools.mcp import INSTALL_HINT
+        from searchrl.utils import MissingDependency
 
-        raise ImportError(f"serving MCP needs the mcp package: {INSTALL_HINT}") from err
+        raise MissingDependency(f"serving MCP needs the mcp package: {INSTALL_HINT}") from err
 
     server = MCPServer(
         name,

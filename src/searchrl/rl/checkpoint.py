@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from searchrl.models import portable_tokenizer_config
+from searchrl.rl.run_dir import check_fresh
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
 from searchrl.tuning import check_fits, load_policy_weights
 from searchrl.utils import StopRequested, atomic_dir, restore_interrupted
@@ -113,3 +114,17 @@ def stop_if_requested(trainer: Any, requested: bool, total: int, saved: bool) ->
     trainer._close()
     where = f"step {trainer.state.step} of {total}, checkpoint in {trainer.out_dir / 'checkpoint'}"
     raise StopRequested(f"stopped by SIGTERM at {where}; to go on: searchrl train --resume, or the same searchrl run")
+
+
+def start_fresh(trainer: Any, force: bool) -> None:
+    """Before a fresh run's first step: the main process checks the output directory (:func:`check_fresh`: an
+    earlier run there is refused, or with ``force`` removed) and every process follows its decision (one
+    all-reduce), so no process waits on a collective that another left by raising."""
+    error: FileExistsError | None = None
+    if trainer.acc.is_main_process:
+        try:
+            check_fresh(trainer.out_dir, force)
+        except FileExistsError as err:
+            error = err
+    if trainer.passes.global_count(float(error is not None)) > 0:
+        raise error or FileExistsError(f"{trainer.out_dir} holds an earlier run (the main process refused it)")

@@ -37,15 +37,15 @@ def clear_run(out: Path, keep: tuple[str, ...] = ()) -> None:
             path.unlink(missing_ok=True)
 
 
-def check_fresh(out: Path, force: bool) -> None:
+#: how to go on from a refused fresh run, said to a Python caller
+FIX = "continue it with resume=True (--resume), start over with force=True (--force; its outputs are removed)"
+
+
+def check_fresh(out: Path, force: bool, fix: str = f"{FIX}, or write to another training.output_dir") -> None:
     """A fresh run into ``out`` holding an earlier one would mix with it (logs appended to, an old checkpoint a later
-    resume takes): refused, or with ``force`` the earlier run's outputs are removed (the starting model's fingerprint,
-    which the caller may just have written, stays)."""
+    resume takes): refused, or with ``force`` the earlier run's outputs are removed."""
     if not (found := earlier_run(out)):
         return
     if not force:
-        raise FileExistsError(
-            f"{out} holds an earlier run ({', '.join(found)}); continue it with resume=True (--resume), start over "
-            "with force=True (--force; its outputs are removed), or write to another training.output_dir"
-        )
-    clear_run(out, keep=(INIT_FILE,))
+        raise FileExistsError(f"{out} holds an earlier run ({', '.join(found)}); {fix}")
+    clear_run(out)

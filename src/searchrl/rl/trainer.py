@@ -56,7 +56,6 @@ from searchrl.rl.kl_control import make_kl_controller
 from searchrl.rl.metrics_log import MetricsWriter, combine_process_metrics, log_rollouts, trim_logs
 from searchrl.rl.passes import Passes
 from searchrl.rl.profiling import maybe_profiled, phase
-from searchrl.rl.run_dir import check_fresh
 from searchrl.rl.sampling import Experience, Sampler
 from searchrl.rl.sharded import full_weights, sharded
 from searchrl.rl.update import StepTensors, ValueModel
@@ -432,10 +431,10 @@ class Trainer:
     def train(self, steps: int | None = None, resume: bool = False, force: bool = False) -> list[dict[str, float]]:
         """Run to ``steps`` (default ``training.steps``), logging into ``training.output_dir``; returns each step's
         metrics. ``resume`` goes on from its checkpoint. A fresh run into a directory holding an earlier run is
-        refused, unless ``force``, which removes that run's outputs first (:func:`searchrl.rl.run_dir.check_fresh`)."""
+        refused, unless ``force``, which removes that run's outputs first (:func:`.checkpoint.start_fresh`)."""
         total = steps if steps is not None else self.tcfg.steps
         if not resume and self.state.step == 0:
-            check_fresh(self.out_dir, force)
+            checkpoint.start_fresh(self, force)
         if self.rollouts is not None:
             self.rollouts.total = total  # no rollout is prefetched for a step past the last
         if resume:

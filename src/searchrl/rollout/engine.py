@@ -19,8 +19,8 @@ Limits and truncation policy (documented in docs/rollout.md):
 - Nothing is inserted after the last turn a trajectory will get (no feedback, no observation, no search run): the
   policy would never read it, yet it would be scored and trained on.
 - ``max_new_tokens`` per turn; ``max_obs_tokens`` per observation: an over-long observation keeps its head and its
-  last ``_OBS_TAIL`` tokens (so closing tags survive; more when the protocol's ``observation_suffix``, e.g. the
-  chat template's text after a tool reply, needs them) and drops the middle.
+  last ``observation._OBS_TAIL`` tokens (so closing tags survive; more when the protocol's ``observation_suffix``,
+  e.g. the chat template's text after a tool reply, needs them) and drops the middle.
 - ``max_total_tokens`` (prompt + response): the context is never cut from the left, so the question is never
   dropped; a trajectory that reaches the limit stops with ``stop_reason == "length"``, as one does whose feedback or
   hint text does not fit whole (a cut copy of its quoted answer syntax would read as an answer).

@@ -168,6 +168,6 @@ def run_train(cfg: RunConfig, resume: bool = False) -> list[dict[str, float]]:
     trainer = build_trainer(cfg)
     if not resume and trainer.acc.is_main_process:
         record_init(cfg)  # what a later resume checks it starts from the same model
-    history = trainer.train(resume=resume, force=True)  # the command or the runner prepared the directory
+    history = trainer.train(resume=resume)  # searchrl train --force / the runner emptied the directory first
     trainer.close(exit_process=True)
     return history

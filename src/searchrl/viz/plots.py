@@ -107,10 +107,6 @@ def _series(rows: list[dict]) -> tuple[dict[str, list[tuple[int, float | None]]]
     return {k: sorted(d.items()) for k, d in by_key.items()}, problems
 
 
-def _points(rows: list[dict], key: str) -> list[tuple[int, float | None]]:
-    return _series(rows)[0][key]
-
-
 _PROBLEMS = {  # kind -> (one, several, what happens to them)
     "not finite": ("value not finite (NaN, inf)", "values not finite (NaN, inf)", "the line breaks there, marked x"),
     "not a number": ("value not a number", "values not numbers", "not drawn"),
@@ -131,20 +127,25 @@ def _finite(values: Sequence[float | None]) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def _labels(runs: list[Path]) -> tuple[list[str], Path]:
-    """Each run's legend label (its path below the runs' common directory) and that directory."""
+def _labels(runs: list[Path]) -> list[str]:
+    """Each run's legend label: its path below the runs' common directory."""
     resolved = [r.resolve() for r in runs]
     common = Path(os.path.commonpath(resolved)) if len(runs) > 1 else resolved[0].parent
-    return [str(r.relative_to(common)) if r != common else r.name for r in resolved], common
+    return [str(r.relative_to(common)) if r != common else r.name for r in resolved]
 
 
-def _out_path(out: str | Path | None, runs: list[Path], common: Path, suffixes: set[str]) -> Path:
+def _out_path(out: str | Path | None, runs: list[Path], suffixes: set[str]) -> Path:
     """``out`` with an image suffix is the file written; any other path is a directory (created) for ``curves.png``;
-    the default is ``RUN_DIR/curves.png`` for one run, ``curves.png`` in the runs' common directory for several."""
+    the default is ``RUN_DIR/curves.png`` for one run, ``curves.png`` in the working directory for several (their
+    common directory may be ``/``, or one of the runs, whose own curves it would replace)."""
     if out is None:
-        return (runs[0] if len(runs) == 1 else common) / "curves.png"
+        return runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png")
     out = Path(out)
-    return out if out.suffix.lower() in suffixes else out / "curves.png"
+    if out.suffix.lower() in suffixes:
+        return out
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file without an image suffix; name an image ({out}.png) or a directory")
+    return out / "curves.png"
 
 
 #: how a non-finite value is marked: a red x at the panel's edge (its y is in axes coordinates)
@@ -168,7 +169,7 @@ def plot_runs(
     runs = [Path(d) for d in run_dirs]
     if not runs:
         raise ValueError("no run directories given")
-    labels, common = _labels(runs)
+    labels = _labels(runs)
     data = []
     for run in runs:
         rows = load_metrics(run)
@@ -232,7 +233,7 @@ def plot_runs(
     default_title = labels[0] if not several else " vs ".join(labels) if len(labels) <= 3 else f"{len(labels)} runs"
     fig.suptitle(title or default_title, fontsize=11)
     fig.tight_layout(rect=(0, 0.06 if several else 0, 1, 1))
-    out = _out_path(out, runs, common, {f".{ext}" for ext in fig.canvas.get_supported_filetypes()})
+    out = _out_path(out, runs, {f".{ext}" for ext in fig.canvas.get_supported_filetypes()})
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)

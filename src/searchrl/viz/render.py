@@ -52,13 +52,17 @@ def plural(n: int, one: str, many: str) -> str:
 # ------------------------------------------------------------------------------------------------ protocols
 
 
-@functools.cache
 def protocol_named(name: str | None) -> Protocol | None:
-    """The registered protocol called ``name`` with its default options; None for an unknown name or a protocol
+    """The protocol registered as ``name`` now, with its default options; None for an unknown name or a protocol
     that cannot be built without options."""
     cls = PROTOCOLS.get(name or "")
+    return _built(cls) if cls else None
+
+
+@functools.cache
+def _built(cls: type[Protocol]) -> Protocol | None:  # one instance per class: a re-registered name gets its new one
     try:
-        return cls() if cls else None
+        return cls()
     except (TypeError, ValueError):
         return None
 
@@ -69,7 +73,7 @@ def _searching() -> list[Protocol]:
 
 def marked_blocks(protocol: str | None) -> dict[str, tuple[str, str]]:
     """The blocks of the policy's text shown apart: the protocol's own, or every protocol's when it is not known
-    (training rollouts do not record theirs; the tags are distinct)."""
+    (rows written before trajectories recorded their protocol; the tags are distinct)."""
     known = protocol_named(protocol)
     if known is not None:
         return known.marked_blocks()

@@ -39,14 +39,13 @@ from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, sum
     parse_row,
     summarize,
 )
-from searchrl.viz.render import (  # noqa: F401  (split_documents: re-exported)
+from searchrl.viz.render import (
     esc,
     fmt,
     highlight,
     marked_blocks,
     observation_html,
     plural,
-    split_documents,
 )
 from searchrl.viz.viewer_assets import _CSS, _JS
 
