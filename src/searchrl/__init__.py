@@ -12,7 +12,27 @@ transformers)::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from searchrl._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and editors see (they do not run __getattr__)
+    from searchrl.config import load_config as load_config
+    from searchrl.data.loaders import load_qa as load_qa
+    from searchrl.data.records import QAExample as QAExample
+    from searchrl.eval.harness import evaluate as evaluate
+    from searchrl.eval.harness import run_from_config as run_from_config
+    from searchrl.generation import make_generator as make_generator
+    from searchrl.models import load_policy as load_policy
+    from searchrl.protocols import get_protocol as get_protocol
+    from searchrl.retrieval.index import build_index as build_index
+    from searchrl.retrieval.index import load_index as load_index
+    from searchrl.rl.trainer import Trainer as Trainer
+    from searchrl.rollout.engine import RolloutEngine as RolloutEngine
+    from searchrl.rollout.limits import RolloutLimits as RolloutLimits
+    from searchrl.rollout.record import read_trajectories as read_trajectories
+    from searchrl.rollout.trajectory import Trajectory as Trajectory
+    from searchrl.viz.viewer import write_viewer as write_viewer
 
 __version__ = "0.1.0"
 

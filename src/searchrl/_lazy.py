@@ -20,6 +20,6 @@ def lazy_exports(
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:  # noqa: N807
-        return sorted({*namespace, *exports} - {"annotations", "lazy_exports"})
+        return sorted({*namespace, *exports} - {"annotations", "lazy_exports", "TYPE_CHECKING"})
 
     return __getattr__, __dir__

@@ -45,10 +45,26 @@ def layer_of(unit: str) -> int:
     raise AssertionError(f"searchrl.{unit} has no layer: add it to LAYERS in {__file__}")
 
 
+def _typing_only(tree: ast.AST) -> set[int]:
+    """The ids of the import statements under ``if TYPE_CHECKING:``, which never run."""
+    return {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+
+
 def imports_of(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
-    """``(line, imported searchrl module)`` for every import statement in the file."""
+    """``(line, imported searchrl module)`` for every import statement in the file that runs (not the ones under
+    ``if TYPE_CHECKING:``, which only type checkers read)."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = _typing_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "searchrl"]
         elif isinstance(node, ast.ImportFrom):
@@ -195,4 +211,14 @@ def test_lazy_exports_keep_the_layer_order() -> None:
         for name, where in module._EXPORTS.items():
             assert layer_of(unit_of(where)) <= layer_of(package.name), f"searchrl.{package.name}.{name} <- {where}"
     at_load = [target for _, target in imports_of(ROOT / "__init__.py") if target != "searchrl._lazy"]
+    for package in [ROOT, *tables]:  # what type checkers see is what __getattr__ gives
+        tree = ast.parse((package / "__init__.py").read_text())
+        seen = {
+            a.asname or a.name: node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and id(node) in _typing_only(tree)
+            for a in node.names
+        }
+        exports = importlib.import_module("searchrl" if package == ROOT else f"searchrl.{package.name}")._EXPORTS
+        assert seen == exports, f"{package / '__init__.py'}: its TYPE_CHECKING imports differ from _EXPORTS"
     assert not at_load, f"searchrl/__init__.py imports {at_load} at load time"

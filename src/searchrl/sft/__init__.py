@@ -6,7 +6,19 @@ Names are imported on first use, so importing this package stays cheap.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from searchrl._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and editors see (they do not run __getattr__)
+    from searchrl.sft.oracle import oracle_trajectories as oracle_trajectories
+    from searchrl.sft.pipelines import rejection_sample as rejection_sample
+    from searchrl.sft.pipelines import select_answerable as select_answerable
+    from searchrl.sft.pipelines import select_by_attempts as select_by_attempts
+    from searchrl.sft.pipelines import slice_steps as slice_steps
+    from searchrl.sft.pipelines import teacher_sft_examples as teacher_sft_examples
+    from searchrl.sft.trainer import SFTTrainer as SFTTrainer
+    from searchrl.sft.types import SFTExample as SFTExample
 
 #: name -> the module that defines it (this package's, or a layer below it)
 _EXPORTS = {
