@@ -439,3 +439,14 @@ def test_rescore_out_keeps_the_failure_table(tmp_path, examples, fakes) -> None:
 def test_lone_surrogates_round_trip_through_jsonl(tmp_path, text: str) -> None:
     path = write_jsonl(tmp_path / "rows.jsonl", [{"question": text}])
     assert [r["question"] for _, r in read_jsonl(path)] == [text]
+
+
+def test_an_evaluation_without_an_output_directory_keeps_nothing_on_disk(
+    examples, fakes, monkeypatch, tmp_path
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the scratch files go, to see them removed
+    result = evaluate({"toy": examples}, _methods(fakes), None, metrics=["em"], show=False)
+    assert result.paths == {} and len(result.items) == 6 and list(tmp_path.iterdir()) == []
+    assert {(r["dataset"], r["method"]) for r in result.rows} == {("toy", "direct"), ("toy", "naive_rag")}

@@ -17,6 +17,7 @@ short resumes: the same command again keeps every answer already written (:mod:`
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -260,7 +261,7 @@ def _scored_row(
 def evaluate(
     datasets: dict[str, list[QAExample]],
     methods: dict[str, Method],
-    out_dir: str | Path,
+    out_dir: str | Path | None,
     *,
     metrics: Sequence[str] = ("em", "f1", "cover_em", "cover_em_tokens"),
     batch_size: int = 16,
@@ -272,7 +273,8 @@ def evaluate(
     methods_by_dataset: Mapping[str, dict[str, Method]] | None = None,
     resume_key: str | None = None,
 ) -> EvalResult:
-    """Every method on every dataset; writes predictions and the summary files into ``out_dir``.
+    """Every method on every dataset; writes predictions and the summary files into ``out_dir`` (None: nothing is
+    kept on disk, the result holds the rows and items).
 
     ``methods_by_dataset`` gives some datasets their own methods (the same names over another retriever).
     ``resume_key`` (the settings, e.g. a hash of the resolved config) makes each pair resumable
@@ -293,7 +295,8 @@ def evaluate(
     settings = dict(settings)
     fns = metric_functions({m: settings[m] for m in metrics})
     answer_batch = 1 if timing == "single" else batch_size
-    out = Path(out_dir)
+    scratch = tempfile.TemporaryDirectory(prefix="searchrl-eval-") if out_dir is None else None
+    out = Path(scratch.name if scratch else out_dir)
     for old in out.glob("summary.*"):  # an earlier run's summary would stand beside this run's answers
         old.unlink()
     t0 = time.perf_counter()
@@ -336,7 +339,11 @@ def evaluate(
     if show:
         print_summary(summary, score_names)
         console.print(after[0], soft_wrap=True, markup=False)
-        console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
+        if scratch is None:
+            console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
+    if scratch is not None:
+        scratch.cleanup()
+        paths = {}
     return EvalResult(summary, score_names, items, paths, runtime)
 
 
