@@ -37,10 +37,11 @@ from typing import Any
 
 from searchrl.config import ConfigError, RunConfig, StageConfig, record_run, validate_dict
 from searchrl.config.sections import WorldConfig
+from searchrl.rl.run_dir import STATE_FILE
 from searchrl.stages.chain import MODEL_STAGES as _MODEL_STAGES
 from searchrl.stages.chain import NEEDS_MODEL as _NEEDS_MODEL
 from searchrl.stages.chain import _subst, resolve_stage, stage_output
-from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch
+from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch, settings_diff
 from searchrl.stages.train import one_process_sft
 from searchrl.utils import StopRequested, atomic_write_text, console, restore_interrupted
 
@@ -56,7 +57,7 @@ class StageContext:
     model: str  # the model the stage starts from (sft/rl/eval, sampling stages)
     world: str | None  # the latest synth stage's world directory
     index: str | None  # the latest index stage's index directory
-    resume: bool = False  # an rl stage stopped part-way: go on from OUT/<stage>/checkpoint
+    resume: bool = False  # an rl or sft stage stopped part-way: go on from OUT/<stage>/checkpoint
 
 
 @dataclass
@@ -231,7 +232,14 @@ def _sft(ctx: StageContext) -> dict[str, Any]:
     cfg = _sampling_cfg(ctx)
     if data := ctx.stage.data:  # a list: every source's examples together (e.g. [oracle, "${real}"])
         cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"data": data})})
-    history = run_sft(cfg, str(ctx.dir))
+    why = settings_diff(cfg, ctx.dir / "config.yaml") if ctx.resume else None
+    if ctx.resume and why:
+        _log(
+            ctx.run_dir,
+            f"stage {ctx.stage.name}: settings differ from the checkpoint's ({', '.join(why[:5])}); starting it again",
+        )
+        clear_stage(ctx.dir)
+    history = run_sft(cfg, str(ctx.dir), resume=ctx.resume and not why)
     return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
 
 
@@ -365,10 +373,10 @@ def run_pipeline(
                 StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output), info.get("result", {}))
             )
         else:
-            # An RL stage that stopped part-way (no DONE, a checkpoint) goes on from its checkpoint unless it was
-            # asked to run again (--only / --from); every other stage starts from an emptied directory (clear_stage).
+            # An RL or SFT stage that stopped part-way (no DONE, a checkpoint) goes on from its checkpoint unless it
+            # was asked to run again (--only / --from); every other stage starts from an emptied directory.
             restore_interrupted(checkpoint := sdir / "checkpoint")
-            resume = stage.kind == "rl" and stage.name not in forced and (checkpoint / "trainer_state.pt").exists()
+            resume = stage.kind in ("rl", "sft") and stage.name not in forced and (checkpoint / STATE_FILE).exists()
             if sdir.exists() and not resume:
                 clear_stage(sdir)
             sdir.mkdir(parents=True, exist_ok=True)

@@ -188,6 +188,36 @@ def test_an_rl_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path
     assert not (tmp_path / "rl" / "checkpoint").exists()
 
 
+def test_an_sft_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path, fake_handlers, monkeypatch) -> None:
+    run_pipeline(_cfg(STAGES), tmp_path)
+    (tmp_path / "sft" / "DONE").unlink()  # stopped after a checkpoint was saved
+    (tmp_path / "sft" / "checkpoint").mkdir()
+    (tmp_path / "sft" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    fake_handlers.clear()
+    run_pipeline(_cfg(STAGES), tmp_path)
+    assert [(c["name"], c["resume"]) for c in fake_handlers][:1] == [("sft", True)]
+    assert "stage sft (sft): resuming from its checkpoint" in (tmp_path / "run.log").read_text()
+    # the handler itself: the same settings go on, others start again from an emptied directory
+    from searchrl import stages
+    from searchrl.config import dump_config
+
+    seen: list[bool] = []
+    monkeypatch.setattr(stages, "run_sft", lambda cfg, out, resume=False: seen.append(resume) or [{"step": 1}])
+    cfg = validate_dict({"name": "t"})
+    stage = runner.StageConfig.model_validate({"name": "sft", "kind": "sft"})
+    sdir = tmp_path / "sft2"
+    for lr, expect in [(cfg.sft.lr, True), (2 * cfg.sft.lr, False)]:
+        (sdir / "checkpoint").mkdir(parents=True, exist_ok=True)
+        (sdir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+        dump_config(
+            runner._sampling_cfg(runner.StageContext(stage, cfg, sdir, tmp_path, "m", None, None)),
+            sdir / "config.yaml",
+        )
+        now = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"lr": lr, "save_every": 7})})
+        runner._sft(runner.StageContext(stage, now, sdir, tmp_path, "m", None, None, resume=True))
+        assert seen[-1] is expect and (sdir / "checkpoint").exists() is expect
+
+
 def test_rl_resumes_only_with_the_settings_it_was_started_with(tmp_path: Path, monkeypatch) -> None:
     """Same settings (a larger training.steps allowed): resume; anything else changed: the stage starts again."""
     from searchrl import stages

@@ -3,6 +3,8 @@ too): flags into overrides, then :func:`searchrl.stages.run_sft` / :func:`search
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from searchrl.commands.common import DEVICE, PROFILE, SET, load, writable_dir
@@ -83,6 +85,9 @@ def sft(
     out: str = typer.Option(
         None, "--out", help="output dir (default: <training.output_dir>-sft)", callback=writable_dir
     ),
+    resume: bool = typer.Option(
+        False, "--resume", help="continue from <out>/checkpoint (written every sft.save_every steps and at a SIGTERM)"
+    ),
     device: str = DEVICE,
     profile: str = PROFILE,
 ) -> None:
@@ -101,7 +106,17 @@ def sft(
     cfg = load(recipe, items, profile, device=device)
     validate_deep(cfg, lambda name: load(name, items, profile, device=device))
     check_fetchable(cfg, profile)
-    run_sft(cfg, out or f"{cfg.training.output_dir}-sft")
+    out = out or f"{cfg.training.output_dir}-sft"
+    if resume:
+        from searchrl.config import ConfigError
+        from searchrl.rl.checkpoint import has_checkpoint
+        from searchrl.stages.resume import settings_diff
+
+        if not has_checkpoint(Path(out) / "checkpoint"):
+            raise ConfigError(f"no SFT checkpoint in {out}; run without --resume to start afresh")
+        if changed := settings_diff(cfg, Path(out) / "config.yaml"):
+            raise ConfigError(f"cannot resume {out}: settings differ from the checkpoint's ({', '.join(changed[:5])})")
+    run_sft(cfg, out, resume=resume)
 
 
 def register(app: typer.Typer) -> None:

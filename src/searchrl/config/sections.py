@@ -269,6 +269,9 @@ class SFTConfig(Section):
     max_length: int = Field(default=2048, ge=1)
     #: held-out fraction scored every epoch; ``final`` = the lowest-loss epoch (RAG-R1's checkpoint selection).
     val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    #: steps between checkpoints (``<out>/checkpoint``: weights, optimizer, data order) that an interrupted run goes
+    #: on from (``searchrl sft --resume``, or the same ``searchrl run``); 0: none but the one a SIGTERM writes.
+    save_every: int = Field(default=0, ge=0)
     #: "oracle" (synthetic world), a JSONL of trajectories or step-level examples, R1-Searcher++'s rewriter data
     #: ("rewriter_oracle": the world; "rewriter:FILE": trajectories), or a list of these trained on together.
     data: str | list[str] = "oracle"

@@ -13,12 +13,10 @@ import numpy as np
 import torch
 
 from searchrl.models import portable_tokenizer_config
-from searchrl.rl.run_dir import check_fresh
+from searchrl.rl.run_dir import STATE_FILE, check_fresh
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
 from searchrl.tuning import check_fits, load_policy_weights
 from searchrl.utils import StopRequested, atomic_dir, restore_interrupted
-
-STATE_FILE = "trainer_state.pt"
 
 
 def has_checkpoint(path: Path) -> bool:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 #: the fingerprint of the weights an RL run started from (a resume checks it is the same model)
 INIT_FILE = "init_from.json"
+#: a checkpoint's optimizer, scheduler, loop and random states, beside its ``model/`` (its presence: a whole one)
+STATE_FILE = "trainer_state.pt"
 
 
 #: what an RL run writes into its output directory (``tb``: tensorboard; ``*.old`` / ``*.tmp``: a stopped save).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,9 +21,19 @@ from searchrl import device as placement
 from searchrl.config import RunConfig, record_run
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
+from searchrl.rl.checkpoint import load_checkpoint, save_checkpoint
 from searchrl.sft.types import SFTExample, as_sft_example
 from searchrl.tuning import freeze_bottom, save_merged, warmup_schedule, wrap_lora
-from searchrl.utils import atomic_dir, console, make_adamw, progress, tune_allocator
+from searchrl.utils import (
+    StopRequested,
+    atomic_dir,
+    atomic_write_lines,
+    console,
+    make_adamw,
+    on_sigterm,
+    progress,
+    tune_allocator,
+)
 
 
 def _parts(ex: Any) -> tuple[list[int], list[int], list[int]]:
@@ -119,20 +130,32 @@ class SFTTrainer:
             self.opt, self.scfg.warmup_steps, total, self.scfg.lr_schedule, self.scfg.min_lr_ratio
         )
 
-    def train(self) -> list[dict[str, float]]:
-        record_run(self.cfg, self.out_dir)
+    def train(self, resume: bool = False) -> list[dict[str, float]]:
+        """Every epoch's batches; with ``resume``, on from ``<out>/checkpoint`` (its weights, optimizer, and the
+        data order's place). Checkpoints every ``sft.save_every`` steps, and at a SIGTERM, which then stops the run
+        (exit 143) saying how to go on."""
         rng = random.Random(self.cfg.training.seed)
         bs = self.scfg.batch_size
         n_batches = (len(self.examples) + bs - 1) // bs
+        step, first_epoch, done_in_epoch = 0, 0, 0
+        if resume:
+            step, first_epoch, done_in_epoch = self._load_checkpoint(rng)
+        record_run(self.cfg, self.out_dir)
         history: list[dict[str, float]] = []
         self.model.train()
         t0 = time.perf_counter()
         tokens = 0
-        with progress() as bar, (self.out_dir / "metrics.jsonl").open("w") as log:
-            task = bar.add_task("sft", total=self.scfg.epochs * n_batches)
-            step = 0
-            for epoch in range(self.scfg.epochs):
-                for idx in self._batches(rng, bs):
+        with (
+            progress() as bar,
+            on_sigterm(defer=True) as stop_requested,
+            (self.out_dir / "metrics.jsonl").open("a" if resume else "w") as log,
+        ):
+            task = bar.add_task("sft", total=self.scfg.epochs * n_batches, completed=step)
+            for epoch in range(first_epoch, self.scfg.epochs):
+                epoch_rng = rng.getstate()  # what re-creates this epoch's batches on resume
+                for b, idx in enumerate(self._batches(rng, bs)):
+                    if epoch == first_epoch and b < done_in_epoch:
+                        continue
                     batch = [self.examples[i] for i in idx]
                     n_tok = float(sum(sum(_parts(e)[2]) for e in batch))
                     self.opt.zero_grad(set_to_none=True)
@@ -161,9 +184,19 @@ class SFTTrainer:
                     log.write(json.dumps(m) + "\n")
                     log.flush()
                     bar.update(task, advance=1, description=f"sft loss={m['loss']:.3f}")
+                    stop = stop_requested()
+                    if stop or (self.scfg.save_every and step % self.scfg.save_every == 0):
+                        self._save_checkpoint(step, epoch, b + 1, epoch_rng)
+                    if stop:
+                        total = self.scfg.epochs * n_batches
+                        raise StopRequested(
+                            f"stopped by SIGTERM at SFT step {step} of {total}, checkpoint in {self.checkpoint}; "
+                            "to go on: searchrl sft --resume, or the same searchrl run"
+                        )
                 if self.val:
                     val_loss = self.validation_loss()
-                    history[-1]["val_loss"] = val_loss
+                    if history:  # none when a resumed run had only this epoch's validation left
+                        history[-1]["val_loss"] = val_loss
                     log.write(json.dumps({"step": step, "epoch": epoch, "val_loss": val_loss}) + "\n")
                     log.flush()
                     if val_loss < self.best_val:  # kept aside: a run stopped mid-way leaves no final model
@@ -177,8 +210,35 @@ class SFTTrainer:
                 tmp.rmdir()
                 (self.out_dir / "best").rename(tmp)
             console.log(f"kept epoch {self.best_epoch} (lowest validation loss {self.best_val:.4f}) as final")
+        shutil.rmtree(self.checkpoint, ignore_errors=True)  # the final model is written: nothing to go on from
         console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
         return history
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.out_dir / "checkpoint"
+
+    def _save_checkpoint(self, step: int, epoch: int, done_in_epoch: int, epoch_rng: Any) -> None:
+        place = {"step": step, "epoch": epoch, "done_in_epoch": done_in_epoch, "epoch_rng": epoch_rng}
+        state = {
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "sft": {**place, "best_val": self.best_val, "best_epoch": self.best_epoch},
+        }
+        save_checkpoint(self.checkpoint, self.model, self.tokenizer, state)
+
+    def _load_checkpoint(self, rng: random.Random) -> tuple[int, int, int]:
+        """Weights, optimizer, scheduler and random states from the checkpoint; ``rng`` set to the stopped epoch's
+        start. Returns (step, epoch, batches of that epoch done); the log keeps the rows up to the checkpoint."""
+        state = load_checkpoint(self.checkpoint, self.model)
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        s = state["sft"]
+        rng.setstate(s["epoch_rng"])
+        self.best_val, self.best_epoch = s["best_val"], s["best_epoch"]
+        _trim_metrics(self.out_dir / "metrics.jsonl", s["step"])
+        console.log(f"SFT resumes at step {s['step']} (epoch {s['epoch']}, batch {s['done_in_epoch']})")
+        return s["step"], s["epoch"], s["done_in_epoch"]
 
     @torch.no_grad()
     def validation_loss(self) -> float:
@@ -224,3 +284,19 @@ class SFTTrainer:
         training its attached adapters."""
         with atomic_dir(path) as tmp:
             save_merged(self.model, self.tokenizer, tmp)
+
+
+def _trim_metrics(path: Path, step: int) -> None:
+    """The log as it was at the checkpoint of ``step``: later rows, a line cut by the stop, and a validation row at
+    ``step`` itself (its epoch's validation runs again) are dropped."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("step", 0) < step or (row.get("step") == step and "val_loss" not in row):
+            kept.append(line + "\n")
+    atomic_write_lines(path, kept)

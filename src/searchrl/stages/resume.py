@@ -90,6 +90,7 @@ _NOT_OUTCOME = (
     "training.output_dir",
     # how often a run saves, evaluates, logs and profiles: a resumed run may do these more or less often
     "training.save_every",
+    "sft.save_every",
     "training.keep_models_every",
     "training.eval_every",
     "training.eval_limit",

@@ -81,8 +81,9 @@ def one_process_sft() -> None:
         )
 
 
-def run_sft(cfg: RunConfig, out: str | Path) -> list[dict[str, float]]:
-    """SFT of ``model.policy`` on ``sft.data``; the model is saved in ``<out>/final``. Returns the log."""
+def run_sft(cfg: RunConfig, out: str | Path, resume: bool = False) -> list[dict[str, float]]:
+    """SFT of ``model.policy`` on ``sft.data``; the model is saved in ``<out>/final``. Returns the log. ``resume``:
+    on from ``<out>/checkpoint`` (the same data, made again from the same settings)."""
     from searchrl.device import configure_from
     from searchrl.models import load_policy
     from searchrl.sft.trainer import SFTTrainer
@@ -93,7 +94,7 @@ def run_sft(cfg: RunConfig, out: str | Path) -> list[dict[str, float]]:
     _warn_half_weights(cfg)
     model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
     data = sft_examples(cfg, make_protocol(cfg), tok)
-    return SFTTrainer(cfg, model, tok, data, out).train()
+    return SFTTrainer(cfg, model, tok, data, out).train(resume=resume)
 
 
 def build_trainer(cfg: RunConfig):

@@ -1,0 +1,99 @@
+"""An interrupted SFT run goes on from its checkpoint: the same batches in the same order, the same final weights
+as a run never stopped, each step logged once; a SIGTERM saves a checkpoint at the step's end and exits 143."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from searchrl.config import load_config
+from searchrl.sft.trainer import SFTTrainer
+from searchrl.testing import letter_sft_examples, tiny_model, tokenizer
+from searchrl.utils import StopRequested
+
+SETTINGS = ["sft.epochs=2", "sft.batch_size=4", "sft.warmup_steps=2", "sft.lr_schedule=cosine", "sft.save_every=2"]
+
+
+def _trainer(out: Path, *extra: str) -> SFTTrainer:
+    steps = [dataclasses.replace(e, source_uid=f"t{i // 2}") for i, e in enumerate(letter_sft_examples(20))]
+    torch.manual_seed(0)
+    return SFTTrainer(load_config(None, [*SETTINGS, *extra]), tiny_model(), tokenizer(), steps, out)
+
+
+def _steps(out: Path) -> list[tuple[int, str]]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], "val" if "val_loss" in r else "train") for r in rows]
+
+
+def _weights(trainer: SFTTrainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+@pytest.mark.parametrize("extra", [(), ("sft.val_fraction=0.2",)], ids=["plain", "validation"])
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    whole = _trainer(tmp_path / "whole", *extra)
+    whole.train()
+    stopped = _trainer(tmp_path / "cut", *extra)
+    calls = {"n": 0}
+    real_step = stopped.opt.step
+
+    def step_then_stop(*args, **kwargs):  # the run dies in its 5th step: the checkpoint of step 4 is what is left
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real_step(*args, **kwargs)
+
+    stopped.opt.step = step_then_stop
+    with pytest.raises(KeyboardInterrupt):
+        stopped.train()
+    assert (tmp_path / "cut" / "checkpoint").is_dir() and not (tmp_path / "cut" / "final").exists()
+    resumed = _trainer(tmp_path / "cut", *extra)
+    resumed.train(resume=True)
+    for k, v in _weights(whole).items():
+        torch.testing.assert_close(_weights(resumed)[k], v, rtol=0, atol=1e-6, msg=k)
+    assert _steps(tmp_path / "cut") == _steps(tmp_path / "whole")  # every step once, validations once per epoch
+    assert not (tmp_path / "cut" / "checkpoint").exists()  # the final model is written: nothing to go on from
+
+
+def test_a_sigterm_saves_the_step_and_says_how_to_go_on(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, "sft.save_every=0")
+    real_step, calls = trainer.opt.step, {"n": 0}
+
+    def step_then_signal(*args, **kwargs):
+        out = real_step(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered at once; the run stops at the end of this step
+        return out
+
+    trainer.opt.step = step_then_signal
+    with pytest.raises(StopRequested, match=r"at SFT step 3 of 10, checkpoint in .*searchrl sft --resume") as err:
+        trainer.train()
+    assert err.value.code == 143 and [s for s, _ in _steps(tmp_path)] == [1, 2, 3]
+    resumed = _trainer(tmp_path, "sft.save_every=0")
+    assert [m["step"] for m in resumed.train(resume=True)] == list(range(4, 11))
+    assert (tmp_path / "final" / "config.json").exists()
+
+
+def test_sft_resume_needs_a_checkpoint_made_with_the_same_settings(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from searchrl.cli import app
+    from searchrl.config import ConfigError, dump_config
+
+    args = ["sft", "--recipe", "demo", "--out", str(tmp_path), "--resume"]
+    res = CliRunner().invoke(app, args)
+    assert isinstance(res.exception, ConfigError) and "no SFT checkpoint in" in str(res.exception)
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    dump_config(load_config("demo", ["sft.lr=1e-3"]), tmp_path / "config.yaml")
+    res = CliRunner().invoke(app, args)
+    assert isinstance(res.exception, ConfigError) and "settings differ from the checkpoint's (sft.lr)" in str(
+        res.exception
+    )
