@@ -35,7 +35,11 @@ def _weights(trainer: SFTTrainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
 
 
-@pytest.mark.parametrize("extra", [(), ("sft.val_fraction=0.2",)], ids=["plain", "validation"])
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("sft.val_fraction=0.2",), ("model.lora.r=4", "model.lora.dropout=0.0")],
+    ids=["plain", "validation", "lora"],
+)
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path, extra: tuple[str, ...]) -> None:
     whole = _trainer(tmp_path / "whole", *extra)
     whole.train()
