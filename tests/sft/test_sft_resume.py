@@ -101,3 +101,16 @@ def test_sft_resume_needs_a_checkpoint_made_with_the_same_settings(tmp_path: Pat
     assert isinstance(res.exception, ConfigError) and "settings differ from the checkpoint's (sft.lr)" in str(
         res.exception
     )
+
+
+def test_a_sigterm_while_the_final_model_is_written_lets_it_finish(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, "sft.save_every=0")
+    real_save = trainer.save
+
+    def signal_then_save(path: Path) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_save(path)
+
+    trainer.save = signal_then_save
+    assert trainer.train()[-1]["step"] == 10  # no StopRequested: the run had nothing left but this
+    assert (tmp_path / "final" / "config.json").exists() and not (tmp_path / "final.tmp").exists()

@@ -203,14 +203,15 @@ class SFTTrainer:
                         self.best_val, self.best_epoch = val_loss, epoch
                         self.save(self.out_dir / "best")
                     self.model.train()
-        if not self.val:
-            self.save(self.out_dir / "final")
-        else:
-            with atomic_dir(self.out_dir / "final") as tmp:
-                tmp.rmdir()
-                (self.out_dir / "best").rename(tmp)
-            console.log(f"kept epoch {self.best_epoch} (lowest validation loss {self.best_val:.4f}) as final")
-        shutil.rmtree(self.checkpoint, ignore_errors=True)  # the final model is written: nothing to go on from
+            # still under the deferred SIGTERM: one arriving now lets the final model be written, then the run ends
+            if not self.val:
+                self.save(self.out_dir / "final")
+            else:
+                with atomic_dir(self.out_dir / "final") as tmp:
+                    tmp.rmdir()
+                    (self.out_dir / "best").rename(tmp)
+                console.log(f"kept epoch {self.best_epoch} (lowest validation loss {self.best_val:.4f}) as final")
+            shutil.rmtree(self.checkpoint, ignore_errors=True)  # the final model is written: nothing to go on from
         console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
         return history
 
