@@ -41,7 +41,7 @@ from searchrl.rl.run_dir import STATE_FILE
 from searchrl.stages.chain import MODEL_STAGES as _MODEL_STAGES
 from searchrl.stages.chain import NEEDS_MODEL as _NEEDS_MODEL
 from searchrl.stages.chain import _subst, resolve_stage, stage_output
-from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch, settings_diff
+from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch, sft_resume_mismatch
 from searchrl.stages.train import one_process_sft
 from searchrl.utils import StopRequested, atomic_write_text, console, restore_interrupted
 
@@ -232,12 +232,9 @@ def _sft(ctx: StageContext) -> dict[str, Any]:
     cfg = _sampling_cfg(ctx)
     if data := ctx.stage.data:  # a list: every source's examples together (e.g. [oracle, "${real}"])
         cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"data": data})})
-    why = settings_diff(cfg, ctx.dir / "config.yaml") if ctx.resume else None
-    if ctx.resume and why:
-        _log(
-            ctx.run_dir,
-            f"stage {ctx.stage.name}: settings differ from the checkpoint's ({', '.join(why[:5])}); starting it again",
-        )
+    why = sft_resume_mismatch(cfg, ctx.dir) if ctx.resume else None
+    if why:
+        _log(ctx.run_dir, f"stage {ctx.stage.name}: {why}; starting it again")
         clear_stage(ctx.dir)
     history = run_sft(cfg, str(ctx.dir), resume=ctx.resume and not why)
     return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
@@ -382,6 +379,7 @@ def run_pipeline(
             sdir.mkdir(parents=True, exist_ok=True)
             for later in names[i + 1 :] if only is None else ():  # made from this stage's old output: run again
                 (run_dir / later / "DONE").unlink(missing_ok=True)
+                shutil.rmtree(run_dir / later / "checkpoint", ignore_errors=True)  # not gone on from, either
             ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index, resume)
             _log(
                 run_dir,

@@ -57,11 +57,11 @@ def _typing_only(tree: ast.AST) -> set[int]:
 
 
 def imports_of(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
-    """``(line, imported searchrl module)`` for every import statement in the file that runs (not the ones under
-    ``if TYPE_CHECKING:``, which only type checkers read)."""
+    """``(line, imported searchrl module)`` for every import statement in the file; a package's ``__init__`` leaves
+    out those under ``if TYPE_CHECKING:`` (its lazy exports, for type checkers: they never run)."""
     out = []
     tree = ast.parse(path.read_text(), str(path))
-    typing_only = _typing_only(tree)
+    typing_only = _typing_only(tree) if path.name == "__init__.py" else set()
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue

@@ -206,16 +206,28 @@ def test_an_sft_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Pat
     cfg = validate_dict({"name": "t"})
     stage = runner.StageConfig.model_validate({"name": "sft", "kind": "sft"})
     sdir = tmp_path / "sft2"
-    for lr, expect in [(cfg.sft.lr, True), (2 * cfg.sft.lr, False)]:
+    rl_only = cfg.model_copy(update={"training": cfg.training.model_copy(update={"lr": 3 * cfg.training.lr})})
+    for base, lr, expect in [(cfg, cfg.sft.lr, True), (rl_only, cfg.sft.lr, True), (cfg, 2 * cfg.sft.lr, False)]:
         (sdir / "checkpoint").mkdir(parents=True, exist_ok=True)
         (sdir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
-        dump_config(
-            runner._sampling_cfg(runner.StageContext(stage, cfg, sdir, tmp_path, "m", None, None)),
-            sdir / "config.yaml",
-        )
-        now = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"lr": lr, "save_every": 7})})
+        started = runner._sampling_cfg(runner.StageContext(stage, cfg, sdir, tmp_path, "m", None, None))
+        dump_config(started, sdir / "config.yaml")
+        # a setting only RL reads (training.lr) may change; one SFT reads (sft.lr) starts the stage again
+        now = base.model_copy(update={"sft": base.sft.model_copy(update={"lr": lr, "save_every": 7})})
         runner._sft(runner.StageContext(stage, now, sdir, tmp_path, "m", None, None, resume=True))
         assert seen[-1] is expect and (sdir / "checkpoint").exists() is expect
+
+
+def test_a_stage_that_runs_again_leaves_no_checkpoint_after_it_to_go_on_from(tmp_path: Path, fake_handlers) -> None:
+    """Its output changed: a later stage stopped part-way made its checkpoint from the old one."""
+    run_pipeline(_cfg(STAGES), tmp_path)
+    (tmp_path / "sft" / "DONE").unlink()  # the SFT stage runs again (from scratch: it left no checkpoint)
+    (tmp_path / "rl" / "DONE").unlink()
+    (tmp_path / "rl" / "checkpoint").mkdir()
+    (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    fake_handlers.clear()
+    run_pipeline(_cfg(STAGES), tmp_path)
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("sft", False), ("rl", False), ("eval", False)]
 
 
 def test_rl_resumes_only_with_the_settings_it_was_started_with(tmp_path: Path, monkeypatch) -> None:

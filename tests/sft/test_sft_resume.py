@@ -17,11 +17,11 @@ from searchrl.sft.trainer import SFTTrainer
 from searchrl.testing import letter_sft_examples, tiny_model, tokenizer
 from searchrl.utils import StopRequested
 
-SETTINGS = ["sft.epochs=2", "sft.batch_size=4", "sft.warmup_steps=2", "sft.lr_schedule=cosine", "sft.save_every=2"]
+SETTINGS = ["sft.epochs=2", "sft.batch_size=4", "sft.warmup_steps=2", "sft.lr_schedule=cosine", "sft.save_every=3"]
 
 
-def _trainer(out: Path, *extra: str) -> SFTTrainer:
-    steps = [dataclasses.replace(e, source_uid=f"t{i // 2}") for i, e in enumerate(letter_sft_examples(20))]
+def _trainer(out: Path, *extra: str, n: int = 20) -> SFTTrainer:
+    steps = [dataclasses.replace(e, source_uid=f"t{i // 2}") for i, e in enumerate(letter_sft_examples(n))]
     torch.manual_seed(0)
     return SFTTrainer(load_config(None, [*SETTINGS, *extra]), tiny_model(), tokenizer(), steps, out)
 
@@ -47,7 +47,7 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path, extr
     calls = {"n": 0}
     real_step = stopped.opt.step
 
-    def step_then_stop(*args, **kwargs):  # the run dies in its 5th step: the checkpoint of step 4 is what is left
+    def step_then_stop(*args, **kwargs):  # dies in its 5th step: step 4 was logged after the checkpoint of step 3
         calls["n"] += 1
         if calls["n"] == 5:
             raise KeyboardInterrupt
@@ -57,6 +57,7 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path, extr
     with pytest.raises(KeyboardInterrupt):
         stopped.train()
     assert (tmp_path / "cut" / "checkpoint").is_dir() and not (tmp_path / "cut" / "final").exists()
+    assert [s for s, kind in _steps(tmp_path / "cut") if kind == "train"] == [1, 2, 3, 4]
     resumed = _trainer(tmp_path / "cut", *extra)
     resumed.train(resume=True)
     for k, v in _weights(whole).items():
@@ -93,7 +94,7 @@ def test_sft_resume_needs_a_checkpoint_made_with_the_same_settings(tmp_path: Pat
 
     args = ["sft", "--recipe", "demo", "--out", str(tmp_path), "--resume"]
     res = CliRunner().invoke(app, args)
-    assert isinstance(res.exception, ConfigError) and "no SFT checkpoint in" in str(res.exception)
+    assert isinstance(res.exception, ConfigError) and "no checkpoint at" in str(res.exception)
     (tmp_path / "checkpoint").mkdir()
     (tmp_path / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
     dump_config(load_config("demo", ["sft.lr=1e-3"]), tmp_path / "config.yaml")
@@ -114,3 +115,42 @@ def test_a_sigterm_while_the_final_model_is_written_lets_it_finish(tmp_path: Pat
     trainer.save = signal_then_save
     assert trainer.train()[-1]["step"] == 10  # no StopRequested: the run had nothing left but this
     assert (tmp_path / "final" / "config.json").exists() and not (tmp_path / "final.tmp").exists()
+
+
+def test_changed_data_or_a_fresh_run_never_goes_on_from_a_stopped_runs_checkpoint(tmp_path: Path) -> None:
+    first = _trainer(tmp_path)
+    real_step, calls = first.opt.step, {"n": 0}
+
+    def step_then_stop(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real_step(*args, **kwargs)
+
+    first.opt.step = step_then_stop
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    with pytest.raises(ValueError, match="the SFT examples differ from the stopped run's"):
+        _trainer(tmp_path, n=24).train(resume=True)  # the data file was edited in place
+    fresh = _trainer(tmp_path, "sft.save_every=0")
+    fresh.opt.step = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)  # dies before any save of its own
+    with pytest.raises(KeyboardInterrupt):
+        fresh.train()
+    assert not (tmp_path / "checkpoint").exists()  # the first run's is gone: a --resume cannot take it for this one
+
+
+def test_a_sigterm_during_a_validation_stops_after_it(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, "sft.val_fraction=0.2", "sft.epochs=3", "sft.save_every=0")
+    real = trainer.validation_loss
+
+    def signal_during_validation() -> float:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real()
+
+    trainer.validation_loss = signal_during_validation
+    with pytest.raises(StopRequested, match="after SFT epoch 0"):
+        trainer.train()
+    resumed = _trainer(tmp_path, "sft.val_fraction=0.2", "sft.epochs=3", "sft.save_every=0")
+    history = resumed.train(resume=True)
+    assert {m["epoch"] for m in history} == {1, 2} and (tmp_path / "final" / "config.json").exists()
+    assert [s for s, kind in _steps(tmp_path) if kind == "val"] == [4, 8, 12]  # each epoch's validation once

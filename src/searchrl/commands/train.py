@@ -10,19 +10,17 @@ import typer
 from searchrl.commands.common import DEVICE, PROFILE, SET, load, writable_dir
 
 
-def check_resumable(cfg) -> None:
-    """``--resume`` needs a checkpoint in the output directory, made with these settings from this model: checked
-    before any model loads."""
-    from pathlib import Path
-
+def check_resumable(cfg, out: Path | None = None, sft: bool = False) -> None:
+    """``--resume`` needs a checkpoint in the output directory (``training.output_dir``, or SFT's ``out``), made with
+    these settings (and, for RL, from this model): checked before any model loads."""
     from searchrl.config import ConfigError
     from searchrl.rl.checkpoint import has_checkpoint
-    from searchrl.stages.resume import resume_mismatch
+    from searchrl.stages.resume import resume_mismatch, sft_resume_mismatch
 
-    out = Path(cfg.training.output_dir)
+    out = out or Path(cfg.training.output_dir)
     if not has_checkpoint(out / "checkpoint"):
         raise ConfigError(f"no checkpoint at {out / 'checkpoint'}; run without --resume to start afresh")
-    if why := resume_mismatch(cfg):
+    if why := sft_resume_mismatch(cfg, out) if sft else resume_mismatch(cfg):
         raise ConfigError(f"cannot resume {out}: {why}; use the same settings, or a new --out to start fresh")
 
 
@@ -108,14 +106,7 @@ def sft(
     check_fetchable(cfg, profile)
     out = out or f"{cfg.training.output_dir}-sft"
     if resume:
-        from searchrl.config import ConfigError
-        from searchrl.rl.checkpoint import has_checkpoint
-        from searchrl.stages.resume import settings_diff
-
-        if not has_checkpoint(Path(out) / "checkpoint"):
-            raise ConfigError(f"no SFT checkpoint in {out}; run without --resume to start afresh")
-        if changed := settings_diff(cfg, Path(out) / "config.yaml"):
-            raise ConfigError(f"cannot resume {out}: settings differ from the checkpoint's ({', '.join(changed[:5])})")
+        check_resumable(cfg, Path(out), sft=True)
     run_sft(cfg, out, resume=resume)
 
 

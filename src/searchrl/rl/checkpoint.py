@@ -44,6 +44,8 @@ def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any], weight
             tokenizer.save_pretrained(tmp / "model")
             portable_tokenizer_config(tmp / "model")
         rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+        if torch.cuda.is_available():  # dropout on the GPU draws from these
+            rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save({**state, "rng": rng}, tmp / STATE_FILE)
 
 
@@ -58,6 +60,9 @@ def load_checkpoint(path: Path, policy, sharded: bool = False) -> dict[str, Any]
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
     torch.set_rng_state(state["rng"]["torch"])
+    cuda = state["rng"].get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
     return state
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,10 +121,11 @@ def combine_process_metrics(per_process: Sequence[dict[str, float]]) -> dict[str
     return out
 
 
-def trim_logs(out_dir: Path, step: int) -> None:
+def trim_logs(out_dir: Path, step: int, drop: Callable[[dict], bool] = lambda row: False) -> None:
     """Before a resumed run appends again: keep only the complete rows of ``metrics.jsonl`` and ``rollouts.jsonl``
-    whose ``step`` is at most the checkpoint's ``step``. Rows of later steps (the stopped run's, written again by
-    the resumed one) and a last line cut short by the stop are dropped."""
+    whose ``step`` is at most the checkpoint's ``step`` (and that ``drop`` does not name: rows the resumed run writes
+    again). Rows of later steps (the stopped run's, written again by the resumed one) and a last line cut short by
+    the stop are dropped."""
     for path in (Path(out_dir) / "metrics.jsonl", Path(out_dir) / "rollouts.jsonl"):
         if not path.exists():
             continue
@@ -136,7 +137,7 @@ def trim_logs(out_dir: Path, step: int) -> None:
             except ValueError:
                 continue
             later = isinstance(row, dict) and isinstance(row.get("step"), int | float) and row["step"] > step
-            if not later:
+            if not later and not (isinstance(row, dict) and drop(row)):
                 kept.append(line + "\n")
         if len(kept) < len(lines):
             atomic_write_lines(path, kept)

@@ -7,6 +7,7 @@ and feedback are context, never targets, so their gradient is exactly zero. Acce
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
@@ -22,12 +23,12 @@ from searchrl.config import RunConfig, record_run
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.rl.checkpoint import load_checkpoint, save_checkpoint
+from searchrl.rl.metrics_log import trim_logs
 from searchrl.sft.types import SFTExample, as_sft_example
 from searchrl.tuning import freeze_bottom, save_merged, warmup_schedule, wrap_lora
 from searchrl.utils import (
     StopRequested,
     atomic_dir,
-    atomic_write_lines,
     console,
     make_adamw,
     on_sigterm,
@@ -140,6 +141,8 @@ class SFTTrainer:
         step, first_epoch, done_in_epoch = 0, 0, 0
         if resume:
             step, first_epoch, done_in_epoch = self._load_checkpoint(rng)
+        else:  # an earlier run's checkpoint: a later --resume must not take it for this run's
+            shutil.rmtree(self.checkpoint, ignore_errors=True)
         record_run(self.cfg, self.out_dir)
         history: list[dict[str, float]] = []
         self.model.train()
@@ -203,10 +206,16 @@ class SFTTrainer:
                         self.best_val, self.best_epoch = val_loss, epoch
                         self.save(self.out_dir / "best")
                     self.model.train()
+                if stop_requested() and epoch + 1 < self.scfg.epochs:  # arrived during the validation
+                    self._save_checkpoint(step, epoch + 1, 0, rng.getstate())
+                    raise StopRequested(
+                        f"stopped by SIGTERM after SFT epoch {epoch}, checkpoint in {self.checkpoint}; "
+                        "to go on: searchrl sft --resume, or the same searchrl run"
+                    )
             # still under the deferred SIGTERM: one arriving now lets the final model be written, then the run ends
             if not self.val:
                 self.save(self.out_dir / "final")
-            else:
+            elif (self.out_dir / "best").exists():  # else a run stopped right after this left it in final
                 with atomic_dir(self.out_dir / "final") as tmp:
                     tmp.rmdir()
                     (self.out_dir / "best").rename(tmp)
@@ -219,12 +228,21 @@ class SFTTrainer:
     def checkpoint(self) -> Path:
         return self.out_dir / "checkpoint"
 
+    def _data_digest(self) -> str:
+        """What the examples were (token ids and masks, training and validation sides): a resume checks it."""
+        h = hashlib.sha256()
+        for side in (self.examples, self.val):
+            for e in side:
+                h.update(json.dumps(_parts(e)).encode())
+            h.update(b"|")
+        return h.hexdigest()
+
     def _save_checkpoint(self, step: int, epoch: int, done_in_epoch: int, epoch_rng: Any) -> None:
         place = {"step": step, "epoch": epoch, "done_in_epoch": done_in_epoch, "epoch_rng": epoch_rng}
         state = {
             "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict(),
-            "sft": {**place, "best_val": self.best_val, "best_epoch": self.best_epoch},
+            "sft": {**place, "best_val": self.best_val, "best_epoch": self.best_epoch, "data": self._data_digest()},
         }
         save_checkpoint(self.checkpoint, self.model, self.tokenizer, state)
 
@@ -232,12 +250,19 @@ class SFTTrainer:
         """Weights, optimizer, scheduler and random states from the checkpoint; ``rng`` set to the stopped epoch's
         start. Returns (step, epoch, batches of that epoch done); the log keeps the rows up to the checkpoint."""
         state = load_checkpoint(self.checkpoint, self.model)
+        if state["sft"].get("data") != self._data_digest():
+            raise ValueError(
+                f"{self.checkpoint}: the SFT examples differ from the stopped run's (its data changed); start "
+                "afresh: searchrl sft without --resume, or searchrl run --from the stage"
+            )
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         s = state["sft"]
         rng.setstate(s["epoch_rng"])
         self.best_val, self.best_epoch = s["best_val"], s["best_epoch"]
-        _trim_metrics(self.out_dir / "metrics.jsonl", s["step"])
+        # a checkpoint from an epoch's last batch: that epoch's validation runs again, and its row is written again
+        rerun, at = s["done_in_epoch"] > 0, s["step"]
+        trim_logs(self.out_dir, at, drop=lambda row: rerun and row.get("step") == at and "val_loss" in row)
         console.log(f"SFT resumes at step {s['step']} (epoch {s['epoch']}, batch {s['done_in_epoch']})")
         return s["step"], s["epoch"], s["done_in_epoch"]
 
@@ -285,19 +310,3 @@ class SFTTrainer:
         training its attached adapters."""
         with atomic_dir(path) as tmp:
             save_merged(self.model, self.tokenizer, tmp)
-
-
-def _trim_metrics(path: Path, step: int) -> None:
-    """The log as it was at the checkpoint of ``step``: later rows, a line cut by the stop, and a validation row at
-    ``step`` itself (its epoch's validation runs again) are dropped."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if row.get("step", 0) < step or (row.get("step") == step and "val_loss" not in row):
-            kept.append(line + "\n")
-    atomic_write_lines(path, kept)

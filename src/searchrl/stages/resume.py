@@ -67,6 +67,17 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
     return None
 
 
+def sft_resume_mismatch(cfg: RunConfig, out: Path) -> str | None:
+    """Why an SFT run may not go on from ``out``'s checkpoint (None: it may): a setting SFT reads differs from the
+    stopped run's (settings only RL or evaluation read do not count)."""
+    diff = settings_diff(cfg, out / "config.yaml")
+    changed = [k for k in diff if any(k == r or k.startswith(f"{r}.") for r in _READS["sft"])]
+    if changed or not (out / "config.yaml").exists():
+        shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "") if changed else "no saved config"
+        return f"settings differ from the checkpoint's ({shown})"
+    return None
+
+
 #: the config sections each kind of stage reads: what its DONE marker compares (a change elsewhere, e.g. in
 #: ``training.steps`` for the data and SFT stages before RL, leaves it done). The stage itself and its starting model
 #: always count.
