@@ -350,3 +350,14 @@ def test_a_fresh_run_into_an_earlier_runs_directory_is_refused_unless_forced(tmp
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1]  # the earlier run's rows were removed, not appended to
     assert len((out / "run_info.jsonl").read_text().splitlines()) == 1
+
+
+def test_the_sampled_tokens_nll_estimates_the_entropy_at_no_cost(tmp_path: Path) -> None:
+    """``entropy/sampled_nll``: the mean negative log-prob of the policy's own tokens, as the rollout sampled them
+    (temperature 1, one on-policy update: the scored log-probs are the sampling ones); next to it, the exact entropy
+    (``entropy_coef``) of a near-uniform tiny policy is close to its sampled estimate."""
+    trainer = make_trainer(tmp_path, lr=1e-3, steps=1, **{"algorithm.entropy_coef": "0.001"})
+    (m,) = trainer.train()
+    lps = [lp for t in trainer.last_trajectories for lp, a in zip(t.logprobs, t.action_mask, strict=True) if a]
+    assert m["entropy/sampled_nll"] == pytest.approx(-sum(lps) / len(lps), abs=1e-4)
+    assert m["entropy/mean"] == pytest.approx(m["entropy/sampled_nll"], rel=0.2)

@@ -72,6 +72,9 @@ def policy_micro_loss(
     if alg.entropy_coef:
         loss = loss - alg.entropy_coef * A.aggregate_loss(ent_BT, mm, mode, **norms)
         pm["entropy/mean"] = float(A.masked_mean(ent_BT.detach(), mm))
+    # free: the sampled tokens' mean negative log-prob, whose expectation is the policy's entropy when the rollout
+    # sampled it at temperature 1 (a collapse shows here with or without an entropy bonus)
+    pm["entropy/sampled_nll"] = float(-A.masked_mean(logp_BT.detach(), mm))
     return loss, pm
 
 
