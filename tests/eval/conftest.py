@@ -83,3 +83,14 @@ def fakes() -> SimpleNamespace:
         scripted=scripted,
         direct_reply=direct_reply,
     )
+
+
+@pytest.fixture
+def qa_file(tmp_path, examples):
+    """The three questions as a FlashRAG-style JSONL file (what evaluation.datasets names)."""
+    import json
+
+    path = tmp_path / "qa.jsonl"
+    rows = [{"id": e.id, "question": e.question, "golden_answers": e.answers} for e in examples]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

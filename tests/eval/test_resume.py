@@ -139,15 +139,12 @@ def test_an_interrupted_rerun_leaves_no_earlier_summary_beside_its_answers(tmp_p
     assert not list(tmp_path.glob("summary.*"))  # the first run's figures are not left to pass for this one's
 
 
-def test_run_from_config_with_objects_given_does_not_resume_unless_asked(tmp_path: Path, examples, fakes) -> None:
+def test_run_from_config_with_objects_given_does_not_resume_unless_asked(tmp_path: Path, qa_file, fakes) -> None:
     """The settings key cannot tell two generators (or retrievers) apart: answers an interrupted call with other
     objects left behind are not kept, unless resume=True says they are the same."""
     from searchrl.eval import harness
 
-    qa = tmp_path / "qa.jsonl"
-    qa.write_text(
-        "".join(json.dumps({"id": e.id, "question": e.question, "golden_answers": e.answers}) + "\n" for e in examples)
-    )
+    qa = qa_file
     cfg = load_config(
         None,
         [

@@ -111,15 +111,12 @@ class RecordingGenerator:
         return out
 
 
-def test_config_reaches_scores_top_p_and_timing(tmp_path, examples, fakes, monkeypatch) -> None:
+def test_config_reaches_scores_top_p_and_timing(tmp_path, qa_file, fakes, monkeypatch) -> None:
     """evaluation.normalize / boundary / top_p / timing from the config reach the predictions and the summary."""
     from searchrl.generation.fake import ByteTokenizer
 
     gen = RecordingGenerator(ByteTokenizer(), lambda ctx: "Tom Hales" if fakes.Q_HALE in ctx else "Rome")
-    qa = tmp_path / "toy.jsonl"
-    qa.write_text(
-        "".join(json.dumps({"id": e.id, "question": e.question, "golden_answers": e.answers}) + "\n" for e in examples)
-    )
+    qa = qa_file
     cfg = load_config(
         None,
         [

@@ -170,11 +170,16 @@ def test_only_and_from(tmp_path: Path, fake_handlers) -> None:
         run_pipeline(_cfg(STAGES), tmp_path, only=["nope"])
 
 
+def _stopped_part_way(stage_dir: Path) -> None:
+    """As a stage stopped after saving a checkpoint leaves its directory: no DONE marker, a checkpoint."""
+    (stage_dir / "DONE").unlink()
+    (stage_dir / "checkpoint").mkdir()
+    (stage_dir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+
+
 def test_an_rl_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path, fake_handlers) -> None:
     run_pipeline(_cfg(STAGES), tmp_path)
-    (tmp_path / "rl" / "DONE").unlink()  # stopped after a checkpoint was saved
-    (tmp_path / "rl" / "checkpoint").mkdir()
-    (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    _stopped_part_way(tmp_path / "rl")
     fake_handlers.clear()
     run_pipeline(_cfg(STAGES), tmp_path)
     assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True), ("eval", False)]  # eval: a new model
@@ -190,9 +195,7 @@ def test_an_rl_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path
 
 def test_an_sft_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Path, fake_handlers, monkeypatch) -> None:
     run_pipeline(_cfg(STAGES), tmp_path)
-    (tmp_path / "sft" / "DONE").unlink()  # stopped after a checkpoint was saved
-    (tmp_path / "sft" / "checkpoint").mkdir()
-    (tmp_path / "sft" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    _stopped_part_way(tmp_path / "sft")
     fake_handlers.clear()
     run_pipeline(_cfg(STAGES), tmp_path)
     assert [(c["name"], c["resume"]) for c in fake_handlers][:1] == [("sft", True)]
@@ -222,9 +225,7 @@ def test_a_stage_that_runs_again_leaves_no_checkpoint_after_it_to_go_on_from(tmp
     """Its output changed: a later stage stopped part-way made its checkpoint from the old one."""
     run_pipeline(_cfg(STAGES), tmp_path)
     (tmp_path / "sft" / "DONE").unlink()  # the SFT stage runs again (from scratch: it left no checkpoint)
-    (tmp_path / "rl" / "DONE").unlink()
-    (tmp_path / "rl" / "checkpoint").mkdir()
-    (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    _stopped_part_way(tmp_path / "rl")
     fake_handlers.clear()
     run_pipeline(_cfg(STAGES), tmp_path)
     assert [(c["name"], c["resume"]) for c in fake_handlers] == [("sft", False), ("rl", False), ("eval", False)]

@@ -26,12 +26,12 @@ def earlier_run(out: Path) -> list[str]:
     return [name for name in ("checkpoint", "final", "metrics.jsonl", "rollouts.jsonl") if (out / name).exists()]
 
 
-def clear_run(out: Path, keep: tuple[str, ...] = ()) -> None:
-    """Remove an earlier RL run's outputs from ``out`` (other files there, and ``keep``, are left alone). Under a
-    multi-process launch only the first process removes them (``RANK``), so no two remove the same file."""
+def clear_run(out: Path) -> None:
+    """Remove an earlier RL run's outputs from ``out`` (other files there are left alone). Under a multi-process
+    launch only the first process removes them (``RANK``), so no two remove the same file."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    for name in set(RUN_OUTPUTS) - set(keep):
+    for name in RUN_OUTPUTS:
         path = out / name
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)

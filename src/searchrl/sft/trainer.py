@@ -7,6 +7,7 @@ and feedback are context, never targets, so their gradient is exactly zero. Acce
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -228,6 +229,7 @@ class SFTTrainer:
     def checkpoint(self) -> Path:
         return self.out_dir / "checkpoint"
 
+    @functools.cached_property
     def _data_digest(self) -> str:
         """What the examples were (token ids and masks, training and validation sides): a resume checks it."""
         h = hashlib.sha256()
@@ -242,7 +244,7 @@ class SFTTrainer:
         state = {
             "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict(),
-            "sft": {**place, "best_val": self.best_val, "best_epoch": self.best_epoch, "data": self._data_digest()},
+            "sft": {**place, "best_val": self.best_val, "best_epoch": self.best_epoch, "data": self._data_digest},
         }
         save_checkpoint(self.checkpoint, self.model, self.tokenizer, state)
 
@@ -250,7 +252,7 @@ class SFTTrainer:
         """Weights, optimizer, scheduler and random states from the checkpoint; ``rng`` set to the stopped epoch's
         start. Returns (step, epoch, batches of that epoch done); the log keeps the rows up to the checkpoint."""
         state = load_checkpoint(self.checkpoint, self.model)
-        if state["sft"].get("data") != self._data_digest():
+        if state["sft"].get("data") != self._data_digest:
             raise ValueError(
                 f"{self.checkpoint}: the SFT examples differ from the stopped run's (its data changed); start "
                 "afresh: searchrl sft without --resume, or searchrl run --from the stage"
