@@ -335,7 +335,8 @@ def evaluate(
     sections, after = summary_sections(items, score_names, list(datasets))
     info.update(sections)
     notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch), *(extra or {}).get("notes", [])]
-    paths.update(write_reports(summary, score_names, out, info, notes=notes, after=after, sizes=info["datasets"]))
+    if scratch is None:  # kept nowhere: no report files to draw
+        paths.update(write_reports(summary, score_names, out, info, notes=notes, after=after, sizes=info["datasets"]))
     if show:
         print_summary(summary, score_names)
         console.print(after[0], soft_wrap=True, markup=False)
