@@ -1,4 +1,5 @@
-"""``searchrl data oracle``, ``rejection-sample`` and ``select-difficulty``: the commands that build training data.
+"""``searchrl data oracle``, ``rejection-sample``, ``select-difficulty`` and ``text``: the commands that build
+training data.
 
 With ``--recipe`` (and ``--set`` overrides) the rollout limits come from the recipe's ``rollout`` section through
 ``RolloutLimits.from_config`` (observation cap, turns, searches, token budgets, forced answer), as do the protocol
@@ -281,7 +282,43 @@ def oracle_cmd(
     )
 
 
+def text_cmd(
+    source: Path = typer.Argument(..., help="JSONL of text rows: question + response, prompt + completion, messages"),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="output JSONL of trajectories (or step-level SFT examples with --slice)",
+        callback=writable_file,
+    ),
+    recipe: str = _RECIPE,
+    overrides: list[str] = _SET,
+    profile: str = _PROFILE,
+    protocol: str = _PROTOCOL,
+    option: list[str] = _OPTION,
+    model: str = typer.Option(None, "--model", help="tokenizer: policy spec (default: the recipe's model.policy)"),
+    prompt_style: str = _STYLE,
+    slice_steps: bool = typer.Option(False, "--slice", help="write RAG-R1 step-level SFT examples"),
+    limit: int = typer.Option(None, help="use only the first N rows"),
+) -> None:
+    """Tokenize SFT data written as text (a teacher's or another tool's trajectories) the way a rollout records it:
+    the protocol's prompt for each question (or the row's own prompt), the policy's text trained on and each
+    inserted result block (a result tag pair right after a search call) masked out. `searchrl sft --recipe R
+    sft.data=FILE` reads such a file directly; this writes the trajectories to inspect (`searchrl view`) or to cut.
+
+    Example: searchrl data text teacher.jsonl --recipe search_r1_grpo --out runs/teacher-trajectories.jsonl
+    """
+    from searchrl.stages import write_text_data
+
+    not_an_input(out, [source])
+    flags = {**_rollout_flags(model, prompt_style, None, None, None, None, None, None), "sft.limit": limit}
+    cfg = _config(recipe, overrides, profile, protocol, option, None, **flags)
+    n = write_text_data(cfg, source, out, slice_steps)
+    what = "step-level examples" if slice_steps else "trajectories"
+    result(f"wrote {n} {what} ({cfg.rollout.protocol}, tokenizer of {cfg.model.policy}) -> {out}")
+
+
 def register(data_app: typer.Typer) -> None:
     data_app.command("select-difficulty")(select_difficulty)
     data_app.command("rejection-sample")(rejection_sample_cmd)
     data_app.command("oracle")(oracle_cmd)
+    data_app.command("text")(text_cmd)

@@ -89,7 +89,11 @@ def sft(
     device: str = DEVICE,
     profile: str = PROFILE,
 ) -> None:
-    """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a trajectories JSONL.
+    """Supervised cold start on oracle trajectories of the synthetic world (sft.data=oracle) or a JSONL file.
+
+    The file holds trajectories or step-level samples (from `searchrl data`), or text: a question and a whole
+    response in the protocol's tags per row (the result blocks after search calls are masked out of the loss; see
+    `searchrl data text`).
 
     sft.data=rewriter_oracle (synthetic world) or sft.data=rewriter:TRAJECTORIES.jsonl trains R1-Searcher++'s rewriter
     instead (documents in the prompt, internal-only paths as targets).

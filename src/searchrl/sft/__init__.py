@@ -1,5 +1,5 @@
 """Supervised fine-tuning: :class:`SFTTrainer` on :class:`SFTExample` records, and the pipelines that make them (oracle
-trajectories, rejection sampling, RAG-R1's step slices, difficulty selection).
+trajectories, text trajectories, rejection sampling, RAG-R1's step slices, difficulty selection).
 
 Names are imported on first use, so importing this package stays cheap.
 """
@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # what type checkers and editors see (they do not run __getat
     from searchrl.sft.pipelines import select_by_attempts as select_by_attempts
     from searchrl.sft.pipelines import slice_steps as slice_steps
     from searchrl.sft.pipelines import teacher_sft_examples as teacher_sft_examples
+    from searchrl.sft.text_data import text_trajectories as text_trajectories
+    from searchrl.sft.text_data import text_trajectory as text_trajectory
     from searchrl.sft.trainer import SFTTrainer as SFTTrainer
     from searchrl.sft.types import SFTExample as SFTExample
 
@@ -30,6 +32,8 @@ _EXPORTS = {
     "teacher_sft_examples": "searchrl.sft.pipelines",
     "select_by_attempts": "searchrl.sft.pipelines",
     "select_answerable": "searchrl.sft.pipelines",
+    "text_trajectory": "searchrl.sft.text_data",
+    "text_trajectories": "searchrl.sft.text_data",
 }
 
 __all__ = list(_EXPORTS)

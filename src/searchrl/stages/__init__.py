@@ -4,12 +4,19 @@
 does the same whichever way it is started:
 
 - data: :func:`synth_world`, :func:`split_questions`, :func:`build_index_for`, :func:`oracle_data` /
-  :func:`write_oracle_data`, :func:`rejection_sampling`, :func:`difficulty_selection`;
+  :func:`write_oracle_data`, :func:`write_text_data`, :func:`rejection_sampling`, :func:`difficulty_selection`;
 - training: :func:`run_sft`, :func:`build_trainer` / :func:`run_train`;
 - evaluation: :func:`evaluation`.
 """
 
-from searchrl.stages.data import build_index_for, oracle_data, split_questions, synth_world, write_oracle_data
+from searchrl.stages.data import (
+    build_index_for,
+    oracle_data,
+    split_questions,
+    synth_world,
+    write_oracle_data,
+    write_text_data,
+)
 from searchrl.stages.evaluate import evaluation
 from searchrl.stages.sampling import Teacher, difficulty_selection, rejection_sampling
 from searchrl.stages.train import build_trainer, run_sft, run_train, sft_examples
@@ -28,4 +35,5 @@ __all__ = [
     "split_questions",
     "synth_world",
     "write_oracle_data",
+    "write_text_data",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 from searchrl.config import ConfigError, RunConfig
 from searchrl.config.evaluation import CONTEXTS
 from searchrl.pipeline import data_dir, load_split, load_tokenizer, make_protocol, make_retriever_for, resolve_file
-from searchrl.utils import write_jsonl
+from searchrl.utils import read_jsonl, write_jsonl
 
 
 def synth_world(
@@ -208,3 +208,20 @@ def write_oracle_data(cfg: RunConfig, out: Path, split: str = "train", forms: st
     trajs = oracle_data(cfg, load_tokenizer(cfg.model.policy), split, forms=forms)
     write_jsonl(out, [t.to_dict() for t in trajs])
     return trajs
+
+
+def write_text_data(cfg: RunConfig, source: Path, out: Path, slice_steps: bool = False) -> int:
+    """Text SFT rows of ``source`` (:mod:`searchrl.sft.text_data`) as trajectories of ``cfg``'s protocol with
+    ``model.policy``'s tokenizer, or cut into RAG-R1's step-level samples (``slice_steps``), written to ``out``.
+    Returns the number of rows written."""
+    from searchrl.sft.pipelines import slice_steps as slices
+    from searchrl.sft.text_data import text_trajectories
+
+    rows = [(f"{source}:{i}", row) for i, row in read_jsonl(source)][: cfg.sft.limit]
+    if not rows:
+        raise ValueError(f"{source} holds no rows")
+    tok, protocol = load_tokenizer(cfg.model.policy), make_protocol(cfg)
+    trajs = text_trajectories(rows, protocol, tok, cfg.model.prompt_style, str(source))
+    out_rows = [ex.to_dict() for t in trajs for ex in slices(t)] if slice_steps else [t.to_dict() for t in trajs]
+    write_jsonl(out, out_rows)
+    return len(out_rows)

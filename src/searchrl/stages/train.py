@@ -14,8 +14,10 @@ from searchrl.utils import console, read_jsonl, seed_everything
 def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
     """The SFT data ``sft.data`` names: ``oracle`` (oracle trajectories of the synthetic world, see
     :func:`searchrl.stages.data.oracle_data`), ``rewriter_oracle`` / ``rewriter:FILE`` (R1-Searcher++'s rewriter:
-    documents in the prompt, internal-only paths as targets), or a JSONL of trajectories or step-level samples."""
+    documents in the prompt, internal-only paths as targets), or a JSONL of trajectories, step-level samples or
+    text (a prompt and a whole response in the protocol's tags, :mod:`searchrl.sft.text_data`)."""
     from searchrl.rollout.trajectory import Trajectory
+    from searchrl.sft.text_data import is_text_row, text_trajectories
     from searchrl.sft.types import as_sft_example
     from searchrl.stages.data import oracle_data
 
@@ -58,8 +60,12 @@ def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
     path = Path(s.data)
     if not path.exists():
         raise FileNotFoundError(f"sft.data {path} not found: use 'oracle', 'rewriter_oracle' or a trajectories JSONL")
+    rows = [(f"{path}:{i}", row) for i, row in read_jsonl(path)][: s.limit]
+    if rows and is_text_row(rows[0][1]):  # text: a prompt and a whole response in the protocol's tags
+        trajs = text_trajectories(rows, protocol, tokenizer, cfg.model.prompt_style, str(path))
+        return [as_sft_example(t) for t in trajs]
     # Whole trajectories (action_mask) or step-level samples (loss_mask): SFTExample from here on.
-    return [as_sft_example(row) for _, row in read_jsonl(path)][: s.limit]
+    return [as_sft_example(row) for _, row in rows]
 
 
 def _warn_half_weights(cfg: RunConfig) -> None:

@@ -1,0 +1,211 @@
+"""SFT data written as text: a prompt and a whole response (reasoning, search calls, the documents that came back,
+the answer) in a protocol's tags, made into trajectories as the rollout engine would have recorded them.
+
+A JSONL row is one of:
+
+* ``{"question", "response"}`` (``id`` and ``golden_answers`` / ``answer`` optional): the prompt is the protocol's
+  for that question, built as a rollout builds it (chat template or raw text, ``model.prompt_style``);
+* ``{"prompt", "completion"}`` (TRL's layouts): the prompt as given, a string or a list of chat messages (rendered
+  through the chat template with its generation prompt); the completion a string or one assistant message;
+* ``{"messages": [..., {"role": "assistant", "content": ...}]}``: the last message is the response, the ones
+  before it the prompt.
+
+The response is cut at every inserted observation: a result block (Search-R1's ``<information>...</information>``)
+right after a search call's closing tag, whitespace aside, the rule the protocols' format checkers use. The text
+between observations is the policy's (loss mask 1); each observation, with the whitespace around it, is context
+(mask 0), tokenized on its own as the engine tokenizes inserted text. An end-of-sequence token closes the response.
+A result block anywhere else is the model's own text and is trained on, as it would be in a rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from searchrl.data.loaders import row_to_example
+from searchrl.generation.prompts import render_prompt
+from searchrl.protocols import Answer, Invalid, Protocol, Search, TagProtocol
+from searchrl.protocols.chat_frame import ChatFrame
+from searchrl.rollout.engine import build_prompt_text
+from searchrl.rollout.trajectory import Trajectory, Turn
+from searchrl.utils import console
+
+#: the fields that make a row text SFT data (a row with ``prompt_ids`` / ``action_mask`` holds tokens already)
+TEXT_FIELDS = ("response", "completion", "messages")
+_LAYOUTS = '{"question", "response"}, {"prompt", "completion"} or {"messages": [..., assistant message]}'
+
+
+def is_text_row(row: dict[str, Any]) -> bool:
+    """Whether a JSONL row is text SFT data rather than a trajectory or an SFT example of token ids."""
+    return not {"prompt_ids", "response_ids", "action_mask"} & set(row) and any(f in row for f in TEXT_FIELDS)
+
+
+def observation_spans(protocol: TagProtocol, response: str) -> list[tuple[int, int, str]]:
+    """``(start, end, text)`` of each inserted observation in ``response``: from the end of the search call's closing
+    tag to the end of the result block and the whitespace the protocol's observations end with; ``text`` is what the
+    engine inserts there (for ``tool_call``, the reply in the chat template's frame, its special tokens restored
+    when the response shows them decoded). Raises ``ValueError`` on a result block that a search call opens but
+    nothing closes."""
+    s_close = protocol.search_tags[1]
+    frame = getattr(protocol, "frame", None)
+    if isinstance(frame, ChatFrame):  # tool_call: the reply sits in the text the chat template puts around it
+        forms, tail = [(frame.open, frame.close), (frame.open_decoded, frame.close_decoded)], 0
+    else:
+        template = protocol.render_observation(["query"], [[]])
+        forms, tail = [protocol.result_tags], len(template) - len(template.rstrip())  # Search-R1: a blank line
+    spans: list[tuple[int, int, str]] = []
+    pos = 0
+    while found := [(at, o, c) for o, c in forms if o and (at := response.find(o, pos)) >= 0]:
+        at, r_open, r_close = min(found)
+        before = response[pos:at].rstrip()
+        if not before.endswith(s_close):
+            pos = at + len(r_open)
+            continue
+        close = response.find(r_close, at + len(r_open))
+        if close < 0:
+            raise ValueError(
+                f"a result block opened with {r_open!r} after a search call is never closed ({r_close!r})"
+            )
+        start, end = pos + len(before), close + len(r_close)
+        end += len(response[end : end + tail]) - len(response[end : end + tail].lstrip())
+        text = response[start:end]
+        if isinstance(frame, ChatFrame):
+            text = response[start:at] + frame.wrap(response[at + len(r_open) : close])
+        spans.append((start, end, text))
+        pos = end
+    return spans
+
+
+def _message_text(value: Any, where: str, field: str) -> str:
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):  # [{"role": "assistant", ...}]
+        value = value[0]
+    if isinstance(value, dict):
+        if value.get("role", "assistant") != "assistant":
+            raise ValueError(f"{where}: field '{field}' must be the assistant's reply, got role {value.get('role')!r}")
+        value = value.get("content")
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: field '{field}' must be a non-empty string (the whole response)")
+    return value
+
+
+def _messages(value: Any, where: str, field: str) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+        raise ValueError(f"{where}: field '{field}' must be a list of chat messages ({{'role', 'content'}})")
+    return value
+
+
+def _prompt_and_response(
+    row: dict[str, Any], protocol: Protocol, tokenizer, style: str, where: str, default_id: str
+) -> tuple[str, str, str, str, list[str]]:
+    """``(id, question, prompt text, response text, golds)`` of one row."""
+    if not is_text_row(row):
+        raise ValueError(f"{where}: not a text SFT row ({_LAYOUTS}); found fields {sorted(row)}")
+    row_id = str(row.get("id") or row.get("_id") or default_id)
+    if "messages" in row:
+        messages = _messages(row["messages"], where, "messages")
+        if len(messages) < 2 or messages[-1]["role"] != "assistant":
+            raise ValueError(f"{where}: 'messages' must end with the assistant's reply, after the prompt's messages")
+        user = [m["content"] for m in messages[:-1] if m["role"] == "user"]
+        prompt = render_prompt(tokenizer, messages[:-1], style)
+        return row_id, (user[-1] if user else ""), prompt, _message_text(messages[-1], where, "messages"), []
+    response_field = "response" if "response" in row else "completion"
+    response = _message_text(row[response_field], where, response_field)
+    if "prompt" in row and "question" not in row:
+        given = row["prompt"]
+        if isinstance(given, str):
+            return row_id, given, given, response, []
+        messages = _messages(given, where, "prompt")
+        user = [m["content"] for m in messages if m["role"] == "user"]
+        return row_id, (user[-1] if user else ""), render_prompt(tokenizer, messages, style), response, []
+    rest = {k: v for k, v in row.items() if k not in TEXT_FIELDS}
+    try:
+        ex = row_to_example(rest, where, default_id, need_answers=False)
+    except ValueError as err:
+        raise ValueError(f"{err} (text SFT rows: {_LAYOUTS})") from None
+    return ex.id, ex.question, build_prompt_text(protocol, tokenizer, ex.question, style), response, list(ex.answers)
+
+
+def text_trajectory(
+    row: dict[str, Any], protocol: Protocol, tokenizer, style: str = "auto", where: str = "row", default_id: str = ""
+) -> Trajectory:
+    """One text row (see the module docstring) as a trajectory: prompt tokens, then the response's policy text
+    (mask 1) and inserted observations (mask 0), each tokenized apart, with one turn per policy segment."""
+    if not isinstance(protocol, TagProtocol):
+        raise ValueError(
+            f"text SFT data needs a protocol with search and result tags (a TagProtocol); '{protocol.name}' has "
+            "none: give trajectories recorded by `searchrl data rejection-sample` or `searchrl data oracle` instead"
+        )
+    protocol.bind_tokenizer(tokenizer, style)
+    row_id, question, prompt, response, golds = _prompt_and_response(
+        row, protocol, tokenizer, style, where, default_id or where
+    )
+    prefix = protocol.response_prefix  # pre-filled after the prompt (R1-Searcher's <think>), never a target
+    if prefix and response.lstrip().startswith(prefix):
+        response = response.lstrip()[len(prefix) :]
+        prompt += "" if prompt.endswith(prefix) else prefix
+    try:
+        spans = observation_spans(protocol, response)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    traj = Trajectory(
+        uid=f"text/{row_id}",
+        group_id=f"text/{row_id}",
+        question_id=row_id,
+        question=question,
+        golds=golds,
+        prompt_ids=list(tokenizer.encode(prompt, add_special_tokens=False)),
+        protocol=protocol.name,
+    )
+    starts, stops = [0, *(end for _, end, _ in spans)], [*(start for start, _, _ in spans), len(response)]
+    for k, (start, stop) in enumerate(zip(starts, stops, strict=True)):
+        text = response[start:stop]
+        ids = list(tokenizer.encode(text, add_special_tokens=False)) if text else []
+        if k == len(spans) and tokenizer.eos_token_id is not None:
+            ids.append(tokenizer.eos_token_id)  # the model learns to stop after its answer
+        traj.append(ids, sampled=True, logprobs=[0.0] * len(ids))
+        action = protocol.parse(text)
+        turn = Turn(text=text, action=_action_name(action), finish_reason="stop", n_gen_tokens=len(ids))
+        if isinstance(action, Search):
+            turn.queries = list(action.queries)
+        elif isinstance(action, Invalid):
+            turn.invalid_reason = action.reason
+        if k < len(spans):
+            observation = spans[k][2]
+            obs_ids = list(tokenizer.encode(observation, add_special_tokens=False))
+            traj.append(obs_ids, sampled=False)
+            turn.observation, turn.n_obs_tokens = observation, len(obs_ids)
+        traj.turns.append(turn)
+    report = protocol.check_format(response)
+    traj.answer = report.answer
+    traj.stop_reason = "answer" if report.has_answer else "none"
+    unanswered = any(turn.action == "search" and not turn.observation for turn in traj.turns)
+    result_tag = protocol.result_tags[0]
+    traj.metadata["format_problems"] = [*report.problems, *([f"a search call without {result_tag}"] * unanswered)]
+    return traj
+
+
+def _action_name(action: Any) -> str:
+    return "search" if isinstance(action, Search) else "answer" if isinstance(action, Answer) else "invalid"
+
+
+def text_trajectories(
+    rows: Iterable[tuple[str, dict[str, Any]]], protocol: Protocol, tokenizer, style: str = "auto", source: str = ""
+) -> list[Trajectory]:
+    """Every ``(where, row)`` as a trajectory (:func:`text_trajectory`). Rows whose response breaks the protocol's
+    format are kept and counted in a warning; when none keeps it, the data is in another protocol's tags and a
+    ``ValueError`` says which protocol is set."""
+    trajs = [text_trajectory(row, protocol, tokenizer, style, where, where) for where, row in rows]
+    bad = [t for t in trajs if t.metadata["format_problems"]]
+    if trajs and len(bad) == len(trajs):
+        raise ValueError(
+            f"{source or 'text SFT data'}: no response is in the format of protocol '{protocol.name}' (first: "
+            f"{', '.join(bad[0].metadata['format_problems'])}); set rollout.protocol to the one whose tags the "
+            "data uses"
+        )
+    if bad:
+        console.log(
+            f"[yellow]warning:[/yellow] {len(bad)} of {len(trajs)} responses in {source or 'the text SFT data'} "
+            f"break protocol '{protocol.name}''s format (first, {bad[0].question_id}: "
+            f"{', '.join(bad[0].metadata['format_problems'])}); they are trained on as written"
+        )
+    return trajs
