@@ -60,6 +60,16 @@ class EvaluationConfig(Section):
     metrics: list[str] = Field(default_factory=lambda: ["em", "f1", "cover_em", "cover_em_tokens"])
     judge_url: str | None = None
     judge_model: str | None = None
+    #: an OpenAI-compatible completions server (vLLM, SGLang, TGI) that answers for the policy, e.g.
+    #: http://127.0.0.1:8001/v1; null: the policy runs here with transformers. The prompts are token ids from the
+    #: policy's tokenizer (model.policy / training.init_from names it), so the server must serve that model.
+    policy_url: str | None = None
+    #: the policy's model name on policy_url (null: the policy spec as given)
+    served_model: str | None = None
+    #: requests sent to policy_url at once (each question's turn is one request)
+    policy_concurrency: int = Field(default=16, ge=1)
+    #: seconds a request to policy_url may take before it is retried (3 tries)
+    policy_timeout_s: float = Field(default=300.0, gt=0)
     output_dir: str = "runs/eval"
     #: token budget of the answer-only baselines (direct, naive_rag) and of each IRCoT reasoning sentence.
     max_new_tokens: int = 64

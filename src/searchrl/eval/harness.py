@@ -107,13 +107,26 @@ def check_retriever_source(cfg: RunConfig, corpus: str | Path | None = None) -> 
 
 def eval_generator(cfg: RunConfig) -> Generator:
     """An HF generator over the configured policy (``training.init_from`` if set, else ``model.policy``), after
-    seeding every RNG with ``evaluation.seed``."""
+    seeding every RNG with ``evaluation.seed``; with ``evaluation.policy_url``, a client of that completions server
+    with the policy's tokenizer instead."""
     from searchrl.device import configure_from
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
-    from searchrl.pipeline import policy_spec
+    from searchrl.pipeline import load_tokenizer, policy_spec
 
     seed_everything(cfg.evaluation.seed)
+    ev = cfg.evaluation
+    if ev.policy_url:
+        from searchrl.generation.openai_compat import OpenAICompatGenerator
+
+        spec = policy_spec(cfg)
+        return OpenAICompatGenerator(
+            ev.policy_url,
+            ev.served_model or spec,
+            load_tokenizer(spec),
+            timeout_s=ev.policy_timeout_s,
+            concurrency=ev.policy_concurrency,
+        )
     configure_from(cfg)
     model, tokenizer = load_policy(policy_spec(cfg), dtype=cfg.model.dtype, frozen=True)
     return HFGenerator(model, tokenizer, max_batch_size=cfg.evaluation.batch_size)

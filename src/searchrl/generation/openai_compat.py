@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
@@ -25,8 +26,12 @@ class OpenAICompatGenerator(Generator):
         api_key_env: str = "OPENAI_API_KEY",
         timeout_s: float = 120.0,
         retries: int = 3,
+        concurrency: int = 1,
     ) -> None:
+        """``concurrency``: requests in flight at once (one per prompt; a shared client, which httpx allows across
+        threads); the completions come back in the prompts' order either way."""
         self.base_url = base_url.rstrip("/")
+        self.concurrency = max(1, concurrency)
         self.model = model
         self.tokenizer = tokenizer
         self.retries = retries
@@ -59,57 +64,58 @@ class OpenAICompatGenerator(Generator):
             )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        out = []
-        for ids in prompts:
-            t0 = time.perf_counter()
-            payload = {
-                "model": self.model,
-                "prompt": ids,
-                "max_tokens": params.max_new_tokens,
-                "temperature": max(params.temperature, 0.0),
-                "top_p": params.top_p,
-                "stop": list(params.stop) or None,
-                "include_stop_str_in_output": True,
-                "logprobs": 1,
-                "return_tokens_as_token_ids": True,
-            }
-            if params.seed is not None:
-                payload["seed"] = params.seed + len(out)  # identical prompts (a group) must not share a seed
-            choice = self._post(payload)["choices"][0]
-            text = choice.get("text", "")
-            stop_str = next((s for s in params.stop if text.endswith(s)), None)
-            fired = choice.get("stop_reason")  # vLLM: the stop string that fired, None for EOS
-            if choice.get("finish_reason") == "stop" and stop_str is None and isinstance(fired, str):
-                text += fired  # servers that strip the stop string: put back the one that fired
-                stop_str = fired
-            lp = choice.get("logprobs") or {}
-            tokens = lp.get("tokens") or []
-            exact = bool(tokens) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens)
-            if exact:
-                token_ids = [int(t.split(":", 1)[1]) for t in tokens]
-                logprobs = [float(x) for x in lp.get("token_logprobs", [0.0] * len(token_ids))]
-            reason = {"stop": "stop" if stop_str else "eos", "length": "length"}.get(
-                choice.get("finish_reason"), "eos"
-            )
-            if not exact:
-                token_ids = self.tokenizer.encode(text, add_special_tokens=False)
-                eos = getattr(self.tokenizer, "eos_token_id", None)
-                # as a sampled EOS ends a local completion's ids; only where it surely was one: no stop string could
-                # have fired, or the server said none did (a server that strips the stop string and says nothing
-                # would otherwise get an EOS after a search call)
-                surely = not params.stop or ("stop_reason" in choice and fired is None)
-                if reason == "eos" and eos is not None and surely:
-                    token_ids.append(eos)
-                logprobs = [0.0] * len(token_ids)
-                self._tell_inexact()
-            out.append(
-                Completion(
-                    token_ids,
-                    logprobs,
-                    text,
-                    reason,
-                    stop_str,
-                    {"generate_s": time.perf_counter() - t0, "exact_tokens": float(exact)},
-                )
-            )
-        return out
+        if self.concurrency > 1 and len(prompts) > 1:
+            with ThreadPoolExecutor(min(self.concurrency, len(prompts))) as pool:
+                return list(pool.map(lambda job: self._complete(*job, params), enumerate(prompts)))
+        return [self._complete(i, ids, params) for i, ids in enumerate(prompts)]
+
+    def _complete(self, i: int, ids: list[int], params: SamplingParams) -> Completion:
+        """The completion of prompt ``i`` of a batch (its seed is the batch's plus ``i``: a group's identical prompts
+        must not share one)."""
+        t0 = time.perf_counter()
+        payload = {
+            "model": self.model,
+            "prompt": ids,
+            "max_tokens": params.max_new_tokens,
+            "temperature": max(params.temperature, 0.0),
+            "top_p": params.top_p,
+            "stop": list(params.stop) or None,
+            "include_stop_str_in_output": True,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        }
+        if params.seed is not None:
+            payload["seed"] = params.seed + i
+        choice = self._post(payload)["choices"][0]
+        text = choice.get("text", "")
+        stop_str = next((s for s in params.stop if text.endswith(s)), None)
+        fired = choice.get("stop_reason")  # vLLM: the stop string that fired, None for EOS
+        if choice.get("finish_reason") == "stop" and stop_str is None and isinstance(fired, str):
+            text += fired  # servers that strip the stop string: put back the one that fired
+            stop_str = fired
+        lp = choice.get("logprobs") or {}
+        tokens = lp.get("tokens") or []
+        exact = bool(tokens) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens)
+        if exact:
+            token_ids = [int(t.split(":", 1)[1]) for t in tokens]
+            logprobs = [float(x) for x in lp.get("token_logprobs", [0.0] * len(token_ids))]
+        reason = {"stop": "stop" if stop_str else "eos", "length": "length"}.get(choice.get("finish_reason"), "eos")
+        if not exact:
+            token_ids = self.tokenizer.encode(text, add_special_tokens=False)
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+            # as a sampled EOS ends a local completion's ids; only where it surely was one: no stop string could
+            # have fired, or the server said none did (a server that strips the stop string and says nothing
+            # would otherwise get an EOS after a search call)
+            surely = not params.stop or ("stop_reason" in choice and fired is None)
+            if reason == "eos" and eos is not None and surely:
+                token_ids.append(eos)
+            logprobs = [0.0] * len(token_ids)
+            self._tell_inexact()
+        return Completion(
+            token_ids,
+            logprobs,
+            text,
+            reason,
+            stop_str,
+            {"generate_s": time.perf_counter() - t0, "exact_tokens": float(exact)},
+        )
