@@ -99,6 +99,8 @@ class OpenAICompatGenerator(Generator):
         if exact:
             token_ids = [int(t.split(":", 1)[1]) for t in tokens]
             logprobs = [float(x) for x in lp.get("token_logprobs", [0.0] * len(token_ids))]
+            # the server cuts its text at the end of the stop string, inside the token that completed it
+            text = self.tokenizer.decode(token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         reason = {"stop": "stop" if stop_str else "eos", "length": "length"}.get(choice.get("finish_reason"), "eos")
         if not exact:
             token_ids = self.tokenizer.encode(text, add_special_tokens=False)

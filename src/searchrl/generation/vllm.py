@@ -49,7 +49,10 @@ class VLLMGenerator(Generator):
             logprobs = [lp[t].logprob for lp, t in zip(o.logprobs or [], ids, strict=False)] or [0.0] * len(ids)
             stop_str = o.stop_reason if isinstance(o.stop_reason, str) else None
             reason = "stop" if stop_str else ("length" if o.finish_reason == "length" else "eos")
-            out.append(Completion(ids, logprobs, o.text, reason, stop_str))
+            # vLLM cuts its text at the end of the stop string, inside the token that completed it (``>.`` after
+            # ``</answer>``); the completion's text is its ids decoded, as the HF backends return it
+            text = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            out.append(Completion(ids, logprobs, text, reason, stop_str))
         return out
 
     def load_weights(self, state_dict: dict) -> None:  # pragma: no cover - needs a vLLM install
