@@ -23,7 +23,7 @@ class VLLMGenerator(Generator):
             model=model_path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enable_prefix_caching=True
         )
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:  # pragma: no cover
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
