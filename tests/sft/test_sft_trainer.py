@@ -114,3 +114,15 @@ def test_examples_without_a_target_token_are_counted() -> None:
     examples = [*letter_sft_examples(4), SFTExample([65], [70, 71], [0, 0])]
     trainer = SFTTrainer(load_config(None, []), tiny_model(), tokenizer(), examples, "unused")
     assert trainer.n_no_target == 1 and len(trainer.examples) == 4
+
+
+def test_a_warmup_longer_than_the_run_is_a_warning(monkeypatch) -> None:
+    """sft.warmup_steps=5 over 3 optimizer steps trains at 1/5 .. 3/5 of sft.lr: said, not silent."""
+    said: list[str] = []
+    monkeypatch.setattr(trainer_module, "console", SimpleNamespace(log=said.append))
+    SFTTrainer(load_config(None, ["sft.batch_size=4"]), tiny_model(), tokenizer(), letter_sft_examples(12), "unused")
+    assert any("sft.warmup_steps=5 is more than the run's 3 optimizer steps" in line for line in said)
+    said.clear()
+    cfg = load_config(None, ["sft.batch_size=4", "sft.warmup_steps=3"])
+    SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(12), "unused")
+    assert not any("warmup" in line for line in said)

@@ -141,6 +141,11 @@ class SFTTrainer:
         self.sched = warmup_schedule(
             self.opt, self.scfg.warmup_steps, total, self.scfg.lr_schedule, self.scfg.min_lr_ratio
         )
+        if self.scfg.warmup_steps > total:
+            console.log(
+                f"[yellow]warning:[/yellow] sft.warmup_steps={self.scfg.warmup_steps} is more than the run's {total} "
+                f"optimizer steps: the learning rate never reaches sft.lr; set sft.warmup_steps below {total}"
+            )
 
     def train(self, resume: bool = False) -> list[dict[str, float]]:
         """Every epoch's batches; with ``resume``, on from ``<out>/checkpoint`` (its weights, optimizer, and the
