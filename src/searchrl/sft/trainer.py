@@ -1,8 +1,10 @@
 """Supervised fine-tuning on multi-turn trajectories with the same record and masks as RL.
 
 The loss is the token-mean NLL over ``loss_mask == 1`` positions only (the policy's own tokens); inserted documents
-and feedback are context, never targets, so their gradient is exactly zero. Accepts trajectories
-(``action_mask`` is the loss mask) or step-level examples with a ``loss_mask``.
+and feedback are context, never targets, so their gradient is exactly zero. The mean is over the whole optimizer
+batch (``sft.batch_size`` examples): each micro-batch's sum is divided by the batch's token count, so the micro-batch
+size changes memory, not the gradient; the validation loss is the same token-mean over the whole validation set.
+Accepts trajectories (``action_mask`` is the loss mask) or step-level examples with a ``loss_mask``.
 """
 
 from __future__ import annotations
