@@ -71,8 +71,18 @@ def warmup_schedule(
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The policy's weights under the base model's own names, LoRA adapters merged in. The live model is left as it
-    was (adapters merged, copied, then unmerged), so training can go on."""
+    was, bit for bit (adapters merged, copied, unmerged, then the adapted layers' own weights put back: in bf16 an
+    unmerge rounds, and every save or weight push would move the frozen base weights), so training can go on."""
     if is_peft(model) and hasattr(model, "merge_adapter"):
+        from peft.tuners.lora import LoraLayer
+
+        adapted = [
+            p
+            for m in model.modules()
+            if isinstance(m, LoraLayer)
+            for p in m.get_base_layer().parameters(recurse=False)
+        ]
+        kept = [p.detach().clone() for p in adapted]
         model.merge_adapter()
         try:
             base = model.get_base_model()
@@ -83,6 +93,9 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
             }
         finally:
             model.unmerge_adapter()
+            with torch.no_grad():
+                for p, orig in zip(adapted, kept, strict=True):
+                    p.copy_(orig)
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 

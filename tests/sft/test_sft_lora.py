@@ -52,3 +52,25 @@ def test_lora_sft_keeps_training_attached_adapters_after_a_save(tmp_path: Path) 
     merged = full_state_dict(trainer.model)
     for k, v in saved.state_dict().items():
         torch.testing.assert_close(v, merged[k], msg=k)
+
+
+def test_merged_weights_leave_a_bf16_policy_bit_for_bit_as_it_was() -> None:
+    """Merging then unmerging adapters rounds the base weights in bf16: every SFT save and every RL weight push
+    would move the frozen weights. The live model must be left exactly as it was."""
+    from searchrl.tuning import full_state_dict, wrap_lora
+
+    cfg = load_config(None, ["model.lora.r=4"])
+    model = wrap_lora(tiny_model().to(torch.bfloat16), cfg.model.lora)
+    torch.manual_seed(0)
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.02)  # trained adapters: B is no longer zero
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for _ in range(3):
+        merged = full_state_dict(model)
+    after = model.state_dict()
+    assert [k for k in before if not torch.equal(before[k], after[k])] == []
+    q = model.get_base_model().model.layers[0].self_attn.q_proj
+    want = q.base_layer.weight.float() + q.get_delta_weight("default").float()
+    torch.testing.assert_close(merged["model.layers.0.self_attn.q_proj.weight"].float(), want, rtol=0, atol=1e-3)
+    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], q.base_layer.weight)

@@ -252,8 +252,10 @@ _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 class SFTConfig(Section):
     epochs: int = Field(default=1, ge=1)
     lr: float = Field(default=5e-5, gt=0)
+    #: examples per optimizer step; the loss is the token-mean over all their loss_mask == 1 tokens, whatever the
+    #: micro-batches (their size changes memory, not the gradient).
     batch_size: int = Field(default=4, ge=1)
-    #: examples per forward/backward pass (null = batch_size)
+    #: examples per forward/backward pass, in validation too (null = batch_size)
     micro_batch_size: int | None = Field(default=None, ge=1)
     #: padded tokens per micro-batch at most (rows x longest row; rows of similar length go together).
     micro_batch_tokens: int = Field(default=4096, ge=1)

@@ -1,8 +1,10 @@
 """Supervised fine-tuning on multi-turn trajectories with the same record and masks as RL.
 
 The loss is the token-mean NLL over ``loss_mask == 1`` positions only (the policy's own tokens); inserted documents
-and feedback are context, never targets, so their gradient is exactly zero. Accepts trajectories
-(``action_mask`` is the loss mask) or step-level examples with a ``loss_mask``.
+and feedback are context, never targets, so their gradient is exactly zero. The mean is over the whole optimizer
+batch (``sft.batch_size`` examples): each micro-batch's sum is divided by the batch's token count, so the micro-batch
+size changes memory, not the gradient; the validation loss is the same token-mean over the whole validation set.
+Accepts trajectories (``action_mask`` is the loss mask) or step-level examples with a ``loss_mask``.
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ class SFTTrainer:
         self.cfg, self.scfg = cfg, cfg.sft
         self.tokenizer = tokenizer
         examples = [as_sft_example(e) for e in examples]
+        if empty := [e for e in examples if not e.prompt_ids]:
+            raise ValueError(
+                f"{len(empty)} SFT examples have no prompt tokens (first: {empty[0].source_uid or '?'}): the first "
+                "target token is predicted from the token before it; put the context (at least a BOS token) in "
+                "prompt_ids"
+            )
         fitted = [fit_length(e, self.scfg.max_length) for e in examples]
         kept_len = [len(f.response_ids) if f is not None else 0 for f in fitted]
         self.n_truncated = sum(
@@ -85,10 +93,14 @@ class SFTTrainer:
         self.n_dropped = sum(1 for f in fitted if f is None)
         if self.n_truncated or self.n_dropped:
             console.log(
-                f"sft.max_length={self.scfg.max_length}: {self.n_truncated} examples truncated, "
-                f"{self.n_dropped} dropped (prompt alone too long)"
+                f"[yellow]warning:[/yellow] sft.max_length={self.scfg.max_length}: {self.n_truncated} examples cut "
+                f"at the end (what follows the cut, their answer included, is not trained on), {self.n_dropped} "
+                "dropped (the prompt alone too long); raise sft.max_length to keep them whole"
             )
         kept = [e for e in fitted if e is not None and sum(e.loss_mask) > 0]
+        self.n_no_target = sum(1 for e in fitted if e is not None) - len(kept)
+        if self.n_no_target:
+            console.log(f"[yellow]warning:[/yellow] {self.n_no_target} SFT examples dropped: no loss_mask == 1 token")
         if not kept:
             raise ValueError("no SFT examples with policy tokens: check the SFT data source (and sft.max_length)")
         self.val: list[Any] = []
@@ -131,6 +143,11 @@ class SFTTrainer:
         self.sched = warmup_schedule(
             self.opt, self.scfg.warmup_steps, total, self.scfg.lr_schedule, self.scfg.min_lr_ratio
         )
+        if self.scfg.warmup_steps > total:
+            console.log(
+                f"[yellow]warning:[/yellow] sft.warmup_steps={self.scfg.warmup_steps} is more than the run's {total} "
+                f"optimizer steps: the learning rate never reaches sft.lr; set sft.warmup_steps below {total}"
+            )
 
     def train(self, resume: bool = False) -> list[dict[str, float]]:
         """Every epoch's batches; with ``resume``, on from ``<out>/checkpoint`` (its weights, optimizer, and the
@@ -148,7 +165,7 @@ class SFTTrainer:
         history: list[dict[str, float]] = []
         self.model.train()
         t0 = time.perf_counter()
-        tokens = 0
+        tokens, train_s = 0, 0.0  # tokens per second of training steps (validations and saves left out)
         with (
             progress() as bar,
             on_sigterm(defer=True) as stop_requested,
@@ -160,6 +177,7 @@ class SFTTrainer:
                 for b, idx in enumerate(self._batches(rng, bs)):
                     if epoch == first_epoch and b < done_in_epoch:
                         continue
+                    t_step = time.perf_counter()
                     batch = [self.examples[i] for i in idx]
                     n_tok = float(sum(sum(_parts(e)[2]) for e in batch))
                     self.opt.zero_grad(set_to_none=True)
@@ -171,17 +189,19 @@ class SFTTrainer:
                         part.backward()
                         loss = loss + part.detach()
                     gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.max_grad_norm)
+                    lr = self.sched.get_last_lr()[0]  # the rate this step ran at (the scheduler then moves on)
                     self.opt.step()
                     self.sched.step()
                     step += 1
                     tokens += sum(len(_parts(e)[0]) + len(_parts(e)[1]) for e in batch)
+                    train_s += time.perf_counter() - t_step
                     m = {
                         "step": step,
                         "epoch": epoch,
                         "loss": float(loss.detach()),
                         "grad_norm": float(gnorm),
-                        "lr": self.sched.get_last_lr()[0],
-                        "tokens_per_s": tokens / (time.perf_counter() - t0),
+                        "lr": lr,
+                        "tokens_per_s": tokens / max(train_s, 1e-9),
                         **placement.peak_memory_metrics(),
                     }
                     history.append(m)
@@ -221,6 +241,11 @@ class SFTTrainer:
                     tmp.rmdir()
                     (self.out_dir / "best").rename(tmp)
                 console.log(f"kept epoch {self.best_epoch} (lowest validation loss {self.best_val:.4f}) as final")
+            elif self.best_epoch < 0:  # every validation loss was nan or inf: no epoch to keep
+                raise ValueError(
+                    "SFT diverged: no epoch's validation loss was finite, so no model was kept; lower sft.lr (or "
+                    "raise sft.warmup_steps) and run again"
+                )
             shutil.rmtree(self.checkpoint, ignore_errors=True)  # the final model is written: nothing to go on from
         console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
         return history
@@ -275,10 +300,11 @@ class SFTTrainer:
         total, count = 0.0, 0
         for s in range(0, len(self.val), self.scfg.batch_size):
             batch = self.val[s : s + self.scfg.batch_size]
-            n = sum(sum(_parts(e)[2]) for e in batch)
-            with placement.autocast(self.device):
-                total += float(sft_loss(self.scorer, batch, self.pad, self.device)) * n
-            count += n
+            for part_idx in self._micro(batch):  # the training's micro-batches: the same bound on memory
+                part = [batch[i] for i in part_idx]
+                with placement.autocast(self.device):  # global_tokens=1: the summed NLL
+                    total += float(sft_loss(self.scorer, part, self.pad, self.device, global_tokens=1.0))
+                count += sum(sum(_parts(e)[2]) for e in part)
         return total / max(count, 1)
 
     def _micro(self, batch: Sequence[Any]) -> list[list[int]]:
