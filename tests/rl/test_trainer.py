@@ -361,3 +361,10 @@ def test_the_sampled_tokens_nll_estimates_the_entropy_at_no_cost(tmp_path: Path)
     lps = [lp for t in trainer.last_trajectories for lp, a in zip(t.logprobs, t.action_mask, strict=True) if a]
     assert m["entropy/sampled_nll"] == pytest.approx(-sum(lps) / len(lps), abs=1e-4)
     assert m["entropy/mean"] == pytest.approx(m["entropy/sampled_nll"], rel=0.2)
+
+
+def test_the_logged_learning_rate_is_the_one_each_step_ran_at(tmp_path: Path) -> None:
+    """With a 4-step warm-up the first step runs at a quarter of the rate, and its metrics row says so (the scheduler
+    steps after the update; read after it, the row would hold the next step's rate)."""
+    metrics = make_trainer(tmp_path, lr=1e-3, steps=2, **{"training.warmup_steps": "4"}).train()
+    assert [m["lr"] for m in metrics] == pytest.approx([2.5e-4, 5e-4])

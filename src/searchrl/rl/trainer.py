@@ -320,10 +320,12 @@ class Trainer:
                 for k, v in self._optimizer_step(sb, mini, aux_seqs, aux_tokens).items():
                     acc_metrics.setdefault(k, []).extend(v)
                 n_updates += 1
+        lr = self.sched.get_last_lr()[0]  # the rate this step ran at (after .step() it is the next one's)
         self.sched.step()
         if self.critic is not None:
             self.critic_sched.step()
-        return {"update/optimizer_steps": float(n_updates), **{k: float(np.mean(v)) for k, v in acc_metrics.items()}}
+        means = {k: float(np.mean(v)) for k, v in acc_metrics.items()}
+        return {"update/optimizer_steps": float(n_updates), "lr": lr, **means}
 
     def _optimizer_step(
         self, sb: StepBatch, mini: list[int], aux_seqs: list[NLLSequence], aux_tokens: float
@@ -362,7 +364,6 @@ class Trainer:
                 "tokens/scored_padded": float(sum(tokens.values())),  # positions computed, padding included
                 **{f"tokens/scored_{k}": float(v) for k, v in tokens.items()},  # per phase
                 "step": step + 1,
-                "lr": self.sched.get_last_lr()[0],
                 "time/generate_s": engine.get("generate_s", 0.0),
                 "time/retrieve_s": engine.get("retrieve_s", 0.0),
                 "time/reward_s": clock["scored"] - clock["start"] - engine.get("engine_s", 0.0),
