@@ -329,11 +329,12 @@ class TagProtocol(Protocol):
 
     def _clean_query(self, raw: str) -> str:
         """Protocol tags removed (they are never part of a query), invisible format characters (zero-width, bidi
-        marks) dropped, whitespace collapsed."""
+        marks) and lone surrogates (half a pair, which a JSON call may escape: no tokenizer or UTF-8 file takes one)
+        dropped, whitespace collapsed."""
         for tag in self.all_tags:
             raw = raw.replace(tag, " ")
         if not raw.isascii():
-            raw = "".join(ch for ch in raw if unicodedata.category(ch) != "Cf")
+            raw = "".join(ch for ch in raw if unicodedata.category(ch) not in ("Cf", "Cs"))
         return collapse_ws(raw)
 
     def _split_queries(self, content: str) -> list[str] | Invalid:
