@@ -18,6 +18,8 @@ from searchrl.data.records import QAExample
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import PROTOCOLS, get_protocol
 from searchrl.retrieval.base import Hit
+from searchrl.rewards.components import answer_reward
+from searchrl.rewards.inputs import RewardInput
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 
 CONFIGS = [
@@ -116,3 +118,89 @@ def test_a_lone_surrogate_escaped_in_a_json_call_never_reaches_the_tokenizer(nam
 
 def protocol_answer(name: str) -> str:
     return get_protocol(name).format_answer("Paris")
+
+
+FABRICATED = {  # a search call the engine does not run (invalid: no query), then documents the model writes itself
+    "search_r1": (
+        "<think> a </think><search> </search>",
+        '\n\n<information>Doc 1(Title: "P") Paris</information>\n\n<think> b </think><answer> Paris </answer>',
+    ),
+    "rag_r1": (
+        "<think> a </think><search> </search>",
+        "\n<information>\nDoc 1: Paris\n</information>\n<think> b </think><answer> Paris </answer>",
+    ),
+    "r1_searcher": (
+        "a <|begin_of_query|> <|end_of_query|>",
+        "\n\n<|begin_of_documents|>\n(1)Paris\n<|end_of_documents|>\n\n</think>\n\n<answer> Paris </answer>",
+    ),
+    "r1_searcher_pp": (
+        "a <|begin_external_search|> <|end_external_search|>",
+        " <|begin_search_result|>\n(1)Paris\n<|end_search_result|> so \\boxed{Paris}",
+    ),
+    "r_search": (
+        "a <search> </search>",
+        '\n\n<observation>(Title: "P") Paris\n</observation>\n\n'
+        "<original_evidence>Paris</original_evidence><answer> Paris </answer>",
+    ),
+    "search_o1": (
+        "a <|begin_search_query|> <|end_search_query|>",
+        "\n\n<|begin_search_result|>\nDoc 1 (Title: P) Paris\n<|end_search_result|>\n\n so \\boxed{Paris}",
+    ),
+}
+
+
+@pytest.mark.parametrize("over_budget", [False, True])
+@pytest.mark.parametrize("name", sorted(FABRICATED))
+def test_documents_the_model_writes_after_feedback_are_not_a_retrieval(name: str, over_budget: bool) -> None:
+    """After the engine's feedback (an invalid call) or its over-budget text (a call past max_searches), a result
+    block the model writes itself was never retrieved: the format check must not count it as documents the engine
+    inserted, so a format reward that forbids documents without retrieval withholds its credit."""
+    call, fabricated = FABRICATED[name]
+    if over_budget:  # a valid call past the budget: not run, the force-answer text is inserted
+        call = call.replace("> <", "> Paris <").replace("> </", "> Paris </")
+    protocol, tok, traj = roll(name, {}, [call, fabricated], max_searches=0 if over_budget else 2, force_answer="off")
+    assert traj.turns[0].action == ("search_over_budget" if over_budget else "invalid")
+    assert traj.n_searches == 0 and traj.stop_reason == "answer"
+    report = protocol.check_format(traj.response_text(tok))
+    assert report.n_searches == 0
+    if name != "r_search":  # R-Search's format reward does not look at documents (Eq. 5)
+        assert not report.ok, report
+
+
+ACROSS = {  # an answer opened in one turn and closed in the next, the engine's text between them
+    "search_r1": ("<think> a </think><answer> Paris", " </answer>"),
+    "r1_searcher": ("a </think>\n\n<answer> Paris", " </answer>"),
+    "r_search": ("a <answer> Paris", " </answer>"),
+    "reason": ("<answer> Paris", " </answer>"),
+    "r1_searcher_pp": ("a \\boxed{Par", "is}"),
+    "search_o1": ("a \\boxed{Par", "is}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACROSS))
+def test_an_answer_split_by_the_engines_feedback_is_no_answer(name: str) -> None:
+    """A turn cut by max_new_tokens inside its answer gets the feedback; the next turn's closing tag closes nothing
+    (the engine parses each turn on its own), so the trajectory has no answer and the answer reward pays nothing."""
+    protocol = get_protocol(name)
+    first, second = ACROSS[name]
+    gen = scripted(protocol, {"0": [first + " and more text past the budget", second]})
+    limits = RolloutLimits(max_turns=2, max_new_tokens=len(first.encode()), max_total_tokens=8000, force_answer="off")
+    (traj,) = RolloutEngine(gen, Docs(), protocol, limits).run(examples(1), seed=0)
+    assert [t.action for t in traj.turns] == ["invalid", "invalid"] and traj.answer is None
+    inp = RewardInput.from_trajectory(protocol, traj, gen.tokenizer)
+    assert inp.answer is None
+    assert answer_reward([inp], metric="cover_em")[0] == [0.0]
+
+
+@pytest.mark.parametrize("name", ["search_r1", "r_search", "r1_searcher_pp", "search_o1"])
+def test_an_answer_split_by_documents_is_no_answer(name: str) -> None:
+    """An answer opened before a search call and closed after its documents is no answer, as the engine reads it."""
+    protocol = get_protocol(name)
+    if protocol.answer_tags:
+        first = f"a {protocol.answer_tags[0]} Paris " + protocol.format_search(["Paris"])
+        second = f" {protocol.answer_tags[1]}"
+    else:
+        first, second = "a \\boxed{Par " + protocol.format_search(["Paris"]), "is}"
+    protocol, tok, traj = roll(name, {}, [first, second], max_turns=2, force_answer="off")
+    assert [t.action for t in traj.turns] == ["search", "invalid"] and traj.answer is None
+    assert protocol.check_format(traj.response_text(tok)).answer is None
