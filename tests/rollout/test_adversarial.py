@@ -204,3 +204,44 @@ def test_an_answer_split_by_documents_is_no_answer(name: str) -> None:
     protocol, tok, traj = roll(name, {}, [first, second], max_turns=2, force_answer="off")
     assert [t.action for t in traj.turns] == ["search", "invalid"] and traj.answer is None
     assert protocol.check_format(traj.response_text(tok)).answer is None
+
+
+@pytest.mark.parametrize("bad", ["title", "text"])
+def test_a_hit_without_text_is_a_one_line_error_naming_the_fix(bad: str) -> None:
+    class NoText:
+        def search(self, queries, k):
+            return [[Hit("d", None if bad == "title" else "T", None if bad == "text" else "x", 1.0)] for _ in queries]
+
+    protocol = get_protocol("search_r1")
+    with pytest.raises(TypeError, match=f"NoText.search returned a hit whose {bad} is a NoneType") as err:
+        roll("search_r1", {}, [protocol.format_search(["Paris"]), protocol.format_answer("Paris")], retriever=NoText())
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", SEARCHING)
+def test_a_lone_surrogate_in_a_document_is_inserted_as_a_replacement_character(name: str) -> None:
+    """A corpus may hold half a surrogate pair (a JSON escape cut in two): the observation is still inserted."""
+
+    class Broken:
+        def search(self, queries, k):
+            return [[Hit("d", "Par\ud800is", "It is Par\udfffis.", 1.0)] for _ in queries]
+
+    protocol = get_protocol(name)
+    _, tok, traj = roll(
+        name, {}, [protocol.format_search(["Paris"]), protocol.format_answer("Paris")], retriever=Broken()
+    )
+    assert traj.turns[0].action == "search" and traj.stop_reason == "answer"
+    assert "Par\ufffdis" in traj.turns[0].observation
+    json.dumps(traj.to_dict(), ensure_ascii=False).encode("utf-8")
+
+
+def test_a_lone_surrogate_in_a_prompt_document_is_a_replacement_character() -> None:
+    """The ``rag`` protocol's documents go into the prompt: checked like a search call's."""
+
+    class Broken:
+        def search(self, queries, k):
+            return [[Hit("d", "Par\ud800is", "It is Par\udfffis.", 1.0)] for _ in queries]
+
+    _, tok, traj = roll("rag", {}, [get_protocol("rag").format_answer("Paris")], retriever=Broken())
+    assert traj.stop_reason == "answer" and "Par\ufffdis" in tok.decode(traj.prompt_ids)
+    json.dumps(traj.to_dict(), ensure_ascii=False).encode("utf-8")
