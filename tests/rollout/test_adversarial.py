@@ -13,14 +13,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from searchrl.data.records import QAExample
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
-from searchrl.protocols import PROTOCOLS, get_protocol
+from searchrl.protocols import INVALID_REASONS, PROTOCOLS, get_protocol
+from searchrl.protocols.base import Invalid
 from searchrl.retrieval.base import Hit
-from searchrl.rewards.components import answer_reward
+from searchrl.rewards.components import answer_recall_reward, answer_reward, format_reward, retrieval_reward
 from searchrl.rewards.inputs import RewardInput
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+from searchrl.rollout.limits import force_mode
 
 CONFIGS = [
     ("search_r1", {}),
@@ -90,6 +94,109 @@ def roll(name: str, opts: dict, turns: list[str], *, retriever=None, **limits):
     engine = RolloutEngine(gen, retriever or Docs(), protocol, lim)
     (traj,) = engine.run(examples(1), seed=0)
     return protocol, gen.tokenizer, traj
+
+
+# ------------------------------------------------------------------------------------------ random model output
+def _fragments(protocol) -> list[str]:
+    tags = [*protocol.all_tags, *protocol.stop_strings, *protocol.answer_stop_strings]
+    search = protocol.format_search(["Paris"]) if protocol.searches else "<search> Paris </search>"
+    opened = f"{protocol.answer_tags[0]} Paris " if protocol.answer_tags else "\\boxed{Par"
+    calls = [search, protocol.format_answer("Paris"), "\\boxed{Paris}", "\\boxed{", opened, opened + search]
+    json_bits = ['{"name": "search", "arguments": {"queries": ["a", "b", "c", "d"]}}', '{"name": "nope"}', "[", ","]
+    json_bits += ['{"name": "search", "arguments": {"queries": [1]}}', '["a", "", "\\ud800"]', "{", "}", '"']
+    feedback = [protocol.invalid_feedback(Invalid(r)) for r in INVALID_REASONS[:2]] + [protocol.force_answer_text()]
+    misc = [" ", "\n", "Paris", "北京", "😀", "\ufffd", "\x00", "\u200b", "Assistant:", "<|im_end|>", "x" * 600]
+    return tags * 3 + [t[: len(t) // 2] for t in tags] + calls * 2 + json_bits + feedback + misc
+
+
+def _turns(protocol) -> st.SearchStrategy[list[str]]:
+    piece = st.one_of(st.sampled_from(_fragments(protocol)), st.text(max_size=6))
+    return st.lists(st.lists(piece, max_size=10).map("".join), min_size=1, max_size=5)
+
+
+def _check(traj, engine, protocol, tok) -> None:
+    lim = engine.limits
+    assert traj.stop_reason in STOP_REASONS
+    assert len(traj.response_ids) == len(traj.action_mask) == len(traj.logprobs)
+    assert not traj.response_ids or len(traj.prompt_ids) + len(traj.response_ids) <= lim.max_total_tokens
+    assert sum(t.n_gen_tokens for t in traj.turns) == sum(traj.action_mask)
+    inserted = [i for i, m in zip(traj.response_ids, traj.action_mask, strict=True) if not m]
+    assert tok.decode(inserted) == "".join(t.observation + t.hint for t in traj.turns)
+    for lp, m in zip(traj.logprobs, traj.action_mask, strict=True):
+        assert (lp < 0) if m else (lp == 0.0)
+    assert len(traj.turns) <= engine.n_turns() and traj.n_searches <= lim.max_searches
+    for turn in traj.turns:
+        assert turn.action in ACTIONS and turn.n_gen_tokens <= lim.max_new_tokens
+        assert (turn.invalid_reason in INVALID_REASONS) if turn.action == "invalid" else not turn.invalid_reason
+        if turn.action == "search":
+            assert turn.queries and turn.n_obs_tokens <= lim.max_obs_tokens
+    last = traj.turns[-1] if traj.turns else None
+    assert (traj.stop_reason == "answer") == (last is not None and last.action == "answer" and traj.answer is not None)
+    if traj.stop_reason == "max_searches":
+        assert last.action == "search_over_budget" and force_mode(lim.force_answer) == "end"
+    if traj.stop_reason == "max_turns":
+        assert len(traj.turns) == lim.max_turns
+    json.dumps(traj.to_dict(), ensure_ascii=False).encode("utf-8")
+    # every reward scores it; the format check credits no answer the engine did not take
+    inp = RewardInput.from_trajectory(protocol, traj, tok)
+    for metric in ("em", "f1", "cover_em"):
+        assert 0.0 <= answer_reward([inp], metric=metric)[0][0] <= 1.0
+    retrieval_reward([inp])
+    answer_recall_reward([inp])
+    if protocol.name in SCHEMES:
+        format_reward([inp], paper=SCHEMES[protocol.name])
+    if inp.answer is not None:
+        assert any(inp.answer in t.text for t in traj.turns)
+        if protocol.answer_tags and force_mode(lim.force_answer) != "silent":  # silent: turns without a text between
+            assert traj.answer is not None
+
+
+def _summary(traj) -> tuple:
+    turns = [(t.action, t.queries, t.invalid_reason, t.observation, t.hint, t.finish_reason) for t in traj.turns]
+    return traj.uid, traj.response_ids, traj.action_mask, traj.logprobs, traj.stop_reason, traj.answer, turns
+
+
+@pytest.mark.parametrize(("name", "opts"), CONFIGS, ids=IDS)
+def test_random_model_output_through_the_engine(name: str, opts: dict) -> None:
+    """Tag soup, JSON garbage, feedback the model copies, unicode: the invariants of the module docstring hold, and
+    the turn-by-turn, continuous and one-question-at-a-time runs give the same trajectories."""
+    protocol = get_protocol(name, **opts)
+    prompt_len = len(RolloutEngine(scripted(protocol, {}), None, protocol).prompt_ids("QID0END Which city?"))
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        st.lists(_turns(protocol), min_size=2, max_size=2),
+        st.fixed_dictionaries(
+            {
+                "max_turns": st.integers(1, 4),
+                "max_searches": st.integers(0, 3),
+                "max_new_tokens": st.sampled_from([6, 40, 300]),
+                "max_obs_tokens": st.sampled_from([30, 2000]),
+                "max_total_tokens": st.sampled_from([10, 200, 4000]).map(lambda n: prompt_len + n),
+                "force_answer": st.sampled_from(["hint", "silent", "end", "off"]),
+                "topk": st.integers(1, 3),
+                "continue_after_eos": st.booleans(),
+            }
+        ),
+        st.booleans(),
+        st.booleans(),
+    )
+    def run(scripts: list[list[str]], limits: dict, eos: bool, empty: bool) -> None:
+        def rollout(keys: list[int], continuous: bool = False) -> list:
+            gen = scripted(protocol, {str(j): s for j, s in enumerate(scripts)}, eos=eos)
+            lim = RolloutLimits(**limits, continuous=continuous)
+            engine = RolloutEngine(gen, Docs(empty), protocol, lim)
+            exs = [ex for j, ex in enumerate(examples(len(scripts))) if j in keys]
+            trajs = engine.run(exs, seed=1)
+            for traj in trajs:
+                _check(traj, engine, protocol, gen.tokenizer)
+            return [_summary(t) for t in trajs]
+
+        both = rollout([0, 1])
+        assert rollout([0, 1], continuous=True) == both
+        assert rollout([0]) + rollout([1]) == both
+
+    run()
 
 
 # ------------------------------------------------------------------------------------------ hand-picked cases
