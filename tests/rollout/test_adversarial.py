@@ -171,7 +171,7 @@ def test_random_model_output_through_the_engine(name: str, opts: dict) -> None:
                 "max_turns": st.integers(1, 4),
                 "max_searches": st.integers(0, 3),
                 "max_new_tokens": st.sampled_from([6, 40, 300]),
-                "max_obs_tokens": st.sampled_from([30, 2000]),
+                "max_obs_tokens": st.sampled_from([60, 2000]),  # a cut keeps every opening tag whole
                 "max_total_tokens": st.sampled_from([10, 200, 4000]).map(lambda n: prompt_len + n),
                 "force_answer": st.sampled_from(["hint", "silent", "end", "off"]),
                 "topk": st.integers(1, 3),
@@ -311,6 +311,17 @@ def test_an_answer_split_by_documents_is_no_answer(name: str) -> None:
     protocol, tok, traj = roll(name, {}, [first, second], max_turns=2, force_answer="off")
     assert [t.action for t in traj.turns] == ["search", "invalid"] and traj.answer is None
     assert protocol.check_format(traj.response_text(tok)).answer is None
+
+
+@pytest.mark.parametrize("name", ["reason", "rag"])
+@pytest.mark.parametrize("call", ["<search> Paris </search>", "<search> </search>"])
+def test_an_answer_after_a_search_call_in_a_protocol_without_search_is_the_answer(name: str, call: str) -> None:
+    """Generation does not stop at a search call where there is no search engine, so a turn may write one and then
+    its answer: the engine takes that answer, as the format check does (the search tag fails the check)."""
+    protocol, tok, traj = roll(name, {}, [f"<think> a </think>{call} <answer> Paris </answer>"], max_turns=1)
+    assert traj.turns[0].action == "answer" and traj.answer == "Paris" and traj.stop_reason == "answer"
+    report = protocol.check_format(traj.response_text(tok))
+    assert report.answer == "Paris" and not report.ok
 
 
 @pytest.mark.parametrize("bad", ["title", "text"])
