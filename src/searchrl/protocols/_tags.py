@@ -9,7 +9,9 @@ pair. Two operations recur:
 * ``scan`` splits a whole response into events (tags, text, observations). A result block counts as an inserted
   observation only when it directly follows (whitespace aside) a search call's closing tag; any other result tag
   was written by the model itself ("fabricated documents", which R1-Searcher and R1-Searcher++ penalise). The
-  observation body is kept opaque, so tags quoted inside retrieved documents never confuse a checker.
+  observation body is kept opaque, so tags quoted inside retrieved documents never confuse a checker. The texts the
+  engine inserts besides documents (feedback, hints) are events of their own: a result block after one of them
+  was written by the model, and no block of the model's spans one (the engine parses each turn on its own).
 
 Parsers never raise. Invalid actions carry one of the short reason codes below, which the rollout engine can count.
 """
@@ -163,13 +165,24 @@ def unbox(content: str | None) -> str | None:
 # ----------------------------------------------------------------------------------------------- response scanning
 @dataclass(frozen=True)
 class Event:
-    kind: str  # "tag" | "text" | "obs" (an inserted observation; value = its body) | "obs_unclosed"
+    #: "tag" | "text" | "obs" (an inserted observation; value = its body) | "obs_unclosed" | "inserted" (feedback
+    #: or a hint the engine inserted; value = a line break, which stands for it in the model's text)
+    kind: str
     value: str
 
 
-def scan(text: str, tags: Iterable[str], search_close: str, result_open: str, result_close: str) -> list[Event]:
-    """Split a whole response into tag, text and observation events (see the module docstring)."""
-    regex = _tag_regex([*tags, search_close, result_open, result_close])
+def scan(
+    text: str,
+    tags: Iterable[str],
+    search_close: str,
+    result_open: str,
+    result_close: str,
+    inserted: Iterable[str] = (),
+) -> list[Event]:
+    """Split a whole response into tag, text and observation events (see the module docstring); each occurrence
+    of an ``inserted`` text (the feedback and hints the protocol inserts) is an ``inserted`` event."""
+    inserted = {t for t in inserted if t}
+    regex = _tag_regex([*tags, search_close, result_open, result_close, *inserted])
     events: list[Event] = []
     pos = 0
     while True:
@@ -179,6 +192,10 @@ def scan(text: str, tags: Iterable[str], search_close: str, result_open: str, re
         if m.start() > pos:
             events.append(Event("text", text[pos : m.start()]))
         tag = m.group(0)
+        if tag in inserted:
+            events.append(Event("inserted", "\n"))
+            pos = m.end()
+            continue
         if tag == result_open and _follows_search(events, search_close):
             close_at = text.find(result_close, m.end())
             if close_at < 0:
@@ -207,8 +224,24 @@ def count_tag(events: Sequence[Event], tag: str) -> int:
 
 
 def model_text(events: Sequence[Event]) -> str:
-    """The response with every inserted observation replaced by a newline: the text the policy wrote."""
+    """The response with every inserted observation (and feedback) replaced by a newline: the text the policy
+    wrote."""
     return "".join("\n" if ev.kind.startswith("obs") else ev.value for ev in events)
+
+
+def last_policy_box(events: Sequence[Event]) -> str | None:
+    """The content of the last complete ``\\boxed{...}`` the policy wrote, a box never spanning inserted text (an
+    observation or feedback: the engine reads each turn on its own); None without one."""
+    pieces: list[str] = []
+    for ev in reversed([Event("inserted", ""), *events]):  # the first event closes the first piece
+        if ev.kind.startswith("obs") or ev.kind == "inserted":
+            box = last_box("".join(reversed(pieces)))
+            if box is not None:
+                return box
+            pieces = []
+        else:
+            pieces.append(ev.value)
+    return None
 
 
 @dataclass(frozen=True)
@@ -217,12 +250,17 @@ class Blocks:
     balanced: bool  # every opening tag closed before the next one opens, no stray closing tag
 
 
-def blocks(events: Sequence[Event], open_tag: str, close_tag: str) -> Blocks:
+def blocks(events: Sequence[Event], open_tag: str, close_tag: str, *, across_documents: bool = True) -> Blocks:
+    """The ``open_tag ... close_tag`` blocks of a response's events. A block open when the engine's feedback or
+    hint comes is left unclosed (the engine reads each turn on its own); so is one open when documents come, unless
+    ``across_documents`` (a think block may hold search calls and their documents; an answer may not)."""
     contents: list[str] = []
     balanced = True
     current: list[str] | None = None
     for ev in events:
-        if ev.kind == "tag" and ev.value == open_tag:
+        if current is not None and (ev.kind == "inserted" or (ev.kind.startswith("obs") and not across_documents)):
+            balanced, current = False, None
+        elif ev.kind == "tag" and ev.value == open_tag:
             if current is not None:
                 balanced = False  # nested / re-opened: restart at the innermost opening
             current = []
@@ -329,11 +367,12 @@ class TagProtocol(Protocol):
 
     def _clean_query(self, raw: str) -> str:
         """Protocol tags removed (they are never part of a query), invisible format characters (zero-width, bidi
-        marks) dropped, whitespace collapsed."""
+        marks) and lone surrogates (half a pair, which a JSON call may escape: no tokenizer or UTF-8 file takes one)
+        dropped, whitespace collapsed."""
         for tag in self.all_tags:
             raw = raw.replace(tag, " ")
         if not raw.isascii():
-            raw = "".join(ch for ch in raw if unicodedata.category(ch) != "Cf")
+            raw = "".join(ch for ch in raw if unicodedata.category(ch) not in ("Cf", "Cs"))
         return collapse_ws(raw)
 
     def _split_queries(self, content: str) -> list[str] | Invalid:
@@ -369,19 +408,9 @@ class TagProtocol(Protocol):
             texts.add(force)
         return sorted(texts, key=len, reverse=True)
 
-    def strip_inserted(self, response: str) -> str:
-        """The response without the feedback / forced-answer texts this protocol inserts (they quote tags)."""
-        for text in self._inserted_texts():
-            response = response.replace(text, "\n")
-        return response
-
-    def scan_text(self, text: str) -> list[Event]:
-        """Events of a text that holds no inserted feedback (see ``scan``)."""
-        return scan(text, self.all_tags, self.search_tags[1], *self.result_tags)
-
     def scan_response(self, response: str) -> list[Event]:
-        """Events of a whole response, after removing the feedback / forced-answer texts."""
-        return self.scan_text(self.strip_inserted(response))
+        """Events of a whole response; the feedback / forced-answer texts are ``inserted`` events."""
+        return scan(response, self.all_tags, self.search_tags[1], *self.result_tags, inserted=self._inserted_texts())
 
     # ----------------------------------------------------------------------------------------- rendering
     def split_documents(self, observation: str) -> list[tuple[str, bool]]:

@@ -6,7 +6,8 @@ same answer extraction, rewards and format penalty apply:
 
 * ``reason`` (the R1 baseline): the model reasons inside ``<think></think>`` and answers inside
   ``<answer></answer>``; nothing is retrieved. A ``<search>`` call is an invalid action (``no_search``) with feedback
-  that asks for the answer.
+  that asks for the answer, unless the turn goes on to a complete answer (generation does not stop at a search call
+  here), which is then the action, as the format check's answer (the search tag fails the check).
 * ``rag`` (the RAG-SFT and RAG-RL baselines): as ``reason``, but the prompt holds the top-k documents retrieved
   once with the question (``retrieval.topk`` of them, one batched retriever call per rollout). The rollout engine
   retrieves them (``prompt_documents``) and records them on the trajectory (``metadata.prompt_docs``), so the
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from searchrl.protocols._tags import NO_SEARCH, Event
-from searchrl.protocols.base import Action, Invalid, Search
+from searchrl.protocols._tags import NO_SEARCH, Event, first_action
+from searchrl.protocols.base import Action, Answer, Invalid, Search
 from searchrl.protocols.search_r1 import SearchR1Protocol
 from searchrl.retrieval.base import Hit
 
@@ -48,7 +49,10 @@ class ReasonProtocol(SearchR1Protocol):
         return self._retag(REASON_INSTRUCTION).format(question=question.strip())
 
     def parse(self, turn_text: str) -> Action:
+        """The turn's answer, also after a search call (no stop string ends the turn there); else why not."""
         action = super().parse(turn_text)
+        if not isinstance(action, Answer) and (found := first_action(turn_text, {"answer": self.answer_tags})):
+            return Answer(found.content.strip())
         return Invalid(NO_SEARCH) if isinstance(action, Search) else action
 
     def format_search(self, queries: list[str] | tuple[str, ...]) -> str:

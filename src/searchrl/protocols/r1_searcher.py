@@ -157,16 +157,15 @@ class R1SearcherProtocol(TagProtocol):
         R_retrieval needs ``n_searches >= 1``; also ``extra["retrieval_invoked"]``). ``extra`` also has
         ``answer_words``, ``n_unanswered_queries``, ``n_fabricated_documents``.
         """
-        text = self.strip_inserted(response)
-        events = self.scan_text(self.response_prefix + text)
+        events = self.scan_response(self.response_prefix + response)
         problems: list[str] = []
 
         # Rule 1: think and answer structure.
         tags = [ev.value for ev in events if ev.kind == "tag" and ev.value in (*THINK, *ANSWER)]
-        first = next((ev for ev in events if not (ev.kind == "text" and not ev.value.strip())), None)
+        first = next((ev for ev in events if ev.kind == "tag" or ev.value.strip()), None)
         if tags != [THINK[0], THINK[1], ANSWER[0], ANSWER[1]] or first is None or first.value != THINK[0]:
             problems.append("expected exactly <think> ... </think> then <answer> ... </answer>, <think> first")
-        answers = blocks(events, *ANSWER).contents
+        answers = blocks(events, *ANSWER, across_documents=False).contents
         answer = answers[-1].strip() if answers else None
         words = word_count(answer) if answer is not None else None
         if answer is not None:

@@ -27,7 +27,7 @@ from searchrl.protocols._tags import (
     garbled_problems,
     hit_contents,
     last_box,
-    model_text,
+    last_policy_box,
     unanswered_searches,
     unbox,
     word_count,
@@ -149,7 +149,7 @@ class R1SearcherPPProtocol(TagProtocol):
             problems.append("search-result tag written by the policy (documents without retrieval)")
         if any(ev.kind == "obs_unclosed" for ev in events):
             problems.append("unclosed search-result block")
-        answer = unbox(last_box(model_text(events)))
+        answer = unbox(last_policy_box(events))
         if not answer:
             problems.append("no non-empty \\boxed{} final answer")
         problems.extend(garbled_problems(events))

@@ -109,7 +109,7 @@ class RSearchProtocol(TagProtocol):
         events = self.scan_response(response)
         n_searches = sum(1 for ev in events if ev.kind.startswith("obs"))
         searched = n_searches >= 1
-        answers = blocks(events, *ANSWER)
+        answers = blocks(events, *ANSWER, across_documents=False)
         evidence_blocks = blocks(events, *EVIDENCE)
         answer = answers.contents[-1].strip() if answers.contents else None
         evidence = evidence_blocks.contents[-1].strip() if evidence_blocks.contents else None

@@ -32,7 +32,7 @@ from searchrl.protocols._tags import (
     count_tag,
     first_action,
     last_box,
-    model_text,
+    last_policy_box,
     unanswered_searches,
     unbox,
     word_count,
@@ -163,7 +163,7 @@ class SearchO1Protocol(TagProtocol):
             problems.append("search-result tag written by the model (results without a search)")
         if any(ev.kind == "obs_unclosed" for ev in events):
             problems.append("unclosed search-result block")
-        answer = unbox(last_box(model_text(events)))
+        answer = unbox(last_policy_box(events))
         if not answer:
             problems.append("no non-empty \\boxed{} final answer")
         return FormatReport(

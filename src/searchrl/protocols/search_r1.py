@@ -166,7 +166,7 @@ class SearchR1Protocol(TagProtocol):
         (``<information>`` tags the policy wrote itself).
         """
         events = self.scan_response(response)
-        answers = blocks(events, *self.answer_tags).contents
+        answers = blocks(events, *self.answer_tags, across_documents=False).contents
         answer = answers[-1].strip() if answers else None
         problems = []
         seq = self._sequence_problem(events)

@@ -6,7 +6,8 @@ cannot tell them apart.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -41,11 +42,16 @@ class Retriever(Protocol):
         ...
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def check_hits(hits: Any, n_queries: int, retriever: Any, k: int | None = None) -> list[list[Hit]]:
     """``hits`` as a retriever must return them for ``n_queries`` queries: one list of :class:`Hit` per query, the
     first ``k`` of each kept (a retriever of one's own may return more than it was asked for). Else a one-line
     ``TypeError`` naming the retriever and the shape it should give (a retriever of one's own is checked at its first
-    search, before any observation is built from it).
+    search, before any observation is built from it). A title or text that is not a string is such an error too; a
+    lone surrogate in one (half a pair, as a corpus with a cut JSON escape holds it), which no tokenizer encodes, is
+    replaced by U+FFFD.
 
     >>> check_hits([[Hit("d1", "T", "text", 1.0)]], 1, None)[0][0].id
     'd1'
@@ -68,7 +74,23 @@ def check_hits(hits: Any, n_queries: int, retriever: Any, k: int | None = None) 
                 f"{name} returned a {type(bad).__name__} as a hit: each must be a "
                 "searchrl.retrieval.base.Hit(id, title, text, score)"
             )
-    return [list(row[:k]) for row in hits]
+        for hit in row[:k]:
+            for key in ("title", "text"):
+                if not isinstance(getattr(hit, key), str):
+                    raise TypeError(
+                        f"{name} returned a hit whose {key} is a {type(getattr(hit, key)).__name__}: give every "
+                        "Hit a string title and text ('' when there is none)"
+                    )
+    return [[_readable(h) for h in row[:k]] for row in hits]
+
+
+def _readable(hit: Hit) -> Hit:
+    """``hit`` with any lone surrogate in its title or text replaced by U+FFFD."""
+    if hit.text.isascii() and hit.title.isascii():
+        return hit
+    if not (_LONE_SURROGATE.search(hit.text) or _LONE_SURROGATE.search(hit.title)):
+        return hit
+    return replace(hit, title=_LONE_SURROGATE.sub("\ufffd", hit.title), text=_LONE_SURROGATE.sub("\ufffd", hit.text))
 
 
 class CheckedRetriever:

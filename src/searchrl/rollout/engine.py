@@ -278,7 +278,9 @@ class RolloutEngine:
                 "(retrieval.kind / retrieval.index)"
             )
         t0 = time.perf_counter()
-        hits = self.retriever.search(questions, self.limits.topk)
+        hits = check_hits(
+            self.retriever.search(questions, self.limits.topk), len(questions), self.retriever, self.limits.topk
+        )
         timing["retrieve_s"] += time.perf_counter() - t0
         timing["retrieve_calls"] += 1
         return [self.protocol.frame_question(q, hs) for q, hs in zip(questions, hits, strict=True)], list(hits)
