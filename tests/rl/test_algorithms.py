@@ -24,6 +24,7 @@ from searchrl.rl.algorithms import (
     policy_loss,
     reinforce_pp_returns,
     rloo_advantages,
+    tis_weights,
     value_loss,
     whiten,
 )
@@ -537,6 +538,36 @@ def test_clip_higher_raises_only_the_upper_bound():
     from searchrl.config import load_config
 
     assert load_config(None, ["algorithm.clip_eps_high=0.28"]).algorithm.clip_eps_high == 0.28
+
+
+def test_truncated_importance_weights_scale_each_sampled_tokens_loss_up_to_the_cap():
+    """TIS: weight min(pi_old / pi_rollout, cap) on sampled tokens, 1 on a retrieved one (no rollout log-prob); the
+    loss and gradient of each token are its unweighted ones times its weight."""
+    old = torch.log(torch.tensor([[0.5, 0.4, 0.9, 0.3]], dtype=torch.float64))
+    rollout = torch.log(torch.tensor([[0.5, 0.1, 0.3, 0.0]], dtype=torch.float64)).nan_to_num(neginf=0.0)
+    sampled = torch.tensor([[1, 1, 1, 0]])
+    w, m = tis_weights(old, rollout, sampled, cap=2.0)
+    assert torch.allclose(w, torch.tensor([[1.0, 2.0, 2.0, 1.0]], dtype=torch.float64))  # 4 and 3 capped at 2
+    assert close(m["tis/weight_mean"], 5 / 3) and close(m["tis/capped_frac"], 2 / 3)
+    w3, _ = tis_weights(old, rollout, sampled, cap=3.5)
+    assert close(w3[0, 2], 3.0) and close(w3[0, 1], 3.5)
+    logp = torch.log(torch.tensor([[0.55, 0.4, 0.8, 0.3]], dtype=torch.float64)).requires_grad_()
+    adv, mask = torch.tensor([[1.0, -1.0, 0.5, 2.0]], dtype=torch.float64), torch.ones(1, 4)
+    plain, _ = policy_loss(logp, old, adv, mask, 0.2, None, "seq_mean_token_sum")
+    (g_plain,) = torch.autograd.grad(plain, logp)
+    weighted, _ = policy_loss(logp, old, adv, mask, 0.2, None, "seq_mean_token_sum", weights_BT=w3)
+    (g_weighted,) = torch.autograd.grad(weighted, logp)
+    assert torch.allclose(g_weighted, g_plain * w3)
+    per_token = [
+        policy_loss(logp[:, i : i + 1], old[:, i : i + 1], adv[:, i : i + 1], mask[:, :1])[0] for i in range(4)
+    ]
+    assert close(weighted.detach(), sum(float(w3[0, i]) * float(per_token[i].detach()) for i in range(4)))
+    from searchrl.config import load_config
+
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        load_config(None, ["algorithm.tis_cap=0.5"])
+    with pytest.raises(ValueError, match="tis_cap applies to token losses"):
+        load_config(None, ["algorithm.name=gspo", "algorithm.tis_cap=2"])
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -368,3 +368,13 @@ def test_the_logged_learning_rate_is_the_one_each_step_ran_at(tmp_path: Path) ->
     steps after the update; read after it, the row would hold the next step's rate)."""
     metrics = make_trainer(tmp_path, lr=1e-3, steps=2, **{"training.warmup_steps": "4"}).train()
     assert [m["lr"] for m in metrics] == pytest.approx([2.5e-4, 5e-4])
+
+
+def test_truncated_importance_sampling_weighs_the_update_by_the_samplers_mismatch(tmp_path: Path) -> None:
+    """``algorithm.tis_cap``: the step reports its weights; the policy's own fp32 weights sampled, so the sampler's
+    log-probs match the recomputed ones and every weight is 1 (nothing capped)."""
+    over = {"algorithm.tis_cap": "2.0", "algorithm.old_logprobs": "recompute"}
+    (m,) = make_trainer(tmp_path / "tis", lr=1e-3, steps=1, **over).train()
+    assert m["tis/weight_mean"] == pytest.approx(1.0, abs=1e-3) and m["tis/capped_frac"] == 0.0
+    (plain,) = make_trainer(tmp_path / "plain", lr=1e-3, steps=1).train()
+    assert "tis/weight_mean" not in plain

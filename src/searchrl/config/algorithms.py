@@ -110,6 +110,10 @@ class AlgorithmConfig(Section):
     #: the ratio's upper clip is 1 + this (DAPO's clip-higher: 0.28); null: clip_eps.
     clip_eps_high: float | None = Field(default=None, gt=0)
     dual_clip: float | None = None  # dual-clip constant c (> 1) for negative advantages; None: off
+    #: truncated importance sampling (Yao et al., 2025; veRL's tis_imp_ratio_cap): each token's policy loss is
+    #: weighted by min(pi_old / pi_rollout, tis_cap), pi_old the training forward's probability and pi_rollout the
+    #: sampler's, correcting for an engine whose numerics differ (vLLM, bf16 decoding); null: off (e.g. 2.0 on).
+    tis_cap: float | None = Field(default=None, ge=1.0)
     kl_coef: float = Field(default=0.001, ge=0)
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     #: True: -kl_coef * KL folded into the reward before the estimator (PPO, REINFORCE++: per token; GRPO, RLOO: the
@@ -191,6 +195,7 @@ class AlgorithmConfig(Section):
             ("gspo_clip_high", not clip, "to gspo's sequence ratio"),
             ("clip_eps", clip, "to token ratios (gspo clips sequences: gspo_clip_low / gspo_clip_high)"),
             ("dual_clip", clip, "to token ratios, not gspo's sequence ratio"),
+            ("tis_cap", clip, "to token losses, not gspo's sequence ratio"),
             ("norm_adv_by_std", by_std, "to grpo and gspo (dr_grpo never divides by the std)"),
             ("kl_target", self.kl_ctrl == "adaptive", "with algorithm.kl_ctrl=adaptive"),
             ("kl_horizon", self.kl_ctrl == "adaptive", "with algorithm.kl_ctrl=adaptive"),

@@ -60,7 +60,15 @@ from collections.abc import Hashable, Sequence
 import torch
 from torch import Tensor
 
-from searchrl.rl.losses import KLEstimator, entropy_from_logits, gspo_loss, kl_penalty, policy_loss, value_loss
+from searchrl.rl.losses import (
+    KLEstimator,
+    entropy_from_logits,
+    gspo_loss,
+    kl_penalty,
+    policy_loss,
+    tis_weights,
+    value_loss,
+)
 from searchrl.rl.masked import (
     _WHITEN_EPS,
     GroupIds,
@@ -96,6 +104,7 @@ __all__ = [
     "masked_sum",
     "policy_loss",
     "gspo_loss",
+    "tis_weights",
     "reinforce_pp_returns",
     "rloo_advantages",
     "value_loss",

@@ -68,10 +68,12 @@ def policy_loss(
     global_seqs: float | None = None,
     norm_tokens: float | None = None,
     clip_eps_high: float | None = None,
+    weights_BT: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """PPO clipped surrogate (Schulman et al., 2017), to minimise: per token
     ``max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high))`` with ``rho = exp(logp - old_logp)``; ``eps_high``
-    (``clip_eps_high``, DAPO's clip-higher) defaults to ``eps``.
+    (``clip_eps_high``, DAPO's clip-higher) defaults to ``eps``. ``weights_BT`` (constants) scale each token's loss
+    before aggregation (truncated importance sampling, :func:`tis_weights`).
 
     ``dual_clip = c`` (> 1) adds Ye et al.'s (2020) bound for negative advantages: there the per-token loss is
     ``min(max(...), -c * A)``, so a token whose ratio has blown up cannot produce an unbounded loss. Aggregated with
@@ -99,6 +101,8 @@ def policy_loss(
         bound_BT = -adv_BT * dual_clip  # (B, T)
         dual_active_BT = (adv_BT < 0) & (bound_BT < loss_BT) & m  # (B, T)
         loss_BT = torch.where(adv_BT < 0, torch.minimum(loss_BT, bound_BT), loss_BT)  # (B, T)
+    if weights_BT is not None:
+        loss_BT = loss_BT * weights_BT.detach().to(loss_BT.dtype)  # (B, T)
     loss = aggregate_loss(loss_BT, m, agg, global_tokens, global_seqs, norm_tokens)  # ()
     with torch.no_grad():
         ratio_d = ratio_BT.detach()
@@ -112,6 +116,25 @@ def policy_loss(
             "policy/ratio_max": torch.where(m, ratio_d, -big).max().item() if m.any() else 1.0,
         }
     return loss, metrics
+
+
+def tis_weights(
+    old_logp_BT: Tensor, rollout_logp_BT: Tensor, sampled_BT: Tensor, cap: float
+) -> tuple[Tensor, Metrics]:
+    """Truncated importance-sampling weights (Yao et al., 2025): ``min(exp(old_logp - rollout_logp), cap)`` on the
+    sampled tokens, 1 elsewhere (a token the sampler did not draw has no rollout log-prob). The ratio corrects a
+    gradient taken under the training forward's probabilities for tokens drawn by an engine whose numerics differ;
+    the cap bounds its variance. Metrics: the weights' mean and the share capped, over sampled tokens."""
+    _check_same_shape(old_logp=old_logp_BT, rollout_logp=rollout_logp_BT)
+    m = _bool_mask(sampled_BT, old_logp_BT)  # (B, T)
+    log_w_BT = (old_logp_BT - rollout_logp_BT).detach().clamp(max=_PPO_LOG_RATIO_CLAMP)  # (B, T)
+    raw_BT = torch.where(m, torch.exp(log_w_BT), torch.ones_like(log_w_BT))  # (B, T)
+    w_BT = raw_BT.clamp(max=cap)  # (B, T)
+    metrics = {
+        "tis/weight_mean": masked_mean(w_BT, m).item(),
+        "tis/capped_frac": masked_mean((raw_BT > cap).to(w_BT.dtype), m).item(),
+    }
+    return w_BT, metrics
 
 
 def gspo_loss(

@@ -64,8 +64,15 @@ def policy_micro_loss(
     if method.policy_loss == "gspo":
         loss, pm = A.gspo_loss(logp_BT, old_BT, adv_BT, mm, alg.gspo_clip_low, alg.gspo_clip_high, g_seq)
     else:
+        weights_BT, tis = None, {}
+        if alg.tis_cap is not None:  # old (the training forward's) over the sampler's probabilities, capped
+            sampled_BT = mb.action_mask[:, :T].bool() & mm.bool()
+            weights_BT, tis = A.tis_weights(old_BT, mb.rollout_logp[:, :T], sampled_BT, alg.tis_cap)
         clip = (alg.clip_eps, alg.dual_clip, mode)
-        loss, pm = A.policy_loss(logp_BT, old_BT, adv_BT, mm, *clip, clip_eps_high=alg.clip_eps_high, **norms)
+        loss, pm = A.policy_loss(
+            logp_BT, old_BT, adv_BT, mm, *clip, clip_eps_high=alg.clip_eps_high, weights_BT=weights_BT, **norms
+        )
+        pm.update(tis)
     if st.ref_logp_BT is not None:
         kl_cur_BT, _ = A.kl_penalty(logp_BT, st.ref_logp_BT[idx, :T], mm, alg.kl_estimator)
         loss = loss + alg.kl_coef * A.aggregate_loss(kl_cur_BT, mm, mode, **norms)
