@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from searchrl.commands import data as data_cli
 from searchrl.commands.data import app
 
 runner = CliRunner()
@@ -54,6 +55,28 @@ def test_inspect_counts_ids_a_file_repeats(tmp_path: Path) -> None:
     res = runner.invoke(app, ["inspect", str(qa)])
     assert res.exit_code == 0, res.output
     assert re.search(r"duplicate ids\s*│\s*2\b", res.output), res.output
+
+
+def test_inspect_counts_sft_data_by_layout(tmp_path: Path, monkeypatch) -> None:
+    """Trajectories (token ids and a loss mask), step-level samples and text rows are SFT data, not questions."""
+    from searchrl.rollout.trajectory import Trajectory, Turn
+
+    traj = Trajectory(uid="o/1", group_id="o/1", question_id="1", question="Who?", golds=["x"], prompt_ids=[1, 2, 3])
+    traj.append([4, 5], sampled=True, logprobs=[0.0, 0.0])
+    traj.append([6, 7, 8], sampled=False)
+    traj.append([9], sampled=True, logprobs=[0.0])
+    traj.turns = [Turn("<search>q</search>", "search", "stop"), Turn("<answer>x</answer>", "answer", "stop")]
+    traj.stop_reason = "answer"
+    step = {"prompt_ids": [1, 2], "response_ids": [3, 4, 5], "loss_mask": [1, 1, 1], "kind": "question_search"}
+    text = {"question": "Who?", "response": "<answer>x</answer>"}
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in (traj.to_dict(), step, text)))
+    monkeypatch.setattr(data_cli.out, "width", 200)  # one line per statistic
+    res = runner.invoke(app, ["inspect", str(data)])
+    assert res.exit_code == 0, res.output
+    assert "trajectory 1, step-level: question_search 1, text: response 1" in res.output
+    assert re.search(r"tokens trained on\s*│\s*min 3 / mean 3.0 / max 3", res.output), res.output
+    assert re.search(r"searches per trajectory\s*│\s*1: 1", res.output), res.output
 
 
 def test_inspect_errors_name_the_fix(tmp_path: Path) -> None:

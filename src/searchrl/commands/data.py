@@ -161,11 +161,13 @@ class _QAStats:
 
 
 def _kind_of_fields(fields: Iterable[str]) -> str | None:
-    """'qa' when the fields name a question (in any case; verl's rows keep theirs in ``prompt``), 'corpus' when they
-    name passage text, else None."""
+    """'sft' for SFT data (token ids or a whole response), 'qa' when the fields name a question (in any case; verl's
+    rows keep theirs in ``prompt``), 'corpus' when they name passage text, else None."""
     from searchrl.data.fields import QUESTION_FIELDS
 
     names = {str(f).strip().lower() for f in fields}
+    if names & {"prompt_ids", "action_mask", "response", "completion", "messages"}:
+        return "sft"  # trajectories, step-level samples or text SFT rows (searchrl.sft.text_data)
     if names & set(QUESTION_FIELDS):
         return "qa"
     return "corpus" if names & {"contents", "wikipedia_title", "text"} else None
@@ -266,6 +268,52 @@ def _inspect_qa(
         out.print(listed)
 
 
+def _inspect_sft(path: Path, n: int, limit: int | None) -> None:
+    """SFT data: trajectories (``searchrl data oracle`` / ``rejection-sample`` / ``text``), step-level samples
+    (``--slice``) or text rows, counted by layout with their token counts and searches."""
+    from searchrl.sft.text_data import is_text_row
+    from searchrl.utils import read_jsonl
+
+    layouts, stops, searches = Counter(), Counter(), Counter()
+    prompt, target, trained, samples, count = _Range(), _Range(), _Range(), [], 0
+    for _, row in read_jsonl(path):
+        count += 1
+        if is_text_row(row):
+            layouts["text: " + next(f for f in ("messages", "completion", "response") if f in row)] += 1
+        elif "action_mask" in row:
+            layouts["trajectory"] += 1
+            stops[row.get("stop_reason") or "-"] += 1
+            searches[sum(t.get("action") == "search" for t in row.get("turns") or [])] += 1
+            prompt.add(len(row.get("prompt_ids") or []))
+            target.add(len(row.get("response_ids") or []))
+            trained.add(sum(row["action_mask"]))
+        else:
+            layouts[f"step-level: {row.get('kind', '-')}"] += 1
+            prompt.add(len(row.get("prompt_ids") or []))
+            target.add(len(row.get("response_ids") or []))
+            trained.add(sum(row.get("loss_mask") or []))
+        if len(samples) < n:
+            samples.append(row)
+        if limit is not None and count >= limit:
+            break
+    table = Table("statistic", "value", title=f"SFT data: {path}" + (f" (first {limit} rows)" if limit else ""))
+    table.add_row("rows", f"{count:,}")
+    table.add_row("layouts", ", ".join(f"{k} {v}" for k, v in layouts.most_common()))
+    if prompt.n:
+        table.add_row("prompt tokens", str(prompt))
+        table.add_row("response tokens", str(target))
+        table.add_row("tokens trained on", str(trained))
+    if searches:
+        table.add_row("searches per trajectory", ", ".join(f"{k}: {v}" for k, v in sorted(searches.items())))
+        table.add_row("stop reasons", ", ".join(f"{k} {v}" for k, v in stops.most_common()))
+    out.print(table)
+    rows = Table("id", "question (or a sample's kind)", title="samples")
+    for row in samples:
+        ident = row.get("uid") or row.get("id") or row.get("source_uid") or "-"
+        rows.add_row(str(ident), str(row.get("question") or row.get("kind") or "")[:200])
+    out.print(rows)
+
+
 def _inspect_corpus(path: Path | str, n: int, limit: int | None) -> None:
     from searchrl.data.corpus import hf_passages, iter_passages
 
@@ -305,7 +353,7 @@ def inspect(
     styles: bool = typer.Option(False, "--styles", help="list every question style of a QA file with its count"),
     fields: list[str] = FIELD,
 ) -> None:
-    """Print counts, field statistics and sample rows of a QA file or a corpus (detected from the fields).
+    """Print counts, field statistics and sample rows of a QA file, a corpus or SFT data (detected from the fields).
 
     Example: searchrl data inspect data/world/dev.jsonl --n 5 --styles
     """
@@ -323,7 +371,10 @@ def inspect(
     if not files:
         raise FileNotFoundError(f"{p} holds none of {', '.join(_WORLD_FILES)}; pass a file instead")
     for f in files:
-        if (mapping and not p.is_dir()) or _detect(f) == "qa":  # in a world directory the corpus stays a corpus
+        kind = "qa" if mapping and not p.is_dir() else _detect(f)  # in a world directory the corpus stays a corpus
+        if kind == "sft":
+            _inspect_sft(f, n, limit)
+        elif kind == "qa":
             _inspect_qa(f, n, limit, styles, mapping)
         else:
             _inspect_corpus(f, n, limit)
