@@ -204,13 +204,16 @@ def load_tokenizer(model: str):
     return AutoTokenizer.from_pretrained(resolve_policy(model))
 
 
-def load_generator(model: str, url: str | None = None, served_model: str | None = None, timeout_s: float = 120.0):
+def load_generator(
+    model: str, url: str | None = None, served_model: str | None = None, timeout_s: float = 120.0, concurrency: int = 1
+):
     """A transformers generator for ``model``, or an OpenAI-compatible client of ``url`` with ``model``'s tokenizer
-    (``served_model``: the model's name on that server, default ``model``)."""
+    (``served_model``: the model's name on that server, default ``model``; ``concurrency`` requests in flight)."""
     if url:
         from searchrl.generation.openai_compat import OpenAICompatGenerator
 
-        return OpenAICompatGenerator(url, served_model or model, load_tokenizer(model), timeout_s=timeout_s)
+        tok = load_tokenizer(model)
+        return OpenAICompatGenerator(url, served_model or model, tok, timeout_s=timeout_s, concurrency=concurrency)
     from searchrl.generation.hf import HFGenerator
     from searchrl.models import load_policy
 

@@ -86,7 +86,7 @@ _OP_ARGS = {
     "oracle": {"split", "limit", "kinds", "forms"},
 }
 #: a sampling stage's teacher: an OpenAI-compatible server (``url``), its model name and request timeout.
-_TEACHER_ARGS = {"url", "served_model", "timeout_s"}
+_TEACHER_ARGS = {"url", "served_model", "timeout_s", "concurrency"}
 _OP_FUNCTIONS = {
     "split": "split_questions",
     "rejection-sample": "rejection_sampling",

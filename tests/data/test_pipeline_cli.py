@@ -67,7 +67,7 @@ def test_rejection_sample_observations_are_capped_by_the_recipe_not_256(
         "rollout: {protocol: search_r1, max_obs_tokens: 1000, max_total_tokens: 8000, "
         "max_new_tokens: 200}\nretrieval: {topk: 1}\n"
     )
-    monkeypatch.setattr(sampling, "load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
+    monkeypatch.setattr(sampling, "load_generator", lambda *a, **k: ScriptedGenerator(ByteTokenizer(), _searcher))
     out = tmp_path / "rs.jsonl"
     res = runner.invoke(
         app,
@@ -109,7 +109,7 @@ def test_select_difficulty_takes_turns_and_searches_from_the_recipe(
             super().__init__(generator, retriever, protocol, limits, style)
 
     monkeypatch.setattr(sampling, "RolloutEngine", Engine)
-    monkeypatch.setattr(sampling, "load_generator", lambda *a: ScriptedGenerator(ByteTokenizer(), _searcher))
+    monkeypatch.setattr(sampling, "load_generator", lambda *a, **k: ScriptedGenerator(ByteTokenizer(), _searcher))
     common = ["--data", str(data), "--index", str(index), "--n", "2", "--out", str(tmp_path / "sel.jsonl")]
     res = runner.invoke(
         app,

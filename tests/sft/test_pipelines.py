@@ -416,7 +416,10 @@ def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, 
     data.write_text("".join(json.dumps(ex.to_flashrag()) + "\n" for ex in questions(3)))
     plan = {"q0": ["right"] * 25, "q1": ["no"] * 11 + ["right"] * 14, "q2": ["no"] * 25}
 
-    def fake_generator(model: str, url=None, served_model=None, timeout_s=120.0):
+    asked: list[int] = []
+
+    def fake_generator(model: str, url=None, served_model=None, timeout_s=120.0, concurrency=1):
+        asked.append(concurrency)  # a teacher's requests in flight (--concurrency, default 8)
         examples = questions(3)
         return ScriptedGenerator(
             ByteTokenizer(), PlannedModel(SR1, ByteTokenizer(), examples, plan, direct_behaviours)
@@ -433,8 +436,11 @@ def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, 
     assert [json.loads(x)["id"] for x in (tmp_path / "sel.jsonl").read_text().splitlines()] == ["q1"]
     records = [json.loads(x) for x in (tmp_path / "sel.records.jsonl").read_text().splitlines()]
     assert [r["bucket"] for r in records] == ["easy", "medium", "unsolved"]
-    res = CliRunner().invoke(app, ["rejection-sample", *common, "--k", "2", "--out", str(tmp_path / "rs.jsonl")])
+    res = CliRunner().invoke(
+        app, ["rejection-sample", *common, "--k", "2", "--concurrency", "3", "--out", str(tmp_path / "rs.jsonl")]
+    )
     assert res.exit_code == 0, res.output
+    assert asked == [8, 3]
     rows = [json.loads(x) for x in (tmp_path / "rs.jsonl").read_text().splitlines()]
     assert [r["uid"] for r in rows] == ["rs/q0#0"]  # q0's two answers are identical: kept once
     assert Trajectory.from_dict(rows[0]).answer == "gold 0"

@@ -110,6 +110,7 @@ def select_difficulty(
     prompt_style: str = _STYLE,
     batch_size: int = typer.Option(32, help="questions rolled out together"),
     timeout_s: float = typer.Option(120.0, help="--url request timeout, seconds"),
+    concurrency: int = typer.Option(8, min=1, help="--url requests in flight at once"),
     out: Path = typer.Option(..., "--out", help="kept questions, FlashRAG JSONL", callback=writable_file),
     records: Path = typer.Option(None, help="per-question records JSONL (default: <out>.records.jsonl)"),
 ) -> None:
@@ -126,7 +127,7 @@ def select_difficulty(
         cfg,
         out,
         data=data,
-        teacher=Teacher(url, served_model, timeout_s),
+        teacher=Teacher(url, served_model, timeout_s, concurrency),
         rule=rule,
         n=n,
         metric=metric,
@@ -187,6 +188,7 @@ def rejection_sample_cmd(
     prompt_style: str = _STYLE,
     batch_size: int = typer.Option(32, help="questions rolled out together"),
     timeout_s: float = typer.Option(120.0, help="--url request timeout, seconds"),
+    concurrency: int = typer.Option(8, min=1, help="--url requests in flight at once"),
     out: Path = typer.Option(
         ..., "--out", help="output JSONL (trajectories, or SFT examples with --slice)", callback=writable_file
     ),
@@ -207,7 +209,7 @@ def rejection_sample_cmd(
         cfg,
         out,
         data=data,
-        teacher=Teacher(url, served_model, timeout_s),
+        teacher=Teacher(url, served_model, timeout_s, concurrency),
         k=k,
         metric=metric,
         min_score=min_score,

@@ -27,6 +27,7 @@ class Teacher:
     url: str | None = None
     served_model: str | None = None  # the model's name on the server (default: model.policy)
     timeout_s: float = 120.0
+    concurrency: int = 8  # requests to the server in flight at once
 
 
 @dataclass
@@ -53,7 +54,9 @@ def rollout_engine(cfg: RunConfig, teacher: Teacher | None = None, limits: Rollo
         f"<= {limits.max_total_tokens} tokens in all"
     )
     protocol, retriever = make_protocol(cfg), make_retriever_for(cfg)
-    generator = load_generator(cfg.model.policy, teacher.url, teacher.served_model, teacher.timeout_s)
+    generator = load_generator(
+        cfg.model.policy, teacher.url, teacher.served_model, teacher.timeout_s, concurrency=teacher.concurrency
+    )
     return RolloutEngine.from_config(cfg, generator, retriever, protocol=protocol, limits=limits)
 
 
