@@ -354,7 +354,7 @@ class MCPClient:
             return future.result(timeout + _BACKSTOP_S)
         except FutureTimeoutError:
             if future.done():  # the coroutine's own MCPTimeoutError (a TimeoutError too): it names the late call
-                raise
+                return future.result()
             future.cancel()
             raise self._timeout_error(what, timeout) from None
 
