@@ -163,6 +163,12 @@ def test_tool_results_become_hits() -> None:
     assert parse_hits('{"answer": 42}') == [Hit("", "", '{"answer": 42}', 0.0)]
     assert parse_hits('{"title": "Jazz", "content": "Jazz began."}') == [Hit("", "Jazz", "Jazz began.", 0.0)]
     assert parse_hits("  ") == []
+    assert parse_hits('"Everest is 8,849 m high."') == [Hit("", "", "Everest is 8,849 m high.", 0.0)]  # a JSON string
+    assert parse_hits('"  "') == []
+    assert parse_hits('[{"id": 0, "text": "a"}, {"id": "", "url": "https://b.example", "text": "b"}]') == [
+        Hit("0", "", "a", 0.0),  # id 0 is an id
+        Hit("https://b.example", "", "b", 0.0),
+    ]
     # a tool that answers one text block per document
     blocks = ToolResult(('{"title": "A", "text": "a"}', '{"title": "B", "text": "b"}'))
     assert hits_of(blocks) == [Hit("", "A", "a", 0.0), Hit("", "B", "b", 0.0)]

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from searchrl.retrieval.web import WebRetriever
 
@@ -154,6 +154,20 @@ def test_an_answer_in_another_format_is_one_line(serve_app, monkeypatch: pytest.
             web.search(["q"], 2)
         web.close()
     assert "\n" not in str(err.value) and KEY not in str(err.value)
+
+
+def test_an_answer_that_is_not_json_names_the_fix(serve_app, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = FastAPI()
+    app.get("/serpapi")(lambda: HTMLResponse("<html><body>Sign in to continue</body></html>"))
+    monkeypatch.setenv("SERPAPI_API_KEY", KEY)
+    with serve_app(app) as url:
+        web = WebRetriever("serpapi", base_url=f"{url}/serpapi", retries=0)
+        with pytest.raises(ValueError) as err:
+            web.search(["q"], 2)
+        web.close()
+    message = str(err.value)
+    assert "\n" not in message and KEY not in message
+    assert "did not return JSON (HTTP 200, text/html); check retrieval.urls[0]" in message
 
 
 def test_null_title_or_snippet_is_no_text(serve_app, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -103,6 +103,15 @@ class PageHandler(BaseHTTPRequestHandler):
                 self._send(200, b"\x00\x01\x02PNG\x00" * 100, "text/html")
             elif path == "/error":
                 self._send(500, b"server error")
+            elif path.startswith("/nap/"):  # a page that takes a while, well within the page timeout
+                time.sleep(0.5)
+                self._send(200, b"<p>" + path.encode() + b"</p>")
+            elif path == "/bad-byte":  # UTF-8 as declared, but for one invalid byte
+                self._send(200, "<p>Café in Jaipur, naïve prices ".encode() + b"\xff</p>")
+            elif path == "/unknown-charset":
+                self._send(200, "Café in Jaipur".encode(), "text/plain; charset=x-no-such-charset")
+            elif path == "/utf-16":
+                self._send(200, "<p>Hawa Mahal, 1799</p>".encode("utf-16"), "text/html; charset=utf-16")
             else:
                 self._send(404, b"not found")
         except (BrokenPipeError, ConnectionResetError):
@@ -190,6 +199,23 @@ def test_robots_per_origin_and_cache(pages: str) -> None:
     relaxed = fetcher(respect_robots=False)
     assert relaxed.fetch(f"{pages}/private/secret").status == "ok"
     relaxed.close()
+
+
+def test_pages_queued_behind_others_are_fetched(pages: str) -> None:
+    # 16 pages of 0.5 s through 2 workers take 4 s, each well within its own 2 s: none may be given up as timed out
+    f = PageFetcher(FetchOptions(timeout_s=2.0, respect_robots=False), max_workers=2)
+    got = f.fetch_many([f"{pages}/nap/{i}" for i in range(16)])
+    f.close()
+    assert [(p.status, p.text) for p in got] == [("ok", f"/nap/{i}") for i in range(16)]
+
+
+def test_declared_charsets_are_read_and_a_bad_byte_spoils_nothing(pages: str) -> None:
+    f = fetcher()
+    got = {n: f.fetch(f"{pages}/{n}") for n in ("bad-byte", "unknown-charset", "utf-16")}
+    f.close()
+    assert got["bad-byte"].text == "Café in Jaipur, naïve prices \ufffd"  # not the whole page re-guessed as cp1252
+    assert (got["unknown-charset"].status, got["unknown-charset"].text) == ("ok", "Café in Jaipur")  # read as UTF-8
+    assert (got["utf-16"].status, got["utf-16"].text) == ("ok", "Hawa Mahal, 1799")  # its NUL bytes are text
 
 
 def test_html_to_text_drops_page_furniture() -> None:

@@ -5,15 +5,20 @@ and ``MCPRetriever`` over a plain-text ``lookup(query)`` tool (argument auto-det
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 pytest.importorskip("mcp")
 
+from searchrl.cli import app  # noqa: E402
+from searchrl.config import MCPConfig  # noqa: E402
 from searchrl.retrieval.base import Hit  # noqa: E402
 from searchrl.retrieval.mcp import MCPRetriever  # noqa: E402
 from searchrl.tools.mcp import (  # noqa: E402
@@ -37,6 +42,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 if os.environ.get("NOTES_PID_FILE"):
     Path(os.environ["NOTES_PID_FILE"]).write_text(str(os.getpid()))
+if os.environ.get("NOTES_PID_LOG"):  # every server started, one pid a line
+    with open(os.environ["NOTES_PID_LOG"], "a") as log:
+        print(os.getpid(), file=log)
 app = MCPServer("notes", log_level="WARNING")
 
 
@@ -50,6 +58,12 @@ def lookup(query: str) -> str:
     if query == "die":
         print("notes server: fatal: out of ink", file=sys.stderr, flush=True)
         os._exit(1)
+    if query == "die once" and not Path(os.environ["NOTES_DIED"]).exists():
+        Path(os.environ["NOTES_DIED"]).touch()
+        time.sleep(0.5)  # the other searches' calls are in flight when it dies
+        os._exit(1)
+    if query.startswith("nap"):
+        time.sleep(1.5)
     return f"Notes on {query}: nothing but plain text."
 
 
@@ -57,6 +71,29 @@ def lookup(query: str) -> str:
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
+
+
+if __name__ == "__main__":
+    app.run()
+'''
+
+#: a server whose async tool reports the most calls it has had in flight at once.
+GAUGE_SERVER = '''
+import anyio
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("gauge", log_level="WARNING")
+state = {"now": 0, "most": 0}
+
+
+@app.tool()
+async def search(query: str) -> str:
+    """How many calls were in flight at most."""
+    state["now"] += 1
+    state["most"] = max(state["most"], state["now"])
+    await anyio.sleep(0.2)
+    state["now"] -= 1
+    return str(state["most"])
 
 
 if __name__ == "__main__":
@@ -118,6 +155,39 @@ def test_a_slow_call_times_out_and_the_session_survives(notes: MCPClient) -> Non
     assert notes.call_tool("add", {"a": 1, "b": 1}).text == "2"
 
 
+def test_a_late_call_in_a_batch_is_named_with_its_own_timeout(notes: MCPClient) -> None:
+    calls = [("lookup", {"query": "slow"}), ("lookup", {"query": "quick"})]
+    with pytest.raises(MCPTimeoutError) as err:
+        notes.call_tools(calls, timeout_s=0.5)
+    message = str(err.value)  # the call that was late and its timeout, not the batch's backstop
+    assert "\n" not in message and "did not answer a call of tool 'lookup' within 0.5 s" in message
+
+
+def test_errors_name_the_settings_that_fix_them(notes_cmd: list[str]) -> None:
+    cfg = MCPConfig(server=notes_cmd, tool="lookup", connect_timeout_s=120)
+    with MCPRetriever.from_config(cfg, timeout_s=0.5) as retriever:
+        with pytest.raises(MCPTimeoutError) as err:
+            retriever.search(["slow"], 1)
+        assert "(retrieval.timeout_s)" in str(err.value)  # the call's timeout: there is no retrieval.mcp.timeout_s
+        with pytest.raises(
+            MCPToolError, match=r"has no tool 'nope' \(its tools: lookup, add\); fix retrieval.mcp.tool"
+        ):
+            MCPRetriever(retriever.client, tool="nope")
+    # `searchrl mcp` has one --timeout for both
+    never = shlex.join([sys.executable, "-c", "import time; time.sleep(60)"])
+    res = CliRunner().invoke(app, ["mcp", "tools", "--server", never, "--timeout", "1"])
+    assert isinstance(res.exception, MCPTimeoutError) and "raise --timeout" in str(res.exception)
+
+
+def test_calls_from_several_threads_share_one_concurrency_bound(tmp_path: Path) -> None:
+    path = tmp_path / "gauge_server.py"
+    path.write_text(GAUGE_SERVER)
+    with MCPClient([sys.executable, str(path)], concurrency=2, connect_timeout_s=120) as client:
+        with ThreadPoolExecutor(3) as pool:
+            batches = list(pool.map(lambda i: client.call_tools([("search", {"query": f"{i}"})] * 3), range(3)))
+    assert max(int(r.text) for batch in batches for r in batch) == 2
+
+
 def test_plain_text_tool_through_the_retriever_detects_its_query_argument(notes: MCPClient) -> None:
     retriever = MCPRetriever(notes, tool="lookup")
     assert (retriever.query_arg, retriever.as_list, retriever.topk_arg) == ("query", False, None)
@@ -164,6 +234,32 @@ def test_the_retriever_starts_a_stopped_server_again_once_per_search(notes_cmd: 
         assert retriever.search(["calm"], 1)[0][0].text.startswith("Notes on calm")  # a fresh server answers
         assert retriever.reconnects == 2 and not retriever.client.closed
     assert retriever.client.closed
+
+
+def test_searches_in_several_threads_start_a_stopped_server_once(notes_cmd: list[str], tmp_path: Path) -> None:
+    pid_log = tmp_path / "pids"
+    env = {"NOTES_PID_LOG": str(pid_log), "NOTES_DIED": str(tmp_path / "died")}
+
+    def connect() -> MCPClient:
+        return MCPClient(notes_cmd, timeout_s=20, connect_timeout_s=120, env=env)
+
+    retriever = MCPRetriever(connect(), tool="lookup", reconnect=connect)
+    try:
+        queries = ["die once", "nap 1", "nap 2", "nap 3"]
+        with ThreadPoolExecutor(4) as pool:  # as rollout.continuous runs its retriever calls
+            hits = list(pool.map(lambda q: retriever.search([q], 1), queries))
+        assert [h[0][0].text for h in hits] == [f"Notes on {q}: nothing but plain text." for q in queries]
+        assert retriever.reconnects == 1
+    finally:
+        retriever.close()
+    pids = [int(line) for line in pid_log.read_text().split()]
+    assert len(pids) == 2
+    for pid in pids:  # no server outlives the retriever
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(MCPUnavailableError, match="is closed"):  # a closed retriever does not start one again
+        retriever.search(["calm"], 1)
+    assert retriever.reconnects == 1 and len(pid_log.read_text().split()) == 2
 
 
 def test_close_ends_the_server_process(notes_cmd: list[str], tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ SERVER = typer.Option(
     ..., "--server", help="the MCP server: a command line to start (stdio), or a streamable-HTTP URL (http://.../mcp)"
 )
 TIMEOUT = typer.Option(60.0, "--timeout", help="seconds to start / reach the server and for each call")
+#: the client's timeouts are both --timeout here: its errors name the flag.
+TIMEOUT_FLAGS = {"timeout_setting": "--timeout", "connect_timeout_setting": "--timeout"}
 
 
 @app.command("serve")
@@ -86,7 +88,7 @@ def tools(server: str = SERVER, timeout: float = TIMEOUT) -> None:
     """
     from searchrl.tools.mcp import tool_schemas
 
-    print(json.dumps(tool_schemas(server, timeout_s=timeout, connect_timeout_s=timeout), indent=2))
+    print(json.dumps(tool_schemas(server, timeout_s=timeout, connect_timeout_s=timeout, **TIMEOUT_FLAGS), indent=2))
 
 
 @app.command("call")
@@ -111,7 +113,7 @@ def call(
         raise ValueError(f'--args is not JSON ({err}); give an object, e.g. \'{{"query": "..."}}\'') from None
     if not isinstance(arguments, dict):
         raise ValueError(f"--args must be a JSON object of the tool's arguments, not {type(arguments).__name__}")
-    with MCPClient(server, timeout_s=timeout, connect_timeout_s=timeout) as client:
+    with MCPClient(server, timeout_s=timeout, connect_timeout_s=timeout, **TIMEOUT_FLAGS) as client:
         client.tool(tool)  # an unknown tool: one line naming the server's tools
         result = client.call_tool(tool, arguments)
     if result.is_error:

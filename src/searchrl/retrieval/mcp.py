@@ -9,20 +9,22 @@ config names it:
 - the top-k argument: ``topk``, ``top_k``, ``k``, ``num_results`` or ``max_results`` when the schema has one; the
   hits are cut to ``k`` in any case.
 
-A batch of queries fans out one tool call per distinct query, at most ``concurrency`` in flight, and an LRU cache
-(keyed by query and k) answers repeats without a call. The tool's text becomes hits (:func:`parse_hits`; several text
-blocks, block by block): a JSON list of documents (``{id?, title?, contents | text, score?}``, as ``searchrl mcp
-serve`` and the ``/retrieve`` API write them; also a list of strings, such a list under ``results`` / ``hits`` /
-``documents``, or one document object), else the whole text as one document. A tool error, or a JSON list whose items
-are not documents, raises a one-line error naming the server and the tool.
+A batch of queries fans out one tool call per distinct query, at most ``concurrency`` in flight (counting the
+calls of every thread that searches), and an LRU cache (keyed by query and k) answers repeats without a call. The
+tool's text becomes hits (:func:`parse_hits`; several text blocks, block by block): a JSON list of documents
+(``{id?, title?, contents | text, score?}``, as ``searchrl mcp serve`` and the ``/retrieve`` API write them; also a
+list of strings, such a list under ``results`` / ``hits`` / ``documents``, or one document object), a JSON string as
+its text, else the whole text as one document. A tool error, or a JSON list whose items are not documents, raises a
+one-line error naming the server and the tool.
 
 A stdio server that stopped is started again once per ``search`` call (a warning says so) before the error is
-raised; a timeout is not retried.
+raised; searches in other threads that saw the same server stop use the new one. A timeout is not retried.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -125,7 +127,8 @@ def _hit(item: Any, rank: int) -> Hit:
         score = float(score)
     except (TypeError, ValueError):
         score = 0.0
-    return Hit(str(doc.get("id") or doc.get("url") or ""), title, text, score)
+    doc_id = next((doc[k] for k in ("id", "url") if doc.get(k) is not None and doc.get(k) != ""), "")
+    return Hit(str(doc_id), title, text, score)
 
 
 def _documents(value: Any) -> list[Any] | None:
@@ -161,7 +164,9 @@ def parse_hits(text: str) -> list[Hit]:
     docs = _documents(value)
     if docs is None and isinstance(value, Mapping) and any(k in value for k in (*TEXT_KEYS, "document")):
         docs = [value]  # one document
-    if docs is None:  # a JSON scalar or another object: its text is the document
+    if isinstance(value, str):  # a JSON string: its text is the document
+        return [Hit("", "", value.strip(), 0.0)] if value.strip() else []
+    if docs is None:  # a JSON number or another object: its text is the document
         return [Hit("", "", stripped, 0.0)]
     return [_hit(item, i) for i, item in enumerate(docs)]
 
@@ -185,7 +190,12 @@ class MCPRetriever:
         self.client = client
         self.tool = tool
         self._reconnect = reconnect
-        spec = client.tool(tool)
+        self._reconnect_lock = threading.Lock()  # searches in several threads start a stopped server once
+        self._closed = False
+        try:
+            spec = client.tool(tool)
+        except MCPToolError as err:
+            raise MCPToolError(f"{err}; fix retrieval.mcp.tool") from None
         try:
             self.query_arg, self.as_list = query_argument(spec.input_schema, query_arg)
             self.topk_arg = topk_argument(spec.input_schema, topk_arg)
@@ -207,6 +217,7 @@ class MCPRetriever:
                 env=cfg.env,
                 concurrency=cfg.concurrency,
                 config_key="retrieval.mcp",
+                timeout_setting="retrieval.timeout_s",
             )
 
         client = connect()
@@ -242,22 +253,26 @@ class MCPRetriever:
         return [list(found[q]) for q in queries]
 
     def _call(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[ToolResult]:
+        client = self.client
         try:
-            results = self.client.call_tools(calls)
+            results = client.call_tools(calls)
         except MCPTimeoutError:
             raise
         except MCPUnavailableError as err:
-            if self._reconnect is None or not isinstance(self.client.server, list):
+            if self._reconnect is None or not isinstance(client.server, list) or self._closed:
                 raise
-            from rich.markup import escape
+            with self._reconnect_lock:
+                if self.client is client and not self._closed:  # the first search to see it stop starts it again
+                    from rich.markup import escape
 
-            from searchrl.utils import console
+                    from searchrl.utils import console
 
-            console.print(f"[yellow]warning:[/yellow] {escape(str(err))}; starting it again", soft_wrap=True)
-            self.client.close()
-            self.client = self._reconnect()
-            self.reconnects += 1
-            results = self.client.call_tools(calls)
+                    console.print(f"[yellow]warning:[/yellow] {escape(str(err))}; starting it again", soft_wrap=True)
+                    client.close()
+                    self.client = self._reconnect()
+                    self.reconnects += 1
+                client = self.client
+            results = client.call_tools(calls)
         self.calls += len(calls)
         return results
 
@@ -277,7 +292,9 @@ class MCPRetriever:
             ) from None
 
     def close(self) -> None:
-        self.client.close()
+        with self._reconnect_lock:
+            self._closed = True
+            self.client.close()
 
     def __enter__(self) -> MCPRetriever:
         return self

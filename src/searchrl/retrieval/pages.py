@@ -10,14 +10,17 @@ first useful summary. Our choices, all configurable (``retrieval.web``):
 
 - :class:`PageFetcher` fetches with httpx and never hangs: every request has a timeout, and each page has a
   deadline for the whole fetch (robots.txt, redirects and body included), so a server that trickles bytes is cut
-  off too; ``fetch_many`` returns at the deadline even if a worker is still blocked (e.g. in DNS resolution).
+  off too; ``fetch_many`` fetches ``max_workers`` pages at a time and returns within the deadline per round of
+  them even if a worker is still blocked (e.g. in DNS resolution).
   The body is streamed and reading stops at ``max_bytes``; only HTML, XHTML and plain text are read (the type is
   checked from the headers before the body is downloaded); robots.txt is honoured per origin (RFC 9309: a 4xx
   robots.txt allows everything except 401/403, which forbid, as Python's robotparser does; an unreachable one or a
   5xx forbids); redirects are followed by hand (at most ``max_redirects``), each hop checked against robots.txt.
   A page that fails in any of these ways comes back with a ``status`` saying why and no text.
-- HTML becomes text with BeautifulSoup (``html.parser``): scripts, styles, navigation, headers, footers and forms
-  are dropped, the rest is joined line by line; the text is cut at ``max_chars``.
+- The header's charset decodes a page (an invalid byte becomes U+FFFD); without a known one, plain text is read as
+  UTF-8 and HTML's encoding is left to BeautifulSoup (byte-order mark, ``<meta charset>``, a guess). HTML becomes
+  text with BeautifulSoup (``html.parser``): scripts, styles, navigation, headers, footers and forms are dropped, the
+  rest is joined line by line; the text is cut at ``max_chars``.
 - :class:`PageSummarizer` wraps any :class:`~searchrl.generation.base.Generator` (a local model, or an
   OpenAI-compatible server such as a hosted GPT-4o-mini): ONE generate call condenses every page of a search batch
   for its query; a reply of "None" means the page has nothing relevant. The prompt is our own wording.
@@ -25,6 +28,8 @@ first useful summary. Our choices, all configurable (``retrieval.web``):
 
 from __future__ import annotations
 
+import codecs
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -114,6 +119,17 @@ class _Deadline(Exception):
     pass
 
 
+_BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def _codec(charset: str | None) -> str | None:
+    """Python's name of a declared charset (``utf-16`` for ``UTF-16``), or None when absent or unknown."""
+    try:
+        return codecs.lookup(charset).name if charset else None
+    except LookupError:
+        return None
+
+
 def html_to_text(markup: bytes | str, encoding: str | None = None) -> str:
     """Visible text of an HTML page, one block per line (scripts, styles, navigation, headers, footers, forms out).
 
@@ -143,7 +159,10 @@ class PageFetcher:
         timeout = httpx.Timeout(options.timeout_s)
         headers = {"User-Agent": options.user_agent, "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9"}
         self._client = httpx.Client(timeout=timeout, headers=headers, follow_redirects=False)
+        self.max_workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="web-page")
+        self._queued = 0  # pages of the fetch_many calls under way (from every thread)
+        self._queued_lock = threading.Lock()
         self._robots: dict[str, RobotFileParser | bool] = {}
         self._robots_lock = threading.Lock()
         self.cache = LRUCache(cache_size)
@@ -240,16 +259,20 @@ class PageFetcher:
                 if ctype and ctype not in TEXT_TYPES:
                     return Page(url, "content_type", final_url=current, content_type=ctype)
                 body, truncated = self._read(resp, deadline)
-                if b"\x00" in body[:4096]:  # binary content served without (or with a wrong) type
+                encoding = _codec(resp.charset_encoding)  # None: not declared, or a codec Python does not know
+                wide = encoding is not None and encoding.startswith(("utf-16", "utf-32"))  # NUL bytes are text there
+                if b"\x00" in body[:4096] and not wide:  # binary content served without (or with a wrong) type
                     return Page(url, "content_type", final_url=current, content_type=ctype or "binary")
-                encoding = resp.charset_encoding
             finally:
                 resp.close()
             if ctype == "text/plain":
                 text = body.decode(encoding or "utf-8", errors="replace")
                 text = "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+            elif encoding is not None and not body.startswith(_BOMS):
+                # the declared charset, a bad byte replaced (BeautifulSoup would re-guess the whole page's encoding)
+                text = html_to_text(body.decode(encoding, errors="replace"))
             else:
-                text = html_to_text(body, encoding)
+                text = html_to_text(body)  # BeautifulSoup reads a byte-order mark or <meta charset>
             if not text.strip():
                 return Page(url, "empty", final_url=current, content_type=ctype)
             if len(text) > self.options.max_chars:
@@ -273,14 +296,25 @@ class PageFetcher:
         return b"".join(chunks), False
 
     def fetch_many(self, urls: Sequence[str]) -> list[Page]:
-        """Pages of ``urls`` (same order), fetched concurrently; returns by the page deadline plus one second even if
-        a worker is still blocked (that page is reported as ``timeout``)."""
+        """Pages of ``urls`` (same order), fetched ``max_workers`` at a time. Each page has its own deadline from when
+        its fetch starts, so this returns within ``timeout_s`` per round of ``max_workers`` pages (counting the pages
+        other threads have queued) plus one second, even if a worker is still blocked (e.g. in DNS resolution): a
+        page not fetched by then is reported as ``timeout`` (one never started is not fetched later)."""
         unique = list(dict.fromkeys(urls))
-        futures = {u: self._pool.submit(self.fetch, u) for u in unique}
-        wait(list(futures.values()), timeout=self.options.timeout_s + 1.0)
+        with self._queued_lock:
+            self._queued += len(unique)
+            rounds = math.ceil(self._queued / self.max_workers)
+        try:
+            futures = {u: self._pool.submit(self.fetch, u) for u in unique}
+            wait(list(futures.values()), timeout=rounds * self.options.timeout_s + 1.0)
+        finally:
+            with self._queued_lock:
+                self._queued -= len(unique)
         pages: dict[str, Page] = {}
         for u, fut in futures.items():
-            if fut.done() and fut.exception() is None:
+            if fut.cancel():
+                pages[u] = Page(u, "timeout", detail="not started by the deadline: the workers were blocked")
+            elif fut.done() and fut.exception() is None:
                 pages[u] = fut.result()
             elif fut.done():
                 pages[u] = Page(u, "error", detail=repr(fut.exception())[:200])

@@ -209,7 +209,11 @@ class WebRetriever:
         try:
             body: dict[str, Any] = resp.json()
         except ValueError:
-            raise ValueError(f"{where} did not return JSON") from None
+            ctype = resp.headers.get("content-type", "no content type").split(";")[0]
+            raise ValueError(
+                f"{where} did not return JSON (HTTP {resp.status_code}, {ctype}); check retrieval.urls[0] (the search "
+                "endpoint) and retrieval.web.provider"
+            ) from None
         field = self.provider.results_field
         items = body.get(field) if isinstance(body, dict) else None
         if items is None and isinstance(body, dict):

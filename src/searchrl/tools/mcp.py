@@ -8,7 +8,8 @@ in a background thread, and its methods block:
   gives them as OpenAI-style function schemas, the form a chat template's tool list takes (``tool_schemas(server)``
   does the same for a server given by its command line or URL);
 - ``call_tool(name, arguments)``: a ``ToolResult`` (the tool's text content, ``is_error`` when the tool reported a
-  failure); ``call_tools([(name, arguments), ...])`` runs several calls concurrently on the loop.
+  failure); ``call_tools([(name, arguments), ...])`` runs several calls concurrently on the loop (at most
+  ``concurrency`` of the client's calls in flight, from every thread).
 
 Every call has a timeout (``timeout_s``; connecting, which includes the time a stdio server takes to start:
 ``connect_timeout_s``). A server that cannot be started or reached, that stops, or that does not answer in time
@@ -187,7 +188,8 @@ class MCPClient:
     """A blocking client of one MCP server (see the module's docstring).
 
     ``config_key`` (e.g. ``"retrieval.mcp"``) names the settings that configured the client, so errors can name the
-    setting to change.
+    setting to change; ``timeout_setting`` and ``connect_timeout_setting`` name the settings of the two timeouts
+    where they live elsewhere (default: ``<config_key>.timeout_s`` and ``<config_key>.connect_timeout_s``).
     """
 
     def __init__(
@@ -200,6 +202,8 @@ class MCPClient:
         cwd: str | os.PathLike[str] | None = None,
         concurrency: int = 16,
         config_key: str = "",
+        timeout_setting: str | None = None,
+        connect_timeout_setting: str | None = None,
     ) -> None:
         try:
             import mcp  # noqa: F401 - fail here, in the caller's thread, with the install hint
@@ -215,6 +219,11 @@ class MCPClient:
         self.connect_timeout_s = float(connect_timeout_s)
         self.concurrency = concurrency
         self._key = f"{config_key}." if config_key else ""
+        self._timeout_setting = timeout_setting or f"{self._key}timeout_s"
+        self._connect_timeout_setting = connect_timeout_setting or f"{self._key}connect_timeout_s"
+        self._pending = 0  # tool calls submitted and not finished, from every thread (for ``_run_calls``)
+        self._pending_lock = threading.Lock()
+        self._gate: asyncio.Semaphore | None = None  # created on the loop: at most ``concurrency`` calls in flight
         self._env = dict(env or {})
         self._cwd = cwd
         self._tools: list[ToolSpec] | None = None
@@ -256,18 +265,20 @@ class MCPClient:
     ) -> ToolResult:
         """Call one tool; its ``ToolResult`` (check ``is_error``: a tool's own failure is a result, not an error)."""
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
-        return self._run(self._call(name, dict(arguments or {}), timeout), timeout, f"a call of tool '{name}'")
+        return self._run_calls(
+            self._call(name, dict(arguments or {}), timeout), 1, timeout, f"a call of tool '{name}'"
+        )
 
     def call_tools(
         self, calls: Sequence[tuple[str, Mapping[str, Any]]], *, timeout_s: float | None = None
     ) -> list[ToolResult]:
-        """Several calls at once, at most ``concurrency`` in flight; results in the order of ``calls``. Each call has
-        its own timeout; the first error raises (after every call has finished)."""
+        """Several calls at once; results in the order of ``calls``. At most ``concurrency`` calls of this client are
+        in flight, counting those of other threads; each call's timeout starts when it is sent. The first error
+        raises (after every call has finished)."""
         if not calls:
             return []
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
-        waves = math.ceil(len(calls) / self.concurrency)
-        return self._run(self._call_many(list(calls), timeout), timeout * waves, f"{len(calls)} tool calls")
+        return self._run_calls(self._call_many(list(calls), timeout), len(calls), timeout, f"{len(calls)} tool calls")
 
     def close(self) -> None:
         """End the session (and a stdio server's process). Idempotent."""
@@ -342,8 +353,21 @@ class MCPClient:
         try:
             return future.result(timeout + _BACKSTOP_S)
         except FutureTimeoutError:
+            if future.done():  # the coroutine's own MCPTimeoutError (a TimeoutError too): it names the late call
+                return future.result()
             future.cancel()
             raise self._timeout_error(what, timeout) from None
+
+    def _run_calls(self, coro: Any, n: int, timeout: float, what: str) -> Any:
+        """``_run`` for ``n`` tool calls: the backstop allows for the calls of other threads queued before them."""
+        with self._pending_lock:
+            self._pending += n
+            waves = math.ceil(self._pending / self.concurrency)
+        try:
+            return self._run(coro, timeout * waves, what)
+        finally:
+            with self._pending_lock:
+                self._pending -= n
 
     async def _list_tools(self) -> list[ToolSpec]:
         client = self._live_client()
@@ -358,21 +382,18 @@ class MCPClient:
         return tools
 
     async def _call(self, name: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
-        client = self._live_client()
-        result = await self._guard(
-            client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout, f"a call of tool '{name}'"
-        )
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.concurrency)
+        async with self._gate:  # the call's timeout starts once it is sent
+            client = self._live_client()
+            result = await self._guard(
+                client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout, f"a call of tool '{name}'"
+            )
         blocks = tuple(block.text for block in result.content if getattr(block, "type", None) == "text")
         return ToolResult(blocks, bool(result.is_error), result.structured_content)
 
     async def _call_many(self, calls: list[tuple[str, Mapping[str, Any]]], timeout: float) -> list[ToolResult]:
-        gate = asyncio.Semaphore(self.concurrency)
-
-        async def one(name: str, arguments: Mapping[str, Any]) -> ToolResult:
-            async with gate:
-                return await self._call(name, dict(arguments), timeout)
-
-        results = await asyncio.gather(*(one(n, a) for n, a in calls), return_exceptions=True)
+        results = await asyncio.gather(*(self._call(n, dict(a), timeout) for n, a in calls), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r
@@ -415,7 +436,7 @@ class MCPClient:
     def _timeout_error(self, what: str, timeout: float) -> MCPTimeoutError:
         return MCPTimeoutError(
             f"MCP server {self.label} did not answer {what} within {timeout:g} s; "
-            f"check that it is working, or give it more time ({self._key}timeout_s)"
+            f"check that it is working, or give it more time ({self._timeout_setting})"
         )
 
     def _stopped_error(self, err: BaseException | None) -> MCPUnavailableError:
@@ -452,7 +473,7 @@ class MCPClient:
         if isinstance(leaf, TimeoutError):
             return MCPTimeoutError(
                 f"MCP server {self.label} did not complete the MCP handshake within {self.connect_timeout_s:g} s"
-                f"{said}; is it an MCP server on stdio? If it loads slowly, raise {self._key}connect_timeout_s"
+                f"{said}; is it an MCP server on stdio? If it loads slowly, raise {self._connect_timeout_setting}"
             )
         return MCPUnavailableError(
             f"MCP server {self.label} exited or failed during the MCP handshake ({_one_line(_describe(leaf))})"
