@@ -118,3 +118,17 @@ def test_uneven_processes_with_memorization_finish(tmp_path: Path) -> None:
     assert info["processes"] == 2
     hist = info["history"]
     assert [m["step"] for m in hist] == [1, 2] and all(m["loss/memorization_nll"] > 0 for m in hist)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["dapo", "dapo2"])
+def test_dropped_uniform_groups_match_one_process(tmp_path: Path, mode: str) -> None:
+    """DAPO's filter with the informative groups all on one process (and, in another step, on none): a process left
+    without an informative group passes rows that count in no loss, so the update is one process's."""
+    h1, h2, one, two = _one_and_two(tmp_path, "grpo", "64", mode)
+    assert [m["grad_norm"] for m in h2["history"]] == pytest.approx([m["grad_norm"] for m in h1["history"]], rel=1e-5)
+    w1, w2 = torch.load(one / "weights.pt"), torch.load(two / "weights.pt")
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-3, atol=3e-4, msg=k)
+    for key in ("filter/rows", "filter/informative_group_frac", "sampling/rounds", "reward/total"):
+        assert [m[key] for m in h2["history"]] == pytest.approx([m[key] for m in h1["history"]]), key
