@@ -118,6 +118,10 @@ def combine_process_metrics(per_process: Sequence[dict[str, float]]) -> dict[str
             out[k] = sum(values)
         elif k.startswith(_MAXIMA):
             out[k] = max(values)
+        elif (
+            len(set(values)) == 1
+        ):  # shared by every process (the step, the learning rate): as it is, an int stays one
+            out[k] = next(m[k] for m in per_process if k in m)
         else:
             out[k] = sum(values) / len(values)
     return out
