@@ -60,6 +60,7 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
             "rollout.max_new_tokens=48",
             "rollout.max_turns=1",
             "rollout.force_answer=false",
+            "training.collective_timeout_s=4321",
             *extra,
         ],
     )
@@ -97,9 +98,18 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
             "optimizer_steps": opt_steps[0],
             "processes": trainer.acc.num_processes,
             "distributed_type": str(trainer.acc.distributed_type),
+            "collective_timeout_s": _collective_timeout(),
         }
         torch.save(info, f"{out}/history.pt")
     trainer.close(exit_process=True)
+
+
+def _collective_timeout() -> float | None:
+    """Seconds a collective of the process group waits for the others (None: one process, no group)."""
+    if not torch.distributed.is_initialized():
+        return None
+    backend = torch.distributed.group.WORLD._get_backend(torch.device("cpu"))
+    return backend.options._timeout.total_seconds()
 
 
 if __name__ == "__main__":

@@ -106,6 +106,8 @@ def test_mini_batch_size_counts_trajectories_of_all_processes(tmp_path: Path) ->
     """16 trajectories per step, mini-batches of 4: 4 optimizer steps per RL step with one process or two."""
     h1, h2, _, _ = _one_and_two(tmp_path, "grpo", "4")
     assert h1["optimizer_steps"] == h2["optimizer_steps"] == 8  # 2 RL steps x 4
+    # a collective waits training.collective_timeout_s (while the main process alone evaluates or saves)
+    assert h2["collective_timeout_s"] == 4321
     assert [m["update/optimizer_steps"] for m in h2["history"]] == [4.0, 4.0]
 
 

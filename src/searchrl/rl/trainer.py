@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from accelerate import Accelerator
 from accelerate.utils import gather_object
 from torch import nn
 
@@ -97,11 +96,7 @@ class Trainer:
         self.alg = cfg.algorithm
         self.tcfg = cfg.training
         self.place = placement.configure_from(cfg)
-        self.acc = Accelerator(
-            gradient_accumulation_steps=1,
-            cpu=self.place.device.type == "cpu",
-            mixed_precision="bf16" if self.place.precision == "bf16" else "no",
-        )
+        self.acc = placement.accelerator(self.place, self.tcfg.collective_timeout_s)
         if self.tcfg.prompts_per_step % self.acc.num_processes:
             raise ConfigError(
                 f"training.prompts_per_step={self.tcfg.prompts_per_step} must be divisible by the "
