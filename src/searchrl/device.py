@@ -98,6 +98,22 @@ def configure_from(cfg) -> Placement:
     return configure(cfg.model.device, cfg.training.precision)
 
 
+def accelerator(place: Placement, collective_timeout_s: float):
+    """The trainer's ``accelerate.Accelerator`` on ``place`` (bf16 mixed precision or none); over several processes
+    a collective waits ``collective_timeout_s`` for the others (accelerate's default: 10 minutes with NCCL)."""
+    from datetime import timedelta
+
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    return Accelerator(
+        gradient_accumulation_steps=1,
+        cpu=place.device.type == "cpu",
+        mixed_precision="bf16" if place.precision == "bf16" else "no",
+        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=collective_timeout_s))],
+    )
+
+
 def current() -> Placement:
     """The configured placement, else ``auto`` / ``auto``."""
     return _current if _current is not None else configure()

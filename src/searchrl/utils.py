@@ -324,6 +324,24 @@ def restore_interrupted(path: Path) -> None:
 
 
 @contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing, left in place) while inside: another process
+    asking for it waits until this one leaves. An advisory POSIX lock; where there is none, nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
 def atomic_dir(path: Path) -> Iterator[Path]:
     """Yield a sibling temp dir to fill; on success it replaces ``path`` (the old one is removed only afterwards;
     :func:`restore_interrupted` recovers it from a stop between the renames)."""

@@ -2,7 +2,9 @@
 
 Executed by test_accelerate.py both as one process and under `accelerate launch --num_processes 2 --cpu`.
 ``mode``: ``same`` (every process sees the same kind of data), ``uneven`` (process 1 writes much longer rollouts, so
-it has more micro-batches, and only process 0 has memorization sequences).
+it has more micro-batches, and only process 0 has memorization sequences), ``dapo`` or ``dapo2`` (DAPO's
+``drop_uniform_groups``, with 1 or 2 sampling rounds: only question 4's group is informative, so in some steps one
+process has an informative group and the other none, and in others no process has one).
 """
 
 import os
@@ -28,16 +30,20 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
         n = seen[ctx]
         seen[ctx] += 1
         text = ["abc xyz", "ABC 123", "hello", "?!?!", "qwerty", "ZZZ z"][(n + len(ctx)) % 6]
+        i = int(re.findall(r"letters (\d+)", ctx)[-1])
+        if mode.startswith("dapo"):  # a question may come back in a later round: its samples depend on n % 4 only
+            return ["abc xyz", "ABC 123", "hello", "?!?!"][n % 4] if i == 4 else "hello" * (i % 3 + 1)
         if mode == "uneven":
             return text * 6 if rank == 1 else text
         # Question i's completions are i % 3 + 1 copies long: the processes' shards then differ in length and score
         # statistics, so whitening per process would give other advantages than whitening the whole step.
-        i = int(re.findall(r"letters (\d+)", ctx)[-1])
         return text * (i % 3 + 1)
 
     tok = tokenizer()
     questions = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(8)]
     extra = ["training.micro_batch_tokens=64", "memorization.coef=0.1"] if mode == "uneven" else []
+    if mode.startswith("dapo"):
+        extra = ["algorithm.drop_uniform_groups=true", f"algorithm.max_sampling_rounds={2 if mode == 'dapo2' else 1}"]
     cfg = load_config(
         None,
         [
@@ -54,6 +60,7 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
             "rollout.max_new_tokens=48",
             "rollout.max_turns=1",
             "rollout.force_answer=false",
+            "training.collective_timeout_s=4321",
             *extra,
         ],
     )
@@ -91,9 +98,18 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
             "optimizer_steps": opt_steps[0],
             "processes": trainer.acc.num_processes,
             "distributed_type": str(trainer.acc.distributed_type),
+            "collective_timeout_s": _collective_timeout(),
         }
         torch.save(info, f"{out}/history.pt")
     trainer.close(exit_process=True)
+
+
+def _collective_timeout() -> float | None:
+    """Seconds a collective of the process group waits for the others (None: one process, no group)."""
+    if not torch.distributed.is_initialized():
+        return None
+    backend = torch.distributed.group.WORLD._get_backend(torch.device("cpu"))
+    return backend.options._timeout.total_seconds()
 
 
 if __name__ == "__main__":

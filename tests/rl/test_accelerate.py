@@ -106,6 +106,8 @@ def test_mini_batch_size_counts_trajectories_of_all_processes(tmp_path: Path) ->
     """16 trajectories per step, mini-batches of 4: 4 optimizer steps per RL step with one process or two."""
     h1, h2, _, _ = _one_and_two(tmp_path, "grpo", "4")
     assert h1["optimizer_steps"] == h2["optimizer_steps"] == 8  # 2 RL steps x 4
+    # a collective waits training.collective_timeout_s (while the main process alone evaluates or saves)
+    assert h2["collective_timeout_s"] == 4321
     assert [m["update/optimizer_steps"] for m in h2["history"]] == [4.0, 4.0]
 
 
@@ -118,3 +120,17 @@ def test_uneven_processes_with_memorization_finish(tmp_path: Path) -> None:
     assert info["processes"] == 2
     hist = info["history"]
     assert [m["step"] for m in hist] == [1, 2] and all(m["loss/memorization_nll"] > 0 for m in hist)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["dapo", "dapo2"])
+def test_dropped_uniform_groups_match_one_process(tmp_path: Path, mode: str) -> None:
+    """DAPO's filter with the informative groups all on one process (and, in another step, on none): a process left
+    without an informative group passes rows that count in no loss, so the update is one process's."""
+    h1, h2, one, two = _one_and_two(tmp_path, "grpo", "64", mode)
+    assert [m["grad_norm"] for m in h2["history"]] == pytest.approx([m["grad_norm"] for m in h1["history"]], rel=1e-5)
+    w1, w2 = torch.load(one / "weights.pt"), torch.load(two / "weights.pt")
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-3, atol=3e-4, msg=k)
+    for key in ("filter/rows", "filter/informative_group_frac", "sampling/rounds", "reward/total"):
+        assert [m[key] for m in h2["history"]] == pytest.approx([m[key] for m in h1["history"]]), key

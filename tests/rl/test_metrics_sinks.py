@@ -73,3 +73,25 @@ def test_the_closing_line_summarises_the_whole_run_not_its_last_step(tmp_path: P
     )
     (tmp_path / "metrics.jsonl").write_text("")
     assert metrics_log.run_summary(load_metrics(tmp_path)) == "no steps logged"
+
+
+def test_counts_of_groups_rows_and_memorized_paths_are_summed_over_processes() -> None:
+    """Two processes' shares of a step: counts add up (as one process would count the whole step), rates average."""
+    from searchrl.rl.metrics_log import combine_process_metrics
+
+    shares = [
+        {"grpo/groups": 2.0, "filter/rows": 8.0, "memorization/valid": 3.0, "reward/total": 0.5, "time/step_s": 2.0},
+        {"grpo/groups": 2.0, "filter/rows": 0.0, "memorization/valid": 1.0, "reward/total": 0.7, "time/step_s": 3.0},
+    ]
+    step = combine_process_metrics(shares)
+    assert step["grpo/groups"] == 4.0 and step["filter/rows"] == 8.0 and step["memorization/valid"] == 4.0
+    assert step["reward/total"] == 0.6 and step["time/step_s"] == 3.0
+    assert combine_process_metrics([{"rloo/singleton_groups": 1.0}, {}])["rloo/singleton_groups"] == 1.0
+
+
+def test_the_step_number_stays_an_int_when_processes_are_combined() -> None:
+    """metrics.jsonl says "step": 3 whatever the number of processes (a mean made it 3.0)."""
+    from searchrl.rl.metrics_log import combine_process_metrics
+
+    step = combine_process_metrics([{"step": 3, "lr": 0.1, "loss": 1.0}, {"step": 3, "lr": 0.1, "loss": 2.0}])
+    assert type(step["step"]) is int and step["step"] == 3 and step["lr"] == 0.1 and step["loss"] == 1.5

@@ -197,6 +197,11 @@ class TrainingConfig(Section):
     #: 0 disables. Logged as eval/* in metrics.jsonl; trajectories in <output_dir>/evals/step_<k>.jsonl.
     eval_every: int = 0
     eval_limit: int | None = Field(default=100, ge=1)  #: held-out questions evaluated (the first N of data.dev)
+    #: several processes: how long a process waits in a collective for the others before the run fails. Meanwhile
+    #: the main process alone runs the held-out evaluation and writes checkpoints and models (a 7B checkpoint with its
+    #: Adam state is ~84 GB); accelerate's own limit is 10 minutes with NCCL. A process that crashes ends the launch
+    #: at once whatever this is; only a process that hangs is waited for this long.
+    collective_timeout_s: int = Field(default=3600, ge=1)
     #: 1: one-step off-policy. Step t+1's rollouts are made in a background thread while step t updates, by a frozen
     #: copy of the weights step t started from (staleness 1; that copy's log-probs are the ratio's old log-probs).
     #: 0: on-policy. One process only; docs/recipes.md "One-step off-policy rollouts".

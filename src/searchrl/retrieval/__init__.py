@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from searchrl.config.extensions import add_name, same_definition
 from searchrl.retrieval.base import CheckedRetriever, Hit, Retriever
+from searchrl.utils import file_lock
 
 if TYPE_CHECKING:
     from searchrl.config import RetrievalConfig
@@ -113,7 +114,10 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
     if not (index / "manifest.json").exists():
         if corpus is None or index.is_file():  # nothing to build from, or a corpus file given as the index
             raise missing_index(index, cfg.kind)
-        build_index(corpus, cfg.kind, index, encoder=cfg.encoder, faiss=cfg.faiss)
+        # the processes of a multi-process launch (or runs sharing the cache) build it once: the others wait for it
+        with file_lock(index.with_name(f".{index.name}.lock")):
+            if not (index / "manifest.json").exists():
+                build_index(corpus, cfg.kind, index, encoder=cfg.encoder, faiss=cfg.faiss)
     retriever = load_index(index, corpus)
     built = retriever.manifest.get("kind")
     if built != cfg.kind:

@@ -100,11 +100,13 @@ def log_rollouts(out_dir: Path, n: int, step: int, trajs: Sequence, scores: Sequ
 
 
 #: per-process counts add up; a step lasts as long as its slowest process and needs its largest memory
-_SUMS, _MAXIMA = ("tokens/", "gen/"), ("time/", "mem/")
+_SUMS, _MAXIMA = ("tokens/", "gen/", "memorization/"), ("time/", "mem/")
+_COUNTS = ("/groups", "/singleton_groups", "filter/rows")  #: counts of groups and rows, by their names' ends
 
 
 def combine_process_metrics(per_process: Sequence[dict[str, float]]) -> dict[str, float]:
-    """One step's metrics of every process -> the step's: counts (``tokens/*``, ``gen/*``) summed, times and memory
+    """One step's metrics of every process -> the step's: counts (``tokens/*``, ``gen/*``, ``memorization/*``, groups
+    and rows) summed, times and memory
     (``time/*``, ``mem/*``) their maximum, anything else (rewards, rates, lengths, losses; values every process
     already shares, such as ``grad_norm``, alike) the mean over the processes that report it. Processes roll out
     equal shares of a step's prompts, so the mean of their means is the step's mean."""
@@ -112,10 +114,14 @@ def combine_process_metrics(per_process: Sequence[dict[str, float]]) -> dict[str
     out: dict[str, float] = {}
     for k in keys:
         values = [float(m[k]) for m in per_process if k in m]
-        if k.startswith(_SUMS):
+        if k.startswith(_SUMS) or k.endswith(_COUNTS):
             out[k] = sum(values)
         elif k.startswith(_MAXIMA):
             out[k] = max(values)
+        elif (
+            len(set(values)) == 1
+        ):  # shared by every process (the step, the learning rate): as it is, an int stays one
+            out[k] = next(m[k] for m in per_process if k in m)
         else:
             out[k] = sum(values) / len(values)
     return out

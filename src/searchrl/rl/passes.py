@@ -18,6 +18,7 @@ from searchrl.rl import algorithms as A
 from searchrl.rl.batch import Batch, collate, forward_tokens, plan_micro_batches, prompt_keys, score_tokens
 from searchrl.rl.hooks import NLLSequence
 from searchrl.rl.update import StepTensors, policy_micro_loss, value_micro_loss
+from searchrl.rollout.trajectory import Trajectory
 
 
 class Passes:
@@ -64,6 +65,23 @@ class Passes:
             [keys[i] for i in rows],
         )
         return [[rows[j] for j in p] for p in plans]
+
+    def update_rows(
+        self, scores: Sequence[float], trajs: Sequence[Trajectory], drop_uniform: bool
+    ) -> tuple[list[int], bool, dict]:
+        """The rows of the step's trajectories to update, whether they count in the step's loss, and the filter's
+        metrics: all of them, or with ``drop_uniform`` DAPO's filter (``algorithm.drop_uniform_groups``) over every
+        process. A process without an informative group passes its first group, which counts only when no process has
+        one and this is the first process (one process keeps the step's first group then); else those rows carry no
+        weight and enter no normaliser, as one process would have dropped them."""
+        if not drop_uniform:
+            return list(range(len(scores))), True, {}
+        group_ids = [t.group_id for t in trajs]
+        rows, metrics = A.informative_rows(scores, group_ids)
+        mine = A.informative_group_count(scores, group_ids)
+        anywhere = self.global_count(float(mine)) > 0  # every process takes part in the count
+        counted = mine > 0 or (not anywhere and self.acc.process_index == 0)
+        return rows, counted, {**metrics, "filter/rows": float(len(rows)) if counted else 0.0}
 
     def mini_batches(self, n_rows: int, n_global: int, mini_batch_size: int, gen: torch.Generator) -> list[list[int]]:
         """This process's rows, shuffled, in the step's mini-batches.

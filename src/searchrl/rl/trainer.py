@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from accelerate import Accelerator
 from accelerate.utils import gather_object
 from torch import nn
 
@@ -75,6 +74,7 @@ class StepBatch:
     tensors: StepTensors
     n_global: int  # the step's updated trajectories over all processes
     metrics: dict[str, float]
+    n_rows: int  # this process's updated rows (0: its rows only keep the passes equal, drop_uniform_groups)
 
 
 class Trainer:
@@ -96,11 +96,7 @@ class Trainer:
         self.alg = cfg.algorithm
         self.tcfg = cfg.training
         self.place = placement.configure_from(cfg)
-        self.acc = Accelerator(
-            gradient_accumulation_steps=1,
-            cpu=self.place.device.type == "cpu",
-            mixed_precision="bf16" if self.place.precision == "bf16" else "no",
-        )
+        self.acc = placement.accelerator(self.place, self.tcfg.collective_timeout_s)
         if self.tcfg.prompts_per_step % self.acc.num_processes:
             raise ConfigError(
                 f"training.prompts_per_step={self.tcfg.prompts_per_step} must be divisible by the "
@@ -255,17 +251,15 @@ class Trainer:
         log-probs, the critic's values and the estimator's advantages and returns."""
         alg = self.alg
         self.passes.tokens.clear()
-        gids = [t.group_id for t in exp.trajs]
-        everything = (list(range(len(exp.trajs))), {})
-        rows, filter_metrics = A.informative_rows(exp.scores, gids) if alg.drop_uniform_groups else everything
+        rows, counted, filter_metrics = self.passes.update_rows(exp.scores, exp.trajs, alg.drop_uniform_groups)
         upd = [exp.trajs[i] for i in rows]
         batch = collate_trajectories(upd, self._pad).to(self.acc.device)
-        mask_BT = self._loss_mask(batch)  # (B, T) the policy-loss positions
+        mask_BT = self._loss_mask(batch) * counted  # (B, T) the policy-loss positions (none in rows that do not count)
         # The critic's positions: the policy's tokens, or every response token (RAG-R1's code) when
         # critic_mask_observations is off; the policy loss always uses mask_BT.
         cmask_BT = mask_BT if alg.critic_mask_observations else batch.response_mask.to(mask_BT.dtype)  # (B, T)
         scores_B = torch.tensor([exp.scores[i] for i in rows], dtype=torch.float32, device=self.acc.device)  # (B,)
-        n_global = int(self.passes.global_count(float(len(batch))))  # the step's trajectories, all processes
+        n_global = int(self.passes.global_count(float(len(batch) * counted)))  # the step's trajectories, all processes
         behaviour_BT = exp.behaviour_logprobs(rows, mask_BT)  # off-policy: the behaviour policy's; else None
         source = "behaviour" if behaviour_BT is not None else self._old_logprobs_source(n_global)
         old_logp_BT, ref_logp_BT = self._old_and_ref_logprobs(batch, mask_BT, source, behaviour_BT)
@@ -287,7 +281,8 @@ class Trainer:
         ref_in_loss = ref_logp_BT if kl_in_loss else None
         current = source == "current"
         st = StepTensors(mask_BT, cmask_BT, old_logp_BT, adv_BT, ref_in_loss, old_values_BT, returns_BT, current)
-        return StepBatch(batch, st, n_global, {**kl_metrics, **est_metrics, **filter_metrics})
+        metrics = {**kl_metrics, **est_metrics} if counted else {}  # a process whose rows do not count: no means
+        return StepBatch(batch, st, n_global, {**metrics, **filter_metrics}, len(batch) * counted)
 
     def _old_and_ref_logprobs(
         self, batch: Batch, mask_BT: torch.Tensor, source: str, behaviour_BT: torch.Tensor | None = None
@@ -316,7 +311,7 @@ class Trainer:
         gen = torch.Generator().manual_seed(self.tcfg.seed + step)
         n_updates = 0
         for _epoch in range(self.alg.ppo_epochs):
-            for mini in self.passes.mini_batches(len(sb.batch), sb.n_global, self.alg.mini_batch_size, gen):
+            for mini in self.passes.mini_batches(sb.n_rows, sb.n_global, self.alg.mini_batch_size, gen):
                 for k, v in self._optimizer_step(sb, mini, aux_seqs, aux_tokens).items():
                     acc_metrics.setdefault(k, []).extend(v)
                 n_updates += 1
