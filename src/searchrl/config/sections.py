@@ -236,7 +236,7 @@ class MemorizationConfig(Section):
     include_no_retrieval: bool = False
     #: rewrites requested per question per step (correct rollouts of one group are near duplicates).
     per_question: int = 1
-    #: rewriter calls per step at most (bounds its cost).
+    #: rewriter calls per step at most (bounds its cost); per process when several train.
     max_rewrites_per_step: int = 16
     #: a rewrite that mentions any of these (case-insensitive) reveals the documents and fails validation.
     reject_phrases: list[str] = Field(
