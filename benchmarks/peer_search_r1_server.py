@@ -572,6 +572,9 @@ def ours_only(args: argparse.Namespace) -> None:
         "encoder_only": encoder,
         "fraction_of_encoder_only": fractions(ours, encoder),
     }
+    if args.smoke:  # tiny loads: printed, never written over the stored results
+        print(json.dumps(section, indent=2))
+        return
     path = RESULTS / "peer_search_r1_server.json"
     result = json.loads(path.read_text()) | {"ours_vs_encoder_only": section}
     write_portable(path, json.dumps(result, indent=2) + "\n")
