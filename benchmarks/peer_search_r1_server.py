@@ -699,9 +699,13 @@ def render(r: dict) -> str:
         f"`searchrl serve` merged {batching.get('mean_requests_per_batch', '?')} requests per batch on average; its "
         f"query cache answered {ours.get('server_stats', {}).get('query_cache', {}).get('hits', '?')} queries "
         "(no question repeats).",
-        f"The {r['big_passages'] or 0:,}-passage index for start-up repeats the corpus with distinct ids and its real "
-        "vectors with small noise (start-up does not depend on vector content). Search-R1's `datasets` cache of "
-        "each corpus is built before timing.",
+        (
+            f"The {r['big_passages']:,}-passage index for start-up repeats the corpus with distinct ids and its real "
+            "vectors with small noise (start-up does not depend on vector content). "
+            if r["big_passages"]  # --big-passages 0: no such index
+            else ""
+        )
+        + "Search-R1's `datasets` cache of each corpus is built before timing.",
     ]
     return "\n".join(lines + lines_extra) + "\n"
 

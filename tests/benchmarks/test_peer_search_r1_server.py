@@ -44,3 +44,11 @@ def test_ours_only_adds_what_it_measured_beside_the_peer_comparison(fake_measure
     assert stored["ours_vs_encoder_only"]["row"] == {"loads": {"measured": 1}}
     assert stored["ours_vs_encoder_only"]["fraction_of_encoder_only"] == {"measured": 0.5}
     assert (fake_measurement / "peer_search_r1_server.md").read_text() == "report\n"
+
+
+def test_a_run_without_the_start_up_index_does_not_describe_one() -> None:
+    stored = json.loads((Path(bench.__file__).parent / "results" / "peer_search_r1_server.json").read_text())
+    stored["big_passages"] = None  # --big-passages 0
+    text = bench.render(stored)
+    assert "passage index for start-up" not in text
+    assert "Search-R1's `datasets` cache of each corpus is built before timing." in text
