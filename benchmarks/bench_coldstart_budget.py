@@ -57,6 +57,12 @@ def measure(run: Path) -> dict:
     }
 
 
+def _questions(rows: list[dict]) -> str:
+    """How many dev questions the runs' cold starts were scored on (their evaluations' own counts)."""
+    counts = sorted({r["n"]["all"] for r in rows})
+    return " / ".join(map(str, counts))
+
+
 def render(rows: list[dict], budget: float, target: float) -> str:
     kinds = [k for k in rows[0]["em"] if k not in ("all", "multi_hop")]
     cols = [*kinds, "all"]
@@ -66,8 +72,8 @@ def render(rows: list[dict], budget: float, target: float) -> str:
         f"Target: world dev EM >= {target} over all kinds within {budget:.0f} CPU-seconds (world + index + SFT; "
         "2 cores, so CPU seconds are about twice the wall seconds). Each run: `searchrl run --recipe multihop_world "
         "--out RUN --only world --only world_index --only coldstart --only coldstart_eval` plus the SFT settings "
-        "shown; 100 world dev questions, greedy, BM25 top-3. Report: `python benchmarks/bench_coldstart_budget.py "
-        "RUN...`.",
+        f"shown; {_questions(rows)} world dev questions, greedy, BM25 top-3. Report: "
+        "`python benchmarks/bench_coldstart_budget.py RUN...`.",
         "",
         "| run | SFT settings | wall s | CPU s | tokens/s | "
         + " | ".join(f"{k} ({rows[0]['n'][k]})" for k in cols)

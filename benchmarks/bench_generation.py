@@ -140,7 +140,7 @@ def main() -> None:
     lines = [
         "# Generation paths on the RL step's work",
         "",
-        f"Bundled SmolLM2-135M, {len(rows)} rows (4 prompts x 4 samples, {result['prompt_tokens']} prompt tokens), "
+        f"`{args.model}`, {len(rows)} rows (4 prompts x 4 samples, {result['prompt_tokens']} prompt tokens), "
         "turn 1: <= 64 new tokens at T = 1; turn 2: context + 120-token observation, <= 32 new tokens, greedy. "
         f"Median of {args.repeats} after a warm-up; `python benchmarks/bench_generation.py`.",
         "",

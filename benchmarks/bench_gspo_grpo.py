@@ -148,6 +148,8 @@ def main() -> None:
         "runs": runs,
     }
     write_portable(RESULTS / "gspo_grpo.json", json.dumps(res, indent=1))
+    # the evaluations' own counts (--collect reads a run whose --eval-limit this invocation does not know)
+    n_dev = " / ".join(str(n) for n in sorted({r["dev_n"] for r in runs.values() if r["dev_n"] is not None})) or "-"
     lines = [
         "# RL arms from one cold start on the synthetic world: GRPO, GSPO, simulated search",
         "",
@@ -156,7 +158,7 @@ def main() -> None:
         "`searchrl run --recipe multihop_world "
         "--profile laptop` with one RL stage per algorithm from the same cold start, each on the world's multi-hop "
         f"training questions (2 questions x 2 rollouts a step), then a greedy evaluation of the agent on "
-        f"{args.eval_limit} world dev questions with the world's BM25 index. An arm named `*_simulated` trained "
+        f"{n_dev} world dev questions with the world's BM25 index. An arm named `*_simulated` trained "
         "against a simulated search engine (`retrieval.kind=simulated`: the bundled model writes each query's "
         "documents, with ZeroSearch's noise curriculum); its reward column is measured on those simulated "
         "documents, its dev EM on BM25. One run each: at this size it shows that each arm trains and where it "

@@ -178,21 +178,23 @@ def _f(x) -> str:
 
 def render(r: dict) -> str:
     h = r["heldout"]
+    n = h["agent_after_rl"].get("n") or h["naive_rag"].get("n")  # the final evaluation's own count
     lines = [
         "# multihop_cpu: the bundled 135M model trained into a search agent on 2 CPU cores",
         "",
         f"Command: `{r['command']}` (then `python benchmarks/bench_multihop_cpu.py --baseline --out {r['out']}`). "
         "Same harness for every row:",
-        "greedy, BM25 top-3, the 100 held-out questions of the fixed split (`searchrl data split`).",
+        f"greedy, BM25 top-3, the {n} held-out questions of the fixed split (`searchrl data split`).",
         "",
-        "| held-out (100) | EM | F1 | well-formed | searches/q |",
+        f"| held-out ({n}) | EM | F1 | well-formed | searches/q |",
         "|---|---|---|---|---|",
     ]
     if h["shipped_naive_rag"].get("n"):
         sn, sa = h["shipped_naive_rag"], h["shipped_agent"]
+        other = f" ({sn['n']} questions)" if sn["n"] != n else ""  # scored on another count than the rows below
         lines += [
-            f"| shipped model, naive RAG | {_f(sn['em'])} | {_f(sn['f1'])} | - | {_f(sn['searches'])} |",
-            f"| shipped model, agent | {_f(sa.get('em'))} | {_f(sa.get('f1'))} | {_f(sa.get('well_formed'))} | "
+            f"| shipped model, naive RAG{other} | {_f(sn['em'])} | {_f(sn['f1'])} | - | {_f(sn['searches'])} |",
+            f"| shipped model, agent{other} | {_f(sa.get('em'))} | {_f(sa.get('f1'))} | {_f(sa.get('well_formed'))} | "
             f"{_f(sa.get('searches'))} |",
         ]
     lines += [

@@ -121,16 +121,22 @@ def fmt(x: float | None, digits: int = 1) -> str:
 
 def report(res: dict, args: argparse.Namespace) -> str:
     meta = res["meta"]
+
+    # what the run did (--collect reads a run made with settings this invocation does not know)
+    def measured(key: str) -> str:
+        return " / ".join(sorted({str(r[key]) for r in res["runs"].values() if r.get(key) is not None})) or "-"
+
+    steps, n_dev = measured("steps"), measured("dev_n")
     lines = [
         "# One-step off-policy rollouts against on-policy GRPO on the synthetic world",
         "",
         f"{meta['date']}, {meta['machine']}, torch threads {meta['torch_threads']}, load average "
-        f"{meta['load_avg'][0]:.1f} at the end. `python benchmarks/bench_off_policy.py --steps {args.steps}"
+        f"{meta['load_avg'][0]:.1f} at the end. `python benchmarks/bench_off_policy.py --steps {steps}"
         f"{f' --threads {args.threads}' if args.threads else ''}`: "
         "`searchrl run --recipe multihop_world --profile laptop`, one cold start, then the same "
-        f"{args.steps} GRPO steps (2 questions x 2 rollouts, no refill) on-policy and with "
+        f"{steps} GRPO steps (2 questions x 2 rollouts, no refill) on-policy and with "
         "`training.off_policy_steps=1`, each followed by a greedy evaluation of the agent on "
-        f"{args.eval_limit} world dev questions. Step times are the trainer's (`time/step_s`: waiting for the "
+        f"{n_dev} world dev questions. Step times are the trainer's (`time/step_s`: waiting for the "
         "rollout included); the stage time adds model loading and saving. One run each.",
         "",
         "| arm | steps | s / step | s / step after the first | steps total s | stage s | mean rollout wait s "

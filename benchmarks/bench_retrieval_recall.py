@@ -86,7 +86,7 @@ def main() -> None:
         "encoder": args.encoder,
         "bm25_options": manifest["options"]["bm25"],
         "dense_options": manifest["options"]["dense"],
-        "hybrid": "reciprocal-rank fusion, rrf_k=60, 100 candidates per side",
+        "hybrid": f"reciprocal-rank fusion, rrf_k={hybrid.rrf_k:g}, {hybrid.candidates} candidates per side",
         "metric": "a gold answer occurs as whole words (SQuAD-normalised) in one of the top-k passages",
         "answer_in_corpus_ceiling": round(ceiling, 4),
         "index_build_s": build_s if build_s is not None else manifest.get("build_seconds"),
@@ -103,16 +103,18 @@ def main() -> None:
         "with a gold answer (whole words, SQuAD-normalised) in the top-k passages. "
         f"Ceiling (answer anywhere in the corpus): **{ceiling:.3f}**.",
         "",
-        "| retriever | " + " | ".join(f"R@{k}" for k in KS) + " | search time (500 q) |",
+        "| retriever | " + " | ".join(f"R@{k}" for k in KS) + f" | search time ({len(questions)} q) |",
         "|---|" + "---|" * (len(KS) + 1),
     ]
     for r in rows:
         cells = " | ".join(f"{r[f'recall@{k}']:.3f}" for k in KS)
         lines.append(f"| {r['retriever']} | {cells} | {r['search_s']} s |")
+    bm25, dense = manifest["options"]["bm25"], manifest["options"]["dense"]
     lines += [
         "",
-        f"BM25: k1={manifest['options']['bm25']['k1']}, b={manifest['options']['bm25']['b']}, Snowball stemming, "
-        f"English stopwords. Dense: {args.encoder}, exact inner product (faiss flat). Hybrid: RRF (k=60).",
+        f"BM25: k1={bm25['k1']}, b={bm25['b']}, stemmer {bm25.get('stemmer')}, stopwords {bm25.get('stopwords')}. "
+        f"Dense: {dense.get('encoder', args.encoder)}, faiss {dense.get('faiss')}. "
+        f"Hybrid: RRF (k={hybrid.rrf_k:g}).",
         "Questions are multi-hop, so one search with the full question often finds the bridge entity's passage "
         "rather than the answer's; the agents search repeatedly for this reason.",
     ]

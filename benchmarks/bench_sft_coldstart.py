@@ -65,12 +65,12 @@ def main() -> None:
         "protocol": cfg.rollout.protocol,
         "sft_examples": len(data),
         "sft_tokens": tokens,
-        "sft_epochs": args.epochs,
+        "sft_epochs": cfg.sft.epochs,
         "sft_lr": cfg.sft.lr,
         "sft_batch_size": cfg.sft.batch_size,
         "sft_wall_s": round(sft_wall, 1),
         "sft_cpu_s": round(sft_cpu, 1),
-        "sft_tokens_per_s": round(tokens * args.epochs / sft_wall, 1),
+        "sft_tokens_per_s": round(tokens * cfg.sft.epochs / sft_wall, 1),
         "loss_first": hist[0]["loss"],
         "loss_last": hist[-1]["loss"],
         "dev_questions": len(dev),
@@ -83,7 +83,8 @@ def main() -> None:
     md = [
         f"# SFT cold start: {cfg.model.policy}, {cfg.rollout.protocol}, {len(data)} oracle trajectories",
         "",
-        f"SFT: {args.epochs} epoch(s), {tokens} tokens, {result['sft_wall_s']} s wall, {result['sft_cpu_s']} s CPU, "
+        f"SFT: {cfg.sft.epochs} epoch(s), {tokens} tokens, {result['sft_wall_s']} s wall, "
+        f"{result['sft_cpu_s']} s CPU, "
         f"loss {result['loss_first']:.3f} -> {result['loss_last']:.3f}",
         "",
         f"| on {len(dev)} dev questions (greedy) | before SFT | after SFT |",

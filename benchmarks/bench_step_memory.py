@@ -97,7 +97,8 @@ def run_side(name: str, src: Path, data: Path, steps: int, tmp: Path) -> dict:
         "median_s": med,
         "steps_timed": len(rows),
         "src": str(src),
-        "command": " ".join(cmd[2:]),
+        # the scratch directory (the data copy, the output) is this run's own: named, not its machine path
+        "command": " ".join(cmd[2:]).replace(str(tmp), "<tmp>"),
     }
 
 

@@ -25,7 +25,8 @@
 # then here `python benchmarks/gpu_check.py RUN1 RUN2 --onto benchmarks/results/gpu_check.json --results` (each
 # gpu_check_logs.tgz unpacked into its own directory) updates the committed report with what these runs measured.
 # The GPU machine needs only torch, transformers, accelerate and peft; everything else comes from .whl/ (installed
-# into /tmp/site, never into the system). Exit status: non-zero when a cuda test failed or a phase did not finish.
+# into /tmp/site, never into the system). Exit status: 2 without a CUDA device (nothing runs), else non-zero when a
+# cuda test failed or a phase did not finish.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +46,13 @@ if [[ "${1:-}" == "--prepare" ]]; then
   du -sh .whl .gpu
   echo "prepared: carry .whl and .gpu to the GPU machine"
   exit 0
+fi
+
+# Without a CUDA device every cuda test skips and the report would read as a clean GPU check: stop here instead.
+if ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  echo "gpu_check.sh needs a CUDA GPU: python3 sees none (torch.cuda.is_available() is false); run it on the GPU" \
+    "machine, or 'bash benchmarks/gpu_check.sh --prepare' here" >&2
+  exit 2
 fi
 
 OUT_DIR="${1:-${OUT:-runs/gpu_check}}"

@@ -572,6 +572,9 @@ def ours_only(args: argparse.Namespace) -> None:
         "encoder_only": encoder,
         "fraction_of_encoder_only": fractions(ours, encoder),
     }
+    if args.smoke:  # tiny loads: printed, never written over the stored results
+        print(json.dumps(section, indent=2))
+        return
     path = RESULTS / "peer_search_r1_server.json"
     result = json.loads(path.read_text()) | {"ours_vs_encoder_only": section}
     write_portable(path, json.dumps(result, indent=2) + "\n")
@@ -696,9 +699,13 @@ def render(r: dict) -> str:
         f"`searchrl serve` merged {batching.get('mean_requests_per_batch', '?')} requests per batch on average; its "
         f"query cache answered {ours.get('server_stats', {}).get('query_cache', {}).get('hits', '?')} queries "
         "(no question repeats).",
-        f"The {r['big_passages'] or 0:,}-passage index for start-up repeats the corpus with distinct ids and its real "
-        "vectors with small noise (start-up does not depend on vector content). Search-R1's `datasets` cache of "
-        "each corpus is built before timing.",
+        (
+            f"The {r['big_passages']:,}-passage index for start-up repeats the corpus with distinct ids and its real "
+            "vectors with small noise (start-up does not depend on vector content). "
+            if r["big_passages"]  # --big-passages 0: no such index
+            else ""
+        )
+        + "Search-R1's `datasets` cache of each corpus is built before timing.",
     ]
     return "\n".join(lines + lines_extra) + "\n"
 

@@ -669,6 +669,7 @@ def main() -> None:
         "vectors": f"MiniLM 2wiki-mini passage embeddings -> GaussianMixture({args.components}, tied) -> two draws "
         "of one component concatenated (768-d), L2-normalised; queries: real MiniLM dev-question embeddings [q, q]",
         "runs": sorted(runs.values(), key=lambda r: r["passages"]),
+        "measured_passages": sorted(done),  # the runs of this invocation; the others are kept from earlier ones
     }
     from retrieval_scale_report import extrapolate, report
 

@@ -70,6 +70,9 @@ def report(result: dict) -> str:
             f"| {r['first_answer_s']} | {r['serve_rss_mb']} ({r['serve_peak_rss_mb']}) | {r['p50_1_ms']} | "
             f"{r['qps_1']} | {r['qps_8']} | {r.get('rerank_reads', 'memory map')} | {r.get('serve_omp_threads', 1)} |"
         )
+    # what a run's record says about its build (e.g. time the processes were stopped), kept on every re-render
+    lines += [line for r in result["runs"] if r.get("build_note") for line in ("", f"{r['passages']:,} passages: "
+              f"{r['build_note'].rstrip('.')}.")]  # fmt: skip
     lines += [
         "",
         "Served over HTTP on 127.0.0.1 with query embeddings cached (every question asked once "
@@ -91,6 +94,9 @@ def report(result: dict) -> str:
             "|---|---|---|---|---|",
         ]
         earlier = r.get("earlier_searches") or ([r["earlier_search"]] if "earlier_search" in r else [])
+        # a run kept from an earlier invocation (another N measured now) is not "this invocation"
+        measured_now = r["passages"] in result.get("measured_passages", [r["passages"]])
+        own = "this invocation" if measured_now else f"its run ({r.get('date', '?')})"
         sweeps = [(w, "") for w in r["sweep_inprocess_1_query_per_call"]]
         sweeps += [
             (w, f"earlier invocation {i + 1}")
@@ -100,7 +106,7 @@ def report(result: dict) -> str:
         lines[-2:] = ["| nprobe | candidates | ms/query | recall@3 | recall@10 | measured |", "|---" * 6 + "|"]
         for w, when in sorted(sweeps, key=lambda x: (x[0]["nprobe"], x[0]["candidates"], x[1])):
             cells = [w["nprobe"], w["candidates"], w["ms_per_query"], w["recall_at_3"], w["recall_at_10"]]
-            lines.append("| " + " | ".join(str(c) for c in cells) + f" | {when or 'this invocation'} |")
+            lines.append("| " + " | ".join(str(c) for c in cells) + f" | {when or own} |")
         for i, e in enumerate(earlier):
             load = e.get("load_average_at_end")
             note = f" ({e['note']})" if e.get("note") else ""

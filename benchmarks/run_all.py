@@ -44,8 +44,9 @@ def main() -> int:
     failed = []
     for name in names:
         script = HERE / f"{name}.py"
-        if not script.exists():
-            print(f"skip {name}: {script} not found")
+        if not script.exists():  # a misspelt name: reported and counted, not a silent success
+            print(f"{name}: {script.name} not found in {HERE.name}/")
+            failed.append(name)
             continue
         t0 = time.perf_counter()
         print(f"== {name}", flush=True)

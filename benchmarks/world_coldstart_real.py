@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from searchrl.eval.diagnostics import COMMITTED, add_diagnostics
+from searchrl.eval.diagnostics import COMMITTED, FLAGS, add_diagnostics
 from searchrl.utils import read_jsonl, write_portable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +106,8 @@ def collect_one(run: Path) -> dict:
         "eval_s": stages["coldstart_eval_real"]["seconds"],
         "agent": scored["agent"],
         "naive_rag": scored["naive_rag"],
-        "diagnostics": {m: {k: round(v, 2) for k, v in d.items()} for m, d in diag.items()},
+        # a share is None where it has no questions to count (no choice question, no search with documents)
+        "diagnostics": {m: {k: None if v is None else round(v, 2) for k, v in d.items()} for m, d in diag.items()},
         "first_query_adds_a_word": adds,
         "questions_with_a_search": searched,
         "added_words": words,
@@ -147,14 +148,12 @@ def report(arms: list[dict]) -> str:
         "| most added words |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    share = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731
     for a in arms:
         d = a["diagnostics"]["agent"]
         words = ", ".join(f"{w} {c}" for w, c in a["added_words"])
-        lines.append(
-            f"| {a['run']} | {d['gold_in_docs']:.0%} | {d['reading_failure']:.0%} | {d['retrieval_failure']:.0%} "
-            f"| {d['hallucinated_hop']:.0%} | {d['no_search']:.0%} | {d['format_failure']:.0%} "
-            f"| {a['agent']['hedged']:.0%} | {words} |"
-        )
+        cells = [d.get(k) for k in FLAGS if k != "hedged"] + [a["agent"]["hedged"]]
+        lines.append(f"| {a['run']} | " + " | ".join(map(share, cells)) + f" | {words} |")
     return "\n".join(lines) + "\n"
 
 
