@@ -127,7 +127,7 @@ def test_unknown_pipeline_args_rejected(tmp_path: Path) -> None:
     lines = _problems(tmp_path, {"pipeline": stages})
     assert len(lines) == 3, lines
     head = "pipeline.sel.args: unknown key 'kepe' for op 'select-difficulty' (did you mean 'keep'?); valid: "
-    assert lines[0].startswith(head + "batch_size, easy_below, easy_fraction, hard_above, keep, ")
+    assert lines[0].startswith(head + "batch_size, concurrency, easy_below, easy_fraction, hard_above, keep, ")
     assert lines[1].startswith("pipeline.sel.args: unknown key 'model' for op 'select-difficulty'")
     assert lines[1].endswith("('model' is set by the runner from the stage's init_from:)")
     assert lines[2] == "pipeline.rl.args: unknown key 'steps' for rl stages; valid: none (config values go in set:)"
