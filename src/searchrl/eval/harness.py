@@ -115,6 +115,7 @@ def eval_generator(cfg: RunConfig) -> Generator:
     from searchrl.pipeline import load_tokenizer, policy_spec
 
     seed_everything(cfg.evaluation.seed)
+    configure_from(cfg)  # model.device and precision, for whatever the evaluation runs here
     ev = cfg.evaluation
     if ev.policy_url:
         from searchrl.generation.openai_compat import OpenAICompatGenerator
@@ -127,7 +128,6 @@ def eval_generator(cfg: RunConfig) -> Generator:
             timeout_s=ev.policy_timeout_s,
             concurrency=ev.policy_concurrency,
         )
-    configure_from(cfg)
     model, tokenizer = load_policy(policy_spec(cfg), dtype=cfg.model.dtype, frozen=True)
     return HFGenerator(model, tokenizer, max_batch_size=cfg.evaluation.batch_size)
 
