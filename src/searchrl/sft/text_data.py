@@ -130,12 +130,23 @@ def text_trajectory(
 ) -> Trajectory:
     """One text row (see the module docstring) as a trajectory: prompt tokens, then the response's policy text
     (mask 1) and inserted observations (mask 0), each tokenized apart, with one turn per policy segment."""
+    _bind(protocol, tokenizer, style)
+    return _trajectory(row, protocol, tokenizer, style, where, default_id)
+
+
+def _bind(protocol: Protocol, tokenizer, style: str) -> None:
+    """Refuse a protocol without tags; bind the tokenizer (tool_call works out its reply frame from the template)."""
     if not isinstance(protocol, TagProtocol):
         raise ValueError(
             f"text SFT data needs a protocol with search and result tags (a TagProtocol); '{protocol.name}' has "
             "none: give trajectories recorded by `searchrl data rejection-sample` or `searchrl data oracle` instead"
         )
     protocol.bind_tokenizer(tokenizer, style)
+
+
+def _trajectory(
+    row: dict[str, Any], protocol: TagProtocol, tokenizer, style: str, where: str, default_id: str
+) -> Trajectory:
     row_id, question, prompt, response, golds = _prompt_and_response(
         row, protocol, tokenizer, style, where, default_id or where
     )
@@ -194,7 +205,8 @@ def text_trajectories(
     """Every ``(where, row)`` as a trajectory (:func:`text_trajectory`). Rows whose response breaks the protocol's
     format are kept and counted in a warning; when none keeps it, the data is in another protocol's tags and a
     ``ValueError`` says which protocol is set."""
-    trajs = [text_trajectory(row, protocol, tokenizer, style, where, where) for where, row in rows]
+    _bind(protocol, tokenizer, style)  # once: a chat frame is worked out by rendering the template
+    trajs = [_trajectory(row, protocol, tokenizer, style, where, where) for where, row in rows]
     bad = [t for t in trajs if t.metadata["format_problems"]]
     if trajs and len(bad) == len(trajs):
         raise ValueError(
