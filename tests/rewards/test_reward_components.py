@@ -6,6 +6,7 @@ import pytest
 
 from searchrl.config import RewardComponent, RunConfig, load_config
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol
 from searchrl.rewards.components import (
     RewardComposer,
@@ -96,6 +97,36 @@ def test_r_search_format_eq5(n, answer_ok, evidence_ok, evidence, paper_value, c
     inp = [make(n=n, evidence=evidence, answer_ok=answer_ok, evidence_ok=evidence_ok)]
     assert format_reward(inp, paper="r_search")[0] == pytest.approx([paper_value])
     assert format_reward(inp, paper="r_search", evidence_without_search="code")[0] == pytest.approx([code_value])
+
+
+_RS_SEARCH = '<search> q </search>\n\n<observation>(Title: "P") Paris is the capital.\n</observation>\n\n'
+
+
+@pytest.mark.parametrize(
+    ("response", "authors_value"),
+    [
+        # The values are what R-Search's reward code (verl/utils/reward_score/qa_f1.py, compute_score_f1) pays in
+        # format reward for these responses after its prompt: 0.2 per well-formed answer and per evidence flag.
+        ("I know it. <answer> Paris </answer>", 0.4),
+        ("<original_evidence> Paris is the capital </original_evidence><answer> Paris </answer>", 0.2),
+        ("<original_evidence>  </original_evidence><answer> Paris </answer>", 0.2),  # an empty block counts too
+        ("<original_evidence> a <original_evidence> b </original_evidence><answer> Paris </answer>", 0.2),
+        ("<answer> Paris </answer><original_evidence> late </original_evidence>", 0.2),
+        ("<original_evidence> unclosed <answer> Paris </answer>", 0.4),  # a lone tag is no evidence block
+        ("</original_evidence><answer> Paris </answer>", 0.4),
+        (_RS_SEARCH + "<original_evidence> Paris is the capital </original_evidence><answer> Paris </answer>", 0.4),
+        (_RS_SEARCH + "<original_evidence> unclosed <answer> Paris </answer>", 0.2),
+        (_RS_SEARCH + "<original_evidence>  </original_evidence><answer> Paris </answer>", 0.2),
+        (
+            _RS_SEARCH + "<original_evidence> a </original_evidence><original_evidence> b </original_evidence>"
+            "<answer> Paris </answer>",
+            0.2,
+        ),
+    ],
+)
+def test_r_search_code_mode_pays_what_the_authors_code_pays(response, authors_value):
+    inp = RewardInput.from_response(get_protocol("r_search"), "q", ["Paris"], response)
+    assert format_reward([inp], paper="r_search", evidence_without_search="code")[0] == pytest.approx([authors_value])
 
 
 def test_r_search_format_gammas_and_missing_flags():

@@ -97,8 +97,9 @@ class RSearchProtocol(TagProtocol):
           forming one non-empty block ("exactly one box").
         * ``extra["evidence_ok"]`` = I_E: exactly one ``<original_evidence>`` and one closing tag, forming one
           non-empty block.
-        * ``extra["evidence_without_search"]``: an evidence tag although nothing was searched. Eq. 5 still grants
-          g_e then; the authors' code withholds it (stricter) — a reward can choose with this flag.
+        * ``extra["evidence_without_search"]``: a complete evidence block (empty or not) although nothing was
+          searched. Eq. 5 still grants g_e then; the authors' code withholds it (stricter) — a reward can choose
+          with this flag. As in that code, a lone or unclosed evidence tag is not a block.
 
         ``ok`` = full format reward under Eq. 5: I_A and (I_E if I_S). ``extra["evidence"]`` = text of the last
         complete evidence block (stripped; what the evidence reward's reader sees, as in the code) or None;
@@ -125,7 +126,6 @@ class RSearchProtocol(TagProtocol):
             and len(evidence_blocks.contents) == 1
             and bool(evidence)
         )
-        any_evidence_tag = bool(count_tag(events, EVIDENCE[0]) or count_tag(events, EVIDENCE[1]))
         problems: list[str] = []
         if not answer_ok:
             problems.append("the response needs exactly one non-empty <answer> block")
@@ -143,7 +143,7 @@ class RSearchProtocol(TagProtocol):
                 "evidence_ok": evidence_ok,
                 "has_evidence": evidence is not None,
                 "evidence": evidence,
-                "evidence_without_search": any_evidence_tag and not searched,
+                "evidence_without_search": bool(evidence_blocks.contents) and not searched,
                 "evidence_before_answer": _evidence_before_answer(events),
                 "n_unanswered_searches": unanswered_searches(events, SEARCH[1]),
                 "n_fabricated_observations": count_tag(events, OBSERVATION[0]),
