@@ -11,9 +11,10 @@ from searchrl.rewards.metrics import MetricFn, get_metric
 #: each method's own evaluation code, by protocol: (normalisation, cover_em boundary). Search-R1's ``qa_em.py``:
 #: SQuAD EM and a plain-substring ``subem_check``; R1-Searcher's ``metric_calc_rule.py``: its own normalisation,
 #: token cover (ACC_R) and a substring cover; R1-Searcher++ evaluates with FlashRAG (SQuAD, substring ``acc``);
-#: R-Search's code: SQuAD EM/F1 and a substring Acc; RAG-R1's ``eval.py``: punctuation as spaces, no True/False
-#: mapping, EM only; Search-o1 is a baseline here and tool_call our own protocol (SQuAD, word-bounded cover); the
-#: trained baselines' reason and rag protocols are Search-R1's, scored like its agent.
+#: R-Search's code: SQuAD EM/F1 (its unreported Acc is a substring test on the lower-cased raw strings; SQuAD
+#: substring here); RAG-R1's ``eval.py``: punctuation as spaces, no True/False mapping, EM only; Search-o1 is a
+#: baseline here and tool_call our own protocol (SQuAD, word-bounded cover); the trained baselines' reason and rag
+#: protocols are Search-R1's, scored like its agent.
 EVAL_CONVENTIONS: dict[str, tuple[str, str]] = {
     "search_r1": ("squad", "char"),
     "r1_searcher": ("r1_searcher", "char"),
