@@ -19,6 +19,8 @@ from searchrl.config import ConfigError, load_config
         ("retrieval.topk=0", "greater than or equal to 1"),
         ("rollout.max_turns=0", "greater than or equal to 1"),
         ("rollout.temperature=-0.5", "greater than or equal to 0"),
+        ("rollout.top_p=0", "greater than 0"),  # a negative one made the sampler pick past the vocabulary
+        ("rollout.top_p=1.5", "less than or equal to 1"),
         ("rollout.max_new_tokens=0", "greater than or equal to 1"),
         ("memorization.max_new_tokens=0", "greater than or equal to 1"),
         ("memorization.temperature=-1", "greater than or equal to 0"),

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from searchrl.generation.base import SamplingParams
+from searchrl.generation.base import SamplingParams, Segment
 from searchrl.generation.fake import ByteTokenizer
 from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
 from searchrl.generation.sampling import finish_row
@@ -221,3 +221,76 @@ def test_the_rollout_generator_takes_its_batch_from_the_config_or_the_device() -
     assert placement.decode_batch_default(torch.device("cuda")) == 512
     assert placement.micro_batch_defaults(torch.device("cuda")) == (64, 8192)
     assert placement.micro_batch_defaults(torch.device("cpu")) == (16, 2048)
+
+
+def _sentencepiece_like():
+    """A word-level tokenizer with SentencePiece's space marker: a piece decoded alone drops its leading space, so
+    the pieces of ``</ search>`` (``</``, ``search>``) concatenate to ``</search>``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "<s>", "</s>", "\u2581x", "\u2581hello", "\u2581</", "\u2581search>", "\u2581world"]
+    words += ["\u2581</search>", "\u2581a"]
+    t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    t.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+def _successor_model(successor: dict[int, int], vocab: int):
+    """A Llama whose greedy next token is ``successor[last token]``: one-hot embeddings, layers that add nothing,
+    an output head mapping each token to its successor."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.zero_()
+        model.model.embed_tokens.weight[:, :vocab] = torch.eye(vocab)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.zero_()
+        for token, nxt in successor.items():
+            model.lm_head.weight[nxt, token] = 1.0
+    model.generation_config.eos_token_id = 2
+    return model
+
+
+def test_pieces_that_spell_a_stop_string_the_text_does_not_hold_do_not_stop_the_row() -> None:
+    """``</ search>`` (pieces ``</``, ``search>``) is not the stop string ``</search>``: the row decodes on to the
+    real one, in the call-at-a-time loop (growing and fixed buffers) and the continuous one."""
+    tok = _sentencepiece_like()
+    ids = tok.convert_tokens_to_ids(["\u2581x", "\u2581hello", "\u2581</", "\u2581search>", "\u2581world"])
+    ids += tok.convert_tokens_to_ids(["\u2581</search>", "\u2581a"])
+    model = _successor_model(dict(zip(ids[:-1], ids[1:], strict=True)), len(tok))
+    assert tok.decode(ids[2:4]) == "</ search>" and tok.decode(ids[2]) + tok.decode(ids[3]) == "</search>"
+    sp = SamplingParams(max_new_tokens=6, temperature=0.0, stop=("</search>",))
+    want = (ids[1:6], "stop", "hello </ search> world </search>")
+    for graphs in ("off", "static"):
+        (c,) = HFGenerator(model, tok, graphs=graphs).generate([ids[:1]], sp)
+        assert (c.token_ids, c.finish_reason, c.text) == want, graphs
+
+    class One:
+        def __init__(self) -> None:
+            self.got: list = []
+
+        def finished(self, key, completion):
+            self.got.append(completion)
+            return False
+
+        def ready(self, wait):
+            return [Segment(0, ids[:1], 6)] if not self.got and wait else None
+
+    sched = One()
+    HFGenerator(model, tok).decode_continuous(sched, sp)
+    assert [(c.token_ids, c.finish_reason, c.text) for c in sched.got] == [want]

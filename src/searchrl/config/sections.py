@@ -133,7 +133,8 @@ class RolloutConfig(Section):
     max_obs_tokens_per_query: int | None = Field(default=None, ge=1)
     max_total_tokens: int = 1536
     temperature: float = Field(default=1.0, ge=0.0)
-    top_p: float = 1.0
+    #: nucleus sampling: the smallest set of tokens holding this much probability (1 = the whole vocabulary).
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     #: at the budget: "hint" (the protocol's answer-now text, then one final turn), "silent" (one final turn, nothing
     #: inserted, search disabled), "end" (the sample ends; an over-budget search is not run), "off" (no final turn;
     #: an over-budget search gets the hint). true = hint, false = off. See searchrl.rollout.engine.

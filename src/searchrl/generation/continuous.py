@@ -33,7 +33,7 @@ from torch import Tensor
 
 from searchrl import device as placement
 from searchrl.generation.base import ContinuousScheduler, SamplingParams, Segment
-from searchrl.generation.sampling import finish_row, row_uniforms, sample_tokens
+from searchrl.generation.sampling import finish_row, has_stop, row_uniforms, sample_tokens
 
 _GROW = 64  # slots are allocated in multiples of this many tokens
 
@@ -268,7 +268,7 @@ class _Loop:
                 continue
             if self.stops:
                 text = r.tail + gen._piece(tok)
-                if any(s in text for s in self.stops):
+                if any(s in text for s in self.stops) and has_stop(gen.tokenizer, r.toks, self.stops):
                     r.stopped = True
                 r.tail = text[-self.tail_len :] if self.tail_len else ""
             if r.stopped or len(r.toks) >= r.budget:

@@ -17,8 +17,9 @@ each under the raw logits (temperature 1, no top-p), i.e. log pi(token | context
   work (stop strings, finished rows) runs while the GPU decodes; a row that finished at step t has its one extra
   token ignored;
 - keeps only the sampled token's log-prob per step (never a ``(B, N, V)`` stack of logits);
-- detects stop strings incrementally from per-token text pieces, then checks each finished row's full text once,
-  so a tokenizer whose pieces do not concatenate exactly still gets the exact rule;
+- detects stop strings incrementally from per-token text pieces, confirms a hit on the row's full text before it
+  stops the row, then checks each finished row's full text once, so a tokenizer whose pieces do not concatenate
+  exactly still gets the exact rule;
 - drops finished rows from the batch as they accumulate;
 - samples with its own ``torch.Generator``, or with each row's own stream when ``SamplingParams.row_seeds`` is set
   (:mod:`~searchrl.generation.sampling`): the global RNG is never touched;
@@ -40,7 +41,7 @@ from searchrl.generation.base import Completion, ContinuousScheduler, Generator,
 from searchrl.generation.decode_step import DecodeStep, sharded
 from searchrl.generation.graph_decode import GraphRows
 from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, cache_kwargs, weights_version
-from searchrl.generation.sampling import finish_row, row_uniforms, sample_tokens
+from searchrl.generation.sampling import finish_row, has_stop, row_uniforms, sample_tokens
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
@@ -234,7 +235,7 @@ class HFGenerator(Generator):
                     done[row] = True
                 elif stops:
                     text = tails[row] + self._piece(tok)
-                    if any(s in text for s in stops):
+                    if any(s in text for s in stops) and has_stop(self.tokenizer, toks[row], stops):
                         done[row] = stopped[row] = True
                     tails[row] = text[-(L - 1) :] if L > 1 else ""
             self.stats["decode_row_steps"] += len(live)

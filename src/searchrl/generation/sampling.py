@@ -22,6 +22,15 @@ def row_uniforms(seeds: list[int], ks: list[int], device: torch.device) -> Tenso
     return torch.tensor(u, dtype=torch.float32, device=device)
 
 
+def has_stop(tokenizer, ids: list[int], stops: tuple[str, ...]) -> bool:
+    """Whether ``decode(ids)`` contains a stop string. The decode loops detect stop strings from per-token text
+    pieces and confirm a hit with this before they stop a row: a tokenizer whose pieces do not concatenate to its
+    text (SentencePiece drops the leading space of a piece decoded alone, so the pieces of ``</ search>`` read
+    ``</search>``) would otherwise end a row early, at a stop string its text does not hold."""
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    return any(s in text for s in stops)
+
+
 def first_stop(tokenizer, ids: list[int], stops: tuple[str, ...]) -> tuple[int, str] | None:
     """Smallest n such that decode(ids[:n]) contains a stop string, with that string; None if none occurs."""
     text = tokenizer.decode(ids, skip_special_tokens=False)
