@@ -17,9 +17,13 @@ from searchrl.generation.base import Completion, SamplingParams, splitmix64
 
 def row_uniforms(seeds: list[int], ks: list[int], device: torch.device) -> Tensor:
     """``(B,)`` float32 draws in [0, 1): row ``b``'s ``ks[b]``-th draw of the stream ``seeds[b]`` (24 bits, exact in
-    float32, never 1.0). Computed on the host, so every device sees the same draws."""
+    float32, never 1.0). Computed on the host, so every device sees the same draws. On CUDA they travel from pinned
+    memory without blocking: a plain copy would wait for the step the GPU is still decoding, once per token."""
     u = [(splitmix64(splitmix64(s) ^ k) >> 40) * 2.0**-24 for s, k in zip(seeds, ks, strict=True)]
-    return torch.tensor(u, dtype=torch.float32, device=device)
+    u_B = torch.tensor(u, dtype=torch.float32)
+    if torch.device(device).type == "cuda":
+        return u_B.pin_memory().to(device, non_blocking=True)
+    return u_B.to(device)
 
 
 def has_stop(tokenizer, ids: list[int], stops: tuple[str, ...]) -> bool:
