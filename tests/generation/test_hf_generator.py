@@ -110,6 +110,9 @@ def test_a_call_that_no_call_continues_keeps_no_cache() -> None:
     nxt = [p + c.token_ids + [40] for p, c in zip(prompts, a, strict=True)]
     dropped.generate(nxt, SamplingParams(max_new_tokens=2, temperature=0.0))
     assert dropped.stats["reused_tokens"] == 0
+    capped = HFGenerator(model, tok, store_bytes=0)  # rollout.prefix_cache_gib=0: the same tokens, nothing kept
+    assert [c.token_ids for c in capped.generate(prompts, sp)] == [c.token_ids for c in a]
+    assert len(capped.store) == 0
 
 
 def test_rows_that_end_in_eos_keep_their_caches_when_the_next_call_continues_them() -> None:
@@ -201,7 +204,7 @@ def test_distinct_prompts_prefill_their_common_opening_once() -> None:
 
 def test_the_rollout_generator_takes_its_batch_from_the_config_or_the_device() -> None:
     """``rollout.max_batch_size`` when set, else 64 rows on the CPU and 512 on a GPU; ``rollout.cuda_graphs``;
-    ``rollout.compile_decode`` when set, else on a GPU only."""
+    ``rollout.compile_decode`` when set, else on a GPU only; ``rollout.prefix_cache_gib``."""
     from searchrl import device as placement
     from searchrl.config import load_config
     from searchrl.generation import rollout_generator
@@ -218,6 +221,9 @@ def test_the_rollout_generator_takes_its_batch_from_the_config_or_the_device() -
     assert not unset.step.compiled  # the CPU default: eager
     compiled = load_config(None, ["rollout.compile_decode=true"]).rollout
     assert rollout_generator(compiled, model, tok, torch.device("cpu")).step.compiled
+    assert unset.store.max_bytes == 2 * 2**30  # rollout.prefix_cache_gib
+    small = load_config(None, ["rollout.prefix_cache_gib=0.5"]).rollout
+    assert rollout_generator(small, model, tok, torch.device("cpu")).store.max_bytes == 2**29
     assert placement.decode_batch_default(torch.device("cuda")) == 512
     assert placement.micro_batch_defaults(torch.device("cuda")) == (64, 8192)
     assert placement.micro_batch_defaults(torch.device("cpu")) == (16, 2048)

@@ -111,6 +111,10 @@ class RolloutConfig(Section):
     max_batch_size: int | None = Field(default=None, ge=1)
     #: "hf" backend on CUDA: replay each decode step from a CUDA graph (searchrl.generation.graph_decode).
     cuda_graphs: bool = True
+    #: "hf" backend: GiB of keys/values a row keeps from one turn for the next, so the next turn prefills only the
+    #: observation and what follows (rows past the cap prefill their whole context again; 0: none kept). Freed after
+    #: each rollout. At a GPU paper scale a turn's rows hold more (Qwen2.5-3B, 512 rows of 800 tokens: ~15 GiB).
+    prefix_cache_gib: float = Field(default=2.0, ge=0.0)
     #: "hf" backend: compile the decode step's layers (torch.compile, one graph for every layer), fusing the small
     #: kernels (norms, rotary, casts, masking) that dominate a GPU decode step; replayed from CUDA graphs on CUDA.
     #: null: on CUDA, off on the CPU. Compiling costs ~7 s a graph on an H200; without a compiler it decodes eagerly.

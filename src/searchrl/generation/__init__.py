@@ -29,7 +29,8 @@ def make_generator(backend: str, model, tokenizer, model_path: str | None = None
 
 def rollout_generator(rollout, model, tokenizer, device) -> Generator:
     """The training policy's generator from a ``RolloutConfig``: ``rollout.backend``, with the "hf" backends decoding
-    at most ``rollout.max_batch_size`` rows together (unset: the device's default)."""
+    at most ``rollout.max_batch_size`` rows together (unset: the device's default), keeping up to
+    ``rollout.prefix_cache_gib`` of a turn's keys/values for the next turn."""
     from searchrl import device as placement
 
     if rollout.backend not in ("hf", "hf_generate"):
@@ -38,7 +39,8 @@ def rollout_generator(rollout, model, tokenizer, device) -> Generator:
     if rollout.backend == "hf_generate":
         return make_generator(rollout.backend, model, tokenizer, max_batch_size=rows)
     graphs = "auto" if rollout.cuda_graphs else "off"
-    gen = make_generator(rollout.backend, model, tokenizer, max_batch_size=rows, graphs=graphs)
+    kept = int(rollout.prefix_cache_gib * 2**30)
+    gen = make_generator(rollout.backend, model, tokenizer, max_batch_size=rows, graphs=graphs, store_bytes=kept)
     compile_decode = rollout.compile_decode if rollout.compile_decode is not None else device.type == "cuda"
     if compile_decode and getattr(gen, "step", None) is not None:
         gen.step.compile()
