@@ -199,3 +199,13 @@ def test_r1_searcher_selects_by_difficulty_from_the_training_sets_not_from_a_sel
         assert pool not in selected, (stage.name, pool)
     rl = [s for s in cfg.pipeline if s.kind == "rl"]
     assert rl and all(str(s.data).startswith("${select") for s in rl)  # RL trains on what the selection kept
+
+
+@pytest.mark.parametrize(
+    "recipe, questions", [("r1_searcher_stage1", 350), ("r1_searcher_stage2", 8148), ("r1_searcher_pp", 8142)]
+)
+def test_one_epoch_recipes_take_the_whole_batches_of_one_pass(recipe: str, questions: int) -> None:
+    """One training epoch over Table 1's / App. A's question counts at 64 prompts a step: the authors' OpenRLHF
+    loader drops the last partial batch, so no question is seen twice within the epoch."""
+    t = load_config(recipe).training
+    assert t.prompts_per_step == 64 and t.steps == questions // t.prompts_per_step
