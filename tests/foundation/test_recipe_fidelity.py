@@ -209,3 +209,12 @@ def test_one_epoch_recipes_take_the_whole_batches_of_one_pass(recipe: str, quest
     loader drops the last partial batch, so no question is seen twice within the epoch."""
     t = load_config(recipe).training
     assert t.prompts_per_step == 64 and t.steps == questions // t.prompts_per_step
+
+
+@pytest.mark.parametrize("recipe", ["r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp"])
+def test_openrlhf_recipes_use_its_adam_betas(recipe: str) -> None:
+    """R1-Searcher's OpenRLHF actor: AdamW betas (0.9, 0.95) (R1-Searcher++ says its code is almost R1-Searcher's);
+    veRL's recipes keep (0.9, 0.999)."""
+    assert load_config(recipe).training.adam_betas == (0.9, 0.95)
+    for verl in ("search_r1_ppo", "search_r1_grpo", "r_search", "rag_r1"):
+        assert load_config(verl).training.adam_betas == (0.9, 0.999)
