@@ -181,3 +181,40 @@ def test_training_half_precision_weights_is_warned(monkeypatch) -> None:
         _warn_half_weights(load_config("demo", ["model.dtype=bfloat16", "model.lora={r: 8}"]))  # adapters in fp32
         _warn_half_weights(load_config("demo"))
     assert cap.get().count("model.dtype=bfloat16 trains the weights in bfloat16 itself") == 1
+
+
+@pytest.mark.parametrize("recipe", ["r1_searcher_stage1", "r1_searcher_stage2"])
+def test_r1_searcher_selects_by_difficulty_from_the_training_sets_not_from_a_selected_file(recipe: str) -> None:
+    """Paper §2.1: the labeller buckets questions of the HotpotQA and 2Wiki training sets. A selection stage reading
+    the authors' selected files (stage_1 / stage_2.jsonl) would re-select from 350 / 8,148 already selected
+    questions, and Table 1's quotas could not fill."""
+    from searchrl.stages.chain import stage_config
+
+    selected = {"stage_1.jsonl", "stage_2.jsonl"}
+    cfg = load_config(recipe)
+    stages = [s for s in cfg.pipeline if s.op == "select-difficulty"]
+    assert stages
+    for stage in stages:
+        pool = stage.data or stage_config(cfg, stage, None, None).data.train
+        assert pool not in selected, (stage.name, pool)
+    rl = [s for s in cfg.pipeline if s.kind == "rl"]
+    assert rl and all(str(s.data).startswith("${select") for s in rl)  # RL trains on what the selection kept
+
+
+@pytest.mark.parametrize(
+    "recipe, questions", [("r1_searcher_stage1", 350), ("r1_searcher_stage2", 8148), ("r1_searcher_pp", 8142)]
+)
+def test_one_epoch_recipes_take_the_whole_batches_of_one_pass(recipe: str, questions: int) -> None:
+    """One training epoch over Table 1's / App. A's question counts at 64 prompts a step: the authors' OpenRLHF
+    loader drops the last partial batch, so no question is seen twice within the epoch."""
+    t = load_config(recipe).training
+    assert t.prompts_per_step == 64 and t.steps == questions // t.prompts_per_step
+
+
+@pytest.mark.parametrize("recipe", ["r1_searcher_stage1", "r1_searcher_stage2", "r1_searcher_pp"])
+def test_openrlhf_recipes_use_its_adam_betas(recipe: str) -> None:
+    """R1-Searcher's OpenRLHF actor: AdamW betas (0.9, 0.95) (R1-Searcher++ says its code is almost R1-Searcher's);
+    veRL's recipes keep (0.9, 0.999)."""
+    assert load_config(recipe).training.adam_betas == (0.9, 0.95)
+    for verl in ("search_r1_ppo", "search_r1_grpo", "r_search", "rag_r1"):
+        assert load_config(verl).training.adam_betas == (0.9, 0.999)

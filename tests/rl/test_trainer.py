@@ -378,3 +378,10 @@ def test_truncated_importance_sampling_weighs_the_update_by_the_samplers_mismatc
     assert m["tis/weight_mean"] == pytest.approx(1.0, abs=1e-3) and m["tis/capped_frac"] == 0.0
     (plain,) = make_trainer(tmp_path / "plain", lr=1e-3, steps=1).train()
     assert "tis/weight_mean" not in plain
+
+
+def test_adam_takes_the_configured_betas(tmp_path: Path) -> None:
+    """training.adam_betas reaches the policy's and the critic's AdamW (OpenRLHF's 0.9, 0.95; veRL's 0.9, 0.999)."""
+    trainer = make_trainer(tmp_path, lr=1e-3, algo="ppo", steps=1, **{"training.adam_betas": "[0.9,0.95]"})
+    assert {g["betas"] for g in trainer.opt.param_groups} == {(0.9, 0.95)}
+    assert {g["betas"] for g in trainer.critic_opt.param_groups} == {(0.9, 0.95)}

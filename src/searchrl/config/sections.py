@@ -157,6 +157,9 @@ class RolloutConfig(Section):
         return ("hint" if v else "off") if isinstance(v, bool) else v
 
 
+_Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
 class TrainingConfig(Section):
     steps: int = Field(default=20, ge=1)
     #: questions per RL step over all processes (must be divisible by the number of processes).
@@ -166,6 +169,7 @@ class TrainingConfig(Section):
     warmup_steps: int = Field(default=0, ge=0)
     critic_warmup_steps: int = Field(default=0, ge=0)  #: linear warm-up of the critic's learning rate (PPO), in steps
     weight_decay: float = 0.0  #: AdamW's, for the policy and the critic
+    adam_betas: tuple[_Beta, _Beta] = (0.9, 0.999)  #: AdamW's, policy and critic (veRL's; OpenRLHF's: 0.9, 0.95)
     max_grad_norm: float = 1.0
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches);
     #: null: 16 on the CPU, 64 on a GPU.
@@ -254,9 +258,6 @@ class MemorizationConfig(Section):
     pool_size: int = 256
     #: paths drawn from the pool for each step's NLL term.
     batch_size: int = 16
-
-
-_Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class SFTConfig(Section):

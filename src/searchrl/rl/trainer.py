@@ -140,15 +140,16 @@ class Trainer:
         model.train()
         self.critic: ValueModel | None = None
         params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = make_adamw(params, lr=self.tcfg.lr, weight_decay=self.tcfg.weight_decay)
-        self.sched = warmup_schedule(self.opt, self.tcfg.warmup_steps)
+        t = self.tcfg
+        self.opt = make_adamw(params, lr=t.lr, weight_decay=t.weight_decay, betas=t.adam_betas)
+        self.sched = warmup_schedule(self.opt, t.warmup_steps)
         # self.model is the (possibly DDP-wrapped) scorer; self.policy the causal LM inside it.
         self.model, self.opt = self.acc.prepare(TokenScorer(model), self.opt)
         self.policy = self.acc.unwrap_model(self.model).lm
         if self.estimator.critic:
             critic = ValueModel(copy.deepcopy(self.policy))
             self.critic_opt = make_adamw(
-                critic.parameters(), lr=self.tcfg.critic_lr, weight_decay=self.tcfg.weight_decay
+                critic.parameters(), lr=t.critic_lr, weight_decay=t.weight_decay, betas=t.adam_betas
             )
             self.critic, self.critic_opt = self.acc.prepare(critic, self.critic_opt)
             self.critic_sched = warmup_schedule(self.critic_opt, self.tcfg.critic_warmup_steps)
