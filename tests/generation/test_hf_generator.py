@@ -300,3 +300,14 @@ def test_pieces_that_spell_a_stop_string_the_text_does_not_hold_do_not_stop_the_
     sched = One()
     HFGenerator(model, tok).decode_continuous(sched, sp)
     assert [(c.token_ids, c.finish_reason, c.text) for c in sched.got] == [want]
+
+
+def test_sampling_params_and_prompts_out_of_range_fail_in_one_line() -> None:
+    """A top-p outside (0, 1] or a negative temperature is refused when the parameters are made (a negative top-p
+    once made the sampler index past the vocabulary); an empty prompt is refused before any decoding."""
+    for bad in ({"top_p": 0.0}, {"top_p": -0.5}, {"top_p": 1.5}, {"temperature": -1.0}):
+        with pytest.raises(ValueError, match="SamplingParams"):
+            SamplingParams(**bad)
+    gen = HFGenerator(tiny_model(), ByteTokenizer())
+    with pytest.raises(ValueError, match="empty prompt"):
+        gen.generate([[5, 6], []], SamplingParams(max_new_tokens=2))

@@ -54,6 +54,12 @@ class SamplingParams:
     #: kept too are the caches of rows that end in EOS, which the next call continues (``rollout.continue_after_eos``)
     keep_eos_rows: bool = False
 
+    def __post_init__(self) -> None:
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"SamplingParams(top_p={self.top_p}): top_p must lie in (0, 1]; use 1 for no nucleus")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams(temperature={self.temperature}): use 0 (greedy) or more")
+
 
 @dataclass
 class Completion:

@@ -140,6 +140,8 @@ class HFGenerator(Generator):
         gen = placement.sampler(placement.model_device(self.model), params.seed)
         if params.row_seeds is not None and len(params.row_seeds) != len(prompts):
             raise ValueError(f"row_seeds has {len(params.row_seeds)} seeds for {len(prompts)} prompts")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("an empty prompt: every prompt needs at least one token (e.g. the tokenizer's BOS)")
         # Distinct contexts, shortest first (less padding per chunk); a chunk holds at most max_batch_size rows.
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, p in enumerate(prompts):
