@@ -126,7 +126,7 @@ def test_csv_and_capitalised_fields_as_bamboogle_and_triviaqa_release_them(tmp_p
             {
                 "QuestionId": "tc_3",
                 "Question": "Which city?",
-                "Answer": {"Value": "Paris", "Aliases": ["City of Light"]},
+                "Answer": {"Value": "Paris", "Aliases": ["Paris", "City of Light"]},  # the value is an alias too
             }
         ]
     }

@@ -120,6 +120,39 @@ def test_a_done_stage_whose_settings_changed_runs_again_and_the_stages_after_it(
     assert fake_handlers == []
 
 
+def test_a_corpus_or_question_file_edited_in_place_runs_the_stages_that_read_it_again(
+    tmp_path: Path, fake_handlers
+) -> None:
+    """The same path with other contents: the index and split made from the old file are not reused (their settings
+    did not change, the files did); a file only touched keeps them."""
+    data = tmp_path / "mydata"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text('{"id": "d1", "contents": "A\\na"}\n')
+    (data / "questions.jsonl").write_text('{"question": "q?", "answer": "a"}\n')
+    stages = [
+        {"name": "split", "kind": "data", "op": "split", "data": "${cfg.data.source}/${cfg.data.train}"},
+        {"name": "index", "kind": "data", "op": "index"},  # data.corpus
+        {"name": "rl", "kind": "rl", "data": "${split}/train.jsonl"},
+    ]
+    cfg = validate_dict({"name": "t", "data": {"source": str(data), "train": "questions.jsonl"}, "pipeline": stages})
+    run_pipeline(cfg, tmp_path / "run")
+    fake_handlers.clear()
+    (data / "corpus.jsonl").touch()
+    assert all(r.status == "skipped" for r in run_pipeline(cfg, tmp_path / "run"))
+    with (data / "corpus.jsonl").open("a") as f:
+        f.write('{"id": "d2", "contents": "B\\nb"}\n')
+    run_pipeline(cfg, tmp_path / "run")
+    assert [c["name"] for c in fake_handlers] == ["index", "rl"]
+    assert (
+        f"stage index: settings changed since it ran (file {data / 'corpus.jsonl'})"
+        in (tmp_path / "run" / "run.log").read_text()
+    )
+    fake_handlers.clear()
+    (data / "questions.jsonl").write_text('{"question": "other?", "answer": "b"}\n')
+    run_pipeline(cfg, tmp_path / "run")
+    assert [c["name"] for c in fake_handlers] == ["split", "index", "rl"]
+
+
 def test_editing_your_reward_function_or_plugin_runs_the_stages_that_use_it_again(
     tmp_path: Path, fake_handlers, monkeypatch
 ) -> None:

@@ -31,6 +31,37 @@ def test_analyzer_matches_bm25s_tokenizer() -> None:
     assert [id_to_stem[i] for i in ids] == Analyzer("english", "en")(text)
 
 
+def test_chinese_and_japanese_text_is_cut_into_one_term_a_character() -> None:
+    """CJK text has no spaces: as one word, a sentence would be a single term that only the whole sentence matches
+    (Lucene's standard tokenizer cuts ideographs and Hiragana one a term). Text without them is cut as before."""
+    from searchrl.retrieval.bm25 import WORDS_PATTERN
+
+    assert Analyzer(None, None)("東京は日本の首都です。トヨタ本社") == [
+        *["東", "京", "は", "日", "本", "の", "首", "都", "で", "す"],
+        *["トヨタ", "本", "社"],  # a Katakana run stays a word, as there
+    ]
+    assert Analyzer(None, None)("𠮷野家 Zürich x 서울은") == ["𠮷", "野", "家", "zürich", "서울은"]
+    text = "Marie Curie's daughters Irène (b. 1897) & Ève_2 studied in Paris; القاهرة عاصمة مصر a x9 _ __"
+    assert Analyzer(None, None)(text) == __import__("re").findall(WORDS_PATTERN, text.lower())
+    assert Analyzer(None, None, split_cjk=False)("東京は日本の首都") == ["東京は日本の首都"]
+
+
+def test_a_cjk_query_finds_its_passage_and_an_older_index_keeps_its_analysis(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [
+        {"id": "tokyo", "contents": "東京\n東京は日本の首都です。"},
+        {"id": "paris", "contents": "Paris\nParis is the capital of France."},
+    ]
+    corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    index = build_index(corpus, "bm25", tmp_path / "bm25")
+    assert [h.id for h in load_index(index).search(["日本の首都は？"], 2)[0]] == ["tokyo"]
+    # an index built before CJK text was cut has no split_cjk in its manifest: its queries are analysed as it was
+    manifest = json.loads((index / "manifest.json").read_text())
+    del manifest["options"]["bm25"]["split_cjk"]
+    (index / "manifest.json").write_text(json.dumps(manifest))
+    assert load_index(index).analyzer("東京は日本") == ["東京は日本"]
+
+
 def test_bad_options_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match="unknown stemmer"):
         Analyzer("klingon", None)

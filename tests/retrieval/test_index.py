@@ -19,7 +19,8 @@ def test_manifest_describes_the_index(tiny_bm25: Path, tiny_corpus: Path) -> Non
     assert m["corpus"]["path"] == str(tiny_corpus.resolve())
     assert len(m["corpus"]["fingerprint"]) == 16
     assert m["counts"]["passages"] == 12 and m["counts"]["vocab"] > 50
-    assert m["options"]["bm25"] == {"k1": 0.9, "b": 0.4, "method": "lucene", "stemmer": "english", "stopwords": "en"}
+    bm25 = {"k1": 0.9, "b": 0.4, "method": "lucene", "stemmer": "english", "stopwords": "en", "split_cjk": True}
+    assert m["options"]["bm25"] == bm25
     assert m["encoder"] is None and m["dimension"] is None
     assert m["created"].endswith("Z") and m["searchrl_version"]
     assert sorted(p.name for p in tiny_bm25.iterdir()) == ["bm25", "manifest.json", "passages"]

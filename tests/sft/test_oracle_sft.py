@@ -670,3 +670,20 @@ def test_grounded_choice_questions_set_their_options_years_side_by_side(name: st
         assert report.ok and report.answer.strip() == t.answer and t.answer in t.question
         options = [o.strip() for o in t.question[:-1].split(",")[1].split(" or ")]
         assert [q for turn in t.turns for q in turn.queries] == options
+
+
+def test_the_demo_cold_start_on_real_questions_names_the_fix(world, tmp_path: Path) -> None:
+    """The demo's cold start picks synthetic kinds (sft.kinds: [single_hop]); pointed at real questions, which have
+    none, it says what to do instead of only that no question is of that kind."""
+    from searchrl.stages.data import oracle_data
+
+    d, _ = world
+    (tmp_path / "train.jsonl").write_text('{"id": "q1", "question": "Who wrote Hamlet?", "answer": "Shakespeare"}\n')
+    cfg = load_config("demo", [f"data.source={tmp_path}", f"data.corpus={d / 'corpus.jsonl'}"])
+    with pytest.raises(
+        ValueError, match=r"of kinds \['single_hop'\]; its questions have no synthetic kinds .*sft\.data="
+    ):
+        oracle_data(cfg, ByteTokenizer())
+    world_cfg = load_config("demo", [f"data.source={d}", "sft.kinds=[nine_hop]"])
+    with pytest.raises(ValueError, match=r"\(kinds there: .*single_hop.*\); set sft\.kinds to some of them"):
+        oracle_data(world_cfg, ByteTokenizer())

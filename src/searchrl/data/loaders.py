@@ -96,7 +96,7 @@ def _answers(value: Any, where: str, field: str) -> list[str]:
         )
     if any(isinstance(a, float) and a != a for a in value):  # NaN: an empty cell of a numeric column
         raise ValueError(f"{where}: field '{field}' holds NaN (an empty numeric cell); give the gold answer")
-    answers = [t for t in map(_answer_text, value) if t]
+    answers = list(dict.fromkeys(t for t in map(_answer_text, value) if t))  # TriviaQA's aliases repeat its value
     if not answers:
         raise ValueError(f"{where}: field '{field}' is empty; give at least one gold answer")
     return answers

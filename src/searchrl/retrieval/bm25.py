@@ -2,7 +2,9 @@
 that load memory-mapped, so a million-passage index starts in about a second.
 
 Analysis (both when indexing and at query time): lowercase, split into words of 2+ word characters (the
-scikit-learn pattern bm25s uses), drop stopwords, stem with PyStemmer (Snowball). Stemming and stopwords are options.
+scikit-learn pattern bm25s uses) and each Chinese / Japanese ideograph or Hiragana character into a term of its own
+(as Lucene's standard tokenizer does: that text has no spaces), drop stopwords, stem with PyStemmer (Snowball).
+Stemming and stopwords are options.
 
 Defaults follow Lucene/Pyserini (``k1=0.9, b=0.4``, Lucene's idf), the BM25 setup Search-R1 and FlashRAG use for their
 sparse baselines. Scoring a query is a sum over the posting lists of its terms; we do that sum with ``np.bincount``
@@ -31,8 +33,14 @@ from searchrl.retrieval.local import LocalRetriever, Ranking
 # unless the user chose a platform.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-#: bm25s's default token pattern (scikit-learn's CountVectorizer): words of two or more word characters.
-TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+#: bm25s's default token pattern (scikit-learn's CountVectorizer): words of two or more word characters. Indexes built
+#: before CJK text was split (no ``split_cjk`` in their manifest) keep it.
+WORDS_PATTERN = r"(?u)\b\w\w+\b"
+#: Han ideographs (CJK Unified Ideographs, extension A, compatibility, extensions B-F) and Hiragana: one term each, as
+#: Lucene's StandardTokenizer (Unicode word breaks) cuts them. Katakana and Hangul runs stay words, as there.
+CJK_CHARS = "\u3040-\u309f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+#: :data:`WORDS_PATTERN` for text without CJK characters; a run of them is one term per character.
+TOKEN_PATTERN = f"(?u)[{CJK_CHARS}]|[^\\W{CJK_CHARS}]{{2,}}"
 #: term-frequency / idf variants whose scores live entirely in the sparse matrix (BM25L/BM25+ also need a dense
 #: "non-occurrence" term, which this module does not carry).
 METHODS = ("lucene", "robertson", "atire")
@@ -49,6 +57,9 @@ class BM25Options:
     stemmer: str | None = "english"
     #: a bm25s stopword list name ("en", "english", "de", ...) or None to keep every word.
     stopwords: str | None = "en"
+    #: each CJK ideograph and Hiragana character a term (:data:`TOKEN_PATTERN`); False for indexes built before (a
+    #: run of them is one term, which only that whole run matches).
+    split_cjk: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -88,9 +99,11 @@ def stopword_list(name: str | None) -> list[str]:
 class Analyzer:
     """Text -> index terms, exactly as bm25s's ``Tokenizer`` produces them at build time."""
 
-    def __init__(self, stemmer: str | None = "english", stopwords: str | list[str] | None = "en") -> None:
+    def __init__(
+        self, stemmer: str | None = "english", stopwords: str | list[str] | None = "en", split_cjk: bool = True
+    ) -> None:
         """``stopwords``: a list name (resolved through bm25s) or the words themselves."""
-        self._split = re.compile(TOKEN_PATTERN).findall
+        self._split = re.compile(token_pattern(split_cjk)).findall
         self._stopwords = frozenset(stopwords if isinstance(stopwords, list) else stopword_list(stopwords))
         self._stemmer = _make_stemmer(stemmer)
         # PyStemmer's Stemmer objects must not be used by two threads at once.
@@ -102,6 +115,11 @@ class Analyzer:
             return words
         with self._lock:
             return self._stemmer.stemWords(words)
+
+
+def token_pattern(split_cjk: bool) -> str:
+    """The regular expression whose matches are the terms: :data:`TOKEN_PATTERN`, or :data:`WORDS_PATTERN`."""
+    return TOKEN_PATTERN if split_cjk else WORDS_PATTERN
 
 
 def build_bm25(
@@ -124,7 +142,9 @@ def build_bm25(
     from searchrl.retrieval.bm25_build import TokenStream, score_matrix
 
     stopwords = stopword_list(options.stopwords)
-    tokenizer = Tokenizer(splitter=TOKEN_PATTERN, stopwords=stopwords, stemmer=_make_stemmer(options.stemmer))
+    tokenizer = Tokenizer(
+        splitter=token_pattern(options.split_cjk), stopwords=stopwords, stemmer=_make_stemmer(options.stemmer)
+    )
     tokens = TokenStream()
     pending = 0
     for ids in tokenizer.streaming_tokenize(texts, update_vocab=True):
@@ -184,7 +204,9 @@ class BM25Retriever(LocalRetriever):
         self.store = store
         self.options = options
         self.manifest = manifest or {}
-        self.analyzer = Analyzer(options.stemmer, stopwords if stopwords is not None else options.stopwords)
+        self.analyzer = Analyzer(
+            options.stemmer, stopwords if stopwords is not None else options.stopwords, options.split_cjk
+        )
         self._n = len(store)
 
     @classmethod

@@ -45,6 +45,8 @@ from searchrl.utils import atomic_write_text, console, progress, source_digest, 
 FORMAT = "searchrl-index"
 FORMAT_VERSION = 1
 KINDS = ("bm25", "dense", "hybrid")
+#: BM25 options an index built by an earlier version lacks in its manifest: how it was built
+OLD_BM25 = {"split_cjk": False}
 IndexKind = Literal["bm25", "dense", "hybrid"]
 
 
@@ -439,7 +441,7 @@ def load_index(
         store = PassageStore(directory / "passages")
         if kind in ("bm25", "hybrid"):
             sparse = BM25Retriever.load(
-                directory / "bm25", store, BM25Options(**manifest["options"]["bm25"]), manifest
+                directory / "bm25", store, BM25Options(**{**OLD_BM25, **manifest["options"]["bm25"]}), manifest
             )
         if kind in ("dense", "hybrid"):
             options = DenseOptions(**manifest["options"]["dense"])

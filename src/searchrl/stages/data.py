@@ -171,10 +171,21 @@ def oracle_data(
             : None if s.oracle_grounded else limit
         ]
     if not examples:
+        present = sorted({str(k) for e in load_split(cfg, split, None, kinds=[]) if (k := e.metadata.get("kind"))})
+        hint = ""
+        if kinds and not present:  # real questions: no synthetic kinds, and no recorded chains to play out
+            hint = (
+                "; its questions have no synthetic kinds (nor the reasoning chains oracle trajectories play out): "
+                "cold-start on a synthetic world (data.source=synthetic for this stage, as multihop_cpu's world "
+                "stage does) or on your own {question, response} rows (sft.data=FILE)"
+            )
+        elif kinds:
+            hint = f" (kinds there: {', '.join(present)}); set sft.kinds to some of them"
         raise ValueError(
             f"no {split} questions in {cfg.data.source}"
             + (f" of kinds {kinds}" if kinds else "")
             + (f" of forms {forms}" if forms else "")
+            + hint
         )
     data = oracle_trajectories(
         protocol or make_protocol(cfg),

@@ -139,8 +139,51 @@ def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path)
     # the code it ran: your plugins (in the stages that can call them) and the reward functions of those that score
     plugins = cfg.plugins if kind not in ("synth", "index", "split") else []
     code = [*plugins, *(c.name for c in cfg.reward.components if ":" in c.name and "reward" in reads)]
-    raw = {"stage": json.loads(stage.model_dump_json()), "config": config, "model": model, "code": code_digests(code)}
+    raw = {
+        "stage": json.loads(stage.model_dump_json()),
+        "config": config,
+        "model": model,
+        "code": code_digests(code),
+        "inputs": input_fingerprints(stage, cfg, str(kind), root),
+    }
     return {k: placed(v) for k, v in _flat(raw).items()}
+
+
+#: the stage kinds that read ``data.<field>`` when their ``data:`` names no file
+_DEFAULT_INPUT = {
+    "index": "corpus",
+    "split": "train",
+    "rl": "train",
+    "rejection-sample": "train",
+    "select-difficulty": "train",
+}
+
+
+def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict[str, str]:
+    """``{path: fingerprint}`` of the files outside the run directory that a stage reads as its input (its ``data:``,
+    else the config's questions or corpus file): so that a corpus or a question file edited in place (same path)
+    makes the stage run again, rather than leaving an index or a split made from the old file."""
+    from searchrl.config.evaluation import CONTEXTS
+    from searchrl.data.corpus import file_fingerprint
+    from searchrl.pipeline import data_file
+
+    data = stage.data
+    names = [str(d) for d in (data if isinstance(data, list) else [data])] if data else []
+    if not names and kind in _DEFAULT_INPUT:
+        names = [getattr(cfg.data, _DEFAULT_INPUT[kind])]
+    if kind == "index" and names == [CONTEXTS]:  # the paragraphs the training questions ship with
+        names = [cfg.data.train]
+    out = {}
+    for name in names:
+        if os.path.isabs(name):
+            path = os.path.abspath(name)
+        elif cfg.data.source != "synthetic" and os.path.isdir(cfg.data.source):  # a world's files are the cache's
+            path = os.path.abspath(data_file(cfg.data.source, name))  # an hf: source or `contexts`: no file
+        else:
+            continue
+        if os.path.isfile(path) and not (path == root or path.startswith(root + os.sep)):  # a run's file: its stage's
+            out[path] = file_fingerprint(path)
+    return out
 
 
 def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
@@ -150,6 +193,7 @@ def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
     if not isinstance(old, dict):
         return None
     diff = sorted(k for k in old.keys() & settings.keys() if old[k] != settings[k])
+    diff = [f"file {k.removeprefix('inputs.')}" if k.startswith("inputs.") else k for k in diff]
     if not diff:
         return None
     return f"settings changed since it ran ({', '.join(diff[:5])}{', ...' if len(diff) > 5 else ''})"
