@@ -269,3 +269,19 @@ def test_build_dense_takes_plain_texts_and_keeps_no_record_without_a_key(tmp_pat
     assert stats == {"passages": 50, "dimension": 64}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.faiss"]
     assert read_faiss_index(tmp_path / "index.faiss", DenseOptions()).ntotal == 50
+
+
+def test_passages_past_the_encoders_limit_are_reported_once(tmp_path: Path, capsys) -> None:
+    """The bundled MiniLM reads 256 tokens of a passage: a build whose passages run past that says how many of the
+    first ones do and names the fix; a corpus of short passages builds without the warning."""
+    from searchrl.retrieval.dense import DenseOptions, Encoder, build_dense
+
+    enc = Encoder(DenseOptions.for_encoder("minilm-l6-v2"))
+    short = [f"T{i}\na short passage about w{i}" for i in range(6)]
+    build_dense(iter(short), 6, tmp_path / "short", DenseOptions(), batch_size=4, encoder=enc)
+    assert "longer than the encoder" not in capsys.readouterr().err
+    texts = short[:4] + ["T9\n" + " ".join(WORDS[:300]), "T10\n" + " ".join(WORDS[100:400])]
+    build_dense(iter(texts), 6, tmp_path / "long", DenseOptions(), batch_size=4, encoder=enc)
+    out = " ".join(capsys.readouterr().err.split())
+    assert out.count("2 of the first 6 passages are longer than the encoder's 256 tokens") == 1
+    assert "--max-words 100" in out

@@ -45,6 +45,7 @@ from searchrl.retrieval.compressed import (
 from searchrl.retrieval.dense_build import Texts, empty_faiss_index, encode_to_file, index_from_rows, vector_target
 from searchrl.retrieval.local import LocalRetriever, Ranking
 from searchrl.retrieval.onnx_encoder import OnnxEncoder
+from searchrl.utils import console
 
 FAISS_KINDS = ("flat", "ivf", "hnsw")
 #: how queries are encoded when serving: the exported ONNX graph (``onnx_encoder``) or sentence-transformers.
@@ -170,6 +171,21 @@ class Encoder:
             )
         return np.ascontiguousarray(emb, dtype=np.float32)  # (N, D)
 
+    def over_limit(self, texts: Sequence[str]) -> int:
+        """How many of these passages (prefixed) run past the encoder's input limit, whose tail it never sees."""
+        limit = getattr(self.model, "max_seq_length", None)
+        tokenizer = getattr(self.model, "tokenizer", None)
+        if not limit or tokenizer is None:
+            return 0
+        prefix = self.options.passage_prefix
+        ids = tokenizer([prefix + t for t in texts], add_special_tokens=True, truncation=False)["input_ids"]
+        return sum(len(i) > limit for i in ids)
+
+
+#: passages of a build whose length is checked against the encoder's input limit (a sample: tokenizing every passage
+#: twice would slow a large build)
+LIMIT_SAMPLE = 1024
+
 
 def make_faiss_index(vectors: np.ndarray, options: DenseOptions) -> Any:
     """An inner-product faiss index holding ``vectors`` (N, D) float32 (precomputed vectors, already in memory)."""
@@ -208,12 +224,28 @@ def build_dense(
     directory.mkdir(parents=True, exist_ok=True)
     n_dims = enc.dimension
     path, dtype, header = vector_target(directory, options, n, n_dims)
+    seen = [0, 0]  # passages checked against the encoder's limit, and how many ran past it
+    over_limit = getattr(enc, "over_limit", None)  # an encoder of your own may not say
+
+    def encode(batch: list[str]) -> np.ndarray:
+        if over_limit is not None and seen[0] < LIMIT_SAMPLE:
+            checked = batch[: LIMIT_SAMPLE - seen[0]]
+            seen[0] += len(checked)
+            seen[1] += over_limit(checked)
+            if seen[0] >= min(LIMIT_SAMPLE, n) and seen[1]:
+                console.print(
+                    f"[yellow]warning:[/] {seen[1]} of the first {seen[0]} passages are longer than the encoder's "
+                    f"{enc.model.max_seq_length} tokens, and their tails are not encoded: cut the corpus into "
+                    "shorter passages (index build --max-words 100; in a run: pipeline.<index stage>.args.max_words)"
+                )
+        return enc.encode(batch, is_query=False, batch_size=batch_size)  # (C, D)
+
     encode_to_file(
         texts,
         n,
         n_dims,
         path,
-        lambda batch: enc.encode(batch, is_query=False, batch_size=batch_size),  # (C, D)
+        encode,
         dtype=dtype,
         header=header,
         chunk=batch_size * 8,  # a few batches per chunk, so progress moves and memory stays bounded
