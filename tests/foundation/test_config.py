@@ -148,3 +148,31 @@ def test_a_run_config_shows_a_short_repr_and_its_yaml_in_ipython(tmp_path: Path)
     cfg._repr_pretty_(SimpleNamespace(text=shown.append), cycle=False)  # what IPython's printer receives
     assert "\n  group_size: 4\n" in shown[0]
     assert yaml.safe_load(shown[0]) == yaml.safe_load(dump_config(cfg, tmp_path / "config.yaml").read_text())
+
+
+def test_an_error_is_blamed_on_the_layer_that_wrote_the_bad_key(tmp_path: Path) -> None:
+    """An unknown section given on the command line is the override's, not the recipe's; a recipe's own typo is the
+    recipe's even where a profile sets other keys of that section; a stage's keys are named by the stage's name."""
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", ["trainin.steps=3"])
+    assert str(err.value) == "command-line override 'trainin.steps=3': unknown key 'trainin'; did you mean 'training'?"
+    with pytest.raises(ConfigError, match=r"^command-line override 'retrieval\.bm25\.k1=2': unknown key 'retrieval"):
+        load_config("demo", ["retrieval.bm25.k1=2"])
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", ["pipeline.rl.argz.x=1"])
+    assert str(err.value).startswith(
+        "command-line override 'pipeline.rl.argz.x=1': unknown key 'pipeline.rl.argz'; "
+        "did you mean 'pipeline.rl.args'?"
+    )
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: demo\ntraining: {stesp: 3}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(mine, profile="laptop")  # the profile sets training.steps and others, not training.stesp
+    assert str(err.value) == f"{mine}: unknown key 'training.stesp'; did you mean 'training.steps'?"
+    mine.write_text("pipeline: [{name: a, kind: sft, argz: 1}]\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'pipeline\.a\.argz'; did you mean 'pipeline\.a\.args'\?"):
+        load_config(mine)
+    prof = tmp_path / "prof.yaml"
+    prof.write_text("all: {trainin: {steps: 3}}\n")
+    with pytest.raises(ConfigError, match=rf"^profile {prof}: unknown key 'trainin'; did you mean 'training'\?$"):
+        load_config("demo", profile=prof)

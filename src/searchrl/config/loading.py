@@ -191,7 +191,10 @@ def validate_dict(raw: dict[str, Any], source: str = "<config>", origins: dict[s
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(validation_message(err, RunConfig, source, origins or {})) from None
+        stages = raw.get("pipeline") if isinstance(raw, dict) else None
+        stages = stages if isinstance(stages, list) else []
+        names = [st.get("name") if isinstance(st, dict) else None for st in stages]
+        raise ConfigError(validation_message(err, RunConfig, source, origins or {}, names)) from None
 
 
 def _code_beside(raw: dict[str, Any], where: Path) -> dict[str, Any]:
