@@ -206,6 +206,8 @@ def plan_pipeline(
                 if rows:
                     questions[path] = rows
         source = plan.inputs[0][1] if plan.inputs else ""
+        if not skipped:
+            problems.extend(_kind_typos(stage, str(key), scfg, bool(oracle), source, questions, world))
         if key == "split" and source in questions:
             problems.extend(_split_too_small(stage.name, source, len(questions[source]), stage.args))
         if stage.args.get("quota") and source in questions:
@@ -233,6 +235,38 @@ def plan_pipeline(
             fixes.append("questions shipping paragraphs make a corpus: searchrl data contexts QA_FILE --out FILE")
         raise ConfigError("; ".join([*dict.fromkeys(problems), *fixes]))  # each problem once
     return plans
+
+
+def _kind_typos(
+    stage: StageConfig, key: str, cfg: RunConfig, oracle: bool, source: str, questions: dict[str, list], world: Any
+) -> list[str]:
+    """Question kinds a stage selects by (data.kinds; an oracle's args kinds, sft.kinds or data.kinds, and
+    sft.oracle_mix) that its questions cannot have: not a synthetic kind, nor a kind of the user's file it reads."""
+    from searchrl.pipeline import unknown_kinds
+
+    present: set[str] | None = None
+    if oracle:  # the world's train split (an oracle stage's data: a world or split directory of yours is not checked)
+        if (key == "oracle" and stage.data) or stage.args.get("split", "train") != "train":
+            return []
+        args_kinds = stage.args.get("kinds") if key == "oracle" else None
+        chosen = [("args kinds", args_kinds), ("sft.kinds", cfg.sft.kinds), ("data.kinds", cfg.data.kinds)]
+        named = [
+            next(((what, kinds) for what, kinds in chosen if kinds), ("", [])),
+            ("sft.oracle_mix", [*cfg.sft.oracle_mix]),
+        ]
+    elif key in ("rl", "rejection-sample", "select-difficulty"):
+        synthetic = source.startswith("<synthetic world>/") or (world is not None and _under(source, [world]))
+        if not (synthetic or source in questions):
+            return []
+        named = [("data.kinds", cfg.data.kinds)]
+        present = {str(k) for e in questions.get(source, []) if (k := e.metadata.get("kind")) is not None}
+    else:
+        return []
+    return [
+        f"stage '{stage.name}' selects questions by {what}: {problem}"
+        for what, kinds in named
+        if kinds and (problem := unknown_kinds([kinds] if isinstance(kinds, str) else list(kinds), present))
+    ]
 
 
 def _as_list(value: Any) -> list[str]:
