@@ -176,3 +176,16 @@ def test_an_error_is_blamed_on_the_layer_that_wrote_the_bad_key(tmp_path: Path) 
     prof.write_text("all: {trainin: {steps: 3}}\n")
     with pytest.raises(ConfigError, match=rf"^profile {prof}: unknown key 'trainin'; did you mean 'training'\?$"):
         load_config("demo", profile=prof)
+
+
+def test_a_directory_named_like_a_shipped_recipe_does_not_hide_it(tmp_path: Path, monkeypatch) -> None:
+    """`searchrl run --recipe demo --out demo` leaves a directory ``demo`` in the working directory; the next
+    `--recipe demo` there read it as a path ("a directory, not a recipe file") instead of the shipped recipe."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").mkdir()
+    assert load_config("demo").name == "demo"
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(ConfigError, match="a directory, not a recipe file: mine"):
+        load_config("mine")
+    with pytest.raises(ConfigError, match="recipe file not found: demo.yaml; the shipped recipe is named 'demo'"):
+        load_config("demo.yaml")

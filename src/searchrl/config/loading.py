@@ -31,11 +31,15 @@ def recipe_names() -> list[str]:
 
 
 def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe's file: a path to a YAML file, else a shipped recipe's name (a directory of that name in the working
+    directory, such as a run's, does not hide the recipe)."""
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
+    shipped = str(name_or_path) in recipe_names()
+    if p.suffix in (".yaml", ".yml") or (p.exists() and not (shipped and p.is_dir())):
         if not p.is_file():
             what = "a directory, not a recipe file" if p.is_dir() else "recipe file not found"
-            raise ConfigError(f"{what}: {p} (give a path to a YAML file or one of: {recipe_names()})")
+            hint = f"; the shipped recipe is named {p.stem!r}, without .yaml" if p.stem in recipe_names() else ""
+            raise ConfigError(f"{what}: {p}{hint} (give a path to a YAML file or one of: {recipe_names()})")
         return p
     root = resources.files("searchrl") / "recipes"
     candidate = Path(str(root / f"{name_or_path}.yaml"))
