@@ -88,11 +88,23 @@ def result(text: str) -> None:
 
 
 def writable_dir(value: Any) -> Any:
-    """``--out`` callback for a directory a command writes into: an existing file there is refused in one line."""
+    """``--out`` callback for a directory a command writes into: an existing file there, or a path that cannot be
+    made (a file on the way, a directory this user may not write) is refused in one line, before any work."""
+    import os
     from pathlib import Path
 
-    if value is not None and Path(value).is_file():
+    if value is None:
+        return value
+    path = Path(value)
+    if path.is_file():
         raise typer.BadParameter(f"{value} is a file; give a directory path (it is made if missing)")
+    have = path
+    while not have.exists() and have != have.parent:  # the nearest part of the path that is there
+        have = have.parent
+    if have.exists() and not have.is_dir():
+        raise typer.BadParameter(f"{value} cannot be made: {have} is a file; give another directory path")
+    if have.is_dir() and not os.access(have, os.W_OK | os.X_OK):
+        raise typer.BadParameter(f"{value} cannot be made or written: {have} is not writable by you")
     return value
 
 
