@@ -189,3 +189,16 @@ def test_a_directory_named_like_a_shipped_recipe_does_not_hide_it(tmp_path: Path
         load_config("mine")
     with pytest.raises(ConfigError, match="recipe file not found: demo.yaml; the shipped recipe is named 'demo'"):
         load_config("demo.yaml")
+
+
+def test_numbers_in_exponent_form_are_numbers_in_free_form_settings_too(tmp_path: Path) -> None:
+    """PyYAML reads ``1e-6`` and ``-2e0`` (no dot) as strings: the typed settings turned them back into numbers, but a
+    reward param, a protocol option or a stage's ``set:`` value stayed a string (a penalty of '-2e0')."""
+    comps = "reward.components=[{name: answer}, {name: format, params: {paper: r1_searcher_stage2, penalty: -2e0}}]"
+    cfg = load_config("r1_searcher_stage2", [comps, "pipeline.stage2.set.training.lr=1e-6", "training.lr=3e-6"])
+    assert cfg.reward.components[1].params["penalty"] == -2.0 and cfg.training.lr == 3e-6
+    assert {s.name: s for s in cfg.pipeline}["stage2"].set["training.lr"] == 1e-6
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("reward: {components: [{name: answer, params: {metric: f1, incorrect: -1e-1}}]}\n")
+    assert load_config(mine).reward.components[0].params["incorrect"] == -0.1
+    assert load_config(mine, ["data.train=1e-6.jsonl"]).data.train == "1e-6.jsonl"  # not a number: as written

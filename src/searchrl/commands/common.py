@@ -62,9 +62,8 @@ def description_line(cfg: RunConfig) -> str:
 def with_protocol(cfg: RunConfig, protocol: str | None, options: list[str] | None) -> RunConfig:
     """``--protocol`` and ``--option KEY=VALUE`` (YAML values) applied: a protocol other than the recipe's drops the
     recipe's protocol options (they belong to its protocol); each option adds to them."""
-    import yaml
-
     from searchrl.config import validate_dict
+    from searchrl.config.loading import yaml_value
 
     if protocol is None and not options:
         return cfg
@@ -76,7 +75,7 @@ def with_protocol(cfg: RunConfig, protocol: str | None, options: list[str] | Non
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"protocol option {item!r} is not KEY=VALUE (e.g. --option multi_query=true)")
-        ro["options"][key.strip()] = yaml.safe_load(value)
+        ro["options"][key.strip()] = yaml_value(value)
     return validate_dict(raw, "--protocol / --option")
 
 

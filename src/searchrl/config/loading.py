@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Hashable
 from importlib import resources
 from pathlib import Path
@@ -55,7 +56,24 @@ def profile_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader reading ``1e-6`` and ``-2e0`` as numbers, as YAML 1.2 does (PyYAML's YAML 1.1 rules read
+    them as strings, which only the typed settings turned back into numbers: a reward param stayed a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def yaml_value(text: str) -> Any:
+    """A value as an override or option writes it (``1e-6``, ``[a, b]``, ``{r: 8}``, ``null``, ``true``)."""
+    return yaml.load(text, Loader=_Loader)  # a safe loader
+
+
+class _UniqueKeyLoader(_Loader):
     """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -150,7 +168,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
         key, raw = item.split("=", 1)
-        _set_dotted(out, key.strip(), yaml.safe_load(raw))
+        _set_dotted(out, key.strip(), yaml_value(raw))
     return out
 
 
@@ -173,11 +191,11 @@ def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dic
             raise ConfigError(f"override '{item}': {source} has no pipeline stage '{name}' (its stages: {known})")
         stage = by_name[name]
         if rest[0] == "set" and len(rest) > 1:  # a stage's set: holds dotted config keys, as the recipes write them
-            stage["set"] = {**(stage.get("set") or {}), ".".join(rest[1:]): yaml.safe_load(value)}
+            stage["set"] = {**(stage.get("set") or {}), ".".join(rest[1:]): yaml_value(value)}
             continue
         if isinstance(stage.get(rest[0]), dict):  # copy what is changed, so the recipe's own dicts stay as read
             stage[rest[0]] = json.loads(json.dumps(stage[rest[0]]))
-        _set_dotted(stage, ".".join(rest), yaml.safe_load(value))
+        _set_dotted(stage, ".".join(rest), yaml_value(value))
     return {**raw, "pipeline": stages}
 
 
