@@ -202,3 +202,33 @@ def test_numbers_in_exponent_form_are_numbers_in_free_form_settings_too(tmp_path
     mine.write_text("reward: {components: [{name: answer, params: {metric: f1, incorrect: -1e-1}}]}\n")
     assert load_config(mine).reward.components[0].params["incorrect"] == -0.1
     assert load_config(mine, ["data.train=1e-6.jsonl"]).data.train == "1e-6.jsonl"  # not a number: as written
+
+
+def test_a_list_entry_is_set_by_its_index() -> None:
+    """r1_searcher_stage2's description says to "set reward.components[1].params.penalty" for the authors' -1, but no
+    override could reach into a list: ``[1]`` was an unknown key and ``.1.`` replaced the list with a mapping."""
+    for key in ("reward.components[1].params.penalty", "reward.components.1.params.penalty"):
+        cfg = load_config("r1_searcher_stage2", [f"{key}=-1"])
+        assert [c.params for c in cfg.reward.components] == [
+            c.params for c in load_config("r1_searcher_stage2").reward.components[:1]
+        ] + [{"paper": "r1_searcher_stage2", "penalty": -1}]
+    stage = {s.name: s for s in load_config("r1_searcher_stage2").pipeline}["stage2"]
+    from searchrl.stages.chain import stage_config
+
+    staged = stage_config(
+        load_config("r1_searcher_stage2"), stage.model_copy(update={"set": {**stage.set, key: -1}}), None, None
+    )
+    assert staged.reward.components[1].params["penalty"] == -1
+    with pytest.raises(ConfigError, match=r"reward\.components has 2 entries, numbered from 0"):
+        load_config("r1_searcher_stage2", ["reward.components.2.weight=2"])
+    with pytest.raises(
+        ConfigError, match=r"reward\.components is a list; name an entry by its index, e\.g\. reward\."
+    ):
+        load_config("r1_searcher_stage2", ["reward.components.weight=2"])
+    with pytest.raises(ConfigError, match=r"^command-line override 'reward\.components\[1\]\.weight=x': reward\.comp"):
+        load_config("r1_searcher_stage2", ["reward.components[1].weight=x"])
+    assert "reward.components[1].params.penalty" in load_config("r1_searcher_stage2").description
+    from searchrl.validation import dotted_key_problem
+
+    assert dotted_key_problem("reward.components.1.params.penalty") is None  # a stage's set: key
+    assert "did you mean 'reward.components.1.weight'" in str(dotted_key_problem("reward.components.1.wieght"))

@@ -172,6 +172,43 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return out
 
 
+def override_key(key: str) -> str:
+    """A dotted key as the config names it: a list entry by its index, ``reward.components[1].params`` ->
+    ``reward.components.1.params``."""
+    return re.sub(r"\[(\d+)\]", r".\1", key.strip())
+
+
+def _with_value(node: Any, keys: list[str], value: Any, item: str, done: tuple[str, ...] = ()) -> Any:
+    """A copy of ``node`` with ``value`` at ``keys``: a dict merges into a section key by key (``{}`` empties it), a
+    number names a list's entry (``reward.components.1.params.penalty=-1``)."""
+    if not keys:
+        return deep_merge(node, value) if value and isinstance(value, dict) and isinstance(node, dict) else value
+    key, rest, here = keys[0], keys[1:], ".".join(done)
+    if isinstance(node, list):
+        if not key.isdigit():
+            example = ".".join([here, "0", key, *rest])
+            raise ConfigError(f"override '{item}': {here} is a list; name an entry by its index, e.g. {example}")
+        if int(key) >= len(node):
+            raise ConfigError(f"override '{item}': {here} has {len(node)} entries, numbered from 0")
+        return [_with_value(v, rest, value, item, (*done, key)) if i == int(key) else v for i, v in enumerate(node)]
+    if node is None:
+        node = {}
+    if not isinstance(node, dict):
+        raise ConfigError(f"override '{item}': {here} is a value ({node!r}), not a section")
+    return {**node, key: _with_value(node.get(key), rest, value, item, (*done, key))}
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``raw`` with dotted overrides (``training.lr=1e-6``, ``model.lora={r: 8}``, ``reward.components[1].weight=2``;
+    values read as YAML), each in turn; ``raw`` itself is left as it was."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
+        key, text = item.split("=", 1)
+        raw = _with_value(raw, override_key(key).split("."), yaml_value(text), item)
+    return raw
+
+
 def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dict[str, Any]:
     """``pipeline.<stage>.<key>=value`` overrides: a value of the pipeline stage of that name (e.g.
     ``pipeline.split.args.heldout=20``); an unknown stage names the recipe's stages."""
@@ -268,10 +305,10 @@ def _overridden(
 ) -> RunConfig:
     if overrides:
         stage_items = [o for o in overrides if o.strip().startswith("pipeline.")]
-        raw = deep_merge(raw, parse_overrides([o for o in overrides if o not in stage_items]))
+        raw = apply_overrides(raw, [o for o in overrides if o not in stage_items])
         raw = _set_stage_values(raw, stage_items, source)
         for item in overrides:
-            origins[item.split("=", 1)[0].strip()] = f"{label} override '{item}'".lstrip()
+            origins[override_key(item.split("=", 1)[0])] = f"{label} override '{item}'".lstrip()
     return validate_dict(raw, source, origins)
 
 
