@@ -195,7 +195,9 @@ def plan_pipeline(
             if skipped or elsewhere or _under(path, produced):
                 continue
             if not Path(path).exists():
-                problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
+                problems.append(
+                    f"stage '{stage.name}' reads {what} {path}, which does not exist{_sft_named(what, path)}"
+                )
                 no_corpus = no_corpus or "corpus" in what
                 # a stage reading ${cfg.data.source}/FILE while data.source names the built-in world, not a directory
                 own_data = own_data or (cfg.data.source == "synthetic" and _under(path, ["synthetic"]))
@@ -267,6 +269,18 @@ def _kind_typos(
         for what, kinds in named
         if kinds and (problem := unknown_kinds([kinds] if isinstance(kinds, str) else list(kinds), present))
     ]
+
+
+def _sft_named(what: str, path: str) -> str:
+    """For SFT data that is no file: the built-in sources it may have meant (a misspelt ``oracle``)."""
+    if not what.startswith("SFT data"):
+        return ""
+    import difflib
+
+    close = difflib.get_close_matches(path, ["oracle", "rewriter_oracle"], n=1)
+    return (
+        f" (did you mean '{close[0]}'?)" if close else " (sft.data: oracle, rewriter_oracle, rewriter:FILE or a file)"
+    )
 
 
 def _as_list(value: Any) -> list[str]:

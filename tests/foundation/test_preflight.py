@@ -235,3 +235,18 @@ def test_a_misspelt_question_kind_fails_before_any_stage(tmp_path: Path) -> None
     with pytest.raises(ValueError, match=r"the train split \(train\.jsonl\): no question has the kind 'yes_no'"):
         load_split(cfg, "train")  # `searchrl train` reads the split before it loads the model
     assert len(load_split(cfg.model_copy(update={"data": cfg.data.model_copy(update={"kinds": []})}), "train")) == 3
+
+
+def test_misspelt_sft_data_names_the_built_in_source_not_a_data_path(tmp_path: Path) -> None:
+    """sft.data=oracel was reported as a missing file with "fix the path (e.g. data.source=DIR, data.train=FILE)",
+    settings that have nothing to do with SFT data."""
+    from searchrl.config import ConfigError
+    from searchrl.preflight import plan_pipeline
+
+    with pytest.raises(ConfigError) as err:
+        plan_pipeline(load_config("demo", ["sft.data=oracel"]), tmp_path / "r")
+    assert str(err.value) == (
+        "stage 'coldstart' reads SFT data (sft.data) oracel, which does not exist (did you mean 'oracle'?)"
+    )
+    with pytest.raises(ConfigError, match=r"mine\.jsonl, which does not exist \(sft\.data: oracle, rewriter_oracle, "):
+        plan_pipeline(load_config("demo", ["sft.data=mine.jsonl"]), tmp_path / "r")
