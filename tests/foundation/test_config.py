@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,14 @@ def test_a_list_entry_is_set_by_its_index() -> None:
 
     assert dotted_key_problem("reward.components.1.params.penalty") is None  # a stage's set: key
     assert "did you mean 'reward.components.1.weight'" in str(dotted_key_problem("reward.components.1.wieght"))
+
+
+def test_an_override_value_that_is_no_yaml_is_a_string_or_a_one_line_error() -> None:
+    """``data.train=*.jsonl`` (a YAML alias marker) or an unclosed ``[a`` ended in a yaml ScannerError traceback."""
+    assert load_config("demo", ["data.train=*.jsonl", "data.dev=@dev.jsonl"]).data.train == "*.jsonl"
+    assert load_config("demo", ["data.dev=@dev.jsonl"]).data.dev == "@dev.jsonl"
+    for item in ("data.kinds=[a", "model.lora={r: 8", "pipeline.rl.set.data.kinds=[a"):
+        with pytest.raises(
+            ConfigError, match=rf"^override '{re.escape(item)}': '.*' is not a valid YAML list or mapping"
+        ):
+            load_config("demo", [item])

@@ -75,7 +75,7 @@ def with_protocol(cfg: RunConfig, protocol: str | None, options: list[str] | Non
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"protocol option {item!r} is not KEY=VALUE (e.g. --option multi_query=true)")
-        ro["options"][key.strip()] = yaml_value(value)
+        ro["options"][key.strip()] = yaml_value(value, f"--option {item}")
     return validate_dict(raw, "--protocol / --option")
 
 

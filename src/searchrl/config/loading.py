@@ -68,9 +68,17 @@ _Loader.add_implicit_resolver(
 )
 
 
-def yaml_value(text: str) -> Any:
-    """A value as an override or option writes it (``1e-6``, ``[a, b]``, ``{r: 8}``, ``null``, ``true``)."""
-    return yaml.load(text, Loader=_Loader)  # a safe loader
+def yaml_value(text: str, what: str = "value") -> Any:
+    """A value as an override or option writes it (``1e-6``, ``[a, b]``, ``{r: 8}``, ``null``, ``true``). Text that
+    is no YAML value but a plain word (``*.jsonl``, ``@me``) is that string; a broken list or mapping is an error
+    naming ``what`` (the override)."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # a safe loader
+    except yaml.YAMLError as err:
+        if text.strip()[:1] not in ("[", "{"):
+            return text
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{what}: {text!r} is not a valid YAML list or mapping ({problem}); fix it") from None
 
 
 class _UniqueKeyLoader(_Loader):
@@ -168,7 +176,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
         key, raw = item.split("=", 1)
-        _set_dotted(out, key.strip(), yaml_value(raw))
+        _set_dotted(out, key.strip(), yaml_value(raw, f"override '{item}'"))
     return out
 
 
@@ -205,7 +213,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
         key, text = item.split("=", 1)
-        raw = _with_value(raw, override_key(key).split("."), yaml_value(text), item)
+        raw = _with_value(raw, override_key(key).split("."), yaml_value(text, f"override '{item}'"), item)
     return raw
 
 
@@ -228,11 +236,11 @@ def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dic
             raise ConfigError(f"override '{item}': {source} has no pipeline stage '{name}' (its stages: {known})")
         stage = by_name[name]
         if rest[0] == "set" and len(rest) > 1:  # a stage's set: holds dotted config keys, as the recipes write them
-            stage["set"] = {**(stage.get("set") or {}), ".".join(rest[1:]): yaml_value(value)}
+            stage["set"] = {**(stage.get("set") or {}), ".".join(rest[1:]): yaml_value(value, f"override '{item}'")}
             continue
         if isinstance(stage.get(rest[0]), dict):  # copy what is changed, so the recipe's own dicts stay as read
             stage[rest[0]] = json.loads(json.dumps(stage[rest[0]]))
-        _set_dotted(stage, ".".join(rest), yaml_value(value))
+        _set_dotted(stage, ".".join(rest), yaml_value(value, f"override '{item}'"))
     return {**raw, "pipeline": stages}
 
 
