@@ -32,6 +32,7 @@ class StagePlan:
     skipped: bool  # DONE marker present and not forced again
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (what, path)
     model: str | None = None  # the model the stage starts from (stages that load one)
+    why: str = ""  # why a stage that ran before (a DONE marker) runs again
 
 
 def check_reward_params(components: Sequence[RewardComponent], where: str) -> None:
@@ -176,8 +177,12 @@ def plan_pipeline(
         base = load(stage.recipe) if (stage.recipe and load is not None) else cfg
         scfg, key, stage_model, settings = resolve_stage(base, stage, world, stage.index or index, model, run_dir)
         marker = run_dir / stage.name / "DONE"
-        done = marker.exists() and (only or not (reruns or changed_since(marker, settings)))
+        changed = None if only or reruns or not marker.exists() else changed_since(marker, settings)
+        done = marker.exists() and (only or not (reruns or changed))
         skipped = (only and stage.name not in forced) or (done and stage.name not in forced)
+        why = ""  # why a stage that ran before runs again, as the run's log will say
+        if marker.exists() and not skipped:
+            why = "named by --only / --from" if stage.name in forced else changed or "a stage before it runs again"
         reruns = reruns or not skipped  # as the run does: a stage that runs again re-runs those after it
         if stage.kind == "rl" or (stage.kind == "data" and stage.op in _NEEDS_MODEL):
             check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
@@ -186,7 +191,12 @@ def plan_pipeline(
         if oracle and not skipped and (gap := _oracle_gap(scfg.rollout.protocol)):
             problems.append(f"stage '{stage.name}' writes oracle trajectories, but protocol {gap}")
         plan = StagePlan(
-            stage.name, str(key), str(output), skipped, model=str(stage_model) if key in _NEEDS_MODEL else None
+            stage.name,
+            str(key),
+            str(output),
+            skipped,
+            model=str(stage_model) if key in _NEEDS_MODEL else None,
+            why=why,
         )
         for what, path, elsewhere, fields in _stage_inputs(
             str(key), stage, scfg, str(stage_model), stage.index or index, world, produced
@@ -360,7 +370,7 @@ def format_plan(plans: Sequence[StagePlan]) -> str:
     """The plan as text, one stage a block: ``--dry-run``'s output."""
     lines = []
     for i, p in enumerate(plans, 1):
-        state = "skip (DONE)" if p.skipped else "run"
+        state = "skip (DONE)" if p.skipped else f"run again: {p.why}" if p.why else "run"
         lines.append(f"{i}. {p.name} [{p.key}] {state} -> {p.output}")
         for what, path in p.inputs:
             lines.append(f"     reads {what}: {path}")
