@@ -96,8 +96,26 @@ def load_split(
         examples = select_styles(examples, d.styles, d.held_out_styles, where=f"the train split ({name})")
     kinds = kinds if kinds is not None else (cfg.data.kinds if split == "train" else [])
     if kinds:
+        if problem := unknown_kinds(kinds, {str(k) for e in examples if (k := e.metadata.get("kind")) is not None}):
+            raise ValueError(f"the {split} split ({name}): {problem}")
         examples = [e for e in examples if e.metadata.get("kind") in kinds]
     return examples[:limit] if limit is not None else examples
+
+
+def unknown_kinds(kinds: list[str], present: set[str] | None = None) -> str | None:
+    """Why question ``kinds`` (data.kinds, sft.kinds) hold a name that is neither a synthetic world's kind nor one
+    of ``present`` (the kinds of the questions at hand), with the closest valid one; None when none is unknown."""
+    import difflib
+
+    from searchrl.data.synth_world import KINDS
+
+    valid = sorted({*KINDS, *(present or ())})
+    unknown = [k for k in kinds if k not in valid]
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(str(unknown[0]), valid, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"no question has the kind {', '.join(map(repr, unknown))}{hint}; the kinds: {', '.join(valid)}"
 
 
 def load_questions(cfg: RunConfig, data: str | None = None, limit: int | None = None) -> list[QAExample]:

@@ -32,6 +32,7 @@ class StagePlan:
     skipped: bool  # DONE marker present and not forced again
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (what, path)
     model: str | None = None  # the model the stage starts from (stages that load one)
+    why: str = ""  # why a stage that ran before (a DONE marker) runs again
 
 
 def check_reward_params(components: Sequence[RewardComponent], where: str) -> None:
@@ -176,8 +177,12 @@ def plan_pipeline(
         base = load(stage.recipe) if (stage.recipe and load is not None) else cfg
         scfg, key, stage_model, settings = resolve_stage(base, stage, world, stage.index or index, model, run_dir)
         marker = run_dir / stage.name / "DONE"
-        done = marker.exists() and (only or not (reruns or changed_since(marker, settings)))
+        changed = None if only or reruns or not marker.exists() else changed_since(marker, settings)
+        done = marker.exists() and (only or not (reruns or changed))
         skipped = (only and stage.name not in forced) or (done and stage.name not in forced)
+        why = ""  # why a stage that ran before runs again, as the run's log will say
+        if marker.exists() and not skipped:
+            why = "named by --only / --from" if stage.name in forced else changed or "a stage before it runs again"
         reruns = reruns or not skipped  # as the run does: a stage that runs again re-runs those after it
         if stage.kind == "rl" or (stage.kind == "data" and stage.op in _NEEDS_MODEL):
             check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
@@ -186,7 +191,12 @@ def plan_pipeline(
         if oracle and not skipped and (gap := _oracle_gap(scfg.rollout.protocol)):
             problems.append(f"stage '{stage.name}' writes oracle trajectories, but protocol {gap}")
         plan = StagePlan(
-            stage.name, str(key), str(output), skipped, model=str(stage_model) if key in _NEEDS_MODEL else None
+            stage.name,
+            str(key),
+            str(output),
+            skipped,
+            model=str(stage_model) if key in _NEEDS_MODEL else None,
+            why=why,
         )
         for what, path, elsewhere, fields in _stage_inputs(
             str(key), stage, scfg, str(stage_model), stage.index or index, world, produced
@@ -195,7 +205,9 @@ def plan_pipeline(
             if skipped or elsewhere or _under(path, produced):
                 continue
             if not Path(path).exists():
-                problems.append(f"stage '{stage.name}' reads {what} {path}, which does not exist")
+                problems.append(
+                    f"stage '{stage.name}' reads {what} {path}, which does not exist{_sft_named(what, path)}"
+                )
                 no_corpus = no_corpus or "corpus" in what
                 # a stage reading ${cfg.data.source}/FILE while data.source names the built-in world, not a directory
                 own_data = own_data or (cfg.data.source == "synthetic" and _under(path, ["synthetic"]))
@@ -206,6 +218,8 @@ def plan_pipeline(
                 if rows:
                     questions[path] = rows
         source = plan.inputs[0][1] if plan.inputs else ""
+        if not skipped:
+            problems.extend(_kind_typos(stage, str(key), scfg, bool(oracle), source, questions, world))
         if key == "split" and source in questions:
             problems.extend(_split_too_small(stage.name, source, len(questions[source]), stage.args))
         if stage.args.get("quota") and source in questions:
@@ -233,6 +247,50 @@ def plan_pipeline(
             fixes.append("questions shipping paragraphs make a corpus: searchrl data contexts QA_FILE --out FILE")
         raise ConfigError("; ".join([*dict.fromkeys(problems), *fixes]))  # each problem once
     return plans
+
+
+def _kind_typos(
+    stage: StageConfig, key: str, cfg: RunConfig, oracle: bool, source: str, questions: dict[str, list], world: Any
+) -> list[str]:
+    """Question kinds a stage selects by (data.kinds; an oracle's args kinds, sft.kinds or data.kinds, and
+    sft.oracle_mix) that its questions cannot have: not a synthetic kind, nor a kind of the user's file it reads."""
+    from searchrl.pipeline import unknown_kinds
+
+    present: set[str] | None = None
+    if oracle:  # the world's train split (an oracle stage's data: a world or split directory of yours is not checked)
+        if (key == "oracle" and stage.data) or stage.args.get("split", "train") != "train":
+            return []
+        args_kinds = stage.args.get("kinds") if key == "oracle" else None
+        chosen = [("args kinds", args_kinds), ("sft.kinds", cfg.sft.kinds), ("data.kinds", cfg.data.kinds)]
+        named = [
+            next(((what, kinds) for what, kinds in chosen if kinds), ("", [])),
+            ("sft.oracle_mix", [*cfg.sft.oracle_mix]),
+        ]
+    elif key in ("rl", "rejection-sample", "select-difficulty"):
+        synthetic = source.startswith("<synthetic world>/") or (world is not None and _under(source, [world]))
+        if not (synthetic or source in questions):
+            return []
+        named = [("data.kinds", cfg.data.kinds)]
+        present = {str(k) for e in questions.get(source, []) if (k := e.metadata.get("kind")) is not None}
+    else:
+        return []
+    return [
+        f"stage '{stage.name}' selects questions by {what}: {problem}"
+        for what, kinds in named
+        if kinds and (problem := unknown_kinds([kinds] if isinstance(kinds, str) else list(kinds), present))
+    ]
+
+
+def _sft_named(what: str, path: str) -> str:
+    """For SFT data that is no file: the built-in sources it may have meant (a misspelt ``oracle``)."""
+    if not what.startswith("SFT data"):
+        return ""
+    import difflib
+
+    close = difflib.get_close_matches(path, ["oracle", "rewriter_oracle"], n=1)
+    return (
+        f" (did you mean '{close[0]}'?)" if close else " (sft.data: oracle, rewriter_oracle, rewriter:FILE or a file)"
+    )
 
 
 def _as_list(value: Any) -> list[str]:
@@ -312,7 +370,7 @@ def format_plan(plans: Sequence[StagePlan]) -> str:
     """The plan as text, one stage a block: ``--dry-run``'s output."""
     lines = []
     for i, p in enumerate(plans, 1):
-        state = "skip (DONE)" if p.skipped else "run"
+        state = "skip (DONE)" if p.skipped else f"run again: {p.why}" if p.why else "run"
         lines.append(f"{i}. {p.name} [{p.key}] {state} -> {p.output}")
         for what, path in p.inputs:
             lines.append(f"     reads {what}: {path}")

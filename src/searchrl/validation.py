@@ -157,8 +157,12 @@ def dotted_key_problem(key: str, model: type[BaseModel] = RunConfig) -> str | No
     free-form mapping (``rollout.options.multi_query``) pass here: the merged config's checks judge them."""
     parts = key.split(".")
     cls: type[BaseModel] | None = model
+    listed = False  # the field before held a list of sections: an index names an entry
     for n, part in enumerate(parts):
         prefix = ".".join(parts[:n])
+        if listed and part.isdigit():
+            listed = False
+            continue
         if cls is None:
             return f"unknown key '{key}': '{prefix}' is a value, not a section"
         field = cls.model_fields.get(part)
@@ -170,6 +174,7 @@ def dotted_key_problem(key: str, model: type[BaseModel] = RunConfig) -> str | No
         if _is_mapping(field.annotation):
             return None
         cls = _section_model(field.annotation)
+        listed = any(get_origin(a) is list for a in (field.annotation, *get_args(field.annotation)))
     return None
 
 

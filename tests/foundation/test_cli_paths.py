@@ -40,10 +40,24 @@ def _refused(args: list[str], says: str) -> None:
         (["eval", "--data", "q.jsonl", "--methods", "prior", "--out", "q.jsonl"], "q.jsonl is a file"),
         (["run", "--recipe", "demo", "--out", "q.jsonl", "--dry-run"], "q.jsonl is a file"),
         (["data", "contexts", "q.jsonl", "--out", "sd"], "sd is a directory; give a file path"),
+        (
+            ["run", "--recipe", "demo", "--out", "q.jsonl/r", "--dry-run"],
+            "q.jsonl/r cannot be made: q.jsonl is a file",
+        ),
+        (["train", "--recipe", "demo", "--out", "q.jsonl/r"], "q.jsonl/r cannot be made: q.jsonl is a file"),
     ],
 )
 def test_a_file_for_a_directory_or_the_reverse_is_one_line(files: Path, args: list[str], says: str) -> None:
     _refused(args, says)
+
+
+def test_an_output_directory_you_cannot_write_is_refused_before_any_work(files: Path, monkeypatch) -> None:
+    import os
+
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p).name != "sd" and access(p, mode))
+    _refused(["run", "--recipe", "demo", "--out", "sd/run", "--dry-run"], "sd/run cannot be made or written: sd is")
+    assert not (files / "sd" / "run").exists()
 
 
 def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files: Path) -> None:
@@ -90,3 +104,28 @@ def test_models_where_refuses_an_empty_spec_and_suggests_a_near_alias() -> None:
     assert res.exit_code != 0 and "is not a local directory, an alias or a hub id" in str(res.exception)
     res = runner.invoke(app, ["models", "where", "smollm2-135m"])
     assert res.exit_code == 0 and "did you mean the alias 'smollm2-135m-instruct'?" in " ".join(res.output.split())
+
+
+def test_an_output_path_through_a_file_from_the_config_is_one_line(files: Path) -> None:
+    """An output directory set in the config (no --out to check) under a file was a NotADirectoryError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    import searchrl
+
+    src = str(Path(searchrl.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    prior = [{"id": f"t{i}", "question": f"Training question {i}?", "golden_answers": ["b"]} for i in range(4)]
+    (files / "prior.jsonl").write_text("".join(json.dumps(r) + "\n" for r in prior), encoding="utf-8")
+    args = ["eval", "--data", "q.jsonl", "--methods", "prior", "--prior-data", "prior.jsonl"]
+    res = subprocess.run(
+        [sys.executable, "-m", "searchrl", *args, "--set", "evaluation.output_dir=q.jsonl/out"],
+        cwd=files,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == "error: [Errno 20] Not a directory: 'q.jsonl/out'"

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,98 @@ def test_a_run_config_shows_a_short_repr_and_its_yaml_in_ipython(tmp_path: Path)
     cfg._repr_pretty_(SimpleNamespace(text=shown.append), cycle=False)  # what IPython's printer receives
     assert "\n  group_size: 4\n" in shown[0]
     assert yaml.safe_load(shown[0]) == yaml.safe_load(dump_config(cfg, tmp_path / "config.yaml").read_text())
+
+
+def test_an_error_is_blamed_on_the_layer_that_wrote_the_bad_key(tmp_path: Path) -> None:
+    """An unknown section given on the command line is the override's, not the recipe's; a recipe's own typo is the
+    recipe's even where a profile sets other keys of that section; a stage's keys are named by the stage's name."""
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", ["trainin.steps=3"])
+    assert str(err.value) == "command-line override 'trainin.steps=3': unknown key 'trainin'; did you mean 'training'?"
+    with pytest.raises(ConfigError, match=r"^command-line override 'retrieval\.bm25\.k1=2': unknown key 'retrieval"):
+        load_config("demo", ["retrieval.bm25.k1=2"])
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", ["pipeline.rl.argz.x=1"])
+    assert str(err.value).startswith(
+        "command-line override 'pipeline.rl.argz.x=1': unknown key 'pipeline.rl.argz'; "
+        "did you mean 'pipeline.rl.args'?"
+    )
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: demo\ntraining: {stesp: 3}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(mine, profile="laptop")  # the profile sets training.steps and others, not training.stesp
+    assert str(err.value) == f"{mine}: unknown key 'training.stesp'; did you mean 'training.steps'?"
+    mine.write_text("pipeline: [{name: a, kind: sft, argz: 1}]\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'pipeline\.a\.argz'; did you mean 'pipeline\.a\.args'\?"):
+        load_config(mine)
+    prof = tmp_path / "prof.yaml"
+    prof.write_text("all: {trainin: {steps: 3}}\n")
+    with pytest.raises(ConfigError, match=rf"^profile {prof}: unknown key 'trainin'; did you mean 'training'\?$"):
+        load_config("demo", profile=prof)
+
+
+def test_a_directory_named_like_a_shipped_recipe_does_not_hide_it(tmp_path: Path, monkeypatch) -> None:
+    """`searchrl run --recipe demo --out demo` leaves a directory ``demo`` in the working directory; the next
+    `--recipe demo` there read it as a path ("a directory, not a recipe file") instead of the shipped recipe."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").mkdir()
+    assert load_config("demo").name == "demo"
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(ConfigError, match="a directory, not a recipe file: mine"):
+        load_config("mine")
+    with pytest.raises(ConfigError, match="recipe file not found: demo.yaml; the shipped recipe is named 'demo'"):
+        load_config("demo.yaml")
+
+
+def test_numbers_in_exponent_form_are_numbers_in_free_form_settings_too(tmp_path: Path) -> None:
+    """PyYAML reads ``1e-6`` and ``-2e0`` (no dot) as strings: the typed settings turned them back into numbers, but a
+    reward param, a protocol option or a stage's ``set:`` value stayed a string (a penalty of '-2e0')."""
+    comps = "reward.components=[{name: answer}, {name: format, params: {paper: r1_searcher_stage2, penalty: -2e0}}]"
+    cfg = load_config("r1_searcher_stage2", [comps, "pipeline.stage2.set.training.lr=1e-6", "training.lr=3e-6"])
+    assert cfg.reward.components[1].params["penalty"] == -2.0 and cfg.training.lr == 3e-6
+    assert {s.name: s for s in cfg.pipeline}["stage2"].set["training.lr"] == 1e-6
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("reward: {components: [{name: answer, params: {metric: f1, incorrect: -1e-1}}]}\n")
+    assert load_config(mine).reward.components[0].params["incorrect"] == -0.1
+    assert load_config(mine, ["data.train=1e-6.jsonl"]).data.train == "1e-6.jsonl"  # not a number: as written
+
+
+def test_a_list_entry_is_set_by_its_index() -> None:
+    """r1_searcher_stage2's description says to "set reward.components[1].params.penalty" for the authors' -1, but no
+    override could reach into a list: ``[1]`` was an unknown key and ``.1.`` replaced the list with a mapping."""
+    for key in ("reward.components[1].params.penalty", "reward.components.1.params.penalty"):
+        cfg = load_config("r1_searcher_stage2", [f"{key}=-1"])
+        assert [c.params for c in cfg.reward.components] == [
+            c.params for c in load_config("r1_searcher_stage2").reward.components[:1]
+        ] + [{"paper": "r1_searcher_stage2", "penalty": -1}]
+    stage = {s.name: s for s in load_config("r1_searcher_stage2").pipeline}["stage2"]
+    from searchrl.stages.chain import stage_config
+
+    staged = stage_config(
+        load_config("r1_searcher_stage2"), stage.model_copy(update={"set": {**stage.set, key: -1}}), None, None
+    )
+    assert staged.reward.components[1].params["penalty"] == -1
+    with pytest.raises(ConfigError, match=r"reward\.components has 2 entries, numbered from 0"):
+        load_config("r1_searcher_stage2", ["reward.components.2.weight=2"])
+    with pytest.raises(
+        ConfigError, match=r"reward\.components is a list; name an entry by its index, e\.g\. reward\."
+    ):
+        load_config("r1_searcher_stage2", ["reward.components.weight=2"])
+    with pytest.raises(ConfigError, match=r"^command-line override 'reward\.components\[1\]\.weight=x': reward\.comp"):
+        load_config("r1_searcher_stage2", ["reward.components[1].weight=x"])
+    assert "reward.components[1].params.penalty" in load_config("r1_searcher_stage2").description
+    from searchrl.validation import dotted_key_problem
+
+    assert dotted_key_problem("reward.components.1.params.penalty") is None  # a stage's set: key
+    assert "did you mean 'reward.components.1.weight'" in str(dotted_key_problem("reward.components.1.wieght"))
+
+
+def test_an_override_value_that_is_no_yaml_is_a_string_or_a_one_line_error() -> None:
+    """``data.train=*.jsonl`` (a YAML alias marker) or an unclosed ``[a`` ended in a yaml ScannerError traceback."""
+    assert load_config("demo", ["data.train=*.jsonl", "data.dev=@dev.jsonl"]).data.train == "*.jsonl"
+    assert load_config("demo", ["data.dev=@dev.jsonl"]).data.dev == "@dev.jsonl"
+    for item in ("data.kinds=[a", "model.lora={r: 8", "pipeline.rl.set.data.kinds=[a"):
+        with pytest.raises(
+            ConfigError, match=rf"^override '{re.escape(item)}': '.*' is not a valid YAML list or mapping"
+        ):
+            load_config("demo", [item])

@@ -40,6 +40,22 @@ from searchrl.config import ConfigError, load_config
         ("algorithm.kl_coef=-1", "greater than or equal to 0"),
         ("algorithm.gamma=1.5", "less than or equal to 1"),
         ("algorithm.lam=-0.1", "greater than or equal to 0"),
+        # these passed every check before: a negative clip norm flips the gradients (gradient ascent), 0 zeros them
+        ("training.max_grad_norm=-1", "greater than 0"),
+        ("training.max_grad_norm=0", "greater than 0"),
+        ("training.weight_decay=-0.1", "greater than or equal to 0"),  # AdamW's error, after the model loaded
+        ("rollout.top_p=-1", "greater than 0"),  # every token dropped: sampling from a zero mass
+        ("rollout.max_searches=-1", "greater than or equal to 0"),
+        ("rollout.max_obs_tokens=0", "greater than or equal to 1"),
+        ("rollout.max_total_tokens=0", "greater than or equal to 1"),
+        ("rollout.max_queries_per_call=0", "greater than or equal to 1"),
+        ("training.save_every=-1", "greater than or equal to 0"),
+        ("training.eval_every=-1", "greater than or equal to 0"),
+        ("training.log_rollouts=-1", "greater than or equal to 0"),
+        ("memorization.coef=-0.1", "greater than or equal to 0"),  # would push the policy away from its paths
+        ("evaluation.temperature=-1", "greater than or equal to 0"),
+        ("evaluation.batch_size=0", "greater than or equal to 1"),
+        ("evaluation.max_new_tokens=0", "greater than or equal to 1"),
     ],
 )
 def test_out_of_range_override_is_blamed_on_the_override(override: str, says: str) -> None:

@@ -205,3 +205,48 @@ def test_a_selection_quota_naming_sources_the_questions_lack_fails_before_labell
         plan("qa.jsonl")
     plan("tagged.jsonl")  # a source the quota names
     plan("qa.jsonl", 'pipeline.select.args.quota=["*/medium=350"]')  # a quota by bucket alone
+
+
+def test_a_misspelt_question_kind_fails_before_any_stage(tmp_path: Path) -> None:
+    """data.kinds / sft.kinds / sft.oracle_mix name question kinds: a misspelt one selected no question, found only
+    when its stage ran (the RL stage after the cold start); now the preflight names the closest kind."""
+    from searchrl.config import ConfigError, validate_dict
+    from searchrl.pipeline import load_split
+    from searchrl.preflight import plan_pipeline
+
+    for override, says in [
+        ("sft.kinds=[singel_hop]", "stage 'coldstart' selects questions by sft.kinds"),
+        ("sft.oracle_mix={singel_hop: 3}", "stage 'coldstart' selects questions by sft.oracle_mix"),
+        ("pipeline.rl.set.data.kinds=[singel_hop]", "stage 'rl' selects questions by data.kinds"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"{says}: no question has the kind 'singel_hop' \(did you mean "):
+            plan_pipeline(load_config("demo", [override]), tmp_path / "r")
+    assert plan_pipeline(load_config("demo", ["pipeline.rl.set.data.kinds=[bridge]"]), tmp_path / "r")
+    # a user's file may have kinds of its own: those are valid there, and a near miss names them
+    data = tmp_path / "mine"
+    data.mkdir()
+    rows = [{"id": f"q{i}", "question": f"Q{i}?", "golden_answers": ["a"], "kind": "yesno"} for i in range(3)]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    raw = {"data": {"source": str(data)}, "pipeline": [{"name": "rl", "kind": "rl"}]}
+    assert plan_pipeline(validate_dict({**raw, "data": {"source": str(data), "kinds": ["yesno"]}}), tmp_path / "r")
+    cfg = validate_dict({**raw, "data": {"source": str(data), "kinds": ["yes_no"]}})
+    with pytest.raises(ConfigError, match=r"'yes_no' \(did you mean 'yesno'\?\); the kinds: bridge, .*yesno"):
+        plan_pipeline(cfg, tmp_path / "r")
+    with pytest.raises(ValueError, match=r"the train split \(train\.jsonl\): no question has the kind 'yes_no'"):
+        load_split(cfg, "train")  # `searchrl train` reads the split before it loads the model
+    assert len(load_split(cfg.model_copy(update={"data": cfg.data.model_copy(update={"kinds": []})}), "train")) == 3
+
+
+def test_misspelt_sft_data_names_the_built_in_source_not_a_data_path(tmp_path: Path) -> None:
+    """sft.data=oracel was reported as a missing file with "fix the path (e.g. data.source=DIR, data.train=FILE)",
+    settings that have nothing to do with SFT data."""
+    from searchrl.config import ConfigError
+    from searchrl.preflight import plan_pipeline
+
+    with pytest.raises(ConfigError) as err:
+        plan_pipeline(load_config("demo", ["sft.data=oracel"]), tmp_path / "r")
+    assert str(err.value) == (
+        "stage 'coldstart' reads SFT data (sft.data) oracel, which does not exist (did you mean 'oracle'?)"
+    )
+    with pytest.raises(ConfigError, match=r"mine\.jsonl, which does not exist \(sft\.data: oracle, rewriter_oracle, "):
+        plan_pipeline(load_config("demo", ["sft.data=mine.jsonl"]), tmp_path / "r")

@@ -586,17 +586,30 @@ def test_a_run_wide_change_reruns_only_the_stages_that_read_it(tmp_path: Path, f
 
 
 def test_only_leaves_the_other_markers_and_the_dry_run_agrees_with_the_run(tmp_path: Path, fake_handlers) -> None:
-    from searchrl.preflight import plan_pipeline
+    from searchrl.preflight import format_plan, plan_pipeline
 
     run_pipeline(_cfg(STAGES), tmp_path)
     run_pipeline(_cfg(STAGES), tmp_path, only=["sft"])
     assert all((tmp_path / s["name"] / "DONE").exists() for s in STAGES)  # --only re-runs one stage, no more
     changed = [dict(s) for s in STAGES]
     changed[3] = {**changed[3], "set": {"sft.limit": 500}}
-    planned = [p.name for p in plan_pipeline(_cfg(changed), tmp_path) if not p.skipped]
+    plans = plan_pipeline(_cfg(changed), tmp_path)
+    planned = [p.name for p in plans if not p.skipped]
+    # the dry run says why each stage that ran before runs again, as the run's log does
+    assert [p.why for p in plans if not p.skipped] == [
+        "settings changed since it ran (config.sft.limit)",
+        "a stage before it runs again",
+        "a stage before it runs again",
+    ]
+    assert "2. index [index] skip (DONE)" in format_plan(plans)
+    assert "4. sft [sft] run again: settings changed since it ran (config.sft.limit) ->" in format_plan(plans)
+    assert [p.why for p in plan_pipeline(_cfg(changed), tmp_path, forced={"eval"}, only=True)][-1] == (
+        "named by --only / --from"
+    )
     fake_handlers.clear()
     run_pipeline(_cfg(changed), tmp_path)
     assert planned == [c["name"] for c in fake_handlers] == ["sft", "rl", "eval"]
+    assert "stage sft: settings changed since it ran (config.sft.limit)" in (tmp_path / "run.log").read_text()
 
 
 def test_a_stage_stopped_by_sigterm_is_logged_as_stopped_and_the_rerun_goes_on(

@@ -91,3 +91,27 @@ def test_a_fresh_run_into_an_earlier_one_is_refused_or_forced_clean(tmp_path: Pa
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # the user's own file stays
     res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(tmp_path / "new")])
     assert res.exit_code == 0 and calls == [False, False]  # a new directory needs nothing
+
+
+def test_resume_ignores_settings_rl_never_reads_and_says_when_nothing_is_left(tmp_path: Path, monkeypatch) -> None:
+    """A recipe's pipeline:, sft: or evaluation: edited since the checkpoint (RL reads none of them) refused
+    `searchrl train --resume`; a resume of a run already at training.steps printed nothing at all and exited 0."""
+    from searchrl import stages
+    from searchrl.config import dump_config, load_config
+    from searchrl.stages.resume import record_init
+
+    calls: list[bool] = []
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: calls.append(resume) or [])
+    out = tmp_path / "run"
+    cfg = load_config("demo", [f"training.output_dir={out}"])
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    (out / "metrics.jsonl").write_text('{"step": 3, "reward/total": 0.5}\n')
+    dump_config(cfg, out / "config.yaml")
+    record_init(cfg)
+    other = ["sft.limit=8", "evaluation.limit=5", "pipeline.coldstart.set.sft.epochs=2", "description=mine"]
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out), "--resume", *other])
+    assert res.exit_code == 0 and calls == [True], res.output + repr(res.exception)
+    assert "training.steps=3 already; nothing to train" in res.output and "done: step 3, reward 0.500" in res.output
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out), "--resume", "rollout.top_p=0.9"])
+    assert res.exit_code != 0 and "settings differ from the checkpoint's (rollout.top_p)" in str(res.exception)

@@ -125,6 +125,8 @@ def main() -> None:
         ModelResolutionError,
         MissingDependency,
         FileNotFoundError,
+        NotADirectoryError,  # a path through a file (an output directory under one)
+        PermissionError,  # a path this user may not read or write
         ValueError,
         ConnectionError,
     ) as err:

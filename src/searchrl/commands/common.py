@@ -62,9 +62,8 @@ def description_line(cfg: RunConfig) -> str:
 def with_protocol(cfg: RunConfig, protocol: str | None, options: list[str] | None) -> RunConfig:
     """``--protocol`` and ``--option KEY=VALUE`` (YAML values) applied: a protocol other than the recipe's drops the
     recipe's protocol options (they belong to its protocol); each option adds to them."""
-    import yaml
-
     from searchrl.config import validate_dict
+    from searchrl.config.loading import yaml_value
 
     if protocol is None and not options:
         return cfg
@@ -76,7 +75,7 @@ def with_protocol(cfg: RunConfig, protocol: str | None, options: list[str] | Non
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"protocol option {item!r} is not KEY=VALUE (e.g. --option multi_query=true)")
-        ro["options"][key.strip()] = yaml.safe_load(value)
+        ro["options"][key.strip()] = yaml_value(value, f"--option {item}")
     return validate_dict(raw, "--protocol / --option")
 
 
@@ -88,11 +87,23 @@ def result(text: str) -> None:
 
 
 def writable_dir(value: Any) -> Any:
-    """``--out`` callback for a directory a command writes into: an existing file there is refused in one line."""
+    """``--out`` callback for a directory a command writes into: an existing file there, or a path that cannot be
+    made (a file on the way, a directory this user may not write) is refused in one line, before any work."""
+    import os
     from pathlib import Path
 
-    if value is not None and Path(value).is_file():
+    if value is None:
+        return value
+    path = Path(value)
+    if path.is_file():
         raise typer.BadParameter(f"{value} is a file; give a directory path (it is made if missing)")
+    have = path
+    while not have.exists() and have != have.parent:  # the nearest part of the path that is there
+        have = have.parent
+    if have.exists() and not have.is_dir():
+        raise typer.BadParameter(f"{value} cannot be made: {have} is a file; give another directory path")
+    if have.is_dir() and not os.access(have, os.W_OK | os.X_OK):
+        raise typer.BadParameter(f"{value} cannot be made or written: {have} is not writable by you")
     return value
 
 

@@ -68,7 +68,13 @@ def train(
     else:
         start_fresh(cfg, force)
     history = run_train(cfg, resume=resume)
-    if history:
+    logged = (Path(cfg.training.output_dir) / "metrics.jsonl").exists()
+    if resume and not history and logged:  # the checkpoint had reached training.steps: this said nothing at all
+        from searchrl.utils import console
+
+        steps = cfg.training.steps
+        console.log(f"the checkpoint is at training.steps={steps} already; nothing to train (raise it to go on)")
+    if history or (resume and logged):
         from searchrl.rl.metrics_log import run_summary
         from searchrl.viz.plots import load_metrics
 

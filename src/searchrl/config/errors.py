@@ -31,13 +31,25 @@ def model_fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(cls.model_fields)
 
 
-def origin_of(loc: tuple[Any, ...], origins: dict[str, str]) -> str | None:
-    """The layer (an override, a profile) that set the value at ``loc`` or a section above it."""
+def origin_of(loc: tuple[Any, ...], origins: dict[str, str], below: bool = False) -> str | None:
+    """The layer (an override, a profile) that set the value at ``loc`` or a section above it; with ``below``, also
+    one that set a key inside it (``trainin.steps=3`` made the unknown section ``trainin``)."""
     parts = [str(p) for p in loc]
     for n in range(len(parts), 0, -1):
         if (label := origins.get(".".join(parts[:n]))) is not None:
             return label
-    return None
+    inside = ".".join(parts) + "."
+    return next((label for key, label in origins.items() if key.startswith(inside)), None) if below else None
+
+
+def _named(loc: tuple[Any, ...], stage_names: list[Any]) -> tuple[Any, ...]:
+    """``loc`` with a pipeline stage's index replaced by its name (``pipeline.1.argz`` -> ``pipeline.rl.argz``), as
+    a recipe and a ``pipeline.<stage>.<key>=value`` override name it."""
+    if len(loc) > 1 and loc[0] == "pipeline" and isinstance(loc[1], int) and loc[1] < len(stage_names):
+        name = stage_names[loc[1]]
+        if isinstance(name, str) and name:
+            return ("pipeline", name, *loc[2:])
+    return loc
 
 
 def origin_named(msg: str, origins: dict[str, str]) -> str | None:
@@ -48,27 +60,36 @@ def origin_named(msg: str, origins: dict[str, str]) -> str | None:
 
 
 def flat_keys(d: dict[str, Any], prefix: str = "") -> list[str]:
-    """Every dotted key of a nested mapping, sections included: ``{"a": {"b": 1}}`` -> ``["a", "a.b"]``."""
+    """The dotted keys of the values a layer sets: ``{"a": {"b": 1}, "c": {}}`` -> ``["a.b", "c"]``. A section that
+    holds keys is not one (the layer's dict merges into the recipe's, so the recipe's other keys there stay the
+    recipe's); an empty one is (it empties the key)."""
     out = []
     for k, v in d.items():
         key = f"{prefix}{k}"
-        out.append(key)
-        if isinstance(v, dict):
-            out += flat_keys(v, key + ".")
+        out += flat_keys(v, key + ".") if isinstance(v, dict) and v else [key]
     return out
 
 
-def validation_message(err: ValidationError, model: type[BaseModel], source: str, origins: dict[str, str]) -> str:
-    """One line for every error of ``err``; each blamed on its layer from ``origins``, the rest on ``source``."""
+def validation_message(
+    err: ValidationError,
+    model: type[BaseModel],
+    source: str,
+    origins: dict[str, str],
+    stage_names: list[Any] | None = None,
+) -> str:
+    """One line for every error of ``err``; each blamed on its layer from ``origins``, the rest on ``source``.
+    ``stage_names`` (the raw config's pipeline stages' names) name a stage's keys by its name, not its index."""
     lines, blamed_source = [], False
     for e in err.errors():
         loc = tuple(e["loc"])
-        where = ".".join(str(p) for p in loc)
-        origin = origin_of(loc, origins)
-        if e["type"] == "extra_forbidden":
+        shown = _named(loc, stage_names or [])
+        where = ".".join(str(p) for p in shown)
+        extra = e["type"] == "extra_forbidden"
+        origin = origin_of(shown, origins, below=extra)
+        if extra:
             valid = model_fields_at(model, loc)
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            parent = ".".join(str(p) for p in loc[:-1])
+            parent = ".".join(str(p) for p in shown[:-1])
             hint = f"; did you mean '{'.'.join([parent, close[0]]) if parent else close[0]}'?" if close else ""
             hint = hint or f"; valid keys: {', '.join(valid)}"
             line = f"unknown key '{where}'{hint}"

@@ -72,23 +72,23 @@ class EvaluationConfig(Section):
     policy_timeout_s: float = Field(default=300.0, gt=0)
     output_dir: str = "runs/eval"
     #: token budget of the answer-only baselines (direct, naive_rag) and of each IRCoT reasoning sentence.
-    max_new_tokens: int = 64
+    max_new_tokens: int = Field(default=64, ge=1)
     #: direct and naive_rag: read the answer span out of a reply that restates the question as a sentence ("The
     #: father of X is Y." -> "Y"; searchrl.eval.method.answer_span), as the papers' answer-only baselines are
     #: scored on short answers; false: the reply's first line as it is.
     answer_span: bool = True
     #: token budget of the chain-of-thought baseline's whole reasoning plus answer.
-    cot_max_new_tokens: int = 256
+    cot_max_new_tokens: int = Field(default=256, ge=1)
     #: IRCoT: reason-then-retrieve steps before a final answer is asked for.
     iterative_steps: int = 4
     #: ITER-RETGEN: retrieval-generation rounds (FlashRAG's default is 3).
     iter_retgen_iterations: int = 3
     #: Search-o1: token budget of each Reason-in-Documents call; its reasoning turns use the limits below.
-    search_o1_refine_max_new_tokens: int = 512
+    search_o1_refine_max_new_tokens: int = Field(default=512, ge=1)
     #: questions per batch: one generate call per step for the whole batch; the progress bar advances per batch.
-    batch_size: int = 16
+    batch_size: int = Field(default=16, ge=1)
     #: 0 = greedy decoding, the evaluation default; the agent's rollout.temperature is not used here.
-    temperature: float = 0.0
+    temperature: float = Field(default=0.0, ge=0.0)
     #: nucleus sampling at evaluation (matters only when temperature > 0); every method and the agent use it.
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     #: answer normalisation: "auto" = the method's own evaluation code by rollout.protocol (r1_searcher's script,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Hashable
 from importlib import resources
 from pathlib import Path
@@ -31,11 +32,15 @@ def recipe_names() -> list[str]:
 
 
 def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe's file: a path to a YAML file, else a shipped recipe's name (a directory of that name in the working
+    directory, such as a run's, does not hide the recipe)."""
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
+    shipped = str(name_or_path) in recipe_names()
+    if p.suffix in (".yaml", ".yml") or (p.exists() and not (shipped and p.is_dir())):
         if not p.is_file():
             what = "a directory, not a recipe file" if p.is_dir() else "recipe file not found"
-            raise ConfigError(f"{what}: {p} (give a path to a YAML file or one of: {recipe_names()})")
+            hint = f"; the shipped recipe is named {p.stem!r}, without .yaml" if p.stem in recipe_names() else ""
+            raise ConfigError(f"{what}: {p}{hint} (give a path to a YAML file or one of: {recipe_names()})")
         return p
     root = resources.files("searchrl") / "recipes"
     candidate = Path(str(root / f"{name_or_path}.yaml"))
@@ -51,7 +56,32 @@ def profile_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader reading ``1e-6`` and ``-2e0`` as numbers, as YAML 1.2 does (PyYAML's YAML 1.1 rules read
+    them as strings, which only the typed settings turned back into numbers: a reward param stayed a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def yaml_value(text: str, what: str = "value") -> Any:
+    """A value as an override or option writes it (``1e-6``, ``[a, b]``, ``{r: 8}``, ``null``, ``true``). Text that
+    is no YAML value but a plain word (``*.jsonl``, ``@me``) is that string; a broken list or mapping is an error
+    naming ``what`` (the override)."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # a safe loader
+    except yaml.YAMLError as err:
+        if text.strip()[:1] not in ("[", "{"):
+            return text
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{what}: {text!r} is not a valid YAML list or mapping ({problem}); fix it") from None
+
+
+class _UniqueKeyLoader(_Loader):
     """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -146,8 +176,45 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
         key, raw = item.split("=", 1)
-        _set_dotted(out, key.strip(), yaml.safe_load(raw))
+        _set_dotted(out, key.strip(), yaml_value(raw, f"override '{item}'"))
     return out
+
+
+def override_key(key: str) -> str:
+    """A dotted key as the config names it: a list entry by its index, ``reward.components[1].params`` ->
+    ``reward.components.1.params``."""
+    return re.sub(r"\[(\d+)\]", r".\1", key.strip())
+
+
+def _with_value(node: Any, keys: list[str], value: Any, item: str, done: tuple[str, ...] = ()) -> Any:
+    """A copy of ``node`` with ``value`` at ``keys``: a dict merges into a section key by key (``{}`` empties it), a
+    number names a list's entry (``reward.components.1.params.penalty=-1``)."""
+    if not keys:
+        return deep_merge(node, value) if value and isinstance(value, dict) and isinstance(node, dict) else value
+    key, rest, here = keys[0], keys[1:], ".".join(done)
+    if isinstance(node, list):
+        if not key.isdigit():
+            example = ".".join([here, "0", key, *rest])
+            raise ConfigError(f"override '{item}': {here} is a list; name an entry by its index, e.g. {example}")
+        if int(key) >= len(node):
+            raise ConfigError(f"override '{item}': {here} has {len(node)} entries, numbered from 0")
+        return [_with_value(v, rest, value, item, (*done, key)) if i == int(key) else v for i, v in enumerate(node)]
+    if node is None:
+        node = {}
+    if not isinstance(node, dict):
+        raise ConfigError(f"override '{item}': {here} is a value ({node!r}), not a section")
+    return {**node, key: _with_value(node.get(key), rest, value, item, (*done, key))}
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``raw`` with dotted overrides (``training.lr=1e-6``, ``model.lora={r: 8}``, ``reward.components[1].weight=2``;
+    values read as YAML), each in turn; ``raw`` itself is left as it was."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
+        key, text = item.split("=", 1)
+        raw = _with_value(raw, override_key(key).split("."), yaml_value(text, f"override '{item}'"), item)
+    return raw
 
 
 def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dict[str, Any]:
@@ -169,11 +236,11 @@ def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dic
             raise ConfigError(f"override '{item}': {source} has no pipeline stage '{name}' (its stages: {known})")
         stage = by_name[name]
         if rest[0] == "set" and len(rest) > 1:  # a stage's set: holds dotted config keys, as the recipes write them
-            stage["set"] = {**(stage.get("set") or {}), ".".join(rest[1:]): yaml.safe_load(value)}
+            stage["set"] = {**(stage.get("set") or {}), ".".join(rest[1:]): yaml_value(value, f"override '{item}'")}
             continue
         if isinstance(stage.get(rest[0]), dict):  # copy what is changed, so the recipe's own dicts stay as read
             stage[rest[0]] = json.loads(json.dumps(stage[rest[0]]))
-        _set_dotted(stage, ".".join(rest), yaml.safe_load(value))
+        _set_dotted(stage, ".".join(rest), yaml_value(value, f"override '{item}'"))
     return {**raw, "pipeline": stages}
 
 
@@ -191,7 +258,10 @@ def validate_dict(raw: dict[str, Any], source: str = "<config>", origins: dict[s
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(validation_message(err, RunConfig, source, origins or {})) from None
+        stages = raw.get("pipeline") if isinstance(raw, dict) else None
+        stages = stages if isinstance(stages, list) else []
+        names = [st.get("name") if isinstance(st, dict) else None for st in stages]
+        raise ConfigError(validation_message(err, RunConfig, source, origins or {}, names)) from None
 
 
 def _code_beside(raw: dict[str, Any], where: Path) -> dict[str, Any]:
@@ -243,10 +313,10 @@ def _overridden(
 ) -> RunConfig:
     if overrides:
         stage_items = [o for o in overrides if o.strip().startswith("pipeline.")]
-        raw = deep_merge(raw, parse_overrides([o for o in overrides if o not in stage_items]))
+        raw = apply_overrides(raw, [o for o in overrides if o not in stage_items])
         raw = _set_stage_values(raw, stage_items, source)
         for item in overrides:
-            origins[item.split("=", 1)[0].strip()] = f"{label} override '{item}'".lstrip()
+            origins[override_key(item.split("=", 1)[0])] = f"{label} override '{item}'".lstrip()
     return validate_dict(raw, source, origins)
 
 

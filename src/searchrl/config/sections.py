@@ -129,13 +129,13 @@ class RolloutConfig(Section):
     #: PPO and REINFORCE++ work with any size (Search-R1's PPO uses 1).
     group_size: int = Field(default=4, ge=1)
     max_turns: int = Field(default=4, ge=1)
-    max_searches: int = 4
+    max_searches: int = Field(default=4, ge=0)
     max_new_tokens: int = Field(default=128, ge=1)
-    max_obs_tokens: int = 256
+    max_obs_tokens: int = Field(default=256, ge=1)
     #: each query's documents cut to this many tokens (head kept) before the observation is built; null = no cap.
     #: RAG-R1's code (max_obs_length = 1000 per query); only protocols that take ``fit_docs`` (rag_r1) support it.
     max_obs_tokens_per_query: int | None = Field(default=None, ge=1)
-    max_total_tokens: int = 1536
+    max_total_tokens: int = Field(default=1536, ge=1)
     temperature: float = Field(default=1.0, ge=0.0)
     #: nucleus sampling: the smallest set of tokens holding this much probability (1 = the whole vocabulary).
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
@@ -147,7 +147,7 @@ class RolloutConfig(Section):
     #: EOS dropped (Search-R1's, R-Search's, RAG-R1's loops); false: it ends the trajectory (stop_reason eos).
     continue_after_eos: bool = False
     #: RAG-R1 multi-query mode and tool_call: at most this many queries in one search call.
-    max_queries_per_call: int = 3
+    max_queries_per_call: int = Field(default=3, ge=1)
     #: protocol-specific options (e.g. {"multi_query": true} for rag_r1).
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -168,9 +168,10 @@ class TrainingConfig(Section):
     critic_lr: float = Field(default=1e-5, gt=0.0)
     warmup_steps: int = Field(default=0, ge=0)
     critic_warmup_steps: int = Field(default=0, ge=0)  #: linear warm-up of the critic's learning rate (PPO), in steps
-    weight_decay: float = 0.0  #: AdamW's, for the policy and the critic
+    weight_decay: float = Field(default=0.0, ge=0.0)  #: AdamW's, for the policy and the critic
     adam_betas: tuple[_Beta, _Beta] = (0.9, 0.999)  #: AdamW's, policy and critic (veRL's; OpenRLHF's: 0.9, 0.95)
-    max_grad_norm: float = 1.0
+    #: gradients are clipped to this global norm (a negative one would flip them, 0 would zero them)
+    max_grad_norm: float = Field(default=1.0, gt=0.0)
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches);
     #: null: 16 on the CPU, 64 on a GPU.
     micro_batch_size: int | None = Field(default=None, ge=1)
@@ -190,7 +191,7 @@ class TrainingConfig(Section):
     compile_layers: bool = False
     output_dir: str = "runs/default"
     #: a resumable checkpoint (weights, optimizer, data position, RNG) every this many steps; 0: only at the end.
-    save_every: int = 10
+    save_every: int = Field(default=10, ge=0)
     #: also keep the model (weights only, as <output_dir>/models/step_<k>) every this many steps, to go back to a step
     #: before a collapse; 0: none. The checkpoint above is only ever the latest.
     keep_models_every: int = Field(default=0, ge=0)
@@ -201,10 +202,10 @@ class TrainingConfig(Section):
     wandb: bool = False
     init_from: str | None = None  #: a checkpoint / model dir to start from instead of model.policy (e.g. an SFT's)
     #: trajectories per step appended to <output_dir>/rollouts.jsonl (for `searchrl view`); 0 disables.
-    log_rollouts: int = 4
+    log_rollouts: int = Field(default=4, ge=0)
     #: greedy held-out evaluation (data.dev questions) before training, every this many steps and at the end;
     #: 0 disables. Logged as eval/* in metrics.jsonl; trajectories in <output_dir>/evals/step_<k>.jsonl.
-    eval_every: int = 0
+    eval_every: int = Field(default=0, ge=0)
     eval_limit: int | None = Field(default=100, ge=1)  #: held-out questions evaluated (the first N of data.dev)
     #: several processes: how long a process waits in a collective for the others before the run fails. Meanwhile
     #: the main process alone runs the held-out evaluation and writes checkpoints and models (a 7B checkpoint with its
@@ -230,7 +231,7 @@ class MemorizationConfig(Section):
     """
 
     #: mu, the NLL weight (paper: 0.1); 0 disables the loss and the rewriter.
-    coef: float = 0.0
+    coef: float = Field(default=0.0, ge=0.0)
     #: rewriter model spec (HF id, local dir, alias); None = a frozen copy of the initial policy. The paper
     #: fine-tunes a separate model first: `searchrl sft --recipe r1_searcher_pp sft.data=rewriter_oracle`.
     rewriter: str | None = None

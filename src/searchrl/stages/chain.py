@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from searchrl.config import ConfigError, RunConfig, StageConfig, deep_merge, parse_overrides, validate_dict
+from searchrl.config import ConfigError, RunConfig, StageConfig, validate_dict
 from searchrl.config.extensions import registered
+from searchrl.config.loading import apply_overrides
 from searchrl.pipeline import data_file, index_kind
 from searchrl.stages.resume import stage_settings
 
@@ -78,7 +79,7 @@ def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: 
         if raw["retrieval"]["kind"] not in registered("retriever"):  # a plugin retriever's settings leave with it
             raw["retrieval"]["options"] = {}
     dotted = [f"{k}={json.dumps(v)}" for k, v in stage.set.items()]
-    raw = deep_merge(raw, parse_overrides(dotted))
+    raw = apply_overrides(raw, dotted)
     return validate_dict(raw, f"stage '{stage.name}'")
 
 

@@ -55,10 +55,12 @@ def record_init(cfg: RunConfig) -> None:
 
 
 def resume_mismatch(cfg: RunConfig) -> str | None:
-    """Why ``cfg`` may not go on from its output directory's checkpoint (None: it may): changed settings, or a
-    starting model whose weights changed since (an earlier stage ran again)."""
+    """Why ``cfg`` may not go on from its output directory's checkpoint (None: it may): a changed setting RL reads
+    (:data:`_READS`, plugins), or a starting model whose weights changed since (an earlier stage ran again)."""
     out = Path(cfg.training.output_dir)
-    changed = settings_diff(cfg, out / "config.yaml")
+    reads = ("plugins", *_READS["rl"])  # not the recipe's pipeline:, SFT or evaluation settings, which RL never reads
+    diff = settings_diff(cfg, out / "config.yaml")
+    changed = [k for k in diff if k.startswith("(") or any(k == r or k.startswith(f"{r}.") for r in reads)]
     if changed:
         return f"settings differ from the checkpoint's ({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})"
     noted, start = out / INIT_FILE, cfg.training.init_from or cfg.model.policy
