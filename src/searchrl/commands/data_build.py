@@ -168,7 +168,9 @@ def rejection_sample_cmd(
     ),
     min_score: float = typer.Option(1.0, help="a sample is correct when its metric is at least this"),
     require_internal_and_external: bool = typer.Option(
-        False, "--require-internal-and-external", help="r1_searcher_pp: keep only samples with both kinds of step"
+        False,
+        "--require-internal-and-external",
+        help="r1_searcher_pp: keep only samples with both kinds of step (and every internal tag closed)",
     ),
     max_per_question: int = typer.Option(None, help="keep at most this many samples per question"),
     quota: list[str] = _QUOTA,
