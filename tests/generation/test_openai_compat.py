@@ -4,6 +4,7 @@ re-tokenized text, an EOS ending keeps its EOS id as a local completion does, an
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from searchrl import utils
 from searchrl.generation.base import SamplingParams
@@ -39,3 +40,24 @@ def test_a_text_only_server_gives_re_tokenized_ids_ending_in_eos_and_one_warning
     assert (stop.finish_reason, stop.text, stop.token_ids[-1]) == ("stop", "Search [q]", tok.encode("]")[-1])
     assert cap.get().count("returns text, not token ids") == 1
     assert unsaid.finish_reason == "eos" and unsaid.token_ids == tok.encode("Search [q")
+
+
+def test_a_reply_without_a_completion_is_retried_then_named(monkeypatch) -> None:
+    """A teacher that answers 200 with no choices, an empty list or a null text is retried like a failed request;
+    a reply that stays malformed ends in one line naming the server and what came back (not a bare KeyError)."""
+    from searchrl.generation import openai_compat
+
+    monkeypatch.setattr(openai_compat.time, "sleep", lambda s: None)
+    tok = ByteTokenizer()
+    for bad in ({}, {"choices": []}, {"choices": [{"text": None, "finish_reason": "stop"}]}, ["x"]):
+        replies = iter([bad, {"choices": [{"text": "fine", "finish_reason": "length"}]}])
+        gen = OpenAICompatGenerator("http://teacher.test/v1", "teacher", tok, timeout_s=5.0, retries=2)
+        gen.client = httpx.Client(
+            transport=httpx.MockTransport(lambda r, it=replies: httpx.Response(200, json=next(it))), timeout=5.0
+        )
+        (out,) = gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
+        assert out.text == "fine"  # the second try's reply
+        always = httpx.MockTransport(lambda r, body=bad: httpx.Response(200, json=body))
+        gen.client = httpx.Client(transport=always, timeout=5.0)
+        with pytest.raises(ConnectionError, match="failed after 2 tries .a reply without a completion"):
+            gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
