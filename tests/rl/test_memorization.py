@@ -95,6 +95,8 @@ def test_documents_come_from_observations_without_tags() -> None:
         ("I know it. So the answer is \\boxed{France}.", "no internal step"),
         (GOOD.replace("France}", "Spain}"), "wrong answer"),
         (GOOD.replace("\\boxed{France}", "France"), "format"),
+        (GOOD.replace("So the", "<|begin_internal_answer|>So the"), "format: an unclosed or stray internal tag"),
+        (GOOD.replace("So the", "<|end_internal_answer|>So the"), "format: an unclosed or stray internal tag"),
         ("<|begin_external_search|>lyon<|end_external_search|> \\boxed{France}", "searched"),
         (GOOD.replace("I remember", "The provided text says"), "mentions 'provided'"),
         (GOOD.replace("{France}", "{France, a big country of western Europe by the sea and Alps}"), "answer too long"),
