@@ -468,3 +468,10 @@ def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, 
     assert Trajectory.from_dict(rows[0]).answer == "gold 0"
     res = CliRunner().invoke(app, ["select-difficulty", *common, "--rule", "nope", "--out", str(tmp_path / "x")])
     assert isinstance(res.exception, ValueError) and "r1_searcher or rag_r1" in str(res.exception)
+    # q0 and q1 answer their first attempt correctly; a quota of one sample leaves one question, as the summary says
+    plan.update(q1=["right"] * 25)
+    args = ["rejection-sample", *common, "--k", "1", "--quota", "*=1", "--out", str(tmp_path / "one.jsonl")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert len((tmp_path / "one.jsonl").read_text().splitlines()) == 1
+    assert "kept 1 of 3 samples (1 of 3 questions)" in res.output
