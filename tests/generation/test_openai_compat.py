@@ -1,7 +1,11 @@
 """The OpenAI-compatible backend against a server that returns text only (not vLLM's token ids): the ids are the
-re-tokenized text, an EOS ending keeps its EOS id as a local completion does, and the run is told once."""
+re-tokenized text, an EOS ending keeps its EOS id as a local completion does, and the run is told once; and against
+servers that fail: malformed replies and timeouts are retried, then named in one line."""
 
 from __future__ import annotations
+
+import json
+import threading
 
 import httpx
 import pytest
@@ -61,3 +65,35 @@ def test_a_reply_without_a_completion_is_retried_then_named(monkeypatch) -> None
         gen.client = httpx.Client(transport=always, timeout=5.0)
         with pytest.raises(ConnectionError, match="failed after 2 tries .a reply without a completion"):
             gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
+
+
+def test_a_teacher_that_times_out_is_retried_then_named_and_concurrency_may_exceed_the_prompts(monkeypatch) -> None:
+    """A timed-out request is tried again (the reply of a later try is used); a server that keeps timing out ends in
+    one line naming it. Eight requests in flight for two prompts give the two completions in the prompts' order."""
+    from searchrl.generation import openai_compat
+
+    monkeypatch.setattr(openai_compat.time, "sleep", lambda s: None)
+    tok = ByteTokenizer()
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        with lock:  # requests come from several threads
+            calls["n"] += 1
+            first = calls["n"] == 1
+        if first:
+            raise httpx.ReadTimeout("timed out", request=request)
+        prompt = json.loads(request.content)["prompt"]
+        return httpx.Response(200, json={"choices": [{"text": f"reply {prompt[0]}", "finish_reason": "length"}]})
+
+    gen = OpenAICompatGenerator("http://teacher.test/v1", "teacher", tok, timeout_s=5.0, retries=3, concurrency=8)
+    gen.client = httpx.Client(transport=httpx.MockTransport(flaky), timeout=5.0)
+    outs = gen.generate([[7], [9]], SamplingParams(max_new_tokens=8))
+    assert [o.text for o in outs] == ["reply 7", "reply 9"] and calls["n"] == 3
+
+    def dead(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    gen.client = httpx.Client(transport=httpx.MockTransport(dead), timeout=5.0)
+    with pytest.raises(ConnectionError, match=r"teacher.test/v1 failed after 3 tries \(timed out\)"):
+        gen.generate([[7]], SamplingParams(max_new_tokens=8))
