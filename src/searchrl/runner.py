@@ -222,7 +222,10 @@ def _op_rejection_sample(ctx: StageContext) -> dict[str, Any]:
 def _op_select_difficulty(ctx: StageContext) -> dict[str, Any]:
     from searchrl.stages import difficulty_selection
 
-    hint = "difficulty selection kept no question; widen args.keep or use more questions (args.limit)"
+    if ctx.stage.args.get("rule") == "rag_r1":  # args.keep is R1-Searcher's; RAG-R1 keeps by answerability
+        hint = "the answerability filter kept no question; raise args.n or args.easy_fraction, or use more questions"
+    else:
+        hint = "difficulty selection kept no question; widen args.keep or use more questions (args.limit)"
     return _sampling_op(ctx, difficulty_selection, "questions", hint)
 
 

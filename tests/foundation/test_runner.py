@@ -532,6 +532,21 @@ def test_sampling_stages_get_their_teacher_from_args(tmp_path: Path, monkeypatch
     assert seen["model"] == "smollm2-135m-instruct"  # the tokenizer of the served model: the stage's model
 
 
+@pytest.mark.parametrize(("rule", "fix"), [("rag_r1", "raise args.n or args.easy_fraction"), ("r1_searcher", "widen")])
+def test_an_empty_selection_names_the_fix_of_its_rule(tmp_path: Path, monkeypatch, rule: str, fix: str) -> None:
+    """RAG-R1's answerability filter has no args.keep (that is R1-Searcher's): its empty result names its own
+    settings."""
+    from searchrl import stages
+
+    def nothing_kept(cfg, out, *, data=None, teacher=None, rule="r1_searcher"):
+        out.write_text("")
+
+    monkeypatch.setattr(stages, "difficulty_selection", nothing_kept)
+    sel = {"name": "sel", "kind": "data", "op": "select-difficulty", "args": {"rule": rule}}
+    with pytest.raises(ValueError, match=f"stage 'sel': .*kept no question; {fix}"):
+        run_pipeline(_cfg([sel]), tmp_path)
+
+
 def test_a_stopped_stage_keeps_what_its_build_or_evaluation_goes_on_from(tmp_path: Path, fake_handlers) -> None:
     """A stage with no DONE starts again from an emptied directory, but a dense build's staging directory and an
     evaluation's answered batches stay (each keyed to its settings), so the rerun goes on from them."""

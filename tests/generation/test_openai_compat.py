@@ -1,9 +1,14 @@
 """The OpenAI-compatible backend against a server that returns text only (not vLLM's token ids): the ids are the
-re-tokenized text, an EOS ending keeps its EOS id as a local completion does, and the run is told once."""
+re-tokenized text, an EOS ending keeps its EOS id as a local completion does, and the run is told once; and against
+servers that fail: malformed replies and timeouts are retried, then named in one line."""
 
 from __future__ import annotations
 
+import json
+import threading
+
 import httpx
+import pytest
 
 from searchrl import utils
 from searchrl.generation.base import SamplingParams
@@ -39,3 +44,56 @@ def test_a_text_only_server_gives_re_tokenized_ids_ending_in_eos_and_one_warning
     assert (stop.finish_reason, stop.text, stop.token_ids[-1]) == ("stop", "Search [q]", tok.encode("]")[-1])
     assert cap.get().count("returns text, not token ids") == 1
     assert unsaid.finish_reason == "eos" and unsaid.token_ids == tok.encode("Search [q")
+
+
+def test_a_reply_without_a_completion_is_retried_then_named(monkeypatch) -> None:
+    """A teacher that answers 200 with no choices, an empty list or a null text is retried like a failed request;
+    a reply that stays malformed ends in one line naming the server and what came back (not a bare KeyError)."""
+    from searchrl.generation import openai_compat
+
+    monkeypatch.setattr(openai_compat.time, "sleep", lambda s: None)
+    tok = ByteTokenizer()
+    for bad in ({}, {"choices": []}, {"choices": [{"text": None, "finish_reason": "stop"}]}, ["x"]):
+        replies = iter([bad, {"choices": [{"text": "fine", "finish_reason": "length"}]}])
+        gen = OpenAICompatGenerator("http://teacher.test/v1", "teacher", tok, timeout_s=5.0, retries=2)
+        gen.client = httpx.Client(
+            transport=httpx.MockTransport(lambda r, it=replies: httpx.Response(200, json=next(it))), timeout=5.0
+        )
+        (out,) = gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
+        assert out.text == "fine"  # the second try's reply
+        always = httpx.MockTransport(lambda r, body=bad: httpx.Response(200, json=body))
+        gen.client = httpx.Client(transport=always, timeout=5.0)
+        with pytest.raises(ConnectionError, match="failed after 2 tries .a reply without a completion"):
+            gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
+
+
+def test_a_teacher_that_times_out_is_retried_then_named_and_concurrency_may_exceed_the_prompts(monkeypatch) -> None:
+    """A timed-out request is tried again (the reply of a later try is used); a server that keeps timing out ends in
+    one line naming it. Eight requests in flight for two prompts give the two completions in the prompts' order."""
+    from searchrl.generation import openai_compat
+
+    monkeypatch.setattr(openai_compat.time, "sleep", lambda s: None)
+    tok = ByteTokenizer()
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        with lock:  # requests come from several threads
+            calls["n"] += 1
+            first = calls["n"] == 1
+        if first:
+            raise httpx.ReadTimeout("timed out", request=request)
+        prompt = json.loads(request.content)["prompt"]
+        return httpx.Response(200, json={"choices": [{"text": f"reply {prompt[0]}", "finish_reason": "length"}]})
+
+    gen = OpenAICompatGenerator("http://teacher.test/v1", "teacher", tok, timeout_s=5.0, retries=3, concurrency=8)
+    gen.client = httpx.Client(transport=httpx.MockTransport(flaky), timeout=5.0)
+    outs = gen.generate([[7], [9]], SamplingParams(max_new_tokens=8))
+    assert [o.text for o in outs] == ["reply 7", "reply 9"] and calls["n"] == 3
+
+    def dead(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    gen.client = httpx.Client(transport=httpx.MockTransport(dead), timeout=5.0)
+    with pytest.raises(ConnectionError, match=r"teacher.test/v1 failed after 3 tries \(timed out\)"):
+        gen.generate([[7]], SamplingParams(max_new_tokens=8))

@@ -95,6 +95,8 @@ def test_documents_come_from_observations_without_tags() -> None:
         ("I know it. So the answer is \\boxed{France}.", "no internal step"),
         (GOOD.replace("France}", "Spain}"), "wrong answer"),
         (GOOD.replace("\\boxed{France}", "France"), "format"),
+        (GOOD.replace("So the", "<|begin_internal_answer|>So the"), "format: an unclosed or stray internal tag"),
+        (GOOD.replace("So the", "<|end_internal_answer|>So the"), "format: an unclosed or stray internal tag"),
         ("<|begin_external_search|>lyon<|end_external_search|> \\boxed{France}", "searched"),
         (GOOD.replace("I remember", "The provided text says"), "mentions 'provided'"),
         (GOOD.replace("{France}", "{France, a big country of western Europe by the sea and Alps}"), "answer too long"),
@@ -180,6 +182,26 @@ def test_internalize_turns_searches_into_internal_steps() -> None:
     prompt = tok.decode(data[0].prompt_ids)
     assert "(1)Lyon: Lyon is a city in France." in prompt and "Where is Lyon?" in prompt
     assert "<|begin_external_search|>" not in tok.decode(data[0].response_ids)
+
+
+def test_rewriter_sft_data_speaks_the_run_protocols_formats() -> None:
+    """The rewriter's SFT prompts and targets use the run's protocol (its step and answer formats), as the memorizer
+    prompts the rewriter during RL; a protocol that words them differently was trained on R1-Searcher++'s own."""
+    from searchrl.protocols.r1_searcher_pp import R1SearcherPPProtocol
+
+    class Worded(R1SearcherPPProtocol):
+        def format_answer(self, answer: str) -> str:
+            return f"Final: \\boxed{{{answer}}}."
+
+    proto, tok = Worded(), ByteTokenizer()
+    t = _retrieval_trajectory("Lyon is a city in France.")
+    t.metadata["chain"] = [{"sub_question": "Which country is Lyon in?", "answer": "France"}]
+    (oracle,) = rewriter_sft_examples([t], proto, tok)
+    (real,), _ = rewriter_sft_from_trajectories([t], Memorizer(MemorizationConfig(), None, proto, tok), tok)
+    at_rl = rewriter_prompt(tok, t.question, extract_documents(t, proto), "auto", proto)
+    assert "Final: \\boxed{YOUR_ANSWER}." in at_rl
+    assert tok.decode(oracle.prompt_ids) == tok.decode(real.prompt_ids) == at_rl
+    assert tok.decode(oracle.response_ids, skip_special_tokens=True).endswith("Final: \\boxed{France}.")
 
 
 class _ConstantReward:

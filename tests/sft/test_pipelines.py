@@ -141,6 +141,28 @@ def test_rejection_sample_keeps_exactly_the_correct_well_formed_samples(require_
         assert t.stop_reason == "answer" and t.answer == f"gold {t.question_id[1:]}"
 
 
+def test_the_internal_and_external_rule_rejects_stray_internal_tags() -> None:
+    """A correct, well-formed answer with a complete internal step and a search, but an internal step left open
+    (or a stray closing tag), is not an "appropriate occurrence" of the internal tags: the format check does not look
+    at them, so only the internal-and-external rule keeps such samples out of the cold-start data."""
+    search = PP.format_search(["facts on q0"])
+    step = INTERNAL.format("I recall part of it.")
+    answer = PP.format_answer("gold 0")
+    replies = {
+        "good": [step + search, "So it is settled. " + answer],
+        "unclosed": [step + search, "<|begin_internal_answer|> So it is settled. " + answer],
+        "stray_close": [step + search, "So it is settled.<|end_internal_answer|> " + answer],
+    }
+    examples = questions(1)
+    plan = {"q0": ["good", "unclosed", "stray_close"]}
+    engine, _ = make_engine(PP, examples, plan, lambda name, qid, a: replies[name])
+    kept, stats = rejection_sample(engine, examples, 3, require_internal_and_external=True)
+    assert [t.uid for t in kept] == ["rs/q0#0"] and stats["rejected_no_internal_external"] == 2
+    engine, _ = make_engine(PP, examples, plan, lambda name, qid, a: replies[name])
+    kept, stats = rejection_sample(engine, examples, 3)  # without the rule the format check alone decides
+    assert len(kept) == 3 and stats["rejected_format"] == 0
+
+
 def test_rejection_sample_rejects_internal_requirement_for_protocols_without_internal_steps() -> None:
     protocol = get_protocol("search_r1")
     engine, _ = make_engine(protocol, questions(1), {"q0": ["x"]}, lambda *a: ["<answer> gold 0 </answer>"])
@@ -446,3 +468,10 @@ def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, 
     assert Trajectory.from_dict(rows[0]).answer == "gold 0"
     res = CliRunner().invoke(app, ["select-difficulty", *common, "--rule", "nope", "--out", str(tmp_path / "x")])
     assert isinstance(res.exception, ValueError) and "r1_searcher or rag_r1" in str(res.exception)
+    # q0 and q1 answer their first attempt correctly; a quota of one sample leaves one question, as the summary says
+    plan.update(q1=["right"] * 25)
+    args = ["rejection-sample", *common, "--k", "1", "--quota", "*=1", "--out", str(tmp_path / "one.jsonl")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert len((tmp_path / "one.jsonl").read_text().splitlines()) == 1
+    assert "kept 1 of 3 samples (1 of 3 questions)" in res.output

@@ -83,3 +83,42 @@ def test_selection_quotas_rewrite_the_kept_file_and_records(tmp_path) -> None:
     assert [(e.metadata["source"], e.metadata["difficulty"]) for e in chosen].count(("hotpotqa", "hard")) == 2
     assert len(chosen) == 5 and len(out.read_text().splitlines()) == 5
     assert sum(json.loads(line)["kept"] for line in records.read_text().splitlines()) == 5
+
+
+def test_quotas_that_can_fill_nothing_fail_before_sampling(tmp_path, monkeypatch) -> None:
+    """A bucket the stage does not keep (the paper's word "difficult" for hard), a bucket in rejection sampling, or a
+    source no question has (rows without a source field) fails at once, naming the fix, before any model loads."""
+    import json
+
+    from searchrl.config import RunConfig
+    from searchrl.sft.quotas import check_quotas
+    from searchrl.stages import sampling
+
+    quotas = parse_quotas(["hotpotqa/medium=2", "2wikimultihopqa/hard=1"])
+    check_quotas(quotas, ["hotpotqa", "2wikimultihopqa", "hotpotqa"], ["medium", "hard"])  # all can fill
+    with pytest.raises(ValueError, match="bucket 'difficult'; use one of medium, hard"):
+        check_quotas(parse_quotas(["hotpotqa/difficult=2"]), ["hotpotqa"], ["medium", "hard"])
+    with pytest.raises(ValueError, match="no difficulty buckets; write hotpotqa=N"):
+        check_quotas(parse_quotas(["hotpotqa/medium=2"]), ["hotpotqa"], None)
+    with pytest.raises(ValueError, match=r"no question has source '2wikimultihopqa' \(sources: hotpotqa\)"):
+        check_quotas(quotas, ["hotpotqa"], ["medium", "hard"])
+    with pytest.raises(ValueError, match=r"\(no row has a source field\); give each row a source field"):
+        check_quotas(parse_quotas(["hotpotqa=720"]), ["all", "all"], None)
+    check_quotas(parse_quotas(["*/medium=3", "*=2"]), ["all"], ["medium"])  # any source: no field needed
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Q{i}?", "answer": "a"}) + "\n" for i in range(3)))
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded for quotas that can fill nothing")
+
+    monkeypatch.setattr(sampling, "rollout_engine", no_model)
+    cfg = RunConfig()
+    with pytest.raises(ValueError, match="no question has source 'hotpotqa'"):
+        sampling.rejection_sampling(cfg, tmp_path / "rs.jsonl", data=str(data), quota=["hotpotqa=720"])
+    with pytest.raises(ValueError, match="bucket 'hard'; use one of medium"):
+        sampling.difficulty_selection(cfg, tmp_path / "s.jsonl", data=str(data), keep=["medium"], quota=["*/hard=5"])
+    with pytest.raises(ValueError, match="bucket 'unanswerable'; use one of easy, answerable"):
+        sampling.difficulty_selection(
+            cfg, tmp_path / "s.jsonl", data=str(data), rule="rag_r1", quota=["*/unanswerable=5"]
+        )

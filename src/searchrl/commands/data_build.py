@@ -168,7 +168,9 @@ def rejection_sample_cmd(
     ),
     min_score: float = typer.Option(1.0, help="a sample is correct when its metric is at least this"),
     require_internal_and_external: bool = typer.Option(
-        False, "--require-internal-and-external", help="r1_searcher_pp: keep only samples with both kinds of step"
+        False,
+        "--require-internal-and-external",
+        help="r1_searcher_pp: keep only samples with both kinds of step (and every internal tag closed)",
     ),
     max_per_question: int = typer.Option(None, help="keep at most this many samples per question"),
     quota: list[str] = _QUOTA,
@@ -226,9 +228,10 @@ def rejection_sample_cmd(
     stats = res.stats
     rejected = ", ".join(f"{key[9:]} {int(v)}" for key, v in stats.items() if key.startswith("rejected_") and v)
     what = "step-level examples" if slice_steps else "trajectories"
+    questions = len({t.question_id for t in res.kept})  # after the quotas, as the kept samples
     result(
-        f"kept {len(res.kept)} of {int(stats['sampled'])} samples ({int(stats['questions_with_kept'])} of "
-        f"{int(stats['questions'])} questions); rejected: {rejected or 'none'}; wrote {len(res.rows)} {what} -> {out}"
+        f"kept {len(res.kept)} of {int(stats['sampled'])} samples ({questions} of {int(stats['questions'])} "
+        f"questions); rejected: {rejected or 'none'}; wrote {len(res.rows)} {what} -> {out}"
     )
 
 

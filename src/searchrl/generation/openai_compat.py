@@ -17,6 +17,16 @@ from searchrl.generation.base import Completion, Generator, SamplingParams
 from searchrl.utils import console
 
 
+def _checked(body) -> dict:
+    """A completions reply with a first choice whose text is a string (a reply without one is retried like a failed
+    request, then named: it would otherwise surface as a bare KeyError or IndexError)."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(first, dict) or not isinstance(first.get("text", ""), str):
+        raise ValueError(f"a reply without a completion: {str(body)[:160]}")
+    return body
+
+
 class OpenAICompatGenerator(Generator):
     def __init__(
         self,
@@ -46,13 +56,13 @@ class OpenAICompatGenerator(Generator):
             try:
                 r = self.client.post(f"{self.base_url}/completions", json=payload)
                 r.raise_for_status()
-                return r.json()
+                return _checked(r.json())
             except (httpx.HTTPError, ValueError) as err:
                 last = err
                 time.sleep(0.5 * 2**attempt)
         raise ConnectionError(
             f"completions server at {self.base_url} failed after {self.retries} tries ({last}); "
-            "check the URL and that the server is running"
+            "check the URL and that the server is running and speaks the OpenAI completions API"
         )
 
     def _tell_inexact(self) -> None:

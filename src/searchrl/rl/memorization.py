@@ -8,8 +8,8 @@ Each RL step:
    an internal-only reasoning path in the protocol's format (``<|begin_internal_answer|> ... <|end_internal_answer|>``
    steps, then ``\\boxed{answer}``);
 4. **validate**: the path passes the protocol's format check, makes no search call, has at least one internal step
-   (when the protocol reports them), gives a correct answer of at most ``max_answer_words`` words and does not say
-   that anything was provided to it;
+   and no unclosed or stray internal tag (when the protocol reports them), gives a correct answer of at most
+   ``max_answer_words`` words and does not say that anything was provided to it;
 5. valid paths join a FIFO pool; the step's NLL term is the token-mean negative log-likelihood of up to
    ``batch_size`` pool paths under the policy, **conditioned on the question's prompt alone** (no documents), added
    to the policy loss with weight ``coef`` (mu = 0.1 in the paper).
@@ -185,6 +185,8 @@ class Memorizer(AuxNLL):
             return "searched"
         if report.extra.get("n_internal", 1) == 0:
             return "no internal step"
+        if report.extra.get("internal_balanced") is False:  # the format check itself leaves internal tags alone
+            return "format: an unclosed or stray internal tag"
         rule = self.correctness
         if report.answer is None or rule.score(report.answer, list(golds)) < rule.threshold:
             return "wrong answer"

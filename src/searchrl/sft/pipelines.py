@@ -15,8 +15,8 @@ Choices where the papers are silent (specs 000 §2.1, 001 §2.1 and 004 §2.1-2.
 
 - Rejection sampling keeps a trajectory when it ended in an answer, took no invalid or over-budget action, passes the
   protocol's format check and is correct; optionally (R1-Searcher++, "appropriate occurrences of both" tags read
-  literally) it must hold at least one complete internal step and one external search. A response identical to one
-  already kept for the same question is dropped (it would only re-weight that sample).
+  literally) it must hold a complete internal step, an external search and no unclosed or stray internal tag (which
+  the format check leaves alone). A response identical to one kept for the question is dropped.
 - R1-Searcher's "number of rollouts required to correctly answer a question" is the 1-based index of the first
   correct attempt: easy below 10, medium 10 to 20, difficult above 20 (the paper's thresholds, configurable). A
   question never solved within ``n`` attempts is "unsolved" and is not kept by default: the paper does not say
@@ -163,15 +163,15 @@ def rejection_sample(
 
     Kept: ended in an answer; every turn a search or the answer (no invalid or over-budget action); the protocol's
     ``check_format`` is ok; the answer is correct (the run's ``correctness``, else ``metric >= min_score``); with
-    ``require_internal_and_external``, at least one complete internal step and one external search
-    (``FormatReport.extra["n_internal"]`` / ``["n_external"]``, only R1-Searcher++ reports them); not identical
+    ``require_internal_and_external``, a complete internal step, an external search and balanced internal tags
+    (``FormatReport.extra``'s ``n_internal``, ``n_external``, ``internal_balanced``: R1-Searcher++'s); not identical
     to a response already kept for the question; at most ``max_per_question`` per question. Returns the kept
     trajectories (question order, then attempt order) and stats: counts of questions, samples, kept, and
     ``rejected_<reason>`` for each of ``REJECT_REASONS``.
     """
     if require_internal_and_external:
         extra = engine.protocol.check_format("").extra
-        if "n_internal" not in extra or "n_external" not in extra:
+        if not {"n_internal", "n_external", "internal_balanced"} <= set(extra):
             raise ValueError(
                 f"protocol {engine.protocol.name!r} has no internal steps to count (only r1_searcher_pp does); "
                 "drop the internal-and-external requirement"
@@ -193,7 +193,8 @@ def rejection_sample(
             return "format"
         if not judge.correct(traj):
             return "wrong"
-        if require_internal_and_external and (report.extra["n_internal"] < 1 or report.extra["n_external"] < 1):
+        both = report.extra.get("n_internal", 0) and report.extra.get("n_external", 0)
+        if require_internal_and_external and not (both and report.extra["internal_balanced"]):
             return "no_internal_external"
         return None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -94,6 +94,28 @@ def apply_quotas(
             per_group[g] += 1
     counts = {f"{s}/{b}": used[(s, b)] for s, b in quotas} if quotas else {}
     return [items[i] for i in sorted(chosen)], counts
+
+
+def check_quotas(
+    quotas: Mapping[tuple[str, str], int], sources: Iterable[str], buckets: Sequence[str] | None = None
+) -> None:
+    """Fail (before any sampling) on a quota that can fill nothing: one naming a bucket the stage does not keep
+    (``buckets``; ``None``: the stage has no buckets, so only ``SOURCE=N`` applies) or a source none of the
+    questions (``sources``, one per question) has."""
+    present = set(sources)
+    for source, bucket in quotas:
+        name = f"{source}/{bucket}" if bucket != ANY else source
+        if bucket != ANY and buckets is None:
+            raise ValueError(f"quota {name}: this stage has no difficulty buckets; write {source}=N")
+        if bucket != ANY and buckets is not None and bucket not in buckets:
+            kept = ", ".join(buckets)
+            raise ValueError(f"quota {name}: no kept question is in bucket {bucket!r}; use one of {kept}")
+        if source != ANY and source not in present:
+            have = f"sources: {', '.join(sorted(present))}" if present - {"all"} else "no row has a source field"
+            raise ValueError(
+                f"quota {name}: no question has source {source!r} ({have}); give each row a source field naming "
+                "its dataset, or name a source the rows have"
+            )
 
 
 def shortfall(quotas: Mapping[tuple[str, str], int], counts: Mapping[str, int]) -> str:

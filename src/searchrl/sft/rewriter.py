@@ -31,15 +31,16 @@ def internal_path(example_chain: Sequence[dict], answer: str, protocol: Protocol
 def rewriter_sft_examples(oracle: Sequence[Trajectory], protocol: Protocol, tokenizer, style: str = "auto"):
     """Rewriter training data from oracle trajectories (spec 000 §2.2; the paper's "pre-processed" form is NOT
     STATED): the prompt holds the documents the oracle's searches returned and the question; the target is the
-    chain written as internal steps and a boxed answer. Loss on every target token."""
+    chain written as internal steps and a boxed answer, both in ``protocol``'s formats (as the memorizer prompts the
+    rewriter during RL). Loss on every target token."""
     out = []
     eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
     for t in oracle:
         chain = t.metadata.get("chain") or []
         if not chain:
             raise ValueError(f"trajectory {t.uid} has no metadata.chain; rewriter data needs a synthetic world")
-        prompt = rewriter_prompt(tokenizer, t.question, extract_documents(t, protocol), style)
-        target = list(tokenizer.encode(internal_path(chain, t.golds[0]), add_special_tokens=False)) + eos
+        prompt = rewriter_prompt(tokenizer, t.question, extract_documents(t, protocol), style, protocol)
+        target = list(tokenizer.encode(internal_path(chain, t.golds[0], protocol), add_special_tokens=False)) + eos
         out.append(
             SFTExample(
                 prompt_ids=list(tokenizer.encode(prompt, add_special_tokens=False)),
@@ -124,7 +125,7 @@ def rewriter_sft_from_trajectories(
             rejected[key] = rejected.get(key, 0) + 1
             continue
         resp = list(tokenizer.encode(target, add_special_tokens=False)) + eos
-        prompt = rewriter_prompt(tokenizer, t.question, docs, style)
+        prompt = rewriter_prompt(tokenizer, t.question, docs, style, memorizer.protocol)
         out.append(
             SFTExample(
                 list(tokenizer.encode(prompt, add_special_tokens=False)),

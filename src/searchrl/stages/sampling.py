@@ -86,6 +86,7 @@ def rejection_sampling(
     from searchrl.sft.pipelines import rejection_sample, slice_steps
 
     examples = load_questions(cfg, data, limit)
+    _check_quotas(quota, examples, None)
     engine = rollout_engine(cfg, teacher)
     rule = (
         Correctness.from_reward_config(cfg.reward, threshold=min_score)
@@ -171,6 +172,8 @@ def difficulty_selection(
     limits = RolloutLimits.from_config(cfg)
     limits = replace(limits, max_turns=max_turns or limits.max_turns, max_searches=max_searches or limits.max_searches)
     examples = load_questions(cfg, data, limit)
+    kept_buckets = [b for b in keep if b != "unsolved" or unsolved_as == "unsolved"]
+    _check_quotas(quota, examples, kept_buckets if rule == "r1_searcher" else ["easy", "answerable"])
     engine = rollout_engine(cfg, teacher, limits)
     records = records or out.with_name(out.stem + ".records.jsonl")
     common = dict(top_p=top_p, seed=seed, batch_size=batch_size, out=out, records_out=records)
@@ -203,6 +206,14 @@ def difficulty_selection(
     for row in rows:
         buckets[row["bucket"]] = buckets.get(row["bucket"], 0) + 1
     return SamplingResult(kept, rows, buckets=dict(sorted(buckets.items())))
+
+
+def _check_quotas(quota: Sequence[str], examples: Sequence[Any], buckets: Sequence[str] | None) -> None:
+    """Quotas that could fill nothing fail here, before the model is loaded and the questions are sampled."""
+    if quota:
+        from searchrl.sft.quotas import check_quotas, parse_quotas, source_of
+
+        check_quotas(parse_quotas(list(quota)), (source_of(e.metadata) for e in examples), buckets)
 
 
 def _apply_selection_quotas(kept, rows, quota: list[str], seed: int, out: Path, records: Path):
