@@ -13,10 +13,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from searchrl.config import AlgorithmConfig
+from searchrl.config import ALGORITHMS, AlgorithmConfig
 from searchrl.rl import algorithms as A
 from searchrl.rl.batch import Batch, collate, forward_tokens, plan_micro_batches, prompt_keys, score_tokens
 from searchrl.rl.hooks import NLLSequence
+from searchrl.rl.metrics_log import UpdateMetrics
 from searchrl.rl.update import StepTensors, policy_micro_loss, value_micro_loss
 from searchrl.rollout.trajectory import Trajectory
 
@@ -127,9 +128,11 @@ class Passes:
         mini: list[int],
         st: StepTensors,
         alg: AlgorithmConfig,
-    ) -> dict[str, list[float]]:
-        """Gradients of one mini-batch's policy (and value) loss, accumulated over micro-batches; the loss metrics of
-        every real pass.
+        metrics: UpdateMetrics,
+    ) -> None:
+        """Gradients of one mini-batch's policy (and value) loss, accumulated over micro-batches; its metrics go to
+        ``metrics``: each pass's weighted by what it counted, the losses summed over the passes (each pass's loss is
+        its share of the mini-batch's).
 
         Every process makes as many passes as the process with the most micro-batches (DDP and FSDP synchronise at
         every pass); a process short of rows makes zero-weight passes on its first row."""
@@ -141,7 +144,8 @@ class Passes:
             cm = st.cmask_BT[mini]
             c_tok = max(1.0, self.global_count(float(cm.sum())))
             c_seq = max(1.0, self.global_count(float((cm.sum(-1) > 0).sum())))
-        out: dict[str, list[float]] = {}
+        per_seq = ALGORITHMS[alg.name].policy_loss == "gspo"  # its ratio metrics are per sequence
+        losses = {"loss/policy_total": 0.0, **({"loss/value": 0.0} if critic is not None else {})}
         for idx, real in self.equal(self.micro(batch, mini) if mini else []):
             weight = 1.0 if real else 0.0
             mb = batch.select(idx)
@@ -149,15 +153,20 @@ class Passes:
             loss, pm = policy_micro_loss(model, mb, idx, st, alg, g_tok, g_seq)
             # DDP averages gradients over processes; the loss is already global, so undo the average.
             self.acc.backward(weight * loss * self.acc.num_processes)
+            if weight:
+                losses["loss/policy_total"] += float(loss.detach())
+                counted_BT = st.mask_BT[idx]  # (b, T)
+                n_tok, n_seq = float(counted_BT.sum()), float((counted_BT.sum(-1) > 0).sum())
+                policy_only = {k: v for k, v in pm.items() if k.startswith("policy/")} if per_seq else {}
+                metrics.add({k: v for k, v in pm.items() if k not in policy_only}, n_tok)
+                metrics.add(policy_only, n_seq)
             if critic is not None:
                 vl, vm = value_micro_loss(critic, mb, idx, st, alg, c_tok, c_seq)
                 self.acc.backward(weight * alg.value_coef * vl * self.acc.num_processes)
-                pm.update(vm)
-            if weight:
-                pm["loss/policy_total"] = float(loss.detach())
-                for key, v in pm.items():
-                    out.setdefault(key, []).append(v)
-        return out
+                if weight:
+                    losses["loss/value"] += float(vl.detach())
+                    metrics.add(vm, float(st.cmask_BT[idx].sum()))
+        metrics.add(losses)
 
     def nll_gradients(
         self, model: nn.Module, seqs: Sequence[NLLSequence], n_tok: float, batch: Batch, coef: float, pad_id: int
