@@ -15,7 +15,7 @@ from searchrl.generation.base import Generator
 from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
 from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit
-from searchrl.rl.batch import collate_trajectories
+from searchrl.rl.batch import collate_trajectories, score_tokens
 from searchrl.rl.trainer import Trainer
 from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
 
@@ -98,6 +98,25 @@ def test_rollout_logprobs_match_a_recomputation(tmp_path: Path) -> None:
     recomputed = trainer._logprobs(trainer.acc.unwrap_model(trainer.model), batch, mask)
     diff = (recomputed - batch.rollout_logp).abs()[mask.bool()]
     assert float(diff.max()) < 1e-4
+
+
+def test_recomputed_old_logprobs_of_a_lora_policy_with_dropout_are_the_samplers(tmp_path: Path) -> None:
+    """The rollout samples with dropout off (eval mode); the scoring passes of old log-probs did not switch it off, so
+    a LoRA adapter's dropout (0.05 by default) made them noisy: a one-update step's ratio ranged over 0.95-1.07."""
+    trainer = make(tmp_path, "model.lora.r=4", "model.lora.dropout=0.5", "training.lr=2e-2", "algorithm.kl_coef=0.01")
+    trainer.train(steps=2)  # the adapters' B matrices start at 0, where dropout changes nothing
+    trajs = trainer.engine.run(QUESTIONS[:4], group_size=4, temperature=1.0, seed=0)
+    batch = collate_trajectories(trajs, trainer._pad)
+    mask = batch.action_mask
+    assert trainer.policy.training
+    scorer = trainer.acc.unwrap_model(trainer.model)
+    recomputed = trainer._logprobs(scorer, batch, mask)
+    assert float((recomputed - batch.rollout_logp).abs()[mask.bool()].max()) < 1e-4
+    # every module's own mode is back after the scoring passes: the policy trains, its dropout on
+    assert trainer.policy.training and all(m.training for m in trainer.policy.modules())
+    with torch.no_grad():
+        noisy = [score_tokens(scorer, batch, mask)[0] for _ in range(2)]
+    assert float((noisy[0] - noisy[1]).abs().max()) > 1e-3  # the training forward does use the dropout
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,10 @@ processes."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -20,6 +21,19 @@ from searchrl.rl.hooks import NLLSequence
 from searchrl.rl.metrics_log import UpdateMetrics
 from searchrl.rl.update import StepTensors, policy_micro_loss, value_micro_loss
 from searchrl.rollout.trajectory import Trajectory
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode (dropout off) for a scoring pass; every submodule's own mode is put back after (a
+    frozen reference stays in eval mode, the policy goes back to training)."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 class Passes:
@@ -96,12 +110,13 @@ class Passes:
 
     @torch.no_grad()
     def logprobs(self, scorer: nn.Module, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
-        """Log-probs of the response tokens at ``mask_BT`` under ``scorer`` (a ``TokenScorer``), 0 elsewhere."""
+        """Log-probs of the response tokens at ``mask_BT`` under ``scorer`` (a ``TokenScorer``), 0 elsewhere: in eval
+        mode, as the rollout sampled them (dropout, e.g. a LoRA adapter's, off)."""
         out = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)  # (B, T)
         for idx, real in self.equal(self.micro(batch, grad=False)):
             mb = batch.select(idx)
             T = mb.response_ids.shape[1]
-            with self.acc.autocast():
+            with self.acc.autocast(), eval_mode(scorer):
                 logp_BT = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
             if real:
                 out[idx, :T] = logp_BT
@@ -111,10 +126,10 @@ class Passes:
     @torch.no_grad()
     def values(self, critic: nn.Module, batch: Batch) -> torch.Tensor:
         """The (unwrapped) critic's values of every response position, in the update's precision (the value clip's
-        reference)."""
+        reference), in eval mode."""
         out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)  # (B, T)
         for idx, real in self.equal(self.micro(batch, grad=False)):
-            with self.acc.autocast():
+            with self.acc.autocast(), eval_mode(critic):
                 v_BT = critic(batch.select(idx))
             if real:
                 out[idx, : v_BT.shape[1]] = v_BT.float()
