@@ -122,7 +122,7 @@ class Trainer:
         self.micro = micro_batch_size or self.tcfg.micro_batch_size or rows
         tune_allocator()
         self.out_dir = Path(self.tcfg.output_dir)
-        self.state = TrainState()
+        self.state = TrainState(questions=checkpoint.questions_digest(self.examples))
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
         self.ref: nn.Module | None = None
