@@ -282,12 +282,19 @@ def test_the_adaptive_kl_coefficient_moves_on_the_kl_of_all_processes(tmp_path: 
     """Each process measures the KL of its own rows; with one process's KL alone the coefficients would drift
     apart. Here a second process measured 0.2 beside this one's 0.0: their mean, 0.1, is the target: no change."""
     trainer = make(tmp_path, "algorithm.kl_coef=0.01", "algorithm.kl_ctrl=adaptive", "algorithm.kl_target=0.1")
-    monkeypatch.setattr(trainer.passes, "global_count", lambda x: x + 0.2)
+    other = [torch.tensor([0.2, 1.0], dtype=torch.float64)]  # the other process's (KL sum, processes that measured)
+    monkeypatch.setattr(trainer.passes, "sum_across", lambda t: t + other[0][: len(t)])
     monkeypatch.setattr(type(trainer.acc), "num_processes", property(lambda self: 2))
     trainer._update_kl({"kl/mean": 0.0}, 8)
     assert trainer.kl_ctrl.value == trainer.state.kl_coef == 0.01
     trainer._update_kl({"kl/mean": 0.3}, 8)  # mean 0.25: above the target, the coefficient grows
-    assert trainer.kl_ctrl.value > 0.01
+    grown = trainer.kl_ctrl.value
+    assert grown > 0.01
+    # this process measured no KL (drop_uniform_groups left its rows out of the loss), the other 0.3: it still takes
+    # part in the sum (the other's collective would wait for it) and moves as the other does
+    other[0] = torch.tensor([0.3, 1.0], dtype=torch.float64)
+    trainer._update_kl({}, 8)
+    assert trainer.kl_ctrl.value == pytest.approx(grown * (1 + 0.2 * 8 / 10000))
 
 
 def test_a_step_whose_prompts_fill_the_length_cap_trains_on_nothing_without_failing(tmp_path: Path) -> None:

@@ -375,9 +375,14 @@ class Trainer:
         self._log_rollouts(step + 1, exp.trajs, exp.scores)
 
     def _update_kl(self, metrics: dict[str, float], n_global: int) -> None:
-        """The adaptive controller moves on the mean of every process's KL, so all processes keep one coefficient."""
-        if "kl/mean" in metrics and self.alg.kl_ctrl == "adaptive":
-            self.kl_ctrl.update(self.passes.global_count(metrics["kl/mean"]) / self.acc.num_processes, n_global)
+        """The adaptive controller moves on the mean KL of the processes that measured one, so all processes keep one
+        coefficient. Every process takes part in the sum, also one that measured none (its rows all out of the step's
+        loss: ``drop_uniform_groups``), which would otherwise leave the others' collective waiting."""
+        if self.alg.kl_ctrl == "adaptive":
+            measured = [metrics.get("kl/mean", 0.0), float("kl/mean" in metrics)]
+            kl_sum, n = self.passes.sum_across(torch.tensor(measured, dtype=torch.float64, device=self.acc.device))
+            if n > 0:
+                self.kl_ctrl.update(float(kl_sum / n), n_global)
         self.state.kl_coef = self.kl_ctrl.value
 
     @torch.no_grad()
