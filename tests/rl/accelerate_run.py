@@ -44,6 +44,8 @@ def main(out: str, algo: str, mini_batch_size: str = "64", mode: str = "same") -
     extra = ["training.micro_batch_tokens=64", "memorization.coef=0.1"] if mode == "uneven" else []
     if mode.startswith("dapo"):
         extra = ["algorithm.drop_uniform_groups=true", f"algorithm.max_sampling_rounds={2 if mode == 'dapo2' else 1}"]
+        # a process left without an informative group measures no KL, yet joins the adaptive controller's sum
+        extra.append("algorithm.kl_ctrl=adaptive")
     cfg = load_config(
         None,
         [

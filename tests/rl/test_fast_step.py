@@ -15,7 +15,7 @@ from searchrl.generation.base import Generator
 from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
 from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol, Search
 from searchrl.retrieval.base import Hit
-from searchrl.rl.batch import collate_trajectories
+from searchrl.rl.batch import collate_trajectories, score_tokens
 from searchrl.rl.trainer import Trainer
 from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
 
@@ -98,6 +98,25 @@ def test_rollout_logprobs_match_a_recomputation(tmp_path: Path) -> None:
     recomputed = trainer._logprobs(trainer.acc.unwrap_model(trainer.model), batch, mask)
     diff = (recomputed - batch.rollout_logp).abs()[mask.bool()]
     assert float(diff.max()) < 1e-4
+
+
+def test_recomputed_old_logprobs_of_a_lora_policy_with_dropout_are_the_samplers(tmp_path: Path) -> None:
+    """The rollout samples with dropout off (eval mode); the scoring passes of old log-probs did not switch it off, so
+    a LoRA adapter's dropout (0.05 by default) made them noisy: a one-update step's ratio ranged over 0.95-1.07."""
+    trainer = make(tmp_path, "model.lora.r=4", "model.lora.dropout=0.5", "training.lr=2e-2", "algorithm.kl_coef=0.01")
+    trainer.train(steps=2)  # the adapters' B matrices start at 0, where dropout changes nothing
+    trajs = trainer.engine.run(QUESTIONS[:4], group_size=4, temperature=1.0, seed=0)
+    batch = collate_trajectories(trajs, trainer._pad)
+    mask = batch.action_mask
+    assert trainer.policy.training
+    scorer = trainer.acc.unwrap_model(trainer.model)
+    recomputed = trainer._logprobs(scorer, batch, mask)
+    assert float((recomputed - batch.rollout_logp).abs()[mask.bool()].max()) < 1e-4
+    # every module's own mode is back after the scoring passes: the policy trains, its dropout on
+    assert trainer.policy.training and all(m.training for m in trainer.policy.modules())
+    with torch.no_grad():
+        noisy = [score_tokens(scorer, batch, mask)[0] for _ in range(2)]
+    assert float((noisy[0] - noisy[1]).abs().max()) > 1e-3  # the training forward does use the dropout
 
 
 @pytest.mark.parametrize(
@@ -263,12 +282,19 @@ def test_the_adaptive_kl_coefficient_moves_on_the_kl_of_all_processes(tmp_path: 
     """Each process measures the KL of its own rows; with one process's KL alone the coefficients would drift
     apart. Here a second process measured 0.2 beside this one's 0.0: their mean, 0.1, is the target: no change."""
     trainer = make(tmp_path, "algorithm.kl_coef=0.01", "algorithm.kl_ctrl=adaptive", "algorithm.kl_target=0.1")
-    monkeypatch.setattr(trainer.passes, "global_count", lambda x: x + 0.2)
+    other = [torch.tensor([0.2, 1.0], dtype=torch.float64)]  # the other process's (KL sum, processes that measured)
+    monkeypatch.setattr(trainer.passes, "sum_across", lambda t: t + other[0][: len(t)])
     monkeypatch.setattr(type(trainer.acc), "num_processes", property(lambda self: 2))
     trainer._update_kl({"kl/mean": 0.0}, 8)
     assert trainer.kl_ctrl.value == trainer.state.kl_coef == 0.01
     trainer._update_kl({"kl/mean": 0.3}, 8)  # mean 0.25: above the target, the coefficient grows
-    assert trainer.kl_ctrl.value > 0.01
+    grown = trainer.kl_ctrl.value
+    assert grown > 0.01
+    # this process measured no KL (drop_uniform_groups left its rows out of the loss), the other 0.3: it still takes
+    # part in the sum (the other's collective would wait for it) and moves as the other does
+    other[0] = torch.tensor([0.3, 1.0], dtype=torch.float64)
+    trainer._update_kl({}, 8)
+    assert trainer.kl_ctrl.value == pytest.approx(grown * (1 + 0.2 * 8 / 10000))
 
 
 def test_a_step_whose_prompts_fill_the_length_cap_trains_on_nothing_without_failing(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model
 QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(16)]
 
 
-def make_trainer(tmp: Path, lr: float, algo: str = "grpo", steps: int = 30, **extra: str) -> Trainer:
+def make_trainer(
+    tmp: Path, lr: float, algo: str = "grpo", steps: int = 30, questions: list[QAExample] = QUESTIONS, **extra: str
+) -> Trainer:
     overrides = [
         f"algorithm.name={algo}",
         "algorithm.kl_coef=0.0",
@@ -40,7 +42,7 @@ def make_trainer(tmp: Path, lr: float, algo: str = "grpo", steps: int = 30, **ex
         tokenizer(),
         LettersProtocol(),
         None,
-        QUESTIONS,
+        questions,
         reward_fn=letter_fraction_reward,
         micro_batch_size=32,
     )
@@ -139,6 +141,22 @@ def test_resume_matches_straight_run(tmp_path: Path) -> None:
     for a, b in zip(straight[2:], resumed, strict=True):
         for key in ("reward/total", "rollout/response_len", "grad_norm"):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+
+
+def test_a_resume_refuses_training_questions_that_changed_since_the_checkpoint(tmp_path: Path) -> None:
+    """The checkpoint's data position counts in a seeded order of the questions; with a data file edited in place
+    (same settings) the resumed run went on silently from that position in another order of other questions."""
+    from searchrl.config import ConfigError
+
+    fast = {"rollout.group_size": "2", "rollout.max_new_tokens": "4"}
+    make_trainer(tmp_path, lr=1e-3, steps=1, **fast).train()
+    edited = [*QUESTIONS[:5], QAExample("q5", "write letters 5, edited", ["x"]), *QUESTIONS[6:]]
+    for changed in (QUESTIONS[:12], edited):
+        with pytest.raises(ConfigError, match=r"training questions differ from the checkpoint's \(\d+ now, 16 then"):
+            make_trainer(tmp_path, lr=1e-3, steps=2, questions=changed, **fast).train(resume=True)
+    resumed = make_trainer(tmp_path, lr=1e-3, steps=2, **fast)
+    assert [m["step"] for m in resumed.train(resume=True)] == [2]
+    assert resumed.state.questions.startswith("16:")  # the checkpoint's, kept
 
 
 @pytest.mark.slow

@@ -4,6 +4,9 @@ atomically: a sibling temp dir renamed over the old checkpoint."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from searchrl.config import ConfigError
 from searchrl.models import portable_tokenizer_config
 from searchrl.rl.run_dir import STATE_FILE, check_fresh
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
@@ -33,6 +37,17 @@ class TrainState:
     data_epoch: int = 0
     data_pos: int = 0
     kl_coef: float | None = None  # the KL controller's coefficient (adaptive control changes it step by step)
+    #: the training questions the data position counts in (:func:`questions_digest`); None: a checkpoint without it
+    questions: str | None = None
+
+
+def questions_digest(examples) -> str:
+    """``"<count>:<hash>"`` of the training questions in their order (ids, questions, answers): what the seeded data
+    order and a checkpoint's data position are positions in."""
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(json.dumps([ex.id, ex.question, list(ex.answers)]).encode())
+    return f"{len(examples)}:{h.hexdigest()[:16]}"
 
 
 def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any], weights: dict | None = None) -> None:
@@ -95,7 +110,15 @@ def load_trainer(tr, path: Path) -> None:
     load_opt = load_full_optimizer_state if sharded else lambda _model, opt, st: opt.load_state_dict(st)
     load_opt(tr.model, tr.opt, state["optimizer"])
     tr.sched.load_state_dict(state["scheduler"])
-    tr.state = TrainState(**state["train_state"])
+    saved = TrainState(**state["train_state"])
+    now = tr.state.questions
+    if saved.questions is not None and now is not None and saved.questions != now:
+        raise ConfigError(
+            f"cannot resume from {path}: the training questions differ from the checkpoint's ({now.split(':')[0]} "
+            f"now, {saved.questions.split(':')[0]} then, or edited), so its data position would point elsewhere; "
+            "restore data.train, or start afresh (--force, or another output directory)"
+        )
+    tr.state = dataclasses.replace(saved, questions=now)
     if tr.state.kl_coef is not None:
         tr.kl_ctrl.value = tr.state.kl_coef
     if tr.critic is not None and "critic" in state:

@@ -85,6 +85,33 @@ class MetricsWriter:
             self._tb = None
 
 
+class UpdateMetrics:
+    """A step's update metrics over its forward/backward passes, the same whatever the micro-batch split: each pass's
+    means (clip fractions, ratios, entropies, values) weighted by the tokens (or sequences) it counted, so they are
+    means over the step's tokens; ``*_min`` / ``*_max`` the extremes over the passes; a pass that counted nothing
+    adds nothing (its means are empty). Values of a whole optimizer step (losses, ``grad_norm``) come with weight 1:
+    their mean over the step's optimizer steps."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+        self._weights: dict[str, float] = {}
+        self._extremes: dict[str, float] = {}
+
+    def add(self, metrics: dict[str, float], weight: float = 1.0) -> None:
+        if weight <= 0:
+            return
+        for k, v in metrics.items():
+            if k.endswith(_EXTREMES):
+                pick = min if k.endswith("_min") else max
+                self._extremes[k] = pick(self._extremes.get(k, v), v)
+            else:
+                self._sums[k] = self._sums.get(k, 0.0) + weight * v
+                self._weights[k] = self._weights.get(k, 0.0) + weight
+
+    def result(self) -> dict[str, float]:
+        return {**{k: s / self._weights[k] for k, s in self._sums.items()}, **self._extremes}
+
+
 def log_rollouts(out_dir: Path, n: int, step: int, trajs: Sequence, scores: Sequence[float], correctness) -> None:
     """Append ``n`` of the step's trajectories (evenly spaced) to ``out_dir/rollouts.jsonl``, for `searchrl view`."""
     if n <= 0 or not trajs:
@@ -99,25 +126,30 @@ def log_rollouts(out_dir: Path, n: int, step: int, trajs: Sequence, scores: Sequ
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-#: per-process counts add up; a step lasts as long as its slowest process and needs its largest memory
-_SUMS, _MAXIMA = ("tokens/", "gen/", "memorization/"), ("time/", "mem/")
+#: per-process counts add up, as do the shares of a loss normalised over all processes; a step lasts as long as its
+#: slowest process and needs its largest memory
+_SUMS, _MAXIMA = ("tokens/", "gen/", "memorization/", "loss/"), ("time/", "mem/")
+_EXTREMES = ("_min", "_max")  #: the smallest / largest value seen (e.g. policy/ratio_min), by their names' ends
 _COUNTS = ("/groups", "/singleton_groups", "filter/rows")  #: counts of groups and rows, by their names' ends
 
 
 def combine_process_metrics(per_process: Sequence[dict[str, float]]) -> dict[str, float]:
     """One step's metrics of every process -> the step's: counts (``tokens/*``, ``gen/*``, ``memorization/*``, groups
-    and rows) summed, times and memory
-    (``time/*``, ``mem/*``) their maximum, anything else (rewards, rates, lengths, losses; values every process
-    already shares, such as ``grad_norm``, alike) the mean over the processes that report it. Processes roll out
-    equal shares of a step's prompts, so the mean of their means is the step's mean."""
+    and rows) and losses (``loss/*``: each process logs its share of the global loss) summed, times and memory
+    (``time/*``, ``mem/*``) and ``*_max`` their maximum, ``*_min`` their minimum, anything else (rewards, rates,
+    lengths; values every process already shares, such as ``grad_norm``, alike) the mean over the processes that
+    report it. Processes roll out equal shares of a step's prompts, so the mean of their means is the step's
+    mean."""
     keys = list(dict.fromkeys(k for m in per_process for k in m))
     out: dict[str, float] = {}
     for k in keys:
         values = [float(m[k]) for m in per_process if k in m]
         if k.startswith(_SUMS) or k.endswith(_COUNTS):
             out[k] = sum(values)
-        elif k.startswith(_MAXIMA):
+        elif k.startswith(_MAXIMA) or k.endswith("_max"):
             out[k] = max(values)
+        elif k.endswith("_min"):
+            out[k] = min(values)
         elif (
             len(set(values)) == 1
         ):  # shared by every process (the step, the learning rate): as it is, an int stays one

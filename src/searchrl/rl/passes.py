@@ -6,19 +6,34 @@ processes."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
 
-from searchrl.config import AlgorithmConfig
+from searchrl.config import ALGORITHMS, AlgorithmConfig
 from searchrl.rl import algorithms as A
 from searchrl.rl.batch import Batch, collate, forward_tokens, plan_micro_batches, prompt_keys, score_tokens
 from searchrl.rl.hooks import NLLSequence
+from searchrl.rl.metrics_log import UpdateMetrics
 from searchrl.rl.update import StepTensors, policy_micro_loss, value_micro_loss
 from searchrl.rollout.trajectory import Trajectory
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode (dropout off) for a scoring pass; every submodule's own mode is put back after (a
+    frozen reference stays in eval mode, the policy goes back to training)."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 class Passes:
@@ -95,12 +110,13 @@ class Passes:
 
     @torch.no_grad()
     def logprobs(self, scorer: nn.Module, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
-        """Log-probs of the response tokens at ``mask_BT`` under ``scorer`` (a ``TokenScorer``), 0 elsewhere."""
+        """Log-probs of the response tokens at ``mask_BT`` under ``scorer`` (a ``TokenScorer``), 0 elsewhere: in eval
+        mode, as the rollout sampled them (dropout, e.g. a LoRA adapter's, off)."""
         out = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)  # (B, T)
         for idx, real in self.equal(self.micro(batch, grad=False)):
             mb = batch.select(idx)
             T = mb.response_ids.shape[1]
-            with self.acc.autocast():
+            with self.acc.autocast(), eval_mode(scorer):
                 logp_BT = score_tokens(scorer, mb, mask_BT[idx, :T])[0].float()
             if real:
                 out[idx, :T] = logp_BT
@@ -110,10 +126,10 @@ class Passes:
     @torch.no_grad()
     def values(self, critic: nn.Module, batch: Batch) -> torch.Tensor:
         """The (unwrapped) critic's values of every response position, in the update's precision (the value clip's
-        reference)."""
+        reference), in eval mode."""
         out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)  # (B, T)
         for idx, real in self.equal(self.micro(batch, grad=False)):
-            with self.acc.autocast():
+            with self.acc.autocast(), eval_mode(critic):
                 v_BT = critic(batch.select(idx))
             if real:
                 out[idx, : v_BT.shape[1]] = v_BT.float()
@@ -127,9 +143,11 @@ class Passes:
         mini: list[int],
         st: StepTensors,
         alg: AlgorithmConfig,
-    ) -> dict[str, list[float]]:
-        """Gradients of one mini-batch's policy (and value) loss, accumulated over micro-batches; the loss metrics of
-        every real pass.
+        metrics: UpdateMetrics,
+    ) -> None:
+        """Gradients of one mini-batch's policy (and value) loss, accumulated over micro-batches; its metrics go to
+        ``metrics``: each pass's weighted by what it counted, the losses summed over the passes (each pass's loss is
+        its share of the mini-batch's).
 
         Every process makes as many passes as the process with the most micro-batches (DDP and FSDP synchronise at
         every pass); a process short of rows makes zero-weight passes on its first row."""
@@ -141,7 +159,8 @@ class Passes:
             cm = st.cmask_BT[mini]
             c_tok = max(1.0, self.global_count(float(cm.sum())))
             c_seq = max(1.0, self.global_count(float((cm.sum(-1) > 0).sum())))
-        out: dict[str, list[float]] = {}
+        per_seq = ALGORITHMS[alg.name].policy_loss == "gspo"  # its ratio metrics are per sequence
+        losses = {"loss/policy_total": 0.0, **({"loss/value": 0.0} if critic is not None else {})}
         for idx, real in self.equal(self.micro(batch, mini) if mini else []):
             weight = 1.0 if real else 0.0
             mb = batch.select(idx)
@@ -149,15 +168,20 @@ class Passes:
             loss, pm = policy_micro_loss(model, mb, idx, st, alg, g_tok, g_seq)
             # DDP averages gradients over processes; the loss is already global, so undo the average.
             self.acc.backward(weight * loss * self.acc.num_processes)
+            if weight:
+                losses["loss/policy_total"] += float(loss.detach())
+                counted_BT = st.mask_BT[idx]  # (b, T)
+                n_tok, n_seq = float(counted_BT.sum()), float((counted_BT.sum(-1) > 0).sum())
+                policy_only = {k: v for k, v in pm.items() if k.startswith("policy/")} if per_seq else {}
+                metrics.add({k: v for k, v in pm.items() if k not in policy_only}, n_tok)
+                metrics.add(policy_only, n_seq)
             if critic is not None:
                 vl, vm = value_micro_loss(critic, mb, idx, st, alg, c_tok, c_seq)
                 self.acc.backward(weight * alg.value_coef * vl * self.acc.num_processes)
-                pm.update(vm)
-            if weight:
-                pm["loss/policy_total"] = float(loss.detach())
-                for key, v in pm.items():
-                    out.setdefault(key, []).append(v)
-        return out
+                if weight:
+                    losses["loss/value"] += float(vl.detach())
+                    metrics.add(vm, float(st.cmask_BT[idx].sum()))
+        metrics.add(losses)
 
     def nll_gradients(
         self, model: nn.Module, seqs: Sequence[NLLSequence], n_tok: float, batch: Batch, coef: float, pad_id: int

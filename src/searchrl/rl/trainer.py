@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from accelerate.utils import gather_object
 from torch import nn
@@ -52,7 +51,7 @@ from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories
 from searchrl.rl.checkpoint import TrainState
 from searchrl.rl.hooks import AuxNLLHook, NLLSequence, RewardFn, as_aux_nll, default_reward_fn
 from searchrl.rl.kl_control import make_kl_controller
-from searchrl.rl.metrics_log import MetricsWriter, combine_process_metrics, log_rollouts, trim_logs
+from searchrl.rl.metrics_log import MetricsWriter, UpdateMetrics, combine_process_metrics, log_rollouts, trim_logs
 from searchrl.rl.passes import Passes
 from searchrl.rl.profiling import maybe_profiled, phase
 from searchrl.rl.sampling import Experience, Sampler
@@ -123,7 +122,7 @@ class Trainer:
         self.micro = micro_batch_size or self.tcfg.micro_batch_size or rows
         tune_allocator()
         self.out_dir = Path(self.tcfg.output_dir)
-        self.state = TrainState()
+        self.state = TrainState(questions=checkpoint.questions_digest(self.examples))
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
         self.ref: nn.Module | None = None
@@ -307,41 +306,38 @@ class Trainer:
     def _optimise(self, step: int, sb: StepBatch, aux_seqs: list[NLLSequence]) -> dict[str, float]:
         """``ppo_epochs`` epochs over mini-batches, one optimizer step each (accumulated over micro-batches with
         global normalisers); the metrics averaged over the step's passes."""
-        acc_metrics: dict[str, list[float]] = {}
+        metrics = UpdateMetrics()
         aux_tokens = self.passes.global_count(float(sum(sum(s[2]) for s in aux_seqs))) if self._aux_on else 0.0
         gen = torch.Generator().manual_seed(self.tcfg.seed + step)
         n_updates = 0
         for _epoch in range(self.alg.ppo_epochs):
             for mini in self.passes.mini_batches(sb.n_rows, sb.n_global, self.alg.mini_batch_size, gen):
-                for k, v in self._optimizer_step(sb, mini, aux_seqs, aux_tokens).items():
-                    acc_metrics.setdefault(k, []).extend(v)
+                self._optimizer_step(sb, mini, aux_seqs, aux_tokens, metrics)
                 n_updates += 1
         lr = self.sched.get_last_lr()[0]  # the rate this step ran at (after .step() it is the next one's)
         self.sched.step()
         if self.critic is not None:
             self.critic_sched.step()
-        means = {k: float(np.mean(v)) for k, v in acc_metrics.items()}
-        return {"update/optimizer_steps": float(n_updates), "lr": lr, **means}
+        return {"update/optimizer_steps": float(n_updates), "lr": lr, **metrics.result()}
 
     def _optimizer_step(
-        self, sb: StepBatch, mini: list[int], aux_seqs: list[NLLSequence], aux_tokens: float
-    ) -> dict[str, list[float]]:
+        self, sb: StepBatch, mini: list[int], aux_seqs: list[NLLSequence], aux_tokens: float, metrics: UpdateMetrics
+    ) -> None:
         """One mini-batch's gradients (policy, value, memorization NLL), clipped, then the optimizer step."""
         self.opt.zero_grad(set_to_none=True)
         if self.critic is not None:
             self.critic_opt.zero_grad(set_to_none=True)
-        out = self.passes.policy_gradients(self.model, self.critic, sb.batch, mini, sb.tensors, self.alg)
+        self.passes.policy_gradients(self.model, self.critic, sb.batch, mini, sb.tensors, self.alg, metrics)
         if aux_tokens > 0:
             nll = self.passes.nll_gradients(self.model, aux_seqs, aux_tokens, sb.batch, self.mem_coef, self._pad)
-            out["loss/memorization_nll"] = [nll]
+            metrics.add({"loss/memorization_nll": nll})
         gnorm = self.acc.clip_grad_norm_(self.model.parameters(), self.tcfg.max_grad_norm)
-        out["grad_norm"] = [float(gnorm)]
+        metrics.add({"grad_norm": float(gnorm)})
         self.opt.step()
         self._weights_version += 1
         if self.critic is not None:
             self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm)
             self.critic_opt.step()
-        return out
 
     def _step_metrics(
         self, step: int, exp: Experience, sb: StepBatch, update: dict[str, float], clock: dict[str, float]
@@ -379,9 +375,14 @@ class Trainer:
         self._log_rollouts(step + 1, exp.trajs, exp.scores)
 
     def _update_kl(self, metrics: dict[str, float], n_global: int) -> None:
-        """The adaptive controller moves on the mean of every process's KL, so all processes keep one coefficient."""
-        if "kl/mean" in metrics and self.alg.kl_ctrl == "adaptive":
-            self.kl_ctrl.update(self.passes.global_count(metrics["kl/mean"]) / self.acc.num_processes, n_global)
+        """The adaptive controller moves on the mean KL of the processes that measured one, so all processes keep one
+        coefficient. Every process takes part in the sum, also one that measured none (its rows all out of the step's
+        loss: ``drop_uniform_groups``), which would otherwise leave the others' collective waiting."""
+        if self.alg.kl_ctrl == "adaptive":
+            measured = [metrics.get("kl/mean", 0.0), float("kl/mean" in metrics)]
+            kl_sum, n = self.passes.sum_across(torch.tensor(measured, dtype=torch.float64, device=self.acc.device))
+            if n > 0:
+                self.kl_ctrl.update(float(kl_sum / n), n_global)
         self.state.kl_coef = self.kl_ctrl.value
 
     @torch.no_grad()
