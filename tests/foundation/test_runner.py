@@ -290,6 +290,34 @@ def test_rl_resumes_only_with_the_settings_it_was_started_with(tmp_path: Path, m
     assert seen[-1] is False  # no saved config: nothing to compare with
 
 
+def test_rl_starts_again_when_its_training_questions_were_edited_in_place(tmp_path: Path, monkeypatch) -> None:
+    """The checkpoint's data position counts in the training questions: a question file edited since (same path,
+    same settings) makes the interrupted RL stage start again rather than resume into other questions."""
+    from searchrl import stages
+    from searchrl.config import dump_config
+    from searchrl.stages.resume import record_init, resume_mismatch
+
+    seen: list[bool] = []
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"question": "q1", "answer": "a"}\n')
+    sdir = tmp_path / "rl"
+    training = {"output_dir": str(sdir), "init_from": "m"}
+    cfg = validate_dict({"name": "t", "data": {"source": str(data)}, "training": training})
+    stage = runner.StageConfig.model_validate({"name": "rl", "kind": "rl"})
+    for edit, expect in [(False, True), (True, False)]:
+        (sdir / "checkpoint").mkdir(parents=True, exist_ok=True)
+        (sdir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+        dump_config(cfg, sdir / "config.yaml")
+        record_init(cfg)  # what the interrupted stage's trainer noted when it started
+        if edit:
+            (data / "train.jsonl").write_text('{"question": "q1 edited", "answer": "a"}\n')
+            assert f"training questions {data / 'train.jsonl'} changed since" in resume_mismatch(cfg)
+        runner._rl(runner.StageContext(stage, cfg, sdir, tmp_path, "m", None, None, resume=True))
+        assert seen[-1] is expect
+
+
 def test_a_checkpoint_save_cut_between_its_renames_is_resumed_from(tmp_path: Path, fake_handlers) -> None:
     """The save renames checkpoint to checkpoint.old, then the new one into place: a stop between the two leaves the
     whole previous checkpoint at checkpoint.old, which the stage goes on from."""

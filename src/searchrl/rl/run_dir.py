@@ -9,6 +9,8 @@ from pathlib import Path
 
 #: the fingerprint of the weights an RL run started from (a resume checks it is the same model)
 INIT_FILE = "init_from.json"
+#: fingerprints of the training question file an RL run started with (a resume checks it is unchanged)
+INPUTS_FILE = "inputs.json"
 #: a checkpoint's optimizer, scheduler, loop and random states, beside its ``model/`` (its presence: a whole one)
 STATE_FILE = "trainer_state.pt"
 
@@ -16,7 +18,7 @@ STATE_FILE = "trainer_state.pt"
 #: what an RL run writes into its output directory (``tb``: tensorboard; ``*.old`` / ``*.tmp``: a stopped save).
 RUN_OUTPUTS = (
     "checkpoint checkpoint.old checkpoint.tmp final final.old final.tmp metrics.jsonl rollouts.jsonl evals tb "
-    f"{INIT_FILE} config.yaml run_info.jsonl models"
+    f"{INIT_FILE} {INPUTS_FILE} config.yaml run_info.jsonl models"
 ).split()
 
 

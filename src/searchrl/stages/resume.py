@@ -14,7 +14,7 @@ import yaml
 
 from searchrl.config import RunConfig
 from searchrl.config.extensions import code_digests
-from searchrl.rl.run_dir import INIT_FILE
+from searchrl.rl.run_dir import INIT_FILE, INPUTS_FILE
 from searchrl.utils import atomic_write_text, weights_fingerprint
 
 
@@ -48,10 +48,24 @@ def settings_diff(cfg: RunConfig, saved: Path) -> list[str]:
 
 
 def record_init(cfg: RunConfig) -> None:
-    """Note the fingerprint of the model a fresh run starts from, beside its outputs."""
+    """Note the fingerprints of the model a fresh run starts from and of its training question file, beside its
+    outputs."""
     out = Path(cfg.training.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / INIT_FILE, json.dumps(weights_fingerprint(cfg.training.init_from or cfg.model.policy)))
+    atomic_write_text(out / INPUTS_FILE, json.dumps(train_inputs(cfg)))
+
+
+def train_inputs(cfg: RunConfig) -> dict[str, str]:
+    """``{path: fingerprint}`` of the training question file (none for a synthetic world or a hub dataset): its data
+    position is a position in those questions, so a file edited in place must not be resumed into."""
+    from searchrl.data.corpus import file_fingerprint
+    from searchrl.pipeline import data_file
+
+    if cfg.data.source == "synthetic":
+        return {}
+    path = data_file(cfg.data.source, cfg.data.train)
+    return {os.path.abspath(path): file_fingerprint(path)} if os.path.isfile(path) else {}
 
 
 def resume_mismatch(cfg: RunConfig) -> str | None:
@@ -66,6 +80,12 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
     noted, start = out / INIT_FILE, cfg.training.init_from or cfg.model.policy
     if noted.exists() and json.loads(noted.read_text()) != weights_fingerprint(start):
         return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
+    inputs = out / INPUTS_FILE
+    if inputs.exists():
+        now = train_inputs(cfg)
+        edited = [p for p, f in json.loads(inputs.read_text()).items() if p in now and now[p] != f]
+        if edited:
+            return f"the training questions {edited[0]} changed since the checkpoint"
     return None
 
 
