@@ -64,6 +64,10 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files: Path) 
     before = (files / "sd" / "train.jsonl").read_text()
     _refused(["data", "split", "sd/train.jsonl", "--out", "sd", "--heldout", "2"], "would overwrite the input")
     _refused(["data", "contexts", "q.jsonl", "--out", "q.jsonl"], "would overwrite the input q.jsonl")
+    select = ["data", "select-difficulty", "--recipe", "demo", "--data", "q.jsonl", "--index", "nowhere"]
+    _refused([*select, "--out", "kept.jsonl", "--records", "q.jsonl"], "would overwrite the input q.jsonl")
+    _refused([*select, "--out", "kept.jsonl", "--records", "kept.jsonl"], "kept.jsonl is also --out")
+    assert (files / "q.jsonl").stat().st_size > 0
     assert (files / "sd" / "train.jsonl").read_text() == before and len(before.splitlines()) == 6
     res = runner.invoke(app, ["data", "split", "sd/train.jsonl", "--out", "split", "--heldout", "2"])
     assert res.exit_code == 0, res.output  # elsewhere it writes as before

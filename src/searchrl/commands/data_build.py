@@ -121,6 +121,10 @@ def select_difficulty(
     from searchrl.stages import Teacher, difficulty_selection
 
     not_an_input(out, [data])
+    if records is not None:
+        not_an_input(records, [data], "--records")
+        if records.resolve() == out.resolve():
+            raise typer.BadParameter(f"{records} is also --out; give the records another path", param_hint="--records")
     flags = _rollout_flags(model, prompt_style, topk, None, None, max_new_tokens, max_obs_tokens, max_total_tokens)
     cfg = _config(recipe, overrides, profile, protocol, option, index, **flags)
     res = difficulty_selection(
