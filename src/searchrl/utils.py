@@ -324,6 +324,19 @@ def restore_interrupted(path: Path) -> None:
 
 
 @contextmanager
+def eval_mode(module: Any) -> Iterator[None]:
+    """A torch ``module`` in eval mode (dropout off) while inside, for decoding or a scoring pass; every submodule's
+    own mode is put back after (a frozen part stays in eval mode, the rest goes back to training)."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+@contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on the file ``path`` (created if missing, left in place) while inside: another process
     asking for it waits until this one leaves. An advisory POSIX lock; where there is none, nothing is locked."""

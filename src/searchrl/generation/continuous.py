@@ -34,6 +34,7 @@ from torch import Tensor
 from searchrl import device as placement
 from searchrl.generation.base import ContinuousScheduler, SamplingParams, Segment
 from searchrl.generation.sampling import finish_row, has_stop, row_uniforms, sample_tokens
+from searchrl.utils import eval_mode
 
 _GROW = 64  # slots are allocated in multiples of this many tokens
 
@@ -302,10 +303,5 @@ def run_continuous(gen, scheduler: ContinuousScheduler, params: SamplingParams) 
     """The loop of :meth:`HFGenerator.decode_continuous` (the model in eval mode, under the run's autocast)."""
     model = gen.model
     device = placement.model_device(model)
-    was_training = model.training
-    model.eval()
-    try:
-        with placement.autocast(device):
-            _Loop(gen, scheduler, params, device).run()
-    finally:
-        model.train(was_training)
+    with eval_mode(model), placement.autocast(device):
+        _Loop(gen, scheduler, params, device).run()

@@ -42,6 +42,7 @@ from searchrl.generation.decode_step import DecodeStep, sharded
 from searchrl.generation.graph_decode import GraphRows
 from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, cache_kwargs, weights_version
 from searchrl.generation.sampling import finish_row, has_stop, row_uniforms, sample_tokens
+from searchrl.utils import eval_mode
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
@@ -165,14 +166,8 @@ class HFGenerator(Generator):
 
     # ------------------------------------------------------------------------------------------------ chunk
     def _run_chunk(self, uniq, groups, previous: PrefixStore | None, params, gen, out) -> None:
-        model = self.model
-        was_training = model.training
-        model.eval()
-        try:
-            with placement.autocast(gen.device), ExitStack() as stack:
-                self._decode_chunk(uniq, groups, previous, params, gen, out, stack)
-        finally:
-            model.train(was_training)
+        with eval_mode(self.model), placement.autocast(gen.device), ExitStack() as stack:
+            self._decode_chunk(uniq, groups, previous, params, gen, out, stack)
 
     def _decode_chunk(self, uniq, groups, previous: PrefixStore | None, params, gen, out, stack: ExitStack) -> None:
         device = next(self.model.parameters()).device
@@ -454,15 +449,12 @@ class HFGenerateGenerator(Generator):
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
-        was_training = self.model.training
-        self.model.eval()
         # generate() samples from the global RNG: fork it so a seeded call leaves the caller's stream untouched.
-        with torch.random.fork_rng(devices=[]):
+        with eval_mode(self.model), torch.random.fork_rng(devices=[]):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             with placement.autocast(device):
                 res = self.model.generate(input_ids=input_ids.to(device), attention_mask=attn.to(device), **kwargs)
-        self.model.train(was_training)
         new_BN = res.sequences[:, width:].cpu()  # (B, N) new tokens (padded after each row finished)
         logp_BN = torch.stack(
             [

@@ -6,10 +6,9 @@ processes."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -21,19 +20,7 @@ from searchrl.rl.hooks import NLLSequence
 from searchrl.rl.metrics_log import UpdateMetrics
 from searchrl.rl.update import StepTensors, policy_micro_loss, value_micro_loss
 from searchrl.rollout.trajectory import Trajectory
-
-
-@contextlib.contextmanager
-def eval_mode(module: nn.Module) -> Iterator[None]:
-    """``module`` in eval mode (dropout off) for a scoring pass; every submodule's own mode is put back after (a
-    frozen reference stays in eval mode, the policy goes back to training)."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        yield
-    finally:
-        for m, training in modes:
-            m.training = training
+from searchrl.utils import eval_mode
 
 
 class Passes:
