@@ -170,14 +170,9 @@ def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """``["training.lr=1e-6", "rollout.group_size=4"]`` -> nested dict (values parsed as YAML scalars)."""
-    out: dict[str, Any] = {}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override '{item}' must look like section.key=value (e.g. training.lr=1e-6)")
-        key, raw = item.split("=", 1)
-        _set_dotted(out, key.strip(), yaml_value(raw, f"override '{item}'"))
-    return out
+    """``["training.lr=1e-6", "rollout.group_size=4"]`` -> nested dict (values read as YAML): the overrides applied
+    to an empty config (:func:`apply_overrides`)."""
+    return apply_overrides({}, overrides)
 
 
 def override_key(key: str) -> str:

@@ -59,13 +59,7 @@ def record_init(cfg: RunConfig) -> None:
 def train_inputs(cfg: RunConfig) -> dict[str, str]:
     """``{path: fingerprint}`` of the training question file (none for a synthetic world or a hub dataset): its data
     position is a position in those questions, so a file edited in place must not be resumed into."""
-    from searchrl.data.corpus import file_fingerprint
-    from searchrl.pipeline import data_file
-
-    if cfg.data.source == "synthetic":
-        return {}
-    path = data_file(cfg.data.source, cfg.data.train)
-    return {os.path.abspath(path): file_fingerprint(path)} if os.path.isfile(path) else {}
+    return file_fingerprints(cfg, [cfg.data.train])
 
 
 def resume_mismatch(cfg: RunConfig) -> str | None:
@@ -186,8 +180,6 @@ def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict
     else the config's questions or corpus file): so that a corpus or a question file edited in place (same path)
     makes the stage run again, rather than leaving an index or a split made from the old file."""
     from searchrl.config.evaluation import CONTEXTS
-    from searchrl.data.corpus import file_fingerprint
-    from searchrl.pipeline import data_file
 
     data = stage.data
     names = [str(d) for d in (data if isinstance(data, list) else [data])] if data else []
@@ -195,6 +187,15 @@ def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict
         names = [getattr(cfg.data, _DEFAULT_INPUT[kind])]
     if kind == "index" and names == [CONTEXTS]:  # the paragraphs the training questions ship with
         names = [cfg.data.train]
+    return file_fingerprints(cfg, names, root)
+
+
+def file_fingerprints(cfg: RunConfig, names: list[str], root: str | None = None) -> dict[str, str]:
+    """``{path: fingerprint}`` of the named data files (absolute, or in ``data.source``) that exist, outside the run
+    directory ``root`` (a run's own files are its stages' business)."""
+    from searchrl.data.corpus import file_fingerprint
+    from searchrl.pipeline import data_file
+
     out = {}
     for name in names:
         if os.path.isabs(name):
@@ -203,7 +204,8 @@ def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict
             path = os.path.abspath(data_file(cfg.data.source, name))  # an hf: source or `contexts`: no file
         else:
             continue
-        if os.path.isfile(path) and not (path == root or path.startswith(root + os.sep)):  # a run's file: its stage's
+        inside = root is not None and (path == root or path.startswith(root + os.sep))
+        if os.path.isfile(path) and not inside:
             out[path] = file_fingerprint(path)
     return out
 
