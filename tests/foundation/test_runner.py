@@ -596,6 +596,17 @@ def test_a_stopped_stage_keeps_what_its_build_or_evaluation_goes_on_from(tmp_pat
     assert not answered.exists() and not (tmp_path / "eval" / "summary.md").exists()
 
 
+def test_a_stopped_sampling_stage_keeps_its_finished_questions(tmp_path: Path) -> None:
+    from searchrl.stages.resume import clear_stage
+
+    (tmp_path / "data.jsonl").write_text("an old output\n")
+    (tmp_path / "data.records.jsonl").write_text("old records\n")
+    attempts = tmp_path / "data.jsonl.difficulty.partial"
+    attempts.write_text('{"resume_key": "k"}\n')
+    clear_stage(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [attempts.name]
+
+
 def test_the_same_run_by_a_relative_or_an_absolute_path_is_skipped(tmp_path: Path, fake_handlers, monkeypatch) -> None:
     """Stage references hold the run directory as given; DONE records it as ``${run}``, so naming the same run
     directory another way is not a change of settings."""

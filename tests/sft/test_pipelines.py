@@ -423,6 +423,75 @@ def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -
     assert [ex.id for ex in run(0.0)[0]] == ["q1", "q7"]
 
 
+# ---------------------------------------------------------------------------------------------------- resume
+class Interrupted(ScriptedGenerator):
+    """Raises KeyboardInterrupt at its ``fail_at``-th generate call (1-based), as a killed run stops."""
+
+    def __init__(self, *args, fail_at: int | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.n_calls, self.fail_at = 0, fail_at
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams):
+        self.n_calls += 1
+        if self.fail_at is not None and self.n_calls >= self.fail_at:
+            raise KeyboardInterrupt
+        return super().generate(prompts, params)
+
+
+CORRECT_AT = {"q0": {0, 2}, "q1": {1, 5}, "q2": {3}, "q3": {4, 5}, "q4": {5}, "q5": set()}
+
+
+def _select(tmp_path: Path, key: str, fail_at: int | None = None, seed: int = 0):
+    from searchrl.sft.attempts import AttemptLog
+
+    examples = questions(6)
+    tok = ByteTokenizer()
+    model = PlannedModel(SR1, tok, examples, plan_from(CORRECT_AT, 6), direct_behaviours)
+    engine = RolloutEngine(Interrupted(tok, model, fail_at=fail_at), FakeRetriever(), SR1, LIMITS)
+    out = tmp_path / "kept.jsonl"
+    kept, records = select_by_attempts(
+        engine,
+        examples,
+        6,
+        easy_below=2,
+        hard_above=4,
+        batch_size=2,
+        seed=seed,
+        out=out,
+        records_out=tmp_path / "records.jsonl",
+        log=AttemptLog(out, key),
+    )
+    return records, model
+
+
+def test_an_interrupted_selection_samples_only_the_questions_it_had_not_finished(tmp_path: Path) -> None:
+    whole, _ = _select(tmp_path / "whole", "k")
+    assert not list((tmp_path / "whole").glob("*.partial"))  # the finished selection leaves no partial file
+    # batches of two: q0 and q1 finish by the 2nd round (2 calls), q2 and q3 by the 5th (5 more); the 9th call, in the
+    # last batch, is where the run is killed
+    with pytest.raises(KeyboardInterrupt):
+        _select(tmp_path / "cut", "k", fail_at=9)
+    partial = tmp_path / "cut" / "kept.jsonl.difficulty.partial"
+    assert [json.loads(line)["slot"] for line in partial.read_text().splitlines()[1:]] == ["q0", "q1", "q2", "q3"]
+    with partial.open("a") as f:
+        f.write('{"slot": "q4", "row": {"attem')  # a line the kill cut: q4 is sampled again
+    again, model = _select(tmp_path / "cut", "k")
+    assert set(model.attempt) == {"q4", "q5"}
+    assert again == whole  # the same buckets, attempts and predictions as the uninterrupted run
+    assert not partial.exists()
+
+
+def test_other_settings_start_the_sampling_afresh(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        _select(tmp_path, "k", fail_at=5)
+    _, model = _select(tmp_path, "another key")  # e.g. another model: nothing is kept
+    assert set(model.attempt) == {f"q{i}" for i in range(6)}
+    with pytest.raises(KeyboardInterrupt):
+        _select(tmp_path, "k", fail_at=5)
+    _, model = _select(tmp_path, "k", seed=1)  # the same key, another seed
+    assert set(model.attempt) == {f"q{i}" for i in range(6)}
+
+
 # ------------------------------------------------------------------------------------------------------- CLI
 def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, monkeypatch) -> None:
     from searchrl.commands import data_build
@@ -475,3 +544,16 @@ def test_cli_commands_write_selected_questions_and_trajectories(tmp_path: Path, 
     assert res.exit_code == 0, res.output
     assert len((tmp_path / "one.jsonl").read_text().splitlines()) == 1
     assert "kept 1 of 3 samples (1 of 3 questions)" in res.output
+    assert not list(tmp_path.glob("*.partial"))  # each finished command discarded its attempts
+
+
+def test_the_sampling_stages_key_their_attempts_on_the_settings_and_the_teacher(tmp_path: Path) -> None:
+    from searchrl.config import load_config
+    from searchrl.stages.sampling import Teacher, attempt_log
+
+    out = tmp_path / "out.jsonl"
+    key = attempt_log(load_config("demo"), out, None).key
+    assert key == attempt_log(load_config("demo"), out, Teacher()).key
+    assert key != attempt_log(load_config("demo"), out, Teacher(url="http://teacher:8000/v1")).key
+    assert key != attempt_log(load_config("demo", ["rollout.max_turns=2"]), out, None).key
+    assert key != attempt_log(load_config("demo", ["retrieval.topk=5"]), out, None).key

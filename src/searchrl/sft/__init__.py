@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from searchrl._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what type checkers and editors see (they do not run __getattr__)
+    from searchrl.sft.attempts import AttemptLog as AttemptLog
+    from searchrl.sft.attempts import sample_attempts as sample_attempts
     from searchrl.sft.oracle import oracle_trajectories as oracle_trajectories
     from searchrl.sft.pipelines import rejection_sample as rejection_sample
     from searchrl.sft.pipelines import select_answerable as select_answerable
@@ -27,6 +29,8 @@ _EXPORTS = {
     "SFTTrainer": "searchrl.sft.trainer",
     "SFTExample": "searchrl.sft.types",
     "oracle_trajectories": "searchrl.sft.oracle",
+    "AttemptLog": "searchrl.sft.attempts",
+    "sample_attempts": "searchrl.sft.attempts",
     "rejection_sample": "searchrl.sft.pipelines",
     "slice_steps": "searchrl.sft.pipelines",
     "teacher_sft_examples": "searchrl.sft.pipelines",

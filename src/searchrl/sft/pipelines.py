@@ -1,11 +1,12 @@
 """Trajectory-data pipelines: rejection sampling (R1-Searcher++), teacher trajectories cut into step-level samples
 (RAG-R1), and difficulty-based question selection (R1-Searcher, RAG-R1).
 
-Every pipeline rolls out "one attempt per question per round" with the rollout engine: round ``r`` rolls out each
-question still being sampled once, with a seed derived from ``(seed, tag, r)``. Rounds rather than one
-``group_size=k`` call because (1) a question can stop as soon as it is solved (difficulty selection counts attempts
-up to the first correct one), and (2) OpenAI-compatible servers seed each request, so k identical prompts with one
-seed would come back as k identical samples; a distinct seed per round gives independent samples on every backend.
+Every pipeline rolls out "one attempt per question per round" with the rollout engine
+(:func:`~searchrl.sft.attempts.sample_attempts`, resumable): round ``r`` rolls out each question still being sampled
+once, with a seed derived from ``(seed, tag, r)``. Rounds rather than one ``group_size=k`` call because (1) a
+question can stop as soon as it is solved (difficulty selection counts attempts up to the first correct one), and
+(2) OpenAI-compatible servers seed each request, so k identical prompts with one seed would come back as k identical
+samples; a distinct seed per round gives independent samples on every backend.
 
 Correctness is judged as the answer reward judges it: the protocol's format check extracts the answer from the
 whole response text, and a metric of ``searchrl.rewards.metrics`` scores it against the golds (correct when the
@@ -34,9 +35,8 @@ from __future__ import annotations
 
 import math
 import random
-import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,9 @@ from searchrl.protocols.base import FormatReport
 from searchrl.rewards.correctness import Correctness
 from searchrl.rollout.engine import RolloutEngine
 from searchrl.rollout.trajectory import Trajectory
+from searchrl.sft.attempts import AttemptLog, sample_attempts
 from searchrl.sft.types import DOCUMENTS_ANSWER, DOCUMENTS_SEARCH, QUESTION_ANSWER, QUESTION_SEARCH, SFTExample
-from searchrl.utils import progress, write_jsonl
+from searchrl.utils import write_jsonl
 
 #: why a sampled trajectory was not kept, in the order the checks run (the first failing one is counted).
 REJECT_REASONS = ("incomplete", "invalid_action", "format", "wrong", "no_internal_external", "duplicate", "over_cap")
@@ -55,65 +56,6 @@ REJECT_REASONS = ("incomplete", "invalid_action", "format", "wrong", "no_interna
 ATTEMPT_BUCKETS = ("easy", "medium", "hard", "unsolved")
 #: RAG-R1's answerability buckets (spec 004 §2.4).
 ANSWERABILITY_BUCKETS = ("easy", "answerable", "unanswerable")
-
-
-# ------------------------------------------------------------------------------------------------- sampling
-def _round_seed(seed: int, tag: str, r: int) -> int:
-    """A seed per (seed, tag, round), stable across runs; 27 bits leave room for the engine's per-turn offset."""
-    return zlib.crc32(f"{seed}/{tag}/{r}".encode()) & 0x7FFFFFF
-
-
-def sample_attempts(
-    engine: RolloutEngine,
-    examples: Sequence[QAExample],
-    n: int,
-    *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    stop_when: Callable[[Trajectory], bool] | None = None,
-    batch_size: int = 32,
-    tag: str = "attempt",
-) -> list[list[Trajectory]]:
-    """Up to ``n`` rollouts per example, one per round: ``out[i][a]`` is attempt ``a`` of ``examples[i]``.
-
-    With ``stop_when``, an example is not sampled again after an attempt for which ``stop_when(traj)`` holds.
-    Questions are rolled out ``batch_size`` at a time (one progress step each). Group ids are
-    ``f"{tag}/{example.id}"`` and uids ``f"{tag}/{example.id}#{a}"``.
-    """
-    if n < 1:
-        raise ValueError(f"the number of attempts per question must be >= 1, got {n}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    counts = Counter(ex.id for ex in examples)
-    dup = next((i for i, c in counts.items() if c > 1), None)
-    if dup is not None:
-        raise ValueError(f"question id {dup!r} occurs {counts[dup]} times; give every question a unique id")
-    out: list[list[Trajectory]] = [[] for _ in examples]
-    with progress() as bar:
-        task = bar.add_task(tag, total=len(examples))
-        for start in range(0, len(examples), batch_size):
-            active = list(range(start, min(start + batch_size, len(examples))))
-            for r in range(n):
-                if not active:
-                    break
-                trajs = engine.run(
-                    [examples[i] for i in active],
-                    group_size=1,
-                    temperature=temperature,
-                    top_p=top_p,
-                    seed=_round_seed(seed, tag, r),
-                    group_prefix=f"{tag}/",
-                )
-                still = []
-                for i, traj in zip(active, trajs, strict=True):
-                    traj.uid = f"{traj.group_id}#{r}"  # the engine numbers within one call; we number attempts
-                    out[i].append(traj)
-                    if stop_when is None or not stop_when(traj):
-                        still.append(i)
-                active = still
-            bar.advance(task, min(batch_size, len(examples) - start))
-    return out
 
 
 class _Judge:
@@ -158,6 +100,7 @@ def rejection_sample(
     top_p: float = 1.0,
     seed: int = 0,
     batch_size: int = 32,
+    log: AttemptLog | None = None,
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """Sample ``k`` trajectories per question and keep the correct, well-formed ones (R1-Searcher++ cold start).
 
@@ -180,7 +123,7 @@ def rejection_sample(
         raise ValueError(f"max_per_question must be >= 1 (or None for no cap), got {max_per_question}")
     judge = _Judge(engine, _rule(metric, min_score, correctness))
     attempts = sample_attempts(
-        engine, examples, k, temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size, tag="rs"
+        engine, examples, k, temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size, tag="rs", log=log
     )
 
     def reason(traj: Trajectory) -> str | None:
@@ -284,6 +227,7 @@ def teacher_sft_examples(
     top_p: float = 1.0,
     seed: int = 0,
     batch_size: int = 32,
+    log: AttemptLog | None = None,
 ) -> tuple[list[SFTExample], list[Trajectory], dict[str, float]]:
     """RAG-R1's SFT data: a teacher (the engine's generator, e.g. an OpenAI-compatible server) rolls out ``k``
     trajectories per question, the correct well-formed ones are kept (as ``rejection_sample`` keeps them) and cut
@@ -300,6 +244,7 @@ def teacher_sft_examples(
         top_p=top_p,
         seed=seed,
         batch_size=batch_size,
+        log=log,
     )
     samples = [s for traj in kept for s in slice_steps(traj)]
     kinds = Counter(s.kind for s in samples)
@@ -357,6 +302,7 @@ def select_by_attempts(
     batch_size: int = 32,
     out: str | Path | None = None,
     records_out: str | Path | None = None,
+    log: AttemptLog | None = None,
 ) -> tuple[list[QAExample], list[dict[str, Any]]]:
     """R1-Searcher's difficulty-based selection: roll each question out up to ``n`` times and bucket it by the
     attempt that first answers it correctly (``attempt_bucket``); keep the ``keep`` buckets (medium and hard).
@@ -390,6 +336,7 @@ def select_by_attempts(
         batch_size=batch_size,
         stop_when=judge.correct if stop_at_first_correct else None,
         tag="difficulty",
+        log=None if log is None else log.keyed(judge.rule),
     )
     kept: list[QAExample] = []
     records: list[dict[str, Any]] = []
@@ -413,6 +360,8 @@ def select_by_attempts(
             }
         )
     _write(kept, records, None if out is None else Path(out), None if records_out is None else Path(records_out))
+    if log is not None:
+        log.discard()
     return kept, records
 
 
@@ -432,6 +381,7 @@ def select_answerable(
     batch_size: int = 32,
     out: str | Path | None = None,
     records_out: str | Path | None = None,
+    log: AttemptLog | None = None,
 ) -> tuple[list[QAExample], list[dict[str, Any]]]:
     """RAG-R1's answerability filter (spec 004 §2.4): keep the questions answered wrongly at first (greedy by
     default) but correctly in at least one of up to ``n`` sampled retries (temperature 1.2, stopping at the first
@@ -451,6 +401,7 @@ def select_answerable(
         seed=seed,
         batch_size=batch_size,
         tag="initial",
+        log=log,
     )
     wrong = [i for i, (t,) in enumerate(first_pass) if not judge.correct(t)]
     retry_attempts = sample_attempts(
@@ -463,6 +414,7 @@ def select_answerable(
         batch_size=batch_size,
         stop_when=judge.correct,
         tag="retry",
+        log=None if log is None else log.keyed(judge.rule),
     )
     retries: dict[int, list[Trajectory]] = dict(zip(wrong, retry_attempts, strict=True))
     buckets: list[str] = []
@@ -497,4 +449,6 @@ def select_answerable(
             }
         )
     _write(kept, records, None if out is None else Path(out), None if records_out is None else Path(records_out))
+    if log is not None:
+        log.discard()
     return kept, records

@@ -224,16 +224,17 @@ def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
 
 
 def clear_stage(sdir: Path) -> None:
-    """Empty a pipeline stage's directory for a fresh start, keeping what a stopped build or evaluation goes on from:
-    a staging directory ``.NAME.partial`` (a dense index's encoded vectors) and ``predictions/*.partial`` (an
-    evaluation's answered batches). Both are keyed to their settings, so a changed stage starts them afresh."""
+    """Empty a pipeline stage's directory for a fresh start, keeping what a stopped build, sampling or evaluation goes
+    on from: a staging directory ``.NAME.partial`` (a dense index's encoded vectors), ``NAME.<pass>.partial`` (a
+    sampling stage's finished questions) and ``predictions/*.partial`` (an evaluation's answered batches). All are
+    keyed to their settings, so a changed stage starts them afresh."""
     import shutil
 
     def remove(path: Path) -> None:
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
     for path in sdir.iterdir():
-        if path.name.startswith(".") and path.name.endswith(".partial"):
+        if path.name.endswith(".partial"):
             continue
         if path.name == "predictions" and path.is_dir():
             for inner in path.iterdir():

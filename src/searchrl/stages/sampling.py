@@ -2,7 +2,9 @@
 
 Both roll the questions out with the config's protocol, retriever, rollout limits and prompt style; the policy is
 ``model.policy`` run with transformers, or (``url``) an OpenAI-compatible completions server, a teacher, whose
-tokenizer ``model.policy`` names.
+tokenizer ``model.policy`` names. Both resume after an interruption: the questions sampled before it are kept in
+``<out>.<tag>.partial`` files (:mod:`searchrl.sft.attempts`) and a rerun with the same settings samples only the
+rest.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from searchrl.config import RunConfig
 from searchrl.pipeline import load_generator, load_questions, make_protocol, make_retriever_for
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+from searchrl.sft.attempts import AttemptLog
 from searchrl.utils import console, write_jsonl
 
 RULES = ("r1_searcher", "rag_r1")
@@ -58,6 +61,16 @@ def rollout_engine(cfg: RunConfig, teacher: Teacher | None = None, limits: Rollo
         cfg.model.policy, teacher.url, teacher.served_model, teacher.timeout_s, concurrency=teacher.concurrency
     )
     return RolloutEngine.from_config(cfg, generator, retriever, protocol=protocol, limits=limits)
+
+
+def attempt_log(cfg: RunConfig, out: Path, teacher: Teacher | None) -> AttemptLog:
+    """Where a sampling stage writing ``out`` keeps its finished questions, keyed on the whole config, the policy's
+    files (a local directory) and the indexes' manifests (:func:`~searchrl.eval.resume.settings_key`), and the
+    teacher's server."""
+    from searchrl.eval.resume import settings_key
+
+    teacher = teacher or Teacher()
+    return AttemptLog(Path(out), f"{settings_key(cfg, cfg.model.policy)}/{teacher.url}/{teacher.served_model}")
 
 
 def rejection_sampling(
@@ -104,6 +117,7 @@ def rejection_sampling(
         top_p=top_p,
         seed=seed,
         batch_size=batch_size,
+        log=(log := attempt_log(cfg, out, teacher)),
     )
     rejected = ", ".join(
         f"{k.removeprefix('rejected_')} {int(v)}" for k, v in stats.items() if k.startswith("rejected_") and v
@@ -133,6 +147,7 @@ def rejection_sampling(
         )
     rows = [s.to_dict() for t in kept for s in slice_steps(t)] if slice else [t.to_dict() for t in kept]
     write_jsonl(out, rows)
+    log.discard()
     return SamplingResult(kept, rows, stats=stats)
 
 
@@ -176,7 +191,8 @@ def difficulty_selection(
     _check_quotas(quota, examples, kept_buckets if rule == "r1_searcher" else ["easy", "answerable"])
     engine = rollout_engine(cfg, teacher, limits)
     records = records or out.with_name(out.stem + ".records.jsonl")
-    common = dict(top_p=top_p, seed=seed, batch_size=batch_size, out=out, records_out=records)
+    log = attempt_log(cfg, out, teacher).keyed(limits)  # the rule's own turn and search limits are not in cfg
+    common = dict(top_p=top_p, seed=seed, batch_size=batch_size, out=out, records_out=records, log=log)
     if rule == "r1_searcher":
         kept, rows = select_by_attempts(
             engine,
