@@ -62,8 +62,8 @@ def test_r_search_observation_layout() -> None:
     obs = get_protocol("r_search").render_observation(Q, [HITS])
     assert obs == (
         '\n\n<observation>(Title: "Curious (fragrance)") Curious is a women\'s fragrance by Britney Spears.\n'
-        '(Title: "Britney Spears") Spears was born in McComb, Mississippi.\n</observation>\n\n'
-    )
+        '(Title: "Britney Spears") Spears was born in McComb, Mississippi.</observation>\n\n'
+    )  # the documents stripped, as R-Search's code does (no line break before the closing tag)
 
 
 def test_rag_r1_single_query_observation_layout() -> None:
