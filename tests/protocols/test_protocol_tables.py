@@ -157,6 +157,8 @@ def test_r1_searcher_parse() -> None:
         ("Hanover last king",)
     )
     assert p.parse("...done.</think>\n\n<answer> 20 June 1837 </answer>") == Answer("20 June 1837")
+    # double quotes are deleted, not turned into spaces, as in the authors' rollout
+    assert p.parse('<|begin_of_query|> "a","b" O"Neil<|end_of_query|>') == Search(("a,b ONeil",))
     assert p.parse("<|begin_of_query|><|end_of_query|>") == Invalid(EMPTY_QUERY)
     assert p.parse("<search> wrong tags </search>") == Invalid(NO_ACTION)
 

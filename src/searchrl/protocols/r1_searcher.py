@@ -117,8 +117,9 @@ class R1SearcherProtocol(TagProtocol):
 
     # ---------------------------------------------------------------------------------------------- actions
     def _clean_query(self, raw: str) -> str:
-        # The authors' rollout removes double quotes from queries before retrieval (spec 001 §11.4).
-        return super()._clean_query(raw.replace('"', " "))
+        # The authors' rollout deletes double quotes from queries before retrieval (spec 001 §11.4): '"a","b"' is
+        # searched as 'a,b'.
+        return super()._clean_query(raw.replace('"', ""))
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         hits = self._prepared(queries, hits)
