@@ -46,6 +46,10 @@ def test_r1_searcher_observation_layout() -> None:
         "(2)Britney Spears Spears was born in McComb, Mississippi.\n"
         "<|end_of_documents|>\n\n"
     )
+    # a search that finds nothing: "None", as the authors' rollout writes it
+    assert get_protocol("r1_searcher").render_observation(Q, [[]]) == (
+        "\n\n<|begin_of_documents|>\nNone<|end_of_documents|>\n\n"
+    )
 
 
 def test_r1_searcher_pp_observation_layout() -> None:
