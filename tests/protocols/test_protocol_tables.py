@@ -46,6 +46,10 @@ def test_r1_searcher_observation_layout() -> None:
         "(2)Britney Spears Spears was born in McComb, Mississippi.\n"
         "<|end_of_documents|>\n\n"
     )
+    # a search that finds nothing: "None", as the authors' rollout writes it
+    assert get_protocol("r1_searcher").render_observation(Q, [[]]) == (
+        "\n\n<|begin_of_documents|>\nNone<|end_of_documents|>\n\n"
+    )
 
 
 def test_r1_searcher_pp_observation_layout() -> None:
@@ -62,8 +66,8 @@ def test_r_search_observation_layout() -> None:
     obs = get_protocol("r_search").render_observation(Q, [HITS])
     assert obs == (
         '\n\n<observation>(Title: "Curious (fragrance)") Curious is a women\'s fragrance by Britney Spears.\n'
-        '(Title: "Britney Spears") Spears was born in McComb, Mississippi.\n</observation>\n\n'
-    )
+        '(Title: "Britney Spears") Spears was born in McComb, Mississippi.</observation>\n\n'
+    )  # the documents stripped, as R-Search's code does (no line break before the closing tag)
 
 
 def test_rag_r1_single_query_observation_layout() -> None:
@@ -157,6 +161,8 @@ def test_r1_searcher_parse() -> None:
         ("Hanover last king",)
     )
     assert p.parse("...done.</think>\n\n<answer> 20 June 1837 </answer>") == Answer("20 June 1837")
+    # double quotes are deleted, not turned into spaces, as in the authors' rollout
+    assert p.parse('<|begin_of_query|> "a","b" O"Neil<|end_of_query|>') == Search(("a,b ONeil",))
     assert p.parse("<|begin_of_query|><|end_of_query|>") == Invalid(EMPTY_QUERY)
     assert p.parse("<search> wrong tags </search>") == Invalid(NO_ACTION)
 

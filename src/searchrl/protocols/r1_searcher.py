@@ -8,7 +8,8 @@ Prompts (§1.2, §11.2): instruct models get a system message and the question a
 raw text ending ``User:{question}\\nAssistant:``. As in the authors' code the assistant turn is pre-filled with
 ``<think>`` (``response_prefix``; option ``prefill_think``, default True). Observation layout (§11.4): the
 documents follow the query as ``"\\n\\n<|begin_of_documents|>\\n(1){doc}\\n(2){doc}\\n<|end_of_documents|>\\n\\n"``,
-where ``{doc}`` is ``title text``. Queries have ``"`` removed and whitespace collapsed (as in the code).
+where ``{doc}`` is ``title text`` (``None`` in place of the documents when nothing was found). Queries have ``"``
+deleted and whitespace collapsed (as in the code).
 
 Option ``prompt: selection`` gives the instruct model that labels difficulty the paper's data-selection prompt.
 
@@ -117,12 +118,14 @@ class R1SearcherProtocol(TagProtocol):
 
     # ---------------------------------------------------------------------------------------------- actions
     def _clean_query(self, raw: str) -> str:
-        # The authors' rollout removes double quotes from queries before retrieval (spec 001 §11.4).
-        return super()._clean_query(raw.replace('"', " "))
+        # The authors' rollout deletes double quotes from queries before retrieval (spec 001 §11.4): '"a","b"' is
+        # searched as 'a,b'.
+        return super()._clean_query(raw.replace('"', ""))
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         hits = self._prepared(queries, hits)
-        docs = "".join(f"({i}){hit_contents(h)}\n" for i, h in enumerate(hits[0], start=1))
+        # a search that finds nothing reads "None", as in the authors' rollout
+        docs = "".join(f"({i}){hit_contents(h)}\n" for i, h in enumerate(hits[0], start=1)) or "None"
         return f"\n\n{DOCUMENTS[0]}\n{docs}{DOCUMENTS[1]}\n\n"
 
     def _feedback_how(self) -> str:

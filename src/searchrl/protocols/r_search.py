@@ -7,8 +7,8 @@ one ``<original_evidence> ... </original_evidence>`` block with the relevant ori
 evidence reward: a frozen reader of another model family answers from it (§4.2).
 
 Prompt: our own wording of the system template (Table 1), question as the user turn (as in the authors' code,
-§2.2). Observation layout (§2.6 [CODE]): ``"\\n\\n<observation>" + docs + "</observation>\\n\\n"`` with one
-``"(Title: \"{title}\") {text}\\n"`` per document (quoted, as Table 8 shows). Parsing as Search-R1 (first
+§2.2). Observation layout (§2.6 [CODE]): ``"\\n\\n<observation>" + docs.strip() + "</observation>\\n\\n"`` with
+one ``"(Title: \"{title}\") {text}\\n"`` per document (quoted, as Table 8 shows). Parsing as Search-R1 (first
 complete ``<search>``/``<answer>``).
 """
 
@@ -71,7 +71,7 @@ class RSearchProtocol(TagProtocol):
 
     def render_observation(self, queries: list[str], hits: list[list[Hit]]) -> str:
         hits = self._prepared(queries, hits)
-        docs = "".join(f"(Title: {quoted_title(h)}) {h.text}\n" for h in hits[0])
+        docs = "".join(f"(Title: {quoted_title(h)}) {h.text}\n" for h in hits[0]).strip()
         return f"\n\n{OBSERVATION[0]}{docs}{OBSERVATION[1]}\n\n"
 
     def _feedback_how(self) -> str:

@@ -11,9 +11,14 @@ Layouts follow the authors' code (spec 003 §2.4-2.5 [R]):
 * parse: the first complete ``<search>``/``<answer>`` block of the turn, content stripped.
 
 Deviations: the prompt is our own wording (same tags, rules and example answer); queries have their whitespace
-collapsed and protocol tags removed; a query over ``max_query_chars`` is invalid. The paper uses no format reward
-(§4), so ``check_format`` is a structural check, taken from the state machine the authors later added to their
-repository (``qa_em_format.is_valid_sequence``; not part of the paper): see ``SearchR1Protocol.check_format``.
+collapsed and protocol tags removed; an empty query or one over ``max_query_chars`` is invalid; the block is the one
+that closes first, read from its innermost opening tag (the authors' regex starts at the outermost one), and
+generation also stops at ``</answer>`` (the authors' loop cuts after the first ``</search>`` even when an
+``</answer>`` comes before it). These touch malformed turns only (``docs/recipes.md``).
+
+The paper uses no format reward (§4), so ``check_format`` is a structural check, taken from the state machine the
+authors later added to their repository (``qa_em_format.is_valid_sequence``; not part of the paper): see
+``SearchR1Protocol.check_format``.
 """
 
 from __future__ import annotations
