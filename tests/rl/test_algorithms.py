@@ -590,6 +590,18 @@ def test_value_loss_matches_loop_and_masked_grad_is_zero(mode, seed, clip):
     assert (metrics["value/clip_frac"] > 0) == (clip is not None)
 
 
+def test_value_clip_frac_counts_only_values_moved_past_the_clip_range():
+    # Each value moved less than the 0.5 clip range from its old value, so nothing is clipped (veRL's
+    # compute_value_loss: clip_frac 0). In float32 V_old + (V - V_old) is V + 1.5e-8 here: a clipped value computed
+    # that way is "larger" than the unclipped one and was counted.
+    old = torch.tensor([[-0.546457052230835, 0.4855106472969055]])
+    values = torch.tensor([[-0.19567660987377167, 0.15708433091640472]])
+    returns = torch.tensor([[0.41807880997657776, 0.01908685825765133]])
+    loss, metrics = value_loss(values, old, returns, torch.ones(1, 2), 0.5)
+    assert metrics["value/clip_frac"] == 0.0
+    assert loss.item() == (0.5 * ((values - returns) ** 2).mean()).item()
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_entropy_matches_loop_and_masked_grad_is_zero(mode):
     gen = torch.Generator().manual_seed(3)

@@ -45,8 +45,9 @@ Choices and deviations (the papers leave these open, or the authors' code differ
        same for singletons (no other sample to leave out).
     3. REINFORCE++ places the outcome score on the last counted token, adds ``-kl_coef * kl`` on every counted token,
        takes the undiscounted return-to-go and whitens it over the counted tokens of the batch passed in (biased
-       variance, ``rsqrt(var + 1e-8)``, as OpenRLHF). "Global batch" therefore means: call it on the whole rollout
-       batch (all prompts of the step, gathered across processes) before splitting into mini-batches.
+       variance as OpenRLHF, ``rsqrt(var + 1e-8)`` where OpenRLHF takes ``rsqrt(max(var, 1e-8))``). "Global batch"
+       therefore means: call it on the whole rollout batch (all prompts of the step, gathered across processes)
+       before splitting into mini-batches.
     4. k3 ("low_var_kl") clamps the log-ratio to [-20, 20] before ``exp`` and the result to at most 10, as verl,
        so one runaway token cannot overflow or dominate the penalty. The PPO log-ratio is clamped to [-20, 20] too.
     5. A "sequence" in the sequence-mean modes is a row with at least one counted token.

@@ -7,7 +7,8 @@ The trainer asks the controller for the step's coefficient before it computes ad
 - ``fixed``: ``algorithm.kl_coef`` throughout.
 - ``adaptive``: ``beta <- beta * (1 + clip(KL / target - 1, -0.2, 0.2) * n / horizon)`` after each step of ``n``
   trajectories, with ``algorithm.kl_target`` and ``algorithm.kl_horizon`` (verl's ``AdaptiveKLController`` and
-  OpenRLHF's use the same rule).
+  OpenRLHF's use the same rule). ``KL`` is the token mean over the policy's tokens (``kl/mean``, averaged over
+  processes); verl feeds the mean over sequences of each sequence's mean.
 """
 
 from __future__ import annotations

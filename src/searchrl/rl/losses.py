@@ -211,7 +211,8 @@ def value_loss(
         loss_BT = 0.5 * unclipped_BT  # (B, T)
         clip_frac = 0.0
     else:
-        v_clipped_BT = old_BT + (v_BT - old_BT).clamp(-clip, clip)  # (B, T)
+        # V itself inside the range (not V_old + (V - V_old), which rounds away from V and would count as clipped)
+        v_clipped_BT = torch.maximum(torch.minimum(v_BT, old_BT + clip), old_BT - clip)  # (B, T)
         clipped_BT = (v_clipped_BT - ret_BT) ** 2  # (B, T)
         loss_BT = 0.5 * torch.maximum(unclipped_BT, clipped_BT)  # (B, T)
         clip_frac = masked_mean((clipped_BT > unclipped_BT).to(values_BT.dtype), m).item()
