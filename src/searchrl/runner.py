@@ -1,14 +1,15 @@
 """``searchrl run``: a method end to end, its recipe's ``pipeline:`` stages in order (data -> SFT -> RL -> eval).
 
-Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marker (JSON: seconds, output, the
-stage's settings). A stage with a marker is skipped unless its settings changed since
-(:func:`searchrl.stages.resume.stage_settings`); a stage that runs clears the markers of the stages after it (made
-from its old output). ``--only NAME`` re-runs one stage (its inputs must exist) and leaves the other markers,
+Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marker (JSON: seconds, output, the stage's
+settings). A stage with a marker is skipped unless its settings changed since
+(:func:`searchrl.stages.resume.stage_settings`); a stage that runs clears the markers of the stages after it (made from
+its old output); a finished RL stage goes on from its last checkpoint when only ``training.steps`` grew, and starts
+again for any other change. ``--only NAME`` re-runs one stage (its inputs must exist) and leaves the other markers,
 ``--from NAME`` re-runs that stage and every later one. A stage that runs again starts from an emptied directory
 (:func:`searchrl.stages.resume.clear_stage` keeps a dense build's staging and an evaluation's answered batches), and an
 RL stage that stopped part-way goes on from its last checkpoint (``training.save_every``) when its settings are
-unchanged (a larger ``training.steps`` allowed) and so are its starting model's weights, and starts again otherwise
-or when named by ``--only`` / ``--from``. ``OUT/run.log`` records each stage's start, end and wall time;
+unchanged (a larger ``training.steps`` allowed) and so are its starting model's weights, and starts again otherwise or
+when named by ``--only`` / ``--from``. ``OUT/run.log`` records each stage's start, end and wall time;
 ``OUT/summary.json`` the stages, their outputs, times and results.
 
 Stage outputs, referenced by later stages as ``${name}``:
@@ -41,7 +42,14 @@ from searchrl.rl.run_dir import STATE_FILE
 from searchrl.stages.chain import MODEL_STAGES as _MODEL_STAGES
 from searchrl.stages.chain import NEEDS_MODEL as _NEEDS_MODEL
 from searchrl.stages.chain import _subst, resolve_stage, stage_output
-from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch, sft_resume_mismatch
+from searchrl.stages.resume import (
+    GOES_ON,
+    changed_settings,
+    changed_since,
+    clear_stage,
+    resume_mismatch,
+    sft_resume_mismatch,
+)
 from searchrl.stages.train import one_process_sft
 from searchrl.utils import StopRequested, atomic_write_text, console, restore_interrupted
 
@@ -359,6 +367,9 @@ def run_pipeline(
         scfg, key, stage_model, settings = resolve_stage(base, stage, world, stage_index, model, run_dir)
         if only is None and done.exists() and stage.name not in forced and (why := changed_since(done, settings)):
             _log(run_dir, f"stage {stage.name}: {why}; running it again")
+            if set(changed_settings(done, settings)) - GOES_ON:  # its last checkpoint is no start for these
+                for name in ("checkpoint", "checkpoint.old"):
+                    shutil.rmtree(sdir / name, ignore_errors=True)
             done.unlink()
         skip = (only is not None and stage.name not in forced) or (done.exists() and stage.name not in forced)
         if skip:

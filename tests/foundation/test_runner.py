@@ -670,3 +670,29 @@ def test_a_stage_stopped_by_sigterm_is_logged_as_stopped_and_the_rerun_goes_on(
     assert "stage rl: stopped after" in log and "FAILED" not in log
     assert json.loads((tmp_path / "summary.json").read_text())["failed"] == "rl"
     assert not (tmp_path / "rl" / "DONE").exists()
+
+
+def test_a_finished_rl_stage_edited_other_than_in_its_steps_starts_again(tmp_path: Path, fake_handlers) -> None:
+    """A finished RL stage keeps its last checkpoint (at training.steps): more steps go on from it, but any other
+    change (an edited reward function here) would resume at the last step, train nothing and keep the old model."""
+    reward = tmp_path / "mine.py"
+    reward.write_text("def bonus(inputs):\n    return [1.0] * len(inputs), {}\n")
+    stages = [{k: v for k, v in s.items() if k != "set"} for s in STAGES]
+
+    def cfg(steps: int = 20):
+        components = [{"name": "answer"}, {"name": f"{reward}:bonus"}]
+        return validate_dict(
+            {"name": "t", "pipeline": stages, "reward": {"components": components}, "training": {"steps": steps}}
+        )
+
+    run_pipeline(cfg(), tmp_path / "run")
+    (tmp_path / "run" / "rl" / "checkpoint").mkdir()  # as the trainer leaves it: saved at the last step
+    (tmp_path / "run" / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    fake_handlers.clear()
+    run_pipeline(cfg(40), tmp_path / "run")
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True), ("eval", False)]
+    reward.write_text("def bonus(inputs):\n    return [0.5] * len(inputs), {}\n")
+    fake_handlers.clear()
+    run_pipeline(cfg(40), tmp_path / "run")
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", False), ("eval", False)]
+    assert not (tmp_path / "run" / "rl" / "checkpoint").exists()

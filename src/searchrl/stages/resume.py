@@ -210,13 +210,24 @@ def file_fingerprints(cfg: RunConfig, names: list[str], root: str | None = None)
     return out
 
 
+def changed_settings(done: Path, settings: dict[str, Any]) -> list[str]:
+    """The settings of a stage marked ``done`` that changed since it ran ([]: none, or the marker predates recorded
+    settings). Settings that exist on one side only (another SearchRL version) do not count."""
+    old = json.loads(done.read_text() or "{}").get("settings")
+    if not isinstance(old, dict):
+        return []
+    return sorted(k for k in old.keys() & settings.keys() if old[k] != settings[k])
+
+
+#: the one change for which a finished RL stage goes on from its last checkpoint (more steps); any other starts it
+#: again, since resuming at its last step would train nothing and keep the old model
+GOES_ON = {"config.training.steps"}
+
+
 def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
     """Why a stage marked ``done`` must run again: its settings changed since (None: they did not, or the marker
     predates recorded settings). Settings that exist on one side only (another SearchRL version) do not count."""
-    old = json.loads(done.read_text() or "{}").get("settings")
-    if not isinstance(old, dict):
-        return None
-    diff = sorted(k for k in old.keys() & settings.keys() if old[k] != settings[k])
+    diff = changed_settings(done, settings)
     diff = [f"file {k.removeprefix('inputs.')}" if k.startswith("inputs.") else k for k in diff]
     if not diff:
         return None
