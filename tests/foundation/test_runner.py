@@ -696,3 +696,28 @@ def test_a_finished_rl_stage_edited_other_than_in_its_steps_starts_again(tmp_pat
     run_pipeline(cfg(40), tmp_path / "run")
     assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", False), ("eval", False)]
     assert not (tmp_path / "run" / "rl" / "checkpoint").exists()
+
+
+def test_rl_with_fewer_steps_than_it_was_started_with_starts_again(tmp_path: Path, monkeypatch) -> None:
+    """Only training.steps may grow: a checkpoint at or past the new, smaller training.steps would train nothing and
+    leave the longer run's model as this one's."""
+    from searchrl import stages
+    from searchrl.config import dump_config
+    from searchrl.stages.resume import resume_mismatch
+
+    seen: list[bool] = []
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
+    sdir = tmp_path / "rl"
+    raw = validate_dict({"name": "t", "training": {"steps": 4}}).model_dump()
+    raw["training"].update(init_from="m", output_dir=str(sdir))
+    started = validate_dict(raw)
+    stage = runner.StageConfig.model_validate({"name": "rl", "kind": "rl"})
+    for steps, expect in [(4, True), (2, False)]:
+        (sdir / "checkpoint").mkdir(parents=True, exist_ok=True)
+        (sdir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+        dump_config(started, sdir / "config.yaml")  # what the stopped stage's trainer wrote
+        now = started.model_copy(update={"training": started.training.model_copy(update={"steps": steps})})
+        if not expect:
+            assert resume_mismatch(now) == "training.steps=2 is below the 4 the checkpoint's run was started with"
+        runner._rl(runner.StageContext(stage, now, sdir, tmp_path, "m", None, None, resume=True))
+        assert seen[-1] is expect and (sdir / "checkpoint").exists() is expect

@@ -64,13 +64,18 @@ def train_inputs(cfg: RunConfig) -> dict[str, str]:
 
 def resume_mismatch(cfg: RunConfig) -> str | None:
     """Why ``cfg`` may not go on from its output directory's checkpoint (None: it may): a changed setting RL reads
-    (:data:`_READS`, plugins), or a starting model whose weights changed since (an earlier stage ran again)."""
+    (:data:`_READS`, plugins), a smaller ``training.steps``, or a starting model whose weights changed since (an
+    earlier stage ran again)."""
     out = Path(cfg.training.output_dir)
     reads = ("plugins", *_READS["rl"])  # not the recipe's pipeline:, SFT or evaluation settings, which RL never reads
     diff = settings_diff(cfg, out / "config.yaml")
     changed = [k for k in diff if k.startswith("(") or any(k == r or k.startswith(f"{r}.") for r in reads)]
     if changed:
         return f"settings differ from the checkpoint's ({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})"
+    # only training.steps may grow: a checkpoint past a smaller one would train nothing, the longer run's model kept
+    steps = ((yaml.safe_load((out / "config.yaml").read_text()) or {}).get("training") or {}).get("steps")
+    if isinstance(steps, int) and cfg.training.steps < steps:
+        return f"training.steps={cfg.training.steps} is below the {steps} the checkpoint's run was started with"
     noted, start = out / INIT_FILE, cfg.training.init_from or cfg.model.policy
     if noted.exists() and json.loads(noted.read_text()) != weights_fingerprint(start):
         return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
