@@ -65,7 +65,7 @@ class StageContext:
     model: str  # the model the stage starts from (sft/rl/eval, sampling stages)
     world: str | None  # the latest synth stage's world directory
     index: str | None  # the latest index stage's index directory
-    resume: bool = False  # an rl or sft stage stopped part-way: go on from OUT/<stage>/checkpoint
+    resume: bool = False  # go on from OUT/<stage>/checkpoint (its handler clears it when it starts again instead)
 
 
 @dataclass
@@ -247,7 +247,8 @@ def _sft(ctx: StageContext) -> dict[str, Any]:
     if why:
         _log(ctx.run_dir, f"stage {ctx.stage.name}: {why}; starting it again")
         clear_stage(ctx.dir)
-    history = run_sft(cfg, str(ctx.dir), resume=ctx.resume and not why)
+        ctx.resume = False  # as its DONE marker says
+    history = run_sft(cfg, str(ctx.dir), resume=ctx.resume)
     return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
 
 
@@ -260,12 +261,12 @@ def _rl(ctx: StageContext) -> dict[str, Any]:
         raw["data"]["train"] = str(ctx.stage.data)
     cfg = validate_dict(raw, f"stage '{ctx.stage.name}'")
     why = resume_mismatch(cfg) if ctx.resume else None
-    resume = ctx.resume and why is None
-    if ctx.resume and not resume:
+    if why:
         _log(ctx.run_dir, f"stage {ctx.stage.name}: {why}; starting it again")
         shutil.rmtree(ctx.dir, ignore_errors=True)  # the old metrics.jsonl would otherwise be appended to
         ctx.dir.mkdir(parents=True)
-    history = run_train(cfg, resume=resume)
+        ctx.resume = False  # as its DONE marker says
+    history = run_train(cfg, resume=ctx.resume)
     last = history[-1] if history else {}
     return {k: v for k, v in last.items() if k in ("step", "reward/total") or k.startswith("eval/")}
 
@@ -416,7 +417,7 @@ def run_pipeline(
                 "output": str(output),
                 "result": result,
                 "settings": settings,
-            } | ({"resumed": True} if resume else {})  # times: this process's part only
+            } | ({"resumed": True} if ctx.resume else {})  # times: this process's part only
             atomic_write_text(done, json.dumps(marker, default=str))
             _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s ({cpu:.0f} CPU-s) -> {output}")
             results.append(

@@ -721,3 +721,19 @@ def test_rl_with_fewer_steps_than_it_was_started_with_starts_again(tmp_path: Pat
             assert resume_mismatch(now) == "training.steps=2 is below the 4 the checkpoint's run was started with"
         runner._rl(runner.StageContext(stage, now, sdir, tmp_path, "m", None, None, resume=True))
         assert seen[-1] is expect and (sdir / "checkpoint").exists() is expect
+
+
+def test_the_marker_says_resumed_only_when_the_stage_went_on_from_its_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    """A stopped RL stage whose checkpoint does not fit its settings starts again: its DONE must not say resumed."""
+    from searchrl import stages
+
+    def train(cfg, resume=False):
+        (Path(cfg.training.output_dir) / "final").mkdir(parents=True, exist_ok=True)
+        return [{"step": 1}]
+
+    monkeypatch.setattr(stages, "run_train", train)
+    (tmp_path / "rl" / "checkpoint").mkdir(parents=True)
+    (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")  # no config.yaml: nothing to compare
+    run_pipeline(_cfg([{"name": "rl", "kind": "rl"}]), tmp_path)
+    assert "stage rl: settings differ from the checkpoint's" in (tmp_path / "run.log").read_text()
+    assert "resumed" not in json.loads((tmp_path / "rl" / "DONE").read_text())
