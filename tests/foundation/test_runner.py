@@ -737,3 +737,23 @@ def test_the_marker_says_resumed_only_when_the_stage_went_on_from_its_checkpoint
     run_pipeline(_cfg([{"name": "rl", "kind": "rl"}]), tmp_path)
     assert "stage rl: settings differ from the checkpoint's" in (tmp_path / "run.log").read_text()
     assert "resumed" not in json.loads((tmp_path / "rl" / "DONE").read_text())
+
+
+def test_a_model_outside_the_run_trained_again_in_place_runs_the_stages_that_start_from_it(
+    tmp_path: Path, fake_handlers
+) -> None:
+    """A stage's starting model named by path outside the run directory (``init_from``) is one of its inputs: new
+    weights at the same path run it (and those after it) again; unchanged ones skip it."""
+    model = tmp_path / "my-sft"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights v1")
+    stages = [{"name": "rl", "kind": "rl", "init_from": str(model)}, {"name": "eval", "kind": "eval"}]
+    run_pipeline(_cfg(stages), tmp_path / "run")
+    fake_handlers.clear()
+    assert all(r.status == "skipped" for r in run_pipeline(_cfg(stages), tmp_path / "run"))
+    (model / "model.safetensors").write_bytes(b"weights v2, longer")
+    run_pipeline(_cfg(stages), tmp_path / "run")
+    assert [c["name"] for c in fake_handlers] == ["rl", "eval"]
+    assert (
+        f"stage rl: settings changed since it ran (weights of {model})" in (tmp_path / "run" / "run.log").read_text()
+    )

@@ -135,8 +135,9 @@ _PREFIXED = re.compile(r"^([a-z_]+:)?(.+)$")  # "rewriter:PATH" names a path aft
 def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path) -> dict[str, Any]:
     """A pipeline stage's settings as its ``DONE`` marker records them: the stage (references resolved), the config
     sections its kind reads (:data:`_READS`), the model it started from, and a digest of each file of your code it
-    ran (plugins, reward functions), so that editing one makes the stage run again. A path inside the run directory is
-    written ``${run}/...``, so the same run named by a relative or an absolute path is the same run."""
+    ran (plugins, reward functions), so that editing one makes the stage run again, and of the starting model's
+    weights when it lies outside the run directory. A path inside the run directory is written ``${run}/...``, so
+    the same run named by a relative or an absolute path is the same run."""
     root = os.path.abspath(run_dir)
 
     def placed(v: Any) -> Any:
@@ -160,10 +161,14 @@ def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path)
     # the code it ran: your plugins (in the stages that can call them) and the reward functions of those that score
     plugins = cfg.plugins if kind not in ("synth", "index", "split") else []
     code = [*plugins, *(c.name for c in cfg.reward.components if ":" in c.name and "reward" in reads)]
+    # a model outside the run trained again in place: its weights' fingerprint (inside it, the stage that wrote them
+    # running again re-runs the stages after it)
+    outside = model and not os.path.abspath(model).startswith(root + os.sep)
     raw = {
         "stage": json.loads(stage.model_dump_json()),
         "config": config,
         "model": model,
+        "model_files": weights_fingerprint(model) if outside else [],
         "code": code_digests(code),
         "inputs": input_fingerprints(stage, cfg, str(kind), root),
     }
@@ -233,7 +238,9 @@ def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
     """Why a stage marked ``done`` must run again: its settings changed since (None: they did not, or the marker
     predates recorded settings). Settings that exist on one side only (another SearchRL version) do not count."""
     diff = changed_settings(done, settings)
+    model = settings.get("model")
     diff = [f"file {k.removeprefix('inputs.')}" if k.startswith("inputs.") else k for k in diff]
+    diff = [f"weights of {model}" if k == "model_files" else k for k in diff]
     if not diff:
         return None
     return f"settings changed since it ran ({', '.join(diff[:5])}{', ...' if len(diff) > 5 else ''})"
