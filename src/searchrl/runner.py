@@ -380,7 +380,10 @@ def run_pipeline(
                     f"run `searchrl run` without --only first"
                 )
             info = json.loads(done.read_text() or "{}")
-            _log(run_dir, f"stage {stage.name}: skipped (DONE, {info.get('seconds', 0):.1f} s when it ran)")
+            note = f"stage {stage.name}: skipped (DONE, {info.get('seconds', 0):.1f} s when it ran)"
+            if only is not None and (why := changed_since(done, settings)):  # kept as asked, but not as if current
+                note += f" although its {why}: --only runs {', '.join(n for n in names if n in forced)} alone"
+            _log(run_dir, note)
             results.append(
                 StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output), info.get("result", {}))
             )

@@ -757,3 +757,25 @@ def test_a_model_outside_the_run_trained_again_in_place_runs_the_stages_that_sta
     assert (
         f"stage rl: settings changed since it ran (weights of {model})" in (tmp_path / "run" / "run.log").read_text()
     )
+
+
+def test_only_says_which_stages_it_keeps_although_their_settings_changed(tmp_path: Path, fake_handlers) -> None:
+    """--only re-runs the named stages on the other stages' outputs as they are; one whose settings changed since it
+    ran is kept as asked, but the log says so rather than reporting it as an ordinary skip."""
+    run_pipeline(_cfg(STAGES), tmp_path)
+    changed = [dict(s) for s in STAGES]
+    changed[3] = {**changed[3], "set": {"sft.limit": 500}}
+    fake_handlers.clear()
+    run_pipeline(_cfg(changed), tmp_path, only=["rl"])
+    assert [c["name"] for c in fake_handlers] == ["rl"]
+    log = (tmp_path / "run.log").read_text()
+    assert "stage sft: skipped (DONE, 0.0 s when it ran) although its settings changed since it ran " in log
+    assert "(config.sft.limit): --only runs rl alone" in log
+    assert "stage oracle: skipped (DONE, 0.0 s when it ran)\n" in log
+    from searchrl.preflight import format_plan, plan_pipeline  # the dry run says the same
+
+    plan = format_plan(plan_pipeline(_cfg(changed), tmp_path, forced={"rl"}, only=True))
+    assert (
+        "4. sft [sft] skip (DONE) although its settings changed since it ran (config.sft.limit): --only keeps" in plan
+    )
+    assert "3. oracle [oracle] skip (DONE) ->" in plan
