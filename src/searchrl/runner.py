@@ -409,8 +409,10 @@ def run_pipeline(
             try:
                 result = HANDLERS[key](ctx)
             except BaseException as err:
-                ended = "stopped" if isinstance(err, StopRequested) else f"FAILED: {type(err).__name__}"
-                _log(run_dir, f"stage {stage.name}: {ended} after {time.perf_counter() - t0:.1f} s: {err}")
+                stopped = isinstance(err, StopRequested | KeyboardInterrupt)  # SIGTERM, Ctrl-C: not a failure
+                ended = "stopped" if stopped else f"FAILED: {type(err).__name__}"
+                said = str(err) or ("interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else "")
+                _log(run_dir, f"stage {stage.name}: {ended} after {time.perf_counter() - t0:.1f} s: {said}")
                 _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
                 raise
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -779,3 +779,15 @@ def test_only_says_which_stages_it_keeps_although_their_settings_changed(tmp_pat
         "4. sft [sft] skip (DONE) although its settings changed since it ran (config.sft.limit): --only keeps" in plan
     )
     assert "3. oracle [oracle] skip (DONE) ->" in plan
+
+
+def test_a_stage_stopped_by_ctrl_c_is_logged_as_stopped(tmp_path: Path, fake_handlers, monkeypatch) -> None:
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(runner.HANDLERS, "rl", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(_cfg(STAGES), tmp_path)
+    log = (tmp_path / "run.log").read_text()
+    assert "stage rl: stopped after" in log and "interrupted (Ctrl-C)" in log and "FAILED" not in log
+    assert not (tmp_path / "rl" / "DONE").exists()
