@@ -368,7 +368,8 @@ def run_pipeline(
         scfg, key, stage_model, settings = resolve_stage(base, stage, world, stage_index, model, run_dir)
         if only is None and done.exists() and stage.name not in forced and (why := changed_since(done, settings)):
             _log(run_dir, f"stage {stage.name}: {why}; running it again")
-            if set(changed_settings(done, settings)) - GOES_ON:  # its last checkpoint is no start for these
+            # its last checkpoint is no start for other changes (one in the stage's set: shows in its config too)
+            if {k for k in changed_settings(done, settings) if not k.startswith("stage.set.")} - GOES_ON:
                 for name in ("checkpoint", "checkpoint.old"):
                     shutil.rmtree(sdir / name, ignore_errors=True)
             done.unlink()

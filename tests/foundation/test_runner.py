@@ -678,6 +678,7 @@ def test_a_finished_rl_stage_edited_other_than_in_its_steps_starts_again(tmp_pat
     reward = tmp_path / "mine.py"
     reward.write_text("def bonus(inputs):\n    return [1.0] * len(inputs), {}\n")
     stages = [{k: v for k, v in s.items() if k != "set"} for s in STAGES]
+    stages[4]["set"] = {"training.eval_every": "${cfg.training.steps}"}  # as the demo recipe's: it follows the steps
 
     def cfg(steps: int = 20):
         components = [{"name": "answer"}, {"name": f"{reward}:bonus"}]
