@@ -792,3 +792,13 @@ def test_a_stage_stopped_by_ctrl_c_is_logged_as_stopped(tmp_path: Path, fake_han
     log = (tmp_path / "run.log").read_text()
     assert "stage rl: stopped after" in log and "interrupted (Ctrl-C)" in log and "FAILED" not in log
     assert not (tmp_path / "rl" / "DONE").exists()
+
+
+def test_how_often_a_stage_saves_or_logs_never_counts_even_in_its_own_set(tmp_path: Path, fake_handlers) -> None:
+    """``training.save_every`` and the like change nothing a stage makes, whether given run-wide or in its set:."""
+    stages = [dict(s) for s in STAGES]
+    stages[4] = {**stages[4], "set": {**stages[4]["set"], "training.save_every": 5, "training.log_rollouts": 2}}
+    run_pipeline(_cfg(stages), tmp_path)
+    stages[4] = {**stages[4], "set": {**stages[4]["set"], "training.save_every": 7, "training.log_rollouts": 0}}
+    fake_handlers.clear()
+    assert all(r.status == "skipped" for r in run_pipeline(_cfg(stages), tmp_path)) and fake_handlers == []

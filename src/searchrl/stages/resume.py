@@ -164,8 +164,10 @@ def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path)
     # a model outside the run trained again in place: its weights' fingerprint (inside it, the stage that wrote them
     # running again re-runs the stages after it)
     outside = model and not os.path.abspath(model).startswith(root + os.sep)
+    own = json.loads(stage.model_dump_json())  # its set: less what changes only how it runs, as in the config
+    own["set"] = {k: v for k, v in (own.get("set") or {}).items() if k not in _NOT_OUTCOME}
     raw = {
-        "stage": json.loads(stage.model_dump_json()),
+        "stage": own,
         "config": config,
         "model": model,
         "model_files": weights_fingerprint(model) if outside else [],
