@@ -32,7 +32,7 @@ class StagePlan:
     skipped: bool  # DONE marker present and not forced again
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (what, path)
     model: str | None = None  # the model the stage starts from (stages that load one)
-    why: str = ""  # why a stage that ran before (a DONE marker) runs again
+    why: str = ""  # why a stage that ran before (a DONE marker) runs again; skipped: how it is out of date (--only)
 
 
 def check_reward_params(components: Sequence[RewardComponent], where: str) -> None:
@@ -183,6 +183,8 @@ def plan_pipeline(
         why = ""  # why a stage that ran before runs again, as the run's log will say
         if marker.exists() and not skipped:
             why = "named by --only / --from" if stage.name in forced else changed or "a stage before it runs again"
+        elif skipped and only and marker.exists():  # kept as --only asks, even where its settings changed since
+            why = changed_since(marker, settings) or ""
         reruns = reruns or not skipped  # as the run does: a stage that runs again re-runs those after it
         if stage.kind == "rl" or (stage.kind == "data" and stage.op in _NEEDS_MODEL):
             check_reward_params(scfg.reward.components, f"stage '{stage.name}'")
@@ -370,7 +372,9 @@ def format_plan(plans: Sequence[StagePlan]) -> str:
     """The plan as text, one stage a block: ``--dry-run``'s output."""
     lines = []
     for i, p in enumerate(plans, 1):
-        state = "skip (DONE)" if p.skipped else f"run again: {p.why}" if p.why else "run"
+        state = f"run again: {p.why}" if p.why else "run"
+        if p.skipped:
+            state = f"skip (DONE) although its {p.why}: --only keeps it" if p.why else "skip (DONE)"
         lines.append(f"{i}. {p.name} [{p.key}] {state} -> {p.output}")
         for what, path in p.inputs:
             lines.append(f"     reads {what}: {path}")

@@ -1,14 +1,15 @@
 """``searchrl run``: a method end to end, its recipe's ``pipeline:`` stages in order (data -> SFT -> RL -> eval).
 
-Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marker (JSON: seconds, output, the
-stage's settings). A stage with a marker is skipped unless its settings changed since
-(:func:`searchrl.stages.resume.stage_settings`); a stage that runs clears the markers of the stages after it (made
-from its old output). ``--only NAME`` re-runs one stage (its inputs must exist) and leaves the other markers,
+Every stage writes into ``OUT/<stage>/`` and, when it succeeds, a ``DONE`` marker (JSON: seconds, output, the stage's
+settings). A stage with a marker is skipped unless its settings changed since
+(:func:`searchrl.stages.resume.stage_settings`); a stage that runs clears the markers of the stages after it (made from
+its old output); a finished RL stage goes on from its last checkpoint when only ``training.steps`` grew, and starts
+again for any other change. ``--only NAME`` re-runs one stage (its inputs must exist) and leaves the other markers,
 ``--from NAME`` re-runs that stage and every later one. A stage that runs again starts from an emptied directory
 (:func:`searchrl.stages.resume.clear_stage` keeps a dense build's staging and an evaluation's answered batches), and an
 RL stage that stopped part-way goes on from its last checkpoint (``training.save_every``) when its settings are
-unchanged (a larger ``training.steps`` allowed) and so are its starting model's weights, and starts again otherwise
-or when named by ``--only`` / ``--from``. ``OUT/run.log`` records each stage's start, end and wall time;
+unchanged (a larger ``training.steps`` allowed) and so are its starting model's weights, and starts again otherwise or
+when named by ``--only`` / ``--from``. ``OUT/run.log`` records each stage's start, end and wall time;
 ``OUT/summary.json`` the stages, their outputs, times and results.
 
 Stage outputs, referenced by later stages as ``${name}``:
@@ -41,7 +42,14 @@ from searchrl.rl.run_dir import STATE_FILE
 from searchrl.stages.chain import MODEL_STAGES as _MODEL_STAGES
 from searchrl.stages.chain import NEEDS_MODEL as _NEEDS_MODEL
 from searchrl.stages.chain import _subst, resolve_stage, stage_output
-from searchrl.stages.resume import changed_since, clear_stage, resume_mismatch, sft_resume_mismatch
+from searchrl.stages.resume import (
+    GOES_ON,
+    changed_settings,
+    changed_since,
+    clear_stage,
+    resume_mismatch,
+    sft_resume_mismatch,
+)
 from searchrl.stages.train import one_process_sft
 from searchrl.utils import StopRequested, atomic_write_text, console, restore_interrupted
 
@@ -57,7 +65,7 @@ class StageContext:
     model: str  # the model the stage starts from (sft/rl/eval, sampling stages)
     world: str | None  # the latest synth stage's world directory
     index: str | None  # the latest index stage's index directory
-    resume: bool = False  # an rl or sft stage stopped part-way: go on from OUT/<stage>/checkpoint
+    resume: bool = False  # go on from OUT/<stage>/checkpoint (its handler clears it when it starts again instead)
 
 
 @dataclass
@@ -239,7 +247,8 @@ def _sft(ctx: StageContext) -> dict[str, Any]:
     if why:
         _log(ctx.run_dir, f"stage {ctx.stage.name}: {why}; starting it again")
         clear_stage(ctx.dir)
-    history = run_sft(cfg, str(ctx.dir), resume=ctx.resume and not why)
+        ctx.resume = False  # as its DONE marker says
+    history = run_sft(cfg, str(ctx.dir), resume=ctx.resume)
     return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
 
 
@@ -252,12 +261,12 @@ def _rl(ctx: StageContext) -> dict[str, Any]:
         raw["data"]["train"] = str(ctx.stage.data)
     cfg = validate_dict(raw, f"stage '{ctx.stage.name}'")
     why = resume_mismatch(cfg) if ctx.resume else None
-    resume = ctx.resume and why is None
-    if ctx.resume and not resume:
+    if why:
         _log(ctx.run_dir, f"stage {ctx.stage.name}: {why}; starting it again")
         shutil.rmtree(ctx.dir, ignore_errors=True)  # the old metrics.jsonl would otherwise be appended to
         ctx.dir.mkdir(parents=True)
-    history = run_train(cfg, resume=resume)
+        ctx.resume = False  # as its DONE marker says
+    history = run_train(cfg, resume=ctx.resume)
     last = history[-1] if history else {}
     return {k: v for k, v in last.items() if k in ("step", "reward/total") or k.startswith("eval/")}
 
@@ -359,6 +368,10 @@ def run_pipeline(
         scfg, key, stage_model, settings = resolve_stage(base, stage, world, stage_index, model, run_dir)
         if only is None and done.exists() and stage.name not in forced and (why := changed_since(done, settings)):
             _log(run_dir, f"stage {stage.name}: {why}; running it again")
+            # its last checkpoint is no start for other changes (one in the stage's set: shows in its config too)
+            if {k for k in changed_settings(done, settings) if not k.startswith("stage.set.")} - GOES_ON:
+                for name in ("checkpoint", "checkpoint.old"):
+                    shutil.rmtree(sdir / name, ignore_errors=True)
             done.unlink()
         skip = (only is not None and stage.name not in forced) or (done.exists() and stage.name not in forced)
         if skip:
@@ -368,7 +381,10 @@ def run_pipeline(
                     f"run `searchrl run` without --only first"
                 )
             info = json.loads(done.read_text() or "{}")
-            _log(run_dir, f"stage {stage.name}: skipped (DONE, {info.get('seconds', 0):.1f} s when it ran)")
+            note = f"stage {stage.name}: skipped (DONE, {info.get('seconds', 0):.1f} s when it ran)"
+            if only is not None and (why := changed_since(done, settings)):  # kept as asked, but not as if current
+                note += f" although its {why}: --only runs {', '.join(n for n in names if n in forced)} alone"
+            _log(run_dir, note)
             results.append(
                 StageResult(stage.name, stage.kind, stage.op, "skipped", 0.0, str(output), info.get("result", {}))
             )
@@ -394,8 +410,10 @@ def run_pipeline(
             try:
                 result = HANDLERS[key](ctx)
             except BaseException as err:
-                ended = "stopped" if isinstance(err, StopRequested) else f"FAILED: {type(err).__name__}"
-                _log(run_dir, f"stage {stage.name}: {ended} after {time.perf_counter() - t0:.1f} s: {err}")
+                stopped = isinstance(err, StopRequested | KeyboardInterrupt)  # SIGTERM, Ctrl-C: not a failure
+                ended = "stopped" if stopped else f"FAILED: {type(err).__name__}"
+                said = str(err) or ("interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else "")
+                _log(run_dir, f"stage {stage.name}: {ended} after {time.perf_counter() - t0:.1f} s: {said}")
                 _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
                 raise
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -405,7 +423,7 @@ def run_pipeline(
                 "output": str(output),
                 "result": result,
                 "settings": settings,
-            } | ({"resumed": True} if resume else {})  # times: this process's part only
+            } | ({"resumed": True} if ctx.resume else {})  # times: this process's part only
             atomic_write_text(done, json.dumps(marker, default=str))
             _log(run_dir, f"stage {stage.name}: done in {seconds:.1f} s ({cpu:.0f} CPU-s) -> {output}")
             results.append(

@@ -681,3 +681,135 @@ def test_a_stage_stopped_by_sigterm_is_logged_as_stopped_and_the_rerun_goes_on(
     assert "stage rl: stopped after" in log and "FAILED" not in log
     assert json.loads((tmp_path / "summary.json").read_text())["failed"] == "rl"
     assert not (tmp_path / "rl" / "DONE").exists()
+
+
+def test_a_finished_rl_stage_edited_other_than_in_its_steps_starts_again(tmp_path: Path, fake_handlers) -> None:
+    """A finished RL stage keeps its last checkpoint (at training.steps): more steps go on from it, but any other
+    change (an edited reward function here) would resume at the last step, train nothing and keep the old model."""
+    reward = tmp_path / "mine.py"
+    reward.write_text("def bonus(inputs):\n    return [1.0] * len(inputs), {}\n")
+    stages = [{k: v for k, v in s.items() if k != "set"} for s in STAGES]
+    stages[4]["set"] = {"training.eval_every": "${cfg.training.steps}"}  # as the demo recipe's: it follows the steps
+
+    def cfg(steps: int = 20):
+        components = [{"name": "answer"}, {"name": f"{reward}:bonus"}]
+        return validate_dict(
+            {"name": "t", "pipeline": stages, "reward": {"components": components}, "training": {"steps": steps}}
+        )
+
+    run_pipeline(cfg(), tmp_path / "run")
+    (tmp_path / "run" / "rl" / "checkpoint").mkdir()  # as the trainer leaves it: saved at the last step
+    (tmp_path / "run" / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    fake_handlers.clear()
+    run_pipeline(cfg(40), tmp_path / "run")
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", True), ("eval", False)]
+    reward.write_text("def bonus(inputs):\n    return [0.5] * len(inputs), {}\n")
+    fake_handlers.clear()
+    run_pipeline(cfg(40), tmp_path / "run")
+    assert [(c["name"], c["resume"]) for c in fake_handlers] == [("rl", False), ("eval", False)]
+    assert not (tmp_path / "run" / "rl" / "checkpoint").exists()
+
+
+def test_rl_with_fewer_steps_than_it_was_started_with_starts_again(tmp_path: Path, monkeypatch) -> None:
+    """Only training.steps may grow: a checkpoint at or past the new, smaller training.steps would train nothing and
+    leave the longer run's model as this one's."""
+    from searchrl import stages
+    from searchrl.config import dump_config
+    from searchrl.stages.resume import resume_mismatch
+
+    seen: list[bool] = []
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: seen.append(resume) or [{"step": 1}])
+    sdir = tmp_path / "rl"
+    raw = validate_dict({"name": "t", "training": {"steps": 4}}).model_dump()
+    raw["training"].update(init_from="m", output_dir=str(sdir))
+    started = validate_dict(raw)
+    stage = runner.StageConfig.model_validate({"name": "rl", "kind": "rl"})
+    for steps, expect in [(4, True), (2, False)]:
+        (sdir / "checkpoint").mkdir(parents=True, exist_ok=True)
+        (sdir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+        dump_config(started, sdir / "config.yaml")  # what the stopped stage's trainer wrote
+        now = started.model_copy(update={"training": started.training.model_copy(update={"steps": steps})})
+        if not expect:
+            assert resume_mismatch(now) == "training.steps=2 is below the 4 the checkpoint's run was started with"
+        runner._rl(runner.StageContext(stage, now, sdir, tmp_path, "m", None, None, resume=True))
+        assert seen[-1] is expect and (sdir / "checkpoint").exists() is expect
+
+
+def test_the_marker_says_resumed_only_when_the_stage_went_on_from_its_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    """A stopped RL stage whose checkpoint does not fit its settings starts again: its DONE must not say resumed."""
+    from searchrl import stages
+
+    def train(cfg, resume=False):
+        (Path(cfg.training.output_dir) / "final").mkdir(parents=True, exist_ok=True)
+        return [{"step": 1}]
+
+    monkeypatch.setattr(stages, "run_train", train)
+    (tmp_path / "rl" / "checkpoint").mkdir(parents=True)
+    (tmp_path / "rl" / "checkpoint" / "trainer_state.pt").write_bytes(b"x")  # no config.yaml: nothing to compare
+    run_pipeline(_cfg([{"name": "rl", "kind": "rl"}]), tmp_path)
+    assert "stage rl: settings differ from the checkpoint's" in (tmp_path / "run.log").read_text()
+    assert "resumed" not in json.loads((tmp_path / "rl" / "DONE").read_text())
+
+
+def test_a_model_outside_the_run_trained_again_in_place_runs_the_stages_that_start_from_it(
+    tmp_path: Path, fake_handlers
+) -> None:
+    """A stage's starting model named by path outside the run directory (``init_from``) is one of its inputs: new
+    weights at the same path run it (and those after it) again; unchanged ones skip it."""
+    model = tmp_path / "my-sft"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights v1")
+    stages = [{"name": "rl", "kind": "rl", "init_from": str(model)}, {"name": "eval", "kind": "eval"}]
+    run_pipeline(_cfg(stages), tmp_path / "run")
+    fake_handlers.clear()
+    assert all(r.status == "skipped" for r in run_pipeline(_cfg(stages), tmp_path / "run"))
+    (model / "model.safetensors").write_bytes(b"weights v2, longer")
+    run_pipeline(_cfg(stages), tmp_path / "run")
+    assert [c["name"] for c in fake_handlers] == ["rl", "eval"]
+    assert (
+        f"stage rl: settings changed since it ran (weights of {model})" in (tmp_path / "run" / "run.log").read_text()
+    )
+
+
+def test_only_says_which_stages_it_keeps_although_their_settings_changed(tmp_path: Path, fake_handlers) -> None:
+    """--only re-runs the named stages on the other stages' outputs as they are; one whose settings changed since it
+    ran is kept as asked, but the log says so rather than reporting it as an ordinary skip."""
+    run_pipeline(_cfg(STAGES), tmp_path)
+    changed = [dict(s) for s in STAGES]
+    changed[3] = {**changed[3], "set": {"sft.limit": 500}}
+    fake_handlers.clear()
+    run_pipeline(_cfg(changed), tmp_path, only=["rl"])
+    assert [c["name"] for c in fake_handlers] == ["rl"]
+    log = (tmp_path / "run.log").read_text()
+    assert "stage sft: skipped (DONE, 0.0 s when it ran) although its settings changed since it ran " in log
+    assert "(config.sft.limit): --only runs rl alone" in log
+    assert "stage oracle: skipped (DONE, 0.0 s when it ran)\n" in log
+    from searchrl.preflight import format_plan, plan_pipeline  # the dry run says the same
+
+    plan = format_plan(plan_pipeline(_cfg(changed), tmp_path, forced={"rl"}, only=True))
+    assert (
+        "4. sft [sft] skip (DONE) although its settings changed since it ran (config.sft.limit): --only keeps" in plan
+    )
+    assert "3. oracle [oracle] skip (DONE) ->" in plan
+
+
+def test_a_stage_stopped_by_ctrl_c_is_logged_as_stopped(tmp_path: Path, fake_handlers, monkeypatch) -> None:
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(runner.HANDLERS, "rl", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(_cfg(STAGES), tmp_path)
+    log = (tmp_path / "run.log").read_text()
+    assert "stage rl: stopped after" in log and "interrupted (Ctrl-C)" in log and "FAILED" not in log
+    assert not (tmp_path / "rl" / "DONE").exists()
+
+
+def test_how_often_a_stage_saves_or_logs_never_counts_even_in_its_own_set(tmp_path: Path, fake_handlers) -> None:
+    """``training.save_every`` and the like change nothing a stage makes, whether given run-wide or in its set:."""
+    stages = [dict(s) for s in STAGES]
+    stages[4] = {**stages[4], "set": {**stages[4]["set"], "training.save_every": 5, "training.log_rollouts": 2}}
+    run_pipeline(_cfg(stages), tmp_path)
+    stages[4] = {**stages[4], "set": {**stages[4]["set"], "training.save_every": 7, "training.log_rollouts": 0}}
+    fake_handlers.clear()
+    assert all(r.status == "skipped" for r in run_pipeline(_cfg(stages), tmp_path)) and fake_handlers == []

@@ -64,13 +64,18 @@ def train_inputs(cfg: RunConfig) -> dict[str, str]:
 
 def resume_mismatch(cfg: RunConfig) -> str | None:
     """Why ``cfg`` may not go on from its output directory's checkpoint (None: it may): a changed setting RL reads
-    (:data:`_READS`, plugins), or a starting model whose weights changed since (an earlier stage ran again)."""
+    (:data:`_READS`, plugins), a smaller ``training.steps``, or a starting model whose weights changed since (an
+    earlier stage ran again)."""
     out = Path(cfg.training.output_dir)
     reads = ("plugins", *_READS["rl"])  # not the recipe's pipeline:, SFT or evaluation settings, which RL never reads
     diff = settings_diff(cfg, out / "config.yaml")
     changed = [k for k in diff if k.startswith("(") or any(k == r or k.startswith(f"{r}.") for r in reads)]
     if changed:
         return f"settings differ from the checkpoint's ({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})"
+    # only training.steps may grow: a checkpoint past a smaller one would train nothing, the longer run's model kept
+    steps = ((yaml.safe_load((out / "config.yaml").read_text()) or {}).get("training") or {}).get("steps")
+    if isinstance(steps, int) and cfg.training.steps < steps:
+        return f"training.steps={cfg.training.steps} is below the {steps} the checkpoint's run was started with"
     noted, start = out / INIT_FILE, cfg.training.init_from or cfg.model.policy
     if noted.exists() and json.loads(noted.read_text()) != weights_fingerprint(start):
         return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
@@ -130,8 +135,9 @@ _PREFIXED = re.compile(r"^([a-z_]+:)?(.+)$")  # "rewriter:PATH" names a path aft
 def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path) -> dict[str, Any]:
     """A pipeline stage's settings as its ``DONE`` marker records them: the stage (references resolved), the config
     sections its kind reads (:data:`_READS`), the model it started from, and a digest of each file of your code it
-    ran (plugins, reward functions), so that editing one makes the stage run again. A path inside the run directory is
-    written ``${run}/...``, so the same run named by a relative or an absolute path is the same run."""
+    ran (plugins, reward functions), so that editing one makes the stage run again, and of the starting model's
+    weights when it lies outside the run directory. A path inside the run directory is written ``${run}/...``, so
+    the same run named by a relative or an absolute path is the same run."""
     root = os.path.abspath(run_dir)
 
     def placed(v: Any) -> Any:
@@ -155,10 +161,16 @@ def stage_settings(stage: Any, cfg: RunConfig, model: str | None, run_dir: Path)
     # the code it ran: your plugins (in the stages that can call them) and the reward functions of those that score
     plugins = cfg.plugins if kind not in ("synth", "index", "split") else []
     code = [*plugins, *(c.name for c in cfg.reward.components if ":" in c.name and "reward" in reads)]
+    # a model outside the run trained again in place: its weights' fingerprint (inside it, the stage that wrote them
+    # running again re-runs the stages after it)
+    outside = model and not os.path.abspath(model).startswith(root + os.sep)
+    own = json.loads(stage.model_dump_json())  # its set: less what changes only how it runs, as in the config
+    own["set"] = {k: v for k, v in (own.get("set") or {}).items() if k not in _NOT_OUTCOME}
     raw = {
-        "stage": json.loads(stage.model_dump_json()),
+        "stage": own,
         "config": config,
         "model": model,
+        "model_files": weights_fingerprint(model) if outside else [],
         "code": code_digests(code),
         "inputs": input_fingerprints(stage, cfg, str(kind), root),
     }
@@ -210,14 +222,27 @@ def file_fingerprints(cfg: RunConfig, names: list[str], root: str | None = None)
     return out
 
 
+def changed_settings(done: Path, settings: dict[str, Any]) -> list[str]:
+    """The settings of a stage marked ``done`` that changed since it ran ([]: none, or the marker predates recorded
+    settings). Settings that exist on one side only (another SearchRL version) do not count."""
+    old = json.loads(done.read_text() or "{}").get("settings")
+    if not isinstance(old, dict):
+        return []
+    return sorted(k for k in old.keys() & settings.keys() if old[k] != settings[k])
+
+
+#: the one change for which a finished RL stage goes on from its last checkpoint (more steps); any other starts it
+#: again, since resuming at its last step would train nothing and keep the old model
+GOES_ON = {"config.training.steps"}
+
+
 def changed_since(done: Path, settings: dict[str, Any]) -> str | None:
     """Why a stage marked ``done`` must run again: its settings changed since (None: they did not, or the marker
     predates recorded settings). Settings that exist on one side only (another SearchRL version) do not count."""
-    old = json.loads(done.read_text() or "{}").get("settings")
-    if not isinstance(old, dict):
-        return None
-    diff = sorted(k for k in old.keys() & settings.keys() if old[k] != settings[k])
+    diff = changed_settings(done, settings)
+    model = settings.get("model")
     diff = [f"file {k.removeprefix('inputs.')}" if k.startswith("inputs.") else k for k in diff]
+    diff = [f"weights of {model}" if k == "model_files" else k for k in diff]
     if not diff:
         return None
     return f"settings changed since it ran ({', '.join(diff[:5])}{', ...' if len(diff) > 5 else ''})"
