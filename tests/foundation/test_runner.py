@@ -153,6 +153,42 @@ def test_a_corpus_or_question_file_edited_in_place_runs_the_stages_that_read_it_
     assert [c["name"] for c in fake_handlers] == ["split", "index", "rl"]
 
 
+def test_an_index_or_an_evaluation_set_outside_the_run_changed_in_place_runs_the_stages_that_read_it_again(
+    tmp_path: Path, fake_handlers
+) -> None:
+    """An index rebuilt in place (its manifest rewritten) re-runs the stages that search it, not the index-free ones;
+    an evaluation set's file, or its own index, edited in place re-runs the evaluation."""
+    index, other = tmp_path / "index", tmp_path / "other-index"
+    for d in (index, other):
+        d.mkdir()
+        (d / "manifest.json").write_text('{"created": "1"}')
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text('{"question": "q?", "answer": "a"}\n')
+    stages = [
+        {"name": "world", "kind": "data", "op": "synth"},
+        {"name": "rl", "kind": "rl"},
+        {"name": "eval", "kind": "eval"},
+    ]
+    datasets = [str(dev), {"data": str(dev), "name": "own", "index": str(other)}]
+    raw = {"name": "t", "retrieval": {"index": str(index)}, "evaluation": {"datasets": datasets}, "pipeline": stages}
+    cfg = validate_dict(raw)
+    run_pipeline(cfg, tmp_path / "run")
+    fake_handlers.clear()
+    assert all(r.status == "skipped" for r in run_pipeline(cfg, tmp_path / "run"))
+    (index / "manifest.json").write_text('{"created": "2"}')
+    run_pipeline(cfg, tmp_path / "run")
+    assert [c["name"] for c in fake_handlers] == ["rl", "eval"]
+    assert (
+        f"stage rl: settings changed since it ran (file {index / 'manifest.json'})"
+        in (tmp_path / "run" / "run.log").read_text()
+    )
+    for edit in (other / "manifest.json", dev):
+        fake_handlers.clear()
+        edit.write_text(edit.read_text() + " ")
+        run_pipeline(cfg, tmp_path / "run")
+        assert [c["name"] for c in fake_handlers] == ["eval"]
+
+
 def test_editing_your_reward_function_or_plugin_runs_the_stages_that_use_it_again(
     tmp_path: Path, fake_handlers, monkeypatch
 ) -> None:

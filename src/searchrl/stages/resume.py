@@ -189,8 +189,9 @@ _DEFAULT_INPUT = {
 
 def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict[str, str]:
     """``{path: fingerprint}`` of the files outside the run directory that a stage reads as its input (its ``data:``,
-    else the config's questions or corpus file): so that a corpus or a question file edited in place (same path)
-    makes the stage run again, rather than leaving an index or a split made from the old file."""
+    else the config's questions or corpus file; an evaluation's datasets, their corpora and indexes): so that a corpus
+    or a question file edited in place (same path) makes the stage run again, rather than leaving an index or a split
+    made from the old file. An index it searches counts by its manifest, which a rebuild rewrites."""
     from searchrl.config.evaluation import CONTEXTS
 
     data = stage.data
@@ -199,6 +200,13 @@ def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict
         names = [getattr(cfg.data, _DEFAULT_INPUT[kind])]
     if kind == "index" and names == [CONTEXTS]:  # the paragraphs the training questions ship with
         names = [cfg.data.train]
+    indexes = [cfg.retrieval.index] if kind != "index" and "retrieval" in _READS.get(kind, ()) else []
+    if kind == "eval":
+        sets = [d for d in cfg.evaluation.datasets if not isinstance(d, str)]
+        names += [] if data else [d if isinstance(d, str) else d.data for d in cfg.evaluation.datasets]
+        names += [d.corpus for d in sets if d.corpus]
+        indexes += [d.index for d in sets]
+    names += [os.path.join(os.path.abspath(i), "manifest.json") for i in indexes if i]
     return file_fingerprints(cfg, names, root)
 
 
