@@ -1,0 +1,67 @@
+"""Parity with the retrieval code the papers' authors ran: Search-R1's ``retrieval_server.py`` / ``index_builder.py``
+and FlashRAG's ``flashrag/retriever``. Literal facts from their code, checked against ours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from searchrl.data.corpus import PassageStore, iter_passages
+from searchrl.retrieval.index import build_index, load_index
+
+from .conftest import HashingEncoder
+
+
+class RecordingEncoder(HashingEncoder):
+    """Records the passage texts a build encodes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passages: list[str] = []
+
+    def encode(self, texts, *, is_query: bool, batch_size: int = 64):
+        if not is_query:
+            self.passages += list(texts)
+        return super().encode(texts, is_query=is_query, batch_size=batch_size)
+
+
+def test_passages_are_encoded_as_the_corpus_stores_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Search-R1's ``index_builder.encode_all`` and FlashRAG's encode each row's ``contents`` as it is in the file
+    (``'"Title"\\ntext'`` in wiki-18, quotes included); an index of the same corpus built here must hold the same
+    vectors, so the same passages come back for a query."""
+    rows = [
+        {"id": "0", "contents": '"Evan Morris"\nEvan Morris was a lobbyist.'},
+        {"id": "1", "contents": "Plain title\nA title without quotes."},
+        {"id": "2", "contents": '""Weird Al" Yankovic"\nA title that holds quotes itself.'},
+        {"id": "3", "contents": "One line, no title."},
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    encoder = RecordingEncoder()
+    monkeypatch.setattr("searchrl.retrieval.dense.Encoder", lambda options: encoder)
+    build_index(corpus, "dense", tmp_path / "idx", query_encoder="sentence-transformers")
+    # A lone line is text without a title ("\n" + text: the same tokens for every encoder's tokenizer).
+    assert encoder.passages == [r["contents"] for r in rows[:3]] + ["\nOne line, no title."]
+    # What the observation shows is unchanged: the title without its quotes, the text.
+    store = load_index(tmp_path / "idx").store
+    assert [(p.title, p.text) for p in store] == [
+        ("Evan Morris", "Evan Morris was a lobbyist."),
+        ("Plain title", "A title without quotes."),
+        ('"Weird Al" Yankovic', "A title that holds quotes itself."),
+        ("", "One line, no title."),
+    ]
+
+
+def test_a_store_keeps_whether_a_title_was_quoted(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    rows = [
+        {"id": "a", "contents": '"T"\nx'},
+        {"id": "b", "contents": "T\nx"},
+        {"id": "c", "contents": '"T"\n' + "w " * 9},
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = PassageStore.build(iter_passages(corpus, max_words=5), tmp_path / "store")
+    assert [p.contents for p in store] == ['"T"\nx', "T\nx", '"T"\nw w w w w', '"T"\nw w w w']  # chunks keep it
+    assert store[0] == store[1].__class__("a", "T", "x")  # equality and the hit's fields ignore the quoting
