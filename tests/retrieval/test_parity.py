@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from searchrl.data.corpus import PassageStore, iter_passages
@@ -65,3 +66,27 @@ def test_a_store_keeps_whether_a_title_was_quoted(tmp_path: Path) -> None:
     store = PassageStore.build(iter_passages(corpus, max_words=5), tmp_path / "store")
     assert [p.contents for p in store] == ['"T"\nx', "T\nx", '"T"\nw w w w w', '"T"\nw w w w']  # chunks keep it
     assert store[0] == store[1].__class__("a", "T", "x")  # equality and the hit's fields ignore the quoting
+
+
+def test_a_blank_query_is_the_indexs_to_answer(
+    tiny_corpus: Path, tiny_bm25: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Search-R1's rollout sends an empty ``<search></search>`` as the query ``""``; its server hands it to the index:
+    the dense server encodes ``"query: "`` and answers its nearest passages, pyserini finds no term and answers none.
+    Ours does the same, whatever the index."""
+    from fastapi.testclient import TestClient
+
+    from searchrl.retrieval.server import create_app
+
+    encoder = RecordingEncoder()
+    encoder.embed = lambda text: np.ones(encoder.dimension, dtype=np.float32) / np.sqrt(encoder.dimension)
+    monkeypatch.setattr("searchrl.retrieval.dense.Encoder", lambda options: encoder)
+    build_index(tiny_corpus, "dense", tmp_path / "dense", query_encoder="sentence-transformers")
+    dense = load_index(tmp_path / "dense")
+    body = {"queries": ["", "volcano"], "topk": 2, "return_scores": True}
+    answer = TestClient(create_app(dense)).post("/retrieve", json=body).json()["result"]
+    expected = dense.search(["", "volcano"], 2)
+    assert [[d["document"]["id"] for d in r] for r in answer] == [[h.id for h in hits] for hits in expected]
+    assert len(answer[0]) == 2
+    sparse = TestClient(create_app(load_index(tiny_bm25))).post("/retrieve", json=body).json()["result"]
+    assert sparse[0] == [] and len(sparse[1]) == 1
