@@ -90,3 +90,40 @@ def test_a_blank_query_is_the_indexs_to_answer(
     assert len(answer[0]) == 2
     sparse = TestClient(create_app(load_index(tiny_bm25))).post("/retrieve", json=body).json()["result"]
     assert sparse[0] == [] and len(sparse[1]) == 1
+
+
+def test_bm25_defaults_are_pyserinis() -> None:
+    """pyserini's ``LuceneSearcher`` (Search-R1's and FlashRAG's BM25): k1 0.9, b 0.4, Lucene's idf and term
+    frequency, Lucene's 33 English stopwords (``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET``); its stemmer is Porter's,
+    which ``stemmer="porter"`` gives (the default is Snowball's English, a documented difference)."""
+    from searchrl.retrieval.bm25 import Analyzer, BM25Options, stopword_list
+
+    options = BM25Options()
+    assert (options.k1, options.b, options.method) == (0.9, 0.4, "lucene")
+    lucene = "a an and are as at be but by for if in into is it no not of on or such that the their then there these"
+    assert stopword_list(options.stopwords) == sorted(lucene.split() + "they this to was will with".split())
+    assert Analyzer("porter")("The skies, fairly") == ["ski", "fairli"]  # Lucene's PorterStemFilter
+    assert Analyzer()("The skies, fairly") == ["sky", "fair"]
+
+
+def test_search_r1s_request_and_answer_layout(tiny_bm25: Path) -> None:
+    """Search-R1's ``_batch_search`` posts ``{"queries", "topk", "return_scores": true}`` and reads
+    ``result[i][j]["document"]["contents"]``; its ``QueryRequest`` defaults: ``topk`` None (the server's), and
+    ``return_scores`` False. Its server's documents are whole corpus rows (pyserini's carry ``title``, ``text`` and
+    ``contents`` and no ``id``), which our client reads too."""
+    from fastapi.testclient import TestClient
+
+    from searchrl.retrieval.client import parse_result_item
+    from searchrl.retrieval.server import RetrieveRequest, create_app
+
+    assert RetrieveRequest(queries=["q"]).model_dump() == {"queries": ["q"], "topk": None, "return_scores": False}
+    client = TestClient(create_app(load_index(tiny_bm25)))
+    body = {"queries": ["Turing machine"], "topk": 3, "return_scores": True}
+    item = client.post("/retrieve", json=body).json()["result"][0][0]
+    assert set(item) == {"document", "score"} and isinstance(item["score"], float)
+    assert item["document"]["contents"].split("\n")[0] == "Alan Turing"
+    theirs = {
+        "document": {"title": "Evan Morris", "text": "Evan Morris was.", "contents": '"Evan Morris"\nEvan Morris was.'}
+    }
+    hit = parse_result_item(theirs | {"score": 12.5})
+    assert (hit.id, hit.title, hit.text, hit.score) == ("", "Evan Morris", "Evan Morris was.", 12.5)
