@@ -28,6 +28,9 @@ from searchrl.retrieval.index import build_index, load_index, read_manifest
         ("intfloat/multilingual-e5-large", EncoderProfile("query: ", "passage: ", True)),
         ("BAAI/bge-large-en-v1.5", EncoderProfile(BGE_QUERY_INSTRUCTION, "", True)),
         ("BAAI/bge-m3", EncoderProfile("", "", True)),
+        # FlashRAG's set_default_instruction and BGE's model card: the Chinese models take a Chinese instruction.
+        ("BAAI/bge-large-zh-v1.5", EncoderProfile("为这个句子生成表示以用于检索相关文章：", "", True)),
+        ("BAAI/bge-small-zh", EncoderProfile("为这个句子生成表示以用于检索相关文章：", "", True)),
         ("facebook/dpr-question_encoder-single-nq-base", EncoderProfile("", "", False)),
         ("minilm-l6-v2", EncoderProfile("", "", True)),
         ("/models/ae5f00/minilm", EncoderProfile("", "", True)),  # "e5" inside a hash is not E5

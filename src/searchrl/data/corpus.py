@@ -23,7 +23,7 @@ import json
 import os
 from array import array
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +36,14 @@ class Passage:
     id: str
     title: str
     text: str
+    #: the corpus stored the title in double quotes (wiki-18's ``'"Title"\ntext'``); not part of equality.
+    quoted: bool = field(default=False, compare=False, repr=False)
 
     @property
     def contents(self) -> str:
-        return f"{self.title}\n{self.text}"
+        """Title line and text as the corpus stored them (quotes included): what a dense build encodes, as Search-R1's
+        and FlashRAG's index builders encode each row's ``contents``."""
+        return f'"{self.title}"\n{self.text}' if self.quoted else f"{self.title}\n{self.text}"
 
 
 class CorpusFormatError(ValueError):
@@ -56,9 +60,15 @@ def split_contents(contents: str) -> tuple[str, str]:
     if not newline:
         return "", contents.strip()
     title = title.strip()
-    if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
+    if title_quoted(title):
         title = title[1:-1]
     return title, text.strip()
+
+
+def title_quoted(first_line: str) -> bool:
+    """Whether a ``contents`` title line is wrapped in double quotes (``'"Hamlet"'``)."""
+    title = first_line.strip()
+    return len(title) >= 2 and title[0] == '"' and title[-1] == '"'
 
 
 def chunk_words(text: str, size: int = 100) -> list[str]:
@@ -77,7 +87,10 @@ def split_long(passages: Iterable[Passage], max_words: int) -> Iterator[Passage]
     """
     for p in passages:
         chunks = chunk_words(p.text, max_words) if len(p.text.split()) > max_words else [p.text]
-        yield from [p] if len(chunks) == 1 else (Passage(f"{p.id}#{k}", p.title, c) for k, c in enumerate(chunks))
+        if len(chunks) == 1:
+            yield p
+        else:
+            yield from (Passage(f"{p.id}#{k}", p.title, c, p.quoted) for k, c in enumerate(chunks))
 
 
 #: KILT markup at the start of a paragraph: section headings and list items.
@@ -147,8 +160,10 @@ def _row_to_passages(row: dict, where: str, chunk_size: int) -> list[Passage]:
 
 def _parse_row(row: dict, where: str, chunk_size: int) -> list[Passage]:
     if "contents" in row:
-        title, text = split_contents(_text_field(row, "contents", where))
-        return [Passage(_row_id(row, where, "'contents'"), title, text)]
+        contents = _text_field(row, "contents", where)
+        title, text = split_contents(contents)
+        quoted = "\n" in contents and title_quoted(contents.partition("\n")[0])
+        return [Passage(_row_id(row, where, "'contents'"), title, text, quoted)]
     if "wikipedia_title" in row and "text" in row:
         return chunk_kilt_page(row, chunk_size)
     if "text" in row:
@@ -381,7 +396,8 @@ class PassageStore:
         offsets = array("q", [0])
         with (directory / "passages.jsonl").open("wb") as f:
             for p in passages:
-                line = (json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n").encode()
+                row = {"id": p.id, "title": p.title, "text": p.text} | ({"quoted": True} if p.quoted else {})
+                line = (json.dumps(row, ensure_ascii=False) + "\n").encode()
                 f.write(line)
                 offsets.append(offsets[-1] + len(line))
         np.save(directory / "offsets.npy", np.frombuffer(offsets, dtype=np.int64))
@@ -395,7 +411,7 @@ class PassageStore:
             raise IndexError(i)
         start, end = int(self._offsets[i]), int(self._offsets[i + 1])
         row = json.loads(os.pread(self._fd, end - start, start))
-        return Passage(row["id"], row["title"], row["text"])
+        return Passage(row["id"], row["title"], row["text"], row.get("quoted", False))
 
     def get_many(self, indices: Iterable[int]) -> list[Passage]:
         return [self[int(i)] for i in indices]

@@ -6,8 +6,8 @@ E5 and MiniLM, CLS for BGE). What the config does not carry is the query/passage
 from the name, as Search-R1's and FlashRAG's retrieval servers do:
 
 - E5 (``intfloat/e5-*``): ``"query: "`` before queries, ``"passage: "`` before passages;
-- BGE English v1.5 (``BAAI/bge-*-en*``): the instruction ``"Represent this sentence for searching relevant
-  passages: "`` before queries only;
+- BGE (``BAAI/bge-*``): the instruction ``"Represent this sentence for searching relevant passages: "`` before
+  queries only (the Chinese models, ``bge-*-zh*``, their Chinese one; BGE-M3 none);
 - anything else (MiniLM, MPNet, ...): no prefix.
 
 Embeddings are L2-normalised (so inner product = cosine), except for DPR-style encoders trained for raw inner
@@ -53,6 +53,8 @@ QUERY_ENCODERS = ("onnx", "sentence-transformers")
 #: what a faiss index_factory string looks like (``IVF4096,PQ64``, ``OPQ64_256,IVF16384_HNSW32,PQ64x8``).
 FACTORY_RE = re.compile(r"[A-Za-z0-9_,.=()\-]*[A-Z][A-Za-z0-9_,.=()\-]*")
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+#: the Chinese BGE models' query instruction (their model card; FlashRAG's ``set_default_instruction``)
+BGE_ZH_QUERY_INSTRUCTION = "为这个句子生成表示以用于检索相关文章："
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def encoder_profile(name: str) -> EncoderProfile:
     if "e5" in parts:
         return EncoderProfile("query: ", "passage: ", True)
     if "bge" in parts and "m3" not in parts:  # BGE-M3 was trained without the instruction
-        return EncoderProfile(BGE_QUERY_INSTRUCTION, "", True)
+        return EncoderProfile(BGE_ZH_QUERY_INSTRUCTION if "zh" in parts else BGE_QUERY_INSTRUCTION, "", True)
     if "dpr" in parts:
         return EncoderProfile("", "", False)
     return EncoderProfile("", "", True)

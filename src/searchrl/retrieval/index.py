@@ -82,7 +82,8 @@ def _restore_replaced(out: Path) -> None:
 
 
 def _passage_texts(store: PassageStore, start: int = 0) -> Iterator[str]:
-    """What gets indexed: title and text, as in Search-R1's ``contents`` field (from row ``start`` on)."""
+    """What gets indexed: title and text, as the corpus's ``contents`` held them, quoted titles included (from row
+    ``start`` on): Search-R1's and FlashRAG's index builders encode that field as it is."""
     for i in range(start, len(store)):
         yield store[i].contents
 
@@ -181,6 +182,7 @@ def build_index(
     if dense_opts is not None and vectors is None:
         encoding = {k: getattr(dense_opts, k) for k in ("encoder", "passage_prefix", "normalize", "max_length")}
         encoding["weights"] = weights_fingerprint(dense_opts.encoder)  # a local encoder retrained in place
+        encoding["texts"] = "contents as stored"  # quoted titles kept (older builds encoded them unquoted)
         resume_key = {"corpus": source_digest(corpus), "max_words": max_words, "encoding": encoding}
     resuming = resume_key is not None and staging.is_dir() and keep_resumable(staging / "dense", resume_key)
     _discard(staging, keep="dense" if resuming else None)

@@ -7,8 +7,9 @@ Protocol (Search-R1's ``search_r1/search/retrieval_server.py``, unchanged so its
 
 With ``"return_scores": false`` (the default, as in Search-R1) each inner list holds the documents themselves.
 ``topk`` may be omitted or 0 (server default, 3). As Search-R1's server, an empty list gets ``{"result": []}`` and a
-blank query no passage. Beyond Search-R1: unknown fields, wrong types and out-of-range ``topk`` are rejected with a
-4xx and a one-line ``detail`` message instead of a 500; ``GET /health``; ``GET /stats``.
+blank query what the index answers for it (dense: the passages nearest the encoded prefix; BM25: none). Beyond
+Search-R1: unknown fields, wrong types and out-of-range ``topk`` are rejected with a 4xx and a one-line ``detail``
+message instead of a 500; ``GET /health``; ``GET /stats``.
 
 Concurrency: requests that arrive together are merged by a ``MicroBatcher`` into one ``search`` call (one encoder
 forward pass and one faiss search for a dense index), which runs in a worker thread so the event loop keeps
@@ -406,8 +407,8 @@ def create_app(
     @app.post("/retrieve")
     async def retrieve(body: RetrieveRequest) -> JSONResponse:
         """Top-k passages for each query (Search-R1 format). As Search-R1's own server: an empty list gets an empty
-        result (its rollout asks every turn, also when no rollout searched), a blank query no passage (an empty
-        ``<search></search>``), a ``topk`` of 0 or null the default."""
+        result (its rollout asks every turn, also when no rollout searched), a blank query (an empty
+        ``<search></search>``) what the index answers for it, a ``topk`` of 0 or null the default."""
         t0 = time.perf_counter()
         topk = body.topk or default_topk
         if len(body.queries) > max_queries:
@@ -417,10 +418,8 @@ def create_app(
                 raise BadRequest(f"queries[{i}] has {len(q)} characters; the limit is {max_query_chars}", 413)
         if not 1 <= topk <= max_topk:
             raise BadRequest(f"topk must be between 0 (the default, {default_topk}) and {max_topk} (got {topk})")
-        asked = [i for i, q in enumerate(body.queries) if q.strip()]
-        results: list[list[Hit]] = [[] for _ in body.queries]
         try:
-            found = await batcher.search([body.queries[i] for i in asked], topk) if asked else []
+            results = await batcher.search(body.queries, topk) if body.queries else []
         except Overloaded as err:
             detail = f"retrieval service overloaded ({err}); retry after {err.retry_after_s} s"
             return JSONResponse(
@@ -429,8 +428,6 @@ def create_app(
         except Exception as err:  # noqa: BLE001 - reported to the client; the service keeps running
             stats.errors += 1
             return JSONResponse(status_code=500, content={"detail": f"search failed: {type(err).__name__}: {err}"})
-        for i, hits in zip(asked, found, strict=True):
-            results[i] = hits
         if body.return_scores:
             payload = [
                 [{"document": {"id": h.id, "contents": h.contents}, "score": h.score} for h in hits]
