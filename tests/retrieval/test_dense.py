@@ -40,6 +40,22 @@ def test_encoder_profile(name: str, profile: EncoderProfile) -> None:
     assert encoder_profile(name) == profile
 
 
+def test_an_original_dpr_encoder_is_refused_in_one_line(tmp_path: Path) -> None:
+    """transformers' DPR question encoder loads into sentence-transformers with no text modality (dimension 0) and
+    only fails at the first encode, with sentence-transformers' words; it is refused when loaded, naming the fix."""
+    from transformers import BertTokenizerFast, DPRConfig, DPRQuestionEncoder
+
+    path = tmp_path / "tiny-dpr-question_encoder"
+    cfg = DPRConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    DPRQuestionEncoder(cfg).save_pretrained(path)
+    (path / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)])
+    )
+    BertTokenizerFast(str(path / "vocab.txt")).save_pretrained(path)
+    with pytest.raises(ValueError, match="DPR's question and context encoders are two models.*intfloat/e5-base-v2"):
+        Encoder(DenseOptions(encoder=str(path), normalize=False))
+
+
 def test_options_overrides_win_over_inferred_profile() -> None:
     o = DenseOptions.for_encoder("intfloat/e5-base-v2", query_prefix="q: ", normalize=None)
     assert (o.query_prefix, o.passage_prefix, o.normalize) == ("q: ", "passage: ", True)

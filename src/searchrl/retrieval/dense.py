@@ -11,8 +11,9 @@ from the name, as Search-R1's and FlashRAG's retrieval servers do:
 - anything else (MiniLM, MPNet, ...): no prefix.
 
 Embeddings are L2-normalised (so inner product = cosine), except for DPR-style encoders trained for raw inner
-product. All of it can be overridden at build time and is recorded in the index manifest, so queries are always
-encoded the way the passages were.
+product (a DPR model in sentence-transformers' format; the original question and context encoder pair is refused).
+All of it can be overridden at build time and is recorded in the index manifest, so queries are always encoded the
+way the passages were.
 
 Index types: exact inner product (``flat``, the default, what Search-R1 ships), ``ivf`` (inverted lists), ``hnsw``
 (graph), or any faiss ``index_factory`` string such as ``OPQ64,IVF4096,PQ64``: a compressed index whose top
@@ -156,7 +157,14 @@ class Encoder:
             self.model.max_seq_length = options.max_length
         # sentence-transformers 5 renamed the dimension getter; keep working with both.
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
-        self.dimension = int(get_dim())
+        self.dimension = int(get_dim() or 0)
+        if not self.dimension:  # e.g. a DPR question encoder: loads, then refuses every text
+            dpr = " (DPR's question and context encoders are two models, which SearchRL does not pair)"
+            raise ValueError(
+                f"{options.encoder} is not a sentence-transformers text encoder"
+                + (dpr if "dpr" in re.split(r"[/_\-.]", options.encoder.lower()) else "")
+                + "; use one such as intfloat/e5-base-v2, BAAI/bge-large-en-v1.5 or the bundled minilm-l6-v2"
+            )
         # One forward pass at a time: concurrent callers would only fight over the same CPU cores.
         self._lock = threading.Lock()
 
