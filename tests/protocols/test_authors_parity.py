@@ -183,3 +183,17 @@ def test_rag_r1_multi_query_observation_is_the_authors_json() -> None:
     docs = ["Doc 1: Curious (fragrance) Curious is a fragrance.\nDoc 2: Britney Spears Spears was born in McComb."]
     payload = {"query": ["q", "r"], "documents": [docs[0], "Doc 1: Curious (fragrance) Curious is a fragrance."]}
     assert obs == "\n<information>\n" + json.dumps(payload, indent=2) + "\n</information>\n"
+
+
+# ------------------------------------------------------------------------------------------------------ prompts
+@pytest.mark.parametrize(("name", "options"), [("search_r1", {}), ("rag_r1", {}), ("rag_r1", {"multi_query": True})])
+def test_search_r1_family_prompt_ends_the_question_with_a_question_mark(name: str, options: dict) -> None:
+    # Search-R1's and RAG-R1's data scripts (and Search-R1's infer.py) strip the question and add "?" when it does
+    # not end with one, before the prompt is built (NQ's questions have none)
+    p = get_protocol(name, **options)
+    assert p.instruction("  who got the first nobel prize in physics ").endswith(
+        "Question: who got the first nobel prize in physics?\n"
+    )
+    assert p.instruction("Who wrote Hamlet?").endswith("Question: Who wrote Hamlet?\n")
+    kept = get_protocol(name, question_mark=False, **options)
+    assert kept.instruction("who wrote hamlet").endswith("Question: who wrote hamlet\n")

@@ -59,6 +59,16 @@ def test_rag_frames_documents_into_the_prompt() -> None:
     assert "Question: Where" in p.instruction("Where does Anna live?")  # unframed: the question alone
 
 
+def test_baseline_prompts_end_the_question_with_a_question_mark() -> None:
+    # Search-R1's baseline data scripts (nq.py, nq_rag.py) add "?" to a question that lacks one, as its agent's do
+    hits = [Hit("d1", "Anna", "Anna lives in Rome.", 1.0)]
+    assert get_protocol("reason").instruction(" where does anna live ").endswith("Question: where does anna live?\n")
+    rag = get_protocol("rag")
+    assert rag.instruction(rag.frame_question("where does anna live", hits)).endswith("where does anna live?\n")
+    assert rag.instruction("where does anna live").endswith("Question: where does anna live?\n")
+    assert get_protocol("reason", question_mark=False).instruction("where").endswith("Question: where\n")
+
+
 def _engine(name: str, retriever):
     tok = ByteTokenizer()
     protocol = get_protocol(name)

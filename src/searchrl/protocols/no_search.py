@@ -13,8 +13,9 @@ same answer extraction, rewards and format penalty apply:
   retrieves them (``prompt_documents``) and records them on the trajectory (``metadata.prompt_docs``), so the
   evaluation's diagnostics see what the model read.
 
-The prompts are our own wording. The format check is Search-R1's think -> answer state machine with an optional
-think block; any search tag fails it.
+The prompts are our own wording; the question ends with ``?`` as in Search-R1's prompts (option
+``question_mark``). The format check is Search-R1's think -> answer state machine with an optional think block;
+any search tag fails it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class ReasonProtocol(SearchR1Protocol):
     searches = False
 
     def instruction(self, question: str) -> str:
-        return self._retag(REASON_INSTRUCTION).format(question=question.strip())
+        return self._retag(REASON_INSTRUCTION).format(question=self.prompt_question(question))
 
     def parse(self, turn_text: str) -> Action:
         """The turn's answer, also after a search call (no stop string ends the turn there); else why not."""
@@ -99,12 +100,12 @@ class RAGProtocol(ReasonProtocol):
     def instruction(self, question: str) -> str:
         # ``question`` is what ``frame_question`` returned (the documents, then the question), or a bare question
         framed = question.strip()
-        question = framed if framed.startswith(_DOCS) else f"Question: {framed}"
+        question = framed if framed.startswith(_DOCS) else f"Question: {self.prompt_question(framed)}"
         return self._retag(RAG_INSTRUCTION).format(question=question)
 
     def frame_question(self, question: str, hits: Sequence[Hit]) -> str:
         docs = self._docs(list(hits)).strip() or "(none)"  # Search-R1's document lines
-        return f"{_DOCS}\n{docs}\n\nQuestion: {question.strip()}"
+        return f"{_DOCS}\n{docs}\n\nQuestion: {self.prompt_question(question)}"
 
 
 _DOCS = "Documents:"

@@ -9,7 +9,8 @@ Same tags as Search-R1 (spec 004 §1.1). Options:
 * ``max_queries`` (default 3, the paper's limit): more queries in one call are cut to the first ``max_queries``
   (the paper enforces the limit only through the prompt and the authors' code not at all; keeping the first
   ones serves the model's plan and still caps retrieval cost). ``check_format`` flags such calls.
-* ``max_query_chars`` (default 500): see ``TagProtocol``.
+* ``max_query_chars`` (default 500): see ``TagProtocol``; ``question_mark`` (default True): see Search-R1 (RAG-R1's
+  data script adds the ``?`` too).
 
 Layouts follow the authors' code (§1.4 [CODE]): each query's documents are
 ``"".join(f"Doc {i}: {contents}\\n").strip()``; the observation is ``"\\n<information>\\n" + body +
@@ -65,9 +66,9 @@ class RAGR1Protocol(SearchR1Protocol):
 
     def instruction(self, question: str) -> str:
         if not self.multi_query:
-            return self._retag(SINGLE_QUERY_INSTRUCTION).format(question=question.strip())
+            return self._retag(SINGLE_QUERY_INSTRUCTION).format(question=self.prompt_question(question))
         n = _NUMBER_WORDS.get(self.max_queries, str(self.max_queries))
-        return self._retag(MULTI_QUERY_INSTRUCTION).format(n=n, question=question.strip())
+        return self._retag(MULTI_QUERY_INSTRUCTION).format(n=n, question=self.prompt_question(question))
 
     def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
         if not self.multi_query:

@@ -7,7 +7,9 @@ Layouts follow the authors' code (spec 003 §2.4-2.5 [R]):
 
 * observation: ``"\\n\\n<information>" + docs.strip() + "</information>\\n\\n"`` with one
   ``"Doc {i}(Title: \"{title}\") {text}\\n"`` per document (the title quoted, as wiki-18's contents hold it);
-* the prompt is one user message (no system prompt), the same text for base and instruct models;
+* the prompt is one user message (no system prompt), the same text for base and instruct models; the question is
+  stripped and gets a ``?`` when it does not end with one, as the authors' data scripts do (option
+  ``question_mark``, default True);
 * parse: the first complete ``<search>``/``<answer>`` block of the turn, content stripped.
 
 Deviations: the prompt is our own wording (same tags, rules and example answer); queries have their whitespace
@@ -62,6 +64,7 @@ class SearchR1Protocol(TagProtocol):
     other_tags = THINK
     document_start = re.compile(r"Doc (?P<n>\d+)\(Title: ")
     think_tags = THINK
+    option_defaults = {**TagProtocol.option_defaults, "question_mark": True}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass that renames the search or answer tags stops generation at its own closing tags."""
@@ -83,8 +86,14 @@ class SearchR1Protocol(TagProtocol):
             return template
         return re.sub("|".join(map(re.escape, sorted(ours, key=len, reverse=True))), lambda m: ours[m[0]], template)
 
+    def prompt_question(self, question: str) -> str:
+        """The question as the prompt states it: stripped, ending with ``?`` unless option ``question_mark`` is off
+        (the authors' scripts add one to every question that lacks it, e.g. NQ's)."""
+        q = question.strip()
+        return q + "?" if self.options["question_mark"] and q and not q.endswith("?") else q
+
     def instruction(self, question: str) -> str:
-        return self._retag(INSTRUCTION).format(question=question.strip())
+        return self._retag(INSTRUCTION).format(question=self.prompt_question(question))
 
     def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
         s_open, s_close = self.search_tags
