@@ -197,3 +197,10 @@ def test_search_r1_family_prompt_ends_the_question_with_a_question_mark(name: st
     assert p.instruction("Who wrote Hamlet?").endswith("Question: Who wrote Hamlet?\n")
     kept = get_protocol(name, question_mark=False, **options)
     assert kept.instruction("who wrote hamlet").endswith("Question: who wrote hamlet\n")
+
+
+def test_r_search_prompt_without_a_chat_template_is_the_authors_join() -> None:
+    # R-Search's rl_dataset.py and eval/main.py, for a tokenizer without a chat template: the system template, a
+    # newline, then the question as it is
+    p = get_protocol("r_search")
+    assert p.raw_prompt(" Who wrote Hamlet? ") == p.system_prompt() + "\nWho wrote Hamlet?"

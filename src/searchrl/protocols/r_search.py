@@ -7,9 +7,10 @@ one ``<original_evidence> ... </original_evidence>`` block with the relevant ori
 evidence reward: a frozen reader of another model family answers from it (§4.2).
 
 Prompt: our own wording of the system template (Table 1), question as the user turn (as in the authors' code,
-§2.2). Observation layout (§2.6 [CODE]): ``"\\n\\n<observation>" + docs.strip() + "</observation>\\n\\n"`` with
-one ``"(Title: \"{title}\") {text}\\n"`` per document (quoted, as Table 8 shows). Parsing as Search-R1 (first
-complete ``<search>``/``<answer>``).
+§2.2); without a chat template the two are joined by a newline, as that code does. Observation layout
+(§2.6 [CODE]): ``"\\n\\n<observation>" + docs.strip() + "</observation>\\n\\n"`` with one
+``"(Title: \"{title}\") {text}\\n"`` per document (quoted, as Table 8 shows). Parsing as Search-R1
+(first complete ``<search>``/``<answer>``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class RSearchProtocol(TagProtocol):
         return question.strip()
 
     def raw_prompt(self, question: str) -> str:
-        return f"{SYSTEM_PROMPT}\n\nQuestion: {question.strip()}\n"
+        # as the authors' code joins the two messages for a tokenizer without a chat template
+        return f"{SYSTEM_PROMPT}\n{question.strip()}"
 
     def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
         return f"<search> {queries[0]} </search>"
