@@ -195,6 +195,8 @@ def test_search_r1_family_prompt_ends_the_question_with_a_question_mark(name: st
         "Question: who got the first nobel prize in physics?\n"
     )
     assert p.instruction("Who wrote Hamlet?").endswith("Question: Who wrote Hamlet?\n")
+    # ours: an imperative question keeps its full stop (the authors' rule would write "Hamlet.?")
+    assert p.instruction("Name the author of Hamlet.").endswith("Question: Name the author of Hamlet.\n")
     kept = get_protocol(name, question_mark=False, **options)
     assert kept.instruction("who wrote hamlet").endswith("Question: who wrote hamlet\n")
 

@@ -8,8 +8,8 @@ Layouts follow the authors' code (spec 003 §2.4-2.5 [R]):
 * observation: ``"\\n\\n<information>" + docs.strip() + "</information>\\n\\n"`` with one
   ``"Doc {i}(Title: \"{title}\") {text}\\n"`` per document (the title quoted, as wiki-18's contents hold it);
 * the prompt is one user message (no system prompt), the same text for base and instruct models; the question is
-  stripped and gets a ``?`` when it does not end with one, as the authors' data scripts do (option
-  ``question_mark``, default True);
+  stripped and gets a ``?`` when it does not end a sentence, as the authors' data scripts do (option
+  ``question_mark``, default True; they also add one after a ``.`` or ``!``);
 * parse: the first complete ``<search>``/``<answer>`` block of the turn, content stripped.
 
 Deviations: the prompt is our own wording (same tags, rules and example answer); queries have their whitespace
@@ -54,6 +54,10 @@ INSTRUCTION = (
 )
 
 
+#: what ends a question already, so that no ``?`` is added (``?`` and the CJK full-width marks too)
+_SENTENCE_END = "?.!？。！"
+
+
 class SearchR1Protocol(TagProtocol):
     name = "search_r1"
     stop_strings = ("</search>",)
@@ -88,9 +92,10 @@ class SearchR1Protocol(TagProtocol):
 
     def prompt_question(self, question: str) -> str:
         """The question as the prompt states it: stripped, ending with ``?`` unless option ``question_mark`` is off
-        (the authors' scripts add one to every question that lacks it, e.g. NQ's)."""
+        (the authors' scripts add one to every question that lacks it, e.g. NQ's). One that ends a sentence
+        otherwise ("Name the film's director.") is left as written, where the authors' rule would write ``.?``."""
         q = question.strip()
-        return q + "?" if self.options["question_mark"] and q and not q.endswith("?") else q
+        return q + "?" if self.options["question_mark"] and q and q[-1] not in _SENTENCE_END else q
 
     def instruction(self, question: str) -> str:
         return self._retag(INSTRUCTION).format(question=self.prompt_question(question))
