@@ -192,3 +192,17 @@ def test_sliced_steps_have_figure_1s_kinds_and_contexts() -> None:
         assert set(s.loss_mask) == {1} and "<information>" not in tok.decode(s.response_ids)
         assert tok.decode(s.response_ids).removesuffix(tok.decode([tok.eos_token_id])) == target
         assert tok.decode(s.prompt_ids) == prompt + before
+
+
+def test_rows_that_end_at_a_search_call_are_step_samples_not_another_protocols_data(capsys) -> None:
+    """Step-level search samples (Figure 1's categories 2 and 4) end at ``</search>`` with no answer: a file of them
+    alone is in the protocol's tags, so it is read, and the warning says why they hold no answer."""
+    from searchrl.sft.text_data import text_trajectories
+
+    rows = [(f"steps.json:row {i}", {**ALPACA[0], "input": "x" * i}) for i in range(1, 3)]
+    trajs = text_trajectories(rows, _mq(), ByteTokenizer(), "raw", "steps.json")
+    assert [t.turns[-1].action for t in trajs] == ["search", "search"]
+    logged = " ".join(capsys.readouterr().err.split())
+    assert "2 of them end at a search call, as step-level search samples do" in logged
+    with pytest.raises(ValueError, match="set rollout.protocol"):
+        text_trajectories(rows, get_protocol("r1_searcher"), ByteTokenizer(), "raw", "steps.json")

@@ -256,6 +256,14 @@ def _trajectory(
     return traj
 
 
+def _ends_at_search(traj: Trajectory, protocol: TagProtocol) -> bool:
+    """Whether a response ends at a search call of the protocol, with no result after it (a step-level sample)."""
+    last = traj.turns[-1] if traj.turns else None
+    return bool(last and last.action == "search" and not last.observation) and last.text.rstrip().endswith(
+        protocol.search_tags[1]
+    )
+
+
 def _action_name(action: Any) -> str:
     return "search" if isinstance(action, Search) else "answer" if isinstance(action, Answer) else "invalid"
 
@@ -264,12 +272,14 @@ def text_trajectories(
     rows: Iterable[tuple[str, dict[str, Any]]], protocol: Protocol, tokenizer, style: str = "auto", source: str = ""
 ) -> list[Trajectory]:
     """Every ``(where, row)`` as a trajectory (:func:`text_trajectory`). Rows whose response breaks the protocol's
-    format are kept and counted in a warning; when none keeps it, the data is in another protocol's tags and a
-    ``ValueError`` says which protocol is set."""
+    format are kept and counted in a warning; when none keeps it and none ends at one of its search calls (a
+    step-level search sample, RAG-R1's), the data is in another protocol's tags and a ``ValueError`` says which
+    protocol is set."""
     _bind(protocol, tokenizer, style)  # once: a chat frame is worked out by rendering the template
     trajs = [_trajectory(row, protocol, tokenizer, style, where, where) for where, row in rows]
     bad = [t for t in trajs if t.metadata["format_problems"]]
-    if trajs and len(bad) == len(trajs):
+    steps = sum(1 for t in bad if _ends_at_search(t, protocol))
+    if trajs and len(bad) == len(trajs) and not steps:
         raise ValueError(
             f"{source or 'text SFT data'}: no response is in the format of protocol '{protocol.name}' (first: "
             f"{', '.join(bad[0].metadata['format_problems'])}); set rollout.protocol to the one whose tags the "
@@ -280,5 +290,6 @@ def text_trajectories(
             f"[yellow]warning:[/yellow] {len(bad)} of {len(trajs)} responses in {source or 'the text SFT data'} "
             f"break protocol '{protocol.name}''s format (first, {bad[0].question_id}: "
             f"{', '.join(bad[0].metadata['format_problems'])}); they are trained on as written"
+            + (f"; {steps} of them end at a search call, as step-level search samples do" if steps else "")
         )
     return trajs
