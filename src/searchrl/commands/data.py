@@ -166,8 +166,10 @@ def _kind_of_fields(fields: Iterable[str]) -> str | None:
     from searchrl.data.fields import QUESTION_FIELDS
 
     names = {str(f).strip().lower() for f in fields}
-    if names & {"prompt_ids", "action_mask", "response", "completion", "messages"}:
+    if names & {"prompt_ids", "action_mask", "response", "completion", "messages", "conversations"}:
         return "sft"  # trajectories, step-level samples or text SFT rows (searchrl.sft.text_data)
+    if {"instruction", "output"} <= names:
+        return "sft"  # LLaMA-Factory's alpaca rows
     if names & set(QUESTION_FIELDS):
         return "qa"
     return "corpus" if names & {"contents", "wikipedia_title", "text"} else None
@@ -271,15 +273,14 @@ def _inspect_qa(
 def _inspect_sft(path: Path, n: int, limit: int | None) -> None:
     """SFT data: trajectories (``searchrl data oracle`` / ``rejection-sample`` / ``text``), step-level samples
     (``--slice``) or text rows, counted by layout with their token counts and searches."""
-    from searchrl.sft.text_data import is_text_row
-    from searchrl.utils import read_jsonl
+    from searchrl.sft.text_data import is_text_row, sft_rows, text_layout
 
     layouts, stops, searches = Counter(), Counter(), Counter()
     prompt, target, trained, samples, count = _Range(), _Range(), _Range(), [], 0
-    for _, row in read_jsonl(path):
+    for _, row in sft_rows(path):
         count += 1
         if is_text_row(row):
-            layouts["text: " + next(f for f in ("messages", "completion", "response") if f in row)] += 1
+            layouts["text: " + text_layout(row)] += 1
         elif "action_mask" in row:
             layouts["trajectory"] += 1
             stops[row.get("stop_reason") or "-"] += 1

@@ -292,7 +292,11 @@ def oracle_cmd(
 
 
 def text_cmd(
-    source: Path = typer.Argument(..., help="JSONL of text rows: question + response, prompt + completion, messages"),
+    source: Path = typer.Argument(
+        ...,
+        help="JSONL (or a .json array) of text rows: question + response, prompt + completion, messages, "
+        "LLaMA-Factory alpaca or sharegpt",
+    ),
     out: Path = typer.Option(
         ...,
         "--out",

@@ -8,7 +8,14 @@ A JSONL row is one of:
 * ``{"prompt", "completion"}`` (TRL's layouts): the prompt as given, a string or a list of chat messages (rendered
   through the chat template with its generation prompt); the completion a string or one assistant message;
 * ``{"messages": [..., {"role": "assistant", "content": ...}]}``: the last message is the response, the ones
-  before it the prompt.
+  before it the prompt;
+* LLaMA-Factory's layouts, read as its converters read them: alpaca ``{"instruction", "input", "output"}`` (optional
+  ``system`` and ``history`` of ``[prompt, response]`` pairs; the user turn is instruction and input joined by a
+  newline) and sharegpt ``{"conversations": [{"from": "human" | "gpt" | "system", "value"}, ...]}``. As in the
+  messages layout, only the last reply is the response; earlier replies are prompt (LLaMA-Factory trains on them too
+  unless ``mask_history`` is set).
+
+A file is JSON lines or, named ``.json``, one JSON array of rows (LLaMA-Factory's datasets).
 
 The response is cut at every inserted observation: a result block (Search-R1's ``<information>...</information>``)
 right after a search call's closing tag, whitespace aside, the rule the protocols' format checkers use. The text
@@ -19,25 +26,50 @@ A result block anywhere else is the model's own text and is trained on, as it wo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
-from searchrl.data.loaders import row_to_example
+from searchrl.data.loaders import iter_rows, row_to_example
 from searchrl.generation.prompts import render_prompt
 from searchrl.protocols import Answer, Invalid, Protocol, Search, TagProtocol
 from searchrl.protocols.chat_frame import ChatFrame
 from searchrl.rollout.engine import build_prompt_text
 from searchrl.rollout.trajectory import Trajectory, Turn
-from searchrl.utils import console
+from searchrl.utils import console, read_jsonl
 
 #: the fields that make a row text SFT data (a row with ``prompt_ids`` / ``action_mask`` holds tokens already)
-TEXT_FIELDS = ("response", "completion", "messages")
-_LAYOUTS = '{"question", "response"}, {"prompt", "completion"} or {"messages": [..., assistant message]}'
+TEXT_FIELDS = ("response", "completion", "messages", "conversations")
+_LAYOUTS = (
+    '{"question", "response"}, {"prompt", "completion"}, {"messages": [..., assistant message]}, or LLaMA-Factory\'s '
+    'alpaca {"instruction", "input", "output"} or sharegpt {"conversations"}'
+)
+_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+
+
+def _is_alpaca(row: dict[str, Any]) -> bool:
+    return "instruction" in row and "output" in row  # KILT's questions have input and output, no instruction
 
 
 def is_text_row(row: dict[str, Any]) -> bool:
     """Whether a JSONL row is text SFT data rather than a trajectory or an SFT example of token ids."""
-    return not {"prompt_ids", "response_ids", "action_mask"} & set(row) and any(f in row for f in TEXT_FIELDS)
+    return not {"prompt_ids", "response_ids", "action_mask"} & set(row) and (
+        any(f in row for f in TEXT_FIELDS) or _is_alpaca(row)
+    )
+
+
+def text_layout(row: dict[str, Any]) -> str:
+    """The layout of a text row: its response field's name, or ``alpaca`` / ``sharegpt``."""
+    if _is_alpaca(row):
+        return "alpaca"
+    return next(("sharegpt" if f == "conversations" else f for f in TEXT_FIELDS if f in row), "-")
+
+
+def sft_rows(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, row)`` of an SFT data file: JSON lines, or a ``.json`` file holding one array of rows."""
+    if Path(path).suffix == ".json":
+        return iter_rows(path)
+    return ((f"{path}:{i}", row) for i, row in read_jsonl(path))
 
 
 def observation_spans(protocol: TagProtocol, response: str) -> list[tuple[int, int, str]]:
@@ -94,6 +126,33 @@ def _messages(value: Any, where: str, field: str) -> list[dict[str, str]]:
     return value
 
 
+def _llama_factory_messages(row: dict[str, Any], where: str) -> list[dict[str, str]] | None:
+    """An alpaca or sharegpt row as chat messages, by LLaMA-Factory's converters' rules; None for other layouts."""
+    system = row.get("system")
+    messages = [{"role": "system", "content": system}] if isinstance(system, str) and system else []
+    if "conversations" in row:
+        turns = row["conversations"]
+        if not isinstance(turns, list) or not all(isinstance(t, dict) and {"from", "value"} <= set(t) for t in turns):
+            raise ValueError(f"{where}: field 'conversations' must be a list of sharegpt turns ({{'from', 'value'}})")
+        for turn in turns:
+            if turn["from"] not in _SHAREGPT_ROLES:
+                raise ValueError(
+                    f"{where}: a sharegpt turn from {turn['from']!r} is not read (human, gpt or system); write the "
+                    "search results into the reply, in the protocol's result tags"
+                )
+            messages.append({"role": _SHAREGPT_ROLES[turn["from"]], "content": turn["value"]})
+        return messages
+    if not _is_alpaca(row):
+        return None
+    history = row.get("history") or []
+    if not isinstance(history, list) or not all(isinstance(h, list | tuple) and len(h) == 2 for h in history):
+        raise ValueError(f"{where}: field 'history' must be a list of [prompt, response] pairs")
+    for old_prompt, old_response in history:
+        messages += [{"role": "user", "content": old_prompt}, {"role": "assistant", "content": old_response}]
+    user = "\n".join(str(row[f]) for f in ("instruction", "input") if row.get(f))
+    return [*messages, {"role": "user", "content": user}, {"role": "assistant", "content": row["output"]}]
+
+
 def _prompt_and_response(
     row: dict[str, Any], protocol: Protocol, tokenizer, style: str, where: str, default_id: str
 ) -> tuple[str, str, str, str, list[str]]:
@@ -101,13 +160,15 @@ def _prompt_and_response(
     if not is_text_row(row):
         raise ValueError(f"{where}: not a text SFT row ({_LAYOUTS}); found fields {sorted(row)}")
     row_id = str(row.get("id") or row.get("_id") or default_id)
-    if "messages" in row:
-        messages = _messages(row["messages"], where, "messages")
+    converted = _llama_factory_messages(row, where)
+    if "messages" in row or converted is not None:
+        messages = converted if converted is not None else _messages(row["messages"], where, "messages")
+        field = {"alpaca": "output", "sharegpt": "conversations"}.get(text_layout(row), "messages")
         if len(messages) < 2 or messages[-1]["role"] != "assistant":
-            raise ValueError(f"{where}: 'messages' must end with the assistant's reply, after the prompt's messages")
+            raise ValueError(f"{where}: '{field}' must end with the assistant's reply, after the prompt's messages")
         user = [m["content"] for m in messages[:-1] if m["role"] == "user"]
         prompt = render_prompt(tokenizer, messages[:-1], style)
-        return row_id, (user[-1] if user else ""), prompt, _message_text(messages[-1], where, "messages"), []
+        return row_id, (user[-1] if user else ""), prompt, _message_text(messages[-1], where, field), []
     response_field = "response" if "response" in row else "completion"
     response = _message_text(row[response_field], where, response_field)
     if "prompt" in row and "question" not in row:
@@ -195,6 +256,14 @@ def _trajectory(
     return traj
 
 
+def _ends_at_search(traj: Trajectory, protocol: TagProtocol) -> bool:
+    """Whether a response ends at a search call of the protocol, with no result after it (a step-level sample)."""
+    last = traj.turns[-1] if traj.turns else None
+    return bool(last and last.action == "search" and not last.observation) and last.text.rstrip().endswith(
+        protocol.search_tags[1]
+    )
+
+
 def _action_name(action: Any) -> str:
     return "search" if isinstance(action, Search) else "answer" if isinstance(action, Answer) else "invalid"
 
@@ -203,12 +272,14 @@ def text_trajectories(
     rows: Iterable[tuple[str, dict[str, Any]]], protocol: Protocol, tokenizer, style: str = "auto", source: str = ""
 ) -> list[Trajectory]:
     """Every ``(where, row)`` as a trajectory (:func:`text_trajectory`). Rows whose response breaks the protocol's
-    format are kept and counted in a warning; when none keeps it, the data is in another protocol's tags and a
-    ``ValueError`` says which protocol is set."""
+    format are kept and counted in a warning; when none keeps it and none ends at one of its search calls (a
+    step-level search sample, RAG-R1's), the data is in another protocol's tags and a ``ValueError`` says which
+    protocol is set."""
     _bind(protocol, tokenizer, style)  # once: a chat frame is worked out by rendering the template
     trajs = [_trajectory(row, protocol, tokenizer, style, where, where) for where, row in rows]
     bad = [t for t in trajs if t.metadata["format_problems"]]
-    if trajs and len(bad) == len(trajs):
+    steps = sum(1 for t in bad if _ends_at_search(t, protocol))
+    if trajs and len(bad) == len(trajs) and not steps:
         raise ValueError(
             f"{source or 'text SFT data'}: no response is in the format of protocol '{protocol.name}' (first: "
             f"{', '.join(bad[0].metadata['format_problems'])}); set rollout.protocol to the one whose tags the "
@@ -219,5 +290,6 @@ def text_trajectories(
             f"[yellow]warning:[/yellow] {len(bad)} of {len(trajs)} responses in {source or 'the text SFT data'} "
             f"break protocol '{protocol.name}''s format (first, {bad[0].question_id}: "
             f"{', '.join(bad[0].metadata['format_problems'])}); they are trained on as written"
+            + (f"; {steps} of them end at a search call, as step-level search samples do" if steps else "")
         )
     return trajs

@@ -9,7 +9,7 @@ from typing import Any
 from searchrl.config import ConfigError, RunConfig
 from searchrl.config.evaluation import CONTEXTS
 from searchrl.pipeline import data_dir, load_split, load_tokenizer, make_protocol, make_retriever_for, resolve_file
-from searchrl.utils import read_jsonl, write_jsonl
+from searchrl.utils import write_jsonl
 
 
 def synth_world(
@@ -226,9 +226,9 @@ def write_text_data(cfg: RunConfig, source: Path, out: Path, slice_steps: bool =
     ``model.policy``'s tokenizer, or cut into RAG-R1's step-level samples (``slice_steps``), written to ``out``.
     Returns the number of rows written."""
     from searchrl.sft.pipelines import slice_steps as slices
-    from searchrl.sft.text_data import text_trajectories
+    from searchrl.sft.text_data import sft_rows, text_trajectories
 
-    rows = [(f"{source}:{i}", row) for i, row in read_jsonl(source)][: cfg.sft.limit]
+    rows = list(sft_rows(source))[: cfg.sft.limit]
     if not rows:
         raise ValueError(f"{source} holds no rows")
     tok, protocol = load_tokenizer(cfg.model.policy), make_protocol(cfg)

@@ -17,7 +17,7 @@ def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
     documents in the prompt, internal-only paths as targets), or a JSONL of trajectories, step-level samples or
     text (a prompt and a whole response in the protocol's tags, :mod:`searchrl.sft.text_data`)."""
     from searchrl.rollout.trajectory import Trajectory
-    from searchrl.sft.text_data import is_text_row, text_trajectories
+    from searchrl.sft.text_data import is_text_row, sft_rows, text_trajectories
     from searchrl.sft.types import as_sft_example
     from searchrl.stages.data import oracle_data
 
@@ -60,7 +60,7 @@ def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
     path = Path(s.data)
     if not path.exists():
         raise FileNotFoundError(f"sft.data {path} not found: use 'oracle', 'rewriter_oracle' or a trajectories JSONL")
-    rows = [(f"{path}:{i}", row) for i, row in read_jsonl(path)][: s.limit]
+    rows = list(sft_rows(path))[: s.limit]  # JSON lines, or a .json array
     if rows and is_text_row(rows[0][1]):  # text: a prompt and a whole response in the protocol's tags
         trajs = text_trajectories(rows, protocol, tokenizer, cfg.model.prompt_style, str(path))
         return [as_sft_example(t) for t in trajs]
