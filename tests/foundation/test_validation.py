@@ -78,7 +78,7 @@ def test_train_rejects_the_typo_before_loading_the_policy(tmp_path: Path, no_mod
 def test_unknown_rollout_option_rejected(tmp_path: Path) -> None:
     (line,) = _problems(tmp_path, {"rollout": {"protocol": "rag_r1", "options": {"multi_qeury": True}}})
     assert line == ("rollout.options: unknown key 'multi_qeury' for protocol 'rag_r1' (did you mean 'multi_query'?); "
-                    "valid: max_queries, max_query_chars, multi_query")  # fmt: skip
+                    "valid: max_queries, max_query_chars, multi_query, question_mark")  # fmt: skip
 
 
 def test_bad_rollout_option_value_and_unsupported_limit_rejected(tmp_path: Path) -> None:
