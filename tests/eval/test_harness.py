@@ -128,8 +128,10 @@ def test_summary_markdown_is_a_valid_table(run) -> None:
     notes = [ln for ln in md.splitlines() if ln.startswith(("Answer normalisation:", "searches/q counts"))]
     assert notes[0].startswith("Answer normalisation: em: squad; f1: squad; cover_em: squad, word boundary;")
     assert "batches of 2" in notes[1] and "queries/q" in header
-    why = md[md.index("Why answers are wrong") :].rstrip("\n")  # the failure table follows the scores
-    assert md == render_markdown(result.rows, SCORES, notes=notes, after=[why])
+    # the intervals, the paired comparisons, then the failure table follow the scores
+    intervals, compared, why = md.index("## 95% confidence"), md.index("## Paired"), md.index("Why answers are wrong")
+    assert intervals < compared < why
+    assert md == render_markdown(result.rows, SCORES, notes=notes, after=[md[intervals:].rstrip("\n")])
 
 
 def test_summary_csv_and_json_carry_the_same_rows(run) -> None:

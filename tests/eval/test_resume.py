@@ -62,6 +62,7 @@ def test_a_rerun_answers_only_what_the_interrupted_run_left(tmp_path: Path, exam
         assert _strip(_rows(resumed.paths[pair])) == _strip(_rows(whole.paths[pair]))
         assert not partial_path(resumed.paths[pair]).exists()  # the whole evaluation is written: they go
     assert [r["em"] for r in resumed.rows] == [r["em"] for r in whole.rows]
+    assert [r["em_ci95"] for r in resumed.rows] == [r["em_ci95"] for r in whole.rows]  # the intervals too
 
 
 def test_a_cut_line_is_redone_and_other_settings_or_no_key_start_afresh(tmp_path: Path, examples, fakes) -> None:

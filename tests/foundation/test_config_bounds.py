@@ -56,6 +56,7 @@ from searchrl.config import ConfigError, load_config
         ("evaluation.temperature=-1", "greater than or equal to 0"),
         ("evaluation.batch_size=0", "greater than or equal to 1"),
         ("evaluation.max_new_tokens=0", "greater than or equal to 1"),
+        ("evaluation.bootstrap_resamples=-1", "greater than or equal to 0"),
     ],
 )
 def test_out_of_range_override_is_blamed_on_the_override(override: str, says: str) -> None:

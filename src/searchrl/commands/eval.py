@@ -179,21 +179,29 @@ def rescore(
     plugins: list[str] = typer.Option(
         None, "--plugin", help="a plugin file or module to load first: a --protocol of your own (repeatable)"
     ),
+    compare_to: str = typer.Option(
+        "auto", help="compare every method with this one (auto: naive_rag if present, else the first; none: none)"
+    ),
+    seed: int = typer.Option(0, help="seed of the bootstrap draws: the run's evaluation.seed gives its intervals"),
+    resamples: int = typer.Option(1000, min=0, help="bootstrap resamples per interval and comparison (0: none)"),
 ) -> None:
     """Re-score existing predictions files and print the summary table.
 
     The rule is the one `searchrl eval` used: each row of ours records the normalisation and cover-EM boundary of
     its protocol, and is re-scored with them (--protocol, --normalize or --boundary choose another). R1-Searcher's
     released files (question/answer/pred_ans) are scored as the authors' script scores them, so EM, cover-EM
-    (tokens) = ACC_R and F1 match their paper.
+    (tokens) = ACC_R and F1 match their paper. Every score gets its 95% bootstrap interval, and every method is
+    compared with --compare-to on the questions both answered, as `searchrl eval` does.
 
     Example: searchrl eval rescore runs/eval/predictions/dev__agent.jsonl --out runs/rescored
     """
     from searchrl.config.extensions import import_plugin
     from searchrl.eval.diagnostics import with_committed
-    from searchrl.eval.harness import predictions_path, scoring_note, summary_sections
-    from searchrl.eval.report import aggregate, print_summary, write_reports
+    from searchrl.eval.harness import predictions_path, summary_sections
+    from searchrl.eval.report import aggregate, print_section, print_summary, write_reports
     from searchrl.eval.rescore import rescore_file
+    from searchrl.eval.scoring import scoring_note
+    from searchrl.eval.stats import reference_method, uncertainty
     from searchrl.rewards.judge import LLMJudge
     from searchrl.utils import console, write_jsonl
 
@@ -218,7 +226,11 @@ def rescore(
             judge.close()
     score_names = with_committed([*names, *(["judge"] if judge is not None else [])])
     rows = aggregate(items, score_names)
+    reference = reference_method(list(dict.fromkeys(it["method"] for it in items)), compare_to)
+    stats, stats_md = uncertainty(rows, items, score_names, seed=seed, resamples=resamples, reference=reference)
     print_summary(rows, score_names, title="rescore")
+    for section in stats_md[1:]:  # the paired comparisons
+        print_section(section)
     if out is not None:
         groups: dict[tuple[str, str], list[dict]] = {}
         for it in items:
@@ -230,6 +242,7 @@ def rescore(
             settings.setdefault(json.dumps(it["metric_settings"], sort_keys=True), it["metric_settings"])
         notes = [scoring_note(s, names) for s in settings.values()]
         sections, after = summary_sections(items, score_names, list(dict.fromkeys(it["dataset"] for it in items)))
-        extra = {"rescored": [str(f) for f in files], "metric_settings": list(settings.values()), **sections}
+        extra = {"rescored": [str(f) for f in files], "metric_settings": list(settings.values()), **sections, **stats}
+        after = [*stats_md, *after]
         write_reports(rows, score_names, out, extra, title="Re-scored predictions", notes=notes, after=after)
         console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png")

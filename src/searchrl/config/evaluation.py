@@ -107,4 +107,20 @@ class EvaluationConfig(Section):
     max_turns: int | None = None
     max_searches: int | None = None
     agent_max_new_tokens: int | None = None
+    #: seeds the policy's sampling, a dataset's ``sample:`` and the bootstrap draws of the intervals and comparisons.
     seed: int = 0
+    #: bootstrap resamples (and sign-flip permutations) behind each score's 95% interval and each paired comparison
+    #: (searchrl.eval.stats); 0 leaves both out.
+    bootstrap_resamples: int = Field(default=1000, ge=0)
+    #: the method every other one is compared with, question by question (the mean difference, its 95% interval and
+    #: a paired p-value): a method of ``methods``; auto = naive_rag when it runs, else the first method; null = none.
+    compare_to: str | None = "auto"
+
+    @model_validator(mode="after")
+    def _check_compare_to(self) -> EvaluationConfig:
+        if self.compare_to not in (None, "auto") and self.compare_to not in self.methods:
+            raise ValueError(
+                f"compare_to {self.compare_to!r} is not one of evaluation.methods {self.methods}; name one of them, "
+                "auto (naive_rag when it runs, else the first method) or null (no comparisons)"
+            )
+        return self

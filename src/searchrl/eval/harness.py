@@ -7,7 +7,8 @@ from a ``RunConfig``, then calls :func:`evaluate`, which for every dataset x met
 2. scores each prediction with every metric of ``evaluation.metrics`` under the method's own normalisation
    (``evaluation.normalize`` / ``boundary``, see :func:`metric_settings`) and the LLM judge, when configured,
 3. writes ``predictions/<dataset>__<method>.jsonl`` (question, golds, prediction, trajectory, per-item metrics),
-and finally writes ``summary.{md,csv,json,png}`` and the resolved ``config.yaml`` and prints the table. A run cut
+and finally writes ``summary.{md,csv,json,png}`` (each score with its 95% interval, each method compared with a
+reference: :mod:`searchrl.eval.stats`) and the resolved ``config.yaml`` and prints the table. A run cut
 short resumes: the same command again keeps every answer already written (:mod:`searchrl.eval.resume`).
 
 :mod:`searchrl.eval.rescore` re-scores a predictions file: ours, or R1-Searcher's released one, the authors' way
@@ -49,12 +50,14 @@ from searchrl.eval.report import (
     breakdown,
     by_style,
     group_table,
+    print_section,
     print_summary,
     write_reports,
 )
 from searchrl.eval.resume import answer_pair, settings_key
-from searchrl.eval.scoring import check_metrics, metric_functions, metric_settings
+from searchrl.eval.scoring import check_metrics, metric_functions, metric_settings, scoring_note
 from searchrl.eval.search_o1 import SearchO1Method
+from searchrl.eval.stats import RESAMPLES, reference_method, uncertainty
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
 from searchrl.rewards.judge import LLMJudge
@@ -285,6 +288,9 @@ def evaluate(
     timing: str = "batch",
     methods_by_dataset: Mapping[str, dict[str, Method]] | None = None,
     resume_key: str | None = None,
+    seed: int = 0,
+    resamples: int = RESAMPLES,
+    compare_to: str | None = "auto",
 ) -> EvalResult:
     """Every method on every dataset; writes predictions and the summary files into ``out_dir`` (None: nothing is
     kept on disk, the result holds the rows and items).
@@ -295,7 +301,12 @@ def evaluate(
 
     ``settings`` (from :func:`metric_settings`) fixes each metric's normalisation; by default the methods'
     protocol's, as ``searchrl eval`` picks them, when they share one (else each metric's own);
-    ``timing="single"`` answers one question at a time so that latency is per question at batch size 1."""
+    ``timing="single"`` answers one question at a time so that latency is per question at batch size 1.
+
+    Each score gets a 95% bootstrap interval of ``resamples`` draws seeded by ``seed``, and each method is compared
+    with ``compare_to`` (:mod:`searchrl.eval.stats`)."""
+    names = list(dict.fromkeys([*methods, *(n for ms in (methods_by_dataset or {}).values() for n in ms)]))
+    reference = reference_method(names, compare_to)  # a name that is not evaluated fails before any answer
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
     if timing not in ("batch", "single"):
@@ -346,12 +357,16 @@ def evaluate(
     if empty:
         console.log(f"[yellow]warning:[/yellow] no questions in {', '.join(empty)}: left out of the summary table")
     sections, after = summary_sections(items, score_names, list(datasets))
-    info.update(sections)
+    stats, stats_md = uncertainty(summary, items, score_names, seed=seed, resamples=resamples, reference=reference)
+    info.update({**sections, **stats})
     notes = [scoring_note(settings, metrics), timing_note(timing, answer_batch), *(extra or {}).get("notes", [])]
     if scratch is None:  # kept nowhere: no report files to draw
-        paths.update(write_reports(summary, score_names, out, info, notes=notes, after=after, sizes=info["datasets"]))
+        md = [*stats_md, *after]  # the intervals and comparisons right after the scores
+        paths.update(write_reports(summary, score_names, out, info, notes=notes, after=md, sizes=info["datasets"]))
     if show:
         print_summary(summary, score_names)
+        for section in stats_md[1:]:  # the paired comparisons
+            print_section(section)
         console.print(after[0], soft_wrap=True, markup=False)
         if scratch is None:
             console.print(f"wrote {out}/summary.md, summary.csv, summary.json, summary.png in {runtime:.1f} s")
@@ -393,16 +408,6 @@ def _styles_of(rows: Sequence[dict[str, Any]]) -> list[set[str]]:
     for r in rows:
         out.setdefault(r["dataset"], set()).add(r["style"])
     return list(out.values())
-
-
-def scoring_note(settings: Mapping[str, Mapping[str, str]], metrics: Sequence[str]) -> str:
-    """One markdown line saying how each score was normalised (and cover_em's boundary)."""
-    parts = []
-    for m in metrics:
-        s = settings[m]
-        extra = f", {s['boundary']} boundary" if "boundary" in s else ""
-        parts.append(f"{m}: {s['normalize']}{extra}")
-    return "Answer normalisation: " + "; ".join(parts) + "."
 
 
 def timing_note(timing: str, batch_size: int) -> str:
@@ -484,6 +489,9 @@ def run_from_config(
             methods_by_dataset=by_dataset,
             resume_key=settings_key(cfg) if resume else None,
             show=show,
+            seed=ev.seed,
+            resamples=ev.bootstrap_resamples,
+            compare_to=ev.compare_to,
         )
     finally:
         if judge is not None:

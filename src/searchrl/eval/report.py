@@ -4,7 +4,8 @@ A *summary row* is one (dataset, method) pair: ``n``, the mean of every score (`
 ``cover_em_tokens``, and ``judge`` when a judge ran), and the efficiency figures per question (``searches``:
 search calls, ``queries``: the queries they held, ``gen_tokens``, ``latency_s``). When there is more than one
 dataset, each method that ran on all of them also gets a row with ``dataset == "average"``: the unweighted mean
-over the datasets (the papers' "Avg." column).
+over the datasets (the papers' "Avg." column). :mod:`searchrl.eval.stats` adds each score's 95% interval,
+``<score>_ci95``, after it.
 
 Scores are fractions in JSON and CSV, and percentages (one decimal) in the markdown, console and PNG tables. The
 markdown table is wide, paper-style: one row per method, one column per dataset x score, then the average columns,
@@ -208,8 +209,20 @@ def render_markdown(
     return "\n".join(lines) + "\n"
 
 
+def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row with each interval ``[lo, hi]`` as two columns, ``<key>_lo`` and ``<key>_hi``."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if k.endswith("_ci95"):
+            out[f"{k}_lo"], out[f"{k}_hi"] = v if v is not None else (None, None)
+        else:
+            out[k] = v
+    return out
+
+
 def render_csv(rows: Sequence[dict[str, Any]]) -> str:
-    """Long format: one line per (dataset, method), raw fractions."""
+    """Long format: one line per (dataset, method), raw fractions; an interval as its ``_lo`` and ``_hi`` columns."""
+    rows = [_flat(r) for r in rows]
     keys = list(dict.fromkeys(k for r in rows for k in r))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
@@ -251,6 +264,11 @@ def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title:
     for line in body:
         table.add_row(*line)
     out.print(table)
+
+
+def print_section(text: str) -> None:
+    """A markdown section after the summary table on stdout (a result, as the table is), a blank line before it."""
+    Console().print(f"\n{text}", markup=False, highlight=False, soft_wrap=True)
 
 
 def plot_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], path: str | Path) -> Path:

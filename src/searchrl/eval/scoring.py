@@ -91,3 +91,13 @@ def convention(protocol: str) -> tuple[str, str]:
         "or eval rescore --plugin FILE), or give the rule (--normalize and --boundary; from Python "
         "metric_settings(metrics, 'squad', 'word'))"
     )
+
+
+def scoring_note(settings: Mapping[str, Mapping[str, str]], metrics: Sequence[str]) -> str:
+    """One markdown line saying how each score was normalised (and cover_em's boundary)."""
+    parts = []
+    for m in metrics:
+        s = settings[m]
+        extra = f", {s['boundary']} boundary" if "boundary" in s else ""
+        parts.append(f"{m}: {s['normalize']}{extra}")
+    return "Answer normalisation: " + "; ".join(parts) + "."
