@@ -189,6 +189,27 @@ def test_an_index_or_an_evaluation_set_outside_the_run_changed_in_place_runs_the
         assert [c["name"] for c in fake_handlers] == ["eval"]
 
 
+def test_an_evaluation_sets_own_index_under_data_source_rebuilt_in_place_runs_the_evaluation_again(
+    tmp_path: Path, fake_handlers, monkeypatch
+) -> None:
+    """A set's own ``index:`` named relative to data.source (where the evaluation finds it, not the current
+    directory) counts by its manifest too."""
+    data = tmp_path / "data"
+    (data / "own-index").mkdir(parents=True)
+    (data / "own-index" / "manifest.json").write_text('{"created": "1"}')
+    (data / "dev.jsonl").write_text('{"question": "q?", "answer": "a"}\n')
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    evaluation = {"datasets": [{"data": "dev", "name": "own", "index": "own-index"}]}
+    stages = [{"name": "eval", "kind": "eval"}]
+    cfg = validate_dict({"name": "t", "data": {"source": str(data)}, "evaluation": evaluation, "pipeline": stages})
+    run_pipeline(cfg, tmp_path / "run")
+    fake_handlers.clear()
+    (data / "own-index" / "manifest.json").write_text('{"created": "2"}')
+    run_pipeline(cfg, tmp_path / "run")
+    assert [c["name"] for c in fake_handlers] == ["eval"]
+
+
 def test_editing_your_reward_function_or_plugin_runs_the_stages_that_use_it_again(
     tmp_path: Path, fake_handlers, monkeypatch
 ) -> None:
