@@ -120,6 +120,20 @@ def test_the_settings_key_follows_an_index_rebuilt_in_place(tmp_path: Path) -> N
     assert key != settings_key(cfg)
 
 
+def test_the_settings_key_follows_a_sets_own_index_under_data_source(tmp_path: Path, monkeypatch) -> None:
+    """A set's own ``index:`` relative to data.source, where the evaluation finds it, counts by its manifest too."""
+    data = tmp_path / "data"
+    (data / "own-index").mkdir(parents=True)
+    (data / "own-index" / "manifest.json").write_text('{"created": "then"}')
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    sets = '[{"data": "dev", "index": "own-index"}]'
+    cfg = load_config("demo", [f"data.source={data}", f"evaluation.datasets={sets}"])
+    key = settings_key(cfg)
+    (data / "own-index" / "manifest.json").write_text('{"created": "now, from another corpus"}')
+    assert key != settings_key(cfg)
+
+
 def test_a_sampled_baseline_gives_a_question_the_same_answer_in_any_batch(examples) -> None:
     """Each prompt samples from its own stream: a resumed or re-batched evaluation answers a question alike."""
     from searchrl.generation.fake import ByteTokenizer
