@@ -43,21 +43,28 @@ def write(partial: Path, header: Row | None, entries: Iterable[tuple[str, Row]],
 
 
 def kept(partial: Path, key: str) -> dict[str, Row]:
-    """The rows by slot that an interrupted run with the same ``key`` wrote, the file rewritten without the line the
-    interruption cut (and anything after it); {} when there is no such file or its key is another."""
+    """The rows by slot that an interrupted run with the same ``key`` wrote; the line the interruption cut (and
+    anything after it) is cut off the file in place, which is read line by line and not written again (a sampling
+    stage's file holds every attempt's tokens). {} when there is no such file or its key is another."""
     if not partial.exists():
         return {}
-    lines = partial.read_bytes().split(b"\n")
-    header = {"resume_key": key}
-    if _load(lines[0]) != header:
-        return {}
     rows: dict[str, Row] = {}
-    for line in lines[1:]:
-        entry = _load(line)
-        if not (isinstance(entry, dict) and isinstance(entry.get("slot"), str) and isinstance(entry.get("row"), dict)):
-            break
-        rows[entry["slot"]] = entry["row"]
-    write(partial, header, rows.items(), "w")
+    with partial.open("r+b") as f:
+        if _load(f.readline()) != {"resume_key": key}:
+            return {}
+        good = f.tell()  # the end of the last whole line
+        for line in f:
+            entry = _load(line)
+            if not (
+                isinstance(entry, dict) and isinstance(entry.get("slot"), str) and isinstance(entry.get("row"), dict)
+            ):
+                break
+            rows[entry["slot"]] = entry["row"]
+            good += len(line)
+        f.truncate(good)
+        f.seek(good - 1)
+        if f.read(1) != b"\n":  # a last row cut just before its newline: the next one starts a line of its own
+            f.write(b"\n")
     return rows
 
 
