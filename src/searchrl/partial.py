@@ -31,10 +31,18 @@ def _load(line: bytes) -> Any:
         return None
 
 
+def _plain(value: Any) -> Any:
+    """A value JSON has no type for (a question's metadata read from parquet or a dataset: a date, an array) as the
+    nearest one JSON has."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
 def write(partial: Path, header: Row | None, entries: Iterable[tuple[str, Row]], mode: str) -> None:
     """``mode="w"``: (re)write ``partial`` atomically, ``header`` first; ``"a"``: append ``entries``."""
     lines = [json.dumps(header) + "\n"] if header else []
-    lines += [json.dumps({"slot": s, "row": r}, ensure_ascii=False) + "\n" for s, r in entries]
+    lines += [json.dumps({"slot": s, "row": r}, ensure_ascii=False, default=_plain) + "\n" for s, r in entries]
     if mode == "w":
         atomic_write_lines(partial, lines)
     else:

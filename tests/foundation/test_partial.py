@@ -48,3 +48,16 @@ def test_another_key_or_no_file_keeps_nothing(tmp_path: Path) -> None:
     assert partial.kept(path, "other") == {}
     path.write_bytes(b"")
     assert partial.kept(path, "k") == {}
+
+
+def test_a_row_with_values_json_has_no_type_for_is_written(tmp_path: Path) -> None:
+    """A question's metadata read from parquet or a dataset may hold dates or arrays: written as JSON's nearest."""
+    import datetime
+
+    import numpy as np
+
+    path = tmp_path / "p.partial"
+    partial.start(path, "k")
+    row = {"when": datetime.date(2020, 1, 2), "ids": np.arange(3), "n": np.int64(4)}
+    partial.write(path, None, [("q1", row)], "a")
+    assert partial.kept(path, "k") == {"q1": {"when": "2020-01-02", "ids": [0, 1, 2], "n": 4}}
