@@ -557,3 +557,6 @@ def test_the_sampling_stages_key_their_attempts_on_the_settings_and_the_teacher(
     assert key != attempt_log(load_config("demo"), out, Teacher(url="http://teacher:8000/v1")).key
     assert key != attempt_log(load_config("demo", ["rollout.max_turns=2"]), out, None).key
     assert key != attempt_log(load_config("demo", ["retrieval.topk=5"]), out, None).key
+    assert key != attempt_log(load_config("demo", ["model.prompt_style=raw"]), out, None).key
+    # what only a later stage reads keeps the questions already sampled
+    assert key == attempt_log(load_config("demo", ["training.steps=7", "evaluation.seed=3"]), out, None).key

@@ -30,11 +30,11 @@ from searchrl.utils import console
 Row = dict[str, Any]
 
 
-def settings_key(cfg: RunConfig, policy: str | None = None) -> str:
-    """The whole resolved config, the digests of its plugins' files and, for a policy in a local directory (``policy``,
-    default ``training.init_from`` or ``model.policy``), its files' sizes and times, and the same of every index's
-    manifest: answers of a model trained again into the same directory, or retrieved from an index rebuilt in place,
-    are not taken for the new one's."""
+def settings_key(cfg: RunConfig, policy: str | None = None, sections: Sequence[str] | None = None) -> str:
+    """The whole resolved config (or only its ``sections``), the digests of its plugins' files and, for a policy in a
+    local directory (``policy``, default ``training.init_from`` or ``model.policy``), its files' sizes and times, and
+    the same of every index's manifest: answers of a model trained again into the same directory, or retrieved from
+    an index rebuilt in place, are not taken for the new one's."""
     policy = Path(policy or cfg.training.init_from or cfg.model.policy)
     files = sorted(f for f in policy.iterdir() if f.is_file()) if policy.is_dir() else []
     # a set's own index where the evaluation looks for it: in data.source first (not the current directory's)
@@ -45,7 +45,9 @@ def settings_key(cfg: RunConfig, policy: str | None = None) -> str:
     stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     # a plugin's method or protocol edited since: its answers are not the new one's
     code = [json.dumps(code_digests(cfg.plugins), sort_keys=True)] if cfg.plugins else []
-    return digest(cfg.model_dump_json(), json.dumps(stamp), *code)
+    some = None if sections is None else cfg.model_dump(mode="json", include=set(sections))
+    config = cfg.model_dump_json() if some is None else json.dumps(some, sort_keys=True)
+    return digest(config, json.dumps(stamp), *code)
 
 
 def partial_path(path: Path) -> Path:

@@ -63,14 +63,20 @@ def rollout_engine(cfg: RunConfig, teacher: Teacher | None = None, limits: Rollo
     return RolloutEngine.from_config(cfg, generator, retriever, protocol=protocol, limits=limits)
 
 
+#: the config sections that shape a sampling stage's attempts (the questions and the stopping rule are keyed apart):
+#: a change elsewhere, say to a later RL stage's ``training.steps``, keeps the questions already sampled
+SAMPLING_SECTIONS = ("model", "retrieval", "rollout", "plugins")
+
+
 def attempt_log(cfg: RunConfig, out: Path, teacher: Teacher | None) -> AttemptLog:
-    """Where a sampling stage writing ``out`` keeps its finished questions, keyed on the whole config, the policy's
-    files (a local directory) and the indexes' manifests (:func:`~searchrl.eval.resume.settings_key`), and the
-    teacher's server."""
+    """Where a sampling stage writing ``out`` keeps its finished questions, keyed on the config sections that shape
+    the attempts (:data:`SAMPLING_SECTIONS`), the policy's files (a local directory) and the indexes' manifests
+    (:func:`~searchrl.eval.resume.settings_key`), and the teacher's server."""
     from searchrl.eval.resume import settings_key
 
     teacher = teacher or Teacher()
-    return AttemptLog(Path(out), f"{settings_key(cfg, cfg.model.policy)}/{teacher.url}/{teacher.served_model}")
+    key = settings_key(cfg, cfg.model.policy, SAMPLING_SECTIONS)
+    return AttemptLog(Path(out), f"{key}/{teacher.url}/{teacher.served_model}")
 
 
 def rejection_sampling(
