@@ -224,5 +224,6 @@ def test_the_config_names_the_reference_among_the_methods() -> None:
     cfg = load_config("multihop_cpu", ["evaluation.compare_to=agent"])
     assert cfg.evaluation.compare_to == "agent" and cfg.evaluation.bootstrap_resamples == 1000
     assert load_config("multihop_cpu", ["evaluation.compare_to=null"]).evaluation.compare_to is None
+    assert load_config("multihop_cpu", ["evaluation.compare_to=none"]).evaluation.compare_to is None  # as the CLI
     with pytest.raises(ConfigError, match="compare_to 'direct' is not one of evaluation.methods"):
         load_config("multihop_cpu", ["evaluation.compare_to=direct"])

@@ -116,6 +116,11 @@ class EvaluationConfig(Section):
     #: a paired p-value): a method of ``methods``; auto = naive_rag when it runs, else the first method; null = none.
     compare_to: str | None = "auto"
 
+    @field_validator("compare_to")
+    @classmethod
+    def _none_is_null(cls, v: str | None) -> str | None:
+        return None if v is not None and v.lower() in ("none", "null") else v  # as `eval rescore --compare-to none`
+
     @model_validator(mode="after")
     def _check_compare_to(self) -> EvaluationConfig:
         if self.compare_to not in (None, "auto") and self.compare_to not in self.methods:

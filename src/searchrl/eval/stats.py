@@ -13,7 +13,7 @@ over the datasets for the methods with an ``average`` row: the mean difference (
 paired-bootstrap interval (the pairs resampled together) and the two-sided p-value of a paired sign-flip
 permutation test (each pair's difference keeps or flips its sign at random; ``p`` is the share of sign patterns whose
 mean difference is at least as far from 0 as the observed one: all patterns exactly when there are at most
-``resamples`` of them, else ``resamples`` random ones, counted as (hits + 1) / (resamples + 1)). Identical answers
+``resamples`` (and 2**16) of them, else ``resamples`` random ones, counted as (hits + 1) / (resamples + 1)). Identical answers
 give p = 1.
 
 Every draw is seeded by ``seed`` (``evaluation.seed``) and the row's names, so a rerun, a resumed run and a
@@ -40,6 +40,7 @@ RESAMPLES = 1000
 AUTO_REFERENCE = "naive_rag"
 TEST = "paired sign-flip permutation test, two-sided"
 _CELLS = 2_000_000  # resampled values drawn at once: bounds the memory of a large set
+_EXACT_MAX = 16  # differences enumerated over every sign pattern at most (2**16 patterns): a huge resamples is drawn
 
 
 def _rng(seed: int, *key: str) -> np.random.Generator:
@@ -91,7 +92,7 @@ def sign_flip_p(groups: Sequence[np.ndarray], resamples: int, rng: np.random.Gen
         return 1.0
     observed = abs(a.sum())
     tol = 1e-9 * np.abs(a).sum()  # sums of the same terms in another order
-    if len(a) <= math.log2(max(resamples, 1)):  # every sign pattern, exactly
+    if len(a) <= min(_EXACT_MAX, math.log2(max(resamples, 1))):  # every sign pattern, exactly
         signs = ((np.arange(2 ** len(a))[:, None] >> np.arange(len(a))) & 1) * 2 - 1
         return float(np.mean(np.abs(signs @ a) >= observed - tol))
     hits, total = 0, a.sum()
