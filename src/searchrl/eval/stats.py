@@ -13,8 +13,8 @@ over the datasets for the methods with an ``average`` row: the mean difference (
 paired-bootstrap interval (the pairs resampled together) and the two-sided p-value of a paired sign-flip
 permutation test (each pair's difference keeps or flips its sign at random; ``p`` is the share of sign patterns whose
 mean difference is at least as far from 0 as the observed one: all patterns exactly when there are at most
-``resamples`` (and 2**16) of them, else ``resamples`` random ones, counted as (hits + 1) / (resamples + 1)). Identical answers
-give p = 1.
+``resamples`` (and 2**16) of them, else ``resamples`` random ones, counted as (hits + 1) / (resamples + 1)).
+Identical answers give p = 1.
 
 Every draw is seeded by ``seed`` (``evaluation.seed``) and the row's names, so a rerun, a resumed run and a
 re-scoring of the saved predictions give the same numbers, whatever else was evaluated beside them.
