@@ -68,6 +68,17 @@ def tokenizer() -> ByteTokenizer:
     return ByteTokenizer()
 
 
+def letters_trainer(cfg, questions, **kwargs):
+    """An RL ``Trainer`` on the letters task: :func:`tiny_model`, :func:`tokenizer`, :class:`LettersProtocol`, no
+    retriever and :func:`letter_fraction_reward`; ``kwargs`` go to the Trainer (``micro_batch_size``, ``generator``,
+    ``eval_examples``, ...)."""
+    from searchrl.rl.trainer import Trainer
+
+    return Trainer(
+        cfg, tiny_model(), tokenizer(), LettersProtocol(), None, questions, reward_fn=letter_fraction_reward, **kwargs
+    )
+
+
 def letter_sft_examples(n: int = 10) -> list:
     """``n`` tiny SFT examples ("say i:" -> " letters i abc", every target token trained) over :func:`tokenizer`."""
     tok = tokenizer()

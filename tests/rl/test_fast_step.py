@@ -17,7 +17,7 @@ from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol, Sea
 from searchrl.retrieval.base import Hit
 from searchrl.rl.batch import collate_trajectories, score_tokens
 from searchrl.rl.trainer import Trainer
-from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
+from searchrl.testing import LettersProtocol, letter_fraction_reward, letters_trainer, tiny_model, tokenizer
 
 QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(8)]
 
@@ -245,16 +245,7 @@ def test_held_out_evaluation_at_checkpoints(tmp_path: Path) -> None:
         ],
     )
     held = [QAExample(f"h{i}", f"held {i}", ["x"]) for i in range(3)]
-    trainer = Trainer(
-        cfg,
-        tiny_model(),
-        tokenizer(),
-        LettersProtocol(),
-        None,
-        QUESTIONS,
-        reward_fn=letter_fraction_reward,
-        eval_examples=held,
-    )
+    trainer = letters_trainer(cfg, QUESTIONS, eval_examples=held)
     trainer.train()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "eval/em" in r] == [0, 2, 3]

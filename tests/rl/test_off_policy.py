@@ -17,7 +17,7 @@ from searchrl.data.records import QAExample
 from searchrl.rl.async_rollout import behaviour_copy
 from searchrl.rl.batch import TokenScorer, compute_logprobs
 from searchrl.rl.trainer import Trainer
-from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
+from searchrl.testing import LettersProtocol, letter_fraction_reward, letters_trainer, tiny_model, tokenizer
 
 QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(16)]
 OFF = {"training.off_policy_steps": "1"}
@@ -41,17 +41,7 @@ def make_trainer(tmp: Path, steps: int = 2, lr: float = 3e-3, eval_examples=None
         "rollout.max_total_tokens=128",
         *[f"{k}={v}" for k, v in extra.items()],
     ]
-    return Trainer(
-        load_config(None, overrides),
-        tiny_model(),
-        tokenizer(),
-        LettersProtocol(),
-        None,
-        QUESTIONS,
-        reward_fn=letter_fraction_reward,
-        micro_batch_size=32,
-        eval_examples=eval_examples,
-    )
+    return letters_trainer(load_config(None, overrides), QUESTIONS, micro_batch_size=32, eval_examples=eval_examples)
 
 
 def capture_steps(trainer: Trainer) -> list[dict]:

@@ -10,7 +10,7 @@ import torch
 from searchrl.config import load_config
 from searchrl.data.records import QAExample
 from searchrl.rl.trainer import Trainer
-from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
+from searchrl.testing import letter_fraction_reward, letters_trainer, tiny_model, tokenizer
 
 QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(16)]
 
@@ -36,16 +36,7 @@ def make_trainer(
         *[f"{k}={v}" for k, v in extra.items()],
     ]
     cfg = load_config(None, overrides)
-    return Trainer(
-        cfg,
-        tiny_model(),
-        tokenizer(),
-        LettersProtocol(),
-        None,
-        questions,
-        reward_fn=letter_fraction_reward,
-        micro_batch_size=32,
-    )
+    return letters_trainer(cfg, questions, micro_batch_size=32)
 
 
 def _mean(xs):

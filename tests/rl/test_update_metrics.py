@@ -11,7 +11,7 @@ from searchrl.config import load_config
 from searchrl.data.records import QAExample
 from searchrl.rl.metrics_log import UpdateMetrics, combine_process_metrics
 from searchrl.rl.trainer import Trainer
-from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
+from searchrl.testing import letters_trainer
 
 # prompts of 21 tokens (q0..q9) and 22 (q10..q15): at max_total_tokens=29 the first get 8 response tokens and the
 # others none (less room than a turn needs), so some micro-batches count no token at all
@@ -40,16 +40,7 @@ def make_trainer(tmp: Path, micro: int, **extra: str) -> Trainer:
         **extra,
     }
     cfg = load_config(None, [f"{k}={v}" for k, v in settings.items()])
-    return Trainer(
-        cfg,
-        tiny_model(),
-        tokenizer(),
-        LettersProtocol(),
-        None,
-        QUESTIONS,
-        reward_fn=letter_fraction_reward,
-        micro_batch_size=micro,
-    )
+    return letters_trainer(cfg, QUESTIONS, micro_batch_size=micro)
 
 
 @pytest.mark.parametrize("algo", ["ppo", "gspo"])
