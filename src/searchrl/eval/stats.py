@@ -221,55 +221,58 @@ def _p(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}"
 
 
-def intervals_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str], resamples: int, seed: int) -> str:
-    """Markdown: each row's scores with their intervals, ``mean [lo, hi]`` in %."""
+def _table(title: str, intro: str, metrics: Sequence[str], rows: Sequence[dict[str, Any]], cell) -> str:
+    """A markdown section: ``title``, ``intro``, then one line per (dataset, method) row with ``cell(row, metric)``
+    for each metric."""
     lines = [
-        "## 95% confidence intervals",
+        f"## {title}",
         "",
-        f"Scores in %: the mean and its 95% percentile-bootstrap interval over the questions ({resamples} resamples, "
-        f"seed {seed}). Two methods whose intervals overlap much may differ by chance; the paired comparisons below "
-        "test that directly.",
+        intro,
         "",
         "| dataset | method | n | " + " | ".join(md_cell(LABELS.get(m, m)) for m in metrics) + " |",
         "|---|---|---:|" + "---:|" * len(metrics),
     ]
     for r in rows:
-        cells = []
-        for m in metrics:
-            mean, ci = r.get(m), r.get(f"{m}_ci95")
-            within = "" if ci is None else f" [{_pct(ci[0])}, {_pct(ci[1])}]"
-            cells.append("-" if mean is None else _pct(mean) + within)
         name = "Average" if r["dataset"] == AVERAGE else r["dataset"]
-        lines.append(f"| {md_cell(name)} | {md_cell(r['method'])} | {r['n']} | " + " | ".join(cells) + " |")
+        cells = " | ".join(cell(r, m) for m in metrics)
+        lines.append(f"| {md_cell(name)} | {md_cell(r['method'])} | {r['n']} | {cells} |")
     return "\n".join(lines)
+
+
+def _interval_cell(r: dict[str, Any], m: str) -> str:
+    mean, ci = r.get(m), r.get(f"{m}_ci95")
+    within = "" if ci is None else f" [{_pct(ci[0])}, {_pct(ci[1])}]"
+    return "-" if mean is None else _pct(mean) + within
+
+
+def _comparison_cell(e: dict[str, Any], m: str) -> str:
+    s = e[m]
+    if s["diff"] is None:
+        return "-"
+    lo, hi = s["ci95"]
+    return f"{_signed(s['diff'])} [{_signed(lo)}, {_signed(hi)}] {_p(s['p'])}"
+
+
+def intervals_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str], resamples: int, seed: int) -> str:
+    """Markdown: each row's scores with their intervals, ``mean [lo, hi]`` in %."""
+    intro = (
+        f"Scores in %: the mean and its 95% percentile-bootstrap interval over the questions ({resamples} resamples, "
+        f"seed {seed}). Two methods whose intervals overlap much may differ by chance; the paired comparisons below "
+        "test that directly."
+    )
+    return _table("95% confidence intervals", intro, metrics, rows, _interval_cell)
 
 
 def comparisons_table(
     entries: Sequence[dict[str, Any]], metrics: Sequence[str], reference: str, resamples: int
 ) -> str:
     """Markdown: each method minus the reference, ``diff [lo, hi] p=...`` in points."""
-    lines = [
-        f"## Paired comparisons with {md_cell(reference)}",
-        "",
+    intro = (
         f"Each method minus {md_cell(reference)} on the questions both answered, in points: the mean difference, its "
         f"95% paired-bootstrap interval and the two-sided p-value of a paired sign-flip permutation test ({resamples} "
-        "resamples; exact over every sign pattern when there are fewer). `n`: the questions both answered.",
-        "",
-        "| dataset | method | n | " + " | ".join(md_cell(LABELS.get(m, m)) for m in metrics) + " |",
-        "|---|---|---:|" + "---:|" * len(metrics),
-    ]
-    for e in entries:
-        cells = []
-        for m in metrics:
-            s = e[m]
-            if s["diff"] is None:
-                cells.append("-")
-                continue
-            lo, hi = s["ci95"]
-            cells.append(f"{_signed(s['diff'])} [{_signed(lo)}, {_signed(hi)}] {_p(s['p'])}")
-        name = "Average" if e["dataset"] == AVERAGE else e["dataset"]
-        lines.append(f"| {md_cell(name)} | {md_cell(e['method'])} | {e['n']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        "resamples; exact over every sign pattern when there are fewer). `n`: the questions both answered."
+    )
+    return _table(f"Paired comparisons with {md_cell(reference)}", intro, metrics, entries, _comparison_cell)
 
 
 def uncertainty(
