@@ -80,6 +80,14 @@ def data_file(directory: str, name: str) -> str:
     return str(in_data)
 
 
+def eval_set_indexes(cfg: RunConfig) -> list[str]:
+    """The own index of each evaluation set that names one, where the evaluation finds it: a relative path in
+    ``data.source`` first (a directory), as :func:`data_file` places it."""
+    local = cfg.data.source != "synthetic" and Path(cfg.data.source).is_dir()
+    own = [d.index for d in cfg.evaluation.datasets if not isinstance(d, str) and d.index]
+    return [data_file(cfg.data.source, d) if local else d for d in own]
+
+
 def load_split(
     cfg: RunConfig, split: str, limit: int | None = None, kinds: list[str] | None = None
 ) -> list[QAExample]:

@@ -24,7 +24,7 @@ from searchrl.config.extensions import code_digests
 from searchrl.data.records import QAExample
 from searchrl.eval.method import Method, Prediction
 from searchrl.partial import digest
-from searchrl.pipeline import data_file
+from searchrl.pipeline import eval_set_indexes
 from searchrl.utils import console
 
 Row = dict[str, Any]
@@ -37,10 +37,7 @@ def settings_key(cfg: RunConfig, policy: str | None = None, sections: Sequence[s
     an index rebuilt in place, are not taken for the new one's."""
     policy = Path(policy or cfg.training.init_from or cfg.model.policy)
     files = sorted(f for f in policy.iterdir() if f.is_file()) if policy.is_dir() else []
-    # a set's own index where the evaluation looks for it: in data.source first (not the current directory's)
-    local = cfg.data.source != "synthetic" and Path(cfg.data.source).is_dir()
-    own = [d.index for d in cfg.evaluation.datasets if not isinstance(d, str) and d.index]
-    indexes = [cfg.retrieval.index, *(data_file(cfg.data.source, d) if local else d for d in own)]
+    indexes = [cfg.retrieval.index, *eval_set_indexes(cfg)]
     files += [m for d in indexes if d and (m := Path(d) / "manifest.json").is_file()]
     stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     # a plugin's method or protocol edited since: its answers are not the new one's

@@ -202,14 +202,12 @@ def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict
         names = [cfg.data.train]
     indexes = [cfg.retrieval.index] if kind != "index" and "retrieval" in _READS.get(kind, ()) else []
     if kind == "eval":
-        from searchrl.pipeline import data_file
+        from searchrl.pipeline import eval_set_indexes
 
         sets = [d for d in cfg.evaluation.datasets if not isinstance(d, str)]
         names += [] if data else [d if isinstance(d, str) else d.data for d in cfg.evaluation.datasets]
         names += [d.corpus for d in sets if d.corpus]
-        # a set's own index where the evaluation looks for it: in data.source first (not the current directory's)
-        local = cfg.data.source != "synthetic" and os.path.isdir(cfg.data.source)
-        indexes += [data_file(cfg.data.source, d.index) if local else d.index for d in sets if d.index]
+        indexes += eval_set_indexes(cfg)
     names += [os.path.join(os.path.abspath(i), "manifest.json") for i in indexes if i]
     return file_fingerprints(cfg, names, root)
 
