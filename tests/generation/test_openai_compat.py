@@ -97,3 +97,51 @@ def test_a_teacher_that_times_out_is_retried_then_named_and_concurrency_may_exce
     gen.client = httpx.Client(transport=httpx.MockTransport(dead), timeout=5.0)
     with pytest.raises(ConnectionError, match=r"teacher.test/v1 failed after 3 tries \(timed out\)"):
         gen.generate([[7]], SamplingParams(max_new_tokens=8))
+
+
+def test_a_rejected_request_is_named_at_once_on_one_line_with_the_servers_message(monkeypatch) -> None:
+    """A 4xx is the request's fault (a prompt past the served context, an unknown model name): it is not tried again,
+    and the one-line error carries what the server said and what to check, not httpx's two-line status text."""
+    from searchrl.generation import openai_compat
+
+    monkeypatch.setattr(openai_compat.time, "sleep", lambda s: None)
+    too_long, unknown = "This model's maximum context length is 2048 tokens.", "The model `teacher` does not exist."
+    said = {  # vLLM's error body, then OpenAI's
+        400: ({"object": "error", "message": too_long, "code": 400}, too_long, "max-model-len"),
+        404: ({"error": {"message": unknown, "type": "NotFoundError"}}, unknown, "/v1/models"),
+    }
+    for status, (body, text, fix) in said.items():
+        calls = []
+        gen = OpenAICompatGenerator("http://teacher.test/v1", "teacher", ByteTokenizer(), timeout_s=5.0, retries=3)
+        answer = httpx.MockTransport(lambda r, c=calls, s=status, b=body: c.append(1) or httpx.Response(s, json=b))
+        gen.client = httpx.Client(transport=answer)
+        with pytest.raises(ValueError) as caught:
+            gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
+        message = str(caught.value)
+        assert len(calls) == 1 and "\n" not in message
+        assert f"rejected the request (HTTP {status}: {text}); " in message
+        assert fix in message
+
+
+def test_a_server_that_trickles_its_reply_times_out_and_says_so(monkeypatch) -> None:
+    """Each piece of the body comes quickly but the whole never ends: only a deadline on the whole answer stops the
+    request (here a clock that moves one second a piece, timeout 5 s); the error names the timeout."""
+    from searchrl import utils
+    from searchrl.generation import openai_compat
+
+    monkeypatch.setattr(openai_compat.time, "sleep", lambda s: None)
+    clock = {"t": 0.0}
+    monkeypatch.setattr(utils.time, "monotonic", lambda: clock["t"])
+    pieces = []
+
+    def drip():
+        for _ in range(1000):
+            clock["t"] += 1.0
+            pieces.append(1)
+            yield b" "
+
+    gen = OpenAICompatGenerator("http://teacher.test/v1", "teacher", ByteTokenizer(), timeout_s=5.0, retries=2)
+    gen.client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, content=drip())))
+    with pytest.raises(ConnectionError, match=r"failed after 2 tries \(the answer took over 5 s\);.* more than 5 s"):
+        gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
+    assert len(pieces) < 20

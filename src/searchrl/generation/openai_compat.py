@@ -14,7 +14,29 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from searchrl.generation.base import Completion, Generator, SamplingParams
-from searchrl.utils import console
+from searchrl.utils import console, error_line, request_within
+
+#: what to check when the server refuses a request (a 4xx other than 408 and 429), by status.
+_REJECTED = {
+    400: "check that the prompt plus max_new_tokens fit the served model's context (vLLM: --max-model-len)",
+    401: "set the server's API key in the environment variable the client reads (OPENAI_API_KEY by default)",
+    404: "check the URL (it ends in /v1) and the model name the server serves (its /v1/models)",
+}
+_REJECTED[403] = _REJECTED[401]
+
+
+def _server_message(r: httpx.Response) -> str:
+    """What a server says of a failed request, on one line: OpenAI's ``{"error": {"message"}}``, vLLM's
+    ``{"message"}``, FastAPI's ``{"detail"}``, or the body's text."""
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    said = body.get("error") if isinstance(body, dict) else None
+    said = said.get("message") if isinstance(said, dict) else said
+    if not said and isinstance(body, dict):
+        said = body.get("message") or body.get("detail")
+    return " ".join(str(said or r.text or r.reason_phrase).split())[:300]
 
 
 def _checked(body) -> dict:
@@ -47,23 +69,41 @@ class OpenAICompatGenerator(Generator):
         self.retries = retries
         key = os.environ.get(api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.timeout_s = timeout_s
         self.client = httpx.Client(timeout=timeout_s, headers=headers)
         self._told_inexact = False
 
     def _post(self, payload: dict) -> dict:
-        last: Exception | None = None
+        """One completions request: connection errors, timeouts, 408, 429, 5xx and malformed replies are tried again
+        (``retries`` tries in all, 0.5 s then doubling between them); a 4xx is the request's fault and is named at
+        once, with the server's message (a prompt longer than its context, an unknown model name, a missing key)."""
+        url = f"{self.base_url}/completions"
+        last, timed_out = "", False
         for attempt in range(self.retries):
+            if attempt:
+                time.sleep(0.5 * 2 ** (attempt - 1))
             try:
-                r = self.client.post(f"{self.base_url}/completions", json=payload)
-                r.raise_for_status()
+                r = request_within(self.client, "POST", url, self.timeout_s, json=payload)
+            except httpx.HTTPError as err:
+                last, timed_out = error_line(err), isinstance(err, httpx.TimeoutException)
+                continue
+            if r.status_code in (408, 429) or r.status_code >= 500:
+                last, timed_out = f"HTTP {r.status_code}: {_server_message(r)}", False
+                continue
+            if r.status_code >= 400:
+                raise ValueError(
+                    f"completions server at {self.base_url} rejected the request (HTTP {r.status_code}: "
+                    f"{_server_message(r)}); {_REJECTED.get(r.status_code, _REJECTED[400])}"
+                )
+            try:
                 return _checked(r.json())
-            except (httpx.HTTPError, ValueError) as err:
-                last = err
-                time.sleep(0.5 * 2**attempt)
-        raise ConnectionError(
-            f"completions server at {self.base_url} failed after {self.retries} tries ({last}); "
-            "check the URL and that the server is running and speaks the OpenAI completions API"
-        )
+            except ValueError as err:
+                last, timed_out = error_line(err), False
+        fix = "check the URL and that the server is running and speaks the OpenAI completions API"
+        if timed_out:
+            fix = f"the server is slow or stuck: check it, or give it more than {self.timeout_s:g} s a request"
+        where = f"completions server at {self.base_url}"
+        raise ConnectionError(f"{where} failed after {self.retries} tries ({last}); {fix}")
 
     def _tell_inexact(self) -> None:
         if not self._told_inexact:

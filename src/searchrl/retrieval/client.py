@@ -27,6 +27,7 @@ from searchrl.data.corpus import split_contents
 from searchrl.retrieval.base import Hit
 from searchrl.retrieval.cache import LRUCache
 from searchrl.retrieval.local import check_search_args
+from searchrl.utils import request_within
 
 
 class RetrievalUnavailableError(ConnectionError):
@@ -188,23 +189,6 @@ class RemoteRetriever:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def request_within(client: httpx.Client, method: str, url: str, timeout_s: float, **kwargs: Any) -> httpx.Response:
-    """``client.request`` whose ``timeout_s`` bounds the whole answer: httpx's timeout bounds each connect and each
-    read, so a server that trickles its body a byte at a time would hold the call for ever. The body is read as it
-    arrives, the deadline checked after every piece; past it, ``httpx.ReadTimeout``. (At most about twice
-    ``timeout_s`` in all: a read that stalls waits out its own timeout.)"""
-    deadline = time.monotonic() + timeout_s
-    with client.stream(method, url, timeout=timeout_s, **kwargs) as resp:
-        if resp.is_stream_consumed:  # answered whole already (a mock transport)
-            return resp
-        raw = bytearray()
-        for chunk in resp.iter_raw():
-            raw += chunk
-            if time.monotonic() > deadline:
-                raise httpx.ReadTimeout(f"the answer took over {timeout_s:g} s", request=resp.request)
-    return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(raw), request=resp.request)
 
 
 def _retry_after_s(resp: httpx.Response) -> float:

@@ -35,8 +35,8 @@ import httpx
 
 from searchrl.retrieval.base import Hit
 from searchrl.retrieval.cache import LRUCache
-from searchrl.retrieval.client import request_within
 from searchrl.retrieval.local import check_search_args
+from searchrl.utils import request_within
 
 if TYPE_CHECKING:
     from searchrl.retrieval.pages import PageFetcher, PageSummarizer
