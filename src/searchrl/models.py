@@ -108,9 +108,27 @@ def load_policy(spec: str, dtype: str = "float32", device: str | None = None, fr
         where = resolve_policy(spec)
         if not Path(where).is_dir() and (why := _hub_reason(where)):  # one line, not transformers' long traceback
             raise ModelResolutionError(f"policy '{spec}' cannot be loaded: {why}; give a local model directory")
-        tok = AutoTokenizer.from_pretrained(where)
+        local = Path(where).is_dir()
+        try:
+            tok = AutoTokenizer.from_pretrained(where)
+        except (OSError, ValueError):  # transformers' message runs to five lines and names no file
+            if not local:
+                raise
+            raise ModelResolutionError(
+                f"{where} holds no usable tokenizer; save it beside the weights (tokenizer.save_pretrained(DIR)), "
+                "or copy tokenizer.json and tokenizer_config.json from its base model"
+            ) from None
         with _quiet_local_load(where):
-            model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa").to(dev)
+            try:
+                model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa")
+            except OSError as err:  # no weight file: one line, not transformers' traceback
+                if not local:
+                    raise
+                raise ModelResolutionError(
+                    f"{where} holds no model weights ({error_line(err, 120)}); point to a directory written by "
+                    "save_pretrained (model.safetensors), or finish copying the model into it"
+                ) from None
+            model = model.to(dev)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token

@@ -28,6 +28,27 @@ def test_a_hub_policy_that_cannot_be_fetched_fails_in_one_line(monkeypatch) -> N
         load_policy("nobody-here/no-such-model")
 
 
+def test_a_local_model_dir_without_weights_or_tokenizer_fails_in_one_line(tmp_path: Path) -> None:
+    """A directory with a config but no weights (a copy that stopped part-way, a tokenizer-only folder) or no
+    tokenizer: one line naming the directory and what to put there, not transformers' OSError traceback or its
+    five-line tokenizer message."""
+    import shutil
+
+    bundled = Path(resolve_policy("smollm2-135m-instruct"))
+    no_weights, no_tokenizer = tmp_path / "no-weights", tmp_path / "no-tokenizer"
+    no_weights.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(bundled / name, no_weights / name)
+    with pytest.raises(ModelResolutionError, match=r"no-weights holds no model weights .*save_pretrained") as err:
+        load_policy(str(no_weights))
+    assert "\n" not in str(err.value)
+    no_tokenizer.mkdir()
+    shutil.copy(bundled / "config.json", no_tokenizer / "config.json")
+    with pytest.raises(ModelResolutionError, match=r"no-tokenizer holds no usable tokenizer; .*tokenizer.json") as err:
+        load_policy(str(no_tokenizer))
+    assert "\n" not in str(err.value)
+
+
 def test_wrong_alias_kind() -> None:
     with pytest.raises(ModelResolutionError, match="embedder alias"):
         resolve_policy("minilm-l6-v2")
