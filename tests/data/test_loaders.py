@@ -243,6 +243,21 @@ def test_malformed_row_names_file_line_and_field(tmp_path: Path, row: dict, fiel
     assert f"{f}:3:" in msg and field in msg, msg
 
 
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"id": "a", "question": "who directed \ud800 it?", "golden_answers": ["x"]}, "'question'"),
+        ({"id": "a", "question": "q", "golden_answers": ["fine", "half \udc00"]}, "'golden_answers'"),
+    ],
+)
+def test_a_lone_surrogate_in_a_question_or_answer_names_file_line_and_field(tmp_path, row, field) -> None:
+    """JSON's ``\\ud800`` escape without its other half is not Unicode that a tokenizer encodes: refused at loading
+    with file:line, as a corpus refuses it, rather than a TypeError from the tokenizer once the model is loaded."""
+    f = _write(tmp_path / "bad.jsonl", [{"question": "fine", "answer": "y"}, row])
+    with pytest.raises(ValueError, match=rf"bad\.jsonl:2: lone surrogate .* in field {field}; remove that escape"):
+        load_qa(f)
+
+
 def test_missing_field_message_lists_expected_layouts(tmp_path: Path) -> None:
     f = _write(tmp_path / "bad.jsonl", [{"text": "q", "golden_answers": ["y"]}])
     with pytest.raises(ValueError, match=r"bad\.jsonl:1: missing field 'question'.*golden_answers.*found fields"):

@@ -97,9 +97,25 @@ def _answers(value: Any, where: str, field: str) -> list[str]:
     if any(isinstance(a, float) and a != a for a in value):  # NaN: an empty cell of a numeric column
         raise ValueError(f"{where}: field '{field}' holds NaN (an empty numeric cell); give the gold answer")
     answers = list(dict.fromkeys(t for t in map(_answer_text, value) if t))  # TriviaQA's aliases repeat its value
+    for a in answers:
+        _encodable(a, where, field)
     if not answers:
         raise ValueError(f"{where}: field '{field}' is empty; give at least one gold answer")
     return answers
+
+
+def _encodable(text: str, where: str, field: str) -> None:
+    """Refuse a lone surrogate (JSON's ``\\ud800`` escape without its other half), which no tokenizer encodes, as
+    the corpus reader does."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            char = text[err.start].encode("unicode_escape").decode()
+            raise ValueError(
+                f"{where}: lone surrogate {char} (half of a UTF-16 pair) in field '{field}'; remove that escape or "
+                "give its other half"
+            ) from None
 
 
 def _list_cell(value: str) -> Any:
@@ -207,6 +223,7 @@ def row_to_example(
     if not isinstance(question, str) or not question.strip():
         hint = "; a verl prompt needs 'Question: ...' in its user message" if from_verl else ""
         raise ValueError(f"{where}: field 'question' must be a non-empty string{hint}")
+    _encodable(question, where, "question")
     id_field = next((f for f in ID_FIELDS if row.get(f) is not None and str(row[f]) != ""), None)
     answers = _answers(row[answer_field], where, answer_field) if answer_field else []
     aliases = [f for f in ALIAS_FIELDS if row.get(f)]
