@@ -76,6 +76,8 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files: Path) 
 
 def test_an_empty_question_is_refused(files: Path) -> None:
     _refused(["ask", "  ", "--index", "nowhere"], "the question is empty")
+    # a byte that is not UTF-8 on the command line (Python's surrogateescape): refused, not the tokenizer's TypeError
+    _refused(["ask", "Who \udcff directed it?", "--index", "nowhere"], "(b'\\xff'); type it in a UTF-8 terminal")
 
 
 def test_a_corpus_given_as_the_index_names_the_build(files: Path) -> None:

@@ -13,6 +13,13 @@ from searchrl.commands.common import PROFILE, RECIPE, SET, load, with_protocol
 def _not_blank(value: str) -> str:
     if not value.strip():
         raise typer.BadParameter('the question is empty; give one, e.g. searchrl ask "Who founded X?"')
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:  # a byte that is not UTF-8 arrives as a lone surrogate: no tokenizer takes it
+        byte = value[err.start].encode("utf-8", "surrogateescape")
+        raise typer.BadParameter(
+            f"the question holds a byte that is not UTF-8 ({byte!r}); type it in a UTF-8 terminal (LANG=C.UTF-8)"
+        ) from None
     return value
 
 
