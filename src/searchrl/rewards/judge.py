@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from searchrl.utils import atomic_write_text
+from searchrl.utils import atomic_write_text, error_line, request_within
 
 #: bump when the prompt text changes, so cached replies to the old prompt are not reused.
 PROMPT_VERSION = 3
@@ -182,19 +182,21 @@ class LLMJudge:
             "temperature": 0.0,
             "max_tokens": self.max_tokens,
         }
-        last_error = ""
+        last_error, fix = "", "start the server or fix the judge URL"
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                resp = self._client.post(url, json=body)
+            try:  # timeout_s bounds the whole answer, so a judge that trickles its reply cannot hold the evaluation
+                resp = request_within(self._client, "POST", url, self.timeout_s, json=body)
             except httpx.HTTPError as err:  # connection refused, timeout, ...: worth retrying
-                last_error = f"{type(err).__name__}: {err}"
+                last_error = f"{type(err).__name__}: {error_line(err)}"
+                if isinstance(err, httpx.TimeoutException):
+                    fix = f"the judge is slow or stuck: check it (each request may take {self.timeout_s:g} s)"
                 continue
             with self._lock:
                 self.n_requests += 1
             if resp.status_code == 429 or resp.status_code >= 500:
-                last_error = f"HTTP {resp.status_code}"
+                last_error, fix = f"HTTP {resp.status_code}", "start the server or fix the judge URL"
                 continue
             if resp.status_code != 200:
                 raise JudgeError(
@@ -209,10 +211,7 @@ class LLMJudge:
                     "(point the judge URL at an OpenAI-compatible /v1 endpoint)"
                 ) from None
             return content or ""
-        raise JudgeError(
-            f"judge at {url} failed after {self.max_retries + 1} attempts ({last_error}); "
-            "start the server or fix the judge URL"
-        )
+        raise JudgeError(f"judge at {url} failed after {self.max_retries + 1} attempts ({last_error}); {fix}")
 
     def _fetch(self, item: tuple[str, str]) -> None:
         key, prompt = item
