@@ -87,6 +87,11 @@ def test_client_errors_are_not_retried() -> None:
     with pytest.raises(ValueError, match=r"rejected the request \(HTTP 422\): topk must be between"):
         remote.search(["q"], 500)
     assert len(calls) == 1
+    # a proxy's plain-text refusal runs over lines: the error stays one line
+    page = "<html>\n<h1>400 Bad Request</h1>\n</html>\n"
+    plain = RemoteRetriever("http://a:1", client=_mock(lambda request: httpx.Response(400, text=page)))
+    with pytest.raises(ValueError, match=r"\(HTTP 400\): <html> <h1>400 Bad Request</h1> </html>$"):
+        plain.search(["q"], 1)
 
 
 def test_cache_sends_only_uncached_queries() -> None:

@@ -141,7 +141,7 @@ class RemoteRetriever:
                     continue
                 self.requests += 1
                 if resp.status_code >= 500 or resp.status_code == 429:
-                    last_error = f"{url}: HTTP {resp.status_code} ({' '.join(_detail(resp).split())[:200]})"
+                    last_error = f"{url}: HTTP {resp.status_code} ({_detail(resp)[:200]})"
                     retry_after = max(retry_after, min(_retry_after_s(resp), self.max_retry_after_s))
                     continue
                 if resp.status_code >= 400:
@@ -207,8 +207,10 @@ def _retry_after_s(resp: httpx.Response) -> float:
 
 
 def _detail(resp: httpx.Response) -> str:
+    """What the server said of a refused or failed request, on one line."""
     try:
         body = resp.json()
     except ValueError:
         body = None
-    return str(body.get("detail", resp.text) if isinstance(body, dict) else resp.text)[:300]
+    said = body.get("detail", resp.text) if isinstance(body, dict) else resp.text
+    return " ".join(str(said).split())[:300]
