@@ -179,3 +179,35 @@ def test_null_title_or_snippet_is_no_text(serve_app, monkeypatch: pytest.MonkeyP
         hit = web.search(["q"], 1)[0][0]
         web.close()
     assert (hit.title, hit.text) == ("", "s")
+
+
+def test_a_refused_request_carries_the_apis_reason_and_a_timeout_names_the_setting(monkeypatch) -> None:
+    """A 4xx other than a refused key says what the API said (SerpAPI's "error", Google's error.message), on one
+    line and without the key; a search API that keeps timing out names retrieval.timeout_s."""
+    import httpx
+
+    monkeypatch.setenv("SERPAPI_API_KEY", KEY)
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    monkeypatch.setenv("GOOGLE_CSE_ID", "cx")
+    said = {
+        "serpapi": {"error": f"Unsupported `num` parameter\nfor key {KEY}."},
+        "google": {"error": {"code": 400, "message": "Request contains an invalid argument."}},
+    }
+    for provider, body in said.items():
+        web = WebRetriever(provider, base_url="http://api.test/search", retries=2, backoff_s=0)
+        web._client = httpx.Client(transport=httpx.MockTransport(lambda r, b=body: httpx.Response(400, json=b)))
+        with pytest.raises(ValueError) as err:
+            web.search(["okapi"], 2)
+        message = str(err.value)
+        assert "rejected the request (HTTP 400: " in message and "\n" not in message and KEY not in message
+        assert ("Unsupported `num` parameter for key ***." if provider == "serpapi" else "invalid argument") in message
+        web.close()
+
+    def stuck(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    web = WebRetriever("serpapi", base_url="http://api.test/search", retries=1, backoff_s=0, timeout_s=3)
+    web._client = httpx.Client(transport=httpx.MockTransport(stuck))
+    with pytest.raises(ConnectionError, match=r"\(ReadTimeout\); .*raise retrieval.timeout_s \(now 3 s\)"):
+        web.search(["okapi"], 2)
+    web.close()
