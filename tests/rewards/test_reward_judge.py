@@ -219,3 +219,39 @@ def test_a_judge_that_trickles_its_reply_times_out_and_says_so(monkeypatch):
     with pytest.raises(JudgeError, match=r"failed after 2 attempts \(ReadTimeout: .*\); the judge is slow or stuck"):
         judge.judge("q", ["x"], "y")
     assert len(pieces) < 20
+
+
+def test_a_training_judge_reward_asks_the_judge_the_evaluation_section_names(server):
+    """A recipe's ``judge`` component needs no code: the trainer's reward asks evaluation.judge_url's judge, with the
+    section's timeout and concurrency."""
+    from searchrl.config import RunConfig
+    from searchrl.generation.fake import ByteTokenizer
+    from searchrl.protocols import get_protocol
+    from searchrl.rl.hooks import default_reward_fn
+    from searchrl.rollout.trajectory import Trajectory, Turn
+
+    url, state = server
+    cfg = RunConfig.model_validate(
+        {
+            "reward": {"components": [{"name": "judge"}]},
+            "evaluation": {
+                "judge_url": url,
+                "judge_model": "fake-judge",
+                "judge_timeout_s": 7,
+                "judge_concurrency": 2,
+            },
+        }
+    )
+    tok = ByteTokenizer()
+    trajs = []
+    for i, answer in enumerate(("Paris", "Lyon")):
+        text = f"<answer> {answer} </answer>"
+        t = Trajectory(f"q#{i}", "q", "q", "Capital of France?", ["Paris"], [], turns=[Turn(text, "answer", "eos")])
+        ids = tok.encode(text)
+        t.append(ids, sampled=True, logprobs=[0.0] * len(ids))
+        trajs.append(t)
+    scores, metrics = default_reward_fn(cfg, get_protocol("search_r1"), tok)(trajs)
+    assert scores == [1.0, 0.0] and len(state["requests"]) == 2
+    assert metrics["judge/accuracy"] == 0.5
+    with pytest.raises(ValueError, match="no judge URL"):
+        default_reward_fn(RunConfig.model_validate({"reward": {"components": [{"name": "judge"}]}}), None, tok)

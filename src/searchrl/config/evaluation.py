@@ -60,6 +60,9 @@ class EvaluationConfig(Section):
     metrics: list[str] = Field(default_factory=lambda: ["em", "f1", "cover_em", "cover_em_tokens"])
     judge_url: str | None = None
     judge_model: str | None = None
+    #: seconds one judge request may take (the whole answer; retried 3 times), and requests sent at once.
+    judge_timeout_s: float = Field(default=30.0, gt=0)
+    judge_concurrency: int = Field(default=4, ge=1)
     #: an OpenAI-compatible completions server (vLLM, SGLang, TGI) that answers for the policy, e.g.
     #: http://127.0.0.1:8001/v1; null: the policy runs here with transformers. The prompts are token ids from the
     #: policy's tokenizer (model.policy / training.init_from names it), so the server must serve that model.

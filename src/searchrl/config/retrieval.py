@@ -41,6 +41,9 @@ class WebConfig(Section):
     summarizer_url: str | None = None
     #: model name on summarizer_url (null = summarizer).
     summarizer_served_model: str | None = None
+    #: seconds one summary request to summarizer_url may take (the whole answer), and requests sent at once.
+    summarizer_timeout_s: float = Field(default=120.0, gt=0)
+    summarizer_concurrency: int = Field(default=8, ge=1)
     summary_max_new_tokens: int = Field(default=256, ge=1)
     #: page tokens shown to the summariser at most (the head of the page).
     summary_max_page_tokens: int = Field(default=3000, ge=1)
@@ -58,6 +61,10 @@ class SimulatedConfig(Section):
     #: OpenAI-compatible endpoint serving the writer (e.g. http://127.0.0.1:8001/v1); null = run it locally.
     url: str | None = None
     served_model: str | None = None
+    #: with ``url``: seconds one document request may take (the whole answer), and requests sent at once (one
+    #: document each; a rollout batch asks for topk documents per query).
+    timeout_s: float = Field(default=120.0, gt=0)
+    concurrency: int = Field(default=8, ge=1)
     max_new_tokens: int = Field(default=96, ge=1)
     temperature: float = Field(default=0.7, ge=0.0)
     #: share of deliberately unhelpful documents at the first and the last training step; in between ZeroSearch's

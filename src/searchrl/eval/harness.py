@@ -214,7 +214,7 @@ def make_judge(cfg: RunConfig, out_dir: str | Path) -> LLMJudge | None:
     ev = cfg.evaluation
     if not (ev.judge_url or ev.judge_model):
         return None
-    return LLMJudge(ev.judge_url, ev.judge_model, cache_path=Path(out_dir) / "judge_cache.json")
+    return LLMJudge.from_config(ev, cache_path=Path(out_dir) / "judge_cache.json")
 
 
 # ------------------------------------------------------------------------------------------------ scoring

@@ -412,7 +412,13 @@ def make_summarizer(cfg: WebConfig) -> PageSummarizer | None:
 
         tokenizer = AutoTokenizer.from_pretrained(models.resolve_policy(cfg.summarizer))
         model = cfg.summarizer_served_model or cfg.summarizer
-        generator = OpenAICompatGenerator(cfg.summarizer_url, model, tokenizer, timeout_s=120.0)
+        generator = OpenAICompatGenerator(
+            cfg.summarizer_url,
+            model,
+            tokenizer,
+            timeout_s=cfg.summarizer_timeout_s,
+            concurrency=cfg.summarizer_concurrency,
+        )
     else:
         from searchrl.generation.hf import HFGenerator  # torch: only for a local summariser
 

@@ -119,7 +119,9 @@ def make_simulated(cfg: SimulatedConfig, prompt_style: str = "auto") -> Simulate
         from searchrl.generation.openai_compat import OpenAICompatGenerator
 
         tokenizer = AutoTokenizer.from_pretrained(models.resolve_policy(cfg.model))
-        generator = OpenAICompatGenerator(cfg.url, cfg.served_model or cfg.model, tokenizer, timeout_s=120.0)
+        generator = OpenAICompatGenerator(
+            cfg.url, cfg.served_model or cfg.model, tokenizer, timeout_s=cfg.timeout_s, concurrency=cfg.concurrency
+        )
     else:
         from searchrl.generation.hf import HFGenerator
 

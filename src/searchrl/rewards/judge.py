@@ -31,10 +31,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from searchrl.utils import atomic_write_text, error_line, request_within
+
+if TYPE_CHECKING:
+    from searchrl.config import EvaluationConfig
 
 #: bump when the prompt text changes, so cached replies to the old prompt are not reused.
 PROMPT_VERSION = 3
@@ -150,6 +154,18 @@ class LLMJudge:
         self.n_requests = 0  # API calls made (after cache hits), for logs and tests
 
     # ------------------------------------------------------------------------------------------------ cache
+
+    @classmethod
+    def from_config(cls, ev: EvaluationConfig, cache_path: str | Path | None = None) -> LLMJudge:
+        """The judge an ``evaluation`` section names (``judge_url``, ``judge_model``, ``judge_timeout_s``,
+        ``judge_concurrency``; URL and model may come from the environment instead)."""
+        return cls(
+            ev.judge_url,
+            ev.judge_model,
+            timeout_s=ev.judge_timeout_s,
+            workers=ev.judge_concurrency,
+            cache_path=cache_path,
+        )
 
     def _load_cache(self) -> dict[str, str]:
         if self.cache_path is None or not self.cache_path.exists():

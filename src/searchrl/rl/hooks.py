@@ -47,7 +47,12 @@ def as_aux_nll(hook: AuxNLLHook) -> AuxNLL:
 
 
 def default_reward_fn(cfg: RunConfig, protocol: Protocol, tokenizer, reader=None, judge=None) -> RewardFn:
-    """cfg.reward's components over the trajectories' parsed reports."""
+    """cfg.reward's components over the trajectories' parsed reports. A ``judge`` component without a ``judge`` asks
+    the one ``evaluation.judge_url`` / ``judge_model`` names (or ``SEARCHRL_JUDGE_URL`` / ``SEARCHRL_JUDGE_MODEL``)."""
+    if judge is None and any(c.name == "judge" for c in cfg.reward.components):
+        from searchrl.rewards.judge import LLMJudge
+
+        judge = LLMJudge.from_config(cfg.evaluation)
     composer = RewardComposer.from_config(cfg.reward, reader=reader, judge=judge)
 
     def fn(trajs: Sequence[Trajectory]) -> tuple[list[float], dict[str, float]]:
