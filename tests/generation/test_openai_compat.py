@@ -145,3 +145,24 @@ def test_a_server_that_trickles_its_reply_times_out_and_says_so(monkeypatch) -> 
     with pytest.raises(ConnectionError, match=r"failed after 2 tries \(the answer took over 5 s\);.* more than 5 s"):
         gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
     assert len(pieces) < 20
+
+
+def test_token_ids_are_taken_only_when_every_token_is_a_well_formed_token_id() -> None:
+    """vLLM's ``token_id:<n>`` tokens give the ids exactly; a server whose tokens only look like them (a malformed
+    number) is read as text and re-tokenized, not stopped by a bare int() error."""
+    tok = ByteTokenizer()
+    ids = tok.encode("Paris")
+    lps = {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-0.5] * len(ids)}
+    odd = {"tokens": ["token_id:7x", "token_id:"], "token_logprobs": [-0.1, -0.2]}
+    replies = iter([lps, odd])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"choices": [{"text": "Paris", "finish_reason": "length", "logprobs": next(replies)}]}
+        )
+
+    gen = OpenAICompatGenerator("http://policy.test/v1", "policy", tok, timeout_s=5.0)
+    gen.client = httpx.Client(transport=httpx.MockTransport(handler), timeout=5.0)
+    exact, inexact = gen.generate([[1, 2]] * 2, SamplingParams(max_new_tokens=8))
+    assert (exact.token_ids, exact.logprobs, exact.timings["exact_tokens"]) == (ids, [-0.5] * len(ids), 1.0)
+    assert (inexact.token_ids, inexact.timings["exact_tokens"]) == (tok.encode("Paris"), 0.0)

@@ -8,6 +8,7 @@ judges, but do not train on such trajectories (``exact_tokens`` is False on thei
 from __future__ import annotations
 
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +24,9 @@ _REJECTED = {
     404: "check the URL (it ends in /v1) and the model name the server serves (its /v1/models)",
 }
 _REJECTED[403] = _REJECTED[401]
+
+#: vLLM's log-prob token under return_tokens_as_token_ids; anything else is text, re-tokenized.
+_TOKEN_ID = re.compile(r"token_id:\d+")
 
 
 def _server_message(r: httpx.Response) -> str:
@@ -145,7 +149,7 @@ class OpenAICompatGenerator(Generator):
             stop_str = fired
         lp = choice.get("logprobs") or {}
         tokens = lp.get("tokens") or []
-        exact = bool(tokens) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens)
+        exact = bool(tokens) and all(isinstance(t, str) and _TOKEN_ID.fullmatch(t) for t in tokens)
         if exact:
             token_ids = [int(t.split(":", 1)[1]) for t in tokens]
             logprobs = [float(x) for x in lp.get("token_logprobs", [0.0] * len(token_ids))]
