@@ -180,6 +180,16 @@ def test_an_error_body_that_is_a_list_and_a_timeout_name_their_fix() -> None:
         retriever.search(["q"], k=1)
 
 
+def test_a_server_that_drops_the_connection_is_told_apart_from_none_running() -> None:
+    def dropped(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+    retriever = RemoteRetriever("http://h:1", retries=0, client=httpx.Client(transport=httpx.MockTransport(dropped)))
+    with pytest.raises(RetrievalUnavailableError, match="dropped the connection without answering") as err:
+        retriever.search(["q"], k=1)
+    assert "searchrl serve" not in str(err.value)
+
+
 def test_a_server_that_trickles_its_answer_times_out(serve_app) -> None:
     """Headers at once, then a byte every 0.1 s: each read is quick, so only a deadline on the whole answer ends it."""
     import asyncio

@@ -156,6 +156,9 @@ class RemoteRetriever:
             fix += "with a larger --max-pending"
         elif "HTTP" in last_error:
             fix = "the server failed the request: see its log"
+        elif "RemoteProtocolError" in last_error or "ReadError" in last_error:
+            fix = "the server dropped the connection without answering (it may have crashed or restarted): see its "
+            fix += "log (to wait out a restart, raise retrieval.retries / backoff_s)"
         else:
             fix = "start one with `searchrl serve --index DIR` or fix retrieval.urls (to wait out a restart, raise "
             fix += "retrieval.retries / backoff_s)"
