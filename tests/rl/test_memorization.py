@@ -3,6 +3,8 @@ that the trainer's update really carries coef * NLL (and nothing when coef = 0).
 
 from __future__ import annotations
 
+import io
+import random
 from pathlib import Path
 
 import pytest
@@ -16,13 +18,14 @@ from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
 from searchrl.retrieval import build_index, load_index
 from searchrl.rl.batch import TokenScorer, collate, score_tokens
+from searchrl.rl.hooks import AuxNLL, NLLSequence
 from searchrl.rl.memorization import Memorizer, extract_documents, rewriter_prompt
 from searchrl.rl.trainer import Trainer
 from searchrl.rollout.engine import build_prompt_text
 from searchrl.rollout.trajectory import Trajectory, Turn
 from searchrl.sft.oracle import oracle_trajectories
 from searchrl.sft.rewriter import internal_path, internalize, rewriter_sft_examples, rewriter_sft_from_trajectories
-from searchrl.testing import LettersProtocol, tiny_model
+from searchrl.testing import LettersProtocol, letters_trainer, tiny_model
 
 PP = get_protocol("r1_searcher_pp")
 GOOD = (
@@ -284,3 +287,85 @@ def test_rewriter_formats_come_from_the_protocol() -> None:
         internalize(_retrieval_trajectory("Lyon is a city in France."), get_protocol("search_r1"))
     obs = "<information>Doc 1: Lyon is in France.</information>"
     assert get_protocol("search_r1").observation_documents(obs).strip() == "Doc 1: Lyon is in France."
+
+
+def test_a_memorizer_restored_from_its_saved_state_draws_as_one_never_stopped() -> None:
+    """The pool and the stream that samples it go into the RL checkpoint: before, a resumed run started with an
+    empty pool and a fresh stream, so its memorization loss differed from the uninterrupted run's."""
+    m = memorizer(lambda ctx: GOOD, pool_size=4, batch_size=2)
+    for step, qid in enumerate("abc"):
+        m(step, [traj(qid, "France", 1)])
+    saved = io.BytesIO()
+    torch.save(m.state_dict(), saved)  # as the checkpoint stores it
+    restored = memorizer(lambda ctx: GOOD, pool_size=4, batch_size=2)
+    restored.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=False))
+    for step, qid in enumerate("defg", start=3):
+        assert restored(step, [traj(qid, "France", 1)]) == m(step, [traj(qid, "France", 1)])
+    assert list(restored.pool) == list(m.pool) and len(m.pool) == 4
+
+
+class _PoolHook(AuxNLL):
+    """A hook that keeps state across steps, as the memorizer's pool: each step's first response joins a pool, and
+    two pool entries are drawn at random for the step's NLL term."""
+
+    def __init__(self) -> None:
+        self.pool: list[NLLSequence] = []
+        self.rng = random.Random(0)
+
+    def __call__(self, step, trajs):
+        t = trajs[0]
+        self.pool.append((list(t.prompt_ids), list(t.response_ids) + [2], [1] * (len(t.response_ids) + 1)))
+        return self.rng.sample(self.pool, min(2, len(self.pool)))
+
+    def state_dict(self) -> dict:
+        return {"pool": list(self.pool), "rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pool, _ = list(state["pool"]), self.rng.setstate(state["rng"])
+
+
+def test_a_resumed_run_carries_the_hooks_state_on(tmp_path: Path) -> None:
+    """Stopped after its checkpoint at step 2 and resumed, the run ends with the weights and memorization losses of
+    the run never stopped: the checkpoint holds the auxiliary-NLL hook's state."""
+    cfg = load_config(
+        None,
+        [
+            "algorithm.name=grpo",
+            "algorithm.mini_batch_size=4",
+            "training.lr=1e-2",
+            "training.steps=4",
+            "training.prompts_per_step=2",
+            "training.save_every=2",
+            "training.tensorboard=false",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=6",
+            "rollout.max_turns=1",
+            "rollout.force_answer=false",
+            "memorization.coef=1.0",
+        ],
+    )
+    questions = [QAExample(f"q{i}", f"letters {i}", ["x"]) for i in range(4)]
+
+    def trainer(out: Path) -> Trainer:
+        run = cfg.model_copy(update={"training": cfg.training.model_copy(update={"output_dir": str(out)})})
+        return letters_trainer(run, questions, aux_nll_hook=_PoolHook(), micro_batch_size=4)
+
+    straight = trainer(tmp_path / "a")
+    whole = straight.train()
+    stopped = trainer(tmp_path / "b")
+    real_step = stopped.train_step
+
+    def step_then_stop():
+        if stopped.state.step == 3:  # step 3 ran after the checkpoint of step 2; step 4 dies
+            raise KeyboardInterrupt
+        return real_step()
+
+    stopped.train_step = step_then_stop
+    with pytest.raises(KeyboardInterrupt):
+        stopped.train()
+    resumed = trainer(tmp_path / "b")
+    rest = resumed.train(resume=True)
+    assert [h["loss/memorization_nll"] for h in rest] == [h["loss/memorization_nll"] for h in whole[2:]]
+    assert resumed.aux_nll_hook.pool == straight.aux_nll_hook.pool
+    for (name, p), q in zip(resumed.policy.named_parameters(), straight.policy.parameters(), strict=True):
+        assert torch.equal(p, q), name

@@ -1,6 +1,7 @@
 """An RL checkpoint on disk: ``<dir>/model`` (the policy, or a LoRA policy's adapters only, with its tokenizer) and
-``<dir>/trainer_state.pt`` (optimizer, scheduler and loop state, and the random generators' states), written
-atomically: a sibling temp dir renamed over the old checkpoint."""
+``<dir>/trainer_state.pt`` (optimizer, scheduler and loop state, the auxiliary-NLL hook's state such as the
+memorization pool, and the random generators' states), written atomically: a sibling temp dir renamed over the old
+checkpoint."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from accelerate.utils import gather_object
 
 from searchrl.config import ConfigError
 from searchrl.models import portable_tokenizer_config
@@ -98,6 +100,9 @@ def save_trainer(tr, path: Path) -> None:
             full_optimizer_state(critic, tr.critic_opt) if sharded else tr.critic_opt.state_dict()
         )
         state["critic_scheduler"] = tr.critic_sched.state_dict()
+    if tr.aux_nll_hook is not None:  # e.g. the memorization pool: each process's own, in process order
+        hook_states = [tr.aux_nll_hook.state_dict()]
+        state["aux_nll"] = gather_object(hook_states) if tr.acc.num_processes > 1 else hook_states
     if tr.acc.is_main_process:
         save_checkpoint(path, tr.policy, tr.tokenizer, state, weights)
 
@@ -128,6 +133,9 @@ def load_trainer(tr, path: Path) -> None:
         load_opt(critic, tr.critic_opt, state["critic_optimizer"])
         if "critic_scheduler" in state:
             tr.critic_sched.load_state_dict(state["critic_scheduler"])
+    hook_states = state.get("aux_nll") or []
+    if tr.aux_nll_hook is not None and tr.acc.process_index < len(hook_states):
+        tr.aux_nll_hook.load_state_dict(hook_states[tr.acc.process_index])
 
 
 def stop_if_requested(trainer: Any, requested: bool, total: int, saved: bool) -> None:

@@ -28,6 +28,15 @@ class AuxNLL(ABC):
         """What the last call did (logged with the step's metrics); none by default."""
         return {}
 
+    def state_dict(self) -> dict:
+        """What the hook carries from step to step (e.g. a pool of paths, a random stream): saved in the RL
+        checkpoint, so a resumed run goes on as one never stopped; none by default."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned (from a checkpoint); a hook without state has none to restore."""
+        del state
+
 
 class _FunctionAuxNLL(AuxNLL):
     def __init__(self, fn: Callable[[int, Sequence[Trajectory]], list[NLLSequence]]) -> None:

@@ -243,6 +243,16 @@ class Memorizer(AuxNLL):
     def metrics(self) -> dict[str, float]:
         return self.last_metrics
 
+    def state_dict(self) -> dict:
+        """The pool of validated paths and the stream that draws from it: a resumed run draws as one never stopped."""
+        return {"pool": [tuple(list(x) for x in seq) for seq in self.pool], "rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pool.clear()
+        self.pool.extend(tuple(list(x) for x in seq) for seq in state.get("pool", []))
+        if "rng" in state:
+            self.rng.setstate(state["rng"])
+
     def __call__(self, step: int, trajs: Sequence[Trajectory]) -> list[tuple[list[int], list[int], list[int]]]:
         chosen = self.select(trajs)
         rewrites = self.rewrite(chosen, seed=step)
