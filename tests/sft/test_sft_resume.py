@@ -139,6 +139,39 @@ def test_changed_data_or_a_fresh_run_never_goes_on_from_a_stopped_runs_checkpoin
     assert not (tmp_path / "checkpoint").exists()  # the first run's is gone: a --resume cannot take it for this one
 
 
+def test_a_fresh_run_leaves_no_checkpoint_cut_between_its_renames_to_go_on_from(tmp_path: Path) -> None:
+    """A save stopped between its two renames leaves the whole previous checkpoint at checkpoint.old, which a resume
+    puts back: a fresh run must remove it too, or a --resume after the fresh run stopped went on from the earlier
+    run's weights and data position as if they were this run's."""
+    from searchrl.rl.checkpoint import has_checkpoint
+
+    first = _trainer(tmp_path)
+    first.opt.step = _stop_at(first.opt.step, 4)
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    (tmp_path / "checkpoint").rename(tmp_path / "checkpoint.old")  # the next save stopped between its renames
+    fresh = _trainer(tmp_path, "sft.save_every=0")
+    fresh.opt.step = _stop_at(fresh.opt.step, 1)  # dies before any save of its own
+    with pytest.raises(KeyboardInterrupt):
+        fresh.train()
+    assert not has_checkpoint(tmp_path / "checkpoint")
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        _trainer(tmp_path, "sft.save_every=0").train(resume=True)
+
+
+def _stop_at(real_step, n: int):
+    """``opt.step`` that raises KeyboardInterrupt at its ``n``-th call (a run killed in that step)."""
+    calls = {"n": 0}
+
+    def step(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real_step(*args, **kwargs)
+
+    return step
+
+
 def test_a_sigterm_during_a_validation_stops_after_it(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path, "sft.val_fraction=0.2", "sft.epochs=3", "sft.save_every=0")
     real = trainer.validation_loss

@@ -159,8 +159,10 @@ class SFTTrainer:
         step, first_epoch, done_in_epoch = 0, 0, 0
         if resume:
             step, first_epoch, done_in_epoch = self._load_checkpoint(rng)
-        else:  # an earlier run's checkpoint: a later --resume must not take it for this run's
-            shutil.rmtree(self.checkpoint, ignore_errors=True)
+        else:  # an earlier run's checkpoint (or the one a save cut between its renames left at checkpoint.old, which
+            # a resume puts back): a later --resume must not take it for this run's
+            for stale in (self.checkpoint, self.checkpoint.with_name("checkpoint.old")):
+                shutil.rmtree(stale, ignore_errors=True)
         record_run(self.cfg, self.out_dir)
         history: list[dict[str, float]] = []
         self.model.train()
