@@ -398,7 +398,8 @@ def run_pipeline(
             sdir.mkdir(parents=True, exist_ok=True)
             for later in names[i + 1 :] if only is None else ():  # made from this stage's old output: run again
                 (run_dir / later / "DONE").unlink(missing_ok=True)
-                shutil.rmtree(run_dir / later / "checkpoint", ignore_errors=True)  # not gone on from, either
+                for name in ("checkpoint", "checkpoint.old"):  # not gone on from, either
+                    shutil.rmtree(run_dir / later / name, ignore_errors=True)
             ctx = StageContext(stage, scfg, sdir, run_dir, stage_model, world, stage_index, resume)
             _log(
                 run_dir,

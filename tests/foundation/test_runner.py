@@ -311,11 +311,17 @@ def test_an_sft_stage_stopped_part_way_goes_on_from_its_checkpoint(tmp_path: Pat
         assert seen[-1] is expect and (sdir / "checkpoint").exists() is expect
 
 
-def test_a_stage_that_runs_again_leaves_no_checkpoint_after_it_to_go_on_from(tmp_path: Path, fake_handlers) -> None:
-    """Its output changed: a later stage stopped part-way made its checkpoint from the old one."""
+@pytest.mark.parametrize("cut_between_renames", [False, True])
+def test_a_stage_that_runs_again_leaves_no_checkpoint_after_it_to_go_on_from(
+    tmp_path: Path, fake_handlers, cut_between_renames: bool
+) -> None:
+    """Its output changed: a later stage stopped part-way made its checkpoint from the old one (also one left at
+    checkpoint.old by a save cut between its renames, which the stage would otherwise put back and go on from)."""
     run_pipeline(_cfg(STAGES), tmp_path)
     (tmp_path / "sft" / "DONE").unlink()  # the SFT stage runs again (from scratch: it left no checkpoint)
     _stopped_part_way(tmp_path / "rl")
+    if cut_between_renames:
+        (tmp_path / "rl" / "checkpoint").rename(tmp_path / "rl" / "checkpoint.old")
     fake_handlers.clear()
     run_pipeline(_cfg(STAGES), tmp_path)
     assert [(c["name"], c["resume"]) for c in fake_handlers] == [("sft", False), ("rl", False), ("eval", False)]
