@@ -172,6 +172,33 @@ def test_resume_writes_the_steps_after_the_checkpoint_once(tmp_path: Path) -> No
     assert {json.loads(line)["trajectory"]["protocol"] for line in text.splitlines()} == {protocol}
 
 
+def test_tensorboard_shows_each_step_once_after_a_resume(tmp_path: Path) -> None:
+    """A run killed in step 4 after its checkpoint at step 2 had logged step 3 to TensorBoard too: the resumed run
+    writes step 3 again, and TensorBoard hides the stopped run's (metrics.jsonl is cut the same way). Before, both
+    runs' step 3 showed."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    fast = {"rollout.group_size": "2", "rollout.max_new_tokens": "4", "training.tensorboard": "true"}
+    out = tmp_path / "run"
+    stopped = make_trainer(out, lr=1e-3, steps=4, **{**fast, "training.save_every": "2"})
+    real_step = stopped.train_step
+
+    def step_then_kill():
+        if stopped.state.step == 3:
+            raise KeyboardInterrupt
+        return real_step()
+
+    stopped.train_step = step_then_kill
+    with pytest.raises(KeyboardInterrupt):
+        stopped.train()
+    stopped._close()
+    make_trainer(out, lr=1e-3, steps=4, **{**fast, "training.save_every": "2"}).train(resume=True)
+    board = EventMultiplexer()
+    board.AddRunsFromDirectory(str(out / "tb"))
+    board.Reload()
+    assert [e.step for e in board.Scalars(".", "reward/total")] == [1, 2, 3, 4]
+
+
 @pytest.mark.slow
 def test_resume_with_lora_restores_the_adapters_exactly(tmp_path: Path) -> None:
     lora = {"model.lora.r": "4", "model.lora.dropout": "0.0"}

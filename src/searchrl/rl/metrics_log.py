@@ -33,6 +33,8 @@ class MetricsWriter:
         self.run_name, self.run_config = run_name, run_config or {}
         self._f = None
         self._tb: Any = None  # None: not opened yet; False: tensorboard is not installed
+        #: a resumed run's first step: TensorBoard hides the stopped run's events from it on (written again)
+        self.purge_step: int | None = None
 
     def write(self, m: dict[str, float]) -> None:
         """One line of ``m`` (NaN written as null), keyed by ``m["step"]`` in the optional sinks."""
@@ -47,7 +49,7 @@ class MetricsWriter:
                 try:
                     from torch.utils.tensorboard import SummaryWriter
 
-                    self._tb = SummaryWriter(str(self.out_dir / "tb"))
+                    self._tb = SummaryWriter(str(self.out_dir / "tb"), purge_step=self.purge_step)
                 except ImportError:
                     self._tb = False
                     _warn("training.tensorboard is on but tensorboard is not installed (pip install tensorboard)")

@@ -440,6 +440,7 @@ class Trainer:
         if self.acc.is_main_process:
             if resume:  # the stopped run's rows after the checkpoint are written again, not twice
                 trim_logs(self.out_dir, self.state.step)
+                self._writer.purge_step = self.state.step + 1
             record_run(self.cfg, self.out_dir)
         history = []
         every = self.tcfg.eval_every
