@@ -78,7 +78,7 @@ SCRIPT = textwrap.dedent(
         kl = SimpleNamespace(value=0.0)
         return SimpleNamespace(
             sharded=True, acc=acc, critic=None, policy=model, model=model, opt=opt, sched=sched, state=state,
-            tokenizer=None, kl_ctrl=kl, _weights_version=0,
+            tokenizer=None, kl_ctrl=kl, _weights_version=0, aux_nll_hook=None,
         )
 
     saved = parts(again, again_opt, step=3)
