@@ -59,6 +59,9 @@ def mean_metrics(examples, preds) -> dict[str, float]:
         ("The answer is: 1990.", "1990"),
         ("Answering machine", "Answering machine"),  # a label is a whole word
         ("Answers.com", "Answers.com"),
+        ("Answer:\nParis", "Paris"),  # a label on a line of its own: the answer is on the next
+        ("The answer is:\n\n**Oslo**.\nIt is a city.", "Oslo"),
+        ("Answer:", None),
         ("", None),
         ("...", None),
         (None, None),
@@ -430,6 +433,8 @@ def test_retrieval_methods_refuse_bad_sizes(direct_generator, retriever) -> None
     [
         ("Tom Hale", "Tom Hale"),
         ("The answer is: Tom Hale, who lives in Oslo.", "Tom Hale"),
+        ("The answer is:\nTom Hale, who lives in Oslo.", "Tom Hale"),
+        ("Answer:\n\nTom Hale, a painter.", "Tom Hale"),
         ("The director of Blue Lake is Tom Hale, a painter.", "Tom Hale"),
         ("Tom Hale is the director of Blue Lake.", "Tom Hale"),
         ("The director of Blue Lake was born in Oslo in 1950.", "Oslo in 1950"),

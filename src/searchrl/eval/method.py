@@ -58,21 +58,24 @@ class Prediction:
 
 def clean_answer(text: str | None) -> str | None:
     """The short answer in a reply: its first non-empty line, without an ``Answer:`` label, markdown emphasis,
-    surrounding quotes or a final period. None when nothing is left.
+    surrounding quotes or a final period (a line holding the label alone is followed by its answer's line). None
+    when nothing is left.
 
     >>> clean_answer("\\n Answer: **Paris**.\\nIt is the capital.")
     'Paris'
-    >>> clean_answer("   ") is None
-    True
+    >>> clean_answer("The answer is:\\nParis"), clean_answer("   ") is None
+    ('Paris', True)
     """
     if text is None:
         return None
     # Emphasis, quotes and a final period around the label and the answer; the metrics' normalisation drops them
     # anyway, but the predictions file should show the answer itself.
     decor = " \t*_`\"'“”‘’."
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = _LABEL.sub("", line.strip(decor)).strip(decor)
-    return line or None
+    for line in (ln.strip(decor) for ln in text.splitlines() if ln.strip()):
+        answer = _LABEL.sub("", line).strip(decor)
+        if answer or not _LABEL.match(line):  # a bare "Answer:" line: the answer is on the next one
+            return answer or None
+    return None
 
 
 _COPULA = re.compile(r"\b(?:is|was|are|were)\b", re.IGNORECASE)
@@ -146,7 +149,8 @@ def answer_span(reply: str | None, question: str) -> str | None:
     line = clean_answer(reply)
     if line is None:
         return None
-    first = next(ln for ln in (reply or "").splitlines() if ln.strip())
+    lines = [ln.strip() for ln in (reply or "").splitlines() if ln.strip()]
+    first = lines[0] if clean_answer(lines[0]) or len(lines) == 1 else f"{lines[0]} {lines[1]}"  # "Answer:\nX"
     said = _ANSWER_IS.search(first)
     if _YES_NO_QUESTION.match(question) and (yes_no := _YES_NO_LEAD.match(line)):
         return yes_no.group(1)
