@@ -39,6 +39,13 @@ def test_correct_answer_is_no_failure() -> None:
     assert d["gold_in_docs"] and not d["reading_failure"] and not d["retrieval_failure"]
 
 
+def test_gold_in_chinese_documents_is_found_without_spaces() -> None:
+    doc = "《红楼梦》是清代作家曹雪芹创作的长篇小说。"
+    turns = [_turn("search", ["红楼梦 作者"], doc), _turn("answer")]
+    d = diagnose(_agent_row("不知道", turns, golds=["曹雪芹"], question="《红楼梦》的作者是谁？"))
+    assert d["gold_in_docs"] and d["reading_failure"] and not d["retrieval_failure"]
+
+
 def test_retrieval_failure_and_made_up_hop() -> None:
     turns = [
         _turn("search", ["Ada Vell"], "Ada Vell is a painter."),

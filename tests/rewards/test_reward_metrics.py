@@ -65,6 +65,11 @@ CASES = [
     ("gold normalises to empty", "Paris", ["The"], 0, 0, 0, 0, 0),
     ("both normalise to empty", "the", ["The"], 1, 0, 1, 1, 1),
     ("very long prediction", LONG, ["Paris"], 0, 2 / 1002, 1, 1, 1),
+    # Chinese has no spaces between words: a character of it is a word boundary for cover-EM (F1 and the token
+    # cover stay whitespace-token rules, as in the papers' code)
+    ("chinese inside a sentence", "作者是曹雪芹。", ["曹雪芹"], 0, 0, 1, 1, 0),
+    ("chinese beside latin", "作者是Bram Stoker", ["Bram Stoker"], 0, 0.5, 1, 1, 0),
+    ("latin glued to latin after chinese", "作者是Bramble", ["Bram"], 0, 0, 0, 1, 0),
 ]
 
 

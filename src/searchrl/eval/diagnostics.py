@@ -43,7 +43,7 @@ from typing import Any
 
 from searchrl.eval.report import md_cell
 from searchrl.rewards.forms import choice_options
-from searchrl.rewards.metrics import cover_em, exact_match, normalize_answer
+from searchrl.rewards.metrics import contains_words, cover_em, exact_match, normalize_answer
 
 FLAGS = (
     "gold_in_docs",
@@ -140,7 +140,7 @@ def with_committed(score_names: Sequence[str]) -> list[str]:
 
 def _present(entity: str, normalized_text: str) -> bool:
     target = normalize_answer(entity)
-    return not target or f" {target} " in f" {normalized_text} "
+    return not target or contains_words(normalized_text, target)
 
 
 def _searches(trajectory: Mapping[str, Any] | None) -> list[tuple[list[str], str]]:

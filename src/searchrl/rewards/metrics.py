@@ -29,8 +29,10 @@ Metrics (all return 0.0 or 1.0 except F1):
   and the two differ, the score is 0 (so "yes" vs "yes it is" scores 0, not 0.67).
 - :func:`cover_em` - the normalised gold occurs *contiguously* in the normalised prediction. With
   ``boundary="word"`` (default) the match must start and end at token boundaries: gold ``1`` does not cover
-  ``1990`` and ``art`` does not cover ``martin``. ``boundary="char"`` is a plain substring test and reproduces
-  Search-R1's ``subem_check`` / FlashRAG's ``acc`` exactly (except for the empty-gold rule below).
+  ``1990`` and ``art`` does not cover ``martin``. A character of a script written without spaces between words
+  (Chinese, Japanese, Thai, ...) is a boundary of its own (:func:`contains_words`), so ``曹雪芹`` covers
+  ``作者是曹雪芹``. ``boundary="char"`` is a plain substring test and reproduces Search-R1's ``subem_check`` /
+  FlashRAG's ``acc`` exactly (except for the empty-gold rule below).
 - :func:`cover_em_tokens` - R1-Searcher's ``cover_exact_match_score_1``: every gold *token* appears somewhere among
   the prediction's tokens; order, contiguity and multiplicity are ignored, and it uses ``r1_searcher``
   normalisation by default (its ACC_R).
@@ -58,6 +60,12 @@ _SQUAD_PUNCT = frozenset(string.punctuation)
 # R1-Searcher's code adds typographic quotes to the punctuation set (spec 001 §11.3).
 _R1_PUNCT = frozenset(string.punctuation + "‘’´`")
 _YES_NO = ("yes", "no", "noanswer")
+#: scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, CJK punctuation, Hiragana, Katakana, the
+#: CJK ideographs (and their extensions), fullwidth forms
+_UNSPACED = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+    "\U00020000-\U0003134f]"
+)
 
 
 def normalize_answer(text: str) -> str:
@@ -185,6 +193,37 @@ def token_f1(prediction: str | None, golds: Golds, *, normalizer: Normalizer = n
     return max(_f1_single(pred, normalizer(g), yes_no=False) for g in golds)
 
 
+def _bounded(outside: str | None, inside: str) -> bool:
+    """A match's edge between the ``outside`` character (None: the text's end) and its own ``inside`` one is a word
+    boundary: a space, the end, or a character of a script written without spaces on either side."""
+    return outside is None or outside == " " or bool(_UNSPACED.match(inside) or _UNSPACED.match(outside))
+
+
+def contains_words(text: str, words: str) -> bool:
+    """``words`` occurs in ``text`` (both normalised: single-space separated) as a run of whole tokens; next to a
+    character of a script written without spaces (Chinese, Japanese, Thai, ...) a match needs no space.
+
+    >>> contains_words("born in 1990", "1990"), contains_words("born in 1990", "19")
+    (True, False)
+    >>> contains_words("作者是曹雪芹", "曹雪芹"), contains_words("《红楼梦》是小说", "红楼梦")
+    (True, True)
+    >>> contains_words("作者是bram stoker", "bram stoker"), contains_words("作者是bram stoker", "bra")
+    (True, False)
+    """
+    if f" {words} " in f" {text} ":
+        return True
+    if text.isascii():
+        return False
+    start = text.find(words)
+    while start != -1:
+        end = start + len(words)
+        before, after = text[start - 1] if start else None, text[end] if end < len(text) else None
+        if _bounded(before, words[0]) and _bounded(after, words[-1]):
+            return True
+        start = text.find(words, start + 1)
+    return False
+
+
 def cover_em(
     prediction: str | None,
     golds: Golds,
@@ -207,15 +246,12 @@ def cover_em(
     if _missing(prediction):
         return 0.0
     pred = normalizer(prediction)
-    # Normalised strings are single-space separated, so padding both with spaces turns a substring test into a
-    # test for a contiguous run of whole tokens.
-    padded = f" {pred} "
     for gold in golds:
         g = normalizer(gold)
         if not g:
             hit = pred == g
         elif boundary == "word":
-            hit = f" {g} " in padded
+            hit = contains_words(pred, g)
         else:
             hit = g in pred
         if hit:
