@@ -502,3 +502,12 @@ def test_direct_and_naive_rag_read_the_span_unless_turned_off(retriever) -> None
     assert NaiveRAGMethod(gen, retriever).answer([example])[0].text == "Tom Hale"
     off = NaiveRAGMethod(gen, retriever, answer_span=False).answer([example])[0]
     assert off.text == "The director of Blue Lake is Tom Hale" and off.raw.startswith("The director")
+
+
+def test_predictions_rows_carry_the_question_id_and_metadata(examples, retriever) -> None:
+    """A dataset's own fields (FlashRAG's ``metadata``, HotpotQA's ``type`` and ``level``) reach every method's
+    predictions row, not only an agent's trajectory, so scores can be split by them afterwards."""
+    ex = QAExample("hotpot_7", Q_ROME, ["Rome"], {"type": "bridge", "level": "hard", "source": "hotpotqa"})
+    pred = NaiveRAGMethod(scripted(lambda ctx: "Rome"), retriever).answer([ex])[0]
+    row = item_row("hotpotqa", "naive_rag", ex, pred, METRICS)
+    assert (row["id"], row["kind"], row["metadata"]) == ("hotpot_7", "bridge", ex.metadata)

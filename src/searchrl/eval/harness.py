@@ -247,6 +247,7 @@ def item_row(
         "well_formed": pred.well_formed,
         "kind": example.kind,
         "style": question_style(example),
+        "metadata": example.metadata,  # the dataset's own fields (FlashRAG's metadata, HotpotQA's type, ...)
         "metrics": scores,
         "trajectory": pred.trajectory,
     }
