@@ -511,3 +511,22 @@ def test_predictions_rows_carry_the_question_id_and_metadata(examples, retriever
     pred = NaiveRAGMethod(scripted(lambda ctx: "Rome"), retriever).answer([ex])[0]
     row = item_row("hotpotqa", "naive_rag", ex, pred, METRICS)
     assert (row["id"], row["kind"], row["metadata"]) == ("hotpot_7", "bridge", ex.metadata)
+
+
+def test_a_prompt_past_the_models_context_is_warned_of_once(retriever, capsys) -> None:
+    """Whole documents in a naive RAG prompt can outrun the model's positions (the tiny model has 256); its answer
+    is noise then, so the evaluation says so, once per method, naming the fix."""
+    from searchrl.generation.fake import ByteTokenizer
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.testing import tiny_model
+
+    short = QAExample("s", "Who?", ["x"])
+    method = DirectMethod(HFGenerator(tiny_model(), ByteTokenizer()), max_new_tokens=4)
+    method.answer([short])
+    assert "context" not in capsys.readouterr().err  # a prompt that fits: nothing said
+    long = QAExample("l", "Who wrote " + "the long book " * 30 + "?", ["x"])
+    method.answer([long, short])
+    method.answer([long])
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("run past the model's context of 256 tokens") == 1 and "1 of 2 prompts" in err
+    assert "index build --max-words 100" in err

@@ -16,6 +16,7 @@ from searchrl.generation.base import Completion, Generator, SamplingParams, mix_
 from searchrl.generation.prompts import render_user_prompt
 from searchrl.retrieval.base import Hit
 from searchrl.rollout.trajectory import Trajectory, short
+from searchrl.utils import console
 
 _LABEL = re.compile(r"^\s*(?:final answer|the answer is|answer)\b\s*[:：]?\s*", re.IGNORECASE)
 _FINAL = re.compile(r"final answer\s*[:：]\s*(.*)", re.IGNORECASE)
@@ -236,6 +237,14 @@ def render_documents(hits: Sequence[Hit]) -> str:
 render_prompt = render_user_prompt
 
 
+def context_window(generator: Generator) -> int | None:
+    """The tokens a local model's positions reach (its config's ``max_position_embeddings``); None when the
+    generator does not say (a served model, a scripted one)."""
+    config = getattr(getattr(generator, "model", None), "config", None)
+    n = getattr(config, "max_position_embeddings", None)
+    return n if isinstance(n, int) and n > 0 else None
+
+
 def executed_queries(traj: Trajectory) -> int:
     """Queries of the search calls that ran (a refused or repeated call's queries are not counted)."""
     return sum(len(t.queries) for t in traj.turns if t.action == "search")
@@ -292,6 +301,7 @@ class Method(ABC):
         """One generate call for the whole batch (the seed is offset by the step so steps differ when sampling; each
         prompt samples from its own stream, so a question's tokens do not depend on its batch)."""
         prompts = [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+        self._check_context(prompts, max_new_tokens)
         params = SamplingParams(
             max_new_tokens=max_new_tokens,
             temperature=self.temperature,
@@ -301,6 +311,20 @@ class Method(ABC):
             row_seeds=tuple(mix_seed(self.seed, step, zlib.crc32(t.encode())) for t in texts),
         )
         return self.generator.generate(prompts, params)
+
+    def _check_context(self, prompts: list[list[int]], max_new_tokens: int) -> None:
+        """Warn, once per method, of prompts that with their new tokens run past the model's context: a model reads
+        positions beyond it as noise, and its answers would be scored as if it had read the documents."""
+        window = context_window(self.generator)
+        over = [len(p) for p in prompts if window is not None and len(p) + max_new_tokens > window]
+        if over and not getattr(self, "_context_warned", False):
+            self._context_warned = True
+            console.log(
+                f"[yellow]warning:[/yellow] {self.name}: {len(over)} of {len(prompts)} prompts (up to {max(over)} "
+                f"tokens, with {max_new_tokens} new ones) run past the model's context of {window} tokens, so their "
+                "answers are unreliable: cut the corpus's documents into passages (index build --max-words 100) or "
+                "lower evaluation.topk"
+            )
 
     @staticmethod
     def _stamp(preds: list[Prediction], t0: float) -> list[Prediction]:
