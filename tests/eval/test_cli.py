@@ -259,6 +259,21 @@ def test_rescore_uses_the_cover_em_rule_eval_recorded(tmp_path: Path) -> None:
     assert old["metrics"]["cover_em"] == 0.0
 
 
+def test_eval_reads_a_file_whose_fields_have_other_names(tmp_path, monkeypatch) -> None:
+    """The loader's error for a file whose question column has another name names --field question=NAME: eval
+    takes it (as data.fields)."""
+    monkeypatch.setattr(harness, "eval_generator", lambda cfg: pytest.fail("the prior loaded the policy"))
+    qa = tmp_path / "mine.csv"
+    qa.write_text("query_text,gold\nWho wrote Dracula?,Bram Stoker\nWho wrote Emma?,Jane Austen\n")
+    args = ["eval", "--data", str(qa), "--methods", "prior", "--prior-data", str(qa), "--out", str(tmp_path / "o")]
+    res = runner.invoke(cli.app, args)
+    assert "--field question=NAME" in " ".join(str(res.exception).split())
+    res = runner.invoke(cli.app, [*args, "--field", "answers=gold", "--field", "question=query_text"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())["rows"]
+    assert row["method"] == "prior" and row["em"] == 0.5  # both "who": the first answer seen, right once
+
+
 def test_the_prior_from_the_command_line_loads_no_model(tmp_path, qa_file, monkeypatch) -> None:
     monkeypatch.setattr(harness, "eval_generator", lambda cfg: pytest.fail("the prior loaded the policy"))
     args = ["eval", "--data", str(qa_file), "--methods", "prior", "--prior-data", str(qa_file)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from searchrl.commands.common import writable_dir
+from searchrl.commands.common import FIELD, field_map, writable_dir
 from searchrl.config.evaluation import CONTEXTS
 
 # No help= here: the callback's docstring (with its Example line) is the group's help.
@@ -41,6 +41,7 @@ def build_config(
     batch_size: int | None = None,
     profile: str | None = None,
     prior_data: str | None = None,
+    fields: dict[str, str] | None = None,
 ):
     """The run config: the recipe (or defaults) with its profile, then dotted overrides, then the given flags."""
     from searchrl.commands.common import load
@@ -59,6 +60,7 @@ def build_config(
         "evaluation.max_new_tokens": max_new_tokens,
         "evaluation.batch_size": batch_size,
         "evaluation.prior_data": prior_data,
+        "data.fields": fields or None,
         "rollout.protocol": protocol,
         "model.policy": model,
         "retrieval.topk": topk,
@@ -107,6 +109,7 @@ def main(
     overrides: list[str] = typer.Option(None, "--set", help="dotted config override, e.g. rollout.max_turns=2"),
     profile: str = typer.Option(None, "--profile", help="profile overlay of --config, e.g. laptop"),
     device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
+    field: list[str] = FIELD,
 ) -> None:
     """Evaluate the baselines (direct, CoT, naive RAG, IRCoT, ITER-RETGEN, Search-o1, the training answers' prior)
     and the agent on QA datasets, or re-score predictions.
@@ -151,6 +154,7 @@ def main(
         batch_size=batch_size,
         profile=profile,
         prior_data=prior_data,
+        fields=field_map(field),
     )
     from searchrl.models import check_fetchable
     from searchrl.validation import validate_deep
