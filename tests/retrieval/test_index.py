@@ -182,6 +182,21 @@ def test_long_documents_are_cut_into_titled_chunks_when_asked(tmp_path: Path) ->
         build_index(corpus, "bm25", tmp_path / "idx2", max_words=0)
 
 
+def test_an_index_of_whole_documents_warns_that_they_need_cutting(tmp_path: Path, capsys) -> None:
+    """A corpus of whole documents indexed as they are (BM25 has no length limit to say so) would show a search only
+    each document's head: the build says so and names --max-words; cut, it says nothing."""
+    rows = [{"id": "doc", "title": "Long", "text": " ".join(f"w{i}" for i in range(1200))}]
+    rows.append({"id": "short", "title": "S", "text": "a short passage"})
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    capsys.readouterr()
+    build_index(corpus, "bm25", tmp_path / "whole")
+    said = " ".join(capsys.readouterr().err.split())
+    assert "1 of the first 2 passages are longer than 1000 words" in said and "--max-words 100" in said
+    build_index(corpus, "bm25", tmp_path / "cut", max_words=100)
+    assert "longer than" not in capsys.readouterr().err
+
+
 def test_cutting_long_passages_into_an_existing_id_is_refused(tmp_path: Path) -> None:
     from searchrl.data.corpus import CorpusFormatError
 

@@ -209,6 +209,8 @@ def build_index(
             _discard(staging)
             raise ValueError(f"{corpus} holds no passages; check the file's format (see `searchrl data --help`)")
         counts["passages"] = n
+        if max_words is None:
+            _warn_long_passages(store)
         if bm25_opts is not None:
             task = bar.add_task("bm25: tokenising", total=n)
             stats = build_bm25(
@@ -250,6 +252,22 @@ def build_index(
     staging.rename(out)
     shutil.rmtree(old, ignore_errors=True)
     return out
+
+
+#: words past which a passage is a whole document: no recipe's observation (``rollout.max_obs_tokens``) shows it whole
+LONG_PASSAGE_WORDS = 1000
+
+
+def _warn_long_passages(store: PassageStore, sample: int = 1024) -> None:
+    """Warn when the first ``sample`` passages hold whole documents, which a search shows only the head of."""
+    seen = min(sample, len(store))
+    long = sum(len(store[i].text.split()) > LONG_PASSAGE_WORDS for i in range(seen))
+    if long:
+        console.print(
+            f"[yellow]warning:[/] {long} of the first {seen} passages are longer than {LONG_PASSAGE_WORDS} words: "
+            "a search shows the policy only their head, and a prompt of several may outrun the model's context; "
+            "cut them into passages (index build --max-words 100; in a run: pipeline.<index stage>.args.max_words)"
+        )
 
 
 def _discard(staging: Path, keep: str | None = None) -> None:
