@@ -209,13 +209,16 @@ def test_a_misspelt_question_kind_fails_before_any_stage(tmp_path: Path) -> None
     from searchrl.pipeline import load_split
     from searchrl.preflight import plan_pipeline
 
-    for override, says in [
-        ("sft.kinds=[singel_hop]", "stage 'coldstart' selects questions by sft.kinds"),
-        ("sft.oracle_mix={singel_hop: 3}", "stage 'coldstart' selects questions by sft.oracle_mix"),
-        ("pipeline.rl.set.data.kinds=[singel_hop]", "stage 'rl' selects questions by data.kinds"),
+    for overrides, says in [
+        (["sft.kinds=[singel_hop]"], "stage 'coldstart' selects questions by sft.kinds"),
+        (
+            ["sft.oracle_mix={singel_hop: 3}", "sft.limit=null"],
+            "stage 'coldstart' selects questions by sft.oracle_mix",
+        ),
+        (["pipeline.rl.set.data.kinds=[singel_hop]"], "stage 'rl' selects questions by data.kinds"),
     ]:
         with pytest.raises(ConfigError, match=rf"{says}: no question has the kind 'singel_hop' \(did you mean "):
-            plan_pipeline(load_config("demo", [override]), tmp_path / "r")
+            plan_pipeline(load_config("demo", overrides), tmp_path / "r")
     assert plan_pipeline(load_config("demo", ["pipeline.rl.set.data.kinds=[bridge]"]), tmp_path / "r")
     # a user's file may have kinds of its own: those are valid there, and a near miss names them
     data = tmp_path / "mine"

@@ -44,6 +44,17 @@ def test_config_show_with_the_laptop_profile(recipe: str) -> None:
     assert not [s.name for s in cfg.pipeline if "training.steps" in s.set]
 
 
+def test_an_oracle_mix_beside_another_sft_limit_is_refused_when_the_config_loads() -> None:
+    """multihop_cpu's oracle_mix sets its cold start's trajectories; the laptop profile's sft.limit (32) beside it
+    once passed `config validate` and `run --dry-run` and failed at the cold start. The profile scales the mix to
+    its limit, and a limit that differs from the mix is refused at load (a file SFT's limit is its own)."""
+    cfg = load_config("multihop_cpu", profile="laptop")
+    assert sum(cfg.sft.oracle_mix.values()) == cfg.sft.limit == 32
+    with pytest.raises(ConfigError, match=r"sft.oracle_mix \(sums to 128\) sets the whole trajectories"):
+        load_config("multihop_cpu", ["sft.limit=10"])
+    assert load_config("multihop_cpu", ["sft.limit=10", "sft.data=teacher.jsonl"]).sft.limit == 10
+
+
 @pytest.mark.parametrize("profile", [None, "laptop"])
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_difficulty_selection_stages_can_see_every_bucket(recipe: str, profile: str | None) -> None:

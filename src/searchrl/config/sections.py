@@ -309,6 +309,19 @@ class SFTConfig(Section):
     oracle_name_options: bool = False  #: oracle SFT: a choice comparison's closing step names its two options first
     limit: int | None = Field(default=None, ge=1)
 
+    @model_validator(mode="after")
+    def _check_mix(self) -> SFTConfig:
+        """``oracle_mix`` sets the oracle's whole trajectories itself: a different ``limit`` (a profile's) or
+        ``oracle_balance`` beside it is refused when the config loads, not when the cold start begins."""
+        total = sum(self.oracle_mix.values())
+        oracle = "oracle" in ([self.data] if isinstance(self.data, str) else self.data)
+        if oracle and self.oracle_mix and ((self.limit is not None and self.limit != total) or self.oracle_balance):
+            raise ValueError(
+                f"sft.oracle_mix (sums to {total}) sets the whole trajectories itself: leave sft.limit unset (or "
+                "equal to that sum) and sft.oracle_balance off"
+            )
+        return self
+
 
 _CRITIC_FIELDS = {
     "algorithm": ("value_clip", "value_coef", "critic_mask_observations", "lam"),
