@@ -603,6 +603,34 @@ def test_a_world_stage_reads_the_worlds_own_files_whatever_the_users_data_overri
     assert len(asked) == 12 and asked <= train_q and not asked & dev_q  # none from the world's dev split
 
 
+def test_an_index_of_shipped_paragraphs_after_a_world_stage_reads_the_users_questions(tmp_path: Path) -> None:
+    """multihop_cpu with data.corpus=contexts: its index stage runs after the world stage, whose files replace the
+    data names of later stages. The paragraphs must still come from the user's questions (HotpotQA's context), not
+    from the world's, which ship none (the stage failed after the cold start: 'no question carries passages')."""
+    from searchrl.config import load_config
+    from searchrl.data.synth import generate_world, write_world
+    from searchrl.stages.data import build_index_for
+
+    world, user = tmp_path / "world", tmp_path / "user"
+    write_world(generate_world(120, 0), world)
+    user.mkdir()
+    rows = [
+        {"_id": f"h{i}", "question": f"Who made Film {i}?", "answer": f"Maker {i}", "type": "bridge",
+         "context": [[f"Film {i}", [f"Film {i} is a film by Maker {i}."]], ["Other", ["Nothing here."]]]}
+        for i in range(3)
+    ]  # fmt: skip
+    (user / "hotpot.json").write_text(json.dumps(rows), encoding="utf-8")
+    base = load_config("multihop_cpu", [f"data.source={user}", "data.train=hotpot.json", "data.corpus=contexts"])
+    raw = next(s for s in base.pipeline if s.name == "index")
+    stage = runner.StageConfig.model_validate(chain._subst(raw.model_dump(), {}, raw.name, base.model_dump()))
+    cfg = chain.stage_config(base, stage, str(world), None)
+    assert cfg.data.train == str(user / "hotpot.json") and cfg.data.source == str(world)
+    built = build_index_for(cfg, tmp_path / "index", stage.data)
+    assert built["passages"] == 4  # three films' paragraphs and the one shared distractor
+    coldstart = next(s for s in base.pipeline if s.name == "coldstart")  # the world stages keep the world's files
+    assert chain.stage_config(base, coldstart, str(world), None).data.train == "train.jsonl"
+
+
 def test_sampling_stages_get_their_teacher_from_args(tmp_path: Path, monkeypatch) -> None:
     """``args: {url, served_model, timeout_s}`` name a served teacher; the other args go to the stage function."""
     from searchrl import stages

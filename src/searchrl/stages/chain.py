@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.config import ConfigError, RunConfig, StageConfig, validate_dict
+from searchrl.config.evaluation import CONTEXTS
 from searchrl.config.extensions import registered
 from searchrl.config.loading import apply_overrides
 from searchrl.pipeline import data_file, index_kind
@@ -70,9 +71,11 @@ def stage_config(base: RunConfig, stage: StageConfig, world: str | None, index: 
     raw = base.model_dump()
     raw["pipeline"] = []
     if world is not None:  # a world stage reads the world's own files, never a file name meant for the user's data
-        raw["data"].update(
-            source=world, train="train.jsonl", dev="dev.jsonl", test="test.jsonl", corpus="corpus.jsonl"
-        )
+        files = {"source": world, "train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
+        if stage.op == "index" and stage.data == CONTEXTS:  # the paragraphs the user's questions ship with: a world's
+            d = base.data  # questions ship none
+            files["train"] = d.train if d.source == "synthetic" else data_file(d.source, d.train)
+        raw["data"].update(files, corpus="corpus.jsonl")
     if index is not None:
         raw["retrieval"]["index"] = index
         raw["retrieval"]["kind"] = index_kind(index) or raw["retrieval"]["kind"]
