@@ -290,3 +290,22 @@ def test_passages_with_nothing_in_them_are_kept_and_counted_in_one_warning(tmp_p
     path.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
     list(iter_passages(path))
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_long_passage_in_a_script_without_spaces_is_cut_and_counted_by_its_characters(tmp_path: Path) -> None:
+    """Chinese has no spaces, so a whole Chinese document was one 'word': --max-words never cut it and the build's
+    long-passage check never saw it. Each of its characters now counts as a word; spaced text is cut as before."""
+    import doctest
+
+    import searchrl.data.corpus as corpus_module
+    from searchrl.data.corpus import count_words
+
+    text = "红楼梦是曹雪芹的小说。" * 30  # 330 characters
+    rows = [{"id": "zh", "title": "红楼梦", "text": text}, {"id": "en", "title": "E", "text": "one two three"}]
+    path = tmp_path / "zh.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    cut = list(iter_passages(path, max_words=100))
+    assert [p.id for p in cut] == ["zh#0", "zh#1", "zh#2", "zh#3", "en"]
+    assert "".join(p.text for p in cut[:4]) == text and [count_words(p.text) for p in cut[:4]] == [100, 100, 100, 30]
+    assert {p.title for p in cut[:4]} == {"红楼梦"} and cut[4].text == "one two three"
+    assert doctest.testmod(corpus_module).failed == 0

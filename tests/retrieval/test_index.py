@@ -233,3 +233,12 @@ def test_a_forced_rebuild_keeps_the_old_index_until_the_new_one_is_in_place(
     assert seen == [True] and (out / "manifest.json").exists() and not (tmp_path / ".i.old").exists()
     out.rename(tmp_path / ".i.old")  # a stop between the two renames: the old index is put back where it was
     assert load_index(out).search(["anything"], 1) is not None and not (tmp_path / ".i.old").exists()
+
+
+def test_a_whole_document_without_spaces_is_warned_of_too(tmp_path: Path, capsys) -> None:
+    rows = [{"id": "doc", "title": "长", "text": "长" * 1500}]
+    corpus = tmp_path / "zh.jsonl"
+    corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    capsys.readouterr()
+    build_index(corpus, "bm25", tmp_path / "whole")
+    assert "longer than 1000 words" in " ".join(capsys.readouterr().err.split())

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -71,22 +72,55 @@ def title_quoted(first_line: str) -> bool:
     return len(title) >= 2 and title[0] == '"' and title[-1] == '"'
 
 
+#: a character of a script written without spaces between words (Thai, Lao, Myanmar, Khmer, CJK punctuation, kana,
+#: the CJK ideographs and their extensions, fullwidth forms): it counts as a word of its own.
+UNSPACED = (
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+    "\U00020000-\U0003134f]"
+)
+_WORDS = re.compile(rf"{UNSPACED}|(?:(?!{UNSPACED})\S)+")
+
+
+def count_words(text: str) -> int:
+    """Words of ``text``: whitespace-separated runs, each character of a script written without spaces counted as one.
+
+    >>> count_words("the Dream of the Red Chamber"), count_words("红楼梦的作者是曹雪芹"), count_words("作者 is 曹雪芹")
+    (6, 10, 6)
+    """
+    return len(text.split()) if text.isascii() else len(_WORDS.findall(text))
+
+
 def chunk_words(text: str, size: int = 100) -> list[str]:
     """Split text into consecutive chunks of ``size`` whitespace-separated words (the last may be shorter)."""
     words = text.split()
     return [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
 
 
+def chunk_text(text: str, size: int = 100) -> list[str]:
+    """:func:`chunk_words`, with words as :func:`count_words` counts them: in text of a script written without spaces
+    each character is a word. Whitespace inside a chunk becomes one space.
+
+    >>> chunk_text("a b  c d e", 2), chunk_text("红楼梦的作者 is 曹雪芹", 4)
+    (['a b', 'c d', 'e'], ['红楼梦的', '作者 is 曹', '雪芹'])
+    """
+    if text.isascii() or not re.search(UNSPACED, text):
+        return chunk_words(text, size)
+    spans = [m.span() for m in _WORDS.finditer(text)]
+    cuts = range(0, len(spans), size)
+    return [" ".join(text[spans[i][0] : spans[min(i + size, len(spans)) - 1][1]].split()) for i in cuts]
+
+
 def split_long(passages: Iterable[Passage], max_words: int) -> Iterator[Passage]:
-    """Passages of more than ``max_words`` words cut into consecutive ``max_words``-word chunks that keep their
-    title, with ids ``<id>#<k>`` (k from 0); shorter ones as they are. For corpora of whole documents, whose
-    passages would otherwise be truncated to their head in an observation.
+    """Passages of more than ``max_words`` words cut into consecutive ``max_words``-word chunks that keep their title,
+    with ids ``<id>#<k>`` (k from 0); shorter ones as they are. For corpora of whole documents, whose passages would
+    otherwise be truncated to their head in an observation. Words as :func:`count_words` counts them: a character
+    of Chinese, Japanese or Thai is one.
 
     >>> [(p.id, p.text) for p in split_long([Passage("d", "T", "a b c d e")], 2)]
     [('d#0', 'a b'), ('d#1', 'c d'), ('d#2', 'e')]
     """
     for p in passages:
-        chunks = chunk_words(p.text, max_words) if len(p.text.split()) > max_words else [p.text]
+        chunks = chunk_text(p.text, max_words) if count_words(p.text) > max_words else [p.text]
         if len(chunks) == 1:
             yield p
         else:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from searchrl import __version__
-from searchrl.data.corpus import PassageStore, file_fingerprint, iter_passages, local_corpus
+from searchrl.data.corpus import PassageStore, count_words, file_fingerprint, iter_passages, local_corpus
 from searchrl.retrieval import dense as dense_backend
 from searchrl.retrieval.bm25 import BM25Options, BM25Retriever, build_bm25
 from searchrl.retrieval.dense import (
@@ -261,7 +261,7 @@ LONG_PASSAGE_WORDS = 1000
 def _warn_long_passages(store: PassageStore, sample: int = 1024) -> None:
     """Warn when the first ``sample`` passages hold whole documents, which a search shows only the head of."""
     seen = min(sample, len(store))
-    long = sum(len(store[i].text.split()) > LONG_PASSAGE_WORDS for i in range(seen))
+    long = sum(count_words(store[i].text) > LONG_PASSAGE_WORDS for i in range(seen))
     if long:
         console.print(
             f"[yellow]warning:[/] {long} of the first {seen} passages are longer than {LONG_PASSAGE_WORDS} words: "

@@ -51,6 +51,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Literal
 
+from searchrl.data.corpus import UNSPACED
+
 Golds = str | Sequence[str]
 Normalizer = Callable[[str], str]
 MetricFn = Callable[[str | None, Golds], float]
@@ -60,12 +62,7 @@ _SQUAD_PUNCT = frozenset(string.punctuation)
 # R1-Searcher's code adds typographic quotes to the punctuation set (spec 001 §11.3).
 _R1_PUNCT = frozenset(string.punctuation + "‘’´`")
 _YES_NO = ("yes", "no", "noanswer")
-#: scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, CJK punctuation, Hiragana, Katakana, the
-#: CJK ideographs (and their extensions), fullwidth forms
-_UNSPACED = re.compile(
-    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
-    "\U00020000-\U0003134f]"
-)
+_UNSPACED = re.compile(UNSPACED)  # a character of a script written without spaces between words
 
 
 def normalize_answer(text: str) -> str:
