@@ -84,6 +84,10 @@ def test_inspect_errors_name_the_fix(tmp_path: Path) -> None:
     odd.write_text(json.dumps({"foo": 1}) + "\n")
     res = runner.invoke(app, ["inspect", str(odd)])
     assert isinstance(res.exception, ValueError) and "cannot tell a QA file" in str(res.exception)
+    assert "--field question=NAME --field answers=NAME" in str(res.exception)
+    odd.write_text(json.dumps({"q": "Who wrote Hamlet?", "a": "Shakespeare"}) + "\n")
+    res = runner.invoke(app, ["inspect", str(odd), "--field", "question=q", "--field", "answers=a"])
+    assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["inspect", str(tmp_path / "missing.jsonl")])
     assert isinstance(res.exception, FileNotFoundError)
     res = runner.invoke(app, ["synth", "--out", str(tmp_path / "x"), "--entities", "3"])

@@ -218,7 +218,8 @@ def _detect(path: Path) -> str:
         raise ValueError(f"{path}: no rows; give a QA file or a corpus with at least one JSON object per line")
     raise ValueError(
         f"{path}: cannot tell a QA file (needs 'question', 'query' or 'input') from a corpus (needs 'contents', "
-        f"'text' or 'wikipedia_title'); first row has fields {sorted(fields)}"
+        f"'text' or 'wikipedia_title'); first row has fields {sorted(fields)}: for a QA file under other names, "
+        "name them with --field question=NAME --field answers=NAME"
     )
 
 
