@@ -345,6 +345,18 @@ def test_hf_load_dataset_with_config_like_flashrag(tmp_path: Path, hf_cache: Pat
     assert got == [QAExample("hp1", "q?", ["yes"], {"type": "comparison"})]
 
 
+def test_hf_local_copy_without_declared_configs_reads_the_config_folder(tmp_path: Path, hf_cache: Path) -> None:
+    """A downloaded FlashRAG_datasets copy whose README declares no configs: ``hf:DIR:nq:test`` reads
+    ``DIR/nq/test.jsonl`` instead of failing on datasets' "BuilderConfig 'nq' not found"; a missing split names the
+    folder and the split."""
+    repo = tmp_path / "FlashRAG_datasets"
+    (repo / "nq").mkdir(parents=True)
+    _write(repo / "nq" / "test.jsonl", [{"id": "nq1", "question": "who?", "golden_answers": ["me"]}])
+    assert load_qa(f"hf:{repo}:nq:test") == [QAExample("nq1", "who?", ["me"], {})]
+    with pytest.raises(FileNotFoundError, match=r"no dev\.jsonl.* in .*nq; check the split name"):
+        load_qa(f"hf:{repo}:nq:dev")
+
+
 def test_shared_qa_files_load(shared_data: Path) -> None:
     """Every QA file under ../shared/data loads: one example per non-empty line, unique ids, answers present."""
     files = [

@@ -352,6 +352,10 @@ def _iter_hf(name: str, config: str | None, split: str) -> Iterator[tuple[str, i
         try:
             ds = datasets.load_dataset(str(local) if local.is_dir() else name, config, split=split)
         except ValueError as err:  # unknown split or config: datasets' message lists the valid ones
+            if config and (local / config).is_dir():  # a local copy whose README declares no configs (FlashRAG's
+                rows, _ = _rows(local / config, split)  # folders nq/, hotpotqa/): the folder's <split> file
+                yield from rows
+                return
             raise ValueError(f"hf:{name}{':' + config if config else ''}:{split}: {err}") from None
         except Exception as err:  # offline, or no such dataset: one line that names the fix
             first = error_line(err)
