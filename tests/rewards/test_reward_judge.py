@@ -255,3 +255,19 @@ def test_a_training_judge_reward_asks_the_judge_the_evaluation_section_names(ser
     assert metrics["judge/accuracy"] == 0.5
     with pytest.raises(ValueError, match="no judge URL"):
         default_reward_fn(RunConfig.model_validate({"reward": {"components": [{"name": "judge"}]}}), None, tok)
+
+
+def test_the_advice_fits_the_judges_last_error_not_an_earlier_timeout():
+    """A judge that timed out, then refused the connection (it stopped): the message shows the refused connection, so
+    the advice is to start it, not that it is slow. Before, an earlier timeout's advice stayed for the whole loop."""
+    import httpx
+
+    errors = iter([httpx.ReadTimeout("slow"), httpx.ConnectError("refused")])
+
+    def fail(request):
+        raise next(errors)
+
+    judge = LLMJudge("http://judge.test/v1", "m", max_retries=1, backoff_s=0, timeout_s=5)
+    judge._client = httpx.Client(transport=httpx.MockTransport(fail))
+    with pytest.raises(JudgeError, match=r"\(ConnectError: refused\); start the server or fix the judge URL$"):
+        judge.judge("q", ["x"], "y")

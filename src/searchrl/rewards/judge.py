@@ -198,7 +198,7 @@ class LLMJudge:
             "temperature": 0.0,
             "max_tokens": self.max_tokens,
         }
-        last_error, fix = "", "start the server or fix the judge URL"
+        last_error, timed_out = "", False
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
@@ -206,13 +206,12 @@ class LLMJudge:
                 resp = request_within(self._client, "POST", url, self.timeout_s, json=body)
             except httpx.HTTPError as err:  # connection refused, timeout, ...: worth retrying
                 last_error = f"{type(err).__name__}: {error_line(err)}"
-                if isinstance(err, httpx.TimeoutException):
-                    fix = f"the judge is slow or stuck: check it (each request may take {self.timeout_s:g} s)"
+                timed_out = isinstance(err, httpx.TimeoutException)
                 continue
             with self._lock:
                 self.n_requests += 1
             if resp.status_code == 429 or resp.status_code >= 500:
-                last_error, fix = f"HTTP {resp.status_code}", "start the server or fix the judge URL"
+                last_error, timed_out = f"HTTP {resp.status_code}", False
                 continue
             if resp.status_code != 200:
                 raise JudgeError(
@@ -227,6 +226,9 @@ class LLMJudge:
                     "(point the judge URL at an OpenAI-compatible /v1 endpoint)"
                 ) from None
             return content or ""
+        fix = "start the server or fix the judge URL"  # the advice fits the last error, as the message shows it
+        if timed_out:
+            fix = f"the judge is slow or stuck: check it (each request may take {self.timeout_s:g} s)"
         raise JudgeError(f"judge at {url} failed after {self.max_retries + 1} attempts ({last_error}); {fix}")
 
     def _fetch(self, item: tuple[str, str]) -> None:
