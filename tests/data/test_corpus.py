@@ -309,3 +309,13 @@ def test_a_long_passage_in_a_script_without_spaces_is_cut_and_counted_by_its_cha
     assert "".join(p.text for p in cut[:4]) == text and [count_words(p.text) for p in cut[:4]] == [100, 100, 100, 30]
     assert {p.title for p in cut[:4]} == {"红楼梦"} and cut[4].text == "one two three"
     assert doctest.testmod(corpus_module).failed == 0
+
+
+def test_an_ideographic_space_is_a_space_not_a_word() -> None:
+    """Japanese text is often spaced or indented with U+3000, the ideographic space: it separates words as a space
+    does. Before, it counted as a word of its own, so a chunk could hold one character fewer than --max-words asked."""
+    from searchrl.data.corpus import chunk_text, count_words
+
+    assert count_words("東京\u3000大阪") == count_words("東京 大阪") == 4
+    assert chunk_text("東京\u3000大阪", 2) == ["東京", "大阪"]
+    assert count_words("\u3000東京。") == 3  # CJK punctuation still counts, as before

@@ -75,7 +75,7 @@ def title_quoted(first_line: str) -> bool:
 #: a character of a script written without spaces between words (Thai, Lao, Myanmar, Khmer, CJK punctuation, kana,
 #: the CJK ideographs and their extensions, fullwidth forms): it counts as a word of its own.
 UNSPACED = (
-    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3001-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
     "\U00020000-\U0003134f]"
 )
 _WORDS = re.compile(rf"{UNSPACED}|(?:(?!{UNSPACED})\S)+")
