@@ -111,13 +111,10 @@ def load_policy(spec: str, dtype: str = "float32", device: str | None = None, fr
         local = Path(where).is_dir()
         try:
             tok = AutoTokenizer.from_pretrained(where)
-        except (OSError, ValueError):  # transformers' message runs to five lines and names no file
+        except (OSError, ValueError) as err:  # transformers' message runs to five lines and names no file
             if not local:
                 raise
-            raise ModelResolutionError(
-                f"{where} holds no usable tokenizer; save it beside the weights (tokenizer.save_pretrained(DIR)), "
-                "or copy tokenizer.json and tokenizer_config.json from its base model"
-            ) from None
+            raise ModelResolutionError(_tokenizer_problem(Path(where), err)) from None
         with _quiet_local_load(where):
             try:
                 model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa")
@@ -283,6 +280,27 @@ def _in_hf_cache(spec: str) -> bool | None:
         return any(isinstance(try_to_load_from_cache(spec, f), str) for f in ("config.json", "modules.json"))
     except (ValueError, OSError):
         return None
+
+
+#: files that hold a tokenizer's vocabulary (a fast tokenizer's, a sentencepiece model, a BPE or WordPiece vocabulary)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
+
+
+def _tokenizer_problem(where: Path, err: BaseException) -> str:
+    """One line for a local model directory whose tokenizer transformers could not load: none there, or one that
+    needs a package (a sentencepiece model without the sentencepiece package)."""
+    present = [name for name in _TOKENIZER_FILES if (where / name).exists()]
+    if not present:
+        return (
+            f"{where} holds no usable tokenizer; save it beside the weights (tokenizer.save_pretrained(DIR)), "
+            "or copy tokenizer.json and tokenizer_config.json from its base model"
+        )
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    said = (lines[-1] if lines else type(err).__name__)[:160]  # transformers ends with what to install
+    fix = "copy tokenizer.json and tokenizer_config.json from its base model"
+    if "tokenizer.json" not in present and any(name.endswith(".model") for name in present):
+        fix = f"its sentencepiece model needs the package: pip install sentencepiece, or {fix}"
+    return f"{where}'s tokenizer ({', '.join(present)}) cannot be loaded ({said}); {fix}"
 
 
 def _hub_reason(spec: str) -> str | None:

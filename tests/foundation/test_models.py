@@ -159,3 +159,32 @@ def test_an_optional_package_a_setting_needs_is_checked_before_any_work(monkeypa
         main()  # the command as installed: one line, exit 2, no traceback
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "error: rollout.backend=vllm needs vllm" in err and "Traceback" not in err
+
+
+def test_a_local_tokenizer_that_needs_a_package_says_so_not_that_there_is_none(tmp_path: Path, monkeypatch) -> None:
+    """A model directory with a sentencepiece tokenizer.model (Llama-2, Mistral) but no tokenizer.json needs the
+    sentencepiece package, which SearchRL does not install. Before, the error said the directory held no usable
+    tokenizer and dropped transformers' reason; now it names the file, the reason and the package."""
+    import shutil
+
+    import transformers
+
+    bundled = Path(resolve_policy("smollm2-135m-instruct"))
+    spm = tmp_path / "spm"
+    spm.mkdir()
+    shutil.copy(bundled / "config.json", spm / "config.json")
+    (spm / "tokenizer.model").write_bytes(b"a sentencepiece model")
+    said = (  # transformers' message when neither sentencepiece nor tiktoken is installed
+        "Couldn't instantiate the backend tokenizer from one of: \n(1) a `tokenizers` library serialization file, "
+        "\nYou need to have sentencepiece or tiktoken installed to convert a slow tokenizer to a fast one."
+    )
+
+    def refuse(*args, **kwargs):
+        raise ValueError(said)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    with pytest.raises(ModelResolutionError, match=r"spm's tokenizer \(tokenizer.model\) cannot be loaded") as err:
+        load_policy(str(spm))
+    message = str(err.value)
+    assert "You need to have sentencepiece" in message and "pip install sentencepiece" in message
+    assert "\n" not in message
