@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from searchrl.utils import atomic_write_lines
+from searchrl.utils import atomic_write_lines, json_plain
 
 Row = dict[str, Any]
 
@@ -31,18 +31,10 @@ def _load(line: bytes) -> Any:
         return None
 
 
-def _plain(value: Any) -> Any:
-    """A value JSON has no type for (a question's metadata read from parquet or a dataset: a date, an array) as the
-    nearest one JSON has."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
-
-
 def write(partial: Path, header: Row | None, entries: Iterable[tuple[str, Row]], mode: str) -> None:
     """``mode="w"``: (re)write ``partial`` atomically, ``header`` first; ``"a"``: append ``entries``."""
     lines = [json.dumps(header) + "\n"] if header else []
-    lines += [json.dumps({"slot": s, "row": r}, ensure_ascii=False, default=_plain) + "\n" for s, r in entries]
+    lines += [json.dumps({"slot": s, "row": r}, ensure_ascii=False, default=json_plain) + "\n" for s, r in entries]
     if mode == "w":
         atomic_write_lines(partial, lines)
     else:

@@ -210,9 +210,18 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield i, obj
 
 
+def json_plain(value: Any) -> Any:
+    """``json.dumps``'s ``default``: a value JSON has no type for (a question's metadata read from parquet or a
+    dataset: a date, an array) as the nearest one JSON has."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
-    """Write ``rows`` as JSON lines, streamed and atomically (see :func:`atomic_write_lines`)."""
-    atomic_write_lines(path, (json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    """Write ``rows`` as JSON lines, streamed and atomically (see :func:`atomic_write_lines`); values JSON has no
+    type for are written as :func:`json_plain` makes them."""
+    atomic_write_lines(path, (json.dumps(r, ensure_ascii=False, default=json_plain) + "\n" for r in rows))
     return Path(path)
 
 

@@ -425,3 +425,28 @@ def test_searchrl_records_load_their_golds_not_the_models_answer(tmp_path) -> No
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (ex,) = load_qa(path)
     assert ex.answers == ["Oslo"]
+
+
+def test_a_parquet_question_set_with_a_date_column_is_written_back_as_json(tmp_path: Path) -> None:
+    """Metadata read from parquet keeps the column's type (a date, a list as an array); the files written from the
+    questions (a split, predictions rows) write it as JSON's nearest type instead of stopping with a TypeError."""
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from searchrl.stages import split_questions
+
+    table = pa.table(
+        {
+            "id": [f"q{i}" for i in range(4)],
+            "question": [f"question {i}?" for i in range(4)],
+            "golden_answers": [[f"a{i}"] for i in range(4)],
+            "asked_on": [datetime.date(2024, 1, i + 1) for i in range(4)],
+        }
+    )
+    pq.write_table(table, tmp_path / "qs.parquet")
+    assert isinstance(load_qa(tmp_path / "qs.parquet")[0].metadata["asked_on"], datetime.date)
+    split_questions(str(tmp_path / "qs.parquet"), tmp_path / "out", 1)
+    rows = [json.loads(line) for f in ("train", "heldout") for line in (tmp_path / "out" / f"{f}.jsonl").open()]
+    assert sorted(r["metadata"]["asked_on"] for r in rows) == [f"2024-01-0{i}" for i in range(1, 5)]
