@@ -271,3 +271,17 @@ def test_the_advice_fits_the_judges_last_error_not_an_earlier_timeout():
     judge._client = httpx.Client(transport=httpx.MockTransport(fail))
     with pytest.raises(JudgeError, match=r"\(ConnectError: refused\); start the server or fix the judge URL$"):
         judge.judge("q", ["x"], "y")
+
+
+def test_a_judge_without_a_cache_file_keeps_only_the_newest_replies(server, monkeypatch):
+    """A judge reward asks about every rollout of a long RL run: without a cache file its memory of replies is
+    bounded, the oldest dropped first; with a cache file (evaluation) every reply is kept."""
+    from searchrl.rewards import judge as judge_module
+
+    url, state = server
+    monkeypatch.setattr(judge_module, "MEMO_LIMIT", 3)
+    judge = LLMJudge(url, "fake-judge")
+    answers = ["Paris", "Lyon", "Nice", "Lille", "Metz"]
+    assert [v.correct for v in judge.judge_many(["q"] * 5, [["Paris"]] * 5, answers)] == [True] + [False] * 4
+    assert len(judge._cache) == 3 and judge.judge("q", ["Paris"], "Metz").source == "cache"
+    assert judge.judge("q", ["Paris"], "Paris").source == "api"  # dropped, asked again

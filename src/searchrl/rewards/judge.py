@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,6 +110,10 @@ def summarize_verdicts(verdicts: Sequence[JudgeVerdict]) -> dict[str, float]:
     parsed = [v.correct for v in verdicts if v.correct is not None]
     acc = sum(parsed) / len(parsed) if parsed else float("nan")
     return {"judge": acc, "judge_unparsed": float(len(verdicts) - len(parsed)), "judge_n": float(len(verdicts))}
+
+
+#: replies a judge without a cache file keeps in memory, the newest first (a judge reward over a long RL run)
+MEMO_LIMIT = 100_000
 
 
 class LLMJudge:
@@ -272,6 +277,9 @@ class LLMJudge:
             for i, key, _ in todo:
                 raw = self._cache[key]
                 out[i] = JudgeVerdict(parse_verdict(raw), raw, "api")
+        if self.cache_path is None and len(self._cache) > MEMO_LIMIT:  # an RL run judges millions of answers: keep
+            for key in list(islice(self._cache, len(self._cache) - MEMO_LIMIT)):  # the newest replies only
+                del self._cache[key]
         return [v for v in out if v is not None]
 
     def close(self) -> None:
