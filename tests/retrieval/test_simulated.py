@@ -96,3 +96,34 @@ def test_the_trainer_moves_the_noise_curriculum(tmp_path: Path) -> None:
         cfg, tiny_model(), tokenizer(), LettersProtocol(), rec, questions, reward_fn=letter_fraction_reward
     ).train()
     assert rec.progress == [0.0, 0.5, 1.0]
+
+
+def test_a_served_writer_and_summariser_take_their_timeout_and_concurrency_from_the_config(monkeypatch) -> None:
+    """retrieval.simulated.timeout_s / concurrency and retrieval.web.summarizer_timeout_s / summarizer_concurrency
+    reach the OpenAI-compatible client of a served writer or summariser (no server is contacted to build one)."""
+    import transformers
+
+    from searchrl.config import SimulatedConfig, WebConfig
+    from searchrl.generation import openai_compat
+    from searchrl.retrieval import pages, simulated
+
+    made = []
+
+    class Client:
+        def __init__(self, url, model, tokenizer, **kwargs) -> None:
+            self.tokenizer = tokenizer
+            made.append((url, model, kwargs))
+
+    monkeypatch.setattr(openai_compat, "OpenAICompatGenerator", Client)
+    monkeypatch.setattr(pages, "OpenAICompatGenerator", Client)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
+    monkeypatch.setattr(simulated.models, "resolve_policy", lambda spec: spec)
+    monkeypatch.setattr(pages.models, "resolve_policy", lambda spec: spec)
+    simulated.make_simulated(SimulatedConfig(url="http://w:1/v1", model="writer", timeout_s=9, concurrency=5))
+    pages.make_summarizer(
+        WebConfig(summarizer="sum", summarizer_url="http://s:1/v1", summarizer_timeout_s=7, summarizer_concurrency=3)
+    )
+    assert made == [
+        ("http://w:1/v1", "writer", {"timeout_s": 9.0, "concurrency": 5}),
+        ("http://s:1/v1", "sum", {"timeout_s": 7.0, "concurrency": 3}),
+    ]
