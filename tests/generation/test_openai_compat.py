@@ -109,6 +109,7 @@ def test_a_rejected_request_is_named_at_once_on_one_line_with_the_servers_messag
     said = {  # vLLM's error body, then OpenAI's
         400: ({"object": "error", "message": too_long, "code": 400}, too_long, "max-model-len"),
         404: ({"error": {"message": unknown, "type": "NotFoundError"}}, unknown, "/v1/models"),
+        422: ({"detail": "top_p must be in (0, 1]"}, "top_p must be in (0, 1]", "names what it could not take"),
     }
     for status, (body, text, fix) in said.items():
         calls = []

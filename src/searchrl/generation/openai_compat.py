@@ -24,6 +24,7 @@ _REJECTED = {
     404: "check the URL (it ends in /v1) and the model name the server serves (its /v1/models)",
 }
 _REJECTED[403] = _REJECTED[401]
+_OTHER_4XX = "the server's message names what it could not take (a sampling setting or a model it does not serve)"
 
 #: vLLM's log-prob token under return_tokens_as_token_ids; anything else is text, re-tokenized.
 _TOKEN_ID = re.compile(r"token_id:\d+")
@@ -97,7 +98,7 @@ class OpenAICompatGenerator(Generator):
             if r.status_code >= 400:
                 raise ValueError(
                     f"completions server at {self.base_url} rejected the request (HTTP {r.status_code}: "
-                    f"{_server_message(r)}); {_REJECTED.get(r.status_code, _REJECTED[400])}"
+                    f"{_server_message(r)}); {_REJECTED.get(r.status_code, _OTHER_4XX)}"
                 )
             try:
                 return _checked(r.json())
