@@ -27,3 +27,23 @@ def shared_data() -> Path:
 @pytest.fixture(autouse=True, scope="session")
 def _quiet_progress() -> None:
     os.environ.setdefault("SEARCHRL_NO_PROGRESS", "1")
+
+
+@pytest.fixture
+def trickling(monkeypatch: pytest.MonkeyPatch):
+    """``(transport, pieces)``: an httpx transport whose reply never ends, a byte a piece, under a deadline clock
+    (``searchrl.httputil``'s) that moves one second a piece; ``pieces`` counts the bytes sent."""
+    import httpx
+
+    from searchrl import httputil
+
+    clock, pieces = {"t": 0.0}, []
+    monkeypatch.setattr(httputil.time, "monotonic", lambda: clock["t"])
+
+    def drip():
+        for _ in range(1000):
+            clock["t"] += 1.0
+            pieces.append(1)
+            yield b" "
+
+    return httpx.MockTransport(lambda request: httpx.Response(200, content=drip())), pieces

@@ -321,25 +321,6 @@ def error_line(err: BaseException, limit: int = 160) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:limit]
 
 
-def request_within(client: Any, method: str, url: str, timeout_s: float, **kwargs: Any) -> Any:
-    """``client.request`` (an ``httpx.Client``) whose ``timeout_s`` bounds the whole answer: httpx's timeout bounds
-    each connect and each read, so a server that trickles its body a byte at a time would hold the call for ever.
-    The body is read as it arrives, the deadline checked after every piece; past it, ``httpx.ReadTimeout``. (At most
-    about twice ``timeout_s`` in all: a read that stalls waits out its own timeout.)"""
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    with client.stream(method, url, timeout=timeout_s, **kwargs) as resp:
-        if resp.is_stream_consumed:  # answered whole already (a mock transport)
-            return resp
-        raw = bytearray()
-        for chunk in resp.iter_raw():
-            raw += chunk
-            if time.monotonic() > deadline:
-                raise httpx.ReadTimeout(f"the answer took over {timeout_s:g} s", request=resp.request)
-    return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(raw), request=resp.request)
-
-
 def restore_interrupted(path: Path) -> None:
     """A save by :func:`atomic_dir` that stopped between its two renames left the previous copy, whole, at
     ``<path>.old`` and nothing at ``path``: put it back."""

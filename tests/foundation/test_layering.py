@@ -19,7 +19,7 @@ from pathlib import Path
 import searchrl
 
 LAYERS: list[set[str]] = [
-    {"searchrl", "_lazy", "config", "utils", "models", "bundled", "tuning", "device", "shapes", "partial"},
+    {"searchrl", "_lazy", "config", "utils", "models", "bundled", "tuning", "device", "shapes", "partial", "httputil"},
     {"data", "retrieval", "protocols", "generation", "tools"},
     {"pipeline"},
     {"rollout"},

@@ -124,25 +124,15 @@ def test_a_rejected_request_is_named_at_once_on_one_line_with_the_servers_messag
         assert fix in message
 
 
-def test_a_server_that_trickles_its_reply_times_out_and_says_so(monkeypatch) -> None:
+def test_a_server_that_trickles_its_reply_times_out_and_says_so(monkeypatch, trickling) -> None:
     """Each piece of the body comes quickly but the whole never ends: only a deadline on the whole answer stops the
     request (here a clock that moves one second a piece, timeout 5 s); the error names the timeout."""
-    from searchrl import utils
     from searchrl.generation import openai_compat
 
     monkeypatch.setattr(openai_compat.time, "sleep", lambda s: None)
-    clock = {"t": 0.0}
-    monkeypatch.setattr(utils.time, "monotonic", lambda: clock["t"])
-    pieces = []
-
-    def drip():
-        for _ in range(1000):
-            clock["t"] += 1.0
-            pieces.append(1)
-            yield b" "
-
+    transport, pieces = trickling
     gen = OpenAICompatGenerator("http://teacher.test/v1", "teacher", ByteTokenizer(), timeout_s=5.0, retries=2)
-    gen.client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, content=drip())))
+    gen.client = httpx.Client(transport=transport)
     with pytest.raises(ConnectionError, match=r"failed after 2 tries \(the answer took over 5 s\);.* more than 5 s"):
         gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
     assert len(pieces) < 20

@@ -255,3 +255,20 @@ def test_retries_and_backoff_come_from_the_config() -> None:
     cfg = load_config(None, ["retrieval.kind=remote", "retrieval.urls=[http://127.0.0.1:9]", "retrieval.retries=8"])
     patient = make_retriever(cfg.retrieval.model_copy(update={"backoff_s": 1.0}))
     assert (patient.retries, patient.backoff_s) == (8, 1.0)
+
+
+def test_what_a_server_said_is_one_line_from_any_error_layout() -> None:
+    import doctest
+
+    from searchrl import httputil
+    from searchrl.httputil import server_said
+
+    assert doctest.testmod(httputil).failed == 0
+    for body, said in (
+        ({"error": "Invalid API key."}, "Invalid API key."),  # SerpAPI
+        ({"message": "too long", "object": "error"}, "too long"),  # vLLM
+        ({"detail": "queries must be a list"}, "queries must be a list"),  # FastAPI
+        (["bad", "request"], '["bad","request"]'),  # not an object: the body as it came
+    ):
+        assert server_said(httpx.Response(400, json=body)) == said
+    assert server_said(httpx.Response(502, text="<html>\n<b>Bad\nGateway</b>\n</html>"), 12) == "<html> <b>Ba"

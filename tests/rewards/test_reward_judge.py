@@ -197,25 +197,14 @@ def test_judge_component_through_the_composer(server):
     assert result.metrics["judge/unparsed"] == 1.0 and result.metrics["judge/accuracy"] == pytest.approx(1 / 3)
 
 
-def test_a_judge_that_trickles_its_reply_times_out_and_says_so(monkeypatch):
+def test_a_judge_that_trickles_its_reply_times_out_and_says_so(trickling):
     """Each piece of the reply comes quickly but the whole never ends: timeout_s bounds the whole answer (a clock
     that moves one second a piece, timeout 5 s), and the error says the judge is slow, not that it is down."""
     import httpx
 
-    from searchrl import utils
-
-    clock = {"t": 0.0}
-    monkeypatch.setattr(utils.time, "monotonic", lambda: clock["t"])
-    pieces = []
-
-    def drip():
-        for _ in range(1000):
-            clock["t"] += 1.0
-            pieces.append(1)
-            yield b" "
-
+    transport, pieces = trickling
     judge = LLMJudge("http://judge.test/v1", "m", max_retries=1, backoff_s=0, timeout_s=5)
-    judge._client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, content=drip())))
+    judge._client = httpx.Client(transport=transport)
     with pytest.raises(JudgeError, match=r"failed after 2 attempts \(ReadTimeout: .*\); the judge is slow or stuck"):
         judge.judge("q", ["x"], "y")
     assert len(pieces) < 20

@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from searchrl.generation.base import Completion, Generator, SamplingParams
-from searchrl.utils import console, error_line, request_within
+from searchrl.httputil import request_within, server_said
+from searchrl.utils import console, error_line
 
 #: what to check when the server refuses a request (a 4xx other than 408 and 429), by status.
 _REJECTED = {
@@ -28,20 +29,6 @@ _OTHER_4XX = "the server's message names what it could not take (a sampling sett
 
 #: vLLM's log-prob token under return_tokens_as_token_ids; anything else is text, re-tokenized.
 _TOKEN_ID = re.compile(r"token_id:\d+")
-
-
-def _server_message(r: httpx.Response) -> str:
-    """What a server says of a failed request, on one line: OpenAI's ``{"error": {"message"}}``, vLLM's
-    ``{"message"}``, FastAPI's ``{"detail"}``, or the body's text."""
-    try:
-        body = r.json()
-    except ValueError:
-        body = None
-    said = body.get("error") if isinstance(body, dict) else None
-    said = said.get("message") if isinstance(said, dict) else said
-    if not said and isinstance(body, dict):
-        said = body.get("message") or body.get("detail")
-    return " ".join(str(said or r.text or r.reason_phrase).split())[:300]
 
 
 def _checked(body) -> dict:
@@ -93,12 +80,12 @@ class OpenAICompatGenerator(Generator):
                 last, timed_out = error_line(err), isinstance(err, httpx.TimeoutException)
                 continue
             if r.status_code in (408, 429) or r.status_code >= 500:
-                last, timed_out = f"HTTP {r.status_code}: {_server_message(r)}", False
+                last, timed_out = f"HTTP {r.status_code}: {server_said(r)}", False
                 continue
             if r.status_code >= 400:
                 raise ValueError(
                     f"completions server at {self.base_url} rejected the request (HTTP {r.status_code}: "
-                    f"{_server_message(r)}); {_REJECTED.get(r.status_code, _OTHER_4XX)}"
+                    f"{server_said(r)}); {_REJECTED.get(r.status_code, _OTHER_4XX)}"
                 )
             try:
                 return _checked(r.json())

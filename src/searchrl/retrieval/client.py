@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from searchrl.data.corpus import split_contents
+from searchrl.httputil import request_within, server_said
 from searchrl.retrieval.base import Hit
 from searchrl.retrieval.cache import LRUCache
 from searchrl.retrieval.local import check_search_args
-from searchrl.utils import request_within
 
 
 class RetrievalUnavailableError(ConnectionError):
@@ -141,12 +141,12 @@ class RemoteRetriever:
                     continue
                 self.requests += 1
                 if resp.status_code >= 500 or resp.status_code == 429:
-                    last_error = f"{url}: HTTP {resp.status_code} ({_detail(resp)[:200]})"
+                    last_error = f"{url}: HTTP {resp.status_code} ({server_said(resp, 200)})"
                     retry_after = max(retry_after, min(_retry_after_s(resp), self.max_retry_after_s))
                     continue
                 if resp.status_code >= 400:
                     raise ValueError(
-                        f"retrieval server {url} rejected the request (HTTP {resp.status_code}): {_detail(resp)}"
+                        f"retrieval server {url} rejected the request (HTTP {resp.status_code}): {server_said(resp)}"
                     )
                 return self._parse(resp, url, len(queries), k)
         if "Timeout" in last_error:
@@ -207,13 +207,3 @@ def _retry_after_s(resp: httpx.Response) -> float:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return 0.0
-
-
-def _detail(resp: httpx.Response) -> str:
-    """What the server said of a refused or failed request, on one line."""
-    try:
-        body = resp.json()
-    except ValueError:
-        body = None
-    said = body.get("detail", resp.text) if isinstance(body, dict) else resp.text
-    return " ".join(str(said).split())[:300]

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from searchrl.httputil import request_within, server_said
 from searchrl.retrieval.base import Hit
 from searchrl.retrieval.cache import LRUCache
 from searchrl.retrieval.local import check_search_args
-from searchrl.utils import request_within
 
 if TYPE_CHECKING:
     from searchrl.retrieval.pages import PageFetcher, PageSummarizer
@@ -199,8 +199,9 @@ class WebRetriever:
             if resp.status_code in (401, 403):
                 raise ValueError(f"{where} refused the API key (HTTP {resp.status_code}); check ${self.key_env}")
             if resp.status_code >= 400:
+                said = server_said(resp, 200, self._key)
                 raise ValueError(
-                    f"{where} rejected the request (HTTP {resp.status_code}: {self._said(resp)}); check "
+                    f"{where} rejected the request (HTTP {resp.status_code}: {said}); check "
                     "retrieval.web.provider and retrieval.urls[0] (the search endpoint)"
                 )
             hits = self._parse(resp, k, where)
@@ -210,18 +211,6 @@ class WebRetriever:
         if "Timeout" in last:
             fix = f"the search API is slow: check the network, or raise retrieval.timeout_s (now {self.timeout_s:g} s)"
         raise ConnectionError(f"{where} did not answer after {self.retries + 1} attempts ({last}); {fix}")
-
-    def _said(self, resp: httpx.Response) -> str:
-        """The API's own reason for refusing a request, on one line and without the key: SerpAPI's ``{"error"}``,
-        Google's ``{"error": {"message"}}``, else the body."""
-        try:
-            body = resp.json()
-        except ValueError:
-            body = None
-        said = body.get("error") if isinstance(body, dict) else None
-        said = said.get("message") if isinstance(said, dict) else said
-        text = " ".join(str(said or resp.text or resp.reason_phrase).split())[:200]
-        return text.replace(self._key, "***") if self._key else text
 
     def _parse(self, resp: httpx.Response, k: int, where: str) -> list[Hit]:
         try:

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from searchrl.utils import atomic_write_text, error_line, request_within
+from searchrl.httputil import request_within
+from searchrl.utils import atomic_write_text, error_line
 
 if TYPE_CHECKING:
     from searchrl.config import EvaluationConfig
