@@ -530,3 +530,20 @@ def test_a_prompt_past_the_models_context_is_warned_of_once(retriever, capsys) -
     err = " ".join(capsys.readouterr().err.split())
     assert err.count("run past the model's context of 256 tokens") == 1 and "1 of 2 prompts" in err
     assert "index build --max-words 100" in err
+
+
+def test_search_o1_keeps_its_own_loop_whatever_the_rollout_section_says(retriever) -> None:
+    """Search-o1's code notes a call past the search limit in a result block and lets the model go on, and ends a
+    question at a turn with no search; the trained agent's ``force_answer`` (``end`` in R1-Searcher++, ``silent`` in
+    Search-R1 and RAG-R1) and ``continue_after_eos`` (R-Search) do not change that."""
+    limits = RolloutLimits(
+        max_turns=5, max_new_tokens=200, max_total_tokens=20000, topk=2, force_answer="end", continue_after_eos=True
+    )
+    method = SearchO1Method(scripted(search_o1_reply), retriever, limits=limits, max_searches=2)
+    assert (method.engine.limits.force_answer, method.engine.limits.continue_after_eos) == ("hint", False)
+    (b,) = method.answer([QAExample("b", Q_ACME, ["Jane Roe"])])
+    turns = [t["action"] for t in b.trajectory["turns"]]
+    assert turns == ["search", "search_repeated", "search", "search_over_budget", "answer"] and b.text == "Jane Roe"
+    gen = scripted(lambda ctx: "Rome, I think.")
+    (pred,) = SearchO1Method(gen, retriever, limits=limits).answer([QAExample("q", Q_ROME, ["Rome"])])
+    assert pred.trajectory["stop_reason"] == "eos" and len(gen.calls) == 1

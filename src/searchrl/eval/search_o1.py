@@ -178,6 +178,9 @@ class SearchO1Method(Method):
     ) -> None:
         if max_searches is not None:  # the search limit; by default the rollout limits' max_searches
             limits = dataclasses.replace(limits, max_searches=max_searches)
+        # Search-o1's loop, whatever the trained agent's rollout section says (``end`` / ``silent`` / going on
+        # after EOS): a call past the search limit gets a note and reasoning goes on; a turn with no search ends it
+        limits = dataclasses.replace(limits, force_answer="hint", continue_after_eos=False)
         super().__init__(generator, max_new_tokens=limits.max_new_tokens, **kwargs)
         self.protocol = SearchO1Protocol(max_searches=limits.max_searches)  # the prompt states the limit
         self.reason_in_documents = ReasonInDocuments(
