@@ -547,3 +547,17 @@ def test_search_o1_keeps_its_own_loop_whatever_the_rollout_section_says(retrieve
     gen = scripted(lambda ctx: "Rome, I think.")
     (pred,) = SearchO1Method(gen, retriever, limits=limits).answer([QAExample("q", Q_ROME, ["Rome"])])
     assert pred.trajectory["stop_reason"] == "eos" and len(gen.calls) == 1
+
+
+def test_reason_in_documents_sees_the_steps_search_o1s_code_keeps() -> None:
+    """Search-o1's code keeps at most four steps whole; past that the first, the last three and the lines that open
+    a search call or a result block, each gap one "..."."""
+    from searchrl.eval.search_o1 import previous_steps
+
+    assert previous_steps("a\nb\n\nc\nd") == "Step 1: a\n\nStep 2: b\n\nStep 3: c\n\nStep 4: d"
+    five = "a\nb\nc\nd\ne"
+    assert previous_steps(five) == "Step 1: a\n\n...\n\nStep 3: c\n\nStep 4: d\n\nStep 5: e"
+    tagged = "a\n<|begin_search_query|>q\n<|end_search_query|>\nb\nc\nd\ne\nf"
+    assert previous_steps(tagged) == (
+        "Step 1: a\n\nStep 2: <|begin_search_query|>q\n\n...\n\nStep 6: d\n\nStep 7: e\n\nStep 8: f"
+    )

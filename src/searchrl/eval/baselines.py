@@ -28,8 +28,8 @@ the ``Retriever`` interface (at most one retriever call per step):
   the answer is the last ``\\boxed{}``. It runs on the rollout engine with Reason-in-Documents as its document
   step (``searchrl.eval.search_o1``), with Search-o1's own limits unless the evaluation sets them (10 searches,
   15 turns, 1,024 tokens a turn; past the search limit the model is told to answer). Like the
-  authors' code: the previous steps are the response so far split into lines, keeping the first, the last four and
-  every line with a search or result tag ("..." for gaps); an analysis without "Final Information" inserts "No
+  authors' code: the previous steps are the response so far split into lines, keeping the first, the last three and
+  every line that opens a search or a result ("..." for gaps); an analysis without "Final Information" inserts "No
   helpful information found."; a repeated query is not searched again. Deviations: our corpus passages (top-k)
   instead of full web pages from Bing, the run's top-k instead of its 10; the engine's forced last turn (a turn
   cut by the per-turn budget gets the engine's invalid-action feedback instead of ending the run); decoding

@@ -42,10 +42,11 @@ NO_HELPFUL_INFORMATION = "No helpful information found."
 _FINAL_INFORMATION = re.compile(r"final information", re.IGNORECASE)
 
 
-def previous_steps(response: str, keep_last: int = 4) -> str:
+def previous_steps(response: str, keep_last: int = 3) -> str:
     """The reasoning so far for the Reason-in-Documents prompt: one numbered step per non-empty line; when there
-    are more than ``keep_last + 1``, only the first, the last ``keep_last`` and those with a search or result tag
-    are kept, each gap shown as ``...`` (the rule of Search-o1's code).
+    are more than ``keep_last + 1``, only the first, the last ``keep_last`` and those that open a search call or a
+    result block are kept, each gap shown as ``...`` (the rule of Search-o1's code: at most four steps whole, else
+    the first, the last three and the tagged ones).
 
     >>> previous_steps("a\\nb\\n\\nc")
     'Step 1: a\\n\\nStep 2: b\\n\\nStep 3: c'
@@ -56,7 +57,7 @@ def previous_steps(response: str, keep_last: int = 4) -> str:
     steps = [f"Step {i}: {line}" for i, line in enumerate(lines, start=1)]
     if len(steps) <= keep_last + 1:
         return "\n\n".join(steps)
-    tags = (*QUERY, *RESULT)
+    tags = (QUERY[0], RESULT[0])  # the opening tags, as Search-o1's code tests
     kept: list[str] = []
     for i, step in enumerate(steps):
         if i == 0 or i >= len(steps) - keep_last or any(tag in step for tag in tags):
@@ -96,7 +97,7 @@ class ReasonInDocuments:
         prompt_style: str = "auto",
         *,
         refine_max_new_tokens: int = 512,
-        keep_last_steps: int = 4,
+        keep_last_steps: int = 3,
     ) -> None:
         if refine_max_new_tokens < 1:
             raise ValueError(f"search_o1: refine_max_new_tokens must be >= 1 (got {refine_max_new_tokens})")
