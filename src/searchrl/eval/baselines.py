@@ -14,7 +14,9 @@ the ``Retriever`` interface (at most one retriever call per step):
   ``max_steps`` sentences; stop as soon as a sentence contains "the answer is". Deviations from IRCoT: zero-shot
   (no few-shot demonstrations), and a question that has no "the answer is" sentence after ``max_steps`` (or whose
   model stops talking) gets one extra generation prefilled with "So the answer is:" instead of IRCoT's separate
-  reader step; ``evaluation.iterative_steps`` defaults to 4 where FlashRAG's IRCoT runs 5.
+  reader step; ``evaluation.iterative_steps`` defaults to 4 where FlashRAG's IRCoT runs 5. The documents gathered
+  stay in the order first retrieved, up to ``max_docs`` (15, the IRCoT paper's cap); docs/recipes.md lists the
+  other differences from FlashRAG's pipelines and Search-o1's script.
 - ``iter_retgen``: ITER-RETGEN (Shao et al. 2023), a baseline of R1-Searcher++ and R-Search: ``iterations`` rounds
   of "retrieve with the question plus the previous round's output, then answer with reasoning from those
   documents" (chain-of-thought with ``Final answer:``); the last round's answer is the prediction. Zero-shot.
@@ -22,18 +24,18 @@ the ``Retriever`` interface (at most one retriever call per step):
   here each round reasons first (``evaluation.cot_max_new_tokens``), so the next query carries that reasoning.
 - ``search_o1``: Search-o1 (Li et al. 2025), a baseline of R1-Searcher++, Search-R1 and RAG-R1: the model reasons
   step by step and searches with ``<|begin_search_query|> q <|end_search_query|>`` (protocol ``search_o1``); each
-  step's retrieved documents go through Reason-in-Documents, a separate call to the same model that sees the
-  previous reasoning steps, the query and the documents and writes an analysis ending in "Final Information"; only
-  that refined part is inserted, as ``<|begin_search_result|> ... <|end_search_result|>``, and reasoning goes on;
-  the answer is the last ``\\boxed{}``. It runs on the rollout engine with Reason-in-Documents as its document
-  step (``searchrl.eval.search_o1``), with Search-o1's own limits unless the evaluation sets them (10 searches,
-  15 turns, 1,024 tokens a turn; past the search limit the model is told to answer). Like the
-  authors' code: the previous steps are the response so far split into lines, keeping the first, the last three and
-  every line that opens a search or a result ("..." for gaps); an analysis without "Final Information" inserts "No
-  helpful information found."; a repeated query is not searched again. Deviations: our corpus passages (top-k)
-  instead of full web pages from Bing, the run's top-k instead of its 10; the engine's forced last turn (a turn
-  cut by the per-turn budget gets the engine's invalid-action feedback instead of ending the run); decoding
-  follows the evaluation settings (greedy by default) for both calls.
+  step's retrieved documents go through Reason-in-Documents, a separate call to the same model that sees the previous
+  reasoning steps, the query and the documents and writes an analysis ending in "Final Information"; only that
+  refined part is inserted, as ``<|begin_search_result|> ... <|end_search_result|>``, and reasoning goes on; the
+  answer is the last ``\\boxed{}``. It runs on the rollout engine with Reason-in-Documents as its document step
+  (``searchrl.eval.search_o1``), with Search-o1's own limits unless the evaluation sets them (10 searches, 15 turns,
+  1,024 tokens a turn, where its script gives 8,192; past the search limit the model is told to answer, whatever the
+  recipe's ``rollout.force_answer``). Like the authors' code: the previous steps are the response so far split into
+  lines, keeping the first, the last three and every line that opens a search or a result ("..." for gaps); an
+  analysis without "Final Information" inserts "No helpful information found."; a repeated query is not searched
+  again. Deviations: our corpus passages (top-k) instead of full web pages from Bing, the run's top-k instead of its
+  10; the engine's forced last turn (a turn cut by the per-turn budget gets the engine's invalid-action feedback
+  instead of ending the run); decoding follows the evaluation settings (greedy by default) for both calls.
 - ``agent``: the rollout engine with any protocol; the prediction is the trajectory's final answer.
 
 Prompts are our own wording. Chat models get one user message through the chat template; base models (or
