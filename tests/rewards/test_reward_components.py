@@ -129,6 +129,25 @@ def test_r_search_code_mode_pays_what_the_authors_code_pays(response, authors_va
     assert format_reward([inp], paper="r_search", evidence_without_search="code")[0] == pytest.approx([authors_value])
 
 
+def test_r_search_invalid_action_feedback_changes_neither_format_nor_answer():
+    """The authors' reward counts the `<answer> and </answer>` of their inserted invalid-action message (γ_a lost,
+    an unanswered rollout scored as "and"); ours reads only the policy's text (docs/recipes.md, R-Search table)."""
+    p = get_protocol("r_search")
+    feedback = p.invalid_feedback(Invalid("no_action"))
+    assert "<answer> and </answer>" in feedback and "<original_evidence> and </original_evidence>" in feedback
+    answered = RewardInput.from_response(
+        p,
+        "q",
+        ["Paris"],
+        "thinking" + feedback + _RS_SEARCH + "<original_evidence> e </original_evidence><answer> Paris </answer>",
+    )
+    assert answered.answer == "Paris" and answered.evidence == "e"
+    assert format_reward([answered], paper="r_search")[0] == pytest.approx([0.4])
+    unanswered = RewardInput.from_response(p, "q", ["Romeo and Juliet"], "thinking" + feedback + "more thinking")
+    assert unanswered.answer is None and unanswered.evidence is None
+    assert format_reward([unanswered], paper="r_search")[0] == pytest.approx([0.2])  # gamma_e: no search
+
+
 def test_r_search_format_gammas_and_missing_flags():
     inp = [make(n=1, answer_ok=True, evidence_ok=True)]
     assert format_reward(inp, paper="r_search", gamma_e=0.3, gamma_a=0.1)[0] == pytest.approx([0.4])
