@@ -316,6 +316,22 @@ def weights_fingerprint(spec: str | None) -> list[str]:
     return [str(path.resolve()), *(source_digest(str(f)) for f in files)]
 
 
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in ``text`` (half a UTF-16 pair, as JSON's ``\\ud800`` escape or a non-UTF-8 byte
+    gives it; no tokenizer or UTF-8 file takes one), escaped for a message; None when there is none.
+
+    >>> print(lone_surrogate("café"), lone_surrogate("a" + chr(0xD800) + "b"))
+    None \\ud800
+    """
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return text[err.start].encode("unicode_escape").decode()
+    return None
+
+
 def error_line(err: BaseException, limit: int = 160) -> str:
     """The first line of an exception's message (its type when it has none), for a one-line error."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:limit]

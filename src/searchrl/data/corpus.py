@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from searchrl.utils import console, read_jsonl
+from searchrl.utils import console, lone_surrogate, read_jsonl
 
 
 @dataclass(frozen=True)
@@ -176,15 +176,11 @@ def _check_unicode(passages: list[Passage], where: str) -> list[Passage]:
     """Refuse text that cannot be written as UTF-8: a lone surrogate, which JSON's ``\\ud800`` escape produces."""
     for p in passages:
         for value in (p.id, p.title, p.text):
-            if not value.isascii():
-                try:
-                    value.encode("utf-8")
-                except UnicodeEncodeError as err:
-                    char = value[err.start]
-                    raise CorpusFormatError(
-                        f"{where}: lone surrogate {char.encode('unicode_escape').decode()} (half of a UTF-16 pair) "
-                        "in the passage; remove that escape or give its other half"
-                    ) from None
+            if char := lone_surrogate(value):
+                raise CorpusFormatError(
+                    f"{where}: lone surrogate {char} (half of a UTF-16 pair) in the passage; remove that escape or "
+                    "give its other half"
+                )
     return passages
 
 

@@ -43,7 +43,7 @@ from searchrl.data.fields import (
     note_question_field,
 )
 from searchrl.data.records import QAExample
-from searchrl.utils import MissingDependency, console, error_line, open_lines
+from searchrl.utils import MissingDependency, console, error_line, lone_surrogate, open_lines
 
 _EXPECTED = "expected FlashRAG {id, question, golden_answers} or R1-Searcher {question, answer} rows"
 
@@ -107,15 +107,11 @@ def _answers(value: Any, where: str, field: str) -> list[str]:
 def _encodable(text: str, where: str, field: str) -> None:
     """Refuse a lone surrogate (JSON's ``\\ud800`` escape without its other half), which no tokenizer encodes, as
     the corpus reader does."""
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as err:
-            char = text[err.start].encode("unicode_escape").decode()
-            raise ValueError(
-                f"{where}: lone surrogate {char} (half of a UTF-16 pair) in field '{field}'; remove that escape or "
-                "give its other half"
-            ) from None
+    if char := lone_surrogate(text):
+        raise ValueError(
+            f"{where}: lone surrogate {char} (half of a UTF-16 pair) in field '{field}'; remove that escape or give "
+            "its other half"
+        )
 
 
 def _list_cell(value: str) -> Any:
