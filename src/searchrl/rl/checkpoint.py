@@ -1,14 +1,21 @@
 """An RL checkpoint on disk: ``<dir>/model`` (the policy, or a LoRA policy's adapters only, with its tokenizer) and
 ``<dir>/trainer_state.pt`` (optimizer, scheduler and loop state, the auxiliary-NLL hook's state such as the
 memorization pool, and the random generators' states), written atomically: a sibling temp dir renamed over the old
-checkpoint."""
+checkpoint.
+
+The state is read with torch's weights-only loader, which rebuilds only tensors and plain Python values (numbers,
+strings, lists, tuples, dicts), never arbitrary objects: a checkpoint copied from elsewhere cannot run code on
+load. What is saved is kept to those (NumPy's random state as a list of numbers); the NumPy arrays in checkpoints
+written before are allowed by name."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
+import pickle
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +67,8 @@ def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any], weight
         if hasattr(tokenizer, "save_pretrained"):
             tokenizer.save_pretrained(tmp / "model")
             portable_tokenizer_config(tmp / "model")
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+        kind, keys, *rest = np.random.get_state()  # its keys as a plain list: the safe loader rebuilds no arrays
+        rng = {"python": random.getstate(), "numpy": (kind, keys.tolist(), *rest), "torch": torch.get_rng_state()}
         if torch.cuda.is_available():  # dropout on the GPU draws from these
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save({**state, "rng": rng}, tmp / STATE_FILE)
@@ -72,8 +80,7 @@ def load_checkpoint(path: Path, policy, sharded: bool = False) -> dict[str, Any]
     if not has_checkpoint(path):
         raise FileNotFoundError(f"no checkpoint at {path}; run without --resume to start fresh")
     load_policy_weights(policy, path / "model", load_state=load_full_weights if sharded else None)
-    # memory-mapped: every process of a sharded run reads the whole state; its pages are shared, not copied
-    state = torch.load(path / STATE_FILE, weights_only=False, mmap=True)
+    state = load_state(path / STATE_FILE)
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
     torch.set_rng_state(state["rng"]["torch"])
@@ -81,6 +88,28 @@ def load_checkpoint(path: Path, policy, sharded: bool = False) -> dict[str, Any]
     if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
     return state
+
+
+#: what checkpoints written before NumPy's random state was saved as a list need (its keys were an array)
+_NUMPY_ARRAYS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), np.ndarray.__reduce__(np.zeros(0))[0]]
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """A ``trainer_state.pt`` read with torch's weights-only loader (see the module's docstring), memory-mapped:
+    every process of a sharded run reads the whole state, its pages shared, not copied."""
+    try:
+        with torch.serialization.safe_globals(_NUMPY_ARRAYS):
+            return torch.load(path, weights_only=True, mmap=True)
+    except pickle.UnpicklingError as err:
+        allowed = {f"{g.__module__}.{g.__qualname__}" for g in _NUMPY_ARRAYS}
+        unsafe = [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(path) if g not in allowed]
+        got = re.search(r"(?:but got|Unsupported global:) ([^\n]+)", str(err))
+        unsafe = ", ".join(unsafe) or (got[1].strip() if got else type(err).__name__)
+        raise ConfigError(
+            f"{path} holds objects the safe checkpoint loader does not rebuild ({unsafe}); an auxiliary-NLL hook's "
+            "state_dict must return plain values (numbers, strings, lists, dicts, tensors), or its extension module "
+            "must allow its classes with torch.serialization.add_safe_globals"
+        ) from None
 
 
 def save_trainer(tr, path: Path) -> None:

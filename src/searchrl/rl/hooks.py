@@ -30,7 +30,8 @@ class AuxNLL(ABC):
 
     def state_dict(self) -> dict:
         """What the hook carries from step to step (e.g. a pool of paths, a random stream): saved in the RL
-        checkpoint, so a resumed run goes on as one never stopped; none by default."""
+        checkpoint, so a resumed run goes on as one never stopped; none by default. Plain values only (numbers,
+        strings, lists, tuples, dicts, tensors): the checkpoint is read with torch's weights-only loader."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
