@@ -45,5 +45,5 @@ def server_said(resp: httpx.Response, limit: int = 300, secret: str | None = Non
         said = body.get("error")
         said = said.get("message") if isinstance(said, dict) else said
         said = said or body.get("message") or body.get("detail")
-    text = " ".join(str(said or resp.text or resp.reason_phrase).split())[:limit]
-    return text.replace(secret, "***") if secret else text
+    text = " ".join(str(said or resp.text or resp.reason_phrase).split())
+    return (text.replace(secret, "***") if secret else text)[:limit]  # hidden before the cut, which may halve it

@@ -157,3 +157,22 @@ def test_token_ids_are_taken_only_when_every_token_is_a_well_formed_token_id() -
     exact, inexact = gen.generate([[1, 2]] * 2, SamplingParams(max_new_tokens=8))
     assert (exact.token_ids, exact.logprobs, exact.timings["exact_tokens"]) == (ids, [-0.5] * len(ids), 1.0)
     assert (inexact.token_ids, inexact.timings["exact_tokens"]) == (tok.encode("Paris"), 0.0)
+
+
+def test_a_server_quoting_the_api_key_in_its_error_does_not_put_it_in_ours(monkeypatch) -> None:
+    """The server's message is quoted in the error (which goes to logs and terminals); a key it echoes is hidden."""
+    from searchrl.generation import openai_compat
+
+    monkeypatch.setattr(openai_compat.time, "sleep", lambda s: None)
+    monkeypatch.setenv("TEACHER_KEY", "sk-secret-123")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        said = f"no access with key {request.headers['Authorization'].split()[-1]}"
+        return httpx.Response(403 if request.url.path.endswith("v1/completions") else 503, json={"message": said})
+
+    for url in ("http://teacher.test/v1", "http://teacher.test/busy"):
+        gen = OpenAICompatGenerator(url, "teacher", ByteTokenizer(), api_key_env="TEACHER_KEY", retries=1)
+        gen.client = httpx.Client(transport=httpx.MockTransport(handler), headers=gen.client.headers)
+        with pytest.raises((ValueError, ConnectionError), match=r"no access with key \*\*\*") as err:
+            gen.generate([[1, 2]], SamplingParams(max_new_tokens=8))
+        assert "sk-secret" not in str(err.value)

@@ -272,3 +272,5 @@ def test_what_a_server_said_is_one_line_from_any_error_layout() -> None:
     ):
         assert server_said(httpx.Response(400, json=body)) == said
     assert server_said(httpx.Response(502, text="<html>\n<b>Bad\nGateway</b>\n</html>"), 12) == "<html> <b>Ba"
+    # a secret is hidden before the message is cut, so no part of it is left where the cut halves it
+    assert server_said(httpx.Response(401, text="bad key sk-12345678"), 12, "sk-12345678") == "bad key ***"

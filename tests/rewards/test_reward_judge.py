@@ -33,6 +33,8 @@ class FakeChat(BaseHTTPRequestHandler):
         pred = re.search(r"Predicted answer: (.*)", prompt).group(1)
         if body["model"] == "no-such-model":
             return self._send(404, {"error": {"message": "model not found"}})
+        if body["model"] == "echo-key":  # a server that quotes the key it was given
+            return self._send(401, {"error": {"message": f"invalid key {self.headers.get('Authorization')}"}})
         if pred == "flaky":
             st["flaky"] = st.get("flaky", 0) + 1
             if st["flaky"] <= 2:
@@ -125,6 +127,13 @@ def test_client_errors_fail_at_once_with_a_fix(server):
     assert len(state["requests"]) == 1
     with pytest.raises(JudgeError, match="did not return an OpenAI chat completion"):
         LLMJudge(url, "fake-judge").judge("q", ["x"], "garbage")
+
+
+def test_an_api_key_the_judge_quotes_back_is_hidden_in_the_error(server):
+    url, _ = server
+    with pytest.raises(JudgeError, match=r"HTTP 401.*invalid key Bearer \*\*\*") as err:
+        LLMJudge(url, "echo-key", api_key="sk-judge-secret", backoff_s=0).judge("q", ["x"], "y")
+    assert "sk-judge" not in str(err.value)
 
 
 def test_unreachable_server_names_the_fix():

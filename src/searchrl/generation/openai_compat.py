@@ -61,6 +61,7 @@ class OpenAICompatGenerator(Generator):
         self.retries = retries
         key = os.environ.get(api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._key = key or None  # hidden in the server's messages quoted in errors
         self.timeout_s = timeout_s
         self.client = httpx.Client(timeout=timeout_s, headers=headers)
         self._told_inexact = False
@@ -80,12 +81,12 @@ class OpenAICompatGenerator(Generator):
                 last, timed_out = error_line(err), isinstance(err, httpx.TimeoutException)
                 continue
             if r.status_code in (408, 429) or r.status_code >= 500:
-                last, timed_out = f"HTTP {r.status_code}: {server_said(r)}", False
+                last, timed_out = f"HTTP {r.status_code}: {server_said(r, secret=self._key)}", False
                 continue
             if r.status_code >= 400:
                 raise ValueError(
                     f"completions server at {self.base_url} rejected the request (HTTP {r.status_code}: "
-                    f"{server_said(r)}); {_REJECTED.get(r.status_code, _OTHER_4XX)}"
+                    f"{server_said(r, secret=self._key)}); {_REJECTED.get(r.status_code, _OTHER_4XX)}"
                 )
             try:
                 return _checked(r.json())

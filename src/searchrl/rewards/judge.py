@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from searchrl.httputil import request_within
+from searchrl.httputil import request_within, server_said
 from searchrl.utils import atomic_write_text, error_line
 
 if TYPE_CHECKING:
@@ -153,6 +153,7 @@ class LLMJudge:
         self.max_tokens = max_tokens
         self.workers = workers
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._key = api_key or None  # hidden in the server's messages quoted in errors
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self._cache: dict[str, str] = self._load_cache()
@@ -221,14 +222,14 @@ class LLMJudge:
                 continue
             if resp.status_code != 200:
                 raise JudgeError(
-                    f"judge at {url} answered HTTP {resp.status_code}: {resp.text[:200]!r} "
+                    f"judge at {url} answered HTTP {resp.status_code}: {server_said(resp, 200, self._key)!r} "
                     "(check the judge model name and the API key in SEARCHRL_JUDGE_API_KEY / OPENAI_API_KEY)"
                 )
             try:
                 content = resp.json()["choices"][0]["message"]["content"]
             except (ValueError, KeyError, IndexError, TypeError):
                 raise JudgeError(
-                    f"judge at {url} did not return an OpenAI chat completion: {resp.text[:200]!r} "
+                    f"judge at {url} did not return an OpenAI chat completion: {server_said(resp, 200, self._key)!r} "
                     "(point the judge URL at an OpenAI-compatible /v1 endpoint)"
                 ) from None
             return content or ""
