@@ -115,7 +115,9 @@ def _template_frame(
     return open_, close
 
 
-def _special_strings(tokenizer: Any) -> set[str]:
+def special_strings(tokenizer: Any) -> set[str]:
+    """The text of every special token of ``tokenizer`` (``<|im_end|>``, ``<|endoftext|>``): the strings that a
+    tokenizer reads as its control tokens wherever they occur in a text."""
     found = set(getattr(tokenizer, "all_special_tokens", None) or [])
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     found.update(tok.content for tok in decoder.values() if getattr(tok, "special", False))
@@ -128,7 +130,7 @@ def _decoded(tokenizer: Any, text: str) -> str:
 
 
 def _finish(tokenizer: Any, kind: Literal["tools", "hermes", "raw"], open_: str, close: str) -> ChatFrame:
-    special = tuple(sorted((s for s in _special_strings(tokenizer) if s in open_ + close), key=len, reverse=True))
+    special = tuple(sorted((s for s in special_strings(tokenizer) if s in open_ + close), key=len, reverse=True))
     frame = ChatFrame(kind, open_, close, special, _decoded(tokenizer, open_), _decoded(tokenizer, close))
     if not (frame.open_decoded.strip() and frame.close_decoded.strip()):
         raise ValueError(

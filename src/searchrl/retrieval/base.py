@@ -7,6 +7,7 @@ cannot tell them apart.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,13 +46,16 @@ class Retriever(Protocol):
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def check_hits(hits: Any, n_queries: int, retriever: Any, k: int | None = None) -> list[list[Hit]]:
+def check_hits(
+    hits: Any, n_queries: int, retriever: Any, k: int | None = None, blank: Sequence[str] = ()
+) -> list[list[Hit]]:
     """``hits`` as a retriever must return them for ``n_queries`` queries: one list of :class:`Hit` per query, the
     first ``k`` of each kept (a retriever of one's own may return more than it was asked for). Else a one-line
     ``TypeError`` naming the retriever and the shape it should give (a retriever of one's own is checked at its first
     search, before any observation is built from it). A title or text that is not a string is such an error too; a
     lone surrogate in one (half a pair, as a corpus with a cut JSON escape holds it), which no tokenizer encodes, is
-    replaced by U+FFFD.
+    replaced by U+FFFD, and each string of ``blank`` (a tokenizer's special tokens, which a document must not pass
+    to the model as control tokens) by a space.
 
     >>> check_hits([[Hit("d1", "T", "text", 1.0)]], 1, None)[0][0].id
     'd1'
@@ -81,11 +85,17 @@ def check_hits(hits: Any, n_queries: int, retriever: Any, k: int | None = None) 
                         f"{name} returned a hit whose {key} is a {type(getattr(hit, key)).__name__}: give every "
                         "Hit a string title and text ('' when there is none)"
                     )
-    return [[_readable(h) for h in row[:k]] for row in hits]
+    return [[_readable(h, blank) for h in row[:k]] for row in hits]
 
 
-def _readable(hit: Hit) -> Hit:
-    """``hit`` with any lone surrogate in its title or text replaced by U+FFFD."""
+def _readable(hit: Hit, blank: Sequence[str] = ()) -> Hit:
+    """``hit`` with any lone surrogate in its title or text replaced by U+FFFD, and each string of ``blank`` by a
+    space."""
+    if any(s in hit.text or s in hit.title for s in blank):
+        title, text = hit.title, hit.text
+        for s in blank:
+            title, text = title.replace(s, " "), text.replace(s, " ")
+        hit = replace(hit, title=title, text=text)
     if hit.text.isascii() and hit.title.isascii():
         return hit
     if not (_LONE_SURROGATE.search(hit.text) or _LONE_SURROGATE.search(hit.title)):

@@ -47,6 +47,7 @@ from searchrl.generation.base import Completion, Generator, SamplingParams, mix_
 from searchrl.generation.prompts import render_prompt, wants_chat
 from searchrl.protocols._tags import hit_contents
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
+from searchrl.protocols.chat_frame import special_strings
 from searchrl.retrieval.base import Hit, Retriever, check_hits
 from searchrl.rollout.limits import RolloutLimits, force_mode
 from searchrl.rollout.observation import cut_observation, observation_tail
@@ -130,6 +131,8 @@ class RolloutEngine:
         self.tokenizer = generator.tokenizer
         protocol.bind_tokenizer(self.tokenizer, prompt_style)  # tool_call: its replies come from the template
         self._obs_tail = observation_tail(protocol, self.tokenizer)
+        #: blanked out of documents: a tokenizer reads them as its control tokens (a turn's end, a role, EOS)
+        self._special = tuple(sorted(special_strings(self.tokenizer), key=len, reverse=True))
         self.stats: dict[str, float] = {}
         self._render_kwargs: dict = {}
         if limits.max_obs_tokens_per_query is not None:
@@ -277,12 +280,7 @@ class RolloutEngine:
                 f"the {self.protocol.name} protocol puts retrieved documents in the prompt: configure a retriever "
                 "(retrieval.kind / retrieval.index)"
             )
-        t0 = time.perf_counter()
-        hits = check_hits(
-            self.retriever.search(questions, self.limits.topk), len(questions), self.retriever, self.limits.topk
-        )
-        timing["retrieve_s"] += time.perf_counter() - t0
-        timing["retrieve_calls"] += 1
+        hits, _ = self._retrieve(questions, timing)
         return [self.protocol.frame_question(q, hs) for q, hs in zip(questions, hits, strict=True)], list(hits)
 
     def _loop(self, trajs: list[Trajectory], timing: dict[str, float], temperature, top_p, seed, base_seed) -> None:
@@ -428,9 +426,8 @@ class RolloutEngine:
         if self.retriever is None:
             raise ValueError(NO_RETRIEVER)
         t0 = time.perf_counter()
-        hits = check_hits(
-            self.retriever.search(queries, self.limits.topk), len(queries), self.retriever, self.limits.topk
-        )
+        found = self.retriever.search(queries, self.limits.topk)
+        hits = check_hits(found, len(queries), self.retriever, self.limits.topk, self._special)
         return hits, time.perf_counter() - t0
 
     def _observe(self, searches: list[tuple[Trajectory, Turn, tuple[str, ...]]], timing: dict[str, float]) -> None:
