@@ -164,7 +164,7 @@ class NaiveRAGMethod(ShortAnswerMethod):
 
     def answer(self, examples: Sequence[QAExample]) -> list[Prediction]:
         t0 = time.perf_counter()
-        hits = self.retriever.search([e.question for e in examples], self.topk)  # one call for the batch
+        hits = self.search([e.question for e in examples], self.topk)  # one call for the batch
         texts = [
             render_prompt(
                 self.tokenizer,
@@ -234,7 +234,7 @@ class IterativeRAGMethod(Method):
         t0 = time.perf_counter()
         n = len(examples)
         docs: list[list[Hit]] = [[] for _ in range(n)]
-        for i, hs in enumerate(self.retriever.search([e.question for e in examples], self.topk)):
+        for i, hs in enumerate(self.search([e.question for e in examples], self.topk)):
             self._add_docs(docs[i], hs)
         sentences: list[list[str]] = [[] for _ in range(n)]
         steps: list[list[dict[str, Any]]] = [[] for _ in range(n)]
@@ -269,7 +269,7 @@ class IterativeRAGMethod(Method):
                     to_search.append(i)
             if to_search:  # one retriever call for every sentence of this step
                 for i, hs in zip(
-                    to_search, self.retriever.search([sentences[i][-1] for i in to_search], self.topk), strict=True
+                    to_search, self.search([sentences[i][-1] for i in to_search], self.topk), strict=True
                 ):
                     steps[i][-1].update(query=sentences[i][-1], hit_ids=[h.id for h in hs])
                     searches[i] += 1
@@ -338,7 +338,7 @@ class IterRetGenMethod(Method):
         comps: list[Completion] = []
         for it in range(self.iterations):
             queries = [f"{e.question.strip()} {outputs[i]}".strip() for i, e in enumerate(examples)]
-            hits = self.retriever.search(queries, self.topk)  # one call per round for the batch
+            hits = self.search(queries, self.topk)  # one call per round for the batch
             texts = [
                 render_prompt(
                     self.tokenizer,
