@@ -1,11 +1,19 @@
 """The one prompt renderer: chat messages through the tokenizer's chat template for chat models, plain text for base
 models. The rollout engine, the evaluation baselines, the reader reward, the memorization rewriter and the page
-summariser all build their prompts here, so "chat or raw" is decided in one place."""
+summariser all build their prompts here, so "chat or raw" is decided in one place.
+
+A chat template that takes no system message (Gemma-2 and Mistral / Mixtral v0.1 refuse one, Phi-3-mini drops it
+without a word) gets the system text at the head of the first user message, followed by a blank line, as Gemma-3's
+and later Mistral templates place it themselves."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+#: stands in for a system prompt while a template is probed; no template alters it.
+_SYSTEM_PROBE = "@@searchrl-system-5d2e1b@@"
+_takes_system: dict[str, bool] = {}  # chat template -> whether it renders a system message
 
 
 def wants_chat(tokenizer: Any, style: str = "auto") -> bool:
@@ -13,6 +21,60 @@ def wants_chat(tokenizer: Any, style: str = "auto") -> bool:
     if style not in ("auto", "chat", "raw"):
         raise ValueError(f"prompt style '{style}': use auto, chat or raw (model.prompt_style)")
     return style == "chat" or (style == "auto" and bool(getattr(tokenizer, "chat_template", None)))
+
+
+def takes_system(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template renders a system message (does not refuse or drop one)."""
+    template = str(getattr(tokenizer, "chat_template", None))
+    if template not in _takes_system:
+        probe = [{"role": "system", "content": _SYSTEM_PROBE}, {"role": "user", "content": "?"}]
+        try:
+            text = tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+        except Exception:  # noqa: BLE001 (a template refuses a system role by raising; any error means the same)
+            text = ""
+        _takes_system[template] = _SYSTEM_PROBE in text
+    return _takes_system[template]
+
+
+def fold_system(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """A leading system message moved to the head of the first user message (a new one when none follows)."""
+    messages = [dict(m) for m in messages]
+    if not messages or messages[0].get("role") != "system":
+        return messages
+    system, rest = messages[0]["content"], messages[1:]
+    if rest and rest[0].get("role") == "user":
+        return [{**rest[0], "content": f"{system}\n\n{rest[0]['content']}"}, *rest[1:]]
+    return [{"role": "user", "content": system}, *rest]
+
+
+def template_messages(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """``messages`` as the chat template can take them: folded (:func:`fold_system`) when it takes no system."""
+    if messages and messages[0].get("role") == "system" and not takes_system(tokenizer):
+        return fold_system(messages)
+    return list(messages)
+
+
+def chat_text(
+    tokenizer: Any,
+    messages: Sequence[dict[str, str]],
+    tools: Sequence[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """``messages`` (see :func:`template_messages`) through the chat template; a template that cannot render them is
+    a one-line error naming ``model.prompt_style: raw``."""
+    from jinja2 import TemplateError
+
+    extra = {"tools": list(tools)} if tools else {}
+    messages = template_messages(tokenizer, messages)
+    try:
+        return tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=False, **extra
+        )
+    except TemplateError as err:
+        raise ValueError(
+            f"the tokenizer's chat template cannot render this prompt ({err}); give model.prompt_style: raw to send "
+            "plain text instead"
+        ) from None
 
 
 def render_prompt(
@@ -27,8 +89,7 @@ def render_prompt(
     messages' contents joined by blank lines); ``prefill`` opens the model's reply (never sampled); ``tools``: JSON
     function schemas for the template's ``tools=`` (chat only)."""
     if wants_chat(tokenizer, style):
-        extra = {"tools": list(tools)} if tools else {}
-        text = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **extra)
+        text = chat_text(tokenizer, messages, tools)
     else:
         text = raw if raw is not None else "\n\n".join(m["content"] for m in messages)
     return text + prefill

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from searchrl.generation.prompts import wants_chat
+from searchrl.generation.prompts import chat_text, wants_chat
 
 #: stand-ins for the assistant's text and the reply while the template renders; no template alters them.
 ASSISTANT_MARKER = "@@searchrl-assistant-7f3a9c@@"
@@ -81,8 +81,8 @@ def hermes_reply(reply: str) -> str:
 
 
 def _render(tokenizer: Any, messages: list[dict[str, str]], tools: list[dict] | None) -> str:
-    kwargs: dict[str, Any] = {"tools": tools} if tools else {}
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    """As the engine renders a prompt (a system message folded into the user turn for a template without one)."""
+    return chat_text(tokenizer, messages, tools)
 
 
 def uses_tools(tokenizer: Any, messages: list[dict[str, str]], tools: list[dict]) -> bool:

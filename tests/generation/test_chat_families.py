@@ -1,0 +1,151 @@
+"""Prompts through chat templates that differ from ChatML the way other model families' do: one refuses a system
+message (Gemma-2), one takes only alternating user / assistant turns (Mistral and Mixtral v0.1), one drops a system
+message without a word (Phi-3-mini), one moves the system text into the latest user turn (Mistral Nemo / v0.3), one
+opens every reply with ``<think>\\n`` (DeepSeek-R1-Distill). The templates are written here to behave like those
+families'; the tokenizer is the bundled SmolLM2's, with each family's turn markers added as special tokens."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from tokenizers import AddedToken
+
+from searchrl.data.records import QAExample
+from searchrl.generation.fake import ScriptedGenerator
+from searchrl.generation.prompts import render_prompt
+from searchrl.pipeline import load_tokenizer
+from searchrl.protocols import get_protocol
+from searchrl.retrieval.base import Hit
+from searchrl.rl.memorization import rewriter_prompt
+from searchrl.rollout.engine import RolloutEngine, RolloutLimits, build_prompt_text
+
+_TURNS = (
+    "{% for m in loop_messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\\n' + m['content'] | trim"
+    " + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+#: refuses a system message, as Gemma-2's template does
+NO_SYSTEM = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% set loop_messages = messages %}" + _TURNS
+)
+#: user and assistant turns only, alternating, as Mistral-7B-Instruct-v0.1's and Mixtral's templates
+ALTERNATING = (
+    "{{ bos_token }}{% set loop_messages = messages %}{% for m in messages %}"
+    "{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if m['role'] == 'user' %}{{ '[INST] ' + m['content'] + ' [/INST]' }}{% else %}{{ m['content'] + eos_token }}"
+    "{% endif %}{% endfor %}"
+)
+#: renders user and assistant messages only, as Phi-3-mini's first template
+DROPS_SYSTEM = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ '<|user|>\\n' + m['content'] + "
+    "'<|end|>\\n<|assistant|>\\n' }}{% elif m['role'] == 'assistant' %}{{ m['content'] + '<|end|>\\n' }}{% endif %}"
+    "{% endfor %}"
+)
+#: the system text goes into the latest user message, as Mistral Nemo's and v0.3's templates
+SYSTEM_TO_LAST_USER = (
+    "{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
+    "{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}{{ bos_token }}"
+    "{% for m in loop_messages %}{% if m['role'] == 'user' %}{% if loop.last and system is defined %}"
+    "{{ '[INST]' + system + '\\n\\n' + m['content'] + '[/INST]' }}{% else %}{{ '[INST]' + m['content'] + '[/INST]' }}"
+    "{% endif %}{% else %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}"
+)
+#: the generation prompt opens the reply with "<think>\n"; reasoning before </think> is not kept in history, as
+#: DeepSeek-R1-Distill's template
+THINK_OPENING = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] }}"
+    "{% elif m['role'] == 'user' %}{{ '<|User|>' + m['content'] }}{% else %}"
+    "{{ '<|Assistant|>' + m['content'].split('</think>')[-1] + eos_token }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|Assistant|><think>\\n' }}{% endif %}"
+)
+FAMILIES = {
+    "no_system": (NO_SYSTEM, ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>"),
+    "alternating": (ALTERNATING, ["<s>", "</s>"], "<s>", "</s>"),
+    "drops_system": (DROPS_SYSTEM, ["<s>", "<|user|>", "<|assistant|>", "<|end|>"], "<s>", "<|endoftext|>"),
+    "system_to_last_user": (SYSTEM_TO_LAST_USER, ["<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>"),
+    "think_opening": (THINK_OPENING, ["<|bos|>", "<|eos|>", "<|User|>", "<|Assistant|>"], "<|bos|>", "<|eos|>"),
+}
+QUESTION = "Who wrote the novel Dune?"
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    return load_tokenizer("smollm2-135m-instruct")  # the bundled model's tokenizer (cached after the first use)
+
+
+def family(smollm, name: str):
+    template, specials, bos, eos = FAMILIES[name]
+    tok = copy.deepcopy(smollm)
+    tok.add_tokens([AddedToken(s, special=True, normalized=False) for s in specials], special_tokens=True)
+    tok.bos_token, tok.eos_token, tok.chat_template = bos, eos, template
+    return tok
+
+
+@pytest.mark.parametrize("name", ["no_system", "alternating", "drops_system"])
+@pytest.mark.parametrize("protocol", ["r1_searcher", "r1_searcher_pp", "r_search"])
+def test_a_system_prompt_goes_into_the_user_turn_of_a_template_without_one(smollm, name, protocol) -> None:
+    tok = family(smollm, name)
+    p = get_protocol(protocol)
+    prompt = build_prompt_text(p, tok, QUESTION)
+    system = p.system_prompt()
+    assert system and f"{system.strip()}\n\n{p.instruction(QUESTION).strip()}" in prompt
+    assert prompt.count(system.strip()) == 1
+    # a template that takes a system message keeps it as one (SmolLM2's ChatML)
+    assert build_prompt_text(p, smollm, QUESTION).startswith(f"<|im_start|>system\n{system}<|im_end|>")
+
+
+@pytest.mark.parametrize("name", ["no_system", "alternating", "drops_system"])
+def test_the_rewriter_prompt_keeps_its_documents_without_a_system_role(smollm, name) -> None:
+    prompt = rewriter_prompt(family(smollm, name), QUESTION, ["Dune is a novel by Frank Herbert."])
+    assert "Dune is a novel by Frank Herbert." in prompt and "Who wrote the novel Dune?" in prompt
+
+
+def test_a_template_that_cannot_render_the_prompt_is_a_one_line_error(smollm) -> None:
+    tok = copy.deepcopy(smollm)
+    tok.chat_template = "{{ raise_exception('Only tool messages are supported!') }}"
+    with pytest.raises(ValueError, match="model.prompt_style: raw") as err:
+        render_prompt(tok, [{"role": "user", "content": QUESTION}])
+    assert "\n" not in str(err.value) and "Only tool messages" in str(err.value)
+
+
+class Retriever:
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return [[Hit(f"{q}-{i}", f"Title {i}", f"Text {i} about {q}.", 1.0) for i in range(k)] for q in queries]
+
+
+TURNS = [
+    'I need the author.</think>\n<tool_call>\n{"name": "search", "arguments": {"queries": ["Dune author"]}}\n'
+    "</tool_call>",
+    "<answer>Frank Herbert</answer>",
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "close"),
+    [
+        ("no_system", "\n</tool_response><end_of_turn>\n<start_of_turn>model\n"),
+        ("alternating", "\n</tool_response> [/INST]"),
+    ],
+)
+def test_tool_call_frames_replies_in_other_families_templates(smollm, name, close) -> None:
+    tok = family(smollm, name)
+    p = get_protocol("tool_call")
+
+    replies = iter(TURNS)  # one question: one call a turn
+
+    def script(context: str) -> str:
+        return next(replies)
+
+    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=200, max_obs_tokens=1000, topk=2)
+    engine = RolloutEngine(ScriptedGenerator(tok, script), Retriever(), p, limits)
+    (traj,) = engine.run([QAExample("q1", QUESTION, ["Frank Herbert"])])
+    assert p.frame.kind == "hermes" and p.frame.close == close
+    assert [t.action for t in traj.turns] == ["search", "answer"] and traj.answer == "Frank Herbert"
+    assert traj.turns[0].observation.endswith(close)
+    prompt = tok.decode(traj.prompt_ids, skip_special_tokens=False)
+    assert prompt.count(p.hermes_system()) == 1  # the Hermes system text (the tool's schema) reached the prompt
+    report = p.check_format(traj.response_text(tok))
+    assert report.ok and report.n_searches == 1, report.problems
