@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from searchrl.generation.prompts import chat_text, wants_chat
+from searchrl.generation.prompts import chat_text, fold_system, wants_chat
 
 #: stand-ins for the assistant's text and the reply while the template renders; no template alters them.
 ASSISTANT_MARKER = "@@searchrl-assistant-7f3a9c@@"
@@ -94,13 +94,22 @@ def uses_tools(tokenizer: Any, messages: list[dict[str, str]], tools: list[dict]
 
 
 def _template_frame(
-    tokenizer: Any, messages: list[dict[str, str]], tools: list[dict] | None, reply: dict[str, str]
+    tokenizer: Any,
+    messages: list[dict[str, str]],
+    tools: list[dict] | None,
+    reply: dict[str, str],
+    convo_head: list[dict[str, str]] | None = None,
 ) -> tuple[str, str] | None:
     """``(open, close)`` around the reply when the template renders the conversation verbatim, else None.
 
-    Verbatim: the marker conversation starts with the prompt exactly as the engine renders it (generation prompt
-    included), the assistant's text follows it unchanged, and each marker occurs once."""
-    convo = [*messages, {"role": "assistant", "content": ASSISTANT_MARKER}, reply]
+    Verbatim: the marker conversation (``convo_head``, default ``messages``, then the markers) starts with the prompt
+    exactly as the engine renders ``messages`` (generation prompt included), the assistant's text follows it
+    unchanged, and each marker occurs once."""
+    convo = [
+        *(messages if convo_head is None else convo_head),
+        {"role": "assistant", "content": ASSISTANT_MARKER},
+        reply,
+    ]
     try:
         prompt = _render(tokenizer, messages, tools)
         text = _render(tokenizer, convo, tools)
@@ -158,8 +167,11 @@ def frame_for(
         found = _template_frame(tokenizer, base, tools, {"role": "tool", "content": REPLY_MARKER})
         if found is not None:
             return _finish(tokenizer, "tools", *found)
-    found = _template_frame(
-        tokenizer, chat_messages["hermes"], None, {"role": "user", "content": hermes_reply(REPLY_MARKER)}
+    hermes, reply = chat_messages["hermes"], {"role": "user", "content": hermes_reply(REPLY_MARKER)}
+    # a template that moves the system text to the latest user message (Mistral's) renders the prompt as if it
+    # were folded into the first one: the replies are framed as they follow that prompt
+    found = _template_frame(tokenizer, hermes, None, reply) or _template_frame(
+        tokenizer, hermes, None, reply, convo_head=fold_system(hermes)
     )
     if found is None:
         raise ValueError(
