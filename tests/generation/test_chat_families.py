@@ -129,6 +129,7 @@ TURNS = [
         ("no_system", "\n</tool_response><end_of_turn>\n<start_of_turn>model\n"),
         ("alternating", "\n</tool_response> [/INST]"),
         ("system_to_last_user", "\n</tool_response>[/INST]"),
+        ("think_opening", "\n</tool_response><|Assistant|><think>\n"),
     ],
 )
 def test_tool_call_frames_replies_in_other_families_templates(smollm, name, close) -> None:

@@ -103,8 +103,9 @@ def _template_frame(
     """``(open, close)`` around the reply when the template renders the conversation verbatim, else None.
 
     Verbatim: the marker conversation (``convo_head``, default ``messages``, then the markers) starts with the prompt
-    exactly as the engine renders ``messages`` (generation prompt included), the assistant's text follows it
-    unchanged, and each marker occurs once."""
+    exactly as the engine renders ``messages`` (generation prompt included, less an opening of the reply that
+    the template writes only there, which then ends ``close`` too), the assistant's text follows it unchanged,
+    and each marker occurs once."""
     convo = [
         *(messages if convo_head is None else convo_head),
         {"role": "assistant", "content": ASSISTANT_MARKER},
@@ -118,10 +119,13 @@ def _template_frame(
     if text.count(ASSISTANT_MARKER) != 1 or text.count(REPLY_MARKER) != 1:
         return None
     head, after = text.split(ASSISTANT_MARKER)
-    if head != prompt or REPLY_MARKER not in after:
+    # a template whose generation prompt opens the reply (DeepSeek-R1's "<think>\n") writes that opening in every
+    # generation prompt, the reply's ``close`` included, but not in an assistant message it renders
+    opening = prompt[len(head) :] if prompt.startswith(head) else None
+    if opening is None or REPLY_MARKER not in after:
         return None
     open_, close = after.split(REPLY_MARKER)
-    return open_, close
+    return (open_, close) if close.endswith(opening) else None
 
 
 def special_strings(tokenizer: Any) -> set[str]:
