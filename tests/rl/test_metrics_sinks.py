@@ -1,5 +1,5 @@
 """Optional metric sinks: a missing package or a failing W&B login is one warning and the run goes on; a resumed run
-logs into the same W&B run."""
+logs into the same W&B run; the logs are trimmed for a resume row by row."""
 
 from __future__ import annotations
 
@@ -95,3 +95,45 @@ def test_the_step_number_stays_an_int_when_processes_are_combined() -> None:
 
     step = combine_process_metrics([{"step": 3, "lr": 0.1, "loss": 1.0}, {"step": 3, "lr": 0.1, "loss": 2.0}])
     assert type(step["step"]) is int and step["step"] == 3 and step["lr"] == 0.1 and step["loss"] == 1.5
+
+
+def test_a_resume_keeps_earlier_rows_whose_text_holds_a_unicode_line_separator(tmp_path: Path) -> None:
+    """rollouts.jsonl is written with ensure_ascii=False, so a row's text may hold U+2028 or U+0085 unescaped;
+    trimming the logs for a resume cut lines at those too (str.splitlines) and dropped such rows of earlier steps.
+    A last row that lost only its newline gets it back, so the resumed run's first row starts a line of its own."""
+    from searchrl.rl.metrics_log import trim_logs
+
+    rows = [{"step": 1, "text": "a\u2028b"}, {"step": 2, "text": "c\x85d"}, {"step": 3, "text": "later"}]
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    (tmp_path / "rollouts.jsonl").write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines), encoding="utf-8")  # the last row: no newline
+    trim_logs(tmp_path, 2)
+    expected = "".join(line + "\n" for line in lines[:2]).encode()
+    assert (tmp_path / "rollouts.jsonl").read_bytes() == expected
+    assert (tmp_path / "metrics.jsonl").read_bytes() == expected
+    (tmp_path / "metrics.jsonl").write_text(lines[0], encoding="utf-8")  # whole, but without its newline
+    trim_logs(tmp_path, 2)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == (lines[0] + "\n").encode()
+
+
+def test_trimming_the_logs_for_a_resume_reads_them_a_row_at_a_time(tmp_path: Path) -> None:
+    """A long run's rollouts.jsonl holds gigabytes; the trim before a resume held the whole file twice in memory
+    (its text and its lines). Its peak now stays far under the file's size."""
+    import tracemalloc
+
+    from searchrl.rl.metrics_log import trim_logs
+
+    row = {"trajectory": {"response_ids": list(range(100_000, 106_000))}}
+    with (tmp_path / "rollouts.jsonl").open("w") as f:
+        for i in range(160):  # ~7 MB: 40 steps of 4 rows
+            f.write(json.dumps({"step": i // 4 + 1, **row}) + "\n")
+    size = (tmp_path / "rollouts.jsonl").stat().st_size
+    tracemalloc.start()
+    try:
+        trim_logs(tmp_path, 30)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    steps = [json.loads(line)["step"] for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert steps == [i // 4 + 1 for i in range(120)]
+    assert peak < size / 10, (peak, size)

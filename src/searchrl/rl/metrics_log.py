@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -165,22 +165,41 @@ def trim_logs(out_dir: Path, step: int, drop: Callable[[dict], bool] = lambda ro
     """Before a resumed run appends again: keep only the complete rows of ``metrics.jsonl`` and ``rollouts.jsonl``
     whose ``step`` is at most the checkpoint's ``step`` (and that ``drop`` does not name: rows the resumed run writes
     again). Rows of later steps (the stopped run's, written again by the resumed one) and a last line cut short by
-    the stop are dropped."""
+    the stop are dropped; a last row that lost only its newline gets it back. The files are read a line at a time
+    (a long run's ``rollouts.jsonl`` holds gigabytes) and rewritten only when something changes."""
+
+    def kept(line: str) -> bool:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(row, dict):
+            return True
+        return not (isinstance(row.get("step"), int | float) and row["step"] > step) and not drop(row)
+
     for path in (Path(out_dir) / "metrics.jsonl", Path(out_dir) / "rollouts.jsonl"):
         if not path.exists():
             continue
-        kept: list[str] = []
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            later = isinstance(row, dict) and isinstance(row.get("step"), int | float) and row["step"] > step
-            if not later and not (isinstance(row, dict) and drop(row)):
-                kept.append(line + "\n")
-        if len(kept) < len(lines):
-            atomic_write_lines(path, kept)
+        if _ends_a_line(path) and all(kept(line) for line in _log_lines(path)):
+            continue
+        atomic_write_lines(path, (line + "\n" for line in _log_lines(path) if kept(line)))
+
+
+def _log_lines(path: Path) -> Iterator[str]:
+    """The lines of a log, one at a time, cut at newlines only: the rows' texts (written with ``ensure_ascii=False``)
+    may hold U+2028 or U+0085, which ``str.splitlines`` also cuts at."""
+    with path.open("rb") as f:
+        for raw in f:
+            yield raw.rstrip(b"\r\n").decode("utf-8", errors="replace")
+
+
+def _ends_a_line(path: Path) -> bool:
+    """The file is empty or ends with a newline (the next row appended starts a line of its own)."""
+    with path.open("rb") as f:
+        if f.seek(0, 2) == 0:
+            return True
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
 
 
 def run_summary(rows: Sequence[dict[str, Any]], window: int = 10) -> str:
