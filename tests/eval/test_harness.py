@@ -452,3 +452,29 @@ def test_an_evaluation_without_an_output_directory_keeps_nothing_on_disk(
     result = evaluate({"toy": examples}, _methods(fakes), None, metrics=["em"], show=False)
     assert result.paths == {} and len(result.items) == 6 and list(tmp_path.iterdir()) == []
     assert {(r["dataset"], r["method"]) for r in result.rows} == {("toy", "direct"), ("toy", "naive_rag")}
+
+
+def test_items_in_memory_leave_the_token_ids_to_the_predictions_files(tmp_path, examples, fakes) -> None:
+    """An agent row's token id lists are most of its memory (GBs over the Search-R1 test sets): with an output
+    directory the result's items lack them and the predictions file keeps them; without one the items are whole.
+    Scores and diagnostics read only the text, so they are the same either way."""
+    from searchrl.eval.baselines import AgentMethod
+    from searchrl.protocols import get_protocol
+    from searchrl.rollout.record import TOKEN_FIELDS
+
+    def agent() -> dict:
+        return {
+            "agent": AgentMethod(
+                fakes.scripted(lambda ctx: "<answer> Rome </answer>"), None, get_protocol("search_r1")
+            )
+        }
+
+    on_disk = evaluate({"toy": examples}, agent(), tmp_path, metrics=["em"], show=False)
+    whole = evaluate({"toy": examples}, agent(), None, metrics=["em"], show=False)
+    (_, first), *_ = read_jsonl(on_disk.paths["toy__agent"])
+    assert all(first["trajectory"][k] for k in ("prompt_ids", "response_ids", "action_mask"))
+    assert not any(k in it["trajectory"] for it in on_disk.items for k in TOKEN_FIELDS)
+    assert all(k in it["trajectory"] for it in whole.items for k in TOKEN_FIELDS)
+    assert on_disk.items[0]["trajectory"]["turns"] == whole.items[0]["trajectory"]["turns"]
+    timeless = [[{k: v for k, v in r.items() if k != "latency_s"} for r in res.rows] for res in (on_disk, whole)]
+    assert timeless[0] == timeless[1]

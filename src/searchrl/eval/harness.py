@@ -63,6 +63,7 @@ from searchrl.retrieval.base import Retriever
 from searchrl.rewards.judge import LLMJudge
 from searchrl.rewards.metrics import MetricFn, get_metrics
 from searchrl.rollout.engine import RolloutLimits
+from searchrl.rollout.record import without_tokens
 from searchrl.utils import console, progress, seed_everything, write_jsonl
 
 __all__ = ["SPLITS", "dataset_name", "evaluate", "resolve_datasets", "run_from_config"]
@@ -72,7 +73,7 @@ __all__ = ["SPLITS", "dataset_name", "evaluate", "resolve_datasets", "run_from_c
 class EvalResult:
     rows: list[dict[str, Any]]  # summary rows (see searchrl.eval.report)
     metrics: list[str]  # score columns, "judge" included when a judge ran
-    items: list[dict[str, Any]]  # every per-item row, all datasets and methods
+    items: list[dict[str, Any]]  # every per-item row; token id lists only in the predictions files, when written
     paths: dict[str, Path] = field(default_factory=dict)
     runtime_s: float = 0.0
 
@@ -294,7 +295,7 @@ def evaluate(
     compare_to: str | None = "auto",
 ) -> EvalResult:
     """Every method on every dataset; writes predictions and the summary files into ``out_dir`` (None: nothing is
-    kept on disk, the result holds the rows and items).
+    kept on disk, the result holds the rows and whole items; else items lack the token ids the files keep).
 
     ``methods_by_dataset`` gives some datasets their own methods (the same names over another retriever).
     ``resume_key`` (the settings, e.g. a hash of the resolved config) makes each pair resumable
@@ -340,7 +341,7 @@ def evaluate(
                     apply_judge(rows, judge)
                     write_jsonl(path, rows)
                 paths[f"{dname}__{mname}"] = path
-                items.extend(rows)
+                items.extend(rows if scratch else map(without_tokens, rows))  # 51k agent rows: GBs of token ids
     resume.finish(paths.values())
     score_names = with_committed([*metrics, *(["judge"] if judge is not None else [])])
     summary = aggregate(items, score_names)

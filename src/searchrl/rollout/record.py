@@ -35,6 +35,19 @@ def trajectory_record(
     return {"source": source, "score": score, "metrics": dict(metrics or {}), "trajectory": traj, **fields}
 
 
+#: a trajectory's token-level lists: most of an agent row's memory (~100 KB a question at a Qwen vocabulary)
+TOKEN_FIELDS = ("prompt_ids", "response_ids", "action_mask", "logprobs")
+
+
+def without_tokens(row: dict[str, Any]) -> dict[str, Any]:
+    """A record ``row`` whose trajectory lacks the token-level lists (:data:`TOKEN_FIELDS`); its text, turns, counts
+    and metadata stay. ``row`` itself when its trajectory has none."""
+    traj = row.get("trajectory")
+    if not isinstance(traj, Mapping) or not any(k in traj for k in TOKEN_FIELDS):
+        return row
+    return {**row, "trajectory": {k: v for k, v in traj.items() if k not in TOKEN_FIELDS}}
+
+
 def is_record(row: Any) -> bool:
     return isinstance(row, Mapping) and "source" in row and "trajectory" in row and "metrics" in row
 
