@@ -30,7 +30,9 @@ class StepTensors:
 
 
 class ValueModel(nn.Module):
-    """A critic: the policy's transformer body with a scalar head on every position."""
+    """A critic: the policy's transformer body with a scalar head on every position. The head's weights are fp32
+    whatever the body's dtype (a bf16 or fp16 policy's); the hidden states are cast to them, so the head computes in
+    fp32, or in autocast's dtype under mixed precision."""
 
     def __init__(self, causal_lm: nn.Module) -> None:
         super().__init__()
@@ -44,7 +46,8 @@ class ValueModel(nn.Module):
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
         ).last_hidden_state  # (B, P+T, H)
         P, T = batch.prompt_len, batch.response_ids.shape[1]
-        return self.head(h[:, P - 1 : P + T - 1, :]).squeeze(-1)  # (B, T) value before emitting each token
+        h_BTH = h[:, P - 1 : P + T - 1, :].to(self.head.weight.dtype)  # (B, T, H)
+        return self.head(h_BTH).squeeze(-1)  # (B, T) value before emitting each token
 
 
 def policy_micro_loss(

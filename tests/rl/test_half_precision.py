@@ -1,0 +1,59 @@
+"""Policies held in bf16 or fp16 (``model.dtype``) and bf16 mixed precision: the pieces whose dtype is not the
+policy's own (the critic's head, the losses' fp32 arithmetic) on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from searchrl.config import load_config
+from searchrl.data.records import QAExample
+from searchrl.rl.batch import collate
+from searchrl.rl.trainer import Trainer
+from searchrl.rl.update import ValueModel
+from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
+
+QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(4)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_critic_of_a_half_precision_policy_computes_without_autocast(dtype: torch.dtype) -> None:
+    """Its head is fp32 (master weights) and takes the body's hidden states cast to fp32; a head of the default dtype
+    applied to bf16 hidden states raised a dtype mismatch."""
+    critic = ValueModel(tiny_model().to(dtype))
+    batch = collate([[5, 6, 7], [8, 9]], [[10, 11], [12]], [[1, 1], [1]])
+    values_BT = critic(batch)
+    assert critic.head.weight.dtype == torch.float32
+    assert values_BT.dtype == torch.float32 and values_BT.shape == (2, 2)
+    values_BT.sum().backward()
+    assert critic.head.weight.grad is not None
+
+
+def bf16_policy_trainer(tmp: Path, *extra: str) -> Trainer:
+    """A trainer of a policy held in bf16 (model.dtype=bfloat16) in fp32 precision (the CPU's auto)."""
+    cfg = load_config(
+        None,
+        [
+            "model.dtype=bfloat16",
+            "training.precision=fp32",
+            "training.prompts_per_step=2",
+            f"training.output_dir={tmp}",
+            "training.save_every=0",
+            "training.tensorboard=false",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=8",
+            "rollout.max_turns=1",
+            "rollout.force_answer=false",
+            *extra,
+        ],
+    )
+    model = tiny_model().to(torch.bfloat16)
+    return Trainer(cfg, model, tokenizer(), LettersProtocol(), None, QUESTIONS, reward_fn=letter_fraction_reward)
+
+
+def test_ppo_trains_a_bf16_policy_in_fp32_precision(tmp_path: Path) -> None:
+    """model.dtype=bfloat16 with training.precision=fp32: a PPO step runs its critic."""
+    m = bf16_policy_trainer(tmp_path, "algorithm.name=ppo").train_step()
+    assert torch.isfinite(torch.tensor([m["loss/value"], m["loss/policy_total"]])).all()
