@@ -57,3 +57,15 @@ def test_ppo_trains_a_bf16_policy_in_fp32_precision(tmp_path: Path) -> None:
     """model.dtype=bfloat16 with training.precision=fp32: a PPO step runs its critic."""
     m = bf16_policy_trainer(tmp_path, "algorithm.name=ppo").train_step()
     assert torch.isfinite(torch.tensor([m["loss/value"], m["loss/policy_total"]])).all()
+
+
+def test_a_bf16_policy_takes_no_rollout_logprobs_as_the_old_ones(tmp_path: Path) -> None:
+    """In fp32 precision the rollout's log-probs stand in for the old policy's only when the weights are fp32 too:
+    bf16 weights decode and score in bf16, which round differently, and the ratio of the step's one update would
+    start away from 1 (0.996 to 1.004 on this tiny model). ``auto`` takes the update's own, detached: exactly 1."""
+    trainer = bf16_policy_trainer(
+        tmp_path, "algorithm.name=grpo", "algorithm.kl_coef=0.0", "algorithm.mini_batch_size=8"
+    )
+    assert trainer._old_logprobs_source(8) == "current"
+    m = trainer.train_step()
+    assert m["policy/ratio_min"] == m["policy/ratio_max"] == 1.0

@@ -180,7 +180,7 @@ class Trainer:
 
     def _old_logprobs_source(self, n_global: int) -> str:
         """Where the step's old log-probs come from: "rollout" (the generator's own: exactly one on-policy update,
-        one epoch and one mini-batch, by a generator that runs the policy's own weights in fp32, so they match a
+        one epoch and one mini-batch, by a generator that runs the policy's own fp32 weights in fp32, so they match a
         recomputation to ~1e-5), "current" (that one update's own forward, detached: the ratio is exactly 1, with no
         pass of its own), or "recompute" (a scoring pass after the rollout)."""
         mode = self.alg.old_logprobs
@@ -194,11 +194,12 @@ class Trainer:
             return mode
         if not one_update or not self.alg.mask_observations:  # the rollout has no log-probs of retrieved tokens
             return "recompute"
-        if self.place.precision == "fp32" and self.generator.runs_on(self.policy):
+        fp32 = self.place.precision == "fp32" and all(p.dtype == torch.float32 for p in self.policy.parameters())
+        if fp32 and self.generator.runs_on(self.policy):
             return "rollout"
-        # In bf16 the decode loop and the training forward round differently (docs/gpu.md): the update's own
-        # forward gives a ratio of exactly 1, as a recomputation would in fp32; a KL in the reward needs the old
-        # log-probs before the advantages, so a pass then.
+        # In bf16 (or weights held in bf16 / fp16) the decode loop and the training forward round differently
+        # (docs/gpu.md): the update's own forward gives a ratio of exactly 1, as a recomputation would in fp32; a
+        # KL in the reward needs the old log-probs before the advantages, so a pass then.
         return "recompute" if self.alg.kl_in_reward else "current"
 
     def _logprobs(self, scorer: nn.Module, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
