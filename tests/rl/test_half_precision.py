@@ -11,6 +11,7 @@ import torch
 from searchrl.config import load_config
 from searchrl.data.records import QAExample
 from searchrl.rl.batch import collate
+from searchrl.rl.losses import value_loss
 from searchrl.rl.trainer import Trainer
 from searchrl.rl.update import ValueModel
 from searchrl.testing import LettersProtocol, letter_fraction_reward, tiny_model, tokenizer
@@ -69,3 +70,16 @@ def test_a_bf16_policy_takes_no_rollout_logprobs_as_the_old_ones(tmp_path: Path)
     assert trainer._old_logprobs_source(8) == "current"
     m = trainer.train_step()
     assert m["policy/ratio_min"] == m["policy/ratio_max"] == 1.0
+
+
+def test_the_value_loss_of_bf16_values_keeps_its_returns_in_fp32() -> None:
+    """A critic's values are bf16 under autocast; the loss upcasts them rather than rounding the returns to bf16,
+    which moved a return of 0.501 onto the value 0.5 (bf16's spacing there is 2^-9) and gave the critic no gradient."""
+    values_BT = torch.tensor([[0.5, 0.25]], dtype=torch.bfloat16, requires_grad=True)
+    returns_BT = torch.tensor([[0.501, 0.2502]])
+    loss, m = value_loss(values_BT, values_BT.detach().float(), returns_BT, torch.ones(1, 2), clip=0.2)
+    loss.backward()
+    assert loss.dtype == torch.float32
+    assert float(loss.detach()) == pytest.approx(0.5 * (0.001**2 + 0.0002**2) / 2, rel=1e-3)
+    assert values_BT.grad is not None and (values_BT.grad < 0).all()
+    assert m["value/return_mean"] == pytest.approx((0.501 + 0.2502) / 2)

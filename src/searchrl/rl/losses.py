@@ -197,8 +197,10 @@ def value_loss(
 ) -> tuple[Tensor, Metrics]:
     """Clipped value loss (PPO2 / verl): per token ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``,
     or ``0.5 * (V - R)^2`` when ``clip`` is None; aggregated with :func:`aggregate_loss`. Returns and old values are
-    constants. Metrics: ``clip_frac`` (tokens where the clipped term is larger), mean value and mean return."""
+    constants. Metrics: ``clip_frac`` (tokens where the clipped term is larger), mean value and mean return.
+    Computed in fp32 at least: a critic's bf16 values (its head under autocast) are upcast, not the returns rounded."""
     _check_same_shape(values=values_BT, old_values=old_values_BT, returns=returns_BT)
+    values_BT = values_BT.to(torch.promote_types(values_BT.dtype, torch.float32))  # (B, T)
     if clip is not None and clip <= 0:
         raise ValueError(f"value clip must be > 0 or None, got {clip}")
     m = _bool_mask(mask_BT, values_BT)  # (B, T)
