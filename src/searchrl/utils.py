@@ -146,6 +146,8 @@ def make_adamw(params, lr: float, weight_decay: float = 0.0, betas: tuple[float,
     import torch
 
     params = list(params)
+    if any(p.dtype == torch.float16 for p in params):  # nothing scales the loss: fp16 gradients would underflow
+        raise ValueError("fp16 weights cannot be trained (no loss scaling); load the model in float32 or bfloat16")
     try:
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, fused=True)
     except (RuntimeError, TypeError):

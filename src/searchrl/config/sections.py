@@ -27,7 +27,8 @@ class ModelConfig(Section):
     """The policy (and optional reference / reader models), as spec strings: HF id, local dir or alias."""
 
     policy: str = "smollm2-135m-instruct"
-    #: the trained policy's weights (fp32 = master weights under bf16 mixed precision; see training.precision).
+    #: the trained policy's weights (fp32 = master weights under bf16 mixed precision; see training.precision);
+    #: float16 only for models that are not trained (evaluation): with no loss scaling, training refuses it.
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     #: auto (CUDA when present, else CPU), cpu, cuda, cuda:N: every model and sampler follows it (searchrl.device).
     device: DeviceSpec = "auto"

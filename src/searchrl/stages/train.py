@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from searchrl.config import RunConfig
+from searchrl.config import ConfigError, RunConfig
 from searchrl.pipeline import load_split, make_protocol, make_retriever_for, policy_spec
 from searchrl.stages.resume import record_init
 from searchrl.utils import console, read_jsonl, seed_everything
@@ -69,7 +69,13 @@ def sft_examples(cfg: RunConfig, protocol, tokenizer) -> list:
 
 
 def _warn_half_weights(cfg: RunConfig) -> None:
-    """Trained weights held in bf16 / fp16 (not LoRA adapters) lose every update below their precision."""
+    """Trained weights held in bf16 (not LoRA adapters) lose every update below their precision; fp16 weights are
+    refused: with no loss scaling their gradients underflow (with LoRA too: they flow through the fp16 base)."""
+    if cfg.model.dtype == "float16":
+        raise ConfigError(
+            "model.dtype=float16 cannot be trained: without loss scaling its gradients underflow to zero; use "
+            "model.dtype=float32 (with training.precision=fp32 on a GPU without bf16) or bfloat16"
+        )
     if cfg.model.dtype != "float32" and not cfg.model.lora:
         console.log(
             f"[yellow]warning:[/yellow] model.dtype={cfg.model.dtype} trains the weights in {cfg.model.dtype} itself: "
