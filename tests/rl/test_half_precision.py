@@ -83,3 +83,17 @@ def test_the_value_loss_of_bf16_values_keeps_its_returns_in_fp32() -> None:
     assert float(loss.detach()) == pytest.approx(0.5 * (0.001**2 + 0.0002**2) / 2, rel=1e-3)
     assert values_BT.grad is not None and (values_BT.grad < 0).all()
     assert m["value/return_mean"] == pytest.approx((0.501 + 0.2502) / 2)
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"), [((7, 0), "fp32"), ((7, 5), "fp32"), ((8, 0), "bf16"), ((9, 0), "bf16")]
+)
+def test_auto_precision_takes_bf16_only_on_a_gpu_with_bf16_arithmetic(monkeypatch, capability, expected) -> None:
+    """A V100 (7.0) or T4 (7.5) only emulates bf16 and fp16 training is refused, so auto trains there in fp32; an
+    A100 / H100 (8.0 / 9.0) in bf16. An explicit choice is kept."""
+    from searchrl.device import resolve_precision
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert resolve_precision("auto", torch.device("cuda", 0)) == expected
+    assert resolve_precision("bf16", torch.device("cuda", 0)) == "bf16"
+    assert resolve_precision("auto", torch.device("cpu")) == "fp32"

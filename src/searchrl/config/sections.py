@@ -181,7 +181,8 @@ class TrainingConfig(Section):
     #: null: 2048 on the CPU (larger passes gain nothing there), 8192 on a GPU (small passes leave it idle).
     micro_batch_tokens: int | None = Field(default=None, ge=1)
     seed: int = 0
-    #: compute precision: auto (bf16 mixed on CUDA, fp32 on CPU), fp32, bf16 (autocast; fp32 weights and optimizer).
+    #: compute precision: auto (bf16 mixed on a GPU with bf16 arithmetic, Ampere on; else fp32), fp32, bf16
+    #: (autocast; fp32 weights and optimizer).
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     gradient_checkpointing: bool = False  #: recompute activations in the backward pass (long rows, large models)
     #: torch.compile each decoder layer of the policy for its scoring and update passes (one graph serves every
