@@ -57,6 +57,11 @@ PARSE = [
     ),
     (call({"query": "Curious  fragrance\n"}), Search(("Curious fragrance",))),  # whitespace collapsed
     (call(json.dumps({"queries": ["a"]})), Search(("a",))),  # arguments as a JSON string (OpenAI's wire format)
+    ('<tool_call>{"name": "search", "parameters": {"query": "a"}}</tool_call>', Search(("a",))),  # Llama 3.1's key
+    (
+        '<tool_call>{"name": "search", "arguments": {}, "parameters": {"query": "a"}}</tool_call>',
+        Invalid(BAD_ARGUMENTS),
+    ),
     ("<think>\nplan\n</think>\n\n" + call({"queries": ["a", "b", "c", "d"]}), Search(("a", "b", "c"))),  # first 3
     ('<tool_call>\n{"name": "search", "arguments": {"queries": ["a"]}\n</tool_call>', Invalid(BAD_JSON)),
     ("<tool_call>\nsearch(Curious fragrance)\n</tool_call>", Invalid(BAD_JSON)),

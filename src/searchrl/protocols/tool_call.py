@@ -99,7 +99,8 @@ def call_queries(content: str) -> list[str] | Invalid:
         return Invalid(BAD_JSON)
     if call.get("name") != SEARCH_TOOL_NAME:
         return Invalid(UNKNOWN_TOOL)
-    args = call.get("arguments")
+    # Llama 3.1 / 3.2's chat templates ask for {"name", "parameters"}: the same arguments under another key
+    args = call["arguments"] if "arguments" in call else call.get("parameters")
     if isinstance(args, str):  # OpenAI's wire format: the arguments as a JSON string
         try:
             args = json.loads(args)
