@@ -151,3 +151,80 @@ def test_tool_call_frames_replies_in_other_families_templates(smollm, name, clos
     assert prompt.count(p.hermes_system()) == 1  # the Hermes system text (the tool's schema) reached the prompt
     report = p.check_format(traj.response_text(tok))
     assert report.ok and report.n_searches == 1, report.problems
+
+
+#: what a model under THINK_OPENING writes: its reply starts inside the think block the generation prompt opened
+THINKING = {
+    "search_r1": [
+        "I need the author.</think>\n<search> Dune author </search>",
+        "<think>Herbert.</think>\n<answer> Frank Herbert </answer>",
+    ],
+    "rag_r1": [
+        "I need the author.</think>\n<search> Dune author </search>",
+        "<think>Herbert.</think>\n<answer> Frank Herbert </answer>",
+    ],
+    "reason": ["It is Herbert.</think>\n<answer> Frank Herbert </answer>"],
+    "rag": ["The documents say Herbert.</think>\n<answer> Frank Herbert </answer>"],
+    "r1_searcher": [
+        "I need the author. <|begin_of_query|> Dune author<|end_of_query|>",
+        "It is Herbert.</think>\n\n<answer> Frank Herbert </answer>",
+    ],
+}
+
+
+def roll(tok, p, replies: list[str]):
+    turns = iter(replies)
+    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=200, max_obs_tokens=1000, topk=2)
+    engine = RolloutEngine(ScriptedGenerator(tok, lambda context: next(turns)), Retriever(), p, limits)
+    (traj,) = engine.run([QAExample("q1", QUESTION, ["Frank Herbert"])])
+    return traj
+
+
+@pytest.mark.parametrize("protocol", sorted(THINKING))
+def test_a_think_block_the_generation_prompt_opens_is_the_responses_opening(smollm, protocol) -> None:
+    tok, p = family(smollm, "think_opening"), get_protocol(protocol)
+    traj = roll(tok, p, THINKING[protocol])
+    prompt = tok.decode(traj.prompt_ids, skip_special_tokens=False)
+    assert prompt.endswith("<|Assistant|><think>\n")  # R1-Searcher's own <think> is not pre-filled a second time
+    assert p.template_opening == p.response_opening == "<think>\n" and p.prefill == ""
+    response = traj.response_text(tok)
+    assert response.startswith(THINKING[protocol][0])  # the opening is prompt, never sampled nor trained
+    assert traj.action_mask[: len(tok.encode(THINKING[protocol][0]))] == [1] * len(tok.encode(THINKING[protocol][0]))
+    report = p.check_format(response)
+    assert report.ok, report.problems
+    assert p.extract_answer(response) == traj.answer == "Frank Herbert"
+    assert p.check_format("<think>" + response).problems  # a second <think> the model writes itself is nested
+
+
+@pytest.mark.parametrize("protocol", sorted(THINKING))
+def test_a_template_without_an_opening_keeps_each_protocols_prompt_and_check(smollm, protocol) -> None:
+    p = get_protocol(protocol)
+    p.bind_tokenizer(family(smollm, "think_opening"))
+    p.bind_tokenizer(smollm)  # bound again to SmolLM2's ChatML: nothing of the other template's opening is left
+    assert p.template_opening == "" and p.prefill == p.response_prefix
+    prefill = "<think>" if protocol == "r1_searcher" else ""
+    assert build_prompt_text(p, smollm, QUESTION).endswith("<|im_start|>assistant\n" + prefill)
+    if protocol == "r1_searcher":  # its own pre-filled <think> opens the response, as before
+        assert p.response_opening == "<think>"
+    else:  # nothing opens it: a reply that starts inside a think block is text outside any tag
+        assert p.response_opening == ""
+        assert "text outside any tag in state start" in p.check_format(THINKING[protocol][0]).problems
+
+
+def test_oracle_and_text_sft_data_do_not_repeat_the_opened_think(smollm) -> None:
+    from searchrl.sft.oracle import oracle_trajectories
+    from searchrl.sft.text_data import text_trajectory
+
+    tok, p = family(smollm, "think_opening"), get_protocol("search_r1")
+    ex = QAExample("q1", QUESTION, ["Frank Herbert"])
+    (traj,) = oracle_trajectories(p, [ex], Retriever(), tok, topk=2, unchained="question")
+    assert tok.decode(traj.prompt_ids, skip_special_tokens=False).endswith("<think>\n")
+    assert not traj.turns[0].text.startswith("<think>") and traj.turns[0].text.startswith("I will search")
+    assert p.check_format(traj.response_text(tok)).ok
+    row = {
+        "question": QUESTION,
+        "answers": ["Frank Herbert"],
+        "response": "<think> It is Herbert. </think>\n<answer> Frank Herbert </answer>",
+    }
+    text = text_trajectory(row, get_protocol("reason"), tok)
+    assert text.turns[0].text.startswith("It is Herbert.") and not text.metadata["format_problems"]

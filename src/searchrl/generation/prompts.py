@@ -77,6 +77,29 @@ def chat_text(
         ) from None
 
 
+def reply_opening(
+    tokenizer: Any,
+    messages: Sequence[dict[str, str]],
+    tags: Sequence[str],
+    tools: Sequence[dict[str, Any]] | None = None,
+    style: str = "auto",
+) -> str:
+    """The end of the chat template's generation prompt when it opens one of ``tags`` for the model (DeepSeek-R1-
+    Distill's ends ``<think>\\n``): that tag and the whitespace after it. "" when the generation prompt ends otherwise,
+    under raw prompts, and when the template cannot render ``messages`` (the prompt then fails with its own error)."""
+    if not tags or not wants_chat(tokenizer, style):
+        return ""
+    try:
+        prompt = chat_text(tokenizer, messages, tools)
+        head = chat_text(tokenizer, messages, tools, add_generation_prompt=False)
+    except Exception:  # noqa: BLE001 (no opening to find; building the prompt reports the template's error)
+        return ""
+    added = prompt[len(head) :] if prompt.startswith(head) else ""
+    body = added.rstrip()
+    tag = next((t for t in sorted(tags, key=len, reverse=True) if t and body.endswith(t)), "")
+    return added[len(body) - len(tag) :] if tag else ""
+
+
 def render_prompt(
     tokenizer: Any,
     messages: Sequence[dict[str, str]],

@@ -349,6 +349,10 @@ class TagProtocol(Protocol):
         answer = self.answer_tags or ()
         return (*self.search_tags, *self.result_tags, *answer, *self.other_tags)
 
+    def opening_tags(self) -> tuple[str, ...]:
+        """The opening tags of the policy's blocks: search call, answer and the other tags' (think, evidence)."""
+        return (self.search_tags[0], *(self.answer_tags or ())[:1], *self.other_tags[0::2])
+
     def _action_pairs(self) -> dict[str, tuple[str, str]]:
         pairs = {"search": self.search_tags}
         if self.answer_tags is not None:
@@ -409,8 +413,15 @@ class TagProtocol(Protocol):
         return sorted(texts, key=len, reverse=True)
 
     def scan_response(self, response: str) -> list[Event]:
-        """Events of a whole response; the feedback / forced-answer texts are ``inserted`` events."""
-        return scan(response, self.all_tags, self.search_tags[1], *self.result_tags, inserted=self._inserted_texts())
+        """Events of a whole response, read after the prompt's :attr:`response_opening` (the pre-filled or the chat
+        template's ``<think>``); the feedback / forced-answer texts are ``inserted`` events."""
+        return scan(
+            self.response_opening + response,
+            self.all_tags,
+            self.search_tags[1],
+            *self.result_tags,
+            inserted=self._inserted_texts(),
+        )
 
     # ----------------------------------------------------------------------------------------- rendering
     def split_documents(self, observation: str) -> list[tuple[str, bool]]:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from searchrl.generation.prompts import reply_opening
 from searchrl.retrieval.base import Hit
 
 
@@ -83,6 +84,10 @@ class Protocol(ABC):
     #: text that opens the assistant turn as part of the prompt (never sampled, never in the response), e.g.
     #: R1-Searcher's code pre-fills "<think>". The engine appends it after the chat template / raw prompt.
     response_prefix: str = ""
+    #: the chat template's own opening of the reply, when its generation prompt ends by opening one of the protocol's
+    #: tags (:meth:`opening_tags`; DeepSeek-R1-Distill's ends ``<think>\\n``), found by :meth:`bind_tokenizer`; ""
+    #: otherwise. Prompt text like ``response_prefix``: never sampled, read by format checks as the response's start.
+    template_opening: str = ""
     #: the text that opens the final answer inside a turn (R1-Searcher++: ``\\boxed``); "" when not marked so.
     answer_marker: str = ""
     #: the rollout engine retrieves ``retrieval.topk`` documents with each question before the first turn and builds
@@ -221,11 +226,39 @@ class Protocol(ABC):
         by default; a protocol whose calls must be answered by a reply message (``tool_call``) says so there."""
         return self.force_answer_text()
 
+    def opening_tags(self) -> tuple[str, ...]:
+        """The tags the policy opens (``<think>``), which a chat template's generation prompt may open for it
+        (:attr:`template_opening`); none by default."""
+        return ()
+
+    @property
+    def prefill(self) -> str:
+        """The text appended after the rendered prompt: ``response_prefix``, unless the template's opening already
+        opened it (R1-Searcher's ``<think>`` after DeepSeek-R1-Distill's ``<think>\\n``)."""
+        own, opened = self.response_prefix.strip(), self.template_opening.strip()
+        return "" if own and opened.endswith(own) else self.response_prefix
+
+    @property
+    def response_opening(self) -> str:
+        """The end of the prompt that opens the response's format (the template's opening, then the prefill):
+        format checks read a response with it in front, as the model sees it."""
+        return self.template_opening + self.prefill
+
+    def strip_opening(self, text: str) -> str:
+        """``text``, a whole response as the protocol writes it (oracle and SFT data), without the tag that
+        :attr:`response_opening` already opened in the prompt (the text as it follows the prompt)."""
+        tag = self.response_opening.strip()
+        if not tag or not text.lstrip().startswith(tag):
+            return text
+        rest = text.lstrip()[len(tag) :]
+        return rest.lstrip() if self.response_opening[-1:].isspace() else rest
+
     def bind_tokenizer(self, tokenizer: Any, style: str = "auto") -> None:
-        """Called by the rollout engine (and the oracle builder) with the tokenizer whose chat template renders the
-        prompt (``style``: ``model.prompt_style``). Nothing by default; a protocol whose inserted text comes from
-        the chat template (``tool_call``) works it out here."""
-        return None
+        """Called by the rollout engine (and the oracle and SFT data builders) with the tokenizer whose chat template
+        renders the prompt (``style``: ``model.prompt_style``). Finds :attr:`template_opening`; a protocol whose
+        inserted text comes from the chat template (``tool_call``) works it out here too, then calls this."""
+        tags = self.opening_tags() if tokenizer is not None else ()
+        self.template_opening = reply_opening(tokenizer, self.chat_messages("?"), tags, self.chat_tools(), style)
 
     def chat_tools(self) -> list[dict[str, Any]] | None:
         """JSON function schemas given to the chat template as ``tools=`` with the prompt; None: no tools."""

@@ -145,8 +145,9 @@ class R1SearcherProtocol(TagProtocol):
         """The format rules of R1-Searcher's rewards (spec 001 §3.1; the same rules give Stage-1's +0.5 and
         Stage-2's -2 penalty, §3.2), made operational as in the authors' reward code (§11.3).
 
-        ``response`` is the text after the prompt, so the pre-filled ``<think>`` (``response_prefix``) is put back
-        in front before checking, as the authors' reward code does.
+        ``response`` is the text after the prompt, so the pre-filled ``<think>`` (``response_prefix``, or the chat
+        template's own opening) is put back in front before checking (``scan_response``), as the authors' reward
+        code does.
 
         * Rule 1 (think and answer tags; only a short answer): exactly one ``<think>`` (first), one ``</think>``,
           one ``<answer>`` and one ``</answer>``, in that order; the answer holds no query or document tag and at
@@ -160,7 +161,7 @@ class R1SearcherProtocol(TagProtocol):
         R_retrieval needs ``n_searches >= 1``; also ``extra["retrieval_invoked"]``). ``extra`` also has
         ``answer_words``, ``n_unanswered_queries``, ``n_fabricated_documents``.
         """
-        events = self.scan_response(self.response_prefix + response)
+        events = self.scan_response(response)
         problems: list[str] = []
 
         # Rule 1: think and answer structure.

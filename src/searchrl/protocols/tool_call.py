@@ -177,11 +177,11 @@ class ToolCallProtocol(TagProtocol):
 
     def bind_tokenizer(self, tokenizer: Any, style: str = "auto") -> None:
         """Work out the frame of ``tokenizer``'s chat template (see ``searchrl.protocols.chat_frame``)."""
-        if tokenizer is None:
-            return
-        user = {"role": "user", "content": self.instruction("?")}
-        hermes = [{"role": "system", "content": self.hermes_system()}, user]
-        self.frame = frame_for(tokenizer, style, self.tools(), {"tools": [user], "hermes": hermes})
+        if tokenizer is not None:
+            user = {"role": "user", "content": self.instruction("?")}
+            hermes = [{"role": "system", "content": self.hermes_system()}, user]
+            self.frame = frame_for(tokenizer, style, self.tools(), {"tools": [user], "hermes": hermes})
+        super().bind_tokenizer(tokenizer, style)
 
     # ------------------------------------------------------------------------------------------------ prompt
     def hermes_system(self) -> str:
@@ -310,7 +310,7 @@ class ToolCallProtocol(TagProtocol):
         documents. ``extra``: ``n_tool_calls``, ``n_invalid_calls``, ``n_queries``, ``queries_per_call``,
         ``n_notices`` (error and budget replies), ``n_fabricated_responses``.
         """
-        text = self.frame.visible(response).replace(self.force_answer_text(), "")
+        text = self.frame.visible(self.response_opening + response).replace(self.force_answer_text(), "")
         turns, replies = self._split_turns(text)
         problems: list[str] = []
         answers: list[str] = []

@@ -64,11 +64,12 @@ NO_RETRIEVER = "the policy issued a search but no retriever is configured (pass 
 
 def build_prompt_text(protocol: Protocol, tokenizer, question: str, style: str = "auto") -> str:
     """The protocol's prompt, wrapped in the chat template (with the protocol's tools, if any) for chat models or as
-    raw text for base models, followed by the protocol's response prefix (pre-filled, never sampled)."""
+    raw text for base models, followed by the protocol's prefill (``response_prefix``, never sampled; none when the
+    template's generation prompt already opened it, :attr:`Protocol.template_opening`, set by ``bind_tokenizer``)."""
     messages = protocol.chat_messages(question)
     raw = None if wants_chat(tokenizer, style) else protocol.raw_prompt(question)
     tools = protocol.chat_tools()
-    return render_prompt(tokenizer, messages, style, raw, prefill=protocol.response_prefix, tools=tools)
+    return render_prompt(tokenizer, messages, style, raw, prefill=protocol.prefill, tools=tools)
 
 
 @dataclass

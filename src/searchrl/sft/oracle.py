@@ -437,6 +437,7 @@ def oracle_trajectories(
             protocol=protocol.name,
         )
         for i, (text, qs) in enumerate(plan):
+            text = protocol.strip_opening(text) if i == 0 else text  # a <think> the prompt opened is not written
             ids = list(tokenizer.encode(text, add_special_tokens=False))
             last = i == len(plan) - 1
             if last:

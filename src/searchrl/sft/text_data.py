@@ -211,10 +211,12 @@ def _trajectory(
     row_id, question, prompt, response, golds = _prompt_and_response(
         row, protocol, tokenizer, style, where, default_id or where
     )
-    prefix = protocol.response_prefix  # pre-filled after the prompt (R1-Searcher's <think>), never a target
-    if prefix and response.lstrip().startswith(prefix):
-        response = response.lstrip()[len(prefix) :]
-        prompt += "" if prompt.endswith(prefix) else prefix
+    # the prompt opens the response (R1-Searcher's pre-filled <think>, a chat template's own "<think>\n"): that
+    # opening is prompt, never a target, and a response that writes it is read after it
+    stripped = protocol.strip_opening(response)
+    if stripped != response:
+        response, prefill = stripped, protocol.prefill
+        prompt += "" if prompt.endswith(prefill) else prefill
     try:
         spans = observation_spans(protocol, response)
     except ValueError as err:
