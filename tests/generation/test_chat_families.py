@@ -228,3 +228,70 @@ def test_oracle_and_text_sft_data_do_not_repeat_the_opened_think(smollm) -> None
     }
     text = text_trajectory(row, get_protocol("reason"), tok)
     assert text.turns[0].text.startswith("It is Herbert.") and not text.metadata["format_problems"]
+
+
+#: the token each template writes right after an assistant message's content, where its EOS is another token
+ENDS = {"no_system": "<end_of_turn>", "drops_system": "<|end|>", "qwen_base": "<|im_end|>"}
+CHAIN = [
+    {"sub_question": "Who wrote Dune?", "answer": "Frank Herbert", "query": "Dune author"},
+    {"sub_question": "Where was Frank Herbert born?", "answer": "Tacoma", "query": "Frank Herbert birthplace"},
+]
+
+
+def ending(smollm, name: str):
+    if name != "qwen_base":
+        return family(smollm, name)
+    tok = copy.deepcopy(smollm)  # ChatML, EOS <|endoftext|>: a Qwen base model's tokenizer
+    tok.eos_token = "<|endoftext|>"
+    return tok
+
+
+def sft_endings(tok, style: str) -> list[int]:
+    """The last token of every kind of SFT target: oracle, text data, the rewriter's data, the memorizer's NLL."""
+    from searchrl.config import MemorizationConfig
+    from searchrl.rl.memorization import Memorizer
+    from searchrl.sft.oracle import oracle_trajectories
+    from searchrl.sft.rewriter import rewriter_sft_examples
+    from searchrl.sft.text_data import text_trajectory
+
+    ex = QAExample("q1", "Where was the author of Dune born?", ["Tacoma"], {"chain": CHAIN})
+    (oracle,) = oracle_trajectories(get_protocol("search_r1"), [ex], Retriever(), tok, topk=2, prompt_style=style)
+    row = {"question": QUESTION, "answers": ["Frank Herbert"], "response": "<answer> Frank Herbert </answer>"}
+    text = text_trajectory(row, get_protocol("reason"), tok, style)
+    pp = get_protocol("r1_searcher_pp")
+    (pp_oracle,) = oracle_trajectories(pp, [ex], Retriever(), tok, topk=2, prompt_style=style)
+    (rewriter,) = rewriter_sft_examples([pp_oracle], pp, tok, style)
+    _, nll, _ = Memorizer(MemorizationConfig(), None, pp, tok, style).target([1], "\\boxed{Tacoma}")
+    return [oracle.response_ids[-1], text.response_ids[-1], rewriter.response_ids[-1], nll[-1]]
+
+
+@pytest.mark.parametrize("name", sorted(ENDS))
+def test_sft_targets_end_as_the_chat_template_ends_a_reply(smollm, name) -> None:
+    tok = ending(smollm, name)
+    end = tok.convert_tokens_to_ids(ENDS[name])
+    assert end != tok.eos_token_id
+    assert sft_endings(tok, "auto") == [end] * 4
+    assert sft_endings(tok, "raw") == [tok.eos_token_id] * 4  # raw prompts: no template, the tokenizer's EOS
+
+
+@pytest.mark.parametrize("name", sorted(ENDS))
+def test_generation_stops_at_the_templates_end_of_a_reply(smollm, name) -> None:
+    from types import SimpleNamespace
+
+    from searchrl.generation.hf import _eos_ids
+    from searchrl.generation.vllm import VLLMGenerator
+
+    tok = ending(smollm, name)
+    end = tok.convert_tokens_to_ids(ENDS[name])
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=tok.eos_token_id))  # a base model's
+    assert _eos_ids(model, tok) == {tok.eos_token_id, end}
+    vllm = VLLMGenerator.__new__(VLLMGenerator)  # no engine: its stops only
+    vllm.tokenizer = tok
+    assert vllm.stop_ids == [end]
+
+
+def test_the_bundled_models_sft_targets_still_end_with_its_eos(smollm) -> None:
+    """SmolLM2's EOS is the token its template ends a reply with (<|im_end|>): its SFT data is what it was."""
+    eos = smollm.convert_tokens_to_ids("<|im_end|>")
+    assert smollm.eos_token_id == eos
+    assert sft_endings(smollm, "auto") == sft_endings(smollm, "raw") == [eos] * 4

@@ -41,14 +41,19 @@ from searchrl.generation.base import Completion, ContinuousScheduler, Generator,
 from searchrl.generation.decode_step import DecodeStep, sharded
 from searchrl.generation.graph_decode import GraphRows
 from searchrl.generation.kvcache import BufferedCache, PrefixStore, SharedPrefixCache, cache_kwargs, weights_version
+from searchrl.generation.prompts import reply_end_ids
 from searchrl.generation.sampling import finish_row, has_stop, row_uniforms, sample_tokens
 from searchrl.utils import eval_mode
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
+    """The ids generation stops at: the generation config's EOS ids, the tokenizer's EOS, and the token the chat
+    template ends a reply with (which SFT targets end with; a base model's generation config may lack it: Qwen2.5's
+    names ``<|endoftext|>`` only, while its template ends replies with ``<|im_end|>``)."""
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids = list(eos) if isinstance(eos, list | tuple) else [eos]
     ids.append(getattr(tokenizer, "eos_token_id", None))
+    ids += reply_end_ids(tokenizer)
     return {i for i in ids if i is not None}
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 #: stands in for a system prompt while a template is probed; no template alters it.
 _SYSTEM_PROBE = "@@searchrl-system-5d2e1b@@"
+#: stands in for an assistant message's content while a template is probed.
+_REPLY_PROBE = "@@searchrl-reply-end-5d2e1b@@"
 _takes_system: dict[str, bool] = {}  # chat template -> whether it renders a system message
 
 
@@ -98,6 +100,40 @@ def reply_opening(
     body = added.rstrip()
     tag = next((t for t in sorted(tags, key=len, reverse=True) if t and body.endswith(t)), "")
     return added[len(body) - len(tag) :] if tag else ""
+
+
+def special_ids(tokenizer: Any) -> set[int]:
+    """The ids of ``tokenizer``'s special tokens (the named ones, and every added token marked special)."""
+    ids = set(getattr(tokenizer, "all_special_ids", None) or ())
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids.update(i for i, tok in decoder.items() if getattr(tok, "special", False))
+    return ids
+
+
+def reply_end_ids(tokenizer: Any, style: str = "auto") -> list[int]:
+    """The token that ends the model's reply, which SFT targets end with: under a chat template, the special token the
+    template writes right after an assistant message's content (ChatML's ``<|im_end|>``, Gemma's ``<end_of_turn>``,
+    Llama-3's ``<|eot_id|>``, Phi-3's ``<|end|>``; the line break a template may write after it is not the model's);
+    the tokenizer's EOS under raw prompts, or when the template writes no special token there (only whitespace
+    before it). [] when there is neither."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    fallback = [eos] if eos is not None else []
+    if not wants_chat(tokenizer, style):
+        return fallback
+    convo = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _REPLY_PROBE}]
+    try:
+        text = chat_text(tokenizer, convo, add_generation_prompt=False)
+    except Exception:  # noqa: BLE001 (a template that cannot render a reply: building the prompt reports it)
+        return fallback
+    if text.count(_REPLY_PROBE) != 1:
+        return fallback
+    after = text.split(_REPLY_PROBE)[1]
+    ids, special = tokenizer.encode(after, add_special_tokens=False), special_ids(tokenizer)
+    for k, i in enumerate(ids):
+        if i in special:
+            lead = tokenizer.decode(ids[:k], skip_special_tokens=False) if k else ""
+            return [i] if not lead.strip() else fallback
+    return fallback
 
 
 def render_prompt(

@@ -5,7 +5,10 @@ Imported lazily. ``load_weights`` pushes the trainer's current policy weights in
 
 from __future__ import annotations
 
+import functools
+
 from searchrl.generation.base import Completion, Generator, SamplingParams
+from searchrl.generation.prompts import reply_end_ids
 from searchrl.utils import MissingDependency
 
 
@@ -23,6 +26,12 @@ class VLLMGenerator(Generator):
             model=model_path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enable_prefix_caching=True
         )
 
+    @functools.cached_property
+    def stop_ids(self) -> list[int]:
+        """Stops besides the generation config's EOS ids (vLLM's own): the token the chat template ends a reply with
+        (which SFT targets end with; a base model's generation config may lack it)."""
+        return reply_end_ids(self.tokenizer)
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
@@ -35,6 +44,7 @@ class VLLMGenerator(Generator):
                 temperature=max(params.temperature, 0.0),
                 top_p=params.top_p,
                 stop=list(params.stop),
+                stop_token_ids=list(self.stop_ids),
                 include_stop_str_in_output=True,
                 logprobs=0,
                 seed=params.row_seeds[i] if params.row_seeds else (None if params.seed is None else params.seed + i),

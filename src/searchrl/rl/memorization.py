@@ -31,7 +31,7 @@ from searchrl.config import MemorizationConfig
 from searchrl.device import frozen_copy, model_device
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.generation.hf import HFGenerator
-from searchrl.generation.prompts import render_prompt
+from searchrl.generation.prompts import render_prompt, reply_end_ids
 from searchrl.models import load_policy
 from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Protocol, Search
@@ -233,11 +233,10 @@ class Memorizer(AuxNLL):
         return rewrites
 
     def target(self, prompt_ids: list[int], text: str) -> tuple[list[int], list[int], list[int]]:
-        """The NLL sequence: the rollout's own prompt ids (the question, no documents) -> the rewritten path + EOS."""
+        """The NLL sequence: the rollout's own prompt ids (the question, no documents) -> the rewritten path + the
+        end of a reply (the chat template's, e.g. ``<|im_end|>``, or EOS; :func:`reply_end_ids`)."""
         resp = list(self.tok.encode(text.strip(), add_special_tokens=False))
-        eos = getattr(self.tok, "eos_token_id", None)
-        if eos is not None:
-            resp.append(eos)
+        resp += reply_end_ids(self.tok, self.prompt_style)
         return prompt_ids, resp, [1] * len(resp)
 
     def metrics(self) -> dict[str, float]:

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from searchrl.data.records import QAExample
 from searchrl.data.synth_open import when
+from searchrl.generation.prompts import reply_end_ids
 from searchrl.protocols.base import Protocol
 from searchrl.retrieval.base import Hit, Retriever
 from searchrl.rewards.forms import choice_options
@@ -420,7 +421,7 @@ def oracle_trajectories(
                 kept.append((ex, oracle_texts(protocol, ex, plan, unchained, evidence=sentence), mine))
         examples, plans, found = [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept]
     out = []
-    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    eos = reply_end_ids(tokenizer, prompt_style)  # the chat template's end of a reply (<|im_end|>), or EOS
     framed = [ex.question for ex in examples]
     if protocol.prompt_documents and examples:  # rag: the documents retrieved with the question, as the engine does
         framed = [protocol.frame_question(q, hs) for q, hs in zip(framed, retriever.search(framed, topk), strict=True)]
@@ -441,7 +442,7 @@ def oracle_trajectories(
             ids = list(tokenizer.encode(text, add_special_tokens=False))
             last = i == len(plan) - 1
             if last:
-                ids += eos  # the model learns to stop after its answer
+                ids += eos  # the model learns to end its reply after its answer
             traj.append(ids, sampled=True, logprobs=[0.0] * len(ids))
             turn = Turn(
                 text=text,

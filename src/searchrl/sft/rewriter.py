@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from searchrl.generation.prompts import reply_end_ids
 from searchrl.protocols import get_protocol
 from searchrl.protocols._tags import TagProtocol
 from searchrl.protocols.base import Protocol
@@ -34,7 +35,7 @@ def rewriter_sft_examples(oracle: Sequence[Trajectory], protocol: Protocol, toke
     chain written as internal steps and a boxed answer, both in ``protocol``'s formats (as the memorizer prompts the
     rewriter during RL). Loss on every target token."""
     out = []
-    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    eos = reply_end_ids(tokenizer, style)  # the chat template's end of a reply, or EOS
     for t in oracle:
         chain = t.metadata.get("chain") or []
         if not chain:
@@ -115,7 +116,7 @@ def rewriter_sft_from_trajectories(
     the documents their searches returned go in the prompt, :func:`internalize` gives the target, and only targets
     that pass the memorizer's own validation are kept. Returns ``(examples, rejection counts by reason)``."""
     out, rejected = [], {}
-    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    eos = reply_end_ids(tokenizer, style)  # the chat template's end of a reply, or EOS
     for t in trajs:
         docs = extract_documents(t, memorizer.protocol)
         target = internalize(t, memorizer.protocol)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.data.loaders import iter_rows, row_to_example
-from searchrl.generation.prompts import render_prompt
+from searchrl.generation.prompts import render_prompt, reply_end_ids
 from searchrl.protocols import Answer, Invalid, Protocol, Search, TagProtocol
 from searchrl.protocols.chat_frame import ChatFrame
 from searchrl.rollout.engine import build_prompt_text
@@ -234,8 +234,8 @@ def _trajectory(
     for k, (start, stop) in enumerate(zip(starts, stops, strict=True)):
         text = response[start:stop]
         ids = list(tokenizer.encode(text, add_special_tokens=False)) if text else []
-        if k == len(spans) and tokenizer.eos_token_id is not None:
-            ids.append(tokenizer.eos_token_id)  # the model learns to stop after its answer
+        if k == len(spans):
+            ids += reply_end_ids(tokenizer, style)  # the model learns to end its reply after its answer
         traj.append(ids, sampled=True, logprobs=[0.0] * len(ids))
         action = protocol.parse(text)
         turn = Turn(text=text, action=_action_name(action), finish_reason="stop", n_gen_tokens=len(ids))
