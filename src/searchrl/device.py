@@ -116,6 +116,20 @@ def accelerator(place: Placement, collective_timeout_s: float):
     )
 
 
+def process_group(collective_timeout_s: float) -> None:
+    """Under a multi-process launch (``WORLD_SIZE`` > 1), start accelerate's process group now, with the run's
+    collective timeout. A vLLM engine built before the trainer joins the group it finds (its ``external_launcher``
+    backend, as TRL's colocated engines do); without one it would start a group of its own, sized for its
+    tensor-parallel ranks alone. The trainer's accelerator later takes this same group. A no-op in one process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    from datetime import timedelta
+
+    from accelerate import PartialState
+
+    PartialState(timeout=timedelta(seconds=collective_timeout_s))
+
+
 def current() -> Placement:
     """The configured placement, else ``auto`` / ``auto``."""
     return _current if _current is not None else configure()

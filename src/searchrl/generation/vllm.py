@@ -1,11 +1,17 @@
 """vLLM backend (optional extra ``searchrl[vllm]``): same interface as the HF generator, much faster on GPUs.
 
-Imported lazily. ``load_weights`` pushes the trainer's current policy weights into the engine between steps.
+Imported lazily. The engine shares the trainer's process and GPU, as TRL's and veRL's colocated engines do: vLLM's V1
+engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so ``load_weights`` hands the trainer's
+tensors to the engine's model directly. In V1's default child process the model is out of reach, and sending it a
+function through ``collective_rpc`` is refused from vLLM 0.9 on (unless ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``),
+the weights then pickled through a socket. Launched over several processes (``accelerate launch``), each process
+starts its own engine on its own GPU with vLLM's ``external_launcher`` backend, which reads the launcher's ranks.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 from searchrl.generation.base import Completion, Generator, SamplingParams
 from searchrl.generation.prompts import reply_end_ids
@@ -14,7 +20,11 @@ from searchrl.utils import MissingDependency
 
 class VLLMGenerator(Generator):
     def __init__(
-        self, model_path: str, tokenizer, gpu_memory_utilization: float = 0.6, dtype: str = "bfloat16"
+        self,
+        model_path: str,
+        tokenizer,
+        gpu_memory_utilization: float = 0.6,
+        dtype: str = "bfloat16",
     ) -> None:
         try:
             from vllm import LLM
@@ -22,8 +32,16 @@ class VLLMGenerator(Generator):
             raise MissingDependency("rollout.backend=vllm needs vllm: pip install 'searchrl[vllm]'") from err
         self.tokenizer = tokenizer
         self.model_path = model_path
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process: its model in reach
+        extra: dict = {}
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # one engine per launched process, on its LOCAL_RANK's GPU
+            extra["distributed_executor_backend"] = "external_launcher"
         self.llm = LLM(
-            model=model_path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enable_prefix_caching=True
+            model=model_path,
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype,
+            enable_prefix_caching=True,
+            **extra,
         )
 
     @functools.cached_property
@@ -65,21 +83,17 @@ class VLLMGenerator(Generator):
             out.append(Completion(ids, logprobs, text, reason, stop_str))
         return out
 
-    def load_weights(self, state_dict: dict) -> None:  # pragma: no cover - needs a vLLM install
-        """Load new policy weights into the running engine, then drop its prefix cache (its keys/values came from
-        the old weights). Works with the in-process engine (V0 and V1 with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
-        and, through ``collective_rpc``, with a multi-process V1 engine."""
-        items = [(k, v.detach()) for k, v in state_dict.items()]
-        executor = self.llm.llm_engine.model_executor if hasattr(self.llm.llm_engine, "model_executor") else None
+    def load_weights(self, state_dict: dict) -> None:
+        """Load new policy weights (the base model's names, as ``save_pretrained`` writes them) into the engine's
+        model, then drop its prefix cache (its keys/values came from the old weights)."""
+        executor = getattr(self.llm.llm_engine, "model_executor", None)  # absent while V1's core runs apart
         worker = getattr(executor, "driver_worker", None)
         runner = getattr(getattr(worker, "worker", worker), "model_runner", None)
-        if runner is not None and hasattr(runner, "model"):
-            runner.model.load_weights(items)
-        else:
-            self.llm.collective_rpc(_load_weights_rpc, args=(items,))
-        if hasattr(self.llm, "reset_prefix_cache"):
+        if runner is None:
+            raise RuntimeError(
+                "rollout.backend=vllm: the engine's model is not in this process; start it with "
+                "VLLM_ENABLE_V1_MULTIPROCESSING=0 (VLLMGenerator sets it before it builds the engine)"
+            )
+        runner.model.load_weights([(k, v.detach()) for k, v in state_dict.items()])
+        if hasattr(self.llm, "reset_prefix_cache"):  # vLLM >= 0.7
             self.llm.reset_prefix_cache()
-
-
-def _load_weights_rpc(worker, items) -> None:  # pragma: no cover - runs inside a vLLM worker process
-    worker.model_runner.model.load_weights(items)

@@ -134,9 +134,11 @@ def build_trainer(cfg: RunConfig):
         memorizer = make_memorizer(cfg, protocol, model, tok)
     generator = None
     if cfg.rollout.backend == "vllm":  # a separate engine: the trainer pushes the new weights before each rollout
+        from searchrl.device import process_group
         from searchrl.generation import make_generator
         from searchrl.models import resolve_policy
 
+        process_group(cfg.training.collective_timeout_s)  # over several processes, the engines join the trainer's
         generator = make_generator("vllm", model, tok, model_path=str(resolve_policy(policy_spec(cfg))))
     held_out = load_split(cfg, "dev", cfg.training.eval_limit) if cfg.training.eval_every else None
     return Trainer(
