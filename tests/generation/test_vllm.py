@@ -28,6 +28,9 @@ class FakeModel:
 
 class FakeLLM:
     def __init__(self, model: str, **kwargs) -> None:
+        cuda = torch.cuda.is_available()
+        if kwargs.get("dtype") == "bfloat16" and cuda and torch.cuda.get_device_capability() < (8, 0):  # vLLM's
+            raise ValueError("Bfloat16 is only supported on GPUs with compute capability of at least 8.0.")
         self.kwargs = kwargs
         self.calls: list[str] = []
         self.model = FakeModel()
@@ -127,6 +130,16 @@ def test_the_process_group_is_started_before_the_engine_joins_it(monkeypatch) ->
     monkeypatch.setenv("WORLD_SIZE", "4")
     process_group(120)
     assert made == [{"timeout": timedelta(seconds=120)}]  # the run's collective timeout, as the trainer sets it
+
+
+@pytest.mark.parametrize(("capability", "dtype"), [((7, 0), "float16"), ((7, 5), "float16"), ((8, 0), "bfloat16")])
+def test_the_engine_dtype_follows_the_gpu(fake_vllm, monkeypatch, capability, dtype) -> None:
+    """A V100 (7.0) or T4 (7.5) has no bf16: vLLM refuses dtype=bfloat16 there, so the engine takes float16 (as
+    training.precision=auto takes fp32); Ampere (8.0) on keeps bfloat16."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    assert VLLMGenerator("policy-dir", Tok()).llm.kwargs["dtype"] == dtype
+    assert VLLMGenerator("policy-dir", Tok(), dtype="float32").llm.kwargs["dtype"] == "float32"  # one given wins
 
 
 def test_generate_returns_ids_logprobs_and_reason(fake_vllm) -> None:

@@ -18,13 +18,23 @@ from searchrl.generation.prompts import reply_end_ids
 from searchrl.utils import MissingDependency
 
 
+def engine_dtype() -> str:
+    """The engine's dtype: bfloat16 on a GPU with bf16 arithmetic (compute capability 8.0 on, as for
+    ``training.precision=auto``), float16 below it, where vLLM refuses bfloat16 (a V100 or T4). The trainer
+    recomputes the rollout's log-probs from its own forward, so the engine's rounding does not enter the ratio."""
+    import torch
+
+    bf16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
+    return "bfloat16" if bf16 else "float16"
+
+
 class VLLMGenerator(Generator):
     def __init__(
         self,
         model_path: str,
         tokenizer,
         gpu_memory_utilization: float = 0.6,
-        dtype: str = "bfloat16",
+        dtype: str | None = None,
     ) -> None:
         try:
             from vllm import LLM
@@ -39,7 +49,7 @@ class VLLMGenerator(Generator):
         self.llm = LLM(
             model=model_path,
             gpu_memory_utilization=gpu_memory_utilization,
-            dtype=dtype,
+            dtype=dtype or engine_dtype(),
             enable_prefix_caching=True,
             **extra,
         )
