@@ -18,10 +18,13 @@ from searchrl.generation.vllm import VLLMGenerator
 
 
 class FakeModel:
-    def __init__(self) -> None:
+    def __init__(self, llm: FakeLLM) -> None:
+        self.llm = llm
         self.loaded: list[tuple[str, torch.Tensor]] = []
 
     def load_weights(self, weights) -> set[str]:
+        assert not self.llm.asleep, "weights loaded into a sleeping engine"
+        self.llm.calls.append("load_weights")
         self.loaded.extend(weights)
         return {name for name, _ in self.loaded}
 
@@ -33,7 +36,8 @@ class FakeLLM:
             raise ValueError("Bfloat16 is only supported on GPUs with compute capability of at least 8.0.")
         self.kwargs = kwargs
         self.calls: list[str] = []
-        self.model = FakeModel()
+        self.asleep = False
+        self.model = FakeModel(self)
         self.llm_engine = types.SimpleNamespace()
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":  # vLLM's default: the core in a child
             runner = types.SimpleNamespace(model=self.model)
@@ -52,7 +56,17 @@ class FakeLLM:
         self.calls.append("reset_prefix_cache")
         return True
 
+    def sleep(self, level: int = 1) -> None:
+        assert self.kwargs.get("enable_sleep_mode"), "Sleep mode is not enabled"
+        self.calls.append(f"sleep({level})")
+        self.asleep = True
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self.calls.append("wake_up")
+        self.asleep = False
+
     def generate(self, prompts, sampling_params, *, use_tqdm=True, lora_request=None):
+        assert not self.asleep, "generate on a sleeping engine"
         self.calls.append("generate")
         self.sampling = list(sampling_params)
         outs = []
@@ -99,7 +113,7 @@ def test_weights_reach_the_engine_model_in_this_process(fake_vllm) -> None:
     loaded = dict(gen.llm.model.loaded)
     assert list(loaded) == list(w) and all(not t.requires_grad for t in loaded.values())
     assert torch.equal(loaded["model.embed_tokens.weight"], w["model.embed_tokens.weight"])
-    assert gen.llm.calls == ["reset_prefix_cache"]  # keys/values of the old weights are dropped
+    assert gen.llm.calls == ["load_weights", "reset_prefix_cache"]  # keys/values of the old weights are dropped
 
 
 def test_an_engine_out_of_reach_is_one_clear_error(fake_vllm, monkeypatch) -> None:
@@ -148,3 +162,85 @@ def test_generate_returns_ids_logprobs_and_reason(fake_vllm) -> None:
     assert (a.token_ids, a.logprobs, a.finish_reason, a.text) == ([5, 6], [-0.25, -0.25], "length", "5 6")
     sp = gen.llm.sampling
     assert [s.seed for s in sp] == [7, 8] and sp[0].logprobs == 0 and sp[0].include_stop_str_in_output
+
+
+def test_sleep_mode_frees_the_engine_between_rollouts(fake_vllm) -> None:
+    gen = VLLMGenerator("policy-dir", Tok(), sleep=True)
+    assert gen.llm.kwargs["enable_sleep_mode"] is True
+    gen.generate([[1]], SamplingParams())
+    gen.reset()  # the rollout engine's call at the end of each rollout
+    gen.reset()
+    gen.load_weights({"lm_head.weight": torch.zeros(3, 2)})  # woken before its weights are replaced
+    gen.generate([[1]], SamplingParams())
+    gen.reset()
+    gen.generate([[1]], SamplingParams())  # a rollout with no push since (held-out evaluation) wakes it too
+    assert gen.llm.calls == [
+        "generate",
+        "sleep(1)",
+        "wake_up",
+        "load_weights",
+        "reset_prefix_cache",
+        "generate",
+        "sleep(1)",
+        "wake_up",
+        "generate",
+    ]
+    plain = VLLMGenerator("policy-dir", Tok())
+    plain.generate([[1]], SamplingParams())
+    plain.reset()  # without sleep mode the engine stays up (and keeps its prefix cache)
+    assert "enable_sleep_mode" not in plain.llm.kwargs and plain.llm.calls == ["generate"]
+
+
+def test_train_builds_the_engine_from_the_rollout_config(fake_vllm, tmp_path, monkeypatch) -> None:
+    """``searchrl train`` with rollout.backend=vllm: the engine takes rollout.vllm_gpu_memory_utilization and
+    rollout.vllm_sleep, sleeps after each rollout and is woken for each weight push."""
+    import json
+
+    import searchrl.models
+    import searchrl.stages.train as train_stage
+    from searchrl.config import load_config
+    from searchrl.generation.fake import ByteTokenizer
+    from searchrl.retrieval.base import Hit
+    from searchrl.testing import tiny_model
+
+    rows = [{"id": f"q{i}", "question": "Which country is Lyon in?", "golden_answers": ["France"]} for i in range(2)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(
+        "search_r1_grpo",
+        [
+            f"data.source={tmp_path}",
+            "data.train=train.jsonl",
+            "model.policy=tiny",
+            "training.init_from=null",
+            "training.steps=2",
+            "training.prompts_per_step=2",
+            "training.warmup_steps=0",
+            f"training.output_dir={tmp_path / 'run'}",
+            "training.save_every=0",
+            "training.save_at_end=false",
+            "training.tensorboard=false",
+            "rollout.group_size=2",
+            "rollout.max_turns=1",
+            "algorithm.mini_batch_size=4",
+            "algorithm.kl_coef=0",
+            "rollout.backend=vllm",
+            "rollout.vllm_gpu_memory_utilization=0.3",
+            "rollout.vllm_sleep=true",
+        ],
+    )
+
+    class Retriever:
+        def search(self, queries, k):
+            return [[Hit("d", "Lyon", "Lyon is in France.", 1.0)] * k for _ in queries]
+
+    monkeypatch.setattr(searchrl.models, "load_policy", lambda *a, **k: (tiny_model(), ByteTokenizer()))
+    monkeypatch.setattr(searchrl.models, "resolve_policy", lambda spec: "policy-dir")
+    monkeypatch.setattr(train_stage, "make_retriever_for", lambda *a, **k: Retriever())
+    trainer = train_stage.build_trainer(cfg)
+    llm = trainer.generator.llm
+    assert llm.kwargs["gpu_memory_utilization"] == 0.3 and llm.kwargs["enable_sleep_mode"] is True
+    trainer.train()
+    first_sleep = llm.calls.index("sleep(1)")
+    assert set(llm.calls[:first_sleep]) == {"generate"}  # step 1 rolls out on the engine's own initial weights
+    assert llm.calls[first_sleep:][:4] == ["sleep(1)", "wake_up", "load_weights", "reset_prefix_cache"]
+    assert llm.calls[-1] == "sleep(1)" and llm.model.loaded  # the update's weights pushed, then the engine slept

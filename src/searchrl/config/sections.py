@@ -107,6 +107,12 @@ class RolloutConfig(Section):
     #: the policy's generator during training: "hf" (our decode loop on the training weights), "hf_generate"
     #: (transformers' generate; slower fallback), "vllm" (a separate engine; weights pushed before each rollout).
     backend: Literal["hf", "hf_generate", "vllm"] = "hf"
+    #: "vllm": the share of the GPU's whole memory the engine takes (weights, activations, KV cache); vLLM refuses to
+    #: start when that much is not free, and the trainer has the rest (docs/gpu.md).
+    vllm_gpu_memory_utilization: float = Field(default=0.6, gt=0.0, lt=1.0)
+    #: "vllm": vLLM's sleep mode: after each rollout the engine's weights go to CPU memory and its KV cache is freed,
+    #: so the update has that GPU memory; it wakes for the next weight push or rollout (vLLM >= 0.8 on CUDA).
+    vllm_sleep: bool = False
     #: rows the "hf" backends decode together at most (a step's rollouts beyond it decode in further passes); null:
     #: 64 on the CPU, 512 on a GPU (a Qwen2.5-3B row of 1,280 tokens keeps 46 MB of keys/values: 24 GB for 512).
     max_batch_size: int | None = Field(default=None, ge=1)

@@ -29,12 +29,21 @@ def engine_dtype() -> str:
 
 
 class VLLMGenerator(Generator):
+    """``gpu_memory_utilization``: the share of the GPU's whole memory the engine takes (weights, activations and
+    KV cache; vLLM refuses to start if that much is not free). ``sleep``: vLLM's sleep mode, the engine's weights
+    moved to CPU memory and its KV cache freed after each rollout (level 1), so the update has that GPU memory; the
+    next generate or weight push wakes it."""
+
+    _sleep = False
+    _asleep = False
+
     def __init__(
         self,
         model_path: str,
         tokenizer,
         gpu_memory_utilization: float = 0.6,
         dtype: str | None = None,
+        sleep: bool = False,
     ) -> None:
         try:
             from vllm import LLM
@@ -43,7 +52,7 @@ class VLLMGenerator(Generator):
         self.tokenizer = tokenizer
         self.model_path = model_path
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process: its model in reach
-        extra: dict = {}
+        extra: dict = {"enable_sleep_mode": True} if sleep else {}
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # one engine per launched process, on its LOCAL_RANK's GPU
             extra["distributed_executor_backend"] = "external_launcher"
         self.llm = LLM(
@@ -53,6 +62,7 @@ class VLLMGenerator(Generator):
             enable_prefix_caching=True,
             **extra,
         )
+        self._sleep = sleep
 
     @functools.cached_property
     def stop_ids(self) -> list[int]:
@@ -64,6 +74,7 @@ class VLLMGenerator(Generator):
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
+        self._wake()
         # One seed per prompt: identical prompts (a GRPO group) must not share a seed, or they sample alike. The
         # rollout engine's per-row streams (row_seeds) when given.
         sps = [
@@ -96,6 +107,7 @@ class VLLMGenerator(Generator):
     def load_weights(self, state_dict: dict) -> None:
         """Load new policy weights (the base model's names, as ``save_pretrained`` writes them) into the engine's
         model, then drop its prefix cache (its keys/values came from the old weights)."""
+        self._wake()
         executor = getattr(self.llm.llm_engine, "model_executor", None)  # absent while V1's core runs apart
         worker = getattr(executor, "driver_worker", None)
         runner = getattr(getattr(worker, "worker", worker), "model_runner", None)
@@ -107,3 +119,14 @@ class VLLMGenerator(Generator):
         runner.model.load_weights([(k, v.detach()) for k, v in state_dict.items()])
         if hasattr(self.llm, "reset_prefix_cache"):  # vLLM >= 0.7
             self.llm.reset_prefix_cache()
+
+    def reset(self) -> None:
+        """After each rollout (the rollout engine calls it): with ``sleep``, the engine goes to sleep."""
+        if self._sleep and not self._asleep:
+            self.llm.sleep(level=1)  # weights backed up in CPU memory: a rollout with no push since still runs
+            self._asleep = True
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False

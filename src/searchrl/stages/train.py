@@ -139,7 +139,15 @@ def build_trainer(cfg: RunConfig):
         from searchrl.models import resolve_policy
 
         process_group(cfg.training.collective_timeout_s)  # over several processes, the engines join the trainer's
-        generator = make_generator("vllm", model, tok, model_path=str(resolve_policy(policy_spec(cfg))))
+        path, r = str(resolve_policy(policy_spec(cfg))), cfg.rollout
+        generator = make_generator(
+            "vllm",
+            model,
+            tok,
+            model_path=path,
+            gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+            sleep=r.vllm_sleep,
+        )
     held_out = load_split(cfg, "dev", cfg.training.eval_limit) if cfg.training.eval_every else None
     return Trainer(
         cfg,
