@@ -158,7 +158,10 @@ class Encoder:
         # sentence-transformers 5 renamed the dimension getter; keep working with both.
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dimension = int(get_dim() or 0)
-        if not self.dimension:  # e.g. a DPR question encoder: loads, then refuses every text
+        # An original DPR encoder (transformers' DPRQuestionEncoder / DPRContextEncoder) loads with no text modality
+        # (dimension 0); older sentence-transformers wrap it in mean pooling that fails at the first encode.
+        is_dpr = any(type(m).__name__.startswith("DPR") for m in getattr(self.model, "modules", tuple)())
+        if not self.dimension or is_dpr:
             dpr = " (DPR's question and context encoders are two models, which SearchRL does not pair)"
             raise ValueError(
                 f"{options.encoder} is not a sentence-transformers text encoder"
