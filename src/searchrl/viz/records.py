@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchrl.eval.diagnostics import flag_shares
+from searchrl.eval.diagnostics import FLAGS
 from searchrl.rewards import exact_match, f1_score
 from searchrl.rollout.record import is_record
 from searchrl.utils import console, open_lines
@@ -307,14 +307,16 @@ def parse_row(row: Any, source: str) -> ViewRecord:
     raise ValueError(f"{source}: unrecognised row (keys: {keys}); {EXPECTED}")
 
 
-def load_records(
+def iter_records(
     path: str | Path, *, skip_bad: bool = False, errors: list[str] | None = None, display: str | None = None
-) -> list[ViewRecord]:
-    """Every row of a JSONL file as a :class:`ViewRecord` (formats detected per row).
+) -> Iterator[ViewRecord]:
+    """Each row of a JSONL file as a :class:`ViewRecord` (formats detected per row), read one line at a time: a
+    file of gigabytes (a long run's ``rollouts.jsonl``) never sits in memory.
 
     Each record's ``source`` is ``display:line`` (``display`` defaults to ``path`` as given).
     A row that is not JSON or not one of the formats raises ValueError naming ``file:line``; with ``skip_bad`` it is
-    skipped instead and its message appended to ``errors`` (when given).
+    skipped instead and its message appended to ``errors`` (when given). A last line without its newline that is
+    not JSON (a run still writing it) is left out with a warning.
     """
     path = Path(path)
     if path.is_dir():  # a run directory: name the files in it that the viewer reads
@@ -324,7 +326,6 @@ def load_records(
         raise FileNotFoundError(f"{path} is a directory: the viewer reads JSONL files{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"trajectory file not found: {path}")
-    out: list[ViewRecord] = []
     for line_no, line in open_lines(path):  # plain or .gz; a line that is not UTF-8 is one error naming it
         if not line.strip():
             continue
@@ -335,48 +336,135 @@ def load_records(
             except json.JSONDecodeError as err:
                 if not line.endswith("\n"):  # the last line, still being written (a run in progress): not an error
                     console.log(f"[yellow]warning:[/yellow] {where}: the last line is incomplete; left out")
-                    break
+                    return
                 raise ValueError(f"{where}: not valid JSON ({err.msg}, column {err.colno}); {EXPECTED}") from None
-            out.append(parse_row(row, where))
+            rec = parse_row(row, where)
         except ValueError as err:
             if not skip_bad:
                 raise
             if errors is not None:
                 errors.append(str(err))
-    return out
+            continue
+        yield rec
+
+
+def load_records(
+    path: str | Path, *, skip_bad: bool = False, errors: list[str] | None = None, display: str | None = None
+) -> list[ViewRecord]:
+    """Every row of a JSONL file as a :class:`ViewRecord`: :func:`iter_records` as a list."""
+    return list(iter_records(path, skip_bad=skip_bad, errors=errors, display=display))
 
 
 # ------------------------------------------------------------------------------------------------ summary
 
 
-def _mean(xs: Iterable[float]) -> float | None:
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else None
+@dataclass
+class Summary:
+    """The page's numbers over records added one at a time (nothing of a record is kept), so a summary of every
+    row of a file of gigabytes needs no list of them; summaries of groups merge into their total."""
+
+    n: int = 0
+    n_scored: int = 0
+    n_rollouts: int = 0
+    n_ruled: int = 0  # scored records that carry their writer's verdict (metrics.correct)
+    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_SUMMED, 0.0))
+    n_rewards: int = 0
+    flags: dict[str, list[int]] = field(default_factory=dict)  # failure flag -> [rows with it, rows it applies to]
+
+    def add(self, r: ViewRecord) -> Summary:
+        self.n += 1
+        self.n_rollouts += r.kind == "rollout"
+        s = self.sums
+        if r.golds:
+            self.n_scored += 1
+            self.n_ruled += r.correct is not None
+            s["em"] += r.em or 0.0
+            s["f1"] += r.f1 or 0.0
+            s["correct"] += float(bool(r.verdict))
+        s["answered"] += float(r.answered)
+        s["searches"] += r.counts.get("searches", 0)
+        s["turns"] += r.counts.get("turns", 0)
+        s["invalid"] += float(r.n_invalid > 0)
+        if r.reward is not None:
+            self.n_rewards += 1
+            s["reward"] += r.reward
+        if r.diagnostics:
+            for name in FLAGS:
+                if (v := r.diagnostics.get(name)) is not None:
+                    counts = self.flags.setdefault(name, [0, 0])
+                    counts[0] += bool(v)
+                    counts[1] += 1
+        return self
+
+    def merge(self, other: Summary) -> Summary:
+        for name in ("n", "n_scored", "n_rollouts", "n_ruled", "n_rewards"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for k, v in other.sums.items():
+            self.sums[k] += v
+        for name, (hit, applies) in other.flags.items():
+            counts = self.flags.setdefault(name, [0, 0])
+            counts[0] += hit
+            counts[1] += applies
+        return self
+
+    def result(self) -> dict[str, Any]:
+        """See :func:`summarize`."""
+
+        def mean(key: str, n: int) -> float | None:
+            return self.sums[key] / n if n else None
+
+        return {
+            "n": self.n,
+            "n_scored": self.n_scored,
+            "em": mean("em", self.n_scored),
+            "f1": mean("f1", self.n_scored),
+            "correct": mean("correct", self.n_scored) if self.n_ruled else None,
+            "answered": mean("answered", self.n),
+            "searches": mean("searches", self.n),
+            "turns": mean("turns", self.n),
+            "invalid": mean("invalid", self.n),
+            "reward": mean("reward", self.n_rewards),
+            "diagnostics": {k: self.flags[k][0] / self.flags[k][1] for k in FLAGS if k in self.flags},
+        }
 
 
-def summarize(records: Sequence[ViewRecord]) -> dict[str, Any]:
+_SUMMED = ("em", "f1", "correct", "answered", "searches", "turns", "invalid", "reward")
+
+
+def summarize(records: Iterable[ViewRecord]) -> dict[str, Any]:
     """n, EM / F1 (over records with golds; each row's own scores where it has them), the correct rate (the share
     the badges call correct; None unless some row carries its writer's ``metrics.correct``), answered rate, mean
-    searches / turns, invalid rate, mean reward."""
-    scored = [r for r in records if r.golds]
-    rewards = [r.reward for r in records if r.reward is not None]
-    ruled = any(r.correct is not None for r in scored)
-    return {
-        "n": len(records),
-        "n_scored": len(scored),
-        "em": _mean(r.em or 0.0 for r in scored),
-        "f1": _mean(r.f1 or 0.0 for r in scored),
-        "correct": _mean(float(bool(r.verdict)) for r in scored) if ruled else None,
-        "answered": _mean(float(r.answered) for r in records),
-        "searches": _mean(r.counts.get("searches", 0) for r in records),
-        "turns": _mean(r.counts.get("turns", 0) for r in records),
-        "invalid": _mean(float(r.n_invalid > 0) for r in records),
-        "reward": _mean(rewards),
-        "diagnostics": _failure_shares(records),
-    }
+    searches / turns, invalid rate, mean reward, and the share of evaluation rows with each failure flag (over the
+    rows where the flag applies)."""
+    total = Summary()
+    for r in records:
+        total.add(r)
+    return total.result()
 
 
-def _failure_shares(records: Sequence[ViewRecord]) -> dict[str, float]:
-    """Share of evaluation rows with each failure flag (over the rows where the flag applies); {} without any."""
-    flags = [r.diagnostics for r in records if r.diagnostics]
-    return {k: v for k, v in flag_shares(flags).items() if v is not None} if flags else {}
+#: a record's group on the page: (input file, row source, dataset, method)
+GroupKey = tuple[str, str, str | None, str | None]
+
+
+class Tally:
+    """A :class:`Summary` per group of records (input file, row source, dataset, method), in order of first
+    appearance: the page's summary and its tables per group, from records added one at a time."""
+
+    def __init__(self, records: Iterable[ViewRecord] = ()) -> None:
+        self.groups: dict[GroupKey, Summary] = {}
+        for r in records:
+            self.add(r)
+
+    def add(self, r: ViewRecord) -> None:
+        key = (r.file, r.row_source or "-", r.dataset, r.method)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = Summary()
+        group.add(r)
+
+    def total(self, keys: Iterable[GroupKey] | None = None) -> Summary:
+        """The summary over every group (or those of ``keys``)."""
+        out = Summary()
+        for k in self.groups if keys is None else keys:
+            out.merge(self.groups[k])
+        return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,14 @@ from searchrl.eval.diagnostics import LABELS as DIAGNOSTIC_LABELS
 from searchrl.utils import atomic_write_text, console
 from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, summarize: re-exported)
     DEFAULT_LIMIT,
+    GroupKey,
+    Tally,
     ViewRecord,
     ViewTurn,
     _opt_float,
     _str,
     _str_list,
+    iter_records,
     load_records,
     parse_row,
     summarize,
@@ -47,6 +50,7 @@ from searchrl.viz.render import (
     observation_html,
     plural,
 )
+from searchrl.viz.select import Window
 from searchrl.viz.viewer_assets import _CSS, _JS
 
 # ------------------------------------------------------------------------------------------------ rendering
@@ -212,48 +216,56 @@ def _record_html(idx: int, rec: ViewRecord) -> str:
     )
 
 
-def _group_table(records: Sequence[ViewRecord], heading: str, keys: Sequence[str]) -> str:
-    """One summary row per distinct key (``keys`` runs parallel to ``records``), in order of first appearance."""
-    groups: dict[str, list[ViewRecord]] = {}
-    for key, r in zip(keys, records, strict=True):
-        groups.setdefault(key, []).append(r)
-    every = summarize(records)
-    reward = "reward" if any(r.kind == "rollout" for r in records) else "score"
+def _group_table(tally: Tally, heading: str, name_of: Callable[[GroupKey], str]) -> str:
+    """One summary row per distinct name of the tally's groups, in order of first appearance."""
+    names: dict[str, list[GroupKey]] = {}
+    for key in tally.groups:
+        names.setdefault(name_of(key), []).append(key)
+    total = tally.total()
+    every = total.result()
+    reward = "reward" if total.n_rollouts else "score"
     cols = [("n", "n", False), ("EM", "em", False), ("F1", "f1", False), ("correct", "correct", True)]
     cols += [(reward, "reward", False), ("searches", "searches", False), ("answered", "answered", True)]
     cols = [c for c in cols if every[c[1]] is not None]
     rows = []
-    for name, rs in groups.items():
-        s = summarize(rs)
+    for name, keys in names.items():
+        s = tally.total(keys).result()
         cells = "".join(f"<td>{s[k] if k == 'n' else fmt(s[k], pct=pct)}</td>" for _, k, pct in cols)
         rows.append(f"<tr><td>{esc(name)}</td>{cells}</tr>")
     head = f"<tr><th>{esc(heading)}</th>{''.join(f'<th>{esc(label)}</th>' for label, _, _ in cols)}</tr>"
     return f'<table class="groups">{head}{"".join(rows)}</table>'
 
 
-def _input_keys(records: Sequence[ViewRecord]) -> tuple[str, list[str]]:
-    """(heading, key per record) telling apart the input files, and the row sources within a file; ("", []) when
-    all records come from one file and one source."""
-    files = [r.file for r in records]
-    sources = [r.row_source or "-" for r in records]
-    by_file, by_source = len(set(files)) > 1, len(set(zip(files, sources, strict=True))) > len(set(files))
+def _method(key: GroupKey) -> str:
+    return f"{key[2] or '-'} / {key[3] or '-'}"
+
+
+def _input_keys(keys: Sequence[GroupKey]) -> tuple[str, Callable[[GroupKey], str] | None]:
+    """(heading, name of a group) telling apart the input files, and the row sources within a file; ("", None)
+    when all records come from one file and one source."""
+    files, pairs = {k[0] for k in keys}, {k[:2] for k in keys}
+    by_file, by_source = len(files) > 1, len(pairs) > len(files)
     if by_file and by_source:
-        return "file · source", [f"{f} · {s}" for f, s in zip(files, sources, strict=True)]
-    return ("file", files) if by_file else ("source", sources) if by_source else ("", [])
+        return "file · source", lambda k: f"{k[0]} · {k[1]}"
+    if by_file:
+        return "file", lambda k: k[0]
+    return ("source", lambda k: k[1]) if by_source else ("", None)
 
 
-def _groups_html(records: Sequence[ViewRecord]) -> str:
+def _groups_html(tally: Tally) -> str:
     """Summary tables when the records come from more than one dataset / method, and from more than one input file
     or row source (e.g. a demo's before and after); the second is left out when it groups the records alike."""
-    methods = [f"{r.dataset or '-'} / {r.method or '-'}" for r in records]
-    heading, inputs = _input_keys(records)
+    keys = list(tally.groups)
+    methods = {_method(k) for k in keys}
+    heading, input_of = _input_keys(keys)
     tables = []
-    if len(set(methods)) > 1:
-        tables.append(_group_table(records, "dataset / method", methods))
-    if inputs:
-        alike = len(set(zip(methods, inputs, strict=True))) == len(set(methods)) == len(set(inputs))
+    if len(methods) > 1:
+        tables.append(_group_table(tally, "dataset / method", _method))
+    if input_of is not None:
+        inputs = {input_of(k) for k in keys}
+        alike = len({(_method(k), input_of(k)) for k in keys}) == len(methods) == len(inputs)
         if not (tables and alike):
-            tables.append(_group_table(records, heading, inputs))
+            tables.append(_group_table(tally, heading, input_of))
     return "".join(tables)
 
 
@@ -278,15 +290,20 @@ def render_html(
     n_bad: int = 0,
     all_records: Sequence[ViewRecord] | None = None,
     which: str = "first",
+    tally: Tally | None = None,
 ) -> str:
     """The viewer page for ``records``.
 
     ``total`` is how many records there were before a limit (the page says how many are not shown), ``n_bad`` how
-    many rows were skipped as malformed, and ``all_records`` (default: ``records``) what the summary is computed on.
+    many rows were skipped as malformed, ``all_records`` (default: ``records``) what the summary is computed on, or
+    ``tally`` that summary already added up (:func:`write_viewer`'s, over files it did not keep).
+    ``which`` says which records are shown ("first" or "last").
     """
-    summary_over = list(all_records) if all_records is not None else list(records)
-    s = summarize(summary_over)
-    total = len(summary_over) if total is None else total
+    if tally is None:
+        tally = Tally(all_records if all_records is not None else records)
+    overall = tally.total()
+    s = overall.result()
+    total = overall.n if total is None else total
     stats = [
         ("trajectories", str(s["n"]), "n"),
         ("EM", fmt(s["em"]), "em"),
@@ -300,7 +317,7 @@ def render_html(
     for name, share in s["diagnostics"].items():  # evaluation rows: why answers are wrong
         stats.append((DIAGNOSTIC_LABELS.get(name, name), fmt(share, pct=True), f"diag-{name}"))
     if s["reward"] is not None:
-        training = any(r.kind == "rollout" for r in summary_over)  # else evaluation rows: their score
+        training = overall.n_rollouts > 0  # else evaluation rows: their score
         stats.append(("mean reward" if training else "mean score", fmt(s["reward"]), "reward"))
     stat_html = "".join(
         f'<span class="stat" data-stat="{k}">{esc(label)}: <b>{esc(v)}</b></span>' for label, v, k in stats
@@ -336,7 +353,7 @@ def render_html(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
         f'<header class="page"><h1>{esc(title)}</h1><div class="summary" id="summary">{stat_html}</div>'
-        f"{_groups_html(summary_over)}{notice_html}{_legend(articles)}</header>\n{controls}\n"
+        f"{_groups_html(tally)}{notice_html}{_legend(articles)}</header>\n{controls}\n"
         f'<main id="records">\n{articles}</main>\n<script>{_JS}</script>\n</body></html>\n'
     )
 
@@ -351,12 +368,13 @@ def write_viewer(
     errors: list[str] | None = None,
     last: bool = False,
 ) -> Path:
-    """Load every file of ``paths`` and write the viewer page; returns its path.
+    """Read every file of ``paths`` and write the viewer page; returns its path.
 
-    ``out`` defaults to ``<first path stem>.html`` beside the first file. At most ``limit`` records are rendered
-    (the first ones in file order, or the last ones with ``last``, e.g. a run's latest steps; ``limit <= 0`` renders
-    all); the summary covers every record. With ``skip_bad``,
-    malformed rows are skipped, counted on the page and their messages appended to ``errors`` (when given).
+    ``out`` defaults to ``<first path stem>.html`` beside the first file. The files are read one row at a time and
+    only the rows the page shows are kept, so memory follows the page, not the files. At most ``limit`` records
+    are rendered (the first ones in file order, or the last ones with ``last``, e.g. a run's latest steps;
+    ``limit <= 0`` renders all); the summary covers every record. With ``skip_bad``, malformed rows are skipped,
+    counted on the page and their messages appended to ``errors`` (when given).
     """
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if not paths:
@@ -367,21 +385,23 @@ def write_viewer(
         out = out / page
     if any(out.resolve() == p.resolve() for p in paths):
         raise ValueError(f"output {out} is one of the input files; pass --out FILE.html")
+    window = Window(limit, last=last)
     bad: list[str] = []
-    records: list[ViewRecord] = []
+    tally = Tally()
     for p in paths:  # sources relative to the page, so a page copied with its run directory has no absolute paths
         shown_as = os.path.relpath(p.resolve(), out.resolve().parent)
-        for rec in load_records(p, skip_bad=skip_bad, errors=bad):  # errors name the file as given
+        for rec in iter_records(p, skip_bad=skip_bad, errors=bad):  # errors name the file as given
             rec.source = shown_as + rec.source[len(str(p)) :]
-            records.append(rec)
+            tally.add(rec)
+            window.offer(rec)
     if errors is not None:
         errors.extend(bad)
-    if not records:
+    if not window.n:
         console.print(f"[yellow]warning:[/yellow] no records in {', '.join(map(str, paths))}; the page is empty")
-    shown = (records[-limit:] if last else records[:limit]) if limit > 0 else records
+    shown = window.records()
     if title is None:
         title = "SearchRL trajectories: " + ", ".join(p.name for p in paths[:3]) + (" …" if len(paths) > 3 else "")
     html = render_html(
-        shown, title=title, total=len(records), n_bad=len(bad), all_records=records, which="last" if last else "first"
+        shown, title=title, total=window.n, n_bad=len(bad), tally=tally, which="last" if last else "first"
     )
     return atomic_write_text(out, html)
