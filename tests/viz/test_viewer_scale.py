@@ -12,6 +12,7 @@ import pytest
 
 from searchrl.viz import records as records_mod
 from searchrl.viz.records import iter_records, load_records, summarize
+from searchrl.viz.select import RowFilter, parse_steps
 from searchrl.viz.viewer import write_viewer
 
 
@@ -87,3 +88,72 @@ def test_summary_added_up_row_by_row_matches_the_list_of_records(tmp_path: Path)
     assert s["n"] == 6 and s["n_scored"] == 5 and s["em"] == pytest.approx(3 / 5) and s["reward"] == pytest.approx(0.6)
     assert s["diagnostics"] == {"no_search": 0.5, "reading_failure": 1.0} and s["correct"] is None
     assert s["answered"] == pytest.approx(5 / 6) and s["turns"] == pytest.approx(5 / 6)
+
+
+def _eval_files(tmp_path: Path) -> list[Path]:
+    nq = [_row(i, dataset="nq", right=i % 3 == 0) for i in range(9)]
+    hotpot = [_row(i, dataset="hotpotqa", right=i % 2 == 0) for i in range(30)]
+    return [_write(tmp_path / "nq__agent.jsonl", nq), _write(tmp_path / "hotpotqa__agent.jsonl", hotpot)]
+
+
+def test_a_filter_picks_the_rows_the_page_shows_and_sums_up(tmp_path: Path) -> None:
+    page = write_viewer(_eval_files(tmp_path), tmp_path / "p.html", where=RowFilter(datasets=("nq",), only="wrong"))
+    html = page.read_text()
+    assert html.count("<article") == 6 and html.count("dataset:</b> nq") == 6 and 'class="traj correct"' not in html
+    assert 'data-stat="n">trajectories: <b>6</b>' in html and 'data-stat="em">EM: <b>0</b>' in html
+    assert "Filter: dataset nq, only wrong: 6 of 39 records match; the summary covers those." in html
+
+
+def test_offset_pages_through_the_rows_from_either_end(tmp_path: Path) -> None:
+    src = _write(tmp_path / "rollouts.jsonl", [_row(i, step=i) for i in range(12)])
+    html = write_viewer([src], tmp_path / "p.html", limit=5, offset=5).read_text()
+    assert _shown_lines(html) == [6, 7, 8, 9, 10] and "Showing records 6-10 of 12 records: 7 not shown" in html
+    assert "--offset N (the next page)" in html and 'data-stat="n">trajectories: <b>12</b>' in html
+    html = write_viewer([src], tmp_path / "p.html", limit=3, offset=2, last=True).read_text()
+    assert _shown_lines(html) == [8, 9, 10] and "Showing records 8-10 of 12" in html
+    assert _shown_lines(write_viewer([src], tmp_path / "p.html", limit=0, offset=10).read_text()) == [11, 12]
+    with pytest.raises(ValueError, match="--sample draws from every record"):
+        write_viewer([src], tmp_path / "p.html", sample=True, offset=5)
+
+
+def test_a_sample_spreads_over_every_file_in_file_order_and_repeats(tmp_path: Path) -> None:
+    files = _eval_files(tmp_path)
+    html = write_viewer(files, tmp_path / "s.html", limit=8, sample=True).read_text()
+    assert html.count("<article") == 8 and "Showing a random sample of 8 of 39 records: 31 not shown" in html
+    assert "dataset:</b> nq" in html and "dataset:</b> hotpotqa" in html  # not the first file's first rows
+    sources = re.findall(r"(\w+)__agent\.jsonl:(\d+)<", html)
+    order = {"nq": 0, "hotpotqa": 1}
+    assert sources == sorted(sources, key=lambda s: (order[s[0]], int(s[1])))
+    assert write_viewer(files, tmp_path / "again.html", limit=8, sample=True).read_text() == html.replace(
+        "s.html", "again.html"
+    )
+
+
+def test_steps_select_a_range_of_a_runs_rows(tmp_path: Path) -> None:
+    assert parse_steps("100:200") == (100, 200) and parse_steps("7") == (7, 7) and parse_steps(":50") == (None, 50)
+    assert parse_steps(None) is None and parse_steps("1000:") == (1000, None)
+    for bad in ("x", "5:2", "1:2:3"):
+        with pytest.raises(ValueError, match="--step"):
+            parse_steps(bad)
+    rows = [_row(i, step=i // 2) for i in range(12)] + [{"question": "no step", "turns": [], "golds": ["a"]}]
+    src = _write(tmp_path / "rollouts.jsonl", rows)
+    html = write_viewer([src], tmp_path / "p.html", where=RowFilter(steps=(4, None))).read_text()
+    assert re.findall(r'data-step="(\d*)"', html) == ["4", "4", "5", "5"] and "steps from 4: 4 of 13" in html
+
+
+def test_cli_view_filters_pages_and_warns_when_nothing_matches(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from searchrl.cli import app
+
+    files = [str(f) for f in _eval_files(tmp_path)]
+    out = tmp_path / "p.html"
+    args = ["view", *files, "--out", str(out), "--dataset", "hotpotqa", "--only", "correct", "--limit", "4"]
+    res = CliRunner().invoke(app, [*args, "--offset", "4"])
+    assert res.exit_code == 0, res.output
+    html = out.read_text()
+    assert _shown_lines(html) == [9, 11, 13, 15] and "dataset hotpotqa, only correct: 15 of 39 records match" in html
+    res = CliRunner().invoke(app, ["view", *files, "--out", str(out), "--dataset", "NQ"])
+    assert res.exit_code == 0 and "no record matches dataset NQ (read: datasets: hotpotqa, nq)" in res.output
+    res = CliRunner().invoke(app, ["view", *files, "--out", str(out), "--only", "right"])
+    assert isinstance(res.exception, ValueError) and "choose one of correct, wrong, invalid" in str(res.exception)

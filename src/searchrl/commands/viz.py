@@ -45,6 +45,16 @@ def view(
     last: bool = typer.Option(
         False, "--last", help="render the last --limit records (a run's latest steps), not the first"
     ),
+    offset: int = typer.Option(
+        0, "--offset", min=0, help="skip the first N records (with --last, the last N): --offset 500 is the next page"
+    ),
+    sample: bool = typer.Option(
+        False, "--sample", help="render a random sample of --limit records from all the files (seeded), not the first"
+    ),
+    dataset: list[str] = typer.Option(None, "--dataset", help="only rows of this dataset (repeat for several)"),
+    method: list[str] = typer.Option(None, "--method", help="only rows of this method (repeat for several)"),
+    only: str = typer.Option(None, "--only", help="only the correct, wrong or invalid rows"),
+    step: str = typer.Option(None, "--step", help="only rows of this step or range of steps: 200, 100:200, 1000:"),
 ) -> None:
     """Write one self-contained HTML page to browse trajectories: policy text vs inserted documents, queries,
     invalid turns, correctness, with a filter box and sorting by step or reward.
@@ -53,15 +63,35 @@ def view(
     follows the filter. Several files (or row sources, datasets, methods) also get a row each. EM and F1 are each
     row's own scores when it has them. A view can be linked: PAGE.html#sort=reward:desc&q=london&only=wrong.
 
+    Files are read one row at a time (gigabytes are fine). --dataset / --method / --only / --step choose the rows the
+    page shows and sums up; --offset pages through them, --sample draws a random sample of them.
+
     Example: searchrl view runs/demo/rl/rollouts.jsonl --out demo.html
+
+    Example: searchrl view runs/eval/predictions/*.jsonl --dataset nq --only wrong --sample
+
+    Example: searchrl view runs/my-run/rollouts.jsonl --step 1000:1200
     """
     from rich.markup import escape
 
     from searchrl.utils import console
+    from searchrl.viz.select import RowFilter, parse_steps
     from searchrl.viz.viewer import write_viewer
 
+    where = RowFilter(tuple(dataset or ()), tuple(method or ()), only, parse_steps(step))
     errors: list[str] = []
-    path = write_viewer(paths, out, limit=limit, skip_bad=skip_bad, title=title, errors=errors, last=last)
+    path = write_viewer(
+        paths,
+        out,
+        limit=limit,
+        skip_bad=skip_bad,
+        title=title,
+        errors=errors,
+        last=last,
+        offset=offset,
+        sample=sample,
+        where=where,
+    )
     if errors:
         console.print(f"[yellow]skipped {len(errors)} malformed row(s)[/yellow]; first: {escape(errors[0])}")
     print(path)

@@ -50,7 +50,7 @@ from searchrl.viz.render import (
     observation_html,
     plural,
 )
-from searchrl.viz.select import Window
+from searchrl.viz.select import RowFilter, Window
 from searchrl.viz.viewer_assets import _CSS, _JS
 
 # ------------------------------------------------------------------------------------------------ rendering
@@ -291,13 +291,15 @@ def render_html(
     all_records: Sequence[ViewRecord] | None = None,
     which: str = "first",
     tally: Tally | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The viewer page for ``records``.
 
-    ``total`` is how many records there were before a limit (the page says how many are not shown), ``n_bad`` how
-    many rows were skipped as malformed, ``all_records`` (default: ``records``) what the summary is computed on, or
-    ``tally`` that summary already added up (:func:`write_viewer`'s, over files it did not keep).
-    ``which`` says which records are shown ("first" or "last").
+    ``total`` is how many records there were before a limit (the page says how many are not shown and how to see
+    them), ``n_bad`` how many rows were skipped as malformed, ``all_records`` (default: ``records``) what the summary
+    is computed on, or ``tally`` that summary already added up (:func:`write_viewer`'s, over files it did not keep).
+    ``which`` says which records are shown ("first", "last", or a phrase: "a random sample of 500"); ``notes`` are
+    shown first (e.g. the filter applied).
     """
     if tally is None:
         tally = Tally(all_records if all_records is not None else records)
@@ -324,11 +326,13 @@ def render_html(
     )
     if s["n_scored"] < s["n"]:
         stat_html += f'<span class="stat">({s["n"] - s["n_scored"]} without golds, not scored)</span>'
-    notices = []
+    notices = list(notes)
     if total > len(records):
+        shown = f"the {which} {len(records)}" if which in ("first", "last") else which
         notices.append(
-            f"Showing the {which} {len(records)} of {total} records: {total - len(records)} not shown "
-            "(raise --limit, or --limit 0 for all). The summary covers all of them."
+            f"Showing {shown} of {total} records: {total - len(records)} not shown. To see others: --offset N (the"
+            " next page), --last, --sample (a random sample), --dataset / --method / --only / --step (a subset), or"
+            " raise --limit (0: all, too big for a browser past some thousands). The summary covers all of them."
         )
     if n_bad:
         notices.append(f"{n_bad} malformed row{'s' if n_bad != 1 else ''} skipped (--skip-bad).")
@@ -367,14 +371,20 @@ def write_viewer(
     title: str | None = None,
     errors: list[str] | None = None,
     last: bool = False,
+    offset: int = 0,
+    sample: bool = False,
+    where: RowFilter | None = None,
 ) -> Path:
     """Read every file of ``paths`` and write the viewer page; returns its path.
 
     ``out`` defaults to ``<first path stem>.html`` beside the first file. The files are read one row at a time and
-    only the rows the page shows are kept, so memory follows the page, not the files. At most ``limit`` records
-    are rendered (the first ones in file order, or the last ones with ``last``, e.g. a run's latest steps;
-    ``limit <= 0`` renders all); the summary covers every record. With ``skip_bad``, malformed rows are skipped,
-    counted on the page and their messages appended to ``errors`` (when given).
+    only the rows the page shows are kept, so memory follows the page, not the files. Rows that ``where`` (a
+    :class:`RowFilter`: dataset, method, correct / wrong / invalid, steps) leaves out are neither shown nor
+    summarised. Of the rest, at most ``limit`` are rendered: the first ones in file order after skipping ``offset``
+    (a page further on), with ``last`` the last ones (a run's latest steps; ``offset`` then skips from the end), with
+    ``sample`` a random sample (seeded) over all files; ``limit <= 0`` renders all. The summary covers every row
+    that passes the filter; the page says what is left out and how to see it. With ``skip_bad``, malformed rows are
+    skipped, counted on the page and their messages appended to ``errors`` (when given).
     """
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if not paths:
@@ -385,23 +395,45 @@ def write_viewer(
         out = out / page
     if any(out.resolve() == p.resolve() for p in paths):
         raise ValueError(f"output {out} is one of the input files; pass --out FILE.html")
-    window = Window(limit, last=last)
+    where = where or RowFilter()
+    window = Window(limit, offset=offset, last=last, sample=sample)
     bad: list[str] = []
     tally = Tally()
+    n_read = 0
+    seen: dict[str, set[str]] = {"dataset": set(), "method": set()}  # named when nothing matches (the first 20)
+    steps: list[int] = []  # the first and last step read, likewise
     for p in paths:  # sources relative to the page, so a page copied with its run directory has no absolute paths
         shown_as = os.path.relpath(p.resolve(), out.resolve().parent)
         for rec in iter_records(p, skip_bad=skip_bad, errors=bad):  # errors name the file as given
+            n_read += 1
+            for kind, value in (("dataset", rec.dataset), ("method", rec.method)):
+                if len(seen[kind]) < 20:
+                    seen[kind].add(value or "-")
+            if rec.step is not None:
+                steps[:] = [min(steps[0], rec.step), max(steps[1], rec.step)] if steps else [rec.step, rec.step]
+            if not where.matches(rec):
+                continue
             rec.source = shown_as + rec.source[len(str(p)) :]
             tally.add(rec)
             window.offer(rec)
     if errors is not None:
         errors.extend(bad)
-    if not window.n:
+    notes = []
+    if where.active:
+        notes.append(f"Filter: {where.describe()}: {window.n} of {n_read} records match; the summary covers those.")
+    if not n_read:
         console.print(f"[yellow]warning:[/yellow] no records in {', '.join(map(str, paths))}; the page is empty")
+    elif not window.n:
+        found = [f"{k}s: {', '.join(sorted(v))}" for k, v in seen.items() if getattr(where, f"{k}s")]
+        found += [f"steps {steps[0]}-{steps[1]}" if steps else "no steps"] if where.steps else []
+        console.print(
+            f"[yellow]warning:[/yellow] no record matches {where.describe()} (read: {'; '.join(found) or n_read});"
+            " the page is empty"
+        )
     shown = window.records()
     if title is None:
         title = "SearchRL trajectories: " + ", ".join(p.name for p in paths[:3]) + (" …" if len(paths) > 3 else "")
     html = render_html(
-        shown, title=title, total=window.n, n_bad=len(bad), tally=tally, which="last" if last else "first"
+        shown, title=title, total=window.n, n_bad=len(bad), tally=tally, which=window.which(len(shown)), notes=notes
     )
     return atomic_write_text(out, html)
