@@ -157,3 +157,12 @@ def test_cli_view_filters_pages_and_warns_when_nothing_matches(tmp_path: Path) -
     assert res.exit_code == 0 and "no record matches dataset NQ (read: datasets: hotpotqa, nq)" in res.output
     res = CliRunner().invoke(app, ["view", *files, "--out", str(out), "--only", "right"])
     assert isinstance(res.exception, ValueError) and "choose one of correct, wrong, invalid" in str(res.exception)
+
+
+def test_a_page_too_big_for_a_browser_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from searchrl.viz import viewer
+
+    monkeypatch.setattr(viewer, "LARGE_PAGE_BYTES", 20_000)
+    write_viewer(_eval_files(tmp_path), tmp_path / "p.html", limit=0)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the page holds 39 records" in err and "show fewer with --limit, --sample" in err

@@ -362,6 +362,10 @@ def render_html(
     )
 
 
+#: a page larger than this is named in a warning: browsers slow to a crawl on pages of hundreds of megabytes
+LARGE_PAGE_BYTES = 100 * 2**20
+
+
 def write_viewer(
     paths: str | Path | Sequence[str | Path],
     out: str | Path | None = None,
@@ -436,4 +440,9 @@ def write_viewer(
     html = render_html(
         shown, title=title, total=window.n, n_bad=len(bad), tally=tally, which=window.which(len(shown)), notes=notes
     )
+    if len(html) > LARGE_PAGE_BYTES:
+        console.print(
+            f"[yellow]warning:[/yellow] the page holds {len(shown)} records ({len(html) / 2**20:.0f} MB of text): "
+            "too big for a browser to open smoothly; show fewer with --limit, --sample or --dataset / --only / --step"
+        )
     return atomic_write_text(out, html)
