@@ -175,6 +175,7 @@ def open_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 
     A line that is not UTF-8 raises ValueError naming ``file:line`` and the byte offset, instead of a bare
     UnicodeDecodeError; a file that is not gzip or is cut short raises ValueError too. A byte-order mark is dropped.
+    A last line cut inside a character (a file still being written) comes without that character: incomplete.
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
@@ -190,10 +191,12 @@ def open_lines(path: str | Path) -> Iterator[tuple[int, str]]:
             try:
                 yield i, raw.decode("utf-8-sig" if i == 1 else "utf-8")  # -sig: an editor's byte-order mark
             except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{path}:{i}: not UTF-8 text (byte {err.start} of the line is 0x{raw[err.start]:02x}); "
-                    "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
-                ) from None
+                if raw.endswith(b"\n") or err.reason != "unexpected end of data":
+                    raise ValueError(
+                        f"{path}:{i}: not UTF-8 text (byte {err.start} of the line is 0x{raw[err.start]:02x}); "
+                        "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
+                    ) from None
+                yield i, raw[: err.start].decode("utf-8-sig")  # the last line, cut inside a character
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:

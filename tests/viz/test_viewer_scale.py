@@ -166,3 +166,18 @@ def test_a_page_too_big_for_a_browser_is_named(tmp_path: Path, monkeypatch: pyte
     write_viewer(_eval_files(tmp_path), tmp_path / "p.html", limit=0)
     err = " ".join(capsys.readouterr().err.split())
     assert "the page holds 39 records" in err and "show fewer with --limit, --sample" in err
+
+
+def test_a_run_caught_writing_inside_a_character_is_a_partial_line(tmp_path: Path) -> None:
+    """Rows are written with ensure_ascii=False in flushes of bytes: the file may end inside a character. That last
+    line is left out as incomplete, not an error telling to re-encode the file."""
+    src = tmp_path / "rollouts.jsonl"
+    row = _row(2, step=1)
+    row["trajectory"]["question"] = "Où est né Zoë?"
+    partial = json.dumps(row, ensure_ascii=False).encode()
+    cut = partial.index("é".encode()) + 1
+    src.write_bytes((json.dumps(_row(0, step=1)) + "\n" + json.dumps(_row(1, step=1)) + "\n").encode() + partial[:cut])
+    assert [r.question for r in iter_records(src)] == ["q0", "q1"]
+    src.write_bytes(src.read_bytes()[: -len(partial[:cut])] + b'{"question": "caf\xe9"}\n')  # latin-1: still an error
+    with pytest.raises(ValueError, match=r"rollouts\.jsonl:3: not UTF-8 text"):
+        list(iter_records(src))
