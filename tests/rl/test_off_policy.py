@@ -266,3 +266,89 @@ def test_behaviour_copy_of_a_full_model_owns_every_weight() -> None:
     assert not snap.training and not any(p.requires_grad for p in snap.parameters())
     assert all(s is not p and torch.equal(s, p) for s, p in zip(snap.parameters(), model.parameters(), strict=True))
     assert snap.get_input_embeddings().weight is snap.get_output_embeddings().weight  # tied weights stay tied
+
+
+def hold_the_prefetched_rollout(trainer: Trainer) -> tuple[list[str], list[bool], threading.Event]:
+    """Step 2's rollout (made in the background while step 1 updates) decodes only once the run is stopping
+    (``rollouts.stopping``), and step 1's update starts only once that rollout has begun. Returns the steps whose
+    rollouts were rewarded, what the held rollout saw, and an event set when its decoding returned."""
+    rollouts = trainer.rollouts
+    assert rollouts is not None and rollouts.generator is not None
+    generate, calls, began, decoded = rollouts.generator.generate, [], threading.Event(), threading.Event()
+    rewarded: list[str] = []
+    released: list[bool] = []
+
+    def held(prompts, params):
+        calls.append(1)
+        if len(calls) == 2:  # step 2's rollout (one turn each)
+            began.set()
+            try:
+                released.append(rollouts.stopping.wait())
+            finally:
+                decoded.set()
+        return generate(prompts, params)
+
+    def reward(trajs):
+        rewarded.append(trajs[0].group_id.split("/")[0])
+        return letter_fraction_reward(trajs)
+
+    optimise = trainer._optimise
+
+    def after_the_rollout_began(step, sb, aux_seqs):
+        began.wait()
+        return optimise(step, sb, aux_seqs)
+
+    rollouts.generator.generate, trainer.reward_fn, trainer._optimise = held, reward, after_the_rollout_began
+    return rewarded, released, decoded
+
+
+def rollout_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("searchrl-rollout")]
+
+
+def test_a_sigterm_stop_drops_the_prefetched_rollout_rather_than_finish_it(tmp_path: Path) -> None:
+    """A cluster's SIGTERM during step 1: the step ends and its checkpoint is saved while step 2's rollout runs in the
+    background; the stop then drops that rollout at its next turn (never rewarded) instead of waiting for it to
+    finish, and a resume rolls step 2 out again."""
+    import os
+    import signal
+
+    from searchrl.utils import StopRequested
+
+    trainer = make_trainer(tmp_path / "run", steps=3, **OFF)
+    rewarded, released, _ = hold_the_prefetched_rollout(trainer)
+    reward = trainer.reward_fn
+
+    def preempted(trajs):
+        if not rewarded:
+            os.kill(os.getpid(), signal.SIGTERM)  # deferred to the end of step 1
+        return reward(trajs)
+
+    trainer.reward_fn = preempted
+    with pytest.raises(StopRequested, match="stopped by SIGTERM at step 1 of 3"):
+        trainer.train()
+    assert released == [True]  # step 2's rollout decoded only once the run was stopping ...
+    assert rewarded == ["s0"] and not rollout_threads()  # ... and went no further: the thread has ended
+    resumed = make_trainer(tmp_path / "run", steps=3, **OFF)
+    assert [m["rollout/staleness"] for m in resumed.train(resume=True)] == [0.0, 1.0]  # steps 2 and 3
+
+
+def test_ctrl_c_drops_the_rollout_in_flight_without_waiting_for_it(tmp_path: Path) -> None:
+    """Ctrl-C during step 1's update, step 2's rollout in flight: the KeyboardInterrupt reaches the caller at once,
+    and the background rollout stops at its next turn (never rewarded), its thread ending without a close()."""
+    trainer = make_trainer(tmp_path, steps=3, **OFF)
+    rewarded, released, decoded = hold_the_prefetched_rollout(trainer)
+    optimise = trainer._optimise
+
+    def interrupted(step, sb, aux_seqs):
+        optimise(step, sb, aux_seqs)  # waits until step 2's rollout has begun
+        raise KeyboardInterrupt
+
+    trainer._optimise = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    decoded.wait()
+    assert released == [True]  # the interrupted run told the rollout in flight to stop
+    for thread in rollout_threads():
+        thread.join()  # ends with its rollout: no one waits for it in the trainer
+    assert rewarded == ["s0"]

@@ -382,3 +382,27 @@ def test_a_question_twice_in_one_call_samples_two_streams() -> None:
     trajs = engine.run([EXAMPLES[0], EXAMPLES[0]], group_size=2, temperature=1.0, seed=5)
     assert [t.uid for t in trajs] == ["id0#0", "id0#1", "id0#2", "id0#3"]
     assert len({t.group_id for t in trajs}) == 1 and len({tuple(t.response_ids) for t in trajs}) == 4
+
+
+@pytest.mark.parametrize("continuous_", [False, True])
+def test_a_stop_check_that_raises_ends_the_rollout_part_way(continuous_: bool) -> None:
+    """``engine.check_stop`` (the trainer's background rollout, when the run ends) is called before each turn and each
+    decode step: once it raises, the rollout ends there with that error (turn by turn: no second retriever call)."""
+
+    class Stopped(Exception):
+        pass
+
+    retriever = SlowRetriever()
+    lim = dict(max_turns=4, max_searches=2, max_new_tokens=24, max_obs_tokens=40, max_total_tokens=200, topk=2)
+    limits = RolloutLimits(**lim, continuous=continuous_)
+    engine = RolloutEngine(HFGenerator(tiny_policy(), ByteTokenizer()), retriever, RandomActions(), limits)
+
+    def stop_after_a_search() -> None:
+        if retriever.calls:
+            raise Stopped
+
+    engine.check_stop = stop_after_a_search
+    with pytest.raises(Stopped):
+        engine.run(EXAMPLES, seed=3)
+    if not continuous_:  # (continuously: retriever calls submitted before the check still run)
+        assert len(retriever.calls) == 1

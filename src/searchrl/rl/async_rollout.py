@@ -14,6 +14,8 @@ thread rolls out, rewards and scores step t+1's questions.
   position after the steps already taken, so a resumed run rolls the prefetched step out again, on-policy).
 - Generation: an ``hf`` / ``hf_generate`` generator on the snapshot; a generator with its own weights (vLLM) is given
   the snapshot's weights before each background rollout and serves one thread at a time (evaluation waits).
+- Stopping: a run that ends while a background rollout is in flight (a SIGTERM's stop, Ctrl-C, an error) drops it
+  at its next turn (:attr:`OffPolicyRollouts.stopping`), so the process does not wait for a whole step's rollout.
 - Threads: on CUDA the background thread queues its kernels on a CUDA stream of its own (the snapshot lives on the
   policy's device), so decoding overlaps the update. On the CPU the two threads split torch's intra-op threads
   (the update keeps the larger half) while both run; the trainer thread has them all whenever no rollout runs.
@@ -24,7 +26,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from typing import Any
@@ -49,6 +53,23 @@ def behaviour_copy(policy: nn.Module) -> nn.Module:
     weight; frozen weights (a LoRA policy's base model) are the policy's own tensors, shared."""
     frozen = {id(p): p for p in policy.parameters() if not p.requires_grad}
     return copy.deepcopy(policy, memo=frozen).eval().requires_grad_(False)
+
+
+class RolloutDropped(Exception):
+    """The background rollout stopped part-way because the run is ending; its batch is dropped (a resumed run rolls
+    that step out again)."""
+
+
+@contextlib.contextmanager
+def dropped_on_error(rollouts: OffPolicyRollouts | None) -> Iterator[None]:
+    """Inside, an error or Ctrl-C that ends the training loop stops the background rollout at its next turn: the
+    process exits without first waiting for a whole step's rollout (its thread is joined at exit)."""
+    try:
+        yield
+    except BaseException:
+        if rollouts is not None:
+            rollouts.close(wait=False)
+        raise
 
 
 class OffPolicyRollouts:
@@ -79,6 +100,8 @@ class OffPolicyRollouts:
         self._pending: tuple[int, Future, TrainState] | None = None  # (step, its rollout, its data position)
         self._waited = 0.0  # seconds waited for the rollout in flight before its step took it (an evaluation's)
         self._metrics: dict[str, float] = {}
+        #: set when the run ends: the rollout in flight stops at its next turn (:class:`RolloutDropped`)
+        self.stopping = threading.Event()
 
     @staticmethod
     def check_processes(n: int) -> None:
@@ -127,13 +150,21 @@ class OffPolicyRollouts:
             self._waited += time.perf_counter() - t0
         self._all_threads()
 
-    def close(self) -> None:
-        """Wait for the rollout in flight, drop it and end the background thread (a later step starts a new one)."""
-        self.settle()
+    def close(self, wait: bool = True) -> None:
+        """Stop the rollout in flight at its next turn, drop it and end the background thread (a later step starts
+        a new one); ``wait``: until that thread has ended. A run that stops (SIGTERM, its checkpoint saved; Ctrl-C;
+        an error) does not wait for a whole step's rollout first."""
+        self.stopping.set()
         self._pending = None
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=wait, cancel_futures=True)
             self._pool = None
+        self._all_threads()
+
+    def _check_stop(self) -> None:
+        """(background thread) Between turns: end the rollout when the run is ending."""
+        if self.stopping.is_set():
+            raise RolloutDropped("the run ended: its background rollout was dropped part-way")
 
     def _launch(self, step: int) -> None:
         """Start step ``step``'s rollout on the snapshot of the current weights, from a copy of the data position."""
@@ -150,6 +181,8 @@ class OffPolicyRollouts:
             document_step=live.document_step,
             repeated_query_text=live.repeated_query_text,
         )
+        engine.check_stop = self._check_stop
+        self.stopping.clear()
         state = dataclasses.replace(self.tr.state)
         if self.stream is not None:  # the weight copy (queued on the trainer's stream) lands before decoding reads it
             self.stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -185,6 +218,7 @@ class OffPolicyRollouts:
             exp = self.tr.sampler.experience(engine, reward_fn, step, state)
             t1 = time.perf_counter()
             if self.tr.cfg.algorithm.old_logprobs != "rollout":  # "rollout": the snapshot generator's own
+                self._check_stop()
                 exp.behaviour_logp = self._logprobs(exp.trajs)
             if self.stream is not None:
                 self.stream.synchronize()  # nothing of this rollout still reads the snapshot when it is refreshed

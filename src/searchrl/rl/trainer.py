@@ -46,7 +46,7 @@ from searchrl.rewards.summary import rollout_metrics, scored_records, summarize
 from searchrl.rl import algorithms as A
 from searchrl.rl import checkpoint
 from searchrl.rl.advantages import get_estimator
-from searchrl.rl.async_rollout import OffPolicyRollouts
+from searchrl.rl.async_rollout import OffPolicyRollouts, dropped_on_error
 from searchrl.rl.batch import Batch, TokenScorer, collate_trajectories
 from searchrl.rl.checkpoint import TrainState
 from searchrl.rl.hooks import AuxNLLHook, NLLSequence, RewardFn, as_aux_nll, default_reward_fn
@@ -447,7 +447,7 @@ class Trainer:
         every = self.tcfg.eval_every
         if every and self.state.step == 0 and self.eval_examples:
             self._log({"step": 0, **self.evaluate()})  # the starting point of the held-out curve
-        with progress() as bar, on_sigterm(defer=True) as stop_requested:
+        with progress() as bar, on_sigterm(defer=True) as stop_requested, dropped_on_error(self.rollouts):
             task = bar.add_task("rl steps", total=total, completed=self.state.step)
             while self.state.step < total:
                 profile_step = self.tcfg.profile_step if self.acc.is_main_process else 0  # one table, one writer

@@ -103,6 +103,7 @@ class ContinuousRollout:
 
     def ready(self, wait: bool) -> list[Segment] | None:
         t0, waited = time.perf_counter(), 0.0
+        self.engine.check_stop()
         try:
             if self.to_search:  # one retriever call for the rows that searched since the last step
                 batch, self.to_search = self.to_search, []

@@ -135,6 +135,8 @@ class RolloutEngine:
         #: blanked out of documents: a tokenizer reads them as its control tokens (a turn's end, a role, EOS)
         self._special = tuple(sorted(special_strings(self.tokenizer), key=len, reverse=True))
         self.stats: dict[str, float] = {}
+        #: called before each turn (each decode step, continuous) and after the last: raises to drop the rollout
+        self.check_stop: Callable[[], None] = lambda: None  # (the trainer's background rollout when a run ends)
         self._render_kwargs: dict = {}
         if limits.max_obs_tokens_per_query is not None:
             if "fit_docs" not in inspect.signature(protocol.render_observation).parameters:
@@ -262,6 +264,7 @@ class RolloutEngine:
                 if self.limits.continuous:
                     log.info("%s decodes turn by turn: continuous batching is off", type(self.generator).__name__)
                 self._loop(trajs, timing, temperature, top_p, seed, base_seed)
+            self.check_stop()
         finally:
             self.generator.reset()  # cached prefixes are only useful within one rollout
         timing["engine_s"] = time.perf_counter() - t_start
@@ -288,6 +291,7 @@ class RolloutEngine:
         active, lim, n_turns = list(trajs), self.limits, self.n_turns()
         final_next: set[int] = set()  # silent: trajectories whose next turn is their final one (over budget)
         for turn_no in range(n_turns):
+            self.check_stop()
             for t in active:
                 self.open_turn(t, turn_no)
             active = [t for t in active if not t.stop_reason]
