@@ -93,6 +93,27 @@ def test_a_fresh_run_into_an_earlier_one_is_refused_or_forced_clean(tmp_path: Pa
     assert res.exit_code == 0 and calls == [False, False]  # a new directory needs nothing
 
 
+def test_a_refused_rerun_of_a_run_stopped_before_its_first_checkpoint_does_not_offer_resume(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Ctrl-C before the first checkpoint left logs and no checkpoint: the same command again was refused with
+    'continue it with --resume', and --resume then failed with 'no checkpoint'. The refusal now says why and offers
+    --force or another --out only."""
+    from searchrl import stages
+
+    monkeypatch.setattr(stages, "run_train", lambda cfg, resume=False: [])
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    res = CliRunner().invoke(app, ["train", "--recipe", "demo", "--out", str(out)])
+    msg = str(res.exception)
+    assert res.exit_code != 0 and "--resume" not in msg
+    assert msg == (
+        f"{out} holds an earlier run (metrics.jsonl); it saved no checkpoint to continue from: start over with "
+        "--force (its outputs are removed), or give another --out"
+    )
+
+
 def test_resume_ignores_settings_rl_never_reads_and_says_when_nothing_is_left(tmp_path: Path, monkeypatch) -> None:
     """A recipe's pipeline:, sft: or evaluation: edited since the checkpoint (RL reads none of them) refused
     `searchrl train --resume`; a resume of a run already at training.steps printed nothing at all and exited 0."""

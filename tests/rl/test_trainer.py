@@ -380,7 +380,8 @@ def test_a_fresh_run_into_an_earlier_runs_directory_is_refused_unless_forced(tmp
     out = tmp_path / "run"
     make_trainer(out, lr=1e-3, steps=2, **{"training.save_at_end": "false"}).train()
     again = make_trainer(out, lr=1e-3, steps=1, **{"training.save_at_end": "false"})
-    with pytest.raises(FileExistsError, match=r"holds an earlier run \(metrics.jsonl.*resume=True.*force=True"):
+    no_checkpoint = r"earlier run \(metrics.jsonl, rollouts.jsonl\); it saved no checkpoint to continue from: .*force"
+    with pytest.raises(FileExistsError, match=no_checkpoint):
         again.train()
     assert again.train(force=True)[-1]["step"] == 1
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]

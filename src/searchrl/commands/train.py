@@ -32,9 +32,9 @@ def start_fresh(cfg, force: bool) -> None:
     from searchrl.config import ConfigError
     from searchrl.rl.run_dir import check_fresh
 
-    fix = "continue it with --resume, start over with --force (its outputs are removed), or give another --out"
+    fix = "start over with --force (its outputs are removed), or give another --out"
     try:
-        check_fresh(Path(cfg.training.output_dir), force, fix)
+        check_fresh(Path(cfg.training.output_dir), force, fix, resume="--resume")
     except FileExistsError as err:
         raise ConfigError(str(err)) from None
 

@@ -41,15 +41,20 @@ def clear_run(out: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-#: how to go on from a refused fresh run, said to a Python caller
-FIX = "continue it with resume=True (--resume), start over with force=True (--force; its outputs are removed)"
+#: how to go on from a refused fresh run, said to a Python caller: resuming it, and the other ways
+RESUME, FIX = "resume=True (--resume)", "start over with force=True (--force; its outputs are removed)"
 
 
-def check_fresh(out: Path, force: bool, fix: str = f"{FIX}, or write to another training.output_dir") -> None:
+def check_fresh(
+    out: Path, force: bool, fix: str = f"{FIX}, or write to another training.output_dir", resume: str = RESUME
+) -> None:
     """A fresh run into ``out`` holding an earlier one would mix with it (logs appended to, an old checkpoint a later
-    resume takes): refused, or with ``force`` the earlier run's outputs are removed."""
+    resume takes): refused, or with ``force`` the earlier run's outputs are removed. The refusal offers ``resume``
+    only when the earlier run left a checkpoint (one stopped before its first save has none to go on from)."""
     if not (found := earlier_run(out)):
         return
     if not force:
-        raise FileExistsError(f"{out} holds an earlier run ({', '.join(found)}); {fix}")
+        ckpt = next((p for p in (out / "checkpoint", out / "checkpoint.old") if (p / STATE_FILE).exists()), None)
+        how = f"continue it with {resume}, {fix}" if ckpt else f"it saved no checkpoint to continue from: {fix}"
+        raise FileExistsError(f"{out} holds an earlier run ({', '.join(found)}); {how}")
     clear_run(out)
