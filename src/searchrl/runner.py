@@ -414,6 +414,8 @@ def run_pipeline(
                 stopped = isinstance(err, StopRequested | KeyboardInterrupt)  # SIGTERM, Ctrl-C: not a failure
                 ended = "stopped" if stopped else f"FAILED: {type(err).__name__}"
                 said = str(err) or ("interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else "")
+                if stopped and "to go on" not in said:  # RL's and SFT's stops say it already
+                    said += "; to go on: the same searchrl run"
                 _log(run_dir, f"stage {stage.name}: {ended} after {time.perf_counter() - t0:.1f} s: {said}")
                 _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
                 raise

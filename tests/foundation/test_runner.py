@@ -774,6 +774,26 @@ def test_a_stage_stopped_by_sigterm_is_logged_as_stopped_and_the_rerun_goes_on(
     assert not (tmp_path / "rl" / "DONE").exists()
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), "SIGTERM"])
+def test_a_stage_interrupted_says_in_run_log_how_to_go_on(tmp_path: Path, fake_handlers, monkeypatch, stop) -> None:
+    """Ctrl-C, or a SIGTERM outside RL and SFT (whose stops name the resume themselves), in an evaluation stage:
+    run.log says the stage stopped and that the same command goes on; the stage is not marked done."""
+    from searchrl.utils import StopRequested
+
+    err = StopRequested("stopped by SIGTERM") if stop == "SIGTERM" else stop
+
+    def stopped(ctx):
+        raise err
+
+    monkeypatch.setitem(runner.HANDLERS, "eval", stopped)
+    with pytest.raises(type(err)):
+        run_pipeline(_cfg(STAGES), tmp_path)
+    last = (tmp_path / "run.log").read_text().splitlines()[-1]
+    said = "interrupted (Ctrl-C)" if stop != "SIGTERM" else "stopped by SIGTERM"
+    assert last.endswith(f"s: {said}; to go on: the same searchrl run") and "stage eval: stopped after" in last
+    assert not (tmp_path / "eval" / "DONE").exists()
+
+
 def test_a_finished_rl_stage_edited_other_than_in_its_steps_starts_again(tmp_path: Path, fake_handlers) -> None:
     """A finished RL stage keeps its last checkpoint (at training.steps): more steps go on from it, but any other
     change (an edited reward function here) would resume at the last step, train nothing and keep the old model."""
