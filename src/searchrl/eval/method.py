@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
-from searchrl.generation.prompts import render_user_prompt
+from searchrl.generation.prompts import render_user_prompt, special_strings
 from searchrl.retrieval.base import Hit, check_hits
 from searchrl.rollout.trajectory import Trajectory, short
 from searchrl.utils import console
@@ -278,17 +278,13 @@ class Method(ABC):
         self.temperature = temperature
         self.top_p = top_p
         self.seed = seed
-        self._special: tuple[str, ...] | None = None  # the tokenizer's special-token strings, once needed
+        self._special = special_strings(self.tokenizer)  # blanked in documents (search)
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """The method's retriever's top ``k`` hits for each of ``queries`` in one call, checked as the rollout
         engine checks them (:func:`~searchrl.retrieval.base.check_hits`): a retriever's wrong shape is a one-line
         error, and the tokenizer's special-token strings in a document are blanked, so a document cannot pass
         control tokens (a turn's end, a role) into the prompt."""
-        if getattr(self, "_special", None) is None:  # a subclass may skip Method.__init__
-            from searchrl.protocols.chat_frame import special_strings
-
-            self._special = tuple(sorted(special_strings(self.tokenizer), key=len, reverse=True))
         retriever = self.retriever  # type: ignore[attr-defined]
         return check_hits(retriever.search(queries, k), len(queries), retriever, k, self._special)
 

@@ -102,12 +102,23 @@ def reply_opening(
     return added[len(body) - len(tag) :] if tag else ""
 
 
+def _added_special(tokenizer: Any) -> dict[int, str]:
+    """Every added token of ``tokenizer`` marked special, by id."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return {i: tok.content for i, tok in decoder.items() if getattr(tok, "special", False)}
+
+
 def special_ids(tokenizer: Any) -> set[int]:
     """The ids of ``tokenizer``'s special tokens (the named ones, and every added token marked special)."""
-    ids = set(getattr(tokenizer, "all_special_ids", None) or ())
-    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    ids.update(i for i, tok in decoder.items() if getattr(tok, "special", False))
-    return ids
+    return set(getattr(tokenizer, "all_special_ids", None) or ()) | set(_added_special(tokenizer))
+
+
+def special_strings(tokenizer: Any) -> tuple[str, ...]:
+    """The text of every special token of ``tokenizer`` (``<|im_end|>``, ``<|endoftext|>``): the strings that a
+    tokenizer reads as its control tokens wherever they occur in a text. Longest first, so that replacing them in
+    turn never cuts one that holds a shorter one."""
+    found = set(getattr(tokenizer, "all_special_tokens", None) or ()) | set(_added_special(tokenizer).values())
+    return tuple(sorted((s for s in found if s), key=lambda s: (-len(s), s)))
 
 
 def reply_end_ids(tokenizer: Any, style: str = "auto") -> list[int]:

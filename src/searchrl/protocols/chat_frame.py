@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from searchrl.generation.prompts import chat_text, fold_system, wants_chat
+from searchrl.generation.prompts import chat_text, fold_system, special_strings, wants_chat
 
 #: stand-ins for the assistant's text and the reply while the template renders; no template alters them.
 ASSISTANT_MARKER = "@@searchrl-assistant-7f3a9c@@"
@@ -128,22 +128,13 @@ def _template_frame(
     return (open_, close) if close.endswith(opening) else None
 
 
-def special_strings(tokenizer: Any) -> set[str]:
-    """The text of every special token of ``tokenizer`` (``<|im_end|>``, ``<|endoftext|>``): the strings that a
-    tokenizer reads as its control tokens wherever they occur in a text."""
-    found = set(getattr(tokenizer, "all_special_tokens", None) or [])
-    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    found.update(tok.content for tok in decoder.values() if getattr(tok, "special", False))
-    return {s for s in found if s}
-
-
 def _decoded(tokenizer: Any, text: str) -> str:
     ids = tokenizer.encode(text, add_special_tokens=False)
     return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 def _finish(tokenizer: Any, kind: Literal["tools", "hermes", "raw"], open_: str, close: str) -> ChatFrame:
-    special = tuple(sorted((s for s in special_strings(tokenizer) if s in open_ + close), key=len, reverse=True))
+    special = tuple(s for s in special_strings(tokenizer) if s in open_ + close)
     frame = ChatFrame(kind, open_, close, special, _decoded(tokenizer, open_), _decoded(tokenizer, close))
     if not (frame.open_decoded.strip() and frame.close_decoded.strip()):
         raise ValueError(

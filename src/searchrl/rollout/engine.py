@@ -44,10 +44,9 @@ from typing import TYPE_CHECKING
 
 from searchrl.data.records import QAExample, Questions, as_examples
 from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
-from searchrl.generation.prompts import render_prompt, wants_chat
+from searchrl.generation.prompts import render_prompt, special_strings, wants_chat
 from searchrl.protocols._tags import hit_contents
 from searchrl.protocols.base import Answer, Invalid, Protocol, Search
-from searchrl.protocols.chat_frame import special_strings
 from searchrl.retrieval.base import Hit, Retriever, check_hits
 from searchrl.rollout.limits import RolloutLimits, force_mode
 from searchrl.rollout.observation import cut_observation, observation_tail
@@ -133,7 +132,7 @@ class RolloutEngine:
         protocol.bind_tokenizer(self.tokenizer, prompt_style)  # tool_call: its replies come from the template
         self._obs_tail = observation_tail(protocol, self.tokenizer)
         #: blanked out of documents: a tokenizer reads them as its control tokens (a turn's end, a role, EOS)
-        self._special = tuple(sorted(special_strings(self.tokenizer), key=len, reverse=True))
+        self._special = special_strings(self.tokenizer)
         self.stats: dict[str, float] = {}
         #: called before each turn (each decode step, continuous) and after the last: raises to drop the rollout
         self.check_stop: Callable[[], None] = lambda: None  # (the trainer's background rollout when a run ends)
