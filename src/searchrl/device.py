@@ -63,12 +63,17 @@ def resolve_device(spec: str = "auto") -> torch.device:
     return dev
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` is a CUDA GPU with bf16 arithmetic (compute capability 8.0 on, Ampere): a V100 or T4
+    only emulates bf16, slowly, and vLLM refuses it there."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def resolve_precision(spec: str, device: torch.device) -> str:
-    """``auto`` -> ``bf16`` on a CUDA GPU with bf16 arithmetic (compute capability 8.0 on, Ampere), ``fp32``
-    elsewhere: a V100 or T4 only emulates bf16, slowly, and fp16 training (which needs loss scaling) is refused."""
+    """``auto`` -> ``bf16`` on a GPU with bf16 arithmetic (:func:`native_bf16`), ``fp32`` elsewhere (fp16 training,
+    which needs loss scaling, is refused)."""
     if spec == "auto":
-        native = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
-        return "bf16" if native else "fp32"
+        return "bf16" if native_bf16(device) else "fp32"
     if spec not in ("fp32", "bf16"):
         raise ValueError(f"training.precision={spec}: use auto, fp32 or bf16")
     return spec

@@ -24,8 +24,9 @@ def engine_dtype() -> str:
     recomputes the rollout's log-probs from its own forward, so the engine's rounding does not enter the ratio."""
     import torch
 
-    bf16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
-    return "bfloat16" if bf16 else "float16"
+    from searchrl.device import native_bf16
+
+    return "bfloat16" if torch.cuda.is_available() and native_bf16(torch.device("cuda")) else "float16"
 
 
 class VLLMGenerator(Generator):
