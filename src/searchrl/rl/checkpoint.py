@@ -26,16 +26,10 @@ from accelerate.utils import gather_object
 
 from searchrl.config import ConfigError
 from searchrl.models import portable_tokenizer_config
-from searchrl.rl.run_dir import STATE_FILE, check_fresh
+from searchrl.rl.run_dir import STATE_FILE, check_fresh, has_checkpoint
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
 from searchrl.tuning import check_fits, load_policy_weights
-from searchrl.utils import StopRequested, atomic_dir, restore_interrupted
-
-
-def has_checkpoint(path: Path) -> bool:
-    """A whole checkpoint at ``path`` (one a save interrupted between its renames left behind is restored first)."""
-    restore_interrupted(path)
-    return (path / STATE_FILE).exists()
+from searchrl.utils import StopRequested, atomic_dir
 
 
 @dataclass

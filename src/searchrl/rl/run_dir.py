@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+from searchrl.utils import restore_interrupted
+
 #: the fingerprint of the weights an RL run started from (a resume checks it is the same model)
 INIT_FILE = "init_from.json"
 #: fingerprints of the training question file an RL run started with (a resume checks it is unchanged)
@@ -45,6 +47,12 @@ def clear_run(out: Path) -> None:
 RESUME, FIX = "resume=True (--resume)", "start over with force=True (--force; its outputs are removed)"
 
 
+def has_checkpoint(path: Path) -> bool:
+    """A whole checkpoint at ``path`` (one a save interrupted between its renames left behind is restored first)."""
+    restore_interrupted(path)
+    return (path / STATE_FILE).exists()
+
+
 def check_fresh(
     out: Path, force: bool, fix: str = f"{FIX}, or write to another training.output_dir", resume: str = RESUME
 ) -> None:
@@ -54,7 +62,7 @@ def check_fresh(
     if not (found := earlier_run(out)):
         return
     if not force:
-        ckpt = next((p for p in (out / "checkpoint", out / "checkpoint.old") if (p / STATE_FILE).exists()), None)
-        how = f"continue it with {resume}, {fix}" if ckpt else f"it saved no checkpoint to continue from: {fix}"
+        saved = has_checkpoint(out / "checkpoint")
+        how = f"continue it with {resume}, {fix}" if saved else f"it saved no checkpoint to continue from: {fix}"
         raise FileExistsError(f"{out} holds an earlier run ({', '.join(found)}); {how}")
     clear_run(out)
