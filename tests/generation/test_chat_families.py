@@ -230,6 +230,20 @@ def test_oracle_and_text_sft_data_do_not_repeat_the_opened_think(smollm) -> None
     assert text.turns[0].text.startswith("It is Herbert.") and not text.metadata["format_problems"]
 
 
+@pytest.mark.parametrize("protocol", ["reason", "rag"])
+def test_the_no_search_baselines_oracle_closes_the_think_block_the_template_opened(smollm, protocol) -> None:
+    from searchrl.sft.oracle import oracle_trajectories
+
+    tok, p = family(smollm, "think_opening"), get_protocol(protocol)
+    ex = QAExample("q1", QUESTION, ["Frank Herbert"])
+    (traj,) = oracle_trajectories(p, [ex], Retriever(), tok, topk=2, unchained="question")
+    response = traj.response_text(tok)
+    assert not response.startswith("<think>") and p.check_format(response).ok, p.check_format(response).problems
+    assert p.extract_answer(response) == "Frank Herbert"
+    (plain,) = oracle_trajectories(p, [ex], Retriever(), smollm, topk=2, unchained="question")
+    assert plain.turns[0].text.startswith("<answer>")  # without an opening, the short answer alone as before
+
+
 #: the token each template writes right after an assistant message's content, where its EOS is another token
 ENDS = {"no_system": "<end_of_turn>", "drops_system": "<|end|>", "qwen_base": "<|im_end|>"}
 CHAIN = [

@@ -284,7 +284,10 @@ def oracle_texts(
     its search steps before that call, and the answer turn records each hop's finding and closes the plan."""
     mode = plan_style(plan)
     if not protocol.searches:  # a protocol without search (the trained baselines'): the short answer alone
-        return [(protocol.format_answer(example.answers[0]), [])]
+        text = protocol.format_answer(example.answers[0])
+        if protocol.response_opening.strip():  # a think block the prompt opened is closed before the answer
+            text = protocol.format_reasoning(f"So the answer is {example.answers[0]}.") + text
+        return [(text, [])]
     chain = example.metadata.get("chain") or []
     style = protocol.format_reasoning
     answer = example.answers[0]
