@@ -104,7 +104,7 @@ def stage_rows(recipe: str) -> tuple[list[dict], str | None]:
                 "note": note,
             }
         )
-    return rows, data.get("failed")
+    return rows, data.get("failed") or data.get("stopped")  # the stage the run ended at (its row says how)
 
 
 def report(runs: list[dict]) -> None:
@@ -137,7 +137,8 @@ def report(runs: list[dict]) -> None:
     ]
     for r in runs:
         stages = " -> ".join(f"{s['stage']} {s['seconds']:.0f}s" for s in r["stages"])
-        fail = f" (failed at {r['failed_stage']})" if r.get("failed_stage") else ""
+        how = next((s["status"] for s in r["stages"] if s["stage"] == r.get("failed_stage")), "failed")
+        fail = f" ({how} at {r['failed_stage']})" if r.get("failed_stage") else ""
         lines.append(
             f"| {METHODS.get(r['recipe'], r['recipe'])} | `{r['recipe']}` | {r['exit_code']}{fail} | "
             f"{r['wall_s']} | {r['peak_rss_mb']} | {stages} |"

@@ -73,7 +73,7 @@ class StageResult:
     name: str
     kind: str
     op: str | None
-    status: str  # "ran" | "skipped"
+    status: str  # "ran" | "skipped" | "stopped" (Ctrl-C, SIGTERM; the same run goes on) | "failed"
     seconds: float
     output: str
     result: dict[str, Any] = field(default_factory=dict)
@@ -416,8 +416,11 @@ def run_pipeline(
                 said = str(err) or ("interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else "")
                 if stopped and "to go on" not in said:  # RL's and SFT's stops say it already
                     said += "; to go on: the same searchrl run"
-                _log(run_dir, f"stage {stage.name}: {ended} after {time.perf_counter() - t0:.1f} s: {said}")
-                _write_summary(run_dir, recipe, profile, results, time.perf_counter() - t_run, failed=stage.name)
+                seconds = time.perf_counter() - t0
+                _log(run_dir, f"stage {stage.name}: {ended} after {seconds:.1f} s: {said}")
+                status = "stopped" if stopped else "failed"
+                cut = StageResult(stage.name, stage.kind, stage.op, status, round(seconds, 2), str(output))
+                _write_summary(run_dir, recipe, profile, [*results, cut], time.perf_counter() - t_run)
                 raise
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             marker = {
@@ -453,8 +456,10 @@ def _write_summary(
     profile: str | None,
     results: list[StageResult],
     total: float,
-    failed: str | None = None,
 ) -> None:
+    """``failed`` / ``stopped``: the stage that raised / that Ctrl-C or SIGTERM stopped (the same run goes on), if any;
+    it is the last of ``stages``, with that status."""
     stages = [r.__dict__ for r in results]
-    data = {"recipe": recipe, "profile": profile, "total_seconds": round(total, 2), "failed": failed, "stages": stages}
+    ended = {s: next((r.name for r in results if r.status == s), None) for s in ("failed", "stopped")}
+    data = {"recipe": recipe, "profile": profile, "total_seconds": round(total, 2), **ended, "stages": stages}
     atomic_write_text(run_dir / "summary.json", json.dumps(data, indent=2, default=str))

@@ -443,7 +443,8 @@ def test_failed_stage_leaves_no_marker(tmp_path: Path, fake_handlers, monkeypatc
     with pytest.raises(ValueError, match="broken stage"):
         run_pipeline(_cfg(STAGES), tmp_path)
     assert (tmp_path / "sft" / "DONE").exists() and not (tmp_path / "rl" / "DONE").exists()
-    assert json.loads((tmp_path / "summary.json").read_text())["failed"] == "rl"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["failed"], summary["stopped"], summary["stages"][-1]["status"]) == ("rl", None, "failed")
     assert "stage rl: FAILED" in (tmp_path / "run.log").read_text()
 
 
@@ -770,7 +771,9 @@ def test_a_stage_stopped_by_sigterm_is_logged_as_stopped_and_the_rerun_goes_on(
         run_pipeline(_cfg(STAGES), tmp_path)
     log = (tmp_path / "run.log").read_text()
     assert "stage rl: stopped after" in log and "FAILED" not in log
-    assert json.loads((tmp_path / "summary.json").read_text())["failed"] == "rl"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["stopped"], summary["failed"]) == ("rl", None)  # not a failure: the same run goes on
+    assert [(s["name"], s["status"]) for s in summary["stages"]][-2:] == [("sft", "ran"), ("rl", "stopped")]
     assert not (tmp_path / "rl" / "DONE").exists()
 
 
@@ -792,6 +795,8 @@ def test_a_stage_interrupted_says_in_run_log_how_to_go_on(tmp_path: Path, fake_h
     said = "interrupted (Ctrl-C)" if stop != "SIGTERM" else "stopped by SIGTERM"
     assert last.endswith(f"s: {said}; to go on: the same searchrl run") and "stage eval: stopped after" in last
     assert not (tmp_path / "eval" / "DONE").exists()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["stopped"], summary["failed"], summary["stages"][-1]["status"]) == ("eval", None, "stopped")
 
 
 def test_a_finished_rl_stage_edited_other_than_in_its_steps_starts_again(tmp_path: Path, fake_handlers) -> None:
