@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer
@@ -128,3 +130,25 @@ def not_an_input(out: Any, inputs: list[Any], flag: str = "--out") -> None:
             raise typer.BadParameter(
                 f"{out} would overwrite the input {source}; choose another {flag}", param_hint=flag
             )
+
+
+@contextmanager
+def said_when_stopped(what: str, go_on: Callable[[], str | None] = lambda: None) -> Iterator[None]:
+    """A command cut short by Ctrl-C says so in one line (typer ends it silently), with how to go on when ``go_on()``
+    names it (None: nothing to go on from, e.g. no checkpoint yet), and exits with status 130 as before. A SIGTERM's
+    stop gets the same hint unless it says how to go on already (RL's and SFT's do), as ``searchrl run``'s log does."""
+    from rich.markup import escape
+
+    from searchrl.utils import StopRequested, console
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        how = go_on()
+        line = f"{what} stopped (Ctrl-C)" + (f"; to go on: {how}" if how else "")
+        console.print(f"[yellow]{escape(line)}[/yellow]", soft_wrap=True)
+        raise typer.Exit(130) from None
+    except StopRequested as err:
+        if "to go on" in str(err) or not (how := go_on()):
+            raise
+        raise StopRequested(f"{err}; to go on: {how}") from None

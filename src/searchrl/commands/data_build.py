@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from searchrl.commands.common import load, not_an_input, result, with_protocol, writable_file
+from searchrl.commands.common import load, not_an_input, result, said_when_stopped, with_protocol, writable_file
 from searchrl.config import RunConfig
 from searchrl.pipeline import with_retriever
 
@@ -28,6 +28,19 @@ def _config(recipe, overrides, profile, protocol, options, index, **flags) -> Ru
     cfg = with_protocol(load(recipe, overrides, profile, **flags), protocol, options)
     validate_deep(cfg)
     return with_retriever(cfg, index)
+
+
+def _when_stopped(command: str, out: Path):
+    """A sampling command's way on after a stop: the same command, when questions sampled so far wait in its
+    ``<out>.<tag>.partial`` files (:mod:`searchrl.sft.attempts`)."""
+    import glob
+
+    def go_on() -> str | None:
+        if any(out.parent.glob(f"{glob.escape(out.name)}.*.partial")):
+            return f"the same searchrl data {command} (it keeps the questions sampled so far)"
+        return None
+
+    return said_when_stopped(f"searchrl data {command} into {out}", go_on)
 
 
 def _rollout_flags(
@@ -127,29 +140,30 @@ def select_difficulty(
             raise typer.BadParameter(f"{records} is also --out; give the records another path", param_hint="--records")
     flags = _rollout_flags(model, prompt_style, topk, None, None, max_new_tokens, max_obs_tokens, max_total_tokens)
     cfg = _config(recipe, overrides, profile, protocol, option, index, **flags)
-    res = difficulty_selection(
-        cfg,
-        out,
-        data=data,
-        teacher=Teacher(url, served_model, timeout_s, concurrency),
-        rule=rule,
-        n=n,
-        metric=metric,
-        easy_below=easy_below,
-        hard_above=hard_above,
-        unsolved_as=unsolved_as,
-        keep=keep,
-        easy_fraction=easy_fraction,
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        quota=quota or (),
-        limit=limit,
-        batch_size=batch_size,
-        max_turns=max_turns,
-        max_searches=max_searches,
-        records=records,
-    )
+    with _when_stopped("select-difficulty", out):
+        res = difficulty_selection(
+            cfg,
+            out,
+            data=data,
+            teacher=Teacher(url, served_model, timeout_s, concurrency),
+            rule=rule,
+            n=n,
+            metric=metric,
+            easy_below=easy_below,
+            hard_above=hard_above,
+            unsolved_as=unsolved_as,
+            keep=keep,
+            easy_fraction=easy_fraction,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            quota=quota or (),
+            limit=limit,
+            batch_size=batch_size,
+            max_turns=max_turns,
+            max_searches=max_searches,
+            records=records,
+        )
     summary = ", ".join(f"{b} {c}" for b, c in res.buckets.items())
     records = records or out.with_name(out.stem + ".records.jsonl")
     result(f"{rule}: {summary}; kept {len(res.kept)} of {len(res.rows)} questions -> {out} (records: {records})")
@@ -211,24 +225,25 @@ def rejection_sample_cmd(
     )
     not_an_input(out, [data])
     cfg = _config(recipe, overrides, profile, protocol, option, index, **flags)
-    res = rejection_sampling(
-        cfg,
-        out,
-        data=data,
-        teacher=Teacher(url, served_model, timeout_s, concurrency),
-        k=k,
-        metric=metric,
-        min_score=min_score,
-        require_internal_and_external=require_internal_and_external,
-        max_per_question=max_per_question,
-        quota=quota or (),
-        slice=slice_steps,
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        limit=limit,
-        batch_size=batch_size,
-    )
+    with _when_stopped("rejection-sample", out):
+        res = rejection_sampling(
+            cfg,
+            out,
+            data=data,
+            teacher=Teacher(url, served_model, timeout_s, concurrency),
+            k=k,
+            metric=metric,
+            min_score=min_score,
+            require_internal_and_external=require_internal_and_external,
+            max_per_question=max_per_question,
+            quota=quota or (),
+            slice=slice_steps,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            limit=limit,
+            batch_size=batch_size,
+        )
     stats = res.stats
     rejected = ", ".join(f"{key[9:]} {int(v)}" for key, v in stats.items() if key.startswith("rejected_") and v)
     what = "step-level examples" if slice_steps else "trajectories"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from searchrl.commands.common import FIELD, field_map, writable_dir
+from searchrl.commands.common import FIELD, field_map, said_when_stopped, writable_dir
 from searchrl.config.evaluation import CONTEXTS
 
 # No help= here: the callback's docstring (with its Example line) is the group's help.
@@ -161,7 +161,15 @@ def main(
 
     validate_deep(cfg)
     check_fetchable(cfg, profile)
-    evaluation(cfg, corpus=corpus)
+    predictions = Path(cfg.evaluation.output_dir) / "predictions"
+
+    def go_on() -> str | None:  # answered batches wait in predictions/*.partial until the whole evaluation ends
+        if any(predictions.glob("*.partial")):
+            return "the same searchrl eval (it keeps the answers written so far)"
+        return None
+
+    with said_when_stopped(f"evaluation into {predictions.parent}", go_on):
+        evaluation(cfg, corpus=corpus)
 
 
 @app.command("rescore")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from searchrl.commands.common import writable_dir
+from searchrl.commands.common import said_when_stopped, writable_dir
 
 app = typer.Typer(
     help="Build and inspect retrieval indexes (BM25, dense, hybrid).\n\n"
@@ -68,29 +68,37 @@ def build(
     Compressed: searchrl index build --corpus corpus.jsonl --kind dense --faiss "IVF1024,PQ32" --out indexes/pq
     """
     from searchrl.device import configure
-    from searchrl.retrieval.index import build_index
+    from searchrl.retrieval.dense_build import PROGRESS_FILE
+    from searchrl.retrieval.index import build_index, staging_dir
 
     configure(device)  # the passage encoder follows it (faiss stays on the CPU)
     if kind != Kind.bm25:
         from searchrl.models import check_encoder
 
         check_encoder(encoder)
-    path = build_index(
-        corpus,
-        kind.value,
-        out,
-        encoder=encoder,
-        batch_size=batch_size,
-        faiss=faiss,
-        nprobe=nprobe,
-        candidates=candidates,
-        refine_factor=refine_factor,
-        stemmer=None if stemmer.lower() == "none" else stemmer,
-        stopwords=None if stopwords.lower() == "none" else stopwords,
-        query_encoder=query_encoder,
-        max_words=max_words,
-        overwrite=force,
-    )
+
+    def go_on() -> str | None:  # a dense build's encoded passages are kept for the same corpus and encoder
+        if (staging_dir(out) / "dense" / PROGRESS_FILE).exists():
+            return "the same searchrl index build (it goes on from the passages encoded so far)"
+        return None
+
+    with said_when_stopped(f"{kind.value} index build into {out}", go_on):
+        path = build_index(
+            corpus,
+            kind.value,
+            out,
+            encoder=encoder,
+            batch_size=batch_size,
+            faiss=faiss,
+            nprobe=nprobe,
+            candidates=candidates,
+            refine_factor=refine_factor,
+            stemmer=None if stemmer.lower() == "none" else stemmer,
+            stopwords=None if stopwords.lower() == "none" else stopwords,
+            query_encoder=query_encoder,
+            max_words=max_words,
+            overwrite=force,
+        )
     manifest = json.loads((path / "manifest.json").read_text())
     print(
         f"built {kind.value} index of {manifest['counts']['passages']:,} passages in "

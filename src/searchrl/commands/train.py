@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from searchrl.commands.common import DEVICE, PROFILE, SET, load, writable_dir
+from searchrl.commands.common import DEVICE, PROFILE, SET, load, said_when_stopped, writable_dir
 
 
 def check_resumable(cfg, out: Path | None = None, sft: bool = False) -> None:
@@ -22,6 +22,16 @@ def check_resumable(cfg, out: Path | None = None, sft: bool = False) -> None:
         raise ConfigError(f"no checkpoint at {out / 'checkpoint'}; run without --resume to start afresh")
     if why := sft_resume_mismatch(cfg, out) if sft else resume_mismatch(cfg):
         raise ConfigError(f"cannot resume {out}: {why}; use the same settings, or a new --out to start fresh")
+
+
+def resume_hint(command: str, out: Path) -> str | None:
+    """How a stopped ``searchrl train`` / ``searchrl sft`` into ``out`` goes on: from the checkpoint it saved, if any
+    (``training.save_every`` / ``sft.save_every``; a SIGTERM's stop saves one and says so itself)."""
+    from searchrl.rl.run_dir import has_checkpoint
+
+    if not has_checkpoint(out / "checkpoint"):
+        return None
+    return f"the same searchrl {command} with --resume (from its checkpoint in {out / 'checkpoint'})"
 
 
 def start_fresh(cfg, force: bool) -> None:
@@ -67,7 +77,9 @@ def train(
         check_resumable(cfg)
     else:
         start_fresh(cfg, force)
-    history = run_train(cfg, resume=resume)
+    out_dir = Path(cfg.training.output_dir)
+    with said_when_stopped(f"RL training into {out_dir}", lambda: resume_hint("train", out_dir)):
+        history = run_train(cfg, resume=resume)
     logged = (Path(cfg.training.output_dir) / "metrics.jsonl").exists()
     if resume and not history and logged:  # the checkpoint had reached training.steps: this said nothing at all
         from searchrl.utils import console
@@ -117,7 +129,8 @@ def sft(
     out = out or f"{cfg.training.output_dir}-sft"
     if resume:
         check_resumable(cfg, Path(out), sft=True)
-    run_sft(cfg, out, resume=resume)
+    with said_when_stopped(f"SFT into {out}", lambda: resume_hint("sft", Path(out))):
+        run_sft(cfg, out, resume=resume)
 
 
 def register(app: typer.Typer) -> None:

@@ -88,6 +88,11 @@ def _passage_texts(store: PassageStore, start: int = 0) -> Iterator[str]:
         yield store[i].contents
 
 
+def staging_dir(out: Path) -> Path:
+    """Where :func:`build_index` builds ``out`` before moving it into place (a stopped dense build's vectors wait)."""
+    return out.with_name(f".{out.name}.partial")
+
+
 def build_index(
     corpus: str | Path,
     kind: IndexKind,
@@ -175,7 +180,7 @@ def build_index(
             max_length=max_length,
         )
 
-    staging = out.with_name(f".{out.name}.partial")
+    staging = staging_dir(out)
     # What the encoded vectors depend on: an interrupted build's vectors are kept only for the same key. The index
     # type is not part of it, so a factory string that faiss refused once the encoding was done can be fixed.
     resume_key = None
