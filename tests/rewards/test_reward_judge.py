@@ -13,7 +13,7 @@ import pytest
 from searchrl.config import RewardComponent
 from searchrl.protocols.base import FormatReport
 from searchrl.rewards.components import RewardComposer, RewardInput
-from searchrl.rewards.judge import JudgeError, LLMJudge, parse_verdict, summarize_verdicts
+from searchrl.rewards.judge import JudgeError, LLMJudge, cache_in, parse_verdict, summarize_verdicts
 
 
 class FakeChat(BaseHTTPRequestHandler):
@@ -161,9 +161,56 @@ def test_configuration_from_environment(server, monkeypatch):
 
 def test_corrupt_cache_is_a_clear_error(tmp_path):
     bad = tmp_path / "c.json"
-    bad.write_text("{not json")
+    bad.write_text('{\n"abc": ')  # the earlier format (one JSON object), cut
     with pytest.raises(ValueError, match="delete it"):
         LLMJudge("http://127.0.0.1:1/v1", "m", cache_path=bad)
+    bad.write_text('{not json\n{"key": "k", "reply": "True"}\n')  # a damaged line, not the last one a crash cut
+    with pytest.raises(ValueError, match="line 1, is not a cached reply; delete it"):
+        LLMJudge("http://127.0.0.1:1/v1", "m", cache_path=bad)
+
+
+def test_the_cache_is_appended_to_one_line_per_reply(server, tmp_path):
+    """Each reply is appended as a line (a long evaluation's cache is not rewritten whole for every batch)."""
+    url, state = server
+    cache = tmp_path / "judge.jsonl"
+    judge = LLMJudge(url, "fake-judge", cache_path=cache)
+    judge.judge_many(["Capital of France?", "Capital of Italy?"], [["Paris"], ["Rome"]], ["Paris", "Milan"])
+    before = cache.read_text()
+    judge.judge_many(["Capital of Spain?"], [["Madrid"]], ["Madrid"])
+    after = cache.read_text()
+    assert after.startswith(before) and len(after.splitlines()) == 3
+    rows = [json.loads(line) for line in after.splitlines()]
+    assert rows[-1] == {"key": judge.cache_key("Capital of Spain?", ["Madrid"], "Madrid"), "reply": "True"}
+
+
+def test_a_cache_cut_by_a_crash_keeps_its_whole_lines_and_later_lines_win(server, tmp_path):
+    url, state = server
+    judge = LLMJudge(url, "fake-judge")
+    paris, rome = judge.cache_key("q", ["Paris"], "Paris"), judge.cache_key("q", ["Rome"], "Rome")
+    cache = tmp_path / "judge.jsonl"
+    lines = [{"key": paris, "reply": "False"}, {"key": paris, "reply": "True"}, {"key": rome, "reply": "True"}]
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    cache.write_text(text[:-9])  # the last reply cut mid-line
+    again = LLMJudge(url, "fake-judge", cache_path=cache)
+    assert [v.source for v in again.judge_many(["q", "q"], [["Paris"], ["Rome"]], ["Paris", "Rome"])] == [
+        "cache",
+        "api",
+    ]
+    assert again.judge("q", ["Paris"], "Paris").correct is True  # the later of its two lines
+    assert [json.loads(line)["key"] for line in cache.read_text().splitlines()] == [paris, paris, rome]
+    assert len(state["requests"]) == 1
+
+
+def test_a_cache_of_the_earlier_format_is_read_and_rewritten_as_lines(server, tmp_path):
+    url, state = server
+    judge = LLMJudge(url, "fake-judge")
+    key = judge.cache_key("q", ["Paris"], "Paris")
+    (tmp_path / "judge_cache.json").write_text(json.dumps({key: "True"}, indent=0, sort_keys=True))
+    cache = cache_in(tmp_path)  # an evaluation directory's cache, renamed
+    assert cache.name == "judge_cache.jsonl" and not (tmp_path / "judge_cache.json").exists()
+    verdict = LLMJudge(url, "fake-judge", cache_path=cache).judge("q", ["Paris"], "Paris")
+    assert (verdict.correct, verdict.source, state["requests"]) == (True, "cache", [])
+    assert [json.loads(line) for line in cache.read_text().splitlines()] == [{"key": key, "reply": "True"}]
 
 
 @pytest.mark.parametrize(

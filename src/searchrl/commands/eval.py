@@ -214,7 +214,7 @@ def rescore(
     from searchrl.eval.rescore import rescore_file
     from searchrl.eval.scoring import scoring_note
     from searchrl.eval.stats import reference_method, uncertainty
-    from searchrl.rewards.judge import LLMJudge
+    from searchrl.rewards.judge import LLMJudge, cache_in
     from searchrl.utils import console, write_jsonl
 
     for spec in plugins or []:
@@ -226,7 +226,7 @@ def rescore(
         raise ValueError(f"unknown --boundary {boundary!r}; choose auto, word or char")
     judge = None
     if judge_url or judge_model:
-        judge = LLMJudge(judge_url, judge_model, cache_path=(out / "judge_cache.json") if out else None)
+        judge = LLMJudge(judge_url, judge_model, cache_path=cache_in(out) if out else None)
     try:
         items = [
             it

@@ -60,7 +60,7 @@ from searchrl.eval.search_o1 import SearchO1Method
 from searchrl.eval.stats import RESAMPLES, reference_method, uncertainty
 from searchrl.generation.base import Generator
 from searchrl.retrieval.base import Retriever
-from searchrl.rewards.judge import LLMJudge
+from searchrl.rewards.judge import LLMJudge, cache_in
 from searchrl.rewards.metrics import MetricFn, get_metrics
 from searchrl.rollout.engine import RolloutLimits
 from searchrl.rollout.record import without_tokens
@@ -211,11 +211,11 @@ def build_methods(
 
 def make_judge(cfg: RunConfig, out_dir: str | Path) -> LLMJudge | None:
     """An LLM judge when ``evaluation.judge_url`` or ``judge_model`` is set (the other may come from the
-    environment); its replies are cached in ``<out>/judge_cache.json``."""
+    environment); its replies are cached in ``<out>/judge_cache.jsonl`` (:func:`~searchrl.rewards.judge.cache_in`)."""
     ev = cfg.evaluation
     if not (ev.judge_url or ev.judge_model):
         return None
-    return LLMJudge.from_config(ev, cache_path=Path(out_dir) / "judge_cache.json")
+    return LLMJudge.from_config(ev, cache_path=cache_in(out_dir))
 
 
 # ------------------------------------------------------------------------------------------------ scoring

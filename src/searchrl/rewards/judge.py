@@ -9,8 +9,9 @@ parsed. Here:
 - The reply is parsed by :func:`parse_verdict`. A reply it cannot read becomes ``None``: it is counted separately
   (``judge_unparsed``) and left out of the accuracy, never silently scored as wrong.
 - A missing prediction is judged False without a request.
-- Raw replies are cached on disk in one JSON file keyed by a hash of (model, prompt version, question, golds,
-  prediction); verdicts are re-parsed from the cached text, so improving the parser needs no new requests.
+- Raw replies are cached on disk keyed by a hash of (model, prompt version, question, golds, prediction), one JSON
+  line ``{"key", "reply"}`` appended as each reply arrives (:func:`cache_in`); verdicts are re-parsed from the cached
+  text, so improving the parser needs no new requests.
 - Every request has a timeout; connection errors, 429 and 5xx are retried with exponential back-off; other HTTP
   errors fail at once with a message naming the likely fix.
 
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from searchrl.httputil import request_within, server_said
-from searchrl.utils import atomic_write_text, error_line
+from searchrl.utils import atomic_write_lines, error_line
 
 if TYPE_CHECKING:
     from searchrl.config import EvaluationConfig
@@ -117,6 +118,20 @@ def summarize_verdicts(verdicts: Sequence[JudgeVerdict]) -> dict[str, float]:
 MEMO_LIMIT = 100_000
 
 
+def cache_in(out: str | Path) -> Path:
+    """An evaluation directory's judge cache, ``<out>/judge_cache.jsonl``. An earlier version's ``judge_cache.json``
+    there (one JSON object, rewritten whole on every batch) becomes it; :class:`LLMJudge` rewrites it as lines."""
+    path, old = Path(out) / "judge_cache.jsonl", Path(out) / "judge_cache.json"
+    if old.exists() and not path.exists():
+        old.rename(path)
+    return path
+
+
+def _cache_line(item: tuple[str, str]) -> str:
+    key, reply = item
+    return json.dumps({"key": key, "reply": reply}, ensure_ascii=False) + "\n"
+
+
 class LLMJudge:
     """Judges predictions through an OpenAI-compatible chat completions API, with a disk cache."""
 
@@ -175,21 +190,48 @@ class LLMJudge:
         )
 
     def _load_cache(self) -> dict[str, str]:
-        if self.cache_path is None or not self.cache_path.exists():
+        """The cached replies, read line by line (a later line wins). A last line cut by a crash is cut off the file,
+        so the next reply starts a line of its own; a cache in the earlier format, one JSON object of key -> reply,
+        is read whole and rewritten as lines."""
+        path = self.cache_path
+        if path is None or not path.exists():
             return {}
+        with path.open("rb") as f:
+            earlier = f.readline().strip() in (b"{", b"{}")  # the earlier format, as json.dumps(indent=0) wrote it
+        if earlier:
+            return self._migrate()
+        cache: dict[str, str] = {}
+        good = 0  # the end of the last whole line
+        with path.open("r+b") as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    entry = json.loads(line.decode("utf-8"))
+                    cache[entry["key"]] = entry["reply"]
+                except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+                    if line.endswith(b"\n"):  # not the line a crash cut: a damaged file
+                        raise ValueError(
+                            f"judge cache {path}, line {n}, is not a cached reply; delete it to start afresh"
+                        ) from None
+                    break
+                good += len(line)
+            f.truncate(good)
+            if good:
+                f.seek(good - 1)
+                if f.read(1) != b"\n":  # a whole last line that lacks its newline
+                    f.write(b"\n")
+        return cache
+
+    def _migrate(self) -> dict[str, str]:
+        assert self.cache_path is not None
         try:
             data = json.loads(self.cache_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             raise ValueError(f"judge cache {self.cache_path} is not valid JSON; delete it to start afresh") from None
         if not isinstance(data, dict):
             raise ValueError(f"judge cache {self.cache_path} is not a JSON object; delete it to start afresh")
-        return {str(k): str(v) for k, v in data.items()}
-
-    def _save_cache(self) -> None:
-        if self.cache_path is not None:
-            with self._lock:
-                text = json.dumps(self._cache, ensure_ascii=False, indent=0, sort_keys=True)
-            atomic_write_text(self.cache_path, text)
+        cache = {str(k): str(v) for k, v in data.items()}
+        atomic_write_lines(self.cache_path, map(_cache_line, cache.items()))
+        return cache
 
     def cache_key(self, question: str, golds: Sequence[str], prediction: str) -> str:
         payload = json.dumps([self.model, PROMPT_VERSION, question, list(golds), prediction], ensure_ascii=False)
@@ -243,6 +285,9 @@ class LLMJudge:
         reply = self._request(prompt)
         with self._lock:
             self._cache[key] = reply
+            if self.cache_path is not None:  # on disk as it arrives: a rerun after a stop asks only for the rest
+                with self.cache_path.open("a", encoding="utf-8", errors="backslashreplace") as f:
+                    f.write(_cache_line((key, reply)))
 
     def judge(self, question: str, golds: Sequence[str], prediction: str | None) -> JudgeVerdict:
         """One verdict; see :meth:`judge_many`."""
@@ -268,14 +313,11 @@ class LLMJudge:
             else:
                 todo.append((i, key, judge_prompt(q, gs, pred)))
         if todo:
-            # Identical items in one batch share one request. Each reply is cached as soon as it arrives, and the
-            # cache is written even if a later request fails, so a rerun resumes where this one stopped.
+            # Identical items in one batch share one request. Each reply is cached as soon as it arrives (appended to
+            # the cache file), so a rerun after a failed request resumes where this one stopped.
             unique = {key: prompt for _, key, prompt in todo}
-            try:
-                with ThreadPoolExecutor(max_workers=min(self.workers, len(unique))) as pool:
-                    list(pool.map(self._fetch, unique.items()))
-            finally:
-                self._save_cache()
+            with ThreadPoolExecutor(max_workers=min(self.workers, len(unique))) as pool:
+                list(pool.map(self._fetch, unique.items()))
             for i, key, _ in todo:
                 raw = self._cache[key]
                 out[i] = JudgeVerdict(parse_verdict(raw), raw, "api")
