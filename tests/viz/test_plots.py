@@ -69,6 +69,18 @@ def test_a_run_still_writing_its_last_line_plots_what_is_complete(tmp_path: Path
         plots.load_metrics(run)
 
 
+def test_metrics_are_read_a_line_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long run's metrics.jsonl is not read whole into memory (its text, then its lines, then the rows)."""
+    run = _run(tmp_path, [{"step": s, "reward/total": 0.1} for s in range(1, 4)])
+
+    def whole(self, *args, **kwargs):
+        raise AssertionError(f"{self} read whole")
+
+    monkeypatch.setattr(Path, "read_text", whole)
+    monkeypatch.setattr(Path, "read_bytes", whole)
+    assert [r["step"] for r in plots.load_metrics(run)] == [1, 2, 3]
+
+
 def test_the_printed_path_is_the_file_written(tmp_path: Path) -> None:
     """``--out DIR`` (existing or not) writes DIR/curves.png and ``--out name.pdf`` that file; the returned path is
     the file written."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from searchrl.utils import console
+from searchrl.utils import console, open_lines
 
 #: (metric key, panel title, y-axis label)
 PANELS = [
@@ -38,18 +38,19 @@ RATES = ("em", "f1", "correct", "cover_em", "well_formed", "answered", "accuracy
 
 
 def load_metrics(run_dir: str | Path) -> list[dict]:
+    """The rows of ``run_dir/metrics.jsonl``, read one line at a time (a long run's file never sits in memory whole);
+    a last line without its newline that is not JSON (a run still writing it) is left out."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: point to a run directory written by `searchrl train`")
-    lines = path.read_text(encoding="utf-8").splitlines()
     rows = []
-    for i, line in enumerate(lines, 1):
+    for i, line in open_lines(path):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            if i == len(lines):  # a run still writing its last line: plot what is complete
+            if not line.endswith("\n"):  # a run still writing its last line: plot what is complete
                 break
             raise ValueError(f"{path}:{i}: not valid JSON ({err.msg}); fix or remove that line") from None
         if not isinstance(row, dict):
