@@ -181,3 +181,26 @@ def test_a_run_caught_writing_inside_a_character_is_a_partial_line(tmp_path: Pat
     src.write_bytes(src.read_bytes()[: -len(partial[:cut])] + b'{"question": "caf\xe9"}\n')  # latin-1: still an error
     with pytest.raises(ValueError, match=r"rollouts\.jsonl:3: not UTF-8 text"):
         list(iter_records(src))
+
+
+def test_a_page_of_every_row_is_written_a_piece_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--limit 0 over thousands of rows: the page goes to its file in pieces, never as one string of the whole page
+    (beside the list of its articles, each a copy), and reads as the page rendered in memory does."""
+    from searchrl import utils
+    from searchrl.viz import viewer
+
+    rows = [_row(i, dataset="nq", right=i % 4 == 0) for i in range(3000)]
+    rows[7]["trajectory"]["turns"][0]["text"] = "Zoë 😀 <|begin_internal_answer|> x <|end_internal_answer|>"
+    src = _write(tmp_path / "nq__agent.jsonl", rows)
+    write, pieces = utils.atomic_write_lines, []
+
+    def spy(path, lines):
+        return write(path, (pieces.append(len(piece)) or piece for piece in lines))
+
+    monkeypatch.setattr(utils, "atomic_write_lines", spy)
+    monkeypatch.setattr(viewer, "atomic_write_lines", spy, raising=False)
+    page = write_viewer([src], tmp_path / "p.html", limit=0).read_text(encoding="utf-8")
+    assert page.count("<article") == 3000 and 'class="blk internal">internal step' in page
+    assert max(pieces) < len(page) / 2
+    records = load_records(src, display=src.name)
+    assert page == viewer.render_html(records, f"SearchRL trajectories: {src.name}")

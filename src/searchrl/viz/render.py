@@ -101,6 +101,20 @@ def _blocks_pattern(blocks: Mapping[str, tuple[str, str]]) -> re.Pattern[str]:
     return re.compile("|".join(alternatives), re.S)
 
 
+def blocks_in(text: str, blocks: Mapping[str, tuple[str, str]]) -> set[str]:
+    """The kinds of ``blocks`` that :func:`highlight` marks in ``text``.
+
+    >>> sorted(blocks_in("<a>x</a> <b>y", {"one": ("<a>", "</a>"), "two": ("<b>", "</b>"), "three": ("<c>", "</c>")}))
+    ['one', 'two']
+    """
+    kinds = list(blocks)
+    return (
+        {kinds[int(m.lastgroup[1:])] for m in _blocks_pattern(blocks).finditer(text) if m.lastgroup}
+        if blocks
+        else set()
+    )
+
+
 def highlight(text: str, queries: Sequence[str] = (), blocks: Mapping[str, tuple[str, str]] | None = None) -> str:
     """Escaped ``text``: each block of ``blocks`` (kind -> its open and close tags) in a ``<span class="blk KIND">``,
     every occurrence of a query in a ``<mark class="q">`` (one pass over the text; the longest query first)."""

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from searchrl.eval.diagnostics import LABELS as DIAGNOSTIC_LABELS
-from searchrl.utils import atomic_write_text, console
+from searchrl.utils import atomic_write_lines, console
 from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, summarize: re-exported)
     DEFAULT_LIMIT,
     GroupKey,
@@ -43,6 +43,7 @@ from searchrl.viz.records import (  # noqa: F401  (ViewRecord, load_records, sum
     summarize,
 )
 from searchrl.viz.render import (
+    blocks_in,
     esc,
     fmt,
     highlight,
@@ -277,9 +278,22 @@ _LEGEND = (
 )
 
 
-def _legend(articles: str) -> str:
-    kinds = [k for k in _BLOCK_NAMES if f'<span class="blk {k}">' in articles]
-    return _LEGEND + "".join(f'<span class="blk {k}">{_BLOCK_NAMES[k]}</span>' for k in kinds) + "</div>"
+def _blocks_shown(records: Sequence[ViewRecord]) -> set[str]:
+    """The kinds of marked block that the records' turns show (as :func:`_turn_html` marks them)."""
+    kinds: set[str] = set()
+    for rec in records:
+        if rec.turns and (blocks := marked_blocks(rec.protocol)):
+            kinds.update(*(blocks_in(t.text, blocks) for t in rec.turns))
+    return kinds
+
+
+def _legend(kinds: set[str]) -> str:
+    """The key to the page's colours, with the kinds of marked block its records show (:func:`_blocks_shown`)."""
+    return (
+        _LEGEND
+        + "".join(f'<span class="blk {k}">{_BLOCK_NAMES[k]}</span>' for k in _BLOCK_NAMES if k in kinds)
+        + "</div>"
+    )
 
 
 def render_html(
@@ -293,7 +307,27 @@ def render_html(
     tally: Tally | None = None,
     notes: Sequence[str] = (),
 ) -> str:
-    """The viewer page for ``records``.
+    """The viewer page for ``records``: :func:`page_parts` as one string."""
+    return "".join(
+        page_parts(
+            records, title, total=total, n_bad=n_bad, all_records=all_records, which=which, tally=tally, notes=notes
+        )
+    )
+
+
+def page_parts(
+    records: Sequence[ViewRecord],
+    title: str = "SearchRL trajectories",
+    *,
+    total: int | None = None,
+    n_bad: int = 0,
+    all_records: Sequence[ViewRecord] | None = None,
+    which: str = "first",
+    tally: Tally | None = None,
+    notes: Sequence[str] = (),
+) -> Iterator[str]:
+    """The viewer page for ``records``, in pieces to write one after another (the header, then each record's
+    article as it is rendered, then the end), so a page of tens of thousands of records is never one string.
 
     ``total`` is how many records there were before a limit (the page says how many are not shown and how to see
     them), ``n_bad`` how many rows were skipped as malformed, ``all_records`` (default: ``records``) what the summary
@@ -337,7 +371,6 @@ def render_html(
     if n_bad:
         notices.append(f"{n_bad} malformed row{'s' if n_bad != 1 else ''} skipped (--skip-bad).")
     notice_html = "".join(f'<div class="notice">{esc(n)}</div>' for n in notices)
-    articles = "".join(_record_html(i, r) for i, r in enumerate(records))
     controls = (
         '<div class="controls"><input type="search" id="filter" placeholder="filter: any text in a trajectory">'
         '<label><input type="checkbox" id="only-correct"> only correct</label>'
@@ -352,14 +385,17 @@ def render_html(
         '<button type="button" id="collapse">collapse observations</button>'
         '<span id="visible"></span></div>'
     )
-    return (
+    yield (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
         f'<header class="page"><h1>{esc(title)}</h1><div class="summary" id="summary">{stat_html}</div>'
-        f"{_groups_html(tally)}{notice_html}{_legend(articles)}</header>\n{controls}\n"
-        f'<main id="records">\n{articles}</main>\n<script>{_JS}</script>\n</body></html>\n'
+        f"{_groups_html(tally)}{notice_html}{_legend(_blocks_shown(records))}</header>\n{controls}\n"
+        '<main id="records">\n'
     )
+    for i, r in enumerate(records):
+        yield _record_html(i, r)
+    yield f"</main>\n<script>{_JS}</script>\n</body></html>\n"
 
 
 #: a page larger than this is named in a warning: browsers slow to a crawl on pages of hundreds of megabytes
@@ -437,12 +473,13 @@ def write_viewer(
     shown = window.records()
     if title is None:
         title = "SearchRL trajectories: " + ", ".join(p.name for p in paths[:3]) + (" …" if len(paths) > 3 else "")
-    html = render_html(
-        shown, title=title, total=window.n, n_bad=len(bad), tally=tally, which=window.which(len(shown)), notes=notes
+    which = window.which(len(shown))
+    atomic_write_lines(
+        out, page_parts(shown, title, total=window.n, n_bad=len(bad), tally=tally, which=which, notes=notes)
     )
-    if len(html) > LARGE_PAGE_BYTES:
+    if (size := out.stat().st_size) > LARGE_PAGE_BYTES:
         console.print(
-            f"[yellow]warning:[/yellow] the page holds {len(shown)} records ({len(html) / 2**20:.0f} MB of text): "
+            f"[yellow]warning:[/yellow] the page holds {len(shown)} records ({size / 2**20:.0f} MB of text): "
             "too big for a browser to open smoothly; show fewer with --limit, --sample or --dataset / --only / --step"
         )
-    return atomic_write_text(out, html)
+    return out
