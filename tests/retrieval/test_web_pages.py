@@ -4,6 +4,7 @@ serves good, slow, trickling, huge, broken, binary, redirecting and robots-forbi
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from searchrl.config import RetrievalConfig
 from searchrl.data.records import QAExample
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
-from searchrl.retrieval import make_retriever
+from searchrl.retrieval import make_retriever, netguard
 from searchrl.retrieval.pages import FetchOptions, PageFetcher, PageSummarizer, html_to_text
 from searchrl.retrieval.web import WebRetriever
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
@@ -31,9 +32,11 @@ PLAIN = b"Weather report\n\nRain all week in Jaipur."
 
 
 class PageHandler(BaseHTTPRequestHandler):
-    """Every behaviour a real page can have; ``sent`` counts the bytes of /huge actually written."""
+    """Every behaviour a real page can have; ``sent`` counts the bytes of /huge actually written, ``hosts`` the Host
+    header of every request."""
 
     sent = {"huge": 0}
+    hosts: list[str] = []
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args) -> None:  # keep the test output clean
@@ -49,10 +52,13 @@ class PageHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server API
-        path = self.path
+        path = "/" + self.path.split("/", 3)[3] if self.path.startswith("http://") else self.path  # as a proxy
+        PageHandler.hosts.append(self.headers.get("Host", ""))
         try:
             if path == "/robots.txt":
-                if self.headers.get("Host", "").startswith("localhost"):  # another origin: its robots.txt is broken
+                if self.headers.get("Host", "").startswith("bounce.test"):  # its robots.txt redirects inwards
+                    self._send(301, b"", Location="http://10.0.0.7/robots.txt")
+                elif self.headers.get("Host", "").startswith("localhost"):  # another origin: its robots.txt is broken
                     self._send(500, b"oops", "text/plain")
                 else:
                     self._send(200, b"User-agent: *\nDisallow: /private/\n", "text/plain")
@@ -64,6 +70,10 @@ class PageHandler(BaseHTTPRequestHandler):
                 self._send(200, PLAIN, "text/plain; charset=utf-8")
             elif path == "/redirect":
                 self._send(302, b"", Location="/good")
+            elif path == "/to-metadata":  # a redirect to a cloud metadata service
+                self._send(302, b"", Location="http://169.254.169.254/latest/meta-data/")
+            elif path == "/to-intranet":  # a redirect to a name on the local network
+                self._send(302, b"", Location=f"http://intranet.test:{self.server.server_address[1]}/good")
             elif path == "/loop":
                 self._send(302, b"", Location="/loop")
             elif path == "/slow":  # no answer for longer than the page timeout
@@ -130,7 +140,9 @@ def pages() -> Iterator[str]:
 
 
 def fetcher(**kw) -> PageFetcher:
-    return PageFetcher(FetchOptions(**{"timeout_s": 1.0, "max_bytes": 200_000, "max_chars": 5_000, **kw}))
+    """A fetcher for the page server on 127.0.0.1, which only ``allow_private`` reaches."""
+    options = {"timeout_s": 1.0, "max_bytes": 200_000, "max_chars": 5_000, "allow_private": True, **kw}
+    return PageFetcher(FetchOptions(**options))
 
 
 def test_every_kind_of_page_gets_a_status_and_nothing_hangs(pages: str) -> None:
@@ -201,9 +213,106 @@ def test_robots_per_origin_and_cache(pages: str) -> None:
     relaxed.close()
 
 
+def _dns(monkeypatch, answers: dict[str, list[str]]) -> None:
+    """Fake DNS: each name of ``answers`` resolves to its next address (the last one repeats); others as usual."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host in answers:
+            host = answers[host].pop(0) if len(answers[host]) > 1 else answers[host][0]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+def _public(monkeypatch, *addresses: str) -> None:
+    """Let ``addresses`` (on this machine) play public ones."""
+    real = netguard.is_public
+    monkeypatch.setattr(netguard, "is_public", lambda address: address in addresses or real(address))
+
+
+def test_private_addresses_are_refused_unless_allowed(pages: str, monkeypatch) -> None:
+    port = pages.rsplit(":", 1)[1]
+    _dns(monkeypatch, {"intranet.test": ["10.0.0.7"], "loop.test": ["127.0.0.1"]})
+    urls = [
+        f"{pages}/good",
+        f"http://loop.test:{port}/good",
+        "http://intranet.test/x",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]:9/x",
+        "http://[::ffff:127.0.0.1]:9/x",
+        "http://0.0.0.0:9/x",
+    ]
+    PageHandler.hosts.clear()
+    for robots in (True, False):
+        f = fetcher(allow_private=False, respect_robots=robots)
+        got = f.fetch_many(urls)
+        f.close()
+        assert [p.status for p in got] == ["private_address"] * len(urls)  # a status, as other failures
+    assert PageHandler.hosts == []  # nothing reached the page server
+    assert "intranet.test resolves to 10.0.0.7" in got[2].detail and "allow_private: true" in got[2].detail
+    allowed = fetcher()  # allow_private: an intranet search
+    assert allowed.fetch(f"http://loop.test:{port}/good").status == "ok"
+    allowed.close()
+    monkeypatch.setenv("SERPAPI_API_KEY", KEY)
+    for configured in (False, True):  # off unless configured
+        web = make_retriever(RetrievalConfig(kind="web", web={"allow_private": configured}))
+        assert web.fetcher.options.allow_private is configured
+        web.close()
+
+
+def test_every_redirect_hop_and_robots_txt_are_checked(pages: str, monkeypatch) -> None:
+    port = pages.rsplit(":", 1)[1]
+    _public(monkeypatch, "127.0.0.1")  # the page server plays a public site that links inwards
+    _dns(monkeypatch, {"site.test": ["127.0.0.1"], "bounce.test": ["127.0.0.1"], "intranet.test": ["10.0.0.7"]})
+    f = fetcher(allow_private=False)
+    got = {n: f.fetch(f"http://site.test:{port}/{n}") for n in ("good", "redirect", "to-metadata", "to-intranet")}
+    assert {n: p.status for n, p in got.items()} == {
+        "good": "ok",
+        "redirect": "ok",
+        "to-metadata": "private_address",
+        "to-intranet": "private_address",
+    }
+    assert "169.254.169.254 is not a public address" in got["to-metadata"].detail
+    assert f.fetch(f"http://bounce.test:{port}/good").status == "private_address"  # its robots.txt redirects inwards
+    f.close()
+
+
+def test_a_name_is_resolved_once_and_connected_to_as_checked(pages: str, monkeypatch) -> None:
+    """DNS rebinding: a name that answers a public address to one lookup and a private one to the next must not reach
+    the private one: the connection goes to the address that was checked (here 127.0.0.2, where nothing listens)."""
+    port = pages.rsplit(":", 1)[1]
+    _public(monkeypatch, "127.0.0.2")
+    _dns(monkeypatch, {"rebind.test": ["127.0.0.2", "127.0.0.1"]})
+    PageHandler.hosts.clear()
+    f = fetcher(allow_private=False, respect_robots=False)
+    page = f.fetch(f"http://rebind.test:{port}/good")
+    f.close()
+    assert page.status == "error" and "ConnectError" in page.detail
+    assert PageHandler.hosts == []
+
+
+def test_a_proxy_from_the_environment_is_still_used(pages: str, monkeypatch) -> None:
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", pages)  # the page server plays the proxy: a configured proxy may be private
+    f = fetcher(allow_private=False, respect_robots=False)
+    assert f.fetch("http://pages.example/good").status == "ok"  # the proxy resolves the name
+    assert f.fetch("http://10.0.0.7/good").status == "private_address"  # an address in a URL is checked here
+    f.close()
+
+
+def test_public_addresses() -> None:
+    public = ["93.184.216.34", "8.8.8.8", "2606:4700::1111"]
+    private = ["10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1", "127.0.0.2", "169.254.169.254", "0.0.0.0"]
+    private += ["224.0.0.1", "240.0.0.1", "::1", "fe80::1%eth0", "fc00::1", "ff02::1", "::ffff:10.0.0.1"]
+    private += ["2002:7f00:1::"]  # 6to4 around 127.0.0.1
+    assert [a for a in public + private if netguard.is_public(a)] == public
+
+
 def test_pages_queued_behind_others_are_fetched(pages: str) -> None:
     # 16 pages of 0.5 s through 2 workers take 4 s, each well within its own 2 s: none may be given up as timed out
-    f = PageFetcher(FetchOptions(timeout_s=2.0, respect_robots=False), max_workers=2)
+    f = PageFetcher(FetchOptions(timeout_s=2.0, respect_robots=False, allow_private=True), max_workers=2)
     got = f.fetch_many([f"{pages}/nap/{i}" for i in range(16)])
     f.close()
     assert [(p.status, p.text) for p in got] == [("ok", f"/nap/{i}") for i in range(16)]
@@ -316,7 +425,10 @@ def test_agent_rollout_with_online_search_from_the_config(pages: str, serve_app,
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     with serve_app(_search_api(pages)) as api:
         cfg = RetrievalConfig(
-            kind="web", urls=[f"{api}/serpapi"], topk=1, web={"page_timeout_s": 1.0, "max_page_chars": 2000}
+            kind="web",
+            urls=[f"{api}/serpapi"],
+            topk=1,
+            web={"page_timeout_s": 1.0, "max_page_chars": 2000, "allow_private": True},  # the pages are on loopback
         )
         retriever = make_retriever(cfg)
 

@@ -35,6 +35,9 @@ class WebConfig(Section):
     max_page_chars: int = Field(default=35_000, ge=1)
     respect_robots: bool = True
     user_agent: str = "SearchRL-page-fetcher/0.1"
+    #: also fetch pages on private, loopback and link-local addresses (an intranet search engine); off, a result
+    #: or redirect leading to this machine, the local network or a cloud metadata service is refused.
+    allow_private: bool = False
     #: summariser model spec (alias, local dir, HF id; with summarizer_url, its tokenizer); null = no summariser.
     summarizer: str | None = None
     #: OpenAI-compatible endpoint serving the summariser (e.g. http://127.0.0.1:8001/v1); null = run it locally.

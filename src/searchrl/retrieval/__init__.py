@@ -92,6 +92,7 @@ def make_retriever(cfg: RetrievalConfig, corpus: str | Path | None = None) -> Re
                 max_chars=web.max_page_chars,
                 respect_robots=web.respect_robots,
                 user_agent=web.user_agent,
+                allow_private=web.allow_private,
             )
             fetcher = PageFetcher(options)
         elif web.summarizer:

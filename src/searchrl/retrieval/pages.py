@@ -16,6 +16,8 @@ first useful summary. Our choices, all configurable (``retrieval.web``):
   checked from the headers before the body is downloaded); robots.txt is honoured per origin (RFC 9309: a 4xx
   robots.txt allows everything except 401/403, which forbid, as Python's robotparser does; an unreachable one or a
   5xx forbids); redirects are followed by hand (at most ``max_redirects``), each hop checked against robots.txt.
+  Only public addresses are fetched unless ``allow_private`` (:mod:`searchrl.retrieval.netguard`): a result or a
+  redirect that leads to this machine, the local network or a cloud metadata service is a ``private_address`` page.
   A page that fails in any of these ways comes back with a ``status`` saying why and no text.
 - The header's charset decodes a page (an invalid byte becomes U+FFFD); without a known one, plain text is read as
   UTF-8 and HTML's encoding is left to BeautifulSoup (byte-order mark, ``<meta charset>``, a guess). HTML becomes
@@ -46,6 +48,7 @@ from searchrl.generation.base import Generator, SamplingParams
 from searchrl.generation.openai_compat import OpenAICompatGenerator
 from searchrl.generation.prompts import render_user_prompt as render_prompt
 from searchrl.retrieval.cache import LRUCache
+from searchrl.retrieval.netguard import PrivateAddress, public_client
 
 if TYPE_CHECKING:
     from searchrl.config import WebConfig
@@ -94,12 +97,14 @@ class FetchOptions:
     max_redirects: int = 5
     respect_robots: bool = True
     user_agent: str = "SearchRL-page-fetcher/0.1"
+    #: fetch pages on private, loopback and link-local addresses too (an intranet search); off: public pages only
+    allow_private: bool = False
 
 
 @dataclass
 class Page:
     """A fetched page: ``status`` is ``ok`` or why there is no text (robots, content_type, http_404, timeout,
-    error, too_many_redirects, bad_url, empty)."""
+    error, too_many_redirects, bad_url, private_address, empty)."""
 
     url: str
     status: str
@@ -158,7 +163,8 @@ class PageFetcher:
         self.options = options
         timeout = httpx.Timeout(options.timeout_s)
         headers = {"User-Agent": options.user_agent, "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9"}
-        self._client = httpx.Client(timeout=timeout, headers=headers, follow_redirects=False)
+        client = httpx.Client if options.allow_private else public_client
+        self._client = client(timeout=timeout, headers=headers, follow_redirects=False)
         self.max_workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="web-page")
         self._queued = 0  # pages of the fetch_many calls under way (from every thread)
@@ -233,6 +239,8 @@ class PageFetcher:
             page = Page(url, "timeout", detail=f"no complete page within {self.options.timeout_s} s")
         except httpx.TimeoutException as err:
             page = Page(url, "timeout", detail=type(err).__name__)
+        except PrivateAddress as err:  # the page, a redirect or its robots.txt
+            page = Page(url, "private_address", detail=str(err))
         except (httpx.HTTPError, UnicodeError, ValueError) as err:
             page = Page(url, "error", detail=f"{type(err).__name__}: {err}"[:200])
         page.seconds = time.monotonic() - t0
