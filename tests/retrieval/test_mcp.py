@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -125,6 +126,8 @@ def test_streamable_http_transport(tiny_bm25: Path) -> None:
             if "serving MCP" in line:
                 url = line.split(" on ")[-1].strip()
         assert url is not None and url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
+        foreign = httpx.post(url, json={}, headers={"Host": "attacker.example"}, timeout=30)
+        assert foreign.status_code == 421  # on loopback: loopback host names only (DNS rebinding)
         with MCPClient(url, connect_timeout_s=60) as client:
             assert [t.name for t in client.list_tools()] == ["search"]
             hits = MCPRetriever(client).search(["radioactivity"], 1)
@@ -133,6 +136,35 @@ def test_streamable_http_transport(tiny_bm25: Path) -> None:
         proc.terminate()
         rc = proc.wait(30)
     assert rc == 0  # SIGTERM: a graceful shutdown
+
+
+def test_http_transport_answers_only_the_allowed_host_names(tiny_bm25: Path) -> None:
+    """DNS rebinding, as `searchrl serve`: on loopback, loopback names and --allowed-host ones; a foreign browser
+    Origin is refused too."""
+    from starlette.testclient import TestClient
+
+    from searchrl.retrieval.asgi import allowed_hosts
+    from searchrl.retrieval.mcp_server import create_mcp_server, http_app
+
+    client_info = {"name": "test", "version": "0"}
+    params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client_info}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}
+    accept = {"Accept": "application/json, text/event-stream"}
+    server = create_mcp_server(load_index(tiny_bm25))
+    app = http_app(server, allowed_hosts=allowed_hosts("127.0.0.1", ["search.lan"]))
+    with TestClient(app, base_url="http://127.0.0.1:8001") as client:
+        answered = {}
+        for host in ("127.0.0.1:8001", "localhost:8001", "[::1]:8001", "search.lan:8001", "attacker.example:8001"):
+            answered[host] = client.post("/mcp", json=init, headers={**accept, "Host": host}).status_code
+        origin = {**accept, "Origin": "http://attacker.example"}
+        assert client.post("/mcp", json=init, headers=origin).status_code == 403
+    assert answered == {
+        "127.0.0.1:8001": 200,
+        "localhost:8001": 200,
+        "[::1]:8001": 200,
+        "search.lan:8001": 200,
+        "attacker.example:8001": 421,
+    }
 
 
 def test_cli_lists_and_calls_tools(tiny_bm25: Path) -> None:

@@ -62,6 +62,8 @@ def test_busy_port_then_sigterm(tmp_path: Path) -> None:
             except httpx.TransportError:
                 time.sleep(0.2)
         assert r.status_code == 200 and r.json()["result"][0][0]["id"] == "p1"
+        foreign = httpx.get(f"http://127.0.0.1:{port}/health", headers={"Host": f"attacker.example:{port}"})
+        assert foreign.status_code == 421  # on loopback: loopback host names only (DNS rebinding)
 
         second = subprocess.run(
             _cmd("serve", "--index", str(idx), "--port", str(port)),

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from searchrl.retrieval.asgi import allowed_hosts
 from searchrl.retrieval.base import Hit
 from searchrl.retrieval.index import load_index
 from searchrl.retrieval.server import MicroBatcher, create_app
@@ -154,6 +155,38 @@ def test_the_default_body_limit_admits_the_largest_valid_request(tiny_bm25: Path
         too_big = client.post("/retrieve", content=b" " * 5000 + b'{"queries": []}')
     assert ok.status_code == 200 and len(ok.json()["result"]) == 3, ok.text
     assert too_big.status_code == 413, too_big.text
+
+
+def test_a_loopback_service_refuses_foreign_host_names(tiny_bm25: Path, serve_app) -> None:
+    """DNS rebinding: a web page whose name was re-pointed at 127.0.0.1 sends that name as the Host."""
+    from fastapi.testclient import TestClient
+
+    from searchrl.retrieval.client import RemoteRetriever
+
+    app = create_app(load_index(tiny_bm25), allowed_hosts=allowed_hosts("127.0.0.1", ["search.lan"]))
+    body = {"queries": ["volcano lava"], "topk": 1}
+    with serve_app(app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        port = url.rsplit(":", 1)[1]
+        hosts = [f"localhost:{port}", f"127.0.0.1:{port}", "127.0.0.2", f"[::1]:{port}", "LOCALHOST", "search.lan:80"]
+        for host in hosts:
+            resp = client.post("/retrieve", json=body, headers={"Host": host})
+            assert resp.status_code == 200 and resp.json()["result"][0][0]["id"] == "10", (host, resp.text)
+        for host in (f"attacker.example:{port}", "127.0.0.1.attacker.example", "[::1", ""):
+            refused = client.post("/retrieve", json=body, headers={"Host": host})
+            detail = refused.json()["detail"]
+            assert refused.status_code == 421 and "\n" not in detail and "--allowed-host" in detail, (host, detail)
+        assert client.get("/health", headers={"Host": "attacker.example"}).status_code == 421
+        assert RemoteRetriever([url]).search(["volcano lava"], 1)[0][0].id == "10"  # our client sends 127.0.0.1
+    assert TestClient(create_app(load_index(tiny_bm25))).post("/retrieve", json=body).status_code == 200  # any
+
+
+def test_which_host_names_a_service_answers() -> None:
+    loopback = ["localhost", "127.0.0.1", "::1"]
+    assert allowed_hosts("127.0.0.1") == allowed_hosts("::1") == allowed_hosts("localhost") == loopback
+    assert allowed_hosts("127.0.0.1", ["Search.LAN", "[fd00::5]"]) == [*loopback, "search.lan", "fd00::5"]
+    assert allowed_hosts("0.0.0.0") is None and allowed_hosts("10.0.0.5") is None  # chosen to be reached: any
+    assert allowed_hosts("0.0.0.0", ["search.lan"]) == [*loopback, "search.lan"]
+    assert allowed_hosts("127.0.0.1", ["*"]) is None
 
 
 def test_search_failure_is_a_500_and_service_recovers(serve_app) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import ipaddress
 import json
 import signal
 import socket
@@ -165,12 +164,18 @@ def info(
 
 # ------------------------------------------------------------------------------------------------------ serve
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    from searchrl.retrieval.asgi import is_loopback
+
+    return is_loopback(host)
+
+
+#: ``--allowed-host`` of ``searchrl serve`` and ``searchrl mcp serve``
+ALLOWED_HOST = typer.Option(
+    None,
+    "--allowed-host",
+    help="a Host name clients may use besides localhost (repeatable; '*': any). On loopback only loopback names are "
+    "answered (DNS rebinding); on another address any name, unless this is given",
+)
 
 
 def serve(
@@ -201,6 +206,7 @@ def serve(
         20.0, help="ms: a lone request is searched on the event loop when expected to take under this (0: never)"
     ),
     access_log: bool = typer.Option(False, "--access-log", help="log every request"),
+    allowed_host: list[str] = ALLOWED_HOST,
 ) -> None:
     """Serve an index over HTTP: POST /retrieve (Search-R1 format), GET /health, GET /stats, /docs.
 
@@ -208,6 +214,7 @@ def serve(
     """
     import uvicorn
 
+    from searchrl.retrieval.asgi import allowed_hosts
     from searchrl.retrieval.index import load_index
     from searchrl.retrieval.server import create_app
     from searchrl.utils import console
@@ -230,6 +237,7 @@ def serve(
         max_pending_queries=max_pending,
         max_queue_wait_s=max_queue_wait,
         inline_max_ms=inline_ms,
+        allowed_hosts=allowed_hosts(host, allowed_host or ()),
     )
     manifest = retriever.manifest
     encoder = f" (queries: {type(dense.encoder).__name__})" if hasattr(dense, "encoder") else ""

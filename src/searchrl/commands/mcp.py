@@ -11,6 +11,8 @@ from pathlib import Path
 
 import typer
 
+from searchrl.commands.index import ALLOWED_HOST
+
 app = typer.Typer(
     help="MCP (Model Context Protocol): serve an index as an MCP search tool, list or call any MCP server's tools. "
     "Needs the mcp package (pip install 'searchrl[mcp]').\n\n"
@@ -41,6 +43,7 @@ def serve(
     query_encoder: str = typer.Option(
         None, help="dense query encoding: onnx | sentence-transformers (default: what the index manifest says)"
     ),
+    allowed_host: list[str] = ALLOWED_HOST,
 ) -> None:
     """Serve an index (BM25, dense or hybrid) as an MCP server with one tool, search(queries, topk), answering JSON
     lists of documents. Over stdio by default: an MCP client starts this command itself.
@@ -50,6 +53,7 @@ def serve(
     Over HTTP: searchrl mcp serve --index indexes/bm25 --http --port 8001   (endpoint http://127.0.0.1:8001/mcp)
     """
     from searchrl.commands.index import _bind, _is_loopback
+    from searchrl.retrieval.asgi import allowed_hosts
     from searchrl.retrieval.index import load_index
     from searchrl.retrieval.mcp_server import create_mcp_server, run_http, run_stdio
     from searchrl.utils import console
@@ -76,7 +80,7 @@ def serve(
     # as `searchrl serve`: SIGTERM shuts uvicorn down gracefully and the process ends with exit status 0
     stopped_by: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopped_by.append(signum))
-    run_http(server, sock, host=host, path=path)
+    run_http(server, sock, path=path, allowed_hosts=allowed_hosts(host, allowed_host or ()))
     console.print(f"stopped serving MCP on {where}" + (" (SIGTERM)" if stopped_by else ""))
 
 

@@ -1,10 +1,65 @@
 """ASGI layer of the retrieval service: request bodies read as JSON whatever their content type, and bounded in
-size before they are read into memory."""
+size before they are read into memory; the Host header checked against the names the service answers to."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
+
+#: the names of this machine a server on a loopback address answers to (any port)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address (or Host name) is this machine only: ``localhost``, 127.0.0.0/8 or ``::1``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(bind: str, extra: Sequence[str] = ()) -> list[str] | None:
+    """The Host names a server listening on ``bind`` answers to, None for any: on a loopback address its loopback
+    names and ``extra``; on another address (0.0.0.0, a LAN address) any name, or the loopback names and ``extra``
+    when given. ``*`` in ``extra`` allows any."""
+    if "*" in extra or not (extra or is_loopback(bind)):
+        return None
+    return list(dict.fromkeys([*LOOPBACK_NAMES, *(h.strip("[]").lower() for h in extra)]))
+
+
+class TrustedHosts:
+    """ASGI layer: an HTTP request whose Host header names neither this machine's loopback (``localhost``,
+    127.0.0.0/8, ``[::1]``) nor one of ``hosts``, with any port, is refused with 421 before it is read. A web page
+    whose host name an attacker re-points at 127.0.0.1 (DNS rebinding) sends that name as the Host, so it cannot reach
+    a service on this machine through a researcher's browser."""
+
+    def __init__(self, app: Any, hosts: Sequence[str]) -> None:
+        self.app = app
+        self.hosts = {h.strip("[]").lower() for h in hosts}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        try:
+            name = urlsplit(f"//{header}").hostname or ""
+        except ValueError:  # e.g. an unclosed [
+            name = ""
+        if is_loopback(name) or name in self.hosts:
+            await self.app(scope, receive, send)
+            return
+        names = ", ".join(dict.fromkeys([*LOOPBACK_NAMES, *sorted(self.hosts)]))
+        detail = (
+            f"Host '{header}' is not a name this service answers to ({names}); to reach it by that name, start it "
+            f"with --allowed-host {name or 'NAME'}"
+        )
+        await _answer(send, 421, detail)
 
 
 class JsonBodies:
@@ -47,10 +102,15 @@ class JsonBodies:
             f"request body {'over' if at_least else 'of'} {size:,} bytes; the limit is {self.max_bytes:,} "
             "(send fewer or shorter queries per request)"
         )
-        body = json.dumps({"detail": detail}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, 413, detail)
+
+
+async def _answer(send: Any, status: int, detail: str) -> None:
+    """A JSON ``{"detail": ...}`` response, sent without reading the request."""
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _replay(body: bytes, receive: Any) -> Any:

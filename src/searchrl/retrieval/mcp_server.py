@@ -8,13 +8,15 @@ over streamable HTTP (``http://HOST:PORT/mcp``). The tool::
 
 The same limits as the ``/retrieve`` service apply (number of queries, query length, topk); a request beyond them
 is a tool error with a one-line message, which the calling model (or ``MCPRetriever``) reads. Searches run one at a
-time in a worker thread, so the server keeps answering while an index searches.
+time in a worker thread, so the server keeps answering while an index searches. Over HTTP on a loopback address it
+answers loopback Host names only, as ``searchrl serve`` (DNS rebinding; ``--allowed-host`` adds names).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -87,10 +89,26 @@ def run_stdio(server: Any) -> None:
     anyio.run(server.run_stdio_async)
 
 
-def run_http(server: Any, sock: Any, *, host: str = "127.0.0.1", path: str = "/mcp") -> None:
+def http_app(server: Any, *, path: str = "/mcp", allowed_hosts: Sequence[str] | None = None) -> Any:
+    """The streamable-HTTP ASGI app at ``path``. ``allowed_hosts`` (:func:`searchrl.retrieval.asgi.allowed_hosts`):
+    the Host names answered, any port (others get 421, a browser page's foreign Origin 403); None answers any."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if allowed_hosts is None:
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    else:
+        names = [f"[{h}]" if ":" in h else h for h in allowed_hosts]
+        security = TransportSecuritySettings(
+            allowed_hosts=[*names, *(f"{n}:*" for n in names)],
+            allowed_origins=[f"{s}://{n}{p}" for n in names for s in ("http", "https") for p in ("", ":*")],
+        )
+    return server.streamable_http_app(streamable_http_path=path, transport_security=security)
+
+
+def run_http(server: Any, sock: Any, *, path: str = "/mcp", allowed_hosts: Sequence[str] | None = None) -> None:
     """Serve streamable HTTP at ``path`` on a listening socket (bound by the caller, so a busy port fails before the
-    index loads) until SIGINT / SIGTERM."""
+    index loads) until SIGINT / SIGTERM; ``allowed_hosts`` as :func:`http_app`."""
     import uvicorn
 
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    app = http_app(server, path=path, allowed_hosts=allowed_hosts)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -9,7 +9,8 @@ With ``"return_scores": false`` (the default, as in Search-R1) each inner list h
 ``topk`` may be omitted or 0 (server default, 3). As Search-R1's server, an empty list gets ``{"result": []}`` and a
 blank query what the index answers for it (dense: the passages nearest the encoded prefix; BM25: none). Beyond
 Search-R1: unknown fields, wrong types and out-of-range ``topk`` are rejected with a 4xx and a one-line ``detail``
-message instead of a 500; ``GET /health``; ``GET /stats``.
+message instead of a 500; ``GET /health``; ``GET /stats``. With ``allowed_hosts`` (``searchrl serve`` sets it on a
+loopback address), a request whose Host header names another machine is refused with 421 (DNS rebinding).
 
 Concurrency: requests that arrive together are merged by a ``MicroBatcher`` into one ``search`` call (one encoder
 forward pass and one faiss search for a dense index), which runs in a worker thread so the event loop keeps
@@ -28,7 +29,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from searchrl import __version__
-from searchrl.retrieval.asgi import JsonBodies
+from searchrl.retrieval.asgi import JsonBodies, TrustedHosts
 from searchrl.retrieval.base import Hit, Retriever
 
 SearchFn = Callable[[list[str], int], list[list[Hit]]]
@@ -340,6 +341,7 @@ def create_app(
     max_queue_wait_s: float = 30.0,
     inline_max_ms: float = 20.0,
     max_body_bytes: int | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """A FastAPI app serving ``retriever``. Limits bound one request: number of queries, characters per query, topk.
 
@@ -347,7 +349,8 @@ def create_app(
     larger than the largest valid one (``max_body_bytes``; by default every query at its longest, each character
     JSON-escaped as a surrogate pair, 12 bytes) is refused with 413 before it is read.
     Overload (more than ``max_pending_queries`` waiting, or a wait over ``max_queue_wait_s``) is answered with 503
-    and ``Retry-After``.
+    and ``Retry-After``. ``allowed_hosts``: the Host names answered besides this machine's loopback ones (421 for
+    others, :class:`~searchrl.retrieval.asgi.TrustedHosts`); None answers any.
     """
     if not 1 <= default_topk <= max_topk:
         raise ValueError(f"default_topk must be in [1, max_topk={max_topk}] (got {default_topk})")
@@ -377,6 +380,8 @@ def create_app(
     if max_body_bytes is None:
         max_body_bytes = max_queries * (12 * max_query_chars + 16) + 1024
     app.add_middleware(JsonBodies, max_bytes=max_body_bytes)
+    if allowed_hosts is not None:  # added last: the outermost layer, before the body is read
+        app.add_middleware(TrustedHosts, hosts=allowed_hosts)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
