@@ -145,6 +145,30 @@ def test_a_body_over_the_size_limit_is_refused_before_it_is_read(tiny_bm25: Path
     assert after.status_code == 200
 
 
+def test_a_chunked_body_is_bounded_whatever_content_length_it_claims() -> None:
+    """h11 (uvicorn's parser where httptools is missing) passes a request with both ``Transfer-Encoding: chunked``
+    and a small ``Content-Length`` on: its body is what arrives, not what the length says."""
+    from searchrl.retrieval.asgi import JsonBodies
+
+    reached, sent = [], []
+    parts = [{"type": "http.request", "body": b"x" * 150, "more_body": True}] * 2
+    parts.append({"type": "http.request", "body": b"", "more_body": False})
+    headers = [(b"content-length", b"10"), (b"transfer-encoding", b"chunked")]
+
+    async def app(scope, receive, send) -> None:
+        reached.append(scope)
+
+    async def receive() -> dict:
+        return parts.pop(0)
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(JsonBodies(app, max_bytes=200)({"type": "http", "method": "POST", "headers": headers}, receive, send))
+    assert not reached and sent[0]["status"] == 413
+    assert b"request body over 300 bytes" in sent[1]["body"]
+
+
 def test_the_default_body_limit_admits_the_largest_valid_request(tiny_bm25: Path, serve_app) -> None:
     app = create_app(load_index(tiny_bm25), max_queries=3, max_query_chars=100)
     largest = {"queries": ["\U0001f600" * 100] * 3, "topk": 1}  # an emoji is escaped as a surrogate pair: 12 bytes
@@ -176,6 +200,9 @@ def test_a_loopback_service_refuses_foreign_host_names(tiny_bm25: Path, serve_ap
             detail = refused.json()["detail"]
             assert refused.status_code == 421 and "\n" not in detail and "--allowed-host" in detail, (host, detail)
         assert client.get("/health", headers={"Host": "attacker.example"}).status_code == 421
+        for origin, status in (("https://attacker.example", 403), ("null", 403), (f"http://localhost:{port}", 200)):
+            resp = client.post("/retrieve", json=body, headers={"Origin": origin})  # a browser page's request
+            assert resp.status_code == status, (origin, resp.text)
         assert RemoteRetriever([url]).search(["volcano lava"], 1)[0][0].id == "10"  # our client sends 127.0.0.1
     assert TestClient(create_app(load_index(tiny_bm25))).post("/retrieve", json=body).status_code == 200  # any
 

@@ -36,30 +36,43 @@ class TrustedHosts:
     """ASGI layer: an HTTP request whose Host header names neither this machine's loopback (``localhost``,
     127.0.0.0/8, ``[::1]``) nor one of ``hosts``, with any port, is refused with 421 before it is read. A web page
     whose host name an attacker re-points at 127.0.0.1 (DNS rebinding) sends that name as the Host, so it cannot reach
-    a service on this machine through a researcher's browser."""
+    a service on this machine through a researcher's browser. A request a browser sends for a page of another site
+    (its ``Origin`` header names another host) is refused with 403: such a page may not send queries either."""
 
     def __init__(self, app: Any, hosts: Sequence[str]) -> None:
         self.app = app
         self.hosts = {h.strip("[]").lower() for h in hosts}
 
+    def _allowed(self, name: str) -> bool:
+        return is_loopback(name) or name in self.hosts
+
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-        try:
-            name = urlsplit(f"//{header}").hostname or ""
-        except ValueError:  # e.g. an unclosed [
-            name = ""
-        if is_loopback(name) or name in self.hosts:
+        fields = dict(scope["headers"])
+        header = fields.get(b"host", b"").decode("latin-1")
+        name = _hostname(f"//{header}")
+        origin = fields.get(b"origin", b"").decode("latin-1")  # sent by browsers only
+        if not self._allowed(name):
+            names = ", ".join(dict.fromkeys([*LOOPBACK_NAMES, *sorted(self.hosts)]))
+            detail = (
+                f"Host '{header}' is not a name this service answers to ({names}); to reach it by that name, start "
+                f"it with --allowed-host {name or 'NAME'}"
+            )
+            await _answer(send, 421, detail)
+        elif origin and not self._allowed(_hostname(origin)):
+            await _answer(send, 403, f"requests from web pages of {origin} are refused; query the service directly")
+        else:
             await self.app(scope, receive, send)
-            return
-        names = ", ".join(dict.fromkeys([*LOOPBACK_NAMES, *sorted(self.hosts)]))
-        detail = (
-            f"Host '{header}' is not a name this service answers to ({names}); to reach it by that name, start it "
-            f"with --allowed-host {name or 'NAME'}"
-        )
-        await _answer(send, 421, detail)
+
+
+def _hostname(url: str) -> str:
+    """The host of a URL (``//host:port`` for a Host header), lower case, without brackets; "" when there is none."""
+    try:
+        return urlsplit(url).hostname or ""
+    except ValueError:  # e.g. an unclosed [
+        return ""
 
 
 class JsonBodies:
@@ -77,8 +90,11 @@ class JsonBodies:
             return
         headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
         scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-        length = dict((k.lower(), v) for k, v in headers).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+        fields = dict((k.lower(), v) for k, v in headers)
+        length = fields.get(b"content-length")
+        if b"transfer-encoding" in fields or (length is not None and not length.isdigit()):
+            length = None  # chunked wins over a Content-Length (RFC 9112 6.3; h11 passes both): count what arrives
+        if length is not None and int(length) > self.max_bytes:
             await self._too_large(send, int(length))
             return
         if length is None:  # chunked: read it here, within the limit, and hand it on whole

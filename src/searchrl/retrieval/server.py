@@ -10,7 +10,8 @@ With ``"return_scores": false`` (the default, as in Search-R1) each inner list h
 blank query what the index answers for it (dense: the passages nearest the encoded prefix; BM25: none). Beyond
 Search-R1: unknown fields, wrong types and out-of-range ``topk`` are rejected with a 4xx and a one-line ``detail``
 message instead of a 500; ``GET /health``; ``GET /stats``. With ``allowed_hosts`` (``searchrl serve`` sets it on a
-loopback address), a request whose Host header names another machine is refused with 421 (DNS rebinding).
+loopback address), a request whose Host header names another machine is refused with 421 (DNS rebinding), and one a
+browser sends for another site's page with 403.
 
 Concurrency: requests that arrive together are merged by a ``MicroBatcher`` into one ``search`` call (one encoder
 forward pass and one faiss search for a dense index), which runs in a worker thread so the event loop keeps
