@@ -45,7 +45,9 @@ def policy_script(protocol, queries: list[str]):
     return script
 
 
-def one_step(recipe: str, tmp: Path, monkeypatch, queries: tuple[str, ...] = ("lyon city",)):
+def one_step(
+    recipe: str, tmp: Path, monkeypatch, queries: tuple[str, ...] = ("lyon city",), overrides: tuple[str, ...] = ()
+):
     """One RL step of ``recipe`` at a tiny size; returns the trainer, the step's metrics, the step's tensors (as the
     update reads them) and the retriever."""
     rows = [{"id": f"q{i}", "question": "Which country is Lyon in?", "golden_answers": ["France"]} for i in range(2)]
@@ -72,6 +74,7 @@ def one_step(recipe: str, tmp: Path, monkeypatch, queries: tuple[str, ...] = ("l
             "rollout.max_total_tokens=4000",
             "retrieval.topk=1",
             "algorithm.mini_batch_size=4",
+            *overrides,
         ],
     )
     tok = ByteTokenizer()
@@ -176,6 +179,24 @@ def test_r_search_scores_the_global_evidence_with_the_frozen_reader(tmp_path: Pa
     text = trainer.tokenizer.decode([i for i, a in zip(traj.response_ids, traj.action_mask, strict=True) if a])
     assert EVIDENCE in text and DOC not in text  # the evidence is trained on, the documents are masked
     assert trainer.critic is None and step.tensors.ref_logp_BT is not None  # GRPO, KL in the loss
+
+
+def test_r_search_sampling_reader_is_seeded_by_the_run(tmp_path: Path, monkeypatch) -> None:
+    """model.reader_temperature > 0 (R-Search's code samples at 0.1): the reader's draws come from training.seed, so
+    two runs of one config read the evidence alike."""
+    read: list[list[str]] = []
+
+    class Recording(hf.HFGenerator):
+        def generate(self, prompts, params):
+            out = super().generate(prompts, params)
+            read.append([c.text for c in out])
+            return out
+
+    monkeypatch.setattr(hf, "HFGenerator", Recording)
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        one_step("r_search", tmp_path / run, monkeypatch, overrides=("model.reader_temperature=1.0",))
+    assert len(read) == 2 and read[0] and read[0] == read[1]
 
 
 def test_rag_r1_sends_a_calls_queries_together_and_trains_ppo(tmp_path: Path, monkeypatch) -> None:

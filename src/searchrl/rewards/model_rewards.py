@@ -3,10 +3,12 @@ evidence alone) and the LLM judge's verdict. ``searchrl.rewards.components`` reg
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from searchrl.generation.base import SamplingParams
+from searchrl.generation.base import SamplingParams, mix_seed
 from searchrl.generation.prompts import render_prompt
 from searchrl.rewards.inputs import Reader, RewardInput, Scores
 from searchrl.rewards.inputs import mean as _mean
@@ -79,6 +81,8 @@ def generator_reader(
     default (R-Search's code samples at temperature 0.1, top-p 0.9, up to 512 tokens: ``model.reader_*``).
 
     Chat models get the prompt as one user message through the tokenizer's chat template; others get it raw.
+    ``seed`` (a run's ``training.seed``): each prompt samples from its own stream, a hash of the seed and the prompt,
+    so a reading depends on neither its batch nor the step; None draws afresh.
     """
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
 
@@ -88,8 +92,9 @@ def generator_reader(
         )
 
     def read(questions: list[str], evidences: list[str]) -> list[str]:
-        prompts = [encode(reader_prompt(q, e)) for q, e in zip(questions, evidences, strict=True)]
-        completions = generator.generate(prompts, params)
+        texts = [reader_prompt(q, e) for q, e in zip(questions, evidences, strict=True)]
+        rows = None if seed is None else tuple(mix_seed(seed, zlib.crc32(t.encode())) for t in texts)
+        completions = generator.generate([encode(t) for t in texts], replace(params, row_seeds=rows))
         return [(c.text.strip().splitlines() or [""])[0].strip() for c in completions]
 
     return read

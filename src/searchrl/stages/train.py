@@ -182,6 +182,7 @@ def _evidence_reward(cfg: RunConfig, protocol, model, tok):
         max_new_tokens=m.reader_max_new_tokens,
         temperature=m.reader_temperature,
         top_p=m.reader_top_p,
+        seed=cfg.training.seed,
     )
     return default_reward_fn(cfg, protocol, tok, reader=reader)
 
