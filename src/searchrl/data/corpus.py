@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -394,6 +395,19 @@ def iter_passages(path: str | Path, chunk_size: int = 100, max_words: int | None
         )
 
 
+def read_at(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes of ``fd`` at ``offset``: ``os.pread`` where there is one, else (Windows) a seek and a read under
+    a lock, so that threads sharing ``fd`` do not move each other's file position."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, size, offset)
+    with _SEEK_LOCK:
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, size)
+
+
+_SEEK_LOCK = threading.Lock()
+
+
 def file_fingerprint(path: str | Path) -> str:
     """sha256 over size + first and last MiB: cheap for huge files, changes when the corpus changes."""
     path = Path(path)
@@ -414,8 +428,8 @@ class PassageStore:
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self._offsets = np.load(self.dir / "offsets.npy", mmap_mode="r")  # (N + 1,) int64 byte offsets
-        # os.pread: positional reads need no shared file position, so concurrent readers are safe.
-        self._fd = os.open(self.dir / "passages.jsonl", os.O_RDONLY)
+        # positional reads (read_at) need no shared file position, so concurrent readers are safe.
+        self._fd = os.open(self.dir / "passages.jsonl", os.O_RDONLY | getattr(os, "O_BINARY", 0))  # Windows: binary
         self._id_to_index: dict[str, int] | None = None
 
     @classmethod
@@ -440,7 +454,7 @@ class PassageStore:
         if not 0 <= i < len(self):
             raise IndexError(i)
         start, end = int(self._offsets[i]), int(self._offsets[i + 1])
-        row = json.loads(os.pread(self._fd, end - start, start))
+        row = json.loads(read_at(self._fd, end - start, start))
         return Passage(row["id"], row["title"], row["text"], row.get("quoted", False))
 
     def get_many(self, indices: Iterable[int]) -> list[Passage]:
@@ -457,4 +471,7 @@ class PassageStore:
         return self._id_to_index[passage_id]
 
     def close(self) -> None:
+        """Release the passage file and the offsets' memory map (Windows cannot rename a directory holding either:
+        ``index build`` moves its staging directory into place once the store is closed)."""
         os.close(self._fd)
+        self._offsets = np.zeros(1, dtype=np.int64)

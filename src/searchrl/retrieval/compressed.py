@@ -294,7 +294,7 @@ class RowReader:
         self.file = RowFile.npy(path)  # path, shape, dtype and the offset of row 0
         self.shape = self.file.shape
         self.row_bytes = self.shape[1] * self.file.dtype.itemsize
-        self._fd = os.open(self.file.path, os.O_RDONLY)
+        self._fd = os.open(self.file.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))  # Windows: not text mode
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (sorted, distinct) as (R, D) float32, one positional read per row."""

@@ -1,0 +1,63 @@
+"""macOS and Windows, simulated on Linux: what those platforms lack (``os.pread``, ``os.fchmod`` before Python 3.13,
+a UTF-8 default for text files) or do differently (a second bind on an SO_REUSEADDR port succeeds on Windows;
+backslashes are path separators there, not escapes; a directory with a memory-mapped file in it cannot be renamed)
+must not break the commands a laptop user runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import searchrl
+from searchrl.data.corpus import Passage, PassageStore
+
+SRC = Path(searchrl.__file__).resolve().parents[1]  # the source under test, for a fresh interpreter
+
+
+def test_passages_are_read_without_os_pread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows has no ``os.pread``: every search reads its passages through the store."""
+    passages = [Passage("d1", "Zoë", "Zoë Ångström was born in Malmö."), Passage("d2", "B", "plain text")]
+    PassageStore.build(passages, tmp_path / "p").close()
+    monkeypatch.delattr(os, "pread")
+    store = PassageStore(tmp_path / "p")
+    assert store.get_many([1, 0]) == passages[::-1]
+    store.close()
+
+
+def test_a_closed_store_keeps_no_file_of_its_directory_open(tmp_path: Path) -> None:
+    """``index build`` renames the staging directory into place after closing the store; Windows refuses to rename
+    a directory holding an open or memory-mapped file, so closing must release both."""
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("needs /proc to see the process's open and mapped files")
+    store = PassageStore.build([Passage("d1", "A", "text")], tmp_path / "p")
+    assert store[0].text == "text"
+    store.close()
+    where = str(tmp_path / "p")
+    mapped = [line for line in Path("/proc/self/maps").read_text().splitlines() if where in line]
+    assert not mapped and not [fd for fd in os.listdir("/proc/self/fd") if _target(fd).startswith(where)]
+
+
+def _target(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # the descriptor listdir itself used, closed since
+        return ""
+
+
+def test_binary_files_are_opened_in_binary_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows opens a file descriptor in text mode unless given ``O_BINARY``: CR LF pairs in fp16 vectors would
+    be folded into LF and a 0x1A byte would end the read."""
+    import numpy as np
+
+    from searchrl.retrieval.compressed import RowReader
+
+    monkeypatch.setattr(os, "O_BINARY", 0x8000, raising=False)
+    flags: list[int] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, flag, *a: flags.append(flag) or real_open(path, flag & ~0x8000, *a))
+    np.save(tmp_path / "v.npy", np.zeros((2, 4), dtype=np.float16))
+    RowReader(tmp_path / "v.npy").close()
+    PassageStore.build([Passage("d1", "A", "text")], tmp_path / "p").close()
+    assert len(flags) == 2 and all(f & 0x8000 for f in flags)
