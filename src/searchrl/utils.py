@@ -241,7 +241,7 @@ def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> int:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.fchmod(fd, 0o644)  # mkstemp creates 0600; results are meant to be read by others
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be read by others (os.fchmod: not Windows)
     n = 0
     try:
         # a lone surrogate (a "\\ud800" escape in an input file) is written as that escape: in JSON the same string

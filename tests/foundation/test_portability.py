@@ -5,6 +5,7 @@ must not break the commands a laptop user runs."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -61,3 +62,13 @@ def test_binary_files_are_opened_in_binary_mode(tmp_path: Path, monkeypatch: pyt
     RowReader(tmp_path / "v.npy").close()
     PassageStore.build([Passage("d1", "A", "text")], tmp_path / "p").close()
     assert len(flags) == 2 and all(f & 0x8000 for f in flags)
+
+
+def test_results_are_written_without_os_fchmod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.fchmod`` exists on Windows only from Python 3.13: every result file goes through this write."""
+    from searchrl.utils import write_jsonl
+
+    monkeypatch.delattr(os, "fchmod")
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"q": "Zoë"}])
+    assert json.loads(path.read_text(encoding="utf-8")) == {"q": "Zoë"}
+    assert path.stat().st_mode & 0o777 == 0o644
