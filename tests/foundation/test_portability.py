@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,24 @@ def test_results_are_written_without_os_fchmod(tmp_path: Path, monkeypatch: pyte
     path = write_jsonl(tmp_path / "rows.jsonl", [{"q": "Zoë"}])
     assert json.loads(path.read_text(encoding="utf-8")) == {"q": "Zoë"}
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_taken_port_is_not_shared_on_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Windows SO_REUSEADDR lets a second server bind a port another one listens on (both then answer), so a
+    busy port would not fail: as ``socket.create_server``, the option is set on POSIX only."""
+    from searchrl.commands import index
+
+    options: list[int] = []
+
+    class Recording(socket.socket):
+        def setsockopt(self, level, option, *value):  # type: ignore[override]
+            options.append(option)
+            return super().setsockopt(level, option, *value)
+
+    monkeypatch.setattr(index.socket, "socket", Recording)
+    monkeypatch.setattr(sys, "platform", "win32")
+    index._bind("127.0.0.1", 0).close()
+    assert socket.SO_REUSEADDR not in options
+    monkeypatch.setattr(sys, "platform", "linux")
+    index._bind("127.0.0.1", 0).close()
+    assert socket.SO_REUSEADDR in options

@@ -6,6 +6,7 @@ import errno
 import json
 import signal
 import socket
+import sys
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -265,7 +266,8 @@ def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if sys.platform != "win32":  # there, as socket.create_server knows, it lets a second server share the port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):  # as socket.create_server: IPv6 only
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind((host, port))
