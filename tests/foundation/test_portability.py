@@ -95,3 +95,14 @@ def test_a_taken_port_is_not_shared_on_windows(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(sys, "platform", "linux")
     index._bind("127.0.0.1", 0).close()
     assert socket.SO_REUSEADDR in options
+
+
+def test_an_mcp_command_line_keeps_windows_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Windows a backslash separates folders: ``--index C:\\idx\\bm25`` must reach the server as written."""
+    from searchrl.tools.mcp import parse_server
+
+    monkeypatch.setattr(sys, "platform", "win32")
+    argv = parse_server(r'searchrl mcp serve --index C:\idx\bm25 --corpus "C:\my data\c.jsonl"')
+    assert argv == ["searchrl", "mcp", "serve", "--index", r"C:\idx\bm25", "--corpus", r"C:\my data\c.jsonl"]
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert parse_server(r"a b\ c 'd e'") == ["a", "b c", "d e"]  # POSIX: as a shell splits it

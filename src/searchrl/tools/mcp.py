@@ -35,6 +35,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from typing import Any
 
+from searchrl.tools import split_command
 from searchrl.utils import MissingDependency
 
 INSTALL_HINT = "pip install 'searchrl[mcp]' (the mcp package)"
@@ -88,14 +89,13 @@ class ToolResult:
 
 
 def parse_server(server: str | Sequence[str]) -> str | list[str]:
-    """A URL (``http(s)://...``) as it is, or a command line as its argument list (a string is split as a POSIX
-    shell would split it)."""
+    """A URL (``http(s)://...``) as it is, or a command line as its argument list (a string: :func:`split_command`)."""
     if isinstance(server, str):
         text = server.strip()
         if text.startswith(("http://", "https://")):
             return text
         try:
-            argv = shlex.split(text)
+            argv = split_command(text)
         except ValueError as err:
             raise ValueError(f"cannot split the MCP server command line {server!r}: {err}; check its quotes") from None
     else:
