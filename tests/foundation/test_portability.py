@@ -106,3 +106,21 @@ def test_an_mcp_command_line_keeps_windows_paths(monkeypatch: pytest.MonkeyPatch
     assert argv == ["searchrl", "mcp", "serve", "--index", r"C:\idx\bm25", "--corpus", r"C:\my data\c.jsonl"]
     monkeypatch.setattr(sys, "platform", "linux")
     assert parse_server(r"a b\ c 'd e'") == ["a", "b c", "d e"]  # POSIX: as a shell splits it
+
+
+def test_a_resumed_rl_checkpoint_is_not_left_mapped_on_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The optimizer state loaded on resume keeps a memory-mapped ``trainer_state.pt`` mapped, and Windows cannot
+    rename the checkpoint directory holding it when the next checkpoint replaces it."""
+    import torch
+
+    from searchrl.rl.checkpoint import load_state
+
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("needs /proc to see the process's mapped files")
+    torch.save({"optimizer": {"exp_avg": torch.ones(4096)}}, tmp_path / "trainer_state.pt")
+    monkeypatch.setattr(sys, "platform", "win32")
+    state = load_state(tmp_path / "trainer_state.pt")
+    mapped = [line for line in Path("/proc/self/maps").read_text().splitlines() if str(tmp_path) in line]
+    assert not mapped and state["optimizer"]["exp_avg"].sum() == 4096

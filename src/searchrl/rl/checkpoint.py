@@ -16,6 +16,7 @@ import json
 import pickle
 import random
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,10 +91,11 @@ _NUMPY_ARRAYS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), np.ndarray.__r
 
 def load_state(path: Path) -> dict[str, Any]:
     """A ``trainer_state.pt`` read with torch's weights-only loader (see the module's docstring), memory-mapped:
-    every process of a sharded run reads the whole state, its pages shared, not copied."""
+    every process of a sharded run reads the whole state, its pages shared, not copied. Not on Windows: the loaded
+    optimizer state would keep the file mapped, and the next save could not rename the checkpoint directory."""
     try:
         with torch.serialization.safe_globals(_NUMPY_ARRAYS):
-            return torch.load(path, weights_only=True, mmap=True)
+            return torch.load(path, weights_only=True, mmap=sys.platform != "win32")
     except pickle.UnpicklingError as err:
         allowed = {f"{g.__module__}.{g.__qualname__}" for g in _NUMPY_ARRAYS}
         unsafe = [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(path) if g not in allowed]
