@@ -124,3 +124,16 @@ def test_a_resumed_rl_checkpoint_is_not_left_mapped_on_windows(
     state = load_state(tmp_path / "trainer_state.pt")
     mapped = [line for line in Path("/proc/self/maps").read_text().splitlines() if str(tmp_path) in line]
     assert not mapped and state["optimizer"]["exp_avg"].sum() == 4096
+
+
+def test_a_plugin_named_by_a_path_with_a_drive_colon_is_a_file(tmp_path: Path) -> None:
+    """A plugin file is kept by its absolute path, which on Windows starts with a drive (``C:\\exp\\my_ext.py``):
+    its colon does not start a ``:name``, so the file is still found, and editing it still re-runs the stages."""
+    from searchrl.config.extensions import code_digests, split_file
+
+    assert split_file(r"C:\exp\my_ext.py") == (r"C:\exp\my_ext.py", "")
+    assert split_file(r"C:\exp\my_rewards.py:brevity") == (r"C:\exp\my_rewards.py", ":brevity")
+    plugin = tmp_path / "d:" / "my_ext.py"  # the same colon in a POSIX path
+    plugin.parent.mkdir()
+    plugin.write_text("X = 1\n", encoding="utf-8")
+    assert list(code_digests([str(plugin)])) == [str(plugin)]

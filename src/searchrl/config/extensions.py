@@ -95,10 +95,14 @@ def known(kind: str) -> Callable[[str], str]:
 def split_file(spec: str) -> tuple[str | None, str]:
     """The file of a ``file.py`` / ``file.py:name`` spec and the rest; ``(None, "")`` for a module or a built-in name.
 
+    A colon not followed by a name is part of the path (a Windows drive: ``C:\\exp\\my_ext.py``).
+
     >>> split_file("exp/my_rewards.py:brevity"), split_file("my_ext.py"), split_file("mypkg.rewards:brevity")
     (('exp/my_rewards.py', ':brevity'), ('my_ext.py', ''), (None, ''))
     """
-    file, colon, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    file, colon, attr = spec.rpartition(":")
+    if not colon or not attr.isidentifier():
+        file, colon, attr = spec, "", ""
     return (file, colon + attr) if file.endswith(".py") else (None, "")
 
 
@@ -184,7 +188,7 @@ def load_object(spec: str, what: str) -> Any:
 
 def _source_file(spec: str) -> Path | None:
     """The file behind a plugin or ``file.py:name`` / ``module:name`` spec (None: a built-in name, or no file)."""
-    where = spec.rpartition(":")[0] if ":" in spec else spec
+    where = split_file(spec)[0] or (spec.rpartition(":")[0] if ":" in spec else spec)
     if where.endswith(".py"):
         path = Path(where).expanduser().resolve()
         return path if path.is_file() else None
