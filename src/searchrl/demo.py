@@ -34,7 +34,7 @@ def evaluate_before(cfg: RunConfig, out_dir: Path) -> dict[str, float]:
 
     path = out_dir / "before.json"
     if path.exists():
-        before = json.loads(path.read_text())
+        before = json.loads(path.read_text(encoding="utf-8"))
         console.log(f"before (reused {path}): {before}")
         return before
     t = time.perf_counter()
@@ -48,7 +48,7 @@ def evaluate_before(cfg: RunConfig, out_dir: Path) -> dict[str, float]:
     before = {k: round(summary[k], 3) for k in SUMMARY_KEYS}
     correctness = Correctness.from_reward_config(cfg.reward)
     write_jsonl(out_dir / "before.jsonl", scored_records(trajs, source="demo/before", correctness=correctness))
-    path.write_text(json.dumps(before))
+    path.write_text(json.dumps(before), encoding="utf-8")
     console.log(
         f"[bold]before[/]: the shipped model on {len(dev)} held-out questions: {before} "
         f"({time.perf_counter() - t:.0f} s)"
@@ -87,7 +87,7 @@ def report(cfg: RunConfig, out_dir: Path, before: dict[str, float], times: dict[
 
     rl_dir = out_dir / next(s.name for s in reversed(cfg.pipeline) if s.kind == "rl")
     evals = sorted((rl_dir / "evals").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
-    metrics = [json.loads(line) for line in (rl_dir / "metrics.jsonl").open()]
+    metrics = [json.loads(line) for line in (rl_dir / "metrics.jsonl").open(encoding="utf-8")]
     rows = [m for m in metrics if "eval/em" in m]
     after = {k: round(rows[-1][f"eval/{k}"], 3) for k in SUMMARY_KEYS}
     after_coldstart = {k: round(rows[0][f"eval/{k}"], 3) for k in SUMMARY_KEYS} if len(rows) > 1 else None
@@ -112,7 +112,7 @@ def report(cfg: RunConfig, out_dir: Path, before: dict[str, float], times: dict[
         "curves": str(curves),
         "viewer": str(html),
     }
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     result = Console()  # the before/after table is the command's result: stdout
     result.rule("[bold]before -> after (greedy, held-out synthetic questions)")
     for k in SUMMARY_KEYS:

@@ -33,9 +33,9 @@ def portable_tokenizer_config(model_dir: Path) -> None:
     path = Path(model_dir) / "tokenizer_config.json"
     if not path.exists():
         return
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     if '"TokenizersBackend"' in text:
-        path.write_text(text.replace('"TokenizersBackend"', '"PreTrainedTokenizerFast"'))
+        path.write_text(text.replace('"TokenizersBackend"', '"PreTrainedTokenizerFast"'), encoding="utf-8")
 
 
 def _resolve(spec: str, kind: str) -> str:

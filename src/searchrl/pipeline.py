@@ -155,7 +155,7 @@ def make_protocol(cfg: RunConfig) -> Protocol:
 def index_kind(index: str | Path) -> str | None:
     """The kind of the index in a directory (its manifest's), or None when the directory holds no index yet."""
     manifest = Path(index) / "manifest.json"
-    return json.loads(manifest.read_text())["kind"] if manifest.exists() else None
+    return json.loads(manifest.read_text(encoding="utf-8"))["kind"] if manifest.exists() else None
 
 
 def with_retriever(cfg: RunConfig, index: str | Path | None = None, urls: Sequence[str] | None = None) -> RunConfig:

@@ -380,7 +380,7 @@ def run_pipeline(
                     f"--only {','.join(only)}: stage '{stage.name}' has not run yet (no {done}); "
                     f"run `searchrl run` without --only first"
                 )
-            info = json.loads(done.read_text() or "{}")
+            info = json.loads(done.read_text(encoding="utf-8") or "{}")
             note = f"stage {stage.name}: skipped (DONE, {info.get('seconds', 0):.1f} s when it ran)"
             if only is not None and (why := changed_since(done, settings)):  # kept as asked, but not as if current
                 note += f" although its {why}: --only runs {', '.join(n for n in names if n in forced)} alone"

@@ -123,7 +123,7 @@ def read_saved_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     if index.exists():
         import json
 
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
         return {k: v for shard in shards for k, v in load_file(str(model_dir / shard)).items()}
     hint = (
         "the checkpoint holds LoRA adapters; set model.lora as when saved"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -106,6 +107,27 @@ def test_an_mcp_command_line_keeps_windows_paths(monkeypatch: pytest.MonkeyPatch
     assert argv == ["searchrl", "mcp", "serve", "--index", r"C:\idx\bm25", "--corpus", r"C:\my data\c.jsonl"]
     monkeypatch.setattr(sys, "platform", "linux")
     assert parse_server(r"a b\ c 'd e'") == ["a", "b c", "d e"]  # POSIX: as a shell splits it
+
+
+def test_recipes_and_configs_are_read_and_written_as_utf8(tmp_path: Path) -> None:
+    """Text files default to the locale's encoding (cp1252 on Windows), not UTF-8: the bundled recipes, a user's
+    config with non-ASCII text, and a run's saved config must read the same under any locale. Simulated with an
+    ASCII locale (``LC_ALL=C`` with UTF-8 mode and locale coercion off)."""
+    (tmp_path / "mine.yaml").write_text("name: mine\ndescription: Réponds brièvement.\n", encoding="utf-8")
+    code = (
+        "from pathlib import Path; from searchrl.config.loading import dump_config, load_config, read_yaml\n"
+        "assert load_config('search_r1_ppo').model.policy\n"
+        f"cfg = load_config({str(tmp_path / 'mine.yaml')!r})\n"
+        f"out = dump_config(cfg, Path({str(tmp_path)!r}) / 'run' / 'config.yaml')\n"
+        "assert read_yaml(out)['description'] == cfg.description == 'R\\u00e9ponds bri\\u00e8vement.'\n"
+    )
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
+    env.pop("PYTHONIOENCODING", None)
+    done = subprocess.run(
+        [sys.executable, "-X", "utf8=0", "-c", code], env=env, capture_output=True, text=True, encoding="utf-8"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_resumed_rl_checkpoint_is_not_left_mapped_on_windows(

@@ -99,7 +99,7 @@ def build(
             max_words=max_words,
             overwrite=force,
         )
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     print(
         f"built {kind.value} index of {manifest['counts']['passages']:,} passages in "
         f"{manifest['build_seconds']} s -> {path}"
@@ -138,7 +138,7 @@ def convert(
         refine_factor=refine_factor,
         overwrite=force,
     )
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     console.print(
         f"[green]converted[/green] {manifest['counts']['passages']:,} passages to "
         f"'{manifest['options']['dense']['faiss']}' in {manifest['build_seconds']} s -> {path}"

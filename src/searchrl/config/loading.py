@@ -101,7 +101,7 @@ class _UniqueKeyLoader(_Loader):
 
 def read_yaml(path: Path) -> Any:
     """A recipe or profile file, parsed; one-line errors with the line for bad syntax and repeated keys."""
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     try:
         loader = _UniqueKeyLoader(text)
         loader.name = str(path)
@@ -330,7 +330,7 @@ def dump_config(cfg: RunConfig, path: str | Path) -> Path:
     """Write the fully resolved config (every default filled in) beside a run's outputs."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_yaml(cfg))
+    path.write_text(to_yaml(cfg), encoding="utf-8")
     return path
 
 

@@ -167,7 +167,7 @@ def build_bm25(
     model.nonoccurrence_array = None  # BM25L / BM25+ only, which METHODS leaves out
     model.save(str(directory), show_progress=False)
     # The exact stopwords travel with the index: query analysis then needs neither bm25s nor its list names.
-    (Path(directory) / STOPWORDS_FILE).write_text(json.dumps(stopwords))
+    (Path(directory) / STOPWORDS_FILE).write_text(json.dumps(stopwords), encoding="utf-8")
     return {"passages": model.scores["num_docs"], "vocab": len(model.vocab_dict)}
 
 
@@ -219,7 +219,7 @@ class BM25Retriever(LocalRetriever):
         importing bm25s pulls in scipy and costs about a second of start-up; bm25s is only needed to build.
         """
         directory = Path(directory)
-        params = json.loads((directory / BM25S_FILES["params"]).read_text())
+        params = json.loads((directory / BM25S_FILES["params"]).read_text(encoding="utf-8"))
         if params.get("method") not in METHODS:
             raise ValueError(f"{directory}: BM25 method {params.get('method')!r} is not supported; rebuild the index")
         if int(params["num_docs"]) != len(store):
@@ -229,7 +229,7 @@ class BM25Retriever(LocalRetriever):
         arrays = {k: np.load(directory / BM25S_FILES[k], mmap_mode="r") for k in ("data", "indices", "indptr")}
         vocab = json.loads((directory / BM25S_FILES["vocab"]).read_text(encoding="utf-8"))
         stopwords_path = directory / STOPWORDS_FILE
-        stopwords = json.loads(stopwords_path.read_text()) if stopwords_path.exists() else None
+        stopwords = json.loads(stopwords_path.read_text(encoding="utf-8")) if stopwords_path.exists() else None
         return cls(arrays["data"], arrays["indices"], arrays["indptr"], vocab, store, options, manifest, stopwords)
 
     def term_ids(self, query: str) -> list[int]:

@@ -114,7 +114,7 @@ def _json_key(key: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _progress(directory: Path) -> dict[str, Any]:
     try:
-        record = json.loads((directory / PROGRESS_FILE).read_text())
+        record = json.loads((directory / PROGRESS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}

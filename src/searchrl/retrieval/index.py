@@ -389,7 +389,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
             f"{_rebuild_hint('CORPUS.jsonl', 'bm25', 'NEW_DIR')}"
         )
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         raise ValueError(f"{path} is not valid JSON; rebuild the index") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("kind") not in KINDS:

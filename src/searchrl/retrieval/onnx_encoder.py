@@ -61,13 +61,13 @@ def read_st_layout(model_dir: Path) -> dict[str, Any]:
     modules_file = model_dir / "modules.json"
     if not modules_file.is_file():  # a bare transformers model: sentence-transformers would mean-pool it
         return {"pooling": "mean", "normalize": False, "max_length": None, "do_lower_case": False}
-    modules = json.loads(modules_file.read_text())
+    modules = json.loads(modules_file.read_text(encoding="utf-8"))
     kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise ExportUnsupported(f"modules {kinds} (only Transformer -> Pooling [-> Normalize] is exported)")
     if modules[0].get("path", "") not in ("", "."):
         raise ExportUnsupported("the Transformer module lives in a sub-folder")
-    pool_cfg = json.loads((model_dir / modules[1]["path"] / "config.json").read_text())
+    pool_cfg = json.loads((model_dir / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
     if "pooling_mode" in pool_cfg:  # sentence-transformers >= 5 writes one string
         pooling = pool_cfg["pooling_mode"]
     else:
@@ -76,9 +76,9 @@ def read_st_layout(model_dir: Path) -> dict[str, Any]:
     if pooling not in POOLINGS:
         raise ExportUnsupported(f"pooling {pool_cfg} (exported: {', '.join(POOLINGS)})")
     st_cfg_file = model_dir / "sentence_bert_config.json"
-    st_cfg = json.loads(st_cfg_file.read_text()) if st_cfg_file.is_file() else {}
+    st_cfg = json.loads(st_cfg_file.read_text(encoding="utf-8")) if st_cfg_file.is_file() else {}
     prompts_file = model_dir / "config_sentence_transformers.json"
-    if prompts_file.is_file() and json.loads(prompts_file.read_text()).get("default_prompt_name"):
+    if prompts_file.is_file() and json.loads(prompts_file.read_text(encoding="utf-8")).get("default_prompt_name"):
         raise ExportUnsupported("the model has a default prompt")
     return {
         "pooling": pooling,
@@ -167,7 +167,7 @@ def export_encoder(spec: str, out: str | Path, *, max_length: int | None = None)
         "opset": OPSET,
         "torch": torch.__version__,
     }
-    (out / "encoder.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (out / "encoder.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
 
 
@@ -229,7 +229,7 @@ class OnnxEncoder:
         meta_file = directory / "encoder.json"
         if not meta_file.is_file():
             raise FileNotFoundError(f"{directory} holds no exported encoder (encoder.json); rebuild the index")
-        self.meta = json.loads(meta_file.read_text())
+        self.meta = json.loads(meta_file.read_text(encoding="utf-8"))
         if self.meta.get("format") != ARTIFACT_FORMAT or self.meta.get("version") != ARTIFACT_VERSION:
             raise ValueError(f"{meta_file} is not a version-{ARTIFACT_VERSION} exported encoder; rebuild the index")
         self.options = options

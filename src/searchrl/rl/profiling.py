@@ -29,7 +29,7 @@ def profiled_step(path: Path, rows: int = 40) -> Iterator[None]:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(summarise(prof.profiler.kineto_results.events(), rows))
+    path.write_text(summarise(prof.profiler.kineto_results.events(), rows), encoding="utf-8")
 
 
 def summarise(events, rows: int = 40) -> str:

@@ -171,7 +171,7 @@ class SFTTrainer:
         with (
             progress() as bar,
             on_sigterm(defer=True) as stop_requested,
-            (self.out_dir / "metrics.jsonl").open("a" if resume else "w") as log,
+            (self.out_dir / "metrics.jsonl").open("a" if resume else "w", encoding="utf-8") as log,
         ):
             task = bar.add_task("sft", total=self.scfg.epochs * n_batches, completed=step)
             for epoch in range(first_epoch, self.scfg.epochs):

@@ -99,7 +99,7 @@ def build_index_for(cfg: RunConfig, out: Path, corpus: str | None = None, **opti
     if kind != "bm25":
         options.setdefault("faiss", cfg.retrieval.faiss)
     path = build_index(corpus, kind, out, encoder=encoder, overwrite=True, **options)
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     return {"kind": kind, "corpus": str(corpus), "passages": manifest["counts"]["passages"]}
 
 

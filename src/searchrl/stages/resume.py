@@ -34,7 +34,7 @@ def settings_diff(cfg: RunConfig, saved: Path) -> list[str]:
     have) counts only when its value is not empty: a run saved before ``plugins`` existed had none."""
     if not saved.exists():
         return ["(no saved config)"]
-    old = _flat(yaml.safe_load(saved.read_text()) or {})
+    old = _flat(yaml.safe_load(saved.read_text(encoding="utf-8")) or {})
     new = _flat(json.loads(cfg.model_dump_json()))
     empty = (None, [], {})
     return sorted(
@@ -73,16 +73,17 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
     if changed:
         return f"settings differ from the checkpoint's ({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})"
     # only training.steps may grow: a checkpoint past a smaller one would train nothing, the longer run's model kept
-    steps = ((yaml.safe_load((out / "config.yaml").read_text()) or {}).get("training") or {}).get("steps")
+    saved = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8")) or {}
+    steps = (saved.get("training") or {}).get("steps")
     if isinstance(steps, int) and cfg.training.steps < steps:
         return f"training.steps={cfg.training.steps} is below the {steps} the checkpoint's run was started with"
     noted, start = out / INIT_FILE, cfg.training.init_from or cfg.model.policy
-    if noted.exists() and json.loads(noted.read_text()) != weights_fingerprint(start):
+    if noted.exists() and json.loads(noted.read_text(encoding="utf-8")) != weights_fingerprint(start):
         return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
     inputs = out / INPUTS_FILE
     if inputs.exists():
         now = train_inputs(cfg)
-        edited = [p for p, f in json.loads(inputs.read_text()).items() if p in now and now[p] != f]
+        edited = [p for p, f in json.loads(inputs.read_text(encoding="utf-8")).items() if p in now and now[p] != f]
         if edited:
             return f"the training questions {edited[0]} changed since the checkpoint"
     return None
@@ -235,7 +236,7 @@ def file_fingerprints(cfg: RunConfig, names: list[str], root: str | None = None)
 def changed_settings(done: Path, settings: dict[str, Any]) -> list[str]:
     """The settings of a stage marked ``done`` that changed since it ran ([]: none, or the marker predates recorded
     settings). Settings that exist on one side only (another SearchRL version) do not count."""
-    old = json.loads(done.read_text() or "{}").get("settings")
+    old = json.loads(done.read_text(encoding="utf-8") or "{}").get("settings")
     if not isinstance(old, dict):
         return []
     return sorted(k for k in old.keys() & settings.keys() if old[k] != settings[k])
