@@ -274,6 +274,21 @@ def test_documents_the_model_writes_after_feedback_are_not_a_retrieval(name: str
         assert not report.ok, report
 
 
+@pytest.mark.parametrize("name", sorted(FABRICATED))
+def test_documents_written_straight_after_a_call_the_engine_did_not_run_are_not_a_retrieval(name: str) -> None:
+    """Under ``force_answer: silent`` a call past max_searches gets no text: the final turn follows the call directly,
+    so a result block the model opens it with reads, as text alone, like the documents of a search. The
+    trajectory's check knows the engine never ran the call: the block fails the format and counts as no search."""
+    call, fabricated = FABRICATED[name]
+    call = call.replace("> <", "> Paris <").replace("> </", "> Paris </")
+    protocol, tok, traj = roll(name, {}, [call, fabricated], max_searches=0, force_answer="silent")
+    assert [t.action for t in traj.turns] == ["search_over_budget", "answer"] and traj.n_searches == 0
+    assert protocol.check_format(traj.response_text(tok)).n_searches == 1  # the text alone cannot tell
+    report = traj.format_report(protocol, tok)
+    assert report.n_searches == 0 and not report.ok, report
+    assert RewardInput.from_trajectory(protocol, traj, tok).report == report
+
+
 ACROSS = {  # an answer opened in one turn and closed in the next, the engine's text between them
     "search_r1": ("<think> a </think><answer> Paris", " </answer>"),
     "r1_searcher": ("a </think>\n\n<answer> Paris", " </answer>"),

@@ -44,12 +44,14 @@ class RewardInput:
         policy_text: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         retrieved_text: str | None = None,
+        report: FormatReport | None = None,
     ) -> RewardInput:
-        """Run the protocol's format check and fill answer, search count and evidence from its report.
+        """Run the protocol's format check (unless ``report`` gives its result) and fill answer, search count and
+        evidence from its report.
 
         ``n_searches`` defaults to the report's count; pass the rollout engine's own count when you have it.
         """
-        report = protocol.check_format(response)
+        report = protocol.check_format(response) if report is None else report
         evidence = report.extra.get("evidence")
         return cls(
             question=question,
@@ -68,8 +70,9 @@ class RewardInput:
     @classmethod
     def from_trajectory(cls, protocol: Protocol, traj: Any, tokenizer: Any) -> RewardInput:
         """:meth:`from_response` for a rollout's :class:`~searchrl.rollout.trajectory.Trajectory`: its whole
-        response, its executed search count, the policy's own text, the question's metadata and the documents it
-        retrieved (its search turns' observations, after the prompt's documents under the ``rag`` protocol)."""
+        response checked with what the engine knows (``Trajectory.format_report``), its executed search count, the
+        policy's own text, the question's metadata and the documents it retrieved (its search turns' observations,
+        after the prompt's documents under the ``rag`` protocol)."""
         return cls.from_response(
             protocol,
             traj.question,
@@ -80,6 +83,7 @@ class RewardInput:
             policy_text=traj.policy_text,
             metadata=traj.metadata,
             retrieved_text=traj.retrieved_text,
+            report=traj.format_report(protocol, tokenizer),
         )
 
 

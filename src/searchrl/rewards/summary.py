@@ -20,7 +20,7 @@ def summarize(
     ``correctness`` is given), answer rate, searches, tokens."""
     n = max(len(trajs), 1)
     rule = correctness or Correctness()
-    reports = [protocol.check_format(t.response_text(tokenizer)) for t in trajs]
+    reports = [t.format_report(protocol, tokenizer) for t in trajs]
     return {
         "n": float(len(trajs)),
         "well_formed": sum(r.ok for r in reports) / n,
@@ -47,7 +47,7 @@ def rollout_metrics(
         "rollout/response_len": sum(len(t.response_ids) for t in trajs) / n,
         "rollout/policy_tokens": sum(t.n_policy_tokens for t in trajs) / n,
         "rollout/answered": sum(t.answer is not None for t in trajs) / n,
-        "rollout/well_formed": sum(protocol.check_format(t.response_text(tokenizer)).ok for t in trajs) / n,
+        "rollout/well_formed": sum(t.format_report(protocol, tokenizer).ok for t in trajs) / n,
     }
 
 

@@ -8,8 +8,11 @@ environment inserted (documents, feedback). Nothing is ever re-tokenized: ``acti
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from searchrl.protocols.base import FormatReport, Protocol
 
 
 def short(text: str | None, width: int = 60) -> str | None:
@@ -125,6 +128,18 @@ class Trajectory:
 
     def response_text(self, tokenizer) -> str:
         return _decode(tokenizer, self.response_ids)
+
+    def format_report(self, protocol: Protocol, tokenizer) -> FormatReport:
+        """The protocol's format check of the response, with what its text alone cannot tell: a result block that
+        directly follows a search call the engine did not run (past ``max_searches`` under ``force_answer: silent``,
+        where no text comes between the call and the final turn) reads as retrieved documents, but the policy wrote
+        it. Such blocks fail the check and are not counted as searches (``n_searches`` is then the engine's count)."""
+        report = protocol.check_format(self.response_text(tokenizer))
+        forged = report.n_searches - self.n_searches
+        if forged <= 0:
+            return report
+        problem = f"{forged} result block(s) written by the policy after a search call that was not run"
+        return replace(report, ok=False, n_searches=self.n_searches, problems=(*report.problems, problem))
 
     def segments(self, tokenizer) -> list[tuple[str, bool]]:
         """``[(text, sampled_by_policy), ...]``: maximal runs of equal mask, decoded (for viewers)."""

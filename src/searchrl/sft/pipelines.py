@@ -70,7 +70,7 @@ class _Judge:
 
     def __call__(self, traj: Trajectory) -> tuple[FormatReport, float]:
         if traj.uid not in self._cache:
-            report = self.protocol.check_format(traj.response_text(self.tokenizer))
+            report = traj.format_report(self.protocol, self.tokenizer)
             self._cache[traj.uid] = (report, self.rule.score(report.answer, traj.golds))
         return self._cache[traj.uid]
 
