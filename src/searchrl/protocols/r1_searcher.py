@@ -210,9 +210,17 @@ class R1SearcherProtocol(TagProtocol):
 
 
 @format_scheme("r1_searcher_stage1")
-def stage1_format(report: FormatReport, n_searches: int, evidence: str | None, *, value: float = 0.5) -> float:
-    """Stage 1 (spec 001 §3.1 Eq. 2): ``value`` (0.5) if the format check passes, else 0."""
-    return value if report.ok else 0.0
+def stage1_format(
+    report: FormatReport, n_searches: int, evidence: str | None, *, value: float = 0.5, require_answer: bool = True
+) -> float:
+    """Stage 1 (spec 001 §3.1 Eq. 2): ``value`` (0.5) if the format check passes, else 0.
+
+    ``require_answer`` [O]: an empty answer block (``<answer> </answer>``) fails too. Rule 1 asks for the final answer
+    inside the answer tags; the authors' code counts tags only. Stage 1 has no answer reward, so without this a
+    rollout that never answers earns the stage's full reward (retrieval + format); ``false`` gives the code's rule.
+    Stage 2 needs no such rule: an empty answer scores F1 0 there."""
+    answered = report.answer is not None and bool(report.answer.strip())
+    return value if report.ok and (answered or not require_answer) else 0.0
 
 
 @format_scheme("r1_searcher_stage2")
