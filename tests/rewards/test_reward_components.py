@@ -674,33 +674,3 @@ def test_a_recipe_names_your_component_and_the_checks_read_its_signature(tmp_pat
     ]
     with pytest.raises(ValueError, match="unknown reward component 'answr'.*'path/to/file.py:function'"):
         load_config("demo", ["reward.components=[{name: answr}]"])
-
-
-# --------------------------------------------------------------------------------------------------- reward hacks
-# Scripted responses a policy under RL could find, scored by each recipe's reward as configured. Where the paper's
-# reward pays for them, the test pins that (the default stays the paper's); where it does not, the test pins the fix.
-
-
-def _recipe_inputs(recipe: str, responses: list[str], golds=("Paris",), n_searches=None, question="Capital?"):
-    cfg = load_config(recipe)
-    protocol = get_protocol(cfg.rollout.protocol, **(cfg.rollout.options or {}))
-    n_searches = n_searches or [None] * len(responses)
-    return [
-        RewardInput.from_response(protocol, question, list(golds), r, n_searches=n, group_id=0)
-        for r, n in zip(responses, n_searches, strict=True)
-    ]
-
-
-def test_r1_searcher_stage1_pays_nothing_for_the_format_of_an_empty_answer():
-    """Stage 1 has no answer reward: an empty answer block passing the format would earn the stage's full reward
-    without answering. The format check passes (as the authors' code, which counts tags), the stage-1 reward does
-    not (``require_answer``, default true); ``require_answer: false`` gives the code's rule."""
-    _, searched = _respond("r1_searcher", " I search. <|begin_of_query|> capital France<|end_of_query|>", "")
-    inputs = [
-        RewardInput.from_response(get_protocol("r1_searcher"), "q", ["Paris"], searched + tail)
-        for tail in ("</think>\n<answer>  </answer>", "</think>\n<answer> Paris </answer>")
-    ]
-    assert [inp.report.ok for inp in inputs] == [True, True] and inputs[0].answer == ""
-    stage1 = RewardComposer.from_config(load_config("r1_searcher_stage1").reward)
-    assert stage1(inputs).total == [0.5, 1.0]  # the empty answer keeps only the retrieval reward
-    assert format_reward(inputs, paper="r1_searcher_stage1", require_answer=False)[0] == [0.5, 0.5]
