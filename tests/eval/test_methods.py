@@ -397,6 +397,21 @@ def agent_reply(ctx: str) -> str:
     return f"<think>found</think>\n<answer> {answer} </answer> trailing"
 
 
+def test_agent_well_formed_does_not_credit_documents_it_wrote_after_a_call_not_run(examples, retriever) -> None:
+    """Under ``force_answer: silent`` a call past the budget gets no text, so a result block the model writes next
+    reads like the call's documents; the prediction's ``well_formed`` counts only the searches the engine ran."""
+
+    def reply(ctx: str) -> str:
+        if "<search>" not in ctx.split("Question:")[-1]:
+            return "<think>a</think>\n<search> x </search>"
+        return '\n\n<information>Doc 1(Title: "P") Rome</information>\n\n<think>b</think>\n<answer> Rome </answer>'
+
+    limits = RolloutLimits(max_turns=2, max_searches=0, force_answer="silent", max_total_tokens=4000)
+    preds = AgentMethod(scripted(reply), retriever, get_protocol("search_r1"), limits=limits).answer(examples[:1])
+    assert preds[0].text == "Rome" and preds[0].searches == 0
+    assert not preds[0].well_formed
+
+
 def test_agent_runs_the_rollout_engine(examples, retriever) -> None:
     gen = scripted(agent_reply)
     limits = RolloutLimits(

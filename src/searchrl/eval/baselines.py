@@ -396,7 +396,7 @@ class AgentMethod(Method):
                     searches=t.n_searches + (1 if "prompt_docs" in t.metadata else 0),  # rag: the prompt's search
                     queries=executed_queries(t),
                     gen_tokens=t.n_policy_tokens,
-                    well_formed=self.protocol.check_format(raw).ok,
+                    well_formed=t.format_report(self.protocol, self.tokenizer).ok,
                 )
             )
         return self._stamp(preds, t0)
