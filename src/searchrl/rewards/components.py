@@ -15,7 +15,8 @@ answer     metric em / f1 / cover_em / cover_em_tokens of the extracted answer a
            ``max_words`` caps the answer length (R1-Searcher++: over 10 words scores 0, spec 000 §3.2);
            ``incorrect`` is the score of a wrong answer (R1-Searcher's ±1 ablation, spec 001 §3.3, uses -1).
 format     from the protocol's ``FormatReport``. ``paper`` picks the scheme:
-           ``r1_searcher_stage1`` +``value`` (0.5) if the format is correct, else 0 (spec 001 §3.1 Eq. 2);
+           ``r1_searcher_stage1`` +``value`` (0.5) if the format is correct and the answer not empty, else 0
+           (spec 001 §3.1 Eq. 2; ``require_answer: false`` pays an empty answer block, as the authors' code);
            ``r1_searcher_stage2`` 0 if correct, else ``penalty`` (paper -2; the authors' Llama code uses -1,
            spec 001 §3.2 and §11.3); ``r1_searcher_pp`` 0 / ``penalty`` = -2 (spec 000 §3.1 Eq. 3);
            ``r_search`` Eq. 5 of spec 002 §4.3 with gamma_e = gamma_a = 0.2. Search-R1 and RAG-R1 have none.
@@ -143,7 +144,8 @@ def format_reward(inputs: Sequence[RewardInput], *, paper: str, **params: Any) -
     """A paper's format reward over ``RewardInput.report``: the scheme ``paper`` names, registered by its protocol
     module (``searchrl.protocols.base.FORMAT_SCHEMES``), with that scheme's ``params``.
 
-    - ``r1_searcher_stage1``: ``value`` (0.5) if ``report.ok`` else 0.
+    - ``r1_searcher_stage1``: ``value`` (0.5) if ``report.ok`` and the answer is not empty (``require_answer``)
+      else 0.
     - ``r1_searcher_stage2`` / ``r1_searcher_pp``: 0 if ``report.ok`` else ``penalty`` (-2).
     - ``r_search``: Eq. 5 with ``gamma`` (0.2), ``gamma_e``, ``gamma_a``, ``evidence_without_search``.
     - ``tool_call`` (ours): 0 if ``report.ok`` else ``penalty`` (-1).
