@@ -38,6 +38,22 @@ def portable_tokenizer_config(model_dir: Path) -> None:
         path.write_text(text.replace('"TokenizersBackend"', '"PreTrainedTokenizerFast"'), encoding="utf-8")
 
 
+def shareable_files(model_dir: Path) -> None:
+    """Give the ``*.safetensors`` files in ``model_dir`` the permissions any new file gets under the process's umask.
+    safetensors 0.8 writes them through a temporary file, readable by their owner alone (0600) whatever the umask,
+    so another user (a vLLM server, a container, a colleague) could read every file of a saved model but its
+    weights."""
+    files = list(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        return
+    probe = Path(model_dir) / ".umask-probe"
+    os.close(os.open(probe, os.O_CREAT | os.O_WRONLY, 0o666))
+    mode = probe.stat().st_mode & 0o777
+    probe.unlink()
+    for f in files:
+        f.chmod(mode)
+
+
 def _resolve(spec: str, kind: str) -> str:
     """Return a local directory for an alias, a local directory as given, or the hub id unchanged."""
     if spec in ALIASES:
@@ -48,6 +64,7 @@ def _resolve(spec: str, kind: str) -> str:
         if not (out / "config.json").exists():
             out.parent.mkdir(parents=True, exist_ok=True)
             materialise(alias, out)
+            shareable_files(out)
         portable_tokenizer_config(out)
         return str(out)
     if not spec.strip():

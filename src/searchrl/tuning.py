@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from searchrl.config import LoraConfig
-from searchrl.models import portable_tokenizer_config
+from searchrl.models import portable_tokenizer_config, shareable_files
 
 
 def is_peft(model: nn.Module) -> bool:
@@ -99,14 +99,33 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
+def without_tied_copies(model: nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``weights`` (under the base model's names) without the second name of a tensor that ``model`` shares between
+    two (an output head tied to the input embeddings) where both hold the same values, as ``save_pretrained`` leaves
+    it out of a model's own weights: merged copies share no memory, so it would otherwise be written twice."""
+    base = model.get_base_model() if is_peft(model) else model
+    first: dict[int, str] = {}
+    copies = {}
+    for k, v in base.state_dict().items():
+        name = k.replace(".base_layer", "")
+        if v.numel() and first.setdefault(v.data_ptr(), name) != name:
+            copies[name] = first[v.data_ptr()]
+    same = {
+        k for k, orig in copies.items() if k in weights and orig in weights and torch.equal(weights[k], weights[orig])
+    }
+    return {k: v for k, v in weights.items() if k not in same}
+
+
 def save_merged(model: nn.Module, tokenizer, path: Path, weights: dict[str, torch.Tensor] | None = None) -> None:
     """Save a plain model (LoRA adapters merged into a copy of the weights) that ``from_pretrained`` loads; the live
     model keeps its adapters attached and trainable. ``weights``: the whole weights, gathered beforehand when they
     are sharded."""
     if is_peft(model):
-        model.get_base_model().save_pretrained(path, state_dict=full_state_dict(model), safe_serialization=True)
+        merged = without_tied_copies(model, full_state_dict(model))
+        model.get_base_model().save_pretrained(path, state_dict=merged, safe_serialization=True)
     else:
         model.save_pretrained(path, safe_serialization=True, state_dict=weights)
+    shareable_files(path)
     if hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(path)
         portable_tokenizer_config(path)

@@ -26,7 +26,7 @@ import torch
 from accelerate.utils import gather_object
 
 from searchrl.config import ConfigError
-from searchrl.models import portable_tokenizer_config
+from searchrl.models import portable_tokenizer_config, shareable_files
 from searchrl.rl.run_dir import STATE_FILE, check_fresh, has_checkpoint
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
 from searchrl.tuning import check_fits, load_policy_weights
@@ -59,6 +59,7 @@ def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any], weight
     ``weights``: the policy's whole weights, gathered beforehand when they are sharded."""
     with atomic_dir(path) as tmp:
         policy.save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
+        shareable_files(tmp / "model")
         if hasattr(tokenizer, "save_pretrained"):
             tokenizer.save_pretrained(tmp / "model")
             portable_tokenizer_config(tmp / "model")
