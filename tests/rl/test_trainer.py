@@ -320,7 +320,7 @@ def test_a_final_model_cut_short_leaves_the_previous_one_whole(tmp_path: Path, m
     """``final`` is written beside and renamed into place: a stop mid-save never leaves a partial model there."""
     from types import SimpleNamespace
 
-    from searchrl.rl import trainer as trainer_module
+    from searchrl.rl import checkpoint
 
     final = tmp_path / "final"
     final.mkdir()
@@ -330,7 +330,7 @@ def test_a_final_model_cut_short_leaves_the_previous_one_whole(tmp_path: Path, m
         (path / "model.safetensors").write_text("half a")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer_module, "save_merged", cut_short)
+    monkeypatch.setattr(checkpoint, "save_merged", cut_short)
     fake = SimpleNamespace(sharded=False, policy=None, tokenizer=None, acc=SimpleNamespace(is_main_process=True))
     with pytest.raises(KeyboardInterrupt):
         Trainer.save_model(fake, final)

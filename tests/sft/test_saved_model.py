@@ -53,3 +53,88 @@ def test_a_lora_run_saves_the_merged_model_as_a_full_fine_tune_does(tmp_path: Pa
     model.eval()  # no adapter dropout
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(input_ids=ids).logits)
+
+
+def _sft(tmp_path: Path, tok, overrides: list[str], model=None):
+    from searchrl.sft.trainer import SFTTrainer
+    from searchrl.testing import letter_sft_examples
+
+    cfg = load_config("demo", ["sft.epochs=1", "sft.batch_size=4", "sft.warmup_steps=0", *overrides])
+    trainer = SFTTrainer(cfg, model or tiny_model(), tok, letter_sft_examples(4), tmp_path)
+    trainer.train()
+    return trainer
+
+
+def test_a_base_models_saved_generation_config_stops_where_its_trained_replies_end(tmp_path: Path) -> None:
+    """SFT targets end with the chat template's end of a reply (``<|im_end|>``); a base model's generation config
+    may name another EOS (Qwen2.5's: ``<|endoftext|>`` alone), so plain ``generate`` and vLLM would run past the
+    reply. The saved generation config names both."""
+    from transformers import GenerationConfig
+
+    from searchrl.pipeline import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m-instruct")
+    tok.eos_token = "<|endoftext|>"  # as a base model names its EOS
+    model = tiny_model()
+    model.config.eos_token_id = model.generation_config.eos_token_id = tok.eos_token_id
+    _sft(tmp_path, tok, [], model)
+    eos = GenerationConfig.from_pretrained(tmp_path / "final").eos_token_id
+    assert eos == [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]  # the model's own EOS kept first
+
+
+def test_a_saved_model_records_how_it_was_trained_to_run(tmp_path: Path) -> None:
+    """``searchrl.json`` beside the weights: the protocol, its options, the prompt style, documents per search and
+    the rollout limits, with the protocol's stop strings and a prompt as the rollout renders it."""
+    import json
+
+    from searchrl.generation.prompts import render_prompt
+    from searchrl.pipeline import load_tokenizer
+    from searchrl.protocols import get_protocol
+
+    tok = load_tokenizer("smollm2-135m-instruct")
+    overrides = ["rollout.protocol=r1_searcher", "rollout.max_turns=7", "retrieval.topk=5", "model.prompt_style=chat"]
+    trainer = _sft(tmp_path, tok, overrides)
+    trainer._save_checkpoint(1, 1, 0, None)  # what SIGTERM or sft.save_every leave: its model records the same
+    checkpoint = json.loads((tmp_path / "checkpoint" / "model" / "searchrl.json").read_text())
+    record = json.loads((tmp_path / "final" / "searchrl.json").read_text())
+    assert checkpoint == record
+    settings = record["settings"]
+    assert settings["rollout.protocol"] == "r1_searcher" and settings["rollout.max_turns"] == 7
+    assert settings["retrieval.topk"] == 5 and settings["model.prompt_style"] == "chat"
+    assert settings["rollout.force_answer"] == "hint" and settings["rollout.options"] == {}
+    protocol = get_protocol("r1_searcher")
+    assert record["stop_strings"] == list(protocol.stop_strings) and record["recipe"] == "demo"
+    example = record["example"]
+    want = render_prompt(tok, protocol.chat_messages(example["question"]), "chat", prefill=protocol.prefill)
+    assert example["prompt"] == want and example["prompt"].endswith("<|im_start|>assistant\n" + protocol.prefill)
+    assert "Port Rowan" in example["observation"]
+
+
+def test_an_rl_runs_final_model_snapshots_and_checkpoint_record_it_too(tmp_path: Path) -> None:
+    """``final``, ``models/step_<k>`` and the checkpoint's ``model`` (what a run stopped early leaves) each hold the
+    run's ``searchrl.json``, so any of them runs as it was trained."""
+    import json
+
+    from searchrl.data.records import QAExample
+    from searchrl.testing import letters_trainer
+
+    cfg = load_config(
+        None,
+        [
+            "training.steps=1",
+            "training.prompts_per_step=2",
+            "training.keep_models_every=1",
+            f"training.output_dir={tmp_path}",
+            "training.tensorboard=false",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=4",
+            "rollout.max_turns=1",
+            "rollout.max_searches=1",
+            "retrieval.topk=4",
+            "algorithm.mini_batch_size=4",
+        ],
+    )
+    letters_trainer(cfg, [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(2)]).train()
+    for model_dir in ("final", "models/step_1", "checkpoint/model"):
+        settings = json.loads((tmp_path / model_dir / "searchrl.json").read_text())["settings"]
+        assert settings["retrieval.topk"] == 4 and settings["rollout.max_searches"] == 1, model_dir

@@ -11,12 +11,14 @@ written before are allowed by name."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import pickle
 import random
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,8 @@ from searchrl.config import ConfigError
 from searchrl.models import portable_tokenizer_config, shareable_files
 from searchrl.rl.run_dir import STATE_FILE, check_fresh, has_checkpoint
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
-from searchrl.tuning import check_fits, load_policy_weights
+from searchrl.rollout.agent_file import record_agent
+from searchrl.tuning import check_fits, load_policy_weights, save_merged
 from searchrl.utils import StopRequested, atomic_dir
 
 
@@ -54,15 +57,25 @@ def questions_digest(examples) -> str:
     return f"{len(examples)}:{h.hexdigest()[:16]}"
 
 
-def save_checkpoint(path: Path, policy, tokenizer, state: dict[str, Any], weights: dict | None = None) -> None:
+def save_checkpoint(
+    path: Path,
+    policy,
+    tokenizer,
+    state: dict[str, Any],
+    weights: dict | None = None,
+    on_model: Callable[[Path], None] | None = None,
+) -> None:
     """The policy (and tokenizer) under ``path/model``; ``state`` plus the random generators' states beside it.
-    ``weights``: the policy's whole weights, gathered beforehand when they are sharded."""
+    ``weights``: the policy's whole weights, gathered beforehand when they are sharded; ``on_model(model_dir)``
+    adds to the saved model (its ``searchrl.json``)."""
     with atomic_dir(path) as tmp:
         policy.save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
         shareable_files(tmp / "model")
         if hasattr(tokenizer, "save_pretrained"):
             tokenizer.save_pretrained(tmp / "model")
             portable_tokenizer_config(tmp / "model")
+        if on_model is not None:
+            on_model(tmp / "model")
         kind, keys, *rest = np.random.get_state()  # its keys as a plain list: the safe loader rebuilds no arrays
         rng = {"python": random.getstate(), "numpy": (kind, keys.tolist(), *rest), "torch": torch.get_rng_state()}
         if torch.cuda.is_available():  # dropout on the GPU draws from these
@@ -130,7 +143,19 @@ def save_trainer(tr, path: Path) -> None:
         hook_states = [tr.aux_nll_hook.state_dict()]
         state["aux_nll"] = gather_object(hook_states) if tr.acc.num_processes > 1 else hook_states
     if tr.acc.is_main_process:
-        save_checkpoint(path, tr.policy, tr.tokenizer, state, weights)
+        on_model = functools.partial(record_agent, cfg=tr.cfg, protocol=tr.protocol, tokenizer=tr.tokenizer)
+        save_checkpoint(path, tr.policy, tr.tokenizer, state, weights, on_model)
+
+
+def save_model(tr, path: Path) -> None:
+    """A :class:`~searchrl.rl.trainer.Trainer`'s policy as a plain model that ``from_pretrained`` loads (LoRA
+    adapters merged into a copy), with its ``searchrl.json`` (:mod:`searchrl.rollout.agent_file`), written whole or
+    not at all. Every process calls it: sharded weights are gathered by all of them; the main process writes."""
+    weights = full_weights(tr.policy) if tr.sharded else None
+    if tr.acc.is_main_process:
+        with atomic_dir(path) as tmp:
+            save_merged(tr.policy, tr.tokenizer, tmp, weights)
+            record_agent(tmp, tr.cfg, tr.protocol, tr.tokenizer)
 
 
 def load_trainer(tr, path: Path) -> None:

@@ -59,8 +59,8 @@ from searchrl.rl.sharded import full_weights, sharded
 from searchrl.rl.update import StepTensors, ValueModel
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.trajectory import Trajectory
-from searchrl.tuning import full_state_dict, save_merged, warmup_schedule, wrap_lora
-from searchrl.utils import atomic_dir, hard_exit, make_adamw, on_sigterm, progress, tune_allocator, write_jsonl
+from searchrl.tuning import full_state_dict, warmup_schedule, wrap_lora
+from searchrl.utils import hard_exit, make_adamw, on_sigterm, progress, tune_allocator, write_jsonl
 
 __all__ = ["AuxNLLHook", "RewardFn", "TrainState", "Trainer", "default_reward_fn"]
 
@@ -484,12 +484,8 @@ class Trainer:
             self.rollouts.close()
 
     def save_model(self, path: Path) -> None:
-        """A plain model (LoRA adapters merged into a copy) that ``from_pretrained`` loads, written whole or not at
-        all. Every process calls it: sharded weights are gathered by all of them; the main process writes."""
-        weights = full_weights(self.policy) if self.sharded else None
-        if self.acc.is_main_process:
-            with atomic_dir(path) as tmp:
-                save_merged(self.policy, self.tokenizer, tmp, weights)
+        """A plain model that ``from_pretrained`` loads, with its ``searchrl.json`` (``searchrl.rl.checkpoint``)."""
+        checkpoint.save_model(self, path)
 
     def save_checkpoint(self, path: Path) -> None:
         """Atomic; a LoRA policy saves its adapters only. Every process calls it (``searchrl.rl.checkpoint``)."""

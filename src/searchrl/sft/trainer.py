@@ -27,6 +27,7 @@ from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.rl.checkpoint import load_checkpoint, save_checkpoint
 from searchrl.rl.metrics_log import trim_logs
+from searchrl.rollout.agent_file import record_agent
 from searchrl.sft.types import SFTExample, as_sft_example
 from searchrl.tuning import freeze_bottom, save_merged, warmup_schedule, wrap_lora
 from searchrl.utils import (
@@ -273,7 +274,13 @@ class SFTTrainer:
             "scheduler": self.sched.state_dict(),
             "sft": {**place, "best_val": self.best_val, "best_epoch": self.best_epoch, "data": self._data_digest},
         }
-        save_checkpoint(self.checkpoint, self.model, self.tokenizer, state)
+        save_checkpoint(self.checkpoint, self.model, self.tokenizer, state, on_model=self._record)
+
+    def _record(self, model_dir: Path) -> None:
+        """``searchrl.json`` of a saved model: the run's protocol and rollout settings (``rollout.agent_file``)."""
+        from searchrl.pipeline import make_protocol
+
+        record_agent(model_dir, self.cfg, make_protocol(self.cfg), self.tokenizer)
 
     def _load_checkpoint(self, rng: random.Random) -> tuple[int, int, int]:
         """Weights, optimizer, scheduler and random states from the checkpoint; ``rng`` set to the stopped epoch's
@@ -337,6 +344,7 @@ class SFTTrainer:
 
     def save(self, path: Path) -> None:
         """Atomic (a temp dir renamed over ``path``); a LoRA model is saved merged while the live model keeps
-        training its attached adapters."""
+        training its attached adapters. With its ``searchrl.json``."""
         with atomic_dir(path) as tmp:
             save_merged(self.model, self.tokenizer, tmp)
+            self._record(tmp)
