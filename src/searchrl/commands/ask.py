@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from searchrl.commands.common import PROFILE, RECIPE, SET, load, with_protocol
+from searchrl.commands.common import PROFILE, RECIPE, SET, load, model_settings, with_protocol
 
 
 def _not_blank(value: str) -> str:
@@ -35,7 +35,9 @@ def ask(
     ),
     index: str = typer.Option(None, help="a local index directory (default: the recipe's retriever)"),
     url: list[str] = typer.Option(None, help="retrieval server URL(s) (searchrl serve ...); repeatable"),
-    model: str = typer.Option(None, help="policy: alias, local dir or HF id (default: the recipe's model)"),
+    model: str = typer.Option(
+        None, help="policy: alias, local dir or HF id (default: the recipe's model); a trained one's dir: its settings"
+    ),
     topk: int = typer.Option(None, help="documents per query (default: retrieval.topk)"),
     max_turns: int = typer.Option(None, help="generation turns (default: rollout.max_turns)"),
     max_new_tokens: int = typer.Option(None, help="new tokens per turn (default: rollout.max_new_tokens)"),
@@ -45,7 +47,9 @@ def ask(
     device: str = typer.Option(None, "--device", help="auto (CUDA if present), cpu, cuda, cuda:N"),
 ) -> None:
     """Answer one question with search, printing the trajectory (policy text vs inserted documents). The rollout
-    limits, protocol, retriever and model are the recipe's (the defaults without one); flags replace them.
+    limits, protocol, retriever and model are the recipe's (the defaults without one); a model directory that a
+    SearchRL training saved brings its own protocol and rollout settings when no recipe is given (its
+    searchrl.json); flags replace them.
 
     Example: searchrl ask "Who founded Skamtilpom Recordings?" --index runs/world/index-bm25
     """
@@ -63,6 +67,7 @@ def ask(
         "rollout.max_turns": max_turns,
         "rollout.max_new_tokens": max_new_tokens,
     }
+    overrides = [*model_settings(recipe, model, protocol), *(overrides or [])]  # the model's own, then yours
     cfg = with_protocol(load(recipe, overrides, profile, device=device, **flags), protocol, None)
     cfg = with_retriever(cfg, index, url)
     if model is not None:  # an explicit --model wins over the recipe's checkpoint

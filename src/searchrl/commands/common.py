@@ -55,6 +55,32 @@ def load(
     return load_config(recipe, [*(overrides or []), *dotted(**{"model.device": device}, **flags)], profile)
 
 
+def model_settings(recipe: str | None, model: str | None, protocol: str | None = None) -> list[str]:
+    """How the model in ``--model DIR`` was trained to run (its ``searchrl.json``: protocol, prompt style, documents
+    per search, rollout limits), as overrides for the command to apply before its ``--set`` and flags, when no
+    recipe is given; with one, the recipe's settings hold, and a protocol other than the model's is noted."""
+    from searchrl.rollout.agent_file import agent_overrides, read_agent_settings
+
+    if recipe is None:
+        if settings := agent_overrides(model, protocol):
+            from pathlib import Path
+
+            from searchrl.utils import console
+
+            where = Path(str(model)) / "searchrl.json"
+            console.print(f"{where}: running the model with the settings it was trained with; flags replace them")
+        return settings
+    trained = (read_agent_settings(model) or {}).get("rollout.protocol")
+    if trained is not None and trained != (used := protocol or load_config(recipe).rollout.protocol):
+        from searchrl.utils import console
+
+        console.print(
+            f"note: {model} was trained with protocol {trained}, not the {used} it runs with here (leave out "
+            "--recipe to run it with its own settings)"
+        )
+    return []
+
+
 def description_line(cfg: RunConfig) -> str:
     """The recipe's ``description:`` as one line ("" when it has none), as ``config validate`` and ``run --dry-run``
     print it."""

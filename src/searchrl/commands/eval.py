@@ -44,7 +44,7 @@ def build_config(
     fields: dict[str, str] | None = None,
 ):
     """The run config: the recipe (or defaults) with its profile, then dotted overrides, then the given flags."""
-    from searchrl.commands.common import load
+    from searchrl.commands.common import load, model_settings
     from searchrl.pipeline import with_retriever
 
     flags = {
@@ -66,7 +66,8 @@ def build_config(
         "retrieval.topk": topk,
     }
     explicit_model = ["training.init_from=null"] if model is not None else []  # --model wins over the checkpoint
-    cfg = load(config, [*overrides, *explicit_model], profile, **flags)
+    trained = model_settings(config, model, protocol)  # how a trained --model DIR ran, under your flags and --set
+    cfg = load(config, [*trained, *overrides, *explicit_model], profile, **flags)
     return with_retriever(cfg, index, url)
 
 
@@ -86,7 +87,11 @@ def main(
         help="agent protocol: search_r1, r1_searcher, r1_searcher_pp, r_search, rag_r1, search_o1, tool_call, reason "
         "(no search), rag (documents in the prompt)",
     ),
-    model: str = typer.Option(None, help="policy spec: alias, local directory or HF id"),
+    model: str = typer.Option(
+        None,
+        help="policy spec: alias, local directory or HF id; a directory a SearchRL training saved brings its protocol "
+        "and rollout settings (searchrl.json) unless --config is given",
+    ),
     index: str = typer.Option(None, help="local index directory (built from --corpus when empty)"),
     url: list[str] = typer.Option(None, "--url", help="retrieval server URL (repeatable)"),
     corpus: str = typer.Option(
@@ -115,7 +120,8 @@ def main(
     and the agent on QA datasets, or re-score predictions.
 
     Writes predictions/<dataset>__<method>.jsonl, summary.{md,csv,json,png} and the resolved config.yaml into
-    --out. Give a recipe (--config) and/or flags; flags win.
+    --out. Give a recipe (--config) and/or flags; flags win. Without --config, a --model directory that a SearchRL
+    training saved runs with the protocol and rollout settings it was trained with.
 
     Example: searchrl eval --data dev.jsonl --methods direct,naive_rag,agent --index indexes/bm25 --limit 100
     """
