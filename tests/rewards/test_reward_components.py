@@ -660,6 +660,23 @@ def test_your_own_component_from_a_file_or_a_module(tmp_path, monkeypatch):
     assert module.total == [0.0, 0.0, 0.0]  # none of the rows searched
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_component_score_that_is_not_finite_is_an_error_naming_the_component(tmp_path, monkeypatch, value):
+    """Trained on, a NaN or inf score would turn the step's advantages, its loss and then the weights into NaN."""
+    (tmp_path / "odd.py").write_text(
+        "def odd(inputs, *, value=0.0):\n    return [1.0] + [value] * (len(inputs) - 1), {}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    composer = RewardComposer(
+        [RewardComponent(name="answer"), RewardComponent(name="odd.py:odd", params={"value": value})]
+    )
+    with pytest.raises(
+        ValueError, match=rf"component 'odd.py:odd' returned {value} for input 1 \(question 'q2'\)"
+    ) as err:
+        composer([make(question="q1"), make(question="q2")])
+    assert "\n" not in str(err.value) and "return a finite number for every input" in str(err.value)
+
+
 def test_a_recipe_names_your_component_and_the_checks_read_its_signature(tmp_path, monkeypatch):
     from searchrl.validation import reward_problems
 

@@ -126,3 +126,43 @@ def test_a_warmup_longer_than_the_run_is_a_warning(monkeypatch) -> None:
     cfg = load_config(None, ["sft.batch_size=4", "sft.warmup_steps=3"])
     SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(12), "unused")
     assert not any("warmup" in line for line in said)
+
+
+def _overflowing(trainer: SFTTrainer, steps: set[int] | None) -> None:
+    """The logits of the given optimizer steps (1-based; None: every step) turn non-finite, as an overflowing
+    forward pass's would."""
+    seen: list[int] = []
+
+    def hook(_module, _inputs, out):
+        if not torch.is_grad_enabled():
+            return None
+        seen.append(1)
+        return out * float("inf") if steps is None or len(seen) in steps else None
+
+    trainer.model.get_output_embeddings().register_forward_hook(hook)
+
+
+def test_an_update_whose_gradient_is_not_finite_is_skipped_and_counted(tmp_path: Path) -> None:
+    """Taken, the first step would write NaN into every weight, and every later step would train on NaN."""
+    cfg = load_config(None, ["sft.batch_size=2", "sft.epochs=1", "sft.lr=1e-3"])
+    trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(8), tmp_path)
+    _overflowing(trainer, {1})
+    hist = trainer.train()
+    assert [h["skipped_steps"] for h in hist] == [1.0, 0.0, 0.0, 0.0] and not torch.isfinite(
+        torch.tensor(hist[0]["loss"])
+    )
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in hist[1:])
+
+
+def test_updates_skipped_in_a_row_stop_the_run_in_one_line(tmp_path: Path) -> None:
+    cfg = load_config(None, ["sft.batch_size=2", "sft.epochs=1", "training.max_skipped_steps=2"])
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = SFTTrainer(cfg, model, tokenizer(), letter_sft_examples(8), tmp_path)
+    _overflowing(trainer, None)
+    with pytest.raises(ValueError, match=r"diverged: the gradient norm was nan in 2 optimizer steps in a row") as err:
+        trainer.train()
+    assert "up to SFT step 2" in str(err.value) and "\n" not in str(err.value)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert not (tmp_path / "final").exists()

@@ -179,6 +179,10 @@ class TrainingConfig(Section):
     adam_betas: tuple[_Beta, _Beta] = (0.9, 0.999)  #: AdamW's, policy and critic (veRL's; OpenRLHF's: 0.9, 0.95)
     #: gradients are clipped to this global norm (a negative one would flip them, 0 would zero them)
     max_grad_norm: float = Field(default=1.0, gt=0.0)
+    #: an optimizer step whose gradient norm is not finite (NaN / inf: an overflow, a loss gone NaN) is skipped, the
+    #: weights and optimizer state left as they were, and counted (RL: update/skipped_steps; SFT: skipped_steps);
+    #: this many skipped in a row stop the run (RL and SFT) with an error.
+    max_skipped_steps: int = Field(default=3, ge=1)
     #: sequences per forward/backward micro-batch at most (gradients accumulate over a mini-batch's micro-batches);
     #: null: 16 on the CPU, 64 on a GPU.
     micro_batch_size: int | None = Field(default=None, ge=1)

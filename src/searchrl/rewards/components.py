@@ -451,6 +451,13 @@ class RewardComposer:
             if not isinstance(scores, Sequence) or len(scores) != len(inputs):
                 got = f"{len(scores)} scores" if isinstance(scores, Sequence) else f"a {type(scores).__name__}"
                 raise RuntimeError(f"reward component {name!r} returned {got} for {len(inputs)} inputs")
+            bad = next((i for i, s in enumerate(scores) if isinstance(s, int | float) and not math.isfinite(s)), None)
+            if bad is not None:  # it would turn the step's advantages, its loss and then the weights into NaN
+                raise ValueError(
+                    f"reward component {name!r} returned {scores[bad]} for input {bad} (question "
+                    f"{inputs[bad].question[:60]!r}): return a finite number for every input (e.g. 0.0 where it "
+                    "cannot score one)"
+                )
             per_component[name] = scores
             total = [t + weight * s for t, s in zip(total, scores, strict=True)]
             metrics[f"reward/{name}"] = _mean(scores)

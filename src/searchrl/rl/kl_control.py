@@ -13,6 +13,7 @@ The trainer asks the controller for the step's coefficient before it computes ad
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from searchrl.config import AlgorithmConfig
@@ -33,6 +34,10 @@ class AdaptiveKL:
     horizon: int
 
     def update(self, kl: float, n_steps: int) -> None:
+        """A KL that is not finite (a step whose scoring pass overflowed) leaves the coefficient as it was: the clip
+        passes NaN through, and the coefficient, saved in checkpoints, would stay NaN for good."""
+        if not math.isfinite(kl):
+            return
         error = min(max(kl / self.target - 1.0, -0.2), 0.2)
         self.value *= 1.0 + error * n_steps / self.horizon
 

@@ -6,6 +6,7 @@ background thread, with its own copy of the data position."""
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -49,6 +50,17 @@ class Experience:
             lp = self.behaviour_logp[i]
             out_BT[b, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
         return torch.where(mask_BT.bool(), out_BT.to(mask_BT.device), 0.0)
+
+
+def check_finite(scores: Sequence[float], trajs: Sequence[Trajectory]) -> None:
+    """A score that is not a finite number (NaN, inf) would turn the step's advantages, its loss and then the
+    weights into NaN: one line naming its rollout instead."""
+    bad = next((i for i, s in enumerate(scores) if not math.isfinite(float(s))), None)
+    if bad is not None:
+        raise ValueError(
+            f"the reward function returned {scores[bad]} for rollout {bad} (question {trajs[bad].question_id}): "
+            "return a finite number for every rollout (e.g. 0.0 where it cannot score one)"
+        )
 
 
 class Sampler:
@@ -102,6 +114,7 @@ class Sampler:
                 )
             engine_stats.update(engine.stats)
             new_scores, m = reward_fn(new)
+            check_finite(new_scores, new)
             trajs, scores = trajs + new, scores + list(new_scores)
             per_round.append(m)
             if rnd + 1 < alg.max_sampling_rounds:

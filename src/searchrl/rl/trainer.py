@@ -56,9 +56,8 @@ from searchrl.rl.passes import Passes
 from searchrl.rl.profiling import maybe_profiled, phase
 from searchrl.rl.sampling import Experience, Sampler
 from searchrl.rl.sharded import full_weights, sharded
-from searchrl.rl.update import StepTensors, ValueModel
+from searchrl.rl.update import SkippedSteps, StepTensors, ValueModel
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
-from searchrl.rollout.trajectory import Trajectory
 from searchrl.tuning import full_state_dict, warmup_schedule, wrap_lora
 from searchrl.utils import hard_exit, make_adamw, on_sigterm, progress, tune_allocator, write_jsonl
 
@@ -138,6 +137,7 @@ class Trainer:
             compile_layers(model)
         model.train()
         self.critic: ValueModel | None = None
+        self.skipped = SkippedSteps(self.tcfg.max_skipped_steps)  # updates with a gradient norm that is not finite
         params = [p for p in model.parameters() if p.requires_grad]
         t = self.tcfg
         self.opt = make_adamw(params, lr=t.lr, weight_decay=t.weight_decay, betas=t.adam_betas)
@@ -267,7 +267,8 @@ class Trainer:
         kl_BT, kl_metrics = torch.zeros_like(old_logp_BT), {}
         if ref_logp_BT is not None:
             kl_BT, kl_metrics = A.kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, alg.kl_estimator)
-        old_values_BT = self._values(batch) if self.critic is not None else None  # (B, T)
+        critic = self.acc.unwrap_model(self.critic) if self.critic is not None else None
+        old_values_BT = self.passes.values(critic, batch) if critic is not None else None  # (B, T) before the update
         adv_BT, returns_BT, est_metrics = self.estimator.fn(
             scores_B,
             kl_BT,
@@ -310,21 +311,22 @@ class Trainer:
         metrics = UpdateMetrics()
         aux_tokens = self.passes.global_count(float(sum(sum(s[2]) for s in aux_seqs))) if self._aux_on else 0.0
         gen = torch.Generator().manual_seed(self.tcfg.seed + step)
-        n_updates = 0
+        taken: list[bool] = []
         for _epoch in range(self.alg.ppo_epochs):
             for mini in self.passes.mini_batches(sb.n_rows, sb.n_global, self.alg.mini_batch_size, gen):
-                self._optimizer_step(sb, mini, aux_seqs, aux_tokens, metrics)
-                n_updates += 1
+                taken.append(self._optimizer_step(sb, mini, aux_seqs, aux_tokens, metrics))
         lr = self.sched.get_last_lr()[0]  # the rate this step ran at (after .step() it is the next one's)
         self.sched.step()
         if self.critic is not None:
             self.critic_sched.step()
-        return {"update/optimizer_steps": float(n_updates), "lr": lr, **metrics.result()}
+        steps = {"update/optimizer_steps": float(sum(taken)), "update/skipped_steps": float(len(taken) - sum(taken))}
+        return {**steps, "lr": lr, **metrics.result()}
 
     def _optimizer_step(
         self, sb: StepBatch, mini: list[int], aux_seqs: list[NLLSequence], aux_tokens: float, metrics: UpdateMetrics
-    ) -> None:
-        """One mini-batch's gradients (policy, value, memorization NLL), clipped, then the optimizer step."""
+    ) -> bool:
+        """One mini-batch's gradients (policy, value, memorization NLL), clipped, then the optimizer step: not taken
+        (False) where a gradient norm is not finite (``SkippedSteps``)."""
         self.opt.zero_grad(set_to_none=True)
         if self.critic is not None:
             self.critic_opt.zero_grad(set_to_none=True)
@@ -334,11 +336,16 @@ class Trainer:
             metrics.add({"loss/memorization_nll": nll})
         gnorm = self.acc.clip_grad_norm_(self.model.parameters(), self.tcfg.max_grad_norm)
         metrics.add({"grad_norm": float(gnorm)})
+        norms = [gnorm]
+        if self.critic is not None:
+            norms.append(self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm))
+        if not self.skipped.finite(*norms):  # NaN / inf: taken, the step would write it into the weights for good
+            return False
         self.opt.step()
         self._weights_version += 1
         if self.critic is not None:
-            self.acc.clip_grad_norm_(self.critic.parameters(), self.tcfg.max_grad_norm)
             self.critic_opt.step()
+        return True
 
     def _step_metrics(
         self, step: int, exp: Experience, sb: StepBatch, update: dict[str, float], clock: dict[str, float]
@@ -373,7 +380,8 @@ class Trainer:
         self._update_kl(metrics, n_global)
         self.state.step += 1
         self.last_trajectories = exp.trajs
-        self._log_rollouts(step + 1, exp.trajs, exp.scores)
+        if self.acc.is_main_process:
+            log_rollouts(self.out_dir, self.tcfg.log_rollouts, step + 1, exp.trajs, exp.scores, self.correctness)
 
     def _update_kl(self, metrics: dict[str, float], n_global: int) -> None:
         """The adaptive controller moves on the mean KL of the processes that measured one, so all processes keep one
@@ -385,15 +393,6 @@ class Trainer:
             if n > 0:
                 self.kl_ctrl.update(float(kl_sum / n), n_global)
         self.state.kl_coef = self.kl_ctrl.value
-
-    @torch.no_grad()
-    def _values(self, batch: Batch) -> torch.Tensor:
-        """The critic's values before the update."""
-        return self.passes.values(self.acc.unwrap_model(self.critic), batch)
-
-    def _log_rollouts(self, step: int, trajs: Sequence[Trajectory], scores: Sequence[float]) -> None:
-        if self.acc.is_main_process:
-            log_rollouts(self.out_dir, self.tcfg.log_rollouts, step, trajs, scores, self.correctness)
 
     def evaluate(self) -> dict[str, float]:
         """Greedy rollouts on the held-out questions (main process only): ``eval/*`` metrics, and the trajectories
@@ -458,6 +457,7 @@ class Trainer:
                 m["time/wall"] = round(time.time(), 1)  # the clock (epoch s) when each step ended, across resumes
                 history.append(m)
                 self._log(m)
+                self.skipped.check(f"RL step {self.state.step}")  # too many non-finite updates in a row: stop
                 desc = f"rl steps  reward={m.get('reward/total', 0):.3f}"
                 if "eval/em" in m:
                     desc += f"  held-out EM={m['eval/em']:.3f}"

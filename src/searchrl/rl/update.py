@@ -3,6 +3,7 @@ loss of one micro-batch (policy, KL and entropy terms; value loss) over global n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -11,6 +12,7 @@ from torch import nn
 from searchrl.config import ALGORITHMS, AlgorithmConfig
 from searchrl.rl import algorithms as A
 from searchrl.rl.batch import Batch, score_tokens
+from searchrl.utils import console
 
 
 @dataclass
@@ -107,3 +109,34 @@ def value_micro_loss(
         global_seqs=c_seq,
         norm_tokens=alg.loss_norm_tokens,
     )
+
+
+class SkippedSteps:
+    """Optimizer steps skipped because a gradient norm was not finite (NaN or inf: an overflowing forward pass, a loss
+    gone NaN): taken, the step would write NaN into the weights and the optimizer's moments for good. A skipped step
+    leaves both as they were; ``limit`` skips in a row (``training.max_skipped_steps``) stop the run (:meth:`check`).
+    Every process sees the same norms (they are of the reduced gradients), so all skip, and stop, together."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.in_a_row, self.norm = limit, 0, 0.0
+
+    def finite(self, *norms: float | torch.Tensor) -> bool:
+        """Whether every norm is finite, so the step may be taken; a skip is counted, and said, when not."""
+        bad = [float(n) for n in norms if not math.isfinite(float(n))]
+        self.in_a_row = self.in_a_row + 1 if bad else 0
+        if bad:
+            self.norm = bad[0]
+            console.log(
+                f"[yellow]warning:[/yellow] gradient norm {self.norm}: optimizer step skipped, the weights left as "
+                f"they were ({self.in_a_row} in a row; {self.limit} stop the run)"
+            )
+        return not bad
+
+    def check(self, where: str) -> None:
+        """One line when ``limit`` steps in a row were skipped, up to ``where`` (the step that logged the last)."""
+        if self.in_a_row >= self.limit:
+            raise ValueError(
+                f"training diverged: the gradient norm was {self.norm} in {self.in_a_row} optimizer steps in a row "
+                f"(up to {where}), each skipped with the weights left as they were; lower the learning rate, look "
+                "for a loss or reward that is not finite, or raise training.max_skipped_steps"
+            )

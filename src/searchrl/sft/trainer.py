@@ -27,6 +27,7 @@ from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.rl.checkpoint import load_checkpoint, save_checkpoint
 from searchrl.rl.metrics_log import trim_logs
+from searchrl.rl.update import SkippedSteps
 from searchrl.rollout.agent_file import record_agent
 from searchrl.sft.types import SFTExample, as_sft_example
 from searchrl.tuning import freeze_bottom, save_merged, warmup_schedule, wrap_lora
@@ -139,6 +140,7 @@ class SFTTrainer:
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = make_adamw(params, lr=self.scfg.lr, weight_decay=0.0, betas=self.scfg.adam_betas)
+        self.skipped = SkippedSteps(cfg.training.max_skipped_steps)  # updates with a gradient norm that is not finite
         tune_allocator()
         total = self.scfg.epochs * ((len(self.examples) + self.scfg.batch_size - 1) // self.scfg.batch_size)
         self.sched = warmup_schedule(
@@ -193,7 +195,9 @@ class SFTTrainer:
                         loss = loss + part.detach()
                     gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.max_grad_norm)
                     lr = self.sched.get_last_lr()[0]  # the rate this step ran at (the scheduler then moves on)
-                    self.opt.step()
+                    taken = self.skipped.finite(gnorm)  # NaN / inf: taken, it would write it into the weights
+                    if taken:
+                        self.opt.step()
                     self.sched.step()
                     step += 1
                     tokens += sum(len(_parts(e)[0]) + len(_parts(e)[1]) for e in batch)
@@ -203,6 +207,7 @@ class SFTTrainer:
                         "epoch": epoch,
                         "loss": float(loss.detach()),
                         "grad_norm": float(gnorm),
+                        "skipped_steps": float(not taken),
                         "lr": lr,
                         "tokens_per_s": tokens / max(train_s, 1e-9),
                         **placement.peak_memory_metrics(),
@@ -210,6 +215,7 @@ class SFTTrainer:
                     history.append(m)
                     log.write(json.dumps(m) + "\n")
                     log.flush()
+                    self.skipped.check(f"SFT step {step}")  # too many non-finite updates in a row: stop
                     bar.update(task, advance=1, description=f"sft loss={m['loss']:.3f}")
                     stop = stop_requested()
                     if stop or (self.scfg.save_every and step % self.scfg.save_every == 0):

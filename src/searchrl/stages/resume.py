@@ -129,6 +129,8 @@ _NOT_OUTCOME = (
     "training.eval_limit",
     "training.log_rollouts",
     "training.profile_step",
+    # how many non-finite updates in a row stop a run: raised to let a stopped one go on
+    "training.max_skipped_steps",
 )
 _PREFIXED = re.compile(r"^([a-z_]+:)?(.+)$")  # "rewriter:PATH" names a path after its kind
 
