@@ -59,14 +59,17 @@ def whiten(x_BT: Tensor, mask_BT: Tensor, eps: float = _WHITEN_EPS, sum_across: 
     """``(x - mean) / sqrt(var + eps)`` with mean and (biased) variance over the counted positions; 0 elsewhere.
 
     ``sum_across`` sums a tensor over every process (data parallelism): the statistics are then those of the counted
-    positions of all processes' rows, exactly as if the whole batch were in one process."""
+    positions of all processes' rows, exactly as if the whole batch were in one process. They are summed in float64,
+    where the sum of float32 values is exact: values all alike (scores a whole batch shares) give exactly 0, not
+    their mean's rounding residue (of one sign everywhere) blown up by ``1 / sqrt(eps)``."""
     m = _bool_mask(mask_BT, x_BT)  # (B, T)
     total = sum_across or (lambda t: t)
+    x_BT, dtype = x_BT.double(), x_BT.dtype
     zero = torch.zeros_like(x_BT)
     n_sum = total(torch.stack([m.sum().to(x_BT.dtype), torch.where(m, x_BT, zero).sum()]))  # (2,) count, sum
     mean = n_sum[1] / n_sum[0].clamp(min=1)  # ()
     var = total(torch.where(m, (x_BT - mean) ** 2, zero).sum()) / n_sum[0].clamp(min=1)  # ()
-    return torch.where(m, (x_BT - mean) * torch.rsqrt(var + eps), zero)  # (B, T)
+    return torch.where(m, (x_BT - mean) * torch.rsqrt(var + eps), zero).to(dtype)  # (B, T)
 
 
 def aggregate_loss(
