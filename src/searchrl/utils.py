@@ -9,7 +9,6 @@ import logging
 import os
 import random
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -343,8 +342,8 @@ def error_line(err: BaseException, limit: int = 160) -> str:
 
 
 def restore_interrupted(path: Path) -> None:
-    """A save by :func:`atomic_dir` that stopped between its two renames left the previous copy, whole, at
-    ``<path>.old`` and nothing at ``path``: put it back."""
+    """A save by :func:`searchrl.storage.atomic_dir` that stopped between its two renames left the previous copy,
+    whole, at ``<path>.old`` and nothing at ``path``: put it back."""
     old = path.with_name(path.name + ".old")
     if not path.exists() and old.is_dir():
         try:
@@ -382,22 +381,6 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-@contextmanager
-def atomic_dir(path: Path) -> Iterator[Path]:
-    """Yield a sibling temp dir to fill; on success it replaces ``path`` (the old one is removed only afterwards;
-    :func:`restore_interrupted` recovers it from a stop between the renames)."""
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    yield tmp
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        path.rename(old)
-    tmp.rename(path)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _source_commit() -> str | None:

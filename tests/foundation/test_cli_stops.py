@@ -1,5 +1,6 @@
 """A command outside ``searchrl run`` cut short by Ctrl-C says in one line what stopped and, when it can go on (a
-checkpoint, answers or samples kept), how; the exit status stays 130. A SIGTERM's stop gets the same hint."""
+checkpoint, answers or samples kept), how; the exit status stays 130. A SIGTERM's stop gets the same hint. A run cut
+short by a full disk says so in one line."""
 
 from __future__ import annotations
 
@@ -110,3 +111,26 @@ def test_rejection_sampling_cut_by_ctrl_c_says_the_same_command_goes_on(tmp_path
     said = " ".join(res.output.split())
     assert res.exit_code == 130, res.output
     assert f"rejection-sample into {out} stopped (Ctrl-C); to go on: the same searchrl data rejection-sample" in said
+
+
+def test_train_cut_by_a_full_disk_says_so_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    import errno
+    import sys
+
+    from searchrl.commands import main
+    from searchrl.storage import DiskFull, full_message
+
+    out = tmp_path / "run"
+
+    def full(*args, **kwargs):
+        raise DiskFull(
+            errno.ENOSPC, full_message(out / "checkpoint", f"{out / 'checkpoint'} keeps its previous contents")
+        )
+
+    monkeypatch.setattr(stages, "run_train", full)
+    monkeypatch.setattr(sys, "argv", ["searchrl", "train", "--recipe", "demo", "--out", str(out)])
+    with pytest.raises(SystemExit) as stop:
+        main()  # the command as installed: one line, exit 2, no traceback
+    err = " ".join(capsys.readouterr().err.split())
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert f"error: cannot write {out / 'checkpoint'}: the disk is full" in err

@@ -1,7 +1,7 @@
 """The package's layers, enforced: every import in src/searchrl (top-level or inside a function) goes down or
 sideways, never up, and the units (a subpackage or a top-level module) import each other in no cycle of any length.
 
-    foundation (config, utils, models, bundled, tuning, device, shapes, partial)
+    foundation (config, utils, models, bundled, tuning, device, shapes, partial, storage)
     < data, retrieval, protocols, generation, tools
     < pipeline (the one resolver: config -> data, retriever, protocol, policy)
     < rollout < rewards < rl, sft
@@ -19,7 +19,20 @@ from pathlib import Path
 import searchrl
 
 LAYERS: list[set[str]] = [
-    {"searchrl", "_lazy", "config", "utils", "models", "bundled", "tuning", "device", "shapes", "partial", "httputil"},
+    {
+        "searchrl",
+        "_lazy",
+        "config",
+        "utils",
+        "models",
+        "bundled",
+        "tuning",
+        "device",
+        "shapes",
+        "partial",
+        "httputil",
+        "storage",
+    },
     {"data", "retrieval", "protocols", "generation", "tools"},
     {"pipeline"},
     {"rollout"},

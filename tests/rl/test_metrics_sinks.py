@@ -1,14 +1,18 @@
 """Optional metric sinks: a missing package or a failing W&B login is one warning and the run goes on; a resumed run
-logs into the same W&B run; the logs are trimmed for a resume row by row."""
+logs into the same W&B run; the logs are trimmed for a resume row by row; a full disk is one line naming the log."""
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import types
 from pathlib import Path
 
+import pytest
+
 from searchrl.rl.metrics_log import MetricsWriter
+from searchrl.storage import DiskFull
 
 
 def _fake_wandb(fail: bool) -> types.ModuleType:
@@ -137,3 +141,19 @@ def test_trimming_the_logs_for_a_resume_reads_them_a_row_at_a_time(tmp_path: Pat
     steps = [json.loads(line)["step"] for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert steps == [i // 4 + 1 for i in range(120)]
     assert peak < size / 10, (peak, size)
+
+
+def test_a_full_disk_while_logging_is_one_line_naming_the_log(tmp_path: Path) -> None:
+    class FullDisk:
+        def write(self, _text: str) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    w = MetricsWriter(tmp_path)
+    w.write({"step": 1, "reward/total": 0.5})
+    w._f = FullDisk()  # the disk fills up after the first row
+    with pytest.raises(DiskFull) as err:
+        w.write({"step": 2, "reward/total": 0.6})
+    assert str(err.value) == (
+        f"cannot write {tmp_path / 'metrics.jsonl'}: the disk is full (no space left on it); the rows of the steps "
+        "before are kept (a resume drops a row cut short): free some space, then run again"
+    )

@@ -4,6 +4,7 @@ as a run never stopped, each step logged once; a SIGTERM saves a checkpoint at t
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import torch
 
 from searchrl.config import load_config
 from searchrl.sft.trainer import SFTTrainer
+from searchrl.storage import DiskFull
 from searchrl.testing import letter_sft_examples, tiny_model, tokenizer
 from searchrl.utils import StopRequested
 
@@ -187,3 +189,32 @@ def test_a_sigterm_during_a_validation_stops_after_it(tmp_path: Path) -> None:
     history = resumed.train(resume=True)
     assert {m["epoch"] for m in history} == {1, 2} and (tmp_path / "final" / "config.json").exists()
     assert [s for s, kind in _steps(tmp_path) if kind == "val"] == [4, 8, 12]  # each epoch's validation once
+
+
+def test_a_full_disk_while_saving_keeps_the_last_checkpoint_to_go_on_from(tmp_path: Path, monkeypatch) -> None:
+    """The save of step 6 runs out of space: one line naming the checkpoint, which still holds step 3 (nothing
+    half-written beside it), and the run resumed from it ends where an uninterrupted one does."""
+    whole = _trainer(tmp_path / "whole")
+    whole.train()
+    stopped, real_save = _trainer(tmp_path / "cut"), torch.save
+
+    def full_at_step_6(obj, *args, **kwargs):
+        if obj.get("sft", {}).get("step") == 6:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_at_step_6)
+    with pytest.raises(DiskFull) as err:
+        stopped.train()
+    checkpoint = tmp_path / "cut" / "checkpoint"
+    assert str(err.value) == (
+        f"cannot write {checkpoint}: the disk is full (no space left on it); {checkpoint} keeps its previous "
+        "contents: free some space, then run again"
+    )
+    assert sorted(p.name for p in (tmp_path / "cut").iterdir() if p.name.startswith("checkpoint")) == ["checkpoint"]
+    monkeypatch.undo()
+    resumed = _trainer(tmp_path / "cut")
+    resumed.train(resume=True)
+    for k, v in _weights(whole).items():
+        torch.testing.assert_close(_weights(resumed)[k], v, rtol=0, atol=1e-6, msg=k)
+    assert _steps(tmp_path / "cut") == _steps(tmp_path / "whole")

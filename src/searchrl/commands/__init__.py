@@ -16,6 +16,7 @@ from typer.core import TyperOption
 from searchrl import __version__
 from searchrl.config import ConfigError
 from searchrl.models import ModelResolutionError
+from searchrl.storage import DiskFull
 from searchrl.utils import console
 
 
@@ -127,6 +128,7 @@ def main() -> None:
         FileNotFoundError,
         NotADirectoryError,  # a path through a file (an output directory under one)
         PermissionError,  # a path this user may not read or write
+        DiskFull,  # a save (checkpoint, model, log) that filled the disk: what it would have replaced is kept
         ValueError,
         ConnectionError,
     ) as err:

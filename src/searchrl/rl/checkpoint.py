@@ -32,8 +32,9 @@ from searchrl.models import portable_tokenizer_config, shareable_files
 from searchrl.rl.run_dir import STATE_FILE, check_fresh, has_checkpoint
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
 from searchrl.rollout.agent_file import record_agent
+from searchrl.storage import atomic_dir
 from searchrl.tuning import check_fits, load_policy_weights, save_merged
-from searchrl.utils import StopRequested, atomic_dir
+from searchrl.utils import StopRequested
 
 
 @dataclass

@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.rollout.record import trajectory_record
+from searchrl.storage import full_said
 from searchrl.utils import atomic_write_lines, console, error_line
+
+#: what a full disk leaves of a metrics log (the message of its :class:`searchrl.storage.DiskFull`)
+LOG_KEPT = "the rows of the steps before are kept (a resume drops a row cut short)"
 
 
 def _warn(message: str) -> None:
@@ -38,12 +42,14 @@ class MetricsWriter:
 
     def write(self, m: dict[str, float]) -> None:
         """One line of ``m`` (NaN written as null), keyed by ``m["step"]`` in the optional sinks."""
-        if self._f is None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            self._f = (self.out_dir / "metrics.jsonl").open("a", encoding="utf-8")
-        self._f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in m.items()}))
-        self._f.write("\n")
-        self._f.flush()
+        path = self.out_dir / "metrics.jsonl"
+        with full_said(path, LOG_KEPT):
+            if self._f is None:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                self._f = path.open("a", encoding="utf-8")
+            self._f.write(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in m.items()}))
+            self._f.write("\n")
+            self._f.flush()
         if self.tensorboard:
             if self._tb is None:
                 try:

@@ -26,14 +26,14 @@ from searchrl.config import RunConfig, record_run
 from searchrl.rl.algorithms import aggregate_loss
 from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, score_tokens
 from searchrl.rl.checkpoint import load_checkpoint, save_checkpoint
-from searchrl.rl.metrics_log import trim_logs
+from searchrl.rl.metrics_log import LOG_KEPT, trim_logs
 from searchrl.rl.update import SkippedSteps
 from searchrl.rollout.agent_file import record_agent
 from searchrl.sft.types import SFTExample, as_sft_example
+from searchrl.storage import atomic_dir, full_said
 from searchrl.tuning import freeze_bottom, save_merged, warmup_schedule, wrap_lora
 from searchrl.utils import (
     StopRequested,
-    atomic_dir,
     console,
     make_adamw,
     on_sigterm,
@@ -213,8 +213,7 @@ class SFTTrainer:
                         **placement.peak_memory_metrics(),
                     }
                     history.append(m)
-                    log.write(json.dumps(m) + "\n")
-                    log.flush()
+                    self._write(log, m)
                     self.skipped.check(f"SFT step {step}")  # too many non-finite updates in a row: stop
                     bar.update(task, advance=1, description=f"sft loss={m['loss']:.3f}")
                     stop = stop_requested()
@@ -230,8 +229,7 @@ class SFTTrainer:
                     val_loss = self.validation_loss()
                     if history:  # none when a resumed run had only this epoch's validation left
                         history[-1]["val_loss"] = val_loss
-                    log.write(json.dumps({"step": step, "epoch": epoch, "val_loss": val_loss}) + "\n")
-                    log.flush()
+                    self._write(log, {"step": step, "epoch": epoch, "val_loss": val_loss})
                     if val_loss < self.best_val:  # kept aside: a run stopped mid-way leaves no final model
                         self.best_val, self.best_epoch = val_loss, epoch
                         self.save(self.out_dir / "best")
@@ -258,6 +256,12 @@ class SFTTrainer:
             shutil.rmtree(self.checkpoint, ignore_errors=True)  # the final model is written: nothing to go on from
         console.log(f"SFT done: {step} steps, {time.perf_counter() - t0:.0f} s, model in {self.out_dir / 'final'}")
         return history
+
+    def _write(self, log: Any, row: dict[str, Any]) -> None:
+        """One row of ``metrics.jsonl``; a full disk is said in one line naming it."""
+        with full_said(self.out_dir / "metrics.jsonl", LOG_KEPT):
+            log.write(json.dumps(row) + "\n")
+            log.flush()
 
     @property
     def checkpoint(self) -> Path:
