@@ -159,3 +159,39 @@ def test_a_plugin_named_by_a_path_with_a_drive_colon_is_a_file(tmp_path: Path) -
     plugin.parent.mkdir()
     plugin.write_text("X = 1\n", encoding="utf-8")
     assert list(code_digests([str(plugin)])) == [str(plugin)]
+
+
+def test_results_with_any_character_are_printed_through_a_cp1252_pipe(tmp_path: Path) -> None:
+    """Windows writes a piped or redirected stdout in its ANSI code page (cp1252), simulated here on any system:
+    a result holding a character outside it (a question in Japanese, an emoji) is still printed, not an error."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(
+        json.dumps({"id": "q1", "question": "Who wrote 源氏物語 😀?", "answers": ["紫式部"]}) + "\n", "utf-8"
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "cp1252"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-m", "searchrl", "data", "inspect", str(qa)], env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode("cp1252")[-2000:]
+    out = done.stdout.decode("cp1252")  # valid in the pipe's encoding
+    assert "\\u6e90\\u6c0f\\u7269\\u8a9e \\U0001f600" in out and "\\u7d2b\\u5f0f\\u90e8" in out
+
+
+def test_a_cp1252_pipe_is_made_utf8_on_windows_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Windows a pipe's cp1252 is the system's code page, not a choice: the command writes UTF-8 there (as
+    PYTHONUTF8=1 would). Elsewhere a non-UTF-8 stream keeps its encoding (the locale's), escaping what it lacks."""
+    import io
+
+    from searchrl.commands import _unicode_streams
+
+    monkeypatch.delenv("PYTHONIOENCODING", raising=False)
+    for platform, expected in (("win32", "源 é".encode()), ("linux", "\\u6e90 é".encode("cp1252"))):
+        out, err = io.TextIOWrapper(io.BytesIO(), encoding="cp1252"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", err)
+        monkeypatch.setattr(sys, "platform", platform)
+        _unicode_streams()
+        out.write("源 é")
+        out.flush()
+        assert out.buffer.getvalue() == expected, platform
+        assert (err.encoding, err.errors) == ("utf-8", "strict")  # a UTF-8 stream is left as it is
+

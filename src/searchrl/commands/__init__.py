@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import codecs
 import inspect
 import os
 import sys
@@ -110,9 +111,26 @@ _register()
 _reflow_help(app)
 
 
+def _unicode_streams() -> None:
+    """Results (answers, tables, JSON) and logs hold any text. Where stdout or stderr is not UTF-8 (Windows writes a
+    pipe or a file in its ANSI code page, cp1252, unless PYTHONUTF8=1), a character outside it would end the command
+    with UnicodeEncodeError: on Windows such a stream is made UTF-8 (as PYTHONUTF8=1 would; a console is UTF-8
+    already), unless PYTHONIOENCODING chose its encoding; everywhere else it keeps its encoding and writes such a
+    character as a backslash escape."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        if not hasattr(stream, "reconfigure") or codecs.lookup(encoding).name.startswith("utf"):
+            continue
+        if sys.platform == "win32" and not stream.isatty() and "PYTHONIOENCODING" not in os.environ:
+            stream.reconfigure(encoding="utf-8")
+        else:
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
     from searchrl.utils import MissingDependency, StopRequested, on_sigterm
 
+    _unicode_streams()
     if not sys.stderr.isatty():  # a job log: the hub's and transformers' bars would write carriage returns into it
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
