@@ -195,3 +195,26 @@ def test_a_cp1252_pipe_is_made_utf8_on_windows_only(monkeypatch: pytest.MonkeyPa
         assert out.buffer.getvalue() == expected, platform
         assert (err.encoding, err.errors) == ("utf-8", "strict")  # a UTF-8 stream is left as it is
 
+
+def test_a_page_on_another_drive_than_its_inputs_names_them_by_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Windows there is no relative path between two drives (``os.path.relpath`` raises ValueError): ``view
+    --out D:\\pages`` of files on C: still writes the page, naming them by their absolute path."""
+    from searchrl.viz.viewer import write_viewer
+
+    traj = {
+        "question": "q",
+        "golds": ["a"],
+        "answer": "a",
+        "turns": [{"text": "<answer> a </answer>", "action": "answer"}],
+    }
+    (tmp_path / "t.jsonl").write_text(json.dumps(traj) + "\n", encoding="utf-8")
+
+    def other_drive(path: str, start: str | None = None) -> str:
+        raise ValueError("path is on mount 'C:', start on mount 'D:'")
+
+    monkeypatch.setattr(os.path, "relpath", other_drive)
+    html = write_viewer([tmp_path / "t.jsonl"], tmp_path / "pages" / "view.html").read_text(encoding="utf-8")
+    assert f"{(tmp_path / 't.jsonl').resolve()}:1" in html
+

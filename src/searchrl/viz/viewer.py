@@ -443,7 +443,10 @@ def write_viewer(
     seen: dict[str, set[str]] = {"dataset": set(), "method": set()}  # named when nothing matches (the first 20)
     steps: list[int] = []  # the first and last step read, likewise
     for p in paths:  # sources relative to the page, so a page copied with its run directory has no absolute paths
-        shown_as = os.path.relpath(p.resolve(), out.resolve().parent)
+        try:
+            shown_as = os.path.relpath(p.resolve(), out.resolve().parent)
+        except ValueError:  # Windows: on another drive than the page, so there is no relative path
+            shown_as = str(p.resolve())
         for rec in iter_records(p, skip_bad=skip_bad, errors=bad):  # errors name the file as given
             n_read += 1
             for kind, value in (("dataset", rec.dataset), ("method", rec.method)):
