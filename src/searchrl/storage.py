@@ -1,5 +1,6 @@
 """Writing a directory whole or not at all (:func:`atomic_dir`), and a disk that fills up meanwhile said in one line
-naming where (:class:`DiskFull`) rather than as a library's traceback.
+naming where (:class:`DiskFull`) rather than as a library's traceback; one process at a time building a shared
+directory (:func:`file_lock`).
 
 Libraries report a full disk each their own way: Python's writes raise ``OSError`` (ENOSPC; EDQUOT past a quota),
 safetensors a ``SafetensorError`` whose message says "No space left on device", and ``torch.save`` a
@@ -88,3 +89,45 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         path.rename(old)
     tmp.rename(path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing, left in place) while inside: another process
+    asking for it waits until this one leaves. An advisory POSIX lock; on Windows, a lock on the file's first byte."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        with _first_byte_lock(path):
+            yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _first_byte_lock(path: Path) -> Iterator[None]:
+    """:func:`file_lock` on Windows: ``msvcrt.locking`` of byte 0. It gives up after 10 tries a second apart
+    (EDEADLOCK), so it is asked again until the other process leaves."""
+    import msvcrt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        while True:
+            f.seek(0)  # the locked bytes start at the file position ("a" opens at the end)
+            try:
+                msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+                break
+            except OSError as err:
+                if err.errno != errno.EDEADLOCK:
+                    raise
+        try:
+            yield
+        finally:
+            f.seek(0)
+            msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)

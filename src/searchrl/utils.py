@@ -365,24 +365,6 @@ def eval_mode(module: Any) -> Iterator[None]:
             m.training = training
 
 
-@contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the file ``path`` (created if missing, left in place) while inside: another process
-    asking for it waits until this one leaves. An advisory POSIX lock; where there is none, nothing is locked."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _source_commit() -> str | None:
     """The git commit of the SearchRL source this runs from ("+dirty" with uncommitted changes to it), or None
     outside a checkout of SearchRL itself (an installed wheel, even inside another project's repository) or without

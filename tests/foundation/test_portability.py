@@ -218,3 +218,30 @@ def test_a_page_on_another_drive_than_its_inputs_names_them_by_absolute_path(
     html = write_viewer([tmp_path / "t.jsonl"], tmp_path / "pages" / "view.html").read_text(encoding="utf-8")
     assert f"{(tmp_path / 't.jsonl').resolve()}:1" in html
 
+
+def test_the_cache_lock_on_windows_locks_the_first_byte_around_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows has no ``fcntl``: ``file_lock`` locks the lock file's first byte with ``msvcrt.locking``, asks again
+    when it gives up (after 10 s of another process holding it), and unlocks after the body, even a failed one."""
+    import errno
+    import types
+
+    from searchrl.storage import file_lock
+
+    calls: list[tuple[str, int, int]] = []
+
+    def locking(fd: int, mode: int, nbytes: int) -> None:
+        calls.append(("lock" if mode == 1 else "unlock", os.lseek(fd, 0, os.SEEK_CUR), nbytes))
+        if len(calls) == 1:  # the first try finds it held by another process for the 10 s msvcrt waits
+            raise OSError(errno.EDEADLOCK, "Resource deadlock avoided")
+
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # import fcntl -> ImportError
+    monkeypatch.setitem(sys.modules, "msvcrt", types.SimpleNamespace(LK_LOCK=1, LK_UNLCK=0, locking=locking))
+    lock = tmp_path / "cache" / ".idx.lock"
+    lock.parent.mkdir()
+    lock.write_text("held before\n", encoding="utf-8")  # "a" opens at its end: the lock is still on byte 0
+    with pytest.raises(RuntimeError), file_lock(lock):
+        calls.append(("body", -1, 0))
+        raise RuntimeError("build failed")
+    assert calls == [("lock", 0, 1), ("lock", 0, 1), ("body", -1, 0), ("unlock", 0, 1)]

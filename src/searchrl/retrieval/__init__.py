@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from searchrl.config.extensions import add_name, same_definition
 from searchrl.retrieval.base import CheckedRetriever, Hit, Retriever
-from searchrl.utils import file_lock
+from searchrl.storage import file_lock
 
 if TYPE_CHECKING:
     from searchrl.config import RetrievalConfig
