@@ -245,3 +245,25 @@ def test_the_cache_lock_on_windows_locks_the_first_byte_around_the_build(
         calls.append(("body", -1, 0))
         raise RuntimeError("build failed")
     assert calls == [("lock", 0, 1), ("lock", 0, 1), ("body", -1, 0), ("unlock", 0, 1)]
+
+
+def test_a_saved_models_searchrl_json_is_written_and_read_as_utf8(tmp_path: Path) -> None:
+    """``searchrl.json`` holds the recipe's name and a prompt (a DeepSeek template's ``<｜User｜>``) as UTF-8: under
+    an ASCII or cp1252 locale, saving a checkpoint failed with UnicodeEncodeError, and reading one back called a good
+    record "not a SearchRL model record"."""
+    (tmp_path / "mine.yaml").write_text("name: réponse\n", encoding="utf-8")
+    code = (
+        "from pathlib import Path; from searchrl.config.loading import load_config\n"
+        "from searchrl.pipeline import make_protocol\n"
+        "from searchrl.rollout.agent_file import read_agent_settings, record_agent\n"
+        f"cfg = load_config({str(tmp_path / 'mine.yaml')!r}); out = Path({str(tmp_path)!r}) / 'model'; out.mkdir()\n"
+        "record_agent(out, cfg, make_protocol(cfg), None)\n"
+        "assert read_agent_settings(out)['rollout.protocol'] == cfg.rollout.protocol\n"
+    )
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
+    env.pop("PYTHONIOENCODING", None)
+    done = subprocess.run(
+        [sys.executable, "-X", "utf8=0", "-c", code], env=env, capture_output=True, text=True, encoding="utf-8"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -84,7 +84,7 @@ def record_agent(model_dir: Path, cfg: RunConfig, protocol: Protocol, tokenizer:
     generation config stop at the chat template's end of a reply."""
     model_dir = Path(model_dir)
     record = agent_record(cfg, protocol, tokenizer)
-    (model_dir / AGENT_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    (model_dir / AGENT_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if (model_dir / "config.json").exists():
         stop_at_reply_end(model_dir, reply_end_ids(tokenizer, cfg.model.prompt_style))
 
@@ -113,7 +113,7 @@ def read_agent_settings(model: str | Path | None) -> dict[str, Any] | None:
         return None
     path = Path(model).expanduser() / AGENT_FILE
     try:
-        settings = json.loads(path.read_text())["settings"]
+        settings = json.loads(path.read_text(encoding="utf-8"))["settings"]
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"{path} is not a SearchRL model record; delete it or save the model again") from None
     if not isinstance(settings, dict):
