@@ -82,6 +82,23 @@ def test_a_base_models_saved_generation_config_stops_where_its_trained_replies_e
     assert eos == [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]  # the model's own EOS kept first
 
 
+def test_a_published_generation_config_transformers_only_warns_about_still_saves(tmp_path: Path) -> None:
+    """A base model may publish ``temperature`` / ``top_p`` with ``do_sample: false``: transformers loads and saves
+    it back with a warning, but refuses to save it once modified. Adding the reply's end to its EOS ids must not
+    make every checkpoint save fail; the rest of the file stays as published."""
+    import json
+
+    from searchrl.rollout.agent_file import stop_at_reply_end
+
+    published = {"do_sample": False, "temperature": 0.6, "top_p": 0.9, "eos_token_id": 2, "bos_token_id": 1}
+    (tmp_path / "generation_config.json").write_text(json.dumps(published), encoding="utf-8")
+    stop_at_reply_end(tmp_path, [5])
+    saved = json.loads((tmp_path / "generation_config.json").read_text(encoding="utf-8"))
+    assert saved == {**published, "eos_token_id": [2, 5]}
+    stop_at_reply_end(tmp_path, [5, 2])  # already there: unchanged
+    assert json.loads((tmp_path / "generation_config.json").read_text(encoding="utf-8"))["eos_token_id"] == [2, 5]
+
+
 def test_a_saved_model_records_how_it_was_trained_to_run(tmp_path: Path) -> None:
     """``searchrl.json`` beside the weights: the protocol, its options, the prompt style, documents per search and
     the rollout limits, with the protocol's stop strings and a prompt as the rollout renders it."""

@@ -91,19 +91,21 @@ def record_agent(model_dir: Path, cfg: RunConfig, protocol: Protocol, tokenizer:
 
 def stop_at_reply_end(model_dir: Path, end_ids: list[int]) -> None:
     """Add ``end_ids`` to the EOS ids of the generation config saved in ``model_dir`` (one made from its
-    ``config.json`` when it has none), so that ``generate`` and vLLM stop where the trained model ends its reply."""
+    ``config.json`` when it has none), so that ``generate`` and vLLM stop where the trained model ends its reply.
+    Only ``eos_token_id`` is rewritten in the file: transformers refuses to save a modified config that it merely
+    warns about as published (``temperature`` with ``do_sample: false``)."""
     from transformers import AutoConfig, GenerationConfig
 
-    if (model_dir / "generation_config.json").exists():
-        gen = GenerationConfig.from_pretrained(model_dir)
-    else:
-        gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_dir))
-    eos = gen.eos_token_id
+    path = model_dir / "generation_config.json"
+    if not path.exists():
+        GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_dir)).save_pretrained(model_dir)
+    gen = json.loads(path.read_text(encoding="utf-8"))
+    eos = gen.get("eos_token_id")
     have = list(eos) if isinstance(eos, list | tuple) else [] if eos is None else [eos]
     missing = [i for i in end_ids if i not in have]
     if missing:
-        gen.eos_token_id = have + missing if have or len(missing) > 1 else missing[0]
-        gen.save_pretrained(model_dir)
+        gen["eos_token_id"] = have + missing if have or len(missing) > 1 else missing[0]
+        path.write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def read_agent_settings(model: str | Path | None) -> dict[str, Any] | None:
