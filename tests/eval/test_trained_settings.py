@@ -78,6 +78,16 @@ def test_a_broken_record_is_one_line_naming_the_fix(trained: Path) -> None:
         build_config(None, [], data=["q.jsonl"], methods="agent", model=str(trained))
 
 
+def test_a_record_from_another_version_runs_with_the_settings_this_one_knows(trained: Path) -> None:
+    """A key this version's config lacks (one a later version records, or an earlier one had) is not the user's
+    override: it used to fail as "command-line override 'rollout.gone=1': unknown key", naming nothing to fix."""
+    record = json.loads((trained / AGENT_FILE).read_text(encoding="utf-8"))
+    record["settings"]["rollout.gone"] = 1
+    (trained / AGENT_FILE).write_text(json.dumps(record), encoding="utf-8")
+    cfg = build_config(None, [], data=["q.jsonl"], methods="agent", model=str(trained))
+    assert cfg.rollout.protocol == "rag_r1" and cfg.retrieval.topk == 5
+
+
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
 def test_every_protocols_record_holds_its_prompt_as_the_rollout_renders_it(name: str) -> None:
     """The record is written at the end of every training: no built-in protocol may fail it, and its example

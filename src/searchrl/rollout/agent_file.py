@@ -125,8 +125,9 @@ def read_agent_settings(model: str | Path | None) -> dict[str, Any] | None:
 
 def agent_overrides(model: str | Path | None, protocol: str | None = None) -> list[str]:
     """The model directory's recorded settings as dotted overrides (``key=<JSON>``), for a command to apply before
-    its own; with ``protocol`` other than the recorded one, that protocol's options are left out too."""
-    settings = read_agent_settings(model)
+    its own; with ``protocol`` other than the recorded one, that protocol's options are left out too. Keys this
+    version does not record (another version's) are left out: they are not the user's to fix."""
+    settings = {k: v for k, v in (read_agent_settings(model) or {}).items() if k in (*AGENT_SETTINGS, "plugins")}
     if not settings:
         return []
     if protocol is not None and protocol != settings.get("rollout.protocol"):
