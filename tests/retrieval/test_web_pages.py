@@ -261,6 +261,22 @@ def test_private_addresses_are_refused_unless_allowed(pages: str, monkeypatch) -
         web.close()
 
 
+def test_an_httpx_without_the_pools_backend_still_checks_each_host(pages: str, monkeypatch) -> None:
+    """The checking backend goes into a private attribute of httpx's pool; where another httpx version lays its pool
+    out otherwise, each request's host is checked before it is sent instead (rebinding is then not caught)."""
+    port = pages.rsplit(":", 1)[1]
+    monkeypatch.setattr(netguard.httpcore, "NetworkBackend", type("Elsewhere", (), {}))  # no pool backend found
+    _public(monkeypatch, "127.0.0.1")
+    _dns(monkeypatch, {"site.test": ["127.0.0.1"], "intranet.test": ["10.0.0.7"]})
+    PageHandler.hosts.clear()
+    f = fetcher(allow_private=False, respect_robots=False)
+    got = [f.fetch(u) for u in (f"http://intranet.test:{port}/good", f"http://site.test:{port}/to-intranet")]
+    assert [p.status for p in got] == ["private_address"] * 2 and "resolves to 10.0.0.7" in got[0].detail
+    assert f.fetch(f"http://site.test:{port}/good").status == "ok"
+    assert f.fetch("http://no-such-name.invalid/x").status == "error"  # a name that does not resolve: an error page
+    f.close()
+
+
 def test_every_redirect_hop_and_robots_txt_are_checked(pages: str, monkeypatch) -> None:
     port = pages.rsplit(":", 1)[1]
     _public(monkeypatch, "127.0.0.1")  # the page server plays a public site that links inwards

@@ -79,10 +79,26 @@ def _literal_address(request: httpx.Request) -> None:
         raise _refuse(request.url.host, str(ip))
 
 
+def _resolved_host(request: httpx.Request) -> None:
+    """Request hook where the connection pool cannot take the checking backend: the host is checked when the request
+    is sent (DNS rebinding between this check and the connection is then not caught)."""
+    _literal_address(request)
+    try:
+        check_host(request.url.host, request.url.port or (443 if request.url.scheme == "https" else 80))
+    except httpcore.ConnectError as err:  # as the transport reports a name that does not resolve
+        raise httpx.ConnectError(str(err), request=request) from err
+
+
 def public_client(**kwargs: Any) -> httpx.Client:
     """An ``httpx.Client(**kwargs)`` that reaches public addresses only (see the module doc). Proxies set in the
     environment are used as by any httpx client."""
     client = httpx.Client(event_hooks={"request": [_literal_address]}, **kwargs)
-    # the pool of direct connections (not through a proxy) connects through the checking backend
-    client._transport._pool._network_backend = _PublicOnly()  # type: ignore[attr-defined]
+    # the pool of direct connections (not through a proxy) connects through the checking backend; httpx has no
+    # public hook for it, so where its pool is laid out otherwise (another httpx version) each request's host is
+    # checked before it is sent instead
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    if isinstance(getattr(pool, "_network_backend", None), httpcore.NetworkBackend):
+        pool._network_backend = _PublicOnly()  # type: ignore[union-attr]
+    else:
+        client.event_hooks = {"request": [_resolved_host]}
     return client
