@@ -109,6 +109,18 @@ def test_an_mcp_command_line_keeps_windows_paths(monkeypatch: pytest.MonkeyPatch
     assert parse_server(r"a b\ c 'd e'") == ["a", "b c", "d e"]  # POSIX: as a shell splits it
 
 
+def _run_in_an_ascii_locale(code: str) -> None:
+    """Run ``code`` in a Python whose locale encoding is ASCII (``LC_ALL=C``, UTF-8 mode and locale coercion off), as
+    a cp1252 Windows is to text outside its code page."""
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
+    env.pop("PYTHONIOENCODING", None)
+    done = subprocess.run(
+        [sys.executable, "-X", "utf8=0", "-c", code], env=env, capture_output=True, text=True, encoding="utf-8"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_recipes_and_configs_are_read_and_written_as_utf8(tmp_path: Path) -> None:
     """Text files default to the locale's encoding (cp1252 on Windows), not UTF-8: the bundled recipes, a user's
     config with non-ASCII text, and a run's saved config must read the same under any locale. Simulated with an
@@ -121,13 +133,7 @@ def test_recipes_and_configs_are_read_and_written_as_utf8(tmp_path: Path) -> Non
         f"out = dump_config(cfg, Path({str(tmp_path)!r}) / 'run' / 'config.yaml')\n"
         "assert read_yaml(out)['description'] == cfg.description == 'R\\u00e9ponds bri\\u00e8vement.'\n"
     )
-    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
-    env.pop("PYTHONIOENCODING", None)
-    done = subprocess.run(
-        [sys.executable, "-X", "utf8=0", "-c", code], env=env, capture_output=True, text=True, encoding="utf-8"
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    _run_in_an_ascii_locale(code)
 
 
 def test_a_resumed_rl_checkpoint_is_not_left_mapped_on_windows(
@@ -260,10 +266,4 @@ def test_a_saved_models_searchrl_json_is_written_and_read_as_utf8(tmp_path: Path
         "record_agent(out, cfg, make_protocol(cfg), None)\n"
         "assert read_agent_settings(out)['rollout.protocol'] == cfg.rollout.protocol\n"
     )
-    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
-    env.pop("PYTHONIOENCODING", None)
-    done = subprocess.run(
-        [sys.executable, "-X", "utf8=0", "-c", code], env=env, capture_output=True, text=True, encoding="utf-8"
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    _run_in_an_ascii_locale(code)

@@ -296,23 +296,9 @@ def _legend(kinds: set[str]) -> str:
     )
 
 
-def render_html(
-    records: Sequence[ViewRecord],
-    title: str = "SearchRL trajectories",
-    *,
-    total: int | None = None,
-    n_bad: int = 0,
-    all_records: Sequence[ViewRecord] | None = None,
-    which: str = "first",
-    tally: Tally | None = None,
-    notes: Sequence[str] = (),
-) -> str:
-    """The viewer page for ``records``: :func:`page_parts` as one string."""
-    return "".join(
-        page_parts(
-            records, title, total=total, n_bad=n_bad, all_records=all_records, which=which, tally=tally, notes=notes
-        )
-    )
+def render_html(records: Sequence[ViewRecord], title: str = "SearchRL trajectories", **options: Any) -> str:
+    """The viewer page for ``records``: :func:`page_parts` (its keyword ``options``) as one string."""
+    return "".join(page_parts(records, title, **options))
 
 
 def page_parts(
