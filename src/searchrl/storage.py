@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_FULL_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))  # EDQUOT: not on every platform
 _FULL_TEXTS = ("no space left on device", "disk quota exceeded")
 #: bytes free below which a write that failed without saying why is taken for one that filled the disk
 _NEARLY_FULL = 1 << 20
