@@ -6,6 +6,7 @@ import json
 import re
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -35,6 +36,7 @@ class FakeChat(BaseHTTPRequestHandler):
             return self._send(404, {"error": {"message": "model not found"}})
         if body["model"] == "echo-key":  # a server that quotes the key it was given
             return self._send(401, {"error": {"message": f"invalid key {self.headers.get('Authorization')}"}})
+        time.sleep(st.get("delay", {}).get(pred, 0.0))  # a reply that arrives after the others
         if pred == "flaky":
             st["flaky"] = st.get("flaky", 0) + 1
             if st["flaky"] <= 2:
@@ -325,6 +327,7 @@ def test_a_judge_without_a_cache_file_keeps_only_the_newest_replies(server, monk
 
     url, state = server
     monkeypatch.setattr(judge_module, "MEMO_LIMIT", 3)
+    state["delay"] = {"Paris": 0.5}  # the first asked is the last answered: still the oldest
     judge = LLMJudge(url, "fake-judge")
     answers = ["Paris", "Lyon", "Nice", "Lille", "Metz"]
     assert [v.correct for v in judge.judge_many(["q"] * 5, [["Paris"]] * 5, answers)] == [True] + [False] * 4

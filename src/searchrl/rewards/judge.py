@@ -318,6 +318,9 @@ class LLMJudge:
             unique = {key: prompt for _, key, prompt in todo}
             with ThreadPoolExecutor(max_workers=min(self.workers, len(unique))) as pool:
                 list(pool.map(self._fetch, unique.items()))
+            with self._lock:  # newest last in the batch's order, not the order the replies arrived in
+                for key in unique:
+                    self._cache[key] = self._cache.pop(key)
             for i, key, _ in todo:
                 raw = self._cache[key]
                 out[i] = JudgeVerdict(parse_verdict(raw), raw, "api")
