@@ -69,7 +69,11 @@ SCRIPT = textwrap.dedent(
 
     # the trainer's own checkpoint functions, on a trainer's parts
     from types import SimpleNamespace
+    from searchrl.config import RunConfig
+    from searchrl.pipeline import make_protocol
     from searchrl.rl import checkpoint
+
+    cfg = RunConfig()  # what the saved model's searchrl.json records
 
     def parts(model, opt, step):
         acc = SimpleNamespace(unwrap_model=lambda m: m, is_main_process=rank == 0)
@@ -78,7 +82,7 @@ SCRIPT = textwrap.dedent(
         kl = SimpleNamespace(value=0.0)
         return SimpleNamespace(
             sharded=True, acc=acc, critic=None, policy=model, model=model, opt=opt, sched=sched, state=state,
-            tokenizer=None, kl_ctrl=kl, _weights_version=0, aux_nll_hook=None,
+            tokenizer=None, kl_ctrl=kl, _weights_version=0, aux_nll_hook=None, cfg=cfg, protocol=make_protocol(cfg),
         )
 
     saved = parts(again, again_opt, step=3)
@@ -92,7 +96,7 @@ SCRIPT = textwrap.dedent(
     if rank == 0:
         ref = plain.state_dict()
         ok = all(torch.allclose(after[k], ref[k], atol=1e-4) for k in ref)
-        say("trainer checkpoint", ok, fresh.state.step == 3)
+        say("trainer checkpoint", ok, fresh.state.step == 3, (Path(out) / "checkpoint/model/searchrl.json").exists())
     dist.barrier()
     dist.destroy_process_group()
     from searchrl.utils import hard_exit
@@ -123,7 +127,7 @@ def test_sharded_weights_and_optimizer_state_round_trip(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{out}\n{err[-3000:]}"
     lines = out.splitlines()
     assert "gathered True True" in lines and "elsewhere empty True" in lines and "resumed True" in lines, out
-    assert "trainer checkpoint True True" in lines, out
+    assert "trainer checkpoint True True True" in lines, out
 
 
 def test_a_checkpoint_of_another_model_is_one_line_before_anything_loads(tmp_path: Path) -> None:
