@@ -111,9 +111,9 @@ def stop_at_reply_end(model_dir: Path, end_ids: list[int]) -> None:
 def read_agent_settings(model: str | Path | None) -> dict[str, Any] | None:
     """The ``settings`` of a model directory's ``searchrl.json``; None for a hub id, an alias or a directory
     without one."""
-    if model is None or not (Path(model).expanduser() / AGENT_FILE).is_file():
+    path = None if model is None else Path(model).expanduser() / AGENT_FILE
+    if path is None or not path.is_file():
         return None
-    path = Path(model).expanduser() / AGENT_FILE
     try:
         settings = json.loads(path.read_text(encoding="utf-8"))["settings"]
     except (ValueError, KeyError, TypeError):
