@@ -319,3 +319,18 @@ def test_an_ideographic_space_is_a_space_not_a_word() -> None:
     assert count_words("東京\u3000大阪") == count_words("東京 大阪") == 4
     assert chunk_text("東京\u3000大阪", 2) == ["東京", "大阪"]
     assert count_words("\u3000東京。") == 3  # CJK punctuation still counts, as before
+
+
+@pytest.mark.parametrize("size,where", [(3 << 19, 5 << 18), (100, 50), (5 << 20, 1 << 10), (5 << 20, (5 << 20) - 10)])
+def test_file_fingerprint_sees_a_same_size_edit_in_the_parts_it_hashes(tmp_path, size, where):
+    """Up to 2 MiB the whole file counts (a 1.5 MiB corpus edited past its first MiB once kept its fingerprint);
+    past that, the first and last MiB."""
+    from searchrl.data.corpus import file_fingerprint
+
+    path = tmp_path / "corpus.jsonl"
+    data = bytearray(b"a" * size)
+    path.write_bytes(bytes(data))
+    before = file_fingerprint(path)
+    data[where] = ord("b")
+    path.write_bytes(bytes(data))
+    assert file_fingerprint(path) != before

@@ -409,7 +409,8 @@ _SEEK_LOCK = threading.Lock()
 
 
 def file_fingerprint(path: str | Path) -> str:
-    """sha256 over size + first and last MiB: cheap for huge files, changes when the corpus changes."""
+    """sha256 over size + first and last MiB (the whole file up to 2 MiB): cheap for huge files, changes when the
+    corpus changes. An edit in the middle of a file over 2 MiB that keeps its size goes unseen."""
     path = Path(path)
     h = hashlib.sha256()
     size = path.stat().st_size
@@ -418,7 +419,7 @@ def file_fingerprint(path: str | Path) -> str:
         h.update(f.read(1 << 20))
         if size > 2 << 20:
             f.seek(-(1 << 20), 2)
-            h.update(f.read())
+        h.update(f.read())  # up to 2 MiB: the rest of the file
     return h.hexdigest()[:16]
 
 
