@@ -78,6 +78,14 @@ def test_a_broken_record_is_one_line_naming_the_fix(trained: Path) -> None:
         build_config(None, [], data=["q.jsonl"], methods="agent", model=str(trained))
 
 
+def test_with_a_recipe_a_broken_record_is_a_note_not_an_error(trained: Path, capsys) -> None:
+    """The recipe's settings hold, so the record only fed a note: a garbled one must not stop the evaluation."""
+    (trained / AGENT_FILE).write_text("{not json")
+    cfg = build_config("demo", [], data=["q.jsonl"], methods="agent", model=str(trained))
+    assert cfg.rollout.protocol == "search_r1"
+    assert "is not a SearchRL model record" in capsys.readouterr().err
+
+
 def test_a_record_from_another_version_runs_with_the_settings_this_one_knows(trained: Path) -> None:
     """A key this version's config lacks (one a later version records, or an earlier one had) is not the user's
     override: it used to fail as "command-line override 'rollout.gone=1': unknown key", naming nothing to fix."""

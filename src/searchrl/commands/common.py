@@ -70,7 +70,13 @@ def model_settings(recipe: str | None, model: str | None, protocol: str | None =
             where = Path(str(model)) / "searchrl.json"
             console.print(f"{where}: running the model with the settings it was trained with; flags replace them")
         return settings
-    trained = (read_agent_settings(model) or {}).get("rollout.protocol")
+    try:
+        trained = (read_agent_settings(model) or {}).get("rollout.protocol")
+    except ValueError as e:  # the recipe's settings hold: the record was only for a note
+        from searchrl.utils import console
+
+        console.print(f"note: {e}")
+        return []
     if trained is not None and trained != (used := protocol or load_config(recipe).rollout.protocol):
         from searchrl.utils import console
 
