@@ -369,3 +369,26 @@ def test_a_resumed_run_carries_the_hooks_state_on(tmp_path: Path) -> None:
     assert resumed.aux_nll_hook.pool == straight.aux_nll_hook.pool
     for (name, p), q in zip(resumed.policy.named_parameters(), straight.policy.parameters(), strict=True):
         assert torch.equal(p, q), name
+
+
+def test_the_rewriter_samples_with_the_runs_seed_mixed_with_the_step() -> None:
+    """Two runs with different seeds once drew the same rewriter samples at every step (the seed was the step)."""
+
+    class Seeds(ScriptedGenerator):
+        def __init__(self, tok, script) -> None:
+            super().__init__(tok, script)
+            self.seeds: list[int | None] = []
+
+        def generate(self, prompts, params):
+            self.seeds.append(params.seed)
+            return super().generate(prompts, params)
+
+    def run(seed: int, step: int) -> int | None:
+        tok = ByteTokenizer()
+        gen = Seeds(tok, lambda ctx: GOOD)
+        Memorizer(MemorizationConfig(coef=0.1), gen, PP, tok, seed=seed)(step, [traj("a", "France", 1)])
+        assert len(gen.seeds) == 1
+        return gen.seeds[0]
+
+    assert run(0, 3) == run(0, 3)
+    assert len({run(0, 3), run(1, 3), run(0, 4)}) == 3

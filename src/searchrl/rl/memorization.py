@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from searchrl.config import MemorizationConfig
 from searchrl.device import frozen_copy, model_device
-from searchrl.generation.base import Generator, SamplingParams
+from searchrl.generation.base import Generator, SamplingParams, mix_seed
 from searchrl.generation.hf import HFGenerator
 from searchrl.generation.prompts import render_prompt, reply_end_ids
 from searchrl.models import load_policy
@@ -148,6 +148,7 @@ class Memorizer(AuxNLL):
             metric=cfg.metric or "cover_em", max_words=10 if cfg.max_answer_words is None else cfg.max_answer_words
         )
         self.pool: deque[tuple[list[int], list[int], list[int]]] = deque(maxlen=cfg.pool_size or None)
+        self.seed = seed  # the run's seed: mixed with the step for the rewriter's sampling
         self.rng = random.Random(seed)
         self.last_rewrites: list[Rewrite] = []
         self.last_metrics: dict[str, float] = {}
@@ -254,7 +255,7 @@ class Memorizer(AuxNLL):
 
     def __call__(self, step: int, trajs: Sequence[Trajectory]) -> list[tuple[list[int], list[int], list[int]]]:
         chosen = self.select(trajs)
-        rewrites = self.rewrite(chosen, seed=step)
+        rewrites = self.rewrite(chosen, seed=mix_seed(self.seed, step))  # runs with other seeds sample otherwise
         stats = MemorizationStats(candidates=len(chosen), rewritten=len(rewrites))
         fresh = []
         for r in rewrites:
