@@ -106,10 +106,11 @@ def without_tied_copies(model: nn.Module, weights: dict[str, torch.Tensor]) -> d
     base = model.get_base_model() if is_peft(model) else model
     first: dict[int, str] = {}
     copies = {}
-    for k, v in base.state_dict().items():
+    # the same parameter under two names (by identity: an FSDP-sharded parameter has no plain storage to compare)
+    for k, v in base.named_parameters(remove_duplicate=False):
         name = k.replace(".base_layer", "")
-        if v.numel() and first.setdefault(v.data_ptr(), name) != name:
-            copies[name] = first[v.data_ptr()]
+        if first.setdefault(id(v), name) != name:
+            copies[name] = first[id(v)]
     same = {
         k for k, orig in copies.items() if k in weights and orig in weights and torch.equal(weights[k], weights[orig])
     }
@@ -123,7 +124,8 @@ def save_merged(model: nn.Module, tokenizer, path: Path, weights: dict[str, torc
     if is_peft(model):
         merged = without_tied_copies(model, full_state_dict(model))
         model.get_base_model().save_pretrained(path, state_dict=merged, safe_serialization=True)
-    else:
+    else:  # gathered weights hold a tied head's copy apart from the embeddings: written once, as a plain save does
+        weights = None if weights is None else without_tied_copies(model, weights)
         model.save_pretrained(path, safe_serialization=True, state_dict=weights)
     shareable_files(path)
     if hasattr(tokenizer, "save_pretrained"):

@@ -87,6 +87,7 @@ SCRIPT = textwrap.dedent(
 
     saved = parts(again, again_opt, step=3)
     checkpoint.save_trainer(saved, Path(out) / "checkpoint")  # every process
+    checkpoint.save_model(saved, Path(out) / "final")
     dist.barrier()
     fresh_model, fresh_opt = make(shard=True)
     fresh = parts(fresh_model, fresh_opt, step=0)
@@ -97,6 +98,10 @@ SCRIPT = textwrap.dedent(
         ref = plain.state_dict()
         ok = all(torch.allclose(after[k], ref[k], atol=1e-4) for k in ref)
         say("trainer checkpoint", ok, fresh.state.step == 3, (Path(out) / "checkpoint/model/searchrl.json").exists())
+        # the tied output head is written once, as a plain save writes it (gathered, it is a copy of its own)
+        dirs = ("checkpoint/model", "final")
+        once = ["lm_head.weight" not in load_file(f"{out}/{d}/model.safetensors") for d in dirs]
+        say("head once", once)
     dist.barrier()
     dist.destroy_process_group()
     from searchrl.utils import hard_exit
@@ -127,7 +132,7 @@ def test_sharded_weights_and_optimizer_state_round_trip(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{out}\n{err[-3000:]}"
     lines = out.splitlines()
     assert "gathered True True" in lines and "elsewhere empty True" in lines and "resumed True" in lines, out
-    assert "trainer checkpoint True True True" in lines, out
+    assert "trainer checkpoint True True True" in lines and "head once [True, True]" in lines, out
 
 
 def test_a_checkpoint_of_another_model_is_one_line_before_anything_loads(tmp_path: Path) -> None:

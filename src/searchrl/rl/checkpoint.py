@@ -33,7 +33,7 @@ from searchrl.rl.run_dir import STATE_FILE, check_fresh, has_checkpoint
 from searchrl.rl.sharded import full_optimizer_state, full_weights, load_full_optimizer_state, load_full_weights
 from searchrl.rollout.agent_file import record_agent
 from searchrl.storage import atomic_dir
-from searchrl.tuning import check_fits, load_policy_weights, save_merged
+from searchrl.tuning import check_fits, load_policy_weights, save_merged, without_tied_copies
 from searchrl.utils import StopRequested
 
 
@@ -70,6 +70,7 @@ def save_checkpoint(
     ``weights``: the policy's whole weights, gathered beforehand when they are sharded; ``on_model(model_dir)``
     adds to the saved model (its ``searchrl.json``)."""
     with atomic_dir(path) as tmp:
+        weights = None if weights is None else without_tied_copies(policy, weights)  # a tied head once
         policy.save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
         shareable_files(tmp / "model")
         if hasattr(tokenizer, "save_pretrained"):
