@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from searchrl.config import EvaluationConfig
 
 #: bump when the prompt text changes, so cached replies to the old prompt are not reused.
-PROMPT_VERSION = 3
+PROMPT_VERSION = 4
 
 #: the papers' criterion in our words: correct only when it agrees fully with the golden answer's meaning and key
 #: information (no added leniency); several golden answers are aliases, one of which it must agree with.
@@ -99,8 +99,15 @@ def parse_verdict(reply: str) -> bool | None:
 
 
 def judge_prompt(question: str, golds: Sequence[str], prediction: str) -> str:
-    """The user message sent to the judge."""
-    return JUDGE_PROMPT.format(question=question.strip(), golds=" | ".join(golds), prediction=prediction.strip())
+    """The user message sent to the judge. Each field is one line (its whitespace runs become one space), so an
+    answer cannot write lines of its own after it, such as another "Golden answer:" or an instruction."""
+
+    def line(text: str) -> str:
+        return " ".join(text.split())
+
+    return JUDGE_PROMPT.format(
+        question=line(question), golds=" | ".join(map(line, golds)), prediction=line(prediction)
+    )
 
 
 def summarize_verdicts(verdicts: Sequence[JudgeVerdict]) -> dict[str, float]:
