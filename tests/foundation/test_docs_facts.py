@@ -560,3 +560,24 @@ def test_the_layer_diagram_is_the_layering_tests() -> None:
         elif drawn:  # a layer's second line
             drawn[-1] |= names
     assert drawn[::-1] == tested, "docs/architecture.md's layer diagram differs from test_layering.LAYERS"
+
+
+def test_the_commands_said_to_take_a_profile_are_those_that_do() -> None:
+    """docs/recipes.md lists the commands that take ``--profile``: every command that takes a recipe, and no other."""
+    commands: dict[str, set[str]] = {}
+
+    def walk(command: Any, path: str) -> None:
+        commands[path] = {o for p in command.params for o in p.opts}
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}".strip())
+
+    walk(typer.main.get_command(app), "")
+    with_profile = {c for c, opts in commands.items() if "--profile" in opts}
+    with_recipe = {c for c, opts in commands.items() if opts & {"--recipe", "--config"}}
+    assert with_recipe <= with_profile | {"config show", "config validate"}, with_recipe - with_profile
+    sentence = re.search(
+        r"takes a recipe takes `--profile`:(.*?)\. Example", _text(ROOT / "docs" / "recipes.md"), re.S
+    )
+    assert sentence, "docs/recipes.md no longer lists the commands that take --profile"
+    listed = {" ".join(w for w in s.split() if not w.startswith("-")) for s in spans(sentence.group(1))}
+    assert listed == with_profile, f"docs/recipes.md lists {sorted(listed)}, the commands are {sorted(with_profile)}"
