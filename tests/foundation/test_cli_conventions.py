@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -28,6 +30,28 @@ def test_group_help_pages_have_an_example_and_no_bool_metavar(group: list[str]) 
     res = runner.invoke(app, [*group, "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "Example: searchrl" in res.stdout
     assert "<bool>" not in res.stdout
+
+
+def _commands() -> list[list[str]]:
+    """Every command and command group, as the words that name it."""
+    import typer
+
+    out: list[list[str]] = []
+
+    def walk(command, path: list[str]) -> None:  # noqa: ANN001 -- click's command
+        for name, sub in getattr(command, "commands", {}).items():
+            out.append([*path, name])
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def test_every_help_page_has_an_example() -> None:
+    """The README says every subcommand's --help has an example."""
+    pages = {" ".join(c): runner.invoke(app, [*c, "--help"], env={"COLUMNS": "300"}).stdout for c in _commands()}
+    bare = [c for c, page in pages.items() if not re.search(r"Example: .*searchrl ", page)]
+    assert len(pages) > 30 and not bare, f"help pages without an example of the command: {bare}"
 
 
 @pytest.mark.parametrize("command", [["run"], ["train"], ["sft"], ["eval"], ["config", "show"]])

@@ -58,7 +58,10 @@ def _root(
 
 @app.command("version")
 def version() -> None:
-    """Print the SearchRL version."""
+    """Print the SearchRL version.
+
+    Example: searchrl version
+    """
     print(__version__)
 
 
