@@ -10,7 +10,8 @@ import searchrl
 from searchrl.utils import portable_text
 
 ROOT = Path(searchrl.__file__).resolve().parents[2]
-LOG_TALK = re.compile(r"session [0-9]+|issue [0-9]+|the brief|today's code", re.I)
+#: work-log talk, and the numbered paper specifications the developers work from, which users do not have
+LOG_TALK = re.compile(r"session [0-9]+|issue [0-9]+|the brief|today's code|\bspecs? [0-9]{3}\b", re.I)
 
 
 def _user_files() -> list[Path]:
@@ -28,6 +29,14 @@ def test_no_work_log_references_or_local_absolute_paths() -> None:
         if local != "/" and local in text:
             bad.append(f"{path.relative_to(ROOT)}: absolute path under {local}")
     assert not bad, "\n".join(bad[:20])
+
+
+def test_recipe_descriptions_cite_papers_not_specifications() -> None:
+    """A recipe's description is printed by `searchrl config show` and `config validate`."""
+    from searchrl.config import load_config, recipe_names
+
+    bad = [name for name in recipe_names() if LOG_TALK.search(load_config(name).description)]
+    assert not bad, f"recipe descriptions with work-log or specification references: {bad}"
 
 
 def test_license_is_apache_2_full_text() -> None:
