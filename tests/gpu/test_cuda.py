@@ -390,6 +390,7 @@ RECIPES = [
     "rag_r1",
     "multihop_cpu",
     "multihop_world",
+    "multihop_world_tool_call",
 ]
 
 
@@ -398,6 +399,13 @@ RECIPE_EXTRA = {"r1_searcher_stage2": ["training.init_from=null"]}
 #: recipes whose RL stage decodes with compiled layers (the CUDA default); the others decode eagerly, which keeps the
 #: phase's time as it was (each compiled graph costs ~7 s), the compiled path's parity being tested apart
 COMPILED_RECIPES = ("search_r1_grpo", "multihop_world")
+
+
+def test_the_gpu_check_trains_every_recipe() -> None:
+    """The docs say the GPU check runs every recipe's RL stage: a recipe added is added here too."""
+    from searchrl.config import recipe_names
+
+    assert sorted(RECIPES) == sorted(recipe_names())
 
 
 @pytest.mark.cuda
