@@ -186,7 +186,9 @@ def rescore(
     out: Path = typer.Option(None, help="also write re-scored predictions and summary files here"),
     metrics: str = typer.Option("em,f1,cover_em,cover_em_tokens", help="comma-separated metrics"),
     normalize: str = typer.Option(
-        "auto", help="auto (R1-Searcher's files: their normalisation; ours: each metric's), squad, r1_searcher, rag_r1"
+        "auto",
+        help="auto (R1-Searcher's files: their normalisation; ours: each metric's), squad, r1_searcher, rag_r1, "
+        "unicode, unicode_fold",
     ),
     boundary: str = typer.Option("auto", help="cover_em match: auto, word or char"),
     protocol: str = typer.Option(
@@ -221,13 +223,16 @@ def rescore(
     from searchrl.eval.scoring import scoring_note
     from searchrl.eval.stats import reference_method, uncertainty
     from searchrl.rewards.judge import LLMJudge, cache_in
+    from searchrl.rewards.metrics import NORMALIZERS
     from searchrl.utils import console, write_jsonl
 
     for spec in plugins or []:
         import_plugin(spec)
     names = _split_list(metrics)
-    if normalize not in ("auto", "squad", "r1_searcher", "rag_r1", "r1"):
-        raise ValueError(f"unknown --normalize {normalize!r}; choose auto, squad, r1_searcher or rag_r1")
+    if normalize != "auto" and normalize not in NORMALIZERS:
+        raise ValueError(
+            f"unknown --normalize {normalize!r}; choose auto, squad, r1_searcher, rag_r1, unicode or unicode_fold"
+        )
     if boundary not in ("auto", "word", "char"):
         raise ValueError(f"unknown --boundary {boundary!r}; choose auto, word or char")
     judge = None

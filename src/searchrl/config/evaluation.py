@@ -95,8 +95,9 @@ class EvaluationConfig(Section):
     #: nucleus sampling at evaluation (matters only when temperature > 0); every method and the agent use it.
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     #: answer normalisation: "auto" = the method's own evaluation code by rollout.protocol (r1_searcher's script,
-    #: rag_r1's, else SQuAD's; cover_em_tokens keeps R1-Searcher's), or squad / r1_searcher / rag_r1 for all.
-    normalize: Literal["auto", "squad", "r1_searcher", "rag_r1"] = "auto"
+    #: rag_r1's, else SQuAD's; cover_em_tokens keeps R1-Searcher's), or squad / r1_searcher / rag_r1 for all;
+    #: unicode / unicode_fold: SQuAD's extended to Unicode text, the latter also folding accents (rewards.metrics).
+    normalize: Literal["auto", "squad", "r1_searcher", "rag_r1", "unicode", "unicode_fold"] = "auto"
     #: cover_em match: "auto" = the method's code (char, a plain substring test, for search_r1, r1_searcher,
     #: r1_searcher_pp, r_search and Search-R1's reason / rag baselines; word otherwise), or word / char.
     boundary: Literal["auto", "word", "char"] = "auto"

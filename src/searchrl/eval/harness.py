@@ -12,7 +12,7 @@ reference: :mod:`searchrl.eval.stats`) and the resolved ``config.yaml`` and prin
 short resumes: the same command again keeps every answer already written (:mod:`searchrl.eval.resume`).
 
 :mod:`searchrl.eval.rescore` re-scores a predictions file: ours, or R1-Searcher's released one, the authors' way
-(``benchmarks/rescore_r1_searcher.py``). ``evaluation.timing: single`` answers every question alone, so
+(``benchmarks/bench_rescore_r1_searcher.py``). ``evaluation.timing: single`` answers every question alone, so
 ``latency_s`` is one question's own wall time (RAG-R1's measure); ``searches`` counts search calls, ``queries`` theirs.
 """
 

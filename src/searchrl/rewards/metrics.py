@@ -15,12 +15,29 @@ Three normalisations exist in the papers' code, and they differ on real answers,
   but ``miller vcalifornia`` under SQuAD. The True/False mapping looks at the string as given, not stripped: the
   released predictions hold ``" False "``, which the authors' script does not map (so ``" False "`` does not match
   the gold ``no``); this one case is the difference between 65.6 and the published 65.4 ACC_R of the Qwen HotpotQA
-  file (``benchmarks/rescore_r1_searcher.py``). ``r1`` is an alias.
+  file (``benchmarks/bench_rescore_r1_searcher.py``). ``r1`` is an alias.
 - ``rag_r1`` (:func:`normalize_answer_rag_r1`) - RAG-R1's evaluation script (spec 004 §6.2): as ``r1_searcher``
   without the True/False mapping.
 
-No normalisation folds accents or Unicode case beyond ``str.lower`` (``Zürich`` stays ``zürich``, not
-``zurich``); this matches the papers' code, so our numbers stay comparable with theirs.
+Each of them first reads the text as :func:`searchrl.data.unitext.same_text` does: composed (NFC), invisible
+characters (zero-width spaces and joiners, soft hyphens, byte-order marks) dropped. So the same answer in other
+bytes matches (``Zürich`` written as ``u`` plus a combining diaeresis, a zero-width space inside a name), and no
+verdict of the papers' code changes between two texts that look different. Beyond that none folds accents or
+Unicode case beyond ``str.lower`` (``Zürich`` stays ``zürich``, not ``zurich``), and ``squad`` keeps non-ASCII
+punctuation (``O’Brien`` is not ``O'Brien``); this matches the papers' code, so our numbers stay comparable with
+theirs. For other text, two more normalisations extend SQuAD's rules to Unicode (options, never a default):
+
+- ``unicode`` (:func:`normalize_answer_unicode`) - SQuAD's on the text's compatibility form (NFKC: full-width
+  ``１９９０`` is ``1990``) with full case folding (``Straße`` = ``STRASSE``); every Unicode punctuation character
+  is deleted as SQuAD deletes ASCII's (``O’Brien`` = ``O'Brien``, ``«Paris»`` = ``Paris``, ``1939–1945`` =
+  ``1939-1945``), and each character of a script written without spaces (Chinese, Japanese, Thai, ...) is a token
+  of its own, so F1 gives partial credit there as it does to words (``北京市`` vs ``北京``: 0.8). On ASCII text it is
+  ``squad`` exactly.
+- ``unicode_fold`` - ``unicode`` with the accents of Latin letters removed (``Beyonce`` = ``Beyoncé``, ``Istanbul``
+  = ``İstanbul``); other scripts' marks are letters and stay (Cyrillic ``й``, Devanagari vowel signs).
+
+Under ``squad`` a text of a script without spaces is one token, so F1 on Chinese or Japanese answers is all or
+nothing (SQuAD's known limit there); ``cover_em`` finds words inside it either way (below).
 
 Metrics (all return 0.0 or 1.0 except F1):
 
@@ -46,12 +63,14 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Literal
 
 from searchrl.data.corpus import UNSPACED
+from searchrl.data.unitext import compatible_text, same_text, strip_accents
 
 Golds = str | Sequence[str]
 Normalizer = Callable[[str], str]
@@ -75,13 +94,40 @@ def normalize_answer(text: str) -> str:
     >>> normalize_answer("Miller v._California")
     'miller vcalifornia'
     """
-    text = "".join(ch for ch in text.lower() if ch not in _SQUAD_PUNCT)
+    text = "".join(ch for ch in same_text(text).lower() if ch not in _SQUAD_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _unicode_char(ch: str) -> str:
+    """A character as :func:`normalize_answer_unicode` keeps it: punctuation deleted, a character of a script
+    written without spaces set apart."""
+    if ch.isascii():
+        return "" if ch in _SQUAD_PUNCT else ch
+    if unicodedata.category(ch).startswith("P"):
+        return ""
+    return f" {ch} " if _UNSPACED.match(ch) else ch
+
+
+def normalize_answer_unicode(text: str, fold_accents: bool = False) -> str:
+    """SQuAD's normalisation extended to Unicode (see the module docstring); ``fold_accents``: ``unicode_fold``.
+
+    >>> normalize_answer_unicode("The O’Brien «Straße»"), normalize_answer_unicode("北京市。")
+    ('obrien strasse', '北 京 市')
+    >>> normalize_answer_unicode("Beyoncé"), normalize_answer_unicode("Beyoncé", fold_accents=True)
+    ('beyoncé', 'beyonce')
+    """
+    if text.isascii():
+        return normalize_answer(text)
+    text = compatible_text(compatible_text(text).casefold())  # NFKC-casefold: case folding may undo NFKC
+    if fold_accents:
+        text = strip_accents(text)
+    text = "".join(_unicode_char(ch) for ch in text)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def _space_punctuation(text: str) -> str:
     """Underscores and punctuation become spaces, then lower-case, drop a/an/the, collapse whitespace."""
-    text = text.replace("_", " ").lower()
+    text = same_text(text).replace("_", " ").lower()
     text = "".join(" " if ch in _R1_PUNCT else ch for ch in text)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
@@ -118,6 +164,8 @@ NORMALIZERS: dict[str, Normalizer] = {
     "r1_searcher": normalize_answer_r1,
     "rag_r1": normalize_answer_rag_r1,
     "r1": normalize_answer_r1,  # alias of r1_searcher
+    "unicode": normalize_answer_unicode,
+    "unicode_fold": partial(normalize_answer_unicode, fold_accents=True),
 }
 
 
