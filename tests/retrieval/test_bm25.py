@@ -272,10 +272,12 @@ def _bm25s_build(texts: list[str], directory: Path, options: BM25Options) -> Non
     import bm25s
     from bm25s.tokenization import Tokenizer
 
-    from searchrl.retrieval.bm25 import TOKEN_PATTERN, _make_stemmer, stopword_list
+    from searchrl.retrieval.bm25 import _make_stemmer, splitter, stopword_list
 
     tokenizer = Tokenizer(
-        splitter=TOKEN_PATTERN, stopwords=stopword_list(options.stopwords), stemmer=_make_stemmer(options.stemmer)
+        splitter=splitter(options.split_cjk, options.unicode_words),
+        stopwords=stopword_list(options.stopwords),
+        stemmer=_make_stemmer(options.stemmer),
     )
     token_ids = list(tokenizer.streaming_tokenize(texts, update_vocab=True))
     model = bm25s.BM25(k1=options.k1, b=options.b, method=options.method)

@@ -20,6 +20,7 @@ def test_manifest_describes_the_index(tiny_bm25: Path, tiny_corpus: Path) -> Non
     assert len(m["corpus"]["fingerprint"]) == 16
     assert m["counts"]["passages"] == 12 and m["counts"]["vocab"] > 50
     bm25 = {"k1": 0.9, "b": 0.4, "method": "lucene", "stemmer": "english", "stopwords": "en", "split_cjk": True}
+    bm25["unicode_words"] = True
     assert m["options"]["bm25"] == bm25
     assert m["encoder"] is None and m["dimension"] is None
     assert m["created"].endswith("Z") and m["searchrl_version"]

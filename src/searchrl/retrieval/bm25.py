@@ -1,10 +1,13 @@
 """BM25 through bm25s: an eager sparse index (one precomputed score per (term, passage)), saved as ``.npy`` arrays
 that load memory-mapped, so a million-passage index starts in about a second.
 
-Analysis (both when indexing and at query time): lowercase, split into words of 2+ word characters (the
-scikit-learn pattern bm25s uses) and each Chinese / Japanese ideograph or Hiragana character into a term of its own
-(as Lucene's standard tokenizer does: that text has no spaces), drop stopwords, stem with PyStemmer (Snowball).
-Stemming and stopwords are options.
+Analysis (both when indexing and at query time): read the text in Unicode's compatibility form (NFKC: a word with
+combining accents is the word with composed letters, full-width ``１９９０`` is ``1990``) without invisible
+characters (zero-width spaces, soft hyphens), lowercase, split into words of 2+ word characters (the scikit-learn
+pattern bm25s uses, with Unicode's word characters: a Devanagari, Arabic or Hebrew word with its vowel signs or
+points is one word) and each Chinese / Japanese ideograph or Hiragana character into a term of its own (as Lucene's
+standard tokenizer does: that text has no spaces), drop stopwords, stem with PyStemmer (Snowball). Stemming and
+stopwords are options. Indexes built before the first two steps existed keep their analysis (``unicode_words``).
 
 Defaults follow Lucene/Pyserini (``k1=0.9, b=0.4``, Lucene's idf), the BM25 setup Search-R1 and FlashRAG use for their
 sparse baselines. Scoring a query is a sum over the posting lists of its terms; we do that sum with ``np.bincount``
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from searchrl.data.corpus import PassageStore
+from searchrl.data.unitext import compatible_text
 from searchrl.retrieval.local import LocalRetriever, Ranking
 
 # bm25s runs a JAX op when it is imported and JAX is installed; on a GPU machine JAX's backend would then take 75% of
@@ -60,6 +64,9 @@ class BM25Options:
     #: each CJK ideograph and Hiragana character a term (:data:`TOKEN_PATTERN`); False for indexes built before (a
     #: run of them is one term, which only that whole run matches).
     split_cjk: bool = True
+    #: NFKC text without invisible characters, and combining marks inside words (:func:`splitter`); False for
+    #: indexes built before (a mark ended a word there, so Hindi or pointed Arabic lost most of its terms).
+    unicode_words: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -100,10 +107,14 @@ class Analyzer:
     """Text -> index terms, exactly as bm25s's ``Tokenizer`` produces them at build time."""
 
     def __init__(
-        self, stemmer: str | None = "english", stopwords: str | list[str] | None = "en", split_cjk: bool = True
+        self,
+        stemmer: str | None = "english",
+        stopwords: str | list[str] | None = "en",
+        split_cjk: bool = True,
+        unicode_words: bool = True,
     ) -> None:
         """``stopwords``: a list name (resolved through bm25s) or the words themselves."""
-        self._split = re.compile(token_pattern(split_cjk)).findall
+        self._split = splitter(split_cjk, unicode_words)
         self._stopwords = frozenset(stopwords if isinstance(stopwords, list) else stopword_list(stopwords))
         self._stemmer = _make_stemmer(stemmer)
         # PyStemmer's Stemmer objects must not be used by two threads at once.
@@ -120,6 +131,23 @@ class Analyzer:
 def token_pattern(split_cjk: bool) -> str:
     """The regular expression whose matches are the terms: :data:`TOKEN_PATTERN`, or :data:`WORDS_PATTERN`."""
     return TOKEN_PATTERN if split_cjk else WORDS_PATTERN
+
+
+def splitter(split_cjk: bool, unicode_words: bool) -> Callable[[str], list[str]]:
+    """Lower-cased text -> its words (before stopwords and stemming). With ``unicode_words`` the text is read as
+    :func:`searchrl.data.unitext.compatible_text` gives it and :func:`token_pattern` runs on the ``regex`` module,
+    whose word characters are Unicode's (combining marks included; Python's ``re`` ends a word at one)."""
+    if not unicode_words:
+        return re.compile(token_pattern(split_cjk)).findall
+    import regex
+
+    find_ascii = re.compile(token_pattern(split_cjk)).findall  # the same words where all is ASCII, and faster
+    find = regex.compile(token_pattern(split_cjk)).findall
+
+    def split(text: str) -> list[str]:
+        return find_ascii(text) if text.isascii() else find(compatible_text(text).lower())
+
+    return split
 
 
 def build_bm25(
@@ -143,7 +171,9 @@ def build_bm25(
 
     stopwords = stopword_list(options.stopwords)
     tokenizer = Tokenizer(
-        splitter=token_pattern(options.split_cjk), stopwords=stopwords, stemmer=_make_stemmer(options.stemmer)
+        splitter=splitter(options.split_cjk, options.unicode_words),
+        stopwords=stopwords,
+        stemmer=_make_stemmer(options.stemmer),
     )
     tokens = TokenStream()
     pending = 0
@@ -205,7 +235,10 @@ class BM25Retriever(LocalRetriever):
         self.options = options
         self.manifest = manifest or {}
         self.analyzer = Analyzer(
-            options.stemmer, stopwords if stopwords is not None else options.stopwords, options.split_cjk
+            options.stemmer,
+            stopwords if stopwords is not None else options.stopwords,
+            options.split_cjk,
+            options.unicode_words,
         )
         self._n = len(store)
 

@@ -46,7 +46,7 @@ FORMAT = "searchrl-index"
 FORMAT_VERSION = 1
 KINDS = ("bm25", "dense", "hybrid")
 #: BM25 options an index built by an earlier version lacks in its manifest: how it was built
-OLD_BM25 = {"split_cjk": False}
+OLD_BM25 = {"split_cjk": False, "unicode_words": False}
 IndexKind = Literal["bm25", "dense", "hybrid"]
 
 
