@@ -26,6 +26,8 @@ IGNORABLE = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
     "\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
 )
+#: half of a UTF-16 pair on its own (JSON's "\\ud800" escape): no character, and no tokenizer or UTF-8 file takes one
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: a Latin letter and the combining accents (the Combining Diacritical Marks block) NFKD splits off it
 _ACCENTED = re.compile("([A-Za-z])[\u0300-\u036f]+")
 
@@ -65,3 +67,12 @@ def strip_accents(text: str) -> str:
     if text.isascii():
         return text
     return unicodedata.normalize("NFC", _ACCENTED.sub(r"\1", unicodedata.normalize("NFKD", text)))
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` without lone surrogates (a JSON string may escape one: ``"\\ud800"``), which are no character.
+
+    >>> without_surrogates("Z\\ud800ürich")
+    'Zürich'
+    """
+    return text if text.isascii() else _SURROGATE.sub("", text)

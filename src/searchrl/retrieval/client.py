@@ -100,7 +100,7 @@ class RemoteRetriever:
         self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s))
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        check_search_args(queries, k)
+        queries = check_search_args(queries, k)
         queries = [q[: self.max_query_chars] for q in queries]
         found: dict[str, list[Hit]] = {}
         missing: list[str] = []

@@ -9,18 +9,22 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from searchrl.data.corpus import PassageStore
+from searchrl.data.unitext import without_surrogates
 from searchrl.retrieval.base import Hit
 
 #: One ranking per query: ``(row, score)`` pairs, best first.
 Ranking = list[tuple[int, float]]
 
 
-def check_search_args(queries: list[str], k: int) -> None:
-    """Programming errors stay loud: a bare string instead of a list would silently search per character."""
+def check_search_args(queries: list[str], k: int) -> list[str]:
+    """The queries to search, without lone surrogates (a client's ``"\\ud800"`` escape: no text, and an encoder's
+    tokenizer or an HTTP request's UTF-8 body raises on one). Programming errors stay loud: a bare string instead
+    of a list would silently search per character."""
     if isinstance(queries, str):
         raise TypeError("search() takes a list of queries, not a single string; wrap it: search([query], k)")
     if k <= 0:
         raise ValueError(f"k must be >= 1 (got {k})")
+    return [without_surrogates(q) for q in queries]
 
 
 class LocalRetriever(ABC):
@@ -35,10 +39,10 @@ class LocalRetriever(ABC):
         """Up to ``depth`` ``(row, score)`` pairs per query, best first. One batched call for all queries."""
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        check_search_args(queries, k)
+        queries = check_search_args(queries, k)
         if not queries:
             return []
-        rankings = self.rank(list(queries), k)
+        rankings = self.rank(queries, k)
         return [self.to_hits(ranking[:k]) for ranking in rankings]
 
     def to_hits(self, ranking: Ranking) -> list[Hit]:

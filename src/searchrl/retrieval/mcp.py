@@ -235,7 +235,7 @@ class MCPRetriever:
         return args
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        check_search_args(queries, k)
+        queries = check_search_args(queries, k)
         found: dict[str, list[Hit]] = {}
         missing: list[str] = []
         for q in dict.fromkeys(queries):  # unique, in order

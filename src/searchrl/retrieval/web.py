@@ -124,7 +124,7 @@ class WebRetriever:
         return f"WebRetriever(provider={self.provider.name!r}, base_url={self.base_url!r})"
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        check_search_args(queries, k)
+        queries = check_search_args(queries, k)
         results = list(self._pool.map(lambda q: self._search_one(q + self.query_suffix, k), queries))
         return results if self.fetcher is None else self._with_pages(queries, results)
 
