@@ -290,15 +290,16 @@ def unanswered_searches(events: Sequence[Event], search_close: str) -> int:
     return n + pending
 
 
-def garbled_problems(events: Sequence[Event]) -> list[str]:
+def garbled_problems(events: Sequence[Event], cjk: bool = True) -> list[str]:
     """Operational test for "garbled or unreadable content" in the policy's own text (observations excluded).
 
     R1-Searcher's reward code (spec 001 §11.3) treats CJK characters and chat-role markers as format errors; we
-    add control characters and U+FFFD (bytes that did not decode). Retrieved documents are never checked.
+    add control characters and U+FFFD (bytes that did not decode). Retrieved documents are never checked. ``cjk``
+    False: CJK characters are text (questions in Chinese or Japanese, whose answers are written in them).
     """
     text = model_text(events)
     problems = []
-    if _CJK.search(text):
+    if cjk and _CJK.search(text):
         problems.append("CJK characters in the policy's text")
     if _UNREADABLE.search(text):
         problems.append("control or replacement characters in the policy's text")

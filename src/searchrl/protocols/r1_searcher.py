@@ -89,7 +89,15 @@ class R1SearcherProtocol(TagProtocol):
     answer_tags = ANSWER
     other_tags = THINK
     document_start = re.compile(r"(?m)^\((?P<n>\d+)\)")
-    option_defaults = {**TagProtocol.option_defaults, "prefill_think": True, "max_answer_words": 10, "prompt": "rl"}
+    #: cjk_garbled: CJK characters in the policy's text break the format, as in the authors' reward code (false
+    #: for questions in Chinese or Japanese)
+    option_defaults = {
+        **TagProtocol.option_defaults,
+        "prefill_think": True,
+        "max_answer_words": 10,
+        "prompt": "rl",
+        "cjk_garbled": True,
+    }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -152,8 +160,8 @@ class R1SearcherProtocol(TagProtocol):
         * Rule 1 (think and answer tags; only a short answer): exactly one ``<think>`` (first), one ``</think>``,
           one ``<answer>`` and one ``</answer>``, in that order; the answer holds no query or document tag and at
           most ``max_answer_words`` (10) words.
-        * Rule 2 (no garbled content): no CJK, control/replacement characters or chat-role markers in the
-          policy's text (``garbled_problems``).
+        * Rule 2 (no garbled content): no CJK (unless the option ``cjk_garbled`` is false), control/replacement
+          characters or chat-role markers in the policy's text (``garbled_problems``).
         * Rule 3 (queries in query tags; no documents without retrieval): query tags balanced, every query
           answered by inserted documents, no documents tag written by the policy.
 
@@ -178,7 +186,7 @@ class R1SearcherProtocol(TagProtocol):
             if words > self.max_answer_words:
                 problems.append(f"answer has {words} words (at most {self.max_answer_words})")
         # Rule 2: garbled content.
-        problems.extend(garbled_problems(events))
+        problems.extend(garbled_problems(events, cjk=self.options["cjk_garbled"]))
         # Rule 3: queries and documents.
         n_searches = sum(1 for ev in events if ev.kind.startswith("obs"))
         n_fabricated = count_tag(events, DOCUMENTS[0]) + count_tag(events, DOCUMENTS[1])

@@ -75,6 +75,8 @@ class R1SearcherPPProtocol(TagProtocol):
     answer_tags = None
     other_tags = INTERNAL
     document_start = re.compile(r"(?m)^\((?P<n>\d+)\)")
+    #: cjk_garbled: as R1-Searcher's (false for questions in Chinese or Japanese)
+    option_defaults = {**TagProtocol.option_defaults, "cjk_garbled": True}
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
@@ -152,7 +154,7 @@ class R1SearcherPPProtocol(TagProtocol):
         answer = unbox(last_policy_box(events))
         if not answer:
             problems.append("no non-empty \\boxed{} final answer")
-        problems.extend(garbled_problems(events))
+        problems.extend(garbled_problems(events, cjk=self.options["cjk_garbled"]))
         internal = blocks(events, *INTERNAL)
         return FormatReport(
             ok=not problems,

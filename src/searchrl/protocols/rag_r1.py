@@ -16,7 +16,9 @@ Layouts follow the authors' code (§1.4 [CODE]): each query's documents are
 ``"".join(f"Doc {i}: {contents}\\n").strip()``; the observation is ``"\\n<information>\\n" + body +
 "\\n</information>\\n"``, where body is the JSON (multi-query) or the documents string (single-query).
 Query splitting is the code's ``split(',')``, strip, drop empties, so a query cannot contain a comma. Lenient
-addition: a call whose content is a JSON list of strings (models imitating the information block) is accepted;
+additions: the full-width comma ``，`` (the same character in the width of Chinese and Japanese text, which a model
+writing such queries types) separates queries too (the ideographic ``、`` does not: it also joins words inside one
+Japanese phrase); a call whose content is a JSON list of strings (models imitating the information block) is accepted;
 JSON of another shape is ``Invalid("bad_json")``; content that only starts like JSON (``[Jr.] Sammy Davis, Rat
 Pack``) is split on commas, as the code splits everything.
 
@@ -38,6 +40,8 @@ from searchrl.protocols.search_r1 import INSTRUCTION as SINGLE_QUERY_INSTRUCTION
 from searchrl.protocols.search_r1 import SearchR1Protocol
 from searchrl.retrieval.base import Hit
 
+#: what separates the queries of a multi-query call: the comma and its full-width and small forms (NFKC: a comma)
+_COMMAS = re.compile("[,\uff0c\ufe50]")
 _NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
 
 MULTI_QUERY_INSTRUCTION = (
@@ -73,7 +77,7 @@ class RAGR1Protocol(SearchR1Protocol):
     def format_search(self, queries: list[str] | tuple[str, ...]) -> str:
         if not self.multi_query:
             return super().format_search(queries)
-        if any("," in q for q in queries):
+        if any(_COMMAS.search(q) for q in queries):
             raise ValueError("multi-query search calls separate queries with commas; a query cannot contain one")
         s_open, s_close = self.search_tags
         return f"{s_open} {', '.join(queries)} {s_close}"
@@ -86,13 +90,13 @@ class RAGR1Protocol(SearchR1Protocol):
             try:
                 loaded = json.loads(stripped)
             except (ValueError, RecursionError):  # "[Jr.] Sammy Davis, Rat Pack": the authors' comma split
-                return content.split(",")
+                return _COMMAS.split(content)
             if isinstance(loaded, dict):
                 loaded = loaded.get("query", loaded.get("queries"))
             if not isinstance(loaded, list) or not all(isinstance(q, str) for q in loaded):
                 return Invalid(BAD_JSON)
             return loaded
-        return content.split(",")
+        return _COMMAS.split(content)
 
     def _docs(self, hits: list[Hit]) -> str:
         return "".join(f"Doc {i}: {hit_contents(h)}\n" for i, h in enumerate(hits, start=1)).strip()
