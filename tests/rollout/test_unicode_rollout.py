@@ -48,3 +48,28 @@ def test_a_rollout_records_whole_characters_of_a_cut_document() -> None:
     inserted = [i for i, m in zip(t.response_ids, t.action_mask, strict=True) if not m]
     assert turn.observation == tok.decode(inserted) and "\ufffd" not in turn.observation
     assert turn.n_obs_tokens <= 101 and t.turns[-1].action == "answer"
+
+
+@pytest.mark.parametrize("cap", range(40, 48))
+def test_rag_r1_cuts_each_querys_documents_between_characters(cap: int) -> None:
+    class Chinese:
+        def search(self, queries, k):
+            return [[Hit("d", "東京", "東京は日本の首都です。" * 20, 1.0)] for _ in queries]
+
+    tok = ByteTokenizer()
+    protocol = get_protocol("rag_r1", multi_query=True)
+    replies = iter([protocol.format_search(["東京", "首都"]), "<answer> 東京 </answer>"])
+    limits = RolloutLimits(max_turns=2, max_new_tokens=100, max_obs_tokens=5000, max_obs_tokens_per_query=cap)
+    engine = RolloutEngine(ScriptedGenerator(tok, lambda ctx: next(replies)), Chinese(), protocol, limits)
+    (t,) = engine.run([QAExample("q", "日本の首都は?", ["東京"])])
+    assert "\ufffd" not in t.turns[0].observation and "Doc 1: 東京 東京は" in t.turns[0].observation
+
+
+def test_a_summarised_page_is_cut_between_characters() -> None:
+    from searchrl.retrieval.pages import PageSummarizer
+
+    tok = ByteTokenizer()
+    summarizer = PageSummarizer(ScriptedGenerator(tok, lambda ctx: "x"), max_new_tokens=10, max_page_tokens=50)
+    for page in ("東京は日本の首都です。" * 20, "मुंबई भारत का सबसे बड़ा शहर है। " * 20):
+        prompt = tok.decode(summarizer._prompt("q", page))
+        assert "\ufffd" not in prompt and " ..." in prompt

@@ -76,3 +76,18 @@ def without_surrogates(text: str) -> str:
     'Zürich'
     """
     return text if text.isascii() else _SURROGATE.sub("", text)
+
+
+def decoded_head(tokenizer, ids: list[int], n: int, text: str, **decode: bool) -> str:
+    """The text of ``text``'s first ``n`` tokens ``ids[:n]``, without a character they cut in two: a byte-level
+    tokenizer spreads one character of Chinese, Hindi or an emoji over several tokens, and their head decodes to
+    U+FFFD, which is no text of ``text`` (kept where ``text`` has U+FFFD of its own). ``decode``: the tokenizer's
+    ``decode`` options.
+
+    >>> from searchrl.generation.fake import ByteTokenizer
+    >>> tok = ByteTokenizer()
+    >>> decoded_head(tok, tok.encode("東京"), 4, "東京"), decoded_head(tok, tok.encode("東京"), 3, "東京")
+    ('東', '東')
+    """
+    head = tokenizer.decode(ids[:n], **decode)
+    return head if "\ufffd" in text else head.rstrip("\ufffd")

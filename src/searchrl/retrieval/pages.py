@@ -44,6 +44,7 @@ from urllib.robotparser import RobotFileParser
 import httpx
 
 from searchrl import models
+from searchrl.data.unitext import decoded_head
 from searchrl.generation.base import Generator, SamplingParams
 from searchrl.generation.openai_compat import OpenAICompatGenerator
 from searchrl.generation.prompts import render_user_prompt as render_prompt
@@ -369,7 +370,7 @@ class PageSummarizer:
     def _prompt(self, query: str, page: str) -> list[int]:
         ids = list(self.tokenizer.encode(page, add_special_tokens=False))
         if len(ids) > self.max_page_tokens:  # keep the page's head, which holds its title and lead
-            page = self.tokenizer.decode(ids[: self.max_page_tokens], skip_special_tokens=True) + " ..."
+            page = decoded_head(self.tokenizer, ids, self.max_page_tokens, page, skip_special_tokens=True) + " ..."
         text = render_prompt(
             self.tokenizer, SUMMARY_PROMPT.format(query=query, page=page), self.prompt_style, raw_cue="Summary:"
         )

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from searchrl.data.records import QAExample, Questions, as_examples
+from searchrl.data.unitext import decoded_head
 from searchrl.generation.base import Completion, Generator, SamplingParams, mix_seed
 from searchrl.generation.prompts import render_prompt, special_strings, wants_chat
 from searchrl.protocols._tags import hit_contents
@@ -199,7 +200,7 @@ class RolloutEngine:
         """One query's documents cut to ``max_obs_tokens_per_query`` tokens (the head, as RAG-R1's code)."""
         cap = self.limits.max_obs_tokens_per_query
         ids = self._encode(text)
-        return text if cap is None or len(ids) <= cap else self.tokenizer.decode(ids[:cap])
+        return text if cap is None or len(ids) <= cap else decoded_head(self.tokenizer, ids, cap, text)
 
     @functools.cached_property
     def _eos_ids(self) -> frozenset[int]:
