@@ -39,6 +39,16 @@ class EvalDataset(Section):
     def _check_fields(cls, v: dict[str, str] | None) -> dict[str, str] | None:
         return None if v is None else check_fields(v)
 
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or v.strip(".") == "" or any(c in v for c in "/\\\0")):
+            raise ValueError(
+                f"evaluation dataset name {v!r} names its files (predictions/<name>__<method>.jsonl); give a name "
+                "without / or \\ that is not . or .."
+            )
+        return v
+
     @model_validator(mode="after")
     def _split_fields(self) -> EvalDataset:
         if self.fields is not None and self.data in ("train", "dev", "test"):

@@ -26,6 +26,7 @@ from statistics import fmean
 from typing import Any
 
 import numpy as np
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
@@ -233,12 +234,16 @@ def render_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def plain_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    """A fixed-width text table (columns padded to their widest cell): readable in a log file or a pipe."""
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
+    """A fixed-width text table (columns padded to their widest cell): readable in a log file or a pipe. Widths are
+    terminal cells, so a dataset named in Chinese or Japanese (two cells a character) keeps its columns aligned."""
+    widths = [max(cell_len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
+
+    def pad(c: object, w: int, left: bool) -> str:
+        fill = " " * (w - cell_len(str(c)))
+        return f"{c}{fill}" if left else f"{fill}{c}"
+
     lines = [
-        "  ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))
-        )
+        "  ".join(pad(c, w, i == 0) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
         for line in (header, *body)
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -259,7 +264,7 @@ def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title:
             h,
             justify="left" if i == 0 else "right",
             no_wrap=i == 0,
-            min_width=len(max(body, key=lambda b: len(b[0]))[0]) if i == 0 and body else None,
+            min_width=max(cell_len(b[0]) for b in body) if i == 0 and body else None,
         )
     for line in body:
         table.add_row(*line)
