@@ -77,6 +77,12 @@ def test_a_byte_order_mark_is_dropped_and_a_broken_gzip_named(tmp_path: Path) ->
     assert [p.id for p in iter_passages(tmp_path / "bom.jsonl")] == ["a"]
     (tmp_path / "q.jsonl").write_bytes(b"\xef\xbb\xbf" + _rows([{"question": "Q?", "answer": "x"}]))
     assert load_qa(tmp_path / "q.jsonl")[0].question == "Q?"
+    # a JSON array saved by an editor that writes one (Windows Notepad, PowerShell): json.loads refused the mark
+    question = json.dumps([{"question": "Où est Zürich ?", "answer": "x"}], ensure_ascii=False)
+    (tmp_path / "q.json").write_bytes(b"\xef\xbb\xbf" + question.encode("utf-8"))
+    assert load_qa(tmp_path / "q.json")[0].question == "Où est Zürich ?"
+    (tmp_path / "c.json").write_bytes(b"\xef\xbb\xbf" + json.dumps([{"id": "a", "contents": "A\nx"}]).encode())
+    assert [p.id for p in iter_passages(tmp_path / "c.json")] == ["a"]
     (tmp_path / "not.jsonl.gz").write_bytes(b"plain text")
     (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(_rows([{"id": "a", "contents": "A\nx"}]))[:20])
     for name in ("not.jsonl.gz", "cut.jsonl.gz"):

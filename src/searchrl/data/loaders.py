@@ -256,7 +256,7 @@ def _iter_json(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
     """A ``.json`` file: one JSON array of rows (HotpotQA's and 2WikiMultiHopQA's releases), an object whose
     ``data`` is that array, or JSON lines under a ``.json`` name."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: an editor's byte-order mark (json.loads refuses one)
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: cannot be read ({err}); check the file's encoding (UTF-8)") from None
     try:
