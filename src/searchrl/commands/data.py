@@ -24,7 +24,10 @@ app = typer.Typer(
     "Example: searchrl data inspect hf:RUC-NLPIR/FlashRAG_datasets:nq:test --limit 100",
     no_args_is_help=True,
 )
-out = Console()  # results go to stdout (logs and progress go to stderr through searchrl.utils.console)
+#: results go to stdout (logs and progress go to stderr through searchrl.utils.console); questions, passages and file
+#: names are shown as written: no rich markup ("[/b]" would end the listing with an error, "[citation needed]"
+#: would vanish) and no emoji codes (":100:")
+out = Console(markup=False, emoji=False)
 
 _WORLD_FILES = ("corpus.jsonl", "train.jsonl", "dev.jsonl", "test.jsonl")
 

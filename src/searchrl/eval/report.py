@@ -254,7 +254,7 @@ def print_summary(rows: Sequence[dict[str, Any]], metrics: Sequence[str], title:
     """The markdown table's content on stdout (the command's result; logs stay on stderr): a rich table on a
     terminal, else plain fixed-width text (a rich table squeezed to 80 columns would wrap every header in a log)."""
     header, body = wide_table(rows, metrics)
-    out = Console()
+    out = Console(markup=False, emoji=False)  # dataset and method names as written
     if not out.is_terminal:
         out.print(f"{title} (scores in %)\n{plain_table(header, body)}", markup=False, highlight=False, soft_wrap=True)
         return

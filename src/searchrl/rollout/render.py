@@ -15,8 +15,11 @@ def render_trajectory(traj, tokenizer, to: Console | None = None) -> None:
     for text, sampled in traj.segments(tokenizer):
         out.append(text, style="" if sampled else "dim cyan")
     console.print(out)
-    console.print(
-        f"[bold]answer:[/bold] {traj.answer!r}  [bold]stop:[/bold] {traj.stop_reason}  "
-        f"[bold]searches:[/bold] {traj.n_searches}  [bold]policy tokens:[/bold] {traj.n_policy_tokens}  "
-        f"[bold]inserted tokens:[/bold] {len(traj.response_ids) - traj.n_policy_tokens}"
-    )
+    fields = [
+        ("answer", repr(traj.answer)),  # the model's text as written: no markup, no emoji codes
+        ("stop", str(traj.stop_reason)),
+        ("searches", str(traj.n_searches)),
+        ("policy tokens", str(traj.n_policy_tokens)),
+        ("inserted tokens", str(len(traj.response_ids) - traj.n_policy_tokens)),
+    ]
+    console.print(Text("  ").join(Text.assemble((f"{name}:", "bold"), f" {value}") for name, value in fields))
