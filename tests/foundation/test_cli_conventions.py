@@ -78,3 +78,17 @@ def test_help_text_wraps_to_the_terminal_not_to_the_docstring() -> None:
     assert "The rollout limits" in row, row  # not cut where the docstring's line ends
     page = runner.invoke(app, ["view", "--help"], env={"COLUMNS": "200"}).stdout
     assert "eval prediction rows. The summary follows the filter." in page
+
+
+def test_demo_help_states_the_demo_recipes_own_values() -> None:
+    """`searchrl demo --help` gives the recipe's values in brackets; a change to the recipe must show there."""
+    import inspect
+
+    from searchrl.commands.run import demo
+    from searchrl.config import load_config
+
+    cfg = load_config("demo")
+    helps = {name: p.default.help for name, p in inspect.signature(demo).parameters.items()}
+    want = {"questions": cfg.training.eval_limit, "sft_examples": cfg.sft.limit, "rl_steps": cfg.training.steps}
+    for flag, value in want.items():
+        assert helps[flag].endswith(f"({value})"), (flag, helps[flag], value)
