@@ -1,14 +1,15 @@
 """Answer-metric and reward edge cases pinned with values worked out by hand: F1 counts repeated tokens as a
-multiset, a blank prediction is missing, R1-Searcher's True/False mapping reads the unstripped string, a match next
-to a script without spaces may end at a space, the group reward's sigma over no or one correct rollout, and a group
-component's own correctness params win over the answer component's."""
+multiset, a blank prediction is missing, an example without golds earns no answer recall, R1-Searcher's True/False
+mapping reads the unstripped string, a match next to a script without spaces may end at a space (or overlap an
+earlier unbounded one), the group reward's sigma over no or one correct rollout, and a group component's own
+correctness params win over the answer component's."""
 
 from __future__ import annotations
 
 import pytest
 
 from searchrl.protocols.base import FormatReport
-from searchrl.rewards.components import RewardComposer, RewardInput, group_reward
+from searchrl.rewards.components import RewardComposer, RewardInput, answer_recall_reward, group_reward
 from searchrl.rewards.metrics import contains_words, cover_em, exact_match, f1_score, normalize_answer_r1
 
 REPORT = FormatReport(ok=True, has_answer=True, answer=None, n_searches=0)
@@ -38,6 +39,11 @@ def test_a_match_beside_an_unspaced_script_may_end_at_a_space() -> None:
     assert not contains_words("作者是bram stokers 先生", "bram stoker")
 
 
+def test_a_match_overlapping_an_earlier_unbounded_one_still_counts() -> None:
+    # "a a" first occurs inside "ba a" (no boundary before it), then again two characters on, after a space
+    assert contains_words("中ba a a", "a a")
+
+
 def _group(answers_searches: list[tuple[str, int]], gold: str = "Paris") -> list[RewardInput]:
     return [RewardInput("q", [gold], "", a, REPORT, n, group_id=0) for a, n in answers_searches]
 
@@ -61,3 +67,9 @@ def test_a_group_components_own_word_cap_wins_over_the_answer_components() -> No
     result = composer(_group([("New York City", 1), ("Lyon", 0)], gold="New York City"))
     assert result.components["answer"] == [1.0, 0.0]
     assert result.components["group"] == [0.0, 0.0]
+
+
+def test_answer_recall_without_golds_pays_nothing() -> None:
+    # no gold answer to find (even in empty documents): no recall reward, and no error
+    inputs = [RewardInput("q", [], "", "Paris", REPORT, 1, retrieved_text=text) for text in ("", "Paris is big")]
+    assert answer_recall_reward(inputs) == ([0.0, 0.0], {"answer_recall_rate": 0.0})
