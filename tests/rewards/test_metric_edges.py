@@ -40,8 +40,9 @@ def test_a_match_beside_an_unspaced_script_may_end_at_a_space() -> None:
 
 
 def test_a_match_overlapping_an_earlier_unbounded_one_still_counts() -> None:
-    # "a a" first occurs inside "ba a" (no boundary before it), then again two characters on, after a space
-    assert contains_words("中ba a a", "a a")
+    # "a a" first occurs inside "ba a" (no boundary before it), then again two characters on, between a space and
+    # a Chinese character (no plain " a a " anywhere, so only the scan past the first match finds it)
+    assert contains_words("中ba a a中", "a a")
 
 
 def _group(answers_searches: list[tuple[str, int]], gold: str = "Paris") -> list[RewardInput]:
