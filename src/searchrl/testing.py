@@ -5,7 +5,8 @@ learning rate 0). Useful to users testing their own extensions on CPU."""
 from __future__ import annotations
 
 from searchrl.generation.fake import ByteTokenizer
-from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol
+from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol, Search
+from searchrl.retrieval.base import Hit
 from searchrl.sft.types import SFTExample
 
 
@@ -53,6 +54,36 @@ class LettersProtocol(Protocol):
 
     def check_format(self, response: str) -> FormatReport:
         return FormatReport(ok=True, has_answer=True, answer=response, n_searches=0)
+
+
+class LetterStopProtocol(Protocol):
+    """A search call ends at any lowercase letter, so the random tiny model makes multi-turn rollouts with inserted
+    documents (and a generator reuses cached prefixes between turns); anything else answers."""
+
+    name = "letter_stop"
+    stop_strings = tuple("abcdefghijklmnopqrstuvwxyz")
+
+    def instruction(self, question: str) -> str:
+        return f"Q: {question}\nA:"
+
+    def parse(self, turn_text: str):
+        return Search((turn_text[-1:],)) if turn_text[-1:].islower() else Answer(turn_text)
+
+    def render_observation(self, queries, hits) -> str:
+        return " [" + " ".join(h.text for hs in hits for h in hs) + "] "
+
+    def invalid_feedback(self, action: Invalid) -> str:
+        return ""
+
+    def check_format(self, response: str) -> FormatReport:
+        return FormatReport(ok=True, has_answer=True, answer=response, n_searches=0)
+
+
+class EchoRetriever:
+    """One document per query, about the query itself."""
+
+    def search(self, queries, k):
+        return [[Hit(q, q, f"doc about {q}", 1.0)] for q in queries]
 
 
 def letter_fraction_reward(trajs):

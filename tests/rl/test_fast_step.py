@@ -13,11 +13,17 @@ from searchrl.config import load_config
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Generator
 from searchrl.generation.hf import HFGenerateGenerator, HFGenerator
-from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol, Search
-from searchrl.retrieval.base import Hit
 from searchrl.rl.batch import collate_trajectories, score_tokens
 from searchrl.rl.trainer import Trainer
-from searchrl.testing import LettersProtocol, letter_fraction_reward, letters_trainer, tiny_model, tokenizer
+from searchrl.testing import (
+    EchoRetriever,
+    LettersProtocol,
+    LetterStopProtocol,
+    letter_fraction_reward,
+    letters_trainer,
+    tiny_model,
+    tokenizer,
+)
 
 QUESTIONS = [QAExample(f"q{i}", f"write letters {i}", ["x"]) for i in range(8)]
 
@@ -50,34 +56,6 @@ def make(tmp: Path, *extra: str, generator: Generator | None = None, protocol=No
         reward_fn=letter_fraction_reward,
         generator=generator,
     )
-
-
-class LetterStopProtocol(Protocol):
-    """A search call ends at any lowercase letter, so the random tiny model makes multi-turn rollouts with inserted
-    documents (and the generator reuses cached prefixes between turns)."""
-
-    name = "letter_stop"
-    stop_strings = tuple("abcdefghijklmnopqrstuvwxyz")
-
-    def instruction(self, question: str) -> str:
-        return f"Q: {question}\nA:"
-
-    def parse(self, turn_text: str):
-        return Search((turn_text[-1:],)) if turn_text[-1:].islower() else Answer(turn_text)
-
-    def render_observation(self, queries, hits) -> str:
-        return " [" + " ".join(h.text for hs in hits for h in hs) + "] "
-
-    def invalid_feedback(self, action: Invalid) -> str:
-        return ""
-
-    def check_format(self, response: str) -> FormatReport:
-        return FormatReport(ok=True, has_answer=True, answer=response, n_searches=0)
-
-
-class EchoRetriever:
-    def search(self, queries, k):
-        return [[Hit(q, q, f"doc about {q}", 1.0)] for q in queries]
 
 
 def test_rollout_logprobs_match_a_recomputation(tmp_path: Path) -> None:

@@ -11,11 +11,9 @@ import torch
 
 from searchrl.config import load_config
 from searchrl.data.records import QAExample
-from searchrl.protocols.base import Answer, FormatReport, Invalid, Protocol, Search
-from searchrl.retrieval.base import Hit
 from searchrl.rl.batch import collate
 from searchrl.rl.trainer import Trainer
-from searchrl.testing import letter_fraction_reward, tiny_model, tokenizer
+from searchrl.testing import EchoRetriever, LetterStopProtocol, letter_fraction_reward, tiny_model, tokenizer
 
 
 def test_collate_puts_every_response_at_the_prompt_boundary_with_its_own_masks() -> None:
@@ -34,34 +32,6 @@ def test_collate_puts_every_response_at_the_prompt_boundary_with_its_own_masks()
     one = b.select([1])
     assert one.response_mask.tolist() == [[1, 1]] and one.action_mask.tolist() == [[1, 0]]
     assert one.input_ids.tolist() == [[7, 23, 24]] and one.prompt_len == 1
-
-
-class _SearchOnLowercase(Protocol):
-    """A turn that ends in a lowercase letter is a search (so the random tiny model makes multi-turn rollouts with
-    inserted documents); anything else answers."""
-
-    name = "search_on_lowercase"
-    stop_strings = tuple("abcdefghijklmnopqrstuvwxyz")
-
-    def instruction(self, question: str) -> str:
-        return f"Q: {question}\nA:"
-
-    def parse(self, turn_text: str):
-        return Search((turn_text[-1:],)) if turn_text[-1:].islower() else Answer(turn_text)
-
-    def render_observation(self, queries, hits) -> str:
-        return " [" + " ".join(h.text for hs in hits for h in hs) + "] "
-
-    def invalid_feedback(self, action: Invalid) -> str:
-        return ""
-
-    def check_format(self, response: str) -> FormatReport:
-        return FormatReport(ok=True, has_answer=True, answer=response, n_searches=0)
-
-
-class _EchoRetriever:
-    def search(self, queries, k):
-        return [[Hit(q, q, f"doc about {q}", 1.0)] for q in queries]
 
 
 def _step_tensors(tmp: Path, *extra: str):
@@ -86,8 +56,8 @@ def _step_tensors(tmp: Path, *extra: str):
         cfg,
         tiny_model(),
         tokenizer(),
-        _SearchOnLowercase(),
-        _EchoRetriever(),
+        LetterStopProtocol(),
+        EchoRetriever(),
         questions,
         reward_fn=letter_fraction_reward,
     )
