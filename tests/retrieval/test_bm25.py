@@ -210,14 +210,10 @@ def _dense_accumulator_scores(r: BM25Retriever, query: str) -> np.ndarray:
 
 
 def _dense_accumulator_rank(r: BM25Retriever, query: str, depth: int) -> list[tuple[int, float]]:
-    """The reference ranking: the top ``depth`` of the dense scores by score, ties by row (what
-    BM25Retriever.rank did before it accumulated over the postings only)."""
+    """The reference ranking: every passage with a positive dense score sorted by score, ties by row, then cut to
+    ``depth`` (no partial selection, whose pick among ties at the cut is its own)."""
     s = _dense_accumulator_scores(r, query)
-    cand = np.flatnonzero(s > 0)
-    if len(cand) > depth:
-        cand = cand[np.argpartition(-s[cand], depth - 1)[:depth]]
-    cand = cand[np.lexsort((cand, -s[cand]))]
-    return [(int(x), float(s[x])) for x in cand]
+    return sorted(((int(x), float(s[x])) for x in np.flatnonzero(s > 0)), key=lambda p: (-p[1], p[0]))[:depth]
 
 
 def test_ranking_over_postings_equals_the_dense_accumulator_ties_included() -> None:
@@ -240,6 +236,18 @@ def test_ranking_over_postings_equals_the_dense_accumulator_ties_included() -> N
     assert len({s for _, s in tied}) < len(tied) / 2, "the corpus must produce ties for this test to mean much"
     for q in queries[:20]:
         np.testing.assert_array_equal(r.scores(q), _dense_accumulator_scores(r, q))
+
+
+def test_ties_at_the_cut_go_to_the_lowest_rows_so_a_top_k_is_the_prefix_of_a_top_k_plus() -> None:
+    """Equal scores at the depth cut are taken lowest row first (Lucene breaks ties by document): rank(q, 7) is the
+    head of rank(q, 60), which the service relies on when it merges requests of several k into one search."""
+    rows = np.arange(0, 300, 3)  # passages 0, 3, 6, ..., 297
+    weights = np.where(np.isin(rows, [0, 3, 6, 27, 30, 33, 36, 42, 60]), 2.0, 1.0).astype(np.float32)
+    r = _synthetic_bm25(300, {"tt": (rows, weights)})
+    assert r.rank(["tt"], 7) == [[(0, 2.0), (3, 2.0), (6, 2.0), (27, 2.0), (30, 2.0), (33, 2.0), (36, 2.0)]]
+    assert r.rank(["tt"], 11)[0][7:] == [(42, 2.0), (60, 2.0), (9, 1.0), (12, 1.0)]
+    for depth in range(1, 101):
+        assert r.rank(["tt"], depth)[0] == r.rank(["tt"], 100)[0][:depth], depth
 
 
 def test_a_query_costs_its_postings_not_the_corpus() -> None:

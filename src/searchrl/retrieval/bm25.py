@@ -301,10 +301,11 @@ class BM25Retriever(LocalRetriever):
             rows, s = self.sparse_scores(q)  # (R,) each
             keep = s > 0  # passages sharing no term with the query are not results
             cand, s = rows[keep], s[keep]
-            if len(cand) > depth:
-                top = np.argpartition(-s, depth - 1)[:depth]
-                cand, s = cand[top], s[top]
-            # Sort by score, ties by row, so equal-score results come back in a stable order.
-            order = np.lexsort((cand, -s))
+            if len(cand) > depth:  # keep every passage scoring at least the depth-th best: ties at the cut stay
+                cut = np.partition(s, len(s) - depth)[len(s) - depth]
+                cand, s = cand[s >= cut], s[s >= cut]
+            # Sort by score, ties by row (as Lucene breaks them by document), then cut: the top k is the prefix of
+            # the top K, so a request answers the same whatever requests the service merged it with.
+            order = np.lexsort((cand, -s))[:depth]
             out.append([(int(r), float(x)) for r, x in zip(cand[order], s[order], strict=True)])
         return out
