@@ -69,6 +69,39 @@ def test_bad_options_are_one_line_errors() -> None:
         BM25Options(method="bm25+")
     with pytest.raises(ValueError, match="0 <= b <= 1"):
         BM25Options(b=2.0)
+    for bad in (dict(b=-0.1), dict(k1=-0.1)):
+        with pytest.raises(ValueError, match="k1 >= 0 and 0 <= b <= 1"):
+            BM25Options(**bad)
+    # the ends of the ranges are BM25's own settings: b=0 (no length normalisation), b=1, k1=0 (binary tf)
+    assert [(o.k1, o.b) for o in (BM25Options(b=0.0), BM25Options(b=1.0), BM25Options(k1=0.0))] == [
+        (0.9, 0.0),
+        (0.9, 1.0),
+        (0.0, 0.4),
+    ]
+
+
+def test_full_width_letters_and_soft_hyphens_in_a_query_are_the_plain_words() -> None:
+    """Non-ASCII text is read in NFKC without invisible characters before it is split: full-width "Ｐａｒｉｓ
+    １９９０" and "Par\u00adis" (a soft hyphen) are the terms of "paris 1990 paris"."""
+    analyzer = Analyzer(stemmer=None, stopwords=None)
+    assert analyzer("Ｐａｒｉｓ １９９０ Par\u00adis café") == ["paris", "1990", "paris", "café"]
+
+
+def test_the_stopwords_saved_with_an_index_are_the_ones_queries_drop() -> None:
+    """A retriever drops the exact stopwords its index was built with (``stopwords.json``), not its options' list
+    name resolved again."""
+    r = BM25Retriever(
+        np.ones(1, dtype=np.float32),
+        np.zeros(1, dtype=np.int32),
+        np.array([0, 1]),
+        {"the": 0},
+        _Rows(1),
+        BM25Options(stemmer=None, stopwords="en"),
+        None,
+        ["paris"],
+    )
+    assert r.analyzer("the paris") == ["the"]
+    assert r.rank(["the paris"], 3) == [[(0, 1.0)]]
 
 
 def test_search_finds_the_right_passage(tiny_bm25: Path) -> None:
@@ -236,6 +269,19 @@ def test_ranking_over_postings_equals_the_dense_accumulator_ties_included() -> N
     assert len({s for _, s in tied}) < len(tied) / 2, "the corpus must produce ties for this test to mean much"
     for q in queries[:20]:
         np.testing.assert_array_equal(r.scores(q), _dense_accumulator_scores(r, q))
+
+
+def test_a_repeated_query_term_counts_each_time() -> None:
+    """As Lucene's query of one clause per term (and bm25s): "aa aa bb" scores aa's weight twice."""
+    r = _synthetic_bm25(
+        6,
+        {
+            "aa": (np.array([1, 4]), np.array([1.0, 0.5], dtype=np.float32)),
+            "bb": (np.array([4]), np.array([2.0], dtype=np.float32)),
+        },
+    )
+    assert r.rank(["aa aa bb", "aa bb"], 5) == [[(4, 3.0), (1, 2.0)], [(4, 2.5), (1, 1.0)]]
+    np.testing.assert_array_equal(r.scores("aa aa bb"), [0.0, 2.0, 0.0, 0.0, 3.0, 0.0])
 
 
 def test_ties_at_the_cut_go_to_the_lowest_rows_so_a_top_k_is_the_prefix_of_a_top_k_plus() -> None:

@@ -76,6 +76,23 @@ def test_retries_with_backoff_after_server_errors() -> None:
     assert seen[1] - seen[0] >= 0.045 and seen[2] - seen[1] >= 0.095  # 0.05 then 0.1: exponential
 
 
+def test_a_500_is_retried_and_the_waits_double_from_backoff_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any 5xx is retried; the waits are backoff_s, 2 backoff_s, 4 backoff_s (jitter drawn as 0 here)."""
+    slept: list[float] = []
+    monkeypatch.setattr("searchrl.retrieval.client.time.sleep", slept.append)
+    monkeypatch.setattr("searchrl.retrieval.client.random.random", lambda: 0.0)
+    codes = iter([500, 502, 500])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        code = next(codes, 200)
+        return httpx.Response(code, json=_ok(body["queries"], body["topk"]) if code == 200 else {"detail": "x"})
+
+    remote = RemoteRetriever("http://a:1", retries=3, backoff_s=0.2, client=_mock(handler))
+    assert remote.search(["q"], 1)[0][0].id == "q#0"
+    assert slept == pytest.approx([0.2, 0.4, 0.8]) and remote.retried == 3
+
+
 def test_client_errors_are_not_retried() -> None:
     calls = []
 

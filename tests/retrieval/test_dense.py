@@ -85,6 +85,45 @@ def test_encoder_applies_prefixes_and_normalisation(monkeypatch: pytest.MonkeyPa
     assert enc.model.max_seq_length == 128 and enc.dimension == 4
 
 
+def test_an_encoder_trained_for_raw_inner_product_is_not_normalised(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+
+    class FakeST:
+        def get_embedding_dimension(self) -> int:
+            return 2
+
+        def encode(self, texts, batch_size, normalize_embeddings, convert_to_numpy, show_progress_bar):
+            seen.append(normalize_embeddings)
+            return np.full((len(texts), 2), 3.0)
+
+    monkeypatch.setattr("searchrl.models.load_embedder", lambda spec, device=None: FakeST())
+    enc = Encoder(DenseOptions.for_encoder("acme/dpr-style-encoder"))
+    enc.encode(["who?"], is_query=True)
+    enc.encode(["A passage."], is_query=False)
+    assert seen == [False, False]
+
+
+class _NoIndex:
+    """Stands in for a faiss index where only the embedding of queries is looked at."""
+
+    ntotal = 0
+    d = 64
+
+
+def test_a_query_repeated_in_a_batch_or_a_later_call_gets_its_own_embedding(hashing_encoder) -> None:
+    """Rollouts of one group repeat queries: each occurrence gets the query's embedding, encoded once, and a later
+    call takes it from the cache, equal to a fresh encoding."""
+    r = DenseRetriever(_NoIndex(), [], hashing_encoder)  # type: ignore[arg-type]
+    want = {q: hashing_encoder.embed(q) for q in ("volcano lava", "honey bee colonies")}
+    hashing_encoder.calls.clear()
+    first = r.embed_queries(["volcano lava", "honey bee colonies", "volcano lava", "volcano lava"])
+    again = r.embed_queries(["honey bee colonies", "volcano lava"])
+    for row, q in zip(first, ["volcano lava", "honey bee colonies", "volcano lava", "volcano lava"], strict=True):
+        np.testing.assert_array_equal(row, want[q])
+    np.testing.assert_array_equal(again, np.stack([want["honey bee colonies"], want["volcano lava"]]))
+    assert hashing_encoder.calls == [2], "two distinct queries encoded once, the later call all from the cache"
+
+
 def _dense(tiny_corpus: Path, tmp_path: Path, encoder, faiss: str) -> DenseRetriever:
     from searchrl.data.corpus import iter_passages
 
@@ -138,6 +177,37 @@ def test_rrf_fuse() -> None:
     assert [row for row, _ in fused] == [1, 3, 2, 4]
     assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
     assert rrf_fuse([a, b], depth=2) == fused[:2]
+
+
+def test_rrf_ties_go_to_the_lower_row() -> None:
+    """Rows 5 and 2 are first and second in one ranking each: equal fused scores, the lower row first."""
+    fused = rrf_fuse([[(5, 3.0), (2, 1.0)], [(2, 0.9), (5, 0.1)]], depth=2, rrf_k=60)
+    assert [row for row, _ in fused] == [2, 5]
+    assert [score for _, score in fused] == pytest.approx([1 / 61 + 1 / 62] * 2)
+
+
+class _Ranked:
+    """A retriever part that answers fixed rows (best first) and records the depths it was asked for."""
+
+    def __init__(self, rows: list[int]) -> None:
+        self.rows = rows
+        self.store = list(range(10))
+        self.depths: list[int] = []
+
+    def rank(self, queries: list[str], depth: int) -> list[list[tuple[int, float]]]:
+        self.depths.append(depth)
+        return [[(r, 1.0) for r in self.rows[:depth]] for _ in queries]
+
+
+def test_hybrid_asks_each_side_for_its_candidates_and_fuses_with_its_own_rrf_k() -> None:
+    """Row 3 is third on both sides: asked for only the top 1, neither side would return it; with 3 candidates it
+    wins, 2 / (rrf_k + 3) against 1 / (rrf_k + 1) for rows 1 and 4 (rrf_k = 1: 0.5 against 0.5, ties by row)."""
+    sparse, dense = _Ranked([1, 2, 3]), _Ranked([4, 5, 3])
+    hybrid = HybridRetriever(sparse, dense, candidates=3)  # type: ignore[arg-type]
+    assert hybrid.rank(["q"], 1) == [[(3, pytest.approx(2 / 63))]]
+    assert sparse.depths == dense.depths == [3]
+    tight = HybridRetriever(_Ranked([1, 2, 3]), _Ranked([4, 5, 3]), rrf_k=1.0, candidates=3)  # type: ignore[arg-type]
+    assert tight.rank(["q"], 3) == [[(1, 0.5), (3, 0.5), (4, 0.5)]]
 
 
 def test_hybrid_fuses_bm25_and_dense(tiny_corpus: Path, tiny_bm25: Path, tmp_path: Path, hashing_encoder) -> None:

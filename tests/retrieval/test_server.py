@@ -399,6 +399,33 @@ def test_micro_batcher_searches_a_quick_lone_request_on_the_event_loop() -> None
     assert batcher.stats()["batches"] == 4 and batcher.stats()["inline"] == 2
 
 
+def test_micro_batcher_cuts_a_retriever_s_extra_hits_to_k_inline_and_in_the_worker() -> None:
+    """A retriever of one's own may return more than k hits: a request gets k, whether searched in the worker or
+    on the event loop."""
+
+    def generous(queries: list[str], k: int) -> list[list[Hit]]:
+        return [[Hit(f"{q}-{i}", q, "", float(-i)) for i in range(k + 2)] for q in queries]
+
+    async def main() -> tuple[list, list, int]:
+        batcher = MicroBatcher(generous, inline_max_ms=1000.0)
+        worker = await batcher.search(["a"], 2)  # of unknown duration: the worker
+        inline = await batcher.search(["b"], 2)
+        await batcher.aclose()
+        return worker, inline, batcher.inline
+
+    worker, inline, n_inline = asyncio.run(main())
+    assert n_inline == 1
+    assert [h.id for h in worker[0]] == ["a-0", "a-1"] and [h.id for h in inline[0]] == ["b-0", "b-1"]
+
+
+def test_a_topk_of_max_topk_is_answered(bm25_app, serve_app) -> None:
+    with serve_app(bm25_app) as url:
+        resp = httpx.post(f"{url}/retrieve", json={"queries": ["chess"], "topk": 5}, timeout=10)
+        over = httpx.post(f"{url}/retrieve", json={"queries": ["chess"], "topk": 6}, timeout=10)
+    assert resp.status_code == 200 and 1 <= len(resp.json()["result"][0]) <= 5
+    assert over.status_code == 422 and "between 0 (the default, 3) and 5 (got 6)" in over.json()["detail"]
+
+
 def test_micro_batcher_keeps_slow_or_disabled_searches_off_the_event_loop() -> None:
     for delay_s, inline_ms in ((0.03, 20.0), (0.0, 0.0)):
         search = RecordingSearch(delay_s=delay_s)
