@@ -314,7 +314,9 @@ def test_micro_batcher_respects_batch_size_and_survives_errors() -> None:
 
 
 def test_server_batches_concurrent_http_requests(serve_app) -> None:
-    search = RecordingSearch(delay_s=0.05)
+    # each search holds the worker long enough for the other clients' requests to queue behind it, even when a busy
+    # machine is slow to start the client threads (at 0.05 s a loaded machine sometimes sent them one by one)
+    search = RecordingSearch(delay_s=0.2)
 
     class Slow:
         def search(self, queries: list[str], k: int) -> list[list[Hit]]:

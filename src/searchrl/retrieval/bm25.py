@@ -301,9 +301,14 @@ class BM25Retriever(LocalRetriever):
             rows, s = self.sparse_scores(q)  # (R,) each
             keep = s > 0  # passages sharing no term with the query are not results
             cand, s = rows[keep], s[keep]
-            if len(cand) > depth:  # keep every passage scoring at least the depth-th best: ties at the cut stay
+            if len(cand) > depth:  # those above the depth-th best score, then the lowest rows of those tied with it
                 cut = np.partition(s, len(s) - depth)[len(s) - depth]
-                cand, s = cand[s >= cut], s[s >= cut]
+                above, tied = s > cut, cand[s == cut]
+                need = depth - int(above.sum())
+                if len(tied) > need:  # linear, not a sort of every tie: ~100-word passages tie often on one term
+                    tied = np.partition(tied, need - 1)[:need]
+                cand = np.concatenate([cand[above], tied])
+                s = np.concatenate([s[above], np.full(len(tied), cut, dtype=s.dtype)])
             # Sort by score, ties by row (as Lucene breaks them by document), then cut: the top k is the prefix of
             # the top K, so a request answers the same whatever requests the service merged it with.
             order = np.lexsort((cand, -s))[:depth]
