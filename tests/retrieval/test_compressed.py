@@ -440,3 +440,26 @@ def _check_fast_scan(corpus: Path, vecs: np.ndarray, queries: np.ndarray, tmp_pa
         build_index(corpus, "dense", tmp_path / "pq", vectors=vecs, faiss=FACTORY) / "dense", nprobe=8, candidates=50
     )
     assert plain._fast_scan is None
+
+
+def test_reranked_exact_ties_go_to_the_lowest_rows() -> None:
+    """Equal exact scores are ordered by row whatever order the compressed stage returned its candidates in."""
+    import faiss
+
+    vecs = np.zeros((6, 4), dtype=np.float32)
+    vecs[:, 0] = [0.5, 1.0, 0.2, 1.0, 1.0, 0.9]  # rows 1, 3 and 4 tie on the query e0
+    flat = faiss.IndexFlatIP(4)
+    flat.add(vecs)
+    index = RerankedIndex(flat, vecs, candidates=6)
+
+    class Backwards:  # a compressed stage listing its candidates highest row first
+        d, ntotal = 4, 6
+
+        def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+            rows = np.tile(np.arange(5, -1, -1)[:k], (len(q), 1))
+            return np.zeros(rows.shape, dtype=np.float32), rows
+
+    index.index = Backwards()
+    scores, rows = index.search(np.eye(4, dtype=np.float32)[:1], 4)
+    assert rows.tolist() == [[1, 3, 4, 5]]
+    np.testing.assert_allclose(scores, [[1.0, 1.0, 1.0, 0.9]])

@@ -340,7 +340,8 @@ class RerankedIndex:
     """Looks like a faiss index (``d``, ``ntotal``, ``search``): approximate candidates, exact re-ranking.
 
     ``search(q, k)`` asks the compressed index for ``max(k, candidates)`` rows per query, reads those rows' fp16
-    vectors (one gather for the whole batch) and returns the top ``k`` by exact inner product.
+    vectors (one gather for the whole batch) and returns the top ``k`` by exact inner product, equal scores in row
+    order.
     """
 
     def __init__(self, index: Any, vectors: np.ndarray | RowReader, *, candidates: int = 100) -> None:
@@ -407,7 +408,7 @@ class RerankedIndex:
             if not len(c):
                 continue
             exact = vecs[np.searchsorted(rows, c)] @ q[i]  # (C,)
-            top = np.argsort(-exact, kind="stable")[:k]
+            top = np.lexsort((c, -exact))[:k]  # exact ties by row, as the flat and BM25 indexes break them
             scores_out[i, : len(top)] = exact[top]
             rows_out[i, : len(top)] = c[top]
         return scores_out, rows_out
