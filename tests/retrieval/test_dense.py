@@ -231,3 +231,25 @@ def test_retrievers_show_their_kind_size_encoder_and_index(
     assert repr(dense) == f"DenseRetriever(passages={n}, encoder='hashing', index={str(tmp_path / 'flat')!r})"
     hybrid = HybridRetriever(sparse, dense, manifest={"kind": "hybrid", "encoder": "hashing"})
     assert repr(hybrid) == f"HybridRetriever(passages={n}, encoder='hashing', index={str(tiny_bm25)!r})"
+
+
+def test_equal_scores_rank_by_row_so_a_shallow_search_is_the_head_of_a_deep_one(hashing_encoder) -> None:
+    """Duplicate passages score alike; faiss' flat index lists such ties highest row first, so rank(q, 10) was not
+    the head of rank(q, 45), and a query's hits depended on the k of the requests the server merged it with."""
+    import faiss
+
+    vecs = np.zeros((50, 64), dtype=np.float32)
+    vecs[:, 0] = 1.0
+    vecs[::7, 0] = 0.5  # rows 0, 7, ..., 49 score lower; the other 43 tie
+    index = faiss.IndexFlatIP(64)
+    index.add(vecs)
+    r = DenseRetriever(index, list(range(50)), hashing_encoder)  # type: ignore[arg-type]
+    r.embed_queries = lambda queries: np.eye(64, dtype=np.float32)[: len(queries)]  # type: ignore[method-assign]
+    tied = [i for i in range(50) if i % 7]  # 42 rows
+    shallow, deep, whole = (r.rank(["q"], k)[0] for k in (10, 45, 60))
+    assert [row for row, _ in shallow] == tied[:10]
+    assert [row for row, _ in deep] == tied + [0, 7, 14]  # the lower scores' tie crosses the cut: lowest rows kept
+    assert [row for row, _ in whole] == tied + [0, 7, 14, 21, 28, 35, 42, 49]
+    assert [score for _, score in deep] == [1.0] * 42 + [0.5] * 3
+    shallow, flat = r.rank(["q", "orthogonal to every passage"], 10)  # one batch: a tie-free head, all tied
+    assert [row for row, _ in shallow] == tied[:10] and [row for row, _ in flat] == list(range(10))

@@ -326,6 +326,29 @@ def read_faiss_index(path: str | Path, options: DenseOptions) -> Any:
     return index
 
 
+def search_ties_by_row(index: Any, q: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search(q, depth)`` with equal scores ranked by row, the lowest rows kept where a tie crosses the cut.
+
+    faiss lists ties in heap order and keeps an arbitrary few of those tied at the cut, so the head of a deeper
+    search was not a shallower one (duplicate passages score alike), and a query's hits depended on the k of the
+    requests the server merged it with. One extra row shows whether a tie crosses the cut; only such queries are
+    searched again, deeper until the tie ends."""
+    n = index.ntotal
+    scores, rows = index.search(q, min(depth + 1, n))
+    if depth < n:
+        for i in np.flatnonzero((rows[:, depth] >= 0) & (scores[:, depth] == scores[:, depth - 1])):
+            cut, deeper = scores[i, depth - 1], depth + 1
+            while True:
+                deeper = min(2 * deeper, n)
+                s, r = (a[0] for a in index.search(q[i : i + 1], deeper))
+                if deeper == n or r[-1] < 0 or s[-1] != cut:  # every row scoring `cut` is in (s, r)
+                    break
+            keep = np.lexsort((r, -s))[: depth + 1]
+            scores[i], rows[i] = s[keep], r[keep]
+    order = np.lexsort((rows, -scores), axis=-1)[:, :depth]
+    return np.take_along_axis(scores, order, -1), np.take_along_axis(rows, order, -1)
+
+
 class DenseRetriever(LocalRetriever):
     """Nearest passages by inner product between the query embedding and the passage embeddings.
 
@@ -406,7 +429,7 @@ class DenseRetriever(LocalRetriever):
     def rank(self, queries: list[str], depth: int) -> list[Ranking]:
         q = self.embed_queries(queries)  # (Q, D)
         depth = min(depth, self.index.ntotal)
-        scores, rows = self.index.search(q, depth)  # (Q, depth) each; row -1 = fewer results (IVF/HNSW)
+        scores, rows = search_ties_by_row(self.index, q, depth)  # (Q, depth) each; row -1 = fewer (IVF/HNSW)
         return [
             [(int(r), float(s)) for r, s in zip(rows_q, scores_q, strict=True) if r >= 0]
             for rows_q, scores_q in zip(rows, scores, strict=True)
