@@ -171,6 +171,16 @@ def test_corrupt_cache_is_a_clear_error(tmp_path):
         LLMJudge("http://127.0.0.1:1/v1", "m", cache_path=bad)
 
 
+def test_a_cache_this_user_may_not_write_is_refused_in_one_line(tmp_path, monkeypatch):
+    """Replies are appended as they arrive: a read-only cache (copied from an archive) is refused up front, naming the
+    fix, not with a traceback from the first append. (Root may write any file, so the permission is simulated.)"""
+    cache = tmp_path / "judge_cache.jsonl"
+    cache.write_text('{"key": "k", "reply": "True"}\n')
+    monkeypatch.setattr("searchrl.rewards.judge.os.access", lambda path, mode: False)
+    with pytest.raises(PermissionError, match=r"judge_cache.jsonl is not readable and writable; chmod u\+rw it"):
+        LLMJudge("http://127.0.0.1:1/v1", "m", cache_path=cache)
+
+
 def test_the_cache_is_appended_to_one_line_per_reply(server, tmp_path):
     """Each reply is appended as a line (a long evaluation's cache is not rewritten whole for every batch)."""
     url, state = server

@@ -203,6 +203,10 @@ class LLMJudge:
         path = self.cache_path
         if path is None or not path.exists():
             return {}
+        if not os.access(path, os.R_OK | os.W_OK):  # replies are appended as they arrive
+            raise PermissionError(
+                f"judge cache {path} is not readable and writable; chmod u+rw it, or write the evaluation elsewhere"
+            )
         with path.open("rb") as f:
             earlier = f.readline().strip() in (b"{", b"{}")  # the earlier format, as json.dumps(indent=0) wrote it
         if earlier:
