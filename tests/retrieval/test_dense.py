@@ -253,3 +253,30 @@ def test_equal_scores_rank_by_row_so_a_shallow_search_is_the_head_of_a_deep_one(
     assert [score for _, score in deep] == [1.0] * 42 + [0.5] * 3
     shallow, flat = r.rank(["q", "orthogonal to every passage"], 10)  # one batch: a tie-free head, all tied
     assert [row for row, _ in shallow] == tied[:10] and [row for row, _ in flat] == list(range(10))
+    assert [row for row, _ in r.rank(["q"], 49)[0]] == tied + [0, 7, 14, 21, 28, 35, 42]  # one short of all
+
+
+def test_a_tie_crossing_the_cut_is_searched_no_deeper_than_the_tie_depth(hashing_encoder, monkeypatch) -> None:
+    import faiss
+
+    import searchrl.retrieval.dense as dense
+
+    index = faiss.IndexFlatIP(64)
+    index.add(np.zeros((500, 64), dtype=np.float32))  # every passage scores 0 for every query
+    asked: list[int] = []
+
+    class Counting:
+        d, ntotal = 64, 500
+
+        def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+            asked.append(k)
+            return index.search(q, k)
+
+    monkeypatch.setattr(dense, "TIE_DEPTH", 40)
+    r = DenseRetriever(Counting(), list(range(500)), hashing_encoder)  # type: ignore[arg-type]
+    r.embed_queries = lambda queries: np.eye(64, dtype=np.float32)[: len(queries)]  # type: ignore[method-assign]
+    assert len(r.rank(["q"], 10)[0]) == 10
+    assert asked == [11, 22, 40]  # one extra row, then doubling up to the tie depth
+    asked.clear()
+    assert [row for row, _ in r.rank(["q"], 45)[0]] == list(range(45))  # deeper than TIE_DEPTH asks once
+    assert asked == [46]

@@ -326,22 +326,28 @@ def read_faiss_index(path: str | Path, options: DenseOptions) -> Any:
     return index
 
 
+#: how deep a search goes to rank a tie that crosses its cut (a passage duplicated thousands of times, or a query
+#: orthogonal to every passage, would otherwise search the whole index)
+TIE_DEPTH = 4096
+
+
 def search_ties_by_row(index: Any, q: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
     """``index.search(q, depth)`` with equal scores ranked by row, the lowest rows kept where a tie crosses the cut.
 
-    faiss lists ties in heap order and keeps an arbitrary few of those tied at the cut, so the head of a deeper
-    search was not a shallower one (duplicate passages score alike), and a query's hits depended on the k of the
-    requests the server merged it with. One extra row shows whether a tie crosses the cut; only such queries are
-    searched again, deeper until the tie ends."""
+    faiss lists ties in heap order and keeps an arbitrary few of those tied at the cut: without this, the head of a
+    deeper search is not a shallower one (duplicate passages score alike), and a query's hits depend on the k of
+    the requests the server merged it with. One extra row shows whether a tie crosses the cut; only such queries
+    are searched again, deeper until the tie ends (at most ``TIE_DEPTH`` rows: past that, as faiss keeps them)."""
     n = index.ntotal
     scores, rows = index.search(q, min(depth + 1, n))
-    if depth < n:
+    if 0 < depth < n:
+        limit = min(n, max(TIE_DEPTH, depth + 1))
         for i in np.flatnonzero((rows[:, depth] >= 0) & (scores[:, depth] == scores[:, depth - 1])):
-            cut, deeper = scores[i, depth - 1], depth + 1
-            while True:
-                deeper = min(2 * deeper, n)
+            cut, deeper, s, r = scores[i, depth - 1], depth + 1, scores[i].copy(), rows[i].copy()
+            while deeper < limit:
+                deeper = min(2 * deeper, limit)
                 s, r = (a[0] for a in index.search(q[i : i + 1], deeper))
-                if deeper == n or r[-1] < 0 or s[-1] != cut:  # every row scoring `cut` is in (s, r)
+                if r[-1] < 0 or s[-1] != cut:  # every row scoring `cut` is in (s, r)
                     break
             keep = np.lexsort((r, -s))[: depth + 1]
             scores[i], rows[i] = s[keep], r[keep]
