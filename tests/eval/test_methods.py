@@ -64,6 +64,10 @@ def mean_metrics(examples, preds) -> dict[str, float]:
         ("Answer:", None),
         ("", None),
         ("...", None),
+        ("**\nParis**", "Paris"),  # a line of decoration alone opens the reply
+        ("---\n1990", "1990"),  # a markdown rule
+        ("-40", "-40"),
+        ('\u201c\u201d\n"Oslo"', "Oslo"),
         (None, None),
     ],
 )

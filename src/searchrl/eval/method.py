@@ -57,22 +57,27 @@ class Prediction:
         )
 
 
+_RULE = re.compile(r"[-=]{3,}")
+
+
 def clean_answer(text: str | None) -> str | None:
-    """The short answer in a reply: its first non-empty line, without an ``Answer:`` label, markdown emphasis,
-    surrounding quotes or a final period (a line holding the label alone is followed by its answer's line). None
-    when nothing is left.
+    """The short answer in a reply: its first line holding more than decoration (emphasis, a rule), without an
+    ``Answer:`` label, markdown emphasis, surrounding quotes or a final period (a line holding the label alone is
+    followed by its answer's line). None when nothing is left.
 
     >>> clean_answer("\\n Answer: **Paris**.\\nIt is the capital.")
     'Paris'
-    >>> clean_answer("The answer is:\\nParis"), clean_answer("   ") is None
-    ('Paris', True)
+    >>> clean_answer("The answer is:\\nParis"), clean_answer("**\\nParis**"), clean_answer("   ") is None
+    ('Paris', 'Paris', True)
     """
     if text is None:
         return None
     # Emphasis, quotes and a final period around the label and the answer; the metrics' normalisation drops them
     # anyway, but the predictions file should show the answer itself.
     decor = " \t*_`\"'“”‘’."
-    for line in (ln.strip(decor) for ln in text.splitlines() if ln.strip()):
+    for line in (ln.strip(decor) for ln in text.splitlines()):
+        if not line or _RULE.fullmatch(line):  # "**" or a markdown rule ("---") alone on a line is no answer
+            continue
         answer = _LABEL.sub("", line).strip(decor)
         if answer or not _LABEL.match(line):  # a bare "Answer:" line: the answer is on the next one
             return answer or None
