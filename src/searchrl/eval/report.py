@@ -4,8 +4,8 @@ A *summary row* is one (dataset, method) pair: ``n``, the mean of every score (`
 ``cover_em_tokens``, and ``judge`` when a judge ran), and the efficiency figures per question (``searches``:
 search calls, ``queries``: the queries they held, ``gen_tokens``, ``latency_s``). When there is more than one
 dataset, each method that ran on all of them also gets a row with ``dataset == "average"``: the unweighted mean
-over the datasets (the papers' "Avg." column). :mod:`searchrl.eval.stats` adds each score's 95% interval,
-``<score>_ci95``, after it.
+over the datasets (the papers' "Avg." column); its counts, ``n`` and ``judge_unparsed``, are the datasets' sums.
+:mod:`searchrl.eval.stats` adds each score's 95% interval, ``<score>_ci95``, after it.
 
 Scores are fractions in JSON and CSV, and percentages (one decimal) in the markdown, console and PNG tables. The
 markdown table is wide, paper-style: one row per method, one column per dataset x score, then the average columns,
@@ -87,9 +87,11 @@ def aggregate(items: Sequence[dict[str, Any]], metrics: Sequence[str]) -> list[d
             if len(mine) < len(datasets):  # an average over fewer datasets would not compare with the others
                 continue
             avg: dict[str, Any] = {"dataset": AVERAGE, "method": method, "n": sum(r["n"] for r in mine)}
-            for key in [*metrics, *(["judge_unparsed"] if "judge" in metrics else []), *(k for k, _, _ in EFFICIENCY)]:
+            for key in [*metrics, *(k for k, _, _ in EFFICIENCY)]:
                 if any(key in r for r in mine):
                     avg[key] = _mean([r.get(key) for r in mine])
+            if "judge" in metrics:  # a count: summed over the datasets, not averaged
+                avg["judge_unparsed"] = sum(r.get("judge_unparsed", 0) for r in mine)
             rows.append(avg)
     return rows
 
