@@ -388,13 +388,14 @@ class AgentMethod(Method):
         for t in trajs:
             d = t.to_dict()
             raw = t.response_text(self.tokenizer)
+            prompt_search = 1 if "prompt_docs" in t.metadata else 0  # rag: one search, with the question, before it
             preds.append(
                 Prediction(
                     t.answer.strip() if t.answer is not None else None,
                     raw=raw,
                     trajectory=d,
-                    searches=t.n_searches + (1 if "prompt_docs" in t.metadata else 0),  # rag: the prompt's search
-                    queries=executed_queries(t),
+                    searches=t.n_searches + prompt_search,
+                    queries=executed_queries(t) + prompt_search,
                     gen_tokens=t.n_policy_tokens,
                     well_formed=t.format_report(self.protocol, self.tokenizer).ok,
                 )
