@@ -3,9 +3,14 @@ expected values."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from searchrl.data.records import QAExample
-from searchrl.eval.baselines import AgentMethod
-from searchrl.eval.report import AVERAGE, aggregate
+from searchrl.eval.baselines import AgentMethod, IterativeRAGMethod
+from searchrl.eval.diagnostics import diagnose
+from searchrl.eval.report import AVERAGE, aggregate, render_markdown
+from searchrl.eval.scoring import check_metrics, convention, metric_settings
+from searchrl.eval.stats import _p, add_intervals, interval, sign_flip_p
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
 from searchrl.retrieval.base import Hit
@@ -38,6 +43,22 @@ def test_a_rag_agent_counts_its_prompt_retrieval_as_one_search_of_one_query() ->
     assert pred.text == "Rome" and (pred.searches, pred.queries) == (1, 1)
 
 
+def test_a_multi_query_call_is_one_search_of_its_queries() -> None:
+    retriever = _Retriever()
+
+    def reply(ctx: str) -> str:
+        if "Anna was born in Rome." in ctx:
+            return "<think> found </think> <answer> Rome </answer>"
+        return "<think> two things </think> <search> where is Anna, where is Rome </search>"
+
+    gen = ScriptedGenerator(ByteTokenizer(), reply)
+    limits = RolloutLimits(max_turns=3, max_searches=2, max_new_tokens=200, max_total_tokens=20000, topk=1)
+    protocol = get_protocol("rag_r1", multi_query=True)
+    (pred,) = AgentMethod(gen, retriever, protocol, limits=limits).answer([QAExample("q", "Where?", ["Rome"])])
+    assert retriever.calls == [["where is Anna", "where is Rome"]]
+    assert pred.text == "Rome" and (pred.searches, pred.queries) == (1, 2)
+
+
 def test_a_reason_agent_counts_no_search() -> None:
     retriever = _Retriever()
     gen = ScriptedGenerator(ByteTokenizer(), lambda ctx: "<think> easy </think> <answer> Rome </answer>")
@@ -58,3 +79,122 @@ def test_the_average_row_sums_unreadable_judge_replies_over_datasets() -> None:
     assert by[AVERAGE]["judge_unparsed"] == 3  # a count: 2 + 1, not their mean 1.5
     assert by[AVERAGE]["judge"] == 0.75  # a score: the mean of 1.0 and 0.5
     assert by[AVERAGE]["n"] == 6
+
+
+def test_a_nan_figure_is_left_out_of_its_mean_like_a_missing_one() -> None:
+    items = [
+        {"dataset": "a", "method": "m", "metrics": {"em": 1.0}, "latency_s": 2.0},
+        {"dataset": "a", "method": "m", "metrics": {"em": float("nan")}, "latency_s": float("nan")},
+        {"dataset": "a", "method": "m", "metrics": {"em": 0.0}},
+        {"dataset": "a", "method": "m", "metrics": {"em": 0.0}, "latency_s": 4.0},
+    ]
+    (row,) = aggregate(items, ["em"])
+    assert row["em"] == 1 / 3 and row["latency_s"] == 3.0 and row["n"] == 4
+
+
+def test_the_question_counts_line_names_the_datasets_not_the_average_row() -> None:
+    items = [_row("a", 1.0), _row("a", 0.0), _row("b", 1.0)]
+    md = render_markdown(aggregate(items, ["em"]), ["em"])
+    assert "Questions per dataset: a: 2, b: 1.\n" in md
+
+
+# --------------------------------------------------------------------------------------------- intervals and tests
+
+
+def test_an_average_of_a_constant_dataset_and_a_varying_one_still_varies() -> None:
+    lo, hi = interval([np.ones(3), np.array([0.0, 1.0] * 10)], 1000, np.random.default_rng(0))
+    assert lo < 0.75 < hi  # the mean of 1.0 and 0.5; only the constant dataset is alike in every resample
+
+
+def test_zero_differences_do_not_push_the_test_off_its_exact_enumeration() -> None:
+    # three +1 differences (and 14 ties): 8 sign patterns, of which all + and all - reach the observed 3
+    assert sign_flip_p([np.array([1.0, 1.0, 1.0] + [0.0] * 14)], 1000, np.random.default_rng(0)) == 0.25
+
+
+def test_the_interval_does_not_depend_on_the_order_of_the_rows() -> None:
+    values = [0.05 * i for i in range(20)]  # F1-like scores: every resample mean its own value
+    items = [{"dataset": "d", "method": "m", "id": f"q{i:02d}", "metrics": {"f1": v}} for i, v in enumerate(values)]
+    forward, backward = aggregate(items, ["f1"]), aggregate(items[::-1], ["f1"])
+    add_intervals(forward, items, ["f1"], 0, 200)
+    add_intervals(backward, items[::-1], ["f1"], 0, 200)
+    assert forward[0]["f1_ci95"] == backward[0]["f1_ci95"]
+
+
+def test_a_p_value_of_exactly_one_in_a_thousand_is_printed_as_it_is() -> None:
+    assert (_p(0.001), _p(0.000999), _p(0.0125)) == ("p=0.001", "p<0.001", "p=0.013")
+
+
+# --------------------------------------------------------------------------------------------- scoring rules
+
+
+def test_a_normalisation_given_alone_keeps_the_protocols_cover_boundary() -> None:
+    # Search-R1 scores cover-EM as a plain substring ("char"); the default without a protocol is word-bounded
+    settings = metric_settings(["em", "cover_em"], normalize="r1_searcher", protocol="search_r1")
+    assert settings == {
+        "em": {"normalize": "r1_searcher"},
+        "cover_em": {"normalize": "r1_searcher", "boundary": "char"},
+    }
+    # and a boundary given alone keeps the protocol's normalisation
+    assert metric_settings(["em"], boundary="word", protocol="r1_searcher") == {"em": {"normalize": "r1_searcher"}}
+
+
+def test_judge_among_the_metrics_is_left_to_the_harness() -> None:
+    assert check_metrics(["em", "judge", "f1"]) == ["em", "f1"]
+
+
+def test_the_trained_baselines_are_scored_as_search_r1_scores_its_agent() -> None:
+    assert convention("reason") == convention("rag") == convention("search_r1") == ("squad", "char")
+
+
+# --------------------------------------------------------------------------------------------- IRCoT's documents
+
+
+class _FreshRetriever:
+    """Other documents for every query: ``<query>-<i>``."""
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return [[Hit(f"{q}-{i}", "T", f"text {i}", 1.0) for i in range(k)] for q in queries]
+
+
+def test_iterative_rag_stops_gathering_documents_at_max_docs() -> None:
+    gen = ScriptedGenerator(ByteTokenizer(), lambda ctx: "Not sure. ")
+    method = IterativeRAGMethod(gen, _FreshRetriever(), topk=3, max_steps=2, max_docs=4)
+    (pred,) = method.answer([QAExample("q", "Who?", ["x"])])
+    # 3 from the question, then 1 of the 3 the first sentence retrieved; the second sentence's 3 find no room
+    assert pred.trajectory["doc_ids"] == ["Who?-0", "Who?-1", "Who?-2", "Not sure.-0"]
+    assert pred.searches == 3
+
+
+def test_iterative_rag_stops_a_finished_question_and_forces_an_answer_from_a_silent_one() -> None:
+    def reply(ctx: str) -> str:
+        if "Where?" in ctx:
+            return "So the answer is: Rome. More"
+        return " Oslo\nmore" if ctx.endswith("So the answer is:") else ""
+
+    gen = ScriptedGenerator(ByteTokenizer(), reply)
+    method = IterativeRAGMethod(gen, _FreshRetriever(), topk=1, max_steps=3)
+    a, b = method.answer([QAExample("a", "Where?", ["Rome"]), QAExample("b", "Which?", ["Oslo"])])
+    assert [len(c) for c in gen.calls] == [2, 1]  # one step for both, then only b's forced answer
+    assert (a.text, a.raw, a.searches, a.trajectory["forced_answer"]) == ("Rome", "So the answer is: Rome. ", 1, False)
+    assert (b.text, b.raw, b.searches, b.trajectory["forced_answer"]) == ("Oslo", " So the answer is: Oslo\n", 1, True)
+
+
+# --------------------------------------------------------------------------------------------- failure flags
+
+
+def test_a_right_answer_the_documents_lacked_is_no_retrieval_failure() -> None:
+    turns = [{"action": "search", "queries": ["Ada Vell"], "observation": "Ada Vell is a painter."}]
+    row = {"question": "Where was Ada Vell born?", "golds": ["Paris"], "prediction": "Paris", "searches": 1}
+    flags = diagnose({**row, "trajectory": {"turns": turns}})
+    assert flags["searched"] and flags["gold_in_docs"] is False
+    assert not flags["retrieval_failure"] and not flags["reading_failure"]
+    wrong = diagnose({**row, "prediction": "Lyon", "trajectory": {"turns": turns}})
+    assert wrong["retrieval_failure"] and not wrong["reading_failure"]
+
+
+def test_a_row_counts_its_own_searches_when_its_trace_holds_no_documents() -> None:
+    # iter_retgen's trace holds its rounds, not documents: its searches come from the row's count
+    row = {"question": "Who?", "golds": ["x"], "prediction": "y", "searches": 3, "trajectory": {"rounds": []}}
+    flags = diagnose(row)
+    assert flags["searched"] and flags["gold_in_docs"] is None and not flags["retrieval_failure"]
+    assert diagnose({**row, "searches": 0})["searched"] is False
