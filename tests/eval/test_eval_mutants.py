@@ -3,12 +3,18 @@ expected values."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
+from searchrl.config import load_config
 from searchrl.data.records import QAExample
 from searchrl.eval.baselines import AgentMethod, IterativeRAGMethod
+from searchrl.eval.datasets import resolve_eval_sets
 from searchrl.eval.diagnostics import diagnose
+from searchrl.eval.prior import AnswerPrior
 from searchrl.eval.report import AVERAGE, aggregate, render_markdown
+from searchrl.eval.rescore import rescore_file
 from searchrl.eval.scoring import check_metrics, convention, metric_settings
 from searchrl.eval.stats import _p, add_intervals, interval, sign_flip_p
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
@@ -198,3 +204,70 @@ def test_a_row_counts_its_own_searches_when_its_trace_holds_no_documents() -> No
     flags = diagnose(row)
     assert flags["searched"] and flags["gold_in_docs"] is None and not flags["retrieval_failure"]
     assert diagnose({**row, "searches": 0})["searched"] is False
+
+
+def test_an_answer_in_a_broken_format_is_a_format_failure() -> None:
+    row = {"question": "Who?", "golds": ["x"], "prediction": "x", "searches": 0, "trajectory": None}
+    assert diagnose({**row, "well_formed": False})["format_failure"] is True
+    assert diagnose({**row, "well_formed": None})["format_failure"] is False  # a baseline has no format
+    assert diagnose({**row, "prediction": None})["format_failure"] is True
+
+
+# --------------------------------------------------------------------------------------------- evaluation sets
+
+
+def test_a_set_named_average_is_renamed_so_the_summary_average_row_stays_apart(tmp_path) -> None:
+    path = tmp_path / "average.jsonl"
+    path.write_text(json.dumps({"id": "q", "question": "Who?", "golden_answers": ["x"]}) + "\n")
+    (s,) = resolve_eval_sets(load_config(None, [f"evaluation.datasets=[{path}]"]))
+    assert s.name == "average_2"
+
+
+# --------------------------------------------------------------------------------------------- the answer prior
+
+
+def test_the_prior_counts_no_position_for_a_choice_question_whose_golds_name_both_options() -> None:
+    train = [
+        QAExample("a", "Who was born first, Ann Lee or Bo Chan?", ["Ann Lee", "Bo Chan"]),  # no position told
+        QAExample("b", "Who died later, Cy Dorn or Di Este?", ["Di Este"]),  # the second
+    ]
+    prior = AnswerPrior.fit(train)
+    assert dict(prior.positions) == {1: 1}
+    assert prior.answer("Who is older, Al or Bea?") == "Bea"
+
+
+def test_the_prior_answers_in_the_first_written_form_of_an_answer() -> None:
+    train = [QAExample(str(i), "Where was it?", [gold]) for i, gold in enumerate(["Paris", "paris.", "PARIS"])]
+    assert AnswerPrior.fit(train).answer("Where is it?") == "Paris"
+
+
+# --------------------------------------------------------------------------------------------- rescoring
+
+
+def test_a_released_boolean_gold_is_rescored_as_yes_or_no(tmp_path) -> None:
+    rows = [{"question": "Is it?", "answer": True, "pred_ans": "yes"}, {"question": "Is not?", "answer": [False]}]
+    rows[1]["pred_ans"] = "yes"
+    path = tmp_path / "released.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a, b = rescore_file(path, ["em"])
+    assert (a["golds"], a["metrics"]["em"]) == (["yes"], 1.0)
+    assert (b["golds"], b["metrics"]["em"]) == (["no"], 0.0)
+    assert (a["id"], b["id"]) == ("1", "2")  # the line number, without an id of its own
+
+
+def test_a_released_row_keeps_its_idx_as_its_id(tmp_path) -> None:
+    path = tmp_path / "released.json"
+    path.write_text(json.dumps([{"idx": 7, "question": "Who?", "answer": "Ann", "pred_ans": "Ann"}]))
+    (row,) = rescore_file(path, ["em"])
+    assert row["id"] == "7" and row["metrics"]["em"] == 1.0
+
+
+def test_a_boundary_given_alone_overrides_the_one_a_row_recorded(tmp_path) -> None:
+    recorded = {"cover_em": {"normalize": "squad", "boundary": "char"}}
+    row = {"question": "Who?", "golds": ["art"], "prediction": "the artist", "metric_settings": recorded}
+    path = tmp_path / "d__m.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (kept,) = rescore_file(path, ["cover_em"])
+    assert kept["metrics"]["cover_em"] == 1.0  # the recorded rule: a plain substring
+    (word,) = rescore_file(path, ["cover_em"], boundary="word")
+    assert word["metrics"]["cover_em"] == 0.0 and word["metric_settings"]["cover_em"]["boundary"] == "word"
