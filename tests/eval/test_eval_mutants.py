@@ -12,6 +12,8 @@ from searchrl.data.records import QAExample
 from searchrl.eval.baselines import AgentMethod, IterativeRAGMethod
 from searchrl.eval.datasets import resolve_eval_sets
 from searchrl.eval.diagnostics import diagnose
+from searchrl.eval.harness import item_row
+from searchrl.eval.method import Prediction
 from searchrl.eval.prior import AnswerPrior
 from searchrl.eval.report import AVERAGE, aggregate, render_markdown
 from searchrl.eval.rescore import rescore_file
@@ -271,3 +273,10 @@ def test_a_boundary_given_alone_overrides_the_one_a_row_recorded(tmp_path) -> No
     assert kept["metrics"]["cover_em"] == 1.0  # the recorded rule: a plain substring
     (word,) = rescore_file(path, ["cover_em"], boundary="word")
     assert word["metrics"]["cover_em"] == 0.0 and word["metric_settings"]["cover_em"]["boundary"] == "word"
+
+
+def test_a_predictions_row_scores_its_first_metric_as_the_record_score() -> None:
+    ex = QAExample("q", "Who?", ["Ann Lee"])
+    row = item_row("d", "m", ex, Prediction("Lee", searches=2, queries=3), ["f1", "em"])
+    assert row["score"] == 2 / 3 and row["metrics"] == {"f1": 2 / 3, "em": 0.0}
+    assert (row["searches"], row["queries"], row["source"]) == (2, 3, "eval/d/m")

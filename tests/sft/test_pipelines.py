@@ -423,6 +423,18 @@ def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -
     assert [ex.id for ex in run(0.0)[0]] == ["q1", "q7"]
 
 
+@pytest.mark.parametrize(("fraction", "n_easy"), [(0.5, 3), (0.1, 1), (0.3, 2)])
+def test_the_easy_share_rounds_half_up(fraction: float, n_easy: int) -> None:
+    """Five easy questions: 0.5 * 5 = 2.5 keeps 3 (round() would keep 2), 0.1 * 5 = 0.5 keeps 1, 0.3 * 5 = 1.5
+    keeps 2; the one answerable question is always kept."""
+    correct_at = {"q0": {0}, "q1": {0}, "q2": {0}, "q3": {0}, "q4": {0}, "q5": {1}}
+    examples = questions(6)
+    engine, _ = make_engine(SR1, examples, plan_from(correct_at, 3), direct_behaviours)
+    kept, records = select_answerable(engine, examples, 2, fraction, seed=0)
+    assert [r["bucket"] for r in records] == ["easy"] * 5 + ["answerable"]
+    assert sum(ex.metadata["difficulty"] == "easy" for ex in kept) == n_easy and kept[-1].id == "q5"
+
+
 # ---------------------------------------------------------------------------------------------------- resume
 class Interrupted(ScriptedGenerator):
     """Raises KeyboardInterrupt at its ``fail_at``-th generate call (1-based), as a killed run stops."""
