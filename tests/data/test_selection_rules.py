@@ -1,7 +1,12 @@
-"""Selection rules pinned with hand-written values: which questions a split holds out, and its edge sizes."""
+"""Data rules pinned with hand-written values: which questions a split holds out, ids of rows without one, corpus
+title lines and duplicate ids."""
 
 from __future__ import annotations
 
+from array import array
+
+from searchrl.data.corpus import _first_duplicate, split_contents
+from searchrl.data.loaders import load_qa
 from searchrl.data.records import QAExample
 from searchrl.data.splits import heldout_split
 
@@ -23,3 +28,26 @@ def test_every_question_or_none_can_be_held_out() -> None:
     assert train == [] and [e.id for e in held] == ["q0", "q1", "q2"]
     train, held = heldout_split(_qs(3), 0)
     assert [e.id for e in train] == ["q0", "q1", "q2"] and held == []
+
+
+def test_an_empty_id_gets_the_files_own_id_for_its_row(tmp_path) -> None:
+    path = tmp_path / "qa.jsonl"
+    rows = [
+        '{"id": "", "question": "Who?", "golden_answers": ["x"]}',
+        '{"id": "k", "question": "What?", "golden_answers": ["y"]}',
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    assert [e.id for e in load_qa(path)] == ["qa-1", "k"]  # an empty id would put every such question in one group
+
+
+def test_a_lone_quote_title_line_is_kept_as_it_is() -> None:
+    assert split_contents('"\ntext') == ('"', "text")
+    assert split_contents('"Hamlet"\nA play.') == ("Hamlet", "A play.")
+
+
+def test_two_ids_that_share_a_hash_are_no_duplicate(tmp_path) -> None:
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"id": "a", "contents": "A\\ntext"}\n{"id": "b", "contents": "B\\ntext"}\n')
+    assert _first_duplicate(path, 100, array("q", [7, 7]), array("q", [1, 2])) is None  # re-read: "a" != "b"
+    path.write_text('{"id": "a", "contents": "A\\ntext"}\n{"id": "a", "contents": "B\\ntext"}\n')
+    assert _first_duplicate(path, 100, array("q", [7, 7]), array("q", [1, 2])) == ("a", 1, 2)

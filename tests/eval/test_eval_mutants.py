@@ -13,7 +13,7 @@ from searchrl.eval.baselines import AgentMethod, IterativeRAGMethod
 from searchrl.eval.datasets import resolve_eval_sets
 from searchrl.eval.diagnostics import diagnose
 from searchrl.eval.harness import item_row
-from searchrl.eval.method import Prediction
+from searchrl.eval.method import Method, Prediction
 from searchrl.eval.prior import AnswerPrior
 from searchrl.eval.report import AVERAGE, aggregate, render_markdown
 from searchrl.eval.rescore import rescore_file
@@ -280,3 +280,11 @@ def test_a_predictions_row_scores_its_first_metric_as_the_record_score() -> None
     row = item_row("d", "m", ex, Prediction("Lee", searches=2, queries=3), ["f1", "em"])
     assert row["score"] == 2 / 3 and row["metrics"] == {"f1": 2 / 3, "em": 0.0}
     assert (row["searches"], row["queries"], row["source"]) == (2, 3, "eval/d/m")
+
+
+def test_latency_is_the_batch_time_shared_by_its_questions(monkeypatch) -> None:
+    import searchrl.eval.method as method_module
+
+    monkeypatch.setattr(method_module.time, "perf_counter", lambda: 10.0)
+    preds = Method._stamp([Prediction("a"), Prediction("b"), Prediction("c")], 4.0)
+    assert [p.latency_s for p in preds] == [2.0, 2.0, 2.0]  # 6 s over 3 questions
