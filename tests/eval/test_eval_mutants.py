@@ -288,3 +288,10 @@ def test_latency_is_the_batch_time_shared_by_its_questions(monkeypatch) -> None:
     monkeypatch.setattr(method_module.time, "perf_counter", lambda: 10.0)
     preds = Method._stamp([Prediction("a"), Prediction("b"), Prediction("c")], 4.0)
     assert [p.latency_s for p in preds] == [2.0, 2.0, 2.0]  # 6 s over 3 questions
+
+
+def test_reason_in_documents_inserts_what_follows_the_last_final_information() -> None:
+    from searchrl.eval.search_o1 import final_information
+
+    analysis = "Final Information would come last.\n**Final Information:** Anna was born in Rome."
+    assert final_information(analysis) == ("Anna was born in Rome.", True)
