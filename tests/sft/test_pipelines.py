@@ -367,6 +367,8 @@ def test_select_by_attempts_needs_enough_attempts_to_see_hard_questions() -> Non
     engine, _ = make_engine(SR1, questions(1), {"q0": ["right"] * 8}, direct_behaviours)
     with pytest.raises(ValueError, match="raise n above 20"):
         select_by_attempts(engine, questions(1), 8)
+    with pytest.raises(ValueError, match="raise n above 4"):  # n == hard_above: attempt n + 1 is never run
+        select_by_attempts(engine, questions(1), 4, easy_below=2, hard_above=4)
 
 
 class RecordingGenerator(ScriptedGenerator):
