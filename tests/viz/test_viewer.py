@@ -221,6 +221,16 @@ def test_loads_eval_rows_and_rollout_rows(eval_file: Path, tmp_path: Path) -> No
     assert recs[0].reward_components == {"answer": 0.0, "format": 0.25}
 
 
+def test_a_prediction_without_a_trajectory_shows_its_own_query_count() -> None:
+    """A multi-query baseline's row: 1 search holding 3 queries; a row from before the queries field: one each."""
+    from searchrl.viz.records import parse_row
+
+    row = {"question": "q", "golds": ["a"], "prediction": "a", "searches": 1, "queries": 3, "gen_tokens": 7}
+    assert parse_row(row, "f:1").counts["queries"] == 3 and parse_row(row, "f:1").counts["searches"] == 1
+    del row["queries"]
+    assert parse_row(row, "f:1").counts["queries"] == 1
+
+
 def test_tolerates_missing_and_extra_fields(tmp_path: Path) -> None:
     row = {"question": "Q?", "turns": [{"text": "hi", "new_key": 1}], "golds": "A", "extra": {"x": 1}}
     (rec,) = load_records(_write_jsonl(tmp_path / "t.jsonl", [row]))

@@ -233,7 +233,7 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
         rec.trace = traj if isinstance(traj, dict) else {}
         rec.counts = {
             "searches": _int(row.get("searches")),
-            "queries": _int(row.get("searches")),
+            "queries": _int(row.get("queries", row.get("searches"))),  # files written before queries: one a search
             "turns": 0,
             "invalid": 0,
             "policy_tokens": _int(row.get("gen_tokens")),
