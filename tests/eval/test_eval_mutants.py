@@ -87,6 +87,8 @@ def test_the_average_row_sums_unreadable_judge_replies_over_datasets() -> None:
     assert by[AVERAGE]["judge_unparsed"] == 3  # a count: 2 + 1, not their mean 1.5
     assert by[AVERAGE]["judge"] == 0.75  # a score: the mean of 1.0 and 0.5
     assert by[AVERAGE]["n"] == 6
+    md = render_markdown(rows, ["em", "judge"])
+    assert "left out of its accuracy: m on a: 2, m on b: 1.\n" in md  # per dataset, the sum not listed again
 
 
 def test_a_nan_figure_is_left_out_of_its_mean_like_a_missing_one() -> None:

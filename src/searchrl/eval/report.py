@@ -195,7 +195,11 @@ def render_markdown(
     averaged = {r["method"] for r in rows if r["dataset"] == AVERAGE}
     if len({r["dataset"] for r in rows} - {AVERAGE}) > 1 and averaged != {r["method"] for r in rows}:
         notes = [*notes, "Average and efficiency columns: over every dataset; `-` for a method not run on all."]
-    unread = [f"{r['method']} on {r['dataset']}: {r['judge_unparsed']}" for r in rows if r.get("judge_unparsed")]
+    unread = [  # per dataset: the average row's sum would count them twice
+        f"{r['method']} on {r['dataset']}: {r['judge_unparsed']}"
+        for r in rows
+        if r.get("judge_unparsed") and r["dataset"] != AVERAGE
+    ]
     if unread:  # the judge's accuracy is over the replies it could read: say over how many fewer
         notes = [*notes, f"Judge replies that could not be read, left out of its accuracy: {', '.join(unread)}."]
     lines = [
