@@ -68,7 +68,7 @@ class ReasonProtocol(SearchR1Protocol):
         return self._retag("\nI will now give the final answer between <answer> and </answer>.\n")
 
     def _sequence_problem(self, events: list[Event]) -> str | None:
-        """Optional think block, then the answer, then nothing; no search tag anywhere."""
+        """Optional think block, then the answer, then nothing; no search tag anywhere; no block cut by feedback."""
         state = "start"
         (t_open, t_close), (a_open, a_close) = self.think_tags, self.answer_tags
         moves = {
@@ -81,6 +81,8 @@ class ReasonProtocol(SearchR1Protocol):
         for ev in events:
             if ev.kind.startswith("obs"):
                 return "inserted documents in a protocol without search"
+            if ev.kind == "inserted" and state.startswith("in_"):
+                return f"inserted text inside an open block (state {state})"
             if ev.kind == "tag":
                 nxt = moves.get((state, ev.value))
                 if nxt is None:

@@ -158,8 +158,8 @@ class R1SearcherProtocol(TagProtocol):
         code does.
 
         * Rule 1 (think and answer tags; only a short answer): exactly one ``<think>`` (first), one ``</think>``,
-          one ``<answer>`` and one ``</answer>``, in that order; the answer holds no query or document tag and at
-          most ``max_answer_words`` (10) words.
+          one ``<answer>`` and one ``</answer>``, in that order, forming one answer block (not cut by inserted
+          feedback); the answer holds no query or document tag and at most ``max_answer_words`` (10) words.
         * Rule 2 (no garbled content): no CJK (unless the option ``cjk_garbled`` is false), control/replacement
           characters or chat-role markers in the policy's text (``garbled_problems``).
         * Rule 3 (queries in query tags; no documents without retrieval): query tags balanced, every query
@@ -175,9 +175,11 @@ class R1SearcherProtocol(TagProtocol):
         # Rule 1: think and answer structure.
         tags = [ev.value for ev in events if ev.kind == "tag" and ev.value in (*THINK, *ANSWER)]
         first = next((ev for ev in events if ev.kind == "tag" or ev.value.strip()), None)
+        answers = blocks(events, *ANSWER, across_documents=False).contents
         if tags != [THINK[0], THINK[1], ANSWER[0], ANSWER[1]] or first is None or first.value != THINK[0]:
             problems.append("expected exactly <think> ... </think> then <answer> ... </answer>, <think> first")
-        answers = blocks(events, *ANSWER, across_documents=False).contents
+        elif not answers:  # the one answer block was cut by inserted feedback: the engine never read an answer
+            problems.append("the answer block is cut by inserted text")
         answer = answers[-1].strip() if answers else None
         words = word_count(answer) if answer is not None else None
         if answer is not None:

@@ -138,7 +138,9 @@ class SearchR1Protocol(TagProtocol):
 
         Rules (authors' later ``is_valid_sequence``): the response starts with ``<think>``; a think block is
         followed by a search call or the answer; a search call is followed by its inserted information; after
-        information comes a new think block; only whitespace between blocks; nothing after ``</answer>``.
+        information comes a new think block; only whitespace between blocks; nothing after ``</answer>``. Feedback
+        or a hint may come between blocks, but a block it interrupts is broken (the engine reads each turn on its
+        own, so an answer cut by feedback is no answer).
         Returns the first violation, or None.
         """
         t_open, t_close = self.think_tags
@@ -161,6 +163,8 @@ class SearchR1Protocol(TagProtocol):
                 state = "information"
             elif ev.kind == "obs_unclosed":
                 return f"unclosed {self.result_tags[0]} block"
+            elif ev.kind == "inserted" and state.startswith("in_"):
+                return f"inserted text inside an open block (state {state})"
             elif ev.kind == "tag":
                 nxt = moves.get((state, ev.value))
                 if nxt is None:
