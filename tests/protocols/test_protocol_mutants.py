@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from searchrl.protocols import NO_ACTION, Answer, FormatReport, Invalid, Search, SearchR1Protocol, get_protocol
+from searchrl.protocols import (
+    NO_ACTION,
+    NO_SEARCH,
+    Answer,
+    FormatReport,
+    Invalid,
+    Search,
+    SearchR1Protocol,
+    get_protocol,
+)
 from searchrl.protocols._tags import last_box, unbox
 from searchrl.protocols.base import FORMAT_SCHEMES
 from searchrl.retrieval.base import Hit
@@ -61,7 +70,6 @@ def test_a_blank_box_is_no_answer() -> None:
     assert get_protocol("search_o1").parse(r"So \boxed{ }.") == Answer("")
 
 
-# --------------------------------------------------------------------------------- inserted feedback and notices
 def test_a_box_never_spans_inserted_feedback() -> None:
     o1 = get_protocol("search_o1")
     feedback = o1.invalid_feedback(Invalid(NO_ACTION))
@@ -285,3 +293,25 @@ def test_rag_r1_multi_query_json_object_and_limit() -> None:
     assert report.ok and report.extra["queries_per_call"] == [3], report.problems
     zurich = mq.render_observation(["a"], [[Hit("d", "Zürich", "Stadt.", 1.0)]])
     assert '"Doc 1: Zürich Stadt."' in zurich
+
+
+def test_rag_r1_flags_a_call_with_a_query_too_long() -> None:
+    p = get_protocol("rag_r1", max_query_chars=5)
+    obs = p.render_observation(["q"], [[]])
+    report = p.check_format(
+        f"<think> t </think><search> much too long </search>{obs}<think> u </think><answer> x </answer>"
+    )
+    assert "search call is invalid (query_too_long)" in report.problems and not report.ok
+
+
+# -------------------------------------------------------------------------------------------------- Search-o1
+def test_search_o1_a_closing_result_tag_written_by_the_model_fails() -> None:
+    report = get_protocol("search_o1").check_format(r"Known. <|end_search_result|> So \boxed{x}.")
+    assert not report.ok and report.answer == "x"
+
+
+# ------------------------------------------------------------------------------------------ no-search baselines
+def test_reason_takes_an_answer_after_a_search_call_and_refuses_a_lone_call() -> None:
+    reason = get_protocol("reason")
+    assert reason.parse("<think> a </think><search> q </search> <answer> Rome </answer>") == Answer("Rome")
+    assert reason.parse("<think> a </think><search> q </search>") == Invalid(NO_SEARCH)
