@@ -315,3 +315,19 @@ def test_reason_takes_an_answer_after_a_search_call_and_refuses_a_lone_call() ->
     reason = get_protocol("reason")
     assert reason.parse("<think> a </think><search> q </search> <answer> Rome </answer>") == Answer("Rome")
     assert reason.parse("<think> a </think><search> q </search>") == Invalid(NO_SEARCH)
+
+
+def test_rag_prompt_frames_the_documents_once() -> None:
+    rag = get_protocol("rag")
+    prompt = rag.instruction(rag.frame_question("who wrote Hamlet", [Hit("d", "Hamlet", "A play.", 1.0)]))
+    assert prompt.endswith('\n\nDocuments:\nDoc 1(Title: "Hamlet") A play.\n\nQuestion: who wrote Hamlet?\n')
+    assert rag.frame_question("who?", []) == "Documents:\n(none)\n\nQuestion: who?"
+
+
+# -------------------------------------------------------------------------------------------------- tool_call
+def test_tool_call_documents_must_follow_a_turn_that_ends_with_its_call() -> None:
+    tc = get_protocol("tool_call")
+    obs = tc.render_observation(["a"], [[]])
+    assert tc.check_format(tc.format_search(["a"]) + obs + "<answer>x</answer>").ok
+    report = tc.check_format(tc.format_search(["a"]) + " and more" + obs + "<answer>x</answer>")
+    assert "turn 1: documents follow a turn that does not end with one tool call" in report.problems
