@@ -331,3 +331,9 @@ def test_tool_call_documents_must_follow_a_turn_that_ends_with_its_call() -> Non
     assert tc.check_format(tc.format_search(["a"]) + obs + "<answer>x</answer>").ok
     report = tc.check_format(tc.format_search(["a"]) + " and more" + obs + "<answer>x</answer>")
     assert "turn 1: documents follow a turn that does not end with one tool call" in report.problems
+
+
+def test_tool_call_a_reply_the_model_writes_after_its_call_is_fabricated() -> None:
+    tc = get_protocol("tool_call")
+    report = tc.check_format(tc.format_search(["a"]) + "<tool_response>made up</tool_response><answer>x</answer>")
+    assert report.extra["n_fabricated_responses"] == 1 and report.n_searches == 0 and not report.ok
