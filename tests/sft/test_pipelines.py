@@ -137,6 +137,7 @@ def test_rejection_sample_keeps_exactly_the_correct_well_formed_samples(require_
     }
     counts = [stats[key] for key in ("questions", "sampled", "kept", "questions_with_kept")]
     assert counts == [5, 15, len(expected), 4]
+    assert stats["keep_rate"] == pytest.approx(len(expected) / 15)  # of the samples, not of the questions
     for t in kept:
         assert t.stop_reason == "answer" and t.answer == f"gold {t.question_id[1:]}"
 
@@ -369,6 +370,8 @@ def test_select_by_attempts_needs_enough_attempts_to_see_hard_questions() -> Non
         select_by_attempts(engine, questions(1), 8)
     with pytest.raises(ValueError, match="raise n above 4"):  # n == hard_above: attempt n + 1 is never run
         select_by_attempts(engine, questions(1), 4, easy_below=2, hard_above=4)
+    with pytest.raises(ValueError, match="raise n above 20"):  # first correct at attempt 20 is medium, not hard
+        select_by_attempts(engine, questions(1), 20)
 
 
 class RecordingGenerator(ScriptedGenerator):
@@ -455,7 +458,7 @@ class Interrupted(ScriptedGenerator):
 CORRECT_AT = {"q0": {0, 2}, "q1": {1, 5}, "q2": {3}, "q3": {4, 5}, "q4": {5}, "q5": set()}
 
 
-def _select(tmp_path: Path, key: str, fail_at: int | None = None, seed: int = 0):
+def _select(tmp_path: Path, key: str, fail_at: int | None = None, seed: int = 0, stop: bool = True):
     from searchrl.sft.attempts import AttemptLog
 
     examples = questions(6)
@@ -471,6 +474,7 @@ def _select(tmp_path: Path, key: str, fail_at: int | None = None, seed: int = 0)
         hard_above=4,
         batch_size=2,
         seed=seed,
+        stop_at_first_correct=stop,
         out=out,
         records_out=tmp_path / "records.jsonl",
         log=AttemptLog(out, key),
@@ -504,6 +508,11 @@ def test_other_settings_start_the_sampling_afresh(tmp_path: Path) -> None:
         _select(tmp_path, "k", fail_at=5)
     _, model = _select(tmp_path, "k", seed=1)  # the same key, another seed
     assert set(model.attempt) == {f"q{i}" for i in range(6)}
+    with pytest.raises(KeyboardInterrupt):
+        _select(tmp_path, "k", fail_at=5)
+    _, model = _select(tmp_path, "k", stop=False)  # the same key, without stopping at the first correct attempt
+    assert set(model.attempt) == {f"q{i}" for i in range(6)}
+    assert all(n == 6 for n in model.attempt.values())
 
 
 # ------------------------------------------------------------------------------------------------------- CLI

@@ -1,0 +1,170 @@
+"""SFT behaviours that a mutation audit of ``searchrl.sft`` found unpinned, each with hand-written expected values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from searchrl.config import load_config
+from searchrl.data.records import QAExample
+from searchrl.retrieval.base import Hit
+from searchrl.rollout.trajectory import Trajectory, Turn
+from searchrl.sft.attempts import _round_seed, sample_attempts
+from searchrl.sft.option_years import compared_direction, option_years, year_in_passage, years_text
+from searchrl.sft.pipelines import slice_steps
+from searchrl.sft.quotas import apply_quotas, match, parse_quotas
+from searchrl.sft.trainer import SFTTrainer, fit_length
+from searchrl.sft.types import QUESTION_ANSWER, QUESTION_SEARCH, SFTExample
+from searchrl.testing import tiny_model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------------- types
+def test_an_example_refuses_a_loss_mask_that_does_not_align_or_is_not_binary() -> None:
+    with pytest.raises(ValueError, match="3 response ids but 2 loss-mask entries"):
+        SFTExample([1], [2, 3, 4], [1, 1])
+    with pytest.raises(ValueError, match="must be 0 or 1"):
+        SFTExample([1], [2, 3], [1, 2])
+    with pytest.raises(ValueError, match="must be 0 or 1"):
+        SFTExample([1], [2, 3], [1, -100])
+
+
+def test_an_examples_target_tokens_are_its_loss_mask_ones() -> None:
+    assert SFTExample([1], [2, 3, 4, 5, 6], [1, 0, 0, 1, 1]).n_target_tokens == 3
+
+
+# --------------------------------------------------------------------------------------------------- quotas
+def test_a_zero_quota_is_allowed_and_keeps_none_of_its_source() -> None:
+    quotas = parse_quotas(["hotpotqa=0", "nq=2"])
+    assert quotas == {("hotpotqa", "*"): 0, ("nq", "*"): 2}
+    rows = [("a", "hotpotqa"), ("b", "nq"), ("c", "hotpotqa"), ("d", "nq"), ("e", "nq")]
+    kept, counts = apply_quotas(rows, quotas, source=lambda r: r[1])
+    assert counts == {"hotpotqa/*": 0, "nq/*": 2}
+    assert [s for _, s in kept] == ["nq", "nq"]
+
+
+def test_a_source_quota_is_more_specific_than_a_bucket_quota() -> None:
+    quotas = parse_quotas(["hotpotqa=1", "*/hard=5"])
+    assert match(quotas, "hotpotqa", "hard") == ("hotpotqa", "*")
+    assert match(quotas, "nq", "hard") == ("*", "hard")
+    assert match(quotas, "nq", "easy") is None
+    rows = [("a", "hotpotqa"), ("b", "hotpotqa"), ("c", "nq")]
+    kept, counts = apply_quotas(rows, quotas, source=lambda r: r[1], bucket=lambda r: "hard")
+    assert counts == {"hotpotqa/*": 1, "*/hard": 1} and len(kept) == 2
+
+
+# ---------------------------------------------------------------------------------------------- option years
+def test_the_death_year_is_the_first_year_after_the_dash() -> None:
+    text = "Ada Byron (10 December 1815 – 27 November 1852, buried 1853) was a mathematician."
+    assert year_in_passage(text, "death") == 1852
+    assert year_in_passage(text, "birth") == 1815
+
+
+def test_an_options_passage_is_one_whose_title_is_the_option_not_a_longer_name() -> None:
+    hits = [
+        [
+            Hit("1", "Adam Smith", "Adam Smith (1723 – 1790) was an economist.", 1.0),
+            Hit("2", "Ada (poet)", "Ada (1815 – 1852) was a poet.", 0.9),
+        ],
+        [Hit("3", "Bob", "Bob (born 4 May 1950) is a singer.", 1.0)],
+    ]
+    assert option_years("Who was born first, Ada or Bob?", ["Ada", "Bob"], hits) == [1815, 1950]
+
+
+def test_tied_years_decide_nothing() -> None:
+    assert years_text("Which film came out earlier, A or B?", ["A", "B"], [1957, 1957], ["A"]) is None
+    assert years_text("Which film came out later, A or B?", ["A", "B"], [1957, 1957], ["B"]) is None
+
+
+def test_a_question_that_asks_both_ways_has_no_direction() -> None:
+    assert compared_direction("Who was born earlier and died later, Ada or Bob?") is None
+    assert compared_direction("Who was born earlier, Ada or Bob?") == "earlier"
+
+
+# ------------------------------------------------------------------------------------------------- attempts
+def test_sampling_needs_at_least_one_attempt_and_unique_question_ids() -> None:
+    qs = [QAExample("q1", "one?", ["a"]), QAExample("q2", "two?", ["b"]), QAExample("q1", "three?", ["c"])]
+    with pytest.raises(ValueError, match="must be >= 1, got 0"):
+        sample_attempts(None, qs[:2], 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="question id 'q1' occurs 2 times"):
+        sample_attempts(None, qs, 1)  # type: ignore[arg-type]
+
+
+def test_every_tag_and_round_draws_its_own_seed() -> None:
+    seeds = {_round_seed(0, tag, r) for tag in ("initial", "retry", "rs") for r in range(3)}
+    assert len(seeds) == 9 and all(0 <= s < 2**27 for s in seeds)
+    assert _round_seed(0, "rs", 1) == _round_seed(0, "rs", 1) != _round_seed(1, "rs", 1)
+
+
+# -------------------------------------------------------------------------------------------------- trainer
+def test_fit_length_keeps_an_exact_fit_cuts_the_target_and_drops_a_prompt_without_room() -> None:
+    ex = SFTExample([1, 2], [3, 4, 5], [1, 0, 1], source_uid="t1")
+    assert fit_length(ex, 5) is ex
+    cut = fit_length(ex, 4)
+    assert cut is not None and (cut.prompt_ids, cut.response_ids, cut.loss_mask) == ([1, 2], [3, 4], [1, 0])
+    assert cut.source_uid == "t1"
+    assert fit_length(ex, 3).response_ids == [3]
+    assert fit_length(ex, 2) is None
+
+
+def test_the_trainer_counts_cut_dropped_and_targetless_examples_apart() -> None:
+    examples = [
+        SFTExample([65, 66], [70, 71, 72], [1, 1, 1], source_uid="fits"),  # 5 tokens
+        SFTExample([65, 66], [70, 71, 72, 73, 74], [1, 1, 1, 1, 1], source_uid="cut"),  # 7 -> cut to 5
+        SFTExample([65, 66, 67, 68, 69], [70], [1], source_uid="dropped"),  # the prompt fills the 5 tokens
+        SFTExample([65, 66, 67], [70, 71, 72], [0, 0, 1], source_uid="cut_to_nothing"),  # cut to [0, 0]
+    ]
+    trainer = SFTTrainer(load_config(None, ["sft.max_length=5"]), tiny_model(), tokenizer(), examples, "unused")
+    assert (trainer.n_truncated, trainer.n_dropped, trainer.n_no_target) == (2, 1, 1)
+    assert [e.source_uid for e in trainer.examples] == ["fits", "cut"]
+    assert [len(e.response_ids) for e in trainer.examples] == [3, 3]
+
+
+def _masked() -> list[SFTExample]:
+    """Four examples whose targets are partly masked (documents inside the target), of different lengths."""
+    tok = tokenizer()
+    out = []
+    for i, (q, a, mask) in enumerate([("qq", " ab", [1, 0, 1]), ("q", " a", [1, 0]), ("qqq", " abc", [1, 0, 0, 1])]):
+        p, r = tok.encode(f"{q}{i}:"), tok.encode(a)
+        out.append(SFTExample(p, r, (mask + [1] * len(r))[: len(r)], source_uid=f"t{i}"))
+    p, r = tok.encode("qqqq3:"), tok.encode(" abcd")
+    out.append(SFTExample(p, r, [1] + [0] * (len(r) - 1), source_uid="t3"))
+    return out
+
+
+def _token_mean_nll(model, examples: list[SFTExample]) -> float:
+    """The NLL of every loss_mask == 1 token, each example run alone, averaged over those tokens."""
+    nll, n = 0.0, 0
+    for e in examples:
+        with torch.no_grad():
+            logits = model(torch.tensor([e.prompt_ids + e.response_ids])).logits[0, len(e.prompt_ids) - 1 : -1]
+        per_token = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(e.response_ids), reduction="none")
+        nll, n = nll + float((per_token * torch.tensor(e.loss_mask, dtype=torch.float)).sum()), n + sum(e.loss_mask)
+    return nll / n
+
+
+def test_the_validation_loss_is_the_token_mean_over_masked_targets() -> None:
+    cfg = load_config(None, ["sft.val_fraction=0.5", "sft.batch_size=2", "sft.micro_batch_size=1"])
+    trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), _masked(), "unused")
+    assert len(trainer.val) == 2
+    assert trainer.validation_loss() == pytest.approx(_token_mean_nll(trainer.model, trainer.val), rel=1e-5)
+
+
+def test_a_steps_loss_is_the_token_mean_over_the_batchs_masked_targets(tmp_path) -> None:
+    cfg = load_config(None, ["sft.batch_size=4", "sft.micro_batch_size=1", "sft.epochs=1", "sft.warmup_steps=0"])
+    examples = _masked()
+    trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), examples, tmp_path)
+    expected = _token_mean_nll(trainer.model, examples)  # before the step: the loss it logs
+    history = trainer.train()
+    assert len(history) == 1 and history[0]["loss"] == pytest.approx(expected, rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- step slices
+def test_a_search_turn_without_a_result_leaves_the_next_step_a_question_step() -> None:
+    t = Trajectory("u#0", "u", "u", "q?", ["a"], prompt_ids=[1, 2])
+    t.append([10, 11], sampled=True, logprobs=[0.0] * 2)
+    t.turns.append(Turn(text="s", action="search", finish_reason="stop", n_gen_tokens=2))  # no observation
+    t.append([12, 13, 14], sampled=True, logprobs=[0.0] * 3)
+    t.turns.append(Turn(text="a", action="answer", finish_reason="stop", n_gen_tokens=3))
+    steps = slice_steps(t)
+    assert [s.kind for s in steps] == [QUESTION_SEARCH, QUESTION_ANSWER]
+    assert (steps[1].prompt_ids, steps[1].response_ids, steps[1].loss_mask) == ([1, 2, 10, 11], [12, 13, 14], [1] * 3)
