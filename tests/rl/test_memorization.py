@@ -145,6 +145,7 @@ def test_rewriter_sft_targets_pass_the_memorizer_validation(tmp_path: Path) -> N
         assert target == internal_path(ex.metadata["chain"], ex.answers[0])
         assert m.validate(target, ex.answers) == "", target
         assert sum(d.loss_mask) == len(d.response_ids)
+        assert d.response_ids[-1] == tok.eos_token_id  # the rewriter learns to end its reply
 
 
 def _retrieval_trajectory(thought: str) -> Trajectory:
@@ -185,6 +186,10 @@ def test_internalize_turns_searches_into_internal_steps() -> None:
     prompt = tok.decode(data[0].prompt_ids)
     assert "(1)Lyon: Lyon is a city in France." in prompt and "Where is Lyon?" in prompt
     assert "<|begin_external_search|>" not in tok.decode(data[0].response_ids)
+    unsearched = _retrieval_trajectory("Lyon is in France.")
+    unsearched.turns = unsearched.turns[1:]  # answered without a search: no documents to put in the prompt
+    data, rejected = rewriter_sft_from_trajectories([unsearched], Memorizer(MemorizationConfig(), None, PP, tok), tok)
+    assert data == [] and rejected == {"no search": 1}
 
 
 def test_rewriter_sft_data_speaks_the_run_protocols_formats() -> None:
@@ -205,6 +210,7 @@ def test_rewriter_sft_data_speaks_the_run_protocols_formats() -> None:
     assert "Final: \\boxed{YOUR_ANSWER}." in at_rl
     assert tok.decode(oracle.prompt_ids) == tok.decode(real.prompt_ids) == at_rl
     assert tok.decode(oracle.response_ids, skip_special_tokens=True).endswith("Final: \\boxed{France}.")
+    assert oracle.response_ids[-1] == real.response_ids[-1] == tok.eos_token_id
 
 
 class _ConstantReward:

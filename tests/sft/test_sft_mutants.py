@@ -7,12 +7,15 @@ import torch
 
 from searchrl.config import load_config
 from searchrl.data.records import QAExample
+from searchrl.generation.fake import ByteTokenizer
+from searchrl.protocols import get_protocol
 from searchrl.retrieval.base import Hit
 from searchrl.rollout.trajectory import Trajectory, Turn
 from searchrl.sft.attempts import _round_seed, sample_attempts
 from searchrl.sft.option_years import compared_direction, option_years, year_in_passage, years_text
-from searchrl.sft.pipelines import slice_steps
+from searchrl.sft.pipelines import select_answerable, select_by_attempts, slice_steps
 from searchrl.sft.quotas import apply_quotas, match, parse_quotas
+from searchrl.sft.text_data import text_trajectory
 from searchrl.sft.trainer import SFTTrainer, fit_length
 from searchrl.sft.types import QUESTION_ANSWER, QUESTION_SEARCH, SFTExample
 from searchrl.testing import tiny_model, tokenizer
@@ -168,3 +171,30 @@ def test_a_search_turn_without_a_result_leaves_the_next_step_a_question_step() -
     steps = slice_steps(t)
     assert [s.kind for s in steps] == [QUESTION_SEARCH, QUESTION_ANSWER]
     assert (steps[1].prompt_ids, steps[1].response_ids, steps[1].loss_mask) == ([1, 2, 10, 11], [12, 13, 14], [1] * 3)
+
+
+def test_selection_settings_out_of_range_are_refused_before_sampling() -> None:
+    qs = [QAExample("q1", "one?", ["a"])]
+    with pytest.raises(ValueError, match="easy_fraction must be within"):
+        select_answerable(None, qs, 2, 1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="need 1 <= easy_below <= hard_above"):
+        select_by_attempts(None, qs, 24, easy_below=12, hard_above=11)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------------ text data
+def test_a_text_response_without_an_answer_did_not_stop_at_one() -> None:
+    row = {"question": "q?", "response": "<think>I am not sure.</think>"}
+    t = text_trajectory(row, get_protocol("search_r1"), ByteTokenizer())
+    assert t.stop_reason == "none" and t.answer is None
+    row = {"question": "q?", "response": "<think>Sure.</think>\n<answer>x</answer>"}
+    assert text_trajectory(row, get_protocol("search_r1"), ByteTokenizer()).stop_reason == "answer"
+
+
+def test_a_turn_whose_tokens_are_split_by_inserted_text_is_refused() -> None:
+    t = Trajectory("u#0", "u", "u", "q?", ["a"], prompt_ids=[1])
+    t.append([10], sampled=True, logprobs=[0.0])
+    t.append([20], sampled=False)  # inserted text inside the one turn's sampled tokens
+    t.append([11, 12], sampled=True, logprobs=[0.0] * 2)
+    t.turns.append(Turn(text="a", action="answer", finish_reason="stop", n_gen_tokens=3))
+    with pytest.raises(ValueError, match="not contiguous"):
+        slice_steps(t)
