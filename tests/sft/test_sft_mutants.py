@@ -198,3 +198,42 @@ def test_a_turn_whose_tokens_are_split_by_inserted_text_is_refused() -> None:
     t.turns.append(Turn(text="a", action="answer", finish_reason="stop", n_gen_tokens=3))
     with pytest.raises(ValueError, match="not contiguous"):
         slice_steps(t)
+
+
+# --------------------------------------------------------------------------------------------------- oracle
+class _ThinkOpening(ByteTokenizer):
+    """Bytes as tokens, with a chat template whose generation prompt opens the reply with ``<think>\\n``."""
+
+    chat_template = "opens <think>"
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False, **_):
+        text = "".join(f"[{m['role']}] {m['content']}\n" for m in messages)
+        return text + ("[assistant] <think>\n" if add_generation_prompt else "")
+
+
+class _OneDocument:
+    def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
+        return [[Hit("7", "Dune", "Dune is by Frank Herbert.", 1.0)] for _ in queries]
+
+
+_DUNE_CHAIN = [
+    {"sub_question": "Who wrote Dune?", "answer": "Frank Herbert", "query": "Dune author"},
+    {"sub_question": "Where was Frank Herbert born?", "answer": "Tacoma", "query": "Frank Herbert birthplace"},
+]
+
+
+def test_the_oracle_writes_a_think_block_the_prompt_opened_once() -> None:
+    from searchrl.sft.oracle import oracle_trajectories
+
+    tok = _ThinkOpening()
+    ex = QAExample("q", "Where was the author of Dune born?", ["Tacoma"], metadata={"chain": _DUNE_CHAIN})
+    (t,) = oracle_trajectories(get_protocol("search_r1"), [ex], _OneDocument(), tok, topk=1)
+    assert tok.decode(t.prompt_ids).endswith("[assistant] <think>\n")
+    assert [turn.text for turn in t.turns] == [  # the first goes on in the opened block; later ones open theirs
+        "First, I need to know: Who wrote Dune? </think>\n<search> Dune author </search>",
+        "<think> The documents say the answer to 'Who wrote Dune?' is Frank Herbert. Next, I need to know: Where was "
+        "Frank Herbert born? </think>\n<search> Frank Herbert birthplace </search>",
+        "<think> The documents say the answer to 'Where was Frank Herbert born?' is Tacoma. So the answer is Tacoma. "
+        "</think>\n<answer> Tacoma </answer>",
+    ]
+    assert tok.decode(t.response_ids).startswith("First, I need to know: Who wrote Dune? </think>\n<search>")
