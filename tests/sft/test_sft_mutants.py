@@ -237,3 +237,25 @@ def test_the_oracle_writes_a_think_block_the_prompt_opened_once() -> None:
         "</think>\n<answer> Tacoma </answer>",
     ]
     assert tok.decode(t.response_ids).startswith("First, I need to know: Who wrote Dune? </think>\n<search>")
+
+
+# ------------------------------------------------------------------------------------------------- rewriter
+def test_only_the_turn_right_after_a_search_becomes_an_internal_step() -> None:
+    from searchrl.sft.rewriter import internalize
+
+    t = Trajectory("x#0", "x", "x", "Where is Lyon?", ["France"], prompt_ids=[5])
+    t.turns = [
+        Turn(
+            text="I need the country of Lyon. <|begin_external_search|>Lyon country<|end_external_search|>",
+            action="search",
+            finish_reason="stop",
+            queries=["Lyon country"],
+            observation=" <|begin_search_result|>\n(1)Lyon: Lyon is a city in France.\n<|end_search_result|>",
+        ),
+        Turn(text="Lyon is a city in France.", action="invalid", finish_reason="stop"),
+        Turn(text="It is not Paris. So the answer is \\boxed{France}.", action="answer", finish_reason="eos"),
+    ]
+    assert internalize(t, get_protocol("r1_searcher_pp")) == (
+        "I need the country of Lyon.\n<|begin_internal_answer|>Lyon is a city in France.<|end_internal_answer|>\n"
+        "It is not Paris.\nSo the answer is \\boxed{France}."
+    )
