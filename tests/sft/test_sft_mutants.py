@@ -18,7 +18,7 @@ from searchrl.sft.quotas import apply_quotas, match, parse_quotas
 from searchrl.sft.text_data import text_trajectory
 from searchrl.sft.trainer import SFTTrainer, fit_length
 from searchrl.sft.types import QUESTION_ANSWER, QUESTION_SEARCH, SFTExample
-from searchrl.testing import tiny_model, tokenizer
+from searchrl.testing import letter_sft_examples, tiny_model, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------------- types
@@ -259,3 +259,12 @@ def test_only_the_turn_right_after_a_search_becomes_an_internal_step() -> None:
         "I need the country of Lyon.\n<|begin_internal_answer|>Lyon is a city in France.<|end_internal_answer|>\n"
         "It is not Paris.\nSo the answer is \\boxed{France}."
     )
+
+
+def test_a_later_epoch_that_only_ties_the_best_validation_loss_is_not_kept(tmp_path, monkeypatch) -> None:
+    cfg = load_config(None, ["sft.val_fraction=0.2", "sft.epochs=3", "sft.batch_size=4", "sft.warmup_steps=0"])
+    trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(10), tmp_path)
+    losses = iter([0.7, 0.5, 0.5])
+    monkeypatch.setattr(trainer, "validation_loss", lambda: next(losses))
+    trainer.train()
+    assert (trainer.best_epoch, trainer.best_val) == (1, 0.5)
