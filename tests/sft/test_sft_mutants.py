@@ -268,3 +268,28 @@ def test_a_later_epoch_that_only_ties_the_best_validation_loss_is_not_kept(tmp_p
     monkeypatch.setattr(trainer, "validation_loss", lambda: next(losses))
     trainer.train()
     assert (trainer.best_epoch, trainer.best_val) == (1, 0.5)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"messages": [{"role": "user", "content": "q?"}, "It is x."]},
+        {"messages": [{"role": "user"}, {"role": "assistant", "content": "<answer>x</answer>"}]},
+        {"prompt": [{"content": "q?"}], "completion": "<answer>x</answer>"},
+    ],
+)
+def test_a_chat_message_without_a_role_and_content_is_refused_naming_the_row(row: dict) -> None:
+    with pytest.raises(ValueError, match=r"^data.jsonl:3: field '(messages|prompt)' must be a list of chat messages"):
+        text_trajectory(row, get_protocol("search_r1"), ByteTokenizer(), where="data.jsonl:3")
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"messages": [{"role": "assistant", "content": "<answer>x</answer>"}]}, "messages"),
+        ({"conversations": [{"from": "gpt", "value": "<answer>x</answer>"}]}, "conversations"),
+    ],
+)
+def test_a_reply_without_a_prompt_message_before_it_is_refused(row: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=f"^data.jsonl:3: '{field}' must end with the assistant's reply, after the"):
+        text_trajectory(row, get_protocol("search_r1"), ByteTokenizer(), where="data.jsonl:3")
