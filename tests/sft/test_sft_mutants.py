@@ -293,3 +293,25 @@ def test_a_chat_message_without_a_role_and_content_is_refused_naming_the_row(row
 def test_a_reply_without_a_prompt_message_before_it_is_refused(row: dict, field: str) -> None:
     with pytest.raises(ValueError, match=f"^data.jsonl:3: '{field}' must end with the assistant's reply, after the"):
         text_trajectory(row, get_protocol("search_r1"), ByteTokenizer(), where="data.jsonl:3")
+
+
+def test_a_chat_rows_question_is_its_last_user_message() -> None:
+    row = {
+        "messages": [
+            {"role": "user", "content": "Who wrote Dune?"},
+            {"role": "assistant", "content": "Frank Herbert."},
+            {"role": "user", "content": "Where was he born?"},
+            {"role": "assistant", "content": "<think>Tacoma.</think>\n<answer>Tacoma</answer>"},
+        ]
+    }
+    t = text_trajectory(row, get_protocol("search_r1"), ByteTokenizer())
+    assert t.question == "Where was he born?"
+    given = {"prompt": row["messages"][:3], "completion": row["messages"][3]}
+    assert text_trajectory(given, get_protocol("search_r1"), ByteTokenizer()).question == "Where was he born?"
+
+
+@pytest.mark.parametrize("history", [[["Who wrote Dune?"]], ["Who wrote Dune?"], [["a", "b", "c"]]])
+def test_an_alpaca_history_that_is_not_prompt_response_pairs_is_refused(history: list) -> None:
+    row = {"instruction": "Where was he born?", "output": "<answer>Tacoma</answer>", "history": history}
+    with pytest.raises(ValueError, match=r"^data.jsonl:3: field 'history' must be a list of \[prompt, response\]"):
+        text_trajectory(row, get_protocol("search_r1"), ByteTokenizer(), where="data.jsonl:3")
