@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -315,3 +317,15 @@ def test_an_alpaca_history_that_is_not_prompt_response_pairs_is_refused(history:
     row = {"instruction": "Where was he born?", "output": "<answer>Tacoma</answer>", "history": history}
     with pytest.raises(ValueError, match=r"^data.jsonl:3: field 'history' must be a list of \[prompt, response\]"):
         text_trajectory(row, get_protocol("search_r1"), ByteTokenizer(), where="data.jsonl:3")
+
+
+def test_the_validation_share_rounds_to_the_nearest_example() -> None:
+    cfg = load_config(None, ["sft.val_fraction=0.3"])
+    trainer = SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(9), "unused")  # 2.7 -> 3
+    assert (len(trainer.val), len(trainer.examples)) == (3, 6)
+
+
+def test_a_validation_split_that_takes_every_example_is_refused() -> None:
+    one_trajectory = [replace(e, source_uid="t0") for e in letter_sft_examples(4)]  # held out whole or not at all
+    with pytest.raises(ValueError, match=r"sft.val_fraction=0.25 leaves no training example"):
+        SFTTrainer(load_config(None, ["sft.val_fraction=0.25"]), tiny_model(), tokenizer(), one_trajectory, "unused")
