@@ -329,3 +329,28 @@ def test_a_validation_split_that_takes_every_example_is_refused() -> None:
     one_trajectory = [replace(e, source_uid="t0") for e in letter_sft_examples(4)]  # held out whole or not at all
     with pytest.raises(ValueError, match=r"sft.val_fraction=0.25 leaves no training example"):
         SFTTrainer(load_config(None, ["sft.val_fraction=0.25"]), tiny_model(), tokenizer(), one_trajectory, "unused")
+
+
+class _ByQuery:
+    docs = {
+        "Dune author": Hit("1", "Dune", "Dune is by Frank Herbert.", 1.0),
+        "Frank Herbert birthplace": Hit("2", "Frank Herbert", "Frank Herbert was born in Tacoma.", 1.0),
+    }
+
+    def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
+        return [[self.docs[q]] for q in queries]
+
+
+def test_each_oracle_search_shows_the_documents_of_its_own_query() -> None:
+    from searchrl.sft.oracle import oracle_trajectories
+
+    two = QAExample("q2", "Where was the author of Dune born?", ["Tacoma"], metadata={"chain": _DUNE_CHAIN})
+    one = QAExample("q1", "Where was Frank Herbert born?", ["Tacoma"], metadata={"chain": _DUNE_CHAIN[1:]})
+    t2, t1 = oracle_trajectories(get_protocol("search_r1"), [two, one], _ByQuery(), ByteTokenizer(), topk=1)
+    assert [turn.hit_ids for turn in t2.turns] == [[["1"]], [["2"]], []]
+    assert [turn.observation for turn in t2.turns] == [
+        '\n\n<information>Doc 1(Title: "Dune") Dune is by Frank Herbert.</information>\n\n',
+        '\n\n<information>Doc 1(Title: "Frank Herbert") Frank Herbert was born in Tacoma.</information>\n\n',
+        "",
+    ]
+    assert [turn.hit_ids for turn in t1.turns] == [[["2"]], []]
