@@ -354,3 +354,43 @@ def test_each_oracle_search_shows_the_documents_of_its_own_query() -> None:
         "",
     ]
     assert [turn.hit_ids for turn in t1.turns] == [[["2"]], []]
+
+
+class _RopeDocument:
+    def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
+        return [[Hit("1", "Rope (film)", "Rope is a 1948 film. It was directed by Alfred Hitchcock.", 1.0)]] * len(
+            queries
+        )
+
+
+def test_a_grounded_oracle_drops_a_question_that_names_its_own_gold() -> None:
+    from searchrl.sft.oracle import oracle_trajectories
+
+    named = QAExample("n", "Was Rope directed by Alfred Hitchcock or by Orson Welles?", ["Alfred Hitchcock"])
+    asked = QAExample("a", "Who directed the film Rope?", ["Alfred Hitchcock"])
+    trajs = oracle_trajectories(
+        get_protocol("search_r1"),
+        [named, asked],
+        _RopeDocument(),
+        ByteTokenizer(),
+        1,
+        unchained="question",
+        grounded=True,
+    )
+    assert [t.question_id for t in trajs] == ["a"]
+    assert trajs[0].turns[-1].text == (
+        "<think> The documents say: It was directed by Alfred Hitchcock. So the answer is Alfred Hitchcock. </think>\n"
+        "<answer> Alfred Hitchcock </answer>"
+    )
+
+
+def test_a_choice_question_looked_up_by_option_closes_on_its_options_not_a_quoted_sentence() -> None:
+    from searchrl.sft.oracle import oracle_texts
+
+    choice = QAExample("c", "Which film came out earlier, Rope or Vertigo?", ["Rope"])
+    texts = oracle_texts(get_protocol("search_r1"), choice, unchained="options", evidence="Rope is a 1948 film.")
+    assert texts[-1] == (
+        "<think> The question names two options, Rope and Vertigo. So the answer is Rope. </think>\n"
+        "<answer> Rope </answer>",
+        [],
+    )
