@@ -394,3 +394,19 @@ def test_a_choice_question_looked_up_by_option_closes_on_its_options_not_a_quote
         "<answer> Rope </answer>",
         [],
     )
+
+
+def test_the_runs_optimizer_steps_count_a_last_partial_batch(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from searchrl.sft import trainer as trainer_module
+
+    said: list[str] = []
+    monkeypatch.setattr(trainer_module, "console", SimpleNamespace(log=said.append))
+    cfg = load_config(None, ["sft.batch_size=4", "sft.epochs=2", "sft.warmup_steps=7"])
+    SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(10), "unused")  # 3 batches an epoch, the last of 2
+    assert any("sft.warmup_steps=7 is more than the run's 6 optimizer steps" in line for line in said)
+    said.clear()
+    cfg = load_config(None, ["sft.batch_size=4", "sft.epochs=2", "sft.warmup_steps=6"])
+    SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(10), "unused")
+    assert not any("warmup" in line for line in said)
