@@ -410,3 +410,26 @@ def test_the_runs_optimizer_steps_count_a_last_partial_batch(monkeypatch) -> Non
     cfg = load_config(None, ["sft.batch_size=4", "sft.epochs=2", "sft.warmup_steps=6"])
     SFTTrainer(cfg, tiny_model(), tokenizer(), letter_sft_examples(10), "unused")
     assert not any("warmup" in line for line in said)
+
+
+def test_the_rag_oracle_prompt_holds_the_documents_retrieved_with_the_question() -> None:
+    from searchrl.sft.oracle import oracle_trajectories
+
+    asked: list[tuple[list[str], int]] = []
+
+    class Recording(_RopeDocument):
+        def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
+            asked.append((list(queries), topk))
+            return super().search(queries, topk)
+
+    tok = ByteTokenizer()
+    ex = QAExample("a", "Who directed the film Rope?", ["Alfred Hitchcock"])
+    (t,) = oracle_trajectories(get_protocol("rag"), [ex], Recording(), tok, topk=1)
+    assert asked == [(["Who directed the film Rope?"], 1)]
+    assert tok.decode(t.prompt_ids).endswith(
+        'Documents:\nDoc 1(Title: "Rope (film)") Rope is a 1948 film. It was directed by Alfred Hitchcock.\n\n'
+        "Question: Who directed the film Rope?\n"
+    )
+    assert (
+        t.question == "Who directed the film Rope?" and t.response_text(tok) == "<answer> Alfred Hitchcock </answer>"
+    )
