@@ -433,3 +433,39 @@ def test_the_rag_oracle_prompt_holds_the_documents_retrieved_with_the_question()
     assert (
         t.question == "Who directed the film Rope?" and t.response_text(tok) == "<answer> Alfred Hitchcock </answer>"
     )
+
+
+def test_a_decomposition_refers_to_the_latest_answer_a_sub_question_names() -> None:
+    from searchrl.sft.oracle import _plan_items
+
+    chain = [
+        {"sub_question": "Which city is the capital of France?", "answer": "Paris"},
+        {"sub_question": "Which club is named after Paris?", "answer": "Paris Saint-Germain"},
+        {"sub_question": "Who owns Paris Saint-Germain?", "answer": "QSI"},
+    ]
+    assert _plan_items(chain, comparison=False) == [
+        "Which city is the capital of France?",
+        "Which club is named after #1?",
+        "Who owns #2?",  # not "Who owns #1 Saint-Germain?"
+        "answer #3.",
+    ]
+
+
+@pytest.mark.parametrize("plan", ["decompose", False])
+def test_a_multi_query_call_of_a_comparison_has_no_comma_inside_a_query(plan: str | bool) -> None:
+    from searchrl.sft.oracle import oracle_texts
+
+    chain = [
+        {"sub_question": "When did Rope come out?", "answer": "1948", "query": "Rope, film year", "subject": "Rope"},
+        {
+            "sub_question": "When did Vertigo come out?",
+            "answer": "1958",
+            "query": "Vertigo, film",
+            "subject": "Vertigo",
+        },
+    ]
+    metadata = {"chain": chain, "kind": "comparison"}
+    ex = QAExample("c", "Which film came out earlier, Rope or Vertigo?", ["Rope"], metadata=metadata)
+    text, queries = oracle_texts(get_protocol("rag_r1", multi_query=True), ex, plan=plan)[0]
+    assert queries == ["Rope  film year", "Vertigo  film"]  # commas separate a call's queries
+    assert text.endswith("<search> Rope  film year, Vertigo  film </search>")
