@@ -454,3 +454,20 @@ def test_a_plugin_retriever_is_checked_and_cut_to_k_in_the_evaluation_baselines_
     gen = ScriptedGenerator(ByteTokenizer(), lambda ctx: "Paris")
     (pred,) = NaiveRAGMethod(gen, make_retriever_for(cfg), topk=2).answer([QAExample("q", "Capital?", ["Paris"])])
     assert len(pred.trajectory["hit_ids"][0]) == 2  # the plugin returns ten
+
+
+def test_a_stage_searching_a_built_index_takes_its_kind_and_drops_a_plugin_retrievers_options(
+    plugin: Path, tmp_path: Path
+) -> None:
+    from searchrl.config import StageConfig
+    from searchrl.stages.chain import stage_config
+
+    cfg = load_config(None, ["plugins=[my_ext.py]", "retrieval.kind=echo", "retrieval.options={prefix: x}"])
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    (idx / "manifest.json").write_text('{"kind": "dense"}')
+    stage = StageConfig(name="ev", kind="eval")
+    built = stage_config(cfg, stage, None, str(idx))
+    assert (built.retrieval.kind, built.retrieval.index, built.retrieval.options) == ("dense", str(idx), {})
+    empty = stage_config(cfg, stage, None, str(tmp_path / "empty"))  # nothing built there yet: the plugin stays
+    assert (empty.retrieval.kind, empty.retrieval.options) == ("echo", {"prefix": "x"})
