@@ -358,6 +358,8 @@ def test_a_model_beside_the_run_whose_path_shares_its_prefix_counts_as_outside(t
     [
         {"name": "s", "kind": "rl"},  # data.train
         {"name": "s", "kind": "data", "op": "index", "data": "contexts"},  # the paragraphs data.train ships with
+        {"name": "s", "kind": "sft"},  # sft.data
+        {"name": "s", "kind": "sft", "set": {"sft.data": "rewriter:${cfg.data.source}/q.jsonl"}},
     ],
 )
 def test_the_file_a_stage_reads_by_default_edited_in_place_runs_it_again(

@@ -192,13 +192,17 @@ _DEFAULT_INPUT = {
 
 def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict[str, str]:
     """``{path: fingerprint}`` of the files outside the run directory that a stage reads as its input (its ``data:``,
-    else the config's questions or corpus file; an evaluation's datasets, their corpora and indexes): so that a corpus
-    or a question file edited in place (same path) makes the stage run again, rather than leaving an index or a split
-    made from the old file. An index it searches counts by its manifest, which a rebuild rewrites."""
+    else the config's questions or corpus file, or an SFT stage's ``sft.data``; an evaluation's datasets, their
+    corpora and indexes): so that a corpus or a question file edited in place (same path) makes the stage run again,
+    rather than leaving an index or a split made from the old file. An index it searches counts by its manifest,
+    which a rebuild rewrites."""
     from searchrl.config.evaluation import CONTEXTS
 
     data = stage.data
     names = [str(d) for d in (data if isinstance(data, list) else [data])] if data else []
+    if kind == "sft":  # its data: is its sft.data, which names its files (a rewriter's trajectories as rewriter:FILE)
+        sft = names or (cfg.sft.data if isinstance(cfg.sft.data, list) else [cfg.sft.data])
+        names = [str(d).removeprefix("rewriter:") for d in sft]
     if not names and kind in _DEFAULT_INPUT:
         names = [getattr(cfg.data, _DEFAULT_INPUT[kind])]
     if kind == "index" and names == [CONTEXTS]:  # the paragraphs the training questions ship with
