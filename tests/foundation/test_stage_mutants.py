@@ -399,3 +399,21 @@ def test_a_held_out_fraction_rounds_to_the_nearest_count(tmp_path: Path) -> None
     )
     assert split_questions(str(qa), tmp_path, heldout_fraction=0.7) == (1, 3)  # 2.8 of 4 held out: 3
     assert split_questions(str(qa), tmp_path, heldout=1, limit=3) == (2, 1)  # the first 3 questions only
+
+
+def test_the_evaluation_stage_runs_the_harness_on_its_model_datasets_and_directory(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from searchrl.eval import harness
+    from searchrl.stages import evaluation
+
+    seen = {}
+    monkeypatch.setattr(harness, "run_from_config", lambda cfg, corpus=None: seen.update(cfg=cfg, corpus=corpus))
+    evaluation(validate_dict({"name": "t"}), model="/m/rl", out=tmp_path / "ev", datasets=["/d/a.jsonl"], corpus="/c")
+    cfg = seen["cfg"]
+    assert (cfg.training.init_from, cfg.evaluation.output_dir, cfg.evaluation.datasets, seen["corpus"]) == (
+        "/m/rl",
+        str(tmp_path / "ev"),
+        ["/d/a.jsonl"],
+        "/c",
+    )
