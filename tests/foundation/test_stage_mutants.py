@@ -417,3 +417,18 @@ def test_the_evaluation_stage_runs_the_harness_on_its_model_datasets_and_directo
         ["/d/a.jsonl"],
         "/c",
     )
+
+
+def test_an_sft_file_named_relative_to_the_working_directory_edited_in_place_runs_the_stage_again(
+    tmp_path: Path, fake_handlers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sft.data=steps.jsonl`` is read from the working directory, as the SFT stage reads it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "steps.jsonl").write_text('{"question": "Who?", "response": "<answer> A </answer>"}\n')
+    cfg = _cfg([{"name": "s", "kind": "sft"}], sft={"data": "steps.jsonl"})
+    run_pipeline(cfg, tmp_path / "run")
+    fake_handlers.clear()
+    assert [r.status for r in run_pipeline(cfg, tmp_path / "run")] == ["skipped"]
+    (tmp_path / "steps.jsonl").write_text('{"question": "Who else?", "response": "<answer> B </answer>"}\n')
+    run_pipeline(cfg, tmp_path / "run")
+    assert [c["name"] for c in fake_handlers] == ["s"]

@@ -202,7 +202,8 @@ def input_fingerprints(stage: Any, cfg: RunConfig, kind: str, root: str) -> dict
     names = [str(d) for d in (data if isinstance(data, list) else [data])] if data else []
     if kind == "sft":  # its data: is its sft.data, which names its files (a rewriter's trajectories as rewriter:FILE)
         sft = names or (cfg.sft.data if isinstance(cfg.sft.data, list) else [cfg.sft.data])
-        names = [str(d).removeprefix("rewriter:") for d in sft]
+        sft = [str(d).removeprefix("rewriter:") for d in sft if d not in ("oracle", "rewriter_oracle")]
+        names = [os.path.abspath(d) for d in sft]  # the SFT stage reads them from the working directory
     if not names and kind in _DEFAULT_INPUT:
         names = [getattr(cfg.data, _DEFAULT_INPUT[kind])]
     if kind == "index" and names == [CONTEXTS]:  # the paragraphs the training questions ship with
