@@ -118,7 +118,8 @@ def sample_tokens(logits_BV: Tensor, params: SamplingParams, uniform_B: Tensor |
     order_BV = None
     if params.top_p < 1.0:
         mass_BV, order_BV = mass_BV.sort(dim=-1, descending=True)
-        drop_BV = mass_BV.cumsum(-1) - mass_BV > params.top_p  # keep the smallest prefix with mass >= top_p
+        # keep the smallest prefix with mass >= top_p: a token is dropped once the tokens before it hold top_p
+        drop_BV = mass_BV.cumsum(-1) - mass_BV >= params.top_p
         mass_BV = mass_BV.masked_fill(drop_BV, 0.0)
     pick_B = inverse_cdf(mass_BV, uniform_B)
     if order_BV is not None:
