@@ -1,0 +1,111 @@
+"""Rollout engine behaviours pinned against plausible slips (each test names the slip it catches): the room a whole
+inserted text must leave, what each turn's call asks the generator to keep, the cut of an observation at the tail's
+length, and more; a scripted model and the byte tokenizer (one token a byte) give exact counts."""
+
+from __future__ import annotations
+
+from searchrl.data.records import QAExample
+from searchrl.generation.base import Completion, SamplingParams
+from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.protocols import get_protocol
+from searchrl.protocols.base import Invalid
+from searchrl.rollout.engine import RolloutEngine, RolloutLimits
+from searchrl.rollout.observation import truncate_observation
+
+
+class ParamsLog(ScriptedGenerator):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.params: list[SamplingParams] = []
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        self.params.append(params)
+        return super().generate(prompts, params)
+
+
+def prompt_len(tok, protocol, question: str = "Q?") -> int:
+    return len(RolloutEngine(ScriptedGenerator(tok, lambda c: ""), None, protocol).prompt_ids(question))
+
+
+def test_feedback_that_leaves_exactly_the_minimum_room_is_inserted_and_a_turn_follows() -> None:
+    """Whole texts (feedback, hints) need 8 tokens of room after them for a turn; exactly 8 is enough.
+    Slip caught: ``len(ids) + _MIN_ROOM >= room``."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    feedback = protocol.invalid_feedback(Invalid("no_action"))
+    gen = ScriptedGenerator(tok, lambda ctx: "zz", eos=False)  # 2 tokens, no EOS: no action, feedback follows
+    total = prompt_len(tok, protocol) + 2 + len(tok.encode(feedback)) + 8
+    limits = RolloutLimits(max_turns=3, max_new_tokens=2, max_total_tokens=total, force_answer=False)
+    (t,) = RolloutEngine(gen, None, protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    assert t.turns[0].observation == feedback and t.turns[0].n_obs_tokens == len(tok.encode(feedback))
+    assert t.n_turns == 2 and t.turns[1].text == "zz"
+
+
+def test_only_the_last_turns_call_drops_its_caches() -> None:
+    """A call that a later turn continues keeps its caches; the last turn's does not (nothing continues it).
+    Slip caught: ``keep_cache=True`` on every call."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    gen = ParamsLog(tok, lambda ctx: "zz", eos=False)
+    limits = RolloutLimits(max_turns=3, max_new_tokens=2, max_obs_tokens=1000, force_answer=False)
+    RolloutEngine(gen, None, protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    assert [p.keep_cache for p in gen.params] == [True, True, False]
+
+
+def test_continue_after_eos_asks_the_generator_to_keep_the_caches_of_rows_that_end_in_eos() -> None:
+    """Slip caught: ``keep_eos_rows`` not passed from ``continue_after_eos``."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    for continue_after_eos in (True, False):
+        gen = ParamsLog(tok, lambda ctx: "zz", eos=False)
+        limits = RolloutLimits(max_turns=2, max_new_tokens=2, continue_after_eos=continue_after_eos)
+        RolloutEngine(gen, None, protocol, limits).run([QAExample("q", "Q?", ["a"])])
+        assert {p.keep_eos_rows for p in gen.params} == {continue_after_eos}
+
+
+def test_an_observation_cut_to_exactly_the_tails_length_keeps_its_head() -> None:
+    """A cap no longer than the tail leaves no room for a head and a tail: the head is kept, as under a smaller cap.
+    Slip caught: ``max_tokens < tail`` (the last 16 tokens kept instead)."""
+    ids = list(range(40))
+    assert truncate_observation(ids, 16, 16) == list(range(16))
+    assert truncate_observation(ids, 17, 16) == [0, *range(24, 40)]
+    assert truncate_observation(ids, 40, 16) == ids
+
+
+def test_the_samples_of_one_group_draw_from_different_streams() -> None:
+    """A GRPO group's samples of one question must not sample alike: each row's stream comes from its uid, not its
+    group. Slip caught: the stream key taken from ``group_id``."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    gen = ParamsLog(tok, lambda ctx: "<answer> a </answer>")
+    trajs = RolloutEngine(gen, None, protocol).run([QAExample("q", "Q?", ["a"])], group_size=3, seed=5)
+    assert [t.uid for t in trajs] == ["q#0", "q#1", "q#2"]
+    (params,) = gen.params
+    assert len(set(params.row_seeds)) == 3
+
+
+class EosAfterEachCall(ScriptedGenerator):
+    """Writes the whole reply, a search call's closing tag included, then EOS (the stop strings are not seen)."""
+
+    def _complete(self, ctx: str, max_new_tokens: int, stops: tuple[str, ...]) -> Completion:
+        return super()._complete(ctx, max_new_tokens, ())
+
+
+class Docs:
+    def search(self, queries: list[str], k: int):
+        from searchrl.retrieval.base import Hit
+
+        return [[Hit(f"{q}-{i}", f"T{i}", "word " * 5, 1.0) for i in range(k)] for q in queries]
+
+
+def test_continue_after_eos_keeps_the_eos_of_a_call_over_the_budget_that_ends_the_sample() -> None:
+    """``end``: the call after ``max_searches`` ends the sample, so the EOS it ended in is the trajectory's last token
+    and stays (it ends as any turn ending in EOS does); the EOS after the call that was run is dropped (documents
+    follow it). Slip caught: the over-budget test ``n_searches > max_searches`` (one call late: that EOS dropped)."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    call = protocol.format_search(["q"])
+    gen = EosAfterEachCall(tok, lambda ctx: call)
+    limits = RolloutLimits(
+        max_turns=4, max_searches=1, topk=1, max_obs_tokens=1000, force_answer="end", continue_after_eos=True
+    )
+    (t,) = RolloutEngine(gen, Docs(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    assert [turn.action for turn in t.turns] == ["search", "none"]
+    assert t.stop_reason == "eos" and t.response_ids[-1] == tok.eos_token_id
+    assert [turn.n_gen_tokens for turn in t.turns] == [len(call), len(call) + 1]
+    assert t.response_ids.count(tok.eos_token_id) == 1
