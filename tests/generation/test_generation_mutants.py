@@ -125,3 +125,30 @@ def test_inverse_cdf_skips_a_block_and_a_token_that_hold_no_mass() -> None:
     probs = torch.zeros(4, 512)
     probs[:, 1], probs[:, 300] = 0.5, 0.5  # token 0 of the first block has no mass
     assert inverse_cdf(probs, torch.tensor([0.0, 0.49, 0.5, 0.999])).tolist() == [1, 1, 300, 300]
+
+
+def test_a_segment_with_no_budget_finishes_at_once_with_nothing_decoded() -> None:
+    """Slip caught: a zero budget admitted to the batch (it would decode a token past its budget)."""
+    from searchrl.generation.base import Segment
+    from searchrl.generation.hf import HFGenerator
+    from searchrl.testing import tiny_model
+
+    class OneSegment:
+        def __init__(self) -> None:
+            self.sent, self.done = False, []
+
+        def finished(self, key, completion) -> bool:
+            self.done.append((key, completion))
+            return False
+
+        def ready(self, wait: bool):
+            if self.sent:
+                return None
+            self.sent = True
+            return [Segment(0, ByteTokenizer().encode("Q: hi\nA:"), 0, seed=1), Segment(1, [40, 41], 2, seed=2)]
+
+    sched = OneSegment()
+    HFGenerator(tiny_model(), ByteTokenizer()).decode_continuous(sched, SamplingParams(temperature=0.0))
+    done = dict(sched.done)
+    assert done[0].token_ids == [] and done[0].finish_reason == "length"
+    assert len(done[1].token_ids) == 2
