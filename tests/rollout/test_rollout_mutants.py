@@ -109,3 +109,59 @@ def test_continue_after_eos_keeps_the_eos_of_a_call_over_the_budget_that_ends_th
     assert t.stop_reason == "eos" and t.response_ids[-1] == tok.eos_token_id
     assert [turn.n_gen_tokens for turn in t.turns] == [len(call), len(call) + 1]
     assert t.response_ids.count(tok.eos_token_id) == 1
+
+
+def test_a_generation_config_without_eos_gets_the_replys_end_as_a_single_id(tmp_path) -> None:
+    """transformers writes one EOS id as a number: a config that had none gets the one id as a number, one that had
+    one gets a list of both. Slip caught: a one-element list written for a lone id."""
+    import json
+
+    from searchrl.rollout.agent_file import stop_at_reply_end
+
+    path = tmp_path / "generation_config.json"
+    path.write_text(json.dumps({"bos_token_id": 1}), encoding="utf-8")
+    stop_at_reply_end(tmp_path, [7])
+    assert json.loads(path.read_text(encoding="utf-8")) == {"bos_token_id": 1, "eos_token_id": 7}
+    stop_at_reply_end(tmp_path, [9, 7])
+    assert json.loads(path.read_text(encoding="utf-8"))["eos_token_id"] == [7, 9]
+
+
+def test_a_records_own_metadata_wins_over_a_writers_field_of_the_same_name() -> None:
+    """Keys a writer put beside the fields go into ``metadata``; one the metadata already holds keeps its value.
+    Slip caught: the writer's field overwriting it."""
+    from searchrl.rollout.trajectory import Trajectory
+
+    d = {"uid": "q#0", "group_id": "q", "question_id": "q", "question": "Q?", "golds": [], "prompt_ids": [5]}
+    t = Trajectory.from_dict({**d, "metadata": {"source": "mine", "k": 1}, "source": "writer", "extra": 2})
+    assert t.metadata == {"source": "mine", "k": 1, "extra": 2}
+
+
+def test_a_topk_given_wins_over_the_run_configs() -> None:
+    """Slip caught: ``retrieval.topk`` taken even when a topk is given."""
+    from searchrl.config import load_config
+
+    cfg = load_config(None, ["retrieval.topk=5", "rollout.max_turns=6"])
+    assert RolloutLimits.from_config(cfg).topk == 5
+    assert RolloutLimits.from_config(cfg, topk=2).topk == 2
+    assert RolloutLimits.from_config(cfg.rollout).topk == 3 and RolloutLimits.from_config(cfg).max_turns == 6
+
+
+class BudgetLog(ScriptedGenerator):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.budgets: list[int] = []
+
+    def _complete(self, ctx: str, max_new_tokens: int, stops: tuple[str, ...]) -> Completion:
+        self.budgets.append(max_new_tokens)
+        return super()._complete(ctx, max_new_tokens, stops)
+
+
+def test_a_continuous_turns_budget_is_the_rows_room_when_that_is_less_than_max_new_tokens() -> None:
+    """Slip caught: every segment given ``max_new_tokens`` (decoding past the row's room, only to be cut)."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    gen = BudgetLog(tok, lambda ctx: "zz", eos=False)  # 2 tokens a turn, no action: 2 + the feedback's tokens
+    feedback = len(tok.encode(protocol.invalid_feedback(Invalid("no_action"))))
+    total = prompt_len(tok, protocol) + 2 + feedback + 20
+    limits = RolloutLimits(max_turns=3, max_new_tokens=50, max_total_tokens=total, continuous=True)
+    RolloutEngine(gen, None, protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    assert gen.budgets[:2] == [50, 20]
