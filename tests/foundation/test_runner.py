@@ -457,6 +457,14 @@ def test_bad_pipelines_fail_with_a_named_fix(tmp_path: Path, fake_handlers) -> N
         _cfg([{"name": "a", "kind": "data"}])
     with pytest.raises(ConfigError, match="unique"):
         _cfg([{"name": "a", "kind": "sft"}, {"name": "a", "kind": "rl"}])
+    # a list of files is for sft and eval stages; the others read one (the rl stage once trained on "['a', 'b']")
+    with pytest.raises(ConfigError, match=r"'r' \(rl\) takes one file .* give one, e.g. data: a.jsonl"):
+        _cfg([{"name": "r", "kind": "rl", "data": ["a.jsonl", "b.jsonl"]}])
+    with pytest.raises(ConfigError, match=r"'o' \(data oracle\) takes one file or directory in data:"):
+        _cfg([{"name": "o", "kind": "data", "op": "oracle", "data": ["w1", "w2"]}])
+    assert _cfg(
+        [{"name": "e", "kind": "eval", "data": ["a.jsonl", "b.jsonl"]}, {"name": "s", "kind": "sft", "data": ["x"]}]
+    )
     with pytest.raises(ConfigError, match="no pipeline"):
         run_pipeline(validate_dict({}), tmp_path)
 

@@ -378,6 +378,12 @@ class StageConfig(Section):
             raise ValueError(f"data stage '{self.name}' needs op: one of {', '.join(_STAGE_OPS)}")
         if self.kind != "data" and self.op is not None:
             raise ValueError(f"stage '{self.name}': op is for data stages only (kind is {self.kind})")
+        if isinstance(self.data, list) and self.kind not in ("sft", "eval"):
+            kind = f"data {self.op}" if self.kind == "data" else self.kind
+            raise ValueError(
+                f"stage '{self.name}' ({kind}) takes one file or directory in data: (a list is for sft and eval "
+                f"stages); give one, e.g. data: {self.data[0] if self.data else 'FILE'}"
+            )
         if not self.name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"stage name '{self.name}' must be letters, digits, '_' or '-' (it names a directory)")
         return self
