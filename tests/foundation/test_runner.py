@@ -18,36 +18,6 @@ def _cfg(stages: list[dict]):
     return validate_dict({"name": "t", "pipeline": stages})
 
 
-@pytest.fixture
-def fake_handlers(monkeypatch):
-    """Every handler writes its output and records the call (stage, model, world, index, data, set values)."""
-    calls: list[dict] = []
-
-    def handler(ctx):
-        out = runner.stage_output(ctx.stage, ctx.run_dir)
-        if out.suffix:
-            out.write_text("{}\n")
-        else:
-            out.mkdir(parents=True, exist_ok=True)
-        calls.append(
-            {
-                "name": ctx.stage.name,
-                "model": ctx.model,
-                "world": ctx.world,
-                "index": ctx.index,
-                "data": ctx.stage.data,
-                "steps": ctx.cfg.training.steps,
-                "source": ctx.cfg.data.source,
-                "resume": ctx.resume,
-            }
-        )
-        return {"ok": 1}
-
-    for key in runner.HANDLERS:
-        monkeypatch.setitem(runner.HANDLERS, key, handler)
-    return calls
-
-
 STAGES = [
     {"name": "world", "kind": "data", "op": "synth"},
     {"name": "index", "kind": "data", "op": "index"},

@@ -25,25 +25,6 @@ def _cfg(stages: list[dict], **extra):
     return validate_dict({"name": "t", "pipeline": stages, **extra})
 
 
-@pytest.fixture
-def fake_handlers(monkeypatch):
-    """Every handler writes its output and records the call (stage, model, resume, the config it got)."""
-    calls: list[dict] = []
-
-    def handler(ctx):
-        out = runner.stage_output(ctx.stage, ctx.run_dir)
-        if out.suffix:
-            out.write_text("{}\n")
-        else:
-            out.mkdir(parents=True, exist_ok=True)
-        calls.append({"name": ctx.stage.name, "model": ctx.model, "resume": ctx.resume, "cfg": ctx.cfg})
-        return {"ok": 1}
-
-    for key in runner.HANDLERS:
-        monkeypatch.setitem(runner.HANDLERS, key, handler)
-    return calls
-
-
 def test_only_and_from_together_are_refused(tmp_path: Path, fake_handlers) -> None:
     with pytest.raises(ConfigError, match="give --only or --from, not both"):
         run_pipeline(_cfg(STAGES), tmp_path, only=["sft"], start="rl")
