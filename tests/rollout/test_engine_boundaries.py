@@ -5,7 +5,7 @@ room, the EOS of a last turn, and the seeds each turn's call gets."""
 from __future__ import annotations
 
 from searchrl.data.records import QAExample
-from searchrl.generation.base import Completion, SamplingParams
+from searchrl.generation.base import Completion
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
 from searchrl.retrieval.base import Hit
@@ -91,20 +91,12 @@ def test_continue_after_eos_drops_an_end_of_turn_token_the_tokenizer_lists_as_sp
     assert 1 not in t.response_ids and t.turns[0].n_gen_tokens == len("no action here")
 
 
-class SeedLog(ScriptedGenerator):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.params: list[SamplingParams] = []
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        self.params.append(params)
-        return super().generate(prompts, params)
-
-
 def test_each_turns_call_gets_its_own_seed() -> None:
     """Backends that seed a call, not a row (an OpenAI-compatible server), must not draw every turn alike."""
     tok, protocol = ByteTokenizer(), get_protocol("search_r1")
-    gen = SeedLog(tok, lambda ctx: "<answer> a </answer>" if "word word" in ctx else protocol.format_search(["q"]))
+    gen = ScriptedGenerator(
+        tok, lambda ctx: "<answer> a </answer>" if "word word" in ctx else protocol.format_search(["q"])
+    )
     limits = RolloutLimits(max_turns=3, max_obs_tokens=1000, topk=1)
     RolloutEngine(gen, Docs(), protocol, limits).run([QAExample("q", "Q?", ["a"])], seed=7)
     assert [p.seed for p in gen.params] == [7, 8]

@@ -5,22 +5,12 @@ length, and more; a scripted model and the byte tokenizer (one token a byte) giv
 from __future__ import annotations
 
 from searchrl.data.records import QAExample
-from searchrl.generation.base import Completion, SamplingParams
+from searchrl.generation.base import Completion
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
 from searchrl.protocols.base import Invalid
 from searchrl.rollout.engine import RolloutEngine, RolloutLimits
 from searchrl.rollout.observation import truncate_observation
-
-
-class ParamsLog(ScriptedGenerator):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.params: list[SamplingParams] = []
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        self.params.append(params)
-        return super().generate(prompts, params)
 
 
 def prompt_len(tok, protocol, question: str = "Q?") -> int:
@@ -44,7 +34,7 @@ def test_only_the_last_turns_call_drops_its_caches() -> None:
     """A call that a later turn continues keeps its caches; the last turn's does not (nothing continues it).
     Slip caught: ``keep_cache=True`` on every call."""
     tok, protocol = ByteTokenizer(), get_protocol("search_r1")
-    gen = ParamsLog(tok, lambda ctx: "zz", eos=False)
+    gen = ScriptedGenerator(tok, lambda ctx: "zz", eos=False)
     limits = RolloutLimits(max_turns=3, max_new_tokens=2, max_obs_tokens=1000, force_answer=False)
     RolloutEngine(gen, None, protocol, limits).run([QAExample("q", "Q?", ["a"])])
     assert [p.keep_cache for p in gen.params] == [True, True, False]
@@ -54,7 +44,7 @@ def test_continue_after_eos_asks_the_generator_to_keep_the_caches_of_rows_that_e
     """Slip caught: ``keep_eos_rows`` not passed from ``continue_after_eos``."""
     tok, protocol = ByteTokenizer(), get_protocol("search_r1")
     for continue_after_eos in (True, False):
-        gen = ParamsLog(tok, lambda ctx: "zz", eos=False)
+        gen = ScriptedGenerator(tok, lambda ctx: "zz", eos=False)
         limits = RolloutLimits(max_turns=2, max_new_tokens=2, continue_after_eos=continue_after_eos)
         RolloutEngine(gen, None, protocol, limits).run([QAExample("q", "Q?", ["a"])])
         assert {p.keep_eos_rows for p in gen.params} == {continue_after_eos}
@@ -73,7 +63,7 @@ def test_the_samples_of_one_group_draw_from_different_streams() -> None:
     """A GRPO group's samples of one question must not sample alike: each row's stream comes from its uid, not its
     group. Slip caught: the stream key taken from ``group_id``."""
     tok, protocol = ByteTokenizer(), get_protocol("search_r1")
-    gen = ParamsLog(tok, lambda ctx: "<answer> a </answer>")
+    gen = ScriptedGenerator(tok, lambda ctx: "<answer> a </answer>")
     trajs = RolloutEngine(gen, None, protocol).run([QAExample("q", "Q?", ["a"])], group_size=3, seed=5)
     assert [t.uid for t in trajs] == ["q#0", "q#1", "q#2"]
     (params,) = gen.params

@@ -39,8 +39,8 @@ class ByteTokenizer:
 class ScriptedGenerator(Generator):
     """Replies from ``script(context_text) -> reply_text``; honours stop strings and max_new_tokens like a model.
 
-    Every call is recorded in ``self.calls`` (the decoded contexts), and log-probs are deterministic pseudo-random
-    values so tests can check they land on exactly the sampled positions.
+    Every call is recorded in ``self.calls`` (the decoded contexts) and ``self.params`` (its sampling params), and
+    log-probs are deterministic pseudo-random values so tests can check they land on exactly the sampled positions.
 
     It also decodes continuously (:meth:`decode_continuous`), as a model would step by step: a segment admitted at
     step ``s`` whose reply has ``n`` tokens finishes at step ``s + n``; each admission is recorded in ``calls``.
@@ -53,10 +53,12 @@ class ScriptedGenerator(Generator):
         self.script = script
         self.eos = eos
         self.calls: list[list[str]] = []
+        self.params: list[SamplingParams] = []
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         contexts = [self.tokenizer.decode(p, skip_special_tokens=True) for p in prompts]
         self.calls.append(contexts)
+        self.params.append(params)
         return [self._complete(ctx, params.max_new_tokens, params.stop) for ctx in contexts]
 
     def _complete(self, ctx: str, max_new_tokens: int, stops: tuple[str, ...]) -> Completion:
