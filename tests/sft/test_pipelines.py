@@ -374,16 +374,6 @@ def test_select_by_attempts_needs_enough_attempts_to_see_hard_questions() -> Non
         select_by_attempts(engine, questions(1), 20)
 
 
-class RecordingGenerator(ScriptedGenerator):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.params: list[tuple[float, int | None, int]] = []
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams):
-        self.params.append((params.temperature, params.seed, len(prompts)))
-        return super().generate(prompts, params)
-
-
 def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -> None:
     # Attempt 0 is the greedy first answer; attempts 1..4 are the sampled retries.
     correct_at = {"q0": {0}, "q1": {3}, "q2": set(), "q3": {0}, "q4": {0, 1}, "q5": {0}, "q6": {0}, "q7": {1, 2}}
@@ -391,7 +381,7 @@ def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -
 
     def run(fraction: float, seed: int = 0):
         engine, model = make_engine(
-            SR1, examples, plan_from(correct_at, 5), direct_behaviours, generator_cls=RecordingGenerator
+            SR1, examples, plan_from(correct_at, 5), direct_behaviours, generator_cls=ScriptedGenerator
         )
         kept, records = select_answerable(engine, examples, 4, fraction, seed=seed)
         return kept, records, model, engine.generator
@@ -417,10 +407,10 @@ def test_select_answerable_keeps_wrong_but_solvable_plus_a_seeded_easy_share() -
     assert kept_ids == [ex.id for ex in examples if ex.id in kept_ids]  # input order
     assert [r["kept"] for r in records] == [ex.id in kept_ids for ex in examples]
     # Greedy first pass over all 8, then retries at 1.2 over the 3 wrong ones with a fresh seed each round.
-    assert gen.params[0][0] == 0.0 and gen.params[0][2] == 8
+    assert gen.params[0].temperature == 0.0 and len(gen.calls[0]) == 8
     retry = gen.params[1:]
-    assert {t for t, _, _ in retry} == {1.2} and [b for _, _, b in retry] == [3, 2, 2, 1]
-    assert len({s for _, s, _ in retry}) == 4
+    assert {p.temperature for p in retry} == {1.2} and [len(c) for c in gen.calls[1:]] == [3, 2, 2, 1]
+    assert len({p.seed for p in retry}) == 4
     assert [ex.id for ex in run(0.25)[0]] == kept_ids  # same seed, same easy pick
     picks = {tuple(ex.id for ex in run(0.25, seed=s)[0]) for s in range(8)}
     assert len(picks) > 1  # the easy pick depends on the seed
