@@ -1,8 +1,10 @@
 """The rollout engine at the edges of its limits, with a scripted model and the byte tokenizer (one token a byte):
 the room a turn needs, an observation that fills the context to its last token, a completion longer than its row's
-room, the EOS of a last turn, and the seeds each turn's call gets."""
+room, the EOS of a last turn, a search call that runs on to its EOS, and the seeds each turn's call gets."""
 
 from __future__ import annotations
+
+import pytest
 
 from searchrl.data.records import QAExample
 from searchrl.generation.base import Completion
@@ -170,3 +172,34 @@ def test_a_trajectorys_format_report_is_the_protocols_when_every_result_block_wa
     report = t.format_report(protocol, tok)
     assert report.ok and report.problems == () and report.n_searches == 1 and report.answer == "a"
     assert t.policy_text == "<think> a </think> <search> q </search><think> b </think> <answer> a </answer>"
+
+
+class NoStopGenerator(ScriptedGenerator):
+    """Ignores stop strings: a search call runs on to the EOS (a backend that missed the stop string)."""
+
+    def _complete(self, ctx: str, max_new_tokens: int, stops: tuple[str, ...]) -> Completion:
+        return super()._complete(ctx, max_new_tokens, ())
+
+
+@pytest.mark.parametrize(
+    ("mode", "continue_after_eos"), [("hint", False), ("silent", False), ("off", False), ("end", False), ("end", True)]
+)
+def test_a_call_past_the_budget_that_ends_in_eos_is_recorded_over_budget_and_ends_the_sample(
+    mode: str, continue_after_eos: bool
+) -> None:
+    """As at its stop string, the call is over the budget (not run); its EOS ends the sample (``eos``)."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    gen = NoStopGenerator(tok, lambda ctx: "<search> q </search>")
+    limits = RolloutLimits(
+        max_turns=4,
+        max_searches=1,
+        topk=1,
+        max_obs_tokens=1000,
+        force_answer=mode,
+        continue_after_eos=continue_after_eos,
+    )
+    retriever = Log()
+    (t,) = RolloutEngine(gen, retriever, protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    assert [turn.action for turn in t.turns] == ["search", "search_over_budget"]
+    assert [turn.finish_reason for turn in t.turns] == ["eos", "eos"] and t.stop_reason == "eos"
+    assert retriever.calls == [["q"]] and t.turns[1].observation == "" and t.response_ids[-1] == tok.eos_token_id

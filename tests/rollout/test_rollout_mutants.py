@@ -95,7 +95,7 @@ def test_continue_after_eos_keeps_the_eos_of_a_call_over_the_budget_that_ends_th
         max_turns=4, max_searches=1, topk=1, max_obs_tokens=1000, force_answer="end", continue_after_eos=True
     )
     (t,) = RolloutEngine(gen, Docs(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
-    assert [turn.action for turn in t.turns] == ["search", "none"]
+    assert [turn.action for turn in t.turns] == ["search", "search_over_budget"]
     assert t.stop_reason == "eos" and t.response_ids[-1] == tok.eos_token_id
     assert [turn.n_gen_tokens for turn in t.turns] == [len(call), len(call) + 1]
     assert t.response_ids.count(tok.eos_token_id) == 1

@@ -391,8 +391,9 @@ class RolloutEngine:
             turn.action = "search"
             turn.queries = list(action.queries)
             return turn, "search"
-        if finish == "eos" and not goes_on:
-            turn.action = "invalid" if isinstance(action, Invalid) else "none"
+        if finish == "eos" and not goes_on:  # a call past the budget is recorded as one; its EOS ends the sample
+            over = isinstance(action, Search) and not last and not forced
+            turn.action = "search_over_budget" if over else "invalid" if isinstance(action, Invalid) else "none"
             turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
             self._stop(traj, "eos")
             return turn, "stop"

@@ -31,7 +31,10 @@ def _decode(tokenizer, ids: list[int]) -> str:
 @dataclass
 class Turn:
     text: str  # the policy's text for this turn
-    action: str  # "search" | "answer" | "invalid" | "none"
+    #: "search" (run) | "search_over_budget" (past max_searches, not run) | "search_repeated" (its queries were all
+    #: searched before: not run, ``repeated_query_text`` inserted) | "answer" | "invalid" | "none" (no action, or a
+    #: search call in a turn that runs none: the last, or the forced final turn)
+    action: str
     finish_reason: str  # generator's: "stop" | "eos" | "length"
     queries: list[str] = field(default_factory=list)
     hit_ids: list[list[str]] = field(default_factory=list)
