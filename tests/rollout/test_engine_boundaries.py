@@ -203,3 +203,29 @@ def test_a_call_past_the_budget_that_ends_in_eos_is_recorded_over_budget_and_end
     assert [turn.action for turn in t.turns] == ["search", "search_over_budget"]
     assert [turn.finish_reason for turn in t.turns] == ["eos", "eos"] and t.stop_reason == "eos"
     assert retriever.calls == [["q"]] and t.turns[1].observation == "" and t.response_ids[-1] == tok.eos_token_id
+
+
+@pytest.mark.parametrize(
+    ("mode", "max_turns", "continue_after_eos", "actions"),
+    [
+        ("off", 1, False, ["none"]),  # the last turn: within the budget, but nothing follows it
+        ("hint", 1, False, ["search", "none"]),  # the forced final turn after max_turns
+        ("silent", 4, True, ["search", "search_over_budget", "none"]),  # the final turn after an over-budget call
+    ],
+)
+def test_a_search_call_in_a_turn_that_runs_none_is_no_action_when_it_ends_in_eos(
+    mode: str, max_turns: int, continue_after_eos: bool, actions: list[str]
+) -> None:
+    """As at its stop string: a turn that runs no search records its call as no action, over the budget or not."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    gen = NoStopGenerator(tok, lambda ctx: "<search> q </search>")
+    limits = RolloutLimits(
+        max_turns=max_turns,
+        max_searches=5 if mode != "silent" else 1,
+        topk=1,
+        max_obs_tokens=1000,
+        force_answer=mode,
+        continue_after_eos=continue_after_eos,
+    )
+    (t,) = RolloutEngine(gen, Log(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    assert [turn.action for turn in t.turns] == actions and t.stop_reason == "eos"
