@@ -56,9 +56,14 @@ def test_feedback_between_blocks_keeps_the_format(name: str, response: str) -> N
 
 
 # ------------------------------------------------------------------------------------------------ boxed answers
-def test_last_box_is_the_box_that_ends_last_so_a_nested_box_yields_the_outer_one() -> None:
-    assert last_box(r"\boxed{a \boxed{b}} then") == r"a \boxed{b}"
+def test_last_box_is_the_box_opened_last_so_a_nested_box_yields_the_inner_one() -> None:
+    assert last_box(r"\boxed{a \boxed{b}} then") == "b"
+    assert last_box(r"\boxed{a \boxed{b} c}") == "b"
     assert last_box(r"\boxed{a} and \boxed{b}") == "b"
+    assert last_box(r"\boxed{x} \boxed{y \boxed{z}") == "z"  # the outer box never closes
+    assert last_box(r"\boxed{\frac{1}{2}} and \boxed{\sqrt{2}}") == r"\sqrt{2}"  # nested braces stay
+    assert get_protocol("search_o1").parse(r"So \boxed{Rome \boxed{Paris}}.") == Answer("Paris")
+    assert get_protocol("r1_searcher_pp").check_format(r"So the answer is \boxed{a \boxed{Paris}}.").answer == "Paris"
 
 
 def test_a_blank_box_is_no_answer() -> None:

@@ -136,9 +136,14 @@ def boxed_spans(text: str) -> list[tuple[int, int, int, int]]:
 
 
 def last_box(text: str) -> str | None:
-    """The content of ``text``'s last complete ``\\boxed{...}`` (the one that ends last); None without one."""
+    """The content of ``text``'s last complete ``\\boxed{...}``: the one opened last, so a box nested in a box gives
+    the inner one (as math graders' ``last_boxed_only_string`` and nested answer tags read); braces inside it stay
+    (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``). None without one."""
     spans = boxed_spans(text)
-    return text[spans[-1][2] : spans[-1][3]] if spans else None
+    if not spans:
+        return None
+    _, _, start, end = max(spans)  # the greatest start: spans never share one
+    return text[start:end]
 
 
 def unbox(content: str | None) -> str | None:
