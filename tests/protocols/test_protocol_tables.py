@@ -432,6 +432,17 @@ def test_r_search_evidence_text_and_position() -> None:
     assert p.check_format("no evidence <answer> x </answer>").extra["evidence"] is None
 
 
+def test_r_search_evidence_block_around_a_search_fails_the_format_but_keeps_the_policys_text() -> None:
+    """Opened before a search and closed after its observation: not one evidence box (as an answer block around
+    documents is none); the reader still gets the policy's own text in it, the documents left out."""
+    p = get_protocol("r_search")
+    r = p.check_format("<original_evidence>- a" + RS_SEARCH + "- b</original_evidence>\n<answer> x </answer>")
+    assert (r.ok, r.extra["searched"], r.extra["answer_ok"], r.extra["evidence_ok"]) == (False, True, True, False)
+    assert r.problems == ("after searching, the response needs exactly one non-empty <original_evidence> block",)
+    # the observation's own block is left out; the blank lines the engine frames it with stay
+    assert r.extra["evidence"] == "- aI need the date. <search> Bank of America Countrywide </search>\n\n\n\n- b"
+
+
 RAG_MQ_S = "<search> Arthur's Magazine founding year, First for Women founding year </search>"
 RAG_MQ_OBS = _obs("rag_r1", ["Arthur's Magazine founding year", "First for Women founding year"], multi_query=True)
 

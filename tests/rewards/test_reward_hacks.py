@@ -179,7 +179,8 @@ def test_r_search_evidence_reward_reads_what_the_policy_wrote() -> None:
     observations: the policy's own answer as the evidence earns the full evidence reward (2.4 in all), as the paper
     states it. Evidence copied from the question gives the reader nothing. Evidence written without any search
     scores 0 (the authors' code; ``require_search``), and documents inside an evidence block that spans a search are
-    left out of what the reader sees (the code would show them: docs/recipes.md)."""
+    left out of what the reader sees (the code would show them: docs/recipes.md); such a block is not well-formatted
+    evidence either, so it loses g_e."""
 
     def searched(evidence: str):
         return lambda p: "I search. <search> capital </search>" + observation(p, "capital") + evidence
@@ -199,7 +200,7 @@ def test_r_search_evidence_reward_reads_what_the_policy_wrote() -> None:
         question=question,
     )
     assert result.components["evidence"] == [1.0, 0.0, 0.0, 0.0]
-    assert result.total == pytest.approx([2.4, 1.4, 1.4, 1.4])
+    assert result.total == pytest.approx([2.4, 1.4, 1.4, 1.2])
     assert DOC not in inputs[3].evidence
 
 

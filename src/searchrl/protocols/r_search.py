@@ -98,7 +98,8 @@ class RSearchProtocol(TagProtocol):
         * ``extra["answer_ok"]`` = I_A: exactly one ``<answer>`` and one ``</answer>`` tag in the response,
           forming one non-empty block ("exactly one box").
         * ``extra["evidence_ok"]`` = I_E: exactly one ``<original_evidence>`` and one closing tag, forming one
-          non-empty block.
+          non-empty block that spans no inserted observation (one opened before a search and closed after its
+          documents is not the one box after the searches; its own text still goes to ``extra["evidence"]``).
         * ``extra["evidence_without_search"]``: a complete evidence block (empty or not) although nothing was
           searched. Eq. 5 still grants g_e then; the authors' code withholds it (stricter) — a reward can choose
           with this flag. As in that code, a lone or unclosed evidence tag is not a block.
@@ -125,7 +126,7 @@ class RSearchProtocol(TagProtocol):
         evidence_ok = (
             count_tag(events, EVIDENCE[0]) == 1
             and count_tag(events, EVIDENCE[1]) == 1
-            and len(evidence_blocks.contents) == 1
+            and len(blocks(events, *EVIDENCE, across_documents=False).contents) == 1  # no observation inside
             and bool(evidence)
         )
         problems: list[str] = []
