@@ -187,7 +187,8 @@ class NoStopGenerator(ScriptedGenerator):
 def test_a_call_past_the_budget_that_ends_in_eos_is_recorded_over_budget_and_ends_the_sample(
     mode: str, continue_after_eos: bool
 ) -> None:
-    """As at its stop string, the call is over the budget (not run); its EOS ends the sample (``eos``)."""
+    """As at its stop string, the call is over the budget (not run); its EOS ends the sample (``eos``; ``end``
+    mode's own reason, ``max_searches``, under ``end``)."""
     tok, protocol = ByteTokenizer(), get_protocol("search_r1")
     gen = NoStopGenerator(tok, lambda ctx: "<search> q </search>")
     limits = RolloutLimits(
@@ -201,7 +202,8 @@ def test_a_call_past_the_budget_that_ends_in_eos_is_recorded_over_budget_and_end
     retriever = Log()
     (t,) = RolloutEngine(gen, retriever, protocol, limits).run([QAExample("q", "Q?", ["a"])])
     assert [turn.action for turn in t.turns] == ["search", "search_over_budget"]
-    assert [turn.finish_reason for turn in t.turns] == ["eos", "eos"] and t.stop_reason == "eos"
+    assert [turn.finish_reason for turn in t.turns] == ["eos", "eos"]
+    assert t.stop_reason == ("max_searches" if mode == "end" else "eos")  # `end`'s reason, at a stop string too
     assert retriever.calls == [["q"]] and t.turns[1].observation == "" and t.response_ids[-1] == tok.eos_token_id
 
 

@@ -96,7 +96,7 @@ def test_continue_after_eos_keeps_the_eos_of_a_call_over_the_budget_that_ends_th
     )
     (t,) = RolloutEngine(gen, Docs(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
     assert [turn.action for turn in t.turns] == ["search", "search_over_budget"]
-    assert t.stop_reason == "eos" and t.response_ids[-1] == tok.eos_token_id
+    assert t.stop_reason == "max_searches" and t.response_ids[-1] == tok.eos_token_id
     assert [turn.n_gen_tokens for turn in t.turns] == [len(call), len(call) + 1]
     assert t.response_ids.count(tok.eos_token_id) == 1
 

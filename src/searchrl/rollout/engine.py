@@ -395,7 +395,7 @@ class RolloutEngine:
             over = isinstance(action, Search) and not last and not forced
             turn.action = "search_over_budget" if over else "invalid" if isinstance(action, Invalid) else "none"
             turn.invalid_reason = action.reason if isinstance(action, Invalid) else ""
-            self._stop(traj, "eos")
+            self._stop(traj, "max_searches" if over and mode == "end" else "eos")
             return turn, "stop"
         if last or forced:  # no turn follows: no feedback, no observation, the search is not run
             turn.action = "invalid" if isinstance(action, Invalid) else "none"
