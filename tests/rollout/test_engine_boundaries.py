@@ -231,3 +231,20 @@ def test_a_search_call_in_a_turn_that_runs_none_is_no_action_when_it_ends_in_eos
     )
     (t,) = RolloutEngine(gen, Log(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
     assert [turn.action for turn in t.turns] == actions and t.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("continue_after_eos", [False, True])
+def test_a_search_call_that_is_run_drops_its_eos_so_its_documents_do_not_follow_an_end_of_turn(
+    continue_after_eos: bool,
+) -> None:
+    """A backend that missed the stop string: the call ran on to its EOS. The call is run; the EOS is not kept."""
+    tok, protocol = ByteTokenizer(), get_protocol("search_r1")
+    call = "<search> q </search>"
+    gen = NoStopGenerator(tok, lambda ctx: call if ctx.count("<search>") < 2 else "<answer> a </answer>")
+    limits = RolloutLimits(
+        max_turns=4, max_searches=2, topk=1, max_obs_tokens=1000, continue_after_eos=continue_after_eos
+    )
+    (t,) = RolloutEngine(gen, Log(), protocol, limits).run([QAExample("q", "Q?", ["a"])])
+    assert [turn.action for turn in t.turns] == ["search", "answer"] and t.stop_reason == "answer"
+    assert t.turns[0].n_gen_tokens == len(call)  # one token a byte: the call's bytes, no EOS
+    assert t.response_ids.count(tok.eos_token_id) == 1 and t.response_ids[-1] == tok.eos_token_id  # the answer's

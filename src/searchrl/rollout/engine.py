@@ -372,11 +372,13 @@ class RolloutEngine:
             finish = "length"
         action = self.protocol.parse(text)
         # continue_after_eos: text follows a turn that ended in EOS with no answer (feedback, a hint, documents), so
-        # its EOS token is dropped; an answer, or an over-budget search that ends the sample, keeps it
+        # its EOS token is dropped; an answer, or an over-budget search that ends the sample, keeps it. A search call
+        # that is run drops it too (a backend that missed the stop string): its documents follow
+        runs = isinstance(action, Search) and not last and not forced and traj.n_searches < lim.max_searches
         over_budget_end = isinstance(action, Search) and mode == "end" and traj.n_searches >= lim.max_searches
         goes_on = finish == "eos" and lim.continue_after_eos and not last and not forced
         goes_on = goes_on and not isinstance(action, Answer) and not over_budget_end
-        if goes_on and ids and ids[-1] in self._eos_ids:
+        if (goes_on or runs) and ids and ids[-1] in self._eos_ids:
             ids, lps = ids[:-1], lps[:-1]
         traj.append(ids, sampled=True, logprobs=lps)
         timing["gen_tokens"] += len(ids)
@@ -387,7 +389,7 @@ class RolloutEngine:
             traj.answer = action.text
             self._stop(traj, "answer")
             return turn, "stop"
-        if isinstance(action, Search) and not last and not forced and traj.n_searches < lim.max_searches:
+        if runs:
             turn.action = "search"
             turn.queries = list(action.queries)
             return turn, "search"
