@@ -89,14 +89,23 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
     return None
 
 
+def record_sft_init(cfg: RunConfig, out: Path) -> None:
+    """Note the fingerprint of the model a fresh SFT run into ``out`` starts from (``model.policy``)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(out) / INIT_FILE, json.dumps(weights_fingerprint(cfg.model.policy)))
+
+
 def sft_resume_mismatch(cfg: RunConfig, out: Path) -> str | None:
     """Why an SFT run may not go on from ``out``'s checkpoint (None: it may): a setting SFT reads differs from the
-    stopped run's (settings only RL or evaluation read do not count)."""
+    stopped run's (settings only RL or evaluation read do not count), or its starting model's weights changed."""
     diff = settings_diff(cfg, out / "config.yaml")
     changed = [k for k in diff if any(k == r or k.startswith(f"{r}.") for r in _READS["sft"])]
     if changed or not (out / "config.yaml").exists():
         shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "") if changed else "no saved config"
         return f"settings differ from the checkpoint's ({shown})"
+    noted = out / INIT_FILE
+    if noted.exists() and json.loads(noted.read_text(encoding="utf-8")) != weights_fingerprint(cfg.model.policy):
+        return f"the starting model {cfg.model.policy} changed since the checkpoint (an earlier stage ran again)"
     return None
 
 
