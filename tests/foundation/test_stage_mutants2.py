@@ -338,3 +338,53 @@ def test_an_unsolved_bucket_counted_as_hard_takes_no_quota_of_its_own(tmp_path: 
     assert "rule" not in selection  # refused before sampling
     difficulty_selection(cfg, tmp_path / "s.jsonl", keep=keep, quota=["*/unsolved=1"])
     assert selection["keep"] == keep
+
+
+def test_data_kinds_keep_kinds_in_the_train_split_only(tmp_path: Path) -> None:
+    import json
+
+    from searchrl.pipeline import load_split
+
+    rows = [
+        {"id": f"q{i}", "question": f"Q{i}?", "golden_answers": ["A"], "metadata": {"kind": k}}
+        for i, k in enumerate(["comparison", "bridge", "comparison"])
+    ]
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = validate_dict({"name": "t", "data": {"source": str(tmp_path), "kinds": ["comparison"]}})
+    assert [e.id for e in load_split(cfg, "train")] == ["q0", "q2"]
+    assert [e.id for e in load_split(cfg, "dev")] == ["q0", "q1", "q2"]
+
+
+def test_an_index_of_a_corpus_in_the_cache_lives_beside_it_and_one_elsewhere_in_the_cache(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from searchrl import pipeline
+
+    monkeypatch.setattr(pipeline, "cache_dir", lambda: tmp_path / "cache")
+    world = tmp_path / "cache" / "worlds" / "w"
+    world.mkdir(parents=True)
+    (world / "corpus.jsonl").write_text("{}\n")
+    assert pipeline.default_index_dir(world / "corpus.jsonl", "bm25") == world / "index-bm25"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "corpus.jsonl").write_text("{}\n")
+    user = pipeline.default_index_dir(tmp_path / "mine" / "corpus.jsonl", "dense")
+    assert (user.parent.parent, user.parent.name.startswith("mine-"), user.name) == (
+        tmp_path / "cache" / "indexes",
+        True,
+        "index-dense",
+    )
+
+
+def test_a_relative_data_file_in_both_the_data_directory_and_the_working_directory_is_the_data_directorys(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from searchrl.pipeline import data_file
+
+    (tmp_path / "data").mkdir()
+    for where in (tmp_path, tmp_path / "data"):
+        (where / "q.jsonl").write_text("{}\n")
+    (tmp_path / "only_here.jsonl").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    assert data_file("data", "q.jsonl") == "data/q.jsonl"
+    assert data_file("data", "only_here.jsonl") == str(tmp_path / "only_here.jsonl")
