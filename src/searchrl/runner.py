@@ -7,7 +7,7 @@ its old output); a finished RL stage goes on from its last checkpoint when only 
 again for any other change. ``--only NAME`` re-runs one stage (its inputs must exist) and leaves the other markers,
 ``--from NAME`` re-runs that stage and every later one. A stage that runs again starts from an emptied directory
 (:func:`searchrl.stages.resume.clear_stage` keeps a dense build's staging and an evaluation's answered batches), and an
-RL stage that stopped part-way goes on from its last checkpoint (``training.save_every``) when its settings are
+RL or SFT stage that stopped part-way goes on from its last checkpoint (``training.save_every``) when its settings are
 unchanged (a larger ``training.steps`` allowed) and so are its starting model's weights, and starts again otherwise or
 when named by ``--only`` / ``--from``. ``OUT/run.log`` records each stage's start, end and wall time;
 ``OUT/summary.json`` the stages, their outputs, times and results.

@@ -1,6 +1,7 @@
-"""Whether an RL run may go on from its checkpoint: the settings it started with (``<output_dir>/config.yaml``) and
-the model it started from (a fingerprint of ``training.init_from``'s weight files, ``<output_dir>/init_from.json``)
-must be the ones it would start with now; only ``training.steps`` may grow."""
+"""Whether an RL or SFT run may go on from its checkpoint: the settings it started with (``<output_dir>/config.yaml``)
+and the model it started from (a fingerprint of its starting model's weight files, ``<output_dir>/init_from.json``:
+``training.init_from`` for RL, ``model.policy`` for SFT) must be the ones it would start with now; only RL's
+``training.steps`` may grow."""
 
 from __future__ import annotations
 
