@@ -51,7 +51,7 @@ from searchrl.stages.resume import (
     sft_resume_mismatch,
 )
 from searchrl.stages.train import one_process_sft
-from searchrl.utils import StopRequested, atomic_write_text, console, restore_interrupted
+from searchrl.utils import ResumeRefused, StopRequested, atomic_write_text, console, restore_interrupted
 
 
 @dataclass
@@ -248,7 +248,13 @@ def _sft(ctx: StageContext) -> dict[str, Any]:
         _log(ctx.run_dir, f"stage {ctx.stage.name}: {why}; starting it again")
         clear_stage(ctx.dir)
         ctx.resume = False  # as its DONE marker says
-    history = run_sft(cfg, str(ctx.dir), resume=ctx.resume)
+    try:
+        history = run_sft(cfg, str(ctx.dir), resume=ctx.resume)
+    except ResumeRefused as err:  # its examples changed (a data file edited in place): as RL's changed settings
+        _log(ctx.run_dir, f"stage {ctx.stage.name}: {err.why}; starting it again")
+        clear_stage(ctx.dir)
+        ctx.resume = False
+        history = run_sft(cfg, str(ctx.dir), resume=False)
     return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
 
 

@@ -427,6 +427,15 @@ class MissingDependency(ImportError):
     """An optional package a setting needs is not installed; the message names the setting and the install."""
 
 
+class ResumeRefused(ValueError):
+    """A checkpoint that may not be gone on from (what it was trained on changed): ``searchrl run`` starts the stage
+    again; a command says how to start afresh (``fix``)."""
+
+    def __init__(self, why: str, fix: str) -> None:
+        super().__init__(f"{why}; {fix}")
+        self.why = why
+
+
 class StopRequested(SystemExit):
     """A run stopped by SIGTERM (a cluster's preemption, ``kill``): exit status 143, as the signal's own would be,
     after saying where it stopped and how to go on."""

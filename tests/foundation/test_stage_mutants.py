@@ -321,6 +321,29 @@ def test_an_sft_stage_with_a_checkpoint_but_no_saved_config_starts_again(tmp_pat
     )
 
 
+def test_an_sft_stage_whose_examples_changed_since_its_checkpoint_starts_again(tmp_path: Path, monkeypatch) -> None:
+    """Its data file edited in place: the trainer refuses the resume, and the stage starts again (as RL's does)."""
+    from searchrl import stages
+    from searchrl.utils import ResumeRefused
+
+    seen: list[bool] = []
+
+    def run_sft(cfg, out, resume=False):
+        seen.append(resume)
+        if resume:
+            raise ResumeRefused("the SFT examples differ", "start afresh")
+        return [{"loss": 0.5, "note": "x"}]
+
+    monkeypatch.setattr(stages, "run_sft", run_sft)
+    monkeypatch.setattr(runner, "sft_resume_mismatch", lambda cfg, out: None)
+    ctx = _ctx({"name": "sft", "kind": "sft"}, validate_dict({"name": "t"}), tmp_path, resume=True)
+    (ctx.dir / "checkpoint").mkdir()
+    (ctx.dir / "checkpoint" / "trainer_state.pt").write_bytes(b"x")
+    assert runner._sft(ctx) == {"loss": 0.5}
+    assert seen == [True, False] and not (ctx.dir / "checkpoint").exists() and ctx.resume is False
+    assert "stage sft: the SFT examples differ; starting it again" in (tmp_path / "run.log").read_text()
+
+
 def test_a_model_beside_the_run_whose_path_shares_its_prefix_counts_as_outside(tmp_path: Path, fake_handlers) -> None:
     """``run-old/model`` is not inside ``run``: its weights retrained in place run the stage again."""
     model = tmp_path / "run-old" / "model"

@@ -33,6 +33,7 @@ from searchrl.sft.types import SFTExample, as_sft_example
 from searchrl.storage import atomic_dir, full_said
 from searchrl.tuning import freeze_bottom, save_merged, warmup_schedule, wrap_lora
 from searchrl.utils import (
+    ResumeRefused,
     StopRequested,
     console,
     make_adamw,
@@ -297,9 +298,9 @@ class SFTTrainer:
         start. Returns (step, epoch, batches of that epoch done); the log keeps the rows up to the checkpoint."""
         state = load_checkpoint(self.checkpoint, self.model)
         if state["sft"].get("data") != self._data_digest:
-            raise ValueError(
-                f"{self.checkpoint}: the SFT examples differ from the stopped run's (its data changed); start "
-                "afresh: searchrl sft without --resume, or searchrl run --from the stage"
+            raise ResumeRefused(
+                f"{self.checkpoint}: the SFT examples differ from the stopped run's (its data changed)",
+                "start afresh: searchrl sft without --resume, or searchrl run --from the stage",
             )
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
