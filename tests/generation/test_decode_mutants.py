@@ -287,7 +287,8 @@ def test_a_captured_step_replays_what_the_eager_step_computes(monkeypatch) -> No
 
 
 def test_a_failed_capture_decodes_eagerly_from_the_slot_it_was_at(monkeypatch, caplog) -> None:
-    """Slip caught: the slot counter left where the warm-up moved it (every later step writes one slot late)."""
+    """A capture that fails leaves the steps eager, from the slot the warm-up started at, and is not tried again.
+    Slip caught: capture retried at every later step (a warm-up and a failure each time)."""
     model = tiny_model()
     with torch.inference_mode():
         eager = _decode(_graph_rows(model, capture=False), 4)
