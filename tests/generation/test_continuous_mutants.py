@@ -87,3 +87,14 @@ def test_a_kept_row_gives_its_bytes_back_when_it_returns() -> None:
     assert [len(s.context) for s in sched.segments] == [10, 21, 32]
     assert gen.stats["reused_tokens"] == 13 + 24
     assert gen.stats["prefill_tokens"] == 10 + 8 + 8  # the last sampled token and the observation
+
+
+def test_a_row_is_given_room_for_its_whole_budget_when_it_enters() -> None:
+    """A 62-token context with 8 tokens to decode needs 69 slots, past the first block of 64. Slip caught: slots
+    sized for the context alone (the step that writes slot 64 runs off the buffer)."""
+    tok = ByteTokenizer()
+    gen = HFGenerator(tiny_model(), tok)
+    _no_eos(gen)
+    sched = Turns(tok.encode("Q" * 62), [8], lambda ctx, toks: ctx)
+    gen.decode_continuous(sched, SamplingParams(temperature=0.0))
+    assert len(sched.completions[0].token_ids) == 8
