@@ -98,3 +98,17 @@ def test_a_row_is_given_room_for_its_whole_budget_when_it_enters() -> None:
     sched = Turns(tok.encode("Q" * 62), [8], lambda ctx, toks: ctx)
     gen.decode_continuous(sched, SamplingParams(temperature=0.0))
     assert len(sched.completions[0].token_ids) == 8
+
+
+def test_a_stop_string_written_one_token_a_character_stops_the_row_at_its_last_character() -> None:
+    """The tiny model greedily writes ':' after ':' (one byte, one token), so the 4-character stop completes at the
+    fourth token and the row leaves the batch there. Slip caught: a text tail kept between tokens one character too
+    short (the stop never seen whole while decoding: the row runs its whole budget, cut to the stop at the end)."""
+    tok, model = ByteTokenizer(), tiny_model()
+    gen = HFGenerator(model, tok)
+    _no_eos(gen)
+    sched = Turns(tok.encode("Q: who?\nA:"), [24], lambda ctx, toks: ctx + toks)
+    gen.decode_continuous(sched, SamplingParams(temperature=0.0, stop=("::::",)))
+    (comp,) = sched.completions
+    assert comp.token_ids == tok.encode("::::") and comp.finish_reason == "stop"
+    assert gen.stats["decode_row_steps"] == 4  # not the budget's 24
