@@ -25,6 +25,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel
 
 from searchrl.config import ConfigError, RewardComponent, RunConfig, StageConfig
+from searchrl.config.loading import override_key
 
 #: stage fields the runner sets itself: as args they would fight those fields.
 _SET_BY_RUNNER = {
@@ -154,8 +155,9 @@ def _is_mapping(annotation: Any) -> bool:
 
 def dotted_key_problem(key: str, model: type[BaseModel] = RunConfig) -> str | None:
     """Why ``key`` (``training.steps``) is not a dotted path into ``model``'s schema; None when it is. Keys under a
-    free-form mapping (``rollout.options.multi_query``) pass here: the merged config's checks judge them."""
-    parts = key.split(".")
+    free-form mapping (``rollout.options.multi_query``) pass here: the merged config's checks judge them. A list
+    entry is named by its index, as an override names it (``reward.components[1].weight``)."""
+    parts = override_key(key).split(".")
     cls: type[BaseModel] | None = model
     listed = False  # the field before held a list of sections: an index names an entry
     for n, part in enumerate(parts):

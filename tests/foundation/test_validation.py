@@ -160,6 +160,15 @@ def test_dotted_key_problem() -> None:
     assert dotted_key_problem("nosuch") is not None
 
 
+def test_a_stage_set_key_may_name_a_list_entry_by_its_index_in_brackets() -> None:
+    """``reward.components[1].params.penalty`` is how r1_searcher_stage2's description says to set the penalty, and a
+    stage applies a ``set:`` key written so; validation refused it as an unknown key, failing `searchrl run`."""
+    assert dotted_key_problem("reward.components[1].params.penalty") is None
+    assert "did you mean 'reward.components.1.weight'" in str(dotted_key_problem("reward.components[1].wieght"))
+    cfg = load_config("r1_searcher_stage2", ["pipeline.stage2.set.reward.components[1].params.penalty=-1"])
+    validate_deep(cfg)
+
+
 def test_problems_are_prefixed_with_the_source(tmp_path: Path) -> None:
     body = {"rollout": {"protocol": "rag_r1", "options": {"x": 1}},
             "reward": {"components": [{"name": "retrieval", "params": {"valeu": 1}}]}}  # fmt: skip
