@@ -244,3 +244,13 @@ def test_an_override_value_that_is_no_yaml_is_a_string_or_a_one_line_error() -> 
             ConfigError, match=rf"^override '{re.escape(item)}': '.*' is not a valid YAML list or mapping"
         ):
             load_config("demo", [item])
+
+
+def test_a_stage_value_below_a_plain_value_names_the_override_as_given() -> None:
+    """``pipeline.split.args.heldout.x=1``: heldout holds a number. The error named ``args.heldout.x``, a key the
+    user never wrote, and not the override."""
+    with pytest.raises(ConfigError) as err:
+        load_config("multihop_cpu", ["pipeline.split.args.heldout.x=1"])
+    assert str(err.value) == (
+        "override 'pipeline.split.args.heldout.x=1': pipeline.split.args.heldout is a value (100), not a section"
+    )

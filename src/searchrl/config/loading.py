@@ -159,13 +159,15 @@ def _warn_once(message: str) -> None:
         console.log(f"[yellow]warning:[/yellow] {escape(message)}")
 
 
-def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(d: dict[str, Any], dotted: str, value: Any, item: str, where: str) -> None:
+    """``value`` at ``dotted`` inside ``d`` (``where`` in the config); an error names ``item``, the override."""
     keys = dotted.split(".")
     cur = d
-    for k in keys[:-1]:
+    for n, k in enumerate(keys[:-1], 1):
         cur = cur.setdefault(k, {})
         if not isinstance(cur, dict):
-            raise ConfigError(f"override '{dotted}': '{k}' is not a section")
+            here = ".".join([where, *keys[:n]])
+            raise ConfigError(f"override '{item}': {here} is a value ({cur!r}), not a section")
     cur[keys[-1]] = value
 
 
@@ -235,7 +237,7 @@ def _set_stage_values(raw: dict[str, Any], items: list[str], source: str) -> dic
             continue
         if isinstance(stage.get(rest[0]), dict):  # copy what is changed, so the recipe's own dicts stay as read
             stage[rest[0]] = json.loads(json.dumps(stage[rest[0]]))
-        _set_dotted(stage, ".".join(rest), yaml_value(value, f"override '{item}'"))
+        _set_dotted(stage, ".".join(rest), yaml_value(value, f"override '{item}'"), item, f"pipeline.{name}")
     return {**raw, "pipeline": stages}
 
 
