@@ -255,3 +255,30 @@ def test_a_reward_param_typo_in_a_stage_set_is_caught(tmp_path: Path) -> None:
         "pipeline.rl: reward.components[0].params: unknown key 'metirc' for component 'answer' "
         "(did you mean 'metric'?)"
     ), err.value
+
+
+def test_an_index_names_an_entry_of_a_list_only() -> None:
+    """(mutant: an index was skipped after any section, so ``training.0.steps`` passed as a stage's set: key)"""
+    from searchrl.validation import dotted_key_problem
+
+    assert str(dotted_key_problem("training.0.steps")).startswith("unknown key 'training.0.steps'")
+    assert dotted_key_problem("reward.components.0.weight") is None
+
+
+def test_a_stage_switching_to_an_algorithm_without_an_estimator_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An rl stage's set: naming a declared algorithm with no advantage estimator (mutant: only the run's own
+    algorithm was checked, so the stage failed when it began)."""
+    from searchrl.config.algorithms import ALGORITHMS, Algorithm
+    from searchrl.validation import validate_deep
+
+    monkeypatch.setitem(ALGORITHMS, "audit_noest", Algorithm("audit_noest", grouped=True))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("pipeline: [{name: rl, kind: rl, set: {algorithm.name: audit_noest}}]\n")
+    with pytest.raises(ConfigError) as err:
+        validate_deep(load_config(recipe))
+    assert str(err.value) == (
+        "pipeline.rl: algorithm.name: audit_noest is declared but has no advantage estimator; add "
+        "@register('audit_noest') (searchrl.rl.advantages) beside its declare()"
+    )
