@@ -282,3 +282,12 @@ def test_a_stage_switching_to_an_algorithm_without_an_estimator_is_caught(
         "pipeline.rl: algorithm.name: audit_noest is declared but has no advantage estimator; add "
         "@register('audit_noest') (searchrl.rl.advantages) beside its declare()"
     )
+
+
+@pytest.mark.parametrize("server", ["''", "[]", "['  ', serve]"])
+def test_an_empty_mcp_server_command_is_refused(server: str) -> None:
+    """(mutant: a command list whose program is blank passed, failing when the subprocess starts)"""
+    with pytest.raises(ConfigError, match=r"retrieval\.mcp\.server is empty; give a command line"):
+        load_config("demo", ["retrieval.kind=mcp", f"retrieval.mcp.server={server}"])
+    cfg = load_config("demo", ["retrieval.kind=mcp", "retrieval.mcp.server=[searchrl, mcp, serve]"])
+    assert cfg.retrieval.mcp.server == ["searchrl", "mcp", "serve"]
