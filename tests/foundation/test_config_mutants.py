@@ -291,3 +291,16 @@ def test_an_empty_mcp_server_command_is_refused(server: str) -> None:
         load_config("demo", ["retrieval.kind=mcp", f"retrieval.mcp.server={server}"])
     cfg = load_config("demo", ["retrieval.kind=mcp", "retrieval.mcp.server=[searchrl, mcp, serve]"])
     assert cfg.retrieval.mcp.server == ["searchrl", "mcp", "serve"]
+
+
+@pytest.mark.parametrize("name", ["..", "."])
+def test_an_evaluation_set_named_like_a_directory_step_is_refused(name: str) -> None:
+    """The name names its prediction files (mutant: '..' passed, and its files went to the directory above)."""
+    with pytest.raises(ConfigError, match="that is not . or .."):
+        load_config("demo", [f"evaluation.datasets=[{{data: dev, name: '{name}'}}]"])
+
+
+def test_a_split_evaluation_set_takes_data_fields_not_its_own() -> None:
+    """(mutant: a split's own fields passed, though the split is read with data.fields)"""
+    with pytest.raises(ConfigError, match="the dev split is read with data.fields: set those, not this set's fields"):
+        load_config("demo", ["evaluation.datasets=[{data: dev, fields: {answers: gold}}]"])
