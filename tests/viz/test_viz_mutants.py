@@ -96,6 +96,11 @@ def test_a_prediction_rows_answer_and_verdict() -> None:
     assert parse_row(row, "p.jsonl:1").verdict is False
     row["metrics"] = {"em": 0.0, "correct": 1.0}  # a row written before scores: its verdict is what it sorts on
     assert parse_row(row, "p.jsonl:1").reward == 1.0
+    row["score"] = None  # written as null: not a score, so the verdict still sorts
+    assert parse_row(row, "p.jsonl:1").reward == 1.0
+    row["metrics"] = {"em": 0.0}
+    assert parse_row(row, "p.jsonl:1").reward == 0.0
+    del row["score"]
     row["prediction"], row["metrics"] = "Paris", {"em": True, "correct": True}
     rec = parse_row(row, "p.jsonl:1")
     assert rec.em == 0.0 and rec.correct is None and rec.verdict is False

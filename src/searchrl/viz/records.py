@@ -252,7 +252,8 @@ def _from_prediction(row: dict[str, Any], source: str) -> ViewRecord:
         rec.diagnostics = dict(row["diagnostics"])
     rec.step = _row_step(row)
     # an eval row has no reward: its score (or its correctness) is what the page sorts on
-    rec.reward = _opt_float(row.get("score", rec.row_metrics.get("correct", rec.row_metrics.get("em"))))
+    sorts_on = (row.get("score"), rec.row_metrics.get("correct"), rec.row_metrics.get("em"))  # the first one set
+    rec.reward = next((v for v in map(_opt_float, sorts_on) if v is not None), None)
     for key in _CONTEXT_KEYS:
         value = row.get(key)
         if isinstance(value, str) and value:
