@@ -276,12 +276,8 @@ def test_retries_and_backoff_come_from_the_config() -> None:
 
 
 def test_what_a_server_said_is_one_line_from_any_error_layout() -> None:
-    import doctest
-
-    from searchrl import httputil
     from searchrl.httputil import server_said
 
-    assert doctest.testmod(httputil).failed == 0
     for body, said in (
         ({"error": "Invalid API key."}, "Invalid API key."),  # SerpAPI
         ({"message": "too long", "object": "error"}, "too long"),  # vLLM

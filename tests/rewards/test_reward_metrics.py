@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import doctest
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import searchrl.rewards.components
-import searchrl.rewards.judge
-import searchrl.rewards.metrics
 from searchrl.rewards.metrics import (
     METRICS,
     compute_metrics,
@@ -159,12 +154,3 @@ def test_metric_orderings_hold_for_any_text(pred, gold):
 def test_score_is_the_max_over_golds(pred, golds):
     for fn in METRICS.values():
         assert fn(pred, golds) == max(fn(pred, [g]) for g in golds)
-
-
-@pytest.mark.parametrize(
-    "module", [searchrl.rewards.metrics, searchrl.rewards.judge, searchrl.rewards.components], ids=lambda m: m.__name__
-)
-def test_doctests(module):
-    result = doctest.testmod(module)
-    assert result.attempted > 0
-    assert result.failed == 0

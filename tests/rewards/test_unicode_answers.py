@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import doctest
 import string
 import unicodedata
 
@@ -11,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import searchrl.data.unitext
 from searchrl.config import EvaluationConfig
 from searchrl.rewards.metrics import NORMALIZERS, cover_em, exact_match, f1_score, get_metric, normalize_answer
 
@@ -93,8 +91,3 @@ def test_no_normalisation_fails_on_any_text(text) -> None:
 
 def test_the_unicode_normalisations_are_evaluation_settings() -> None:
     assert EvaluationConfig(normalize="unicode_fold").normalize == "unicode_fold"
-
-
-def test_unitext_doctests() -> None:
-    result = doctest.testmod(searchrl.data.unitext)
-    assert result.attempted > 0 and result.failed == 0
