@@ -196,3 +196,45 @@ def test_the_update_steps_on_gradients_clipped_to_max_grad_norm(tmp_path: Path) 
     assert m["grad_norm"] > 0.01  # the norm before clipping is logged
     grads = [p.grad for p in tr.policy.parameters() if p.grad is not None]
     assert float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) == pytest.approx(0.001, rel=1e-3)
+
+
+def test_a_resume_restores_the_schedule_the_optimizer_moments_the_kl_coefficient_and_the_position(
+    tmp_path: Path,
+) -> None:
+    """Catches a resume that restarts the warm-up, drops Adam's moments or step count, forgets the adaptive KL
+    coefficient, or leaves an engine with its own weights on the ones it held before the load."""
+    extra = ("algorithm.kl_coef=0.0", "training.warmup_steps=4", "algorithm.mini_batch_size=8", "training.steps=3")
+    tr = _trainer(tmp_path, *extra)
+    tr.train_step()  # one optimizer step (8 rows, mini-batches of 8); the schedule moves once
+    tr.kl_ctrl.value = tr.state.kl_coef = 0.123  # as an adaptive controller leaves it
+    tr.save_checkpoint(tmp_path / "checkpoint")
+    resumed = _trainer(tmp_path, *extra)
+    assert resumed.sched.get_last_lr() == [pytest.approx(2.5e-3)]  # a fresh run's first step: 1/4 of 1e-2
+    resumed.load_checkpoint(tmp_path / "checkpoint")
+    assert resumed.sched.get_last_lr() == [pytest.approx(5e-3)]  # the second step's: 2/4 of 1e-2
+    moments = list(resumed.opt.state.values())
+    assert moments and all(float(s["step"]) == 1.0 and s["exp_avg_sq"].any() for s in moments)
+    assert resumed.kl_ctrl.value == 0.123
+    assert (resumed.state.step, resumed.state.data_epoch, resumed.state.data_pos) == (1, 0, 2)
+    assert resumed._weights_version == 1  # an engine with its own copy of the weights is sent the loaded ones
+
+
+def test_the_behaviour_snapshot_takes_the_weights_each_update_wrote_before_the_next_rollout(tmp_path: Path) -> None:
+    """Catches a snapshot that is never refreshed: the background rollouts would come from the initial weights for
+    the whole run, an off-policy lag growing with every step instead of staying at 1."""
+    tr = _trainer(tmp_path, "algorithm.kl_coef=0.0", "training.off_policy_steps=1", "training.steps=3")
+    rollouts = tr.rollouts
+    head = tr.policy.get_output_embeddings().weight
+    snap_head = rollouts.snapshot.get_output_embeddings().weight
+    assert snap_head is not head
+    rollouts.take(0)  # rolled out now; step 1's rollout starts on the same weights
+    assert rollouts.metrics()["rollout/staleness"] == 0.0
+    before = head.detach().clone()
+    with torch.no_grad():
+        head.mul_(3.0)
+    tr._weights_version += 1  # what an optimizer step does
+    rollouts.take(1)  # prefetched: made before the update; step 2's starts on the updated weights
+    assert rollouts.metrics()["rollout/staleness"] == 1.0
+    rollouts.settle()
+    assert torch.equal(snap_head, 3.0 * before)
+    rollouts.close()
