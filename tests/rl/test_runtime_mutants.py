@@ -15,15 +15,20 @@ import pytest
 import torch
 from torch import nn
 
-from searchrl.config import AlgorithmConfig, load_config
+from searchrl.config import AlgorithmConfig, MemorizationConfig, load_config
 from searchrl.data.records import QAExample
+from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
+from searchrl.protocols import get_protocol
 from searchrl.rl.batch import TokenScorer, collate, response_logits, token_logprobs
+from searchrl.rl.memorization import Memorizer
 from searchrl.rl.metrics_log import UpdateMetrics
 from searchrl.rl.passes import Passes
 from searchrl.rl.update import SkippedSteps, StepTensors, policy_micro_loss
+from searchrl.rollout.trajectory import Trajectory, Turn
 from searchrl.testing import letters_trainer
 
 LOG4 = math.log(4)
+PP = get_protocol("r1_searcher_pp")
 
 
 class _Body(nn.Module):
@@ -238,3 +243,26 @@ def test_the_behaviour_snapshot_takes_the_weights_each_update_wrote_before_the_n
     rollouts.settle()
     assert torch.equal(snap_head, 3.0 * before)
     rollouts.close()
+
+
+def test_without_a_pool_the_memorization_loss_takes_at_most_batch_size_of_the_steps_fresh_paths() -> None:
+    """Catches every fresh path used when ``memorization.pool_size`` is 0 (``batch_size`` would bound nothing)."""
+    tok = ByteTokenizer()
+    good = "<|begin_internal_answer|>I remember Lyon is in France.<|end_internal_answer|>\nSo \\boxed{France}."
+    m = Memorizer(
+        MemorizationConfig(coef=0.1, pool_size=0, batch_size=2), ScriptedGenerator(tok, lambda ctx: good), PP, tok
+    )
+    trajs = []
+    for qid in "abc":
+        t = Trajectory(f"{qid}#0", qid, qid, f"Where is {qid}?", ["France"], prompt_ids=tok.encode(f"Q {qid}"))
+        obs = " <|begin_search_result|>\n(1)Doc: Lyon is a city in France.\n<|end_search_result|>"
+        t.turns.append(
+            Turn("<|begin_external_search|>q<|end_external_search|>", "search", "stop", ["q"], observation=obs)
+        )
+        t.turns.append(Turn("\\boxed{France}", "answer", "eos"))
+        t.answer = "France"
+        trajs.append(t)
+    seqs = m(0, trajs)
+    assert [s[0] for s in seqs] == [tok.encode("Q a"), tok.encode("Q b")]  # the first 2 of 3 valid paths
+    assert m.last_metrics["memorization/valid"] == 3 and m.last_metrics["memorization/used"] == 2
+    assert len(m.pool) == 0
