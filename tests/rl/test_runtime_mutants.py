@@ -20,9 +20,11 @@ from searchrl.data.records import QAExample
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
 from searchrl.rl.batch import TokenScorer, collate, response_logits, token_logprobs
+from searchrl.rl.checkpoint import TrainState
 from searchrl.rl.memorization import Memorizer
 from searchrl.rl.metrics_log import UpdateMetrics
 from searchrl.rl.passes import Passes
+from searchrl.rl.sampling import Sampler
 from searchrl.rl.update import SkippedSteps, StepTensors, policy_micro_loss
 from searchrl.rollout.trajectory import Trajectory, Turn
 from searchrl.testing import letters_trainer
@@ -266,3 +268,36 @@ def test_without_a_pool_the_memorization_loss_takes_at_most_batch_size_of_the_st
     assert [s[0] for s in seqs] == [tok.encode("Q a"), tok.encode("Q b")]  # the first 2 of 3 valid paths
     assert m.last_metrics["memorization/valid"] == 3 and m.last_metrics["memorization/used"] == 2
     assert len(m.pool) == 0
+
+
+class _RecordingEngine:
+    """Rolls out one empty trajectory per question and records each call's questions, seed and group prefix."""
+
+    def __init__(self) -> None:
+        self.retriever = None
+        self.generator = SimpleNamespace(counters=lambda: {"tokens": 0})
+        self.stats: dict[str, float] = {}
+        self.calls: list[tuple] = []
+
+    def run(self, questions, group_size, temperature, top_p, seed, group_prefix):
+        self.calls.append(([q.id for q in questions], seed, group_prefix))
+        return [Trajectory(f"{q.id}#0", q.id, q.id, q.question, list(q.answers), []) for q in questions]
+
+
+def test_each_step_samples_with_its_own_seed_and_moves_the_data_position_across_epochs(tmp_path: Path) -> None:
+    """Catches a sampling seed without the step (a question met again in a later epoch would draw the same random
+    stream), group ids without the step, and a data position that does not carry into the next epoch."""
+    cfg = load_config(None, ["training.seed=1", "training.prompts_per_step=2", f"training.output_dir={tmp_path}"])
+    questions = [QAExample(f"q{i}", f"question {i}", ["x"]) for i in range(3)]
+    sampler = Sampler(cfg, questions, _passes(), 0, 1)
+    engine, state = _RecordingEngine(), TrainState()
+    positions = []
+    for step in (0, 1, 2):
+        exp = sampler.experience(engine, lambda trajs: ([0.5] * len(trajs), {}), step, state)
+        positions.append((state.data_epoch, state.data_pos))
+    assert positions == [(0, 2), (1, 1), (2, 0)]  # 2 of epoch 0; its last and 1 of epoch 1; the rest of epoch 1
+    # 1 * 7919 + step * 101 (+ rank 0, round 0)
+    assert [(seed, prefix) for _, seed, prefix in engine.calls] == [(7919, "s0/"), (8020, "s1/"), (8121, "s2/")]
+    asked = [q for ids, _, _ in engine.calls for q in ids]
+    assert sorted(asked[:3]) == ["q0", "q1", "q2"] and sorted(asked[3:]) == ["q0", "q1", "q2"]  # each epoch once
+    assert exp.reward_metrics["reward/total"] == 0.5
