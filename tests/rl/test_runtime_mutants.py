@@ -301,3 +301,17 @@ def test_each_step_samples_with_its_own_seed_and_moves_the_data_position_across_
     asked = [q for ids, _, _ in engine.calls for q in ids]
     assert sorted(asked[:3]) == ["q0", "q1", "q2"] and sorted(asked[3:]) == ["q0", "q1", "q2"]  # each epoch once
     assert exp.reward_metrics["reward/total"] == 0.5
+
+
+def test_truncated_importance_weights_leave_retrieved_tokens_at_one_under_the_masking_ablation() -> None:
+    """Catches TIS weights taken at retrieved tokens too (their sampler log-prob is a stand-in 0, so the weight
+    ``p_old / 1`` would shrink their loss) when ``mask_observations`` is off and they are in the loss."""
+    lm = _BiasLM()
+    sampler_lp = [[-LOG4, 0.0, -LOG4], [-LOG4, -LOG4]]  # the sampler agreed with the trainer: weights 1
+    mb = collate([[1], [2]], [[3, 0, 1], [2, 2]], [[1, 0, 1], [1, 1]], sampler_lp, pad_id=0)
+    mask_BT = mb.response_mask  # the ablation: every response token, 5
+    old_BT = torch.full((2, 3), -LOG4) * mask_BT
+    st = StepTensors(mask_BT, mask_BT, old_BT, mask_BT.float(), None, None, None)  # advantage 1 everywhere
+    alg = AlgorithmConfig(name="grpo", kl_coef=0.0, tis_cap=2.0, loss_agg="token_mean", mask_observations=False)
+    loss, _ = policy_micro_loss(TokenScorer(lm, share_prompts=False), mb, [0, 1], st, alg, 5.0, 2.0)
+    assert float(loss.detach()) == pytest.approx(-1.0)  # -advantage x ratio 1 x weight 1 on each of the 5 tokens
