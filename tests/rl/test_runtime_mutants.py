@@ -19,7 +19,7 @@ from searchrl.config import AlgorithmConfig, MemorizationConfig, load_config
 from searchrl.data.records import QAExample
 from searchrl.generation.fake import ByteTokenizer, ScriptedGenerator
 from searchrl.protocols import get_protocol
-from searchrl.rl.batch import TokenScorer, collate, response_logits, token_logprobs
+from searchrl.rl.batch import TokenScorer, collate, plan_micro_batches, response_logits, token_logprobs
 from searchrl.rl.checkpoint import TrainState
 from searchrl.rl.memorization import Memorizer
 from searchrl.rl.metrics_log import UpdateMetrics
@@ -71,8 +71,8 @@ def _passes(micro_rows: int = 8) -> Passes:
 
 
 def test_the_memorization_nll_is_weighted_by_its_coefficient_over_all_counted_tokens() -> None:
-    """Catches the NLL added to the gradients without ``memorization.coef`` (the trainer test only runs coef 1), a
-    micro-batch normalised by its own tokens rather than all sequences' and an uncounted token in the NLL."""
+    """Catches the NLL added to the gradients without ``memorization.coef`` (the trainer test only runs coef 1) and a
+    micro-batch normalised by its own tokens rather than all sequences'; the uncounted token stays out."""
     lm = _BiasLM()
     # two sequences, one a micro-batch each; the second's middle token is not counted: targets 3, 0 | 1, 3
     seqs = [([1, 2], [3, 0], [1, 1]), ([2], [1, 2, 3], [1, 0, 1])]
@@ -315,3 +315,12 @@ def test_truncated_importance_weights_leave_retrieved_tokens_at_one_under_the_ma
     alg = AlgorithmConfig(name="grpo", kl_coef=0.0, tis_cap=2.0, loss_agg="token_mean", mask_observations=False)
     loss, _ = policy_micro_loss(TokenScorer(lm, share_prompts=False), mb, [0, 1], st, alg, 5.0, 2.0)
     assert float(loss.detach()) == pytest.approx(-1.0)  # -advantage x ratio 1 x weight 1 on each of the 5 tokens
+
+
+def test_micro_batches_hold_at_most_max_rows_and_count_each_distinct_prompt_in_their_cost() -> None:
+    """Catches a micro-batch one row over ``max_rows`` and a cost that counts one prompt however many distinct ones
+    a micro-batch holds (its activations would outgrow the token budget)."""
+    # distinct prompts of 2 tokens, responses of 1..5: packed longest first, two rows at a time
+    assert plan_micro_batches([2] * 5, [1, 2, 3, 4, 5], 2, 1000) == [[4, 3], [2, 1], [0]]
+    # rows 0 and 1 share a 10-token prompt: 10 + 2 x 2 = 14; with row 2's own prompt 2 x 10 + 3 x 2 = 26 > 20
+    assert plan_micro_batches([10, 10, 10], [2, 2, 2], 3, 20, ["a", "a", "b"]) == [[0, 1], [2]]
