@@ -208,6 +208,18 @@ def test_eval_passes_corpus_and_contexts(tmp_path: Path, monkeypatch) -> None:
     assert (entry.data, entry.corpus) == ("dev.jsonl", "contexts")
 
 
+def test_eval_refuses_contexts_without_data_sets_of_its_own(tmp_path: Path, monkeypatch) -> None:
+    """Without --data, 'contexts' would be read as a corpus file of that name: refused, naming both fixes."""
+    from searchrl import stages
+
+    monkeypatch.setattr(stages, "evaluation", lambda cfg, corpus: pytest.fail("evaluation ran"))
+    config = tmp_path / "c.yaml"
+    config.write_text("name: t\n")
+    res = runner.invoke(cli.app, ["eval", "--config", str(config), "--corpus", "contexts"])
+    assert res.exit_code == 2
+    assert "give --data FILE, or set corpus: contexts on the" in " ".join(res.output.split())
+
+
 def test_synth_and_split_pass_seed_entities_and_heldout(tmp_path: Path, monkeypatch) -> None:
     from searchrl import stages
 

@@ -137,7 +137,13 @@ def main(
     from searchrl.stages import evaluation
 
     device_set = [f"model.device={device}"] if device else []
-    if corpus == CONTEXTS and data:  # each set its own corpus: the paragraphs its questions ship with
+    if corpus == CONTEXTS and not data:  # a config's sets: read as a corpus file named "contexts"
+        raise typer.BadParameter(
+            "'contexts' is each --data set's own paragraphs: give --data FILE, or set corpus: contexts on the "
+            "config's evaluation.datasets entries",
+            param_hint="--corpus",
+        )
+    if corpus == CONTEXTS:  # each set its own corpus: the paragraphs its questions ship with
         data, corpus = [{"data": d, "corpus": CONTEXTS} for d in data], None
     cfg = build_config(
         config,
