@@ -243,17 +243,18 @@ def _sft(ctx: StageContext) -> dict[str, Any]:
     cfg = _sampling_cfg(ctx)
     if data := ctx.stage.data:  # a list: every source's examples together (e.g. [oracle, "${real}"])
         cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"data": data})})
-    why = sft_resume_mismatch(cfg, ctx.dir) if ctx.resume else None
-    if why:
+
+    def restart(why: str) -> None:
         _log(ctx.run_dir, f"stage {ctx.stage.name}: {why}; starting it again")
         clear_stage(ctx.dir)
         ctx.resume = False  # as its DONE marker says
+
+    if ctx.resume and (why := sft_resume_mismatch(cfg, ctx.dir)):
+        restart(why)
     try:
         history = run_sft(cfg, str(ctx.dir), resume=ctx.resume)
     except ResumeRefused as err:  # its examples changed (a data file edited in place): as RL's changed settings
-        _log(ctx.run_dir, f"stage {ctx.stage.name}: {err.why}; starting it again")
-        clear_stage(ctx.dir)
-        ctx.resume = False
+        restart(err.why)
         history = run_sft(cfg, str(ctx.dir), resume=False)
     return {k: v for k, v in (history[-1] if history else {}).items() if isinstance(v, int | float)}
 

@@ -61,7 +61,7 @@ def test_an_sft_run_whose_starting_model_was_retrained_in_place_does_not_resume(
 
 def test_an_sft_stage_whose_starting_model_was_retrained_in_place_starts_again(tmp_path: Path, monkeypatch) -> None:
     from searchrl import stages
-    from searchrl.stages.resume import record_sft_init
+    from searchrl.stages.resume import note_start
 
     model = tmp_path / "base"
     model.mkdir()
@@ -72,7 +72,7 @@ def test_an_sft_stage_whose_starting_model_was_retrained_in_place_starts_again(t
     ctx = _ctx({"name": "sft", "kind": "sft"}, cfg, tmp_path / "run", model=str(model), resume=True)
     started = validate_dict({"name": "t", "model": {"policy": str(model)}})  # the config the stage ran with
     record_run(started, ctx.dir)
-    record_sft_init(started, ctx.dir)
+    note_start(ctx.dir, started.model.policy)
     (ctx.dir / "checkpoint").mkdir()
     runner._sft(ctx)
     assert seen == [True] and ctx.resume is True

@@ -52,9 +52,22 @@ def record_init(cfg: RunConfig) -> None:
     """Note the fingerprints of the model a fresh run starts from and of its training question file, beside its
     outputs."""
     out = Path(cfg.training.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / INIT_FILE, json.dumps(weights_fingerprint(cfg.training.init_from or cfg.model.policy)))
+    note_start(out, cfg.training.init_from or cfg.model.policy)
     atomic_write_text(out / INPUTS_FILE, json.dumps(train_inputs(cfg)))
+
+
+def note_start(out: Path, start: str) -> None:
+    """Note the fingerprint of the model a fresh run into ``out`` starts from (``start``)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(out) / INIT_FILE, json.dumps(weights_fingerprint(start)))
+
+
+def start_changed(out: Path, start: str) -> str | None:
+    """Why ``out``'s checkpoint was trained from other weights than ``start``'s now (None: the same, or not noted)."""
+    noted = Path(out) / INIT_FILE
+    if noted.exists() and json.loads(noted.read_text(encoding="utf-8")) != weights_fingerprint(start):
+        return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
+    return None
 
 
 def train_inputs(cfg: RunConfig) -> dict[str, str]:
@@ -78,9 +91,8 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
     steps = (saved.get("training") or {}).get("steps")
     if isinstance(steps, int) and cfg.training.steps < steps:
         return f"training.steps={cfg.training.steps} is below the {steps} the checkpoint's run was started with"
-    noted, start = out / INIT_FILE, cfg.training.init_from or cfg.model.policy
-    if noted.exists() and json.loads(noted.read_text(encoding="utf-8")) != weights_fingerprint(start):
-        return f"the starting model {start} changed since the checkpoint (an earlier stage ran again)"
+    if why := start_changed(out, cfg.training.init_from or cfg.model.policy):
+        return why
     inputs = out / INPUTS_FILE
     if inputs.exists():
         now = train_inputs(cfg)
@@ -88,12 +100,6 @@ def resume_mismatch(cfg: RunConfig) -> str | None:
         if edited:
             return f"the training questions {edited[0]} changed since the checkpoint"
     return None
-
-
-def record_sft_init(cfg: RunConfig, out: Path) -> None:
-    """Note the fingerprint of the model a fresh SFT run into ``out`` starts from (``model.policy``)."""
-    Path(out).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(out) / INIT_FILE, json.dumps(weights_fingerprint(cfg.model.policy)))
 
 
 def sft_resume_mismatch(cfg: RunConfig, out: Path) -> str | None:
@@ -104,10 +110,7 @@ def sft_resume_mismatch(cfg: RunConfig, out: Path) -> str | None:
     if changed or not (out / "config.yaml").exists():
         shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "") if changed else "no saved config"
         return f"settings differ from the checkpoint's ({shown})"
-    noted = out / INIT_FILE
-    if noted.exists() and json.loads(noted.read_text(encoding="utf-8")) != weights_fingerprint(cfg.model.policy):
-        return f"the starting model {cfg.model.policy} changed since the checkpoint (an earlier stage ran again)"
-    return None
+    return start_changed(out, cfg.model.policy)
 
 
 #: the config sections each kind of stage reads: what its DONE marker compares (a change elsewhere, e.g. in

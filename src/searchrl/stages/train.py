@@ -7,7 +7,7 @@ from pathlib import Path
 
 from searchrl.config import ConfigError, RunConfig
 from searchrl.pipeline import load_split, make_protocol, make_retriever_for, policy_spec
-from searchrl.stages.resume import record_init, record_sft_init
+from searchrl.stages.resume import note_start, record_init
 from searchrl.utils import console, read_jsonl, seed_everything
 
 
@@ -107,7 +107,7 @@ def run_sft(cfg: RunConfig, out: str | Path, resume: bool = False) -> list[dict[
     model, tok = load_policy(cfg.model.policy, cfg.model.dtype)
     data = sft_examples(cfg, make_protocol(cfg), tok)
     if not resume:
-        record_sft_init(cfg, Path(out))  # what a later resume checks it starts from the same model
+        note_start(Path(out), cfg.model.policy)  # what a later resume checks it starts from the same model
     return SFTTrainer(cfg, model, tok, data, out).train(resume=resume)
 
 
